@@ -1,0 +1,213 @@
+"""Table storage: the only module that knows how files are created, published and removed.
+
+Everything above this layer speaks in paths relative to the table root ("a/b/c.parquet"), so commit
+metadata stays portable and no caller can build a path that escapes the table folder. The atomic
+primitives (`put_if_absent`, `write_atomic`) are what the timeline and the locks are built on; an
+object-store backend implements them with conditional puts instead of links and renames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from stitchlake.errors import ConfigError, StitchError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+
+def clean_relpath(path: str) -> str:
+    """Normalise a table-relative path and refuse anything that would leave the table folder."""
+    text = str(path).replace("\\", "/")
+    if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+        raise StitchError(f"path {path!r} must be relative to the table folder")
+    norm = posixpath.normpath(text)
+    if norm == ".":
+        return ""
+    if norm == ".." or norm.startswith("../"):
+        raise StitchError(f"path {path!r} escapes the table folder")
+    return norm
+
+
+class Storage(ABC):
+    """A table's files, addressed by paths relative to the table root."""
+
+    #: Where the table lives, as the user wrote it (a local path or a URI).
+    uri: str
+
+    @abstractmethod
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of a file; FileNotFoundError if absent."""
+
+    @abstractmethod
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create `path` with `data` only if it does not exist. True if we created it.
+
+        Exactly one of any number of racing callers wins, and nobody ever sees the file half-written.
+        """
+
+    @abstractmethod
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Create or replace `path`; readers see the old or the new content, never a mix."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether a file or folder exists at `path`."""
+
+    @abstractmethod
+    def list_names(self, folder: str) -> list[str]:
+        """Names (not paths) of the entries directly in `folder`; empty if the folder is absent."""
+
+    @abstractmethod
+    def walk_files(self, folder: str = "") -> Iterator[str]:
+        """Every file under `folder`, as table-relative paths (used by audits, never by reads)."""
+
+    @abstractmethod
+    def delete(self, path: str) -> bool:
+        """Delete one file; False if it was already gone."""
+
+    @abstractmethod
+    def delete_tree(self, folder: str) -> None:
+        """Delete a folder and everything in it, if it exists."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """Size in bytes of a file."""
+
+    @abstractmethod
+    def makedirs(self, folder: str) -> None:
+        """Create a folder and its parents (a no-op on object stores)."""
+
+    @abstractmethod
+    def abspath(self, path: str) -> str:
+        """The path to hand to `filesystem` for a table-relative path."""
+
+    @property
+    @abstractmethod
+    def filesystem(self) -> pafs.FileSystem:
+        """A pyarrow filesystem for bulk reads and writes of data files."""
+
+
+class LocalStorage(Storage):
+    """Local (or locally mounted) disk. Atomic create uses a hard link, which never overwrites."""
+
+    def __init__(self, root: str) -> None:
+        self.uri = root
+        self.root = os.path.abspath(root)
+        self._fs: pafs.FileSystem | None = None
+
+    def _full(self, path: str) -> str:
+        rel = clean_relpath(path)
+        return os.path.join(self.root, rel) if rel else self.root
+
+    def abspath(self, path: str) -> str:
+        return self._full(path)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        if self._fs is None:
+            import pyarrow.fs as pafs
+
+            self._fs = pafs.LocalFileSystem()
+        return self._fs
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(self._full(path), "rb") as handle:
+            return handle.read()
+
+    def _write_temp(self, full: str, data: bytes) -> str:
+        folder = os.path.dirname(full)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{os.path.basename(full)}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return tmp
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        full = self._full(path)
+        if os.path.exists(full):
+            return False
+        tmp = self._write_temp(full, data)
+        try:
+            os.link(tmp, full)
+        except FileExistsError:
+            return False
+        except OSError as exc:  # filesystems without hard links: O_EXCL create, then copy in
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            return self._put_if_absent_excl(full, data)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return True
+
+    @staticmethod
+    def _put_if_absent_excl(full: str, data: bytes) -> bool:
+        try:
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return True
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        full = self._full(path)
+        tmp = self._write_temp(full, data)
+        os.replace(tmp, full)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._full(path))
+
+    def list_names(self, folder: str) -> list[str]:
+        try:
+            with os.scandir(self._full(folder)) as entries:
+                return [entry.name for entry in entries if not entry.name.endswith(".tmp")]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def walk_files(self, folder: str = "") -> Iterator[str]:
+        base = self._full(folder)
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                yield os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
+
+    def delete(self, path: str) -> bool:
+        try:
+            os.unlink(self._full(path))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete_tree(self, folder: str) -> None:
+        import shutil
+
+        shutil.rmtree(self._full(folder), ignore_errors=True)
+
+    def size(self, path: str) -> int:
+        return os.path.getsize(self._full(path))
+
+    def makedirs(self, folder: str) -> None:
+        os.makedirs(self._full(folder), exist_ok=True)
+
+
+def storage_for(uri: str) -> Storage:
+    """The storage backend for a table location (a local path or a URI)."""
+    parsed = urlparse(str(uri))
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+        path = parsed.path if parsed.scheme == "file" else str(uri)
+        return LocalStorage(path)
+    raise ConfigError(
+        f"table.path: {uri!r} uses {parsed.scheme}://, but only local paths and file:// are implemented; "
+        "object stores need a conditional-put backend for storage.put_if_absent (see docs/architecture.md)"
+    )
