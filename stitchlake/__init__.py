@@ -1,0 +1,42 @@
+"""stitchlake: stitch several data streams into one wide table at the storage layer.
+
+Imports stay lazy so that `stitch --help` and metadata commands never pay for pyarrow or pyspark.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from stitchlake.config import TableConfig
+    from stitchlake.table import Table
+
+__all__ = ["__version__", "open", "read"]
+
+
+def open(target: str | os.PathLike[str] | TableConfig) -> Table:
+    """A table handle from a config file path, a table folder, or a TableConfig."""
+    from stitchlake.table import open_table
+
+    return open_table(target)
+
+
+def read(
+    target: str | os.PathLike[str] | TableConfig | Table,
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: list[str] | None = None,
+    filter: Any = None,
+    mode: str = "snapshot",
+) -> pa.Table:
+    """Read a table into a pyarrow.Table (DESIGN §7)."""
+    from stitchlake.table import Table
+
+    table = target if isinstance(target, Table) else open(target)
+    return table.read(mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)

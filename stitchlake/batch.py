@@ -1,0 +1,197 @@
+"""Turn incoming rows into a stream's events: select, cast, reject bad rows, mark deletes.
+
+The same function runs in-process and inside Spark executors, so both engines accept and reject exactly the
+same rows with the same reasons. Schema problems (a missing column, a type that cannot be cast at all)
+reject the whole input; bad *rows* (null key, null ordering, a value that does not parse) are split off
+with their reason, and `bad_rows: fail | quarantine` decides what happens to them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
+from stitchlake.errors import InputRejected
+from stitchlake.types import arrow_type
+
+REASON = "_reason"
+SOURCE = "_source"
+ROW = "_row"
+
+
+@dataclass
+class Batch:
+    """Valid events of one stream: `rows` holds key, partition and stream columns in table types."""
+
+    rows: pa.Table
+    pos: np.ndarray
+    deleted: np.ndarray
+    bad: pa.Table | None = None
+
+    @property
+    def bad_count(self) -> int:
+        return 0 if self.bad is None else self.bad.num_rows
+
+
+def required_columns(config: TableConfig, stream: StreamSpec) -> list[ColumnSpec]:
+    return [*config.common_columns, *stream.columns]
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _cast_rowwise(column: pa.Array, kind: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Cast value by value (only on the error path): unparsable values become null and are flagged."""
+    values: list[object] = []
+    failed = np.zeros(len(column), dtype=bool)
+    for row, item in enumerate(column):
+        if not item.is_valid:
+            values.append(None)
+            continue
+        try:
+            values.append(pc.cast(pa.array([item.as_py()], column.type), kind)[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
+            values.append(None)
+            failed[row] = True
+    return pa.array(values, kind), failed
+
+
+def _prepare_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
+    """Text that Arrow's casts are strict about: trimmed, timestamps with a 'T' or a space, booleans in words."""
+    column = pc.utf8_trim_whitespace(column)
+    if pa.types.is_boolean(kind):
+        lowered = pc.utf8_lower(column)
+        return pc.if_else(
+            pc.is_in(lowered, pa.array(["1", "t", "yes", "y"])),
+            "true",
+            pc.if_else(pc.is_in(lowered, pa.array(["0", "f", "no", "n"])), "false", lowered),
+        )
+    if pa.types.is_timestamp(kind):
+        column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2}) ", r"\1T")
+        return pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2})$", r"\1T00:00:00")
+    return column
+
+
+def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Array, np.ndarray]:
+    """Cast one source column to its table type. Returns the cast values and a mask of unparsable rows."""
+    kind = arrow_type(spec.type)
+    if column.type == kind:
+        return column, np.zeros(len(column), dtype=bool)
+    if pa.types.is_null(column.type):
+        return pa.nulls(len(column), kind), np.zeros(len(column), dtype=bool)
+    if _is_text(column.type) and not _is_text(kind):
+        column = _prepare_text(column, kind)
+    if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.tz is None:
+        column = pc.assume_timezone(column, "UTC") if column.type.unit else column
+    try:
+        return pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
+    except pa.ArrowNotImplementedError:
+        raise InputRejected(
+            f"{where}: column {spec.name} has type {column.type}, which cannot be converted to {spec.type}"
+        ) from None
+    except (pa.ArrowInvalid, OverflowError):
+        return _cast_rowwise(column, kind)
+
+
+def _combine(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def prepare(
+    config: TableConfig,
+    stream: StreamSpec,
+    data: pa.Table,
+    *,
+    source: str = "input",
+    pos: np.ndarray | None = None,
+) -> Batch:
+    """Validate and convert rows arriving for `stream`. `pos` orders rows within the batch (default: row order)."""
+    missing = [c.name for c in required_columns(config, stream) if c.name not in data.column_names]
+    if missing:
+        raise InputRejected(
+            f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"needed by stream {stream.name} (found: {', '.join(data.column_names) or 'none'})"
+        )
+    length = data.num_rows
+    reasons = np.full(length, None, dtype=object)
+    columns: dict[str, pa.Array] = {}
+    for spec in required_columns(config, stream):
+        cast, failed = cast_column(_combine(data.column(spec.name)), spec, source)
+        columns[spec.name] = cast
+        _flag(reasons, failed, f"unparsable value in {spec.name}")
+    for spec in config.table.key:
+        _flag(reasons, _nulls(columns[spec.name]), f"null key {spec.name}")
+    for spec in config.table.partition_by:
+        _flag(reasons, _nulls(columns[spec.name]), f"null partition value {spec.name}")
+        if spec.type == "string":
+            _flag(
+                reasons,
+                pc.equal(columns[spec.name], "").to_numpy(zero_copy_only=False) & ~_nulls(columns[spec.name]),
+                f"empty partition value {spec.name}",
+            )
+    for name in stream.ordering:
+        _flag(reasons, _nulls(columns[name]), f"null ordering value {name}")
+
+    deleted = np.zeros(length, dtype=bool)
+    if stream.deletes and stream.deletes.column in data.column_names:
+        marker = _combine(data.column(stream.deletes.column))
+        as_text = marker if _is_text(marker.type) else pc.cast(marker, pa.string())
+        deleted = pc.fill_null(pc.is_in(as_text, pa.array(list(stream.deletes.values))), False).to_numpy(
+            zero_copy_only=False
+        )
+    positions = np.arange(length, dtype=np.int64) if pos is None else np.asarray(pos, dtype=np.int64)
+    rows = pa.table(columns)
+    bad_mask = reasons != None  # noqa: E711 - element-wise comparison on an object array
+    if not bad_mask.any():
+        return Batch(rows=rows, pos=positions, deleted=deleted)
+    good = pa.array(~bad_mask)
+    bad = _bad_rows(data, bad_mask, reasons, source)
+    return Batch(rows=rows.filter(good), pos=positions[~bad_mask], deleted=deleted[~bad_mask], bad=bad)
+
+
+def _nulls(column: pa.Array) -> np.ndarray:
+    if column.null_count == 0:
+        return np.zeros(len(column), dtype=bool)
+    return pc.is_null(column).to_numpy(zero_copy_only=False)
+
+
+def _flag(reasons: np.ndarray, mask: np.ndarray, reason: str) -> None:
+    """Record the first reason a row is bad."""
+    if mask.any():
+        fresh = mask & (reasons == None)  # noqa: E711
+        reasons[fresh] = reason
+
+
+def _bad_rows(data: pa.Table, mask: np.ndarray, reasons: np.ndarray, source: str) -> pa.Table:
+    """The rejected rows as text, with why and where they came from (for quarantine and error messages)."""
+    rows = np.flatnonzero(mask)
+    picked = data.take(pa.array(rows))
+    columns = {}
+    for name in picked.column_names:
+        column = _combine(picked.column(name))
+        try:
+            columns[name] = pc.cast(column, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            columns[name] = pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())
+    columns[REASON] = pa.array(list(reasons[rows]), pa.string())
+    columns[SOURCE] = pa.array([source] * len(rows), pa.string())
+    columns[ROW] = pa.array(rows, pa.int64())
+    return pa.table(columns)
+
+
+def describe_bad_rows(bad: pa.Table, limit: int = 3) -> str:
+    """A short human summary: counts per reason and where the first few came from."""
+    counts = Counter(bad.column(REASON).to_pylist())
+    summary = ", ".join(f"{reason}: {count}" for reason, count in counts.most_common())
+    examples = []
+    for row in bad.slice(0, limit).to_pylist():
+        examples.append(f"{row[SOURCE]} row {row[ROW]} ({row[REASON]})")
+    return f"{bad.num_rows} bad row{'s' if bad.num_rows != 1 else ''} ({summary}); first: {'; '.join(examples)}"

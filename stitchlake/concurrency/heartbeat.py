@@ -1,0 +1,198 @@
+"""Heartbeats: liveness of running writers and services (DESIGN §6).
+
+A writer refreshes ``.stitch/heartbeats/<instant>`` while it works; an inflight instant whose heartbeat has
+expired is a failed write that `stitch clean` / `stitch rollback --failed` may roll back. Why this shape:
+
+- The file holds JSON ``{instant, owner, host, pid, ts}`` written with `Storage.write_atomic`, so a reader
+  sees a whole beat or the previous one, never a torn file.
+- Expiry uses ``ts`` *inside* the file, not the file's mtime, so it works on object stores (where mtime is
+  the upload time, if available at all) and needs no extra metadata call. Like the lock, it assumes host
+  clocks agree to well within ``expire_s``.
+- A missing heartbeat counts as expired: a writer that never started beating, or one that finished and
+  deleted its beat, is not alive.
+- Beats come from a daemon thread, so a crashed or killed process simply stops beating. `stop()` waits for
+  the thread and holds the same mutex as a beat, so a late background beat can never resurrect a heartbeat
+  that `stop(delete=True)` removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from types import TracebackType
+
+from stitchlake.concurrency.lock import default_owner
+from stitchlake.errors import StitchError
+from stitchlake.storage import Storage
+
+log = logging.getLogger(__name__)
+
+#: Table-relative folder of heartbeat files (DESIGN §3).
+HEARTBEATS_FOLDER = ".stitch/heartbeats"
+
+
+def heartbeat_path(instant: str) -> str:
+    """The table-relative path of an instant's heartbeat; the instant must be one plain file name."""
+    if not instant or "/" in instant or "\\" in instant or instant in (".", "..") or instant.startswith("."):
+        raise StitchError(f"heartbeat instant {instant!r} must be a plain name (no '/', not hidden)")
+    return f"{HEARTBEATS_FOLDER}/{instant}"
+
+
+class Heartbeat:
+    """Keeps one instant's heartbeat fresh from a background thread while a writer or service runs.
+
+    `with Heartbeat(storage, instant):` starts beating (first beat written before the block runs) and on exit
+    stops and, by default, deletes the beat: after a clean exit the instant is complete, after an exception it
+    has failed, and in both cases it is no longer "alive".
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        instant: str,
+        *,
+        interval_s: float = 10.0,
+        expire_s: float | None = None,
+        owner: str | None = None,
+        delete_on_exit: bool = True,
+    ) -> None:
+        if interval_s <= 0:
+            raise StitchError(f"concurrency.heartbeat.interval_s: must be > 0, got {interval_s!r}")
+        if expire_s is not None and expire_s <= interval_s:
+            raise StitchError(
+                f"concurrency.heartbeat.expire_s: {expire_s!r} must be greater than interval_s {interval_s!r}"
+            )
+        self.storage = storage
+        self.instant = instant
+        self.path = heartbeat_path(instant)
+        self.interval_s = float(interval_s)
+        #: How long others wait before presuming us dead; only used to warn loudly when our beats fail.
+        self.expire_s = None if expire_s is None else float(expire_s)
+        self.owner = owner or default_owner()
+        self.delete_on_exit = delete_on_exit
+        self.last_ts: float | None = None
+        self.last_error: BaseException | None = None
+        self._mutex = threading.Lock()
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    @property
+    def healthy(self) -> bool:
+        """Whether our last successful beat is recent enough that others still consider us alive."""
+        if self.last_ts is None:
+            return False
+        limit = self.expire_s if self.expire_s is not None else 2 * self.interval_s
+        return time.time() - self.last_ts <= limit
+
+    @property
+    def running(self) -> bool:
+        """Whether the background thread is beating."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def beat(self) -> float:
+        """Write one beat now and return its ts. Errors propagate (the background thread logs them)."""
+        with self._mutex:
+            return self._write()
+
+    def _write(self) -> float:
+        ts = time.time()
+        record = {
+            "instant": self.instant,
+            "owner": self.owner,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "ts": ts,
+        }
+        self.storage.write_atomic(self.path, json.dumps(record, sort_keys=True).encode("utf-8"))
+        self.last_ts = ts
+        return ts
+
+    def start(self) -> Heartbeat:
+        """Write the first beat synchronously (we are visibly alive at once), then beat in the background."""
+        if self._thread is not None:
+            raise StitchError(f"heartbeat of {self.instant} already started")
+        self._stopped = False
+        self._stop_event.clear()
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name=f"stitchlake-heartbeat-{self.instant}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            with self._mutex:
+                if self._stopped:
+                    return
+                try:
+                    self._write()
+                    self.last_error = None
+                except Exception as exc:  # a transient storage error must not kill liveness for good
+                    self.last_error = exc
+                    if self.healthy:
+                        log.warning("heartbeat of %s failed: %r", self.instant, exc)
+                    else:
+                        log.error(
+                            "heartbeat of %s keeps failing (%r): other processes may now presume this "
+                            "instant failed and roll it back",
+                            self.instant,
+                            exc,
+                        )
+
+    def stop(self, delete: bool = False) -> None:
+        """Stop beating; with `delete`, also remove the heartbeat file (the instant is no longer running)."""
+        with self._mutex:
+            self._stopped = True
+            self._stop_event.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(self.interval_s, 5.0))
+        self._thread = None
+        if delete:
+            with self._mutex:
+                self.storage.delete(self.path)
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop(delete=self.delete_on_exit)
+
+
+def last_beat(storage: Storage, instant: str) -> float | None:
+    """The ts of an instant's latest beat; None if there is none (or it cannot be read)."""
+    try:
+        record = json.loads(storage.read_bytes(heartbeat_path(instant)))
+        return float(record["ts"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("heartbeat of %s is unreadable (%r); treating it as missing", instant, exc)
+        return None
+
+
+def is_expired(storage: Storage, instant: str, expire_s: float, now: float | None = None) -> bool:
+    """Whether the writer of `instant` is presumed dead: no beat, or the last one older than `expire_s`."""
+    ts = last_beat(storage, instant)
+    if ts is None:
+        return True
+    return (time.time() if now is None else now) - ts > expire_s
+
+
+def delete(storage: Storage, instant: str) -> bool:
+    """Remove an instant's heartbeat; False if there was none."""
+    return storage.delete(heartbeat_path(instant))
+
+
+def list_beats(storage: Storage) -> list[str]:
+    """The instants that have a heartbeat file, sorted."""
+    return sorted(name for name in storage.list_names(HEARTBEATS_FOLDER) if not name.startswith("."))

@@ -1,0 +1,128 @@
+"""Arrow <-> Avro (fastavro) for log blocks written with `log_format: avro` and for Avro landing files.
+
+Avro is row oriented, so conversion goes through Python values; dates and timestamps travel as their raw
+integers (fastavro passes ints through its logical-type writers) to keep the row loop cheap.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import pyarrow as pa
+
+_PRIMITIVE = {
+    pa.int32(): "int",
+    pa.int64(): "long",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+    pa.string(): "string",
+    pa.large_string(): "string",
+    pa.binary(): "bytes",
+    pa.large_binary(): "bytes",
+}
+
+
+def avro_type(kind: pa.DataType) -> Any:
+    """The Avro type of an Arrow type (always nullable: every stitchlake column is)."""
+    if kind in _PRIMITIVE:
+        base: Any = _PRIMITIVE[kind]
+    elif pa.types.is_date32(kind):
+        base = {"type": "int", "logicalType": "date"}
+    elif pa.types.is_timestamp(kind):
+        base = {"type": "long", "logicalType": "timestamp-micros"}
+    elif pa.types.is_decimal(kind):
+        base = {"type": "bytes", "logicalType": "decimal", "precision": kind.precision, "scale": kind.scale}
+    else:
+        raise TypeError(f"no Avro mapping for Arrow type {kind}")
+    return ["null", base]
+
+
+def avro_schema(schema: pa.Schema, name: str = "stitchlake_log") -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": name,
+        "fields": [{"name": f.name, "type": avro_type(f.type), "default": None} for f in schema],
+    }
+
+
+def _python_column(column: pa.ChunkedArray) -> list[Any]:
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        return column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()).to_pylist()
+    if pa.types.is_date32(kind):
+        return column.cast(pa.int32()).to_pylist()
+    return column.to_pylist()
+
+
+def write_avro(table: pa.Table, handle: IO[bytes]) -> None:
+    import fastavro
+
+    names = table.column_names
+    columns = [_python_column(table.column(n)) for n in names]
+    records = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+    fastavro.writer(handle, fastavro.parse_schema(avro_schema(table.schema)), records, codec="deflate")
+
+
+def _raw_reader_schema(writer_schema: dict[str, Any]) -> dict[str, Any]:
+    """The writer schema with date/timestamp logical types dropped, so fastavro hands back plain ints."""
+
+    def strip(kind: Any) -> Any:
+        if isinstance(kind, list):
+            return [strip(k) for k in kind]
+        if isinstance(kind, dict) and kind.get("logicalType") in (
+            "date",
+            "timestamp-micros",
+            "timestamp-millis",
+        ):
+            return kind["type"]
+        return kind
+
+    fields = [{**f, "type": strip(f["type"])} for f in writer_schema["fields"]]
+    return {**writer_schema, "fields": fields}
+
+
+def read_avro(handle: IO[bytes], schema: pa.Schema | None = None, columns: list[str] | None = None) -> pa.Table:
+    """Read a whole Avro container file into Arrow; `schema` gives the Arrow types to build."""
+    import fastavro
+
+    reader = fastavro.reader(handle)
+    writer_schema = reader.writer_schema
+    handle.seek(0)
+    reader = fastavro.reader(handle, reader_schema=_raw_reader_schema(writer_schema))
+    records = list(reader)
+    fields = [f["name"] for f in writer_schema["fields"]]
+    wanted = columns if columns is not None else fields
+    arrays = {}
+    for name in wanted:
+        values = [record.get(name) for record in records]
+        kind = schema.field(name).type if schema is not None and name in schema.names else None
+        arrays[name] = _arrow_column(values, kind, _logical(writer_schema, name))
+    return pa.table(arrays)
+
+
+def _logical(writer_schema: dict[str, Any], name: str) -> str | None:
+    for f in writer_schema["fields"]:
+        if f["name"] == name:
+            kinds = f["type"] if isinstance(f["type"], list) else [f["type"]]
+            for kind in kinds:
+                if isinstance(kind, dict) and "logicalType" in kind:
+                    return str(kind["logicalType"])
+    return None
+
+
+def _arrow_column(values: list[Any], kind: pa.DataType | None, logical: str | None) -> pa.Array:
+    if logical == "timestamp-micros":
+        raw = pa.array(values, pa.int64())
+        return (
+            raw.cast(pa.timestamp("us", tz="UTC"))
+            if kind is None
+            else raw.cast(pa.timestamp("us", tz="UTC")).cast(kind)
+        )
+    if logical == "timestamp-millis":
+        return (
+            pa.array(values, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(kind or pa.timestamp("us", tz="UTC"))
+        )
+    if logical == "date":
+        return pa.array(values, pa.int32()).cast(pa.date32())
+    return pa.array(values, kind) if kind is not None else pa.array(values)

@@ -1,0 +1,199 @@
+"""The file-system view: which data files exist, built from completed instants — never from listing.
+
+A file no completed instant names is invisible, so a crashed writer's half-written files can never leak into
+a read, and reads need no directory listing on object stores (DESIGN §3).
+
+File slices follow the completion-time rule (DESIGN §5): a log belongs to the slice whose base instant is the
+greatest rewrite (compaction or erase) *requested* before the log's commit *completed*.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from stitchlake.errors import StitchError
+from stitchlake.layout.names import BASE, LOG
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.timeline import Timeline
+
+#: Actions whose metadata lists data files they added.
+WRITING_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A base or log file named by a completed instant."""
+
+    path: str
+    partition: str
+    file_group: str
+    instant: str
+    completed: str
+    kind: str
+    stream: str | None
+    rows: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DataFile:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A base file (or none) and the log files that belong to it, logs in completion order."""
+
+    partition: str
+    file_group: str
+    base_instant: str
+    base: DataFile | None
+    logs: tuple[DataFile, ...]
+
+    @property
+    def files(self) -> list[DataFile]:
+        return ([self.base] if self.base else []) + list(self.logs)
+
+    @property
+    def log_bytes(self) -> int:
+        return sum(f.bytes for f in self.logs)
+
+
+FileGroupKey = tuple[str, str]
+
+
+class FileSystemView:
+    """Live files by file group, plus what cleaning removed and which rewrites are pending."""
+
+    def __init__(
+        self,
+        files: Iterable[DataFile],
+        deleted: dict[str, str] | None = None,
+        pending_rewrites: dict[FileGroupKey, str] | None = None,
+        horizon: str | None = None,
+    ) -> None:
+        self.groups: dict[FileGroupKey, list[DataFile]] = defaultdict(list)
+        for item in files:
+            self.groups[(item.partition, item.file_group)].append(item)
+        for items in self.groups.values():
+            items.sort(key=lambda f: (f.completed, f.path))
+        self.deleted = deleted or {}
+        self.pending_rewrites = pending_rewrites or {}
+        #: Oldest completion time whose state is still fully described (archive checkpoint), if any.
+        self.horizon = horizon
+
+    @classmethod
+    def build(cls, timeline: Timeline, checkpoint: dict[str, Any] | None = None) -> FileSystemView:
+        """The view from an (optional) archive checkpoint plus the active timeline's completed instants."""
+        files: dict[str, DataFile] = {}
+        horizon = None
+        if checkpoint:
+            horizon = checkpoint.get("completed")
+            for entry in checkpoint.get("files", []):
+                item = DataFile.from_json(entry)
+                files[item.path] = item
+        deleted: dict[str, str] = {}
+        for instant in timeline.completed():
+            if horizon is not None and (instant.completed or "") <= horizon:
+                continue
+            if instant.action in WRITING_ACTIONS:
+                for entry in timeline.metadata(instant).get("added", []):
+                    files[entry["path"]] = DataFile(
+                        path=entry["path"],
+                        partition=entry["partition"],
+                        file_group=entry["file_group"],
+                        instant=instant.requested,
+                        completed=instant.completed or "",
+                        kind=entry["kind"],
+                        stream=entry.get("stream"),
+                        rows=int(entry["rows"]),
+                        bytes=int(entry["bytes"]),
+                    )
+            elif instant.action == Action.CLEAN:
+                for path in timeline.metadata(instant).get("deleted", []):
+                    deleted[path] = instant.completed or ""
+        pending: dict[FileGroupKey, str] = {}
+        for instant in timeline.pending(Action.REWRITES):
+            for operation in timeline.requested_content(instant).get("operations", []):
+                pending[(operation["partition"], operation["file_group"])] = instant.requested
+        return cls(files.values(), deleted, pending, horizon)
+
+    # ------------------------------------------------------------------------------------------ queries
+
+    def file_groups(self, partitions: Iterable[str] | None = None) -> list[FileGroupKey]:
+        wanted = set(partitions) if partitions is not None else None
+        return sorted(k for k in self.groups if wanted is None or k[0] in wanted)
+
+    def partitions(self) -> list[str]:
+        return sorted({partition for partition, _ in self.groups})
+
+    def live_files(self) -> list[DataFile]:
+        """Files named by a completed instant and not yet removed by cleaning."""
+        return [f for items in self.groups.values() for f in items if f.path not in self.deleted]
+
+    def latest_slice(self, key: FileGroupKey, as_of: str | None = None) -> FileSlice | None:
+        """What a read as of `as_of` merges for one file group: the newest completed base and every log after it.
+
+        A pending rewrite only splits the logs into two slices; reading both together gives the same rows,
+        so readers simply take every log newer than the last completed base.
+        """
+        items = [f for f in self.groups.get(key, []) if as_of is None or f.completed <= as_of]
+        if not items:
+            return None
+        bases = [f for f in items if f.kind == BASE]
+        base = max(bases, key=lambda f: f.instant) if bases else None
+        base_instant = base.instant if base else ""
+        logs = tuple(f for f in items if f.kind == LOG and f.completed > base_instant)
+        if base is None and not logs:
+            return None
+        return FileSlice(key[0], key[1], base_instant, base, logs)
+
+    def latest_slices(
+        self,
+        as_of: str | None = None,
+        partitions: Iterable[str] | None = None,
+        file_groups: Iterable[FileGroupKey] | None = None,
+    ) -> list[FileSlice]:
+        keys = list(file_groups) if file_groups is not None else self.file_groups(partitions)
+        if as_of is not None and self.horizon is not None and as_of < self.horizon:
+            raise StitchError(
+                f"as of {as_of} is older than the archived timeline (its state is only kept from "
+                f"{self.horizon}); pick a later time or a savepoint"
+            )
+        out = [s for s in (self.latest_slice(k, as_of) for k in keys) if s is not None]
+        for item in out:
+            for data_file in item.files:
+                if data_file.path in self.deleted:
+                    raise StitchError(
+                        f"reading as of {as_of} needs {data_file.path}, which clean removed at "
+                        f"{self.deleted[data_file.path]}; that time is outside the retention "
+                        "(keep more with clean.retain, or pin it with a savepoint)"
+                    )
+        return out
+
+    def slices(self, key: FileGroupKey, include_pending: bool = True) -> list[FileSlice]:
+        """Every slice of a file group by base instant, the newest (possibly pending) last."""
+        items = self.groups.get(key, [])
+        bases = sorted((f for f in items if f.kind == BASE), key=lambda f: f.instant)
+        instants = [b.instant for b in bases]
+        pending = self.pending_rewrites.get(key)
+        if include_pending and pending and pending not in instants:
+            instants.append(pending)
+        instants = ["", *sorted(set(instants))]
+        by_base = {b.instant: b for b in bases}
+        out: list[FileSlice] = []
+        for position, start in enumerate(instants):
+            end = instants[position + 1] if position + 1 < len(instants) else None
+            logs = tuple(
+                f for f in items if f.kind == LOG and f.completed > start and (end is None or f.completed < end)
+            )
+            base = by_base.get(start)
+            if start == "" and not logs:
+                continue
+            out.append(FileSlice(key[0], key[1], start, base, logs))
+        return out

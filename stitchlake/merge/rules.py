@@ -1,0 +1,152 @@
+"""The merge rules of DESIGN §2, per stream, as vectorised kernels. The only place they live.
+
+Every file holds *summaries*: for each key, the winning version of the stream's group, whether that
+winner is a delete, and in `nulls: ignore` mode also the latest tombstone and the version each column's
+value came from. A raw event is simply a summary of one event. Merging summaries is a max over a total
+order per (key, group) — commutative, associative and idempotent — so the result depends only on the set of
+committed events: never on file order, on where compaction cut, or on when it ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.merge.version import (
+    INT64_MIN,
+    Version,
+    group_argmax,
+    is_valid,
+    lex_greater,
+    take,
+)
+
+OVERWRITE = "overwrite"
+IGNORE = "ignore"
+
+
+@dataclass
+class StreamRows:
+    """Summaries of one stream's group, one per row (rows may repeat a key until merged)."""
+
+    #: Version of the group's winning event.
+    version: Version
+    #: The winning event is a delete (the group is a tombstone).
+    deleted: np.ndarray
+    #: The stream's own columns; null for tombstoned groups.
+    values: pa.Table
+    #: `nulls: ignore` only: version of the latest delete (meaningful where `has_tomb`).
+    tomb: Version | None = None
+    has_tomb: np.ndarray | None = None
+    #: `nulls: ignore` only: version each column's value came from (meaningful where the value is not null).
+    col_versions: dict[str, Version] | None = None
+
+    def __len__(self) -> int:
+        return len(self.deleted)
+
+    def take(self, rows: np.ndarray) -> StreamRows:
+        return StreamRows(
+            version=take(self.version, rows),
+            deleted=self.deleted[rows],
+            values=self.values.take(pa.array(rows)),
+            tomb=take(self.tomb, rows) if self.tomb is not None else None,
+            has_tomb=self.has_tomb[rows] if self.has_tomb is not None else None,
+            col_versions=(
+                {name: take(v, rows) for name, v in self.col_versions.items()}
+                if self.col_versions is not None
+                else None
+            ),
+        )
+
+
+def events(values: pa.Table, version: Version, deleted: np.ndarray, nulls: str) -> StreamRows:
+    """Raw events as summaries: a delete event's own column values never count."""
+    if deleted.any():
+        keep = pa.array(~deleted)
+        values = pa.table(
+            {
+                name: pc.if_else(keep, column, pa.nulls(len(column), column.type))
+                for name, column in zip(values.column_names, values.columns, strict=True)
+            }
+        )
+    if nulls == OVERWRITE:
+        return StreamRows(version=version, deleted=deleted, values=values)
+    return StreamRows(
+        version=version,
+        deleted=deleted,
+        values=values,
+        tomb=version,
+        has_tomb=deleted,
+        col_versions=dict.fromkeys(values.column_names, version),
+    )
+
+
+def concat(parts: list[StreamRows]) -> StreamRows:
+    """Stack summaries of the same stream (from several files)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    ignore = first.col_versions is not None
+    return StreamRows(
+        version=_stack([p.version for p in parts]),
+        deleted=np.concatenate([p.deleted for p in parts]),
+        values=pa.concat_tables([p.values for p in parts]),
+        tomb=_stack([p.tomb for p in parts]) if ignore else None,  # type: ignore[misc]
+        has_tomb=np.concatenate([p.has_tomb for p in parts]) if ignore else None,  # type: ignore[misc]
+        col_versions=(
+            {name: _stack([p.col_versions[name] for p in parts]) for name in first.col_versions}  # type: ignore[index]
+            if ignore
+            else None
+        ),
+    )
+
+
+def _stack(versions: list[Version]) -> Version:
+    return tuple(np.concatenate(components) for components in zip(*versions, strict=True))
+
+
+def merge(rows: StreamRows, keys: np.ndarray, n_keys: int, nulls: str) -> tuple[np.ndarray, StreamRows]:
+    """Merge summaries by key id. Returns the key ids that have a group, and one summary per such key."""
+    winner = group_argmax(keys, rows.version, n_keys)
+    present = np.flatnonzero(winner >= 0)
+    chosen = winner[present]
+    if nulls == OVERWRITE:
+        return present, rows.take(chosen)
+    return present, _merge_ignore(rows, keys, n_keys, present, chosen)
+
+
+def _merge_ignore(
+    rows: StreamRows, keys: np.ndarray, n_keys: int, present: np.ndarray, chosen: np.ndarray
+) -> StreamRows:
+    """`nulls: ignore`: per column, the highest-version non-null value among events newer than the tombstone."""
+    assert rows.tomb is not None and rows.has_tomb is not None and rows.col_versions is not None
+    tomb_winner = group_argmax(keys, rows.tomb, n_keys, rows=np.flatnonzero(rows.has_tomb))
+    key_has_tomb = tomb_winner >= 0
+    safe = np.where(key_has_tomb, tomb_winner, 0)
+    key_tomb = tuple(np.where(key_has_tomb, c[safe], INT64_MIN) for c in rows.tomb) if len(rows) else rows.tomb
+    row_has_tomb = key_has_tomb[keys]
+    row_tomb = tuple(c[keys] for c in key_tomb)
+
+    columns: dict[str, pa.Array] = {}
+    col_versions: dict[str, Version] = {}
+    for name in rows.values.column_names:
+        column = rows.values.column(name)
+        version = rows.col_versions[name]
+        newer = ~row_has_tomb | lex_greater(version, row_tomb)
+        candidates = np.flatnonzero(is_valid(column) & newer)
+        best = group_argmax(keys, version, n_keys, rows=candidates)[present]
+        found = best >= 0
+        index = pa.array(best, mask=~found)
+        columns[name] = pc.take(column, index)
+        col_versions[name] = tuple(np.where(found, c[np.where(found, best, 0)], 0) for c in version)
+    return StreamRows(
+        version=take(rows.version, chosen),
+        deleted=rows.deleted[chosen],
+        values=pa.table(columns, schema=rows.values.schema),
+        tomb=tuple(c[present] for c in key_tomb),
+        has_tomb=key_has_tomb[present],
+        col_versions=col_versions,
+    )

@@ -1,0 +1,214 @@
+"""Stitch streams into wide rows: merge every stream's summaries for a set of files, then lay them side by side.
+
+This is the one function readers, compaction, erase and the incremental view all call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
+from stitchlake.merge import summary
+from stitchlake.merge.keys import key_index
+from stitchlake.merge.rules import StreamRows, concat, merge
+from stitchlake.types import arrow_type
+
+
+@dataclass(frozen=True)
+class LogInput:
+    """One log file's rows and the completion time of the commit that wrote it."""
+
+    stream: str
+    table: pa.Table
+    commit: int
+
+
+@dataclass
+class Merged:
+    """Per-key merge result of a set of files: `keys` has one row per key id."""
+
+    keys: pa.Table
+    streams: dict[str, tuple[np.ndarray, StreamRows]]
+
+    @property
+    def count(self) -> int:
+        return self.keys.num_rows
+
+    def live(self) -> np.ndarray:
+        """Key ids with at least one group that is not a tombstone: the keys in the table."""
+        alive = np.zeros(self.count, dtype=bool)
+        for present, rows in self.streams.values():
+            alive[present[~rows.deleted]] = True
+        return alive
+
+    def stored(self) -> np.ndarray:
+        """Key ids with any group, tombstones included: what compaction must keep."""
+        seen = np.zeros(self.count, dtype=bool)
+        for present, _rows in self.streams.values():
+            seen[present] = True
+        return seen
+
+
+def merge_files(
+    config: TableConfig,
+    base: pa.Table | None,
+    logs: Sequence[LogInput],
+    streams: Sequence[str] | None = None,
+    columns: dict[str, list[str]] | None = None,
+) -> Merged:
+    """Merge a base file (or none) and log files that belong to one set of keys.
+
+    `streams` limits which streams are merged; `columns` limits, per stream, which value columns are carried
+    (presence is always computed, so a key seen only by a pruned stream is still a row).
+    """
+    common = [c.name for c in config.common_columns]
+    wanted = list(streams) if streams is not None else list(config.streams)
+    sources = ([base] if base is not None else []) + [log.table for log in logs]
+    if not sources:
+        return Merged(keys=_empty_keys(config), streams={})
+    key_table = pa.concat_tables([t.select(common) for t in sources])
+    index = key_index(key_table.columns)
+    offsets = np.cumsum([0, *[t.num_rows for t in sources]])
+
+    merged: dict[str, tuple[np.ndarray, StreamRows]] = {}
+    for name in wanted:
+        stream = config.streams[name]
+        keep = columns.get(name) if columns is not None else None
+        parts: list[StreamRows] = []
+        ids: list[np.ndarray] = []
+        if base is not None and summary.presence_column(stream) in base.column_names:
+            mask = summary_is_present(base, stream)
+            if mask.any():
+                parts.append(summary.from_table(stream, _filter(base, mask), None, keep))
+                ids.append(index.ids[0 : base.num_rows][mask])
+        for position, log in enumerate(logs, start=1 if base is not None else 0):
+            if log.stream != name or log.table.num_rows == 0:
+                continue
+            parts.append(summary.from_table(stream, log.table, log.commit, keep))
+            ids.append(index.ids[offsets[position] : offsets[position + 1]])
+        if parts:
+            merged[name] = merge(concat(parts), np.concatenate(ids), index.count, stream.nulls)
+    return Merged(keys=key_table.take(pa.array(index.first)), streams=merged)
+
+
+def summary_is_present(table: pa.Table, stream: StreamSpec) -> np.ndarray:
+    column = table.column(summary.presence_column(stream))
+    return pc.is_valid(column).to_numpy(zero_copy_only=False)
+
+
+def _filter(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    return table if mask.all() else table.filter(pa.array(mask))
+
+
+def _empty_keys(config: TableConfig) -> pa.Table:
+    return pa.table({c.name: pa.array([], arrow_type(c.type)) for c in config.common_columns})
+
+
+def _positions(count: int, present: np.ndarray, selected: np.ndarray) -> np.ndarray:
+    """For each selected key id, its row in the stream's merged summaries, or -1."""
+    where = np.full(count, -1, dtype=np.int64)
+    where[present] = np.arange(len(present), dtype=np.int64)
+    return where[selected]
+
+
+def _value_column(spec: ColumnSpec, values: pa.ChunkedArray | None, rows: np.ndarray) -> pa.Array:
+    """A stream column for selected keys; groups never written (or tombstoned) read as the default."""
+    kind = arrow_type(spec.type)
+    absent = rows < 0
+    if values is None:
+        column = pa.nulls(len(rows), kind)
+    else:
+        column = pc.take(values, pa.array(rows, mask=absent))
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+    if spec.default is not None and absent.any():
+        column = pc.if_else(pa.array(absent), pa.scalar(spec.default, kind), column)
+    return column
+
+
+def to_rows(
+    config: TableConfig,
+    merged: Merged,
+    columns: Sequence[str] | None = None,
+    keys: np.ndarray | None = None,
+) -> pa.Table:
+    """User-visible wide rows for the live keys (or the given key ids), in key-id order."""
+    selected = np.flatnonzero(merged.live()) if keys is None else keys
+    names = list(columns) if columns is not None else [c.name for c in config.all_columns()]
+    out: dict[str, pa.Array] = {}
+    key_rows = merged.keys.take(pa.array(selected))
+    for spec in config.common_columns:
+        if spec.name in names:
+            out[spec.name] = key_rows.column(spec.name).combine_chunks()
+    for stream in config.streams.values():
+        wanted = [c for c in stream.columns if c.name in names]
+        if not wanted:
+            continue
+        rows = np.full(len(selected), -1, dtype=np.int64)
+        values: StreamRows | None = None
+        if stream.name in merged.streams:
+            present, values = merged.streams[stream.name]
+            rows = _positions(merged.count, present, selected)
+            hit = rows >= 0
+            rows[hit] = np.where(values.deleted[rows[hit]], -1, rows[hit])
+        for spec in wanted:
+            source = values.values.column(spec.name) if values is not None else None
+            if source is not None and source.num_chunks == 0:
+                source = None
+            out[spec.name] = _value_column(spec, source, rows)
+    return pa.table({name: out[name] for name in names if name in out})
+
+
+def to_base(config: TableConfig, merged: Merged, erase: np.ndarray | None = None) -> pa.Table:
+    """A base file's rows: every key with any group (tombstones kept, so late events stay ignored).
+
+    `erase` marks key ids whose groups a key-level erase removes entirely.
+    """
+    keep = merged.stored()
+    if erase is not None:
+        keep &= ~erase
+    selected = np.flatnonzero(keep)
+    out: dict[str, pa.Array] = {}
+    key_rows = merged.keys.take(pa.array(selected))
+    for spec in config.common_columns:
+        out[spec.name] = key_rows.column(spec.name).combine_chunks()
+    for stream in config.streams.values():
+        out |= _stream_block(stream, merged, selected, with_commit=True)
+    return pa.table(out)
+
+
+def _stream_block(stream: StreamSpec, merged: Merged, selected: np.ndarray, with_commit: bool) -> dict[str, pa.Array]:
+    """A stream's value and meta columns for the selected key ids (all null where it has no group)."""
+    count = len(selected)
+    fields = summary.meta_fields(stream, with_commit)
+    if stream.name not in merged.streams:
+        out = {c.name: pa.nulls(count, arrow_type(c.type)) for c in stream.columns}
+        return out | {f.name: pa.nulls(count, f.type) for f in fields}
+    present, rows = merged.streams[stream.name]
+    where = _positions(merged.count, present, selected)
+    absent = where < 0
+    index = pa.array(where, mask=absent)
+    out = {c.name: _combine(pc.take(rows.values.column(c.name), index)) for c in stream.columns}
+    meta = summary.to_columns(stream, rows, with_commit)
+    return out | {name: _combine(pc.take(column, index)) for name, column in meta.items()}
+
+
+def _combine(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def to_log(config: TableConfig, stream: StreamSpec, keys: pa.Table, present: np.ndarray, rows: StreamRows) -> pa.Table:
+    """A log file's rows: one stream's merged summaries, commit time left implicit."""
+    out: dict[str, pa.Array] = {}
+    key_rows = keys.take(pa.array(present))
+    for spec in config.common_columns:
+        out[spec.name] = key_rows.column(spec.name).combine_chunks()
+    for spec in stream.columns:
+        out[spec.name] = _combine(rows.values.column(spec.name))
+    out |= summary.to_columns(stream, rows, with_commit=False)
+    return pa.table(out)

@@ -1,0 +1,119 @@
+"""How stream summaries are stored as columns (DESIGN §3: base files carry the winning versions).
+
+Meta columns are named `_sl__<stream>__<field>` — plain identifiers, so Parquet, Avro and Spark all accept
+them. Log files hold one commit of one stream, so their commit time is implicit (the instant's completion
+time, filled in on read); base files carry it explicitly because they mix many commits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.config import StreamSpec
+from stitchlake.merge.rules import IGNORE, StreamRows
+from stitchlake.merge.version import Version, constant, is_valid
+
+PREFIX = "_sl__"
+
+
+def meta_name(stream: str, field: str) -> str:
+    return f"{PREFIX}{stream}__{field}"
+
+
+def is_meta(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def _version_fields(prefix: str, ordering: int, with_commit: bool) -> list[str]:
+    fields = [f"{prefix}o{i}" for i in range(ordering)]
+    if with_commit:
+        fields.append(f"{prefix}commit")
+    fields.append(f"{prefix}pos")
+    return fields
+
+
+def meta_fields(stream: StreamSpec, with_commit: bool, columns: list[str] | None = None) -> list[pa.Field]:
+    """The meta columns a file holds for a stream, in order (`columns` limits the per-column versions)."""
+    k = len(stream.ordering)
+    names = [*_version_fields("", k, with_commit), "del"]
+    if stream.nulls == IGNORE:
+        names += _version_fields("t__", k, with_commit)
+        for column in stream.column_names:
+            if columns is None or column in columns:
+                names += _version_fields(f"c__{column}__", k, with_commit)
+    return [pa.field(meta_name(stream.name, n), pa.bool_() if n == "del" else pa.int64()) for n in names]
+
+
+def presence_column(stream: StreamSpec) -> str:
+    """A column that is non-null exactly on rows where the stream has a group."""
+    return meta_name(stream.name, "pos")
+
+
+def _arrow_version(
+    stream: StreamSpec, prefix: str, version: Version, with_commit: bool, mask: np.ndarray | None
+) -> dict[str, pa.Array]:
+    k = len(stream.ordering)
+    names = _version_fields(prefix, k, True)
+    out: dict[str, pa.Array] = {}
+    for name, component in zip(names, version, strict=True):
+        if name.endswith("commit") and not with_commit:
+            continue
+        out[meta_name(stream.name, name)] = pa.array(component, type=pa.int64(), mask=mask)
+    return out
+
+
+def to_columns(stream: StreamSpec, rows: StreamRows, with_commit: bool) -> dict[str, pa.Array]:
+    """Meta columns for summaries (values are handled by the caller)."""
+    out = _arrow_version(stream, "", rows.version, with_commit, None)
+    out[meta_name(stream.name, "del")] = pa.array(rows.deleted, type=pa.bool_())
+    if stream.nulls == IGNORE:
+        assert rows.tomb is not None and rows.has_tomb is not None and rows.col_versions is not None
+        out |= _arrow_version(stream, "t__", rows.tomb, with_commit, ~rows.has_tomb)
+        for name in stream.column_names:
+            valid = is_valid(rows.values.column(name))
+            out |= _arrow_version(stream, f"c__{name}__", rows.col_versions[name], with_commit, ~valid)
+    return _ordered(stream, out, with_commit)
+
+
+def _ordered(stream: StreamSpec, columns: dict[str, pa.Array], with_commit: bool) -> dict[str, pa.Array]:
+    return {f.name: columns[f.name] for f in meta_fields(stream, with_commit)}
+
+
+def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    if column.null_count:
+        column = pc.fill_null(column, 0)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _read_version(stream: StreamSpec, table: pa.Table, prefix: str, commit: int | None) -> Version:
+    k = len(stream.ordering)
+    parts: list[np.ndarray] = []
+    for name in _version_fields(prefix, k, True):
+        if name.endswith("commit") and commit is not None:
+            parts.append(constant(commit, table.num_rows))
+        else:
+            parts.append(_numpy(table.column(meta_name(stream.name, name))))
+    return tuple(parts)
+
+
+def from_table(stream: StreamSpec, table: pa.Table, commit: int | None, columns: list[str] | None = None) -> StreamRows:
+    """Summaries of `stream` held in `table` (only rows where the stream has a group).
+
+    `commit` is the completion time for a log file; None means the table is a base file carrying its own.
+    `columns` limits the value columns carried (presence and versions are always read).
+    """
+    names = list(stream.column_names) if columns is None else [c for c in stream.column_names if c in columns]
+    values = table.select(names)
+    deleted = table.column(meta_name(stream.name, "del"))
+    rows = StreamRows(
+        version=_read_version(stream, table, "", commit),
+        deleted=pc.fill_null(deleted, False).to_numpy(zero_copy_only=False),
+        values=values,
+    )
+    if stream.nulls == IGNORE:
+        rows.tomb = _read_version(stream, table, "t__", commit)
+        rows.has_tomb = is_valid(table.column(meta_name(stream.name, "t__pos")))
+        rows.col_versions = {name: _read_version(stream, table, f"c__{name}__", commit) for name in names}
+    return rows

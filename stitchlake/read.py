@@ -1,0 +1,426 @@
+"""Readers (DESIGN §7): snapshot (merge-on-read), read-optimized, time travel and incremental.
+
+Every mode plans file slices from the file-system view, reads each slice's files once, and merges them with
+`merge.stitch`; a Spark task reading one slice calls the same `read_slice`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.config import TableConfig, parse_default
+from stitchlake.errors import StitchError, UsageError
+from stitchlake.io.datafiles import read_table_file
+from stitchlake.io.schemas import base_schema, log_schema, table_schema
+from stitchlake.layout.bucket import bucket_for_values
+from stitchlake.layout.fsview import FileSlice, FileSystemView
+from stitchlake.layout.names import file_group_id
+from stitchlake.layout.partition import format_value, parse_partition_path
+from stitchlake.merge import summary
+from stitchlake.merge.stitch import LogInput, Merged, merge_files, to_rows
+from stitchlake.timeline.clock import parse_user_time
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.types import arrow_type
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+SNAPSHOT = "snapshot"
+READ_OPTIMIZED = "read_optimized"
+MODES = (SNAPSHOT, READ_OPTIMIZED)
+OP = "_op"
+READ_THREADS = 4
+
+Filter = Mapping[str, Any] | pc.Expression | str | None
+
+
+# ------------------------------------------------------------------------------------------------ filters
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What a filter lets us skip before reading, and what must still be checked row by row."""
+
+    partitions: dict[str, set[str]]
+    file_groups: set[str] | None
+    rows: pc.Expression | None
+    #: Columns the row filter needs (None: possibly any, for an opaque expression).
+    row_columns: tuple[str, ...] | None = ()
+
+
+def parse_where(text: str) -> dict[str, list[str]]:
+    """`col=value[,col2=value2]` (repeat a column for IN) -> {col: [values]}."""
+    out: dict[str, list[str]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--where {text!r}: expected col=value, got {part!r}")
+        out.setdefault(name.strip(), []).append(value.strip())
+    return out
+
+
+def _typed(config: TableConfig, name: str, value: Any) -> Any:
+    columns = {c.name: c for c in config.all_columns()}
+    if name not in columns:
+        raise UsageError(f"filter: {name!r} is not a column (columns: {', '.join(columns)})")
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_default(columns[name].type, value)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"filter: {name}={value!r} is not a valid {columns[name].type}: {exc}") from None
+
+
+def prune(config: TableConfig, where: Filter) -> Pruning:
+    """Split a filter into partition pruning, file-group (bucket) pruning and a residual row filter."""
+    if where is None:
+        return Pruning({}, None, None)
+    if isinstance(where, pc.Expression):
+        return Pruning({}, None, where, None)
+    mapping = parse_where(where) if isinstance(where, str) else where
+    values: dict[str, list[Any]] = {}
+    for name, value in mapping.items():
+        items = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
+        values[name] = [_typed(config, name, v) for v in items]
+    partitions = {
+        name: {format_value(v) if not isinstance(v, str) else v for v in items}
+        for name, items in values.items()
+        if name in config.table.partition_names
+    }
+    groups = None
+    if all(name in values for name in config.table.key_names):
+        kinds = [arrow_type(c.type) for c in config.table.key]
+        combos = itertools.product(*(values[n] for n in config.table.key_names))
+        groups = {file_group_id(bucket_for_values(list(c), kinds, config.table.buckets)) for c in combos}
+    expression = None
+    for name, items in values.items():
+        kind = arrow_type({c.name: c for c in config.all_columns()}[name].type)
+        term = pc.field(name).isin(pa.array(items, kind))
+        expression = term if expression is None else expression & term
+    return Pruning(partitions, groups, expression, tuple(values))
+
+
+def _partition_matches(path: str, wanted: dict[str, set[str]]) -> bool:
+    if not wanted:
+        return True
+    values = parse_partition_path(path)
+    return all(values.get(name) in allowed for name, allowed in wanted.items())
+
+
+# ------------------------------------------------------------------------------------------------ planning
+
+
+def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | None:
+    """An `as_of`/`since`/`until` given as an instant time, an ISO timestamp or a savepoint name."""
+    if value is None:
+        return None
+    from stitchlake.services.savepoint import savepoint_time
+
+    named = savepoint_time(table, timeline, value)
+    if named is not None:
+        return named
+    try:
+        return parse_user_time(str(value))
+    except ValueError as exc:
+        raise UsageError(f"{exc}, nor a savepoint name") from None
+
+
+def plan_slices(
+    config: TableConfig,
+    view: FileSystemView,
+    as_of: str | None,
+    pruning: Pruning,
+) -> list[FileSlice]:
+    keys = [
+        key
+        for key in view.file_groups()
+        if _partition_matches(key[0], pruning.partitions)
+        and (pruning.file_groups is None or key[1] in pruning.file_groups)
+    ]
+    return view.latest_slices(as_of, file_groups=keys)
+
+
+def _wanted_columns(config: TableConfig, columns: Sequence[str] | None) -> list[str]:
+    names = [c.name for c in config.all_columns()]
+    if columns is None:
+        return names
+    unknown = [c for c in columns if c not in names]
+    if unknown:
+        raise UsageError(
+            f"unknown column{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (columns: {', '.join(names)})"
+        )
+    return list(columns)
+
+
+def _stream_columns(config: TableConfig, wanted: Sequence[str]) -> dict[str, list[str]]:
+    return {s.name: [c for c in s.column_names if c in wanted] for s in config.streams.values()}
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _common(config: TableConfig) -> list[str]:
+    return [c.name for c in config.common_columns]
+
+
+def _base_columns(config: TableConfig, per_stream: dict[str, list[str]]) -> list[str]:
+    names = _common(config)
+    for stream in config.streams.values():
+        names += per_stream[stream.name]
+        names += [f.name for f in summary.meta_fields(stream, True, per_stream[stream.name])]
+    return names
+
+
+def _log_columns(config: TableConfig, stream_name: str, per_stream: dict[str, list[str]]) -> list[str]:
+    stream = config.streams[stream_name]
+    return (
+        _common(config)
+        + per_stream[stream_name]
+        + [f.name for f in summary.meta_fields(stream, False, per_stream[stream_name])]
+    )
+
+
+def merge_slice(
+    table: Table,
+    fslice: FileSlice,
+    wanted: Sequence[str] | None = None,
+    mode: str = SNAPSHOT,
+) -> Merged:
+    """Read one file slice's files and merge them (read-optimized: the base file alone)."""
+    config = table.config
+    per_stream = _stream_columns(config, _wanted_columns(config, wanted))
+    base = None
+    if fslice.base is not None:
+        base = read_table_file(
+            table.storage,
+            fslice.base.path,
+            base_schema(config),
+            _base_columns(config, per_stream),
+            expected_rows=fslice.base.rows,
+        )
+    logs = []
+    if mode == SNAPSHOT:
+        for item in fslice.logs:
+            stream = config.streams.get(item.stream or "")
+            if stream is None:
+                raise StitchError(f"{item.path}: written by unknown stream {item.stream!r}")
+            rows = read_table_file(
+                table.storage,
+                item.path,
+                log_schema(config, stream),
+                _log_columns(config, stream.name, per_stream),
+                expected_rows=item.rows,
+            )
+            logs.append(LogInput(stream.name, rows, int(item.completed)))
+    return merge_files(config, base, logs, columns=per_stream)
+
+
+def read_slice(
+    table: Table,
+    fslice: FileSlice,
+    columns: Sequence[str] | None = None,
+    mode: str = SNAPSHOT,
+    rows_filter: pc.Expression | None = None,
+) -> pa.Table:
+    """The live wide rows of one file slice."""
+    wanted = _wanted_columns(table.config, columns)
+    merged = merge_slice(table, fslice, wanted, mode)
+    out = to_rows(table.config, merged, wanted)
+    if rows_filter is not None and out.num_rows:
+        out = out.filter(rows_filter)
+    return out
+
+
+def _empty(config: TableConfig, columns: Sequence[str]) -> pa.Table:
+    schema = table_schema(config)
+    return pa.schema([schema.field(c) for c in columns]).empty_table()
+
+
+def _gather(table: Table, slices: list[FileSlice], columns: list[str], mode: str, pruning: Pruning) -> pa.Table:
+    """Read slices (a few at a time: Parquet decoding releases the GIL) in a stable order."""
+    rows_filter = pruning.rows
+    needed = _wanted_columns(table.config, None) if pruning.row_columns is None else pruning.row_columns
+    read_columns = columns + [n for n in needed if n not in columns]
+    if len(slices) <= 1:
+        parts = [read_slice(table, s, read_columns, mode, rows_filter) for s in slices]
+    else:
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(slices))) as pool:
+            parts = list(pool.map(lambda s: read_slice(table, s, read_columns, mode, rows_filter), slices))
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return _empty(table.config, columns)
+    return pa.concat_tables(parts).select(columns)
+
+
+def read(
+    table: Table,
+    mode: str = SNAPSHOT,
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Filter = None,
+) -> pa.Table:
+    """Read the table. See DESIGN §7 for the modes; `since`/`until` give the incremental view."""
+    if mode not in MODES:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    table.require()
+    config = table.config
+    wanted = _wanted_columns(config, columns)
+    timeline = table.timeline()
+    view = table.view(timeline)
+    pruning = prune(config, filter)
+    if since is not None or until is not None:
+        if as_of is not None:
+            raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+        return read_changes(
+            table,
+            timeline,
+            view,
+            resolve_time(table, timeline, since),
+            resolve_time(table, timeline, until),
+            wanted,
+            pruning,
+        )
+    at = resolve_time(table, timeline, as_of)
+    slices = plan_slices(config, view, at, pruning)
+    return _gather(table, slices, wanted, mode, pruning)
+
+
+# -------------------------------------------------------------------------------------------- incremental
+
+
+def _changed_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Any]:
+    span = timeline.completed(since=since, until=until)
+    if any(i.action == Action.RESTORE for i in span):
+        raise UsageError(
+            "the range contains a restore, which rewrote history; read changes from after the restore instead"
+        )
+    return [i for i in span if i.action in (Action.DELTACOMMIT, Action.ERASE)]
+
+
+def _touched_keys(
+    table: Table, timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
+) -> dict[tuple[str, str], list[pa.Table]]:
+    """Key columns each file group received from the instants in the range."""
+    config = table.config
+    common = _common(config)
+    out: dict[tuple[str, str], list[pa.Table]] = {}
+    for instant in instants:
+        meta = timeline.metadata(instant)
+        if instant.action == Action.ERASE:
+            from stitchlake.services.erase import erased_keys
+
+            for key, keys in erased_keys(table, meta).items():
+                if wanted_groups is None or key in wanted_groups:
+                    out.setdefault(key, []).append(keys)
+            continue
+        for entry in meta.get("added", []):
+            key = (entry["partition"], entry["file_group"])
+            if wanted_groups is not None and key not in wanted_groups:
+                continue
+            stream = config.streams[entry["stream"]]
+            keys = read_table_file(
+                table.storage,
+                entry["path"],
+                log_schema(config, stream),
+                common,
+                expected_rows=int(entry["rows"]),
+            )
+            out.setdefault(key, []).append(keys)
+    return out
+
+
+def read_changes(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+) -> pa.Table:
+    """Keys whose merged row changed in (since, until], with their row as of `until` and `_op` I/U/D."""
+    config = table.config
+    common = _common(config)
+    if until is None:
+        latest = timeline.latest_completed()
+        until = latest.completed if latest else None
+    if until is None:
+        return _empty(config, wanted).append_column(OP, pa.array([], pa.string()))
+    groups = {
+        key
+        for key in view.file_groups()
+        if _partition_matches(key[0], pruning.partitions)
+        and (pruning.file_groups is None or key[1] in pruning.file_groups)
+    }
+    touched = _touched_keys(table, timeline, _changed_instants(timeline, since, until), groups)
+    every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
+    parts = []
+    for key, keys in sorted(touched.items()):
+        candidates = pa.concat_tables(keys).group_by(common).aggregate([])
+        after = _state(table, view, key, until, every, candidates)
+        before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
+        parts.append(_diff(config, before, after, common, every))
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return _empty(config, wanted).append_column(OP, pa.array([], pa.string()))
+    out = pa.concat_tables(parts)
+    if pruning.rows is not None:
+        out = out.filter(pruning.rows | (pc.field(OP) == "D"))
+    return out.select([*wanted, OP])
+
+
+def _state(
+    table: Table,
+    view: FileSystemView,
+    key: tuple[str, str],
+    as_of: str | None,
+    columns: list[str],
+    candidates: pa.Table,
+) -> pa.Table:
+    fslice = view.latest_slices(as_of, file_groups=[key])
+    if not fslice:
+        return _empty(table.config, columns)
+    rows = to_rows(table.config, merge_slice(table, fslice[0], columns), columns)
+    return rows.join(candidates, keys=_common(table.config), join_type="left semi")
+
+
+def _diff(config: TableConfig, before: pa.Table, after: pa.Table, common: list[str], every: list[str]) -> pa.Table:
+    """Compare two states of the same keys: inserted, updated (values differ) or deleted."""
+    values = [c for c in every if c not in common]
+    marked_after = after.append_column("_in_after", pa.array(np.ones(after.num_rows, dtype=bool)))
+    renamed = before.rename_columns([c if c in common else f"{c}__before" for c in before.column_names])
+    marked_before = renamed.append_column("_in_before", pa.array(np.ones(before.num_rows, dtype=bool)))
+    joined = marked_after.join(marked_before, keys=common, join_type="full outer")
+    in_after = pc.fill_null(joined.column("_in_after"), False).to_numpy(zero_copy_only=False)
+    in_before = pc.fill_null(joined.column("_in_before"), False).to_numpy(zero_copy_only=False)
+    changed = np.zeros(joined.num_rows, dtype=bool)
+    for name in values:
+        now, then = joined.column(name), joined.column(f"{name}__before")
+        same = pc.fill_null(pc.equal(now, then), False)
+        both_null = pc.and_(pc.is_null(now), pc.is_null(then))
+        changed |= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+    op = np.where(in_after & ~in_before, "I", np.where(in_after & in_before, "U", "D"))
+    keep = (in_after & ~in_before) | (in_before & ~in_after) | (in_after & in_before & changed)
+    result = joined.select(every).append_column(OP, pa.array(op, pa.string()))
+    result = result.filter(pa.array(keep))
+    deleted = pc.equal(result.column(OP), "D")
+    cleaned = {
+        name: (
+            result.column(name)
+            if name in common
+            else pc.if_else(deleted, pa.scalar(None, result.column(name).type), result.column(name))
+        )
+        for name in every
+    }
+    return pa.table({**cleaned, OP: result.column(OP)})

@@ -1,0 +1,185 @@
+"""Compaction (DESIGN §5): merge each chosen file slice into a new base file.
+
+Scheduling writes an immutable plan, `<T>.compaction.requested`, listing per file group the base file and
+exactly the logs whose commits completed before T (it is computed under the table lock, with T).
+Running it is idempotent and resumable: a crashed attempt's files are found through its markers and
+removed before the plan runs again. Writers never wait: logs completing after T belong to the new slices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.concurrency.markers import delete_markers, marked_files
+from stitchlake.errors import NotFoundError, UsageError
+from stitchlake.io.datafiles import write_table_file
+from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
+from stitchlake.layout.names import BASE, base_name, join
+from stitchlake.merge.stitch import to_base
+from stitchlake.read import merge_slice
+from stitchlake.services.archive import load_checkpoint
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+STRATEGIES = ("all", "log_files", "log_bytes")
+THREADS = 2
+
+
+@dataclass
+class CompactionResult:
+    instant: str
+    completed: str | None
+    file_groups: int
+    rows: int
+    bytes: int
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+
+def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
+    """The latest slices worth compacting; file groups with a pending rewrite are left alone."""
+    if strategy not in STRATEGIES:
+        raise UsageError(f"compaction strategy {strategy!r} is not one of: {', '.join(STRATEGIES)}")
+    chosen = []
+    for key in view.file_groups():
+        if key in view.pending_rewrites:
+            continue
+        fslice = view.latest_slice(key)
+        if fslice is None or not fslice.logs:
+            continue
+        if strategy == "log_files" and len(fslice.logs) < min_log_files:
+            continue
+        if strategy == "log_bytes" and fslice.log_bytes < min_log_bytes:
+            continue
+        chosen.append(fslice)
+    return chosen
+
+
+def slice_to_json(fslice: FileSlice) -> dict[str, Any]:
+    return {
+        "partition": fslice.partition,
+        "file_group": fslice.file_group,
+        "base": fslice.base.to_json() if fslice.base else None,
+        "logs": [log.to_json() for log in fslice.logs],
+    }
+
+
+def slice_from_json(operation: dict[str, Any]) -> FileSlice:
+    base = DataFile.from_json(operation["base"]) if operation.get("base") else None
+    return FileSlice(
+        operation["partition"],
+        operation["file_group"],
+        base.instant if base else "",
+        base,
+        tuple(DataFile.from_json(item) for item in operation["logs"]),
+    )
+
+
+def schedule(table: Table, strategy: str | None = None) -> str | None:
+    """Write a compaction plan; returns its instant time, or None when no file group qualifies."""
+    table.require()
+    spec = table.config.compaction
+    chosen_strategy = strategy or spec.strategy
+
+    def plan(timeline: Timeline, _requested: str) -> dict[str, Any] | None:
+        view = FileSystemView.build(timeline, load_checkpoint(table.storage))
+        slices = choose(view, chosen_strategy, spec.min_log_files, spec.min_log_bytes)
+        if not slices:
+            return None
+        return {"strategy": chosen_strategy, "operations": [slice_to_json(s) for s in slices]}
+
+    txn = Transaction.begin_planned(table, Action.COMPACTION, plan=plan, heartbeat=False, inflight=False)
+    return txn.time if txn is not None else None
+
+
+def pending_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
+    timeline = timeline or table.timeline()
+    return timeline.pending([Action.COMPACTION])
+
+
+def compact_file_group(
+    table: Table, operation: dict[str, Any], instant: str, mark: Callable[[str], None]
+) -> dict[str, Any]:
+    """Merge one planned slice into a new base file (one Spark task's work, or one thread's)."""
+    fslice = slice_from_json(operation)
+    merged = merge_slice(table, fslice)
+    rows = to_base(table.config, merged)
+    path = join(fslice.partition, base_name(fslice.file_group, instant))
+    mark(path)
+    size = write_table_file(table.storage, path, rows)
+    return {
+        "path": path,
+        "partition": fslice.partition,
+        "file_group": fslice.file_group,
+        "kind": BASE,
+        "stream": None,
+        "rows": rows.num_rows,
+        "bytes": size,
+        "merged_files": len(fslice.files),
+    }
+
+
+def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list[dict[str, Any]]]:
+    """Take a pending plan (the oldest if none is named), clear a crashed attempt's files, and return its work."""
+    timeline = table.timeline()
+    pending = pending_plans(table, timeline)
+    if instant_time is None:
+        if not pending:
+            raise NotFoundError("no pending compaction plan to run (schedule one with `stitch compact --schedule`)")
+        instant = pending[0]
+    else:
+        found = timeline.get(instant_time)
+        if found is None or found.action != Action.COMPACTION:
+            raise NotFoundError(f"{instant_time} is not a compaction on the timeline")
+        if found.is_completed:
+            raise UsageError(f"compaction {instant_time} already completed at {found.completed}; nothing to run")
+        instant = found
+    txn = Transaction.resume(table, instant, "compaction")
+    for path in marked_files(table.storage, instant.requested):
+        table.storage.delete(path)
+    delete_markers(table.storage, instant.requested)
+    return txn, timeline.requested_content(instant)["operations"]
+
+
+def run(table: Table, instant_time: str | None = None) -> CompactionResult:
+    """Execute a compaction plan in-process."""
+    table.require()
+    txn, operations = start_run(table, instant_time)
+    try:
+        if len(operations) <= 1:
+            files = [compact_file_group(table, op, txn.time, txn.mark) for op in operations]
+        else:
+            with ThreadPoolExecutor(max_workers=THREADS) as pool:
+                files = list(pool.map(lambda op: compact_file_group(table, op, txn.time, txn.mark), operations))
+        return finish(txn, files)
+    except BaseException:
+        if txn.heartbeat is not None:
+            txn.heartbeat.stop(delete=True)
+        raise
+
+
+def finish(txn: Transaction, files: list[dict[str, Any]]) -> CompactionResult:
+    """Publish the compaction as a `commit`."""
+    instant = txn.complete({"added": files, "operations": len(files)})
+    return CompactionResult(
+        instant=instant.requested,
+        completed=instant.completed,
+        file_groups=len(files),
+        rows=sum(int(f["rows"]) for f in files),
+        bytes=sum(int(f["bytes"]) for f in files),
+        files=files,
+    )
+
+
+def compact(table: Table, strategy: str | None = None) -> CompactionResult | None:
+    """Schedule and run; None when nothing needed compacting."""
+    instant = schedule(table, strategy)
+    if instant is None:
+        return None
+    return run(table, instant)

@@ -1,0 +1,185 @@
+"""The `Table` handle: a config, its storage, and thin entry points into the write, read and service modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.config import (
+    TABLE_JSON,
+    TableConfig,
+    config_from_properties,
+    diff_properties,
+    load_config,
+)
+from stitchlake.errors import ConfigError, NotFoundError, StitchError
+from stitchlake.storage import Storage, storage_for
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from stitchlake.concurrency.lock import TableLock
+    from stitchlake.layout.fsview import FileSystemView
+    from stitchlake.timeline.timeline import Timeline
+    from stitchlake.write import WriteResult
+
+
+class Table:
+    """A stitched table at `config.table.path`."""
+
+    def __init__(self, config: TableConfig, storage: Storage | None = None) -> None:
+        self.config = config
+        self.storage = storage or storage_for(config.table.path)
+        self._properties: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Table({self.config.table.name!r} at {self.config.table.path!r})"
+
+    @property
+    def path(self) -> str:
+        return self.config.table.path
+
+    # ---------------------------------------------------------------------------------------- lifecycle
+
+    def exists(self) -> bool:
+        return self.storage.exists(TABLE_JSON)
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        """The stored `.stitch/table.json`."""
+        if self._properties is None:
+            try:
+                data = self.storage.read_bytes(TABLE_JSON)
+            except FileNotFoundError:
+                raise NotFoundError(
+                    f"no stitchlake table at {self.path} (run `stitch init -c CONFIG` to create it)"
+                ) from None
+            try:
+                self._properties = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise StitchError(f"{self.path}/{TABLE_JSON}: not valid JSON ({exc})") from None
+        return self._properties
+
+    @property
+    def table_id(self) -> str:
+        return str(self.properties.get("table_id", self.config.table.name))
+
+    def require(self) -> None:
+        """Refuse to work on a missing table or with a config that contradicts the stored one."""
+        stored = {k: v for k, v in self.properties.items() if k not in ("table_id", "created")}
+        differences = diff_properties(stored, self.config.table_properties())
+        if differences:
+            raise ConfigError(
+                f"{self.config.source_file or 'config'} contradicts the table at {self.path}:\n  "
+                + "\n  ".join(differences)
+            )
+
+    def init(self) -> bool:
+        """Create `.stitch/table.json`. False (no-op) if it exists and matches; ConfigError if it contradicts."""
+        from stitchlake.timeline.clock import from_millis, now_millis
+
+        if self.exists():
+            self.require()
+            return False
+        try:
+            self.storage.makedirs(".stitch/timeline")
+        except OSError as exc:
+            raise ConfigError(f"table.path: cannot create the table at {self.path}: {exc.strerror or exc}") from None
+        properties = {
+            **self.config.table_properties(),
+            "table_id": uuid.uuid4().hex,
+            "created": from_millis(now_millis()),
+        }
+        data = json.dumps(properties, indent=1).encode()
+        if not self.storage.put_if_absent(TABLE_JSON, data):
+            self._properties = None
+            self.require()
+            return False
+        self._properties = properties
+        return True
+
+    # --------------------------------------------------------------------------------------- components
+
+    def lock(self) -> TableLock:
+        """The table lock (short critical sections only; see `transaction`)."""
+        from stitchlake.concurrency.lock import make_lock
+
+        spec = self.config.concurrency.lock
+        return make_lock(
+            self.storage,
+            provider=spec.provider,
+            wait_s=spec.wait_s,
+            expire_s=spec.expire_s,
+            hosts=spec.hosts,
+            zk_path=spec.zk_path,
+            table_id=self.table_id,
+        )
+
+    def timeline(self) -> Timeline:
+        from stitchlake.timeline.timeline import Timeline
+
+        return Timeline.load(self.storage)
+
+    def view(self, timeline: Timeline | None = None) -> FileSystemView:
+        from stitchlake.layout.fsview import FileSystemView
+        from stitchlake.services.archive import load_checkpoint
+
+        timeline = timeline or self.timeline()
+        return FileSystemView.build(timeline, load_checkpoint(self.storage))
+
+    # ------------------------------------------------------------------------------------------- actions
+
+    def write(self, stream: str, data: pa.Table, *, source: str = "input", exclusive: bool = False) -> WriteResult:
+        """Write one batch of `stream` as one deltacommit (see `stitchlake.write`)."""
+        from stitchlake.write import write
+
+        return write(self, stream, data, source=source, exclusive=exclusive)
+
+    def read(
+        self,
+        mode: str = "snapshot",
+        as_of: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+    ) -> pa.Table:
+        """Read the table (see `stitchlake.read`)."""
+        from stitchlake.read import read
+
+        return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
+
+    def compact(self, strategy: str | None = None) -> Any:
+        """Schedule and run a compaction in-process; None when nothing needs compacting."""
+        from stitchlake.services.compaction import compact
+
+        return compact(self, strategy=strategy)
+
+    def erase(self, keys: pa.Table) -> Any:
+        """Key-level erase of the given keys (see `stitchlake.services.erase`)."""
+        from stitchlake.services.erase import erase
+
+        return erase(self, keys)
+
+
+def open_table(target: str | os.PathLike[str] | TableConfig) -> Table:
+    """A Table from a config file, a table folder (with `.stitch/table.json`) or a TableConfig."""
+    if isinstance(target, TableConfig):
+        return Table(target)
+    path = Path(target)
+    if path.is_file():
+        return Table(load_config(path))
+    storage = storage_for(str(target))
+    try:
+        properties = json.loads(storage.read_bytes(TABLE_JSON))
+    except FileNotFoundError:
+        raise NotFoundError(f"{target}: neither a config file nor a stitchlake table (no {TABLE_JSON})") from None
+    except json.JSONDecodeError as exc:
+        raise StitchError(f"{target}/{TABLE_JSON}: not valid JSON ({exc})") from None
+    table = Table(config_from_properties(properties, str(Path(target).resolve())), storage)
+    table._properties = properties
+    return table

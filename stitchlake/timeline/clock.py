@@ -1,0 +1,66 @@
+"""Instant times: UTC `yyyyMMddHHmmssSSS`, strictly increasing and never reused (DESIGN §4).
+
+Times are drawn under the table lock from max(wall clock, greatest time on the timeline + 1 ms), so a wall
+clock that steps backwards can slow time down but never make it repeat or go back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Iterable
+
+TIME_FORMAT = "%Y%m%d%H%M%S"
+TIME_PATTERN = re.compile(r"^\d{17}$")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def is_time(text: str) -> bool:
+    return bool(TIME_PATTERN.match(text))
+
+
+def to_millis(instant_time: str) -> int:
+    """Milliseconds since the epoch for an instant time."""
+    stamp = dt.datetime.strptime(instant_time[:14], TIME_FORMAT).replace(tzinfo=dt.UTC)
+    return int((stamp - _EPOCH).total_seconds()) * 1000 + int(instant_time[14:])
+
+
+def from_millis(millis: int) -> str:
+    """The instant time for milliseconds since the epoch."""
+    stamp = _EPOCH + dt.timedelta(milliseconds=millis)
+    return stamp.strftime(TIME_FORMAT) + f"{millis % 1000:03d}"
+
+
+def now_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def next_time(existing: Iterable[str], now_ms: int | None = None) -> str:
+    """The next instant time after every time in `existing`, as close to the wall clock as allowed."""
+    latest = max((to_millis(t) for t in existing), default=-1)
+    current = now_millis() if now_ms is None else now_ms
+    return from_millis(max(current, latest + 1))
+
+
+def parse_user_time(text: str) -> str:
+    """Accept an instant time or an ISO-8601 timestamp (UTC unless it says otherwise) from a user."""
+    text = text.strip()
+    if is_time(text):
+        return text
+    try:
+        stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither an instant time (yyyyMMddHHmmssSSS) nor an ISO timestamp") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    millis = int((stamp - _EPOCH).total_seconds() * 1000)
+    return from_millis(millis)
+
+
+def to_datetime(instant_time: str) -> dt.datetime:
+    return _EPOCH + dt.timedelta(milliseconds=to_millis(instant_time))
+
+
+def seconds_between(start: str, end: str) -> float:
+    return (to_millis(end) - to_millis(start)) / 1000.0

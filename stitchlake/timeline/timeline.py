@@ -1,0 +1,216 @@
+"""The active timeline: loading, filtering and state transitions of instants (DESIGN §4).
+
+Loading lists one folder and parses names; metadata is read only when asked for, and cached, so commands
+that show the newest instants stay fast however long the timeline is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from stitchlake.errors import CorruptFileError, StitchError
+from stitchlake.storage import Storage
+from stitchlake.timeline.clock import next_time
+from stitchlake.timeline.instant import (
+    Action,
+    Instant,
+    State,
+    completed_file_name,
+    parse_file_name,
+    pending_file_name,
+)
+
+TIMELINE_DIR = ".stitch/timeline"
+METADATA_VERSION = 1
+
+
+def timeline_path(name: str) -> str:
+    return f"{TIMELINE_DIR}/{name}"
+
+
+def encode_metadata(content: dict[str, Any]) -> bytes:
+    return json.dumps({"format_version": METADATA_VERSION, **content}, indent=1, sort_keys=True).encode()
+
+
+def decode_metadata(data: bytes, where: str) -> dict[str, Any]:
+    """Parse instant metadata; garbage or a future format is an error that names the file."""
+    if not data:
+        return {}
+    try:
+        content = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFileError(f"{where}: timeline file is not valid JSON ({exc})") from None
+    if not isinstance(content, dict):
+        raise CorruptFileError(f"{where}: timeline file does not hold a JSON object")
+    version = content.get("format_version", METADATA_VERSION)
+    if version != METADATA_VERSION:
+        raise CorruptFileError(f"{where}: metadata format version {version} is not supported")
+    return content
+
+
+class Timeline:
+    """A snapshot of the active timeline's instant files."""
+
+    def __init__(self, storage: Storage, names: Iterable[str]) -> None:
+        self.storage = storage
+        self._names: set[str] = set()
+        self._instants: dict[str, Instant] = {}
+        self._metadata: dict[str, dict[str, Any]] = {}
+        for name in names:
+            instant = parse_file_name(name)
+            if instant is None:
+                continue
+            self._names.add(name)
+            known = self._instants.get(instant.requested)
+            if known is None or instant.state > known.state:
+                self._instants[instant.requested] = instant
+
+    @classmethod
+    def load(cls, storage: Storage) -> Timeline:
+        return cls(storage, storage.list_names(TIMELINE_DIR))
+
+    # ----------------------------------------------------------------------------------------- queries
+
+    @property
+    def instants(self) -> list[Instant]:
+        """All instants, by requested time."""
+        return [self._instants[key] for key in sorted(self._instants)]
+
+    def get(self, requested: str) -> Instant | None:
+        return self._instants.get(requested)
+
+    def __len__(self) -> int:
+        return len(self._instants)
+
+    def completed(
+        self,
+        actions: Iterable[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[Instant]:
+        """Completed instants ordered by completion time, optionally in the range (since, until]."""
+        wanted = set(actions) if actions is not None else None
+        found = [
+            i
+            for i in self._instants.values()
+            if i.is_completed
+            and (wanted is None or i.action in wanted)
+            and (since is None or (i.completed or "") > since)
+            and (until is None or (i.completed or "") <= until)
+        ]
+        return sorted(found, key=lambda i: i.completed or "")
+
+    def pending(self, actions: Iterable[str] | None = None) -> list[Instant]:
+        """Requested or inflight instants, by requested time."""
+        wanted = set(actions) if actions is not None else None
+        return [i for i in self.instants if not i.is_completed and (wanted is None or i.action in wanted)]
+
+    def filter(
+        self,
+        actions: Iterable[str] | None = None,
+        states: Iterable[State] | None = None,
+    ) -> list[Instant]:
+        """Instants by requested time restricted to some actions and states."""
+        wanted_actions = set(actions) if actions is not None else None
+        wanted_states = set(states) if states is not None else None
+        return [
+            i
+            for i in self.instants
+            if (wanted_actions is None or i.action in wanted_actions)
+            and (wanted_states is None or i.state in wanted_states)
+        ]
+
+    def latest_completed(self, actions: Iterable[str] | None = None) -> Instant | None:
+        done = self.completed(actions)
+        return done[-1] if done else None
+
+    def latest_time(self) -> str | None:
+        """The greatest requested or completion time on the timeline."""
+        times = [t for i in self._instants.values() for t in (i.requested, i.completed) if t]
+        return max(times, default=None)
+
+    def all_times(self) -> list[str]:
+        return [t for i in self._instants.values() for t in (i.requested, i.completed) if t]
+
+    # ---------------------------------------------------------------------------------------- metadata
+
+    def metadata(self, instant: Instant) -> dict[str, Any]:
+        """A completed instant's commit metadata, or a pending instant's requested content (its plan)."""
+        name = (
+            instant.file_name
+            if instant.is_completed
+            else pending_file_name(instant.requested, instant.action, State.REQUESTED)
+        )
+        cached = self._metadata.get(name)
+        if cached is None:
+            cached = read_instant_file(self.storage, name)
+            self._metadata[name] = cached
+        return cached
+
+    def requested_content(self, instant: Instant) -> dict[str, Any]:
+        """What was written when the instant was requested (its stream, writer, or plan)."""
+        name = pending_file_name(instant.requested, instant.action, State.REQUESTED)
+        if name not in self._names:
+            return {}
+        cached = self._metadata.get(name)
+        if cached is None:
+            cached = read_instant_file(self.storage, name)
+            self._metadata[name] = cached
+        return cached
+
+    def stream_of(self, instant: Instant) -> str | None:
+        return self.requested_content(instant).get("stream")
+
+
+def read_instant_file(storage: Storage, name: str) -> dict[str, Any]:
+    path = timeline_path(name)
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
+        raise StitchError(f"{path}: timeline file vanished while reading (a concurrent rollback?)") from None
+    return decode_metadata(data, path)
+
+
+# ------------------------------------------------------------------------------------------ transitions
+
+
+def draw_time(storage: Storage, now_ms: int | None = None) -> str:
+    """Next instant time. Must be called under the table lock, together with the write that uses it."""
+    return next_time(Timeline.load(storage).all_times(), now_ms)
+
+
+def write_requested(storage: Storage, requested: str, action: str, content: dict[str, Any]) -> Instant:
+    """Create `<requested>.<action>.requested`; a clash means two writers drew one time: a bug, not a race."""
+    if action not in Action.ALL:
+        raise ValueError(f"unknown action {action!r}")
+    name = pending_file_name(requested, action, State.REQUESTED)
+    if not storage.put_if_absent(timeline_path(name), encode_metadata(content)):
+        raise StitchError(f"instant {requested} already exists on the timeline")
+    return Instant(requested, action, State.REQUESTED)
+
+
+def write_inflight(storage: Storage, instant: Instant, content: dict[str, Any] | None = None) -> Instant:
+    name = pending_file_name(instant.requested, instant.action, State.INFLIGHT)
+    storage.put_if_absent(timeline_path(name), encode_metadata(content or {}))
+    return Instant(instant.requested, instant.action, State.INFLIGHT)
+
+
+def write_completed(storage: Storage, instant: Instant, completed: str, metadata: dict[str, Any]) -> Instant:
+    """Publish the instant: one atomic create-if-absent of the completed file (DESIGN §4)."""
+    name = completed_file_name(instant.requested, completed, instant.action)
+    content = {**metadata, "action": instant.action, "requested": instant.requested, "completed": completed}
+    if not storage.put_if_absent(timeline_path(name), encode_metadata(content)):
+        raise StitchError(f"instant {instant.requested} was already completed")
+    return Instant(instant.requested, instant.action, State.COMPLETED, completed)
+
+
+def delete_instant(storage: Storage, instant: Instant) -> None:
+    """Remove an instant's files, completed file first so it stops being visible before anything else goes."""
+    names = []
+    if instant.completed:
+        names.append(completed_file_name(instant.requested, instant.completed, instant.action))
+    names += [pending_file_name(instant.requested, instant.action, s) for s in (State.INFLIGHT, State.REQUESTED)]
+    for name in names:
+        storage.delete(timeline_path(name))

@@ -1,0 +1,204 @@
+"""The write client: one batch of one stream becomes one `deltacommit` (DESIGN §2, §3, §6).
+
+`write_file_groups` is the per-file-group core: it routes events by bucket, precombines each group's events
+into summaries and writes one log file per touched file group. The in-process engine calls it with the whole
+batch; each Spark task calls it with its share. Nothing here takes the table lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from stitchlake.batch import Batch, describe_bad_rows, prepare
+from stitchlake.config import StreamSpec, TableConfig
+from stitchlake.errors import InputRejected
+from stitchlake.io.datafiles import write_table_file
+from stitchlake.layout.bucket import bucket_of
+from stitchlake.layout.names import LOG, file_group_id, join, log_name
+from stitchlake.layout.partition import partition_path
+from stitchlake.merge.keys import key_index
+from stitchlake.merge.rules import events, merge
+from stitchlake.merge.stitch import to_log
+from stitchlake.merge.version import constant, encode_ordering
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+QUARANTINE_DIR = ".stitch/quarantine"
+#: Writing a file group is mostly Parquet encoding, which releases the GIL: a few threads help.
+WRITE_THREADS = 4
+
+
+@dataclass
+class WriteResult:
+    """What one commit did, for summaries and `--json`."""
+
+    instant: str
+    completed: str | None
+    stream: str
+    rows: int
+    files: list[dict[str, Any]] = field(default_factory=list)
+    bad_rows: int = 0
+    quarantine: str | None = None
+
+    @property
+    def bytes(self) -> int:
+        return sum(int(f["bytes"]) for f in self.files)
+
+
+def route(config: TableConfig, rows: pa.Table) -> list[tuple[str, str, np.ndarray]]:
+    """Group row indices by (partition path, file group id), in a deterministic order."""
+    if rows.num_rows == 0:
+        return []
+    buckets = bucket_of([rows.column(n) for n in config.table.key_names], config.table.buckets)
+    names = config.table.partition_names
+    if names:
+        parts = key_index([rows.column(n) for n in names])
+        code = parts.ids * config.table.buckets + buckets
+    else:
+        parts = None
+        code = buckets
+    order = np.argsort(code, kind="stable")
+    sorted_code = code[order]
+    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    out = []
+    for start, end in zip(starts, ends, strict=True):
+        members = order[start:end]
+        first = int(members[0])
+        values = tuple(rows.column(n)[first].as_py() for n in names)
+        bucket = int(buckets[first])
+        out.append((partition_path(names, values) if parts is not None else "", file_group_id(bucket), members))
+    return out
+
+
+def precombine(
+    config: TableConfig, stream: StreamSpec, rows: pa.Table, pos: np.ndarray, deleted: np.ndarray
+) -> pa.Table:
+    """A batch's events for one file group reduced to one summary per key (the log file's rows)."""
+    index = key_index([rows.column(c.name) for c in config.common_columns])
+    version = (
+        *(encode_ordering(rows.column(name)) for name in stream.ordering),
+        constant(0, rows.num_rows),
+        pos,
+    )
+    values = rows.select(list(stream.column_names))
+    present, merged = merge(events(values, version, deleted, stream.nulls), index.ids, index.count, stream.nulls)
+    keys = rows.select([c.name for c in config.common_columns]).take(pa.array(index.first))
+    return to_log(config, stream, keys, present, merged)
+
+
+def write_file_groups(
+    table: Table,
+    stream: StreamSpec,
+    batch: Batch,
+    instant: str,
+    mark: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Write one log file per touched file group; `mark` records each file before it is created."""
+    config = table.config
+
+    def write_one(group: tuple[str, str, np.ndarray]) -> dict[str, Any]:
+        partition, file_group, members = group
+        index = pa.array(members)
+        rows = precombine(config, stream, batch.rows.take(index), batch.pos[members], batch.deleted[members])
+        path = join(partition, log_name(file_group, instant, config.table.log_format))
+        mark(path)
+        size = write_table_file(table.storage, path, rows, config.table.log_format)
+        return {
+            "path": path,
+            "partition": partition,
+            "file_group": file_group,
+            "kind": LOG,
+            "stream": stream.name,
+            "rows": rows.num_rows,
+            "bytes": size,
+        }
+
+    groups = route(config, batch.rows)
+    if len(groups) <= 1:
+        return [write_one(g) for g in groups]
+    with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(groups))) as pool:
+        return list(pool.map(write_one, groups))
+
+
+def quarantine(table: Table, txn: Transaction, bad: pa.Table) -> str:
+    """Set rejected rows aside under `.stitch/quarantine/<instant>/` with their reason."""
+    import pyarrow.parquet as pq
+
+    path = f"{QUARANTINE_DIR}/{txn.time}/rejected-{int(time.time() * 1000)}.parquet"
+    txn.mark(path)
+    table.storage.makedirs(path.rsplit("/", 1)[0])
+    pq.write_table(bad, table.storage.abspath(path), filesystem=table.storage.filesystem)
+    return path
+
+
+def handle_bad_rows(table: Table, txn: Transaction, batch: Batch) -> str | None:
+    """Apply `bad_rows`: fail stops the whole batch (nothing committed); quarantine sets rows aside."""
+    if batch.bad is None or batch.bad.num_rows == 0:
+        return None
+    if table.config.bad_rows == "fail":
+        raise InputRejected(
+            f"{describe_bad_rows(batch.bad)} — nothing was written (set bad_rows: quarantine to set bad rows "
+            "aside and keep the rest)"
+        )
+    return quarantine(table, txn, batch.bad)
+
+
+def write(
+    table: Table,
+    stream_name: str,
+    data: pa.Table | Batch,
+    *,
+    source: str = "input",
+    metadata: dict[str, Any] | None = None,
+    exclusive: bool = False,
+    txn: Transaction | None = None,
+) -> WriteResult:
+    """Write one batch of one stream as one deltacommit; on any failure nothing becomes visible."""
+    stream = table.config.stream(stream_name)
+    table.require()
+    own = txn is None
+    if txn is None:
+        txn = Transaction.begin(
+            table,
+            Action.DELTACOMMIT,
+            {"stream": stream_name},
+            exclusive_stream=stream_name if exclusive else None,
+        )
+    try:
+        batch = data if isinstance(data, Batch) else prepare(table.config, stream, data, source=source)
+        quarantined = handle_bad_rows(table, txn, batch)
+        files = write_file_groups(table, stream, batch, txn.time, txn.mark)
+        instant: Instant = txn.complete(
+            {
+                **(metadata or {}),
+                "stream": stream_name,
+                "added": files,
+                "rows": batch.rows.num_rows,
+                "bad_rows": batch.bad_count,
+                "quarantine": quarantined,
+            }
+        )
+    except BaseException:
+        if own:
+            txn.abort()
+        raise
+    return WriteResult(
+        instant=instant.requested,
+        completed=instant.completed,
+        stream=stream_name,
+        rows=batch.rows.num_rows,
+        files=files,
+        bad_rows=batch.bad_count,
+        quarantine=quarantined,
+    )

@@ -1,0 +1,172 @@
+"""Heartbeats: background refresh, expiry of a SIGKILLed writer, deletion, and "missing means dead"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import stitchlake
+from stitchlake.concurrency import heartbeat
+from stitchlake.concurrency.heartbeat import HEARTBEATS_FOLDER, Heartbeat
+from stitchlake.errors import StitchError
+from stitchlake.storage import LocalStorage
+
+REPO = str(Path(stitchlake.__file__).resolve().parents[1])
+INSTANT = "20260101120000000"
+
+
+def _env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=REPO + (os.pathsep + path if path else ""))
+
+
+def test_start_beats_at_once_then_refreshes_in_the_background(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    beat = Heartbeat(storage, INSTANT, interval_s=0.1, owner="writer-1")
+    beat.start()
+    try:
+        first = heartbeat.last_beat(storage, INSTANT)
+        assert first is not None and abs(first - time.time()) < 1
+        record = json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/{INSTANT}"))
+        assert record["instant"] == INSTANT and record["owner"] == "writer-1"
+        assert record["host"] == socket.gethostname() and record["pid"] == os.getpid()
+        seen = {first}
+        deadline = time.monotonic() + 2
+        while len(seen) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ts = heartbeat.last_beat(storage, INSTANT)
+            assert ts is not None
+            seen.add(ts)
+        assert len(seen) >= 4, "the background thread did not refresh the beat"
+        assert beat.running
+        assert heartbeat.list_beats(storage) == [INSTANT]
+    finally:
+        beat.stop()
+    assert not beat.running
+    stopped_ts = heartbeat.last_beat(storage, INSTANT)
+    time.sleep(0.3)
+    assert heartbeat.last_beat(storage, INSTANT) == stopped_ts, "beats continued after stop()"
+    assert storage.exists(f"{HEARTBEATS_FOLDER}/{INSTANT}"), "stop() without delete keeps the beat"
+
+
+BEATING = """
+import sys, time
+from stitchlake.storage import LocalStorage
+from stitchlake.concurrency.heartbeat import Heartbeat
+Heartbeat(LocalStorage(sys.argv[1]), sys.argv[2], interval_s=float(sys.argv[3])).start()
+print("beating", flush=True)
+time.sleep(600)
+"""
+
+
+def test_heartbeat_of_a_sigkilled_process_expires(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    interval_s, expire_s = 0.2, 1.0
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BEATING, str(tmp_path), INSTANT, str(interval_s)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "beating"
+        # alive for longer than expire_s: only a refreshing writer can stay unexpired this long
+        watched_until = time.monotonic() + 1.5 * expire_s
+        while time.monotonic() < watched_until:
+            assert not heartbeat.is_expired(storage, INSTANT, expire_s)
+            time.sleep(0.05)
+        record = json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/{INSTANT}"))
+        assert record["pid"] == proc.pid
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    last = heartbeat.last_beat(storage, INSTANT)
+    assert last is not None
+    while not heartbeat.is_expired(storage, INSTANT, expire_s):
+        assert time.time() <= last + expire_s + 0.5
+        time.sleep(0.05)
+    expired_at = time.time()
+    assert expired_at >= last + expire_s, "expired before expire_s had passed since the last beat"
+    assert heartbeat.last_beat(storage, INSTANT) == last, "a killed process kept beating"
+    assert heartbeat.list_beats(storage) == [INSTANT]  # the file stays: it is what marks the failed write
+
+
+def test_stop_with_delete_removes_the_beat_and_it_never_comes_back(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    for _ in range(20):  # a tiny interval makes a background beat race with stop() every time
+        beat = Heartbeat(storage, INSTANT, interval_s=0.001)
+        beat.start()
+        time.sleep(0.01)
+        beat.stop(delete=True)
+        assert not storage.exists(f"{HEARTBEATS_FOLDER}/{INSTANT}")
+    time.sleep(0.05)
+    assert heartbeat.list_beats(storage) == []
+    assert heartbeat.is_expired(storage, INSTANT, expire_s=3600)
+
+
+def test_context_manager_deletes_on_exit_unless_told_otherwise(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    with pytest.raises(RuntimeError), Heartbeat(storage, "a", interval_s=10):
+        assert not heartbeat.is_expired(storage, "a", expire_s=60)
+        raise RuntimeError("the write failed")
+    assert heartbeat.is_expired(storage, "a", expire_s=60)
+    with Heartbeat(storage, "b", interval_s=10, delete_on_exit=False) as beat:
+        assert beat.running
+    assert not beat.running
+    assert heartbeat.list_beats(storage) == ["b"]
+
+
+def test_missing_means_expired_and_expiry_uses_ts_in_the_file(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    assert heartbeat.last_beat(storage, INSTANT) is None
+    assert heartbeat.is_expired(storage, INSTANT, expire_s=3600)
+    assert heartbeat.list_beats(storage) == []
+    assert heartbeat.delete(storage, INSTANT) is False
+
+    ts = Heartbeat(storage, INSTANT).beat()
+    assert heartbeat.last_beat(storage, INSTANT) == ts
+    assert not heartbeat.is_expired(storage, INSTANT, expire_s=10, now=ts + 10)
+    assert heartbeat.is_expired(storage, INSTANT, expire_s=10, now=ts + 10.001)
+    # a beat written long ago but copied just now: the file's mtime is fresh, the ts inside is not
+    old = {"instant": "old", "owner": "x", "host": "h", "pid": 1, "ts": time.time() - 120}
+    storage.write_atomic(f"{HEARTBEATS_FOLDER}/old", json.dumps(old).encode())
+    assert heartbeat.is_expired(storage, "old", expire_s=60)
+    assert not heartbeat.is_expired(storage, "old", expire_s=600)
+    storage.write_atomic(f"{HEARTBEATS_FOLDER}/torn", b"{not json")
+    assert heartbeat.last_beat(storage, "torn") is None and heartbeat.is_expired(storage, "torn", 60)
+    assert heartbeat.list_beats(storage) == [INSTANT, "old", "torn"]
+    assert heartbeat.delete(storage, INSTANT) is True
+    assert heartbeat.list_beats(storage) == ["old", "torn"]
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", ".."])
+def test_instant_must_be_a_plain_name(tmp_path: Path, bad: str) -> None:
+    storage = LocalStorage(str(tmp_path))
+    with pytest.raises(StitchError):
+        Heartbeat(storage, bad)
+    with pytest.raises(StitchError):
+        heartbeat.is_expired(storage, bad, 10)
+
+
+def test_expire_s_is_validated_and_drives_healthy(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    with pytest.raises(StitchError, match="expire_s"):
+        Heartbeat(storage, INSTANT, interval_s=10, expire_s=5)
+    beat = Heartbeat(storage, INSTANT, interval_s=0.05, expire_s=0.5)
+    assert not beat.healthy  # never beat yet
+    with beat:
+        time.sleep(0.2)
+        assert beat.healthy and beat.last_error is None
+        assert not heartbeat.is_expired(storage, INSTANT, beat.expire_s or 0)
