@@ -1,0 +1,53 @@
+# stitchlake — `make demo` and `make test` are all a newcomer needs (Python 3.11+, Java 17+).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: help setup check-tools demo test lint bench torture clean
+
+help:
+	@echo "make demo   - set up .venv, generate a 3-stream dataset, ingest it with spark-submit, check it"
+	@echo "make test   - set up .venv, lint, run the whole test suite"
+	@echo "make lint   - ruff check + format check"
+	@echo "make bench  - benchmarks -> docs/benchmarks.md (BENCH_ARGS='--sizes 200000')"
+	@echo "make torture- the long crash/concurrency torture run (TORTURE_ARGS='--rounds 50')"
+
+check-tools:
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
+	  echo "error: stitchlake needs Python 3.11 or newer; '$(PY)' is $$($(PY) --version 2>&1 | head -n1)."; \
+	  echo "       Install it, or point make at it: make PY=/path/to/python3.11 ..."; exit 1; }
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: stitchlake runs its jobs on Spark, which needs Java 17 or newer; 'java' is not on PATH."; \
+	  echo "       Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless"; exit 1; }
+	@major=$$(java -version 2>&1 | awk -F'"' '/version/ {print $$2; exit}' | awk -F. '{print ($$1 == "1") ? $$2 : $$1}'); \
+	  if [ -z "$$major" ] || [ "$$major" -lt 17 ]; then \
+	    echo "error: stitchlake needs Java 17 or newer for Spark; found Java $$major."; exit 1; fi
+
+$(STAMP): pyproject.toml
+	@echo "setting up $(VENV) (first run downloads pyspark, ~5 minutes on a slow line)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+setup: check-tools $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: setup lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
+
+bench: setup
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+torture: setup
+	$(BIN)/python scripts/torture.py $(TORTURE_ARGS)
+
+clean:
+	rm -rf demo bench-data .pytest_cache .ruff_cache
