@@ -72,7 +72,7 @@ class Storage(ABC):
 
     @abstractmethod
     def delete(self, path: str) -> bool:
-        """Delete one file; False if it was already gone."""
+        """Delete one file (or a folder written as one unit, e.g. by Spark); False if it was already gone."""
 
     @abstractmethod
     def delete_tree(self, folder: str) -> None:
@@ -178,11 +178,17 @@ class LocalStorage(Storage):
                 yield os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
 
     def delete(self, path: str) -> bool:
+        full = self._full(path)
         try:
-            os.unlink(self._full(path))
+            os.unlink(full)
             return True
         except FileNotFoundError:
             return False
+        except (IsADirectoryError, PermissionError):
+            if not os.path.isdir(full):
+                raise
+            self.delete_tree(path)  # a folder a Spark job wrote under one marker
+            return True
 
     def delete_tree(self, folder: str) -> None:
         import shutil

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
-from stitchlake.errors import BusyError
+from stitchlake.errors import BusyError, StitchError
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import (
@@ -124,6 +124,15 @@ class Transaction:
         return cls(table, instant, beat)
 
     @classmethod
+    def attach(cls, table: Table, requested: str) -> Transaction:
+        """A handle on a pending instant begun by another process (e.g. the driver of a Spark job)."""
+        instant = Timeline.load(table.storage).get(requested)
+        if instant is None or instant.is_completed:
+            state = "not on the timeline" if instant is None else f"already completed at {instant.completed}"
+            raise StitchError(f"instant {requested} is {state}; cannot commit into it")
+        return cls(table, instant, None)
+
+    @classmethod
     def resume(cls, table: Table, instant: Instant, what: str = "instant") -> Transaction:
         """Take over a requested (or crashed inflight) instant to run it: refuse while its owner is alive."""
         storage = table.storage
@@ -153,6 +162,12 @@ class Transaction:
         }
         with self.table.lock() as lock:
             timeline = Timeline.load(storage)
+            current = timeline.get(self.instant.requested)
+            if current is None or current.is_completed:
+                raise StitchError(
+                    f"instant {self.instant.requested} was rolled back (or completed) by another process while "
+                    "it ran; nothing was published — run again"
+                )
             if conflict_check is not None:
                 conflict_check(timeline, self.instant)
             completed = next_time(timeline.all_times())

@@ -1,0 +1,231 @@
+"""Cleaning (DESIGN §4, §5): delete file slices no reader within the retention can need.
+
+Never deleted: any file of a file group's latest slice, any file a savepoint's snapshot reads, any file a
+pending compaction or erase plan lists. The plan is computed under the table lock (so a savepoint cannot
+appear halfway) and recorded in the clean instant, which the file-system view then honours: a time-travel
+read that would need a cleaned file says so instead of returning less data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.concurrency.markers import delete_markers, instants_with_markers, marked_files
+from stitchlake.errors import UsageError
+from stitchlake.layout.fsview import DataFile, FileSystemView
+from stitchlake.layout.names import BASE, LOG, parse_name
+from stitchlake.services.archive import load_checkpoint
+from stitchlake.timeline.clock import from_millis, now_millis
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+POLICIES = ("keep_latest_commits", "keep_latest_file_versions", "keep_latest_hours")
+DATA_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE)
+
+#: Deletes paths (the Spark engine distributes this; in-process it is a plain loop).
+Deleter = Callable[[list[str]], int]
+
+
+@dataclass
+class CleanResult:
+    instant: str | None
+    policy: str
+    deleted: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    reset_compactions: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    message: str = ""
+
+
+def local_delete(table: Table) -> Deleter:
+    def run(paths: list[str]) -> int:
+        return sum(1 for path in paths if table.storage.delete(path))
+
+    return run
+
+
+def retention_start(timeline: Timeline, policy: str, retain: int, now_ms: int | None = None) -> str | None:
+    """The earliest time reads must still work at, for the time-based policies (None: keep everything)."""
+    if policy == "keep_latest_hours":
+        return from_millis((now_millis() if now_ms is None else now_ms) - retain * 3_600_000)
+    done = timeline.completed(DATA_ACTIONS)
+    if len(done) <= retain:
+        return None
+    return done[-retain].completed
+
+
+def needed_as_of(view: FileSystemView, at: str) -> set[str]:
+    """Files a read as of `at` merges."""
+    out: set[str] = set()
+    for key in view.file_groups():
+        fslice = view.latest_slice(key, at)
+        if fslice is not None:
+            out.update(f.path for f in fslice.files)
+    return out
+
+
+def _by_group(files: Iterable[DataFile]) -> dict[tuple[str, str], list[DataFile]]:
+    groups: dict[tuple[str, str], list[DataFile]] = {}
+    for item in files:
+        groups.setdefault((item.partition, item.file_group), []).append(item)
+    return groups
+
+
+def _expendable_since(files: list[DataFile], cut: str) -> list[DataFile]:
+    """Files older than the slice in force at `cut`: bases superseded by then and logs that base absorbed."""
+    bases = [f for f in files if f.kind == BASE and f.completed <= cut]
+    if not bases:
+        return []
+    current = max(bases, key=lambda f: f.instant).instant
+    return [f for f in files if (f.kind == BASE and f.instant < current) or (f.kind == LOG and f.completed < current)]
+
+
+def _expendable_versions(files: list[DataFile], keep: int) -> list[DataFile]:
+    """Files of all but the latest `keep` slices (versions) of a file group."""
+    bases = sorted({f.instant for f in files if f.kind == BASE})
+    if len(bases) < keep:
+        return []
+    oldest_kept = bases[len(bases) - keep]
+    return [
+        f
+        for f in files
+        if (f.kind == BASE and f.instant < oldest_kept) or (f.kind == LOG and f.completed < oldest_kept)
+    ]
+
+
+def protected(timeline: Timeline, view: FileSystemView) -> set[str]:
+    """Files a savepoint reads or a pending rewrite plan lists, plus every latest slice."""
+    keep = needed_as_of(view, "9" * 17)
+    for savepoint in timeline.completed([Action.SAVEPOINT]):
+        keep |= set(timeline.metadata(savepoint).get("files", []))
+    for instant in timeline.pending(Action.REWRITES):
+        for operation in timeline.requested_content(instant).get("operations", []):
+            if operation.get("base"):
+                keep.add(operation["base"]["path"])
+            keep.update(log["path"] for log in operation.get("logs", []))
+    return keep
+
+
+def plan(table: Table, timeline: Timeline, view: FileSystemView, policy: str, retain: int) -> list[str]:
+    """Paths the policy allows deleting, in a stable order."""
+    if policy not in POLICIES:
+        raise UsageError(f"clean policy {policy!r} is not one of: {', '.join(POLICIES)}")
+    groups = _by_group(view.live_files())
+    doomed: list[DataFile] = []
+    if policy == "keep_latest_file_versions":
+        for files in groups.values():
+            doomed += _expendable_versions(files, retain)
+    else:
+        cut = retention_start(timeline, policy, retain)
+        if cut is not None:
+            for files in groups.values():
+                doomed += _expendable_since(files, cut)
+    keep = protected(timeline, view)
+    return sorted({f.path for f in doomed} - keep)
+
+
+def orphans(table: Table) -> list[str]:
+    """Data files no instant names and no pending writer has marked (a safety net after crashes).
+
+    Order matters: files are listed first, then markers, then the timeline — a writer always marks a file
+    before creating it and publishes before unmarking, so a file it is writing is seen in one or the other.
+    """
+    storage = table.storage
+    files = [p for p in storage.walk_files() if not p.startswith(".stitch/") and parse_name(p.rsplit("/", 1)[-1])]
+    marked = {path for instant in instants_with_markers(storage) for path in marked_files(storage, instant)}
+    timeline = table.timeline()
+    view = FileSystemView.build(timeline, load_checkpoint(storage))
+    known = {f.path for items in view.groups.values() for f in items} | set(view.deleted)
+    for instant in timeline.pending(Action.REWRITES):
+        for operation in timeline.requested_content(instant).get("operations", []):
+            known.update(log["path"] for log in operation.get("logs", []))
+    return sorted(p for p in files if p not in known and p not in marked)
+
+
+def _tidy(table: Table, timeline: Timeline) -> None:
+    """Leftovers of finished instants: markers and heartbeats nobody needs any more."""
+    pending = {i.requested for i in timeline.pending()}
+    for instant in instants_with_markers(table.storage):
+        if instant not in pending:
+            delete_markers(table.storage, instant)
+    expire = table.config.concurrency.heartbeat.expire_s
+    for beat in heartbeats.list_beats(table.storage):
+        if beat not in pending and heartbeats.is_expired(table.storage, beat, expire):
+            heartbeats.delete(table.storage, beat)
+
+
+def finish_clean(table: Table, timeline: Timeline, instant: Instant, deleter: Deleter | None = None) -> CleanResult:
+    """Finish a crashed clean from its recorded plan."""
+    return _execute(table, Transaction.resume(table, instant, "clean"), timeline.requested_content(instant), deleter)
+
+
+def _execute(table: Table, txn: Transaction, content: dict[str, Any], deleter: Deleter | None) -> CleanResult:
+    instant = txn.instant
+    paths = list(content.get("delete", [])) + list(content.get("orphans", []))
+    (deleter or local_delete(table))(paths)
+    txn.complete(
+        {"deleted": content.get("delete", []), "orphans": content.get("orphans", []), "policy": content.get("policy")}
+    )
+    return CleanResult(
+        instant.requested, str(content.get("policy")), list(content.get("delete", [])), list(content.get("orphans", []))
+    )
+
+
+def clean(
+    table: Table,
+    policy: str | None = None,
+    retain: int | None = None,
+    dry_run: bool = False,
+    deleter: Deleter | None = None,
+) -> CleanResult:
+    """Roll back failed writes, then delete what the retention policy allows and any orphan files."""
+    from stitchlake.services.rollback import failed_instants, finish_crashed, rollback_failed
+
+    table.require()
+    chosen = policy or table.config.clean.policy
+    keep = retain if retain is not None else table.config.clean.retain
+    if dry_run:
+        timeline = table.timeline()
+        view = table.view(timeline)
+        targets, resets, _ = failed_instants(table, timeline)
+        doomed = plan(table, timeline, view, chosen, keep)
+        return CleanResult(
+            None,
+            chosen,
+            doomed,
+            orphans(table),
+            [t.requested for t in targets],
+            [r.requested for r in resets],
+            True,
+            f"would delete {len(doomed)} file(s) and roll back {len(targets)} failed write(s)",
+        )
+    timeline = table.timeline()
+    _, _, unfinished = failed_instants(table, timeline)
+    finish_crashed(table, timeline, unfinished)
+    rolled = rollback_failed(table)
+    leftovers = orphans(table)
+
+    def make_plan(fresh: Timeline, _requested: str) -> dict[str, Any] | None:
+        view = FileSystemView.build(fresh, load_checkpoint(table.storage))
+        doomed = plan(table, fresh, view, chosen, keep)
+        return {"policy": chosen, "retain": keep, "delete": doomed, "orphans": leftovers}
+
+    txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)
+    assert txn is not None
+    result = _execute(table, txn, table.timeline().requested_content(txn.instant), deleter)
+    _tidy(table, table.timeline())
+    result.rolled_back = rolled.rolled_back
+    result.reset_compactions = rolled.reset_compactions
+    result.message = (
+        f"deleted {len(result.deleted)} file(s) ({chosen}, retain {keep}), {len(result.orphans)} orphan(s); "
+        f"rolled back {len(rolled.rolled_back)} failed write(s)"
+    )
+    return result

@@ -1,0 +1,106 @@
+"""`stitch status`: what a tired operator needs to see about a table's health, from metadata only."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.layout.names import BASE, LOG
+from stitchlake.timeline.instant import Action
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+
+def status(table: Table) -> dict[str, Any]:
+    """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams."""
+    from stitchlake.services.archive import load_checkpoint
+
+    table.require()
+    timeline = table.timeline()
+    view = table.view(timeline)
+    expire = table.config.concurrency.heartbeat.expire_s
+    now = time.time()
+
+    partitions: dict[str, dict[str, Any]] = {}
+    for key in view.file_groups():
+        fslice = view.latest_slice(key)
+        entry = partitions.setdefault(
+            key[0] or "(unpartitioned)",
+            {"file_groups": 0, "base_files": 0, "log_files": 0, "max_logs_per_slice": 0, "bytes": 0, "rows": 0},
+        )
+        entry["file_groups"] += 1
+        if fslice is None:
+            continue
+        entry["base_files"] += 1 if fslice.base else 0
+        entry["log_files"] += len(fslice.logs)
+        entry["max_logs_per_slice"] = max(entry["max_logs_per_slice"], len(fslice.logs))
+        entry["bytes"] += sum(f.bytes for f in fslice.files)
+        entry["rows"] += fslice.base.rows if fslice.base else 0
+
+    writers = []
+    for instant in timeline.pending():
+        beat = heartbeats.last_beat(table.storage, instant.requested)
+        alive = beat is not None and now - beat <= expire
+        content = timeline.requested_content(instant)
+        writers.append(
+            {
+                "instant": instant.requested,
+                "action": instant.action,
+                "state": instant.state.label,
+                "stream": content.get("stream"),
+                "alive": alive,
+                "heartbeat_age_s": None if beat is None else round(now - beat, 1),
+                "host": content.get("writer", {}).get("host"),
+                "pid": content.get("writer", {}).get("pid"),
+            }
+        )
+
+    streams: dict[str, Any] = {name: None for name in table.config.streams}
+    for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
+        if all(streams.values()):
+            break
+        meta = timeline.metadata(instant)
+        name = meta.get("stream")
+        if name in streams and streams[name] is None:
+            streams[name] = {
+                "instant": instant.requested,
+                "completed": instant.completed,
+                "rows": meta.get("rows"),
+                "files": len(meta.get("added", [])),
+            }
+
+    live = view.live_files()
+    last_compaction = timeline.latest_completed([Action.COMPACTION])
+    last_clean = timeline.latest_completed([Action.CLEAN])
+    checkpoint = load_checkpoint(table.storage)
+    since_compaction = [
+        i
+        for i in timeline.completed([Action.DELTACOMMIT])
+        if last_compaction is None or (i.completed or "") > (last_compaction.requested or "")
+    ]
+    return {
+        "table": table.config.table.name,
+        "path": table.path,
+        "partitions": partitions,
+        "totals": {
+            "partitions": len(partitions),
+            "file_groups": sum(p["file_groups"] for p in partitions.values()),
+            "live_files": len(live),
+            "base_files": sum(1 for f in live if f.kind == BASE),
+            "log_files": sum(1 for f in live if f.kind == LOG),
+            "bytes": sum(f.bytes for f in live),
+            "latest_slice_bytes": sum(p["bytes"] for p in partitions.values()),
+        },
+        "pending_compactions": [w for w in writers if w["action"] == Action.COMPACTION],
+        "writers": [w for w in writers if w["action"] != Action.COMPACTION],
+        "streams": streams,
+        "timeline": {
+            "active_instants": len(timeline),
+            "archived_until": checkpoint.get("completed") if checkpoint else None,
+            "last_compaction": last_compaction.completed if last_compaction else None,
+            "last_clean": last_clean.completed if last_clean else None,
+            "deltacommits_since_compaction": len(since_compaction),
+        },
+    }

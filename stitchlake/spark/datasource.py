@@ -1,0 +1,251 @@
+"""The `stitchlake` PySpark data source (PySpark 4 `pyspark.sql.datasource`), reader and writer.
+
+Both sides call the same core as the in-process engine: the reader plans file slices with `read.plan_slices`
+and each task merges one slice with `read.read_slice`; each writer task writes its file groups with
+`write.write_file_groups`, and the driver-side commit publishes one deltacommit (or abort removes every file).
+
+    spark.dataSource.register(StitchDataSource)     # or stitchlake.spark.session.register(spark)
+    spark.read.format("stitchlake").load("/path/to/table")
+    df.write.format("stitchlake").option("stream", "orders").mode("append").save("/path/to/table")
+
+Options: `config` (a YAML config, for the lock provider and other runtime settings), `as_of`, `mode`
+(snapshot | read_optimized) for reads; `stream` (required), `instant` (an instant already begun by the
+caller, e.g. `stitch ingest`) and `metadata` (JSON merged into the commit) for writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from stitchlake.table import Table
+
+#: Columns a prepared batch carries besides the table's (see `stitchlake.spark.ingest`).
+POS = "_sl_pos"
+DELETED = "_sl_del"
+BUCKET = "_sl_bucket"
+
+
+def open_for_spark(options: dict[str, str]) -> Table:
+    """The table named by the `path` option, with the runtime settings of `config` when given."""
+    from stitchlake.config import load_config
+    from stitchlake.table import Table, open_table
+
+    path = options.get("path")
+    if options.get("config"):
+        config = load_config(options["config"])
+        return Table(config.with_path(path) if path else config)
+    if not path:
+        from stitchlake.errors import UsageError
+
+        raise UsageError("the stitchlake data source needs a table path: .load(path) / .save(path)")
+    return open_table(path)
+
+
+def spark_schema(table: Table) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from stitchlake.io.schemas import table_schema
+
+    return from_arrow_schema(table_schema(table.config))
+
+
+class StitchDataSource(DataSource):
+    """`format("stitchlake")`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "stitchlake"
+
+    def schema(self) -> StructType:
+        return spark_schema(open_for_spark(dict(self.options)))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StitchReader(dict(self.options), [f.name for f in schema.fields])
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if overwrite:
+            from stitchlake.errors import UsageError
+
+            raise UsageError("stitchlake tables are written with mode('append'): streams only add events")
+        return StitchWriter(dict(self.options))
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+class SliceInput(InputPartition):
+    """One file slice, planned on the driver."""
+
+    def __init__(self, value: dict[str, Any] | None) -> None:
+        super().__init__(value)
+
+
+class StitchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], columns: list[str]) -> None:
+        self.options = options
+        self.columns = columns
+        self.where: dict[str, list[Any]] = {}
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Equality/IN on partition columns prunes partitions exactly; on key columns prunes file groups.
+
+        Key filters are still handed back: a bucket holds other keys too, so Spark checks the rows.
+        """
+        table = open_for_spark(self.options)
+        partition = set(table.config.table.partition_names)
+        keys = set(table.config.table.key_names)
+        for item in filters:
+            name = item.attribute[0] if len(item.attribute) == 1 else None
+            if isinstance(item, EqualTo | In) and name in partition | keys:
+                values = [item.value] if isinstance(item, EqualTo) else list(item.value)
+                self.where[name] = values
+                if name in partition:
+                    continue
+            yield item
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from stitchlake.read import plan_slices, prune, resolve_time
+        from stitchlake.services.compaction import slice_to_json
+
+        table = open_for_spark(self.options)
+        table.require()
+        timeline = table.timeline()
+        as_of = resolve_time(table, timeline, self.options.get("as_of"))
+        slices = plan_slices(table.config, table.view(timeline), as_of, prune(table.config, self.where or None))
+        return [SliceInput(slice_to_json(s)) for s in slices] or [SliceInput(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from stitchlake.read import SNAPSHOT, read_slice
+        from stitchlake.services.compaction import slice_from_json
+
+        if partition.value is None:
+            return
+        table = open_for_spark(self.options)
+        rows = read_slice(table, slice_from_json(partition.value), self.columns, self.options.get("mode", SNAPSHOT))
+        yield from rows.to_batches(max_chunksize=65536)
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    files: list[dict[str, Any]] = field(default_factory=list)
+    rows: int = 0
+    bad_rows: int = 0
+
+
+class StitchWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str]) -> None:
+        from stitchlake.errors import UsageError
+        from stitchlake.timeline.instant import Action
+        from stitchlake.transaction import Transaction
+
+        self.options = options
+        stream = options.get("stream")
+        if not stream:
+            raise UsageError("writing to stitchlake needs .option('stream', <name>)")
+        table = open_for_spark(options)
+        table.require()
+        table.config.stream(stream)
+        self.stream = stream
+        self.began = "instant" not in options
+        if self.began:
+            # Beats come from the tasks and the commit: a planning worker is too short-lived for a thread.
+            txn = Transaction.begin(table, Action.DELTACOMMIT, {"stream": stream}, heartbeat=False)
+            _beat(table, txn.time)
+            self.instant = txn.time
+        else:
+            self.instant = options["instant"]
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from stitchlake.batch import Batch, describe_bad_rows, prepare
+        from stitchlake.concurrency.markers import create_marker
+        from stitchlake.errors import InputRejected
+        from stitchlake.io.sources import ROW_BITS
+        from stitchlake.write import write_file_groups
+
+        table = open_for_spark(self.options)
+        stream = table.config.stream(self.stream)
+        batches = list(iterator)
+        if not batches:
+            return FilesWritten()
+        data = pa.Table.from_batches(batches)
+        common = [c.name for c in table.config.common_columns]
+        if POS in data.column_names:
+            rows = data.select([*common, *stream.column_names])
+            batch = Batch(rows, data.column(POS).to_numpy(), data.column(DELETED).to_numpy(zero_copy_only=False))
+        else:
+            task = TaskContext.get()
+            partition = task.partitionId() if task else 0
+            positions = (np.int64(partition) << ROW_BITS) | np.arange(data.num_rows, dtype=np.int64)
+            batch = prepare(table.config, stream, data, source=f"spark partition {partition}", pos=positions)
+            if batch.bad_count:
+                raise InputRejected(describe_bad_rows(batch.bad))  # type: ignore[arg-type]
+        _beat(table, self.instant)
+        files = write_file_groups(
+            table, stream, batch, self.instant, lambda path: create_marker(table.storage, self.instant, path)
+        )
+        _beat(table, self.instant)
+        return FilesWritten(files=files, rows=batch.rows.num_rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from stitchlake.transaction import Transaction
+
+        table = open_for_spark(self.options)
+        written = [m for m in messages if isinstance(m, FilesWritten)]
+        extra = json.loads(self.options.get("metadata", "{}"))
+        txn = Transaction.attach(table, self.instant)
+        txn.complete(
+            {
+                **extra,
+                "stream": self.stream,
+                "added": [f for m in written for f in m.files],
+                "rows": sum(m.rows for m in written),
+                "engine": "spark",
+            }
+        )
+        if self.began:
+            from stitchlake.concurrency import heartbeat
+
+            heartbeat.delete(table.storage, self.instant)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        from stitchlake.transaction import Transaction
+
+        table = open_for_spark(self.options)
+        for message in messages:
+            if isinstance(message, FilesWritten):
+                for item in message.files:
+                    table.storage.delete(item["path"])
+        if self.began:
+            Transaction.attach(table, self.instant).abort()
+
+
+def _beat(table: Table, instant: str) -> None:
+    from stitchlake.concurrency.heartbeat import Heartbeat
+
+    spec = table.config.concurrency.heartbeat
+    Heartbeat(table.storage, instant, interval_s=spec.interval_s, expire_s=spec.expire_s).beat()
