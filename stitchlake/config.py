@@ -347,15 +347,23 @@ def parse_default(type_name: str, value: Any) -> Any:
     if type_name == "string":
         return str(value)
     if type_name == "date":
+        if isinstance(value, dt.datetime):
+            raise ValueError(f"{value!r} has a time of day; a date default is just yyyy-mm-dd")
         return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
     if type_name == "timestamp":
         stamp = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
         return stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)
     if type_name.startswith("decimal"):
         try:
-            return decimal.Decimal(str(value))
+            number = decimal.Decimal(str(value))
         except decimal.InvalidOperation:
             raise ValueError(f"{value!r} is not a decimal number") from None
+        precision, scale = (int(x) for x in type_name[len("decimal(") : -1].split(","))
+        if not number.is_finite() or number != number.quantize(decimal.Decimal(1).scaleb(-scale)):
+            raise ValueError(f"{value!r} has more than {scale} digits after the point")
+        if abs(number) >= decimal.Decimal(10) ** (precision - scale):
+            raise ValueError(f"{value!r} does not fit in {type_name}")
+        return number
     raise ValueError(f"columns of type {type_name} cannot have a default")
 
 
@@ -670,6 +678,25 @@ def parse_config(data: Any, *, file: str | None = None, base: Path | None = None
     )
 
 
+def _unique_key_loader() -> type:
+    """yaml.SafeLoader that refuses duplicate keys: a block pasted twice must not silently win."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"found duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def load_config(path: str | os.PathLike[str]) -> TableConfig:
     """Read and validate a table config YAML file (safe loading: no object construction)."""
     import yaml
@@ -682,7 +709,7 @@ def load_config(path: str | os.PathLike[str]) -> TableConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: cannot read config: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader subclass: no object construction
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -135,6 +135,7 @@ def ingest_local(
         txn.abort()
         raise
     return IngestResult(
+        extra=inline_compaction(table),
         stream=stream,
         engine="local",
         instant=result.instant,
@@ -150,5 +151,13 @@ def ingest_local(
     )
 
 
-def _source_file(entry: dict[str, Any]) -> SourceFile:
-    return SourceFile(entry["path"], entry["name"], int(entry["size"]))
+def inline_compaction(table: Table, run: Any = None) -> dict[str, Any]:
+    """Compact right after an ingest when `compaction.inline` says enough deltacommits piled up."""
+    from dataclasses import asdict
+
+    from stitchlake.services.compaction import compact, inline_due
+
+    if not inline_due(table):
+        return {}
+    result = run(table) if run is not None else compact(table)
+    return {"compaction": asdict(result) if result is not None else None}

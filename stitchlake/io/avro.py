@@ -1,7 +1,8 @@
 """Arrow <-> Avro (fastavro) for log blocks written with `log_format: avro` and for Avro landing files.
 
-Avro is row oriented, so conversion goes through Python values; dates and timestamps travel as their raw
-integers (fastavro passes ints through its logical-type writers) to keep the row loop cheap.
+Avro is row oriented, so conversion goes through Python values. Dates and timestamps are written as their raw
+integers (fastavro passes ints through its logical-type writers) to keep the row loop cheap; reading gets
+Python objects back, which Arrow's date/timestamp builders take as they are.
 """
 
 from __future__ import annotations
@@ -64,35 +65,16 @@ def write_avro(table: pa.Table, handle: IO[bytes]) -> None:
     fastavro.writer(handle, fastavro.parse_schema(avro_schema(table.schema)), records, codec="deflate")
 
 
-def _raw_reader_schema(writer_schema: dict[str, Any]) -> dict[str, Any]:
-    """The writer schema with date/timestamp logical types dropped, so fastavro hands back plain ints."""
-
-    def strip(kind: Any) -> Any:
-        if isinstance(kind, list):
-            return [strip(k) for k in kind]
-        if isinstance(kind, dict) and kind.get("logicalType") in (
-            "date",
-            "timestamp-micros",
-            "timestamp-millis",
-        ):
-            return kind["type"]
-        return kind
-
-    fields = [{**f, "type": strip(f["type"])} for f in writer_schema["fields"]]
-    return {**writer_schema, "fields": fields}
-
-
 def read_avro(handle: IO[bytes], schema: pa.Schema | None = None, columns: list[str] | None = None) -> pa.Table:
     """Read a whole Avro container file into Arrow; `schema` gives the Arrow types to build."""
     import fastavro
 
     reader = fastavro.reader(handle)
     writer_schema = reader.writer_schema
-    handle.seek(0)
-    reader = fastavro.reader(handle, reader_schema=_raw_reader_schema(writer_schema))
     records = list(reader)
     fields = [f["name"] for f in writer_schema["fields"]]
-    wanted = columns if columns is not None else fields
+    # A requested column the file lacks is left out, so the caller's missing-column check names it.
+    wanted = [c for c in columns if c in fields] if columns is not None else fields
     arrays = {}
     for name in wanted:
         values = [record.get(name) for record in records]
@@ -112,17 +94,12 @@ def _logical(writer_schema: dict[str, Any], name: str) -> str | None:
 
 
 def _arrow_column(values: list[Any], kind: pa.DataType | None, logical: str | None) -> pa.Array:
+    """Build an Arrow column; the date/timestamp builders accept raw integers and Python objects alike."""
     if logical == "timestamp-micros":
-        raw = pa.array(values, pa.int64())
-        return (
-            raw.cast(pa.timestamp("us", tz="UTC"))
-            if kind is None
-            else raw.cast(pa.timestamp("us", tz="UTC")).cast(kind)
-        )
+        column = pa.array(values, pa.timestamp("us", tz="UTC"))
+        return column if kind is None else column.cast(kind)
     if logical == "timestamp-millis":
-        return (
-            pa.array(values, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(kind or pa.timestamp("us", tz="UTC"))
-        )
+        return pa.array(values, pa.timestamp("ms", tz="UTC")).cast(kind or pa.timestamp("us", tz="UTC"))
     if logical == "date":
-        return pa.array(values, pa.int32()).cast(pa.date32())
+        return pa.array(values, pa.date32())
     return pa.array(values, kind) if kind is not None else pa.array(values)

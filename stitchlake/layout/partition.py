@@ -9,13 +9,15 @@ import datetime as dt
 from urllib.parse import quote, unquote
 
 _SAFE = "-_.+ "
+#: The folder name of an empty value: `quote` always escapes a literal '%', so it can mean nothing else.
+EMPTY = "%"
 
 
 def escape(value: str) -> str:
     text = quote(value, safe=_SAFE)
-    if text in ("", ".", ".."):
-        text = "".join(f"%{ord(ch):02X}" for ch in text) or "%00"
-    return text
+    if text in (".", ".."):
+        text = "".join(f"%{ord(ch):02X}" for ch in text)
+    return text or EMPTY
 
 
 def format_value(value: object) -> str:
@@ -40,5 +42,5 @@ def parse_partition_path(path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in path.split("/"):
         name, _, value = part.partition("=")
-        out[name] = "" if value == "%00" else unquote(value)
+        out[name] = "" if value == EMPTY else unquote(value)
     return out

@@ -177,6 +177,21 @@ def finish(txn: Transaction, files: list[dict[str, Any]]) -> CompactionResult:
     )
 
 
+def inline_due(table: Table) -> bool:
+    """Whether `compaction.inline` asks for a compaction now (enough deltacommits since the last one)."""
+    spec = table.config.compaction
+    if not spec.inline:
+        return False
+    timeline = table.timeline()
+    if timeline.pending([Action.COMPACTION]):
+        return False
+    last = timeline.latest_completed([Action.COMPACTION])
+    since = [
+        i for i in timeline.completed([Action.DELTACOMMIT]) if last is None or (i.completed or "") > last.requested
+    ]
+    return len(since) >= spec.after_delta_commits
+
+
 def compact(table: Table, strategy: str | None = None) -> CompactionResult | None:
     """Schedule and run; None when nothing needed compacting."""
     instant = schedule(table, strategy)

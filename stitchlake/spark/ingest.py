@@ -280,7 +280,11 @@ def ingest_spark(
     done = table.timeline().get(txn.time)
     meta = table.timeline().metadata(done) if done is not None and done.is_completed else {}
     added = meta.get("added", [])
+    from stitchlake.ingest import inline_compaction
+    from stitchlake.spark.services import compact
+
     return IngestResult(
+        extra=inline_compaction(table, lambda t: compact(spark, t)),
         stream=stream_name,
         engine="spark",
         instant=txn.time,

@@ -38,7 +38,8 @@ def now_millis() -> int:
 
 def next_time(existing: Iterable[str], now_ms: int | None = None) -> str:
     """The next instant time after every time in `existing`, as close to the wall clock as allowed."""
-    latest = max((to_millis(t) for t in existing), default=-1)
+    newest = max(existing, default=None)  # fixed-width digits: the text maximum is the time maximum
+    latest = to_millis(newest) if newest else -1
     current = now_millis() if now_ms is None else now_ms
     return from_millis(max(current, latest + 1))
 

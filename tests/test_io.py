@@ -1,0 +1,291 @@
+"""Data files (DESIGN §3): every column type round-trips through Parquet and Avro files on disk, and a file
+that cannot be read whole is a CorruptFileError naming it — never partial rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import random
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from stitchlake.config import parse_config
+from stitchlake.errors import CorruptFileError, StitchError
+from stitchlake.io.datafiles import read_table_file, write_table_file
+from stitchlake.io.schemas import base_schema, log_schema, table_schema
+from stitchlake.storage import LocalStorage
+from stitchlake.types import arrow_type
+
+FORMATS = [
+    ("parquet", "p=1/00001_20261121000000100_tok.log.parquet"),
+    ("avro", "p=1/00001_20261121000000100_tok.log.avro"),
+]
+ROWS = 97
+
+#: config type name -> Arrow type, through the library's own mapping (checked against the expectation here)
+TYPES = {
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "boolean": pa.bool_(),
+    "string": pa.string(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "decimal(10,2)": pa.decimal128(10, 2),
+    "decimal(38,9)": pa.decimal128(38, 9),
+    "binary": pa.binary(),
+}
+
+
+def _column_name(type_name: str) -> str:
+    return "c_" + type_name.replace("(", "_").replace(",", "_").replace(")", "")
+
+
+def _value(type_name: str, i: int, rng: random.Random) -> object:
+    """A row's value: nulls every few rows, and the extremes of each type early on."""
+    if i % 5 == 3:
+        return None
+    if type_name == "int":
+        return [-(2**31), 2**31 - 1, 0][i] if i < 3 else rng.randrange(-(2**31), 2**31)
+    if type_name == "long":
+        return [-(2**63), 2**63 - 1, 0][i] if i < 3 else rng.randrange(-(2**63), 2**63)
+    if type_name == "double":
+        return [-1.7976931348623157e308, 5e-324, -0.0][i] if i < 3 else rng.uniform(-1e12, 1e12)
+    if type_name == "float":
+        return [1.5, -2.25, 0.0][i] if i < 3 else float(rng.randrange(-(2**20), 2**20)) / 8
+    if type_name == "boolean":
+        return i % 2 == 0
+    if type_name == "string":
+        return (
+            ["", "münchen 日本語 🙂", "a\x00b"][i] if i < 3 else "".join(rng.choice("xyzé🙂 ") for _ in range(i % 13))
+        )
+    if type_name == "date":
+        if i < 3:
+            return [dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1969, 12, 31)][i]
+        return dt.date(1970, 1, 1) + dt.timedelta(days=rng.randrange(-30000, 30000))
+    if type_name == "timestamp":
+        if i < 3:
+            return [
+                dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+                dt.datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=dt.UTC),
+                dt.datetime(1900, 1, 1, tzinfo=dt.UTC),
+            ][i]
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=rng.randrange(-(2**52), 2**52))
+    if type_name == "decimal(10,2)":
+        if i < 3:
+            return [decimal.Decimal("99999999.99"), decimal.Decimal("-99999999.99"), decimal.Decimal("0.00")][i]
+        return decimal.Decimal(rng.randrange(-(10**10) + 1, 10**10)).scaleb(-2)
+    if type_name == "decimal(38,9)":
+        if i < 3:
+            return [decimal.Decimal("9" * 29 + "." + "9" * 9), decimal.Decimal("-" + "9" * 29 + "." + "9" * 9),
+                    decimal.Decimal("0.000000001")][i]  # fmt: skip
+        return decimal.Decimal(rng.randrange(-(10**38) + 1, 10**38)).scaleb(-9)
+    if type_name == "binary":
+        return [b"", bytes(range(256)), b"\x00"][i] if i < 3 else rng.randbytes(i % 17)
+    raise AssertionError(type_name)
+
+
+def _all_types_table(rows: int = ROWS) -> pa.Table:
+    rng = random.Random(1121)
+    schema = pa.schema([pa.field(_column_name(name), arrow_type(name)) for name in TYPES])
+    columns = {
+        _column_name(name): pa.array([_value(name, i, rng) for i in range(rows)], arrow_type(name)) for name in TYPES
+    }
+    return pa.table(columns, schema=schema)
+
+
+def test_type_mapping() -> None:
+    for name, kind in TYPES.items():
+        assert arrow_type(name) == kind
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> LocalStorage:
+    return LocalStorage(str(tmp_path / "table"))
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_every_type_round_trips(storage: LocalStorage, file_format: str, path: str) -> None:
+    table = _all_types_table()
+    assert all(table.column(i).null_count > 0 for i in range(table.num_columns))
+    size = write_table_file(storage, path, table, file_format)
+    assert size == storage.size(path) > 0
+    back = read_table_file(storage, path, table.schema, expected_rows=ROWS)
+    assert back.schema == table.schema
+    for name in table.column_names:
+        assert back.column(name).to_pylist() == table.column(name).to_pylist(), name
+    assert back.equals(table)
+
+
+@pytest.mark.parametrize("type_name", list(TYPES))
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_each_type_round_trips_alone(storage: LocalStorage, file_format: str, path: str, type_name: str) -> None:
+    """One column per file, so a failure names the type that is broken."""
+    rng = random.Random(5)
+    kind = arrow_type(type_name)
+    table = pa.table({"v": pa.array([_value(type_name, i, rng) for i in range(20)], kind)})
+    write_table_file(storage, path, table, file_format)
+    back = read_table_file(storage, path, table.schema, expected_rows=20)
+    assert back.column("v").to_pylist() == table.column("v").to_pylist()
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_column_subset_and_empty_file(storage: LocalStorage, file_format: str, path: str) -> None:
+    table = _all_types_table(10).select(["c_long", "c_string", "c_double"])
+    write_table_file(storage, path, table, file_format)
+    back = read_table_file(storage, path, table.schema, columns=["c_string", "c_long"], expected_rows=10)
+    assert back.column_names == ["c_string", "c_long"]
+    assert back.column("c_long").to_pylist() == table.column("c_long").to_pylist()
+    empty = table.slice(0, 0)
+    write_table_file(storage, path.replace("tok", "empty"), empty, file_format)
+    back = read_table_file(storage, path.replace("tok", "empty"), table.schema, expected_rows=0)
+    assert back.num_rows == 0 and back.schema == table.schema
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_schemas_from_config_round_trip(storage: LocalStorage, file_format: str, path: str) -> None:
+    config = parse_config(
+        {
+            "table": {"name": "t", "path": "x", "key": {"id": "long"}, "partition_by": {"day": "date"}},
+            "streams": {
+                "s": {"columns": {"a": "string", "ts": "timestamp", "m": "decimal(10,2)"}, "ordering": "ts"},
+                "u": {"columns": {"b": "double"}, "nulls": "ignore"},
+            },
+        },
+        base=Path(storage.root),
+    )
+    stream = config.streams["s"]
+    schema = log_schema(config, stream)
+    assert schema.names[:5] == ["id", "day", "a", "ts", "m"]
+    assert all(name.startswith("_sl") for name in schema.names[5:])
+    assert table_schema(config).names == ["id", "day", "a", "ts", "m", "b"]
+    assert set(table_schema(config).names) <= set(base_schema(config).names)
+    rows = 6
+    data = {}
+    for field in schema:
+        if pa.types.is_boolean(field.type):
+            data[field.name] = pa.array([i % 2 == 0 for i in range(rows)], field.type)
+        elif pa.types.is_date32(field.type):
+            data[field.name] = pa.array([dt.date(2026, 11, 21)] * rows, field.type)
+        elif pa.types.is_timestamp(field.type):
+            data[field.name] = pa.array([dt.datetime(2026, 11, 21, i, tzinfo=dt.UTC) for i in range(rows)], field.type)
+        elif pa.types.is_decimal(field.type):
+            data[field.name] = pa.array([decimal.Decimal(f"{i}.25") for i in range(rows)], field.type)
+        elif pa.types.is_string(field.type):
+            data[field.name] = pa.array([f"v{i}" if i else None for i in range(rows)], field.type)
+        else:
+            data[field.name] = pa.array(list(range(rows)), field.type)
+    table = pa.table(data, schema=schema)
+    write_table_file(storage, path, table, file_format)
+    assert read_table_file(storage, path, schema, expected_rows=rows).equals(table)
+
+
+# ------------------------------------------------------------------------------------- damaged files
+
+
+def _simple_table(rows: int = 500) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "name": pa.array([f"name-{i}" * (i % 7) for i in range(rows)], pa.string()),
+            "x": pa.array([i / 3 for i in range(rows)], pa.float64()),
+        }
+    )
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_truncated_file_is_corrupt_and_named(storage: LocalStorage, file_format: str, path: str) -> None:
+    table = _simple_table()
+    write_table_file(storage, path, table, file_format)
+    data = storage.read_bytes(path)
+    storage.write_atomic(path, data[: len(data) // 2])
+    with pytest.raises(CorruptFileError) as info:
+        read_table_file(storage, path, table.schema)
+    assert path in str(info.value)
+    with pytest.raises(CorruptFileError) as info:
+        read_table_file(storage, path, table.schema, expected_rows=table.num_rows)
+    assert path in str(info.value)
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_every_truncation_is_detected_with_the_recorded_row_count(
+    storage: LocalStorage, file_format: str, path: str
+) -> None:
+    """Whatever the cut (inside the header, a block, the footer, or on a block boundary), no partial rows."""
+    table = _simple_table(1500)
+    write_table_file(storage, path, table, file_format)
+    data = storage.read_bytes(path)
+    cuts = {*range(0, len(data), max(1, len(data) // 100)), *range(len(data) - 40, len(data))}
+    if file_format == "avro":  # exactly on block boundaries: a valid, shorter Avro file
+        with open(storage.abspath(path), "rb") as handle:
+            offsets = [block.offset for block in fastavro.block_reader(handle)]
+        assert len(offsets) > 2
+        cuts |= set(offsets)
+    for cut in cuts:
+        storage.write_atomic(path, data[:cut])
+        with pytest.raises(CorruptFileError) as info:
+            read_table_file(storage, path, table.schema, expected_rows=table.num_rows)
+        assert path in str(info.value), cut
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_garbage_file_is_corrupt_and_named(storage: LocalStorage, file_format: str, path: str, seed: int) -> None:
+    table = _simple_table(10)
+    storage.makedirs("p=1")
+    storage.write_atomic(path, random.Random(seed).randbytes(4096))
+    with pytest.raises(CorruptFileError) as info:
+        read_table_file(storage, path, table.schema)
+    assert path in str(info.value)
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_empty_file_is_corrupt_and_named(storage: LocalStorage, file_format: str, path: str) -> None:
+    storage.makedirs("p=1")
+    storage.write_atomic(path, b"")
+    with pytest.raises(CorruptFileError) as info:
+        read_table_file(storage, path, _simple_table(1).schema, expected_rows=1)
+    assert path in str(info.value)
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_row_count_mismatch(storage: LocalStorage, file_format: str, path: str) -> None:
+    table = _simple_table(50)
+    write_table_file(storage, path, table, file_format)
+    assert read_table_file(storage, path, table.schema, expected_rows=50).num_rows == 50
+    for recorded in (49, 51, 0):
+        with pytest.raises(CorruptFileError) as info:
+            read_table_file(storage, path, table.schema, expected_rows=recorded)
+        message = str(info.value)
+        assert path in message and "50" in message and str(recorded) in message
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_missing_file_is_a_clear_error(storage: LocalStorage, file_format: str, path: str) -> None:
+    with pytest.raises(StitchError) as info:
+        read_table_file(storage, path, _simple_table(1).schema)
+    message = str(info.value)
+    assert path in message and "missing" in message
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_missing_column_is_named(storage: LocalStorage, file_format: str, path: str) -> None:
+    table = _simple_table(5)
+    write_table_file(storage, path, table.drop_columns(["x"]), file_format)
+    with pytest.raises(CorruptFileError) as info:
+        read_table_file(storage, path, table.schema)
+    assert path in str(info.value) and "x" in str(info.value)
+
+
+@pytest.mark.parametrize(("file_format", "path"), FORMATS, ids=[f for f, _ in FORMATS])
+def test_missing_requested_column_is_named(storage: LocalStorage, file_format: str, path: str) -> None:
+    """Readers always pass a column list: a column the file lacks must not silently read as nulls."""
+    table = _simple_table(5)
+    write_table_file(storage, path, table.drop_columns(["x"]), file_format)
+    with pytest.raises(CorruptFileError) as info:
+        read_table_file(storage, path, table.schema, columns=["id", "x"], expected_rows=5)
+    assert path in str(info.value) and "x" in str(info.value)
