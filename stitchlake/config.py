@@ -727,8 +727,17 @@ def config_from_properties(properties: Mapping[str, Any], table_path: str) -> Ta
             f"(supports {FORMAT_VERSION})"
         )
 
+    try:
+        return _config_from_properties(properties, table_path)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{table_path}/{TABLE_JSON}: damaged table properties (missing or malformed {exc})") from None
+
+
+def _config_from_properties(properties: Mapping[str, Any], table_path: str) -> TableConfig:
     def columns(items: list[Mapping[str, Any]]) -> dict[str, Any]:
-        return {c["name"]: {"type": c["type"], **({"default": c["default"]} if "default" in c else {})} for c in items}
+        return {
+            c["name"]: {"type": c["type"], **({"default": c["default"]} if "default" in c else {})} for c in items
+        }
 
     streams = {}
     for name, stream in properties["streams"].items():

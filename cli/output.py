@@ -1,0 +1,368 @@
+"""Everything the `stitch` CLI shows: rich tables, key/value summaries, JSON, human sizes, times and durations.
+
+Commands gather plain data and hand it here, so the same records feed `--json` and the human view (the
+pyiceberg `cli/output.py` split). Consoles are made per call: rich reads `COLUMNS` and whether the stream is
+a terminal when a console is created, and the test runner swaps `sys.stdout` between invocations.
+Messages are printed as plain text, never as rich markup: table paths and column values may contain `[...]`.
+rich itself is imported on first use, so `stitch --help` does not pay for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from rich.console import Console
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    from stitchlake.config import TableConfig
+
+#: What a secret config value (one that came from `${ENV}`) is shown as.
+SECRET = "<secret from the environment>"
+NULL = "null"
+#: Width to measure a table's natural width with, when stdout is a file or a pipe.
+UNBOUNDED_WIDTH = 10_000
+
+
+# ------------------------------------------------------------------------------------------------ consoles
+
+
+def stdout_console() -> Console:
+    """A console on the current stdout; no highlighting, so values keep the colours of their own style."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def text(value: str, style: str = "") -> Text:
+    """Plain text for rich (never parsed as markup)."""
+    from rich.text import Text
+
+    return Text(value, style=style)
+
+
+def info(message: str) -> None:
+    """One line of human output on stdout, never re-wrapped (cron logs are grepped)."""
+    stdout_console().print(text(message), soft_wrap=True)
+
+
+def error(message: str) -> None:
+    """`error: <message>` in red on stderr."""
+    stderr_console().print(text(f"error: {message}", "red"), soft_wrap=True)
+
+
+def hint(message: str) -> None:
+    """A secondary line on stderr (e.g. how to see more), dimmed."""
+    stderr_console().print(text(message, "dim"), soft_wrap=True)
+
+
+def print_table(table: RichTable) -> None:
+    """Print a rich table; when stdout is not a terminal, let it be as wide as it needs instead of 80 columns."""
+    console = stdout_console()
+    if not console.is_terminal:
+        unbounded = console.options.update(max_width=UNBOUNDED_WIDTH)
+        console.width = max(console.width, console.measure(table, options=unbounded).maximum)
+    console.print(table)
+
+
+# -------------------------------------------------------------------------------------------------- JSON
+
+
+def jsonable(value: Any) -> Any:
+    """A value json.dumps can write: ISO times, exact decimals as text, bytes as base64, NaN/inf as null."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dt.date | dt.time):  # datetimes too
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value) if value.is_finite() else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)
+
+
+def json_line(value: Any) -> str:
+    """One compact JSON document on one line (`--json`, and newline-delimited JSON files)."""
+    return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def emit_json(document: Mapping[str, Any]) -> None:
+    """The `--json` contract: exactly one JSON object on stdout and nothing else there.
+
+    On one line, because Airflow's BashOperator pushes the last line of stdout to XCom.
+    """
+    sys.stdout.write(json_line(document) + "\n")
+    sys.stdout.flush()
+
+
+# ------------------------------------------------------------------------------------------ human values
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    if abs(size) < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def human_duration(seconds: float | None) -> str:
+    """`45 ms`, `1.25 s`, `3 m 05 s`, `2 h 03 m`, `3 d 04 h`: precise when short, readable when long."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} m {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} m"
+    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
+
+
+def human_count(count: int | None) -> str:
+    return "-" if count is None else f"{count:,}"
+
+
+def instant_datetime(instant_time: str) -> dt.datetime:
+    from stitchlake.timeline.clock import to_datetime
+
+    return to_datetime(instant_time)
+
+
+def human_time(instant_time: str | None) -> str:
+    """An instant time (`yyyyMMddHHmmssSSS`, UTC) as `yyyy-MM-dd HH:mm:ss`."""
+    if not instant_time:
+        return "-"
+    return instant_datetime(instant_time).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso_time(instant_time: str | None) -> str | None:
+    """An instant time as ISO-8601 UTC with milliseconds, for `--json`."""
+    if not instant_time:
+        return None
+    return instant_datetime(instant_time).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def cell(value: Any) -> Text:
+    """A table cell for one value of a read result."""
+    if value is None:
+        return text(NULL, "dim")
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        return text(f"0x{raw[:16].hex()}{'…' if len(raw) > 16 else ''}")
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return text(value.isoformat())
+    if isinstance(value, bool):
+        return text("true" if value else "false")
+    return text(str(value))
+
+
+# ---------------------------------------------------------------------------------------------- secrets
+
+
+def masked(config: TableConfig, yaml_path: str, value: Any) -> Any:
+    """`value`, unless the config took it from the environment (`${VAR}`): then a placeholder."""
+    return SECRET if yaml_path in config.secret_paths else value
+
+
+def table_name(config: TableConfig) -> str:
+    return str(masked(config, "table.name", config.table.name))
+
+
+def table_path(config: TableConfig) -> str:
+    return str(masked(config, "table.path", config.table.path))
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+
+def compact_table(title: str | None = None, caption: str | None = None) -> RichTable:
+    """A table with a header rule and no frame: more columns fit before a terminal makes them fold."""
+    from rich import box
+    from rich.table import Table as RichTable
+
+    return RichTable(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+
+
+def key_values(pairs: Iterable[tuple[str, object]], title: str | None = None) -> None:
+    """A two-column summary (`rows  1,234`), e.g. after writing a file."""
+    from rich.table import Table as RichTable
+
+    grid = RichTable(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    grid.add_column("key", style="bold")
+    grid.add_column("value")
+    for key, value in pairs:
+        grid.add_row(text(key), text(str(value)))
+    print_table(grid)
+
+
+#: (header, justify); times are UTC, which the title says once instead of in every header.
+TIMELINE_COLUMNS = (
+    ("instant", "left"),
+    ("action", "left"),
+    ("state", "left"),
+    ("requested", "left"),
+    ("completed", "left"),
+    ("duration", "right"),
+    ("stream", "left"),
+    ("rows", "right"),
+    ("files", "right"),
+)
+_STATE_STYLE = {"completed": "green", "inflight": "yellow", "requested": "cyan"}
+
+
+def timeline_table(records: Sequence[Mapping[str, Any]], title: str, caption: str | None = None) -> RichTable:
+    """Instants as `timeline show` lists them; `records` are the same dicts `--json` prints."""
+    table = compact_table(title=title, caption=caption)
+    for name, justify in TIMELINE_COLUMNS:
+        # The instant is the id people copy into other commands, and action and state are short words:
+        # never cut those in a narrow terminal; let the rest fold.
+        table.add_column(name, justify=justify, no_wrap=name in ("instant", "action", "state"), overflow="fold")
+    for record in records:
+        state = str(record["state"])
+        table.add_row(
+            text(str(record["instant"])),
+            text(str(record["action"])),
+            text(state, _STATE_STYLE.get(state, "")),
+            text(human_time(record.get("instant"))),
+            text(_completed_time(record.get("instant"), record.get("completed"))),
+            text(human_duration(record.get("duration_s"))),
+            text(record.get("stream") or "-"),
+            text(human_count(record.get("rows"))),
+            text(human_count(record.get("files"))),
+        )
+    return table
+
+
+def _completed_time(requested: str | None, completed: str | None) -> str:
+    """The completion time, without its date when that is the requested date (keeps the table narrow)."""
+    shown = human_time(completed)
+    if requested and completed and requested[:8] == completed[:8]:
+        return shown.split(" ")[1]
+    return shown
+
+
+def rows_table(data: pa.Table, limit: int | None) -> RichTable:
+    """The first `limit` rows of a read result (all when None), with a `shown of total` caption."""
+    import pyarrow.types as pat
+
+    shown = data if limit is None else data.slice(0, limit)
+    table = compact_table(caption=f"{shown.num_rows:,} of {data.num_rows:,} rows")
+    for field in data.schema:
+        numeric = pat.is_integer(field.type) or pat.is_floating(field.type) or pat.is_decimal(field.type)
+        table.add_column(field.name, justify="right" if numeric else "left", overflow="fold")
+    for row in shown.to_pylist():
+        table.add_row(*(cell(row[name]) for name in data.column_names))
+    return table
+
+
+def print_status(report: Mapping[str, Any]) -> None:
+    """`stitch status` (the dict `stitchlake.services.status.status` returns): totals, then the tables an
+    operator scans: partitions, streams, live writers and pending compactions. Missing sections are skipped.
+    """
+    info(f"table {report.get('table')} at {report.get('path')}")
+    totals = dict(report.get("totals") or {})
+    timeline = dict(report.get("timeline") or {})
+    pairs: list[tuple[str, object]] = [
+        (name.replace("_", " "), human_size(value) if "bytes" in name else human_count(value))
+        for name, value in totals.items()
+    ]
+    pairs += [
+        (name.replace("_", " "), human_time(value) if isinstance(value, str) else human_count(value))
+        for name, value in timeline.items()
+    ]
+    if pairs:
+        key_values(pairs)
+
+    partitions = report.get("partitions") or {}
+    if partitions:
+        grid = compact_table(title="partitions (latest file slices)")
+        columns = ("file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
+        grid.add_column("partition")
+        for name in columns:
+            grid.add_column(name.replace("_", " "), justify="right")
+        for partition, entry in partitions.items():
+            values = [human_size(entry.get(n)) if n == "bytes" else human_count(entry.get(n)) for n in columns]
+            grid.add_row(text(str(partition)), *(text(v) for v in values))
+        print_table(grid)
+
+    streams = report.get("streams") or {}
+    if streams:
+        grid = compact_table(title="streams (latest deltacommit)")
+        for name in ("stream", "instant", "completed", "rows", "files"):
+            grid.add_column(name, justify="right" if name in ("rows", "files") else "left")
+        for name, last in streams.items():
+            if not last:
+                grid.add_row(text(str(name)), text("never written", "dim"), text("-"), text("-"), text("-"))
+                continue
+            grid.add_row(
+                text(str(name)),
+                text(str(last.get("instant"))),
+                text(human_time(last.get("completed"))),
+                text(human_count(last.get("rows"))),
+                text(human_count(last.get("files"))),
+            )
+        print_table(grid)
+
+    for section, title in (("writers", "pending writers"), ("pending_compactions", "pending compactions")):
+        entries = report.get(section) or []
+        if not entries:
+            continue
+        grid = compact_table(title=title)
+        for name in ("instant", "action", "state", "stream", "alive", "heartbeat age", "host", "pid"):
+            grid.add_column(name, justify="right" if name in ("heartbeat age", "pid") else "left")
+        for entry in entries:
+            age = entry.get("heartbeat_age_s")
+            grid.add_row(
+                text(str(entry.get("instant"))),
+                text(str(entry.get("action"))),
+                text(str(entry.get("state"))),
+                text(entry.get("stream") or "-"),
+                text("yes", "green") if entry.get("alive") else text("no (failed write)", "red"),
+                text(human_duration(age) if age is not None else "-"),
+                text(str(entry.get("host") or "-")),
+                text(str(entry.get("pid") or "-")),
+            )
+        print_table(grid)

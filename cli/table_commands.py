@@ -1,0 +1,332 @@
+"""Table commands of `stitch`: `init`, `timeline show` and `read` (DESIGN §7, §8).
+
+They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
+`timeline show` stay fast. Rendering lives in `cli.output`; these functions gather data and pick the view.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+
+from cli import output
+from cli.app import ConfigOption, JsonOption, TableOption, open_target
+from stitchlake.errors import StitchError, UsageError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from stitchlake.table import Table
+    from stitchlake.timeline.instant import Instant
+    from stitchlake.timeline.timeline import Timeline
+
+#: The choices typer offers; tests check they equal the library's `Action.ALL`, `State` and `read.MODES`
+#: (spelled out here because importing those would import pyarrow for `--help`).
+ActionName = Literal["deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase"]
+StateName = Literal["requested", "inflight", "completed"]
+ReadMode = Literal["snapshot", "read_optimized"]
+
+#: `--out` file extension -> format.
+OUT_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
+JSON_BATCH_ROWS = 10_000
+
+
+def register(app: typer.Typer) -> None:
+    """Add `init`, `timeline show` and `read` to the root app."""
+    app.command("init")(init_command)
+    app.command("read")(read_command)
+    timeline = typer.Typer(
+        help="Inspect the table's timeline of instants.", no_args_is_help=True, rich_markup_mode=None
+    )
+    timeline.command("show")(timeline_show_command)
+    app.add_typer(timeline, name="timeline")
+
+
+# -------------------------------------------------------------------------------------------------- init
+
+
+def init_command(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Table config YAML.", dir_okay=False)],
+    as_json: JsonOption = False,
+) -> None:
+    """Create the table a config describes (a no-op when it exists and matches)."""
+    table = open_target(config, None, must_exist=False)
+    created = table.init()
+    name, path = output.table_name(table.config), output.table_path(table.config)
+    if as_json:
+        output.emit_json({"table": name, "path": path, "created": created})
+    elif created:
+        output.info(f"created table {name} at {path}")
+    else:
+        output.info(f"table {name} already exists and matches the config (nothing to do)")
+
+
+# ---------------------------------------------------------------------------------------------- timeline
+
+
+def timeline_show_command(
+    config: ConfigOption = None,
+    table: TableOption = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=0, help="Show at most this many instants, newest first (0: all).")
+    ] = 20,
+    action: Annotated[ActionName | None, typer.Option("--action", help="Only this action.")] = None,
+    state: Annotated[StateName | None, typer.Option("--state", help="Only this state.")] = None,
+    stream: Annotated[str | None, typer.Option("--stream", help="Only instants of this stream.")] = None,
+    archived: Annotated[bool, typer.Option("--archived", help="List archived instants instead.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List instants (newest first) with their state, timings, stream, rows and files."""
+    handle = open_target(config, table)
+    if stream is not None:
+        handle.config.stream(stream)  # an unknown stream is a usage error that lists the streams
+    if archived:
+        found = _archived_instants(handle, as_json)
+        if found is None:
+            return
+        instants, content = found
+    else:
+        timeline = handle.timeline()
+        instants = timeline.instants
+        content = functools.partial(instant_content, timeline)
+    candidates = [
+        instant
+        for instant in reversed(instants)
+        if (action is None or instant.action == action) and (state is None or instant.state.label == state)
+    ]
+    picked, stopped = select_instants(candidates, limit, stream, content)
+    # Without --stream the filters need no file reads, so the number of matches is known.
+    matched = len(candidates) if stream is None else (None if stopped else len(picked))
+    records = [timeline_record(instant, found_content) for instant, found_content in picked]
+    _emit_timeline(handle, records, limit, matched, stopped, archived, (action, state, stream), as_json)
+
+
+def instant_content(timeline: Timeline, instant: Instant) -> Mapping[str, Any]:
+    """What an instant says about itself: its commit metadata once completed, its requested content before."""
+    return timeline.metadata(instant) if instant.is_completed else timeline.requested_content(instant)
+
+
+def select_instants(
+    newest_first: Iterable[Instant],
+    limit: int,
+    stream: str | None,
+    content: Callable[[Instant], Mapping[str, Any]],
+) -> tuple[list[tuple[Instant, Mapping[str, Any]]], bool]:
+    """The first `limit` instants (0: all) of `stream`, reading each one's content only when it is examined.
+
+    Returns the picked instants with their content, and whether candidates were left unexamined. Content is
+    read lazily so showing the newest 20 of 10,000 instants reads 20 files (with `--stream`, only until 20
+    matches are found).
+    """
+    picked: list[tuple[Instant, Mapping[str, Any]]] = []
+    for instant in newest_first:
+        if limit and len(picked) >= limit:
+            return picked, True
+        found = content(instant)
+        if stream is None or found.get("stream") == stream:
+            picked.append((instant, found))
+    return picked, False
+
+
+def timeline_record(instant: Instant, content: Mapping[str, Any]) -> dict[str, Any]:
+    """One instant as `--json` prints it and `output.timeline_table` shows it."""
+    from stitchlake.timeline.clock import seconds_between
+
+    added = content.get("added")
+    files = len(added) if isinstance(added, list) else None
+    rows = content.get("rows")
+    if not isinstance(rows, int) and isinstance(added, list):
+        rows = sum(int(entry.get("rows", 0)) for entry in added if isinstance(entry, Mapping))
+    return {
+        "instant": instant.requested,
+        "action": instant.action,
+        "state": instant.state.label,
+        "requested_at": output.iso_time(instant.requested),
+        "completed": instant.completed,
+        "completed_at": output.iso_time(instant.completed),
+        "duration_s": seconds_between(instant.requested, instant.completed) if instant.completed else None,
+        "stream": content.get("stream"),
+        "rows": rows if isinstance(rows, int) else None,
+        "files": files,
+    }
+
+
+def _emit_timeline(
+    handle: Table,
+    records: list[dict[str, Any]],
+    limit: int,
+    matched: int | None,
+    more: bool,
+    archived: bool,
+    filters: tuple[str | None, str | None, str | None],
+    as_json: bool,
+) -> None:
+    name = output.table_name(handle.config)
+    action, state, stream = filters
+    if as_json:
+        output.emit_json(
+            {
+                "table": name,
+                "path": output.table_path(handle.config),
+                "archived": archived,
+                "filters": {"action": action, "state": state, "stream": stream},
+                "limit": limit,
+                "matched": matched,
+                "more": more,
+                "instants": records,
+            }
+        )
+        return
+    what = "archived instants" if archived else "instants"
+    if not records:
+        filtered = any(f is not None for f in filters)
+        output.info(f"no {what} match the filters" if filtered else f"no {what} on the timeline of {name}")
+        return
+    if matched is None:
+        caption = f"newest {len(records):,} matching {what}; older ones were not searched (--limit 0 searches all)"
+    elif matched > len(records):
+        caption = f"newest {len(records):,} of {matched:,} {what} (--limit 0 shows all)"
+    else:
+        caption = f"{matched:,} {what}"
+    title = f"{'archived timeline' if archived else 'timeline'} of {name} (times in UTC)"
+    output.print_table(output.timeline_table(records, title=title, caption=caption))
+
+
+def _archived_instants(
+    handle: Table, as_json: bool
+) -> tuple[list[Instant], Callable[[Instant], Mapping[str, Any]]] | None:
+    """Archived instants (by requested time) and their metadata, or None after saying why there are none.
+
+    They come from `stitchlake.services.archive.load_archived_instants(storage)` when the library has it:
+    entries `{"requested", "action", "completed", "metadata"}`; nothing is read beyond what it returns.
+    """
+    from stitchlake.services import archive
+    from stitchlake.timeline.instant import Instant, State
+
+    loader = getattr(archive, "load_archived_instants", None)
+    if not handle.storage.list_names(archive.ARCHIVE_DIR):
+        note, available = "nothing is archived", True
+    elif loader is None:
+        note, available = "archive listing is not available in this version of stitchlake", False
+    else:
+        metadata: dict[Instant, Mapping[str, Any]] = {}
+        for entry in loader(handle.storage):
+            instant = Instant(entry["requested"], entry["action"], State.COMPLETED, entry.get("completed"))
+            metadata[instant] = entry.get("metadata") or {}
+        return sorted(metadata, key=lambda instant: instant.requested), metadata.__getitem__
+    if as_json:
+        name = output.table_name(handle.config)
+        output.emit_json({"table": name, "archived": True, "available": available, "note": note, "instants": []})
+    else:
+        output.info(note)
+    return None
+
+
+# -------------------------------------------------------------------------------------------------- read
+
+
+def read_command(
+    config: ConfigOption = None,
+    table: TableOption = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help="Time travel: instant time, ISO timestamp (UTC) or savepoint name."),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Changes after this time (incremental read, adds _op).")
+    ] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Changes up to this time (incremental read).")] = None,
+    columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to read.")] = None,
+    where: Annotated[
+        str | None,
+        typer.Option("--where", help="Filter 'col=value[,col2=value2]'; repeat a column for IN."),
+    ] = None,
+    mode: Annotated[ReadMode, typer.Option("--mode", help="snapshot merges logs; read_optimized: base files.")] = (
+        "snapshot"
+    ),
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Rows to print (0: all); --out writes all.")] = 20,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Write the whole result to FILE.parquet, .csv or .json (JSON lines).", dir_okay=False
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Read the table: print a sample, or write the whole result to a file."""
+    # Refuse bad arguments before reading anything.
+    wanted = split_columns(columns)
+    target = (out, check_out_path(out)) if out is not None else None
+    handle = open_target(config, table)
+    data = handle.read(mode=mode, as_of=as_of, since=since, until=until, columns=wanted, filter=where)
+    if target is None:
+        _print_sample(data, limit or None, as_json)
+        return
+    path, out_format = target
+    size = write_result(data, path, out_format)
+    if as_json:
+        output.emit_json({"rows": data.num_rows, "path": str(path), "format": out_format, "bytes": size})
+    else:
+        summary = [("rows", output.human_count(data.num_rows)), ("path", path), ("format", out_format)]
+        output.key_values([*summary, ("size", output.human_size(size))], title="wrote")
+
+
+def _print_sample(data: pa.Table, limit: int | None, as_json: bool) -> None:
+    if not as_json:
+        output.print_table(output.rows_table(data, limit))
+        return
+    sample = data if limit is None else data.slice(0, limit)
+    output.emit_json(
+        {"rows": data.num_rows, "shown": sample.num_rows, "columns": data.column_names, "records": sample.to_pylist()}
+    )
+
+
+def split_columns(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise UsageError("--columns: give at least one column name, e.g. --columns order_id,amount")
+    return names
+
+
+def check_out_path(path: Path) -> str:
+    """The format for `--out`, refusing (exit 2) before any reading what cannot be written."""
+    out_format = OUT_FORMATS.get(path.suffix.lower())
+    if out_format is None:
+        raise UsageError(f"--out {path}: unknown file type {path.suffix or '(none)'!r} (use .parquet, .csv or .json)")
+    if path.is_dir():
+        raise UsageError(f"--out {path}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"--out {path}: folder {path.parent} does not exist")
+    return out_format
+
+
+def write_result(data: pa.Table, path: Path, out_format: str) -> int:
+    """Write `data` to `path` through a temporary file, so a failed write never leaves half a file. Returns bytes."""
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if out_format == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(data, str(temp))
+        elif out_format == "csv":
+            import pyarrow.csv as pacsv
+
+            pacsv.write_csv(data, str(temp))
+        else:
+            with temp.open("w", encoding="utf-8") as handle:
+                for batch in data.to_batches(max_chunksize=JSON_BATCH_ROWS):
+                    handle.writelines(output.json_line(row) + "\n" for row in batch.to_pylist())
+        os.replace(temp, path)
+    except OSError as exc:
+        raise StitchError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        temp.unlink(missing_ok=True)
+    return path.stat().st_size
