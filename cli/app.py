@@ -12,7 +12,7 @@ reuses from here:
 
 Exit codes (DESIGN §8) come from the errors: `StitchError.exit_code`; 130 on Ctrl-C; 1 for anything unexpected.
 
-Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.read imports
+Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reader imports
 (import them inside the command function): `stitch --help` must stay fast and metadata commands run without
 a JVM. `tests/test_cli.py` checks that `--help` imports neither pyspark nor pyarrow.
 """

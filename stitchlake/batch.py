@@ -74,7 +74,10 @@ def _prepare_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
         )
     if pa.types.is_timestamp(kind):
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2}) ", r"\1T")
-        return pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2})$", r"\1T00:00:00")
+        column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2})$", r"\1T00:00:00")
+        # Text without a zone is UTC, as everywhere else in stitchlake (defaults, as_of).
+        zoned = pc.match_substring_regex(column, r"(Z|[+-]\d{2}:?\d{2})$")
+        return pc.if_else(pc.fill_null(zoned, True), column, pc.binary_join_element_wise(column, "Z", ""))
     return column
 
 
@@ -132,11 +135,8 @@ def prepare(
     for spec in config.table.partition_by:
         _flag(reasons, _nulls(columns[spec.name]), f"null partition value {spec.name}")
         if spec.type == "string":
-            _flag(
-                reasons,
-                pc.equal(columns[spec.name], "").to_numpy(zero_copy_only=False) & ~_nulls(columns[spec.name]),
-                f"empty partition value {spec.name}",
-            )
+            empty = pc.fill_null(pc.equal(columns[spec.name], ""), False).to_numpy(zero_copy_only=False)
+            _flag(reasons, empty, f"empty partition value {spec.name}")
     for name in stream.ordering:
         _flag(reasons, _nulls(columns[name]), f"null ordering value {name}")
 

@@ -735,9 +735,7 @@ def config_from_properties(properties: Mapping[str, Any], table_path: str) -> Ta
 
 def _config_from_properties(properties: Mapping[str, Any], table_path: str) -> TableConfig:
     def columns(items: list[Mapping[str, Any]]) -> dict[str, Any]:
-        return {
-            c["name"]: {"type": c["type"], **({"default": c["default"]} if "default" in c else {})} for c in items
-        }
+        return {c["name"]: {"type": c["type"], **({"default": c["default"]} if "default" in c else {})} for c in items}
 
     streams = {}
     for name, stream in properties["streams"].items():

@@ -148,8 +148,8 @@ class Table:
         columns: Sequence[str] | None = None,
         filter: Any = None,
     ) -> pa.Table:
-        """Read the table (see `stitchlake.read`)."""
-        from stitchlake.read import read
+        """Read the table (see `stitchlake.reader`)."""
+        from stitchlake.reader import read
 
         return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
 

@@ -157,7 +157,7 @@ def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]
 
 def test_option_choices_match_the_library() -> None:
     """The CLI spells the choices out (to keep pyarrow out of `--help`); they must not drift."""
-    from stitchlake.read import MODES
+    from stitchlake.reader import MODES
 
     assert get_args(ActionName) == Action.ALL
     assert get_args(StateName) == tuple(state.label for state in State)

@@ -26,7 +26,7 @@ def encode_ordering(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         values = values.combine_chunks()
     kind = values.type
     if pa.types.is_floating(kind):
-        floats = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        floats = values.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 == 0.0: one value
         bits = floats.view(np.int64)
         # Negative floats order backwards as integers: flip their magnitude bits.
         return np.where(bits < 0, bits ^ _LOW63, bits)

@@ -19,7 +19,7 @@ from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
-from stitchlake.read import merge_slice
+from stitchlake.reader import merge_slice
 from stitchlake.services.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import Timeline

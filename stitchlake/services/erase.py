@@ -24,7 +24,7 @@ from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.layout.partition import partition_path
 from stitchlake.merge.stitch import to_base
-from stitchlake.read import merge_slice
+from stitchlake.reader import merge_slice
 from stitchlake.services.archive import load_checkpoint
 from stitchlake.services.compaction import slice_from_json, slice_to_json
 from stitchlake.timeline.instant import Action, Instant

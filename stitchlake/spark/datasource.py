@@ -122,7 +122,7 @@ class StitchReader(DataSourceReader):
             yield item
 
     def partitions(self) -> Sequence[InputPartition]:
-        from stitchlake.read import plan_slices, prune, resolve_time
+        from stitchlake.reader import plan_slices, prune, resolve_time
         from stitchlake.services.compaction import slice_to_json
 
         table = open_for_spark(self.options)
@@ -133,7 +133,7 @@ class StitchReader(DataSourceReader):
         return [SliceInput(slice_to_json(s)) for s in slices] or [SliceInput(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from stitchlake.read import SNAPSHOT, read_slice
+        from stitchlake.reader import SNAPSHOT, read_slice
         from stitchlake.services.compaction import slice_from_json
 
         if partition.value is None:

@@ -55,6 +55,10 @@ class Pruning:
     rows: pc.Expression | None
     #: Columns the row filter needs (None: possibly any, for an opaque expression).
     row_columns: tuple[str, ...] | None = ()
+    #: The part of `rows` on key and partition columns only (a deleted row still has those).
+    keys: pc.Expression | None = None
+    #: The part of `rows` on stream columns (null on a deleted row).
+    values: pc.Expression | None = None
 
 
 def parse_where(text: str) -> dict[str, list[str]]:
@@ -101,12 +105,25 @@ def prune(config: TableConfig, where: Filter) -> Pruning:
         kinds = [arrow_type(c.type) for c in config.table.key]
         combos = itertools.product(*(values[n] for n in config.table.key_names))
         groups = {file_group_id(bucket_for_values(list(c), kinds, config.table.buckets)) for c in combos}
-    expression = None
-    for name, items in values.items():
-        kind = arrow_type({c.name: c for c in config.all_columns()}[name].type)
-        term = pc.field(name).isin(pa.array(items, kind))
-        expression = term if expression is None else expression & term
-    return Pruning(partitions, groups, expression, tuple(values))
+    common = {c.name for c in config.common_columns}
+    kinds = {c.name: arrow_type(c.type) for c in config.all_columns()}
+    on_keys = _conjunction([pc.field(n).isin(pa.array(v, kinds[n])) for n, v in values.items() if n in common])
+    on_values = _conjunction([pc.field(n).isin(pa.array(v, kinds[n])) for n, v in values.items() if n not in common])
+    return Pruning(
+        partitions,
+        groups,
+        _conjunction([e for e in (on_keys, on_values) if e is not None]),
+        tuple(values),
+        on_keys,
+        on_values,
+    )
+
+
+def _conjunction(terms: list[pc.Expression]) -> pc.Expression | None:
+    out = None
+    for term in terms:
+        out = term if out is None else out & term
+    return out
 
 
 def _partition_matches(path: str, wanted: dict[str, set[str]]) -> bool:
@@ -375,8 +392,14 @@ def read_changes(
     if not parts:
         return _empty(config, wanted).append_column(OP, pa.array([], pa.string()))
     out = pa.concat_tables(parts)
-    if pruning.rows is not None:
+    if pruning.row_columns is None and pruning.rows is not None:
+        # An opaque expression may name value columns, which a deleted row no longer has.
         out = out.filter(pruning.rows | (pc.field(OP) == "D"))
+    else:
+        if pruning.keys is not None:
+            out = out.filter(pruning.keys)
+        if pruning.values is not None:
+            out = out.filter(pruning.values | (pc.field(OP) == "D"))
     return out.select([*wanted, OP])
 
 
