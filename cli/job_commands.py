@@ -126,7 +126,12 @@ def ingest_command(
     args = ["--stream", stream, *[a for s in sources for a in ("--source", s)]]
     if max_files:
         args += ["--max-files", str(max_files)]
-    result = run_engine(handle, engine, "ingest", args, local, as_json)
+    early = None
+    if engine is Engine.spark:
+        from stitchlake.ingest import preflight
+
+        early = preflight(handle, stream, sources or None, max_files)
+    result = _plain(early) if early else run_engine(handle, engine, "ingest", args, local, as_json)
     _finish(
         result,
         as_json,

@@ -92,6 +92,22 @@ def begin(table: Table, stream: str) -> Transaction:
     return Transaction.begin(table, Action.DELTACOMMIT, {"stream": stream}, exclusive_stream=stream)
 
 
+def preflight(
+    table: Table, stream: str, paths: list[str] | None = None, max_files: int | None = None
+) -> IngestResult | None:
+    """Cheap checks before starting Spark: busy stream (exit 4 at once) or nothing pending (no JVM at all).
+
+    The job repeats both checks under its own transaction; this only spares a cron run the start-up cost.
+    """
+    from stitchlake.transaction import refuse_if_stream_busy
+
+    table.require()
+    refuse_if_stream_busy(table, table.timeline(), stream)
+    if not pending_files(table, stream, paths, max_files):
+        return nothing_to_do(stream, "spark")
+    return None
+
+
 def nothing_to_do(stream: str, engine: str) -> IngestResult:
     return IngestResult(stream=stream, engine=engine, message=f"nothing to ingest for stream {stream}")
 

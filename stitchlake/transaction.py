@@ -105,7 +105,7 @@ class Transaction:
         with table.lock():
             timeline = Timeline.load(storage)
             if exclusive_stream:
-                _refuse_if_stream_busy(table, timeline, exclusive_stream)
+                refuse_if_stream_busy(table, timeline, exclusive_stream)
             if busy_check is not None:
                 busy_check(timeline)
             requested = next_time(timeline.all_times())
@@ -203,7 +203,7 @@ def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:
     return not heartbeats.is_expired(table.storage, instant.requested, expire)
 
 
-def _refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None:
+def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None:
     for instant in timeline.pending([Action.DELTACOMMIT]):
         content = timeline.requested_content(instant)
         if content.get("stream") != stream or not live_writer(table, timeline, instant):

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["zookeeper_server"]
+pytest_plugins = ["zookeeper_server", "spark_fixtures"]

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stitchlake.batch import REASON, SOURCE, Batch, prepare, required_columns
 from stitchlake.config import StreamSpec, TableConfig
@@ -103,11 +104,11 @@ def prepare_native(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for item in batches:
             data = pa.Table.from_batches([item])
-            files = data.column(FILE).to_pylist()
+            files = data.column(FILE)
             rowids = data.column(ROWID).to_numpy()
             data = data.drop_columns([FILE, ROWID])
-            for name in dict.fromkeys(files):
-                mask = np.array([f == name for f in files])
+            for name in pc.unique(files).to_pylist():
+                mask = pc.equal(files, name).to_numpy(zero_copy_only=False)
                 path = _normalise(name)
                 ordinal = ordinals[path]
                 positions = (np.int64(ordinal) << ROW_BITS) | (rowids[mask] & ROW_MASK)
