@@ -1,0 +1,91 @@
+"""The spark-submit launcher without a JVM: argv, shipping the package, settings files, exit-code mapping."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from tables import THREE_STREAMS, config
+
+from stitchlake.config import TableConfig
+from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
+from stitchlake.spark.job import unwrap
+from stitchlake.spark.launcher import (
+    JobFiles,
+    build_argv,
+    error_for,
+    package_zip,
+    spark_properties,
+    write_properties,
+)
+
+
+def _files(tmp_path: Path) -> JobFiles:
+    return JobFiles(tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties")
+
+
+def _config(tmp_path: Path, master: str, conf: dict[str, str] | None = None) -> TableConfig:
+    document = {**THREE_STREAMS, "spark": {"master": master, "conf": conf or {}}}
+    return config(tmp_path, document)
+
+
+def test_local_master_runs_the_job_script_without_shipping_code(tmp_path: Path) -> None:
+    argv = build_argv(_config(tmp_path, "local[2]"), "ingest", ["--stream", "orders"], _files(tmp_path))
+    assert argv[0].endswith("spark-submit") and argv[argv.index("--master") + 1] == "local[2]"
+    assert "--py-files" not in argv
+    script = argv.index("--result") - 1
+    assert argv[script].endswith("stitchlake/jobs/ingest.py") and Path(argv[script]).is_file()
+    assert argv[-2:] == ["--stream", "orders"]
+
+
+def test_cluster_master_ships_an_importable_package_zip(tmp_path: Path) -> None:
+    archive = package_zip(tmp_path)
+    argv = build_argv(_config(tmp_path, "yarn"), "compact", [], _files(tmp_path), archive)
+    assert argv[argv.index("--py-files") + 1] == archive
+    names = set(zipfile.ZipFile(archive).namelist())
+    assert {"stitchlake/__init__.py", "stitchlake/merge/rules.py", "stitchlake/jobs/compact.py"} <= names
+    # An executor imports the package from the zip alone (first on its path, as --py-files puts it).
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import stitchlake.merge.rules as r; print(r.__file__)"
+    done = subprocess.run([sys.executable, "-c", probe, archive], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(archive)
+
+
+def test_settings_go_to_a_private_properties_file_not_the_command_line(tmp_path: Path) -> None:
+    secret = "s3cr3t=with:odd\\chars"
+    table_config = _config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": secret})
+    files = _files(tmp_path)
+    write_properties(files.properties, spark_properties(table_config))
+    argv = build_argv(table_config, "ingest", ["--stream", "orders"], files)
+    assert not any(secret in part for part in argv)
+    assert stat.S_IMODE(os.stat(files.properties).st_mode) == 0o600
+    text = files.properties.read_text(encoding="utf-8")
+    assert "spark.hadoop.fs.s3a.secret.key=s3cr3t\\=with\\:odd\\\\chars" in text
+    # What every job relies on wins over the user's settings.
+    assert "spark.sql.session.timeZone=UTC" in text
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"), [(2, ConfigError), (3, ConflictError), (4, BusyError), (5, InputRejected), (1, StitchError)]
+)
+def test_job_exit_codes_map_back_to_the_same_errors(code: int, kind: type[StitchError]) -> None:
+    error = error_for(code, "why")
+    assert type(error) is kind and error.exit_code == code
+
+
+def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
+    wrapped = RuntimeError(
+        "An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/work/stitchlake/batch.py", line 99, in prepare\n'
+        "stitchlake.errors.InputRejected: 2 bad rows (null key order_id: 2) in part-0001.parquet\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(PythonRunner.scala:1)\n"
+    )
+    assert unwrap(wrapped) == (5, "2 bad rows (null key order_id: 2) in part-0001.parquet")
+    assert unwrap(BusyError("stream orders is busy")) == (4, "stream orders is busy")
+    assert unwrap(ValueError("boom\nmore")) == (1, "ValueError: boom")
