@@ -154,6 +154,13 @@ def ingest_command(
 # ----------------------------------------------------------------------------------------------- compact
 
 
+def _pending_compactions(table: Table) -> bool:
+    from stitchlake.services.compaction import pending_plans
+
+    table.require()
+    return bool(pending_plans(table))
+
+
 def compact_command(
     instant: Annotated[str | None, typer.Argument(help="With --run: the plan to run (default: oldest).")] = None,
     config: ConfigOption = None,
@@ -185,7 +192,10 @@ def compact_command(
 
     args = (["--schedule"] if schedule_only else []) + (["--run"] if run_only else [])
     args += (["--instant", instant] if instant else []) + (["--strategy", strategy] if strategy else [])
-    result = run_engine(handle, engine, "compact", args, local, as_json)
+    if run_only and instant is None and not _pending_compactions(handle):
+        result: dict[str, Any] = {"scheduled": None, "result": None}  # nothing to do is exit 0, without a JVM
+    else:
+        result = run_engine(handle, engine, "compact", args, local, as_json)
     done = result.get("result") or {}
     if done:
         result["message"] = (

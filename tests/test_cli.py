@@ -778,3 +778,14 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
     ):
         assert expected in out
     assert "pending compactions" not in out
+
+
+def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """A cron `stitch compact --run` with nothing scheduled exits 0 (DESIGN §8), and starts no Spark job."""
+    table, _ = written
+    before = [i.file_name for i in table.timeline().instants]
+    result = run("compact", "-c", str(config_file), "--run", "--json")
+    assert result.exit_code == 0, result.output
+    assert stdout_json(result)["message"] == "nothing to compact"
+    assert [i.file_name for i in table.timeline().instants] == before
+    assert not Path(table.path, ".stitch", "logs").exists()

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stitchlake.errors import StitchError
+from stitchlake.errors import UsageError
 from stitchlake.layout.names import BASE, LOG
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.timeline import Timeline
@@ -161,7 +161,8 @@ class FileSystemView:
     ) -> list[FileSlice]:
         keys = list(file_groups) if file_groups is not None else self.file_groups(partitions)
         if as_of is not None and self.horizon is not None and as_of < self.horizon:
-            raise StitchError(
+            # A refusal, not a failure: a later time or a savepoint answers it (DESIGN §8, exit 2).
+            raise UsageError(
                 f"as of {as_of} is older than the archived timeline (its state is only kept from "
                 f"{self.horizon}); pick a later time or a savepoint"
             )
@@ -169,7 +170,7 @@ class FileSystemView:
         for item in out:
             for data_file in item.files:
                 if data_file.path in self.deleted:
-                    raise StitchError(
+                    raise UsageError(
                         f"reading as of {as_of} needs {data_file.path}, which clean removed at "
                         f"{self.deleted[data_file.path]}; that time is outside the retention "
                         "(keep more with clean.retain, or pin it with a savepoint)"

@@ -192,6 +192,8 @@ def clean(
     table.require()
     chosen = policy or table.config.clean.policy
     keep = retain if retain is not None else table.config.clean.retain
+    if chosen not in POLICIES:  # refuse before rolling anything back, not halfway through
+        raise UsageError(f"clean policy {chosen!r} is not one of: {', '.join(POLICIES)}")
     if dry_run:
         timeline = table.timeline()
         view = table.view(timeline)

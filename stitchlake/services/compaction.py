@@ -21,6 +21,7 @@ from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
 from stitchlake.services.archive import load_checkpoint
+from stitchlake.services.rollback import refuse_while_undoing
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
@@ -88,6 +89,7 @@ def schedule(table: Table, strategy: str | None = None) -> str | None:
     chosen_strategy = strategy or spec.strategy
 
     def plan(timeline: Timeline, _requested: str) -> dict[str, Any] | None:
+        refuse_while_undoing(timeline, "schedule a compaction")
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         slices = choose(view, chosen_strategy, spec.min_log_files, spec.min_log_bytes)
         if not slices:
@@ -136,7 +138,11 @@ def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list
     else:
         found = timeline.get(instant_time)
         if found is None or found.action != Action.COMPACTION:
-            raise NotFoundError(f"{instant_time} is not a compaction on the timeline")
+            plans = ", ".join(i.requested for i in pending) or "none"
+            raise NotFoundError(
+                f"{instant_time} is not a compaction on the timeline (pending plans: {plans}); "
+                "`stitch compact --run` without an instant runs the oldest pending plan"
+            )
         if found.is_completed:
             raise UsageError(f"compaction {instant_time} already completed at {found.completed}; nothing to run")
         instant = found
@@ -166,7 +172,9 @@ def run(table: Table, instant_time: str | None = None) -> CompactionResult:
 
 def finish(txn: Transaction, files: list[dict[str, Any]]) -> CompactionResult:
     """Publish the compaction as a `commit`."""
-    instant = txn.complete({"added": files, "operations": len(files)})
+    # Like an erase, name the file groups rewritten (a list, never a count): conflict checks read it.
+    groups = [{"partition": f["partition"], "file_group": f["file_group"]} for f in files]
+    instant = txn.complete({"added": files, "operations": groups})
     return CompactionResult(
         instant=instant.requested,
         completed=instant.completed,

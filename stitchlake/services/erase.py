@@ -27,6 +27,7 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
 from stitchlake.services.archive import load_checkpoint
 from stitchlake.services.compaction import slice_from_json, slice_to_json
+from stitchlake.services.rollback import refuse_while_undoing
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
@@ -98,9 +99,10 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
             continue
         if instant.is_completed and (instant.completed or "") <= since:
             continue
-        content = timeline.metadata(instant) if instant.is_completed else timeline.requested_content(instant)
-        touched = {(e["partition"], e["file_group"]) for e in content.get("operations", [])}
-        touched |= {(e["partition"], e["file_group"]) for e in content.get("added", [])}
+        # The plan names the file groups of a pending or completed rewrite; a completed one also lists its files.
+        touched = {(e["partition"], e["file_group"]) for e in timeline.requested_content(instant).get("operations", [])}
+        if instant.is_completed:
+            touched |= {(e["partition"], e["file_group"]) for e in timeline.metadata(instant).get("added", [])}
         if touched & groups:
             out.append(instant)
     return out
@@ -131,6 +133,7 @@ def erase(table: Table, keys: pa.Table) -> EraseResult:
     groups: set[tuple[str, str]] = set()
 
     def plan(timeline: Timeline, requested: str) -> dict[str, Any] | None:
+        refuse_while_undoing(timeline, "erase")
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         groups.update(_targets(table, view, wanted))
         busy = _rewrites_touching(timeline, groups, requested, requested)
@@ -151,6 +154,7 @@ def erase(table: Table, keys: pa.Table) -> EraseResult:
         return _execute(table, txn, wanted, groups)
     except BaseException:
         txn.abort()
+        table.storage.delete_tree(f"{ERASE_DIR}/{txn.time}")  # its (now empty) folder would be a trace too
         raise
 
 
@@ -193,8 +197,10 @@ def _execute(table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[s
         txn.mark(erased_path)
         pq.write_table(erased_rows, storage.abspath(erased_path), filesystem=storage.filesystem)
 
-    late = _late_writes(table, table.timeline(), groups, keys, txn.time)
-    checked_at = table.timeline().latest_time() or txn.time
+    # One snapshot for both: a commit completing between two separate loads would be checked by neither.
+    snapshot = table.timeline()
+    late = _late_writes(table, snapshot, groups, keys, txn.time)
+    checked_at = snapshot.latest_time() or txn.time
 
     def conflicts(timeline: Timeline, instant: Instant) -> None:
         rivals = _rewrites_touching(timeline, groups, instant.requested, instant.requested)

@@ -66,6 +66,10 @@ def undo(table: Table, target: dict[str, Any]) -> int:
     deleted = sum(1 for path in target["files"] if storage.delete(path))
     delete_markers(storage, instant.requested)
     heartbeats.delete(storage, instant.requested)
+    if instant.action == Action.ERASE:
+        from stitchlake.services.erase import ERASE_DIR
+
+        storage.delete_tree(f"{ERASE_DIR}/{instant.requested}")
     delete_instant(storage, instant)
     return deleted
 
@@ -159,6 +163,22 @@ def rollback_failed(table: Table) -> RollbackResult:
     return _run(table, timeline, targets, resets, "failed writes (expired heartbeats)")
 
 
+def refuse_while_undoing(timeline: Timeline, what: str) -> None:
+    """Refuse (exit 4) to plan on a history that is being taken back.
+
+    A restore, or a rollback of a completed commit, deletes its targets' files outside the lock. A compaction or
+    erase planned meanwhile would merge files that are about to vanish (or bring undone data back), and a
+    savepoint would pin a state that is going away.
+    """
+    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
+        targets = timeline.requested_content(instant).get("targets", [])
+        if instant.action == Action.RESTORE or any(target.get("completed") for target in targets):
+            raise BusyError(
+                f"{instant.action} {instant.requested} is undoing commits, so nothing can {what} right now; "
+                "run again when it has finished (if its process died, `stitch rollback --failed` finishes it)"
+            )
+
+
 def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None:
     if target.action != Action.DELTACOMMIT:
         raise UsageError(
@@ -176,8 +196,9 @@ def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None
     for other in timeline.instants:
         if other.action not in Action.REWRITES:
             continue
-        content = timeline.metadata(other) if other.is_completed else timeline.requested_content(other)
-        absorbed = {log["path"] for op in content.get("operations", []) for log in op.get("logs", [])}
+        # The plan (requested content) lists the logs a rewrite merges, whether it is pending or completed.
+        plan = timeline.requested_content(other)
+        absorbed = {log["path"] for op in plan.get("operations", []) for log in op.get("logs", [])}
         if other.action == Action.ERASE and other.is_completed and (other.completed or "") > (target.completed or ""):
             absorbed |= files
         if absorbed & files:
@@ -201,7 +222,11 @@ def rollback(table: Table, instant_time: str) -> RollbackResult:
     timeline = table.timeline()
     target = timeline.get(instant_time)
     if target is None:
-        raise NotFoundError(f"instant {instant_time} is not on the active timeline")
+        raise NotFoundError(
+            f"instant {instant_time} is not on the active timeline, so there is nothing to roll back; "
+            "`stitch timeline show` lists the instants (a pending one of a dead writer, or the latest "
+            "deltacommit, can be rolled back)"
+        )
     if not target.is_completed:
         if not expired(table, target):
             raise BusyError(
