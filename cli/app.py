@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import os
 import traceback
 from collections.abc import Callable
@@ -43,6 +44,36 @@ R = TypeVar("R")
 #: Set to 1 to see tracebacks (also of expected errors) on stderr.
 DEBUG_ENV = "STITCH_DEBUG"
 EXIT_INTERRUPTED = 130
+
+
+# ---------------------------------------------------------------------------------------------- logging
+
+#: Libraries whose warnings repeat what our own error message says (kazoo logs every failed connection
+#: attempt, with the host names): shown only with STITCH_DEBUG=1.
+QUIET_LOGGERS = ("kazoo",)
+
+
+class _OutputHandler(logging.Handler):
+    """Log records as dimmed lines on stderr through `cli.output`, so secrets are masked there too."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            output.hint(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def configure_logging() -> None:
+    """Route library logging through `cli.output` (warnings and up; everything with STITCH_DEBUG=1). Idempotent."""
+    root = logging.getLogger()
+    if any(isinstance(handler, _OutputHandler) for handler in root.handlers):
+        return
+    handler = _OutputHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if _debug() else logging.WARNING)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if _debug() else logging.CRITICAL)
 
 
 # ------------------------------------------------------------------------------------------------ the guard
@@ -136,7 +167,9 @@ def open_target(config: Path | None, table: str | None, *, must_exist: bool = Tr
     from stitchlake.table import Table, open_table
 
     if config is not None:
-        handle = Table(load_config(config))
+        loaded = load_config(config)
+        output.register_secrets(loaded.secret_values)  # before anything can print them, errors included
+        handle = Table(loaded)
     else:
         assert table is not None
         if Path(table).is_file():
@@ -180,6 +213,7 @@ def _root_options(
     Exit codes: 0 done or nothing to do, 1 failure, 2 bad usage or config, 3 write conflict (retry),
     4 busy or lock timeout (retry later), 5 input rejected.
     """
+    configure_logging()
 
 
 def _register_commands(root: typer.Typer) -> None:

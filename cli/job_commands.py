@@ -79,7 +79,7 @@ def run_engine(
     with console.status(f"{job}: starting Spark", spinner="dots") as status:
 
         def progress(message: str) -> None:
-            status.update(f"{job}: {message} ({time.time() - started:.0f}s)")
+            status.update(output.redact(f"{job}: {message} ({time.time() - started:.0f}s)"))
             if not console.is_terminal and not as_json:
                 output.hint(f"{job}: {message}")
 
@@ -132,6 +132,10 @@ def ingest_command(
 
         early = preflight(handle, stream, sources or None, max_files)
     result = _plain(early) if early else run_engine(handle, engine, "ingest", args, local, as_json)
+    if not result.get("instant") and not as_json:
+        # Nothing was pending: one clear line, not a summary of zeros that reads like an ingest happened.
+        output.info(str(result.get("message") or f"nothing to ingest for stream {stream}"))
+        return
     _finish(
         result,
         as_json,

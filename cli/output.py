@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
 
-#: What a secret config value (one that came from `${ENV}`) is shown as.
+#: What a secret config value (one that came from `${ENV}`) is shown as (= stitchlake.config.SECRET_PLACEHOLDER,
+#: spelled out so `--help` does not import the config module).
 SECRET = "<secret from the environment>"
+#: Values taken from `${ENV}` by the configs this process loaded: masked in everything printed (`redact`).
+_secrets: set[str] = set()
 NULL = "null"
 #: Width to measure a table's natural width with, when stdout is a file or a pipe.
 UNBOUNDED_WIDTH = 10_000
@@ -49,11 +52,25 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+def register_secrets(values: Iterable[str]) -> None:
+    """Mask these values (from `${ENV}` in a config) in everything printed from now on: messages, tables, JSON."""
+    _secrets.update(values)
+
+
+def redact(value: str) -> str:
+    """`value` with registered secrets masked (see `stitchlake.config.redact`)."""
+    if not _secrets:
+        return value
+    from stitchlake.config import redact as redact_secrets
+
+    return redact_secrets(value, _secrets)
+
+
 def text(value: str, style: str = "") -> Text:
-    """Plain text for rich (never parsed as markup)."""
+    """Plain text for rich (never parsed as markup), with secrets masked: every printed line goes through here."""
     from rich.text import Text
 
-    return Text(value, style=style)
+    return Text(redact(value), style=style)
 
 
 def info(message: str) -> None:
@@ -114,8 +131,19 @@ def emit_json(document: Mapping[str, Any]) -> None:
 
     On one line, because Airflow's BashOperator pushes the last line of stdout to XCom.
     """
-    sys.stdout.write(json_line(document) + "\n")
+    sys.stdout.write(json_line(_redacted(jsonable(document))) + "\n")
     sys.stdout.flush()
+
+
+def _redacted(value: Any) -> Any:
+    """A jsonable value with secrets masked in every string (before encoding, so escaping cannot hide them)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k): _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 # ------------------------------------------------------------------------------------------ human values
@@ -322,7 +350,8 @@ def print_status(report: Mapping[str, Any]) -> None:
         columns = ("file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
         grid.add_column("partition")
         for name in columns:
-            grid.add_column(name.replace("_", " "), justify="right")
+            # `rows` counts rows in base files only: log rows are not known per key until merged.
+            grid.add_column("base rows" if name == "rows" else name.replace("_", " "), justify="right")
         for partition, entry in partitions.items():
             values = [human_size(entry.get(n)) if n == "bytes" else human_count(entry.get(n)) for n in columns]
             grid.add_row(text(str(partition)), *(text(v) for v in values))

@@ -22,6 +22,7 @@ from stitchlake.types import arrow_type
 REASON = "_reason"
 SOURCE = "_source"
 ROW = "_row"
+UNPARSABLE = "unparsable value in "
 
 
 @dataclass
@@ -129,7 +130,7 @@ def prepare(
     for spec in required_columns(config, stream):
         cast, failed = cast_column(_combine(data.column(spec.name)), spec, source)
         columns[spec.name] = cast
-        _flag(reasons, failed, f"unparsable value in {spec.name}")
+        _flag(reasons, failed, f"{UNPARSABLE}{spec.name}")
     for spec in config.table.key:
         _flag(reasons, _nulls(columns[spec.name]), f"null key {spec.name}")
     for spec in config.table.partition_by:
@@ -193,5 +194,10 @@ def describe_bad_rows(bad: pa.Table, limit: int = 3) -> str:
     summary = ", ".join(f"{reason}: {count}" for reason, count in counts.most_common())
     examples = []
     for row in bad.slice(0, limit).to_pylist():
-        examples.append(f"{row[SOURCE]} row {row[ROW]} ({row[REASON]})")
+        reason = row[REASON]
+        column = reason[len(UNPARSABLE) :] if reason.startswith(UNPARSABLE) else None
+        if column and column in row:  # show what could not be parsed: the fix is in the data, not here
+            value = str(row[column])
+            reason += f": {value[:40] + '...' if len(value) > 40 else value!r}"
+        examples.append(f"{row[SOURCE]} row {row[ROW]} ({reason})")
     return f"{bad.num_rows} bad row{'s' if bad.num_rows != 1 else ''} ({summary}); first: {'; '.join(examples)}"

@@ -12,7 +12,7 @@ import decimal
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,11 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_PREFIX = "_sl"
 RESERVED_NAMES = frozenset({"_op"})
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: What a value taken from the environment is shown as, wherever stitchlake prints or records text.
+SECRET_PLACEHOLDER = "<secret from the environment>"
+#: Environment values shorter than this are not searched for in free text (masking every "8" or "on" in a
+#: message would garble it); such values are still masked by their YAML path (`TableConfig.secret_paths`).
+MIN_SECRET_LENGTH = 4
 
 SOURCE_FORMATS = ("parquet", "json", "csv", "avro")
 LOG_FORMATS = ("parquet", "avro")
@@ -170,6 +175,8 @@ class TableConfig:
     source_file: str | None = None
     #: YAML paths whose values came from `${ENV}`: never print them.
     secret_paths: frozenset[str] = frozenset()
+    #: The environment values themselves, to mask them in any text (`redact`). Kept out of repr and equality.
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def stream(self, name: str) -> StreamSpec:
         """The named stream, or a ConfigError listing the streams there are."""
@@ -239,10 +246,19 @@ class _Ctx:
     def __init__(self, file: str | None) -> None:
         self.file = file
         self.secret_paths: set[str] = set()
+        self.secret_values: set[str] = set()
 
     def error(self, path: str, message: str) -> ConfigError:
         where = f"{self.file}: " if self.file else ""
-        return ConfigError(f"{where}{path}: {message}" if path else f"{where}{message}")
+        return ConfigError(redact(f"{where}{path}: {message}" if path else f"{where}{message}", self.secret_values))
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret value (of at least MIN_SECRET_LENGTH characters) replaced by a placeholder."""
+    for secret in sorted(secrets, key=len, reverse=True):  # longest first: a secret may contain another
+        if len(secret) >= MIN_SECRET_LENGTH and secret in text:
+            text = text.replace(secret, SECRET_PLACEHOLDER)
+    return text
 
 
 def _join(path: str, key: str) -> str:
@@ -641,6 +657,7 @@ def _expand_env(ctx: _Ctx, value: Any, path: str = "") -> Any:
     def substitute(match: re.Match[str]) -> str:
         name, fallback = match.group(1), match.group(2)
         if name in os.environ:
+            ctx.secret_values.add(os.environ[name])
             return os.environ[name]
         if fallback is not None:
             return fallback
@@ -675,6 +692,7 @@ def parse_config(data: Any, *, file: str | None = None, base: Path | None = None
         spark=_spark(ctx, data.get("spark")),
         source_file=file,
         secret_paths=frozenset(ctx.secret_paths),
+        secret_values=frozenset(ctx.secret_values),
     )
 
 
@@ -714,6 +732,9 @@ def load_config(path: str | os.PathLike[str]) -> TableConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.constructor.ConstructorError) and "could not determine a constructor" in problem:
+            tag = problem.rsplit("tag ", 1)[-1]
+            problem = f"the tag {tag} is not allowed: a config is plain data, and no objects are ever built from it"
         raise ConfigError(f"{file}: not valid YAML{where}: {problem}") from None
     return parse_config(data, file=str(file), base=file.resolve().parent)
 

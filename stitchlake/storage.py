@@ -120,8 +120,12 @@ class LocalStorage(Storage):
         return self._fs
 
     def read_bytes(self, path: str) -> bytes:
-        with open(self._full(path), "rb") as handle:
-            return handle.read()
+        try:
+            with open(self._full(path), "rb") as handle:
+                return handle.read()
+        except NotADirectoryError:
+            # A parent on the way is a file (e.g. table.path names a file): the file is simply not there.
+            raise FileNotFoundError(errno.ENOENT, "no such file", self._full(path)) from None
 
     def _write_temp(self, full: str, data: bytes) -> str:
         folder = os.path.dirname(full)

@@ -47,28 +47,32 @@ def read_table_file(
     columns: list[str] | None = None,
     expected_rows: int | None = None,
 ) -> pa.Table:
-    """Read a base or log file (format from its name), cast to `schema`, checking it is whole."""
+    """Read a base or log file (format from its name), cast to `schema`, checking it is whole.
+
+    Errors name the file's full location: the person reading them has a cron log, not the table path.
+    """
+    where = storage.abspath(path)
     try:
         if path.endswith(".avro"):
-            with storage.filesystem.open_input_file(storage.abspath(path)) as handle:
+            with storage.filesystem.open_input_file(where) as handle:
                 table = read_avro(io.BytesIO(handle.read()), schema, columns)
         else:
-            with storage.filesystem.open_input_file(storage.abspath(path)) as handle:
+            with storage.filesystem.open_input_file(where) as handle:
                 table = pq.ParquetFile(handle).read(columns=columns)
     except FileNotFoundError:
-        raise CorruptFileError(f"{path}: data file is missing (named by a completed instant)") from None
+        raise CorruptFileError(f"{where}: data file is missing (named by a completed instant)") from None
     except Exception as exc:
-        raise CorruptFileError(f"{path}: cannot read data file ({type(exc).__name__}: {exc})") from None
+        raise CorruptFileError(f"{where}: cannot read data file ({type(exc).__name__}: {exc})") from None
     if expected_rows is not None and table.num_rows != expected_rows:
-        raise CorruptFileError(f"{path}: holds {table.num_rows} rows but its commit recorded {expected_rows}")
+        raise CorruptFileError(f"{where}: holds {table.num_rows} rows but its commit recorded {expected_rows}")
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     missing = [f.name for f in wanted if f.name not in table.column_names]
     if missing:
-        raise CorruptFileError(f"{path}: missing columns {', '.join(missing)}")
+        raise CorruptFileError(f"{where}: missing columns {', '.join(missing)}")
     table = table.select(wanted.names)
     if table.schema != wanted:
         try:
             table = table.cast(wanted)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise CorruptFileError(f"{path}: columns do not match the table schema ({exc})") from None
+            raise CorruptFileError(f"{where}: columns do not match the table schema ({exc})") from None
     return table

@@ -52,6 +52,12 @@ def discover(source: SourceSpec, paths: list[str] | None = None) -> list[SourceF
     found: list[SourceFile] = []
     for root in roots:
         if root.is_file():
+            if not root.name.lower().endswith(EXTENSIONS[source.format]):
+                # A file named explicitly must not be skipped in silence (the run would say "nothing to ingest").
+                raise UsageError(
+                    f"source file {root} is not a {source.format} file: the stream reads {source.format} "
+                    f"({', '.join(EXTENSIONS[source.format])})"
+                )
             candidates = [root]
         elif root.is_dir():
             candidates = sorted(

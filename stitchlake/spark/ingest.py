@@ -91,6 +91,8 @@ def _complete(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[
 
 
 def _normalise(uri: str) -> str:
+    if "://" not in uri and not uri.startswith("file:"):
+        return uri  # a plain path: '#' and '?' in it are part of a name, not a URL fragment or query
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 

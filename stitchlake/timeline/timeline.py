@@ -34,9 +34,15 @@ def encode_metadata(content: dict[str, Any]) -> bytes:
     return json.dumps({"format_version": METADATA_VERSION, **content}, indent=1, sort_keys=True).encode()
 
 
-def decode_metadata(data: bytes, where: str) -> dict[str, Any]:
-    """Parse instant metadata; garbage or a future format is an error that names the file."""
+def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict[str, Any]:
+    """Parse instant metadata; garbage or a future format is an error that names the file.
+
+    A completed instant's file is never legitimately empty (it lists the files the commit added): an empty one
+    is damage, and reading it as "added nothing" would silently drop committed rows from every read.
+    """
     if not data:
+        if completed:
+            raise CorruptFileError(f"{where}: completed instant file is empty (damaged timeline)")
         return {}
     try:
         content = json.loads(data)
@@ -47,6 +53,11 @@ def decode_metadata(data: bytes, where: str) -> dict[str, Any]:
     version = content.get("format_version", METADATA_VERSION)
     if version != METADATA_VERSION:
         raise CorruptFileError(f"{where}: metadata format version {version} is not supported")
+    added = content.get("added")
+    if added is not None and not (
+        isinstance(added, list) and all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in added)
+    ):
+        raise CorruptFileError(f"{where}: 'added' must be a list of files with a 'path' (damaged timeline)")
     return content
 
 
@@ -165,12 +176,15 @@ class Timeline:
 
 
 def read_instant_file(storage: Storage, name: str) -> dict[str, Any]:
+    """An instant file's JSON; errors name the file's full location, so a cron log says which table."""
     path = timeline_path(name)
+    where = storage.abspath(path)
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
-        raise StitchError(f"{path}: timeline file vanished while reading (a concurrent rollback?)") from None
-    return decode_metadata(data, path)
+        raise StitchError(f"{where}: timeline file vanished while reading (a concurrent rollback?)") from None
+    instant = parse_file_name(name)
+    return decode_metadata(data, where, completed=instant is not None and instant.is_completed)
 
 
 # ------------------------------------------------------------------------------------------ transitions

@@ -1,0 +1,620 @@
+"""The bad-input catalogue (issue 7): every way a cron job can hand `stitch` something wrong.
+
+Each case runs the real `stitch` console script as a subprocess, as cron or Airflow would, and checks three
+things: the exit code (DESIGN §8), a message that says what is wrong and where (the file, the column, the
+YAML path), and that nothing changed — every file under the workspace (table, landing folders, configs) is
+compared by sha256 of its path and content, and every folder by name.
+
+The one exception is the lock provider's own bookkeeping: taking the filesystem lock rotates lease files
+under `.stitch/locks/` (see `stitchlake.concurrency.lock`). Cases rejected only after an ingest has begun
+its transaction (bad rows are found while reading) are allowed that, and nothing else; every other case
+must leave even the lock folder alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import stitchlake
+from stitchlake.ingest import ingest_local
+from stitchlake.timeline.clock import to_millis
+from stitchlake.timeline.instant import Action
+
+STITCH = Path(sys.executable).parent / "stitch"
+LOCKS = ".stitch/locks/"
+HEARTBEATS = ".stitch/heartbeats/"
+
+CONFIG: dict[str, Any] = {
+    "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
+    "streams": {
+        "orders": {
+            "columns": {"amount": "long", "status": "string", "ots": "long"},
+            "ordering": "ots",
+            "source": {"format": "parquet", "path": "landing/orders"},
+        },
+        "payments": {
+            "columns": {"paid": "double"},
+            "nulls": "ignore",
+            "source": {"format": "csv", "path": "landing/payments"},
+        },
+        "shipments": {
+            "columns": {"carrier": "string"},  # no ordering: the last commit wins (commit-time ordering)
+            "source": {"format": "json", "path": "landing/shipments"},
+        },
+    },
+    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 10, "expire_s": 10}},
+}
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def stitch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real console script; `env` adds to (or, with value None, removes from) the environment."""
+    environment = {**os.environ, "COLUMNS": "200"}
+    for name, value in (env or {}).items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return subprocess.run(
+        [str(STITCH), *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=environment, check=False
+    )
+
+
+def snapshot(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every file (sha256 of path + content) and folder under `root`, skipping paths containing `ignore`."""
+    found: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if any(part in rel + ("/" if path.is_dir() else "") for part in ignore):
+            continue
+        if path.is_dir():
+            found[rel + "/"] = "folder"
+        else:
+            found[rel] = hashlib.sha256(rel.encode() + b"\0" + path.read_bytes()).hexdigest()
+    return found
+
+
+def write_parquet(path: Path, columns: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def orders(keys: list[Any], **overrides: Any) -> dict[str, Any]:
+    """Columns of a valid orders landing file for `keys`, with some columns replaced."""
+    columns: dict[str, Any] = {
+        "k": pa.array(keys, pa.int64()),
+        "p": ["even" if (k or 0) % 2 == 0 else "odd" for k in keys],
+        "amount": [10] * len(keys),
+        "status": ["new"] * len(keys),
+        "ots": [1] * len(keys),
+    }
+    columns.update(overrides)
+    return columns
+
+
+def without_key(columns: dict[str, Any]) -> dict[str, Any]:
+    return {name: values for name, values in columns.items() if name != "k"}
+
+
+def table_files(workspace: Path, suffix: str) -> list[Path]:
+    return sorted(p for p in (workspace / "table").rglob(f"*{suffix}") if ".stitch" not in p.parts)
+
+
+def completed_instant(workspace: Path) -> Path:
+    return next(p for p in (workspace / "table/.stitch/timeline").iterdir() if "_" in p.name)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace built once: config, landing folders, and a table holding one ingested orders file."""
+    root = tmp_path_factory.mktemp("template")
+    (root / "table.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
+    for stream in CONFIG["streams"]:
+        (root / "landing" / stream).mkdir(parents=True)
+    write_parquet(root / "landing/orders/0001.parquet", orders([1, 2, 3, 4]))
+    table = stitchlake.open(root / "table.yaml")
+    table.init()
+    ingest_local(table, "orders")
+    return root
+
+
+@pytest.fixture
+def workspace(template: Path, tmp_path: Path) -> Path:
+    """A private copy of the template workspace (relative config paths keep it self-contained)."""
+    target = tmp_path / "ws"
+    shutil.copytree(template, target, symlinks=True)
+    return target
+
+
+# ------------------------------------------------------------------------------------------ the catalogue
+
+
+def config_variant(name: str, edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    """Setup: the good config with one change, written to `name` next to it."""
+
+    def setup(ws: Path) -> None:
+        document = yaml.safe_load((ws / "table.yaml").read_text())
+        edit(document)
+        (ws / name).write_text(yaml.safe_dump(document, sort_keys=False))
+
+    return setup
+
+
+def config_text(name: str, text: str) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        (ws / name).write_text(textwrap.dedent(text))
+
+    return setup
+
+
+def landing(relative: str, content: bytes | Callable[[Path], Any]) -> Callable[[Path], None]:
+    """Setup: put a landing file at `relative` (raw bytes, or written by a function of its path)."""
+
+    def setup(ws: Path) -> None:
+        path = ws / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            content(path)
+
+    return setup
+
+
+def truncate_a_log_file(ws: Path) -> None:
+    log = table_files(ws, ".log.parquet")[0]
+    log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+
+
+def garbage_in_timeline(ws: Path) -> None:
+    completed_instant(ws).write_bytes(b"\x00garbage{{ not json")
+
+
+def empty_timeline_file(ws: Path) -> None:
+    completed_instant(ws).write_bytes(b"")
+
+
+def wrong_shape_timeline(ws: Path) -> None:
+    path = completed_instant(ws)
+    content = json.loads(path.read_text())
+    path.write_text(json.dumps({**content, "added": "p=odd/everything.parquet"}))
+
+
+def table_path_under_a_file(ws: Path) -> None:
+    (ws / "not-a-folder").write_text("a file where a folder should be\n")
+    config_variant("bad.yaml", lambda d: d["table"].update(path="not-a-folder/table"))(ws)
+
+
+def table_path_is_a_file(ws: Path) -> None:
+    (ws / "a-file").write_text("a file\n")
+    config_variant("bad.yaml", lambda d: d["table"].update(path="a-file"))(ws)
+
+
+def wrong_types_parquet(path: Path) -> None:
+    write_parquet(path, orders([7], amount=pa.array([[1, 2]], pa.list_(pa.int64()))))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: how to make it, the command that meets it, and what must come out."""
+
+    id: str
+    setup: Callable[[Path], None]
+    args: tuple[str, ...]
+    code: int
+    message: tuple[str, ...]  # fragments of stderr; `{ws}` is the workspace folder
+    takes_lock: bool = False  # rejected inside an ingest transaction: lease files may rotate, nothing else
+    env: dict[str, str] = field(default_factory=dict)
+
+
+INGEST_ORDERS = ("ingest", "-c", "table.yaml", "-s", "orders", "--engine", "local")
+INGEST_PAYMENTS = ("ingest", "-c", "table.yaml", "-s", "payments", "--engine", "local")
+
+
+def with_config(args: tuple[str, ...], name: str) -> tuple[str, ...]:
+    return tuple(name if a == "table.yaml" else a for a in args)
+
+
+CATALOGUE = [
+    # ---- the config file
+    Case(
+        "malformed-yaml",
+        config_text("bad.yaml", "table:\n  name: wide\n  path: [table\n"),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml", "not valid YAML at line 4"),
+    ),
+    Case(
+        "duplicate-yaml-key",
+        config_text("bad.yaml", "table:\n  name: wide\n  name: other\n"),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml", "line 3", "duplicate key 'name'"),
+    ),
+    Case(
+        "unknown-config-key",
+        config_variant("bad.yaml", lambda d: d["table"].update(bukets=3)),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml: table.bukets: unknown key", "allowed here: name, path, key, partition_by, buckets"),
+    ),
+    Case(
+        "wrong-type-in-config",
+        config_variant("bad.yaml", lambda d: d["table"].update(buckets="many")),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml: table.buckets: must be a whole number, got text",),
+    ),
+    Case(
+        "unknown-column-type",
+        config_variant("bad.yaml", lambda d: d["streams"]["orders"]["columns"].update(amount="money")),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml: streams.orders.columns.amount: unknown type 'money'",),
+    ),
+    Case(
+        "missing-config-file",
+        lambda ws: None,
+        with_config(INGEST_ORDERS, "nope.yaml"),
+        2,
+        ("nope.yaml: config file not found",),
+    ),
+    Case(
+        "unset-environment-variable",
+        config_variant("bad.yaml", lambda d: d["table"].update(path="${STITCH_TEST_NOT_SET}/table")),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml: table.path: environment variable STITCH_TEST_NOT_SET is not set",),
+    ),
+    Case(
+        "config-contradicts-table",
+        config_variant("bad.yaml", lambda d: d["table"].update(buckets=3)),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml contradicts the table at {ws}/table", "table.buckets: table has 2, config says 3"),
+    ),
+    Case(
+        "stream-name-with-path-separator",
+        config_variant("bad.yaml", lambda d: d["streams"].update({"../orders": d["streams"].pop("orders")})),
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("bad.yaml: streams.../orders: '../orders' is not a valid stream name",),
+    ),
+    Case(
+        "stream-argument-with-path-separator",
+        lambda ws: None,
+        ("ingest", "-c", "table.yaml", "-s", "../orders", "--engine", "local"),
+        2,
+        ("unknown stream '../orders' (streams: orders, payments, shipments)",),
+    ),
+    # ---- where the table lives
+    Case(
+        "unwritable-table-path",
+        table_path_under_a_file,
+        ("init", "-c", "bad.yaml"),
+        2,
+        ("table.path: cannot create the table at {ws}/not-a-folder/table", "Not a directory"),
+    ),
+    Case(
+        "table-path-is-a-file",
+        table_path_is_a_file,
+        with_config(INGEST_ORDERS, "bad.yaml"),
+        2,
+        ("no stitchlake table at {ws}/a-file", "stitch init"),
+    ),
+    # ---- landing files
+    Case(
+        "source-missing-key-column",
+        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, without_key(orders([5])))),
+        INGEST_ORDERS,
+        5,
+        ("{ws}/landing/orders/0002.parquet: missing column k needed by stream orders", "found: p, amount"),
+        takes_lock=True,
+    ),
+    Case(
+        "null-keys",
+        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, None]))),
+        INGEST_ORDERS,
+        5,
+        ("1 bad row (null key k: 1)", "{ws}/landing/orders/0002.parquet row 1 (null key k)", "nothing was written"),
+        takes_lock=True,
+    ),
+    Case(
+        "uncastable-values",
+        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, 6], amount=["12", "twelve"]))),
+        INGEST_ORDERS,
+        5,
+        ("{ws}/landing/orders/0002.parquet row 1 (unparsable value in amount: 'twelve')", "bad_rows: quarantine"),
+        takes_lock=True,
+    ),
+    Case(
+        "uncastable-csv-value",
+        landing("landing/payments/0001.csv", b"k,p,paid\n1,odd,1.5\n2,even,1,5\n"),
+        INGEST_PAYMENTS,
+        5,
+        ("{ws}/landing/payments/0001.csv",),
+        takes_lock=True,
+    ),
+    Case(
+        "column-of-an-impossible-type",
+        landing("landing/orders/0002.parquet", wrong_types_parquet),
+        INGEST_ORDERS,
+        5,
+        ("{ws}/landing/orders/0002.parquet: column amount has type list<", "cannot be converted to long"),
+        takes_lock=True,
+    ),
+    Case(
+        "corrupt-parquet-source",
+        landing("landing/orders/0002.parquet", b"PAR1 this is not really parquet"),
+        INGEST_ORDERS,
+        5,
+        ("{ws}/landing/orders/0002.parquet: cannot read parquet file",),
+        takes_lock=True,
+    ),
+    Case(
+        "invalid-json-line",
+        landing("landing/shipments/0001.json", b'{"k": 1, "p": "odd", "carrier": "dhl"}\n{"k": 2, "p": \n'),
+        ("ingest", "-c", "table.yaml", "-s", "shipments", "--engine", "local"),
+        5,
+        ("{ws}/landing/shipments/0001.json: line 2 is not valid JSON",),
+        takes_lock=True,
+    ),
+    Case(
+        "source-file-of-the-wrong-format",
+        landing("elsewhere/payments.json", b'{"k": 1, "p": "odd", "paid": 1.0}\n'),
+        (*INGEST_PAYMENTS, "--source", "elsewhere/payments.json"),
+        2,
+        ("source file {ws}/elsewhere/payments.json is not a csv file",),
+    ),
+    Case(
+        "source-folder-missing",
+        lambda ws: shutil.rmtree(ws / "landing/payments"),
+        INGEST_PAYMENTS,
+        2,
+        ("source path {ws}/landing/payments does not exist",),
+    ),
+    # ---- damage inside the table
+    Case(
+        "truncated-log-file",
+        truncate_a_log_file,
+        ("read", "-c", "table.yaml"),
+        1,
+        ("{ws}/table/p=", ".log.parquet: cannot read data file"),
+    ),
+    Case(
+        "truncated-log-file-read-to-a-file",
+        truncate_a_log_file,
+        ("read", "-c", "table.yaml", "--out", "out.parquet"),
+        1,
+        (".log.parquet: cannot read data file",),
+    ),
+    Case(
+        "garbage-in-timeline-file-read",
+        garbage_in_timeline,
+        ("read", "-c", "table.yaml"),
+        1,
+        ("{ws}/table/.stitch/timeline/", ".deltacommit: timeline file is not valid JSON"),
+    ),
+    Case(
+        "garbage-in-timeline-file-ingest",
+        garbage_in_timeline,
+        INGEST_ORDERS,
+        1,
+        ("{ws}/table/.stitch/timeline/", ".deltacommit: timeline file is not valid JSON"),
+    ),
+    Case(
+        "garbage-in-timeline-file-status",
+        garbage_in_timeline,
+        ("status", "-c", "table.yaml"),
+        1,
+        ("timeline file is not valid JSON",),
+    ),
+    Case(
+        "empty-completed-instant-file",
+        empty_timeline_file,
+        ("read", "-c", "table.yaml"),
+        1,
+        ("{ws}/table/.stitch/timeline/", "completed instant file is empty"),
+    ),
+    Case(
+        "timeline-file-of-the-wrong-shape",
+        wrong_shape_timeline,
+        ("read", "-c", "table.yaml", "--json"),
+        1,
+        ("'added' must be a list of files with a 'path'",),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=[case.id for case in CATALOGUE])
+def test_bad_input_is_refused_clearly_and_changes_nothing(case: Case, workspace: Path) -> None:
+    case.setup(workspace)
+    ignore = (LOCKS,) if case.takes_lock else ()
+    before = snapshot(workspace, ignore)
+    done = stitch(*case.args, cwd=workspace, env=case.env)
+    assert done.returncode == case.code, done.stderr
+    assert done.stderr.startswith("error: "), done.stderr
+    for fragment in case.message:
+        assert fragment.format(ws=workspace) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr
+    assert done.stdout == ""  # nothing that a --json consumer or a cron mail could mistake for a result
+    assert snapshot(workspace, ignore) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders; the under-a-file case covers it")
+def test_table_in_a_read_only_folder_is_refused(workspace: Path) -> None:
+    folder = workspace / "read-only"
+    folder.mkdir()
+    config_variant("bad.yaml", lambda d: d["table"].update(path="read-only/table"))(workspace)
+    folder.chmod(0o555)
+    try:
+        before = snapshot(workspace)
+        done = stitch("init", "-c", "bad.yaml", cwd=workspace)
+        assert done.returncode == 2, done.stderr
+        assert f"table.path: cannot create the table at {folder}/table" in done.stderr
+        assert "Permission denied" in done.stderr
+        assert snapshot(workspace) == before
+    finally:
+        folder.chmod(0o755)
+
+
+# -------------------------------------------------------------------------------------- nothing to do
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_empty_source_folder_is_nothing_to_ingest(workspace: Path, engine: str) -> None:
+    """Exit 0 and one plain line; no summary of zeros that reads as if an ingest happened (and no Spark)."""
+    before = snapshot(workspace)
+    done = stitch("ingest", "-c", "table.yaml", "-s", "payments", "--engine", engine, cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "nothing to ingest for stream payments\n"
+    assert done.stderr == ""
+    assert snapshot(workspace) == before
+
+    as_json = stitch("ingest", "-c", "table.yaml", "-s", "payments", "--engine", engine, "--json", cwd=workspace)
+    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.stdout.count("\n") == 1
+    document = json.loads(as_json.stdout)
+    assert document["message"] == "nothing to ingest for stream payments"
+    assert document["instant"] is None and document["rows"] == 0 and document["source_files"] == 0
+    assert snapshot(workspace) == before
+
+
+def test_already_ingested_files_are_nothing_to_ingest(workspace: Path) -> None:
+    before = snapshot(workspace)
+    done = stitch(*INGEST_ORDERS, cwd=workspace)
+    assert (done.returncode, done.stdout) == (0, "nothing to ingest for stream orders\n"), done.stderr
+    assert snapshot(workspace) == before
+
+
+# ------------------------------------------------------------------------------------ the clock stepping back
+
+#: Runs `stitch` with this process's wall clock an hour ahead, as a host whose clock is later corrected.
+CLOCK_AHEAD = """
+import sys, time
+ahead = 3600
+real_time, real_time_ns = time.time, time.time_ns
+time.time = lambda: real_time() + ahead
+time.time_ns = lambda: real_time_ns() + ahead * 1_000_000_000
+from cli.app import main
+sys.argv = ["stitch", *sys.argv[1:]]
+main()
+"""
+
+
+def shipment(ws: Path, name: str, carrier: str) -> None:
+    (ws / "landing/shipments" / name).write_text(json.dumps({"k": 1, "p": "odd", "carrier": carrier}) + "\n")
+
+
+def test_a_clock_stepping_back_never_makes_instant_times_go_back(workspace: Path) -> None:
+    """Ingest once with the wall clock an hour ahead, then with the real one (the clock stepped back an hour).
+
+    The second instant must still come after the first: times are drawn under the lock from the greatest time
+    on the timeline, not from the clock alone. Shipments have no ordering column, so the merge itself proves
+    it: the later arrival must win, which it would not if its commit time went back.
+    """
+    shipment(workspace, "0001.json", "early-but-future-clock")
+    ahead = subprocess.run(
+        [sys.executable, "-c", CLOCK_AHEAD, "ingest", "-c", "table.yaml", "-s", "shipments", "--engine", "local"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ahead.returncode == 0, ahead.stderr
+    shipment(workspace, "0002.json", "later-with-real-clock")
+    now = stitch("ingest", "-c", "table.yaml", "-s", "shipments", "--engine", "local", "--json", cwd=workspace)
+    assert now.returncode == 0, now.stderr
+    second = json.loads(now.stdout)
+
+    timeline = stitchlake.open(workspace / "table.yaml").timeline()
+    commits = timeline.completed([Action.DELTACOMMIT])
+    assert len(commits) == 3  # the template's orders commit, then the two shipments commits
+    first = commits[1]
+    assert to_millis(first.requested) > to_millis(commits[0].completed or "") + 3_000_000  # really an hour ahead
+    assert second["instant"] > (first.completed or "")
+    # The real clock is an hour behind, so the time was drawn from the timeline: exactly one ms after it.
+    assert to_millis(second["instant"]) == to_millis(first.completed or "") + 1
+    times = [t for i in timeline.instants for t in (i.requested, i.completed)]
+    assert len(set(times)) == len(times)
+    assert [i.completed for i in commits] == sorted(i.completed or "" for i in commits)
+
+    read = stitch("read", "-c", "table.yaml", "--where", "k=1", "--json", cwd=workspace)
+    assert read.returncode == 0, read.stderr
+    assert [r["carrier"] for r in json.loads(read.stdout)["records"]] == ["later-with-real-clock"]
+
+
+# ------------------------------------------------------------------------------------- a second writer
+
+HOLD_STREAM = """
+import sys
+from stitchlake.ingest import begin
+from stitchlake.table import open_table
+txn = begin(open_table(sys.argv[1]), sys.argv[2])
+print(txn.time, flush=True)
+sys.stdin.readline()
+txn.abort()
+"""
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_second_writer_of_a_stream_is_busy(workspace: Path, engine: str) -> None:
+    """A live writer holds `orders` (a real transaction with a real heartbeat); an overlapping cron run of
+    the same stream exits 4 at once, naming the live instant, and writes nothing (on Spark: before starting it).
+    """
+    write_parquet(workspace / "landing/orders/0002.parquet", orders([5, 6]))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_STREAM, str(workspace / "table.yaml"), "orders"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        live = holder.stdout.readline().strip()
+        assert len(live) == 17, "the holder did not start its transaction"
+        # The holder's heartbeat keeps beating and the second run takes the lock: everything else must hold.
+        ignore = (LOCKS, HEARTBEATS)
+        before = snapshot(workspace, ignore)
+        done = stitch("ingest", "-c", "table.yaml", "-s", "orders", "--engine", engine, cwd=workspace)
+        assert done.returncode == 4, done.stderr
+        assert f"stream orders is already being written by instant {live}" in done.stderr
+        assert f"pid {holder.pid}" in done.stderr and "run again after it finishes" in done.stderr
+        assert done.stdout == ""
+        assert snapshot(workspace, ignore) == before
+        assert not (workspace / "table/.stitch/logs").exists()  # on Spark: refused before spark-submit
+
+        # Another stream is not blocked: writers of different streams are lock-free.
+        (workspace / "landing/payments/0001.csv").write_text("k,p,paid\n5,odd,2.5\n")
+        other = stitch(*INGEST_PAYMENTS, cwd=workspace)
+        assert other.returncode == 0, other.stderr
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    # With the first writer gone, the same run goes through.
+    again = stitch(*INGEST_ORDERS, cwd=workspace)
+    assert again.returncode == 0, again.stderr
+    assert "ingested 1 file(s), 2 rows into stream orders" in again.stdout
