@@ -461,3 +461,18 @@ def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(t
             assert b"S3cr3t" not in path.read_bytes(), path
     assert not list(tmp_path.rglob("PWNED*"))
     assert stitchlake.read(str(workspace / "table")).num_rows == 3
+
+    # A job that fails on a ZooKeeper lock whose hosts are a secret: the traceback and kazoo's own log lines
+    # in Spark's log would quote them; the job masks both.
+    document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
+    write_config(workspace, document)
+    write_orders(workspace / "landing/orders/0002.parquet", [4], ["c"])
+    env["STITCH_TEST_ZK_HOSTS"] = SECRET_HOSTS
+    failed = stitch("ingest", "-c", "table.yaml", "-s", "orders", cwd=workspace, env=env)
+    assert failed.returncode == 4, failed.stderr
+    assert "<secret from the environment>" in failed.stderr
+    assert len(list((workspace / "table/.stitch/logs").iterdir())) == len(logs) + 1
+    for path in (workspace / "table").rglob("*"):
+        if path.is_file():
+            assert b"stitch-secret-chroot" not in path.read_bytes(), path
+    assert SECRET_HOSTS not in failed.stdout + failed.stderr

@@ -48,6 +48,15 @@ def unwrap(error: BaseException) -> tuple[int, str]:
     return 1, f"{type(error).__name__}: {first}"
 
 
+def quiet_lock_client_logs() -> None:
+    """kazoo logs every failed connection with its host list (maybe a secret); STITCH_DEBUG=1 keeps it."""
+    import logging
+    import os
+
+    if os.environ.get("STITCH_DEBUG") != "1":
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
 def main_job(name: str, body: Body, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"stitchlake job {name}")
     parser.add_argument("--result", required=True, help="where to write the JSON result")
@@ -57,11 +66,14 @@ def main_job(name: str, body: Body, add_arguments: Callable[[argparse.ArgumentPa
         add_arguments(parser)
     args = parser.parse_args()
     spark = None
+    secrets: frozenset[str] = frozenset()
+    quiet_lock_client_logs()
     try:
         from stitchlake.spark.session import register
         from stitchlake.table import open_table
 
         table = open_table(args.config or args.table)
+        secrets = table.config.secret_values
         from pyspark.sql import SparkSession
 
         spark = register(SparkSession.builder.appName(f"stitch-{name}").getOrCreate())
@@ -69,9 +81,11 @@ def main_job(name: str, body: Body, add_arguments: Callable[[argparse.ArgumentPa
         outcome: dict[str, Any] = {"ok": True, **body(spark, table, args)}
         code = 0
     except BaseException as error:  # report every failure as a result the launcher can map
+        from stitchlake.config import redact
+
         code, message = unwrap(error)
-        outcome = {"ok": False, "exit_code": code, "error": message, "job": name}
-        traceback.print_exc()
+        outcome = {"ok": False, "exit_code": code, "error": redact(message, secrets), "job": name}
+        print(redact(traceback.format_exc(), secrets), file=sys.stderr, flush=True)  # the log may be shared
     finally:
         if spark is not None:
             with contextlib.suppress(Exception):
