@@ -7,14 +7,15 @@ ingests exactly the files the crashed run did not commit. Only one live writer p
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import ConflictError, UsageError
 from stitchlake.io.sources import ROW_BITS, SourceFile, discover
-from stitchlake.timeline.instant import Action
+from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
+from stitchlake.transaction import ConflictCheck, Transaction
 
 if TYPE_CHECKING:
     from stitchlake.batch import Batch
@@ -87,6 +88,27 @@ def concat_batches(batches: list[Batch]) -> Batch:
     )
 
 
+def still_pending(stream: str, todo: list[SourceFile]) -> ConflictCheck:
+    """Exactly-once at publish time: none of `todo` may have been ingested by a commit that completed meanwhile.
+
+    The busy check at begin keeps live writers of a stream apart, but a writer frozen past its heartbeat's expiry
+    is presumed dead, so a second one may ingest the same files; whichever publishes second must not.
+    """
+    names = {f.name for f in todo}
+
+    def check(timeline: Timeline, instant: Instant) -> None:
+        for other in timeline.completed([Action.DELTACOMMIT], since=instant.requested):
+            meta = timeline.metadata(other)
+            taken = names & {item["name"] for item in meta.get("sources", [])} if meta.get("stream") == stream else None
+            if taken:
+                raise ConflictError(
+                    f"landing file(s) {', '.join(sorted(taken)[:3])} of stream {stream} were ingested by instant "
+                    f"{other.requested} of another process while it ran; nothing was published — run again"
+                )
+
+    return check
+
+
 def begin(table: Table, stream: str) -> Transaction:
     """Start the stream's deltacommit, refusing (exit 4) while another live writer of the stream runs."""
     return Transaction.begin(table, Action.DELTACOMMIT, {"stream": stream}, exclusive_stream=stream)
@@ -136,6 +158,7 @@ def ingest_local(
             txn.abort()
             return nothing_to_do(stream, "local")
         assert spec.source is not None
+        txn.conflict_check = still_pending(stream, todo)
         columns = [c.name for c in required_columns(table.config, spec)]
         if spec.deletes:
             columns.append(spec.deletes.column)
@@ -147,8 +170,15 @@ def ingest_local(
         result = write(
             table, stream, concat_batches(batches), txn=txn, metadata={"sources": [f.to_json() for f in todo]}
         )
-    except BaseException:
+    except BaseException as exc:
+        # A writer presumed dead while it ran finds its files deleted under it: say so, not "file not found".
+        lost = None
+        if isinstance(exc, OSError):
+            with contextlib.suppress(Exception):
+                lost = txn.superseded()
         txn.abort()
+        if lost is not None:
+            raise txn.refusal(lost) from exc
         raise
     return IngestResult(
         extra=inline_compaction(table),

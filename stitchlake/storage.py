@@ -14,7 +14,7 @@ import os
 import posixpath
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
@@ -48,10 +48,12 @@ class Storage(ABC):
         """The whole content of a file; FileNotFoundError if absent."""
 
     @abstractmethod
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> bool:
         """Create `path` with `data` only if it does not exist. True if we created it.
 
         Exactly one of any number of racing callers wins, and nobody ever sees the file half-written.
+        `ready`, if given, runs once the content is durable, just before the create: the last moment to refuse
+        (publishing fences on the table lock there, so a stall during the slow part cannot outlive the lease).
         """
 
     @abstractmethod
@@ -137,12 +139,14 @@ class LocalStorage(Storage):
             os.fsync(handle.fileno())
         return tmp
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> bool:
         full = self._full(path)
         if os.path.exists(full):
             return False
         tmp = self._write_temp(full, data)
         try:
+            if ready is not None:
+                ready()
             os.link(tmp, full)
         except FileExistsError:
             return False

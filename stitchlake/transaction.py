@@ -7,10 +7,12 @@ never holds it (DESIGN §4, §6).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +21,12 @@ from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
 from stitchlake.errors import BusyError, StitchError
 from stitchlake.timeline.clock import next_time
-from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.timeline import (
     Timeline,
     delete_instant,
+    encode_metadata,
+    timeline_path,
     write_completed,
     write_inflight,
     write_requested,
@@ -42,13 +46,21 @@ def writer_info() -> dict[str, Any]:
 
 
 class Transaction:
-    """A begun instant with its heartbeat; complete it or abort it."""
+    """A begun instant with its heartbeat; complete it or abort it.
 
-    def __init__(self, table: Table, instant: Instant, heartbeat: Heartbeat | None) -> None:
+    `attempt` is a token this run wrote into the instant's inflight file. A process that froze past its
+    heartbeat's expiry (a "zombie") may have been rolled back, reset or taken over meanwhile; publishing checks
+    the token, so only the attempt that owns the instant now can publish it.
+    """
+
+    def __init__(self, table: Table, instant: Instant, heartbeat: Heartbeat | None, attempt: str | None = None) -> None:
         self.table = table
         self.instant = instant
         self.heartbeat = heartbeat
+        self.attempt = attempt
         self.started = time.time()
+        #: A check for whoever publishes through a helper that takes none (ingest's exactly-once check).
+        self.conflict_check: ConflictCheck | None = None
 
     @property
     def time(self) -> str:
@@ -114,14 +126,18 @@ class Transaction:
                 if planned is None:
                     return None
                 body = {**planned, **body}
+            instant = write_requested(storage, requested, action, body)
+            # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the timeline.
+            # Found without a beat meanwhile, it is safe: rollbacks re-check liveness under the lock we hold.
             beat = None
             if heartbeat:
                 beat = Heartbeat(storage, requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
                 beat.start()
-            instant = write_requested(storage, requested, action, body)
+        attempt = None
         if inflight:
-            instant = write_inflight(storage, instant)
-        return cls(table, instant, beat)
+            attempt = new_attempt()
+            instant = write_inflight(storage, instant, {"attempt": attempt})
+        return cls(table, instant, beat, attempt)
 
     @classmethod
     def attach(cls, table: Table, requested: str) -> Transaction:
@@ -130,11 +146,16 @@ class Transaction:
         if instant is None or instant.is_completed:
             state = "not on the timeline" if instant is None else f"already completed at {instant.completed}"
             raise StitchError(f"instant {requested} is {state}; cannot commit into it")
-        return cls(table, instant, None)
+        return cls(table, instant, None, inflight_attempt(table, instant))
 
     @classmethod
     def resume(cls, table: Table, instant: Instant, what: str = "instant") -> Transaction:
-        """Take over a requested (or crashed inflight) instant to run it: refuse while its owner is alive."""
+        """Take over a requested (or crashed inflight) instant to run it: refuse while its owner is alive.
+
+        Under the lock it also refuses an instant that completed meanwhile or that a pending rollback is undoing
+        or resetting, and it claims the instant with a new attempt token (replacing a crashed attempt's), so a
+        zombie of the previous attempt can no longer publish.
+        """
         storage = table.storage
         spec = table.config.concurrency.heartbeat
         with table.lock():
@@ -145,9 +166,22 @@ class Transaction:
                     f"{what} {instant.requested} is being run by another live process (its heartbeat is fresh); "
                     "try again later"
                 )
+            timeline = Timeline.load(storage)
+            current = timeline.get(instant.requested)
+            if current is None or current.is_completed:
+                state = "gone from the timeline" if current is None else f"completed at {current.completed}"
+                raise BusyError(f"{what} {instant.requested} is {state} (another process finished it); nothing to do")
+            undoing = undone_by(timeline, instant.requested)
+            if undoing is not None:
+                raise BusyError(
+                    f"{what} {instant.requested} is being rolled back or reset by {undoing}; try again later"
+                )
             beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
             beat.start()
-        return cls(table, write_inflight(storage, instant), beat)
+            attempt = new_attempt()
+            inflight = Instant(instant.requested, instant.action, State.INFLIGHT)
+            storage.write_atomic(timeline_path(inflight.file_name), encode_metadata({"attempt": attempt}))
+        return cls(table, inflight, beat, attempt)
 
     def mark(self, path: str) -> None:
         """Record that this instant is about to create `path` (before creating it)."""
@@ -162,19 +196,48 @@ class Transaction:
         }
         with self.table.lock() as lock:
             timeline = Timeline.load(storage)
-            current = timeline.get(self.instant.requested)
-            if current is None or current.is_completed:
-                raise StitchError(
-                    f"instant {self.instant.requested} was rolled back (or completed) by another process while "
-                    "it ran; nothing was published — run again"
-                )
-            if conflict_check is not None:
-                conflict_check(timeline, self.instant)
+            lost = self.superseded(timeline)
+            if lost is not None:
+                self._refuse(lost)
+            for check in (self.conflict_check, conflict_check):
+                if check is not None:
+                    check(timeline, self.instant)
             completed = next_time(timeline.all_times())
-            lock.check()
-            self.instant = write_completed(storage, self.instant, completed, metadata)
+            # Fence as late as possible: after the slow, durable part of the write and right before the create.
+            self.instant = write_completed(storage, self.instant, completed, metadata, ready=lock.fence)
         self._finish()
         return self.instant
+
+    def superseded(self, timeline: Timeline | None = None) -> str | None:
+        """Why this attempt may no longer publish, or None: its instant was rolled back or completed by someone
+        else, a pending rollback is undoing or resetting it, or another attempt took it over.
+
+        It happens to a process presumed dead while it ran (frozen past its heartbeat's expiry): publishing
+        then would name files the rollback deletes. `complete` asks under the lock; error paths may ask too.
+        """
+        timeline = timeline or Timeline.load(self.table.storage)
+        current = timeline.get(self.instant.requested)
+        if current is None or current.is_completed:
+            return "was rolled back (or completed)"
+        undoing = undone_by(timeline, self.instant.requested)
+        if undoing is not None:
+            return f"is being rolled back or reset by {undoing}"
+        if self.attempt is not None and inflight_attempt(self.table, self.instant) != self.attempt:
+            return "was reset or taken over"
+        return None
+
+    def refusal(self, what: str) -> StitchError:
+        return StitchError(
+            f"instant {self.instant.requested} {what} by another process while it ran; nothing was published — "
+            "run again"
+        )
+
+    def _refuse(self, what: str) -> None:
+        """Stop beating (the heartbeat file may be another attempt's now, so it stays) and refuse to publish."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop(delete=False)
+            self.heartbeat = None
+        raise self.refusal(what)
 
     def abort(self) -> None:
         """Undo a failed attempt at once: delete what the markers name, then the instant itself."""
@@ -195,6 +258,30 @@ class Transaction:
         if self.heartbeat is not None:
             self.heartbeat.stop(delete=True)
             self.heartbeat = None
+
+
+def new_attempt() -> str:
+    return uuid.uuid4().hex
+
+
+def inflight_attempt(table: Table, instant: Instant) -> str | None:
+    """The attempt token in an instant's inflight file; None when there is none (not inflight, or reset)."""
+    path = timeline_path(pending_file_name(instant.requested, instant.action, State.INFLIGHT))
+    try:
+        content = json.loads(table.storage.read_bytes(path) or b"{}")
+    except (FileNotFoundError, ValueError):
+        return None
+    return content.get("attempt") if isinstance(content, dict) else None
+
+
+def undone_by(timeline: Timeline, requested: str) -> str | None:
+    """The pending rollback or restore whose plan undoes or resets `requested`, if any."""
+    for instant in timeline.pending([Action.ROLLBACK, Action.RESTORE]):
+        content = timeline.requested_content(instant)
+        targets = {t.get("requested") for t in content.get("targets", [])}
+        if requested in targets or requested in content.get("reset_compactions", []):
+            return f"{instant.action} {instant.requested}"
+    return None
 
 
 def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:

@@ -27,9 +27,13 @@ compare-and-swap). Its design:
   so renewal is as race-free as acquisition. Callers doing something unexpectedly long call ``renew()``
   between steps; the normal short critical section needs none.
 - **Fencing**: ``check()`` raises `LockLost` when our generation is no longer the highest, i.e. our lease
-  expired *and* someone took it over. Callers call it just before publishing. (Publishing is itself an
-  atomic create-if-absent, so the remaining window between ``check()`` and the publish cannot corrupt the
-  timeline; it only matters for the ordering of instant times.)
+  expired *and* someone took it over. ``fence()`` also refuses once our own lease ran out, and publishing
+  calls it inside the create-if-absent, after the slow durable write and right before the link. A publish
+  that outlives its lease is not harmless: another process may meanwhile have taken the lock, presumed the
+  frozen publisher dead (expired heartbeat) and started undoing its instant, and a completion that appears
+  after that would name deleted files (found by the torture test with SIGSTOPped processes). What remains is
+  the instant between ``fence()`` and the link; closing it needs a storage-level fencing token (a
+  conditional put on the lock generation), which plain files cannot give.
 - **Clocks**: ``expires_at`` is written by the holder and compared with the waiter's wall clock, so host
   clocks must agree to well within ``expire_s`` (NTP does this easily for the 30 s default). A lock file
   that cannot be read or parsed (it should never happen: files are created whole) is treated as held until
@@ -130,6 +134,14 @@ class TableLock(ABC):
     @abstractmethod
     def held(self) -> bool:
         """Whether this object believes it holds the lock (`check()` verifies it)."""
+
+    def fence(self) -> None:
+        """The check right before publishing: `check()`, and for leases also refuse once our own lease ran out.
+
+        A holder frozen past its lease (a stall, a SIGSTOP) may find nobody took over yet, but another process
+        may do so at any moment and act on a timeline without our publish; so an expired lease never publishes.
+        """
+        self.check()
 
     def renew(self) -> None:  # noqa: B027 - optional hook, a no-op for session-based providers
         """Extend our lease. A no-op for providers whose ownership lasts as long as the client session."""
@@ -234,6 +246,15 @@ class FileSystemLock(TableLock):
         if top == generation and generation not in released:
             return
         self._lose(top)
+
+    def fence(self) -> None:
+        self.check()
+        if self._expires_at is not None and time.time() >= self._expires_at:
+            # Still ours (nobody took over), so `release()` still gives it back properly.
+            raise LockLost(
+                f"{self.describe()}: our lease (owner {self.owner!r}, generation {self._generation}) expired at "
+                f"{format_epoch(self._expires_at)} before we could publish; nothing may be published under it"
+            )
 
     def release(self) -> None:
         if self._generation is None:

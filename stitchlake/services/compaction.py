@@ -164,9 +164,13 @@ def run(table: Table, instant_time: str | None = None) -> CompactionResult:
             with ThreadPoolExecutor(max_workers=THREADS) as pool:
                 files = list(pool.map(lambda op: compact_file_group(table, op, txn.time, txn.mark), operations))
         return finish(txn, files)
-    except BaseException:
+    except BaseException as exc:
+        # Presumed dead while it ran (reset or taken over), its files vanish under it: say so, not "not found".
+        lost = txn.superseded() if isinstance(exc, OSError) else None
         if txn.heartbeat is not None:
-            txn.heartbeat.stop(delete=True)
+            txn.heartbeat.stop(delete=lost is None)  # otherwise the heartbeat may be the new attempt's
+        if lost is not None:
+            raise txn.refusal(lost) from exc
         raise
 
 

@@ -8,6 +8,7 @@ A crashed compaction is not rolled back: its partial files are removed and its p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,10 @@ def _run(
         return RollbackResult(None, message="nothing to roll back")
     plan = [_target_json(table, timeline, t) for t in targets]
     txn = Transaction.begin(
-        table, Action.ROLLBACK, {"targets": plan, "reason": reason, "reset_compactions": [r.requested for r in resets]}
+        table,
+        Action.ROLLBACK,
+        {"targets": plan, "reason": reason, "reset_compactions": [r.requested for r in resets]},
+        busy_check=_unchanged(table, [*targets, *resets]),
     )
     deleted = sum(undo(table, target) for target in plan)
     deleted += sum(reset_compaction(table, r) for r in resets)
@@ -110,6 +114,29 @@ def _run(
         deleted,
         f"rolled back {len(targets)} instant(s), reset {len(resets)} crashed compaction(s), deleted {deleted} file(s)",
     )
+
+
+def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None]:
+    """Under the lock, before the rollback is requested: every target is still as it was chosen.
+
+    Targets are chosen from an earlier timeline; a presumed-dead writer may have published meanwhile, or a
+    crashed compaction been taken over. Undoing those would delete committed or running work, so refuse.
+    """
+
+    def check(fresh: Timeline) -> None:
+        for instant in chosen:
+            now = fresh.get(instant.requested)
+            if instant.is_completed:
+                changed = now != instant
+            else:  # gone already is fine (undoing it again is a no-op); completed or alive again is not
+                changed = now is not None and (now.is_completed or not expired(table, instant))
+            if changed:
+                raise BusyError(
+                    f"{instant.action} {instant.requested} changed since it was chosen for rollback (it completed, "
+                    "vanished or its writer is alive again); nothing was rolled back — run again"
+                )
+
+    return check
 
 
 #: Crashed instants of these actions are finished, not undone: half a deletion cannot be taken back.

@@ -7,7 +7,7 @@ that show the newest instants stay fast however long the timeline is.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from stitchlake.errors import CorruptFileError, StitchError
@@ -211,11 +211,20 @@ def write_inflight(storage: Storage, instant: Instant, content: dict[str, Any] |
     return Instant(instant.requested, instant.action, State.INFLIGHT)
 
 
-def write_completed(storage: Storage, instant: Instant, completed: str, metadata: dict[str, Any]) -> Instant:
-    """Publish the instant: one atomic create-if-absent of the completed file (DESIGN §4)."""
+def write_completed(
+    storage: Storage,
+    instant: Instant,
+    completed: str,
+    metadata: dict[str, Any],
+    ready: Callable[[], None] | None = None,
+) -> Instant:
+    """Publish the instant: one atomic create-if-absent of the completed file (DESIGN §4).
+
+    `ready` runs right before the create (see `Storage.put_if_absent`); raising there publishes nothing.
+    """
     name = completed_file_name(instant.requested, completed, instant.action)
     content = {**metadata, "action": instant.action, "requested": instant.requested, "completed": completed}
-    if not storage.put_if_absent(timeline_path(name), encode_metadata(content)):
+    if not storage.put_if_absent(timeline_path(name), encode_metadata(content), ready):
         raise StitchError(f"instant {instant.requested} was already completed")
     return Instant(instant.requested, instant.action, State.COMPLETED, completed)
 
