@@ -25,7 +25,7 @@ from stitchlake.layout.fsview import FileSlice, FileSystemView
 from stitchlake.layout.names import file_group_id
 from stitchlake.layout.partition import format_value, parse_partition_path
 from stitchlake.merge import summary
-from stitchlake.merge.stitch import LogInput, Merged, merge_files, to_rows
+from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.timeline.clock import parse_user_time
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.timeline import Timeline
@@ -211,8 +211,12 @@ def merge_slice(
     fslice: FileSlice,
     wanted: Sequence[str] | None = None,
     mode: str = SNAPSHOT,
+    versions: bool = True,
 ) -> Merged:
-    """Read one file slice's files and merge them (read-optimized: the base file alone)."""
+    """Read one file slice's files once each and merge them (read-optimized: the base file alone).
+
+    `versions=False` when only `to_rows` follows (see `merge_files`).
+    """
     config = table.config
     per_stream = _stream_columns(config, _wanted_columns(config, wanted))
     base = None
@@ -238,7 +242,7 @@ def merge_slice(
                 expected_rows=item.rows,
             )
             logs.append(LogInput(stream.name, rows, int(item.completed)))
-    return merge_files(config, base, logs, columns=per_stream)
+    return merge_files(config, base, logs, columns=per_stream, versions=versions)
 
 
 def read_slice(
@@ -248,10 +252,24 @@ def read_slice(
     mode: str = SNAPSHOT,
     rows_filter: pc.Expression | None = None,
 ) -> pa.Table:
-    """The live wide rows of one file slice."""
-    wanted = _wanted_columns(table.config, columns)
-    merged = merge_slice(table, fslice, wanted, mode)
-    out = to_rows(table.config, merged, wanted)
+    """The live wide rows of one file slice.
+
+    A base file read alone needs no merge (it holds one merged row per key), so only its value columns and
+    two flags per stream are read, not the versions: read-optimized reads cost about a plain Parquet scan.
+    """
+    config = table.config
+    wanted = _wanted_columns(config, columns)
+    if fslice.base is not None and (mode == READ_OPTIMIZED or not fslice.logs):
+        base = read_table_file(
+            table.storage,
+            fslice.base.path,
+            base_schema(config),
+            base_columns(config, wanted),
+            expected_rows=fslice.base.rows,
+        )
+        out = base_rows(config, base, wanted)
+    else:
+        out = to_rows(config, merge_slice(table, fslice, wanted, mode, versions=False), wanted)
     if rows_filter is not None and out.num_rows:
         out = out.filter(rows_filter)
     return out
@@ -414,7 +432,7 @@ def _state(
     fslice = view.latest_slices(as_of, file_groups=[key])
     if not fslice:
         return _empty(table.config, columns)
-    rows = to_rows(table.config, merge_slice(table, fslice[0], columns), columns)
+    rows = to_rows(table.config, merge_slice(table, fslice[0], columns, versions=False), columns)
     return rows.join(candidates, keys=_common(table.config), join_type="left semi")
 
 

@@ -108,45 +108,75 @@ def _stack(versions: list[Version]) -> Version:
     return tuple(np.concatenate(components) for components in zip(*versions, strict=True))
 
 
-def merge(rows: StreamRows, keys: np.ndarray, n_keys: int, nulls: str) -> tuple[np.ndarray, StreamRows]:
-    """Merge summaries by key id. Returns the key ids that have a group, and one summary per such key."""
+def merge(
+    rows: StreamRows, keys: np.ndarray, n_keys: int, nulls: str, versions: bool = True
+) -> tuple[np.ndarray, StreamRows]:
+    """Merge summaries by key id. Returns the key ids that have a group, and one summary per such key.
+
+    `versions=False` is for readers, which only show values: the merged summaries then carry no versions
+    (empty), which saves a gather per version component; they cannot be written as a base or log file.
+    """
     winner = group_argmax(keys, rows.version, n_keys)
     present = np.flatnonzero(winner >= 0)
     chosen = winner[present]
     if nulls == OVERWRITE:
+        if not versions:
+            return present, StreamRows(version=(), deleted=rows.deleted[chosen], values=rows.values.take(chosen))
         return present, rows.take(chosen)
-    return present, _merge_ignore(rows, keys, n_keys, present, chosen)
+    return present, _merge_ignore(rows, keys, n_keys, present, chosen, versions)
 
 
 def _merge_ignore(
-    rows: StreamRows, keys: np.ndarray, n_keys: int, present: np.ndarray, chosen: np.ndarray
+    rows: StreamRows, keys: np.ndarray, n_keys: int, present: np.ndarray, chosen: np.ndarray, versions: bool = True
 ) -> StreamRows:
-    """`nulls: ignore`: per column, the highest-version non-null value among events newer than the tombstone."""
+    """`nulls: ignore`: per column, the highest-version non-null value among events newer than the tombstone.
+
+    Fast paths, same result: with no tombstone at all every event is "newer", and a column whose values
+    all count and whose versions are the row versions themselves (raw events) takes the row winners.
+    """
     assert rows.tomb is not None and rows.has_tomb is not None and rows.col_versions is not None
-    tomb_winner = group_argmax(keys, rows.tomb, n_keys, rows=np.flatnonzero(rows.has_tomb))
-    key_has_tomb = tomb_winner >= 0
-    safe = np.where(key_has_tomb, tomb_winner, 0)
-    key_tomb = tuple(np.where(key_has_tomb, c[safe], INT64_MIN) for c in rows.tomb) if len(rows) else rows.tomb
-    row_has_tomb = key_has_tomb[keys]
-    row_tomb = tuple(c[keys] for c in key_tomb)
+    any_tomb = bool(rows.has_tomb.any())
+    if any_tomb:
+        tomb_winner = group_argmax(keys, rows.tomb, n_keys, rows=np.flatnonzero(rows.has_tomb))
+        key_has_tomb = tomb_winner >= 0
+        safe = np.where(key_has_tomb, tomb_winner, 0)
+        key_tomb = tuple(np.where(key_has_tomb, c[safe], INT64_MIN) for c in rows.tomb)
+        row_has_tomb = key_has_tomb[keys]
+        row_tomb = tuple(c[keys] for c in key_tomb)
+        tomb = tuple(c[present] for c in key_tomb)
+        has_tomb = key_has_tomb[present]
+    else:
+        tomb = tuple(np.full(len(present), INT64_MIN, dtype=np.int64) for _ in rows.tomb)
+        has_tomb = np.zeros(len(present), dtype=bool)
 
     columns: dict[str, pa.Array] = {}
     col_versions: dict[str, Version] = {}
     for name in rows.values.column_names:
         column = rows.values.column(name)
         version = rows.col_versions[name]
-        newer = ~row_has_tomb | lex_greater(version, row_tomb)
-        candidates = np.flatnonzero(is_valid(column) & newer)
-        best = group_argmax(keys, version, n_keys, rows=candidates)[present]
+        eligible = is_valid(column)
+        if any_tomb:
+            eligible &= ~row_has_tomb | lex_greater(version, row_tomb)
+        if eligible.all():
+            best = chosen if version is rows.version else group_argmax(keys, version, n_keys)[present]
+        else:
+            best = group_argmax(keys, version, n_keys, rows=np.flatnonzero(eligible))[present]
         found = best >= 0
-        index = pa.array(best, mask=~found)
-        columns[name] = pc.take(column, index)
-        col_versions[name] = tuple(np.where(found, c[np.where(found, best, 0)], 0) for c in version)
+        if found.all():
+            columns[name] = pc.take(column, best)
+            if versions:
+                col_versions[name] = tuple(c[best] for c in version)
+        else:
+            columns[name] = pc.take(column, pa.array(best, mask=~found))
+            if versions:
+                col_versions[name] = tuple(np.where(found, c[np.where(found, best, 0)], 0) for c in version)
+    if not versions:
+        return StreamRows(version=(), deleted=rows.deleted[chosen], values=pa.table(columns, schema=rows.values.schema))
     return StreamRows(
         version=take(rows.version, chosen),
         deleted=rows.deleted[chosen],
         values=pa.table(columns, schema=rows.values.schema),
-        tomb=tuple(c[present] for c in key_tomb),
-        has_tomb=key_has_tomb[present],
+        tomb=tomb,
+        has_tomb=has_tomb,
         col_versions=col_versions,
     )

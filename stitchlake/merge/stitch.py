@@ -60,11 +60,13 @@ def merge_files(
     logs: Sequence[LogInput],
     streams: Sequence[str] | None = None,
     columns: dict[str, list[str]] | None = None,
+    versions: bool = True,
 ) -> Merged:
     """Merge a base file (or none) and log files that belong to one set of keys.
 
     `streams` limits which streams are merged; `columns` limits, per stream, which value columns are carried
-    (presence is always computed, so a key seen only by a pruned stream is still a row).
+    (presence is always computed, so a key seen only by a pruned stream is still a row). `versions=False`
+    (readers) leaves the merged versions out: enough for `to_rows`, not for `to_base` or `to_log`.
     """
     common = [c.name for c in config.common_columns]
     wanted = list(streams) if streams is not None else list(config.streams)
@@ -92,8 +94,58 @@ def merge_files(
             parts.append(summary.from_table(stream, log.table, log.commit, keep))
             ids.append(index.ids[offsets[position] : offsets[position + 1]])
         if parts:
-            merged[name] = merge(concat(parts), np.concatenate(ids), index.count, stream.nulls)
+            merged[name] = merge(concat(parts), np.concatenate(ids), index.count, stream.nulls, versions)
     return Merged(keys=key_table.take(pa.array(index.first)), streams=merged)
+
+
+def base_columns(config: TableConfig, columns: Sequence[str] | None = None) -> list[str]:
+    """What `base_rows` reads of a base file: key, partition and wanted columns, and per stream the two meta
+    columns that say whether it holds a live group (no versions: nothing is merged)."""
+    names = list(columns) if columns is not None else [c.name for c in config.all_columns()]
+    out = [c.name for c in config.common_columns]
+    for stream in config.streams.values():
+        out += [c for c in stream.column_names if c in names]
+        out += [summary.presence_column(stream), summary.meta_name(stream.name, "del")]
+    return out
+
+
+def base_rows(config: TableConfig, base: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+    """The wide rows of a base file read alone (read-optimized, or a slice with no logs yet).
+
+    A base file already holds one merged row per key, so this is `to_rows(merge_files(base))` without the
+    merge: keep keys with a live group; a stream's columns show its default (else null) where its group is
+    absent or a tombstone. Same rows, same order, same types.
+    """
+    names = list(columns) if columns is not None else [c.name for c in config.all_columns()]
+    alive = np.zeros(base.num_rows, dtype=bool)
+    shown: dict[str, np.ndarray] = {}
+    for stream in config.streams.values():
+        live = summary_is_present(base, stream)
+        deleted = base.column(summary.meta_name(stream.name, "del"))
+        if deleted.null_count < len(deleted):
+            live &= ~pc.fill_null(deleted, False).to_numpy(zero_copy_only=False)
+        shown[stream.name] = live
+        alive |= live
+    if not alive.all():
+        keep = pa.array(alive)
+        base = base.filter(keep)
+        shown = {name: live[alive] for name, live in shown.items()}
+    out: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for spec in config.common_columns:
+        if spec.name in names:
+            out[spec.name] = base.column(spec.name)
+    for stream in config.streams.values():
+        hidden = ~shown[stream.name]
+        for spec in stream.columns:
+            if spec.name not in names:
+                continue
+            column = base.column(spec.name)
+            if hidden.any():
+                kind = arrow_type(spec.type)
+                fill = pa.scalar(spec.default, kind) if spec.default is not None else pa.scalar(None, kind)
+                column = pc.if_else(pa.array(hidden), fill, column)
+            out[spec.name] = column
+    return pa.table({name: out[name] for name in names if name in out})
 
 
 def summary_is_present(table: pa.Table, stream: StreamSpec) -> np.ndarray:

@@ -59,21 +59,32 @@ def constant(value: int, length: int) -> np.ndarray:
 def group_argmax(groups: np.ndarray, version: Version, n_groups: int, rows: np.ndarray | None = None) -> np.ndarray:
     """For each group, the row holding the greatest version among `rows` (all rows if None); -1 if none.
 
-    One pass per component keeps only the rows that tie for the group's maximum so far, so the cost is a few
-    scatter-max passes over the data rather than a sort. Remaining ties go to the later row.
+    One scatter-max pass per component keeps only the rows that tie for their group's maximum so far. Groups
+    left with a single candidate are decided at once, so later components only look at the (usually few)
+    groups that still tie: a typical merge is one pass, not one per component, and never a sort. Ties over
+    the whole version go to the later row.
     """
-    candidates = np.arange(len(groups), dtype=np.int64) if rows is None else rows.astype(np.int64)
+    winner = np.full(n_groups, -1, dtype=np.int64)
+    candidates: np.ndarray | None = None if rows is None else np.asarray(rows, dtype=np.int64)
+    owner = groups if candidates is None else groups[candidates]
+    if owner.size == 0:
+        return winner
     for component in version:
-        if candidates.size == 0:
-            break
-        owner = groups[candidates]
-        value = component[candidates]
+        value = component if candidates is None else component[candidates]
         best = np.full(n_groups, INT64_MIN, dtype=np.int64)
         np.maximum.at(best, owner, value)
-        candidates = candidates[value == best[owner]]
-    winner = np.full(n_groups, -1, dtype=np.int64)
-    if candidates.size:
-        np.maximum.at(winner, groups[candidates], candidates)
+        keep = value == best[owner]
+        candidates = np.flatnonzero(keep) if candidates is None else candidates[keep]
+        owner = owner[keep]
+        single = np.bincount(owner, minlength=n_groups)[owner] == 1
+        if single.all():
+            winner[owner] = candidates
+            return winner
+        winner[owner[single]] = candidates[single]
+        candidates = candidates[~single]
+        owner = owner[~single]
+    assert candidates is not None
+    np.maximum.at(winner, owner, candidates)
     return winner
 
 
