@@ -7,6 +7,7 @@ Every mode plans file slices from the file-system view, reads each slice's files
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -280,6 +281,22 @@ def _empty(config: TableConfig, columns: Sequence[str]) -> pa.Table:
     return pa.schema([schema.field(c) for c in columns]).empty_table()
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _slice_pool() -> ThreadPoolExecutor:
+    """One pool for the process: starting threads for every read costs more than a small read itself.
+
+    Its tasks (`read_slice`) never submit to it, so they cannot wait on each other.
+    """
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="stitch-read")
+        return _POOL
+
+
 def _gather(table: Table, slices: list[FileSlice], columns: list[str], mode: str, pruning: Pruning) -> pa.Table:
     """Read slices (a few at a time: Parquet decoding releases the GIL) in a stable order."""
     rows_filter = pruning.rows
@@ -288,8 +305,7 @@ def _gather(table: Table, slices: list[FileSlice], columns: list[str], mode: str
     if len(slices) <= 1:
         parts = [read_slice(table, s, read_columns, mode, rows_filter) for s in slices]
     else:
-        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(slices))) as pool:
-            parts = list(pool.map(lambda s: read_slice(table, s, read_columns, mode, rows_filter), slices))
+        parts = list(_slice_pool().map(lambda s: read_slice(table, s, read_columns, mode, rows_filter), slices))
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return _empty(table.config, columns)

@@ -99,13 +99,13 @@ def merge_files(
 
 
 def base_columns(config: TableConfig, columns: Sequence[str] | None = None) -> list[str]:
-    """What `base_rows` reads of a base file: key, partition and wanted columns, and per stream the two meta
-    columns that say whether it holds a live group (no versions: nothing is merged)."""
+    """What `base_rows` reads of a base file: key, partition and wanted columns, and per stream the one meta
+    column that says whether it holds a live group (no versions: nothing is merged)."""
     names = list(columns) if columns is not None else [c.name for c in config.all_columns()]
     out = [c.name for c in config.common_columns]
     for stream in config.streams.values():
         out += [c for c in stream.column_names if c in names]
-        out += [summary.presence_column(stream), summary.meta_name(stream.name, "del")]
+        out.append(summary.meta_name(stream.name, "del"))
     return out
 
 
@@ -120,10 +120,9 @@ def base_rows(config: TableConfig, base: pa.Table, columns: Sequence[str] | None
     alive = np.zeros(base.num_rows, dtype=bool)
     shown: dict[str, np.ndarray] = {}
     for stream in config.streams.values():
-        live = summary_is_present(base, stream)
+        # In a base file `del` is null exactly where the stream has no group, so it alone says "live".
         deleted = base.column(summary.meta_name(stream.name, "del"))
-        if deleted.null_count < len(deleted):
-            live &= ~pc.fill_null(deleted, False).to_numpy(zero_copy_only=False)
+        live = pc.fill_null(pc.invert(deleted), False).to_numpy(zero_copy_only=False)
         shown[stream.name] = live
         alive |= live
     if not alive.all():

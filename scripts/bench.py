@@ -1,0 +1,670 @@
+"""`make bench`: stitchlake's figures against its peers and the physical limit, written to docs/benchmarks.md.
+
+    python scripts/bench.py [--sizes 200000,1000000] [--runs 3] [--no-spark] [--out docs/benchmarks.md]
+
+Every figure is the median of `--runs` runs, each measured in a fresh process (so its peak memory is its own),
+and every result is checked against the workload's ground truth (scripts/bench_workload.py): a fast wrong
+answer fails the run (exit 1). The figures replace the block between the markers in the output file; the
+hand-written analysis around it is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_workload as workload  # noqa: E402
+
+BEGIN, END = "<!-- bench:figures:begin -->", "<!-- bench:figures:end -->"
+TIMELINE_INSTANTS = 10_000
+#: Targets at the smallest size (issue 6): figure name -> (comparison, bound).
+TARGETS: dict[str, tuple[str, float]] = {
+    "ingest_parquet_s": ("<=", 2.0),
+    "snapshot_read_s": ("<=", 0.4),
+    "read_optimized_vs_parquet": ("<=", 1.3),
+    "spark_join_vs_stitched_query": (">=", 3.0),
+    "timeline_show_s": ("<", 1.0),
+}
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+def peak_mib() -> float:
+    """This process's peak resident memory (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def isolated(function: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run a measurement in a fresh process, so neither memory nor warm caches of another figure leak in."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        outcome = pool.submit(_guarded, function, *args).result()
+    if "crashed" in outcome:
+        raise RuntimeError(f"{function.__name__} failed in its process:\n{outcome['crashed']}")
+    return outcome
+
+
+def _guarded(function: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Exceptions of Spark or pyarrow may not pickle: send the traceback back as text instead."""
+    try:
+        return function(*args)
+    except BaseException:
+        import traceback
+
+        return {"crashed": traceback.format_exc()}
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = action()
+    return time.perf_counter() - started, result
+
+
+def check(name: str, actual: Any, truth: Any, columns: list[str] | None = None) -> list[str]:
+    """Ground-truth problems of one result, each prefixed with the figure it came from."""
+    return [f"{name}: {problem}" for problem in workload.differences(actual, truth, columns)]
+
+
+def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Any:
+    from stitchlake.config import parse_config
+    from stitchlake.table import Table
+
+    if path.exists():
+        shutil.rmtree(path)
+    data = workload.table_document(str(path), log_format)
+    data.update(document)
+    table = Table(parse_config(data, file=str(path) + ".yaml", base=path.parent))
+    table.init()
+    return table
+
+
+def open_table(path: Path) -> Any:
+    from stitchlake.table import open_table as open_existing
+
+    return open_existing(str(path))
+
+
+# ---------------------------------------------------------------------------- in-process figures (children)
+
+
+def measure_ingest(data: str, tables: str, log_format: str, runs: int) -> dict[str, Any]:
+    """All 12 batches through `Table.write`, a fresh table per run; the last run's table is kept for reads."""
+    loaded = workload.load(Path(data), 0, 0)
+    seconds = []
+    table = None
+    for _ in range(runs):
+        table = new_table(Path(tables) / f"ingest-{log_format}", log_format)
+        elapsed = 0.0
+        for stream, batch in loaded.batches:
+            took, _ = timed(lambda table=table, stream=stream, batch=batch: table.write(stream, batch))
+            elapsed += took
+        seconds.append(elapsed)
+    assert table is not None
+    problems = check(f"ingest ({log_format})", table.read(), loaded.truth)
+    return {"seconds": seconds, "peak_mib": peak_mib(), "problems": problems, "table": table.path}
+
+
+def measure_read(table_path: str, data: str, mode: str, runs: int) -> dict[str, Any]:
+    truth = workload.load_truth(Path(data))
+    table = open_table(Path(table_path))
+    table.read(mode=mode)  # warm the page cache: every figure reads from memory, as the Parquet scan does
+    seconds, result = [], None
+    for _ in range(runs):
+        took, result = timed(lambda: table.read(mode=mode))
+        seconds.append(took)
+    return {"seconds": seconds, "peak_mib": peak_mib(), "problems": check(f"{mode} read", result, truth)}
+
+
+def measure_compaction(table_path: str, work: str, data: str, runs: int) -> dict[str, Any]:
+    """Compact a copy of the uncompacted table per run; the last copy stays for the read-optimized figure."""
+    truth = workload.load_truth(Path(data))
+    seconds, rows, copy = [], 0, Path(work)
+    for _ in range(runs):
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(table_path, copy)
+        table = open_table(copy)
+        took, result = timed(table.compact)
+        seconds.append(took)
+        rows = result.rows
+    problems = check("compaction", open_table(copy).read(mode="read_optimized"), truth)
+    return {"seconds": seconds, "rows": rows, "peak_mib": peak_mib(), "problems": problems, "table": str(copy)}
+
+
+def measure_parquet_scan(data: str, runs: int) -> dict[str, Any]:
+    """The physical limit: the same final rows as one Parquet file, read with pyarrow."""
+    import pyarrow.parquet as pq
+
+    path = Path(data) / "final-rows.parquet"
+    truth = workload.load_truth(Path(data))
+    pq.write_table(truth, path)
+    pq.read_table(path)
+    seconds, result = [], None
+    for _ in range(runs):
+        took, result = timed(lambda: pq.read_table(path))
+        seconds.append(took)
+    return {"seconds": seconds, "peak_mib": peak_mib(), "problems": check("parquet scan", result, truth)}
+
+
+# ----------------------------------------------------------------------------------------- Spark figures
+
+
+def yaml_config(folder: Path, table: Path, landing: Path) -> Path:
+    import yaml
+
+    document = workload.table_document(str(table))
+    for stream, spec in document["streams"].items():
+        spec["source"] = {"format": "parquet", "path": str(landing / stream)}
+    path = folder / "bench-spark.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def stitch(*args: str) -> dict[str, Any]:
+    """Run the `stitch` CLI with --json; its wall time and its summary."""
+    argv = [str(Path(sys.executable).parent / "stitch"), *args, "--json"]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return {"wall": wall, "summary": json.loads(done.stdout)}
+
+
+def measure_spark_ingest(data: str, work: str, runs: int) -> dict[str, Any]:
+    """One `stitch ingest --stream orders` (4 landing files) through spark-submit, a fresh table per run."""
+    folder = Path(work)
+    walls, inside = [], []
+    truth = workload.load_truth(Path(data))
+    table_path = folder / "spark-table"
+    config = yaml_config(folder, table_path, Path(data) / "landing")
+    for _ in range(runs):
+        if table_path.exists():
+            shutil.rmtree(table_path)
+        stitch("init", "-c", str(config))
+        result = stitch("ingest", "-c", str(config), "--stream", "orders")
+        walls.append(result["wall"])
+        inside.append(float(result["summary"]["job_seconds"]))
+    columns = list(workload.COLUMNS["orders"])
+    problems = check("spark ingest", open_table(table_path).read(columns=["order_id", *columns]), truth, columns)
+    return {"wall": walls, "job": inside, "problems": problems}
+
+
+def _spark(cores: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    from stitchlake.spark.session import DEFAULT_CONF, register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need our packages
+    builder = SparkSession.builder.master(f"local[{cores}]").appName("stitch-bench")
+    for key, value in {
+        **DEFAULT_CONF,
+        "spark.driver.memory": "4g",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": str(4 * cores),
+    }.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return register(spark)
+
+
+QUERY = (
+    "SELECT currency, count(*) AS orders, sum(paid_amount) AS paid, "
+    "sum(CASE WHEN ship_status = 'delivered' THEN 1 ELSE 0 END) AS delivered FROM {view} GROUP BY currency"
+)
+
+
+def raw_join(spark: Any, landing: Path) -> Any:
+    """What a user writes without stitchlake: dedup each stream by event time, then full outer joins."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    def latest(stream: str) -> Any:
+        events = spark.read.parquet(str(landing / stream))
+        ordering = workload.ORDERING[stream]
+        columns = list(workload.COLUMNS[stream])
+        if workload.NULLS[stream] == "ignore":  # per column, the latest non-null value
+            latest_values = [F.max_by(c, F.when(F.col(c).isNotNull(), F.col(ordering))).alias(c) for c in columns]
+            return events.groupBy("order_id").agg(*latest_values)
+        rank = F.row_number().over(Window.partitionBy("order_id").orderBy(F.col(ordering).desc()))
+        return events.withColumn("_rank", rank).where("_rank = 1").select("order_id", *columns)
+
+    return latest("orders").join(latest("payments"), "order_id", "full").join(latest("shipments"), "order_id", "full")
+
+
+def expected_answer(truth: Any) -> list[tuple[Any, ...]]:
+    import pyarrow.compute as pc
+
+    delivered = pc.cast(pc.fill_null(pc.equal(truth.column("ship_status"), "delivered"), False), "int64")
+    grouped = (
+        truth.append_column("delivered_flag", delivered)
+        .group_by("currency")
+        .aggregate([("order_id", "count"), ("paid_amount", "sum"), ("delivered_flag", "sum")])
+    )
+    return _canonical(zip(*(grouped.column(i).to_pylist() for i in range(4)), strict=True), sums_at=(2, 1))
+
+
+def _canonical(rows: Any, sums_at: tuple[int, int] = (2, 1)) -> list[tuple[Any, ...]]:
+    """Rows as (currency, orders, paid rounded, delivered), sorted; `sums_at` = (paid index, orders index)."""
+    paid, count = sums_at
+    out = []
+    for row in rows:
+        values = list(row)
+        out.append((values[0] or "", int(values[count]), round(float(values[paid] or 0.0), 2), int(values[-1])))
+    return sorted(out)
+
+
+def measure_spark_query(data: str, tables: dict[str, str], runs: int) -> dict[str, Any]:
+    """The same question asked of the stitched table (via the data source) and of the raw streams."""
+    spark = _spark(os.cpu_count() or 2)
+    truth = workload.load_truth(Path(data))
+    want = expected_answer(truth)
+    candidates = {name: spark.read.format("stitchlake").load(path) for name, path in tables.items()}
+    candidates["spark_join"] = raw_join(spark, Path(data) / "landing")
+    seconds: dict[str, list[float]] = {}
+    problems: list[str] = []
+    for name, frame in candidates.items():
+        frame.createOrReplaceTempView(name)
+        query = QUERY.format(view=name)
+        spark.sql(query).collect()  # warm-up: JIT, Python workers, page cache
+        seconds[name] = []
+        for _ in range(runs):
+            took, rows = timed(lambda query=query: spark.sql(query).collect())
+            seconds[name].append(took)
+        got = _canonical(tuple(r) for r in rows)
+        if got != want:
+            problems.append(f"spark query on {name}: {got[:3]} ... != expected {want[:3]} ...")
+    spark.stop()
+    return {"seconds": seconds, "problems": problems}
+
+
+# ------------------------------------------------------------------------------ a timeline of 10,000 instants
+
+
+def timeline_table(folder: Path, instants: int) -> Path:
+    """A table whose active timeline holds `instants` completed deltacommits, each adding one real log file.
+
+    Writing 10,000 commits through the write path would take a quarter of an hour (every commit loads the
+    growing timeline; archival normally keeps it at `archive.keep_instants`), so a few real commits are
+    made and then replayed: the same instant and data files under new, increasing times. What `timeline
+    show` and `status` read is exactly what 10,000 real commits leave.
+    """
+    from stitchlake.layout.names import log_name, parse_name
+    from stitchlake.timeline.clock import from_millis, to_millis
+    from stitchlake.timeline.instant import State, completed_file_name, pending_file_name
+    from stitchlake.timeline.timeline import encode_metadata
+
+    path = folder / f"timeline-{instants}"
+    marker = path / ".bench-complete"
+    if marker.exists():
+        return path
+    table = new_table(path, archive={"keep_instants": instants * 2})
+    loaded = workload.generate(300, seed=1)
+    for stream, batch in loaded.batches[:3]:
+        table.write(stream, batch.slice(0, 20))
+    timeline = table.timeline()
+    templates = [(i, timeline.metadata(i)) for i in timeline.completed()]
+    clock = to_millis(max(timeline.all_times())) + 1
+    stitch_dir = path / ".stitch" / "timeline"
+    for number in range(instants - len(templates)):
+        _, meta = templates[number % len(templates)]
+        requested, completed = from_millis(clock), from_millis(clock + 1)
+        clock += 2
+        added = []
+        for item in meta["added"]:
+            parsed = parse_name(Path(item["path"]).name)
+            assert parsed is not None
+            name = log_name(item["file_group"], requested, "parquet")
+            target = str(Path(item["path"]).parent / name) if "/" in item["path"] else name
+            os.link(path / item["path"], path / target)
+            added.append({**item, "path": target})
+        content = {**meta, "added": added, "requested": requested, "completed": completed}
+        body = {"stream": meta["stream"]}
+        action = "deltacommit"
+        (stitch_dir / pending_file_name(requested, action, State.REQUESTED)).write_bytes(encode_metadata(body))
+        (stitch_dir / pending_file_name(requested, action, State.INFLIGHT)).write_bytes(b"{}")
+        (stitch_dir / completed_file_name(requested, completed, action)).write_bytes(encode_metadata(content))
+    marker.write_text("ok", encoding="utf-8")
+    return path
+
+
+def measure_metadata_commands(folder: str, runs: int) -> dict[str, Any]:
+    """`stitch timeline show` and `stitch status` as a user runs them (process start-up included)."""
+    path = timeline_table(Path(folder), TIMELINE_INSTANTS)
+    newest = max(p.name for p in (path / ".stitch" / "timeline").glob("*_*.deltacommit"))
+    out: dict[str, Any] = {"problems": []}
+    for name, args in {"timeline_show": ["timeline", "show"], "status": ["status"]}.items():
+        walls = []
+        for _ in range(runs + 1):
+            result = stitch(*args, "--table", str(path))
+            walls.append(result["wall"])
+        out[name] = walls[1:]  # the first run warms the page cache
+        summary = result["summary"]
+        if name == "timeline_show" and newest.split("_")[0] not in json.dumps(summary):
+            out["problems"].append(f"timeline show does not list the newest instant {newest}")
+        if name == "status" and summary["timeline"]["active_instants"] != TIMELINE_INSTANTS:
+            out["problems"].append(f"status counts {summary['timeline']['active_instants']} active instants")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Results:
+    sizes: list[int]
+    runs: int
+    figures: dict[int, dict[str, Any]] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    spark: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    workloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def prepare(workdir: Path, keys: int, seed: int) -> tuple[Path, dict[str, Any]]:
+    """Generate (or reuse) the seeded workload's landing files and truth."""
+    data = workdir / f"keys-{keys}-seed-{seed}"
+    stats_file = data / "stats.json"
+    if not stats_file.exists():
+        if data.exists():
+            shutil.rmtree(data)
+        generated = workload.generate(keys, seed)
+        workload.save(generated, data)
+        stats_file.write_text(json.dumps(generated.stats), encoding="utf-8")
+    return data, json.loads(stats_file.read_text(encoding="utf-8"))
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_size(results: Results, workdir: Path, keys: int, seed: int, spark: bool) -> None:
+    runs = results.runs
+    data, stats = prepare(workdir, keys, seed)
+    results.workloads[keys] = stats
+    tables = workdir / f"tables-{keys}"
+    tables.mkdir(exist_ok=True)
+    figures: dict[str, Any] = {}
+    for log_format in ("parquet", "avro"):
+        say(f"{keys:,} keys: in-process ingest, {log_format} logs, {runs} runs")
+        got = isolated(measure_ingest, str(data), str(tables), log_format, runs)
+        figures[f"ingest_{log_format}"] = got
+        results.problems += got["problems"]
+    uncompacted = figures["ingest_parquet"]["table"]
+    say(f"{keys:,} keys: snapshot read of the uncompacted table")
+    figures["snapshot"] = isolated(measure_read, uncompacted, str(data), "snapshot", runs)
+    say(f"{keys:,} keys: compaction")
+    figures["compaction"] = isolated(measure_compaction, uncompacted, str(tables / "compacted"), str(data), runs)
+    compacted = figures["compaction"]["table"]
+    say(f"{keys:,} keys: read-optimized read, plain Parquet scan")
+    figures["read_optimized"] = isolated(measure_read, compacted, str(data), "read_optimized", runs)
+    figures["parquet_scan"] = isolated(measure_parquet_scan, str(data), runs)
+    for name in ("snapshot", "compaction", "read_optimized", "parquet_scan"):
+        results.problems += figures[name]["problems"]
+    results.figures[keys] = figures
+    if spark and "ingest" not in results.spark:
+        say(f"{keys:,} keys: one `stitch ingest` through spark-submit, {runs} runs")
+        results.spark["ingest"] = measure_spark_ingest(str(data), str(tables), runs)
+        results.spark["ingest_keys"] = keys
+        results.problems += results.spark["ingest"]["problems"]
+    if spark:
+        say(f"{keys:,} keys: stitched query vs the Spark join of the raw streams")
+        query_tables = {"stitched_uncompacted": uncompacted, "stitched_compacted": compacted}
+        query = isolated(measure_spark_query, str(data), query_tables, runs)
+        results.spark.setdefault("query", {})[keys] = query["seconds"]
+        results.problems += query["problems"]
+
+
+def figure_rows(results: Results) -> list[tuple[str, list[str], str]]:
+    """(figure, one cell per size, target verdict) for the main table."""
+    sizes = results.sizes
+    small = results.figures[sizes[0]]
+
+    def cell(keys: int, name: str, key: str = "seconds") -> str:
+        got = results.figures[keys][name]
+        return f"{median(got[key]):.3f} s ({got['peak_mib']:.0f} MiB)"
+
+    def ratio(keys: int, top: str, bottom: str) -> float:
+        figures = results.figures[keys]
+        return median(figures[top]["seconds"]) / median(figures[bottom]["seconds"])
+
+    rows = [
+        (
+            "in-process ingest, 12 batches, Parquet logs",
+            [cell(k, "ingest_parquet") for k in sizes],
+            verdict("ingest_parquet_s", median(small["ingest_parquet"]["seconds"])),
+        ),
+        ("in-process ingest, 12 batches, Avro logs", [cell(k, "ingest_avro") for k in sizes], ""),
+        (
+            "snapshot read, uncompacted (12 logs per slice)",
+            [cell(k, "snapshot") for k in sizes],
+            verdict("snapshot_read_s", median(small["snapshot"]["seconds"])),
+        ),
+        ("compaction", [cell(k, "compaction") for k in sizes], ""),
+        ("compaction throughput", [f"{throughput(results.figures[k]['compaction']):,.0f} rows/s" for k in sizes], ""),
+        ("read-optimized read after compaction", [cell(k, "read_optimized") for k in sizes], ""),
+        ("plain `pyarrow.parquet.read_table` of the final rows", [cell(k, "parquet_scan") for k in sizes], ""),
+        (
+            "read-optimized / Parquet scan",
+            [f"{ratio(k, 'read_optimized', 'parquet_scan'):.2f}x" for k in sizes],
+            verdict("read_optimized_vs_parquet", ratio(sizes[0], "read_optimized", "parquet_scan")),
+        ),
+        ("snapshot (uncompacted) / Parquet scan", [f"{ratio(k, 'snapshot', 'parquet_scan'):.2f}x" for k in sizes], ""),
+    ]
+    return rows
+
+
+def throughput(compaction: dict[str, Any]) -> float:
+    return compaction["rows"] / median(compaction["seconds"])
+
+
+def verdict(name: str, value: float) -> str:
+    comparison, bound = TARGETS[name]
+    met = {"<=": value <= bound, ">=": value >= bound, "<": value < bound}[comparison]
+    return f"{comparison} {bound:g}: {'met' if met else '**not met**'}"
+
+
+def scaling_rows(results: Results) -> list[str]:
+    sizes = results.sizes
+    if len(sizes) < 2:
+        return []
+    low, high = sizes[0], sizes[-1]
+    lines = [f"From {low:,} to {high:,} keys ({high / low:.1f}x the keys; linear growth = the same ratio):", ""]
+    for name, label in (
+        ("ingest_parquet", "in-process ingest"),
+        ("snapshot", "snapshot read"),
+        ("compaction", "compaction"),
+        ("read_optimized", "read-optimized read"),
+    ):
+        growth = median(results.figures[high][name]["seconds"]) / median(results.figures[low][name]["seconds"])
+        lines.append(f"- {label}: {growth:.1f}x the time")
+    return lines
+
+
+def spark_rows(results: Results) -> list[str]:
+    if not results.spark:
+        return ["Spark figures were skipped (`--no-spark`)."]
+    ingest = results.spark["ingest"]
+    wall, job = median(ingest["wall"]), median(ingest["job"])
+    queries: dict[int, dict[str, list[float]]] = results.spark["query"]
+    sizes = sorted(queries)
+    lines = [
+        f"Spark `local[{os.cpu_count()}]`. One `stitch ingest --stream orders` (4 landing files, "
+        f"{results.spark['ingest_keys']:,} keys) through spark-submit: {wall:.1f} s wall, of which the job itself "
+        f"(after JVM start-up and session creation) {job:.1f} s and JVM start-up, session and `stitch` process "
+        f"{wall - job:.1f} s.",
+        "",
+        "| query | " + " | ".join(f"{k:,} keys" for k in sizes) + " | target (smallest size) |",
+        "|---|" + "---|" * len(sizes) + "---|",
+        "| the Spark job a user writes: per-stream dedup by event time + full outer joins, then the query | "
+        + " | ".join(f"{median(queries[k]['spark_join']):.2f} s" for k in sizes)
+        + " | |",
+    ]
+    for name in ("stitched_uncompacted", "stitched_compacted"):
+        cells = []
+        for keys in sizes:
+            took, join = median(queries[keys][name]), median(queries[keys]["spark_join"])
+            cells.append(f"{took:.2f} s (join / stitched = {join / took:.1f}x)")
+        first = median(queries[sizes[0]]["spark_join"]) / median(queries[sizes[0]][name])
+        label = name.replace("stitched_", "")
+        lines.append(
+            f"| the same query on the stitched table ({label}), `spark.read.format('stitchlake')` | "
+            + " | ".join(cells)
+            + f" | {verdict('spark_join_vs_stitched_query', first)} |"
+        )
+    lines += ["", f"The query: `{QUERY.format(view='t')}`."]
+    return lines
+
+
+def metadata_rows(results: Results) -> list[str]:
+    got = results.metadata
+    show, status = median(got["timeline_show"]), median(got["status"])
+    return [
+        f"On a table whose active timeline holds {TIMELINE_INSTANTS:,} completed deltacommits, measured as a user "
+        "runs them (a new `stitch` process each time, `--json`):",
+        "",
+        f"- `stitch timeline show`: {show:.2f} s ({verdict('timeline_show_s', show)})",
+        f"- `stitch status`: {status:.2f} s",
+    ]
+
+
+def machine() -> list[str]:
+    def first(path: str, prefix: str) -> str:
+        try:
+            for line in Path(path).read_text(encoding="utf-8").splitlines():
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "unknown"
+
+    import numpy
+    import pyarrow
+
+    try:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    except ImportError:
+        spark_version = "not installed"
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT
+    )
+    revision = (commit.stdout.strip() or "?") + (" with uncommitted changes" if dirty.stdout.strip() else "")
+    memory = first("/proc/meminfo", "MemTotal")
+    return [
+        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; stitchlake commit {revision}",
+        f"- machine: {first('/proc/cpuinfo', 'model name')}, {os.cpu_count()} cores, {memory} RAM, "
+        f"{platform.system()} {platform.release()}",
+        f"- versions: Python {platform.python_version()}, pyarrow {pyarrow.__version__}, numpy {numpy.__version__}, "
+        f"pyspark {spark_version}, {java[0] if java else 'java unknown'}",
+    ]
+
+
+def render(results: Results, arguments: str) -> str:
+    sizes = results.sizes
+    header = "| figure | " + " | ".join(f"{k:,} keys" for k in sizes) + " | target (smallest size) |"
+    lines = [BEGIN, "", *machine()]
+    for keys in sizes:
+        stats = results.workloads[keys]
+        events = ", ".join(f"{s} {n:,}" for s, n in stats["events"].items())
+        late = sum(stats["late"].values())
+        duplicates = sum(stats["duplicates"].values())
+        lines.append(
+            f"- workload {keys:,} keys (seed {stats['seed']}): {stats['events_total']:,} events ({events}); "
+            f"{late:,} late, {duplicates:,} duplicates; 12 batches"
+        )
+    lines += [
+        f"- each figure: median of {results.runs} runs in a fresh process; peak resident memory of that process "
+        "(the workload it holds included) in brackets",
+        f"- command: `python scripts/bench.py {arguments}`".rstrip(),
+        "",
+        "### In-process engine",
+        "",
+        header,
+        "|---|" + "---|" * len(sizes) + "---|",
+    ]
+    for name, cells, target in figure_rows(results):
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {target} |")
+    lines += ["", "### Scaling", "", *scaling_rows(results), "", "### Spark", "", *spark_rows(results)]
+    if results.metadata:
+        lines += ["", "### Metadata commands", "", *metadata_rows(results)]
+    verdict_line = (
+        "**Every result matched the ground truth.**"
+        if not results.problems
+        else "**GROUND-TRUTH FAILURES:**\n\n" + "\n".join(f"- {p}" for p in results.problems)
+    )
+    lines += ["", verdict_line, "", END]
+    return "\n".join(lines)
+
+
+def publish(out: Path, block: str) -> None:
+    """Replace the figures block in `out`, keeping the hand-written text around it."""
+    if out.exists() and BEGIN in (text := out.read_text(encoding="utf-8")) and END in text:
+        before, rest = text.split(BEGIN, 1)
+        after = rest.split(END, 1)[1]
+        out.write_text(before + block + after, encoding="utf-8")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("# Benchmarks\n\nRun `make bench` to reproduce.\n\n" + block + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="200000,1000000", help="comma-separated key counts (first: targets)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure (the median is reported)")
+    parser.add_argument("--seed", type=int, default=6)
+    parser.add_argument("--workdir", default=str(ROOT / "bench-data"), help="workloads and tables (reused)")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--no-spark", action="store_true", help="skip the spark-submit and Spark-join figures")
+    parser.add_argument("--no-metadata", action="store_true", help="skip the 10,000-instant timeline figures")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
+    results = Results(sizes=sizes, runs=max(1, args.runs))
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for keys in sizes:
+        run_size(results, workdir, keys, args.seed, spark=not args.no_spark)
+    if not args.no_metadata:
+        say(f"metadata commands on a {TIMELINE_INSTANTS:,}-instant timeline")
+        results.metadata = isolated(measure_metadata_commands, str(workdir), results.runs)
+        results.problems += results.metadata["problems"]
+    shown = " ".join(argv if argv is not None else sys.argv[1:])
+    block = render(results, shown)
+    publish(Path(args.out), block)
+    print(block)
+    say(f"done in {time.perf_counter() - started:.0f} s; figures written to {args.out}")
+    if results.problems:
+        print(f"FAILED: {len(results.problems)} result(s) differ from the ground truth", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The benchmark workload (issue 6): three streams of an order's life, seeded, with the answer they must give.
+
+Every key gets 1-3 events in each stream; 10% of events arrive late (hours after newer events of their key),
+2% are exact duplicates arriving later, 2% of value cells are null. Each stream's events, in arrival order,
+are cut into 4 batches, and the streams take turns: 12 batches = 12 deltacommits, so every file slice of an
+uncompacted table has 12 logs. The ground truth is computed here with numpy alone, never with stitchlake.
+
+    orders    (nulls: overwrite)  customer_id long, amount double, currency string, order_ts timestamp
+    payments  (nulls: ignore)     pay_status string, paid_amount double, pay_ts timestamp
+    shipments (nulls: overwrite)  carrier string, ship_status string, ship_ts timestamp
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+US = 1_000_000
+HOUR = 3600 * US
+START_US = int(np.datetime64("2026-11-20T00:00:00", "us").astype(np.int64))
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+STREAMS = ("orders", "payments", "shipments")
+ORDERING = {"orders": "order_ts", "payments": "pay_ts", "shipments": "ship_ts"}
+NULLS = {"orders": "overwrite", "payments": "ignore", "shipments": "overwrite"}
+BATCHES_PER_STREAM = 4
+LATE = 0.10
+DUPLICATES = 0.02
+NULL_CELLS = 0.02
+
+#: name -> (arrow type, dictionary for strings or None)
+COLUMNS: dict[str, dict[str, tuple[pa.DataType, tuple[str, ...] | None]]] = {
+    "orders": {
+        "customer_id": (pa.int64(), None),
+        "amount": (pa.float64(), None),
+        "currency": (pa.string(), ("EUR", "USD", "GBP", "SEK", "PLN")),
+        "order_ts": (TIMESTAMP, None),
+    },
+    "payments": {
+        "pay_status": (pa.string(), ("pending", "authorised", "paid", "failed", "refunded")),
+        "paid_amount": (pa.float64(), None),
+        "pay_ts": (TIMESTAMP, None),
+    },
+    "shipments": {
+        "carrier": (pa.string(), ("DHL", "UPS", "PostNL", "DPD", "GLS", "FedEx")),
+        "ship_status": (pa.string(), ("label_created", "in_transit", "out_for_delivery", "delivered")),
+        "ship_ts": (TIMESTAMP, None),
+    },
+}
+TRUTH_SCHEMA = pa.schema(
+    [pa.field("order_id", pa.int64())] + [pa.field(n, t) for s in STREAMS for n, (t, _) in COLUMNS[s].items()]
+)
+
+
+def table_document(path: str, log_format: str = "parquet", buckets: int = 4) -> dict[str, Any]:
+    """The benchmark table's config (as parsed YAML)."""
+    streams: dict[str, Any] = {}
+    for stream in STREAMS:
+        columns = {name: _type_name(kind) for name, (kind, _) in COLUMNS[stream].items()}
+        streams[stream] = {"columns": columns, "ordering": ORDERING[stream], "nulls": NULLS[stream]}
+    return {
+        "table": {
+            "name": "bench_wide",
+            "path": path,
+            "key": {"order_id": "long"},
+            "buckets": buckets,
+            "log_format": log_format,
+        },
+        "streams": streams,
+        "bad_rows": "fail",
+        "archive": {"keep_instants": 100_000},
+        "spark": {
+            "master": "local[2]",
+            "conf": {
+                "spark.driver.memory": "2g",
+                "spark.sql.shuffle.partitions": "4",
+                "spark.ui.enabled": "false",
+            },
+        },
+    }
+
+
+def _type_name(kind: pa.DataType) -> str:
+    if pa.types.is_timestamp(kind):
+        return "timestamp"
+    return {pa.int64(): "long", pa.float64(): "double", pa.string(): "string"}[kind]
+
+
+@dataclass
+class Workload:
+    keys: int
+    seed: int
+    #: (stream, batch) in commit order.
+    batches: list[tuple[str, pa.Table]]
+    truth: pa.Table
+    stats: dict[str, Any]
+
+
+def _events(rng: np.random.Generator, stream: str, ids: np.ndarray, t0: np.ndarray) -> tuple[pa.Table, int, int]:
+    """A stream's events in arrival order; returns them with the number of late and duplicate events."""
+    n = len(ids)
+    counts = rng.integers(1, 4, n)
+    owner = np.repeat(np.arange(n), counts)
+    m = len(owner)
+    # Strictly increasing event times per key: distinct, so the winner never depends on a tie.
+    gaps = rng.integers(1, 4 * HOUR, m)
+    starts = np.cumsum(counts) - counts
+    total = np.cumsum(gaps)
+    ts = t0[owner] + total - np.repeat(total[starts] - gaps[starts], counts)
+    arrival = ts + rng.integers(US, 120 * US, m)
+    late = rng.random(m) < LATE
+    arrival[late] += rng.integers(6 * HOUR, 36 * HOUR, int(late.sum()))
+    dup = np.flatnonzero(rng.random(m) < DUPLICATES)
+    rows = np.r_[np.arange(m), dup]
+    arrival = np.r_[arrival, arrival[dup] + rng.integers(US, 24 * HOUR, len(dup))]
+    order = np.argsort(arrival, kind="stable")
+    rows = rows[order]
+
+    columns: dict[str, pa.Array] = {"order_id": pa.array(ids[owner[rows]], pa.int64())}
+    ordering = ORDERING[stream]
+    for name, (kind, dictionary) in COLUMNS[stream].items():
+        if name == ordering:
+            columns[name] = pa.array(ts[rows].astype("datetime64[us]"), TIMESTAMP)
+            continue
+        null = (rng.random(m) < NULL_CELLS)[rows]  # per event, so a duplicate repeats its original's nulls
+        if dictionary is not None:
+            codes = rng.integers(0, len(dictionary), m)[rows]
+            values = pa.DictionaryArray.from_arrays(
+                pa.array(codes.astype(np.int32), mask=null), pa.array(dictionary)
+            ).cast(pa.string())
+        elif pa.types.is_floating(kind):
+            values = pa.array(np.round(rng.lognormal(3.6, 0.8, m) * 100)[rows] / 100, kind, mask=null)
+        else:
+            values = pa.array(rng.integers(1, max(n // 3, 2), m)[rows], kind, mask=null)
+        columns[name] = values
+    return pa.table(columns), int(late.sum()), len(dup)
+
+
+def _winners(keys: np.ndarray, ts: np.ndarray, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per key (sorted unique), the row with the greatest ts among `valid` rows: (keys, rows)."""
+    rows = np.arange(len(keys)) if valid is None else np.flatnonzero(valid)
+    order = rows[np.lexsort((ts[rows], keys[rows]))]
+    last = np.r_[keys[order][1:] != keys[order][:-1], True]
+    return keys[order][last], order[last]
+
+
+def ground_truth(ids: np.ndarray, events: dict[str, pa.Table]) -> pa.Table:
+    """One row per key: per stream the latest event's values (overwrite) or latest non-null value (ignore)."""
+    keys = np.sort(ids)
+    out: dict[str, pa.Array] = {"order_id": pa.array(keys, pa.int64())}
+    for stream in STREAMS:
+        table = events[stream]
+        owner = table.column("order_id").to_numpy()
+        ts = table.column(ORDERING[stream]).cast(pa.int64()).to_numpy()
+        if NULLS[stream] == "overwrite":
+            found, rows = _winners(owner, ts)
+            assert np.array_equal(found, keys), "every key has an event in every stream"
+            for name in COLUMNS[stream]:
+                out[name] = table.column(name).take(pa.array(rows)).combine_chunks()
+            continue
+        for name, (kind, _) in COLUMNS[stream].items():
+            column = table.column(name)
+            valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+            found, rows = _winners(owner, ts, valid)
+            position = np.searchsorted(keys, found)
+            index = np.full(len(keys), -1, dtype=np.int64)
+            index[position] = rows
+            out[name] = column.take(pa.array(index, mask=index < 0)).combine_chunks().cast(kind)
+    return pa.table([out[f.name] for f in TRUTH_SCHEMA], schema=TRUTH_SCHEMA)
+
+
+def generate(keys: int, seed: int = 6) -> Workload:
+    rng = np.random.default_rng(seed)
+    ids = (1_000_000_000 + np.cumsum(rng.integers(1, 4, keys))).astype(np.int64)
+    t0 = START_US + rng.integers(0, 48 * HOUR, keys)
+    events: dict[str, pa.Table] = {}
+    stats: dict[str, Any] = {"keys": keys, "seed": seed, "events": {}, "late": {}, "duplicates": {}}
+    for stream in STREAMS:
+        events[stream], late, dups = _events(rng, stream, ids, t0)
+        stats["events"][stream] = events[stream].num_rows
+        stats["late"][stream] = late
+        stats["duplicates"][stream] = dups
+    stats["events_total"] = sum(stats["events"].values())
+    batches: list[tuple[str, pa.Table]] = []
+    for number in range(BATCHES_PER_STREAM):
+        for stream in STREAMS:
+            table = events[stream]
+            start = table.num_rows * number // BATCHES_PER_STREAM
+            end = table.num_rows * (number + 1) // BATCHES_PER_STREAM
+            batches.append((stream, table.slice(start, end - start)))
+    return Workload(keys, seed, batches, ground_truth(ids, events), stats)
+
+
+def save(workload: Workload, folder: Path) -> None:
+    """Landing files `landing/<stream>/part-NNNN.parquet` (arrival order) and `truth.parquet`."""
+    counters = dict.fromkeys(STREAMS, 0)
+    for stream, batch in workload.batches:
+        target = folder / "landing" / stream
+        target.mkdir(parents=True, exist_ok=True)
+        counters[stream] += 1
+        pq.write_table(batch, target / f"part-{counters[stream]:04d}.parquet")
+    pq.write_table(workload.truth, folder / "truth.parquet")
+
+
+def load(folder: Path, keys: int, seed: int) -> Workload:
+    """The saved workload, in commit order (streams take turns)."""
+    per_stream = {s: sorted((folder / "landing" / s).glob("part-*.parquet")) for s in STREAMS}
+    batches = [(s, pq.read_table(per_stream[s][i])) for i in range(BATCHES_PER_STREAM) for s in STREAMS]
+    return Workload(keys, seed, batches, pq.read_table(folder / "truth.parquet"), {})
+
+
+def load_truth(folder: Path) -> pa.Table:
+    return pq.read_table(folder / "truth.parquet")
+
+
+def differences(actual: pa.Table, truth: pa.Table, columns: list[str] | None = None, limit: int = 3) -> list[str]:
+    """How `actual` (any row order) differs from the truth; empty when they are equal cell by cell."""
+    names = ["order_id", *(columns or [f.name for f in TRUTH_SCHEMA if f.name != "order_id"])]
+    missing = [n for n in names if n not in actual.column_names]
+    if missing:
+        return [f"columns missing: {', '.join(missing)}"]
+    if actual.num_rows != truth.num_rows:
+        return [f"{actual.num_rows} rows, expected {truth.num_rows}"]
+    ordered = _normalise_subset(actual, names)
+    ordered = ordered.take(pc.sort_indices(ordered.column("order_id")))
+    expected = truth.select(names)
+    if ordered.equals(expected):
+        return []
+    problems = []
+    for name in names:
+        left, right = ordered.column(name), expected.column(name)
+        if left.equals(right):
+            continue
+        same = pc.fill_null(pc.equal(left, right), False).to_numpy(zero_copy_only=False)
+        both_null = (pc.is_null(left).to_numpy(zero_copy_only=False)) & (
+            pc.is_null(right).to_numpy(zero_copy_only=False)
+        )
+        bad = np.flatnonzero(~(same | both_null))
+        shown = ", ".join(
+            f"order_id {expected.column('order_id')[int(i)]}: got {left[int(i)]}, expected {right[int(i)]}"
+            for i in bad[:limit]
+        )
+        problems.append(f"column {name}: {len(bad)} cells differ ({shown})")
+    return problems or ["tables differ (types or chunking)"]
+
+
+def _normalise_subset(table: pa.Table, names: list[str]) -> pa.Table:
+    columns = []
+    for name in names:
+        column = table.column(name)
+        kind = TRUTH_SCHEMA.field(name).type
+        columns.append(column if column.type == kind else column.cast(kind))
+    return pa.table(columns, names=names)
