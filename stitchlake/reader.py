@@ -220,15 +220,7 @@ def merge_slice(
     """
     config = table.config
     per_stream = _stream_columns(config, _wanted_columns(config, wanted))
-    base = None
-    if fslice.base is not None:
-        base = read_table_file(
-            table.storage,
-            fslice.base.path,
-            base_schema(config),
-            _base_columns(config, per_stream),
-            expected_rows=fslice.base.rows,
-        )
+    base = _read_base(table, fslice, _base_columns(config, per_stream)) if fslice.base is not None else None
     logs = []
     if mode == SNAPSHOT:
         for item in fslice.logs:
@@ -246,6 +238,12 @@ def merge_slice(
     return merge_files(config, base, logs, columns=per_stream, versions=versions)
 
 
+def _read_base(table: Table, fslice: FileSlice, columns: list[str]) -> pa.Table:
+    assert fslice.base is not None
+    base = fslice.base
+    return read_table_file(table.storage, base.path, base_schema(table.config), columns, expected_rows=base.rows)
+
+
 def read_slice(
     table: Table,
     fslice: FileSlice,
@@ -256,19 +254,12 @@ def read_slice(
     """The live wide rows of one file slice.
 
     A base file read alone needs no merge (it holds one merged row per key), so only its value columns and
-    two flags per stream are read, not the versions: read-optimized reads cost about a plain Parquet scan.
+    one flag per stream is read, not the versions: read-optimized reads cost about a plain Parquet scan.
     """
     config = table.config
     wanted = _wanted_columns(config, columns)
     if fslice.base is not None and (mode == READ_OPTIMIZED or not fslice.logs):
-        base = read_table_file(
-            table.storage,
-            fslice.base.path,
-            base_schema(config),
-            base_columns(config, wanted),
-            expected_rows=fslice.base.rows,
-        )
-        out = base_rows(config, base, wanted)
+        out = base_rows(config, _read_base(table, fslice, base_columns(config, wanted)), wanted)
     else:
         out = to_rows(config, merge_slice(table, fslice, wanted, mode, versions=False), wanted)
     if rows_filter is not None and out.num_rows:

@@ -6,29 +6,19 @@ benchmark measures a correct table and would report a wrong one.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench_workload = _load("bench_workload")
-bench = _load("bench")
+bench_workload = load_script("bench_workload")
+bench = load_script("bench")
 
 
 def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ the landing files (not the generator's internals), so a shared mistake would hav
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import subprocess
 import sys
 from collections import defaultdict
@@ -20,6 +19,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import pytest
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "demo_data.py"
@@ -28,16 +28,7 @@ FILES = 4
 UTC = dt.UTC
 
 
-def _load_module() -> Any:
-    spec = importlib.util.spec_from_file_location("demo_data", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["demo_data"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-demo_data = _load_module()
+demo_data = load_script("demo_data")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ publish; a rollback must never undo an instant that completed after it was chose
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from script_modules import load_script
 from tables import MODELS, THREE_STREAMS, batch, new_table
 
 from stitchlake.errors import BusyError, StitchError
@@ -45,16 +45,7 @@ SCRIPT = ROOT / "scripts" / "torture.py"
 CI_ARGS = ["--rounds", "6", "--keys", "600", "--seed", "5", "--readers", "2", "--writers-per-stream", "2"]
 
 
-def _load_torture() -> Any:
-    spec = importlib.util.spec_from_file_location("torture", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["torture"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-torture = _load_torture()
+torture = load_script("torture")
 
 
 # ------------------------------------------------------------------------------------------ the CI-sized run
