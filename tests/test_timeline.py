@@ -370,3 +370,24 @@ def test_delete_pending_instant(tmp_path: Path) -> None:
     instant = write_inflight(storage, write_requested(storage, "20260101000000100", Action.DELTACOMMIT, {}))
     delete_instant(storage, instant)
     assert storage.list_names(TIMELINE_DIR) == []
+
+
+def test_a_pending_instant_that_vanishes_after_the_listing_has_no_content(tmp_path: Path) -> None:
+    """Found by the torture run: a writer's busy check listed a pending deltacommit that a rollback (which needs
+    no lock to undo) deleted before its requested file was read; the check failed instead of finding no writer."""
+    storage = _storage(tmp_path)
+    done = _complete(storage, "20260101000000100", "20260101000000200")
+    pending = write_inflight(
+        storage, write_requested(storage, "20260101000000300", Action.DELTACOMMIT, {"stream": "x"})
+    )
+    timeline = Timeline.load(storage)
+    delete_instant(storage, pending)  # undone after the listing
+    listed = timeline.get(pending.requested)
+    assert listed is not None and not listed.is_completed
+    assert timeline.requested_content(listed) == {}
+    assert timeline.metadata(listed) == {}
+    assert timeline.stream_of(listed) is None
+
+    storage.delete(timeline_path(done.file_name))  # a completed instant vanishing is not normal: say so
+    with pytest.raises(StitchError, match="vanished"):
+        timeline.metadata(done)

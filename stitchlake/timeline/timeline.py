@@ -154,25 +154,36 @@ class Timeline:
             if instant.is_completed
             else pending_file_name(instant.requested, instant.action, State.REQUESTED)
         )
-        cached = self._metadata.get(name)
-        if cached is None:
-            cached = read_instant_file(self.storage, name)
-            self._metadata[name] = cached
-        return cached
+        return self._content(instant, name)
 
     def requested_content(self, instant: Instant) -> dict[str, Any]:
         """What was written when the instant was requested (its stream, writer, or plan)."""
         name = pending_file_name(instant.requested, instant.action, State.REQUESTED)
         if name not in self._names:
             return {}
+        return self._content(instant, name)
+
+    def _content(self, instant: Instant, name: str) -> dict[str, Any]:
+        """An instant file's JSON, read once. A pending instant may vanish after the listing (its writer aborted,
+        or a rollback undid it; neither needs the lock): it no longer exists, so it has no content. A completed
+        instant's file vanishing is an error (only archival or restore remove them, under the lock)."""
         cached = self._metadata.get(name)
         if cached is None:
-            cached = read_instant_file(self.storage, name)
+            try:
+                cached = read_instant_file(self.storage, name)
+            except TimelineFileVanished:
+                if instant.is_completed:
+                    raise
+                return {}
             self._metadata[name] = cached
         return cached
 
     def stream_of(self, instant: Instant) -> str | None:
         return self.requested_content(instant).get("stream")
+
+
+class TimelineFileVanished(StitchError):
+    """An instant file listed a moment ago is gone: its instant was aborted, rolled back or archived meanwhile."""
 
 
 def read_instant_file(storage: Storage, name: str) -> dict[str, Any]:
@@ -182,7 +193,7 @@ def read_instant_file(storage: Storage, name: str) -> dict[str, Any]:
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
-        raise StitchError(f"{where}: timeline file vanished while reading (a concurrent rollback?)") from None
+        raise TimelineFileVanished(f"{where}: timeline file vanished while reading (a concurrent rollback?)") from None
     instant = parse_file_name(name)
     return decode_metadata(data, where, completed=instant is not None and instant.is_completed)
 
