@@ -88,13 +88,14 @@ def concat_batches(batches: list[Batch]) -> Batch:
     )
 
 
-def still_pending(stream: str, todo: list[SourceFile]) -> ConflictCheck:
-    """Exactly-once at publish time: none of `todo` may have been ingested by a commit that completed meanwhile.
+def still_pending(stream: str, sources: list[str]) -> ConflictCheck:
+    """Exactly-once at publish time: none of the landing files named `sources` may have been ingested by a
+    commit that completed meanwhile (both engines publish through this check).
 
     The busy check at begin keeps live writers of a stream apart, but a writer frozen past its heartbeat's expiry
     is presumed dead, so a second one may ingest the same files; whichever publishes second must not.
     """
-    names = {f.name for f in todo}
+    names = set(sources)
 
     def check(timeline: Timeline, instant: Instant) -> None:
         for other in timeline.completed([Action.DELTACOMMIT], since=instant.requested):
@@ -158,7 +159,7 @@ def ingest_local(
             txn.abort()
             return nothing_to_do(stream, "local")
         assert spec.source is not None
-        txn.conflict_check = still_pending(stream, todo)
+        txn.conflict_check = still_pending(stream, [f.name for f in todo])
         columns = [c.name for c in required_columns(table.config, spec)]
         if spec.deletes:
             columns.append(spec.deletes.column)
@@ -173,7 +174,7 @@ def ingest_local(
     except BaseException as exc:
         # A writer presumed dead while it ran finds its files deleted under it: say so, not "file not found".
         lost = None
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not txn.instant.is_completed:
             with contextlib.suppress(Exception):
                 lost = txn.superseded()
         txn.abort()

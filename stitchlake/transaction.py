@@ -25,7 +25,6 @@ from stitchlake.timeline.instant import Action, Instant, State, pending_file_nam
 from stitchlake.timeline.timeline import (
     Timeline,
     delete_instant,
-    encode_metadata,
     timeline_path,
     write_completed,
     write_inflight,
@@ -114,7 +113,7 @@ class Transaction:
         body = {**(content or {}), "writer": writer_info()}
         if exclusive_stream:
             body["stream"] = exclusive_stream
-        with table.lock():
+        with table.lock() as lock:
             timeline = Timeline.load(storage)
             if exclusive_stream:
                 refuse_if_stream_busy(table, timeline, exclusive_stream)
@@ -126,7 +125,8 @@ class Transaction:
                 if planned is None:
                     return None
                 body = {**planned, **body}
-            instant = write_requested(storage, requested, action, body)
+            # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
+            instant = write_requested(storage, requested, action, body, ready=lock.fence)
             # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the timeline.
             # Found without a beat meanwhile, it is safe: rollbacks re-check liveness under the lock we hold.
             beat = None
@@ -158,7 +158,7 @@ class Transaction:
         """
         storage = table.storage
         spec = table.config.concurrency.heartbeat
-        with table.lock():
+        with table.lock() as lock:
             if storage.exists(f".stitch/heartbeats/{instant.requested}") and not heartbeats.is_expired(
                 storage, instant.requested, spec.expire_s
             ):
@@ -176,11 +176,11 @@ class Transaction:
                 raise BusyError(
                     f"{what} {instant.requested} is being rolled back or reset by {undoing}; try again later"
                 )
+            lock.fence()  # the checks above hold only while our lease does
+            attempt = new_attempt()
+            inflight = write_inflight(storage, instant, {"attempt": attempt}, replace=True)
             beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
             beat.start()
-            attempt = new_attempt()
-            inflight = Instant(instant.requested, instant.action, State.INFLIGHT)
-            storage.write_atomic(timeline_path(inflight.file_name), encode_metadata({"attempt": attempt}))
         return cls(table, inflight, beat, attempt)
 
     def mark(self, path: str) -> None:
@@ -205,7 +205,10 @@ class Transaction:
             completed = next_time(timeline.all_times())
             # Fence as late as possible: after the slow, durable part of the write and right before the create.
             self.instant = write_completed(storage, self.instant, completed, metadata, ready=lock.fence)
-        self._finish()
+        try:
+            self._finish()
+        except Exception:  # published: leftover markers or a heartbeat are tidied by `stitch clean`
+            log.warning("instant %s was published; tidying its markers failed", self.time, exc_info=True)
         return self.instant
 
     def superseded(self, timeline: Timeline | None = None) -> str | None:
@@ -240,8 +243,15 @@ class Transaction:
         raise self.refusal(what)
 
     def abort(self) -> None:
-        """Undo a failed attempt at once: delete what the markers name, then the instant itself."""
+        """Undo a failed attempt at once: delete what the markers name, then the instant itself.
+
+        Never after the publish: a failure that comes later (tidying, an interrupt) leaves the commit standing.
+        """
         storage = self.table.storage
+        if self.instant.is_completed:
+            log.warning("instant %s was already published; not aborting it", self.time)
+            self._finish(delete_markers_too=False)
+            return
         try:
             for path in marked_files(storage, self.time):
                 storage.delete(path)
@@ -253,11 +263,13 @@ class Transaction:
             self._finish(delete_markers_too=False)
 
     def _finish(self, delete_markers_too: bool = True) -> None:
-        if delete_markers_too:
-            delete_markers(self.table.storage, self.time)
-        if self.heartbeat is not None:
-            self.heartbeat.stop(delete=True)
-            self.heartbeat = None
+        try:
+            if delete_markers_too:
+                delete_markers(self.table.storage, self.time)
+        finally:  # whatever happened, this process no longer runs the instant
+            if self.heartbeat is not None:
+                self.heartbeat.stop(delete=True)
+                self.heartbeat = None
 
 
 def new_attempt() -> str:

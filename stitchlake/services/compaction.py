@@ -165,13 +165,22 @@ def run(table: Table, instant_time: str | None = None) -> CompactionResult:
                 files = list(pool.map(lambda op: compact_file_group(table, op, txn.time, txn.mark), operations))
         return finish(txn, files)
     except BaseException as exc:
-        # Presumed dead while it ran (reset or taken over), its files vanish under it: say so, not "not found".
-        lost = txn.superseded() if isinstance(exc, OSError) else None
-        if txn.heartbeat is not None:
-            txn.heartbeat.stop(delete=lost is None)  # otherwise the heartbeat may be the new attempt's
-        if lost is not None:
-            raise txn.refusal(lost) from exc
+        run_failed(txn, exc)
         raise
+
+
+def run_failed(txn: Transaction, exc: BaseException) -> None:
+    """After a compaction run failed (any engine): stop its heartbeat, and say so when it was superseded.
+
+    A run presumed dead while it ran (reset or taken over) finds its files vanish under it: that is a refusal
+    to publish, not "file not found". Its heartbeat file may then be the new attempt's, so it stays.
+    """
+    lost = txn.superseded() if isinstance(exc, OSError) and not txn.instant.is_completed else None
+    if txn.heartbeat is not None:
+        txn.heartbeat.stop(delete=lost is None)
+        txn.heartbeat = None
+    if lost is not None:
+        raise txn.refusal(lost) from exc
 
 
 def finish(txn: Transaction, files: list[dict[str, Any]]) -> CompactionResult:

@@ -17,7 +17,7 @@ from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.timeline import Timeline, delete_instant, timeline_path
-from stitchlake.transaction import Transaction
+from stitchlake.transaction import Transaction, undone_by
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -128,6 +128,8 @@ def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None
             now = fresh.get(instant.requested)
             if instant.is_completed:
                 changed = now != instant
+                if not changed:  # still safe? (not absorbed by a compaction planned meanwhile, still the latest)
+                    _refuse_completed(table, fresh, instant)
             else:  # gone already is fine (undoing it again is a no-op); completed or alive again is not
                 changed = now is not None and (now.is_completed or not expired(table, instant))
             if changed:
@@ -160,11 +162,21 @@ def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], li
 
 
 def finish_crashed(table: Table, timeline: Timeline, instants: list[Instant]) -> None:
-    """Complete crashed rollbacks, cleans and restores from their recorded plans."""
+    """Complete crashed rollbacks, cleans and restores from their recorded plans.
+
+    Restores go first: a restore's plan takes back every instant that was pending when it began, crashed
+    rollbacks and cleans included, and resuming one of those while the restore is pending is refused (it is
+    being undone), so taking them in time order would wait on each other forever. Whatever a pending restore
+    or rollback already covers is left to it.
+    """
     from stitchlake.services.clean import finish_clean
     from stitchlake.services.savepoint import finish_restore
 
-    for instant in instants:
+    for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
+        timeline = table.timeline()
+        current = timeline.get(instant.requested)
+        if current is None or current.is_completed or undone_by(timeline, instant.requested) is not None:
+            continue
         if instant.action == Action.ROLLBACK:
             for target in timeline.requested_content(instant).get("targets", []):
                 undo(table, target)

@@ -218,6 +218,11 @@ class StitchWriter(DataSourceArrowWriter):
         written = [m for m in messages if isinstance(m, FilesWritten)]
         extra = json.loads(self.options.get("metadata", "{}"))
         txn = Transaction.attach(table, self.instant)
+        sources = [item["name"] for item in extra.get("sources", [])]
+        if sources:
+            from stitchlake.ingest import still_pending
+
+            txn.conflict_check = still_pending(self.stream, sources)
         txn.complete(
             {
                 **extra,
@@ -236,6 +241,9 @@ class StitchWriter(DataSourceArrowWriter):
         from stitchlake.transaction import Transaction
 
         table = open_for_spark(self.options)
+        current = table.timeline().get(self.instant)
+        if current is not None and current.is_completed:
+            return  # published: what failed came after the commit, which stands
         for message in messages:
             if isinstance(message, FilesWritten):
                 for item in message.files:

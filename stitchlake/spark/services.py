@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.services.compaction import CompactionResult, compact_file_group, finish, schedule, start_run
+from stitchlake.services.compaction import (
+    CompactionResult,
+    compact_file_group,
+    finish,
+    run_failed,
+    schedule,
+    start_run,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,9 +40,8 @@ def run_compaction(spark: SparkSession, table: Table, instant_time: str | None =
         else:
             files = []
         return finish(txn, files)
-    except BaseException:
-        if txn.heartbeat is not None:
-            txn.heartbeat.stop(delete=True)
+    except BaseException as exc:
+        run_failed(txn, exc)
         raise
 
 

@@ -206,19 +206,35 @@ def draw_time(storage: Storage, now_ms: int | None = None) -> str:
     return next_time(Timeline.load(storage).all_times(), now_ms)
 
 
-def write_requested(storage: Storage, requested: str, action: str, content: dict[str, Any]) -> Instant:
-    """Create `<requested>.<action>.requested`; a clash means two writers drew one time: a bug, not a race."""
+def write_requested(
+    storage: Storage,
+    requested: str,
+    action: str,
+    content: dict[str, Any],
+    ready: Callable[[], None] | None = None,
+) -> Instant:
+    """Create `<requested>.<action>.requested`; a clash means two writers drew one time: a bug, not a race.
+
+    `ready` runs right before the create (see `Storage.put_if_absent`): the lock fence, since a plan checked
+    under the lock is only valid while the lease lasts.
+    """
     if action not in Action.ALL:
         raise ValueError(f"unknown action {action!r}")
     name = pending_file_name(requested, action, State.REQUESTED)
-    if not storage.put_if_absent(timeline_path(name), encode_metadata(content)):
+    if not storage.put_if_absent(timeline_path(name), encode_metadata(content), ready):
         raise StitchError(f"instant {requested} already exists on the timeline")
     return Instant(requested, action, State.REQUESTED)
 
 
-def write_inflight(storage: Storage, instant: Instant, content: dict[str, Any] | None = None) -> Instant:
+def write_inflight(
+    storage: Storage, instant: Instant, content: dict[str, Any] | None = None, replace: bool = False
+) -> Instant:
+    """Mark the instant inflight. `replace` rewrites an existing inflight file (a resumed run's new attempt)."""
     name = pending_file_name(instant.requested, instant.action, State.INFLIGHT)
-    storage.put_if_absent(timeline_path(name), encode_metadata(content or {}))
+    if replace:
+        storage.write_atomic(timeline_path(name), encode_metadata(content or {}))
+    else:
+        storage.put_if_absent(timeline_path(name), encode_metadata(content or {}))
     return Instant(instant.requested, instant.action, State.INFLIGHT)
 
 

@@ -1,0 +1,203 @@
+"""Crash and race interleavings found by review, replayed deterministically in-process.
+
+Each test builds the exact interleaving (a crashed instant, a stalled lease, a compaction planned between a
+rollback's checks and its request, a failure right after a publish) with real tables on disk; the only
+interference is a wrapper that delays or fails one call of the code under test, as a stall or an I/O error would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from tables import MODELS, THREE_STREAMS, batch, new_table
+
+import stitchlake.transaction as transaction_module
+from stitchlake.batch import prepare
+from stitchlake.errors import ConflictError, LockLost, UsageError
+from stitchlake.ingest import ingest_local
+from stitchlake.services import compaction, savepoint
+from stitchlake.services.rollback import rollback, rollback_failed
+from stitchlake.spark.datasource import FilesWritten, StitchWriter
+from stitchlake.timeline.instant import Action
+from stitchlake.transaction import Transaction
+from stitchlake.write import write, write_file_groups
+
+FAST = copy.deepcopy(THREE_STREAMS)
+FAST["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
+ORDERS = MODELS[0]
+
+
+def _rows(value: int, keys: range = range(4)) -> Any:
+    return batch(ORDERS, [{"k": k, "amount": value, "status": f"s{value}", "ots": value} for k in keys])
+
+
+def _dead(txn: Transaction) -> None:
+    """The process running `txn` died: its heartbeat stops and expires."""
+    assert txn.heartbeat is not None
+    txn.heartbeat.stop(delete=True)
+    txn.heartbeat = None
+    time.sleep(0.5)
+
+
+def _sorted(table: Any) -> Any:
+    return table.sort_by("k")
+
+
+def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(tmp_path: Path) -> None:
+    """The restore's plan lists the crashed rollback; finishing them oldest first waited on each other forever
+    (every `stitch clean` and `rollback --failed` exited 4). Restores now go first."""
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    point = savepoint.create(table, name="before")
+    at_savepoint = _sorted(table.read(as_of="before"))
+    write(table, "orders", _rows(2))
+    crashed_rollback = Transaction.begin(
+        table, Action.ROLLBACK, {"targets": [], "reason": "t", "reset_compactions": []}
+    )
+    _dead(crashed_rollback)
+    crashed_restore = savepoint.begin_restore(table, "before")
+    _dead(crashed_restore)
+
+    rollback_failed(table)
+    assert not table.timeline().pending()
+    assert _sorted(table.read()).equals(at_savepoint)
+    assert point.instant is not None
+    rollback_failed(table)  # and again: nothing left to do, no refusal
+
+
+def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback checked its target under the lock, then stalled past its lease; the frozen writer woke, took
+    the lock and published. Requesting the rollback after that would delete a completed commit's files."""
+    document = copy.deepcopy(FAST)
+    document["concurrency"]["lock"]["expire_s"] = 1
+    table = new_table(tmp_path, document)
+    writer = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})
+    stream = table.config.stream("orders")
+    files = write_file_groups(
+        table, stream, prepare(table.config, stream, _rows(1), source="t"), writer.time, writer.mark
+    )
+    _dead(writer)  # presumed dead, but only frozen
+
+    original = transaction_module.write_requested
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        if args[2] == Action.ROLLBACK:
+            time.sleep(2)  # the rollback stalls inside its critical section, past its 1 s lease
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(transaction_module, "write_requested", stalled)
+    outcome: dict[str, Any] = {}
+
+    def run_rollback() -> None:
+        try:
+            outcome["result"] = rollback_failed(table)
+        except Exception as error:
+            outcome["error"] = error
+
+    racing = threading.Thread(target=run_rollback)
+    racing.start()
+    time.sleep(1.3)
+    writer.complete({"stream": "orders", "added": files, "rows": 4})  # the writer wakes up and publishes
+    racing.join()
+    assert isinstance(outcome.get("error"), LockLost), outcome
+    assert not table.timeline().pending([Action.ROLLBACK])
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_rollback_refuses_a_commit_a_compaction_absorbed_after_its_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stitch rollback T` checked T outside the lock; a compaction planned meanwhile absorbed T's logs. Undoing
+    T then broke every later `compact --run` for good; the rollback now re-checks under the lock."""
+    import stitchlake.services.rollback as rollback_module
+
+    table = new_table(tmp_path, FAST)
+    for value in (1, 2, 3):
+        last = write(table, "orders", _rows(value))
+    original = rollback_module._run
+
+    def compaction_planned_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        compaction.schedule(table, "all")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rollback_module, "_run", compaction_planned_meanwhile)
+    with pytest.raises(UsageError, match="absorbed by compaction"):
+        rollback(table, last.instant)
+    monkeypatch.undo()
+    compaction.run(table)
+    assert set(table.read().column("amount").to_pylist()) == {3}
+
+
+def test_a_failure_right_after_the_publish_leaves_the_commit_standing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tidying markers failed after the completed file was created; the error path aborted the instant and
+    deleted a commit that readers had already seen."""
+    table = new_table(tmp_path, FAST)
+    original = transaction_module.delete_markers
+    calls: list[str] = []
+
+    def flaky(storage: Any, instant: str) -> None:
+        calls.append(instant)
+        if len(calls) == 1:
+            raise OSError(5, "I/O error on the markers folder")
+        original(storage, instant)
+
+    monkeypatch.setattr(transaction_module, "delete_markers", flaky)
+    result = write(table, "orders", _rows(1))
+    assert table.timeline().get(result.instant).is_completed  # type: ignore[union-attr]
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+    assert not table.storage.exists(f".stitch/heartbeats/{result.instant}")  # and the heartbeat stopped
+
+
+def _spark_writer(table: Any, instant: str, sources: list[str]) -> StitchWriter:
+    options = {
+        "path": table.path,
+        "stream": "orders",
+        "instant": instant,
+        "metadata": json.dumps({"sources": [{"name": name, "path": name, "size": 1} for name in sources]}),
+    }
+    return StitchWriter(options)
+
+
+def test_the_spark_commit_refuses_landing_files_another_ingest_took_meanwhile(tmp_path: Path) -> None:
+    """The Spark driver froze past its heartbeat; a second ingest took the same landing file; the driver's
+    commit must not publish it a second time (the in-process engine had this check, Spark did not)."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(_rows(1), landing / "part-0001.parquet")
+    document = copy.deepcopy(FAST)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
+    table = new_table(tmp_path, document)
+    frozen = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})  # the Spark driver's instant
+    _dead(frozen)
+    assert ingest_local(table, "orders").source_files == 1  # the second ingest
+    writer = _spark_writer(table, frozen.time, ["part-0001.parquet"])
+    with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
+        writer.commit([FilesWritten()])
+    writer.abort([FilesWritten()])  # what Spark does next, and then the driver (`ingest_spark`):
+    frozen.abort()
+    timeline = table.timeline()
+    assert len(timeline.completed([Action.DELTACOMMIT])) == 1 and not timeline.pending()
+
+
+def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> None:
+    table = new_table(tmp_path, FAST)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"}, heartbeat=False)
+    stream = table.config.stream("orders")
+    files = write_file_groups(table, stream, prepare(table.config, stream, _rows(1), source="t"), txn.time, txn.mark)
+    messages = [FilesWritten(files=files, rows=4)]
+    writer = _spark_writer(table, txn.time, [])
+    writer.commit(messages)
+    writer.abort(messages)  # e.g. Spark failing the job after the commit returned
+    assert table.timeline().get(txn.time).is_completed  # type: ignore[union-attr]
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
