@@ -273,15 +273,21 @@ def _compact_files(table: Table, txn: Transaction, operations: list[dict[str, An
     return [compaction.compact_file_group(table, op, txn.time, txn.mark) for op in operations]
 
 
-def test_a_zombie_compaction_cannot_publish_after_it_was_reset(tmp_path: Path) -> None:
-    """A compaction frozen past its heartbeat is reset by clean (its files deleted, back to requested); when it
-    wakes it must not publish base files that no longer exist."""
+def _frozen_compaction(tmp_path: Path) -> tuple[Table, str, pa.Table, Transaction, list[dict[str, Any]]]:
+    """A compaction run that wrote its base files and then froze past its heartbeat (not yet published)."""
     table = new_table(tmp_path, FAST)
     planned = _planned_compaction(table)
     before = table.read().sort_by("k")
     zombie, operations = compaction.start_run(table, planned)
     files = _compact_files(table, zombie, operations)
     _freeze(zombie)
+    return table, planned, before, zombie, files
+
+
+def test_a_zombie_compaction_cannot_publish_after_it_was_reset(tmp_path: Path) -> None:
+    """A compaction frozen past its heartbeat is reset by clean (its files deleted, back to requested); when it
+    wakes it must not publish base files that no longer exist."""
+    table, planned, before, zombie, files = _frozen_compaction(tmp_path)
     assert rollback_failed(table).reset_compactions == [planned]
     with pytest.raises(StitchError, match="reset or taken over"):
         compaction.finish(zombie, files)
@@ -293,12 +299,7 @@ def test_a_zombie_compaction_cannot_publish_after_it_was_reset(tmp_path: Path) -
 
 def test_a_zombie_compaction_cannot_publish_after_another_run_took_its_plan_over(tmp_path: Path) -> None:
     """The second run deleted the first attempt's files when it took over; the first must not publish them."""
-    table = new_table(tmp_path, FAST)
-    planned = _planned_compaction(table)
-    before = table.read().sort_by("k")
-    zombie, operations = compaction.start_run(table, planned)
-    files = _compact_files(table, zombie, operations)
-    _freeze(zombie)
+    table, planned, before, zombie, files = _frozen_compaction(tmp_path)
     rescuer, operations = compaction.start_run(table, planned)  # takes over: the zombie's files are gone
     with pytest.raises(StitchError, match="reset or taken over"):
         compaction.finish(zombie, files)
