@@ -7,7 +7,6 @@ ingests exactly the files the crashed run did not commit. Only one live writer p
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +54,15 @@ def consumed(table: Table, timeline: Timeline, stream: str) -> set[str]:
     for instant in timeline.completed([Action.DELTACOMMIT]):
         if checkpoint and (instant.completed or "") <= checkpoint.get("completed", ""):
             continue
-        meta = timeline.metadata(instant)
-        if meta.get("stream") == stream:
-            names.update(item["name"] for item in meta.get("sources", []))
+        names |= sources_of(timeline.metadata(instant), stream)
     return names
+
+
+def sources_of(metadata: dict[str, Any], stream: str) -> set[str]:
+    """The landing files a deltacommit of `stream` consumed (none for another stream's)."""
+    if metadata.get("stream") != stream:
+        return set()
+    return {item["name"] for item in metadata.get("sources", [])}
 
 
 def pending_files(
@@ -99,8 +103,7 @@ def still_pending(stream: str, sources: list[str]) -> ConflictCheck:
 
     def check(timeline: Timeline, instant: Instant) -> None:
         for other in timeline.completed([Action.DELTACOMMIT], since=instant.requested):
-            meta = timeline.metadata(other)
-            taken = names & {item["name"] for item in meta.get("sources", [])} if meta.get("stream") == stream else None
+            taken = names & sources_of(timeline.metadata(other), stream)
             if taken:
                 raise ConflictError(
                     f"landing file(s) {', '.join(sorted(taken)[:3])} of stream {stream} were ingested by instant "
@@ -172,14 +175,10 @@ def ingest_local(
             table, stream, concat_batches(batches), txn=txn, metadata={"sources": [f.to_json() for f in todo]}
         )
     except BaseException as exc:
-        # A writer presumed dead while it ran finds its files deleted under it: say so, not "file not found".
-        lost = None
-        if isinstance(exc, OSError) and not txn.instant.is_completed:
-            with contextlib.suppress(Exception):
-                lost = txn.superseded()
+        refused = txn.refusal_after(exc)
         txn.abort()
-        if lost is not None:
-            raise txn.refusal(lost) from exc
+        if refused is not None:
+            raise refused from exc
         raise
     return IngestResult(
         extra=inline_compaction(table),

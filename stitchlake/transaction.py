@@ -229,6 +229,20 @@ class Transaction:
             return "was reset or taken over"
         return None
 
+    def refusal_after(self, error: BaseException) -> StitchError | None:
+        """The refusal a failed run should report instead of `error`, or None.
+
+        A run presumed dead while it ran finds its files deleted under it (an OSError): that is "superseded,
+        nothing was published", not "file not found". After the publish nothing is refused.
+        """
+        if not isinstance(error, OSError) or self.instant.is_completed:
+            return None
+        try:
+            lost = self.superseded()
+        except Exception:  # cannot tell: report the original error
+            return None
+        return None if lost is None else self.refusal(lost)
+
     def refusal(self, what: str) -> StitchError:
         return StitchError(
             f"instant {self.instant.requested} {what} by another process while it ran; nothing was published — "

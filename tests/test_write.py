@@ -30,6 +30,7 @@ from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.table import Table
+from stitchlake.timeline.instant import Action
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 UTC = dt.UTC
@@ -512,3 +513,23 @@ def test_config_file_table_writes_the_same_as_a_dict_config(tmp_path: Path) -> N
     table.write("shipments", batch(SHIPMENTS, [{"k": 2, "carrier": "dhl", "ship_no": 1}]))
     assert Path(table.path) == (tmp_path / "table").resolve()
     assert sorted(os.listdir(tmp_path / "table")) == [".stitch", "p=even"]
+
+
+def test_log_files_are_lz4_with_delta_encoded_positions_and_base_files_zstd(tmp_path: Path) -> None:
+    """Logs are re-read by every snapshot read until compacted, bases live long: see io/datafiles.py."""
+    table = new_table(tmp_path)
+    rows = [{"k": k, "p": "a", "amount": k, "status": "x", "ots": k} for k in range(50)]
+    table.write("orders", batch(MODELS[0], rows))
+    table.compact("all")
+    timeline = table.timeline()
+    logs = [e["path"] for e in timeline.metadata(timeline.completed([Action.DELTACOMMIT])[0])["added"]]
+    bases = [f.path for f in table.view().live_files() if ".log." not in f.path]
+    assert logs and bases
+    for path in logs:
+        chunks = pq.ParquetFile(os.path.join(table.path, path)).metadata.row_group(0)
+        columns = {chunks.column(i).path_in_schema: chunks.column(i) for i in range(chunks.num_columns)}
+        assert {c.compression for c in columns.values()} == {"LZ4"}
+        assert "DELTA_BINARY_PACKED" in columns["_sl__orders__pos"].encodings
+    for path in bases:
+        chunks = pq.ParquetFile(os.path.join(table.path, path)).metadata.row_group(0)
+        assert {chunks.column(i).compression for i in range(chunks.num_columns)} == {"ZSTD"}

@@ -7,12 +7,15 @@ straight to their final name: they only become visible when a completed instant 
 from __future__ import annotations
 
 import io
+import posixpath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stitchlake.errors import CorruptFileError
 from stitchlake.io.avro import read_avro, write_avro
+from stitchlake.layout.names import LOG, parse_name
+from stitchlake.merge import summary
 from stitchlake.storage import Storage
 
 #: Base files are long-lived and read after compaction: zstd keeps them small.
@@ -20,7 +23,6 @@ PARQUET_COMPRESSION = "zstd"
 #: Log files are written on the ingest path and re-read by every snapshot read until compacted: lz4 decodes
 #: about twice as fast as zstd for ~30% more bytes (docs/benchmarks.md).
 LOG_COMPRESSION = "lz4"
-LOG_SUFFIX = ".log.parquet"
 
 
 def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: str = "parquet") -> int:
@@ -34,7 +36,8 @@ def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: 
         with storage.filesystem.open_output_stream(storage.abspath(path)) as out:
             out.write(data)
         return len(data)
-    log = path.endswith(LOG_SUFFIX)
+    name = parse_name(posixpath.basename(path))
+    log = name is not None and name.kind == LOG
     pq.write_table(
         table,
         storage.abspath(path),
@@ -56,15 +59,10 @@ def parquet_encodings(schema: pa.Schema, delta_positions: bool = False) -> dict[
     text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
     options: dict[str, object] = {"use_dictionary": text}
     if delta_positions:
-        positions = [f.name for f in schema if _is_position(f)]
+        positions = [f.name for f in schema if summary.is_position(f.name) and pa.types.is_int64(f.type)]
         if positions:
             options["column_encoding"] = dict.fromkeys(positions, "DELTA_BINARY_PACKED")
     return options
-
-
-def _is_position(field: pa.Field) -> bool:
-    """A meta column holding in-batch positions (`_sl__<stream>__[...__]pos`, see `merge.summary`)."""
-    return field.name.startswith("_sl__") and field.name.endswith("__pos") and pa.types.is_int64(field.type)
 
 
 def read_table_file(

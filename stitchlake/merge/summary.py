@@ -26,6 +26,11 @@ def is_meta(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def is_position(name: str) -> bool:
+    """A meta column of in-batch positions (the row's, the tombstone's or a column's version)."""
+    return is_meta(name) and name.endswith("__pos")
+
+
 def _version_fields(prefix: str, ordering: int, with_commit: bool) -> list[str]:
     fields = [f"{prefix}o{i}" for i in range(ordering)]
     if with_commit:

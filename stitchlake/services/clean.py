@@ -211,7 +211,7 @@ def clean(
         )
     timeline = table.timeline()
     _, _, unfinished = failed_instants(table, timeline)
-    finish_crashed(table, timeline, unfinished)
+    finish_crashed(table, unfinished)
     rolled = rollback_failed(table)
     leftovers = orphans(table)
 

@@ -175,12 +175,12 @@ def run_failed(txn: Transaction, exc: BaseException) -> None:
     A run presumed dead while it ran (reset or taken over) finds its files vanish under it: that is a refusal
     to publish, not "file not found". Its heartbeat file may then be the new attempt's, so it stays.
     """
-    lost = txn.superseded() if isinstance(exc, OSError) and not txn.instant.is_completed else None
+    refused = txn.refusal_after(exc)
     if txn.heartbeat is not None:
-        txn.heartbeat.stop(delete=lost is None)
+        txn.heartbeat.stop(delete=refused is None)
         txn.heartbeat = None
-    if lost is not None:
-        raise txn.refusal(lost) from exc
+    if refused is not None:
+        raise refused from exc
 
 
 def finish(txn: Transaction, files: list[dict[str, Any]]) -> CompactionResult:

@@ -161,7 +161,7 @@ def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], li
     return targets, resets, unfinished
 
 
-def finish_crashed(table: Table, timeline: Timeline, instants: list[Instant]) -> None:
+def finish_crashed(table: Table, instants: list[Instant]) -> None:
     """Complete crashed rollbacks, cleans and restores from their recorded plans.
 
     Restores go first: a restore's plan takes back every instant that was pending when it began, crashed
@@ -198,7 +198,7 @@ def rollback_failed(table: Table) -> RollbackResult:
     table.require()
     timeline = table.timeline()
     targets, resets, unfinished = failed_instants(table, timeline)
-    finish_crashed(table, timeline, unfinished)
+    finish_crashed(table, unfinished)
     return _run(table, timeline, targets, resets, "failed writes (expired heartbeats)")
 
 
