@@ -33,7 +33,7 @@ from typer.core import TyperGroup
 
 from cli import output
 from stitchlake import __version__
-from stitchlake.errors import StitchError, UsageError
+from stitchlake.errors import StitchError, UsageError, describe_os_error
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -108,6 +108,13 @@ def run_command(fn: Callable[[], R]) -> R:
     except KeyboardInterrupt:
         output.error("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise
+        if _debug():
+            traceback.print_exception(exc)
+        output.error(describe_os_error(exc))
+        raise typer.Exit(1) from None
     except Exception as exc:
         if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
             raise

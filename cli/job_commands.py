@@ -420,16 +420,32 @@ def delete_command(
     keys: Annotated[Path, typer.Option("--keys", help="Parquet, CSV or JSON-lines file with the key columns.")],
     config: ConfigOption = None,
     table: TableOption = None,
+    purge: Annotated[
+        bool,
+        typer.Option("--purge", help="Also delete savepoints and older file slices that still hold the keys (GDPR)."),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Erase keys (GDPR-style): every group committed before the erase goes; exit 3 on a conflicting rewrite."""
     from stitchlake.services.erase import erase
 
     handle = open_target(config, table)
-    result = _plain(erase(handle, _read_keys(keys)))
+    result = _plain(erase(handle, _read_keys(keys), purge=purge))
     result["message"] = f"erased {result['erased_keys']} of {result['requested_keys']} key(s)"
+    if purge:
+        result["message"] += (
+            f"; purged {result['purged_files']} older file(s) and {len(result['purged_savepoints'])} savepoint(s)"
+        )
     _finish(
-        result, as_json, "erase", [("instant", "instant"), ("completed", "completed"), ("file groups", "file_groups")]
+        result,
+        as_json,
+        "erase",
+        [
+            ("instant", "instant"),
+            ("completed", "completed"),
+            ("file groups", "file_groups"),
+            ("purged savepoints", "purged_savepoints"),
+        ],
     )
 
 

@@ -66,11 +66,14 @@ def redact(value: str) -> str:
     return redact_secrets(value, _secrets)
 
 
-def text(value: str, style: str = "") -> Text:
-    """Plain text for rich (never parsed as markup), with secrets masked: every printed line goes through here."""
+def text(value: str, style: str = "", *, data: bool = False) -> Text:
+    """Plain text for rich (never parsed as markup), with secrets masked: every printed line goes through here.
+
+    `data` marks a value read from the table: data is shown as it is, never masked.
+    """
     from rich.text import Text
 
-    return Text(redact(value), style=style)
+    return Text(value if data else redact(value), style=style)
 
 
 def info(message: str) -> None:
@@ -126,12 +129,18 @@ def json_line(value: Any) -> str:
     return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+#: Top-level `--json` keys that hold rows read from the table: data, never masked.
+DATA_KEYS = frozenset({"records"})
+
+
 def emit_json(document: Mapping[str, Any]) -> None:
     """The `--json` contract: exactly one JSON object on stdout and nothing else there.
 
     On one line, because Airflow's BashOperator pushes the last line of stdout to XCom.
     """
-    sys.stdout.write(json_line(_redacted(jsonable(document))) + "\n")
+    plain = jsonable(document)
+    shown = {key: value if key in DATA_KEYS else _redacted(value) for key, value in plain.items()}
+    sys.stdout.write(json_line(shown) + "\n")
     sys.stdout.flush()
 
 
@@ -207,15 +216,15 @@ def iso_time(instant_time: str | None) -> str | None:
 def cell(value: Any) -> Text:
     """A table cell for one value of a read result."""
     if value is None:
-        return text(NULL, "dim")
+        return text(NULL, "dim", data=True)
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
-        return text(f"0x{raw[:16].hex()}{'…' if len(raw) > 16 else ''}")
+        return text(f"0x{raw[:16].hex()}{'…' if len(raw) > 16 else ''}", data=True)
     if isinstance(value, dt.datetime | dt.date | dt.time):
-        return text(value.isoformat())
+        return text(value.isoformat(), data=True)
     if isinstance(value, bool):
-        return text("true" if value else "false")
-    return text(str(value))
+        return text("true" if value else "false", data=True)
+    return text(str(value), data=True)
 
 
 # ---------------------------------------------------------------------------------------------- secrets

@@ -17,12 +17,15 @@ import pyarrow.compute as pc
 
 from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
 from stitchlake.errors import InputRejected
+from stitchlake.layout.partition import escape
 from stitchlake.types import arrow_type
 
 REASON = "_reason"
 SOURCE = "_source"
 ROW = "_row"
 UNPARSABLE = "unparsable value in "
+#: The longest folder name most file systems (and so a partition folder) allow.
+MAX_FOLDER_NAME_BYTES = 255
 
 
 @dataclass
@@ -91,6 +94,9 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
         return pa.nulls(len(column), kind), np.zeros(len(column), dtype=bool)
     if _is_text(column.type) and not _is_text(kind):
         column = _prepare_text(column, kind)
+    if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.unit == "ns":
+        # Timestamps are kept in µs (as Spark does): nanoseconds are cut off, not a reason to reject the row.
+        column = pc.cast(column, pa.timestamp("us", column.type.tz), safe=False)
     if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.tz is None:
         column = pc.assume_timezone(column, "UTC") if column.type.unit else column
     try:
@@ -138,8 +144,15 @@ def prepare(
         if spec.type == "string":
             empty = pc.fill_null(pc.equal(columns[spec.name], ""), False).to_numpy(zero_copy_only=False)
             _flag(reasons, empty, f"empty partition value {spec.name}")
+            _flag(reasons, _too_long(spec.name, columns[spec.name]), f"partition value too long {spec.name}")
     for name in stream.ordering:
         _flag(reasons, _nulls(columns[name]), f"null ordering value {name}")
+        if pa.types.is_floating(columns[name].type):  # NaN is unordered: as a version it would win forever
+            _flag(
+                reasons,
+                pc.fill_null(pc.is_nan(columns[name]), False).to_numpy(zero_copy_only=False),
+                f"NaN ordering value {name}",
+            )
 
     deleted = np.zeros(length, dtype=bool)
     if stream.deletes and stream.deletes.column in data.column_names:
@@ -156,6 +169,18 @@ def prepare(
     good = pa.array(~bad_mask)
     bad = _bad_rows(data, bad_mask, reasons, source)
     return Batch(rows=rows.filter(good), pos=positions[~bad_mask], deleted=deleted[~bad_mask], bad=bad)
+
+
+def _too_long(name: str, column: pa.Array) -> np.ndarray:
+    """Values whose partition folder name (`name=<escaped value>`) is longer than file systems allow."""
+    unique = pc.unique(column).drop_null()
+    longest = MAX_FOLDER_NAME_BYTES - len(name.encode()) - 1
+    if not len(unique) or pc.max(pc.binary_length(unique)).as_py() * 3 <= longest:  # escaping at most triples
+        return np.zeros(len(column), dtype=bool)
+    too_long = [v for v in unique.to_pylist() if len(escape(v).encode()) > longest]
+    if not too_long:
+        return np.zeros(len(column), dtype=bool)
+    return pc.fill_null(pc.is_in(column, pa.array(too_long, column.type)), False).to_numpy(zero_copy_only=False)
 
 
 def _nulls(column: pa.Array) -> np.ndarray:

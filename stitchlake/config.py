@@ -33,6 +33,11 @@ SECRET_PLACEHOLDER = "<secret from the environment>"
 #: Environment values shorter than this are not searched for in free text (masking every "8" or "on" in a
 #: message would garble it); such values are still masked by their YAML path (`TableConfig.secret_paths`).
 MIN_SECRET_LENGTH = 4
+#: Environment variables whose names say they hold a secret; their values are masked in everything printed.
+#: Others (`${YEAR}`, `${WAREHOUSE}`) are plain settings: masking them would garble data and instant times.
+SECRET_NAME = re.compile(r"(SECRET|PASSW|PWD|TOKEN|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH|SESSION)", re.I)
+#: A config with more values than this once YAML aliases are expanded is refused (an "alias bomb").
+MAX_CONFIG_VALUES = 100_000
 
 SOURCE_FORMATS = ("parquet", "json", "csv", "avro")
 LOG_FORMATS = ("parquet", "avro")
@@ -112,6 +117,8 @@ class ConcurrencySpec:
     mode: str = "lock_free"
     lock: LockSpec = field(default_factory=LockSpec)
     heartbeat: HeartbeatSpec = field(default_factory=HeartbeatSpec)
+    #: How far the timeline's newest time may be ahead of this host's clock before writers refuse.
+    max_clock_skew_s: float = 86400.0
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,7 @@ class _Ctx:
         self.file = file
         self.secret_paths: set[str] = set()
         self.secret_values: set[str] = set()
+        self.declared_secrets: frozenset[str] = frozenset()
 
     def error(self, path: str, message: str) -> ConfigError:
         where = f"{self.file}: " if self.file else ""
@@ -551,7 +559,7 @@ def _check_columns_disjoint(ctx: _Ctx, table: TableSpec, streams: Mapping[str, S
 
 def _concurrency(ctx: _Ctx, value: Any) -> ConcurrencySpec:
     data = _mapping(ctx, value, "concurrency")
-    _only_keys(ctx, data, "concurrency", ("mode", "lock", "heartbeat"))
+    _only_keys(ctx, data, "concurrency", ("mode", "lock", "heartbeat", "max_clock_skew_s"))
     mode = _str(ctx, data.get("mode", "lock_free"), "concurrency.mode", choices=CONCURRENCY_MODES)
     ldata = _mapping(ctx, data.get("lock"), "concurrency.lock")
     _only_keys(ctx, ldata, "concurrency.lock", ("provider", "wait_s", "expire_s", "hosts", "zk_path"))
@@ -583,7 +591,8 @@ def _concurrency(ctx: _Ctx, value: Any) -> ConcurrencySpec:
             f"{heartbeat.expire_s:g} must be at least twice interval_s ({heartbeat.interval_s:g}), "
             "or a slow beat would look like a dead writer",
         )
-    return ConcurrencySpec(mode=mode, lock=lock, heartbeat=heartbeat)
+    skew = _number(ctx, data.get("max_clock_skew_s", 86400), "concurrency.max_clock_skew_s")
+    return ConcurrencySpec(mode=mode, lock=lock, heartbeat=heartbeat, max_clock_skew_s=skew)
 
 
 def _compaction(ctx: _Ctx, value: Any) -> CompactionSpec:
@@ -645,6 +654,34 @@ def _conf_value(value: Any) -> str:
     return str(value)
 
 
+def _count_values(ctx: _Ctx, document: Any) -> None:
+    """Refuse a document that YAML aliases blow up: count what expanding it would visit, in linear time."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        known = sizes.get(id(value))
+        if known is None:
+            items = value.values() if isinstance(value, dict) else value
+            known = 1 + sum(size(item) for item in items)
+            if known > MAX_CONFIG_VALUES:
+                raise ctx.error(
+                    "",
+                    f"the config expands to more than {MAX_CONFIG_VALUES:,} values; nested YAML aliases (&a / *a) "
+                    "repeat blocks exponentially — write the values out instead",
+                )
+            sizes[id(value)] = known
+        return known
+
+    size(document)
+
+
+def is_secret_name(name: str, declared: frozenset[str] = frozenset()) -> bool:
+    """Whether an environment variable's value is a secret: its name says so, or the config's `secrets:` lists it."""
+    return name in declared or SECRET_NAME.search(name) is not None
+
+
 def _expand_env(ctx: _Ctx, value: Any, path: str = "") -> Any:
     """Replace `${VAR}` and `${VAR:-default}` in every text value, remembering where secrets went."""
     if isinstance(value, dict):
@@ -657,14 +694,24 @@ def _expand_env(ctx: _Ctx, value: Any, path: str = "") -> Any:
     def substitute(match: re.Match[str]) -> str:
         name, fallback = match.group(1), match.group(2)
         if name in os.environ:
-            ctx.secret_values.add(os.environ[name])
+            if is_secret_name(name, ctx.declared_secrets):
+                ctx.secret_values.add(os.environ[name])
+                ctx.secret_paths.add(path)
             return os.environ[name]
         if fallback is not None:
             return fallback
         raise ctx.error(path, f"environment variable {name} is not set")
 
-    ctx.secret_paths.add(path)
     return _ENV.sub(substitute, value)
+
+
+def _declared_secrets(ctx: _Ctx, value: Any) -> frozenset[str]:
+    """`secrets: [VAR, ...]`: environment variables to mask whatever their names."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(v, str) and re.match(r"^[A-Za-z_]\w*$", v) for v in value):
+        raise ctx.error("secrets", "must be a list of environment variable names, e.g. [DB_PASS]")
+    return frozenset(value)
 
 
 def parse_config(data: Any, *, file: str | None = None, base: Path | None = None) -> TableConfig:
@@ -672,8 +719,10 @@ def parse_config(data: Any, *, file: str | None = None, base: Path | None = None
     ctx = _Ctx(file)
     if not isinstance(data, dict):
         raise ctx.error("", f"the config must be a mapping with a 'table' section, got {_kind(data)}")
+    _count_values(ctx, data)
+    ctx.declared_secrets = _declared_secrets(ctx, data.get("secrets"))
     data = _expand_env(ctx, data)
-    top = ("table", "streams", "bad_rows", "concurrency", "compaction", "clean", "archive", "spark")
+    top = ("table", "streams", "bad_rows", "concurrency", "compaction", "clean", "archive", "spark", "secrets")
     _only_keys(ctx, data, "", top)
     table = _table(ctx, data.get("table"), base)
     streams_raw = _mapping(ctx, data.get("streams"), "streams")
@@ -797,12 +846,34 @@ def diff_properties(existing: Mapping[str, Any], proposed: Mapping[str, Any]) ->
             lines.append(f"streams.{name}: is in the config but not in the table")
         else:
             for key in ("columns", "ordering", "nulls", "deletes"):
-                if old_streams[name].get(key) != new_streams[name].get(key):
+                if not _same(key, old_streams[name].get(key), new_streams[name].get(key)):
                     lines.append(
                         f"streams.{name}.{key}: table has {_show(old_streams[name].get(key))}, "
                         f"config says {_show(new_streams[name].get(key))}"
                     )
     return lines
+
+
+def _same(key: str, old: Any, new: Any) -> bool:
+    """Equal as a table property: the order of columns (a mapping in the YAML) does not matter."""
+    if key == "columns" and isinstance(old, list) and isinstance(new, list):
+        return sorted(old, key=lambda c: c["name"]) == sorted(new, key=lambda c: c["name"])
+    return bool(old == new)
+
+
+def in_stored_order(config: TableConfig, properties: Mapping[str, Any]) -> TableConfig:
+    """`config` with streams and columns in the order the table was created with (its wide schema's order)."""
+    stored = properties.get("streams", {})
+    if list(stored) == list(config.streams) and all(
+        [c["name"] for c in stored[name]["columns"]] == list(config.streams[name].column_names) for name in stored
+    ):
+        return config
+    streams = {}
+    for name, entry in stored.items():
+        spec = config.streams[name]
+        order = [c["name"] for c in entry["columns"]]
+        streams[name] = replace(spec, columns=tuple(sorted(spec.columns, key=lambda c: order.index(c.name))))
+    return replace(config, streams=streams)
 
 
 def _show(value: Any) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class StitchError(Exception):
     """Base of every error stitchlake raises on purpose; exit code 1 (failure)."""
@@ -51,7 +53,40 @@ class CorruptFileError(StitchError):
     """A table file could not be read completely; the message names the file."""
 
 
+class DataFileMissing(CorruptFileError):
+    """A data file a completed instant names is gone: cleaned under a slow reader (retry), or damage."""
+
+
 class NotFoundError(StitchError):
     """A table, instant or file that was asked for does not exist."""
 
     exit_code = 2
+
+
+_OS_ADVICE = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+    errno.ENOENT: "no such file or directory",
+}
+_OS_WHAT_TO_DO = {
+    errno.ENOSPC: "free some space and run again",
+    errno.EDQUOT: "free some space or raise the quota, and run again",
+    errno.EACCES: "the user running stitch needs read and write access to the table and landing folders",
+    errno.EPERM: "the user running stitch needs read and write access to the table and landing folders",
+    errno.EROFS: "the table folder must be on a writable file system",
+}
+
+
+def describe_os_error(error: OSError) -> str:
+    """A file-system failure as a person can act on it: what, which file, and what to do.
+
+    Nothing half-written is ever visible (files only count once an instant names them), so the advice is always
+    to fix the cause and run again; `stitch clean` tidies what the failed run left.
+    """
+    what = _OS_ADVICE.get(error.errno or -1, (error.strerror or type(error).__name__).lower())
+    where = f": {error.filename}" if error.filename else ""
+    advice = _OS_WHAT_TO_DO.get(error.errno or -1, "check the path and run again")
+    return f"{what}{where} — {advice} (nothing was published; `stitch clean` tidies what a failed run left)"

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig, parse_default
-from stitchlake.errors import StitchError, UsageError
+from stitchlake.errors import DataFileMissing, StitchError, UsageError
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import base_schema, log_schema, table_schema
 from stitchlake.layout.bucket import bucket_for_values
@@ -318,12 +318,30 @@ def read(
     table.require()
     config = table.config
     wanted = _wanted_columns(config, columns)
+    pruning = prune(config, filter)
+    if as_of is not None and (since is not None or until is not None):
+        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    try:
+        return _read_once(table, mode, as_of, since, until, wanted, pruning)
+    except DataFileMissing:
+        # A clean may remove a slice between our planning and our reading (a compaction replaced it): plan again
+        # from the new timeline. A file still missing then is damage, and the second error says so.
+        return _read_once(table, mode, as_of, since, until, wanted, pruning)
+
+
+def _read_once(
+    table: Table,
+    mode: str,
+    as_of: str | None,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+) -> pa.Table:
+    config = table.config
     timeline = table.timeline()
     view = table.view(timeline)
-    pruning = prune(config, filter)
     if since is not None or until is not None:
-        if as_of is not None:
-            raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
         return read_changes(
             table,
             timeline,

@@ -15,6 +15,7 @@ import posixpath
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
@@ -92,6 +93,10 @@ class Storage(ABC):
     def abspath(self, path: str) -> str:
         """The path to hand to `filesystem` for a table-relative path."""
 
+    @abstractmethod
+    def ancestors(self) -> list[Storage]:
+        """Storage rooted at each folder above this one, nearest first (to refuse nested tables)."""
+
     @property
     @abstractmethod
     def filesystem(self) -> pafs.FileSystem:
@@ -112,6 +117,10 @@ class LocalStorage(Storage):
 
     def abspath(self, path: str) -> str:
         return self._full(path)
+
+    def ancestors(self) -> list[Storage]:
+        parents = [str(p) for p in Path(self.root).parents]
+        return [LocalStorage(parent) for parent in parents]
 
     @property
     def filesystem(self) -> pafs.FileSystem:

@@ -14,6 +14,7 @@ from stitchlake.config import (
     TableConfig,
     config_from_properties,
     diff_properties,
+    in_stored_order,
     load_config,
 )
 from stitchlake.errors import ConfigError, NotFoundError, StitchError
@@ -55,6 +56,8 @@ class Table:
             try:
                 data = self.storage.read_bytes(TABLE_JSON)
             except FileNotFoundError:
+                if self.has_history():
+                    raise NotFoundError(_lost_properties(self.path)) from None
                 raise NotFoundError(
                     f"no stitchlake table at {self.path} (run `stitch init -c CONFIG` to create it)"
                 ) from None
@@ -77,6 +80,7 @@ class Table:
                 f"{self.config.source_file or 'config'} contradicts the table at {self.path}:\n  "
                 + "\n  ".join(differences)
             )
+        self.config = in_stored_order(self.config, stored)
 
     def init(self) -> bool:
         """Create `.stitch/table.json`. False (no-op) if it exists and matches; ConfigError if it contradicts."""
@@ -84,7 +88,11 @@ class Table:
 
         if self.exists():
             self.require()
+            refuse_nesting(self.storage, self.path)
             return False
+        if self.has_history():
+            raise ConfigError(_lost_properties(self.path))
+        refuse_nesting(self.storage, self.path)
         try:
             self.storage.makedirs(".stitch/timeline")
         except OSError as exc:
@@ -101,6 +109,12 @@ class Table:
             return False
         self._properties = properties
         return True
+
+    def has_history(self) -> bool:
+        """Whether the folder holds a timeline (instants or an archive) of a stitchlake table."""
+        from stitchlake.timeline.timeline import TIMELINE_DIR
+
+        return bool(self.storage.list_names(TIMELINE_DIR))
 
     # --------------------------------------------------------------------------------------- components
 
@@ -164,6 +178,32 @@ class Table:
         from stitchlake.services.erase import erase
 
         return erase(self, keys)
+
+
+def _lost_properties(path: str) -> str:
+    return (
+        f"{path} holds a stitchlake timeline but no {TABLE_JSON}: the table's properties were lost, and "
+        "`stitch init` will not guess them over existing data (a different key, partitioning or bucket count would "
+        f"corrupt it). Put {TABLE_JSON} back from a backup or a copy of the table"
+    )
+
+
+def refuse_nesting(storage: Storage, path: str) -> None:
+    """Tables may not nest: an outer table's clean would take the inner table's files for its own orphans."""
+    for outer in storage.ancestors():
+        if outer.exists(TABLE_JSON):
+            raise ConfigError(
+                f"table.path: {path} is inside the stitchlake table at {outer.uri}; tables may not nest "
+                "(pick a folder outside it)"
+            )
+    marker = "/" + TABLE_JSON
+    for found in storage.walk_files():
+        if found.endswith(marker):
+            inner = found[: -len(marker)]
+            raise ConfigError(
+                f"table.path: the stitchlake table at {inner!r} is inside {path}; tables may not nest "
+                "(pick a folder that holds no other table)"
+            )
 
 
 def open_table(target: str | os.PathLike[str] | TableConfig) -> Table:

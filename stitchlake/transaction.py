@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
-from stitchlake.errors import BusyError, StitchError
+from stitchlake.errors import BusyError, ConflictError, StitchError
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.timeline import (
@@ -52,11 +52,20 @@ class Transaction:
     the token, so only the attempt that owns the instant now can publish it.
     """
 
-    def __init__(self, table: Table, instant: Instant, heartbeat: Heartbeat | None, attempt: str | None = None) -> None:
+    def __init__(
+        self,
+        table: Table,
+        instant: Instant,
+        heartbeat: Heartbeat | None,
+        attempt: str | None = None,
+        plan: dict[str, Any] | None = None,
+    ) -> None:
         self.table = table
         self.instant = instant
         self.heartbeat = heartbeat
         self.attempt = attempt
+        #: What the requested file holds (kept here: a run presumed dead may find the file gone under it).
+        self.plan: dict[str, Any] = plan or {}
         self.started = time.time()
         #: A check for whoever publishes through a helper that takes none (ingest's exactly-once check).
         self.conflict_check: ConflictCheck | None = None
@@ -115,11 +124,13 @@ class Transaction:
             body["stream"] = exclusive_stream
         with table.lock() as lock:
             timeline = Timeline.load(storage)
+            if action != Action.ROLLBACK:
+                refuse_while_undoing(timeline, PLANNING.get(action, f"begin a {action}"))
             if exclusive_stream:
                 refuse_if_stream_busy(table, timeline, exclusive_stream)
             if busy_check is not None:
                 busy_check(timeline)
-            requested = next_time(timeline.all_times())
+            requested = next_time(timeline.all_times(), max_ahead_s=table.config.concurrency.max_clock_skew_s)
             if plan is not None:
                 planned = plan(timeline, requested)
                 if planned is None:
@@ -137,7 +148,7 @@ class Transaction:
         if inflight:
             attempt = new_attempt()
             instant = write_inflight(storage, instant, {"attempt": attempt})
-        return cls(table, instant, beat, attempt)
+        return cls(table, instant, beat, attempt, body)
 
     @classmethod
     def attach(cls, table: Table, requested: str) -> Transaction:
@@ -199,10 +210,18 @@ class Transaction:
             lost = self.superseded(timeline)
             if lost is not None:
                 self._refuse(lost)
+            if self.instant.action in UNDO_SENSITIVE:
+                undo = undone_since(timeline, self.instant.requested)
+                if undo is not None:
+                    raise ConflictError(
+                        f"{undo.action} {undo.requested} rolled back history while instant {self.time} ran, so what "
+                        "it chose (e.g. the landing files it took) may no longer follow the table's history; nothing "
+                        "was published — run again"
+                    )
             for check in (self.conflict_check, conflict_check):
                 if check is not None:
                     check(timeline, self.instant)
-            completed = next_time(timeline.all_times())
+            completed = next_time(timeline.all_times(), max_ahead_s=self.table.config.concurrency.max_clock_skew_s)
             # Fence as late as possible: after the slow, durable part of the write and right before the create.
             self.instant = write_completed(storage, self.instant, completed, metadata, ready=lock.fence)
         try:
@@ -232,10 +251,10 @@ class Transaction:
     def refusal_after(self, error: BaseException) -> StitchError | None:
         """The refusal a failed run should report instead of `error`, or None.
 
-        A run presumed dead while it ran finds its files deleted under it (an OSError): that is "superseded,
-        nothing was published", not "file not found". After the publish nothing is refused.
+        A run presumed dead while it ran finds its files and plan deleted under it: whatever that makes fail, it
+        is "superseded, nothing was published", not "file not found". After the publish nothing is refused.
         """
-        if not isinstance(error, OSError) or self.instant.is_completed:
+        if self.instant.is_completed or isinstance(error, KeyboardInterrupt):
             return None
         try:
             lost = self.superseded()
@@ -298,6 +317,52 @@ def inflight_attempt(table: Table, instant: Instant) -> str | None:
     except (FileNotFoundError, ValueError):
         return None
     return content.get("attempt") if isinstance(content, dict) else None
+
+
+#: What an action that plans on history is refused while a restore or rollback undoes it ("nothing can ...").
+PLANNING = {
+    Action.DELTACOMMIT: "ingest or write",
+    Action.COMPACTION: "schedule a compaction",
+    Action.ERASE: "erase",
+    Action.SAVEPOINT: "create a savepoint",
+    Action.RESTORE: "restore",
+    Action.CLEAN: "clean",
+}
+#: Actions whose plan depends on history that an undo requested while they run would change: an ingest's
+#: choice of landing files (an undone commit un-consumes its files), a savepoint's pinned files.
+UNDO_SENSITIVE = (Action.DELTACOMMIT, Action.SAVEPOINT)
+
+
+def undoes_history(timeline: Timeline, instant: Instant) -> bool:
+    """A restore, or a rollback that takes back a completed commit (not one that only clears failed writes)."""
+    if instant.action == Action.RESTORE:
+        return True
+    if instant.action != Action.ROLLBACK:
+        return False
+    return any(target.get("completed") for target in timeline.requested_content(instant).get("targets", []))
+
+
+def refuse_while_undoing(timeline: Timeline, what: str) -> None:
+    """Refuse (exit 4) to plan on a history that is being taken back.
+
+    A restore, or a rollback of a completed commit, deletes its targets' files outside the lock and un-consumes
+    their landing files. An ingest begun meanwhile would take later files first (a state that never existed);
+    a compaction or erase would merge files about to vanish; a savepoint would pin a state that is going away.
+    """
+    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
+        if undoes_history(timeline, instant):
+            raise BusyError(
+                f"{instant.action} {instant.requested} is undoing commits, so nothing can {what} right now; "
+                "run again when it has finished (if its process died, `stitch rollback --failed` finishes it)"
+            )
+
+
+def undone_since(timeline: Timeline, requested: str) -> Instant | None:
+    """A restore or a rollback of a commit requested after `requested`, pending or completed."""
+    for instant in timeline.filter([Action.RESTORE, Action.ROLLBACK]):
+        if instant.requested > requested and undoes_history(timeline, instant):
+            return instant
+    return None
 
 
 def undone_by(timeline: Timeline, requested: str) -> str | None:

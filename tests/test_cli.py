@@ -354,10 +354,11 @@ def test_init_with_an_invalid_config_exits_2_naming_the_yaml_path(tmp_path: Path
     assert not (tmp_path / "table").exists()
 
 
-def test_init_never_prints_a_path_taken_from_the_environment(tmp_path: Path) -> None:
+def test_init_never_prints_a_path_taken_from_a_secret_environment_variable(tmp_path: Path) -> None:
     secret = tmp_path / "secret-bucket-7f3a"
     document = copy.deepcopy(THREE_STREAMS)
     document["table"]["path"] = "${STITCH_TEST_TABLE_PATH}"
+    document["secrets"] = ["STITCH_TEST_TABLE_PATH"]  # not secret by its name: declared so
     config = write_config(tmp_path, document)
     env = {"STITCH_TEST_TABLE_PATH": str(secret)}
     for args in (["init", "-c", str(config)], ["init", "-c", str(config), "--json"]):

@@ -395,8 +395,21 @@ def test_env_expansion_and_secret_paths(tmp_path: Path, monkeypatch: pytest.Monk
     source = config.streams["orders"].source
     assert source is not None and source.path == str((tmp_path / "landing" / "default").resolve())
     assert config.concurrency.lock.hosts == "zk1:2181"
-    assert {"table.path", "streams.orders.source.path", "concurrency.lock.hosts"} <= config.secret_paths
-    assert "table.name" not in config.secret_paths
+    # Plain settings from the environment are not secrets: nothing is masked.
+    assert not config.secret_paths and not config.secret_values
+    monkeypatch.setenv("STITCH_TEST_ZK_TOKEN", "zk1:2181")
+    document["concurrency"]["lock"]["hosts"] = "${STITCH_TEST_ZK_TOKEN}"  # a name that says "secret"
+    document["secrets"] = ["STITCH_TEST_WAREHOUSE"]  # and one declared secret
+    config = load_config(_write(tmp_path, document))
+    assert config.secret_paths == {"table.path", "concurrency.lock.hosts"}
+    assert config.secret_values == {str(tmp_path / "wh"), "zk1:2181"}
+
+
+def test_declared_secrets_must_be_variable_names(tmp_path: Path) -> None:
+    document = _base()
+    document["secrets"] = "DB_PASS"
+    with pytest.raises(ConfigError, match=r"secrets: must be a list of environment variable names"):
+        load_config(_write(tmp_path, document))
 
 
 def test_env_expansion_of_a_number(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -405,7 +418,7 @@ def test_env_expansion_of_a_number(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     document["table"]["buckets"] = "${STITCH_TEST_BUCKETS}"
     config = load_config(_write(tmp_path, document))
     assert config.table.buckets == 16
-    assert "table.buckets" in config.secret_paths
+    assert not config.secret_paths
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -374,6 +374,7 @@ def secret_document() -> dict[str, Any]:
         }
     }
     document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
+    document["secrets"] = ["STITCH_TEST_ZK_HOSTS"]  # not secret by its name: declared so
     return document
 
 
@@ -418,6 +419,7 @@ def test_a_secret_in_a_config_error_is_masked(tmp_path: Path) -> None:
     document = json.loads(json.dumps(BASE))
     document["clean"] = {"retain": "${STITCH_TEST_RETAIN}"}
     document["compaction"] = {"strategy": "${STITCH_TEST_STRATEGY}"}
+    document["secrets"] = ["STITCH_TEST_RETAIN", "STITCH_TEST_STRATEGY"]
     write_config(tmp_path, document)
     done = stitch(
         "init", "-c", "table.yaml", cwd=tmp_path, env={"STITCH_TEST_RETAIN": "-31415926", "STITCH_TEST_STRATEGY": "all"}
@@ -465,6 +467,7 @@ def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(t
     # A job that fails on a ZooKeeper lock whose hosts are a secret: the traceback and kazoo's own log lines
     # in Spark's log would quote them; the job masks both.
     document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
+    document["secrets"] = ["STITCH_TEST_ZK_HOSTS"]
     write_config(workspace, document)
     write_orders(workspace / "landing/orders/0002.parquet", [4], ["c"])
     env["STITCH_TEST_ZK_HOSTS"] = SECRET_HOSTS

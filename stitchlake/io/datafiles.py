@@ -12,7 +12,7 @@ import posixpath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stitchlake.errors import CorruptFileError
+from stitchlake.errors import CorruptFileError, DataFileMissing
 from stitchlake.io.avro import read_avro, write_avro
 from stitchlake.layout.names import LOG, parse_name
 from stitchlake.merge import summary
@@ -45,6 +45,7 @@ def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: 
         compression=LOG_COMPRESSION if log else PARQUET_COMPRESSION,
         compression_level=None if log else 1,
         write_statistics=False,
+        write_page_checksum=True,  # a flipped bit is an error on read, never a wrong row
         **parquet_encodings(table.schema, delta_positions=log),
     )
     return storage.size(path)
@@ -83,9 +84,9 @@ def read_table_file(
                 table = read_avro(io.BytesIO(handle.read()), schema, columns)
         else:
             with storage.filesystem.open_input_file(where) as handle:
-                table = pq.ParquetFile(handle).read(columns=columns)
+                table = pq.ParquetFile(handle, page_checksum_verification=True).read(columns=columns)
     except FileNotFoundError:
-        raise CorruptFileError(f"{where}: data file is missing (named by a completed instant)") from None
+        raise DataFileMissing(f"{where}: data file is missing (named by a completed instant)") from None
     except Exception as exc:
         raise CorruptFileError(f"{where}: cannot read data file ({type(exc).__name__}: {exc})") from None
     if expected_rows is not None and table.num_rows != expected_rows:

@@ -44,3 +44,11 @@ def parse_partition_path(path: str) -> dict[str, str]:
         name, _, value = part.partition("=")
         out[name] = "" if value == EMPTY else unquote(value)
     return out
+
+
+def in_layout(folder: str, names: tuple[str, ...]) -> bool:
+    """Whether a table-relative folder is one of the table's partition folders (`''` when unpartitioned)."""
+    parts = folder.split("/") if folder else []
+    return len(parts) == len(names) and all(
+        part.partition("=")[0] == name and "=" in part for part, name in zip(parts, names, strict=True)
+    )

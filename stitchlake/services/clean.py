@@ -17,6 +17,7 @@ from stitchlake.concurrency.markers import delete_markers, instants_with_markers
 from stitchlake.errors import UsageError
 from stitchlake.layout.fsview import DataFile, FileSystemView
 from stitchlake.layout.names import BASE, LOG, parse_name
+from stitchlake.layout.partition import in_layout
 from stitchlake.services.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
@@ -139,7 +140,7 @@ def orphans(table: Table) -> list[str]:
     before creating it and publishes before unmarking, so a file it is writing is seen in one or the other.
     """
     storage = table.storage
-    files = [p for p in storage.walk_files() if not p.startswith(".stitch/") and parse_name(p.rsplit("/", 1)[-1])]
+    files = attributable_files(table, storage.walk_files())
     marked = {path for instant in instants_with_markers(storage) for path in marked_files(storage, instant)}
     timeline = table.timeline()
     view = FileSystemView.build(timeline, load_checkpoint(storage))
@@ -148,6 +149,24 @@ def orphans(table: Table) -> list[str]:
         for operation in timeline.requested_content(instant).get("operations", []):
             known.update(log["path"] for log in operation.get("logs", []))
     return sorted(p for p in files if p not in known and p not in marked)
+
+
+def attributable_files(table: Table, paths: Iterable[str]) -> list[str]:
+    """Files clean may call its own: data file names in the table's partition folders, outside any other table.
+
+    Everything else under the table folder (a table nested inside, files a person put there) is not ours to delete.
+    """
+    listed = list(paths)
+    foreign = {p[: -len("/.stitch/table.json")] + "/" for p in listed if p.endswith("/.stitch/table.json")}
+    names = table.config.table.partition_names
+    out = []
+    for path in listed:
+        if path.startswith(".stitch/") or any(path.startswith(root) for root in foreign):
+            continue
+        folder, _, name = path.rpartition("/")
+        if parse_name(name) is not None and in_layout(folder, names):
+            out.append(path)
+    return out
 
 
 def _tidy(table: Table, timeline: Timeline) -> None:
@@ -160,6 +179,28 @@ def _tidy(table: Table, timeline: Timeline) -> None:
     for beat in heartbeats.list_beats(table.storage):
         if beat not in pending and heartbeats.is_expired(table.storage, beat, expire):
             heartbeats.delete(table.storage, beat)
+
+
+def superseded_in(view: FileSystemView, groups: set[tuple[str, str]]) -> set[str]:
+    """Files of the given file groups older than each group's latest slice."""
+    by_group = _by_group(f for f in view.live_files() if (f.partition, f.file_group) in groups)
+    return {f.path for files in by_group.values() for f in _expendable_since(files, "9" * 17)}
+
+
+def purge_file_groups(table: Table, groups: set[tuple[str, str]]) -> CleanResult:
+    """A clean that removes every slice but the latest of some file groups, whatever the retention (erase purge).
+
+    Files a pending rewrite plan or a savepoint still needs stay: the caller deletes those savepoints first.
+    """
+
+    def make_plan(fresh: Timeline, _requested: str) -> dict[str, Any] | None:
+        view = FileSystemView.build(fresh, load_checkpoint(table.storage))
+        doomed = sorted(superseded_in(view, groups) - protected(fresh, view))
+        return {"policy": "purge", "retain": 1, "delete": doomed, "orphans": []}
+
+    txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)
+    assert txn is not None
+    return _execute(table, txn, txn.plan, None)
 
 
 def finish_clean(table: Table, timeline: Timeline, instant: Instant, deleter: Deleter | None = None) -> CleanResult:
@@ -222,7 +263,7 @@ def clean(
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)
     assert txn is not None
-    result = _execute(table, txn, table.timeline().requested_content(txn.instant), deleter)
+    result = _execute(table, txn, txn.plan, deleter)
     _tidy(table, table.timeline())
     result.rolled_back = rolled.rolled_back
     result.reset_compactions = rolled.reset_compactions

@@ -21,7 +21,6 @@ from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
 from stitchlake.services.archive import load_checkpoint
-from stitchlake.services.rollback import refuse_while_undoing
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
@@ -89,7 +88,6 @@ def schedule(table: Table, strategy: str | None = None) -> str | None:
     chosen_strategy = strategy or spec.strategy
 
     def plan(timeline: Timeline, _requested: str) -> dict[str, Any] | None:
-        refuse_while_undoing(timeline, "schedule a compaction")
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         slices = choose(view, chosen_strategy, spec.min_log_files, spec.min_log_bytes)
         if not slices:

@@ -8,7 +8,7 @@ because that event was committed before the erase's commit too and would otherwi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stitchlake.batch import cast_column
-from stitchlake.errors import ConflictError, InputRejected
+from stitchlake.errors import ConflictError, InputRejected, NotFoundError
 from stitchlake.io.datafiles import read_table_file, write_table_file
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
@@ -27,7 +27,6 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
 from stitchlake.services.archive import load_checkpoint
 from stitchlake.services.compaction import slice_from_json, slice_to_json
-from stitchlake.services.rollback import refuse_while_undoing
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
@@ -47,6 +46,9 @@ class EraseResult:
     requested_keys: int
     erased_keys: int
     file_groups: int
+    #: With `purge`: savepoints deleted and older file slices removed, because they still held the keys.
+    purged_savepoints: list[str] = field(default_factory=list)
+    purged_files: int = 0
 
 
 def _keys_table(table: Table, keys: pa.Table) -> pa.Table:
@@ -126,14 +128,45 @@ def _late_writes(
     return found
 
 
-def erase(table: Table, keys: pa.Table) -> EraseResult:
-    """Erase `keys` (a table with the key columns, optionally the partition columns too)."""
+def erase(table: Table, keys: pa.Table, purge: bool = False) -> EraseResult:
+    """Erase `keys` (a table with the key columns, optionally the partition columns too).
+
+    The erase hides the keys from every read from its commit on; time travel to before it, savepoints and older
+    file slices still hold them until cleaned. `purge` removes those copies at once (GDPR: the data is gone):
+    it deletes the savepoints that pin an older slice of a rewritten file group, and cleans every slice older than
+    the erase's in those groups, whatever the retention says.
+    """
+    result = _erase(table, keys)
+    if purge:
+        result.purged_savepoints, result.purged_files = purge_older_copies(table, result.instant)
+    return result
+
+
+def purge_older_copies(table: Table, erase_instant: str) -> tuple[list[str], int]:
+    """Delete savepoints and file slices older than an erase in the file groups it rewrote."""
+    from stitchlake.services.clean import purge_file_groups, superseded_in
+    from stitchlake.services.savepoint import delete as delete_savepoint
+
+    timeline = table.timeline()
+    done = timeline.get(erase_instant)
+    if done is None or not done.is_completed:
+        raise NotFoundError(f"erase {erase_instant} is not a completed erase on the timeline")
+    groups = {(e["partition"], e["file_group"]) for e in timeline.metadata(done).get("operations", [])}
+    older = superseded_in(table.view(timeline), groups)
+    removed = []
+    for savepoint in timeline.completed([Action.SAVEPOINT]):
+        if set(timeline.metadata(savepoint).get("files", [])) & older:
+            delete_savepoint(table, savepoint.requested)
+            removed.append(savepoint.requested)
+    return removed, len(purge_file_groups(table, groups).deleted)
+
+
+def _erase(table: Table, keys: pa.Table) -> EraseResult:
     table.require()
     wanted = _keys_table(table, keys)
     groups: set[tuple[str, str]] = set()
 
     def plan(timeline: Timeline, requested: str) -> dict[str, Any] | None:
-        refuse_while_undoing(timeline, "erase")
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         groups.update(_targets(table, view, wanted))
         busy = _rewrites_touching(timeline, groups, requested, requested)
@@ -152,15 +185,18 @@ def erase(table: Table, keys: pa.Table) -> EraseResult:
     assert txn is not None
     try:
         return _execute(table, txn, wanted, groups)
-    except BaseException:
+    except BaseException as exc:
+        refused = txn.refusal_after(exc)
         txn.abort()
         table.storage.delete_tree(f"{ERASE_DIR}/{txn.time}")  # its (now empty) folder would be a trace too
+        if refused is not None:
+            raise refused from exc
         raise
 
 
 def _execute(table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]]) -> EraseResult:
     storage = table.storage
-    plan = table.timeline().requested_content(txn.instant)
+    plan = txn.plan
     keys_path = plan["keys_file"]
     txn.mark(keys_path)
     storage.makedirs(keys_path.rsplit("/", 1)[0])

@@ -17,7 +17,7 @@ from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.timeline import Timeline, delete_instant, timeline_path
-from stitchlake.transaction import Transaction, undone_by
+from stitchlake.transaction import Transaction, refuse_while_undoing, undone_by
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -124,6 +124,8 @@ def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None
     """
 
     def check(fresh: Timeline) -> None:
+        if any(instant.is_completed for instant in chosen):  # undoing a commit: not while another undo runs
+            refuse_while_undoing(fresh, "roll back a commit")
         for instant in chosen:
             now = fresh.get(instant.requested)
             if instant.is_completed:
@@ -200,22 +202,6 @@ def rollback_failed(table: Table) -> RollbackResult:
     targets, resets, unfinished = failed_instants(table, timeline)
     finish_crashed(table, unfinished)
     return _run(table, timeline, targets, resets, "failed writes (expired heartbeats)")
-
-
-def refuse_while_undoing(timeline: Timeline, what: str) -> None:
-    """Refuse (exit 4) to plan on a history that is being taken back.
-
-    A restore, or a rollback of a completed commit, deletes its targets' files outside the lock. A compaction or
-    erase planned meanwhile would merge files that are about to vanish (or bring undone data back), and a
-    savepoint would pin a state that is going away.
-    """
-    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
-        targets = timeline.requested_content(instant).get("targets", [])
-        if instant.action == Action.RESTORE or any(target.get("completed") for target in targets):
-            raise BusyError(
-                f"{instant.action} {instant.requested} is undoing commits, so nothing can {what} right now; "
-                "run again when it has finished (if its process died, `stitch rollback --failed` finishes it)"
-            )
 
 
 def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None:

@@ -90,14 +90,12 @@ def create(table: Table, instant_time: str | None = None, name: str | None = Non
     """Pin the state as of a completed instant (default: the latest data-changing one)."""
     from stitchlake.services.archive import load_checkpoint
     from stitchlake.services.clean import needed_as_of
-    from stitchlake.services.rollback import refuse_while_undoing
 
     table.require()
     if name is not None and (not NAME.match(name) or is_time(name)):
         raise UsageError(f"savepoint name {name!r}: use letters, digits, _ . - (not a bare instant time)")
 
     def plan(timeline: Timeline, _requested: str) -> dict[str, Any]:
-        refuse_while_undoing(timeline, "create the savepoint")
         if name is not None and any(s.name == name for s in list_savepoints(table, timeline)):
             raise UsageError(f"a savepoint named {name!r} already exists; delete it first or pick another name")
         if timeline.pending([Action.CLEAN]):
@@ -117,7 +115,7 @@ def create(table: Table, instant_time: str | None = None, name: str | None = Non
 
     txn = Transaction.begin_planned(table, Action.SAVEPOINT, plan=plan)
     assert txn is not None
-    content = table.timeline().requested_content(txn.instant)
+    content = txn.plan
     done = txn.complete({k: content[k] for k in ("savepoint_of", "instant", "name", "files")})
     return Savepoint(done.requested, name, content["savepoint_of"], content["instant"], len(content["files"]))
 
@@ -141,12 +139,12 @@ def delete(table: Table, which: str) -> Savepoint:
 def restore(table: Table, which: str, force: bool = False) -> RestoreResult:
     """Bring the table back to a savepoint's state."""
     txn = begin_restore(table, which, force)
-    return _execute(table, txn, table.timeline().requested_content(txn.instant))
+    return _execute(table, txn, txn.plan)
 
 
 def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
     """Check, plan and request the restore (its whole plan is recorded before anything is undone)."""
-    from stitchlake.services.rollback import _target_json, expired, refuse_while_undoing
+    from stitchlake.services.rollback import _target_json, expired
 
     table.require()
     timeline = table.timeline()
@@ -161,7 +159,6 @@ def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
         raise BusyError(f"live writers are running ({shown}); stop them or wait, or pass --force to roll them back too")
 
     def plan(fresh: Timeline, _requested: str) -> dict[str, Any]:
-        refuse_while_undoing(fresh, "restore")
         undone = [i for i in fresh.completed(UNDONE_BY_RESTORE, since=at) if i.requested != savepoint.requested] + [
             i for i in fresh.pending() if i.action != Action.RESTORE
         ]

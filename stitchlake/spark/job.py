@@ -38,6 +38,8 @@ def unwrap(error: BaseException) -> tuple[int, str]:
 
     if isinstance(error, errors.StitchError):
         return error.exit_code, str(error)
+    if isinstance(error, OSError) and error.errno:
+        return 1, errors.describe_os_error(error)
     text = str(error)
     match = _WRAPPED.search(text)
     if match:

@@ -11,6 +11,8 @@ import re
 import time
 from collections.abc import Iterable
 
+from stitchlake.errors import StitchError
+
 TIME_FORMAT = "%Y%m%d%H%M%S"
 TIME_PATTERN = re.compile(r"^\d{17}$")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -36,12 +38,28 @@ def now_millis() -> int:
     return time.time_ns() // 1_000_000
 
 
-def next_time(existing: Iterable[str], now_ms: int | None = None) -> str:
-    """The next instant time after every time in `existing`, as close to the wall clock as allowed."""
+def next_time(existing: Iterable[str], now_ms: int | None = None, max_ahead_s: float | None = None) -> str:
+    """The next instant time after every time in `existing`, as close to the wall clock as allowed.
+
+    `max_ahead_s` refuses to go on from a timeline whose newest time is further ahead of this host's clock:
+    every later instant would otherwise be dated after it (a host 10 years fast would date the table's future).
+    """
     newest = max(existing, default=None)  # fixed-width digits: the text maximum is the time maximum
     latest = to_millis(newest) if newest else -1
     current = now_millis() if now_ms is None else now_ms
+    if newest and max_ahead_s is not None and latest - current > max_ahead_s * 1000:
+        raise ClockSkewError(
+            f"the timeline's newest time {newest} ({to_datetime(newest).isoformat(timespec='seconds')}) is "
+            f"{(latest - current) / 1000:,.0f}s ahead of this host's clock "
+            f"({from_millis(current)}): a host whose clock was wrong wrote it, or this host's clock is behind. "
+            "Fix the clock (NTP) and run again; nothing was written. To accept dating every new instant after "
+            "it, raise concurrency.max_clock_skew_s"
+        )
     return from_millis(max(current, latest + 1))
+
+
+class ClockSkewError(StitchError):
+    """The timeline holds a time far ahead of this host's clock."""
 
 
 def parse_user_time(text: str) -> str:

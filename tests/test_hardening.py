@@ -1,0 +1,461 @@
+"""The nine ways to lose or corrupt data an adversarial trial found (issue 16), one test each, at the mechanism.
+
+Each test reproduces the trial's attack deterministically (a frozen process is a hook that runs the rival to
+completion at the exact moment the victim would have been frozen) and checks that nothing is lost or shown wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import stitchlake
+from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, LockLost, StitchError
+from stitchlake.ingest import ingest_local
+from stitchlake.services import archive as archive_module
+from stitchlake.services.archive import archive, load_archived_instants, load_checkpoint
+from stitchlake.services.clean import clean
+from stitchlake.services.rollback import rollback
+from stitchlake.services.savepoint import begin_restore, create
+from stitchlake.table import Table
+from stitchlake.timeline.instant import Action
+
+STITCH = Path(sys.executable).parent / "stitch"
+
+CONFIG: dict[str, Any] = {
+    "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "buckets": 2},
+    "streams": {
+        "orders": {
+            "columns": {"amount": "long", "ots": "long"},
+            "ordering": "ots",
+            "source": {"format": "parquet", "path": "landing/orders"},
+        },
+        "payments": {"columns": {"paid": "double", "pts": "double"}, "ordering": "pts"},
+    },
+    "bad_rows": "quarantine",
+    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 3}, "lock": {"wait_s": 20, "expire_s": 2}},
+}
+
+
+def make(tmp_path: Path, **overrides: Any) -> tuple[Table, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    document = json.loads(json.dumps(CONFIG))
+    for section, value in overrides.items():
+        document[section] = value
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(document))
+    table = stitchlake.open(path)
+    table.init()
+    return table, path
+
+
+def land(root: Path, number: int, rows: list[tuple[int, int, int]]) -> None:
+    """Landing file `number` of stream orders with (k, amount, ots) rows."""
+    folder = root / "landing" / "orders"
+    folder.mkdir(parents=True, exist_ok=True)
+    keys, amounts, times = (list(column) for column in zip(*rows, strict=True))
+    pq.write_table(
+        pa.table({"k": pa.array(keys, pa.int64()), "amount": amounts, "ots": times}), folder / f"f{number:03d}.parquet"
+    )
+
+
+def rows_of(table: Table) -> dict[int, dict[str, Any]]:
+    return {row["k"]: row for row in table.read().to_pylist()}
+
+
+def consumed(table: Table) -> list[str]:
+    timeline = table.timeline()
+    names: list[str] = []
+    for instant in timeline.completed([Action.DELTACOMMIT]):
+        names += [item["name"] for item in timeline.metadata(instant).get("sources", [])]
+    return sorted(names)
+
+
+# ------------------------------------------------------------------------- 1. ingest during a restore
+
+
+def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_path: Path) -> None:
+    table, _ = make(tmp_path)
+    for number in range(2):
+        land(tmp_path, number, [(1, number, 10 + number)])
+        ingest_local(table, "orders")
+    create(table, name="early")
+    for number in range(2, 5):
+        land(tmp_path, number, [(1, number, 10 + number)])
+        ingest_local(table, "orders")
+    for number in range(5, 8):
+        land(tmp_path, number, [(1, number, 10 + number)])
+    restore = begin_restore(table, "early")  # requested with its plan, not yet executed: a restore in progress
+    with pytest.raises(BusyError, match=r"restore \d+ is undoing"):
+        ingest_local(table, "orders")
+    assert consumed(table) == [f"f{n:03d}.parquet" for n in range(5)], "the refused ingest consumed something"
+    restore.heartbeat.stop(delete=False)  # the restore's process dies half-way: still refused
+    with pytest.raises(BusyError, match="restore"):
+        ingest_local(table, "orders")
+
+
+def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_after_it(tmp_path: Path) -> None:
+    """The ingest chose its files while commit C counted as consumed; C's rollback un-consumes them, so
+    publishing newer files first would later flip ties. The ingest must refuse (exit 3, retry)."""
+    table, _ = make(tmp_path)
+    land(tmp_path, 0, [(1, 0, 10)])
+    ingest_local(table, "orders")
+    land(tmp_path, 1, [(1, 1, 10)])
+    first = ingest_local(table, "orders")
+    land(tmp_path, 2, [(1, 2, 10)])
+    import stitchlake.write as write_module
+
+    original = write_module.write_file_groups
+
+    def rollback_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        rollback(stitchlake.open(tmp_path / "table.yaml"), first.instant or "")
+        return original(*args, **kwargs)
+
+    write_module.write_file_groups = rollback_meanwhile  # type: ignore[assignment]
+    try:
+        with pytest.raises(ConflictError, match="roll"):
+            ingest_local(table, "orders")
+    finally:
+        write_module.write_file_groups = original  # type: ignore[assignment]
+    assert consumed(table) == ["f000.parquet"]
+    ingest_local(table, "orders")  # the retry takes f001 then f002, in arrival order
+    assert rows_of(table)[1]["amount"] == 2
+
+
+# ------------------------------------------------------------------------------- 2. archive fencing
+
+
+def test_an_archive_frozen_past_its_lease_never_moves_the_checkpoint_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, config = make(tmp_path, archive={"keep_instants": 10})
+    for key in range(40):
+        table.write("payments", pa.table({"k": [key], "paid": [float(key)], "pts": [1.0]}))
+    before = table.read()
+    storage = table.storage
+    original = type(storage).put_if_absent
+    rival_done: list[Any] = []
+
+    def frozen_then_resumed(self: Any, path: str, data: bytes, ready: Any = None) -> bool:
+        if path.startswith(archive_module.ARCHIVE_DIR) and not rival_done:
+            # While this archive is frozen past its lease, a second archive takes the lock and goes further.
+            rival = threading.Thread(target=lambda: rival_done.append(archive(stitchlake.open(config), keep=10)))
+            rival_done.append(None)
+            rival.start()
+            rival.join()
+        return original(self, path, data, ready)
+
+    monkeypatch.setattr(type(storage), "put_if_absent", frozen_then_resumed)
+    # The frozen one would keep more instants: its horizon is older than the rival's.
+    with pytest.raises((LockLost, StitchError)):
+        archive(table, keep=25)
+    monkeypatch.undo()
+    rival = rival_done[-1]
+    assert rival is not None and rival.archived > 0
+    assert (load_checkpoint(storage) or {}).get("completed") == rival.horizon, "the checkpoint moved backwards"
+    fresh = stitchlake.open(config)
+    assert fresh.read().sort_by("k").equals(before.sort_by("k")), "instants were lost between the two horizons"
+    archived = {entry["requested"] for entry in load_archived_instants(storage)}
+    active = {instant.requested for instant in fresh.timeline().completed()}
+    assert len(archived | active) == 40
+
+
+# ------------------------------------------------------------------------- 3. init over existing data
+
+
+def test_init_never_recreates_table_json_over_an_existing_timeline(tmp_path: Path) -> None:
+    table, config = make(tmp_path)
+    table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
+    properties = tmp_path / "table" / ".stitch" / "table.json"
+    properties.unlink()
+    with pytest.raises(StitchError, match=r"table\.json"):
+        stitchlake.open(config).read()
+    document = yaml.safe_load(config.read_text())
+    document["table"]["buckets"] = 8
+    config.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError, match="timeline"):
+        stitchlake.open(config).init()
+    assert not properties.exists(), "init wrote table.json over data written with other properties"
+
+
+# ------------------------------------------------------------------------------------ 4. nested tables
+
+
+def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Path) -> None:
+    outer, outer_config = make(tmp_path)
+    outer.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
+    document = yaml.safe_load(outer_config.read_text())
+    document["table"]["path"] = "table/inner"
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError, match="inside"):
+        stitchlake.open(nested).init()
+    # A table put inside anyway (e.g. copied there) is not the outer table's to clean.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    document["table"]["path"] = str(elsewhere / "inner")
+    other = elsewhere / "inner.yaml"
+    other.write_text(yaml.safe_dump(document))
+    inner = stitchlake.open(other)
+    inner.init()
+    inner.write("payments", pa.table({"k": [7], "paid": [7.0], "pts": [1.0]}))
+    os.rename(elsewhere / "inner", tmp_path / "table" / "inner")
+    copied = sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file())
+    result = clean(outer)
+    assert not result.orphans
+    assert sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file()) == copied
+    with pytest.raises(ConfigError, match="inside"):
+        stitchlake.open(outer_config).init()  # and the outer table says so when asked
+
+
+# ------------------------------------------------------------------------------------ 5. NaN ordering
+
+
+def test_a_nan_ordering_value_is_a_bad_row_not_a_version_that_wins_forever(tmp_path: Path) -> None:
+    table, _ = make(tmp_path)
+    result = table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [float("nan"), 1.0]}))
+    assert result.bad_rows == 1
+    table.write("payments", pa.table({"k": [1], "paid": [5.0], "pts": [3.0]}))
+    assert rows_of(table)[1]["paid"] == 5.0
+    quarantined = pq.read_table(table.storage.abspath(result.quarantine or "")).to_pylist()
+    assert quarantined[0]["_reason"] == "NaN ordering value pts"
+    failing, _ = make(tmp_path / "strict", bad_rows="fail")
+    with pytest.raises(InputRejected, match="NaN ordering value pts"):
+        failing.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [float("nan")]}))
+
+
+# ------------------------------------------------------------------------------------- 6. alias bombs
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
+    bomb = "spark:\n  conf:\n    spark.bomb: ${X}\n" + "bombs:\n" + textwrap.indent("\n".join(levels), "  ") + "\n"
+    path = tmp_path / "bomb.yaml"
+    path.write_text(yaml.safe_dump(CONFIG) + bomb)
+    done = subprocess.run(
+        [str(STITCH), "read", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "X": "1"},
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "aliases" in done.stderr
+
+
+# ------------------------------------------------------------------------------------------ 7. masking
+
+
+def test_only_secret_like_environment_values_are_masked_and_data_never(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = json.loads(json.dumps(CONFIG))
+    document["table"]["name"] = "wide_${YEAR}"
+    document["spark"] = {"conf": {"spark.hadoop.fs.s3a.secret.key": "${MY_SECRET_KEY}"}}
+    config = tmp_path / "table.yaml"
+    config.write_text(yaml.safe_dump(document))
+    monkeypatch.setenv("YEAR", "2026")
+    monkeypatch.setenv("MY_SECRET_KEY", "s3cr3t-value-2026")
+    table = stitchlake.open(config)
+    table.init()
+    table.write("payments", pa.table({"k": [2026], "paid": [2026.0], "pts": [1.0]}))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([str(STITCH), *args], capture_output=True, text=True, timeout=60, check=False)
+        assert "s3cr3t-value-2026" not in done.stdout + done.stderr
+        return done
+
+    read = run("read", "-c", str(config), "--json")
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["records"] == [{"k": 2026, "amount": None, "ots": None, "paid": 2026.0, "pts": 1.0}]
+    shown = run("timeline", "show", "-c", str(config), "--json")
+    instants = json.loads(shown.stdout)["instants"]
+    assert instants and all(item["instant"].startswith("20") for item in instants)
+    assert "secret from the environment" not in shown.stdout
+    assert "wide_2026" in run("init", "-c", str(config)).stdout
+
+
+# ----------------------------------------------------------------------- the unclear cases of the trial
+
+
+def test_a_flipped_byte_in_a_log_file_is_an_error_never_wrong_rows(tmp_path: Path) -> None:
+    table, _ = make(tmp_path)
+    for start in range(0, 300, 100):
+        keys = list(range(start, start + 100))
+        table.write("payments", pa.table({"k": keys, "paid": [float(k) for k in keys], "pts": [1.0] * 100}))
+    expected = table.read().sort_by("k")
+    log = next(p for p in (tmp_path / "table").rglob("*.log.parquet"))
+    original = log.read_bytes()
+    wrong = []
+    for position in range(4, len(original) - 8, max(1, len(original) // 150)):
+        damaged = bytearray(original)
+        damaged[position] ^= 0xFF
+        log.write_bytes(bytes(damaged))
+        try:
+            got = stitchlake.open(tmp_path / "table.yaml").read().sort_by("k")
+        except StitchError:
+            continue
+        if not got.equals(expected):
+            wrong.append(position)
+    log.write_bytes(original)
+    assert not wrong, f"byte flips at {wrong} gave wrong rows with no error"
+
+
+def test_an_instant_far_ahead_of_the_clock_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stitchlake.timeline import clock
+
+    table, _ = make(tmp_path)
+    real = clock.now_millis()
+    monkeypatch.setattr(clock, "now_millis", lambda: real + 10 * 365 * 86_400_000)  # a host 10 years ahead
+    table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
+    monkeypatch.setattr(clock, "now_millis", lambda: real)
+    with pytest.raises(StitchError, match="ahead of this host's clock") as refused:
+        table.write("payments", pa.table({"k": [2], "paid": [2.0], "pts": [1.0]}))
+    assert "max_clock_skew_s" in str(refused.value)
+    assert len(table.timeline().completed()) == 1
+
+
+def test_a_read_retries_once_when_clean_removed_a_slice_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stitchlake.reader as reader
+
+    table, config = make(tmp_path)
+    for value in range(3):
+        table.write("payments", pa.table({"k": [1, 2, 3], "paid": [float(value)] * 3, "pts": [float(value)] * 3}))
+    expected = table.read().sort_by("k")
+    original = reader.read_slice
+    raced: list[bool] = []
+
+    def slow_reader(*args: Any, **kwargs: Any) -> Any:
+        if not raced:  # the reader planned its slices; meanwhile a compaction and `clean --retain 1` run
+            raced.append(True)
+            other = stitchlake.open(config)
+            other.compact()
+            clean(other, retain=1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(reader, "read_slice", slow_reader)
+    assert table.read().sort_by("k").equals(expected)
+
+
+def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from stitchlake.services import erase as erase_module
+    from stitchlake.services import savepoint as savepoint_module
+    from stitchlake.services.rollback import rollback_failed
+    from stitchlake.transaction import Transaction
+
+    table, config = make(tmp_path)
+    table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
+    original = Transaction.begin_planned.__func__  # type: ignore[attr-defined]
+
+    def frozen(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        txn = original(cls, *args, **kwargs)
+        if txn is not None and txn.heartbeat is not None:
+            txn.heartbeat.stop(delete=False)  # frozen: no more beats
+            time.sleep(3.5)  # past concurrency.heartbeat.expire_s
+            rollback_failed(stitchlake.open(config))  # another process rolls the "dead" instant back
+        return txn
+
+    monkeypatch.setattr(savepoint_module.Transaction, "begin_planned", classmethod(frozen))
+    with pytest.raises(StitchError, match="by another process while it ran; nothing was published"):
+        savepoint_module.create(table, name="frozen")
+    with pytest.raises(StitchError, match="by another process while it ran; nothing was published"):
+        erase_module.erase(table, pa.table({"k": [1]}))
+    monkeypatch.undo()
+    assert table.read().num_rows == 2
+
+
+@pytest.mark.parametrize(("code", "words"), [(28, "no space left on device"), (13, "permission denied")])
+def test_disk_full_and_permission_errors_name_the_file_and_what_to_do(
+    code: int, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from cli import app as cli_app
+
+    def fail() -> None:
+        raise OSError(code, os.strerror(code), "/data/table/x.parquet")
+
+    with pytest.raises(typer.Exit) as exited:
+        cli_app.run_command(fail)
+    assert exited.value.exit_code == 1
+    err = capsys.readouterr().err
+    assert "unexpected" not in err
+    assert "/data/table/x.parquet" in err and words in err.lower()
+
+
+def test_a_partition_value_too_long_for_a_folder_name_is_a_bad_row(tmp_path: Path) -> None:
+    table, _ = make(tmp_path / "t")
+    document = json.loads(json.dumps(CONFIG))
+    document["table"]["partition_by"] = {"region": "string"}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document))
+    table = stitchlake.open(path)
+    table.init()
+    result = table.write(
+        "payments", pa.table({"k": [1, 2], "region": ["x" * 300, "eu"], "paid": [1.0, 2.0], "pts": [1.0, 1.0]})
+    )
+    assert result.bad_rows == 1
+    quarantined = pq.read_table(table.storage.abspath(result.quarantine or "")).to_pylist()
+    assert quarantined[0]["_reason"].startswith("partition value too long region")
+    assert [row["k"] for row in table.read().to_pylist()] == [2]
+
+
+def test_nanosecond_timestamps_are_truncated_to_microseconds(tmp_path: Path) -> None:
+    document = json.loads(json.dumps(CONFIG))
+    document["streams"]["payments"]["columns"]["pts"] = "timestamp"
+    path = tmp_path / "ts.yaml"
+    path.write_text(yaml.safe_dump(document))
+    table = stitchlake.open(path)
+    table.init()
+    stamps = pa.array([1_700_000_000_123_456_789], pa.timestamp("ns", tz="UTC"))
+    result = table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": stamps}))
+    assert result.bad_rows == 0
+    assert table.read().column("pts")[0].value == 1_700_000_000_123_456
+
+
+def test_yaml_columns_in_another_order_describe_the_same_table(tmp_path: Path) -> None:
+    table, config = make(tmp_path)
+    table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
+    document = yaml.safe_load(config.read_text())
+    document["streams"]["payments"]["columns"] = {"pts": "double", "paid": "double"}
+    document["streams"] = {"payments": document["streams"]["payments"], "orders": document["streams"]["orders"]}
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    reordered = stitchlake.open(config)
+    reordered.write("payments", pa.table({"k": [2], "paid": [2.0], "pts": [1.0]}))
+    assert reordered.read().column_names == table.read().column_names  # the table's own order
+
+
+def test_erase_with_purge_leaves_no_copy_of_the_keys_in_savepoints_or_old_slices(tmp_path: Path) -> None:
+    from stitchlake.services.erase import erase
+
+    table, _ = make(tmp_path)
+    table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
+    create(table, name="before")
+    table.write("payments", pa.table({"k": [1], "paid": [111.0], "pts": [2.0]}))
+    erase(table, pa.table({"k": [1]}), purge=True)
+    assert [row["k"] for row in table.read().to_pylist()] == [2]
+    assert not [s for s in table.timeline().completed([Action.SAVEPOINT])], "a savepoint still pins key 1"
+    for path in (tmp_path / "table").rglob("*.parquet"):
+        if ".stitch" in path.parts:
+            continue
+        keys = pq.read_table(path, columns=["k"]).column("k").to_pylist()
+        assert 1 not in keys, f"{path} still holds key 1"
