@@ -10,6 +10,8 @@ import datetime as dt
 import decimal
 import json
 import os
+import pickle
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -554,3 +556,169 @@ def test_diff_properties_lists_every_difference(tmp_path: Path) -> None:
     del removed["streams"]["orders"]
     assert diff_properties(existing, removed) == ["streams.orders: exists in the table but not in the config"]
     assert diff_properties(existing, copy.deepcopy(existing)) == []
+
+
+# ------------------------------------------------------------------------------------------ the model
+
+
+def test_configs_survive_pickling_and_secret_values_do_not_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configs travel to Spark executors; which secret values a config read is not part of what it says."""
+    monkeypatch.setenv("STITCH_TEST_TOKEN", "tok-123456")
+    document = _base()
+    document["spark"] = {"conf": {"spark.auth": "${STITCH_TEST_TOKEN}"}}
+    config = load_config(_write(tmp_path, document))
+    assert config.secret_values == {"tok-123456"} and config.secret_paths == {"spark.conf.spark.auth"}
+    again = pickle.loads(pickle.dumps(config))
+    assert again == config and again.secret_values == config.secret_values
+    assert config.model_copy(update={"secret_values": frozenset()}) == config
+    assert "secret_values" not in repr(config)  # the values are kept out of repr (the conf is the caller's to mask)
+    assert config.streams["orders"].nulls == "overwrite" and f"{config.bad_rows}" == "fail"
+    assert json.dumps(config.table_properties()) == json.dumps(again.table_properties())
+
+
+def test_a_short_secret_is_masked_by_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value too short to search for in free text is still never quoted back: it is known by its YAML path."""
+    monkeypatch.setenv("STITCH_TEST_PASSWORD", "-5")
+    document = _base()
+    document["clean"] = {"retain": "${STITCH_TEST_PASSWORD}"}
+    message = str(_load_error(_write(tmp_path, document)))
+    assert "clean.retain: must be >= 1, got <secret from the environment>" in message
+
+
+# ------------------------------------------------------------------------------------- the JSON Schema
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_the_shipped_schema_is_what_the_model_generates() -> None:
+    """configs/table.schema.json cannot drift: regenerate it with `python -m stitchlake.config --write`."""
+    from stitchlake.config.jsonschema import SHIPPED, render
+
+    assert SHIPPED == CONFIGS / "table.schema.json"
+    assert SHIPPED.read_text(encoding="utf-8") == render()
+    schema = json.loads(render())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert list(schema["properties"]) == [*TableConfig.yaml_keys()]
+    assert schema["required"] == ["table", "streams"]
+    assert set(schema["$defs"]["TableSpec"]["properties"]) == {
+        "name",
+        "path",
+        "key",
+        "partition_by",
+        "buckets",
+        "log_format",
+    }
+
+
+@pytest.mark.parametrize("example", [*sorted(p.name for p in CONFIGS.glob("*.yaml")), "DESIGN_EXAMPLE"])
+def test_example_configs_load_and_validate_against_the_schema(tmp_path: Path, example: str) -> None:
+    path = _write(tmp_path, DESIGN_EXAMPLE) if example == "DESIGN_EXAMPLE" else CONFIGS / example
+    load_config(path)
+    schema = json.loads((CONFIGS / "table.schema.json").read_text(encoding="utf-8"))
+    assert _schema_errors(schema, yaml.safe_load(path.read_text(encoding="utf-8"))) == []
+
+
+def test_the_schema_accepts_what_the_loader_accepts_and_refuses_typos(tmp_path: Path) -> None:
+    """Text numbers, any-case types, `${VAR}` in any value are fine for the loader, so for the schema too."""
+    schema = json.loads((CONFIGS / "table.schema.json").read_text(encoding="utf-8"))
+    document = _base()
+    document["table"]["buckets"] = "${STITCH_TEST_BUCKETS:-8}"
+    document["table"]["name"] = "orders_${YEAR:-2026}"
+    document["streams"]["orders"]["columns"]["amount"] = {"type": " Decimal(10, 2) ", "default": "1.50"}
+    document["streams"]["orders"]["nulls"] = "${NULLS:-ignore}"
+    document["compaction"] = {"inline": "TRUE", "min_log_files": "3"}
+    document["concurrency"] = {"lock": {"wait_s": "2.5"}, "heartbeat": {"interval_s": 1, "expire_s": 2}}
+    document["secrets"] = ["DB_PASS"]
+    load_config(_write(tmp_path, document))
+    assert _schema_errors(schema, document) == []
+    for mutation, where in [
+        (_rename("streams|orders|columns", "colums"), "streams.orders"),
+        (_set("bad_rows", "drop"), "bad_rows"),
+        (_set("table|buckets", 0), "table.buckets"),
+        (_set("streams|orders|columns|amount", "money"), "streams.orders.columns.amount"),
+        (_set("streams|a/b", {"columns": {"x": "long"}}), "streams"),
+        (_set("spark", {"conf": {"driver.memory": "2g"}}), "spark.conf"),
+    ]:
+        broken = _base()
+        mutation(broken)
+        assert any(error.startswith(where) for error in _schema_errors(schema, broken)), (where, broken)
+
+
+def _schema_errors(schema: dict[str, Any], value: Any, node: dict[str, Any] | None = None, at: str = "") -> list[str]:
+    """A small JSON Schema (2020-12) checker for the keywords the generated schema uses (no `jsonschema` here).
+
+    An unknown keyword fails the test, so the schema cannot start using one this checker would ignore.
+    """
+    node = schema if node is None else node
+    errors: list[str] = []
+    types = {
+        "object": lambda v: isinstance(v, dict),
+        "array": lambda v: isinstance(v, list),
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "null": lambda v: v is None,
+    }
+    for keyword, rule in node.items():
+        if keyword in ("$schema", "$defs", "title", "description", "default"):
+            continue
+        if keyword == "$ref":
+            errors += _schema_errors(schema, value, schema["$defs"][rule.rsplit("/", 1)[1]], at)
+        elif keyword == "type":
+            if not any(types[name](value) for name in ([rule] if isinstance(rule, str) else rule)):
+                errors.append(f"{at}: not of type {rule}")
+        elif keyword == "anyOf":
+            if all(_schema_errors(schema, value, option, at) for option in rule):
+                errors.append(f"{at}: matches none of anyOf")
+        elif keyword == "enum":
+            if value not in rule:
+                errors.append(f"{at}: not one of {rule}")
+        elif keyword == "pattern":
+            if isinstance(value, str) and not re.search(rule, value):
+                errors.append(f"{at}: does not match {rule}")
+        elif keyword in ("minimum", "exclusiveMinimum", "maximum"):
+            if (
+                types["number"](value)
+                and not {
+                    "minimum": value >= rule,
+                    "exclusiveMinimum": value > rule,
+                    "maximum": value <= rule,
+                }[keyword]
+            ):
+                errors.append(f"{at}: breaks {keyword} {rule}")
+        elif keyword in ("minItems", "minProperties"):
+            if isinstance(value, list | dict) and len(value) < rule:
+                errors.append(f"{at}: fewer than {rule}")
+        elif keyword == "uniqueItems":
+            if isinstance(value, list) and len({json.dumps(v) for v in value}) != len(value):
+                errors.append(f"{at}: repeats an item")
+        elif keyword == "items":
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    errors += _schema_errors(schema, item, rule, f"{at}[{i}]")
+        elif keyword == "required":
+            if isinstance(value, dict):
+                errors += [f"{at}.{key}: is required".lstrip(".") for key in rule if key not in value]
+        elif keyword == "properties":
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if key in rule:
+                        errors += _schema_errors(schema, item, rule[key], f"{at}.{key}".lstrip("."))
+        elif keyword == "propertyNames":
+            if isinstance(value, dict):
+                for key in value:
+                    errors += _schema_errors(schema, key, rule, f"{at}.{key}".lstrip("."))
+        elif keyword == "additionalProperties":
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if key not in node.get("properties", {}):
+                        where = f"{at}.{key}".lstrip(".")
+                        errors += (
+                            [f"{where}: not allowed"] if rule is False else _schema_errors(schema, item, rule, where)
+                        )
+        else:
+            raise AssertionError(f"the schema uses {keyword!r}, which this checker does not know")
+    return errors

@@ -1,0 +1,78 @@
+"""Table config (DESIGN §10): YAML in, a typed and validated `TableConfig` out.
+
+- `model`: the frozen pydantic models; every default is written there, once.
+- `parse`: YAML text -> model (safe loading, `${ENV}`, alias-bomb guard), errors naming file and YAML path.
+- `properties`: the stored `.stitch/table.json` properties: to and from the model, diff, stored order.
+- `secrets`: which environment values are secrets, and masking them.
+- `values`: typed column defaults and their JSON form.
+- `jsonschema`: the JSON Schema of the YAML, shipped as `configs/table.schema.json`.
+"""
+
+from __future__ import annotations
+
+from .model import (
+    ArchiveSpec,
+    BadRows,
+    CleanPolicy,
+    CleanSpec,
+    ColumnSpec,
+    CompactionSpec,
+    CompactionStrategy,
+    ConcurrencyMode,
+    ConcurrencySpec,
+    DeleteSpec,
+    HeartbeatSpec,
+    LockProvider,
+    LockSpec,
+    LogFormat,
+    NullsMode,
+    SourceFormat,
+    SourceSpec,
+    SparkSpec,
+    StreamSpec,
+    TableConfig,
+    TableSpec,
+)
+from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_config
+from .properties import FORMAT_VERSION, TABLE_JSON, config_from_properties, diff_properties, in_stored_order
+from .secrets import MIN_SECRET_LENGTH, SECRET_NAME, SECRET_PLACEHOLDER, is_secret_name, redact
+from .values import parse_default
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_CONFIG_VALUES",
+    "MIN_SECRET_LENGTH",
+    "SECRET_NAME",
+    "SECRET_PLACEHOLDER",
+    "TABLE_JSON",
+    "ArchiveSpec",
+    "BadRows",
+    "CleanPolicy",
+    "CleanSpec",
+    "ColumnSpec",
+    "CompactionSpec",
+    "CompactionStrategy",
+    "ConcurrencyMode",
+    "ConcurrencySpec",
+    "DeleteSpec",
+    "HeartbeatSpec",
+    "LockProvider",
+    "LockSpec",
+    "LogFormat",
+    "NullsMode",
+    "SourceFormat",
+    "SourceSpec",
+    "SparkSpec",
+    "StreamSpec",
+    "TableConfig",
+    "TableSpec",
+    "_unique_key_loader",
+    "config_from_properties",
+    "diff_properties",
+    "in_stored_order",
+    "is_secret_name",
+    "load_config",
+    "parse_config",
+    "parse_default",
+    "redact",
+]
