@@ -1,16 +1,9 @@
-"""The `stitch` command line: the root app, one error guard for every command, and helpers for command modules.
+"""The `stitch` command line: the root app, and one guard through which every command runs.
 
-A command module (`cli/table_commands.py`, `cli/job_commands.py`, ...) exposes `register(app: typer.Typer)` and
-reuses from here:
-
-- `ConfigOption`, `TableOption`, `JsonOption`: the common options as `Annotated` types, e.g.
-  `def cmd(config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False) -> None`.
-- `open_target(config, table) -> Table`: the table those options name (exactly one of them, else exit 2).
-- `run_command(fn)` / `@guarded`: the error guard. Commands registered on `app` already run inside it (the root
-  group invokes every command through `run_command`), so they simply raise `StitchError`s.
-- `cli.output` for everything printed; with `--json`, print exactly one object with `output.emit_json`.
-
-Exit codes (DESIGN §8) come from the errors: `StitchError.exit_code`; 130 on Ctrl-C; 1 for anything unexpected.
+Command modules (`cli/table_commands.py`, `cli/job_commands.py`) expose `register(app)`; their commands take the
+shared options from `cli.options`, return a `cli.output.Report`, and simply raise `StitchError`s. The guard
+prints the report (human or `--json`), and turns errors into a message, one JSON object on stdout with `--json`,
+and the DESIGN §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C.
 
 Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reader imports
 (import them inside the command function): `stitch --help` must stay fast and metadata commands run without
@@ -25,18 +18,18 @@ import logging
 import os
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperGroup
 
-from cli import output
+from cli import job_commands, output, table_commands
 from stitchlake import __version__
-from stitchlake.errors import StitchError, UsageError, describe_os_error
+from stitchlake.errors import StitchError, describe_os_error
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    pass
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -83,48 +76,58 @@ def _debug() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
-def run_command(fn: Callable[[], R]) -> R:
-    """Run `fn` and turn what it raises into a message on stderr and the DESIGN §8 exit code.
+def run_command(fn: Callable[[], R]) -> R | None:
+    """Run `fn`, print the report it returns, and turn what it raises into a message and the DESIGN §8 exit code.
 
     - `StitchError` -> `error: <message>` and `exc.exit_code` (1 failure, 2 usage/config, 3 conflict, 4 busy,
       5 input rejected); no traceback unless `STITCH_DEBUG=1`.
     - `KeyboardInterrupt` -> exit 130.
+    - an `OSError` (disk full, permissions) -> what failed on which file and what to do, exit 1.
     - anything else -> a one-line `error: unexpected ...` and exit 1; the traceback only with `STITCH_DEBUG=1`.
-    - typer/click exits, aborts and usage errors, and broken pipes (`stitch read | head`), pass through to
-      typer, which already handles them.
+    - typer/click exits and aborts, and broken pipes (`stitch read | head`), pass through to typer; click usage
+      errors too, after a JSON failure object when `--json` was asked for.
 
-    The exit is a `typer.Exit(code)`, which typer turns into the process exit status (and `CliRunner` into
-    `result.exit_code`).
+    With `--json`, stdout carries exactly one JSON object, on success and on failure.
     """
     try:
-        return fn()
-    except (typer.Exit, typer.Abort, typer.TyperException):
+        result = fn()
+    except typer.Exit:
+        raise
+    except ClickUsageError as exc:
+        if output.json_mode():
+            output.emit_json({"ok": False, "exit_code": exc.exit_code, "error": exc.format_message()})
+        raise
+    except (typer.Abort, typer.TyperException):
         raise
     except StitchError as exc:
         if _debug():
             traceback.print_exception(exc)
-        output.error(str(exc) or type(exc).__name__)
+        details = {"error_type": type(exc).__name__, **exc.details()}
+        output.failure(str(exc) or type(exc).__name__, exc.exit_code, details)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        output.error("interrupted")
+        output.failure("interrupted", EXIT_INTERRUPTED)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except OSError as exc:
         if exc.errno == errno.EPIPE:
             raise
         if _debug():
             traceback.print_exception(exc)
-        output.error(describe_os_error(exc))
+        details = {"file": exc.filename} if exc.filename else {}
+        output.failure(describe_os_error(exc), 1, details)
         raise typer.Exit(1) from None
     except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
-            raise
         message = str(exc).strip().splitlines()
-        output.error(f"unexpected {type(exc).__name__}: {message[0] if message else '(no message)'}")
+        output.failure(f"unexpected {type(exc).__name__}: {message[0] if message else '(no message)'}", 1)
         if _debug():
             traceback.print_exception(exc)
         else:
             output.hint(f"(set {DEBUG_ENV}=1 to see the traceback)")
         raise typer.Exit(1) from None
+    if isinstance(result, output.Report):
+        output.show(result)
+        return None
+    return result
 
 
 def guarded(fn: Callable[P, R]) -> Callable[P, R]:
@@ -141,50 +144,8 @@ class GuardedGroup(TyperGroup):
     """The root command group: every subcommand (and sub-app) is invoked through `run_command`."""
 
     def invoke(self, ctx: typer.Context) -> Any:
+        output.set_json("--json" in [*getattr(ctx, "_protected_args", []), *ctx.args])
         return run_command(lambda: super(GuardedGroup, self).invoke(ctx))
-
-
-# ----------------------------------------------------------------------------------------- common options
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="Table config YAML.", dir_okay=False, show_default=False),
-]
-TableOption = Annotated[
-    str | None,
-    typer.Option(
-        "--table", help="Table folder or URI (holding .stitch/table.json), instead of -c.", show_default=False
-    ),
-]
-JsonOption = Annotated[
-    bool,
-    typer.Option("--json", help="Print one JSON object on stdout (and nothing else there)."),
-]
-
-
-def open_target(config: Path | None, table: str | None, *, must_exist: bool = True) -> Table:
-    """The table named by `-c/--config` or `--table` (exactly one; UsageError, exit 2, otherwise).
-
-    With `must_exist` (the default) the table must have been created and the config must agree with its
-    stored properties (NotFoundError / ConfigError, exit 2), so commands never work on a wrong table.
-    """
-    if (config is None) == (table is None):
-        raise UsageError("name the table with either -c/--config CONFIG.yaml or --table PATH (exactly one)")
-    from stitchlake.config import load_config
-    from stitchlake.table import Table, open_table
-
-    if config is not None:
-        loaded = load_config(config)
-        output.register_secrets(loaded.secret_values)  # before anything can print them, errors included
-        handle = Table(loaded)
-    else:
-        assert table is not None
-        if Path(table).is_file():
-            raise UsageError(f"--table {table}: is a file; --table takes a table folder (use -c for a config file)")
-        handle = open_table(table)
-    if must_exist:
-        handle.require()
-    return handle
 
 
 # ------------------------------------------------------------------------------------------------ the app
@@ -223,47 +184,15 @@ def _root_options(
     configure_logging()
 
 
-def _register_commands(root: typer.Typer) -> None:
-    """Add the built-in command modules, and `cli/job_commands.py` when it exists."""
-    from cli import table_commands
-
-    table_commands.register(root)
-    try:
-        # Not `from cli import job_commands`: for a missing submodule that raises a bare ImportError.
-        import cli.job_commands as job_commands
-    except ModuleNotFoundError as exc:
-        if exc.name != "cli.job_commands":  # the module exists but one of its own imports is missing
-            raise
-    else:
-        job_commands.register(root)
-
-
-_registered = False
-
-
-def get_app() -> typer.Typer:
-    """The root app with every command module registered.
-
-    Registration happens on first use rather than at import, so a command module may import its helpers
-    from `cli.app` at the top without an import cycle, whichever module is imported first.
-    """
-    global _registered
-    if not _registered:
-        _registered = True
-        _register_commands(_root)
-    return _root
-
-
-def __getattr__(name: str) -> typer.Typer:
-    """`from cli.app import app` gives the fully registered root app (see `get_app`)."""
-    if name == "app":
-        return get_app()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+table_commands.register(_root)
+job_commands.register(_root)
+#: The root app with every command registered.
+app = _root
 
 
 def main() -> None:
     """The `stitch` console script."""
-    get_app()(prog_name="stitch")
+    app(prog_name="stitch")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Everything the `stitch` CLI shows: rich tables, key/value summaries, JSON, human sizes, times and durations.
 
-Commands gather plain data and hand it here, so the same records feed `--json` and the human view (the
+Commands gather plain data into a `Report` and return it; `show` prints it as one JSON object (`--json`) or for a
+person, so no command branches on `--json`. Failures go through `failure`: with `--json` stdout still carries
+exactly one object (`{"ok": false, "exit_code": ..., "error": ...}`), because schedulers read stdout (the
 pyiceberg `cli/output.py` split). Consoles are made per call: rich reads `COLUMNS` and whether the stream is
 a terminal when a console is created, and the test runner swaps `sys.stdout` between invocations.
 Messages are printed as plain text, never as rich markup: table paths and column values may contain `[...]`.
@@ -15,7 +17,8 @@ import decimal
 import json
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
 SECRET = "<secret from the environment>"
 #: Values taken from `${ENV}` by the configs this process loaded: masked in everything printed (`redact`).
 _secrets: set[str] = set()
+#: Whether this invocation asked for `--json` (set once by the root command, before any command runs).
+_json_mode = [False]
 NULL = "null"
 #: Width to measure a table's natural width with, when stdout is a file or a pipe.
 UNBOUNDED_WIDTH = 10_000
@@ -98,6 +103,69 @@ def print_table(table: RichTable) -> None:
         unbounded = console.options.update(max_width=UNBOUNDED_WIDTH)
         console.width = max(console.width, console.measure(table, options=unbounded).maximum)
     console.print(table)
+
+
+# ----------------------------------------------------------------------------------------------- reports
+
+
+def set_json(enabled: bool) -> None:
+    _json_mode[0] = enabled
+
+
+def json_mode() -> bool:
+    return _json_mode[0]
+
+
+@dataclass
+class Report:
+    """What a command found or did: `data` is the `--json` object; the rest says how a person sees it.
+
+    `message` is one line; `fields` a key/value summary of `data` (label, key), shown when the value is there;
+    `human` replaces both with custom rendering (tables).
+    """
+
+    data: dict[str, Any]
+    message: str | None = None
+    title: str | None = None
+    fields: Sequence[tuple[str, str]] = ()
+    human: Callable[[], None] | None = None
+    #: Lines printed before the message (e.g. what a dry run would do).
+    lines: Sequence[str] = ()
+    #: What the key/value summary reads, when it is not `data` itself.
+    summary: Mapping[str, Any] | None = None
+
+
+def show(report: Report) -> None:
+    """Print a command's report: one JSON object with `ok: true`, or the human view."""
+    if json_mode():
+        message = {"message": report.message} if report.message and "message" not in report.data else {}
+        emit_json({"ok": True, **report.data, **message})
+        return
+    if report.human is not None:
+        report.human()
+        return
+    for line in report.lines:
+        info(line)
+    if report.message:
+        info(report.message)
+    values = report.summary if report.summary is not None else report.data
+    pairs = [(label, values.get(key)) for label, key in report.fields]
+    shown = [(label, _plain(value)) for label, value in pairs if value not in (None, [], {}, "")]
+    if shown:
+        key_values(shown, report.title)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def failure(message: str, exit_code: int, details: Mapping[str, Any] | None = None) -> None:
+    """A failed command: `error: ...` on stderr, and with `--json` one JSON object on stdout too."""
+    error(message)
+    if json_mode():
+        emit_json({"ok": False, "exit_code": exit_code, "error": message, **(details or {})})
 
 
 # -------------------------------------------------------------------------------------------------- JSON

@@ -1,7 +1,7 @@
-"""Table commands of `stitch`: `init`, `timeline show` and `read` (DESIGN §7, §8).
+"""Table commands of `stitch`: `init`, `validate`, `timeline show` and `read` (DESIGN §7, §8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
-`timeline show` stay fast. Rendering lives in `cli.output`; these functions gather data and pick the view.
+`timeline show` stay fast. Rendering lives in `cli.output`; these functions gather data into a report.
 """
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from __future__ import annotations
 import functools
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
 from cli import output
-from cli.app import ConfigOption, JsonOption, TableOption, open_target
+from cli.options import ConfigOption, JsonOption, TableOption, open_target
+from cli.output import Report
 from stitchlake.errors import StitchError, UsageError
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
     from stitchlake.table import Table
     from stitchlake.timeline.instant import Instant
+    from stitchlake.timeline.metadata import Commit, Plan
     from stitchlake.timeline.timeline import Timeline
 
 #: The choices typer offers; tests check they equal the library's `Action.ALL`, `State` and `read.MODES`
@@ -38,8 +41,9 @@ JSON_BATCH_ROWS = 10_000
 
 
 def register(app: typer.Typer) -> None:
-    """Add `init`, `timeline show` and `read` to the root app."""
+    """Add `init`, `validate`, `timeline show` and `read` to the root app."""
     app.command("init")(init_command)
+    app.command("validate")(validate_command)
     app.command("read")(read_command)
     timeline = typer.Typer(
         help="Inspect the table's timeline of instants.", no_args_is_help=True, rich_markup_mode=None
@@ -54,17 +58,35 @@ def register(app: typer.Typer) -> None:
 def init_command(
     config: Annotated[Path, typer.Option("--config", "-c", help="Table config YAML.", dir_okay=False)],
     as_json: JsonOption = False,
-) -> None:
+) -> Report:
     """Create the table a config describes (a no-op when it exists and matches)."""
     table = open_target(config, None, must_exist=False)
     created = table.init()
     name, path = output.table_name(table.config), output.table_path(table.config)
-    if as_json:
-        output.emit_json({"table": name, "path": path, "created": created})
-    elif created:
-        output.info(f"created table {name} at {path}")
-    else:
-        output.info(f"table {name} already exists and matches the config (nothing to do)")
+    message = (
+        f"created table {name} at {path}"
+        if created
+        else f"table {name} already exists and matches the config (nothing to do)"
+    )
+    return Report({"table": name, "path": path, "created": created}, message=message)
+
+
+def validate_command(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Table config YAML.", dir_okay=False)],
+    as_json: JsonOption = False,
+) -> Report:
+    """Check a config without touching any table: exit 0 when it is valid, 2 naming the YAML path otherwise."""
+    table = open_target(config, None, must_exist=False)
+    loaded = table.config
+    streams = list(loaded.streams)
+    data = {
+        "valid": True,
+        "config": str(config),
+        "table": output.table_name(loaded),
+        "path": output.table_path(loaded),
+        "streams": streams,
+    }
+    return Report(data, message=f"{config}: valid ({len(streams)} stream(s): {', '.join(streams)})")
 
 
 # ---------------------------------------------------------------------------------------------- timeline
@@ -81,20 +103,22 @@ def timeline_show_command(
     stream: Annotated[str | None, typer.Option("--stream", help="Only instants of this stream.")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="List archived instants instead.")] = False,
     as_json: JsonOption = False,
-) -> None:
+) -> Report:
     """List instants (newest first) with their state, timings, stream, rows and files."""
+    from stitchlake.timeline.archive import archived_instants
+
     handle = open_target(config, table)
     if stream is not None:
         handle.config.stream(stream)  # an unknown stream is a usage error that lists the streams
+    content: Callable[[Instant], InstantSummary]
     if archived:
-        found = _archived_instants(handle, as_json)
-        if found is None:
-            return
-        instants, content = found
+        found = {entry.instant: entry.commit for entry in archived_instants(handle.storage)}
+        instants = sorted(found, key=lambda instant: instant.requested)
+        content = lambda instant: summarize(found[instant])  # noqa: E731 - a lookup, named by its use
     else:
         timeline = handle.timeline()
         instants = timeline.instants
-        content = functools.partial(instant_content, timeline)
+        content = functools.partial(instant_summary, timeline)
     candidates = [
         instant
         for instant in reversed(instants)
@@ -103,46 +127,62 @@ def timeline_show_command(
     picked, stopped = select_instants(candidates, limit, stream, content)
     # Without --stream the filters need no file reads, so the number of matches is known.
     matched = len(candidates) if stream is None else (None if stopped else len(picked))
-    records = [timeline_record(instant, found_content) for instant, found_content in picked]
-    _emit_timeline(handle, records, limit, matched, stopped, archived, (action, state, stream), as_json)
+    records = [timeline_record(instant, summary) for instant, summary in picked]
+    return _timeline_report(handle, records, limit, matched, stopped, archived, (action, state, stream))
 
 
-def instant_content(timeline: Timeline, instant: Instant) -> Mapping[str, Any]:
-    """What an instant says about itself: its commit metadata once completed, its requested content before."""
-    return timeline.metadata(instant) if instant.is_completed else timeline.requested_content(instant)
+@dataclass(frozen=True)
+class InstantSummary:
+    """What `timeline show` says of an instant: its stream, rows and files (when it has them)."""
+
+    stream: str | None = None
+    rows: int | None = None
+    files: int | None = None
+
+
+def summarize(record: Plan | Commit) -> InstantSummary:
+    from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan
+
+    if isinstance(record, DeltaCommit):
+        return InstantSummary(record.stream, record.rows, len(record.added))
+    if isinstance(record, DeltaCommitPlan):
+        return InstantSummary(record.stream)
+    if isinstance(record, Commit) and record.added_files:
+        return InstantSummary(None, sum(f.rows for f in record.added_files), len(record.added_files))
+    return InstantSummary()
+
+
+def instant_summary(timeline: Timeline, instant: Instant) -> InstantSummary:
+    """An instant's summary: from its commit once completed, from its plan before."""
+    return summarize(timeline.commit(instant) if instant.is_completed else timeline.plan(instant))
 
 
 def select_instants(
     newest_first: Iterable[Instant],
     limit: int,
     stream: str | None,
-    content: Callable[[Instant], Mapping[str, Any]],
-) -> tuple[list[tuple[Instant, Mapping[str, Any]]], bool]:
+    content: Callable[[Instant], InstantSummary],
+) -> tuple[list[tuple[Instant, InstantSummary]], bool]:
     """The first `limit` instants (0: all) of `stream`, reading each one's content only when it is examined.
 
-    Returns the picked instants with their content, and whether candidates were left unexamined. Content is
+    Returns the picked instants with their summaries, and whether candidates were left unexamined. Content is
     read lazily so showing the newest 20 of 10,000 instants reads 20 files (with `--stream`, only until 20
     matches are found).
     """
-    picked: list[tuple[Instant, Mapping[str, Any]]] = []
+    picked: list[tuple[Instant, InstantSummary]] = []
     for instant in newest_first:
         if limit and len(picked) >= limit:
             return picked, True
         found = content(instant)
-        if stream is None or found.get("stream") == stream:
+        if stream is None or found.stream == stream:
             picked.append((instant, found))
     return picked, False
 
 
-def timeline_record(instant: Instant, content: Mapping[str, Any]) -> dict[str, Any]:
+def timeline_record(instant: Instant, summary: InstantSummary) -> dict[str, Any]:
     """One instant as `--json` prints it and `output.timeline_table` shows it."""
     from stitchlake.timeline.clock import seconds_between
 
-    added = content.get("added")
-    files = len(added) if isinstance(added, list) else None
-    rows = content.get("rows")
-    if not isinstance(rows, int) and isinstance(added, list):
-        rows = sum(int(entry.get("rows", 0)) for entry in added if isinstance(entry, Mapping))
     return {
         "instant": instant.requested,
         "action": instant.action,
@@ -151,13 +191,13 @@ def timeline_record(instant: Instant, content: Mapping[str, Any]) -> dict[str, A
         "completed": instant.completed,
         "completed_at": output.iso_time(instant.completed),
         "duration_s": seconds_between(instant.requested, instant.completed) if instant.completed else None,
-        "stream": content.get("stream"),
-        "rows": rows if isinstance(rows, int) else None,
-        "files": files,
+        "stream": summary.stream,
+        "rows": summary.rows,
+        "files": summary.files,
     }
 
 
-def _emit_timeline(
+def _timeline_report(
     handle: Table,
     records: list[dict[str, Any]],
     limit: int,
@@ -165,67 +205,36 @@ def _emit_timeline(
     more: bool,
     archived: bool,
     filters: tuple[str | None, str | None, str | None],
-    as_json: bool,
-) -> None:
+) -> Report:
     name = output.table_name(handle.config)
     action, state, stream = filters
-    if as_json:
-        output.emit_json(
-            {
-                "table": name,
-                "path": output.table_path(handle.config),
-                "archived": archived,
-                "filters": {"action": action, "state": state, "stream": stream},
-                "limit": limit,
-                "matched": matched,
-                "more": more,
-                "instants": records,
-            }
-        )
-        return
-    what = "archived instants" if archived else "instants"
-    if not records:
-        filtered = any(f is not None for f in filters)
-        output.info(f"no {what} match the filters" if filtered else f"no {what} on the timeline of {name}")
-        return
-    if matched is None:
-        caption = f"newest {len(records):,} matching {what}; older ones were not searched (--limit 0 searches all)"
-    elif matched > len(records):
-        caption = f"newest {len(records):,} of {matched:,} {what} (--limit 0 shows all)"
-    else:
-        caption = f"{matched:,} {what}"
-    title = f"{'archived timeline' if archived else 'timeline'} of {name} (times in UTC)"
-    output.print_table(output.timeline_table(records, title=title, caption=caption))
+    data = {
+        "table": name,
+        "path": output.table_path(handle.config),
+        "archived": archived,
+        "filters": {"action": action, "state": state, "stream": stream},
+        "limit": limit,
+        "matched": matched,
+        "more": more,
+        "instants": records,
+    }
 
+    def human() -> None:
+        what = "archived instants" if archived else "instants"
+        if not records:
+            filtered = any(f is not None for f in filters)
+            output.info(f"no {what} match the filters" if filtered else f"no {what} on the timeline of {name}")
+            return
+        if matched is None:
+            caption = f"newest {len(records):,} matching {what}; older ones were not searched (--limit 0 searches all)"
+        elif matched > len(records):
+            caption = f"newest {len(records):,} of {matched:,} {what} (--limit 0 shows all)"
+        else:
+            caption = f"{matched:,} {what}"
+        title = f"{'archived timeline' if archived else 'timeline'} of {name} (times in UTC)"
+        output.print_table(output.timeline_table(records, title=title, caption=caption))
 
-def _archived_instants(
-    handle: Table, as_json: bool
-) -> tuple[list[Instant], Callable[[Instant], Mapping[str, Any]]] | None:
-    """Archived instants (by requested time) and their metadata, or None after saying why there are none.
-
-    They come from `stitchlake.services.archive.load_archived_instants(storage)` when the library has it:
-    entries `{"requested", "action", "completed", "metadata"}`; nothing is read beyond what it returns.
-    """
-    from stitchlake.services import archive
-    from stitchlake.timeline.instant import Instant, State
-
-    loader = getattr(archive, "load_archived_instants", None)
-    if not handle.storage.list_names(archive.ARCHIVE_DIR):
-        note, available = "nothing is archived", True
-    elif loader is None:
-        note, available = "archive listing is not available in this version of stitchlake", False
-    else:
-        metadata: dict[Instant, Mapping[str, Any]] = {}
-        for entry in loader(handle.storage):
-            instant = Instant(entry["requested"], entry["action"], State.COMPLETED, entry.get("completed"))
-            metadata[instant] = entry.get("metadata") or {}
-        return sorted(metadata, key=lambda instant: instant.requested), metadata.__getitem__
-    if as_json:
-        name = output.table_name(handle.config)
-        output.emit_json({"table": name, "archived": True, "available": available, "note": note, "instants": []})
-    else:
-        output.info(note)
-    return None
+    return Report(data, human=human)
 
 
 # -------------------------------------------------------------------------------------------------- read
@@ -244,8 +253,12 @@ def read_command(
     until: Annotated[str | None, typer.Option("--until", help="Changes up to this time (incremental read).")] = None,
     columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to read.")] = None,
     where: Annotated[
-        str | None,
-        typer.Option("--where", help="Filter 'col=value[,col2=value2]'; repeat a column for IN."),
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="Filter 'col=value', 'col>=value' (also != < <= >), several separated by commas; repeat --where "
+            "to add more (all must hold; equalities on one column combine as IN).",
+        ),
     ] = None,
     mode: Annotated[ReadMode, typer.Option("--mode", help="snapshot merges logs; read_optimized: base files.")] = (
         "snapshot"
@@ -258,32 +271,33 @@ def read_command(
         ),
     ] = None,
     as_json: JsonOption = False,
-) -> None:
+) -> Report:
     """Read the table: print a sample, or write the whole result to a file."""
     # Refuse bad arguments before reading anything.
     wanted = split_columns(columns)
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    data = handle.read(mode=mode, as_of=as_of, since=since, until=until, columns=wanted, filter=where)
+    data = handle.read(mode=mode, as_of=as_of, since=since, until=until, columns=wanted, filter=where or None)
     if target is None:
-        _print_sample(data, limit or None, as_json)
-        return
+        shown = limit or None
+        sample = data if shown is None else data.slice(0, shown)
+        records = {"rows": data.num_rows, "shown": sample.num_rows, "columns": data.column_names}
+        return Report(
+            {**records, "records": sample.to_pylist()},
+            human=lambda: output.print_table(output.rows_table(data, shown)),
+        )
     path, out_format = target
     size = write_result(data, path, out_format)
-    if as_json:
-        output.emit_json({"rows": data.num_rows, "path": str(path), "format": out_format, "bytes": size})
-    else:
-        summary = [("rows", output.human_count(data.num_rows)), ("path", path), ("format", out_format)]
-        output.key_values([*summary, ("size", output.human_size(size))], title="wrote")
-
-
-def _print_sample(data: pa.Table, limit: int | None, as_json: bool) -> None:
-    if not as_json:
-        output.print_table(output.rows_table(data, limit))
-        return
-    sample = data if limit is None else data.slice(0, limit)
-    output.emit_json(
-        {"rows": data.num_rows, "shown": sample.num_rows, "columns": data.column_names, "records": sample.to_pylist()}
+    return Report(
+        {"rows": data.num_rows, "path": str(path), "format": out_format, "bytes": size},
+        title="wrote",
+        fields=[("rows", "rows"), ("path", "path"), ("format", "format"), ("size", "size")],
+        summary={
+            "rows": output.human_count(data.num_rows),
+            "path": path,
+            "format": out_format,
+            "size": output.human_size(size),
+        },
     )
 
 

@@ -84,8 +84,8 @@ def check(name: str, actual: Any, truth: Any, columns: list[str] | None = None) 
 
 
 def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Any:
+    from stitchlake.api import Table
     from stitchlake.config import parse_config
-    from stitchlake.table import Table
 
     if path.exists():
         shutil.rmtree(path)
@@ -97,9 +97,9 @@ def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Any:
 
 
 def open_table(path: Path) -> Any:
-    from stitchlake.table import open_table as open_existing
+    import stitchlake
 
-    return open_existing(str(path))
+    return stitchlake.open(str(path))
 
 
 # ---------------------------------------------------------------------------- in-process figures (children)
@@ -311,7 +311,7 @@ def timeline_table(folder: Path, instants: int) -> Path:
     from stitchlake.layout.names import log_name, parse_name
     from stitchlake.timeline.clock import from_millis, to_millis
     from stitchlake.timeline.instant import State, completed_file_name, pending_file_name
-    from stitchlake.timeline.timeline import encode_metadata
+    from stitchlake.timeline.timeline import encode_metadata, read_instant_file
 
     path = folder / f"timeline-{instants}"
     marker = path / ".bench-complete"
@@ -322,7 +322,7 @@ def timeline_table(folder: Path, instants: int) -> Path:
     for stream, batch in loaded.batches[:3]:
         table.write(stream, batch.slice(0, 20))
     timeline = table.timeline()
-    templates = [(i, timeline.metadata(i)) for i in timeline.completed()]
+    templates = [(i, read_instant_file(table.storage, i.file_name)) for i in timeline.completed()]  # raw JSON
     clock = to_millis(max(timeline.all_times())) + 1
     stitch_dir = path / ".stitch" / "timeline"
     for number in range(instants - len(templates)):

@@ -44,7 +44,10 @@ def ingest_concurrently() -> None:
     logs = {s: open(DEMO / f"ingest-{s}.out", "w+", encoding="utf-8") for s in STREAMS}  # noqa: SIM115
     jobs = {
         s: subprocess.Popen(
-            stitch("ingest", "-c", str(CONFIG), "--stream", s), cwd=ROOT, stdout=logs[s], stderr=subprocess.STDOUT
+            stitch("ingest", "-c", str(CONFIG), "--stream", s, "--engine", "spark"),
+            cwd=ROOT,
+            stdout=logs[s],
+            stderr=subprocess.STDOUT,
         )
         for s in STREAMS
     }
@@ -104,7 +107,7 @@ def main() -> None:
         )
     step("stitch init")
     run("init", "-c", str(CONFIG))
-    step("stitch ingest --stream orders | payments | shipments  (three concurrent spark-submit jobs)")
+    step("stitch ingest --engine spark --stream orders | payments | shipments  (three concurrent spark-submit jobs)")
     ingest_concurrently()
     step("stitch timeline show")
     run("timeline", "show", "-c", str(CONFIG))

@@ -13,17 +13,17 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from stitchlake.api import Table
     from stitchlake.config import TableConfig
-    from stitchlake.table import Table
 
 __all__ = ["__version__", "open", "read"]
 
 
 def open(target: str | os.PathLike[str] | TableConfig) -> Table:
     """A table handle from a config file path, a table folder, or a TableConfig."""
-    from stitchlake.table import open_table
+    from stitchlake.api import open as open_api
 
-    return open_table(target)
+    return open_api(target)
 
 
 def read(

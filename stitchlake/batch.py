@@ -8,7 +8,6 @@ with their reason, and `bad_rows: fail | quarantine` decides what happens to the
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,9 @@ from stitchlake.layout.partition import escape
 from stitchlake.types import arrow_type
 
 REASON = "_reason"
+#: Columns of a batch moved between processes (`Batch.to_table`): position and delete flag.
+POS = "_sl_pos"
+DELETED = "_sl_del"
 SOURCE = "_source"
 ROW = "_row"
 UNPARSABLE = "unparsable value in "
@@ -40,6 +42,32 @@ class Batch:
     @property
     def bad_count(self) -> int:
         return 0 if self.bad is None else self.bad.num_rows
+
+    def to_table(self) -> pa.Table:
+        """Good rows with their positions and delete flags as columns (to move a batch between processes)."""
+        return self.rows.append_column(POS, pa.array(self.pos, pa.int64())).append_column(
+            DELETED, pa.array(self.deleted, pa.bool_())
+        )
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> Batch:
+        rows = table.drop_columns([POS, DELETED])
+        pos = table.column(POS).to_numpy()
+        deleted = table.column(DELETED).to_numpy(zero_copy_only=False)
+        return cls(rows, pos, deleted)
+
+    @classmethod
+    def concat(cls, batches: list[Batch]) -> Batch:
+        """Several files' events as one batch (their positions already tell them apart)."""
+        if len(batches) == 1:
+            return batches[0]
+        bads = [b.bad for b in batches if b.bad is not None and b.bad.num_rows]
+        return cls(
+            rows=pa.concat_tables([b.rows for b in batches]),
+            pos=np.concatenate([b.pos for b in batches]),
+            deleted=np.concatenate([b.deleted for b in batches]),
+            bad=pa.concat_tables(bads, promote_options="permissive") if bads else None,
+        )
 
 
 def required_columns(config: TableConfig, stream: StreamSpec) -> list[ColumnSpec]:
@@ -103,7 +131,9 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
         return pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
     except pa.ArrowNotImplementedError:
         raise InputRejected(
-            f"{where}: column {spec.name} has type {column.type}, which cannot be converted to {spec.type}"
+            f"{where}: column {spec.name} has type {column.type}, which cannot be converted to {spec.type}",
+            file=where,
+            column=spec.name,
         ) from None
     except (pa.ArrowInvalid, OverflowError):
         return _cast_rowwise(column, kind)
@@ -128,7 +158,9 @@ def prepare(
     if missing:
         raise InputRejected(
             f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"needed by stream {stream.name} (found: {', '.join(data.column_names) or 'none'})"
+            f"needed by stream {stream.name} (found: {', '.join(data.column_names) or 'none'})",
+            file=source,
+            column=missing[0],
         )
     length = data.num_rows
     reasons = np.full(length, None, dtype=object)
@@ -211,18 +243,3 @@ def _bad_rows(data: pa.Table, mask: np.ndarray, reasons: np.ndarray, source: str
     columns[SOURCE] = pa.array([source] * len(rows), pa.string())
     columns[ROW] = pa.array(rows, pa.int64())
     return pa.table(columns)
-
-
-def describe_bad_rows(bad: pa.Table, limit: int = 3) -> str:
-    """A short human summary: counts per reason and where the first few came from."""
-    counts = Counter(bad.column(REASON).to_pylist())
-    summary = ", ".join(f"{reason}: {count}" for reason, count in counts.most_common())
-    examples = []
-    for row in bad.slice(0, limit).to_pylist():
-        reason = row[REASON]
-        column = reason[len(UNPARSABLE) :] if reason.startswith(UNPARSABLE) else None
-        if column and column in row:  # show what could not be parsed: the fix is in the data, not here
-            value = str(row[column])
-            reason += f": {value[:40] + '...' if len(value) > 40 else value!r}"
-        examples.append(f"{row[SOURCE]} row {row[ROW]} ({reason})")
-    return f"{bad.num_rows} bad row{'s' if bad.num_rows != 1 else ''} ({summary}); first: {'; '.join(examples)}"

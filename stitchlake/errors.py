@@ -6,9 +6,26 @@ import errno
 
 
 class StitchError(Exception):
-    """Base of every error stitchlake raises on purpose; exit code 1 (failure)."""
+    """Base of every error stitchlake raises on purpose; exit code 1 (failure).
+
+    `file`, `column` and `yaml_path` say where the problem is when that is known, so `--json` failures carry them
+    as fields a scheduler can read (the message names them too).
+    """
 
     exit_code: int = 1
+
+    def __init__(
+        self, message: str = "", *, file: str | None = None, column: str | None = None, yaml_path: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.column = column
+        self.yaml_path = yaml_path
+
+    def details(self) -> dict[str, str]:
+        """The known locations of the problem, for machine-readable output."""
+        found = {"file": self.file, "column": self.column, "yaml_path": self.yaml_path}
+        return {key: value for key, value in found.items() if value is not None}
 
 
 class ConfigError(StitchError):

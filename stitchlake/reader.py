@@ -6,31 +6,28 @@ Every mode plans file slices from the file-system view, reads each slice's files
 
 from __future__ import annotations
 
-import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stitchlake.config import TableConfig, parse_default
+from stitchlake.config import TableConfig
 from stitchlake.errors import DataFileMissing, StitchError, UsageError
-from stitchlake.io.datafiles import read_table_file
+from stitchlake.filters import Filter, Pruning, prune
+from stitchlake.io.datafiles import read_parquet, read_table_file
 from stitchlake.io.schemas import base_schema, log_schema, table_schema
-from stitchlake.layout.bucket import bucket_for_values
 from stitchlake.layout.fsview import FileSlice, FileSystemView
-from stitchlake.layout.names import file_group_id
-from stitchlake.layout.partition import format_value, parse_partition_path
 from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.timeline.clock import parse_user_time
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import EraseCommit
+from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.types import arrow_type
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -41,99 +38,6 @@ MODES = (SNAPSHOT, READ_OPTIMIZED)
 OP = "_op"
 READ_THREADS = 4
 
-Filter = Mapping[str, Any] | pc.Expression | str | None
-
-
-# ------------------------------------------------------------------------------------------------ filters
-
-
-@dataclass(frozen=True)
-class Pruning:
-    """What a filter lets us skip before reading, and what must still be checked row by row."""
-
-    partitions: dict[str, set[str]]
-    file_groups: set[str] | None
-    rows: pc.Expression | None
-    #: Columns the row filter needs (None: possibly any, for an opaque expression).
-    row_columns: tuple[str, ...] | None = ()
-    #: The part of `rows` on key and partition columns only (a deleted row still has those).
-    keys: pc.Expression | None = None
-    #: The part of `rows` on stream columns (null on a deleted row).
-    values: pc.Expression | None = None
-
-
-def parse_where(text: str) -> dict[str, list[str]]:
-    """`col=value[,col2=value2]` (repeat a column for IN) -> {col: [values]}."""
-    out: dict[str, list[str]] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"--where {text!r}: expected col=value, got {part!r}")
-        out.setdefault(name.strip(), []).append(value.strip())
-    return out
-
-
-def _typed(config: TableConfig, name: str, value: Any) -> Any:
-    columns = {c.name: c for c in config.all_columns()}
-    if name not in columns:
-        raise UsageError(f"filter: {name!r} is not a column (columns: {', '.join(columns)})")
-    if not isinstance(value, str):
-        return value
-    try:
-        return parse_default(columns[name].type, value)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"filter: {name}={value!r} is not a valid {columns[name].type}: {exc}") from None
-
-
-def prune(config: TableConfig, where: Filter) -> Pruning:
-    """Split a filter into partition pruning, file-group (bucket) pruning and a residual row filter."""
-    if where is None:
-        return Pruning({}, None, None)
-    if isinstance(where, pc.Expression):
-        return Pruning({}, None, where, None)
-    mapping = parse_where(where) if isinstance(where, str) else where
-    values: dict[str, list[Any]] = {}
-    for name, value in mapping.items():
-        items = list(value) if isinstance(value, list | tuple | set | frozenset) else [value]
-        values[name] = [_typed(config, name, v) for v in items]
-    partitions = {
-        name: {format_value(v) if not isinstance(v, str) else v for v in items}
-        for name, items in values.items()
-        if name in config.table.partition_names
-    }
-    groups = None
-    if all(name in values for name in config.table.key_names):
-        kinds = [arrow_type(c.type) for c in config.table.key]
-        combos = itertools.product(*(values[n] for n in config.table.key_names))
-        groups = {file_group_id(bucket_for_values(list(c), kinds, config.table.buckets)) for c in combos}
-    common = {c.name for c in config.common_columns}
-    kinds = {c.name: arrow_type(c.type) for c in config.all_columns()}
-    on_keys = _conjunction([pc.field(n).isin(pa.array(v, kinds[n])) for n, v in values.items() if n in common])
-    on_values = _conjunction([pc.field(n).isin(pa.array(v, kinds[n])) for n, v in values.items() if n not in common])
-    return Pruning(
-        partitions,
-        groups,
-        _conjunction([e for e in (on_keys, on_values) if e is not None]),
-        tuple(values),
-        on_keys,
-        on_values,
-    )
-
-
-def _conjunction(terms: list[pc.Expression]) -> pc.Expression | None:
-    out = None
-    for term in terms:
-        out = term if out is None else out & term
-    return out
-
-
-def _partition_matches(path: str, wanted: dict[str, set[str]]) -> bool:
-    if not wanted:
-        return True
-    values = parse_partition_path(path)
-    return all(values.get(name) in allowed for name, allowed in wanted.items())
-
-
 # ------------------------------------------------------------------------------------------------ planning
 
 
@@ -141,9 +45,7 @@ def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | N
     """An `as_of`/`since`/`until` given as an instant time, an ISO timestamp or a savepoint name."""
     if value is None:
         return None
-    from stitchlake.services.savepoint import savepoint_time
-
-    named = savepoint_time(table, timeline, value)
+    named = savepoint_time(timeline, value)
     if named is not None:
         return named
     try:
@@ -161,8 +63,7 @@ def plan_slices(
     keys = [
         key
         for key in view.file_groups()
-        if _partition_matches(key[0], pruning.partitions)
-        and (pruning.file_groups is None or key[1] in pruning.file_groups)
+        if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
     ]
     return view.latest_slices(as_of, file_groups=keys)
 
@@ -376,27 +277,37 @@ def _touched_keys(
     common = _common(config)
     out: dict[tuple[str, str], list[pa.Table]] = {}
     for instant in instants:
-        meta = timeline.metadata(instant)
-        if instant.action == Action.ERASE:
-            from stitchlake.services.erase import erased_keys
-
-            for key, keys in erased_keys(table, meta).items():
+        commit = timeline.commit(instant)
+        if isinstance(commit, EraseCommit):
+            for key, keys in erased_keys(table, commit).items():
                 if wanted_groups is None or key in wanted_groups:
                     out.setdefault(key, []).append(keys)
             continue
-        for entry in meta.get("added", []):
-            key = (entry["partition"], entry["file_group"])
-            if wanted_groups is not None and key not in wanted_groups:
+        for entry in commit.added_files:
+            if wanted_groups is not None and entry.group not in wanted_groups:
                 continue
-            stream = config.streams[entry["stream"]]
-            keys = read_table_file(
-                table.storage,
-                entry["path"],
-                log_schema(config, stream),
-                common,
-                expected_rows=int(entry["rows"]),
-            )
-            out.setdefault(key, []).append(keys)
+            stream = config.streams[entry.stream or ""]
+            keys = read_table_file(table.storage, entry.path, log_schema(config, stream), common, entry.rows)
+            out.setdefault(entry.group, []).append(keys)
+    return out
+
+
+#: Columns of an erase's `erased_file` besides the key and partition columns: where each erased key lived.
+ERASED_GROUP = "_file_group"
+ERASED_PARTITION = "_partition"
+
+
+def erased_keys(table: Table, commit: EraseCommit) -> dict[tuple[str, str], pa.Table]:
+    """The keys a completed erase removed, by file group (the incremental view reports them deleted)."""
+    if not commit.erased_file:
+        return {}
+    rows = read_parquet(table.storage, commit.erased_file)
+    common = _common(table.config)
+    out: dict[tuple[str, str], pa.Table] = {}
+    groups = rows.select([ERASED_PARTITION, ERASED_GROUP]).to_pylist()
+    for key in {(g[ERASED_PARTITION], g[ERASED_GROUP]) for g in groups}:
+        mask = np.array([(g[ERASED_PARTITION], g[ERASED_GROUP]) == key for g in groups])
+        out[key] = rows.filter(pa.array(mask)).select(common)
     return out
 
 
@@ -420,8 +331,7 @@ def read_changes(
     groups = {
         key
         for key in view.file_groups()
-        if _partition_matches(key[0], pruning.partitions)
-        and (pruning.file_groups is None or key[1] in pruning.file_groups)
+        if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
     }
     touched = _touched_keys(table, timeline, _changed_instants(timeline, since, until), groups)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))

@@ -1,4 +1,7 @@
-"""The `Table` handle: a config, its storage, and thin entry points into the write, read and service modules."""
+"""The core `Table` handle: a config, its storage, its lock, timeline and file-system view, and writes and reads.
+
+Services (compaction, clean, ...) take a Table; the public handle with every action on it is `stitchlake.api.Table`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.config import (
     TABLE_JSON,
@@ -18,7 +21,9 @@ from stitchlake.config import (
     load_config,
 )
 from stitchlake.errors import ConfigError, NotFoundError, StitchError
+from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
+from stitchlake.storage.registry import scheme_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,6 +32,9 @@ if TYPE_CHECKING:
     from stitchlake.layout.fsview import FileSystemView
     from stitchlake.timeline.timeline import Timeline
     from stitchlake.write import WriteResult
+
+
+T = TypeVar("T", bound="Table")
 
 
 class Table:
@@ -43,6 +51,12 @@ class Table:
     @property
     def path(self) -> str:
         return self.config.table.path
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """Settings of the object-store client (endpoint, credentials) for the table and its landing folders."""
+        storage = getattr(self.config, "storage", None)
+        return dict(getattr(storage, "options", None) or {})
 
     # ---------------------------------------------------------------------------------------- lifecycle
 
@@ -94,7 +108,7 @@ class Table:
             raise ConfigError(_lost_properties(self.path))
         refuse_nesting(self.storage, self.path)
         try:
-            self.storage.makedirs(".stitch/timeline")
+            self.storage.makedirs(TIMELINE_DIR)
         except OSError as exc:
             raise ConfigError(f"table.path: cannot create the table at {self.path}: {exc.strerror or exc}") from None
         properties = {
@@ -112,8 +126,6 @@ class Table:
 
     def has_history(self) -> bool:
         """Whether the folder holds a timeline (instants or an archive) of a stitchlake table."""
-        from stitchlake.timeline.timeline import TIMELINE_DIR
-
         return bool(self.storage.list_names(TIMELINE_DIR))
 
     # --------------------------------------------------------------------------------------- components
@@ -140,18 +152,26 @@ class Table:
 
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         from stitchlake.layout.fsview import FileSystemView
-        from stitchlake.services.archive import load_checkpoint
+        from stitchlake.timeline.archive import load_checkpoint
 
         timeline = timeline or self.timeline()
         return FileSystemView.build(timeline, load_checkpoint(self.storage))
 
     # ------------------------------------------------------------------------------------------- actions
 
-    def write(self, stream: str, data: pa.Table, *, source: str = "input", exclusive: bool = False) -> WriteResult:
-        """Write one batch of `stream` as one deltacommit (see `stitchlake.write`)."""
+    def write(
+        self,
+        stream: str,
+        data: pa.Table,
+        *,
+        source: str = "input",
+        exclusive: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> WriteResult:
+        """Write one batch of `stream` as one deltacommit (see `stitchlake.write`); `metadata` is kept with it."""
         from stitchlake.write import write
 
-        return write(self, stream, data, source=source, exclusive=exclusive)
+        return write(self, stream, data, source=source, exclusive=exclusive, metadata=metadata)
 
     def read(
         self,
@@ -166,18 +186,6 @@ class Table:
         from stitchlake.reader import read
 
         return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
-
-    def compact(self, strategy: str | None = None) -> Any:
-        """Schedule and run a compaction in-process; None when nothing needs compacting."""
-        from stitchlake.services.compaction import compact
-
-        return compact(self, strategy=strategy)
-
-    def erase(self, keys: pa.Table) -> Any:
-        """Key-level erase of the given keys (see `stitchlake.services.erase`)."""
-        from stitchlake.services.erase import erase
-
-        return erase(self, keys)
 
 
 def _lost_properties(path: str) -> str:
@@ -206,20 +214,21 @@ def refuse_nesting(storage: Storage, path: str) -> None:
             )
 
 
-def open_table(target: str | os.PathLike[str] | TableConfig) -> Table:
+def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Table) -> T:  # type: ignore[assignment]
     """A Table from a config file, a table folder (with `.stitch/table.json`) or a TableConfig."""
     if isinstance(target, TableConfig):
-        return Table(target)
+        return cls(target)
     path = Path(target)
     if path.is_file():
-        return Table(load_config(path))
-    storage = storage_for(str(target))
+        return cls(load_config(path))
+    location = str(target) if scheme_of(str(target)) else str(Path(target).resolve())
+    storage = storage_for(location)
     try:
         properties = json.loads(storage.read_bytes(TABLE_JSON))
     except FileNotFoundError:
         raise NotFoundError(f"{target}: neither a config file nor a stitchlake table (no {TABLE_JSON})") from None
     except json.JSONDecodeError as exc:
         raise StitchError(f"{target}/{TABLE_JSON}: not valid JSON ({exc})") from None
-    table = Table(config_from_properties(properties, str(Path(target).resolve())), storage)
+    table = cls(config_from_properties(properties, location), storage)
     table._properties = properties
     return table

@@ -14,7 +14,8 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
@@ -22,6 +23,7 @@ from stitchlake.concurrency.markers import create_marker, delete_markers, marked
 from stitchlake.errors import BusyError, ConflictError, StitchError
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
+from stitchlake.timeline.metadata import Commit, Plan, UndoPlan, WriterInfo, kind_of
 from stitchlake.timeline.timeline import (
     Timeline,
     delete_instant,
@@ -40,8 +42,8 @@ log = logging.getLogger(__name__)
 ConflictCheck = Callable[[Timeline, Instant], None]
 
 
-def writer_info() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+def writer_info() -> WriterInfo:
+    return WriterInfo(host=socket.gethostname(), pid=os.getpid(), started=time.time())
 
 
 class Transaction:
@@ -58,14 +60,14 @@ class Transaction:
         instant: Instant,
         heartbeat: Heartbeat | None,
         attempt: str | None = None,
-        plan: dict[str, Any] | None = None,
+        plan: Plan | None = None,
     ) -> None:
         self.table = table
         self.instant = instant
         self.heartbeat = heartbeat
         self.attempt = attempt
         #: What the requested file holds (kept here: a run presumed dead may find the file gone under it).
-        self.plan: dict[str, Any] = plan or {}
+        self.plan: Plan = plan if plan is not None else kind_of(instant.action).plan()
         self.started = time.time()
         #: A check for whoever publishes through a helper that takes none (ingest's exactly-once check).
         self.conflict_check: ConflictCheck | None = None
@@ -79,7 +81,7 @@ class Transaction:
         cls,
         table: Table,
         action: str,
-        content: dict[str, Any] | None = None,
+        content: Plan | None = None,
         *,
         exclusive_stream: str | None = None,
         heartbeat: bool = True,
@@ -102,12 +104,12 @@ class Transaction:
         cls,
         table: Table,
         action: str,
-        content: dict[str, Any] | None = None,
+        content: Plan | None = None,
         *,
         exclusive_stream: str | None = None,
         heartbeat: bool = True,
         busy_check: Callable[[Timeline], None] | None = None,
-        plan: Callable[[Timeline, str], dict[str, Any] | None] | None = None,
+        plan: Callable[[Timeline, str], Plan | None] | None = None,
         inflight: bool = True,
     ) -> Transaction | None:
         """Draw a requested time and create the requested instant, under the lock.
@@ -119,9 +121,9 @@ class Transaction:
         """
         storage = table.storage
         spec = table.config.concurrency.heartbeat
-        body = {**(content or {}), "writer": writer_info()}
+        body = content if content is not None else kind_of(action).plan()
         if exclusive_stream:
-            body["stream"] = exclusive_stream
+            body = replace(body, stream=exclusive_stream)
         with table.lock() as lock:
             timeline = Timeline.load(storage)
             if action != Action.ROLLBACK:
@@ -135,7 +137,8 @@ class Transaction:
                 planned = plan(timeline, requested)
                 if planned is None:
                     return None
-                body = {**planned, **body}
+                body = planned
+            body = replace(body, writer=writer_info())
             # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
             instant = write_requested(storage, requested, action, body, ready=lock.fence)
             # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the timeline.
@@ -153,11 +156,12 @@ class Transaction:
     @classmethod
     def attach(cls, table: Table, requested: str) -> Transaction:
         """A handle on a pending instant begun by another process (e.g. the driver of a Spark job)."""
-        instant = Timeline.load(table.storage).get(requested)
+        timeline = Timeline.load(table.storage)
+        instant = timeline.get(requested)
         if instant is None or instant.is_completed:
             state = "not on the timeline" if instant is None else f"already completed at {instant.completed}"
             raise StitchError(f"instant {requested} is {state}; cannot commit into it")
-        return cls(table, instant, None, inflight_attempt(table, instant))
+        return cls(table, instant, None, inflight_attempt(table, instant), timeline.plan(instant))
 
     @classmethod
     def resume(cls, table: Table, instant: Instant, what: str = "instant") -> Transaction:
@@ -170,7 +174,7 @@ class Transaction:
         storage = table.storage
         spec = table.config.concurrency.heartbeat
         with table.lock() as lock:
-            if storage.exists(f".stitch/heartbeats/{instant.requested}") and not heartbeats.is_expired(
+            if storage.exists(heartbeats.heartbeat_path(instant.requested)) and not heartbeats.is_expired(
                 storage, instant.requested, spec.expire_s
             ):
                 raise BusyError(
@@ -192,25 +196,22 @@ class Transaction:
             inflight = write_inflight(storage, instant, {"attempt": attempt}, replace=True)
             beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
             beat.start()
-        return cls(table, inflight, beat, attempt)
+        return cls(table, inflight, beat, attempt, timeline.plan(instant))
 
     def mark(self, path: str) -> None:
         """Record that this instant is about to create `path` (before creating it)."""
         create_marker(self.table.storage, self.time, path)
 
-    def complete(self, metadata: dict[str, Any], conflict_check: ConflictCheck | None = None) -> Instant:
+    def complete(self, metadata: Commit, conflict_check: ConflictCheck | None = None) -> Instant:
         """Publish: draw the completion time and create the completed file, under the lock."""
         storage = self.table.storage
-        metadata = {
-            **metadata,
-            "timings": {**metadata.get("timings", {}), "total_s": time.time() - self.started},
-        }
+        metadata = replace(metadata, timings={**metadata.timings, "total_s": round(time.time() - self.started, 3)})
         with self.table.lock() as lock:
             timeline = Timeline.load(storage)
             lost = self.superseded(timeline)
             if lost is not None:
                 self._refuse(lost)
-            if self.instant.action in UNDO_SENSITIVE:
+            if kind_of(self.instant.action).undo_sensitive:
                 undo = undone_since(timeline, self.instant.requested)
                 if undo is not None:
                     raise ConflictError(
@@ -295,6 +296,12 @@ class Transaction:
         finally:
             self._finish(delete_markers_too=False)
 
+    def finish_here(self) -> None:
+        """This process no longer runs the instant (a job it started published or aborted it): stop beating."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop(delete=True)
+            self.heartbeat = None
+
     def _finish(self, delete_markers_too: bool = True) -> None:
         try:
             if delete_markers_too:
@@ -328,18 +335,12 @@ PLANNING = {
     Action.RESTORE: "restore",
     Action.CLEAN: "clean",
 }
-#: Actions whose plan depends on history that an undo requested while they run would change: an ingest's
-#: choice of landing files (an undone commit un-consumes its files), a savepoint's pinned files.
-UNDO_SENSITIVE = (Action.DELTACOMMIT, Action.SAVEPOINT)
 
 
 def undoes_history(timeline: Timeline, instant: Instant) -> bool:
     """A restore, or a rollback that takes back a completed commit (not one that only clears failed writes)."""
-    if instant.action == Action.RESTORE:
-        return True
-    if instant.action != Action.ROLLBACK:
-        return False
-    return any(target.get("completed") for target in timeline.requested_content(instant).get("targets", []))
+    plan = timeline.plan(instant)
+    return isinstance(plan, UndoPlan) and plan.undoes_commits
 
 
 def refuse_while_undoing(timeline: Timeline, what: str) -> None:
@@ -368,9 +369,8 @@ def undone_since(timeline: Timeline, requested: str) -> Instant | None:
 def undone_by(timeline: Timeline, requested: str) -> str | None:
     """The pending rollback or restore whose plan undoes or resets `requested`, if any."""
     for instant in timeline.pending([Action.ROLLBACK, Action.RESTORE]):
-        content = timeline.requested_content(instant)
-        targets = {t.get("requested") for t in content.get("targets", [])}
-        if requested in targets or requested in content.get("reset_compactions", []):
+        plan = timeline.plan(instant)
+        if isinstance(plan, UndoPlan) and plan.covers(requested):
             return f"{instant.action} {instant.requested}"
     return None
 
@@ -383,12 +383,12 @@ def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:
 
 def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None:
     for instant in timeline.pending([Action.DELTACOMMIT]):
-        content = timeline.requested_content(instant)
-        if content.get("stream") != stream or not live_writer(table, timeline, instant):
+        plan = timeline.plan(instant)
+        if timeline.stream_of(instant) != stream or not live_writer(table, timeline, instant):
             continue
-        writer = content.get("writer", {})
+        writer = plan.writer
         raise BusyError(
             f"stream {stream} is already being written by instant {instant.requested} "
-            f"(host {writer.get('host', '?')}, pid {writer.get('pid', '?')}); its heartbeat is alive, so this "
-            "run stops here instead of ingesting twice — run again after it finishes"
+            f"(host {writer.host}, pid {writer.pid if writer.pid is not None else '?'}); its heartbeat is alive, "
+            "so this run stops here instead of ingesting twice — run again after it finishes"
         )

@@ -7,18 +7,17 @@ batch; each Spark task calls it with its share. Nothing here takes the table loc
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.batch import Batch, describe_bad_rows, prepare
+from stitchlake.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.batch import Batch, prepare
 from stitchlake.config import StreamSpec, TableConfig
-from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.names import LOG, file_group_id, join, log_name
@@ -27,13 +26,14 @@ from stitchlake.merge.keys import key_index
 from stitchlake.merge.rules import events, merge
 from stitchlake.merge.stitch import to_log
 from stitchlake.merge.version import constant, encode_ordering
+from stitchlake.paths import quarantine_folder
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import DataFile, DeltaCommit, DeltaCommitPlan
 from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
 
-QUARANTINE_DIR = ".stitch/quarantine"
 #: Writing a file group is mostly Parquet encoding, which releases the GIL: a few threads help.
 WRITE_THREADS = 4
 
@@ -46,13 +46,13 @@ class WriteResult:
     completed: str | None
     stream: str
     rows: int
-    files: list[dict[str, Any]] = field(default_factory=list)
+    files: list[DataFile] = field(default_factory=list)
     bad_rows: int = 0
     quarantine: str | None = None
 
     @property
     def bytes(self) -> int:
-        return sum(int(f["bytes"]) for f in self.files)
+        return sum(f.bytes for f in self.files)
 
 
 def route(config: TableConfig, rows: pa.Table) -> list[tuple[str, str, np.ndarray]]:
@@ -103,26 +103,18 @@ def write_file_groups(
     batch: Batch,
     instant: str,
     mark: Callable[[str], None],
-) -> list[dict[str, Any]]:
+) -> list[DataFile]:
     """Write one log file per touched file group; `mark` records each file before it is created."""
     config = table.config
 
-    def write_one(group: tuple[str, str, np.ndarray]) -> dict[str, Any]:
+    def write_one(group: tuple[str, str, np.ndarray]) -> DataFile:
         partition, file_group, members = group
         index = pa.array(members)
         rows = precombine(config, stream, batch.rows.take(index), batch.pos[members], batch.deleted[members])
         path = join(partition, log_name(file_group, instant, config.table.log_format))
         mark(path)
         size = write_table_file(table.storage, path, rows, config.table.log_format)
-        return {
-            "path": path,
-            "partition": partition,
-            "file_group": file_group,
-            "kind": LOG,
-            "stream": stream.name,
-            "rows": rows.num_rows,
-            "bytes": size,
-        }
+        return DataFile(path, partition, file_group, LOG, stream.name, rows.num_rows, size)
 
     groups = route(config, batch.rows)
     if len(groups) <= 1:
@@ -131,35 +123,13 @@ def write_file_groups(
         return list(pool.map(write_one, groups))
 
 
-def quarantine(table: Table, txn: Transaction, bad: pa.Table) -> str:
-    """Set rejected rows aside under `.stitch/quarantine/<instant>/` with their reason."""
-    import pyarrow.parquet as pq
-
-    path = f"{QUARANTINE_DIR}/{txn.time}/rejected-{int(time.time() * 1000)}.parquet"
-    txn.mark(path)
-    table.storage.makedirs(path.rsplit("/", 1)[0])
-    pq.write_table(bad, table.storage.abspath(path), filesystem=table.storage.filesystem)
-    return path
-
-
-def handle_bad_rows(table: Table, txn: Transaction, batch: Batch) -> str | None:
-    """Apply `bad_rows`: fail stops the whole batch (nothing committed); quarantine sets rows aside."""
-    if batch.bad is None or batch.bad.num_rows == 0:
-        return None
-    if table.config.bad_rows == "fail":
-        raise InputRejected(
-            f"{describe_bad_rows(batch.bad)} — nothing was written (set bad_rows: quarantine to set bad rows "
-            "aside and keep the rest)"
-        )
-    return quarantine(table, txn, batch.bad)
-
-
 def write(
     table: Table,
     stream_name: str,
     data: pa.Table | Batch,
     *,
     source: str = "input",
+    commit: DeltaCommit | None = None,
     metadata: dict[str, Any] | None = None,
     exclusive: bool = False,
     txn: Transaction | None = None,
@@ -172,22 +142,29 @@ def write(
         txn = Transaction.begin(
             table,
             Action.DELTACOMMIT,
-            {"stream": stream_name},
+            DeltaCommitPlan(stream=stream_name),
             exclusive_stream=stream_name if exclusive else None,
         )
     try:
         batch = data if isinstance(data, Batch) else prepare(table.config, stream, data, source=source)
-        quarantined = handle_bad_rows(table, txn, batch)
+        bad = BadRows()
+        bad.add_rows(batch.bad)
+        if bad and table.config.bad_rows == FAIL:
+            raise bad.rejection()
+        if bad:
+            bad.files.append(quarantine_rows(table.storage, txn.time, batch.bad, "api", txn.mark))
         files = write_file_groups(table, stream, batch, txn.time, txn.mark)
         instant: Instant = txn.complete(
-            {
-                **(metadata or {}),
-                "stream": stream_name,
-                "added": files,
-                "rows": batch.rows.num_rows,
-                "bad_rows": batch.bad_count,
-                "quarantine": quarantined,
-            }
+            replace(
+                commit or DeltaCommit(),
+                extra={**(commit.extra if commit else {}), **(metadata or {})},
+                stream=stream_name,
+                added=tuple(files),
+                rows=batch.rows.num_rows,
+                bad_rows=batch.bad_count,
+                quarantine=quarantine_folder(txn.time) if bad else None,
+                quarantine_files=tuple(bad.files),
+            )
         )
     except BaseException:
         if own:
@@ -200,5 +177,5 @@ def write(
         rows=batch.rows.num_rows,
         files=files,
         bad_rows=batch.bad_count,
-        quarantine=quarantined,
+        quarantine=bad.files[0] if bad.files else None,
     )

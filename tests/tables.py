@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 from reference import StreamModel
 
+from stitchlake.api import Table
 from stitchlake.config import TableConfig, parse_config
-from stitchlake.table import Table
 
 THREE_STREAMS: dict[str, Any] = {
     "table": {

@@ -21,14 +21,14 @@ import pytest
 import yaml
 
 import stitchlake
+from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, LockLost, StitchError
-from stitchlake.ingest import ingest_local
 from stitchlake.services import archive as archive_module
-from stitchlake.services.archive import archive, load_archived_instants, load_checkpoint
-from stitchlake.services.clean import clean
+from stitchlake.services.archive import archive
+from stitchlake.services.restore import begin_restore
 from stitchlake.services.rollback import rollback
-from stitchlake.services.savepoint import begin_restore, create
-from stitchlake.table import Table
+from stitchlake.services.savepoint import create
+from stitchlake.timeline.archive import archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action
 
 STITCH = Path(sys.executable).parent / "stitch"
@@ -78,7 +78,7 @@ def consumed(table: Table) -> list[str]:
     timeline = table.timeline()
     names: list[str] = []
     for instant in timeline.completed([Action.DELTACOMMIT]):
-        names += [item["name"] for item in timeline.metadata(instant).get("sources", [])]
+        names += list(timeline.commit(instant).consumed())
     return sorted(names)
 
 
@@ -89,20 +89,20 @@ def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_p
     table, _ = make(tmp_path)
     for number in range(2):
         land(tmp_path, number, [(1, number, 10 + number)])
-        ingest_local(table, "orders")
+        table.ingest("orders")
     create(table, name="early")
     for number in range(2, 5):
         land(tmp_path, number, [(1, number, 10 + number)])
-        ingest_local(table, "orders")
+        table.ingest("orders")
     for number in range(5, 8):
         land(tmp_path, number, [(1, number, 10 + number)])
     restore = begin_restore(table, "early")  # requested with its plan, not yet executed: a restore in progress
     with pytest.raises(BusyError, match=r"restore \d+ is undoing"):
-        ingest_local(table, "orders")
+        table.ingest("orders")
     assert consumed(table) == [f"f{n:03d}.parquet" for n in range(5)], "the refused ingest consumed something"
     restore.heartbeat.stop(delete=False)  # the restore's process dies half-way: still refused
     with pytest.raises(BusyError, match="restore"):
-        ingest_local(table, "orders")
+        table.ingest("orders")
 
 
 def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_after_it(tmp_path: Path) -> None:
@@ -110,26 +110,26 @@ def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_aft
     publishing newer files first would later flip ties. The ingest must refuse (exit 3, retry)."""
     table, _ = make(tmp_path)
     land(tmp_path, 0, [(1, 0, 10)])
-    ingest_local(table, "orders")
+    table.ingest("orders")
     land(tmp_path, 1, [(1, 1, 10)])
-    first = ingest_local(table, "orders")
+    first = table.ingest("orders")
     land(tmp_path, 2, [(1, 2, 10)])
-    import stitchlake.write as write_module
+    import stitchlake.engine as engine_module
 
-    original = write_module.write_file_groups
+    original = engine_module.write_file_groups
 
     def rollback_meanwhile(*args: Any, **kwargs: Any) -> Any:
         rollback(stitchlake.open(tmp_path / "table.yaml"), first.instant or "")
         return original(*args, **kwargs)
 
-    write_module.write_file_groups = rollback_meanwhile  # type: ignore[assignment]
+    engine_module.write_file_groups = rollback_meanwhile  # type: ignore[assignment]
     try:
         with pytest.raises(ConflictError, match="roll"):
-            ingest_local(table, "orders")
+            table.ingest("orders")
     finally:
-        write_module.write_file_groups = original  # type: ignore[assignment]
+        engine_module.write_file_groups = original  # type: ignore[assignment]
     assert consumed(table) == ["f000.parquet"]
-    ingest_local(table, "orders")  # the retry takes f001 then f002, in arrival order
+    table.ingest("orders")  # the retry takes f001 then f002, in arrival order
     assert rows_of(table)[1]["amount"] == 2
 
 
@@ -163,10 +163,11 @@ def test_an_archive_frozen_past_its_lease_never_moves_the_checkpoint_back(
     monkeypatch.undo()
     rival = rival_done[-1]
     assert rival is not None and rival.archived > 0
-    assert (load_checkpoint(storage) or {}).get("completed") == rival.horizon, "the checkpoint moved backwards"
+    checkpoint = load_checkpoint(storage)
+    assert checkpoint is not None and checkpoint.horizon == rival.horizon, "the checkpoint moved backwards"
     fresh = stitchlake.open(config)
     assert fresh.read().sort_by("k").equals(before.sort_by("k")), "instants were lost between the two horizons"
-    archived = {entry["requested"] for entry in load_archived_instants(storage)}
+    archived = {entry.instant.requested for entry in archived_instants(storage)}
     active = {instant.requested for instant in fresh.timeline().completed()}
     assert len(archived | active) == 40
 
@@ -212,8 +213,8 @@ def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Pa
     inner.write("payments", pa.table({"k": [7], "paid": [7.0], "pts": [1.0]}))
     os.rename(elsewhere / "inner", tmp_path / "table" / "inner")
     copied = sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file())
-    result = clean(outer)
-    assert not result.orphans
+    result = outer.clean()
+    assert not result["orphans"]
     assert sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file()) == copied
     with pytest.raises(ConfigError, match="inside"):
         stitchlake.open(outer_config).init()  # and the outer table says so when asked
@@ -228,7 +229,7 @@ def test_a_nan_ordering_value_is_a_bad_row_not_a_version_that_wins_forever(tmp_p
     assert result.bad_rows == 1
     table.write("payments", pa.table({"k": [1], "paid": [5.0], "pts": [3.0]}))
     assert rows_of(table)[1]["paid"] == 5.0
-    quarantined = pq.read_table(table.storage.abspath(result.quarantine or "")).to_pylist()
+    quarantined = pq.read_table(table.storage.describe(result.quarantine or "")).to_pylist()
     assert quarantined[0]["_reason"] == "NaN ordering value pts"
     failing, _ = make(tmp_path / "strict", bad_rows="fail")
     with pytest.raises(InputRejected, match="NaN ordering value pts"):
@@ -345,7 +346,7 @@ def test_a_read_retries_once_when_clean_removed_a_slice_under_it(
             raced.append(True)
             other = stitchlake.open(config)
             other.compact()
-            clean(other, retain=1)
+            other.clean(retain=1)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(reader, "read_slice", slow_reader)
@@ -359,7 +360,7 @@ def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
 
     from stitchlake.services import erase as erase_module
     from stitchlake.services import savepoint as savepoint_module
-    from stitchlake.services.rollback import rollback_failed
+    from stitchlake.services.recovery import rollback_failed
     from stitchlake.transaction import Transaction
 
     table, config = make(tmp_path)
@@ -414,7 +415,7 @@ def test_a_partition_value_too_long_for_a_folder_name_is_a_bad_row(tmp_path: Pat
         "payments", pa.table({"k": [1, 2], "region": ["x" * 300, "eu"], "paid": [1.0, 2.0], "pts": [1.0, 1.0]})
     )
     assert result.bad_rows == 1
-    quarantined = pq.read_table(table.storage.abspath(result.quarantine or "")).to_pylist()
+    quarantined = pq.read_table(table.storage.describe(result.quarantine or "")).to_pylist()
     assert quarantined[0]["_reason"].startswith("partition value too long region")
     assert [row["k"] for row in table.read().to_pylist()] == [2]
 

@@ -14,7 +14,7 @@ from tables import THREE_STREAMS, config
 
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
-from stitchlake.spark.job import unwrap
+from stitchlake.spark.errors import unwrap
 from stitchlake.spark.launcher import (
     JobFiles,
     build_argv,
@@ -26,7 +26,9 @@ from stitchlake.spark.launcher import (
 
 
 def _files(tmp_path: Path) -> JobFiles:
-    return JobFiles(tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties")
+    return JobFiles(
+        tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "request.json"
+    )
 
 
 def _config(tmp_path: Path, master: str, conf: dict[str, str] | None = None) -> TableConfig:
@@ -35,12 +37,13 @@ def _config(tmp_path: Path, master: str, conf: dict[str, str] | None = None) -> 
 
 
 def test_local_master_runs_the_job_script_without_shipping_code(tmp_path: Path) -> None:
-    argv = build_argv(_config(tmp_path, "local[2]"), "ingest", ["--stream", "orders"], _files(tmp_path))
+    argv = build_argv(_config(tmp_path, "local[2]"), "ingest", ["--table", "t"], _files(tmp_path))
     assert argv[0].endswith("spark-submit") and argv[argv.index("--master") + 1] == "local[2]"
     assert "--py-files" not in argv
-    script = argv.index("--result") - 1
-    assert argv[script].endswith("stitchlake/jobs/ingest.py") and Path(argv[script]).is_file()
-    assert argv[-2:] == ["--stream", "orders"]
+    script = argv.index("--request") - 1
+    assert argv[script].endswith("stitchlake/spark/submit.py") and Path(argv[script]).is_file()
+    assert argv[argv.index("--request") + 1] == str(tmp_path / "request.json")
+    assert argv[-2:] == ["--table", "t"]
 
 
 def test_cluster_master_ships_an_importable_package_zip(tmp_path: Path) -> None:
@@ -48,7 +51,7 @@ def test_cluster_master_ships_an_importable_package_zip(tmp_path: Path) -> None:
     argv = build_argv(_config(tmp_path, "yarn"), "compact", [], _files(tmp_path), archive)
     assert argv[argv.index("--py-files") + 1] == archive
     names = set(zipfile.ZipFile(archive).namelist())
-    assert {"stitchlake/__init__.py", "stitchlake/merge/rules.py", "stitchlake/jobs/compact.py"} <= names
+    assert {"stitchlake/__init__.py", "stitchlake/merge/rules.py", "stitchlake/jobs/run.py"} <= names
     # An executor imports the package from the zip alone (first on its path, as --py-files puts it).
     probe = "import sys; sys.path.insert(0, sys.argv[1]); import stitchlake.merge.rules as r; print(r.__file__)"
     done = subprocess.run([sys.executable, "-c", probe, archive], capture_output=True, text=True, cwd=tmp_path)
@@ -73,9 +76,11 @@ def test_settings_go_to_a_private_properties_file_not_the_command_line(tmp_path:
 @pytest.mark.parametrize(
     ("code", "kind"), [(2, ConfigError), (3, ConflictError), (4, BusyError), (5, InputRejected), (1, StitchError)]
 )
-def test_job_exit_codes_map_back_to_the_same_errors(code: int, kind: type[StitchError]) -> None:
-    error = error_for(code, "why")
-    assert type(error) is kind and error.exit_code == code
+def test_job_errors_come_back_as_the_same_class_and_exit_code(code: int, kind: type[StitchError]) -> None:
+    name, exit_code, _message = unwrap(kind("why"))
+    error = error_for(name, "why")
+    assert type(error) is kind and error.exit_code == exit_code == code
+    assert type(error_for("NotAnError", "why")) is StitchError  # an unknown name is a plain failure
 
 
 def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
@@ -86,6 +91,6 @@ def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
         "stitchlake.errors.InputRejected: 2 bad rows (null key order_id: 2) in part-0001.parquet\n"
         "\n\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(PythonRunner.scala:1)\n"
     )
-    assert unwrap(wrapped) == (5, "2 bad rows (null key order_id: 2) in part-0001.parquet")
-    assert unwrap(BusyError("stream orders is busy")) == (4, "stream orders is busy")
-    assert unwrap(ValueError("boom\nmore")) == (1, "ValueError: boom")
+    assert unwrap(wrapped) == ("InputRejected", 5, "2 bad rows (null key order_id: 2) in part-0001.parquet")
+    assert unwrap(BusyError("stream orders is busy")) == ("BusyError", 4, "stream orders is busy")
+    assert unwrap(ValueError("boom\nmore")) == ("StitchError", 1, "ValueError: boom")

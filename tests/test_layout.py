@@ -29,6 +29,7 @@ from stitchlake.layout.names import (
 from stitchlake.layout.partition import escape, format_value, parse_partition_path, partition_path
 from stitchlake.storage import LocalStorage, clean_relpath
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import dump, kind_of, load
 from stitchlake.timeline.timeline import Timeline, write_completed, write_inflight, write_requested
 
 # ----------------------------------------------------------------------- independent reference hash
@@ -339,11 +340,13 @@ class Table:
     def request(
         self, requested: int, action: str = Action.DELTACOMMIT, content: dict[str, object] | None = None
     ) -> None:
-        instant = write_requested(self.storage, t(requested), action, content or {"stream": "orders"})
+        plan = load(kind_of(action).plan, content or {"stream": "orders"})  # the JSON shape tables hold
+        instant = write_requested(self.storage, t(requested), action, plan)
         self.pending[t(requested)] = write_inflight(self.storage, instant)
 
     def complete(self, requested: int, completed: int, **metadata: object) -> None:
-        write_completed(self.storage, self.pending.pop(t(requested)), t(completed), dict(metadata))
+        instant = self.pending.pop(t(requested))
+        write_completed(self.storage, instant, t(completed), load(kind_of(instant.action).commit, dict(metadata)))
 
     def view(self) -> FileSystemView:
         return FileSystemView.build(Timeline.load(self.storage))
@@ -528,7 +531,7 @@ def test_data_file_json_round_trip(table: Table) -> None:
     l1 = table.data_file(t(100), LOG)
     table.complete(100, 101, added=[l1])
     [item] = table.view().live_files()
-    assert DataFile.from_json(item.to_json()) == item
+    assert load(DataFile, dump(item)) == item
     assert (item.instant, item.completed, item.kind, item.stream, item.rows, item.bytes) == (
         t(100),
         t(101),

@@ -17,11 +17,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from stitchlake.api import Table
 from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
 from stitchlake.services import compaction
-from stitchlake.table import Table
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from stitchlake.transaction import Transaction
 from stitchlake.types import arrow_type
 from stitchlake.write import write as write_batch
@@ -188,8 +189,8 @@ def test_equal_ordering_value_later_row_of_a_batch_wins(tmp_path: Path, when: st
 def test_equal_ordering_value_goes_to_the_later_completion_not_the_later_request(tmp_path: Path) -> None:
     """Two writers overlap: the one that *completes* later is the later arrival (DESIGN §2, §4)."""
     table = make_table(tmp_path)
-    early = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "a"})
-    late = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "a"})
+    early = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
+    late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
     assert early.time < late.time
     write_batch(table, "a", batch_for(table, "a", [{"k": 1, "x": 2, "y": "requested later", "ts": 5}]), txn=late)
     write_batch(table, "a", batch_for(table, "a", [{"k": 1, "x": 1, "y": "completed later", "ts": 5}]), txn=early)
@@ -216,8 +217,8 @@ def test_commit_time_ordering_later_commit_wins(tmp_path: Path, when: str) -> No
 
 def test_commit_time_ordering_follows_completion_order(tmp_path: Path) -> None:
     table = make_table(tmp_path)
-    early = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "c"})
-    late = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "c"})
+    early = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
+    late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
     write_batch(table, "c", batch_for(table, "c", [{"k": 1, "w": "requested later", "n": 2}]), txn=late)
     write_batch(table, "c", batch_for(table, "c", [{"k": 1, "w": "completed later", "n": 1}]), txn=early)
     assert sorted_rows(table.read()) == [row(1, w="completed later", n=1)]
@@ -229,8 +230,8 @@ def test_a_write_overlapping_a_compaction_is_merged_on_top_of_its_base(tmp_path:
     """Writes begun before a compaction was planned, completing before or after it ran (DESIGN §5)."""
     table = make_table(tmp_path)
     table.write("a", batch_for(table, "a", [{"k": 1, "x": 1, "y": "base", "ts": 1}, {"k": 2, "x": 2, "ts": 1}]))
-    slow = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "a"})
-    slower = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "c"})
+    slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
+    slower = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
     plan = compaction.schedule(table)
     assert plan is not None
     write_batch(table, "a", batch_for(table, "a", [{"k": 1, "x": 10, "y": "during plan", "ts": 5}]), txn=slow)
@@ -666,9 +667,9 @@ def test_bad_rows_quarantine_writes_good_rows_and_sets_bad_ones_aside_with_a_rea
     timeline = table.timeline()
     instant = timeline.get(result.instant)
     assert instant is not None and instant.is_completed
-    meta = timeline.metadata(instant)
-    assert meta["bad_rows"] == 2
-    assert meta["quarantine"] == result.quarantine
+    meta = timeline.commit(instant)
+    assert isinstance(meta, DeltaCommit) and meta.bad_rows == 2
+    assert meta.quarantine_files == (result.quarantine,)
     # A batch of bad rows only commits nothing visible but still quarantines them.
     only_bad = table.write("a", batch_for(table, "a", [{"k": 5, "x": 5, "y": "bad", "ts": None}]))
     assert only_bad.bad_rows == 1 and only_bad.rows == 0 and only_bad.files == []

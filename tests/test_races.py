@@ -8,7 +8,6 @@ interference is a wrapper that delays or fails one call of the code under test, 
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import time
 from pathlib import Path
@@ -21,11 +20,12 @@ from tables import MODELS, THREE_STREAMS, batch, new_table
 import stitchlake.transaction as transaction_module
 from stitchlake.batch import prepare
 from stitchlake.errors import ConflictError, LockLost, UsageError
-from stitchlake.ingest import ingest_local
-from stitchlake.services import compaction, savepoint
-from stitchlake.services.rollback import rollback, rollback_failed
+from stitchlake.services import compaction, restore, savepoint
+from stitchlake.services.recovery import rollback_failed
+from stitchlake.services.rollback import rollback
 from stitchlake.spark.datasource import FilesWritten, StitchWriter
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, RollbackPlan
 from stitchlake.transaction import Transaction
 from stitchlake.write import write, write_file_groups
 
@@ -58,11 +58,9 @@ def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(tmp_pa
     point = savepoint.create(table, name="before")
     at_savepoint = _sorted(table.read(as_of="before"))
     write(table, "orders", _rows(2))
-    crashed_rollback = Transaction.begin(
-        table, Action.ROLLBACK, {"targets": [], "reason": "t", "reset_compactions": []}
-    )
+    crashed_rollback = Transaction.begin(table, Action.ROLLBACK, RollbackPlan(reason="t"))
     _dead(crashed_rollback)
-    crashed_restore = savepoint.begin_restore(table, "before")
+    crashed_restore = restore.begin_restore(table, "before")
     _dead(crashed_restore)
 
     rollback_failed(table)
@@ -80,7 +78,7 @@ def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
     document = copy.deepcopy(FAST)
     document["concurrency"]["lock"]["expire_s"] = 1
     table = new_table(tmp_path, document)
-    writer = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})
+    writer = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     stream = table.config.stream("orders")
     files = write_file_groups(
         table, stream, prepare(table.config, stream, _rows(1), source="t"), writer.time, writer.mark
@@ -106,7 +104,7 @@ def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
     racing = threading.Thread(target=run_rollback)
     racing.start()
     time.sleep(1.3)
-    writer.complete({"stream": "orders", "added": files, "rows": 4})  # the writer wakes up and publishes
+    writer.complete(DeltaCommit(stream="orders", added=tuple(files), rows=4))  # the writer wakes up and publishes
     racing.join()
     assert isinstance(outcome.get("error"), LockLost), outcome
     assert not table.timeline().pending([Action.ROLLBACK])
@@ -123,13 +121,13 @@ def test_a_rollback_refuses_a_commit_a_compaction_absorbed_after_its_checks(
     table = new_table(tmp_path, FAST)
     for value in (1, 2, 3):
         last = write(table, "orders", _rows(value))
-    original = rollback_module._run
+    original = rollback_module.run_rollback
 
     def compaction_planned_meanwhile(*args: Any, **kwargs: Any) -> Any:
         compaction.schedule(table, "all")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(rollback_module, "_run", compaction_planned_meanwhile)
+    monkeypatch.setattr(rollback_module, "run_rollback", compaction_planned_meanwhile)
     with pytest.raises(UsageError, match="absorbed by compaction"):
         rollback(table, last.instant)
     monkeypatch.undo()
@@ -159,44 +157,45 @@ def test_a_failure_right_after_the_publish_leaves_the_commit_standing(
     assert not table.storage.exists(f".stitch/heartbeats/{result.instant}")  # and the heartbeat stopped
 
 
-def _spark_writer(table: Any, instant: str, sources: list[str]) -> StitchWriter:
-    options = {
-        "path": table.path,
-        "stream": "orders",
-        "instant": instant,
-        "metadata": json.dumps({"sources": [{"name": name, "path": name, "size": 1} for name in sources]}),
-    }
-    return StitchWriter(options)
+def _spark_writer(table: Any, instant: str) -> StitchWriter:
+    return StitchWriter({"path": table.path, "stream": "orders", "instant": instant})
 
 
-def test_the_spark_commit_refuses_landing_files_another_ingest_took_meanwhile(tmp_path: Path) -> None:
-    """The Spark driver froze past its heartbeat; a second ingest took the same landing file; the driver's
-    commit must not publish it a second time (the in-process engine had this check, Spark did not)."""
+def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them_twice(tmp_path: Path) -> None:
+    """The job of a claim (e.g. a spark-submit job of `stitch ingest`) froze past its heartbeat after choosing its
+    landing files; a second ingest took the same file; the frozen job must not publish it a second time."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.ingest import claim, ingest
+
     landing = tmp_path / "landing"
     landing.mkdir()
     pq.write_table(_rows(1), landing / "part-0001.parquet")
     document = copy.deepcopy(FAST)
     document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
     table = new_table(tmp_path, document)
-    frozen = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})  # the Spark driver's instant
-    _dead(frozen)
-    assert ingest_local(table, "orders").source_files == 1  # the second ingest
-    writer = _spark_writer(table, frozen.time, ["part-0001.parquet"])
+    frozen = claim(table, "orders")
+
+    class FreezingEngine(LocalEngine):
+        def write_stream(self, *args: Any, **kwargs: Any) -> Any:
+            written = super().write_stream(*args, **kwargs)
+            _dead(frozen)  # frozen past the heartbeat: a second ingest runs meanwhile
+            assert table.ingest("orders").source_files == 1
+            return written
+
     with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
-        writer.commit([FilesWritten()])
-    writer.abort([FilesWritten()])  # what Spark does next, and then the driver (`ingest_spark`):
-    frozen.abort()
+        ingest(table, FreezingEngine(), "orders", txn=frozen)
     timeline = table.timeline()
     assert len(timeline.completed([Action.DELTACOMMIT])) == 1 and not timeline.pending()
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
 
 
 def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> None:
     table = new_table(tmp_path, FAST)
-    txn = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"}, heartbeat=False)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"), heartbeat=False)
     stream = table.config.stream("orders")
     files = write_file_groups(table, stream, prepare(table.config, stream, _rows(1), source="t"), txn.time, txn.mark)
     messages = [FilesWritten(files=files, rows=4)]
-    writer = _spark_writer(table, txn.time, [])
+    writer = _spark_writer(table, txn.time)
     writer.commit(messages)
     writer.abort(messages)  # e.g. Spark failing the job after the commit returned
     assert table.timeline().get(txn.time).is_completed  # type: ignore[union-attr]

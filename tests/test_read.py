@@ -21,10 +21,10 @@ from reference import Erase, Event, expected_rows
 from tables import MODELS, THREE_STREAMS, as_rows, batch, config, new_table, partition_of
 
 import stitchlake
+from stitchlake.api import Table
 from stitchlake.config import load_config, parse_config
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.layout.bucket import bucket_of
-from stitchlake.table import Table
 from stitchlake.timeline.clock import to_datetime
 
 KEY = ("k", "p")

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import stitchlake
-from cli.job_commands import _target_args
+from cli.jobs import target_args
 from stitchlake.config import parse_config
 from stitchlake.errors import ConfigError, StitchError
 from stitchlake.spark.launcher import JobFiles, build_argv, spark_properties, write_properties
@@ -251,8 +251,10 @@ def test_spark_submit_argv_keeps_hostile_config_values_whole(tmp_path: Path) -> 
     note = "a b; $(touch PWNED3) | cat"
     document = {**BASE, "spark": {"master": master, "conf": {"spark.stitchtest.note": note}}}
     table = stitchlake.open(write_config(folder, document))
-    files = JobFiles(tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties")
-    argv = build_argv(table.config, "ingest", [*_target_args(table), "--stream", "orders"], files)
+    files = JobFiles(
+        tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "request.json"
+    )
+    argv = build_argv(table.config, "ingest", target_args(table), files)
     assert isinstance(argv, list) and all(isinstance(part, str) for part in argv)
     assert argv[argv.index("--master") + 1] == master
     assert argv[argv.index("--config") + 1] == str((folder / "table.yaml").resolve())
@@ -343,9 +345,9 @@ def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: 
     "args",
     [
         ("rollback", "--instant", "../../x", "--engine", "local"),
-        ("compact", "--run", "../../x", "--engine", "local"),
+        ("compact", "--run", "--instant", "../../x", "--engine", "local"),
         ("savepoint", "create", "--name", "../../x", "--engine", "local"),
-        ("savepoint", "restore", "../../x", "--engine", "local"),
+        ("savepoint", "restore", "--name", "../../x", "--engine", "local"),
         ("read", "--as-of", "../../x"),
         ("timeline", "show", "--stream", "../x"),
         ("ingest", "-s", "../orders", "--engine", "local"),
@@ -451,7 +453,7 @@ def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(t
     write_orders(workspace / "landing/orders/0001.parquet", [1, 2, 3], ["a", "b", "a"])
     env = {"STITCH_TEST_SECRET": SECRET}
     assert stitch("init", "-c", "table.yaml", cwd=workspace, env=env).returncode == 0
-    done = stitch("ingest", "-c", "table.yaml", "-s", "orders", "--json", cwd=workspace, env=env)
+    done = stitch("ingest", "-c", "table.yaml", "-s", "orders", "--engine", "spark", "--json", cwd=workspace, env=env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["rows"] == 3 and result["engine"] == "spark"
@@ -465,13 +467,15 @@ def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(t
     assert stitchlake.read(str(workspace / "table")).num_rows == 3
 
     # A job that fails on a ZooKeeper lock whose hosts are a secret: the traceback and kazoo's own log lines
-    # in Spark's log would quote them; the job masks both.
+    # in Spark's log would quote them; the job masks both. (A compaction planned before, run on Spark, takes
+    # the lock inside the job; an ingest would be refused by the CLI's claim before any JVM started.)
+    scheduled = stitch("compact", "-c", "table.yaml", "--schedule", "--json", cwd=workspace, env=env)
+    assert json.loads(scheduled.stdout)["scheduled"], scheduled.stderr
     document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
     document["secrets"] = ["STITCH_TEST_ZK_HOSTS"]
     write_config(workspace, document)
-    write_orders(workspace / "landing/orders/0002.parquet", [4], ["c"])
     env["STITCH_TEST_ZK_HOSTS"] = SECRET_HOSTS
-    failed = stitch("ingest", "-c", "table.yaml", "-s", "orders", cwd=workspace, env=env)
+    failed = stitch("compact", "-c", "table.yaml", "--run", "--engine", "spark", cwd=workspace, env=env)
     assert failed.returncode == 4, failed.stderr
     assert "<secret from the environment>" in failed.stderr
     assert len(list((workspace / "table/.stitch/logs").iterdir())) == len(logs) + 1

@@ -39,14 +39,15 @@ from typer.testing import CliRunner, Result
 
 import stitchlake
 from cli.app import app
+from stitchlake.api import Table
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.bucket import bucket_of
-from stitchlake.layout.fsview import DataFile, FileSlice
+from stitchlake.layout.fsview import FileSlice
 from stitchlake.layout.names import BASE, LOG, file_group_id
 from stitchlake.reader import read_slice
-from stitchlake.table import Table
 from stitchlake.timeline import clock
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, DeltaCommit, DeltaCommitPlan
 from stitchlake.transaction import Transaction
 from stitchlake.write import WriteResult, write
 
@@ -131,7 +132,7 @@ def committed_events(table: Table) -> list[Event]:
     timeline = table.timeline()
     events = []
     for instant in timeline.completed([Action.DELTACOMMIT]):
-        spec = timeline.metadata(instant)[SPEC]
+        spec = timeline.commit(instant).extra[SPEC]
         model = MODEL[spec["stream"]]
         for pos, row in enumerate(rows_from(spec)):
             values = {c: row.get(c) for c in model.columns}
@@ -176,10 +177,10 @@ def named_files(table: Table) -> Files:
     named: Files = set()
     removed: Files = set()
     for instant in timeline.completed():
-        meta = timeline.metadata(instant)
-        named |= {entry["path"] for entry in meta.get("added", [])}
-        if instant.action == Action.CLEAN:
-            removed |= set(meta.get("deleted", [])) | set(meta.get("orphans", []))
+        meta = timeline.commit(instant)
+        named |= {entry.path for entry in meta.added_files}
+        if isinstance(meta, CleanCommit):
+            removed |= set(meta.deleted) | set(meta.orphans)
     return named - removed
 
 
@@ -279,13 +280,15 @@ def paused_writer_main(config: str, spec: dict[str, Any]) -> None:
 
     table = stitchlake.open(config)
     stream = table.config.stream(spec["stream"])
-    txn = Transaction.begin(table, Action.DELTACOMMIT, {"stream": stream.name})
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=stream.name))
     try:
         prepared = prepare(table.config, stream, batch(MODEL[stream.name], rows_from(spec)))
         files = write_file_groups(table, stream, prepared, txn.time, txn.mark)
-        print(json.dumps({"instant": txn.time, "files": [f["path"] for f in files]}), flush=True)
+        print(json.dumps({"instant": txn.time, "files": [f.path for f in files]}), flush=True)
         sys.stdin.readline()
-        txn.complete({"stream": stream.name, "added": files, "rows": prepared.rows.num_rows, SPEC: spec})
+        txn.complete(
+            DeltaCommit(stream=stream.name, added=tuple(files), rows=prepared.rows.num_rows, extra={SPEC: spec})
+        )
     except BaseException as exc:
         txn.abort()
         print(json.dumps({"error": str(exc)}), flush=True)
@@ -303,7 +306,7 @@ def crashed_compaction_main(config: str, instant: str) -> None:
 
 def crashed_restore_main(config: str, savepoint: str) -> None:
     """A restore that has recorded its plan (requested, inflight, heartbeat) and dies before undoing anything."""
-    from stitchlake.services.savepoint import begin_restore
+    from stitchlake.services.restore import begin_restore
 
     begin_restore(stitchlake.open(config), savepoint)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -325,7 +328,7 @@ def commits_after(table: Table, after: str) -> dict[str, int]:
     timeline = table.timeline()
     counts = dict.fromkeys(STREAMS, 0)
     for instant in timeline.completed([Action.DELTACOMMIT], since=after):
-        counts[timeline.metadata(instant)[SPEC]["stream"]] += 1
+        counts[timeline.commit(instant).extra[SPEC]["stream"]] += 1
     return counts
 
 
@@ -382,9 +385,8 @@ def written_files(table: Table) -> list[Written]:
     timeline = table.timeline()
     out = []
     for instant in timeline.completed([Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE]):
-        for entry in timeline.metadata(instant).get("added", []):
-            group = (entry["partition"], entry["file_group"])
-            out.append(Written(entry["path"], group, entry["kind"], instant.requested, instant.completed or ""))
+        for entry in timeline.commit(instant).added_files:
+            out.append(Written(entry.path, entry.group, entry.kind, instant.requested, instant.completed or ""))
     return out
 
 
@@ -433,7 +435,7 @@ def check_compactions(table: Table) -> int:
     checked = 0
     for compaction in compactions:
         at = compaction.requested
-        plan = timeline.requested_content(compaction)
+        plan = timeline.plan(compaction)
         earlier = [f for f in files if f.kind == BASE and f.requested < at]
         expected_plan: dict[Group, tuple[str | None, Files]] = {}
         for group in {f.group for f in files}:
@@ -443,24 +445,22 @@ def check_compactions(table: Table) -> int:
             if logs:
                 expected_plan[group] = (previous.path if previous else None, logs)
         planned = {
-            (op["partition"], op["file_group"]): (
-                op["base"]["path"] if op["base"] else None,
-                {log["path"] for log in op["logs"]},
+            op.group: (
+                op.base.path if op.base else None,
+                {log.path for log in op.logs},
             )
-            for op in plan["operations"]
+            for op in plan.operations
         }
         assert planned == expected_plan, f"compaction {at} planned other logs than those completed before it"
         reference = truth(table, upto=at, events=events)
-        meta = timeline.metadata(compaction)
-        assert {(e["partition"], e["file_group"]) for e in meta["added"]} == set(planned)
-        for entry in meta["added"]:
-            group = (entry["partition"], entry["file_group"])
-            base = DataFile(
-                entry["path"], *group, at, compaction.completed or "", BASE, None, entry["rows"], entry["bytes"]
-            )
+        meta = timeline.commit(compaction)
+        assert {e.group for e in meta.added_files} == set(planned)
+        for entry in meta.added_files:
+            group = entry.group
+            base = entry.at(at, compaction.completed or "")
             held = as_rows(read_slice(table, FileSlice(group[0], group[1], at, base, ())))
             wanted = {key: row for key, row in reference.items() if group_of(table, key[0]) == group}
-            assert held == wanted, f"base file {entry['path']} does not hold exactly the merge of its plan"
+            assert held == wanted, f"base file {entry.path} does not hold exactly the merge of its plan"
             checked += 1
     return checked
 
@@ -484,16 +484,18 @@ def test_compaction_while_three_writers_ingest_and_a_killed_run_is_completed(tmp
         # 2. schedule; the writers' next commits complete after the plan's time; then run it
         second = stitch_json(*compact, "--schedule")["scheduled"]
         wait_for("writes after the second plan", lambda: every_stream_wrote_after(table, second))
-        assert stitch_json(*compact, "--run", second)["result"]["instant"] == second
+        assert stitch_json(*compact, "--run", "--instant", second)["result"]["instant"] == second
 
         # 3. schedule, start the run, SIGKILL it once it has written part of its base files
         third = stitch_json(*compact, "--schedule")["scheduled"]
-        killed = subprocess.Popen([str(STITCH), *map(str, compact), "--run", third], stderr=subprocess.DEVNULL)
+        killed = subprocess.Popen(
+            [str(STITCH), *map(str, compact), "--run", "--instant", third], stderr=subprocess.DEVNULL
+        )
         partial = wait_for("a base file of the third compaction", lambda: files_of_instant(root, third), every_s=0.001)
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait()
         assert not table.timeline().get(third).is_completed, "the compaction finished before it could be killed"
-        assert len(table.timeline().requested_content(table.timeline().get(third))["operations"]) > len(partial)
+        assert len(table.timeline().plan(table.timeline().get(third)).operations) > len(partial)  # type: ignore[arg-type,attr-defined]
         wait_for("the killed compaction's heartbeat to expire", lambda: heartbeats.is_expired(table.storage, third, 3))
         resumed = stitch_json(*compact, "--run")["result"]
         assert resumed["instant"] == third
@@ -511,7 +513,7 @@ def test_compaction_while_three_writers_ingest_and_a_killed_run_is_completed(tmp
     # The writers kept writing past every plan's time; check_compactions proved none of it leaked into a base.
     for instant in timeline.completed([Action.COMPACTION]):
         later = timeline.completed([Action.DELTACOMMIT], since=instant.requested)
-        assert {timeline.metadata(i)[SPEC]["stream"] for i in later} == set(STREAMS)
+        assert {timeline.commit(i).extra[SPEC]["stream"] for i in later} == set(STREAMS)
 
 
 # ================================================================================================ clean
@@ -595,7 +597,7 @@ def test_clean_keeps_exactly_what_each_policy_says_and_savepointed_files(
     before = sort(table.read())
     early = sort(table.read(as_of="early"))
 
-    args = ["clean", "-c", config, "--engine", "local", "--policy", policy, "--retain", str(retain)]
+    args = ["clean", "-c", config, "--engine", "local", "--policy", policy, "--retain", str(retain), "--list-files"]
     dry = stitch_json(*args, "--dry-run")
     assert set(dry["deleted"]) == expected and data_files(root) == on_disk, "--dry-run lists and deletes nothing"
     done = stitch_json(*args)
@@ -635,9 +637,7 @@ def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp
         """The stream's deltacommit that has created some of its files (marked and on disk), if any."""
         timeline = table.timeline()
         for instant in timeline.pending([Action.DELTACOMMIT]):
-            if timeline.requested_content(instant).get("stream") == stream and files_of_instant(
-                root, instant.requested
-            ):
+            if timeline.stream_of(instant) == stream and files_of_instant(root, instant.requested):
                 return instant.requested
         return None
 
@@ -660,7 +660,7 @@ def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp
     status = stitch_json("status", "-c", config)
     assert {w["instant"]: w["alive"] for w in status["writers"]} == dict.fromkeys(crashed, False)
 
-    done = stitch_json("clean", "-c", config, "--engine", "local")
+    done = stitch_json("clean", "-c", config, "--engine", "local", "--list-files")
     assert set(done["rolled_back"]) == crashed
     assert stray in done["orphans"]
     timeline = table.timeline()
@@ -691,7 +691,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
     assert stitch_json("compact", "-c", config, "--schedule", "--engine", "local")["scheduled"]
 
     before = sort(table.read(as_of="before"))
-    at = table.timeline().metadata(pinned_at)["savepoint_of"]
+    at = table.timeline().commit(pinned_at).savepoint_of  # type: ignore[attr-defined]
     assert as_rows(before) == truth(table, upto=at)
     assert not sort(table.read()).equals(before), "the restore must have something to take back"
 
@@ -700,7 +700,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
     live = json.loads(writer.stdout.readline())
     assert set(live["files"]) <= data_files(root)
     untouched = all_paths(root, beats=False)
-    restore = ["savepoint", "restore", "before", "-c", config, "--engine", "local"]
+    restore = ["savepoint", "restore", "--name", "before", "-c", config, "--engine", "local"]
     refused(stitch(*restore), 4, f"live writers are running (deltacommit {live['instant']}", "--force")
     assert all_paths(root, beats=False) == untouched, "a refused restore changed the table"
 
@@ -755,8 +755,6 @@ def test_a_crashed_restore_blocks_rewrites_until_it_is_finished(tmp_path: Path) 
 
 
 def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) -> None:
-    from stitchlake.ingest import ingest_local
-    from stitchlake.services.clean import clean
     from stitchlake.services.rollback import rollback
 
     landing = tmp_path / "landing" / "orders"
@@ -772,7 +770,7 @@ def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) 
 
     for number in range(30):
         land(number)
-        assert ingest_local(table, "orders", max_files=1).source_files == 1
+        assert table.ingest("orders", max_files=1).source_files == 1
     number = 0
     while len(table.timeline().completed()) < 500:
         number += 1
@@ -781,7 +779,7 @@ def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) 
         if number in (100, 250, 400):
             table.compact()
         if number == 300:
-            clean(table, retain=5)
+            table.clean(retain=5)
         if number == 350:
             rollback(table, result.instant)
     timeline = table.timeline()
@@ -980,9 +978,12 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
         "delete it first or pick another name",
     )
     refused(
-        cli("savepoint", "restore", "nope", *target, "--engine", "local"), 2, "no savepoint 'nope'", "savepoints: pin"
+        cli("savepoint", "restore", "--name", "nope", *target, "--engine", "local"),
+        2,
+        "no savepoint 'nope'",
+        "savepoints: pin",
     )
-    assert cli("savepoint", "delete", "pin", *target, "--engine", "local").exit_code == 0
+    assert cli("savepoint", "delete", "--name", "pin", *target, "--engine", "local").exit_code == 0
 
     # a pending compaction plan absorbs d3: rolling d3 back, or erasing in its file groups, is refused
     c2 = stitch_json("compact", *target, "--schedule", "--engine", "local")["scheduled"]
@@ -1001,15 +1002,20 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
         "retry after it completes",
     )
     refused(
-        cli("compact", *target, "--run", nowhere, "--engine", "local"),
+        cli("compact", *target, "--run", "--instant", nowhere, "--engine", "local"),
         2,
         "is not a compaction",
         f"pending plans: {c2}",
         "without an instant runs the oldest pending plan",
     )
-    refused(cli("compact", *target, "--run", c1.instant, "--engine", "local"), 2, "already completed", "nothing to run")
+    refused(
+        cli("compact", *target, "--run", "--instant", c1.instant, "--engine", "local"),
+        2,
+        "already completed",
+        "nothing to run",
+    )
     refused(cli("compact", *target, "--strategy", "biggest", "--engine", "local"), 2, "is not one of")
-    assert cli("compact", *target, "--run", c2, "--engine", "local").exit_code == 0
+    assert cli("compact", *target, "--run", "--instant", c2, "--engine", "local").exit_code == 0
     refused(
         cli("rollback", *target, "--instant", d3.instant, "--engine", "local"),
         2,
@@ -1036,7 +1042,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     assert writer.wait(timeout=60) == 0 and table.timeline().get(live).is_completed
 
     # a crashed clean can only be finished, not undone
-    crashed = Transaction.begin(table, Action.CLEAN, {"policy": "keep_latest_commits", "delete": [], "orphans": []})
+    crashed = Transaction.begin(table, Action.CLEAN, CleanPlan(policy="keep_latest_commits"))
     assert crashed.heartbeat is not None
     crashed.heartbeat.stop(delete=True)  # its process died: no heartbeat any more
     refused(

@@ -1,7 +1,7 @@
 """Spark engine, in one real in-process session: source formats, batch order, the data source, bad rows.
 
-These call `ingest_spark`, the body of the `stitch ingest` spark-submit job, so the code is the job's; the CLI
-and process-level behaviour (concurrent jobs, kills, exit codes) is in test_spark_jobs.py.
+These run the ingest job on a `SparkEngine`, as the `stitch ingest` spark-submit job does, so the code is the
+job's; the CLI and process-level behaviour (concurrent jobs, kills, exit codes) is in test_spark_jobs.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from spark_fixtures import write_config
 
+from stitchlake.api import Table
+from stitchlake.api import open as open_table
 from stitchlake.errors import InputRejected
-from stitchlake.table import Table, open_table
 
 FORMATS = ("parquet", "json", "csv", "avro")
 
@@ -106,12 +107,12 @@ def convert(source: Path, fmt: str, out: Path) -> None:
 
 
 def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tmp_path: Path) -> None:
-    from stitchlake.ingest import ingest_local
-    from stitchlake.spark.ingest import ingest_spark
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
 
     originals = sorted((demo_data / "landing" / "orders").glob("*.parquet"))
     reference = new_table(tmp_path / "local", demo_data / "landing")
-    ingest_local(reference, "orders")
+    reference.ingest("orders")
     expected = sorted_rows(reference.read())
     assert expected.num_rows > 1000 and pc.sum(pc.is_valid(expected.column("currency"))).as_py() > 0
 
@@ -120,7 +121,7 @@ def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tm
         for original in originals:
             convert(original, fmt, landing / "orders")
         table = new_table(tmp_path / fmt, demo_data / "landing", sources={"orders": (fmt, landing / "orders")})
-        result = ingest_spark(spark, table, "orders")
+        result = ingest(table, SparkEngine(spark), "orders")
         assert (result.source_files, result.bad_rows) == (len(originals), 0), fmt
         actual = sorted_rows(table.read())
         assert actual.equals(expected), f"{fmt}: the table differs from the one ingested from Parquet"
@@ -129,7 +130,8 @@ def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tm
 @pytest.fixture(scope="module")
 def stitched(spark: Any, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Table:
     """A table fed one landing file per commit, streams interleaved at random, each stream's files reversed."""
-    from stitchlake.spark.ingest import ingest_spark
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
 
     table = new_table(tmp_path_factory.mktemp("stitched"), demo_data / "landing")
     streams = ("orders", "payments", "shipments")
@@ -137,7 +139,7 @@ def stitched(spark: Any, demo_data: Path, tmp_path_factory: pytest.TempPathFacto
     order = [s for s, files in queue.items() for _ in files]
     random.Random(5).shuffle(order)
     for stream in order:
-        result = ingest_spark(spark, table, stream, [str(queue[stream].pop(0))])
+        result = ingest(table, SparkEngine(spark), stream, [str(queue[stream].pop(0))])
         assert result.source_files == 1
     return table
 
@@ -183,10 +185,11 @@ def test_spark_read_prunes_columns_and_pushes_partition_filters(spark: Any, stit
 def test_spark_compaction_then_read_optimized_equals_snapshot(spark: Any, stitched: Table, demo_data: Path) -> None:
     from demo_data import compare
 
-    from stitchlake.spark.services import compact
+    from stitchlake.services.compaction import compact
+    from stitchlake.spark.engine import SparkEngine
 
     before = sorted_rows(stitched.read())
-    result = compact(spark, stitched)
+    result = compact(stitched, engine=SparkEngine(spark))
     assert result is not None and result.file_groups == slice_count(stitched)
     optimized = spark.read.format("stitchlake").option("mode", "read_optimized").load(stitched.path)
     assert sorted_rows(spark_rows(optimized)).equals(before)
@@ -216,39 +219,49 @@ def _bad_payments(folder: Path) -> Path:
 
 
 def test_bad_rows_are_quarantined_with_their_reason(spark: Any, tmp_path: Path) -> None:
-    from stitchlake.spark.ingest import ingest_spark
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
 
     _bad_payments(tmp_path / "landing" / "payments")
     table = new_table(tmp_path / "t", tmp_path / "landing", bad_rows="quarantine")
-    result = ingest_spark(spark, table, "payments")
+    result = ingest(table, SparkEngine(spark), "payments")
     assert (result.rows, result.bad_rows) == (4, 3)
-    assert result.quarantine == f".stitch/quarantine/{result.instant}/rejected"
-    rejected = pq.read_table(table.storage.abspath(result.quarantine))
+    assert result.quarantine == f".stitch/quarantine/{result.instant}"
+    rejected = pq.read_table(table.storage.describe(result.quarantine))  # the folder of the tasks' quarantine files
     reasons = sorted(rejected.column("_reason").to_pylist())
     assert len(reasons) == 3 and any("order_id" in r for r in reasons) and any("pay_ts" in r for r in reasons)
     assert sorted(table.read().column("order_id").to_pylist()) == [1, 3, 5, 6]
 
 
 def test_bad_rows_fail_the_batch_and_write_nothing(spark: Any, tmp_path: Path) -> None:
-    from stitchlake.spark.ingest import ingest_spark
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
 
     _bad_payments(tmp_path / "landing" / "payments")
     table = new_table(tmp_path / "t", tmp_path / "landing", bad_rows="fail")
     with pytest.raises(InputRejected, match=r"3 bad rows .*part-0001\.json.*nothing was written"):
-        ingest_spark(spark, table, "payments")
+        ingest(table, SparkEngine(spark), "payments")
     assert table.timeline().completed() == [] and table.timeline().pending() == []
     assert table.read().num_rows == 0
     assert [p for p in Path(table.path).rglob("*") if p.is_file() and ".stitch" not in p.parts] == []
 
 
 def test_a_source_missing_a_column_is_rejected_naming_file_and_column(spark: Any, tmp_path: Path) -> None:
-    from stitchlake.spark.ingest import ingest_spark
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
 
     folder = tmp_path / "landing" / "shipments"
     folder.mkdir(parents=True)
     header, row = "order_id,order_date,carrier,ship_ts", "1,2026-11-20,dhl,2026-11-20T00:00:00Z"
     (folder / "part-0001.csv").write_text(f"{header}\n{row}\n")
-    table = new_table(tmp_path / "t", tmp_path / "landing")
+    table = new_table(tmp_path / "t", tmp_path / "landing", bad_rows="fail")
     with pytest.raises(InputRejected, match=r"part-0001\.csv: missing column ship_status needed by stream shipments"):
-        ingest_spark(spark, table, "shipments")
+        ingest(table, SparkEngine(spark), "shipments")
     assert table.timeline().completed() == [] and table.timeline().pending() == []
+    # Under bad_rows: quarantine the file is set aside whole, with why, and stops blocking its stream.
+    table = new_table(tmp_path / "q", tmp_path / "landing", bad_rows="quarantine")
+    result = ingest(table, SparkEngine(spark), "shipments")
+    assert (result.source_files, result.rows, result.quarantined_files) == (1, 0, 1)
+    [rejected] = table.timeline().commit(table.timeline().completed()[0]).quarantined_files  # type: ignore[attr-defined]
+    assert rejected.name == "part-0001.csv" and "missing column ship_status" in rejected.reason
+    assert ingest(table, SparkEngine(spark), "shipments").source_files == 0

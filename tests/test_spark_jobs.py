@@ -6,18 +6,22 @@ Python worker start-up on 2 cores), so the file keeps to as few jobs as prove th
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, write_config
 
 import stitchlake
+from stitchlake.api import Table
+from stitchlake.api import open as open_table
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.table import Table, open_table
 from stitchlake.timeline.instant import Action
 
 STREAMS = ("orders", "payments", "shipments")
@@ -39,7 +43,7 @@ def concurrent(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     assert run_stitch("init", "-c", str(config)).returncode == 0
     jobs = {
         s: subprocess.Popen(
-            stitch("ingest", "-c", str(config), "--stream", s, "--json"),
+            stitch("ingest", "-c", str(config), "--stream", s, "--engine", "spark", "--json"),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -67,7 +71,7 @@ def test_three_concurrent_ingest_jobs_give_the_ground_truth(
         assert result["source_files"] == 3 and result["rows"] > 0 and Path(result["log"]).is_file()
     timeline = table.timeline()
     commits = timeline.completed([Action.DELTACOMMIT])
-    assert sorted(timeline.metadata(c)["stream"] for c in commits) == sorted(STREAMS)
+    assert sorted(str(timeline.commit(c).stream) for c in commits) == sorted(STREAMS)  # type: ignore[attr-defined]
     assert timeline.pending() == []
     assert compare(stitchlake.read(str(config)), demo_data / "truth.parquet") == []
 
@@ -91,13 +95,13 @@ def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, A
     config, _ = concurrent
     table = open_table(str(config))
     logs_before = data_files(table)
-    done = run_stitch("compact", "-c", str(config), "--json")
+    done = run_stitch("compact", "-c", str(config), "--engine", "spark", "--json")
     assert done.returncode == 0, done.stderr
     result = one_json(done.stdout)
     assert result["engine"] == "spark" and result["result"]["file_groups"] > 0
     assert compare(stitchlake.read(str(config), mode="read_optimized"), demo_data / "truth.parquet") == []
 
-    cleaned = run_stitch("clean", "-c", str(config), "--retain", "1", "--json")
+    cleaned = run_stitch("clean", "-c", str(config), "--retain", "1", "--engine", "spark", "--json")
     assert cleaned.returncode == 0, cleaned.stderr
     assert one_json(cleaned.stdout)["engine"] == "spark"
     remaining = data_files(table)
@@ -110,7 +114,7 @@ def _wait_for_write(table: Table, process: subprocess.Popen[str], timeout: float
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
         pending = table.timeline().pending([Action.DELTACOMMIT])
-        if pending and marked_files(table.storage, pending[0].requested):
+        if pending and any(table.storage.exists(p) for p in marked_files(table.storage, pending[0].requested)):
             return pending[0].requested
         time.sleep(0.02)
     return None
@@ -124,7 +128,7 @@ def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tm
         table = open_table(str(config))
         table.init()
         writer = subprocess.Popen(
-            stitch("ingest", "-c", str(config), "--stream", "orders"),
+            stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark"),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -134,6 +138,10 @@ def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tm
             if instant is None:
                 writer.wait(timeout=300)
                 continue
+            # Hold the job mid-write (the CLI keeps beating for its claim), so the overlap meets a live writer.
+            for pid in descendants(writer.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
             overlap = run_stitch("ingest", "-c", str(config), "--stream", "orders")
         finally:
             kill_tree(writer)
@@ -149,7 +157,7 @@ def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tm
 
     # Until its heartbeat expires a killed writer looks alive; afterwards a re-run takes over.
     time.sleep(table.config.concurrency.heartbeat.expire_s + 1)
-    rerun = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--json")
+    rerun = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json")
     assert rerun.returncode == 0, rerun.stderr
     assert one_json(rerun.stdout)["source_files"] == 3
     for stream in ("payments", "shipments"):
@@ -187,7 +195,7 @@ def test_bad_rows_exit_5_through_spark_submit(tmp_path: Path) -> None:
     config = write_config(tmp_path, tmp_path / "landing", bad_rows="fail")
     table = open_table(str(config))
     table.init()
-    done = run_stitch("ingest", "-c", str(config), "--stream", "orders")
+    done = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")
     assert done.returncode == 5, done.stderr
     assert "1 bad row" in done.stderr and "part-0001.parquet" in done.stderr and "order_id" in done.stderr
     assert table.timeline().completed() == [] and table.timeline().pending() == []

@@ -22,8 +22,18 @@ from stitchlake.timeline.instant import (
     parse_file_name,
     pending_file_name,
 )
-from stitchlake.timeline.timeline import (
+from stitchlake.timeline.metadata import (
     METADATA_VERSION,
+    CompactionCommit,
+    CompactionPlan,
+    DataFile,
+    DeltaCommit,
+    DeltaCommitPlan,
+    ErasePlan,
+    FileSlice,
+    kind_of,
+)
+from stitchlake.timeline.timeline import (
     TIMELINE_DIR,
     Timeline,
     delete_instant,
@@ -49,7 +59,7 @@ def _draw_many(root: str, count: int) -> list[str]:
     for _ in range(count):
         with lock:
             requested = draw_time(storage)
-            write_requested(storage, requested, Action.DELTACOMMIT, {})
+            write_requested(storage, requested, Action.DELTACOMMIT, DeltaCommitPlan())
         drawn.append(requested)
     return drawn
 
@@ -163,8 +173,8 @@ def _storage(tmp_path: Path) -> LocalStorage:
 
 
 def _complete(storage: LocalStorage, requested: str, completed: str, action: str = Action.DELTACOMMIT) -> Instant:
-    instant = write_requested(storage, requested, action, {"stream": "orders"})
-    return write_completed(storage, instant, completed, {"added": []})
+    instant = write_requested(storage, requested, action, kind_of(action).plan())
+    return write_completed(storage, instant, completed, kind_of(action).commit())
 
 
 def test_completed_instants_sort_by_completion_time_from_names_alone(tmp_path: Path) -> None:
@@ -193,7 +203,7 @@ def test_completed_instants_sort_by_completion_time_from_names_alone(tmp_path: P
     assert timeline.latest_time() == "20260101000000020"
     # and the metadata, once asked for, is refused with the file named
     with pytest.raises(CorruptFileError) as info:
-        timeline.metadata(timeline.completed()[0])
+        timeline.commit(timeline.completed()[0])
     assert completed_file_name("20260101000000003", "20260101000000005", Action.DELTACOMMIT) in str(info.value)
 
 
@@ -202,10 +212,10 @@ def _mixed_timeline(storage: LocalStorage) -> None:
     _complete(storage, "20260101000000110", "20260101000000150", Action.COMPACTION)
     _complete(storage, "20260101000000120", "20260101000000300")
     _complete(storage, "20260101000000130", "20260101000000250", Action.CLEAN)
-    pending = write_requested(storage, "20260101000000140", Action.DELTACOMMIT, {"stream": "payments"})
+    pending = write_requested(storage, "20260101000000140", Action.DELTACOMMIT, DeltaCommitPlan(stream="payments"))
     write_inflight(storage, pending)
-    write_requested(storage, "20260101000000160", Action.COMPACTION, {"operations": []})
-    write_requested(storage, "20260101000000400", Action.ERASE, {})
+    write_requested(storage, "20260101000000160", Action.COMPACTION, CompactionPlan())
+    write_requested(storage, "20260101000000400", Action.ERASE, ErasePlan())
     # noise the loader must ignore
     storage.write_atomic(f"{TIMELINE_DIR}/README", b"not an instant")
     storage.makedirs(f"{TIMELINE_DIR}/archive")
@@ -254,11 +264,12 @@ def test_draw_time_is_after_every_requested_and_completed_time(tmp_path: Path) -
 
 def test_metadata_has_format_version_and_content(tmp_path: Path) -> None:
     storage = _storage(tmp_path)
-    instant = write_requested(storage, "20260101000000100", Action.DELTACOMMIT, {"stream": "orders"})
-    done = write_completed(storage, instant, "20260101000000200", {"added": [{"path": "a"}]})
+    instant = write_requested(storage, "20260101000000100", Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    added = DataFile("p=a/x.log.parquet", "p=a", "00000", "log", "orders", 3, 100)
+    done = write_completed(storage, instant, "20260101000000200", DeltaCommit(stream="orders", added=(added,)))
     raw = json.loads(storage.read_bytes(timeline_path(done.file_name)))
     assert raw["format_version"] == METADATA_VERSION
-    assert raw["added"] == [{"path": "a"}]
+    assert [entry["path"] for entry in raw["added"]] == ["p=a/x.log.parquet"]
     assert (raw["action"], raw["requested"], raw["completed"]) == (
         Action.DELTACOMMIT,
         "20260101000000100",
@@ -271,8 +282,9 @@ def test_metadata_has_format_version_and_content(tmp_path: Path) -> None:
     timeline = Timeline.load(storage)
     loaded = timeline.get("20260101000000100")
     assert loaded is not None
-    assert timeline.metadata(loaded)["added"] == [{"path": "a"}]
-    assert timeline.requested_content(loaded)["stream"] == "orders"
+    assert timeline.commit(loaded).added_files == (added,)
+    plan = timeline.plan(loaded)
+    assert isinstance(plan, DeltaCommitPlan) and plan.stream == "orders"
 
 
 @pytest.mark.parametrize(
@@ -285,24 +297,25 @@ def test_garbage_timeline_file_names_the_file(tmp_path: Path, garbage: bytes) ->
     storage.write_atomic(timeline_path(done.file_name), garbage)
     timeline = Timeline.load(storage)
     with pytest.raises(CorruptFileError) as info:
-        timeline.metadata(done)
+        timeline.commit(done)
     assert timeline_path(done.file_name) in str(info.value)
 
 
 def test_garbage_requested_file_names_the_file(tmp_path: Path) -> None:
     storage = _storage(tmp_path)
-    instant = write_requested(storage, "20260101000000100", Action.COMPACTION, {"operations": []})
+    instant = write_requested(storage, "20260101000000100", Action.COMPACTION, CompactionPlan())
     name = pending_file_name(instant.requested, instant.action, State.REQUESTED)
     storage.write_atomic(timeline_path(name), b"garbage")
     timeline = Timeline.load(storage)
     with pytest.raises(CorruptFileError) as info:
-        timeline.requested_content(instant)
+        timeline.plan(instant)
     assert name in str(info.value)
 
 
 def test_transitions(tmp_path: Path) -> None:
     storage = _storage(tmp_path)
-    requested = write_requested(storage, "20260101000000100", Action.COMPACTION, {"operations": [1]})
+    plan = CompactionPlan(operations=(FileSlice("p=a", "00001"),))
+    requested = write_requested(storage, "20260101000000100", Action.COMPACTION, plan)
     assert requested == Instant("20260101000000100", Action.COMPACTION, State.REQUESTED)
     timeline = Timeline.load(storage)
     assert timeline.get(requested.requested) == requested
@@ -313,7 +326,7 @@ def test_transitions(tmp_path: Path) -> None:
     assert Timeline.load(storage).get(requested.requested) == inflight
     assert write_inflight(storage, requested) == inflight  # idempotent: a resumed run marks inflight again
 
-    done = write_completed(storage, inflight, "20260101000000200", {"added": []})
+    done = write_completed(storage, inflight, "20260101000000200", CompactionCommit())
     assert done == Instant("20260101000000100", Action.COMPACTION, State.COMPLETED, "20260101000000200")
     names = set(storage.list_names(TIMELINE_DIR))
     assert names == {
@@ -325,14 +338,14 @@ def test_transitions(tmp_path: Path) -> None:
     assert timeline.get(requested.requested) == done
     assert timeline.pending() == [] and timeline.completed() == [done]
     # the plan stays readable after completion
-    assert timeline.requested_content(done)["operations"] == [1]
+    assert timeline.plan(done) == plan
 
     with pytest.raises(StitchError, match="already completed"):
-        write_completed(storage, inflight, "20260101000000200", {})
+        write_completed(storage, inflight, "20260101000000200", CompactionCommit())
     with pytest.raises(StitchError, match="already exists"):
-        write_requested(storage, "20260101000000100", Action.COMPACTION, {})
+        write_requested(storage, "20260101000000100", Action.COMPACTION, CompactionPlan())
     with pytest.raises(ValueError, match="unknown action"):
-        write_requested(storage, "20260101000000300", "merge", {})
+        write_requested(storage, "20260101000000300", "merge", CompactionPlan())
 
 
 class _RecordingStorage(LocalStorage):
@@ -349,9 +362,9 @@ class _RecordingStorage(LocalStorage):
 
 def test_delete_instant_removes_completed_file_first(tmp_path: Path) -> None:
     storage = _RecordingStorage(str(tmp_path / "table"))
-    instant = write_requested(storage, "20260101000000100", Action.DELTACOMMIT, {})
+    instant = write_requested(storage, "20260101000000100", Action.DELTACOMMIT, DeltaCommitPlan())
     write_inflight(storage, instant)
-    done = write_completed(storage, instant, "20260101000000200", {})
+    done = write_completed(storage, instant, "20260101000000200", DeltaCommit())
     other = _complete(storage, "20260101000000300", "20260101000000400")
     delete_instant(storage, done)
     assert storage.deleted[0] == timeline_path("20260101000000100_20260101000000200.deltacommit")
@@ -367,7 +380,9 @@ def test_delete_instant_removes_completed_file_first(tmp_path: Path) -> None:
 
 def test_delete_pending_instant(tmp_path: Path) -> None:
     storage = _storage(tmp_path)
-    instant = write_inflight(storage, write_requested(storage, "20260101000000100", Action.DELTACOMMIT, {}))
+    instant = write_inflight(
+        storage, write_requested(storage, "20260101000000100", Action.DELTACOMMIT, DeltaCommitPlan())
+    )
     delete_instant(storage, instant)
     assert storage.list_names(TIMELINE_DIR) == []
 
@@ -378,16 +393,15 @@ def test_a_pending_instant_that_vanishes_after_the_listing_has_no_content(tmp_pa
     storage = _storage(tmp_path)
     done = _complete(storage, "20260101000000100", "20260101000000200")
     pending = write_inflight(
-        storage, write_requested(storage, "20260101000000300", Action.DELTACOMMIT, {"stream": "x"})
+        storage, write_requested(storage, "20260101000000300", Action.DELTACOMMIT, DeltaCommitPlan(stream="x"))
     )
     timeline = Timeline.load(storage)
     delete_instant(storage, pending)  # undone after the listing
     listed = timeline.get(pending.requested)
     assert listed is not None and not listed.is_completed
-    assert timeline.requested_content(listed) == {}
-    assert timeline.metadata(listed) == {}
+    assert timeline.plan(listed) == DeltaCommitPlan()
     assert timeline.stream_of(listed) is None
 
     storage.delete(timeline_path(done.file_name))  # a completed instant vanishing is not normal: say so
     with pytest.raises(StitchError, match="vanished"):
-        timeline.metadata(done)
+        timeline.commit(done)

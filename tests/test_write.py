@@ -24,13 +24,14 @@ import yaml
 from tables import MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of
 
 import stitchlake.write
+from stitchlake.api import Table
 from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
-from stitchlake.table import Table
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommit
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 UTC = dt.UTC
@@ -368,11 +369,12 @@ def test_log_files_are_named_placed_and_listed_in_the_instant(tmp_path: Path, lo
     timeline = table.timeline()
     instant = timeline.get(result.instant)
     assert instant is not None and instant.is_completed and instant.completed == result.completed
-    meta = timeline.metadata(instant)
-    assert meta["stream"] == "orders"
-    assert meta["rows"] == 30
-    listed = {entry["path"]: entry for entry in meta["added"]}
-    assert listed == {f["path"]: f for f in result.files}
+    meta = timeline.commit(instant)
+    assert isinstance(meta, DeltaCommit)
+    assert meta.stream == "orders"
+    assert meta.rows == 30
+    listed = {entry.path: entry for entry in meta.added}
+    assert listed == {f.path: f for f in result.files}
     on_disk = {str(p.relative_to(root)) for p in root.glob(f"p=*/*_{result.instant}_*")}
     assert set(listed) == on_disk, "files on disk and files listed by the instant differ"
     assert len(listed) == 8  # 2 partitions x 4 buckets, 30 keys cover them all
@@ -385,16 +387,16 @@ def test_log_files_are_named_placed_and_listed_in_the_instant(tmp_path: Path, lo
         assert suffix == log_format
         assert file_instant == result.instant
         assert folder in ("p=even", "p=odd")
-        assert entry["partition"] == folder
-        assert entry["file_group"] == file_group
+        assert entry.partition == folder
+        assert entry.file_group == file_group
         assert int(file_group) < 4
-        assert entry["kind"] == "log" and entry["stream"] == "orders"
-        assert entry["bytes"] == (root / path).stat().st_size > 0
+        assert entry.kind == "log" and entry.stream == "orders"
+        assert entry.bytes == (root / path).stat().st_size > 0
         rows = read_table_file(table.storage, path, log_schema(table.config, table.config.streams["orders"]))
-        assert entry["rows"] == rows.num_rows > 0
+        assert entry.rows == rows.num_rows > 0
         total += rows.num_rows
     assert total == 30
-    assert result.bytes == sum(e["bytes"] for e in listed.values())
+    assert result.bytes == sum(e.bytes for e in listed.values())
 
 
 def test_precombine_writes_one_summary_row_per_key_per_file_group(tmp_path: Path) -> None:
@@ -415,14 +417,14 @@ def test_precombine_writes_one_summary_row_per_key_per_file_group(tmp_path: Path
     assert result.rows == 9
     stored: dict[int, dict[str, Any]] = {}
     for entry in result.files:
-        content = pq.read_table(root / entry["path"]).to_pylist()
+        content = pq.read_table(root / entry.path).to_pylist()
         keys = [r["k"] for r in content]
         assert len(keys) == len(set(keys)), f"{entry['path']} holds a key twice: {keys}"
-        assert entry["rows"] == len(content)
+        assert entry.rows == len(content)
         for r in content:
             stored[r["k"]] = r
     assert sorted(stored) == [1, 2, 3, 4]
-    assert sum(e["rows"] for e in result.files) == 4
+    assert sum(e.rows for e in result.files) == 4
     assert (stored[1]["amount"], stored[1]["status"], stored[1]["ots"]) == (2, "b", 9)
     assert (stored[2]["amount"], stored[2]["status"]) == (21, "y")  # tie: the later row
     assert (stored[4]["amount"], stored[4]["status"]) == (41, "w")
@@ -444,8 +446,8 @@ def test_precombine_writes_one_summary_row_per_key_per_file_group(tmp_path: Path
             ],
         ),
     )
-    assert [e["rows"] for e in pay.files] == [1]
-    content = pq.read_table(root / pay.files[0]["path"]).to_pylist()
+    assert [e.rows for e in pay.files] == [1]
+    content = pq.read_table(root / pay.files[0].path).to_pylist()
     assert (content[0]["paid"], content[0]["note"], content[0]["pts"]) == (5, "n", 3)
 
 
@@ -456,17 +458,17 @@ def test_rows_route_to_the_file_group_of_their_key_bucket(tmp_path: Path, bucket
     result = table.write("orders", batch(ORDERS, orders_rows(keys)))
     seen: list[int] = []
     for entry in result.files:
-        content = pq.read_table(Path(table.path) / entry["path"])
+        content = pq.read_table(Path(table.path) / entry.path)
         for k, p in zip(content.column("k").to_pylist(), content.column("p").to_pylist(), strict=True):
             bucket = int(bucket_of([pa.array([k], pa.int64())], buckets)[0])
-            assert entry["file_group"] == f"{bucket:05d}", f"key {k} in file group {entry['file_group']}"
-            assert entry["partition"] == f"p={partition_of(k)}" == f"p={p}"
+            assert entry.file_group == f"{bucket:05d}", f"key {k} in file group {entry['file_group']}"
+            assert entry.partition == f"p={partition_of(k)}" == f"p={p}"
             seen.append(k)
     assert sorted(seen) == keys
     expected_groups = {
         (f"p={partition_of(k)}", f"{int(bucket_of([pa.array([k], pa.int64())], buckets)[0]):05d}") for k in keys
     }
-    assert {(e["partition"], e["file_group"]) for e in result.files} == expected_groups
+    assert {(e.partition, e.file_group) for e in result.files} == expected_groups
 
 
 def test_composite_keys_route_by_the_hash_of_all_key_columns(tmp_path: Path) -> None:
@@ -484,12 +486,12 @@ def test_composite_keys_route_by_the_hash_of_all_key_columns(tmp_path: Path) -> 
     expected = bucket_of([pa.array(ids, pa.int64()), pa.array(regions)], 4)
     where = {(i, r): f"{int(b):05d}" for i, r, b in zip(ids, regions, expected, strict=True)}
     for entry in result.files:
-        assert entry["partition"] == ""
-        assert "/" not in entry["path"]
-        content = pq.read_table(Path(table.path) / entry["path"])
+        assert entry.partition == ""
+        assert "/" not in entry.path
+        content = pq.read_table(Path(table.path) / entry.path)
         for i, r in zip(content.column("id").to_pylist(), content.column("region").to_pylist(), strict=True):
-            assert where[(i, r)] == entry["file_group"]
-    assert sum(e["rows"] for e in result.files) == 24
+            assert where[(i, r)] == entry.file_group
+    assert sum(e.rows for e in result.files) == 24
     read = sorted((r["id"], r["region"], r["v"]) for r in table.read().to_pylist())
     assert read == sorted(zip(ids, regions, range(24), strict=True))
 
@@ -522,7 +524,7 @@ def test_log_files_are_lz4_with_delta_encoded_positions_and_base_files_zstd(tmp_
     table.write("orders", batch(MODELS[0], rows))
     table.compact("all")
     timeline = table.timeline()
-    logs = [e["path"] for e in timeline.metadata(timeline.completed([Action.DELTACOMMIT])[0])["added"]]
+    logs = [e.path for e in timeline.commit(timeline.completed([Action.DELTACOMMIT])[0]).added_files]
     bases = [f.path for f in table.view().live_files() if ".log." not in f.path]
     assert logs and bases
     for path in logs:

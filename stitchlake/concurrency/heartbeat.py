@@ -27,12 +27,13 @@ from types import TracebackType
 
 from stitchlake.concurrency.lock import default_owner
 from stitchlake.errors import StitchError
+from stitchlake.paths import HEARTBEATS_DIR
 from stitchlake.storage import Storage
 
 log = logging.getLogger(__name__)
 
 #: Table-relative folder of heartbeat files (DESIGN §3).
-HEARTBEATS_FOLDER = ".stitch/heartbeats"
+HEARTBEATS_FOLDER = HEARTBEATS_DIR
 
 
 def heartbeat_path(instant: str) -> str:

@@ -59,12 +59,13 @@ from types import TracebackType
 from typing import Any
 
 from stitchlake.errors import ConfigError, LockLost, LockTimeout, StitchError
+from stitchlake.paths import LOCKS_DIR
 from stitchlake.storage import Storage
 
 log = logging.getLogger(__name__)
 
 #: Table-relative folder of the filesystem lock provider (DESIGN §3).
-LOCKS_FOLDER = ".stitch/locks"
+LOCKS_FOLDER = LOCKS_DIR
 RELEASED_SUFFIX = ".released"
 _GEN_DIGITS = 20
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

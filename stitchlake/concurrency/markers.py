@@ -6,9 +6,9 @@ orphan behind and rollback never needs to list data folders.
 
 from __future__ import annotations
 
+from stitchlake.paths import MARKERS_DIR
 from stitchlake.storage import Storage
 
-MARKERS_DIR = ".stitch/markers"
 SUFFIX = ".marker"
 
 

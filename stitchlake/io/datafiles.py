@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,29 +27,42 @@ LOG_COMPRESSION = "lz4"
 
 
 def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: str = "parquet") -> int:
-    """Write a data file and return its size in bytes."""
-    folder = path.rsplit("/", 1)[0] if "/" in path else ""
-    storage.makedirs(folder)
+    """Write a data file (format and compression from its name) in one write; return its size in bytes."""
     if file_format == "avro":
         buffer = io.BytesIO()
         write_avro(table, buffer)
         data = buffer.getvalue()
-        with storage.filesystem.open_output_stream(storage.abspath(path)) as out:
-            out.write(data)
+        storage.write_bytes(path, data)
         return len(data)
     name = parse_name(posixpath.basename(path))
     log = name is not None and name.kind == LOG
-    pq.write_table(
+    return write_parquet(
+        storage,
+        path,
         table,
-        storage.abspath(path),
-        filesystem=storage.filesystem,
         compression=LOG_COMPRESSION if log else PARQUET_COMPRESSION,
         compression_level=None if log else 1,
         write_statistics=False,
-        write_page_checksum=True,  # a flipped bit is an error on read, never a wrong row
         **parquet_encodings(table.schema, delta_positions=log),
     )
-    return storage.size(path)
+
+
+def write_parquet(storage: Storage, path: str, table: pa.Table, **options: Any) -> int:
+    """Write any Parquet file of the table (data, quarantine, erase keys) through storage; return its size.
+
+    Page checksums always: a flipped bit is an error on read, never a wrong row.
+    """
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, write_page_checksum=True, **options)
+    data = sink.getvalue()
+    storage.write_bytes(path, data.to_pybytes())
+    return data.size
+
+
+def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
+    """Read a whole Parquet file of the table through storage, verifying page checksums."""
+    with storage.open_input(path) as handle:
+        return pq.ParquetFile(handle, page_checksum_verification=True).read(columns=columns)
 
 
 def parquet_encodings(schema: pa.Schema, delta_positions: bool = False) -> dict[str, object]:
@@ -77,14 +91,12 @@ def read_table_file(
 
     Errors name the file's full location: the person reading them has a cron log, not the table path.
     """
-    where = storage.abspath(path)
+    where = storage.describe(path)
     try:
         if path.endswith(".avro"):
-            with storage.filesystem.open_input_file(where) as handle:
-                table = read_avro(io.BytesIO(handle.read()), schema, columns)
+            table = read_avro(io.BytesIO(storage.read_bytes(path)), schema, columns)
         else:
-            with storage.filesystem.open_input_file(where) as handle:
-                table = pq.ParquetFile(handle, page_checksum_verification=True).read(columns=columns)
+            table = read_parquet(storage, path, columns)
     except FileNotFoundError:
         raise DataFileMissing(f"{where}: data file is missing (named by a completed instant)") from None
     except Exception as exc:

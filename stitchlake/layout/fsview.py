@@ -11,58 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from stitchlake.errors import UsageError
 from stitchlake.layout.names import BASE, LOG
-from stitchlake.timeline.instant import Action
+from stitchlake.timeline.archive import Checkpoint
+from stitchlake.timeline.metadata import CleanCommit, DataFile, FileSlice, RewritePlan, kind_of
 from stitchlake.timeline.timeline import Timeline
 
-#: Actions whose metadata lists data files they added.
-WRITING_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE)
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """A base or log file named by a completed instant."""
-
-    path: str
-    partition: str
-    file_group: str
-    instant: str
-    completed: str
-    kind: str
-    stream: str | None
-    rows: int
-    bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DataFile:
-        return cls(**data)
-
-
-@dataclass(frozen=True)
-class FileSlice:
-    """A base file (or none) and the log files that belong to it, logs in completion order."""
-
-    partition: str
-    file_group: str
-    base_instant: str
-    base: DataFile | None
-    logs: tuple[DataFile, ...]
-
-    @property
-    def files(self) -> list[DataFile]:
-        return ([self.base] if self.base else []) + list(self.logs)
-
-    @property
-    def log_bytes(self) -> int:
-        return sum(f.bytes for f in self.logs)
-
+__all__ = ["DataFile", "FileGroupKey", "FileSlice", "FileSystemView"]
 
 FileGroupKey = tuple[str, str]
 
@@ -88,39 +44,32 @@ class FileSystemView:
         self.horizon = horizon
 
     @classmethod
-    def build(cls, timeline: Timeline, checkpoint: dict[str, Any] | None = None) -> FileSystemView:
+    def build(cls, timeline: Timeline, checkpoint: Checkpoint | None = None) -> FileSystemView:
         """The view from an (optional) archive checkpoint plus the active timeline's completed instants."""
         files: dict[str, DataFile] = {}
         horizon = None
         if checkpoint:
-            horizon = checkpoint.get("completed")
-            for entry in checkpoint.get("files", []):
-                item = DataFile.from_json(entry)
-                files[item.path] = item
+            horizon = checkpoint.horizon
+            files = {item.path: item for item in checkpoint.files}
         deleted: dict[str, str] = {}
         for instant in timeline.completed():
             if horizon is not None and (instant.completed or "") <= horizon:
                 continue
-            if instant.action in WRITING_ACTIONS:
-                for entry in timeline.metadata(instant).get("added", []):
-                    files[entry["path"]] = DataFile(
-                        path=entry["path"],
-                        partition=entry["partition"],
-                        file_group=entry["file_group"],
-                        instant=instant.requested,
-                        completed=instant.completed or "",
-                        kind=entry["kind"],
-                        stream=entry.get("stream"),
-                        rows=int(entry["rows"]),
-                        bytes=int(entry["bytes"]),
-                    )
-            elif instant.action == Action.CLEAN:
-                for path in timeline.metadata(instant).get("deleted", []):
+            commit = timeline.commit(instant)
+            if kind_of(instant.action).writes_data:
+                for item in commit.added_files:
+                    files[item.path] = item.at(instant.requested, instant.completed or "")
+            elif isinstance(commit, CleanCommit):
+                for path in commit.deleted:
                     deleted[path] = instant.completed or ""
         pending: dict[FileGroupKey, str] = {}
-        for instant in timeline.pending(Action.REWRITES):
-            for operation in timeline.requested_content(instant).get("operations", []):
-                pending[(operation["partition"], operation["file_group"])] = instant.requested
+        for instant in timeline.pending():
+            if not kind_of(instant.action).rewrites:
+                continue
+            plan = timeline.plan(instant)
+            if isinstance(plan, RewritePlan):
+                for group in plan.groups:
+                    pending[group] = instant.requested
         return cls(files.values(), deleted, pending, horizon)
 
     # ------------------------------------------------------------------------------------------ queries

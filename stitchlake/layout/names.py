@@ -7,10 +7,10 @@ import re
 import uuid
 from dataclasses import dataclass
 
-_NAME = re.compile(r"^(\d{5})_(\d{17})_([0-9a-z-]+)\.(log\.)?(parquet|avro)$")
+from stitchlake.timeline.metadata import BASE, LOG
 
-BASE = "base"
-LOG = "log"
+_NAME = re.compile(r"^(\d{5})_(\d{17})_([0-9a-z-]+)\.(log\.)?(parquet|avro)$")
+__all__ = ["BASE", "LOG", "DataFileName", "base_name", "file_group_id", "join", "log_name", "parse_name"]
 
 
 def file_group_id(bucket: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, instants_with_markers, marked_files
@@ -18,9 +18,12 @@ from stitchlake.errors import UsageError
 from stitchlake.layout.fsview import DataFile, FileSystemView
 from stitchlake.layout.names import BASE, LOG, parse_name
 from stitchlake.layout.partition import in_layout
-from stitchlake.services.archive import load_checkpoint
+from stitchlake.paths import TABLE_JSON, is_meta
+from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, RewritePlan
+from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
@@ -105,14 +108,20 @@ def _expendable_versions(files: list[DataFile], keep: int) -> list[DataFile]:
 def protected(timeline: Timeline, view: FileSystemView) -> set[str]:
     """Files a savepoint reads or a pending rewrite plan lists, plus every latest slice."""
     keep = needed_as_of(view, "9" * 17)
-    for savepoint in timeline.completed([Action.SAVEPOINT]):
-        keep |= set(timeline.metadata(savepoint).get("files", []))
-    for instant in timeline.pending(Action.REWRITES):
-        for operation in timeline.requested_content(instant).get("operations", []):
-            if operation.get("base"):
-                keep.add(operation["base"]["path"])
-            keep.update(log["path"] for log in operation.get("logs", []))
+    for _instant, savepoint in savepoints(timeline):
+        keep.update(savepoint.files)
+    keep |= pending_rewrite_files(timeline)
     return keep
+
+
+def pending_rewrite_files(timeline: Timeline) -> set[str]:
+    """Every file a pending compaction or erase plan will merge."""
+    out: set[str] = set()
+    for instant in timeline.pending(Action.REWRITES):
+        plan = timeline.plan(instant)
+        if isinstance(plan, RewritePlan):
+            out |= plan.planned_files
+    return out
 
 
 def plan(table: Table, timeline: Timeline, view: FileSystemView, policy: str, retain: int) -> list[str]:
@@ -145,9 +154,7 @@ def orphans(table: Table) -> list[str]:
     timeline = table.timeline()
     view = FileSystemView.build(timeline, load_checkpoint(storage))
     known = {f.path for items in view.groups.values() for f in items} | set(view.deleted)
-    for instant in timeline.pending(Action.REWRITES):
-        for operation in timeline.requested_content(instant).get("operations", []):
-            known.update(log["path"] for log in operation.get("logs", []))
+    known |= pending_rewrite_files(timeline)
     return sorted(p for p in files if p not in known and p not in marked)
 
 
@@ -157,11 +164,11 @@ def attributable_files(table: Table, paths: Iterable[str]) -> list[str]:
     Everything else under the table folder (a table nested inside, files a person put there) is not ours to delete.
     """
     listed = list(paths)
-    foreign = {p[: -len("/.stitch/table.json")] + "/" for p in listed if p.endswith("/.stitch/table.json")}
+    foreign = {p[: -len(TABLE_JSON)] for p in listed if p.endswith(f"/{TABLE_JSON}")}
     names = table.config.table.partition_names
     out = []
     for path in listed:
-        if path.startswith(".stitch/") or any(path.startswith(root) for root in foreign):
+        if is_meta(path) or any(path.startswith(root) for root in foreign):
             continue
         folder, _, name = path.rpartition("/")
         if parse_name(name) is not None and in_layout(folder, names):
@@ -193,31 +200,36 @@ def purge_file_groups(table: Table, groups: set[tuple[str, str]]) -> CleanResult
     Files a pending rewrite plan or a savepoint still needs stay: the caller deletes those savepoints first.
     """
 
-    def make_plan(fresh: Timeline, _requested: str) -> dict[str, Any] | None:
+    def make_plan(fresh: Timeline, _requested: str) -> CleanPlan | None:
         view = FileSystemView.build(fresh, load_checkpoint(table.storage))
-        doomed = sorted(superseded_in(view, groups) - protected(fresh, view))
-        return {"policy": "purge", "retain": 1, "delete": doomed, "orphans": []}
+        doomed = tuple(sorted(superseded_in(view, groups) - protected(fresh, view)))
+        return CleanPlan(policy="purge", retain=1, delete=doomed) if doomed else None
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)
-    assert txn is not None
-    return _execute(table, txn, txn.plan, None)
+    if txn is None:
+        return CleanResult(None, "purge", message="nothing to purge")
+    return _execute(table, txn, None)
 
 
-def finish_clean(table: Table, timeline: Timeline, instant: Instant, deleter: Deleter | None = None) -> CleanResult:
+def finish_clean(table: Table, instant: Instant, deleter: Deleter | None = None) -> CleanResult:
     """Finish a crashed clean from its recorded plan."""
-    return _execute(table, Transaction.resume(table, instant, "clean"), timeline.requested_content(instant), deleter)
+    return _execute(table, Transaction.resume(table, instant, "clean"), deleter)
 
 
-def _execute(table: Table, txn: Transaction, content: dict[str, Any], deleter: Deleter | None) -> CleanResult:
-    instant = txn.instant
-    paths = list(content.get("delete", [])) + list(content.get("orphans", []))
-    (deleter or local_delete(table))(paths)
-    txn.complete(
-        {"deleted": content.get("delete", []), "orphans": content.get("orphans", []), "policy": content.get("policy")}
-    )
-    return CleanResult(
-        instant.requested, str(content.get("policy")), list(content.get("delete", [])), list(content.get("orphans", []))
-    )
+def _execute(table: Table, txn: Transaction, deleter: Deleter | None) -> CleanResult:
+    plan = txn.plan
+    assert isinstance(plan, CleanPlan)
+    (deleter or local_delete(table))([*plan.delete, *plan.orphans])
+    txn.complete(CleanCommit(deleted=plan.delete, orphans=plan.orphans, policy=plan.policy))
+    return CleanResult(txn.time, str(plan.policy), list(plan.delete), list(plan.orphans))
+
+
+def checked_policy(table: Table, policy: str | None) -> str:
+    """The clean policy to apply; refused (exit 2) before anything is touched if it is not one."""
+    chosen = policy or table.config.clean.policy
+    if chosen not in POLICIES:
+        raise UsageError(f"clean policy {chosen!r} is not one of: {', '.join(POLICIES)}")
+    return chosen
 
 
 def clean(
@@ -227,48 +239,28 @@ def clean(
     dry_run: bool = False,
     deleter: Deleter | None = None,
 ) -> CleanResult:
-    """Roll back failed writes, then delete what the retention policy allows and any orphan files."""
-    from stitchlake.services.rollback import failed_instants, finish_crashed, rollback_failed
+    """Delete what the retention policy allows and any orphan files (failed writes are `recovery`'s job).
 
+    Deleting nothing records nothing: a clean with an empty plan leaves the timeline alone.
+    """
     table.require()
-    chosen = policy or table.config.clean.policy
+    chosen = checked_policy(table, policy)
     keep = retain if retain is not None else table.config.clean.retain
-    if chosen not in POLICIES:  # refuse before rolling anything back, not halfway through
-        raise UsageError(f"clean policy {chosen!r} is not one of: {', '.join(POLICIES)}")
     if dry_run:
         timeline = table.timeline()
-        view = table.view(timeline)
-        targets, resets, _ = failed_instants(table, timeline)
-        doomed = plan(table, timeline, view, chosen, keep)
-        return CleanResult(
-            None,
-            chosen,
-            doomed,
-            orphans(table),
-            [t.requested for t in targets],
-            [r.requested for r in resets],
-            True,
-            f"would delete {len(doomed)} file(s) and roll back {len(targets)} failed write(s)",
-        )
-    timeline = table.timeline()
-    _, _, unfinished = failed_instants(table, timeline)
-    finish_crashed(table, unfinished)
-    rolled = rollback_failed(table)
+        doomed = plan(table, timeline, table.view(timeline), chosen, keep)
+        return CleanResult(None, chosen, doomed, orphans(table), dry_run=True)
     leftovers = orphans(table)
 
-    def make_plan(fresh: Timeline, _requested: str) -> dict[str, Any] | None:
+    def make_plan(fresh: Timeline, _requested: str) -> CleanPlan | None:
         view = FileSystemView.build(fresh, load_checkpoint(table.storage))
         doomed = plan(table, fresh, view, chosen, keep)
-        return {"policy": chosen, "retain": keep, "delete": doomed, "orphans": leftovers}
+        if not doomed and not leftovers:
+            return None
+        return CleanPlan(policy=chosen, retain=keep, delete=tuple(doomed), orphans=tuple(leftovers))
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)
-    assert txn is not None
-    result = _execute(table, txn, txn.plan, deleter)
+    result = _execute(table, txn, deleter) if txn is not None else CleanResult(None, chosen)
     _tidy(table, table.timeline())
-    result.rolled_back = rolled.rolled_back
-    result.reset_compactions = rolled.reset_compactions
-    result.message = (
-        f"deleted {len(result.deleted)} file(s) ({chosen}, retain {keep}), {len(result.orphans)} orphan(s); "
-        f"rolled back {len(rolled.rolled_back)} failed write(s)"
-    )
+    result.message = f"deleted {len(result.deleted)} file(s) ({chosen}, retain {keep}), {len(result.orphans)} orphan(s)"
     return result

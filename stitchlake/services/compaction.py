@@ -9,19 +9,20 @@ removed before the plan runs again. Writers never wait: logs completing after T 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stitchlake.concurrency.markers import delete_markers, marked_files
+from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
-from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
+from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
-from stitchlake.services.archive import load_checkpoint
+from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import CompactionCommit, CompactionPlan, DataFile, FileGroupRef, FileSlice
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
@@ -29,17 +30,18 @@ if TYPE_CHECKING:
     from stitchlake.table import Table
 
 STRATEGIES = ("all", "log_files", "log_bytes")
-THREADS = 2
 
 
 @dataclass
 class CompactionResult:
+    """What a compaction did, for summaries and `--json` (counts, never a list per file)."""
+
     instant: str
     completed: str | None
     file_groups: int
     rows: int
     bytes: int
-    files: list[dict[str, Any]] = field(default_factory=list)
+    merged_files: int = 0
 
 
 def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
@@ -61,41 +63,34 @@ def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_byte
     return chosen
 
 
-def slice_to_json(fslice: FileSlice) -> dict[str, Any]:
-    return {
-        "partition": fslice.partition,
-        "file_group": fslice.file_group,
-        "base": fslice.base.to_json() if fslice.base else None,
-        "logs": [log.to_json() for log in fslice.logs],
-    }
-
-
-def slice_from_json(operation: dict[str, Any]) -> FileSlice:
-    base = DataFile.from_json(operation["base"]) if operation.get("base") else None
-    return FileSlice(
-        operation["partition"],
-        operation["file_group"],
-        base.instant if base else "",
-        base,
-        tuple(DataFile.from_json(item) for item in operation["logs"]),
-    )
-
-
 def schedule(table: Table, strategy: str | None = None) -> str | None:
     """Write a compaction plan; returns its instant time, or None when no file group qualifies."""
     table.require()
     spec = table.config.compaction
     chosen_strategy = strategy or spec.strategy
 
-    def plan(timeline: Timeline, _requested: str) -> dict[str, Any] | None:
+    def plan(timeline: Timeline, _requested: str) -> CompactionPlan | None:
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         slices = choose(view, chosen_strategy, spec.min_log_files, spec.min_log_bytes)
         if not slices:
             return None
-        return {"strategy": chosen_strategy, "operations": [slice_to_json(s) for s in slices]}
+        return CompactionPlan(strategy=chosen_strategy, operations=tuple(slices))
 
     txn = Transaction.begin_planned(table, Action.COMPACTION, plan=plan, heartbeat=False, inflight=False)
     return txn.time if txn is not None else None
+
+
+def plan_bytes(table: Table, instant_time: str | None = None) -> int:
+    """Bytes a compaction run would read: of one plan, or of the oldest pending one (to pick an engine)."""
+    timeline = table.timeline()
+    pending = pending_plans(table, timeline)
+    chosen = [i for i in pending if i.requested == instant_time] if instant_time else pending[:1]
+    total = 0
+    for instant in chosen:
+        plan = timeline.plan(instant)
+        if isinstance(plan, CompactionPlan):
+            total += sum(f.bytes for op in plan.operations for f in op.files)
+    return total
 
 
 def pending_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
@@ -103,29 +98,17 @@ def pending_plans(table: Table, timeline: Timeline | None = None) -> list[Instan
     return timeline.pending([Action.COMPACTION])
 
 
-def compact_file_group(
-    table: Table, operation: dict[str, Any], instant: str, mark: Callable[[str], None]
-) -> dict[str, Any]:
+def compact_file_group(table: Table, fslice: FileSlice, instant: str, mark: Callable[[str], None]) -> DataFile:
     """Merge one planned slice into a new base file (one Spark task's work, or one thread's)."""
-    fslice = slice_from_json(operation)
     merged = merge_slice(table, fslice)
     rows = to_base(table.config, merged)
     path = join(fslice.partition, base_name(fslice.file_group, instant))
     mark(path)
     size = write_table_file(table.storage, path, rows)
-    return {
-        "path": path,
-        "partition": fslice.partition,
-        "file_group": fslice.file_group,
-        "kind": BASE,
-        "stream": None,
-        "rows": rows.num_rows,
-        "bytes": size,
-        "merged_files": len(fslice.files),
-    }
+    return DataFile(path, fslice.partition, fslice.file_group, BASE, None, rows.num_rows, size)
 
 
-def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list[dict[str, Any]]]:
+def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list[FileSlice]]:
     """Take a pending plan (the oldest if none is named), clear a crashed attempt's files, and return its work."""
     timeline = table.timeline()
     pending = pending_plans(table, timeline)
@@ -148,20 +131,18 @@ def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list
     for path in marked_files(table.storage, instant.requested):
         table.storage.delete(path)
     delete_markers(table.storage, instant.requested)
-    return txn, timeline.requested_content(instant)["operations"]
+    assert isinstance(txn.plan, CompactionPlan)
+    return txn, list(txn.plan.operations)
 
 
-def run(table: Table, instant_time: str | None = None) -> CompactionResult:
-    """Execute a compaction plan in-process."""
+def run(table: Table, instant_time: str | None = None, engine: Engine | None = None) -> CompactionResult:
+    """Execute a compaction plan: one task per file group on the engine (in-process by default)."""
     table.require()
     txn, operations = start_run(table, instant_time)
+    instant, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
     try:
-        if len(operations) <= 1:
-            files = [compact_file_group(table, op, txn.time, txn.mark) for op in operations]
-        else:
-            with ThreadPoolExecutor(max_workers=THREADS) as pool:
-                files = list(pool.map(lambda op: compact_file_group(table, op, txn.time, txn.mark), operations))
-        return finish(txn, files)
+        files = (engine or LocalEngine()).map(lambda op: compact_file_group(table, op, instant, mark), operations)
+        return finish(txn, files, operations)
     except BaseException as exc:
         run_failed(txn, exc)
         raise
@@ -181,18 +162,18 @@ def run_failed(txn: Transaction, exc: BaseException) -> None:
         raise refused from exc
 
 
-def finish(txn: Transaction, files: list[dict[str, Any]]) -> CompactionResult:
+def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice]) -> CompactionResult:
     """Publish the compaction as a `commit`."""
     # Like an erase, name the file groups rewritten (a list, never a count): conflict checks read it.
-    groups = [{"partition": f["partition"], "file_group": f["file_group"]} for f in files]
-    instant = txn.complete({"added": files, "operations": groups})
+    groups = tuple(FileGroupRef(f.partition, f.file_group) for f in files)
+    instant = txn.complete(CompactionCommit(added=tuple(files), operations=groups))
     return CompactionResult(
         instant=instant.requested,
         completed=instant.completed,
         file_groups=len(files),
-        rows=sum(int(f["rows"]) for f in files),
-        bytes=sum(int(f["bytes"]) for f in files),
-        files=files,
+        rows=sum(f.rows for f in files),
+        bytes=sum(f.bytes for f in files),
+        merged_files=sum(len(op.files) for op in operations),
     )
 
 
@@ -211,9 +192,9 @@ def inline_due(table: Table) -> bool:
     return len(since) >= spec.after_delta_commits
 
 
-def compact(table: Table, strategy: str | None = None) -> CompactionResult | None:
+def compact(table: Table, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None:
     """Schedule and run; None when nothing needed compacting."""
     instant = schedule(table, strategy)
     if instant is None:
         return None
-    return run(table, instant)
+    return run(table, instant, engine)

@@ -8,35 +8,45 @@ because that event was committed before the erase's commit too and would otherwi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from stitchlake.batch import cast_column
-from stitchlake.errors import ConflictError, InputRejected, NotFoundError
-from stitchlake.io.datafiles import read_table_file, write_table_file
+from stitchlake.engine import Engine, LocalEngine, marker_for
+from stitchlake.errors import ConflictError, InputRejected, NotFoundError, UsageError
+from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.layout.partition import partition_path
 from stitchlake.merge.stitch import to_base
-from stitchlake.reader import merge_slice
-from stitchlake.services.archive import load_checkpoint
-from stitchlake.services.compaction import slice_from_json, slice_to_json
+from stitchlake.paths import erase_folder
+from stitchlake.reader import ERASED_GROUP, ERASED_PARTITION, merge_slice
+from stitchlake.services.clean import purge_file_groups, superseded_in
+from stitchlake.services.savepoint import delete as delete_savepoint
+from stitchlake.storage import storage_for
+from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import (
+    DataFile,
+    EraseCommit,
+    ErasePlan,
+    FileGroupRef,
+    FileSlice,
+    RewriteCommit,
+    RewritePlan,
+)
+from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
-
-ERASE_DIR = ".stitch/erase"
-GROUP = "_file_group"
-PARTITION = "_partition"
 
 
 @dataclass
@@ -49,6 +59,27 @@ class EraseResult:
     #: With `purge`: savepoints deleted and older file slices removed, because they still held the keys.
     purged_savepoints: list[str] = field(default_factory=list)
     purged_files: int = 0
+
+
+KEY_FILE_FORMATS = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+def load_keys(location: str, options: Mapping[str, str] | None = None) -> pa.Table:
+    """The keys to erase from a Parquet, CSV or JSON-lines file (a local path or a URI)."""
+    from stitchlake.config import SourceSpec
+    from stitchlake.io.landing import LandingFile, read_landing, split_location
+
+    folder, name = split_location(location)
+    suffix = name[name.rfind(".") :].lower() if "." in name else ""
+    file_format = KEY_FILE_FORMATS.get(suffix)
+    if file_format is None:
+        raise UsageError(f"--keys {location}: use a .parquet, .csv or .json(l) file")
+    try:
+        info = storage_for(folder, options).stat(name)
+    except FileNotFoundError:
+        raise UsageError(f"--keys {location}: no such file") from None
+    file = LandingFile(folder, name, name, info.size, info.version)
+    return read_landing(SourceSpec(format=file_format, path=folder), file, [], options)
 
 
 def _keys_table(table: Table, keys: pa.Table) -> pa.Table:
@@ -102,9 +133,11 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
         if instant.is_completed and (instant.completed or "") <= since:
             continue
         # The plan names the file groups of a pending or completed rewrite; a completed one also lists its files.
-        touched = {(e["partition"], e["file_group"]) for e in timeline.requested_content(instant).get("operations", [])}
+        plan = timeline.plan(instant)
+        touched = plan.groups if isinstance(plan, RewritePlan) else set()
         if instant.is_completed:
-            touched |= {(e["partition"], e["file_group"]) for e in timeline.metadata(instant).get("added", [])}
+            commit = timeline.commit(instant)
+            touched |= commit.groups if isinstance(commit, RewriteCommit) else set()
         if touched & groups:
             out.append(instant)
     return out
@@ -117,18 +150,18 @@ def _late_writes(
     found = []
     common = [c.name for c in table.config.common_columns]
     for instant in timeline.completed([Action.DELTACOMMIT], since=since):
-        for entry in timeline.metadata(instant).get("added", []):
-            if (entry["partition"], entry["file_group"]) not in groups:
+        for entry in timeline.commit(instant).added_files:
+            if entry.group not in groups:
                 continue
-            stream = table.config.streams[entry["stream"]]
-            written = read_table_file(table.storage, entry["path"], log_schema(table.config, stream), common)
+            stream = table.config.streams[entry.stream or ""]
+            written = read_table_file(table.storage, entry.path, log_schema(table.config, stream), common)
             if _match(written, keys).any():
                 found.append(instant.requested)
                 break
     return found
 
 
-def erase(table: Table, keys: pa.Table, purge: bool = False) -> EraseResult:
+def erase(table: Table, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> EraseResult:
     """Erase `keys` (a table with the key columns, optionally the partition columns too).
 
     The erase hides the keys from every read from its commit on; time travel to before it, savepoints and older
@@ -136,7 +169,7 @@ def erase(table: Table, keys: pa.Table, purge: bool = False) -> EraseResult:
     it deletes the savepoints that pin an older slice of a rewritten file group, and cleans every slice older than
     the erase's in those groups, whatever the retention says.
     """
-    result = _erase(table, keys)
+    result = _erase(table, keys, engine or LocalEngine())
     if purge:
         result.purged_savepoints, result.purged_files = purge_older_copies(table, result.instant)
     return result
@@ -144,29 +177,27 @@ def erase(table: Table, keys: pa.Table, purge: bool = False) -> EraseResult:
 
 def purge_older_copies(table: Table, erase_instant: str) -> tuple[list[str], int]:
     """Delete savepoints and file slices older than an erase in the file groups it rewrote."""
-    from stitchlake.services.clean import purge_file_groups, superseded_in
-    from stitchlake.services.savepoint import delete as delete_savepoint
-
     timeline = table.timeline()
     done = timeline.get(erase_instant)
-    if done is None or not done.is_completed:
+    commit = timeline.commit(done) if done is not None and done.is_completed else None
+    if not isinstance(commit, EraseCommit):
         raise NotFoundError(f"erase {erase_instant} is not a completed erase on the timeline")
-    groups = {(e["partition"], e["file_group"]) for e in timeline.metadata(done).get("operations", [])}
+    groups = commit.groups
     older = superseded_in(table.view(timeline), groups)
     removed = []
-    for savepoint in timeline.completed([Action.SAVEPOINT]):
-        if set(timeline.metadata(savepoint).get("files", [])) & older:
+    for savepoint, pinned in savepoints(timeline):
+        if set(pinned.files) & older:
             delete_savepoint(table, savepoint.requested)
             removed.append(savepoint.requested)
     return removed, len(purge_file_groups(table, groups).deleted)
 
 
-def _erase(table: Table, keys: pa.Table) -> EraseResult:
+def _erase(table: Table, keys: pa.Table, engine: Engine) -> EraseResult:
     table.require()
     wanted = _keys_table(table, keys)
     groups: set[tuple[str, str]] = set()
 
-    def plan(timeline: Timeline, requested: str) -> dict[str, Any] | None:
+    def plan(timeline: Timeline, requested: str) -> ErasePlan | None:
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         groups.update(_targets(table, view, wanted))
         busy = _rewrites_touching(timeline, groups, requested, requested)
@@ -175,63 +206,54 @@ def _erase(table: Table, keys: pa.Table) -> EraseResult:
                 f"erase conflicts with {busy[0].action} {busy[0].requested}, still pending on the same file groups; "
                 "nothing was changed — retry after it completes"
             )
-        slices = [s for s in (view.latest_slice(k) for k in sorted(groups)) if s is not None]
-        return {
-            "operations": [slice_to_json(s) for s in slices],
-            "keys_file": f"{ERASE_DIR}/{requested}/keys.parquet",
-        }
+        slices = tuple(s for s in (view.latest_slice(k) for k in sorted(groups)) if s is not None)
+        return ErasePlan(operations=slices, keys_file=f"{erase_folder(requested)}/keys.parquet")
 
     txn = Transaction.begin_planned(table, Action.ERASE, plan=plan)
     assert txn is not None
     try:
-        return _execute(table, txn, wanted, groups)
+        return _execute(table, txn, wanted, groups, engine)
     except BaseException as exc:
         refused = txn.refusal_after(exc)
         txn.abort()
-        table.storage.delete_tree(f"{ERASE_DIR}/{txn.time}")  # its (now empty) folder would be a trace too
+        table.storage.delete_tree(erase_folder(txn.time))  # its (now empty) folder would be a trace too
         if refused is not None:
             raise refused from exc
         raise
 
 
-def _execute(table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]]) -> EraseResult:
+def erase_file_group(
+    table: Table, fslice: FileSlice, keys: pa.Table, instant: str, mark: Callable[[str], None]
+) -> tuple[DataFile, pa.Table]:
+    """Rewrite one file group's slice without the keys: its new base file, and the keys it really held."""
+    merged = merge_slice(table, fslice)
+    hit = _match(merged.keys, keys)
+    rows = to_base(table.config, merged, erase=hit)
+    path = join(fslice.partition, base_name(fslice.file_group, instant))
+    mark(path)
+    size = write_table_file(table.storage, path, rows)
+    gone = merged.keys.filter(pa.array(hit & merged.live()))
+    gone = gone.append_column(ERASED_GROUP, pa.array([fslice.file_group] * gone.num_rows, pa.string()))
+    gone = gone.append_column(ERASED_PARTITION, pa.array([fslice.partition] * gone.num_rows, pa.string()))
+    return DataFile(path, fslice.partition, fslice.file_group, BASE, None, rows.num_rows, size), gone
+
+
+def _execute(
+    table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]], engine: Engine
+) -> EraseResult:
     storage = table.storage
     plan = txn.plan
-    keys_path = plan["keys_file"]
-    txn.mark(keys_path)
-    storage.makedirs(keys_path.rsplit("/", 1)[0])
-    pq.write_table(keys, storage.abspath(keys_path), filesystem=storage.filesystem)
-    files, erased = [], []
-    for operation in plan["operations"]:
-        fslice = slice_from_json(operation)
-        merged = merge_slice(table, fslice)
-        hit = _match(merged.keys, keys)
-        rows = to_base(table.config, merged, erase=hit)
-        path = join(fslice.partition, base_name(fslice.file_group, txn.time))
-        txn.mark(path)
-        size = write_table_file(storage, path, rows)
-        files.append(
-            {
-                "path": path,
-                "partition": fslice.partition,
-                "file_group": fslice.file_group,
-                "kind": BASE,
-                "stream": None,
-                "rows": rows.num_rows,
-                "bytes": size,
-            }
-        )
-        gone = merged.keys.filter(pa.array(hit & merged.live()))
-        erased.append(
-            gone.append_column(GROUP, pa.array([fslice.file_group] * gone.num_rows, pa.string())).append_column(
-                PARTITION, pa.array([fslice.partition] * gone.num_rows, pa.string())
-            )
-        )
-    erased_path = f"{ERASE_DIR}/{txn.time}/erased.parquet"
-    erased_rows = pa.concat_tables(erased) if erased else None
+    assert isinstance(plan, ErasePlan) and plan.keys_file is not None
+    txn.mark(plan.keys_file)
+    write_parquet(storage, plan.keys_file, keys)
+    instant, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
+    done = engine.map(lambda fslice: erase_file_group(table, fslice, keys, instant, mark), list(plan.operations))
+    files = [file for file, _gone in done]
+    erased_path = f"{erase_folder(txn.time)}/erased.parquet"
+    erased_rows = pa.concat_tables([gone for _file, gone in done]) if done else None
     if erased_rows is not None:
         txn.mark(erased_path)
-        pq.write_table(erased_rows, storage.abspath(erased_path), filesystem=storage.filesystem)
+        write_parquet(storage, erased_path, erased_rows)
 
     # One snapshot for both: a commit completing between two separate loads would be checked by neither.
     snapshot = table.timeline()
@@ -252,36 +274,16 @@ def _execute(table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[s
                 "nothing was changed — retry the erase"
             )
 
+    erased = 0 if erased_rows is None else erased_rows.num_rows
     instant = txn.complete(
-        {
-            "operations": [{"partition": f["partition"], "file_group": f["file_group"]} for f in files],
-            "added": files,
-            "keys_file": keys_path,
-            "erased_file": erased_path if erased_rows is not None else None,
-            "requested_keys": keys.num_rows,
-            "erased_keys": 0 if erased_rows is None else erased_rows.num_rows,
-        },
+        EraseCommit(
+            operations=tuple(FileGroupRef(f.partition, f.file_group) for f in files),
+            added=tuple(files),
+            keys_file=plan.keys_file,
+            erased_file=erased_path if erased_rows is not None else None,
+            requested_keys=keys.num_rows,
+            erased_keys=erased,
+        ),
         conflict_check=conflicts,
     )
-    return EraseResult(
-        instant.requested,
-        instant.completed,
-        keys.num_rows,
-        0 if erased_rows is None else erased_rows.num_rows,
-        len(files),
-    )
-
-
-def erased_keys(table: Table, metadata: dict[str, Any]) -> dict[tuple[str, str], pa.Table]:
-    """The keys a completed erase removed, by file group (for the incremental view)."""
-    path = metadata.get("erased_file")
-    if not path:
-        return {}
-    rows = pq.read_table(table.storage.abspath(path), filesystem=table.storage.filesystem)
-    common = [c.name for c in table.config.common_columns]
-    out: dict[tuple[str, str], pa.Table] = {}
-    groups = rows.select([PARTITION, GROUP]).to_pylist()
-    for key in {(g[PARTITION], g[GROUP]) for g in groups}:
-        mask = np.array([(g[PARTITION], g[GROUP]) == key for g in groups])
-        out[key] = rows.filter(pa.array(mask)).select(common)
-    return out
+    return EraseResult(instant.requested, instant.completed, keys.num_rows, erased, len(files))

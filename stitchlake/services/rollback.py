@@ -10,14 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
+from stitchlake.paths import erase_folder
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
+from stitchlake.timeline.metadata import (
+    EraseCommit,
+    RewritePlan,
+    RollbackCommit,
+    RollbackPlan,
+    UndoTarget,
+    kind_of,
+)
+from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline, delete_instant, timeline_path
-from stitchlake.transaction import Transaction, refuse_while_undoing, undone_by
+from stitchlake.transaction import Transaction, refuse_while_undoing
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -37,40 +47,35 @@ def expired(table: Table, instant: Instant) -> bool:
 
 
 def files_of(table: Table, timeline: Timeline, instant: Instant) -> list[str]:
-    """Every file an instant wrote or started to write: its markers, plus what its metadata lists."""
+    """Every file an instant wrote or started to write: its markers, plus what its commit says it owns."""
     paths = set(marked_files(table.storage, instant.requested))
     if instant.is_completed:
-        meta = timeline.metadata(instant)
-        paths |= {entry["path"] for entry in meta.get("added", [])}
-        for key in ("quarantine", "keys_file", "erased_file"):
-            if meta.get(key):
-                paths.add(meta[key])
+        paths |= timeline.commit(instant).owned_files()
     return sorted(paths)
 
 
-def _target_json(table: Table, timeline: Timeline, instant: Instant) -> dict[str, Any]:
-    return {
-        "requested": instant.requested,
-        "action": instant.action,
-        "state": instant.state.label,
-        "completed": instant.completed,
-        "files": files_of(table, timeline, instant),
-    }
+def target_of(table: Table, timeline: Timeline, instant: Instant) -> UndoTarget:
+    """An instant to undo, with every file it wrote (recorded in the plan before anything is deleted)."""
+    return UndoTarget(
+        instant.requested,
+        instant.action,
+        instant.state.label,
+        instant.completed,
+        tuple(files_of(table, timeline, instant)),
+    )
 
 
-def undo(table: Table, target: dict[str, Any]) -> int:
+def undo(table: Table, target: UndoTarget) -> int:
     """Remove one instant and its files (idempotent: a re-run after a crash finishes the job)."""
     storage = table.storage
-    instant = Instant(target["requested"], target["action"], State[target["state"].upper()], target["completed"])
+    instant = Instant(target.requested, target.action, State[target.state.upper()], target.completed)
     if instant.completed:
         storage.delete(timeline_path(instant.file_name))
-    deleted = sum(1 for path in target["files"] if storage.delete(path))
+    deleted = sum(1 for path in target.files if storage.delete(path))
     delete_markers(storage, instant.requested)
     heartbeats.delete(storage, instant.requested)
     if instant.action == Action.ERASE:
-        from stitchlake.services.erase import ERASE_DIR
-
-        storage.delete_tree(f"{ERASE_DIR}/{instant.requested}")
+        storage.delete_tree(erase_folder(instant.requested))
     delete_instant(storage, instant)
     return deleted
 
@@ -85,27 +90,27 @@ def reset_compaction(table: Table, instant: Instant) -> int:
     return deleted
 
 
-def _run(
+def run_rollback(
     table: Table, timeline: Timeline, targets: list[Instant], resets: list[Instant], reason: str
 ) -> RollbackResult:
+    """One rollback instant undoing `targets` and resetting crashed compactions `resets`."""
     if not targets and not resets:
         return RollbackResult(None, message="nothing to roll back")
-    plan = [_target_json(table, timeline, t) for t in targets]
-    txn = Transaction.begin(
-        table,
-        Action.ROLLBACK,
-        {"targets": plan, "reason": reason, "reset_compactions": [r.requested for r in resets]},
-        busy_check=_unchanged(table, [*targets, *resets]),
+    plan = RollbackPlan(
+        targets=tuple(target_of(table, timeline, t) for t in targets),
+        reason=reason,
+        reset_compactions=tuple(r.requested for r in resets),
     )
-    deleted = sum(undo(table, target) for target in plan)
+    txn = Transaction.begin(table, Action.ROLLBACK, plan, busy_check=_unchanged(table, [*targets, *resets]))
+    deleted = sum(undo(table, target) for target in plan.targets)
     deleted += sum(reset_compaction(table, r) for r in resets)
     done = txn.complete(
-        {
-            "rolled_back": [t["requested"] for t in plan],
-            "reset_compactions": [r.requested for r in resets],
-            "deleted_files": [p for t in plan for p in t["files"]],
-            "reason": reason,
-        }
+        RollbackCommit(
+            rolled_back=tuple(t.requested for t in plan.targets),
+            reset_compactions=plan.reset_compactions,
+            deleted_files=tuple(p for t in plan.targets for p in t.files),
+            reason=reason,
+        )
     )
     return RollbackResult(
         done.requested,
@@ -114,6 +119,16 @@ def _run(
         deleted,
         f"rolled back {len(targets)} instant(s), reset {len(resets)} crashed compaction(s), deleted {deleted} file(s)",
     )
+
+
+def finish_rollback(table: Table, instant: Instant) -> None:
+    """Complete a crashed rollback from its recorded plan."""
+    txn = Transaction.resume(table, instant, "rollback")
+    plan = txn.plan
+    assert isinstance(plan, RollbackPlan)
+    for target in plan.targets:
+        undo(table, target)
+    txn.complete(RollbackCommit(rolled_back=tuple(t.requested for t in plan.targets), resumed=True))
 
 
 def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None]:
@@ -143,67 +158,6 @@ def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None
     return check
 
 
-#: Crashed instants of these actions are finished, not undone: half a deletion cannot be taken back.
-FINISHED_NOT_UNDONE = (Action.ROLLBACK, Action.CLEAN, Action.RESTORE)
-
-
-def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], list[Instant], list[Instant]]:
-    """Pending instants whose writer is dead: (to roll back, crashed compactions to reset, ones to finish)."""
-    targets, resets, unfinished = [], [], []
-    for instant in timeline.pending():
-        if not expired(table, instant):
-            continue
-        if instant.action == Action.COMPACTION:
-            if instant.state is State.INFLIGHT:
-                resets.append(instant)
-        elif instant.action in FINISHED_NOT_UNDONE:
-            unfinished.append(instant)
-        else:
-            targets.append(instant)
-    return targets, resets, unfinished
-
-
-def finish_crashed(table: Table, instants: list[Instant]) -> None:
-    """Complete crashed rollbacks, cleans and restores from their recorded plans.
-
-    Restores go first: a restore's plan takes back every instant that was pending when it began, crashed
-    rollbacks and cleans included, and resuming one of those while the restore is pending is refused (it is
-    being undone), so taking them in time order would wait on each other forever. Whatever a pending restore
-    or rollback already covers is left to it.
-    """
-    from stitchlake.services.clean import finish_clean
-    from stitchlake.services.savepoint import finish_restore
-
-    for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
-        timeline = table.timeline()
-        current = timeline.get(instant.requested)
-        if current is None or current.is_completed or undone_by(timeline, instant.requested) is not None:
-            continue
-        if instant.action == Action.ROLLBACK:
-            for target in timeline.requested_content(instant).get("targets", []):
-                undo(table, target)
-            txn = Transaction.resume(table, instant, "rollback")
-            txn.complete(
-                {
-                    "rolled_back": [t["requested"] for t in timeline.requested_content(instant)["targets"]],
-                    "resumed": True,
-                }
-            )
-        elif instant.action == Action.CLEAN:
-            finish_clean(table, timeline, instant)
-        else:
-            finish_restore(table, timeline, instant)
-
-
-def rollback_failed(table: Table) -> RollbackResult:
-    """Roll back every pending instant whose heartbeat expired (never a live writer's)."""
-    table.require()
-    timeline = table.timeline()
-    targets, resets, unfinished = failed_instants(table, timeline)
-    finish_crashed(table, unfinished)
-    return _run(table, timeline, targets, resets, "failed writes (expired heartbeats)")
-
-
 def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None:
     if target.action != Action.DELTACOMMIT:
         raise UsageError(
@@ -221,10 +175,11 @@ def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None
     for other in timeline.instants:
         if other.action not in Action.REWRITES:
             continue
-        # The plan (requested content) lists the logs a rewrite merges, whether it is pending or completed.
-        plan = timeline.requested_content(other)
-        absorbed = {log["path"] for op in plan.get("operations", []) for log in op.get("logs", [])}
-        if other.action == Action.ERASE and other.is_completed and (other.completed or "") > (target.completed or ""):
+        # The plan lists the logs a rewrite merges, whether it is pending or completed.
+        plan = timeline.plan(other)
+        absorbed = plan.planned_files if isinstance(plan, RewritePlan) else set()
+        completed_after = other.is_completed and (other.completed or "") > (target.completed or "")
+        if completed_after and isinstance(timeline.commit(other), EraseCommit):
             absorbed |= files
         if absorbed & files:
             raise UsageError(
@@ -232,9 +187,8 @@ def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None
                 f"({other.state.label}); rolling it back would leave that rewrite inconsistent. "
                 "Restore a savepoint taken before it instead"
             )
-    for savepoint in timeline.completed([Action.SAVEPOINT]):
-        pinned = str(timeline.metadata(savepoint).get("savepoint_of", ""))
-        if pinned >= (target.completed or ""):
+    for savepoint, commit in savepoints(timeline):
+        if commit.savepoint_of >= (target.completed or ""):
             raise UsageError(
                 f"deltacommit {target.requested} is pinned by savepoint {savepoint.requested}; "
                 "delete the savepoint first (`stitch savepoint delete`)"
@@ -258,11 +212,11 @@ def rollback(table: Table, instant_time: str) -> RollbackResult:
                 f"{target.action} {target.requested} is being run by a live process (its heartbeat is fresh); "
                 "stop that process first, or wait for it — `stitch rollback --failed` only touches dead writers"
             )
-        if target.action in FINISHED_NOT_UNDONE:
+        if kind_of(target.action).finished_not_undone:
             raise UsageError(
                 f"{target.requested} is a crashed {target.action}; it cannot be undone, only finished: "
                 "run `stitch rollback --failed`"
             )
-        return _run(table, timeline, [target], [], f"requested rollback of {target.action} {target.requested}")
+        return run_rollback(table, timeline, [target], [], f"requested rollback of {target.action} {target.requested}")
     _refuse_completed(table, timeline, target)
-    return _run(table, timeline, [target], [], f"requested rollback of deltacommit {target.requested}")
+    return run_rollback(table, timeline, [target], [], f"requested rollback of deltacommit {target.requested}")

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.names import BASE, LOG
+from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommit
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -15,8 +17,6 @@ if TYPE_CHECKING:
 
 def status(table: Table) -> dict[str, Any]:
     """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams."""
-    from stitchlake.services.archive import load_checkpoint
-
     table.require()
     timeline = table.timeline()
     view = table.view(timeline)
@@ -43,17 +43,17 @@ def status(table: Table) -> dict[str, Any]:
     for instant in timeline.pending():
         beat = heartbeats.last_beat(table.storage, instant.requested)
         alive = beat is not None and now - beat <= expire
-        content = timeline.requested_content(instant)
+        writer = timeline.plan(instant).writer
         writers.append(
             {
                 "instant": instant.requested,
                 "action": instant.action,
                 "state": instant.state.label,
-                "stream": content.get("stream"),
+                "stream": timeline.stream_of(instant),
                 "alive": alive,
                 "heartbeat_age_s": None if beat is None else round(now - beat, 1),
-                "host": content.get("writer", {}).get("host"),
-                "pid": content.get("writer", {}).get("pid"),
+                "host": writer.host,
+                "pid": writer.pid,
             }
         )
 
@@ -61,14 +61,15 @@ def status(table: Table) -> dict[str, Any]:
     for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
         if all(streams.values()):
             break
-        meta = timeline.metadata(instant)
-        name = meta.get("stream")
-        if name in streams and streams[name] is None:
-            streams[name] = {
+        commit = timeline.commit(instant)
+        if not isinstance(commit, DeltaCommit) or commit.stream is None:
+            continue
+        if commit.stream in streams and streams[commit.stream] is None:
+            streams[commit.stream] = {
                 "instant": instant.requested,
                 "completed": instant.completed,
-                "rows": meta.get("rows"),
-                "files": len(meta.get("added", [])),
+                "rows": commit.rows,
+                "files": len(commit.added),
             }
 
     live = view.live_files()
@@ -98,7 +99,7 @@ def status(table: Table) -> dict[str, Any]:
         "streams": streams,
         "timeline": {
             "active_instants": len(timeline),
-            "archived_until": checkpoint.get("completed") if checkpoint else None,
+            "archived_until": checkpoint.horizon if checkpoint else None,
             "last_compaction": last_compaction.completed if last_compaction else None,
             "last_clean": last_clean.completed if last_clean else None,
             "deltacommits_since_compaction": len(since_compaction),

@@ -15,7 +15,6 @@ caller, e.g. `stitch ingest`) and `metadata` (JSON merged into the commit) for w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,16 +30,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from stitchlake.badrows import BadRows
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
     from stitchlake.table import Table
-
-#: Columns a prepared batch carries besides the table's (see `stitchlake.spark.ingest`).
-POS = "_sl_pos"
-DELETED = "_sl_del"
-BUCKET = "_sl_bucket"
+    from stitchlake.timeline.metadata import DataFile
 
 
 def open_for_spark(options: dict[str, str]) -> Table:
@@ -123,23 +120,23 @@ class StitchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         from stitchlake.reader import plan_slices, prune, resolve_time
-        from stitchlake.services.compaction import slice_to_json
+        from stitchlake.timeline.metadata import dump
 
         table = open_for_spark(self.options)
         table.require()
         timeline = table.timeline()
         as_of = resolve_time(table, timeline, self.options.get("as_of"))
         slices = plan_slices(table.config, table.view(timeline), as_of, prune(table.config, self.where or None))
-        return [SliceInput(slice_to_json(s)) for s in slices] or [SliceInput(None)]
+        return [SliceInput(dump(s)) for s in slices] or [SliceInput(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from stitchlake.reader import SNAPSHOT, read_slice
-        from stitchlake.services.compaction import slice_from_json
+        from stitchlake.timeline.metadata import FileSlice, load
 
         if partition.value is None:
             return
         table = open_for_spark(self.options)
-        rows = read_slice(table, slice_from_json(partition.value), self.columns, self.options.get("mode", SNAPSHOT))
+        rows = read_slice(table, load(FileSlice, partition.value), self.columns, self.options.get("mode", SNAPSHOT))
         yield from rows.to_batches(max_chunksize=65536)
 
 
@@ -148,89 +145,93 @@ class StitchReader(DataSourceReader):
 
 @dataclass
 class FilesWritten(WriterCommitMessage):
-    files: list[dict[str, Any]] = field(default_factory=list)
+    files: list[DataFile] = field(default_factory=list)
     rows: int = 0
-    bad_rows: int = 0
+    bad: BadRows = field(default_factory=BadRows)
 
 
 class StitchWriter(DataSourceArrowWriter):
+    """Each task validates its rows (the bad-row policy applies), writes its file groups; the driver publishes.
+
+    The table is resolved on the driver and travels with the writer to the executors (its storage settings
+    included), so no task needs the config file.
+    """
+
     def __init__(self, options: dict[str, str]) -> None:
         from stitchlake.errors import UsageError
-        from stitchlake.timeline.instant import Action
-        from stitchlake.transaction import Transaction
+        from stitchlake.services.ingest import claim
 
         self.options = options
         stream = options.get("stream")
         if not stream:
             raise UsageError("writing to stitchlake needs .option('stream', <name>)")
-        table = open_for_spark(options)
-        table.require()
-        table.config.stream(stream)
+        self.table = open_for_spark(options)
+        self.table.require()
+        self.table.config.stream(stream)
         self.stream = stream
         self.began = "instant" not in options
         if self.began:
             # Beats come from the tasks and the commit: a planning worker is too short-lived for a thread.
-            txn = Transaction.begin(table, Action.DELTACOMMIT, {"stream": stream}, heartbeat=False)
-            _beat(table, txn.time)
+            txn = claim(self.table, stream, heartbeat=False)
+            _beat(self.table, txn.time)
             self.instant = txn.time
         else:
             self.instant = options["instant"]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
-        import numpy as np
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from stitchlake.batch import Batch, describe_bad_rows, prepare
-        from stitchlake.concurrency.markers import create_marker
-        from stitchlake.errors import InputRejected
-        from stitchlake.io.sources import ROW_BITS
+        from stitchlake.badrows import FAIL, quarantine_rows
+        from stitchlake.batch import prepare
+        from stitchlake.engine import marker_for
+        from stitchlake.io.landing import positions
         from stitchlake.write import write_file_groups
 
-        table = open_for_spark(self.options)
+        table = self.table
         stream = table.config.stream(self.stream)
         batches = list(iterator)
         if not batches:
             return FilesWritten()
         data = pa.Table.from_batches(batches)
-        common = [c.name for c in table.config.common_columns]
-        if POS in data.column_names:
-            rows = data.select([*common, *stream.column_names])
-            batch = Batch(rows, data.column(POS).to_numpy(), data.column(DELETED).to_numpy(zero_copy_only=False))
-        else:
-            task = TaskContext.get()
-            partition = task.partitionId() if task else 0
-            positions = (np.int64(partition) << ROW_BITS) | np.arange(data.num_rows, dtype=np.int64)
-            batch = prepare(table.config, stream, data, source=f"spark partition {partition}", pos=positions)
-            if batch.bad_count:
-                raise InputRejected(describe_bad_rows(batch.bad))  # type: ignore[arg-type]
-        _beat(table, self.instant)
-        files = write_file_groups(
-            table, stream, batch, self.instant, lambda path: create_marker(table.storage, self.instant, path)
+        task = TaskContext.get()
+        partition = task.partitionId() if task else 0
+        batch = prepare(
+            table.config, stream, data, source=f"spark partition {partition}", pos=positions(partition, data.num_rows)
         )
+        mark = marker_for(table, self.instant)
+        bad = BadRows()
+        bad.add_rows(batch.bad)
+        if bad and table.config.bad_rows == FAIL:
+            raise bad.rejection()
+        if bad:
+            bad.files.append(quarantine_rows(table.storage, self.instant, batch.bad, f"spark-{partition}", mark))
         _beat(table, self.instant)
-        return FilesWritten(files=files, rows=batch.rows.num_rows)
+        files = write_file_groups(table, stream, batch, self.instant, mark)
+        _beat(table, self.instant)
+        return FilesWritten(files=files, rows=batch.rows.num_rows, bad=bad)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from stitchlake.paths import quarantine_folder
+        from stitchlake.timeline.metadata import DeltaCommit
         from stitchlake.transaction import Transaction
 
-        table = open_for_spark(self.options)
+        table = self.table
         written = [m for m in messages if isinstance(m, FilesWritten)]
-        extra = json.loads(self.options.get("metadata", "{}"))
+        bad = BadRows()
+        for message in written:
+            bad.merge(message.bad)
         txn = Transaction.attach(table, self.instant)
-        sources = [item["name"] for item in extra.get("sources", [])]
-        if sources:
-            from stitchlake.ingest import still_pending
-
-            txn.conflict_check = still_pending(self.stream, sources)
         txn.complete(
-            {
-                **extra,
-                "stream": self.stream,
-                "added": [f for m in written for f in m.files],
-                "rows": sum(m.rows for m in written),
-                "engine": "spark",
-            }
+            DeltaCommit(
+                stream=self.stream,
+                added=tuple(sorted((f for m in written for f in m.files), key=lambda f: f.path)),
+                rows=sum(m.rows for m in written),
+                bad_rows=bad.count,
+                quarantine=quarantine_folder(self.instant) if bad.files else None,
+                quarantine_files=tuple(bad.files),
+                engine="spark",
+            )
         )
         if self.began:
             from stitchlake.concurrency import heartbeat
@@ -240,14 +241,14 @@ class StitchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from stitchlake.transaction import Transaction
 
-        table = open_for_spark(self.options)
+        table = self.table
         current = table.timeline().get(self.instant)
         if current is not None and current.is_completed:
             return  # published: what failed came after the commit, which stands
         for message in messages:
             if isinstance(message, FilesWritten):
                 for item in message.files:
-                    table.storage.delete(item["path"])
+                    table.storage.delete(item.path)
         if self.began:
             Transaction.attach(table, self.instant).abort()
 

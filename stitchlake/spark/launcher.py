@@ -1,8 +1,9 @@
-"""Launch a job script under `spark-submit` and map its outcome to DESIGN §8 exit codes.
+"""Launch a job request under `spark-submit` (`stitchlake/spark/submit.py`) and raise its error, if any, again.
 
-The argv is always a list (never a shell string). Spark settings go in a properties file readable only by
-us — secrets from `${ENV}` must not show in `ps` — and Spark's own log goes to `.stitch/logs/`, while the
-terminal gets the job's progress lines and one summary.
+The argv is always a list (never a shell string). Spark settings and the request go in files readable only by
+us — secrets from `${ENV}` must not show in `ps` — and Spark's own log goes to `.stitch/logs/` of a local table
+(for a table on an object store, to `$STITCH_LOG_DIR` or `~/.local/state/stitchlake/logs/<table>/`: the only
+thing stitchlake keeps on local disk), while the terminal gets the job's progress lines and one summary.
 """
 
 from __future__ import annotations
@@ -22,34 +23,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.errors import (
-    BusyError,
-    ConfigError,
-    ConflictError,
-    InputRejected,
-    StitchError,
-    UsageError,
-)
-from stitchlake.spark.job import PROGRESS_PREFIX
+from stitchlake import errors
+from stitchlake.errors import StitchError
+from stitchlake.paths import LOGS_DIR
 from stitchlake.spark.session import REQUIRED_CONF
+from stitchlake.spark.submit import PROGRESS_PREFIX
+from stitchlake.storage import LocalStorage
 
 if TYPE_CHECKING:
     from stitchlake.config import TableConfig
+    from stitchlake.jobs.requests import JobRequest
     from stitchlake.table import Table
 
-LOGS_DIR = ".stitch/logs"
 #: Defaults for jobs (the config's spark.conf overrides them; REQUIRED_CONF overrides everything).
 DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
     "spark.sql.adaptive.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
-}
-_ERRORS: dict[int, type[StitchError]] = {
-    2: ConfigError,
-    3: ConflictError,
-    4: BusyError,
-    5: InputRejected,
 }
 
 
@@ -58,6 +49,7 @@ class JobFiles:
     log: Path
     result: Path
     properties: Path
+    request: Path
 
 
 def spark_home() -> str:
@@ -77,11 +69,8 @@ def spark_submit() -> str:
     return str(Path(spark_home()) / "bin" / "spark-submit")
 
 
-def job_script(job: str) -> str:
-    path = Path(__file__).resolve().parent.parent / "jobs" / f"{job}.py"
-    if not path.is_file():
-        raise UsageError(f"no job script for {job!r} ({path})")
-    return str(path)
+def submit_script() -> str:
+    return str(Path(__file__).resolve().parent / "submit.py")
 
 
 def is_local(master: str) -> bool:
@@ -123,6 +112,7 @@ def package_zip(folder: Path) -> str:
 def build_argv(
     config: TableConfig, job: str, job_args: list[str], files: JobFiles, py_files: str | None = None
 ) -> list[str]:
+    """spark-submit's argv: the submit script, `--request`, `--result` and the target (`job_args`)."""
     argv = [
         spark_submit(),
         "--master",
@@ -134,21 +124,42 @@ def build_argv(
     ]
     if py_files:
         argv += ["--py-files", py_files]
-    return [*argv, job_script(job), "--result", str(files.result), *job_args]
+    return [*argv, submit_script(), "--request", str(files.request), "--result", str(files.result), *job_args]
 
 
 def job_files(table: Table, job: str) -> JobFiles:
     from stitchlake.timeline.clock import from_millis, now_millis
 
-    folder = Path(table.storage.abspath(LOGS_DIR))
+    folder = log_folder(table)
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{job}-{from_millis(now_millis())}-{os.getpid()}"
     private = Path(tempfile.mkdtemp(prefix="stitch-job-"))
-    return JobFiles(folder / f"{stem}.log", private / "result.json", private / "spark.properties")
+    return JobFiles(
+        folder / f"{stem}.log", private / "result.json", private / "spark.properties", private / "request.json"
+    )
 
 
-def error_for(code: int, message: str) -> StitchError:
-    return _ERRORS.get(code, StitchError)(message)
+def log_folder(table: Table) -> Path:
+    """Where spark-submit's own log goes: the table's `.stitch/logs` on local disk, else a local state folder."""
+    if isinstance(table.storage, LocalStorage):
+        return Path(table.storage.describe(LOGS_DIR))
+    base = os.environ.get("STITCH_LOG_DIR") or str(Path.home() / ".local" / "state" / "stitchlake" / "logs")
+    return Path(base) / table.config.table.name
+
+
+def error_for(name: str, message: str) -> StitchError:
+    """The job's error as its own class again (its exit code comes with the class)."""
+    kind = getattr(errors, name, StitchError)
+    if not (isinstance(kind, type) and issubclass(kind, StitchError)):
+        kind = StitchError
+    return kind(message)
+
+
+def write_private(path: Path, text: str) -> None:
+    """A file only we can read (it may hold secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -161,14 +172,17 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def run_job(
     table: Table,
-    job: str,
-    job_args: list[str],
+    request: JobRequest,
+    target_args: list[str],
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run `stitchlake/jobs/<job>.py` under spark-submit; return its result or raise its mapped error."""
+    """Run a job request under spark-submit; return its result or raise its error again."""
+    job = request.job
     files = job_files(table, job)
     config = table.config
     write_properties(files.properties, spark_properties(config))
+    write_private(files.request, json.dumps(request.to_json()))
+    job_args = target_args
     py_files = None if is_local(config.spark.master) else package_zip(files.properties.parent)
     argv = build_argv(config, job, job_args, files, py_files)
     env = {
@@ -193,6 +207,8 @@ def run_job(
     finally:
         with contextlib.suppress(OSError):
             files.properties.unlink()
+        with contextlib.suppress(OSError):
+            files.request.unlink()
     code = process.returncode
     result: dict[str, Any] | None = None
     if files.result.exists():
@@ -206,7 +222,7 @@ def run_job(
             f"last lines of {files.log}:\n{_tail(files.log)}"
         )
     if not result.get("ok"):
-        raise error_for(int(result.get("exit_code", 1)), f"{result.get('error')} (Spark log: {files.log})")
+        raise error_for(str(result.get("error_type", "StitchError")), f"{result.get('error')} (Spark log: {files.log})")
     result["log"] = str(files.log)
     return result
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 from stitchlake.errors import CorruptFileError, StitchError
+from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import (
@@ -21,9 +23,16 @@ from stitchlake.timeline.instant import (
     parse_file_name,
     pending_file_name,
 )
-
-TIMELINE_DIR = ".stitch/timeline"
-METADATA_VERSION = 1
+from stitchlake.timeline.metadata import (
+    METADATA_VERSION,
+    Commit,
+    DeltaCommitPlan,
+    Plan,
+    commit_json,
+    kind_of,
+    load,
+    plan_json,
+)
 
 
 def timeline_path(name: str) -> str:
@@ -35,7 +44,7 @@ def encode_metadata(content: dict[str, Any]) -> bytes:
 
 
 def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict[str, Any]:
-    """Parse instant metadata; garbage or a future format is an error that names the file.
+    """Parse an instant file's JSON; garbage or a future format is an error that names the file.
 
     A completed instant's file is never legitimately empty (it lists the files the commit added): an empty one
     is damage, and reading it as "added nothing" would silently drop committed rows from every read.
@@ -53,12 +62,15 @@ def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict
     version = content.get("format_version", METADATA_VERSION)
     if version != METADATA_VERSION:
         raise CorruptFileError(f"{where}: metadata format version {version} is not supported")
-    added = content.get("added")
-    if added is not None and not (
-        isinstance(added, list) and all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in added)
-    ):
-        raise CorruptFileError(f"{where}: 'added' must be a list of files with a 'path' (damaged timeline)")
     return content
+
+
+def typed(cls: type[Any], content: dict[str, Any], where: str) -> Any:
+    """A typed plan or commit from an instant file's JSON; a shape that does not fit is damage, named."""
+    try:
+        return load(cls, content)
+    except ValueError as exc:
+        raise CorruptFileError(f"{where}: {exc} (damaged timeline)") from None
 
 
 class Timeline:
@@ -69,6 +81,7 @@ class Timeline:
         self._names: set[str] = set()
         self._instants: dict[str, Instant] = {}
         self._metadata: dict[str, dict[str, Any]] = {}
+        self._records: dict[str, Plan | Commit] = {}
         for name in names:
             instant = parse_file_name(name)
             if instant is None:
@@ -147,21 +160,28 @@ class Timeline:
 
     # ---------------------------------------------------------------------------------------- metadata
 
-    def metadata(self, instant: Instant) -> dict[str, Any]:
-        """A completed instant's commit metadata, or a pending instant's requested content (its plan)."""
-        name = (
-            instant.file_name
-            if instant.is_completed
-            else pending_file_name(instant.requested, instant.action, State.REQUESTED)
-        )
-        return self._content(instant, name)
+    def commit(self, instant: Instant) -> Commit:
+        """A completed instant's typed commit record."""
+        if not instant.is_completed:
+            raise StitchError(f"{instant} is not completed; it has a plan, not a commit")
+        name = instant.file_name
+        cached = self._records.get(name)
+        if cached is None:
+            cached = typed(
+                kind_of(instant.action).commit, self._content(instant, name), self.storage.describe(timeline_path(name))
+            )
+            self._records[name] = cached
+        return cast(Commit, cached)
 
-    def requested_content(self, instant: Instant) -> dict[str, Any]:
-        """What was written when the instant was requested (its stream, writer, or plan)."""
+    def plan(self, instant: Instant) -> Plan:
+        """What was written when the instant was requested (its writer, stream or plan); empty if it is gone."""
         name = pending_file_name(instant.requested, instant.action, State.REQUESTED)
-        if name not in self._names:
-            return {}
-        return self._content(instant, name)
+        cached = self._records.get(name)
+        if cached is None:
+            content = self._content(instant, name) if name in self._names else {}
+            cached = typed(kind_of(instant.action).plan, content, self.storage.describe(timeline_path(name)))
+            self._records[name] = cached
+        return cast(Plan, cached)
 
     def _content(self, instant: Instant, name: str) -> dict[str, Any]:
         """An instant file's JSON, read once. A pending instant may vanish after the listing (its writer aborted,
@@ -179,7 +199,8 @@ class Timeline:
         return cached
 
     def stream_of(self, instant: Instant) -> str | None:
-        return self.requested_content(instant).get("stream")
+        plan = self.plan(instant)
+        return plan.stream if isinstance(plan, DeltaCommitPlan) else None
 
 
 class TimelineFileVanished(StitchError):
@@ -189,7 +210,7 @@ class TimelineFileVanished(StitchError):
 def read_instant_file(storage: Storage, name: str) -> dict[str, Any]:
     """An instant file's JSON; errors name the file's full location, so a cron log says which table."""
     path = timeline_path(name)
-    where = storage.abspath(path)
+    where = storage.describe(path)
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
@@ -210,7 +231,7 @@ def write_requested(
     storage: Storage,
     requested: str,
     action: str,
-    content: dict[str, Any],
+    content: Plan,
     ready: Callable[[], None] | None = None,
 ) -> Instant:
     """Create `<requested>.<action>.requested`; a clash means two writers drew one time: a bug, not a race.
@@ -221,7 +242,7 @@ def write_requested(
     if action not in Action.ALL:
         raise ValueError(f"unknown action {action!r}")
     name = pending_file_name(requested, action, State.REQUESTED)
-    if not storage.put_if_absent(timeline_path(name), encode_metadata(content), ready):
+    if not storage.put_if_absent(timeline_path(name), encode_metadata(plan_json(content)), ready):
         raise StitchError(f"instant {requested} already exists on the timeline")
     return Instant(requested, action, State.REQUESTED)
 
@@ -242,7 +263,7 @@ def write_completed(
     storage: Storage,
     instant: Instant,
     completed: str,
-    metadata: dict[str, Any],
+    metadata: Commit,
     ready: Callable[[], None] | None = None,
 ) -> Instant:
     """Publish the instant: one atomic create-if-absent of the completed file (DESIGN §4).
@@ -250,7 +271,8 @@ def write_completed(
     `ready` runs right before the create (see `Storage.put_if_absent`); raising there publishes nothing.
     """
     name = completed_file_name(instant.requested, completed, instant.action)
-    content = {**metadata, "action": instant.action, "requested": instant.requested, "completed": completed}
+    record = replace(metadata, action=instant.action, requested=instant.requested, completed=completed)
+    content = commit_json(record)
     if not storage.put_if_absent(timeline_path(name), encode_metadata(content), ready):
         raise StitchError(f"instant {instant.requested} was already completed")
     return Instant(instant.requested, instant.action, State.COMPLETED, completed)

@@ -1,0 +1,97 @@
+"""Run a job request for the CLI: in this process or as a spark-submit job, with progress on stderr.
+
+`--engine auto` (the default) runs in-process when the work is small — at most `AUTO_LOCAL_MAX_BYTES` of landing
+files or file slices — and on Spark otherwise, and says which it chose. Metadata-only jobs always run here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cli import output
+from cli.options import EngineChoice
+from stitchlake.errors import UsageError
+
+if TYPE_CHECKING:
+    from stitchlake.jobs.requests import JobRequest
+    from stitchlake.table import Table
+    from stitchlake.transaction import Transaction
+
+#: `--engine auto` runs in-process up to this much work (bytes of landing files or of file slices to rewrite).
+AUTO_LOCAL_MAX_BYTES = 256 * 1024 * 1024
+
+
+def choose_engine(request: JobRequest, choice: EngineChoice, work_bytes: int) -> EngineChoice:
+    """The engine a request runs on (`auto`: by the size of the work)."""
+    if request.metadata_only:
+        if choice is EngineChoice.spark:
+            raise UsageError(
+                f"{request.job} is metadata only (a few small files): it runs in this process, never on Spark"
+            )
+        return EngineChoice.local
+    if choice is not EngineChoice.auto:
+        return choice
+    # The choice is reported in the result (`engine`), which the summary and `--json` show.
+    return EngineChoice.local if work_bytes <= AUTO_LOCAL_MAX_BYTES else EngineChoice.spark
+
+
+def target_args(table: Table) -> list[str]:
+    """How the spark-submit job names the table: the same config file, or the table's location."""
+    if table.config.source_file and Path(table.config.source_file).is_file():
+        return ["--config", str(Path(table.config.source_file).resolve())]
+    return ["--table", table.path]
+
+
+def execute(
+    table: Table, request: JobRequest, engine: EngineChoice, claim: Transaction | None = None
+) -> dict[str, Any]:
+    """Run `request`; return its result as plain data with `engine` and `seconds` (the wall time waited).
+
+    `claim` is an instant the caller took before the job (so an overlapping run is refused at once): whatever
+    happens to the job, this process stops beating for it, and a job that died without a word has its leftovers
+    removed here.
+    """
+    from stitchlake.jobs.run import run
+
+    started = time.time()
+    try:
+        if engine is EngineChoice.spark:
+            result = _on_spark(table, request, started)
+        else:
+            from stitchlake.engine import LocalEngine
+
+            result = {**run(table, request, LocalEngine()), "engine": "local"}
+    except BaseException:
+        if claim is not None and not _published(table, claim):
+            claim.abort()
+        raise
+    finally:
+        if claim is not None:
+            claim.finish_here()
+    return {**result, "seconds": round(time.time() - started, 2)}
+
+
+def _published(table: Table, claim: Transaction) -> bool:
+    current = table.timeline().get(claim.time)
+    return current is not None and current.is_completed
+
+
+def _on_spark(table: Table, request: JobRequest, started: float) -> dict[str, Any]:
+    from stitchlake.spark.launcher import run_job
+
+    json_mode = output.json_mode()
+    console = output.stderr_console()
+    with console.status(f"{request.job}: starting Spark", spinner="dots") as status:
+
+        def progress(message: str) -> None:
+            status.update(output.redact(f"{request.job}: {message} ({time.time() - started:.0f}s)"))
+            if not console.is_terminal and not json_mode:
+                output.hint(f"{request.job}: {message}")
+
+        result = run_job(table, request, target_args(table), progress)
+    result.pop("ok", None)
+    # `seconds` will be the wall time the user waited; `job_seconds` the job's own part, after JVM start-up.
+    inside = {"job_seconds": round(float(result["seconds"]), 2)} if "seconds" in result else {}
+    return {**result, **inside, "engine": "spark"}

@@ -1,0 +1,95 @@
+"""The public table handle: everything a Python user does to a table, as methods (`stitchlake.open(...)`).
+
+It adds the services to the core `stitchlake.table.Table`, running their heavy parts in this process (or on a
+Spark engine given as `engine=`), exactly as `stitch ... --engine local` does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.table import Table as CoreTable
+from stitchlake.table import open_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from stitchlake.config import TableConfig
+    from stitchlake.engine import Engine
+
+
+def _engine(engine: Engine | None) -> Engine:
+    from stitchlake.engine import LocalEngine
+
+    return engine or LocalEngine()
+
+
+class Table(CoreTable):
+    """A stitched table and every action on it."""
+
+    def ingest(
+        self,
+        stream: str,
+        sources: list[str] | None = None,
+        max_files: int | None = None,
+        reingest_changed: bool = False,
+        engine: Engine | None = None,
+    ) -> Any:
+        """Ingest the stream's new landing files exactly once (see `stitchlake.services.ingest`)."""
+        from stitchlake.services.ingest import ingest
+
+        return ingest(self, _engine(engine), stream, sources, max_files, reingest_changed)
+
+    def compact(self, strategy: str | None = None, engine: Engine | None = None) -> Any:
+        """Schedule and run a compaction; None when nothing needs compacting."""
+        from stitchlake.services.compaction import compact
+
+        return compact(self, strategy, _engine(engine))
+
+    def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> Any:
+        """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`)."""
+        from stitchlake.jobs.requests import CleanRequest
+        from stitchlake.jobs.run import run
+
+        return run(self, CleanRequest(policy, retain, dry_run), _engine(None))
+
+    def erase(self, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> Any:
+        """Key-level erase of the given keys (see `stitchlake.services.erase`)."""
+        from stitchlake.services.erase import erase
+
+        return erase(self, keys, purge, _engine(engine))
+
+    def savepoint(self, name: str | None = None, instant: str | None = None) -> Any:
+        """Pin the state as of a completed instant (default: the latest)."""
+        from stitchlake.services.savepoint import create
+
+        return create(self, instant, name)
+
+    def restore(self, savepoint: str, force: bool = False) -> Any:
+        """Bring the table back to a savepoint's state."""
+        from stitchlake.services.restore import restore
+
+        return restore(self, savepoint, force)
+
+    def rollback(self, instant: str | None = None) -> Any:
+        """Roll back one instant, or (no instant) every failed write."""
+        from stitchlake.services.recovery import rollback_failed
+        from stitchlake.services.rollback import rollback
+
+        return rollback(self, instant) if instant else rollback_failed(self)
+
+    def archive(self, keep: int | None = None) -> Any:
+        from stitchlake.services.archive import archive
+
+        return archive(self, keep)
+
+    def status(self) -> dict[str, Any]:
+        from stitchlake.services.status import status
+
+        return status(self)
+
+
+def open(target: str | os.PathLike[str] | TableConfig) -> Table:
+    """A table handle from a config file path, a table folder, or a TableConfig."""
+    return open_table(target, Table)

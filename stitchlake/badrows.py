@@ -1,0 +1,111 @@
+"""The bad-row policy (`bad_rows: fail | quarantine`), written once for every engine and every writer.
+
+Rows are judged by `batch.prepare`; a whole landing file that cannot be read, or lacks a column the stream
+needs, is judged here. `fail` stops the write with one message (counts per reason, the first few rows and
+where they came from) and nothing is published; `quarantine` sets them aside under
+`.stitch/quarantine/<instant>/` with their reason, and the rest is written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from stitchlake.batch import REASON, ROW, SOURCE, UNPARSABLE
+from stitchlake.errors import InputRejected
+from stitchlake.io.datafiles import write_parquet
+from stitchlake.paths import quarantine_folder
+from stitchlake.storage import Storage
+from stitchlake.timeline.metadata import QuarantinedFile
+
+#: Rows shown in a message (and carried back from Spark tasks) besides the counts.
+SAMPLE_ROWS = 3
+FAIL = "fail"
+QUARANTINE = "quarantine"
+TO_CHANGE_POLICY = "set bad_rows: quarantine to set bad rows aside and keep the rest"
+
+
+@dataclass
+class BadRows:
+    """What was rejected in one write: counts per reason, a few examples, and what was set aside where."""
+
+    by_reason: Counter[str] = field(default_factory=Counter)
+    sample: list[dict[str, Any]] = field(default_factory=list)
+    #: Quarantine files written (rows), table-relative.
+    files: list[str] = field(default_factory=list)
+    #: Landing files rejected whole.
+    rejected: list[QuarantinedFile] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_reason.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.by_reason) or bool(self.rejected)
+
+    def add_rows(self, bad: pa.Table | None) -> None:
+        if bad is None or not bad.num_rows:
+            return
+        self.by_reason.update(bad.column(REASON).to_pylist())
+        room = SAMPLE_ROWS - len(self.sample)
+        if room > 0:
+            self.sample += bad.slice(0, room).to_pylist()
+
+    def merge(self, other: BadRows) -> None:
+        self.by_reason.update(other.by_reason)
+        self.sample = (self.sample + other.sample)[:SAMPLE_ROWS]
+        self.files += other.files
+        self.rejected += other.rejected
+
+    def describe(self) -> str:
+        """A short human summary: counts per reason and where the first few came from."""
+        parts = []
+        if self.by_reason:
+            summary = ", ".join(f"{reason}: {count}" for reason, count in self.by_reason.most_common())
+            examples = "; ".join(_example(row) for row in self.sample)
+            parts.append(f"{self.count} bad row{'s' if self.count != 1 else ''} ({summary}); first: {examples}")
+        if self.rejected:
+            shown = "; ".join(f"{item.reason}" for item in self.rejected[:SAMPLE_ROWS])
+            parts.append(f"{len(self.rejected)} unreadable landing file(s): {shown}")
+        return "; ".join(parts)
+
+    def rejection(self) -> InputRejected:
+        return InputRejected(f"{self.describe()} — nothing was written ({TO_CHANGE_POLICY})")
+
+
+def _example(row: dict[str, Any]) -> str:
+    reason = str(row[REASON])
+    column = reason[len(UNPARSABLE) :] if reason.startswith(UNPARSABLE) else None
+    if column and column in row:  # show what could not be parsed: the fix is in the data, not here
+        value = str(row[column])
+        reason += f": {value[:40] + '...' if len(value) > 40 else value!r}"
+    return f"{row[SOURCE]} row {row[ROW]} ({reason})"
+
+
+def quarantine_rows(storage: Storage, instant: str, bad: pa.Table, tag: str, mark: Callable[[str], None]) -> str:
+    """Set rejected rows aside with their reason (one file per writer task, `tag` tells them apart)."""
+    path = f"{quarantine_folder(instant)}/rows-{tag}.parquet"
+    mark(path)
+    write_parquet(storage, path, bad)
+    return path
+
+
+def quarantine_file(
+    storage: Storage, instant: str, name: str, data: bytes | None, reason: str, mark: Callable[[str], None]
+) -> QuarantinedFile:
+    """Set a whole landing file aside (a copy, so the evidence survives the landing folder's own retention)."""
+    copy = None
+    if data is not None:
+        copy = f"{quarantine_folder(instant)}/files/{_safe(name)}"
+        mark(copy)
+        storage.write_bytes(copy, data)
+    return QuarantinedFile(name, reason, copy)
+
+
+def _safe(name: str) -> str:
+    """A landing name as one file name under the quarantine folder (its folders flattened)."""
+    return name.replace("://", "_").replace("/", "__").lstrip(".") or "file"

@@ -1,0 +1,99 @@
+"""Engines: where a job's heavy, parallel part runs. Every job is written once over this interface.
+
+A job (ingest, compact, clean, erase, ...) plans and publishes on the driver; an engine only distributes the
+per-file and per-file-group work, calling the same core functions either way. `LocalEngine` runs it in this
+process with a few threads; `stitchlake.spark.engine.SparkEngine` runs it as Spark tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from stitchlake.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.batch import Batch
+from stitchlake.concurrency.markers import create_marker
+from stitchlake.config import StreamSpec
+from stitchlake.events import LandingEvents, from_landing
+from stitchlake.io.landing import LandingFile
+from stitchlake.timeline.metadata import DataFile
+from stitchlake.write import write_file_groups
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+T = TypeVar("T")
+R = TypeVar("R")
+#: Threads of the in-process engine: reading and encoding release the GIL, so a few help.
+LOCAL_THREADS = 4
+
+
+@dataclass
+class StreamWrite:
+    """What writing a batch of landing files produced: log files, good rows, and what was rejected."""
+
+    files: list[DataFile] = field(default_factory=list)
+    rows: int = 0
+    bad: BadRows = field(default_factory=BadRows)
+
+
+class Engine(ABC):
+    """Runs the parallel part of a job."""
+
+    name: str
+
+    @abstractmethod
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """`fn` applied to every item (as tasks), results in item order. `fn` must not touch the driver's state."""
+
+    @abstractmethod
+    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
+        """Read, validate and write landing files as log files of `instant` (one per touched file group).
+
+        Under `bad_rows: fail` a bad row or file raises InputRejected (the caller aborts the instant, which removes
+        anything written); under `quarantine` they are set aside and reported.
+        """
+
+
+def marker_for(table: Table, instant: str) -> Callable[[str], None]:
+    """What `Transaction.mark` does, as a plain picklable function (engines mark from their tasks)."""
+    return functools.partial(create_marker, table.storage, instant)
+
+
+class LocalEngine(Engine):
+    """In this process: a few threads, for small tables, tests, and metadata-sized work."""
+
+    name = "local"
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(LOCAL_THREADS, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
+        mark = marker_for(table, instant)
+        read: list[LandingEvents] = self.map(
+            lambda item: from_landing(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
+        )
+        bad = BadRows()
+        batches = []
+        for events in read:
+            if events.rejected is not None:
+                bad.rejected.append(events.rejected)
+            if events.batch is not None:
+                bad.add_rows(events.batch.bad)
+                batches.append(events.batch)
+        if bad and table.config.bad_rows == FAIL:
+            raise bad.rejection()
+        if not batches:
+            return StreamWrite(bad=bad)
+        batch = Batch.concat(batches)
+        if batch.bad is not None and batch.bad.num_rows:
+            bad.files.append(quarantine_rows(table.storage, instant, batch.bad, "local", mark))
+        written = write_file_groups(table, stream, batch, instant, mark)
+        return StreamWrite(written, batch.rows.num_rows, bad)

@@ -1,0 +1,178 @@
+"""Read filters: what a filter lets a read skip before opening a file, and what it checks row by row.
+
+A filter is a mapping `{column: value or [values]}`, text conditions (`"p=eu,amount>=10"`, a list of them from
+repeated `--where`), or a pyarrow expression. Conditions all hold together, except equalities on one column, which
+combine as IN. Conditions on partition columns prune partitions (any comparison); equalities on every key column
+prune file groups (the bucket of each key); everything is also checked on the rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.config import TableConfig, parse_default
+from stitchlake.errors import UsageError
+from stitchlake.layout.bucket import bucket_for_values
+from stitchlake.layout.names import file_group_id
+from stitchlake.layout.partition import parse_partition_path
+from stitchlake.types import arrow_type
+
+Filter = Mapping[str, Any] | pc.Expression | str | Sequence[str] | None
+
+#: Comparison operators of text conditions, longest first so `>=` is not read as `>`.
+_CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|>=|<=|==|=|>|<)(.*)$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`column op value`; an equality may hold several values (IN)."""
+
+    column: str
+    op: str
+    values: tuple[Any, ...]
+
+    def expression(self, kind: pa.DataType) -> pc.Expression:
+        column = pc.field(self.column)
+        if self.op == "=":
+            return column.isin(pa.array(list(self.values), kind))
+        value = pa.scalar(self.values[0], kind)
+        return {
+            "!=": column != value,
+            ">": column > value,
+            ">=": column >= value,
+            "<": column < value,
+            "<=": column <= value,
+        }[self.op]
+
+    def holds(self, value: Any) -> bool:
+        """The condition on one (typed) value, for partition values."""
+        if value is None:
+            return False
+        if self.op == "=":
+            return value in self.values
+        other = self.values[0]
+        return bool(
+            {
+                "!=": value != other,
+                ">": value > other,
+                ">=": value >= other,
+                "<": value < other,
+                "<=": value <= other,
+            }[self.op]
+        )
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What a filter lets us skip before reading, and what must still be checked row by row."""
+
+    partition_conditions: tuple[Condition, ...] = ()
+    file_groups: set[str] | None = None
+    rows: pc.Expression | None = None
+    #: Columns the row filter needs (None: possibly any, for an opaque expression).
+    row_columns: tuple[str, ...] | None = ()
+    #: The part of `rows` on key and partition columns only (a deleted row still has those).
+    keys: pc.Expression | None = None
+    #: The part of `rows` on stream columns (null on a deleted row).
+    values: pc.Expression | None = None
+    partition_types: dict[str, str] = field(default_factory=dict)
+
+    def matches_partition(self, path: str) -> bool:
+        if not self.partition_conditions:
+            return True
+        found = parse_partition_path(path)
+        for condition in self.partition_conditions:
+            text = found.get(condition.column)
+            value = None if text is None else parse_default(self.partition_types[condition.column], text)
+            if not condition.holds(value):
+                return False
+        return True
+
+
+def parse_conditions(texts: str | Sequence[str]) -> list[tuple[str, str, str]]:
+    """`col=value`, `col>=value` (also != < <= >), comma-separated, in one text or several."""
+    out = []
+    for text in [texts] if isinstance(texts, str) else texts:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            match = _CONDITION.match(part)
+            if not match:
+                raise UsageError(f"--where {text!r}: expected col=value or col>=value (also != < <= >), got {part!r}")
+            name, op, value = match.group(1), match.group(2), match.group(3).strip()
+            out.append((name, "=" if op == "==" else op, value))
+    return out
+
+
+def _typed(config: TableConfig, name: str, value: Any) -> Any:
+    columns = {c.name: c for c in config.all_columns()}
+    if name not in columns:
+        raise UsageError(f"filter: {name!r} is not a column (columns: {', '.join(columns)})")
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_default(columns[name].type, value)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"filter: {name}={value!r} is not a valid {columns[name].type}: {exc}") from None
+
+
+def conditions(config: TableConfig, where: Mapping[str, Any] | str | Sequence[str]) -> list[Condition]:
+    """Typed conditions; equalities on one column merged into one IN."""
+    if isinstance(where, Mapping):
+        raw = [
+            (name, "=", v)
+            for name, value in where.items()
+            for v in (list(value) if isinstance(value, list | tuple | set | frozenset) else [value])
+        ]
+    else:
+        raw = parse_conditions(where)
+    equal: dict[str, list[Any]] = {}
+    out: list[Condition] = []
+    for name, op, value in raw:
+        typed = _typed(config, name, value)
+        if op == "=":
+            equal.setdefault(name, []).append(typed)
+        else:
+            out.append(Condition(name, op, (typed,)))
+    return [Condition(name, "=", tuple(values)) for name, values in equal.items()] + out
+
+
+def prune(config: TableConfig, where: Filter) -> Pruning:
+    """Split a filter into partition pruning, file-group (bucket) pruning and a residual row filter."""
+    if where is None:
+        return Pruning()
+    if isinstance(where, pc.Expression):
+        return Pruning(rows=where, row_columns=None)
+    found = conditions(config, where)
+    kinds = {c.name: arrow_type(c.type) for c in config.all_columns()}
+    partition_names = set(config.table.partition_names)
+    common = {c.name for c in config.common_columns}
+    equal = {c.column: list(c.values) for c in found if c.op == "="}
+    groups = None
+    if all(name in equal for name in config.table.key_names):
+        key_kinds = [arrow_type(c.type) for c in config.table.key]
+        combos = itertools.product(*(equal[n] for n in config.table.key_names))
+        groups = {file_group_id(bucket_for_values(list(c), key_kinds, config.table.buckets)) for c in combos}
+    on_keys = _conjunction([c.expression(kinds[c.column]) for c in found if c.column in common])
+    on_values = _conjunction([c.expression(kinds[c.column]) for c in found if c.column not in common])
+    return Pruning(
+        partition_conditions=tuple(c for c in found if c.column in partition_names),
+        file_groups=groups,
+        rows=_conjunction([e for e in (on_keys, on_values) if e is not None]),
+        row_columns=tuple(dict.fromkeys(c.column for c in found)),
+        keys=on_keys,
+        values=on_values,
+        partition_types={c.name: c.type for c in config.table.partition_by},
+    )
+
+
+def _conjunction(terms: list[pc.Expression]) -> pc.Expression | None:
+    out = None
+    for term in terms:
+        out = term if out is None else out & term
+    return out

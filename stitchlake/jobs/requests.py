@@ -1,0 +1,106 @@
+"""Job requests: one frozen record per job, built by the CLI (or a scheduler), run in-process or sent to a
+spark-submit job as JSON. The same record on both sides means the job's options are spelled once."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from stitchlake.errors import UsageError
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Base of every request. `metadata_only` jobs never start Spark: they read and write a few small files."""
+
+    job: ClassVar[str] = ""
+    metadata_only: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class IngestRequest(JobRequest):
+    job: ClassVar[str] = "ingest"
+    stream: str = ""
+    sources: tuple[str, ...] = ()
+    max_files: int | None = None
+    reingest_changed: bool = False
+    #: A claim (the stream's pending deltacommit) the caller took before starting the job.
+    instant: str | None = None
+
+
+@dataclass(frozen=True)
+class CompactRequest(JobRequest):
+    job: ClassVar[str] = "compact"
+    schedule: bool = True
+    run: bool = True
+    instant: str | None = None
+    strategy: str | None = None
+
+
+@dataclass(frozen=True)
+class CleanRequest(JobRequest):
+    job: ClassVar[str] = "clean"
+    policy: str | None = None
+    retain: int | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class EraseRequest(JobRequest):
+    job: ClassVar[str] = "erase"
+    #: A Parquet, CSV or JSON-lines file with the key columns (read by the job).
+    keys: str = ""
+    purge: bool = False
+
+
+@dataclass(frozen=True)
+class RollbackRequest(JobRequest):
+    job: ClassVar[str] = "rollback"
+    metadata_only: ClassVar[bool] = True
+    instant: str | None = None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class SavepointRequest(JobRequest):
+    job: ClassVar[str] = "savepoint"
+    metadata_only: ClassVar[bool] = True
+    action: str = "create"
+    name: str | None = None
+    instant: str | None = None
+    savepoint: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class ArchiveRequest(JobRequest):
+    job: ClassVar[str] = "archive"
+    metadata_only: ClassVar[bool] = True
+    keep: int | None = None
+
+
+REQUESTS: dict[str, type[JobRequest]] = {
+    cls.job: cls
+    for cls in (
+        IngestRequest,
+        CompactRequest,
+        CleanRequest,
+        EraseRequest,
+        RollbackRequest,
+        SavepointRequest,
+        ArchiveRequest,
+    )
+}
+
+
+def from_json(data: dict[str, Any]) -> JobRequest:
+    """A request from its JSON form (as written by `JobRequest.to_json`)."""
+    cls = REQUESTS.get(str(data.get("job")))
+    if cls is None:
+        raise UsageError(f"unknown job {data.get('job')!r} (jobs: {', '.join(REQUESTS)})")
+    known = {f.name for f in fields(cls)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+    return cls(**values)

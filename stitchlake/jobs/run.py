@@ -1,0 +1,149 @@
+"""Run a job request on an engine: each job is written once here, over `stitchlake.engine.Engine`.
+
+The CLI runs requests in-process (`LocalEngine`) or hands them, as JSON, to `stitchlake/spark/submit.py`, which runs
+the very same function with a `SparkEngine`. Results are plain dicts (what `--json` prints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.errors import UsageError
+from stitchlake.jobs.requests import (
+    ArchiveRequest,
+    CleanRequest,
+    CompactRequest,
+    EraseRequest,
+    IngestRequest,
+    JobRequest,
+    RollbackRequest,
+    SavepointRequest,
+)
+from stitchlake.services import archive, clean, compaction, erase, ingest, recovery, restore, rollback, savepoint
+from stitchlake.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.engine import Engine
+    from stitchlake.table import Table
+
+Progress = Callable[[str], None]
+#: Files a delete task takes (object stores delete one key per request: many tasks help).
+DELETES_PER_TASK = 64
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = _quiet) -> dict[str, Any]:
+    """Run `request` and return its result as plain data."""
+    handler = JOBS.get(type(request))
+    if handler is None:
+        raise UsageError(f"no job runs {type(request).__name__}")
+    return handler(table, request, engine, progress)
+
+
+def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, IngestRequest)
+    claim = Transaction.attach(table, request.instant) if request.instant else None
+    result = ingest.ingest(
+        table,
+        engine,
+        request.stream,
+        list(request.sources) or None,
+        request.max_files,
+        request.reingest_changed,
+        claim,
+        progress,
+    )
+    if result.instant and compaction.inline_due(table):
+        progress("compacting inline (compaction.inline)")
+        done = compaction.compact(table, engine=engine)
+        result.extra["compaction"] = asdict(done) if done is not None else None
+    return result.to_json()
+
+
+def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, CompactRequest)
+    planned = request.instant
+    if request.schedule:
+        planned = compaction.schedule(table, request.strategy)
+        progress(f"scheduled compaction {planned}" if planned else "no file group needs compacting")
+        if planned is None or not request.run:
+            return {"scheduled": planned, "result": None}
+    elif request.instant is None and not compaction.pending_plans(table):
+        return {"scheduled": None, "result": None}  # nothing to run is exit 0
+    progress(f"running compaction {planned or '(oldest pending)'}")
+    result = compaction.run(table, planned, engine)
+    return {"scheduled": planned if request.schedule else None, "result": asdict(result)}
+
+
+def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, CleanRequest)
+    clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
+    if request.dry_run:
+        targets, resets, _ = recovery.failed_instants(table, table.timeline())
+        result = clean.clean(table, request.policy, request.retain, dry_run=True)
+        result.rolled_back = [t.requested for t in targets]
+        result.reset_compactions = [r.requested for r in resets]
+        result.message = (
+            f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
+            "failed write(s)"
+        )
+        return asdict(result)
+    rolled = recovery.rollback_failed(table)
+    progress(rolled.message)
+
+    def delete_all(paths: list[str]) -> int:
+        chunks = [paths[i : i + DELETES_PER_TASK] for i in range(0, len(paths), DELETES_PER_TASK)]
+        storage = table.storage
+        return sum(engine.map(lambda chunk: sum(1 for path in chunk if storage.delete(path)), chunks))
+
+    result = clean.clean(table, request.policy, request.retain, deleter=delete_all)
+    result.rolled_back = rolled.rolled_back
+    result.reset_compactions = rolled.reset_compactions
+    result.message += f"; rolled back {len(rolled.rolled_back)} failed write(s)"
+    return asdict(result)
+
+
+def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, EraseRequest)
+    keys = erase.load_keys(request.keys, table.storage_options)
+    progress(f"erasing {keys.num_rows} key(s)")
+    return asdict(erase.erase(table, keys, request.purge, engine))
+
+
+def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, RollbackRequest)
+    if request.failed:
+        return asdict(recovery.rollback_failed(table))
+    return asdict(rollback.rollback(table, request.instant or ""))
+
+
+def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, SavepointRequest)
+    if request.action == "create":
+        return asdict(savepoint.create(table, request.instant, request.name))
+    if request.action == "delete":
+        return asdict(savepoint.delete(table, request.savepoint or ""))
+    if request.action == "restore":
+        return asdict(restore.restore(table, request.savepoint or "", request.force))
+    raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete, restore")
+
+
+def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, ArchiveRequest)
+    return asdict(archive.archive(table, request.keep))
+
+
+JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], dict[str, Any]]] = {
+    IngestRequest: run_ingest,
+    CompactRequest: run_compact,
+    CleanRequest: run_clean,
+    EraseRequest: run_erase,
+    RollbackRequest: run_rollback,
+    SavepointRequest: run_savepoint,
+    ArchiveRequest: run_archive,
+}

@@ -1,0 +1,229 @@
+"""Ingest a stream's landing files exactly once (DESIGN §6): one job, written once, for every engine.
+
+Each completed deltacommit records the landing files it consumed, with what they held (size, version); a run
+ingests only files no completed instant of the stream has consumed. A re-run after success finds nothing and
+exits 0; a re-run after a crash ingests exactly the files the crashed run did not commit. A file re-delivered
+under a consumed name with new content is reported (exit 5), or ingested again when asked. Only one live writer
+per stream runs at a time (`lock_free`): the claim is the stream's pending deltacommit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.badrows import FAIL
+from stitchlake.errors import ConflictError, InputRejected, UsageError
+from stitchlake.io.landing import LandingFile, discover
+from stitchlake.paths import quarantine_folder
+from stitchlake.timeline.archive import load_checkpoint
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
+
+if TYPE_CHECKING:
+    from stitchlake.engine import Engine
+    from stitchlake.table import Table
+
+
+@dataclass
+class IngestResult:
+    """What an ingest run did, for the terminal summary and `--json` (counts, never a list per file)."""
+
+    stream: str
+    engine: str
+    instant: str | None = None
+    completed: str | None = None
+    source_files: int = 0
+    rows: int = 0
+    bad_rows: int = 0
+    quarantine: str | None = None
+    quarantined_files: int = 0
+    reingested: int = 0
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    message: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def consumed(table: Table, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
+    """Landing files completed instants of `stream` consumed (archived ones included), by name, newest record."""
+    checkpoint = load_checkpoint(table.storage)
+    found = checkpoint.landing(stream) if checkpoint else {}
+    for instant in timeline.completed([Action.DELTACOMMIT]):
+        if checkpoint and (instant.completed or "") <= checkpoint.horizon:
+            continue
+        commit = timeline.commit(instant)
+        if isinstance(commit, DeltaCommit) and commit.stream == stream:
+            found.update(commit.consumed())
+    return found
+
+
+def sources_of(commit: Commit, stream: str) -> set[str]:
+    """The landing files a deltacommit of `stream` consumed (none for another stream's)."""
+    if not isinstance(commit, DeltaCommit) or commit.stream != stream:
+        return set()
+    return set(commit.consumed())
+
+
+def changed_since(record: LandingRecord, file: LandingFile) -> bool:
+    """Whether a landing file holds something else than when it was ingested (older records have no version)."""
+    if record.version is not None:
+        return record.version != file.version
+    return record.size is not None and record.size != file.size
+
+
+def pending_files(
+    table: Table,
+    stream: str,
+    paths: list[str] | None = None,
+    max_files: int | None = None,
+    reingest_changed: bool = False,
+) -> tuple[list[LandingFile], int]:
+    """Landing files of `stream` to ingest, in arrival order, at most `max_files`; and how many are re-ingested.
+
+    A consumed name whose file changed since (appended to, cut, replaced) is refused with exit 5 unless
+    `reingest_changed`: silently ignoring it would lose data, silently ingesting it would double it.
+    """
+    spec = table.config.stream(stream)
+    if spec.source is None:
+        raise UsageError(f"stream {stream} has no `source:` in the config; add one (format and path) or pass --source")
+    done = consumed(table, table.timeline(), stream)
+    found = discover(spec.source, paths, table.storage_options)
+    changed = [f for f in found if f.name in done and changed_since(done[f.name], f)]
+    if changed and not reingest_changed:
+        first = changed[0]
+        before = done[first.name]
+        raise InputRejected(
+            f"landing file {first.name} of stream {stream} changed after it was ingested (then {before.size} bytes, "
+            f"now {first.size}){f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; nothing was "
+            "ingested. A landing file must not change once written: if this is new data, deliver it under a new "
+            "name, or ingest the new content as well with --reingest-changed"
+        )
+    todo = [f for f in found if f.name not in done or f in changed]
+    if max_files:
+        todo = todo[:max_files]
+    return todo, sum(1 for f in todo if f in changed)
+
+
+def still_pending(stream: str, sources: list[str]) -> ConflictCheck:
+    """Exactly-once at publish time: none of the landing files named `sources` may have been ingested by a
+    commit that completed meanwhile (every engine publishes through this check).
+
+    The busy check at begin keeps live writers of a stream apart, but a writer frozen past its heartbeat's expiry
+    is presumed dead, so a second one may ingest the same files; whichever publishes second must not.
+    """
+    names = set(sources)
+
+    def check(timeline: Timeline, instant: Instant) -> None:
+        for other in timeline.completed([Action.DELTACOMMIT], since=instant.requested):
+            taken = names & sources_of(timeline.commit(other), stream)
+            if taken:
+                raise ConflictError(
+                    f"landing file(s) {', '.join(sorted(taken)[:3])} of stream {stream} were ingested by instant "
+                    f"{other.requested} of another process while it ran; nothing was published — run again"
+                )
+
+    return check
+
+
+def claim(table: Table, stream: str, heartbeat: bool = True) -> Transaction:
+    """Start the stream's deltacommit, refusing (exit 4) while another live writer of the stream runs.
+
+    `heartbeat=False` leaves beating to the caller (a Spark driver beats from its tasks and its commit).
+    """
+    plan = DeltaCommitPlan(stream=stream)
+    return Transaction.begin(table, Action.DELTACOMMIT, plan, exclusive_stream=stream, heartbeat=heartbeat)
+
+
+def preflight(
+    table: Table,
+    stream: str,
+    paths: list[str] | None = None,
+    max_files: int | None = None,
+    reingest_changed: bool = False,
+) -> list[LandingFile]:
+    """Cheap checks before claiming (and before any JVM): busy stream (exit 4 at once), changed files (exit 5),
+    and what is pending (nothing: no claim, no JVM)."""
+    table.require()
+    refuse_if_stream_busy(table, table.timeline(), stream)
+    return pending_files(table, stream, paths, max_files, reingest_changed)[0]
+
+
+def nothing_to_do(stream: str, engine: str) -> IngestResult:
+    return IngestResult(stream=stream, engine=engine, message=f"nothing to ingest for stream {stream}")
+
+
+def ingest(
+    table: Table,
+    engine: Engine,
+    stream: str,
+    paths: list[str] | None = None,
+    max_files: int | None = None,
+    reingest_changed: bool = False,
+    txn: Transaction | None = None,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> IngestResult:
+    """Ingest the stream's pending landing files as one deltacommit. `txn` is a claim taken by the caller."""
+    started = time.time()
+    table.require()
+    spec = table.config.stream(stream)
+    if txn is None:
+        if not preflight(table, stream, paths, max_files, reingest_changed):
+            return nothing_to_do(stream, engine.name)
+        txn = claim(table, stream)
+    try:
+        todo, reingested = pending_files(table, stream, paths, max_files, reingest_changed)
+        if not todo:
+            txn.abort()
+            return nothing_to_do(stream, engine.name)
+        txn.conflict_check = still_pending(stream, [f.name for f in todo])
+        progress(f"writing {len(todo)} landing file(s) of stream {stream} as instant {txn.time}")
+        written = engine.write_stream(table, spec, todo, txn.time)
+        bad = written.bad
+        if bad and table.config.bad_rows == FAIL:
+            raise bad.rejection()
+        quarantined = bool(bad.files or bad.rejected)
+        instant = txn.complete(
+            DeltaCommit(
+                stream=stream,
+                added=tuple(written.files),
+                rows=written.rows,
+                bad_rows=bad.count,
+                quarantine=quarantine_folder(txn.time) if quarantined else None,
+                quarantine_files=tuple(bad.files),
+                quarantined_files=tuple(bad.rejected),
+                sources=tuple(f.record() for f in todo),
+                engine=engine.name,
+            )
+        )
+    except BaseException as exc:
+        refused = txn.refusal_after(exc)
+        txn.abort()
+        if refused is not None:
+            raise refused from exc
+        raise
+    skipped = f", {len(bad.rejected)} unreadable file(s) quarantined" if bad.rejected else ""
+    return IngestResult(
+        stream=stream,
+        engine=engine.name,
+        instant=instant.requested,
+        completed=instant.completed,
+        source_files=len(todo),
+        rows=written.rows,
+        bad_rows=bad.count,
+        quarantine=quarantine_folder(instant.requested) if quarantined else None,
+        quarantined_files=len(bad.rejected),
+        reingested=reingested,
+        files=len(written.files),
+        bytes=sum(f.bytes for f in written.files),
+        seconds=round(time.time() - started, 3),
+        message=f"ingested {len(todo)} file(s), {written.rows} rows into stream {stream}{skipped}",
+    )

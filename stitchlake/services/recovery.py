@@ -1,0 +1,73 @@
+"""Recovery of failed work: instants whose process died (expired heartbeat) are rolled back or finished.
+
+What to do with a dead instant depends on its action, in one registry: crashed compactions are reset to run
+again, crashed rollbacks, cleans and restores are finished from their recorded plans (half a deletion cannot
+be taken back), every other failed write is rolled back. Never a live writer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from stitchlake.services.clean import finish_clean
+from stitchlake.services.restore import finish_restore
+from stitchlake.services.rollback import RollbackResult, expired, finish_rollback, run_rollback
+from stitchlake.timeline.instant import Action, Instant, State
+from stitchlake.timeline.metadata import kind_of
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import undone_by
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+#: How a crashed instant of an action that is finished rather than undone is finished.
+FINISHERS: dict[str, Callable[[Table, Instant], object]] = {
+    Action.ROLLBACK: finish_rollback,
+    Action.CLEAN: finish_clean,
+    Action.RESTORE: finish_restore,
+}
+
+
+def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], list[Instant], list[Instant]]:
+    """Pending instants whose writer is dead: (to roll back, crashed compactions to reset, ones to finish)."""
+    targets, resets, unfinished = [], [], []
+    for instant in timeline.pending():
+        if not expired(table, instant):
+            continue
+        if instant.action == Action.COMPACTION:
+            if instant.state is State.INFLIGHT:
+                resets.append(instant)
+        elif kind_of(instant.action).finished_not_undone:
+            unfinished.append(instant)
+        else:
+            targets.append(instant)
+    return targets, resets, unfinished
+
+
+def finish_crashed(table: Table, instants: list[Instant]) -> None:
+    """Complete crashed rollbacks, cleans and restores from their recorded plans.
+
+    Restores go first: a restore's plan takes back every instant that was pending when it began, crashed
+    rollbacks and cleans included, and resuming one of those while the restore is pending is refused (it is
+    being undone), so taking them in time order would wait on each other forever. Whatever a pending restore
+    or rollback already covers is left to it.
+    """
+    for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
+        timeline = table.timeline()
+        current = timeline.get(instant.requested)
+        if current is None or current.is_completed or undone_by(timeline, instant.requested) is not None:
+            continue
+        FINISHERS[instant.action](table, instant)
+
+
+def rollback_failed(table: Table) -> RollbackResult:
+    """Finish crashed services, then roll back every pending write whose heartbeat expired."""
+    table.require()
+    timeline = table.timeline()
+    targets, resets, unfinished = failed_instants(table, timeline)
+    finish_crashed(table, unfinished)
+    if unfinished:
+        timeline = table.timeline()
+        targets, resets, _ = failed_instants(table, timeline)
+    return run_rollback(table, timeline, targets, resets, "failed writes (expired heartbeats)")

@@ -1,0 +1,85 @@
+"""Restore (DESIGN §4): bring the table back to a savepoint's state.
+
+Every data-changing instant completed after the savepoint (and every pending one) is undone, newest first, under
+one `restore` instant whose plan is recorded first, so a crashed restore is finished, never left half-way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from stitchlake.errors import BusyError, UsageError
+from stitchlake.services.rollback import expired, target_of, undo
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import RestoreCommit, RestorePlan
+from stitchlake.timeline.savepoints import find
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+#: Instants a restore undoes: they change data (or pin states that will no longer exist).
+UNDONE_BY_RESTORE = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.SAVEPOINT)
+
+
+@dataclass
+class RestoreResult:
+    instant: str
+    savepoint_of: str
+    undone: list[str] = field(default_factory=list)
+    deleted_files: int = 0
+    message: str = ""
+
+
+def restore(table: Table, which: str, force: bool = False) -> RestoreResult:
+    """Bring the table back to a savepoint's state."""
+    return _execute(table, begin_restore(table, which, force))
+
+
+def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
+    """Check, plan and request the restore (its whole plan is recorded before anything is undone)."""
+    table.require()
+    timeline = table.timeline()
+    savepoint, commit = find(timeline, which)
+    at = commit.savepoint_of
+    view = table.view(timeline)
+    if view.horizon is not None and at < view.horizon:
+        raise UsageError(f"savepoint {which} is older than the archived timeline ({view.horizon}); cannot restore")
+    live = [i for i in timeline.pending() if not expired(table, i)]
+    if live and not force:
+        shown = ", ".join(f"{i.action} {i.requested}" for i in live)
+        raise BusyError(f"live writers are running ({shown}); stop them or wait, or pass --force to roll them back too")
+
+    def plan(fresh: Timeline, _requested: str) -> RestorePlan:
+        undone = [i for i in fresh.completed(UNDONE_BY_RESTORE, since=at) if i.requested != savepoint.requested] + [
+            i for i in fresh.pending() if i.action != Action.RESTORE
+        ]
+        undone.sort(key=lambda i: i.completed or i.requested, reverse=True)
+        targets = tuple(target_of(table, fresh, i) for i in undone)
+        return RestorePlan(savepoint=which, savepoint_of=at, targets=targets)
+
+    txn = Transaction.begin_planned(table, Action.RESTORE, plan=plan)
+    assert txn is not None
+    return txn
+
+
+def _execute(table: Table, txn: Transaction) -> RestoreResult:
+    plan = txn.plan
+    assert isinstance(plan, RestorePlan)
+    deleted = sum(undo(table, target) for target in plan.targets)
+    undone = tuple(t.requested for t in plan.targets)
+    done = txn.complete(RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone))
+    return RestoreResult(
+        done.requested,
+        plan.savepoint_of,
+        list(undone),
+        deleted,
+        f"restored to {plan.savepoint_of}: undid {len(undone)} instant(s)",
+    )
+
+
+def finish_restore(table: Table, instant: Instant) -> RestoreResult:
+    """Finish a crashed restore from its recorded plan."""
+    return _execute(table, Transaction.resume(table, instant, "restore"))

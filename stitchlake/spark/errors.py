@@ -1,0 +1,41 @@
+"""Errors raised inside Spark tasks, recovered: a bad row on an executor is still an InputRejected (exit 5).
+
+Spark wraps a task's exception in Java and Python exceptions whose text holds the original one; the class name and
+message are dug out of it, so every engine raises the same stitchlake errors with the same exit codes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stitchlake import errors
+
+_WRAPPED = re.compile(r"stitchlake\.errors\.(\w+): (.+?)(?:\n\s*(?:at |\tat |JVM stacktrace|\n)|$)", re.S)
+
+
+def unwrap(error: BaseException) -> tuple[str, int, str]:
+    """(error class name, exit code, message) for any exception, recovering stitchlake errors from executors."""
+    if isinstance(error, errors.StitchError):
+        return type(error).__name__, error.exit_code, str(error)
+    if isinstance(error, OSError) and error.errno:
+        return "StitchError", 1, errors.describe_os_error(error)
+    text = str(error)
+    match = _WRAPPED.search(text)
+    if match:
+        kind = getattr(errors, match.group(1), errors.StitchError)
+        name = kind.__name__ if isinstance(kind, type) and issubclass(kind, errors.StitchError) else "StitchError"
+        return name, getattr(errors, name).exit_code, match.group(2).strip().splitlines()[0]
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return "StitchError", 1, f"{type(error).__name__}: {first}"
+
+
+def recovered(error: BaseException) -> errors.StitchError | None:
+    """The stitchlake error a Spark failure wraps, as its own class again; None if it wraps none."""
+    if isinstance(error, errors.StitchError):
+        return error
+    match = _WRAPPED.search(str(error))
+    if not match:
+        return None
+    name, _code, message = unwrap(error)
+    kind = getattr(errors, name, errors.StitchError)
+    return kind(message)

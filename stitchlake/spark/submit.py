@@ -1,0 +1,81 @@
+"""The spark-submit entry of every job: a request (JSON) in, a result (JSON) out.
+
+It opens the table, builds the session, and runs the request with `stitchlake.jobs.run.run` on a `SparkEngine`:
+the very function the in-process engine runs. Errors raised inside Spark tasks arrive wrapped in Java and Python
+exceptions; the original stitchlake error is dug out, so a bad row on an executor still exits 5 with its own
+message. The result names the error's class; the launcher raises that class again, so exit codes come from
+the error classes alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import traceback
+from typing import Any
+
+PROGRESS_PREFIX = "STITCH-PROGRESS: "
+
+
+def progress(message: str) -> None:
+    """Tell the launcher what we are doing (it relays these lines to the terminal)."""
+    print(f"{PROGRESS_PREFIX}{message}", file=sys.stderr, flush=True)
+
+
+def quiet_lock_client_logs() -> None:
+    """kazoo logs every failed connection with its host list (maybe a secret); STITCH_DEBUG=1 keeps it."""
+    if os.environ.get("STITCH_DEBUG") != "1":
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="stitchlake spark job")
+    parser.add_argument("--request", required=True, help="the job request (JSON file)")
+    parser.add_argument("--result", required=True, help="where to write the JSON result")
+    parser.add_argument("--config", help="the table config YAML")
+    parser.add_argument("--table", help="a table folder or URI (when there is no config file)")
+    args = parser.parse_args(argv)
+    spark = None
+    secrets: frozenset[str] = frozenset()
+    job = "job"
+    quiet_lock_client_logs()
+    try:
+        from pyspark.sql import SparkSession
+
+        from stitchlake.jobs.requests import from_json
+        from stitchlake.jobs.run import run
+        from stitchlake.spark.engine import SparkEngine
+        from stitchlake.spark.session import register
+        from stitchlake.table import open_table
+
+        with open(args.request, encoding="utf-8") as handle:
+            request = from_json(json.load(handle))
+        job = request.job
+        table = open_table(args.config or args.table)
+        secrets = table.config.secret_values
+        spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate())
+        spark.sparkContext.setLogLevel("WARN")
+        outcome: dict[str, Any] = {"ok": True, **run(table, request, SparkEngine(spark), progress)}
+        code = 0
+    except BaseException as error:  # report every failure as a result the launcher can raise again
+        from stitchlake.config import redact
+        from stitchlake.spark.errors import unwrap
+
+        name, code, message = unwrap(error)
+        outcome = {"ok": False, "exit_code": code, "error_type": name, "error": redact(message, secrets), "job": job}
+        print(redact(traceback.format_exc(), secrets), file=sys.stderr, flush=True)  # the log may be shared
+    finally:
+        if spark is not None:
+            with contextlib.suppress(Exception):
+                spark.stop()
+    with open(args.result, "w", encoding="utf-8") as handle:
+        json.dump(outcome, handle, default=str)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

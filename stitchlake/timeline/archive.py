@@ -1,0 +1,121 @@
+"""The archived part of the timeline (DESIGN §4): archived instants and the file-system-view checkpoint.
+
+Reading them belongs with the timeline: the file-system view, exactly-once ingest and time travel all start from
+the newest checkpoint. Checkpoints are immutable, one file per horizon (`checkpoint.<horizon>.json`, created if
+absent), and readers take the newest, so a checkpoint can never move backwards (`services.archive` writes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from stitchlake.errors import CorruptFileError
+from stitchlake.paths import ARCHIVE_DIR
+from stitchlake.storage import Storage
+from stitchlake.timeline.instant import Instant, State
+from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, kind_of, load
+
+#: The single, rewritten checkpoint of versions before checkpoints became immutable (still read).
+LEGACY_CHECKPOINT = f"{ARCHIVE_DIR}/checkpoint.json"
+_CHECKPOINT_NAME = re.compile(r"^checkpoint\.(\d{17})\.json$")
+BATCH_SUFFIX = ".archive.jsonl"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The file-system view at the archive horizon: live files, and what each stream had consumed by then."""
+
+    completed: str
+    files: tuple[DataFile, ...] = ()
+    #: stream -> landing files consumed up to the horizon (plain names in checkpoints written before versions).
+    consumed: dict[str, tuple[LandingRecord | str, ...]] = field(default_factory=dict)
+    format_version: int = 1
+
+    @property
+    def horizon(self) -> str:
+        return self.completed
+
+    def landing(self, stream: str) -> dict[str, LandingRecord]:
+        out = {}
+        for item in self.consumed.get(stream, ()):
+            record = LandingRecord(item) if isinstance(item, str) else item
+            out[record.name] = record
+        return out
+
+
+@dataclass(frozen=True)
+class ArchivedInstant:
+    """An instant moved out of the active timeline, with its commit record."""
+
+    instant: Instant
+    commit: Commit
+
+
+def checkpoint_path(horizon: str) -> str:
+    return f"{ARCHIVE_DIR}/checkpoint.{horizon}.json"
+
+
+def checkpoint_names(storage: Storage) -> list[tuple[str, str]]:
+    """(horizon, path) of every immutable checkpoint, oldest first."""
+    found = []
+    for name in storage.list_names(ARCHIVE_DIR):
+        match = _CHECKPOINT_NAME.match(name)
+        if match:
+            found.append((match.group(1), f"{ARCHIVE_DIR}/{name}"))
+    return sorted(found)
+
+
+def _read_checkpoint(storage: Storage, path: str) -> Checkpoint:
+    data = storage.read_bytes(path)
+    try:
+        return load(Checkpoint, json.loads(data))
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise CorruptFileError(f"{storage.describe(path)}: not a valid checkpoint ({exc})") from None
+
+
+def load_checkpoint(storage: Storage) -> Checkpoint | None:
+    """The newest file-system-view checkpoint (greatest horizon), or None if nothing was archived yet."""
+    for _attempt in range(3):  # a newer archive may tidy the listed ones away between listing and reading
+        listed = checkpoint_names(storage)
+        if listed:
+            with contextlib.suppress(FileNotFoundError):
+                return _read_checkpoint(storage, listed[-1][1])
+            continue
+        try:
+            return _read_checkpoint(storage, LEGACY_CHECKPOINT)
+        except FileNotFoundError:
+            return None
+    raise CorruptFileError(f"{storage.describe(ARCHIVE_DIR)}: the newest checkpoint keeps vanishing while read")
+
+
+def horizon_of(storage: Storage) -> str | None:
+    """The newest checkpoint's horizon, from the listing alone."""
+    names = checkpoint_names(storage)
+    if names:
+        return names[-1][0]
+    checkpoint = load_checkpoint(storage)
+    return checkpoint.horizon if checkpoint else None
+
+
+def archived_instants(storage: Storage) -> list[ArchivedInstant]:
+    """Archived instants with their commits, oldest completion first."""
+    found: dict[str, ArchivedInstant] = {}
+    for name in sorted(storage.list_names(ARCHIVE_DIR)):
+        if not name.endswith(BATCH_SUFFIX):
+            continue
+        path = f"{ARCHIVE_DIR}/{name}"
+        for number, line in enumerate(storage.read_bytes(path).decode().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry: dict[str, Any] = json.loads(line)
+                instant = Instant(entry["requested"], entry["action"], State.COMPLETED, entry["completed"])
+                commit = load(kind_of(instant.action).commit, entry.get("metadata") or {})
+            except (json.JSONDecodeError, KeyError, ValueError) as exc:
+                raise CorruptFileError(f"{storage.describe(path)}: line {number} is damaged ({exc})") from None
+            found[instant.requested] = ArchivedInstant(instant, commit)
+    return sorted(found.values(), key=lambda e: e.instant.completed or "")

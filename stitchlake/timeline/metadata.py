@@ -1,0 +1,420 @@
+"""Typed instant metadata: one frozen record per action's plan (the requested file) and commit (the completed file).
+
+The timeline hands these out instead of dicts, so the shape of a commit is written down once, here, and every
+module reads it the same way. JSON stays the on-disk form (`format_version` 1, the shape tables already hold);
+unknown keys are ignored so a newer writer's additions never break an older reader's view of what it knows.
+Each action also says which files it owns (`owned_files`), so rollback and clean ask the record instead of
+knowing other actions' private files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from stitchlake.timeline.instant import Action
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+METADATA_VERSION = 1
+
+BASE = "base"
+LOG = "log"
+
+
+# ------------------------------------------------------------------------------------------------ parts
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A base or log file a commit wrote. `instant`/`completed` are its commit's, filled in by the view."""
+
+    path: str
+    partition: str
+    file_group: str
+    kind: str
+    stream: str | None
+    rows: int
+    bytes: int
+    instant: str = ""
+    completed: str = ""
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.partition, self.file_group)
+
+    def at(self, instant: str, completed: str) -> DataFile:
+        return replace(self, instant=instant, completed=completed)
+
+    def to_json(self, times: bool = True) -> dict[str, Any]:
+        out = dump(self)
+        if not times:
+            out.pop("instant")
+            out.pop("completed")
+        return out
+
+
+@dataclass(frozen=True)
+class FileGroupRef:
+    """A file group named by a rewrite (which groups it touched)."""
+
+    partition: str
+    file_group: str
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.partition, self.file_group)
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A base file (or none) and the log files that belong to it, logs in completion order (DESIGN §5).
+
+    Also what a compaction or erase plan lists per file group: exactly the files it merges.
+    """
+
+    partition: str
+    file_group: str
+    base_instant: str = ""
+    base: DataFile | None = None
+    logs: tuple[DataFile, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.base_instant and self.base is not None:  # plans written before the field existed
+            object.__setattr__(self, "base_instant", self.base.instant)
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.partition, self.file_group)
+
+    @property
+    def files(self) -> list[DataFile]:
+        return ([self.base] if self.base else []) + list(self.logs)
+
+    @property
+    def log_bytes(self) -> int:
+        return sum(f.bytes for f in self.logs)
+
+
+@dataclass(frozen=True)
+class WriterInfo:
+    """Who requested an instant (shown by `stitch status`, named in busy errors)."""
+
+    host: str = "?"
+    pid: int | None = None
+    started: float | None = None
+
+
+@dataclass(frozen=True)
+class LandingRecord:
+    """A landing file an ingest consumed: its name (identity within the stream) and what it held then."""
+
+    name: str
+    size: int | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class QuarantinedFile:
+    """A landing file set aside whole (unreadable, or lacking a column): consumed, with why."""
+
+    name: str
+    reason: str
+    copy: str | None = None
+
+
+@dataclass(frozen=True)
+class UndoTarget:
+    """An instant a rollback or restore takes back, with every file it wrote (recorded before anything goes)."""
+
+    requested: str
+    action: str
+    state: str
+    completed: str | None = None
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamBatch:
+    """A Structured Streaming micro-batch a deltacommit holds (exactly once across restarts)."""
+
+    query_id: str
+    batch_id: int
+
+
+# ------------------------------------------------------------------------------------------------ plans
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an instant's requested file holds. Subclasses add each action's plan."""
+
+    writer: WriterInfo = field(default_factory=WriterInfo)
+
+
+@dataclass(frozen=True)
+class DeltaCommitPlan(Plan):
+    stream: str | None = None
+
+
+@dataclass(frozen=True)
+class RewritePlan(Plan):
+    """Compaction and erase plans: the file slices to rewrite, exactly as they were when planned."""
+
+    operations: tuple[FileSlice, ...] = ()
+
+    @property
+    def groups(self) -> set[tuple[str, str]]:
+        return {op.group for op in self.operations}
+
+    @property
+    def planned_files(self) -> set[str]:
+        return {f.path for op in self.operations for f in op.files}
+
+
+@dataclass(frozen=True)
+class CompactionPlan(RewritePlan):
+    strategy: str = "all"
+
+
+@dataclass(frozen=True)
+class ErasePlan(RewritePlan):
+    keys_file: str | None = None
+
+
+@dataclass(frozen=True)
+class CleanPlan(Plan):
+    policy: str | None = None
+    retain: int | None = None
+    delete: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UndoPlan(Plan):
+    """Rollback and restore plans: everything they undo, recorded before the first file is deleted."""
+
+    targets: tuple[UndoTarget, ...] = ()
+
+    @property
+    def undoes_commits(self) -> bool:
+        return any(t.completed for t in self.targets)
+
+    def covers(self, requested: str) -> bool:
+        return any(t.requested == requested for t in self.targets)
+
+
+@dataclass(frozen=True)
+class RollbackPlan(UndoPlan):
+    reason: str = ""
+    reset_compactions: tuple[str, ...] = ()
+
+    def covers(self, requested: str) -> bool:
+        return super().covers(requested) or requested in self.reset_compactions
+
+
+@dataclass(frozen=True)
+class RestorePlan(UndoPlan):
+    savepoint: str = ""
+    savepoint_of: str = ""
+
+    @property
+    def undoes_commits(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class SavepointPlan(Plan):
+    savepoint_of: str = ""
+    instant: str = ""
+    name: str | None = None
+    files: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------- commits
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a completed instant's file holds. Subclasses add each action's record."""
+
+    action: str = ""
+    requested: str = ""
+    completed: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    #: What the writer asked to record with the commit (`write(..., metadata=...)`), as Hudi's extra metadata.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    #: Private files (besides data files) this action writes under `.stitch/`, by field name.
+    OWN_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def added_files(self) -> tuple[DataFile, ...]:
+        return ()
+
+    def owned_files(self) -> set[str]:
+        """Every file this commit made: data files and its own bookkeeping (rollback deletes them)."""
+        out = {f.path for f in self.added_files}
+        out |= {str(getattr(self, name)) for name in self.OWN_FIELDS if getattr(self, name)}
+        return out
+
+
+@dataclass(frozen=True)
+class DeltaCommit(Commit):
+    stream: str | None = None
+    added: tuple[DataFile, ...] = ()
+    rows: int = 0
+    bad_rows: int = 0
+    #: The quarantine folder of this commit (or, in older tables, its one file), and the files in it.
+    quarantine: str | None = None
+    quarantine_files: tuple[str, ...] = ()
+    quarantined_files: tuple[QuarantinedFile, ...] = ()
+    sources: tuple[LandingRecord, ...] = ()
+    engine: str | None = None
+    stream_batch: StreamBatch | None = None
+    schema_version: int | None = None
+
+    OWN_FIELDS: ClassVar[tuple[str, ...]] = ("quarantine",)
+
+    @property
+    def added_files(self) -> tuple[DataFile, ...]:
+        return self.added
+
+    def owned_files(self) -> set[str]:
+        copies = {q.copy for q in self.quarantined_files if q.copy}
+        return super().owned_files() | set(self.quarantine_files) | copies
+
+    def consumed(self) -> dict[str, LandingRecord]:
+        """Landing files this commit consumed (quarantined whole ones included), by name."""
+        found = {item.name: item for item in self.sources}
+        for item in self.quarantined_files:
+            found.setdefault(item.name, LandingRecord(item.name))
+        return found
+
+
+@dataclass(frozen=True)
+class RewriteCommit(Commit):
+    added: tuple[DataFile, ...] = ()
+    operations: tuple[FileGroupRef, ...] = ()
+
+    @property
+    def added_files(self) -> tuple[DataFile, ...]:
+        return self.added
+
+    @property
+    def groups(self) -> set[tuple[str, str]]:
+        return {op.group for op in self.operations} | {f.group for f in self.added}
+
+
+@dataclass(frozen=True)
+class CompactionCommit(RewriteCommit):
+    pass
+
+
+@dataclass(frozen=True)
+class EraseCommit(RewriteCommit):
+    keys_file: str | None = None
+    erased_file: str | None = None
+    requested_keys: int = 0
+    erased_keys: int = 0
+
+    OWN_FIELDS: ClassVar[tuple[str, ...]] = ("keys_file", "erased_file")
+
+
+@dataclass(frozen=True)
+class CleanCommit(Commit):
+    policy: str | None = None
+    deleted: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RollbackCommit(Commit):
+    rolled_back: tuple[str, ...] = ()
+    reset_compactions: tuple[str, ...] = ()
+    deleted_files: tuple[str, ...] = ()
+    reason: str = ""
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class RestoreCommit(Commit):
+    savepoint: str = ""
+    savepoint_of: str = ""
+    undone: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SavepointCommit(Commit):
+    savepoint_of: str = ""
+    instant: str = ""
+    name: str | None = None
+    files: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class ActionKind:
+    """What the timeline knows about an action: its records, and how it behaves in the table's history."""
+
+    plan: type[Plan]
+    commit: type[Commit]
+    #: Its completion adds data files to the file-system view.
+    writes_data: bool = False
+    #: Its completion writes base files: it starts new file slices.
+    rewrites: bool = False
+    #: A crashed one is finished from its plan, never undone (half a deletion cannot be taken back).
+    finished_not_undone: bool = False
+    #: Its plan depends on history that an undo requested meanwhile changes (it must not publish after one).
+    undo_sensitive: bool = False
+
+
+ACTIONS: dict[str, ActionKind] = {
+    Action.DELTACOMMIT: ActionKind(DeltaCommitPlan, DeltaCommit, writes_data=True, undo_sensitive=True),
+    Action.COMPACTION: ActionKind(CompactionPlan, CompactionCommit, writes_data=True, rewrites=True),
+    Action.ERASE: ActionKind(ErasePlan, EraseCommit, writes_data=True, rewrites=True),
+    Action.CLEAN: ActionKind(CleanPlan, CleanCommit, finished_not_undone=True),
+    Action.ROLLBACK: ActionKind(RollbackPlan, RollbackCommit, finished_not_undone=True),
+    Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True),
+    Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True),
+}
+
+
+def kind_of(action: str) -> ActionKind:
+    return ACTIONS[action]
+
+
+@cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls)
+
+
+def load(cls: type[Any], data: dict[str, Any]) -> Any:
+    """A record from its JSON form (unknown keys ignored); ValueError naming the problem if it does not fit."""
+    from pydantic import ValidationError
+
+    try:
+        return _adapter(cls).validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{where or cls.__name__}: {first['msg']}") from None
+
+
+def dump(record: Any) -> dict[str, Any]:
+    """A record's JSON form."""
+    return dict(_adapter(type(record)).dump_python(record, mode="json"))
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return dump(plan)
+
+
+def commit_json(commit: Commit) -> dict[str, Any]:
+    return dump(commit)

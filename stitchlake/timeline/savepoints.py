@@ -1,0 +1,62 @@
+"""Savepoint lookup: which state a savepoint name pins (time travel and restore resolve names here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stitchlake.errors import NotFoundError
+from stitchlake.timeline.clock import is_time
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import SavepointCommit
+from stitchlake.timeline.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    instant: str
+    name: str | None
+    savepoint_of: str
+    of_instant: str
+    files: int
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def savepoints(timeline: Timeline) -> list[tuple[Instant, SavepointCommit]]:
+    out = []
+    for instant in timeline.completed([Action.SAVEPOINT]):
+        commit = timeline.commit(instant)
+        assert isinstance(commit, SavepointCommit)
+        out.append((instant, commit))
+    return out
+
+
+def summary(instant: Instant, commit: SavepointCommit) -> Savepoint:
+    return Savepoint(instant.requested, commit.name, commit.savepoint_of, commit.instant, len(commit.files))
+
+
+def savepoint_time(timeline: Timeline, name: str) -> str | None:
+    """The completion time a savepoint name pins, or None if `name` names no savepoint."""
+    if is_time(str(name)):
+        return None
+    for _instant, commit in reversed(savepoints(timeline)):
+        if commit.name == name:
+            return commit.savepoint_of
+    return None
+
+
+def find(timeline: Timeline, which: str) -> tuple[Instant, SavepointCommit]:
+    """A savepoint by name, by its own instant time, or by the instant it pins."""
+    found = savepoints(timeline)
+    for instant, commit in found:
+        if which in (commit.name, instant.requested, commit.instant, commit.savepoint_of):
+            return instant, commit
+    known = ", ".join(commit.name or instant.requested for instant, commit in found) or "none"
+    raise NotFoundError(f"no savepoint {which!r} (savepoints: {known})")
+
+
+def pinned_since(timeline: Timeline) -> str | None:
+    """The oldest state any savepoint pins (archive must keep history from there)."""
+    return min((commit.savepoint_of for _i, commit in savepoints(timeline)), default=None)
