@@ -8,9 +8,10 @@ PYTEST_ARGS ?=
 .PHONY: help setup check-tools demo test lint bench torture clean
 
 help:
+	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
 	@echo "make demo   - set up .venv, generate a 3-stream dataset, ingest it with spark-submit, check it"
 	@echo "make test   - set up .venv, lint, run the whole test suite"
-	@echo "make lint   - ruff check + format check"
+	@echo "make lint   - ruff check + format check, import layers (lint-imports), types (mypy)"
 	@echo "make bench  - benchmarks -> docs/benchmarks.md (BENCH_ARGS='--sizes 200000')"
 	@echo "make torture- the long crash/concurrency torture run (TORTURE_ARGS='--rounds 50')"
 
@@ -36,6 +37,8 @@ setup: check-tools $(STAMP)
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

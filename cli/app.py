@@ -130,11 +130,11 @@ def run_command(fn: Callable[[], R]) -> R | None:
     return result
 
 
-def guarded(fn: Callable[P, R]) -> Callable[P, R]:
+def guarded(fn: Callable[P, R]) -> Callable[P, R | None]:
     """Decorator form of `run_command`, for functions run outside the root app (commands on it need nothing)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
         return run_command(lambda: fn(*args, **kwargs))
 
     return wrapper
@@ -143,7 +143,7 @@ def guarded(fn: Callable[P, R]) -> Callable[P, R]:
 class GuardedGroup(TyperGroup):
     """The root command group: every subcommand (and sub-app) is invoked through `run_command`."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         output.set_json("--json" in [*getattr(ctx, "_protected_args", []), *ctx.args])
         return run_command(lambda: super(GuardedGroup, self).invoke(ctx))
 

@@ -16,7 +16,7 @@ from cli import output
 from stitchlake.errors import UsageError
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.api import Table
 
 
 class EngineChoice(StrEnum):
@@ -57,8 +57,9 @@ def open_target(config: Path | None, table: str | None, *, must_exist: bool = Tr
     """
     if (config is None) == (table is None):
         raise UsageError("name the table with either -c/--config CONFIG.yaml or --table PATH (exactly one)")
+    from stitchlake.api import Table
     from stitchlake.config import load_config
-    from stitchlake.table import Table, open_table
+    from stitchlake.table import open_table
 
     if config is not None:
         loaded = load_config(config)
@@ -68,7 +69,7 @@ def open_target(config: Path | None, table: str | None, *, must_exist: bool = Tr
         assert table is not None
         if Path(table).is_file():
             raise UsageError(f"--table {table}: is a file; --table takes a table folder (use -c for a config file)")
-        handle = open_table(table)
+        handle = open_table(table, Table)
     if must_exist:
         handle.require()
     return handle

@@ -19,7 +19,7 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -344,7 +344,7 @@ def key_values(pairs: Iterable[tuple[str, object]], title: str | None = None) ->
 
 
 #: (header, justify); times are UTC, which the title says once instead of in every header.
-TIMELINE_COLUMNS = (
+TIMELINE_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
     ("instant", "left"),
     ("action", "left"),
     ("state", "left"),

@@ -13,10 +13,13 @@ from stitchlake.table import Table as CoreTable
 from stitchlake.table import open_table
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pyarrow as pa
 
     from stitchlake.config import TableConfig
     from stitchlake.engine import Engine
+    from stitchlake.write import WriteResult
 
 
 def _engine(engine: Engine | None) -> Engine:
@@ -27,6 +30,34 @@ def _engine(engine: Engine | None) -> Engine:
 
 class Table(CoreTable):
     """A stitched table and every action on it."""
+
+    def write(
+        self,
+        stream: str,
+        data: pa.Table,
+        *,
+        source: str = "input",
+        exclusive: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> WriteResult:
+        """Write one batch of `stream` as one deltacommit (see `stitchlake.write`); `metadata` is kept with it."""
+        from stitchlake.write import write
+
+        return write(self, stream, data, source=source, exclusive=exclusive, metadata=metadata)
+
+    def read(
+        self,
+        mode: str = "snapshot",
+        as_of: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+    ) -> pa.Table:
+        """Read the table (see `stitchlake.reader`)."""
+        from stitchlake.reader import read
+
+        return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
 
     def ingest(
         self,

@@ -24,7 +24,8 @@ from stitchlake.layout.names import file_group_id
 from stitchlake.layout.partition import parse_partition_path
 from stitchlake.types import arrow_type
 
-Filter = Mapping[str, Any] | pc.Expression | str | Sequence[str] | None
+#: A read filter, as the Python API and `--where` give it.
+Filter = Mapping[str, Any] | Any | str | Sequence[str] | None  # Any: a pyarrow.compute.Expression
 
 #: Comparison operators of text conditions, longest first so `>=` is not read as `>`.
 _CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|>=|<=|==|=|>|<)(.*)$")

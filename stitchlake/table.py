@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +18,7 @@ from stitchlake.config import (
     diff_properties,
     in_stored_order,
     load_config,
+    table_properties,
 )
 from stitchlake.errors import ConfigError, NotFoundError, StitchError
 from stitchlake.paths import TIMELINE_DIR
@@ -26,12 +26,9 @@ from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import scheme_of
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from stitchlake.concurrency.lock import TableLock
     from stitchlake.layout.fsview import FileSystemView
     from stitchlake.timeline.timeline import Timeline
-    from stitchlake.write import WriteResult
 
 
 T = TypeVar("T", bound="Table")
@@ -88,7 +85,7 @@ class Table:
     def require(self) -> None:
         """Refuse to work on a missing table or with a config that contradicts the stored one."""
         stored = {k: v for k, v in self.properties.items() if k not in ("table_id", "created")}
-        differences = diff_properties(stored, self.config.table_properties())
+        differences = diff_properties(stored, table_properties(self.config))
         if differences:
             raise ConfigError(
                 f"{self.config.source_file or 'config'} contradicts the table at {self.path}:\n  "
@@ -112,7 +109,7 @@ class Table:
         except OSError as exc:
             raise ConfigError(f"table.path: cannot create the table at {self.path}: {exc.strerror or exc}") from None
         properties = {
-            **self.config.table_properties(),
+            **table_properties(self.config),
             "table_id": uuid.uuid4().hex,
             "created": from_millis(now_millis()),
         }
@@ -132,7 +129,7 @@ class Table:
 
     def lock(self) -> TableLock:
         """The table lock (short critical sections only; see `transaction`)."""
-        from stitchlake.concurrency.lock import make_lock
+        from stitchlake.concurrency.providers import make_lock
 
         spec = self.config.concurrency.lock
         return make_lock(
@@ -156,36 +153,6 @@ class Table:
 
         timeline = timeline or self.timeline()
         return FileSystemView.build(timeline, load_checkpoint(self.storage))
-
-    # ------------------------------------------------------------------------------------------- actions
-
-    def write(
-        self,
-        stream: str,
-        data: pa.Table,
-        *,
-        source: str = "input",
-        exclusive: bool = False,
-        metadata: dict[str, Any] | None = None,
-    ) -> WriteResult:
-        """Write one batch of `stream` as one deltacommit (see `stitchlake.write`); `metadata` is kept with it."""
-        from stitchlake.write import write
-
-        return write(self, stream, data, source=source, exclusive=exclusive, metadata=metadata)
-
-    def read(
-        self,
-        mode: str = "snapshot",
-        as_of: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        columns: Sequence[str] | None = None,
-        filter: Any = None,
-    ) -> pa.Table:
-        """Read the table (see `stitchlake.reader`)."""
-        from stitchlake.reader import read
-
-        return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
 
 
 def _lost_properties(path: str) -> str:

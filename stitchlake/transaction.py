@@ -23,7 +23,7 @@ from stitchlake.concurrency.markers import create_marker, delete_markers, marked
 from stitchlake.errors import BusyError, ConflictError, StitchError
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
-from stitchlake.timeline.metadata import Commit, Plan, UndoPlan, WriterInfo, kind_of
+from stitchlake.timeline.metadata import Commit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
 from stitchlake.timeline.timeline import (
     Timeline,
     delete_instant,
@@ -123,6 +123,7 @@ class Transaction:
         spec = table.config.concurrency.heartbeat
         body = content if content is not None else kind_of(action).plan()
         if exclusive_stream:
+            assert isinstance(body, DeltaCommitPlan), "only a deltacommit claims a stream"
             body = replace(body, stream=exclusive_stream)
         with table.lock() as lock:
             timeline = Timeline.load(storage)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import stitchlake
-from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock, TableLock, make_lock
+from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock, TableLock
+from stitchlake.concurrency.providers import make_lock
 from stitchlake.errors import ConfigError, LockLost, LockTimeout, StitchError
 from stitchlake.storage import LocalStorage
 
@@ -364,7 +365,7 @@ def test_make_lock_validates_and_imports_kazoo_lazily(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from stitchlake.storage import LocalStorage\n"
-        "from stitchlake.concurrency.lock import make_lock\n"
+        "from stitchlake.concurrency.providers import make_lock\n"
         f"lock = make_lock(LocalStorage({str(tmp_path)!r}), provider='filesystem')\n"
         "lock.acquire(); lock.release()\n"
         "assert 'kazoo' not in sys.modules, 'kazoo imported for the filesystem lock'\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stitchlake.concurrency.lock import make_lock
+from stitchlake.concurrency.providers import make_lock
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.storage import LocalStorage
 from stitchlake.timeline.clock import from_millis, is_time, next_time, parse_user_time, to_millis

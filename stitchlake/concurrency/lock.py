@@ -392,37 +392,3 @@ class FileSystemLock(TableLock):
 
 def _dumps(record: dict[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True).encode("utf-8")
-
-
-def make_lock(
-    storage: Storage,
-    *,
-    provider: str,
-    name: str = "table",
-    wait_s: float = 60,
-    expire_s: float = 30,
-    hosts: str | None = None,
-    zk_path: str = "/stitchlake",
-    table_id: str = "table",
-    owner: str | None = None,
-) -> TableLock:
-    """The configured lock provider (`concurrency.lock`); kazoo is imported only for `zookeeper`."""
-    if provider == "filesystem":
-        return FileSystemLock(storage, name=name, wait_s=wait_s, expire_s=expire_s, owner=owner)
-    if provider == "zookeeper":
-        if not hosts:
-            raise ConfigError(
-                "concurrency.lock.hosts: the zookeeper lock provider needs hosts, e.g. 'zk1:2181,zk2:2181'"
-            )
-        from stitchlake.concurrency.zookeeper import ZooKeeperLock
-
-        return ZooKeeperLock(
-            hosts,
-            zk_path=zk_path,
-            table_id=table_id,
-            name=name,
-            wait_s=wait_s,
-            expire_s=expire_s,
-            owner=owner,
-        )
-    raise ConfigError(f"concurrency.lock.provider: unknown lock provider {provider!r}; use 'filesystem' or 'zookeeper'")

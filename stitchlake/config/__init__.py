@@ -34,7 +34,14 @@ from .model import (
     TableSpec,
 )
 from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_config
-from .properties import FORMAT_VERSION, TABLE_JSON, config_from_properties, diff_properties, in_stored_order
+from .properties import (
+    FORMAT_VERSION,
+    TABLE_JSON,
+    config_from_properties,
+    diff_properties,
+    in_stored_order,
+    table_properties,
+)
 from .secrets import MIN_SECRET_LENGTH, SECRET_NAME, SECRET_PLACEHOLDER, is_secret_name, redact
 from .values import parse_default
 
@@ -75,4 +82,5 @@ __all__ = [
     "parse_config",
     "parse_default",
     "redact",
+    "table_properties",
 ]

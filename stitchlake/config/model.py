@@ -35,7 +35,7 @@ from pydantic_core import PydanticCustomError
 from stitchlake.errors import ConfigError
 from stitchlake.types import KEY_TYPES, ORDERING_TYPES, normalize_type
 
-from . import jsonschema as schema
+from . import yaml_schema as schema
 from .secrets import declared_secrets
 from .values import parse_default
 
@@ -638,12 +638,6 @@ class TableConfig(Spec):
         for stream in self.streams.values():
             columns.extend(stream.columns)
         return columns
-
-    def table_properties(self) -> dict[str, Any]:
-        """What `.stitch/table.json` records: the properties that decide how stored data is read."""
-        from .properties import table_properties
-
-        return table_properties(self)
 
     def with_path(self, path: str) -> TableConfig:
         return self.model_copy(update={"table": self.table.model_copy(update={"path": path})})

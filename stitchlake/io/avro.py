@@ -70,14 +70,14 @@ def read_avro(handle: IO[bytes], schema: pa.Schema | None = None, columns: list[
     import fastavro
 
     reader = fastavro.reader(handle)
-    writer_schema = reader.writer_schema
+    writer_schema: dict[str, Any] = reader.writer_schema  # type: ignore[assignment]  # a record schema
     records = list(reader)
     fields = [f["name"] for f in writer_schema["fields"]]
     # A requested column the file lacks is left out, so the caller's missing-column check names it.
     wanted = [c for c in columns if c in fields] if columns is not None else fields
     arrays = {}
     for name in wanted:
-        values = [record.get(name) for record in records]
+        values = [record.get(name) if isinstance(record, dict) else None for record in records]
         kind = schema.field(name).type if schema is not None and name in schema.names else None
         arrays[name] = _arrow_column(values, kind, _logical(writer_schema, name))
     return pa.table(arrays)

@@ -89,19 +89,19 @@ def concat(parts: list[StreamRows]) -> StreamRows:
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
-    ignore = first.col_versions is not None
-    return StreamRows(
+    rows = StreamRows(
         version=_stack([p.version for p in parts]),
         deleted=np.concatenate([p.deleted for p in parts]),
         values=pa.concat_tables([p.values for p in parts]),
-        tomb=_stack([p.tomb for p in parts]) if ignore else None,  # type: ignore[misc]
-        has_tomb=np.concatenate([p.has_tomb for p in parts]) if ignore else None,  # type: ignore[misc]
-        col_versions=(
-            {name: _stack([p.col_versions[name] for p in parts]) for name in first.col_versions}  # type: ignore[index]
-            if ignore
-            else None
-        ),
     )
+    if first.col_versions is None:  # nulls: overwrite
+        return rows
+    rows.tomb = _stack([p.tomb for p in parts if p.tomb is not None])
+    rows.has_tomb = np.concatenate([p.has_tomb for p in parts if p.has_tomb is not None])
+    rows.col_versions = {
+        name: _stack([p.col_versions[name] for p in parts if p.col_versions is not None]) for name in first.col_versions
+    }
+    return rows
 
 
 def _stack(versions: list[Version]) -> Version:

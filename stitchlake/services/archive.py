@@ -92,10 +92,10 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
         for f in items
         if f.path in view.deleted and f.completed <= horizon and view.deleted[f.path] > horizon
     ]
-    consumed = {
-        name: tuple(sorted(consumed_until(table, timeline, name, horizon).values(), key=lambda r: r.name))
-        for name in table.config.streams
-    }
+    consumed: dict[str, tuple[LandingRecord | str, ...]] = {}
+    for name in table.config.streams:
+        records = consumed_until(table, timeline, name, horizon)
+        consumed[name] = tuple(records[key] for key in sorted(records))
     lines = [
         json.dumps(
             {

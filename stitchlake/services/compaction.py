@@ -139,9 +139,9 @@ def run(table: Table, instant_time: str | None = None, engine: Engine | None = N
     """Execute a compaction plan: one task per file group on the engine (in-process by default)."""
     table.require()
     txn, operations = start_run(table, instant_time)
-    instant, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
+    time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
     try:
-        files = (engine or LocalEngine()).map(lambda op: compact_file_group(table, op, instant, mark), operations)
+        files = (engine or LocalEngine()).map(lambda op: compact_file_group(table, op, time, mark), operations)
         return finish(txn, files, operations)
     except BaseException as exc:
         run_failed(txn, exc)

@@ -110,8 +110,11 @@ class StitchReader(DataSourceReader):
         partition = set(table.config.table.partition_names)
         keys = set(table.config.table.key_names)
         for item in filters:
+            if not isinstance(item, EqualTo | In):
+                yield item
+                continue
             name = item.attribute[0] if len(item.attribute) == 1 else None
-            if isinstance(item, EqualTo | In) and name in partition | keys:
+            if name in partition | keys:
                 values = [item.value] if isinstance(item, EqualTo) else list(item.value)
                 self.where[name] = values
                 if name in partition:
@@ -119,7 +122,8 @@ class StitchReader(DataSourceReader):
             yield item
 
     def partitions(self) -> Sequence[InputPartition]:
-        from stitchlake.reader import plan_slices, prune, resolve_time
+        from stitchlake.filters import prune
+        from stitchlake.reader import plan_slices, resolve_time
         from stitchlake.timeline.metadata import dump
 
         table = open_for_spark(self.options)

@@ -50,12 +50,12 @@ def main(argv: list[str] | None = None) -> None:
         from stitchlake.jobs.run import run
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
-        from stitchlake.table import open_table
+        from stitchlake.table import Table, open_table
 
         with open(args.request, encoding="utf-8") as handle:
             request = from_json(json.load(handle))
         job = request.job
-        table = open_table(args.config or args.table)
+        table: Table = open_table(args.config or args.table)
         secrets = table.config.secret_values
         spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate())
         spark.sparkContext.setLogLevel("WARN")

@@ -10,7 +10,6 @@ knowing other actions' private files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stitchlake.timeline.instant import Action
@@ -388,11 +387,17 @@ def kind_of(action: str) -> ActionKind:
     return ACTIONS[action]
 
 
-@cache
-def _adapter(cls: type) -> TypeAdapter[Any]:
-    from pydantic import TypeAdapter
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 
-    return TypeAdapter(cls)
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """A validator per record class, built once (building one costs more than thousands of validations)."""
+    found = _ADAPTERS.get(cls)
+    if found is None:
+        from pydantic import TypeAdapter
+
+        found = _ADAPTERS[cls] = TypeAdapter(cls)
+    return found
 
 
 def load(cls: type[Any], data: dict[str, Any]) -> Any:
