@@ -25,11 +25,12 @@ from stitchlake.layout.partition import partition_path
 from stitchlake.merge.keys import key_index
 from stitchlake.merge.rules import events, merge
 from stitchlake.merge.stitch import to_log
-from stitchlake.merge.version import constant, encode_ordering
+from stitchlake.merge.version import constant, encode_ordering, encode_rank, rank_dictionary
 from stitchlake.paths import quarantine_folder
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DataFile, DeltaCommit, DeltaCommitPlan
 from stitchlake.transaction import Transaction
+from stitchlake.types import orders_by_rank
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -86,13 +87,21 @@ def precombine(
 ) -> pa.Table:
     """A batch's events for one file group reduced to one summary per key (the log file's rows)."""
     index = key_index([rows.column(c.name) for c in config.common_columns])
+    ranks = tuple(
+        rank_dictionary([rows.column(name)]) if orders_by_rank(stream.column(name).type) else None
+        for name in stream.ordering
+    )
     version = (
-        *(encode_ordering(rows.column(name)) for name in stream.ordering),
+        *(
+            encode_rank(rows.column(name), dictionary) if dictionary is not None else encode_ordering(rows.column(name))
+            for name, dictionary in zip(stream.ordering, ranks, strict=True)
+        ),
         constant(0, rows.num_rows),
         pos,
     )
     values = rows.select(list(stream.column_names))
-    present, merged = merge(events(values, version, deleted, stream.nulls), index.ids, index.count, stream.nulls)
+    summaries = events(values, version, deleted, stream.nulls, ranks)
+    present, merged = merge(summaries, index.ids, index.count, stream.nulls)
     keys = rows.select([c.name for c in config.common_columns]).take(pa.array(index.first))
     return to_log(config, stream, keys, present, merged)
 

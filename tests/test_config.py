@@ -161,8 +161,11 @@ BAD_CASES: list[tuple[str, Mutation, list[str]]] = [
     ),
     (
         "ordering_unorderable_type",
-        _set("streams|payments|ordering", "pay_status"),
-        ["streams.payments.ordering", "'pay_status' has type string"],
+        lambda doc: (
+            doc["streams"]["payments"]["columns"].update(pay_tags="array<string>"),
+            doc["streams"]["payments"].update(ordering="pay_tags"),
+        ),
+        ["streams.payments.ordering", "'pay_tags' has type array<string>, which cannot order events"],
     ),
     ("ordering_empty_list", _set("streams|payments|ordering", []), ["streams.payments.ordering"]),
     ("ordering_twice", _set("streams|payments|ordering", ["pay_ts", "pay_ts"]), ["streams.payments.ordering"]),

@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from stitchlake.errors import ConfigError
-from stitchlake.types import KEY_TYPES, ORDERING_TYPES, normalize_type
+from stitchlake.types import KEY_TYPES, can_order, normalize_type, ordering_type_names
 
 from . import yaml_schema as schema
 from .secrets import declared_secrets
@@ -347,7 +347,8 @@ class ColumnSpec(Spec):
 
     name: ColumnName
     type: ColumnType
-    """int, long, float, double, boolean, string, date, timestamp (UTC, µs), binary or decimal(p,s)."""
+    """int, long, float, double, boolean, string, date, timestamp (UTC, µs), binary, decimal(p,s), or nested:
+    array<T>, map<K,V>, struct<name:T,...>."""
     default: Any = None
     """What the column reads for a key the stream never wrote (or deleted); without one, null."""
 
@@ -427,8 +428,8 @@ class StreamSpec(Spec):
                 listing = ", ".join(names)
                 raise refuse(f"{item!r} is not a column of stream {self.name} (columns: {listing})", at="ordering")
             kind_ = self.column(item).type
-            if kind_ not in ORDERING_TYPES:
-                allowed = ", ".join(sorted(ORDERING_TYPES))
+            if not can_order(kind_):
+                allowed = ordering_type_names()
                 raise refuse(
                     f"{item!r} has type {kind_}, which cannot order events (use one of: {allowed})", "ordering"
                 )

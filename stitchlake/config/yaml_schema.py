@@ -49,11 +49,13 @@ def _or_text(schema: JsonSchemaValue, pattern: str) -> JsonSchemaValue:
 _TYPE_WORDS = "|".join(_any_case(name) for name in SIMPLE_TYPES)
 _DECIMAL = _any_case("decimal") + r"\(\s*[0-9]+\s*,\s*[0-9]+\s*\)"
 #: A column type: the enum lets editors complete; the pattern accepts any case and spacing, as the loader does.
+#: Nested types (`array<T>`, `map<K,V>`, `struct<name:T,...>`) are checked by the loader, not by this pattern.
+_NESTED = rf"(?:{_any_case('array')}|{_any_case('map')}|{_any_case('struct')})\s*<.*>"
 COLUMN_TYPE: JsonDict = {
     "type": "string",
     "anyOf": [
-        {"enum": [*SIMPLE_TYPES, "decimal(10,2)"]},
-        {"pattern": _with_env(rf"^\s*(?:{_TYPE_WORDS}|{_DECIMAL})\s*$")},
+        {"enum": [*SIMPLE_TYPES, "decimal(10,2)", "array<string>", "map<string,long>", "struct<name:string>"]},
+        {"pattern": _with_env(rf"^\s*(?:{_TYPE_WORDS}|{_DECIMAL}|{_NESTED})\s*$")},
     ],
 }
 ORDERING: JsonDict = {

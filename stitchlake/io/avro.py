@@ -2,7 +2,8 @@
 
 Avro is row oriented, so conversion goes through Python values. Dates and timestamps are written as their raw
 integers (fastavro passes ints through its logical-type writers) to keep the row loop cheap; reading gets
-Python objects back, which Arrow's date/timestamp builders take as they are.
+Python objects back, which Arrow's date/timestamp builders take as they are. Nested types map to Avro arrays and
+records; a map is an array of `{key, value}` records (Avro's own maps only have text keys).
 """
 
 from __future__ import annotations
@@ -24,8 +25,26 @@ _PRIMITIVE = {
 }
 
 
-def avro_type(kind: pa.DataType) -> Any:
-    """The Avro type of an Arrow type (always nullable: every stitchlake column is)."""
+def avro_type(kind: pa.DataType, names: list[str] | None = None) -> Any:
+    """The Avro type of an Arrow type (always nullable: every stitchlake column is).
+
+    `names` collects the record names used so far: Avro wants each record type named once per schema.
+    """
+    names = [] if names is None else names
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return ["null", {"type": "array", "items": avro_type(kind.value_type, names)}]
+    if pa.types.is_map(kind):
+        names.append(f"entry_{len(names)}")
+        fields = [
+            {"name": "key", "type": avro_type(kind.key_type, names)[1]},
+            {"name": "value", "type": avro_type(kind.item_type, names), "default": None},
+        ]
+        return ["null", {"type": "array", "items": {"type": "record", "name": names[-1], "fields": fields}}]
+    if pa.types.is_struct(kind):
+        names.append(f"struct_{len(names)}")
+        own = names[-1]
+        fields = [{"name": f.name, "type": avro_type(f.type, names), "default": None} for f in kind]
+        return ["null", {"type": "record", "name": own, "fields": fields}]
     if kind in _PRIMITIVE:
         base: Any = _PRIMITIVE[kind]
     elif pa.types.is_date32(kind):
@@ -40,11 +59,42 @@ def avro_type(kind: pa.DataType) -> Any:
 
 
 def avro_schema(schema: pa.Schema, name: str = "stitchlake_log") -> dict[str, Any]:
+    names: list[str] = []
     return {
         "type": "record",
         "name": name,
-        "fields": [{"name": f.name, "type": avro_type(f.type), "default": None} for f in schema],
+        "fields": [{"name": f.name, "type": avro_type(f.type, names), "default": None} for f in schema],
     }
+
+
+def _to_avro(value: Any, kind: pa.DataType) -> Any:
+    """A nested Python value in Avro's shape (maps as lists of {key, value} records)."""
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        return [{"key": k, "value": _to_avro(v, kind.item_type)} for k, v in value]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return [_to_avro(v, kind.value_type) for v in value]
+    if pa.types.is_struct(kind):
+        return {f.name: _to_avro(value.get(f.name), f.type) for f in kind}
+    return value
+
+
+def _from_avro(value: Any, kind: pa.DataType) -> Any:
+    """An Avro value in the shape Arrow's builders take (maps as lists of (key, value) pairs)."""
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        return [(entry["key"], _from_avro(entry["value"], kind.item_type)) for entry in value]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return [_from_avro(v, kind.value_type) for v in value]
+    if pa.types.is_struct(kind):
+        return {f.name: _from_avro(value.get(f.name), f.type) for f in kind}
+    return value
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_nested(kind))
 
 
 def _python_column(column: pa.ChunkedArray) -> list[Any]:
@@ -53,6 +103,8 @@ def _python_column(column: pa.ChunkedArray) -> list[Any]:
         return column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()).to_pylist()
     if pa.types.is_date32(kind):
         return column.cast(pa.int32()).to_pylist()
+    if _nested(kind):
+        return [_to_avro(value, kind) for value in column.to_pylist()]
     return column.to_pylist()
 
 
@@ -102,4 +154,6 @@ def _arrow_column(values: list[Any], kind: pa.DataType | None, logical: str | No
         return pa.array(values, pa.timestamp("ms", tz="UTC")).cast(kind or pa.timestamp("us", tz="UTC"))
     if logical == "date":
         return pa.array(values, pa.date32())
+    if kind is not None and _nested(kind):
+        return pa.array([_from_avro(value, kind) for value in values], kind)
     return pa.array(values, kind) if kind is not None else pa.array(values)

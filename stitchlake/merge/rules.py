@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from stitchlake.merge.version import (
     INT64_MIN,
+    Ranks,
     Version,
     group_argmax,
     is_valid,
@@ -43,6 +44,8 @@ class StreamRows:
     has_tomb: np.ndarray | None = None
     #: `nulls: ignore` only: version each column's value came from (meaningful where the value is not null).
     col_versions: dict[str, Version] | None = None
+    #: What ranked ordering components index, shared by every version of this merge (see `merge.version`).
+    ranks: Ranks = ()
 
     def __len__(self) -> int:
         return len(self.deleted)
@@ -59,10 +62,11 @@ class StreamRows:
                 if self.col_versions is not None
                 else None
             ),
+            ranks=self.ranks,
         )
 
 
-def events(values: pa.Table, version: Version, deleted: np.ndarray, nulls: str) -> StreamRows:
+def events(values: pa.Table, version: Version, deleted: np.ndarray, nulls: str, ranks: Ranks = ()) -> StreamRows:
     """Raw events as summaries: a delete event's own column values never count."""
     if deleted.any():
         keep = pa.array(~deleted)
@@ -73,8 +77,9 @@ def events(values: pa.Table, version: Version, deleted: np.ndarray, nulls: str) 
             }
         )
     if nulls == OVERWRITE:
-        return StreamRows(version=version, deleted=deleted, values=values)
+        return StreamRows(version=version, deleted=deleted, values=values, ranks=ranks)
     return StreamRows(
+        ranks=ranks,
         version=version,
         deleted=deleted,
         values=values,
@@ -93,6 +98,7 @@ def concat(parts: list[StreamRows]) -> StreamRows:
         version=_stack([p.version for p in parts]),
         deleted=np.concatenate([p.deleted for p in parts]),
         values=pa.concat_tables([p.values for p in parts]),
+        ranks=first.ranks,  # every part of one merge is ranked against the same dictionaries
     )
     if first.col_versions is None:  # nulls: overwrite
         return rows
@@ -121,7 +127,9 @@ def merge(
     chosen = winner[present]
     if nulls == OVERWRITE:
         if not versions:
-            return present, StreamRows(version=(), deleted=rows.deleted[chosen], values=rows.values.take(chosen))
+            return present, StreamRows(
+                version=(), deleted=rows.deleted[chosen], values=rows.values.take(chosen), ranks=rows.ranks
+            )
         return present, rows.take(chosen)
     return present, _merge_ignore(rows, keys, n_keys, present, chosen, versions)
 
@@ -171,8 +179,14 @@ def _merge_ignore(
             if versions:
                 col_versions[name] = tuple(np.where(found, c[np.where(found, best, 0)], 0) for c in version)
     if not versions:
-        return StreamRows(version=(), deleted=rows.deleted[chosen], values=pa.table(columns, schema=rows.values.schema))
+        return StreamRows(
+            version=(),
+            deleted=rows.deleted[chosen],
+            values=pa.table(columns, schema=rows.values.schema),
+            ranks=rows.ranks,
+        )
     return StreamRows(
+        ranks=rows.ranks,
         version=take(rows.version, chosen),
         deleted=rows.deleted[chosen],
         values=pa.table(columns, schema=rows.values.schema),

@@ -83,15 +83,18 @@ def merge_files(
         keep = columns.get(name) if columns is not None else None
         parts: list[StreamRows] = []
         ids: list[np.ndarray] = []
-        if base is not None and summary.presence_column(stream) in base.column_names:
+        own_logs = [log.table for log in logs if log.stream == name and log.table.num_rows]
+        with_base = base is not None and summary.presence_column(stream) in base.column_names
+        ranks = summary.rank_dictionaries(stream, ([base] if with_base and base is not None else []) + own_logs)
+        if base is not None and with_base:
             mask = summary_is_present(base, stream)
             if mask.any():
-                parts.append(summary.from_table(stream, _filter(base, mask), None, keep))
+                parts.append(summary.from_table(stream, _filter(base, mask), None, keep, ranks))
                 ids.append(index.ids[0 : base.num_rows][mask])
         for position, log in enumerate(logs, start=1 if base is not None else 0):
             if log.stream != name or log.table.num_rows == 0:
                 continue
-            parts.append(summary.from_table(stream, log.table, log.commit, keep))
+            parts.append(summary.from_table(stream, log.table, log.commit, keep, ranks))
             ids.append(index.ids[offsets[position] : offsets[position + 1]])
         if parts:
             merged[name] = merge(concat(parts), np.concatenate(ids), index.count, stream.nulls, versions)

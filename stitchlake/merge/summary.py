@@ -7,13 +7,16 @@ time, filled in on read); base files carry it explicitly because they mix many c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import StreamSpec
 from stitchlake.merge.rules import IGNORE, StreamRows
-from stitchlake.merge.version import Version, constant, is_valid
+from stitchlake.merge.version import Ranks, Version, constant, encode_rank, is_valid, rank_dictionary
+from stitchlake.types import arrow_type, orders_by_rank
 
 PREFIX = "_sl__"
 
@@ -39,6 +42,21 @@ def _version_fields(prefix: str, ordering: int, with_commit: bool) -> list[str]:
     return fields
 
 
+def ordering_type(stream: StreamSpec, index: int) -> pa.DataType:
+    """What a file stores for ordering component `index`: an int64 image, or the value itself (ranked types)."""
+    kind = stream.column(stream.ordering[index]).type
+    return arrow_type(kind) if orders_by_rank(kind) else pa.int64()
+
+
+def _field_type(stream: StreamSpec, name: str) -> pa.DataType:
+    if name == "del":
+        return pa.bool_()
+    last = name.rsplit("__", 1)[-1]
+    if last.startswith("o") and last[1:].isdigit():
+        return ordering_type(stream, int(last[1:]))
+    return pa.int64()
+
+
 def meta_fields(stream: StreamSpec, with_commit: bool, columns: list[str] | None = None) -> list[pa.Field]:
     """The meta columns a file holds for a stream, in order (`columns` limits the per-column versions)."""
     k = len(stream.ordering)
@@ -48,7 +66,33 @@ def meta_fields(stream: StreamSpec, with_commit: bool, columns: list[str] | None
         for column in stream.column_names:
             if columns is None or column in columns:
                 names += _version_fields(f"c__{column}__", k, with_commit)
-    return [pa.field(meta_name(stream.name, n), pa.bool_() if n == "del" else pa.int64()) for n in names]
+    return [pa.field(meta_name(stream.name, n), _field_type(stream, n)) for n in names]
+
+
+def rank_dictionaries(stream: StreamSpec, tables: Sequence[pa.Table]) -> Ranks:
+    """Per ordering component, the sorted distinct values every version column of `tables` holds for it (None
+    for an int64 image): what one merge ranks them against, so all its parts compare alike."""
+    out: list[pa.Array | None] = []
+    prefix = meta_name(stream.name, "")
+    for index in range(len(stream.ordering)):
+        kind = ordering_type(stream, index)
+        if pa.types.is_int64(kind):
+            out.append(None)
+            continue
+        suffix = f"o{index}"
+        arrays = [
+            table.column(name)
+            for table in tables
+            for name in table.column_names
+            if name.startswith(prefix)
+            and (name[len(prefix) :] in (suffix, f"t__{suffix}") or _is_column_version(name[len(prefix) :], suffix))
+        ]
+        out.append(rank_dictionary(arrays) if arrays else pa.array([], kind))
+    return tuple(out)
+
+
+def _is_column_version(rest: str, suffix: str) -> bool:
+    return rest.startswith("c__") and rest.endswith(f"__{suffix}")
 
 
 def presence_column(stream: StreamSpec) -> str:
@@ -57,28 +101,32 @@ def presence_column(stream: StreamSpec) -> str:
 
 
 def _arrow_version(
-    stream: StreamSpec, prefix: str, version: Version, with_commit: bool, mask: np.ndarray | None
+    stream: StreamSpec, prefix: str, version: Version, with_commit: bool, mask: np.ndarray | None, ranks: Ranks
 ) -> dict[str, pa.Array]:
     k = len(stream.ordering)
     names = _version_fields(prefix, k, True)
     out: dict[str, pa.Array] = {}
-    for name, component in zip(names, version, strict=True):
+    for index, (name, component) in enumerate(zip(names, version, strict=True)):
         if name.endswith("commit") and not with_commit:
             continue
-        out[meta_name(stream.name, name)] = pa.array(component, type=pa.int64(), mask=mask)
+        dictionary = ranks[index] if index < k and index < len(ranks) else None
+        if dictionary is not None:  # a ranked component: store the value itself, never its merge-local rank
+            out[meta_name(stream.name, name)] = dictionary.take(pa.array(component, type=pa.int64(), mask=mask))
+        else:
+            out[meta_name(stream.name, name)] = pa.array(component, type=pa.int64(), mask=mask)
     return out
 
 
 def to_columns(stream: StreamSpec, rows: StreamRows, with_commit: bool) -> dict[str, pa.Array]:
     """Meta columns for summaries (values are handled by the caller)."""
-    out = _arrow_version(stream, "", rows.version, with_commit, None)
+    out = _arrow_version(stream, "", rows.version, with_commit, None, rows.ranks)
     out[meta_name(stream.name, "del")] = pa.array(rows.deleted, type=pa.bool_())
     if stream.nulls == IGNORE:
         assert rows.tomb is not None and rows.has_tomb is not None and rows.col_versions is not None
-        out |= _arrow_version(stream, "t__", rows.tomb, with_commit, ~rows.has_tomb)
+        out |= _arrow_version(stream, "t__", rows.tomb, with_commit, ~rows.has_tomb, rows.ranks)
         for name in stream.column_names:
             valid = is_valid(rows.values.column(name))
-            out |= _arrow_version(stream, f"c__{name}__", rows.col_versions[name], with_commit, ~valid)
+            out |= _arrow_version(stream, f"c__{name}__", rows.col_versions[name], with_commit, ~valid, rows.ranks)
     return _ordered(stream, out, with_commit)
 
 
@@ -92,33 +140,39 @@ def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _read_version(stream: StreamSpec, table: pa.Table, prefix: str, commit: int | None) -> Version:
+def _read_version(stream: StreamSpec, table: pa.Table, prefix: str, commit: int | None, ranks: Ranks) -> Version:
     k = len(stream.ordering)
     parts: list[np.ndarray] = []
-    for name in _version_fields(prefix, k, True):
+    for index, name in enumerate(_version_fields(prefix, k, True)):
         if name.endswith("commit") and commit is not None:
             parts.append(constant(commit, table.num_rows))
-        else:
-            parts.append(_numpy(table.column(meta_name(stream.name, name))))
+            continue
+        column = table.column(meta_name(stream.name, name))
+        dictionary = ranks[index] if index < k and index < len(ranks) else None
+        parts.append(encode_rank(column, dictionary) if dictionary is not None else _numpy(column))
     return tuple(parts)
 
 
-def from_table(stream: StreamSpec, table: pa.Table, commit: int | None, columns: list[str] | None = None) -> StreamRows:
+def from_table(
+    stream: StreamSpec, table: pa.Table, commit: int | None, columns: list[str] | None = None, ranks: Ranks = ()
+) -> StreamRows:
     """Summaries of `stream` held in `table` (only rows where the stream has a group).
 
     `commit` is the completion time for a log file; None means the table is a base file carrying its own.
-    `columns` limits the value columns carried (presence and versions are always read).
+    `columns` limits the value columns carried (presence and versions are always read). `ranks` are the merge's
+    dictionaries for ranked ordering columns (`rank_dictionaries` over every file of the merge).
     """
     names = list(stream.column_names) if columns is None else [c for c in stream.column_names if c in columns]
     values = table.select(names)
     deleted = table.column(meta_name(stream.name, "del"))
     rows = StreamRows(
-        version=_read_version(stream, table, "", commit),
+        version=_read_version(stream, table, "", commit, ranks),
         deleted=pc.fill_null(deleted, False).to_numpy(zero_copy_only=False),
         values=values,
+        ranks=ranks,
     )
     if stream.nulls == IGNORE:
-        rows.tomb = _read_version(stream, table, "t__", commit)
+        rows.tomb = _read_version(stream, table, "t__", commit, ranks)
         rows.has_tomb = is_valid(table.column(meta_name(stream.name, "t__pos")))
-        rows.col_versions = {name: _read_version(stream, table, f"c__{name}__", commit) for name in names}
+        rows.col_versions = {name: _read_version(stream, table, f"c__{name}__", commit, ranks) for name in names}
     return rows

@@ -1,7 +1,11 @@
 """Event versions as tuples of int64 arrays, compared lexicographically (DESIGN §2).
 
-A version is `(ordering values..., commit completion time, position)`. Every ordering type is mapped to an
-order-preserving int64 so the whole merge runs on plain integer arrays: no per-row Python, no sorting.
+A version is `(ordering values..., commit completion time, position)`. Numbers, dates, timestamps and booleans
+map to an order-preserving int64 image. Text, binary and decimals have none, so they are compared by *rank*: each
+merge builds, per ordering column, the sorted distinct values of every file it merges (a `Ranks` dictionary) and
+uses each value's index in it. Ranks are order-isomorphic to the values within the merge, so the same winners are
+chosen as by comparing values — the merge stays a CRDT — and files store the values themselves, never ranks.
+Either way the whole merge runs on plain integer arrays: no per-row Python, no sorting of rows.
 """
 
 from __future__ import annotations
@@ -36,6 +40,27 @@ def encode_ordering(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         storage = pa.int64() if pa.types.is_timestamp(kind) else pa.int32()
         return values.view(storage).cast(pa.int64()).to_numpy(zero_copy_only=False)
     return values.cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+
+#: Per ordering column: the sorted distinct values it is ranked against in one merge (None: an int64 image).
+Ranks = tuple["pa.Array | None", ...]
+
+
+def rank_dictionary(arrays: list[pa.Array | pa.ChunkedArray]) -> pa.Array:
+    """The sorted distinct non-null values of some arrays of one type (what their ranks index)."""
+    chunks = [a for array in arrays for a in (array.chunks if isinstance(array, pa.ChunkedArray) else [array])]
+    if not chunks:
+        raise ValueError("no values to rank")
+    values = pc.unique(pa.chunked_array(chunks)).drop_null()
+    return values.take(pc.sort_indices(values))
+
+
+def encode_rank(values: pa.Array | pa.ChunkedArray, dictionary: pa.Array) -> np.ndarray:
+    """Each value's index in the sorted dictionary (its rank); nulls become 0 (they are masked by presence)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    ranks = pc.index_in(values, value_set=dictionary)
+    return pc.fill_null(ranks, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def lex_greater(left: Version, right: Version) -> np.ndarray:
