@@ -64,6 +64,16 @@ class S3Server:
             **CHECKSUM_ENV,
         }
 
+    def options(self) -> dict[str, str]:
+        """The same settings as a config's `storage:` block gives them (no environment needed)."""
+        return {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key_id": self.access_key,
+            "secret_access_key": self.secret_key,
+            "allow_http": "true",
+        }
+
     def _rgw(self) -> rgw.RgwServer:
         return rgw.RgwServer(self.endpoint, self.access_key, self.secret_key, self.region, dir="", pids={})
 
@@ -79,6 +89,10 @@ class S3Bucket:
     @property
     def url(self) -> str:
         return f"s3://{self.name}"
+
+    @property
+    def options(self) -> dict[str, str]:
+        return self.server.options()
 
 
 def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bool]:

@@ -1,25 +1,50 @@
-"""LocalStorage: the atomic primitives the timeline and locks are built on, raced by real processes."""
+"""The storage contract on both backends: local disk and a real S3 server (Ceph RGW, tests/s3_server.py).
+
+Every test that takes `storage` runs twice. The atomic primitives the timeline and the locks are built on are
+raced by real processes (spawned, never forked: obstore hangs in a child forked after it did I/O).
+"""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import time
+import uuid
+from collections.abc import Iterator
 from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stitchlake.errors import StitchError
-from stitchlake.storage import LocalStorage, clean_relpath, storage_for
+from stitchlake.errors import ConfigError, StitchError
+from stitchlake.storage import LocalStorage, Storage, clean_relpath, storage_for
 
 RACERS = 8
 ROUNDS = 10
 BIG = 4 * 1024 * 1024  # large enough that a non-atomic write would be observably partial
 
+BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3)]
 
-def _race_put_if_absent(root: str, index: int, barrier: Barrier, results: mp.Queue) -> None:
-    storage = LocalStorage(root)
+
+@pytest.fixture(params=BACKENDS)
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """(root URI, storage options) of an empty root on one backend."""
+    if request.param == "local":
+        yield str(tmp_path / "root"), {}
+        return
+    bucket = request.getfixturevalue("s3_bucket")
+    yield f"{bucket.url}/root", bucket.options
+
+
+@pytest.fixture
+def storage(location: tuple[str, dict[str, str]]) -> Storage:
+    return storage_for(*location)
+
+
+def _race_put_if_absent(uri: str, options: dict[str, str], index: int, barrier: Barrier, results: Any) -> None:
+    storage = storage_for(uri, options)
     for round_no in range(ROUNDS):
         payload = f"winner {index} round {round_no} ".encode() * 1000
         barrier.wait()
@@ -27,19 +52,18 @@ def _race_put_if_absent(root: str, index: int, barrier: Barrier, results: mp.Que
         results.put((round_no, index, won))
 
 
-def test_put_if_absent_exactly_one_winner_across_processes(tmp_path: Path) -> None:
+def test_put_if_absent_exactly_one_winner_across_processes(location: tuple[str, dict[str, str]]) -> None:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(RACERS)
     results = ctx.Queue()
-    args = [(str(tmp_path), i, barrier, results) for i in range(RACERS)]
-    procs = [ctx.Process(target=_race_put_if_absent, args=a) for a in args]
+    procs = [ctx.Process(target=_race_put_if_absent, args=(*location, i, barrier, results)) for i in range(RACERS)]
     for proc in procs:
         proc.start()
-    outcomes = [results.get(timeout=60) for _ in range(RACERS * ROUNDS)]
+    outcomes = [results.get(timeout=120) for _ in range(RACERS * ROUNDS)]
     for proc in procs:
         proc.join(timeout=30)
         assert proc.exitcode == 0
-    storage = LocalStorage(str(tmp_path))
+    storage = storage_for(*location)
     for round_no in range(ROUNDS):
         winners = [index for r, index, won in outcomes if r == round_no and won]
         assert len(winners) == 1, f"round {round_no}: winners {winners}"
@@ -57,23 +81,23 @@ def _check_whole(data: bytes) -> bool:
     return len(data) == BIG and data.count(data[:1]) == BIG
 
 
-def _writer_atomic(root: str, versions: int, start: Event) -> None:
-    storage = LocalStorage(root)
+def _writer_atomic(uri: str, options: dict[str, str], versions: int, start: Event) -> None:
+    storage = storage_for(uri, options)
     start.wait()
     for version in range(1, versions + 1):
         storage.write_atomic("shared/file.bin", _payload(version))
 
 
-def _writer_put(root: str, count: int, start: Event) -> None:
-    storage = LocalStorage(root)
+def _writer_put(uri: str, options: dict[str, str], count: int, start: Event) -> None:
+    storage = storage_for(uri, options)
     start.wait()
     for index in range(count):
         assert storage.put_if_absent(f"puts/file-{index}", _payload(index))
 
 
-def _reader(root: str, seconds: float, start: Event, results: mp.Queue) -> None:
+def _reader(uri: str, options: dict[str, str], seconds: float, start: Event, results: Any) -> None:
     """Read the shared file and every published put as fast as possible; report (reads, torn reads)."""
-    storage = LocalStorage(root)
+    storage = storage_for(uri, options)
     start.wait()
     reads = torn = 0
     deadline = time.monotonic() + seconds
@@ -92,57 +116,56 @@ def _reader(root: str, seconds: float, start: Event, results: mp.Queue) -> None:
     results.put((reads, torn))
 
 
-def test_readers_never_see_a_half_written_file(tmp_path: Path) -> None:
+def test_readers_never_see_a_half_written_file(location: tuple[str, dict[str, str]]) -> None:
     ctx = mp.get_context("spawn")
-    root = str(tmp_path)
-    LocalStorage(root).write_atomic("shared/file.bin", _payload(0))
+    uri, options = location
+    storage_for(uri, options).write_atomic("shared/file.bin", _payload(0))
     start = ctx.Event()
     results = ctx.Queue()
-    readers = [ctx.Process(target=_reader, args=(root, 3.0, start, results)) for _ in range(3)]
+    readers = [ctx.Process(target=_reader, args=(uri, options, 3.0, start, results)) for _ in range(3)]
     writers = [
-        ctx.Process(target=_writer_atomic, args=(root, 40, start)),
-        ctx.Process(target=_writer_put, args=(root, 25, start)),
+        ctx.Process(target=_writer_atomic, args=(uri, options, 40, start)),
+        ctx.Process(target=_writer_put, args=(uri, options, 25, start)),
     ]
     for proc in readers + writers:
         proc.start()
     time.sleep(0.5)  # let the spawned interpreters import before the race starts
     start.set()
-    outcomes = [results.get(timeout=60) for _ in readers]
+    outcomes = [results.get(timeout=120) for _ in readers]
     for proc in readers + writers:
-        proc.join(timeout=60)
+        proc.join(timeout=120)
         assert proc.exitcode == 0
     reads = sum(r for r, _ in outcomes)
     torn = sum(t for _, t in outcomes)
     assert reads > 20, "the readers did not overlap with the writers"
     assert torn == 0
-    storage = LocalStorage(root)
+    storage = storage_for(uri, options)
     assert storage.read_bytes("shared/file.bin") == _payload(40)
     assert len(storage.list_names("puts")) == 25
     # no temp files are left behind by either primitive
-    assert not [name for name in os.listdir(tmp_path / "shared") if name.endswith(".tmp")]
-    assert not [name for name in os.listdir(tmp_path / "puts") if name.endswith(".tmp")]
+    assert not [name for name in storage.walk_files() if name.endswith(".tmp")]
 
 
 @pytest.mark.parametrize("bad", ["../x", "a/../../x", "/abs", "/etc/passwd", "..", "a/b/../../../c"])
-def test_paths_escaping_the_table_are_refused(tmp_path: Path, bad: str) -> None:
-    storage = LocalStorage(str(tmp_path / "table"))
+def test_paths_escaping_the_root_are_refused(storage: Storage, bad: str) -> None:
     with pytest.raises(StitchError):
         clean_relpath(bad)
     for call in (
         lambda: storage.read_bytes(bad),
         lambda: storage.put_if_absent(bad, b"x"),
         lambda: storage.write_atomic(bad, b"x"),
+        lambda: storage.write_bytes(bad, b"x"),
         lambda: storage.exists(bad),
         lambda: storage.delete(bad),
         lambda: storage.list_names(bad),
+        lambda: storage.describe(bad),
     ):
         with pytest.raises(StitchError):
             call()
-    assert not (tmp_path / "x").exists()
+    assert list(storage.ancestors()[0].list_files()) == []  # nothing was written outside the root
 
 
-def test_relative_paths_are_normalised(tmp_path: Path) -> None:
-    storage = LocalStorage(str(tmp_path))
+def test_relative_paths_are_normalised(storage: Storage) -> None:
     assert clean_relpath("a/./b/../c") == "a/c"
     assert clean_relpath("a\\b") == "a/b"
     assert clean_relpath(".") == ""
@@ -150,41 +173,186 @@ def test_relative_paths_are_normalised(tmp_path: Path) -> None:
     assert storage.read_bytes("a/c") == b"1"
 
 
-def test_put_if_absent_never_overwrites(tmp_path: Path) -> None:
-    storage = LocalStorage(str(tmp_path))
+def test_put_if_absent_never_overwrites(storage: Storage) -> None:
     assert storage.put_if_absent("d/f", b"first")
     assert not storage.put_if_absent("d/f", b"second")
     assert storage.read_bytes("d/f") == b"first"
     storage.write_atomic("d/f", b"third")  # write_atomic replaces on purpose
     assert storage.read_bytes("d/f") == b"third"
+    storage.write_bytes("d/f", b"fourth")
+    assert storage.read_bytes("d/f") == b"fourth"
 
 
-def test_list_names_delete_exists_basics(tmp_path: Path) -> None:
-    storage = LocalStorage(str(tmp_path))
+def test_ready_runs_before_the_create_and_can_refuse_it(storage: Storage) -> None:
+    seen: list[bool] = []
+    assert storage.put_if_absent("r/a", b"1", ready=lambda: seen.append(storage.exists("r/a")))
+    assert seen == [False]
+
+    def refuse() -> None:
+        raise StitchError("fenced")
+
+    with pytest.raises(StitchError, match="fenced"):
+        storage.put_if_absent("r/b", b"1", ready=refuse)
+    assert not storage.exists("r/b")
+
+
+def test_list_names_delete_exists_basics(storage: Storage) -> None:
     assert storage.list_names("missing") == []
     assert not storage.exists("missing")
     with pytest.raises(FileNotFoundError):
         storage.read_bytes("missing/file")
+    with pytest.raises(FileNotFoundError):
+        storage.stat("missing/file")
+    with pytest.raises(FileNotFoundError):
+        storage.open_input("missing/file")
     storage.write_atomic("folder/a", b"a")
     storage.put_if_absent("folder/b", b"b")
-    storage.makedirs("folder/sub")
-    (tmp_path / "folder" / ".c.123.tmp").write_bytes(b"partial")  # a crashed writer's temp file
-    assert sorted(storage.list_names("folder")) == ["a", "b", "sub"]
+    storage.write_bytes("folder/sub/c", b"cc")
+    storage.makedirs("folder/empty")
+    empty = ["empty"] if isinstance(storage, LocalStorage) else []  # an empty folder is nothing on S3
+    assert sorted(storage.list_names("folder")) == sorted(["a", "b", "sub", *empty])
     assert storage.exists("folder") and storage.exists("folder/a") and storage.exists("folder/sub")
-    assert storage.size("folder/a") == 1
-    assert sorted(storage.walk_files("folder")) == ["folder/.c.123.tmp", "folder/a", "folder/b"]
+    assert storage.exists("")  # the root exists even when empty on S3 (the bucket answers)
+    assert storage.size("folder/a") == 1 and storage.stat("folder/sub/c").size == 2
+    files = {info.path: info for info in storage.list_files("folder")}
+    assert sorted(files) == ["folder/a", "folder/b", "folder/sub/c"]
+    assert files["folder/sub/c"].size == 2 and files["folder/a"].version != files["folder/b"].version
+    assert [info.path for info in storage.list_files("folder/a")] == ["folder/a"]  # a folder naming one file
+    assert sorted(storage.walk_files()) == ["folder/a", "folder/b", "folder/sub/c"]
     assert storage.delete("folder/a") is True
     assert storage.delete("folder/a") is False
     assert not storage.exists("folder/a")
     assert storage.list_names("folder/a") == []  # a file is not a folder
+    assert storage.delete("folder/sub") is True  # a folder written as one unit
+    assert not storage.exists("folder/sub/c")
     storage.delete_tree("folder")
-    assert not storage.exists("folder")
+    assert not storage.exists("folder") and list(storage.list_files()) == []
     storage.delete_tree("folder")  # idempotent
 
 
-def test_storage_for_local_and_unsupported(tmp_path: Path) -> None:
+def test_a_rewrite_changes_the_version(storage: Storage) -> None:
+    storage.write_bytes("landing/a.json", b'{"k": 1}\n')
+    first = storage.stat("landing/a.json")
+    storage.write_bytes("landing/a.json", b'{"k": 2}\n')
+    second = storage.stat("landing/a.json")
+    assert first.size == second.size and first.version != second.version
+    assert [info.version for info in storage.list_files("landing")] == [second.version]
+
+
+def test_open_input_reads_parquet_whole_and_by_range(storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"a": np.arange(200_000), "b": np.arange(200_000) * 0.5, "c": np.arange(200_000) % 7})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=50_000)
+    storage.write_bytes("data/f.parquet", sink.getvalue().to_pybytes())
+    with storage.open_input("data/f.parquet") as handle:
+        assert pq.ParquetFile(handle).read().equals(table)
+    if not isinstance(storage, LocalStorage):  # files bigger than one GET are read footer first, then by range
+        from stitchlake.storage import s3
+
+        monkeypatch.setattr(s3, "WHOLE_BYTES", 64 * 1024)
+        monkeypatch.setattr(s3, "TAIL_BYTES", 16 * 1024)
+        with storage.open_input("data/f.parquet") as handle:
+            assert pq.ParquetFile(handle).read(columns=["b"]).column("b").equals(table.column("b"))
+        with storage.open_input("data/f.parquet") as handle:
+            assert pq.ParquetFile(handle).read().equals(table)
+
+
+def test_prefetched_files_read_the_same(storage: Storage) -> None:
+    for index in range(5):
+        storage.write_bytes(f"p/{index}", bytes([index]) * (index + 1))
+    storage.prefetch([(f"p/{index}", index + 1) for index in range(5)] + [("p/missing", 3)])
+    assert [storage.read_bytes(f"p/{index}") for index in range(5)] == [bytes([i]) * (i + 1) for i in range(5)]
+    with pytest.raises(FileNotFoundError):
+        storage.read_bytes("p/missing")
+    storage.write_bytes("p/0", b"new")  # read once: a later read sees the file as it is then
+    assert storage.read_bytes("p/0") == b"new"
+
+
+def test_ancestors_and_describe(location: tuple[str, dict[str, str]]) -> None:
+    uri, options = location
+    storage = storage_for(f"{uri}/a/b", options)
+    assert storage.describe("x/y").endswith("/root/a/b/x/y")
+    outer = storage.ancestors()
+    assert outer[0].describe().endswith("/root/a") and outer[1].describe().endswith("/root")
+    outer[1].write_bytes("marker", b"1")
+    assert outer[1].exists("marker") and not storage.exists("marker")
+
+
+def test_storage_for_schemes(tmp_path: Path) -> None:
     assert isinstance(storage_for(str(tmp_path)), LocalStorage)
     local = storage_for(f"file://{tmp_path}")
     assert isinstance(local, LocalStorage) and local.root == str(tmp_path)
-    with pytest.raises(StitchError, match="s3://"):
-        storage_for("s3://bucket/table")
+    from stitchlake.storage.s3 import S3Storage  # building one makes no request
+
+    s3 = storage_for("s3://bucket/some/table/")
+    assert isinstance(s3, S3Storage) and s3.uri == "s3://bucket/some/table"
+    assert s3.describe(".stitch/table.json") == "s3://bucket/some/table/.stitch/table.json"
+    assert [outer.uri for outer in s3.ancestors()] == ["s3://bucket/some", "s3://bucket"]
+    for bad, words in (
+        ("hdfs://nn/warehouse/t", "hdfs:// is not a supported storage"),
+        ("s3a://bucket/t", "write s3://"),
+        ("gs://bucket/t", "gs:// is not a supported storage"),
+        ("s3:///nobucket", "s3://bucket"),
+        ("s3://bucket/t?versionId=1", "no query"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            storage_for(bad)
+    with pytest.raises(ConfigError, match="unknown S3 setting"):
+        storage_for("s3://bucket/t", {"secret": "x"})
+
+
+def test_s3_storage_pickles_as_location_and_settings_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark ships storage objects to executors by pickling: never the client, nor what it read from the env."""
+    secret = f"env-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    storage = storage_for("s3://bucket/t", {"endpoint": "http://127.0.0.1:9", "region": "eu-west-1"})
+    _ = storage.store  # a client built (it took the credentials from the environment)
+    data = pickle.dumps(storage)
+    assert secret.encode() not in data and b"env-key" not in data
+    again = pickle.loads(data)
+    assert again == storage and again.options == {"endpoint": "http://127.0.0.1:9", "region": "eu-west-1"}
+
+
+@pytest.mark.s3
+def test_s3_errors_name_the_object_and_never_the_secret(s3_bucket: Any) -> None:
+    options = {**s3_bucket.options, "secret_access_key": "wrong-secret-1234567"}
+    storage = storage_for(f"{s3_bucket.url}/t", options)
+    with pytest.raises(PermissionError) as refused:
+        storage.read_bytes("a/b")
+    assert f"{s3_bucket.url}/t/a/b" in str(refused.value) and "wrong-secret" not in str(refused.value)
+    missing = storage_for(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/t", s3_bucket.options)
+    with pytest.raises(OSError, match="no-such-bucket"):
+        missing.put_if_absent("x", b"1")
+
+
+@pytest.mark.s3
+def test_s3_listing_pages_and_a_retried_create_counts_as_ours(s3_bucket: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    storage = storage_for(f"{s3_bucket.url}/many", s3_bucket.options)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: storage.write_bytes(f"k/{i:05d}", b"x"), range(1100)))
+    assert len(list(storage.list_files("k"))) == 1100  # more than one page of 1000
+    assert len(storage.list_names("k")) == 1100
+    storage.delete_tree("k")
+    assert list(storage.list_files()) == []
+    # A conditional PUT whose answer was lost and that the client retried finds its own object: still a win.
+    assert storage.put_if_absent("once", b"our unique bytes")
+    assert storage.put_if_absent("once", b"our unique bytes")
+    assert not storage.put_if_absent("once", b"someone else's bytes")
+
+
+@pytest.mark.s3
+def test_environment_settings_reach_the_client(s3_bucket: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no `storage:` block the standard AWS variables configure the client (plain http from the endpoint)."""
+    for name, value in s3_bucket.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ALLOW_HTTP")
+    storage = storage_for(f"{s3_bucket.url}/env")
+    assert storage.put_if_absent("a", b"1") and storage.read_bytes("a") == b"1"
+    assert os.environ["AWS_ENDPOINT_URL"].startswith("http://")

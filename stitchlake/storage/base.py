@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -52,6 +52,9 @@ class Storage(ABC):
 
     #: Where the root is, as the user wrote it (a local path or a URI).
     uri: str
+    #: Whether each request is a network round trip (object stores): readers of many small files then issue
+    #: their requests in parallel, and immutable files (completed instants) are cached in-process.
+    remote: bool = False
 
     @abstractmethod
     def describe(self, path: str = "") -> str:
@@ -110,6 +113,10 @@ class Storage(ABC):
     @abstractmethod
     def delete_tree(self, folder: str) -> None:
         """Delete a folder and everything in it, if it exists."""
+
+    def prefetch(self, files: Iterable[tuple[str, int]]) -> None:  # noqa: B027 - optional hook
+        """Hint: these files (path, size in bytes) are about to be read. Object stores fetch them together, in
+        parallel, so reading N files costs one round trip instead of N; local disk ignores it."""
 
     def size(self, path: str) -> int:
         """Size in bytes of a file."""

@@ -20,7 +20,19 @@ def _local(uri: str, _options: Mapping[str, str]) -> Storage:
     return LocalStorage(unquote(parsed.path) if parsed.scheme == "file" else uri)
 
 
-BACKENDS: dict[str, Factory] = {"": _local, "file": _local}
+def _s3(uri: str, options: Mapping[str, str]) -> Storage:
+    from stitchlake.storage.s3 import S3Storage  # imports obstore only when a table or folder is on S3
+
+    return S3Storage(uri, options)
+
+
+BACKENDS: dict[str, Factory] = {"": _local, "file": _local, "s3": _s3}
+#: Schemes people write for stores we reach another way, with what to write instead.
+HINTS = {
+    "s3a": "write s3:// (stitchlake reaches S3 itself, without Hadoop's s3a connector)",
+    "s3n": "write s3://",
+    "hdfs": "HDFS is not implemented; put the table on local or mounted disk, or on S3",
+}
 
 
 def scheme_of(uri: str) -> str:
@@ -36,5 +48,6 @@ def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:
     factory = BACKENDS.get(scheme)
     if factory is None:
         known = ", ".join(sorted(f"{s}://" for s in BACKENDS if s)) + " and local paths"
-        raise ConfigError(f"{uri!r}: {scheme}:// is not a supported storage (supported: {known})")
+        hint = f"; {HINTS[scheme]}" if scheme in HINTS else ""
+        raise ConfigError(f"{uri!r}: {scheme}:// is not a supported storage (supported: {known}){hint}")
     return factory(str(uri), options or {})

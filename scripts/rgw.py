@@ -1,0 +1,648 @@
+"""A throw-away S3 server for tests: Ceph's RADOS Gateway over one monitor and one in-memory OSD on 127.0.0.1.
+
+Why Ceph: it is a real, Debian-packaged S3 implementation that honours conditional writes (`If-None-Match: *`
+answers 412 on an existing key, `If-Match` takes the unquoted ETag), which the commit protocol relies on.
+Everything (config, mon store, OSD, logs, sockets, pid files) lives under one private directory; nothing in
+/etc/ceph or /var/lib/ceph is used. Authentication between the daemons is off; S3 clients sign with a user
+created by `radosgw-admin`. Stdlib only, so tests and scripts can import it before anything else is installed.
+
+    python scripts/rgw.py start --dir /tmp/rgw [--port 7480] [--watch-pid PID]   # prints JSON
+    python scripts/rgw.py status --dir /tmp/rgw
+    python scripts/rgw.py stop --dir /tmp/rgw
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import glob
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+PACKAGES = ("ceph-mon", "ceph-osd", "radosgw", "ceph-common")
+BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
+DEFAULT_ACCESS_KEY = "stitchlake-test"
+DEFAULT_SECRET_KEY = "stitchlake-test-secret"
+REGION = "us-east-1"
+STATE_FILE = "state.json"
+START_TIMEOUT_S = 90.0
+STEP_TIMEOUT_S = 60.0
+APT_TIMEOUT_S = 900.0
+MEMSTORE_BYTES = 4 << 30  # an upper bound only: memstore allocates what is written
+
+
+@dataclasses.dataclass(frozen=True)
+class RgwServer:
+    """How to reach a running gateway, and which processes to stop."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+    dir: str
+    pids: dict[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+class RgwError(RuntimeError):
+    """Ceph could not be installed or started; the message carries the relevant log tails."""
+
+
+# ---------------------------------------------------------------------------------------------- install
+
+
+def missing_binaries() -> list[str]:
+    return [name for name in BINARIES if shutil.which(name) is None]
+
+
+def ensure_installed() -> None:
+    """Install Debian's Ceph packages when a binary is missing (root only); `apt-get update` once on failure."""
+    if not missing_binaries():
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        raise RgwError(f"missing {missing_binaries()} and cannot apt-get install (no apt-get or not root)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = [apt, "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+    detail = ""
+    for commands in ([install], [[apt, "update", "-q"], install]):
+        try:
+            for argv in commands:
+                done = subprocess.run(
+                    argv, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S, stdin=subprocess.DEVNULL
+                )
+                if done.returncode != 0:
+                    detail = (done.stderr or done.stdout).strip()[-800:]
+                    break
+            else:
+                if not missing_binaries():
+                    return
+                detail = f"still missing {missing_binaries()} after install"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            detail = repr(exc)
+    raise RgwError(f"apt-get install {' '.join(PACKAGES)} failed: {detail}")
+
+
+def _class_dir() -> str:
+    """The folder of RADOS object classes; radosgw fails with -95 ('couldn't init storage provider') without it."""
+    found = sorted(glob.glob("/usr/lib/*/rados-classes")) + sorted(glob.glob("/usr/lib*/rados-classes"))
+    if not found:
+        raise RgwError("no rados-classes folder under /usr/lib (is ceph-osd installed?)")
+    return found[0]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _all_log_tails(workdir: Path) -> str:
+    """Log tails, the gateway's first (it fails most often) and the chatty cluster log last and short."""
+
+    def rank(path: Path) -> tuple[int, str]:
+        order = ("client.rgw", "rgw", "osd", "mon", "client.admin", "watchdog", "ceph.log")
+        return next((i for i, p in enumerate(order) if path.name.startswith(p)), len(order) - 1), path.name
+
+    parts = []
+    for path in sorted((workdir / "log").glob("*"), key=rank):
+        if path.stat().st_size:
+            parts.append(f"--- {path} ---\n{log_tail(path, 8 if path.name == 'ceph.log' else 25)}")
+    return "\n".join(parts) or "(no logs)"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):  # a zombie counts as gone
+        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _pid_is_ours(pid: int, workdir: Path) -> bool:
+    """True if `pid` still runs a command that mentions our directory (guards against reused pids)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return str(workdir) in cmdline
+
+
+def _run(argv: list[str], workdir: Path, timeout: float = STEP_TIMEOUT_S) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise RgwError(f"{argv[0]} timed out after {timeout:g}s; logs:\n{_all_log_tails(workdir)}") from exc
+    if done.returncode != 0:
+        raise RgwError(
+            f"{' '.join(argv)} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}\n"
+            f"logs:\n{_all_log_tails(workdir)}"
+        )
+    return done.stdout
+
+
+# ---------------------------------------------------------------------------------------------- S3 (SigV4)
+
+
+def s3_request(
+    server: RgwServer,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    query: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> tuple[int, dict[str, str], bytes]:
+    """One SigV4-signed path-style request, e.g. s3_request(srv, "PUT", "/bucket"); returns (status, headers, body).
+
+    Enough S3 for fixtures (create/empty/delete buckets) without boto3 or pyarrow.
+    """
+    parts = urlsplit(server.endpoint)
+    now = datetime.datetime.now(datetime.UTC)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    scope = f"{amz_date[:8]}/{server.region}/s3/aws4_request"
+    payload_hash = hashlib.sha256(body).hexdigest()
+    canonical_uri = quote(path, safe="/~")
+    canonical_query = "&".join(f"{quote(k, safe='~')}={quote(v, safe='~')}" for k, v in sorted((query or {}).items()))
+    signed = {"host": parts.netloc, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
+    signed.update({k.lower(): v for k, v in (headers or {}).items()})
+    names = ";".join(sorted(signed))
+    canonical = "\n".join(
+        [
+            method,
+            canonical_uri,
+            canonical_query,
+            *(f"{k}:{signed[k].strip()}" for k in sorted(signed)),
+            "",
+            names,
+            payload_hash,
+        ]
+    )
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = f"AWS4{server.secret_key}".encode()
+    for part in (amz_date[:8], server.region, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    signed["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={server.access_key}/{scope}, SignedHeaders={names}, Signature={signature}"
+    )
+    signed.pop("host")
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout)
+    try:
+        target = canonical_uri + (f"?{canonical_query}" if canonical_query else "")
+        conn.request(method, target, body=body, headers=signed)
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def create_bucket(server: RgwServer, bucket: str) -> None:
+    status, _headers, body = s3_request(server, "PUT", f"/{bucket}")
+    if status != 200:
+        raise RgwError(f"create bucket {bucket!r}: HTTP {status} {body[:300]!r}")
+
+
+def delete_bucket(server: RgwServer, bucket: str) -> None:
+    """Delete every object (and multipart upload) of `bucket`, then the bucket; a missing bucket is fine."""
+    ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+    token: str | None = None
+    while True:
+        query = {"list-type": "2", "max-keys": "1000"}
+        if token:
+            query["continuation-token"] = token
+        status, _headers, body = s3_request(server, "GET", f"/{bucket}", query=query)
+        if status == 404:
+            return
+        if status != 200:
+            raise RgwError(f"list bucket {bucket!r}: HTTP {status} {body[:300]!r}")
+        root = ET.fromstring(body)
+        for item in root.iter(f"{ns}Contents"):
+            s3_request(server, "DELETE", f"/{bucket}/{item.findtext(f'{ns}Key')}")
+        token = root.findtext(f"{ns}NextContinuationToken")
+        if root.findtext(f"{ns}IsTruncated") != "true" or not token:
+            break
+    status, _headers, body = s3_request(server, "GET", f"/{bucket}", query={"uploads": ""})
+    if status == 200:
+        root = ET.fromstring(body)
+        for upload in root.iter(f"{ns}Upload"):
+            key, upload_id = upload.findtext(f"{ns}Key"), upload.findtext(f"{ns}UploadId")
+            s3_request(server, "DELETE", f"/{bucket}/{key}", query={"uploadId": upload_id or ""})
+    status, _headers, body = s3_request(server, "DELETE", f"/{bucket}")
+    if status not in (204, 404):
+        raise RgwError(f"delete bucket {bucket!r}: HTTP {status} {body[:300]!r}")
+
+
+def s3_ready(server: RgwServer) -> bool:
+    """True once a signed ListBuckets succeeds, i.e. the gateway is up and knows our user."""
+    try:
+        status, _headers, _body = s3_request(server, "GET", "/", timeout=2.0)
+    except OSError:
+        return False
+    return status == 200
+
+
+# ---------------------------------------------------------------------------------------------- start / stop
+
+
+def _config(workdir: Path, fsid: str, mon_port: int, rgw_port: int) -> str:
+    d = str(workdir)
+    return f"""[global]
+fsid = {fsid}
+mon host = v2:127.0.0.1:{mon_port}
+mon initial members = a
+public addr = 127.0.0.1
+public network = 127.0.0.1/32
+ms bind msgr1 = false
+ms bind ipv6 = false
+ms mon client mode = crc secure
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth allow insecure global id reclaim = true
+run dir = {d}/run
+admin socket = {d}/run/$name.asok
+pid file = {d}/run/$name.pid
+log file = {d}/log/$name.log
+log to stderr = false
+err to stderr = true
+crash dir = {d}/crash
+exporter sock dir = {d}/run
+keyring = {d}/keyring
+osd class dir = {_class_dir()}
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+mon max pg per osd = 1000
+mon data avail crit = 1
+mon data avail warn = 2
+paxos propose interval = 0.05
+paxos min wait = 0.01
+mon tick interval = 1
+mgr initial modules =
+debug ms = 0
+
+[mon]
+mon data = {d}/mon/$cluster-$id
+mon cluster log file = {d}/log/$cluster.log
+
+[osd]
+osd data = {d}/osd/$cluster-$id
+osd objectstore = memstore
+memstore device bytes = {MEMSTORE_BYTES}
+osd op num shards = 1
+osd op num threads per shard = 2
+osd max object size = 5368709120
+
+[client.rgw.a]
+rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
+rgw data = {d}/rgw
+rgw thread pool size = 64
+rgw enable usage log = false
+rgw dns name =
+rgw gc processor period = 60
+rgw dynamic resharding = false
+"""
+
+
+def _spawn(argv: list[str], workdir: Path, name: str) -> int:
+    """Start one daemon in the foreground of its own session (so stop() can kill the group); returns its pid."""
+    out = open(workdir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=workdir,
+        )
+    finally:
+        out.close()
+    return proc.pid
+
+
+def _wait(what: str, check: Callable[[], bool], workdir: Path, pids: dict[str, int], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        dead = [name for name, pid in pids.items() if not _pid_alive(pid)]
+        if dead:
+            raise RgwError(f"{', '.join(dead)} exited while waiting for {what}; logs:\n{_all_log_tails(workdir)}")
+        if check():
+            return
+        time.sleep(0.2)
+    raise RgwError(f"timed out waiting for {what}; logs:\n{_all_log_tails(workdir)}")
+
+
+def read_state(workdir: Path) -> RgwServer | None:
+    try:
+        return RgwServer(**json.loads((Path(workdir) / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def status(workdir: Path) -> RgwServer | None:
+    """The running server of `workdir`, or None if it is not (fully) running or does not answer."""
+    workdir = Path(workdir).resolve()
+    state = read_state(workdir)
+    if state is None or not state.pids:
+        return None
+    if not all(_pid_alive(pid) and _pid_is_ours(pid, workdir) for pid in state.pids.values()):
+        return None
+    return state if s3_ready(state) else None
+
+
+def start(
+    workdir: Path | str,
+    port: int | None = None,
+    access_key: str = DEFAULT_ACCESS_KEY,
+    secret_key: str = DEFAULT_SECRET_KEY,
+    watch_pid: int | None = None,
+    timeout: float = START_TIMEOUT_S,
+) -> RgwServer:
+    """Start mon + memstore OSD + radosgw under `workdir` (or return the one already running there).
+
+    A stale or half-started set in `workdir` is stopped and wiped first. With `watch_pid`, a small watchdog
+    process stops the daemons once that process is gone, so a killed test run leaves no orphans. Free ports
+    can be taken between probing and binding, so a bind failure is retried with new ports.
+    """
+    for attempt in range(3):
+        try:
+            return _start_once(workdir, port, access_key, secret_key, watch_pid, timeout)
+        except RgwError as exc:
+            text = str(exc)
+            if port is not None or attempt == 2 or not ("Address already in use" in text or "bind" in text):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(
+    workdir: Path | str,
+    port: int | None = None,
+    access_key: str = DEFAULT_ACCESS_KEY,
+    secret_key: str = DEFAULT_SECRET_KEY,
+    watch_pid: int | None = None,
+    timeout: float = START_TIMEOUT_S,
+) -> RgwServer:
+    workdir = Path(workdir).resolve()
+    running = status(workdir)
+    if running is not None:
+        return running
+    ensure_installed()
+    stop(workdir)
+    for sub in ("mon", "osd", "rgw", "run", "log", "crash"):
+        shutil.rmtree(workdir / sub, ignore_errors=True)
+    (workdir / STATE_FILE).unlink(missing_ok=True)
+    for sub in ("mon/ceph-a", "osd/ceph-0", "rgw", "run", "log", "crash"):
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    mon_port = free_port()
+    rgw_port = port or free_port()
+    if port and not _port_free(port):
+        raise RgwError(f"port {port} is already in use")
+    fsid = str(uuid.uuid4())
+    conf = workdir / "ceph.conf"
+    conf.write_text(_config(workdir, fsid, mon_port, rgw_port))
+    base = ["--conf", str(conf), "--cluster", "ceph"]
+    server = RgwServer(
+        endpoint=f"http://127.0.0.1:{rgw_port}",
+        access_key=access_key,
+        secret_key=secret_key,
+        region=REGION,
+        dir=str(workdir),
+        pids={},
+    )
+    pids: dict[str, int] = {}
+    try:
+        monmap = workdir / "monmap"
+        _run(
+            [
+                "monmaptool",
+                "--create",
+                "--clobber",
+                "--fsid",
+                fsid,
+                "--addv",
+                "a",
+                f"[v2:127.0.0.1:{mon_port}]",
+                str(monmap),
+            ],
+            workdir,
+        )
+        _run(["ceph-mon", *base, "--mkfs", "-i", "a", "--monmap", str(monmap)], workdir)
+        pids["mon"] = _spawn(["ceph-mon", *base, "-f", "-i", "a"], workdir, "mon")
+        _write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        cli = ["ceph", *base, "--connect-timeout", "10"]
+        osd_uuid = str(uuid.uuid4())
+        osd_id = _run([*cli, "osd", "new", osd_uuid], workdir).strip()
+        _run(["ceph-osd", *base, "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid], workdir)
+        pids["osd"] = _spawn(["ceph-osd", *base, "-f", "-i", osd_id], workdir, "osd")
+        _write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        _wait(
+            "the OSD to come up",
+            lambda: _osd_up(cli),
+            workdir,
+            pids,
+            deadline,
+        )
+        pids["rgw"] = _spawn(["radosgw", *base, "-f", "-n", "client.rgw.a"], workdir, "rgw")
+        _write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        admin = ["radosgw-admin", *base, "-n", "client.admin"]
+        _wait("radosgw to listen", lambda: not _port_free(rgw_port), workdir, pids, deadline)
+        _run(
+            [
+                *admin,
+                "user",
+                "create",
+                "--uid",
+                "stitchlake",
+                "--display-name",
+                "stitchlake tests",
+                "--access-key",
+                access_key,
+                "--secret",
+                secret_key,
+            ],
+            workdir,
+        )
+        _wait("S3 to answer", lambda: s3_ready(server), workdir, pids, deadline)
+    except BaseException:
+        _kill(workdir, pids)
+        raise
+    server = dataclasses.replace(server, pids=dict(pids))
+    if watch_pid is not None:
+        server = dataclasses.replace(server, pids={**pids, "watchdog": _spawn_watchdog(workdir, watch_pid)})
+    _write_state(workdir, server)
+    return server
+
+
+def _osd_up(cli: list[str]) -> bool:
+    try:
+        done = subprocess.run(
+            [*cli, "osd", "dump", "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+        osds = json.loads(done.stdout).get("osds", [])
+    except (subprocess.TimeoutExpired, ValueError):
+        return False
+    return bool(osds) and all(osd.get("up") == 1 and osd.get("in") == 1 for osd in osds)
+
+
+def _write_state(workdir: Path, server: RgwServer) -> None:
+    tmp = workdir / f"{STATE_FILE}.tmp"
+    tmp.write_text(server.to_json())
+    os.replace(tmp, workdir / STATE_FILE)
+
+
+def _spawn_watchdog(workdir: Path, watch_pid: int) -> int:
+    argv = [sys.executable, os.path.abspath(__file__), "watch", "--dir", str(workdir), "--pid", str(watch_pid)]
+    return _spawn(argv, workdir, "watchdog")
+
+
+def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 10.0) -> None:
+    """Stop daemons one by one, gateway first and monitor last (an OSD says goodbye to the monitor, which
+    takes 5 s if the monitor is already gone): SIGTERM the process group, wait, SIGKILL. Only pids that still
+    look like ours are signalled, so a reused pid is never hit."""
+    order = {"rgw": 0, "client": 0, "osd": 1, "mon": 2}
+    me = os.getpid()
+    for name in sorted(pids, key=lambda n: (order.get(n.split(":")[-1].split(".")[0], 3), n)):
+        pid = pids[name]
+        if pid == me or not (_pid_alive(pid) and _pid_is_ours(pid, workdir)):
+            continue
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)  # each daemon leads its own session and process group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+            end = time.monotonic() + wait_s
+            while _pid_alive(pid) and time.monotonic() < end:
+                _reap([pid])
+                time.sleep(0.05)
+            if not _pid_alive(pid):
+                break
+
+
+def _reap(pids: Iterable[int]) -> None:
+    """Collect our own exited children so they do not linger as zombies."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _pidfile_pids(workdir: Path) -> dict[str, int]:
+    found = {}
+    for path in (workdir / "run").glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            found[path.stem] = int(path.read_text().strip())
+    return found
+
+
+def stop(workdir: Path | str) -> None:
+    """Stop every daemon started under `workdir` (state file and ceph pid files); the data stays for autopsy."""
+    workdir = Path(workdir).resolve()
+    state = read_state(workdir)
+    pids = dict(state.pids) if state else {}
+    pids.update({f"pidfile:{k}": v for k, v in _pidfile_pids(workdir).items()})
+    watchdog = pids.pop("watchdog", None)
+    _kill(workdir, pids)
+    if watchdog is not None and watchdog != os.getpid():
+        _kill(workdir, {"watchdog": watchdog}, grace_s=2.0)
+    if state is not None:
+        _write_state(workdir, dataclasses.replace(state, pids={}))
+
+
+def watch(workdir: Path, watch_pid: int, interval_s: float = 1.0) -> None:
+    """Stop the daemons of `workdir` once `watch_pid` has exited (the watchdog of start(watch_pid=...))."""
+    while _pid_alive(watch_pid):
+        time.sleep(interval_s)
+    stop(workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_start = sub.add_parser("start", help="start (or reuse) a gateway; prints JSON")
+    p_start.add_argument("--dir", required=True, type=Path)
+    p_start.add_argument("--port", type=int, default=None)
+    p_start.add_argument("--access-key", default=DEFAULT_ACCESS_KEY)
+    p_start.add_argument("--secret-key", default=DEFAULT_SECRET_KEY)
+    p_start.add_argument("--watch-pid", type=int, default=None, help="stop the daemons when this pid exits")
+    p_start.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
+    for name in ("stop", "status"):
+        sub.add_parser(name).add_argument("--dir", required=True, type=Path)
+    p_watch = sub.add_parser("watch", help=argparse.SUPPRESS)
+    p_watch.add_argument("--dir", required=True, type=Path)
+    p_watch.add_argument("--pid", required=True, type=int)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            args.dir.mkdir(parents=True, exist_ok=True)
+            began = time.monotonic()
+            server = start(args.dir, args.port, args.access_key, args.secret_key, args.watch_pid, args.timeout)
+            print(json.dumps({**dataclasses.asdict(server), "start_s": round(time.monotonic() - began, 2)}, indent=2))
+        elif args.command == "stop":
+            stop(args.dir)
+        elif args.command == "status":
+            running = status(args.dir)
+            print(running.to_json() if running else "{}")
+            return 0 if running else 1
+        else:
+            watch(args.dir.resolve(), args.pid)
+    except RgwError as exc:
+        print(f"rgw.py {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
