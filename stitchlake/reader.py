@@ -159,6 +159,9 @@ def read_slice(
     """
     config = table.config
     wanted = _wanted_columns(config, columns)
+    # On an object store, fetch the slice's files together: one round trip, not one per log file.
+    ahead = fslice.files if mode == SNAPSHOT else [fslice.base] if fslice.base else []
+    table.storage.prefetch((f.path, f.bytes) for f in ahead)
     if fslice.base is not None and (mode == READ_OPTIMIZED or not fslice.logs):
         out = base_rows(config, _read_base(table, fslice, base_columns(config, wanted)), wanted)
     else:

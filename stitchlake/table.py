@@ -39,7 +39,7 @@ class Table:
 
     def __init__(self, config: TableConfig, storage: Storage | None = None) -> None:
         self.config = config
-        self.storage = storage or storage_for(config.table.path)
+        self.storage = storage or storage_for(config.table.path, config.storage.options)
         self._properties: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -52,8 +52,7 @@ class Table:
     @property
     def storage_options(self) -> dict[str, str]:
         """Settings of the object-store client (endpoint, credentials) for the table and its landing folders."""
-        storage = getattr(self.config, "storage", None)
-        return dict(getattr(storage, "options", None) or {})
+        return self.config.storage.options
 
     # ---------------------------------------------------------------------------------------- lifecycle
 

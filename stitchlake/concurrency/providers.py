@@ -1,7 +1,9 @@
 """Lock providers by name (`concurrency.lock.provider`): one place that knows them all.
 
-`filesystem` is built on the storage's own create-if-absent (local disk and object stores alike); `zookeeper` is
-for many hosts. The providers import this module's caller-facing factory, never each other.
+`filesystem` (also called `storage`) is built on the storage's own create-if-absent: hard links on local disk,
+conditional PUTs (`If-None-Match: *`) on S3; `zookeeper` is for many hosts. docs/operations.md ("Running on S3
+and on a cluster") compares what each guarantees. The providers import this module's caller-facing factory,
+never each other.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def make_lock(
     owner: str | None = None,
 ) -> TableLock:
     """The configured lock provider (`concurrency.lock`); kazoo is imported only for `zookeeper`."""
-    if provider == "filesystem":
+    if provider in ("filesystem", "storage"):
         return FileSystemLock(storage, name=name, wait_s=wait_s, expire_s=expire_s, owner=owner)
     if provider == "zookeeper":
         if not hosts:
@@ -42,4 +44,6 @@ def make_lock(
             expire_s=expire_s,
             owner=owner,
         )
-    raise ConfigError(f"concurrency.lock.provider: unknown lock provider {provider!r}; use 'filesystem' or 'zookeeper'")
+    raise ConfigError(
+        f"concurrency.lock.provider: unknown lock provider {provider!r}; use filesystem (or storage) or zookeeper"
+    )

@@ -72,9 +72,11 @@ class ConcurrencyMode(StrEnum):
 
 
 class LockProvider(StrEnum):
-    """Where the short table lock lives: a lock file under `.stitch/locks/`, or ZooKeeper."""
+    """Where the short table lock lives: lock objects under `.stitch/locks/` created with the storage's atomic
+    create (`storage`, also called `filesystem`: local disk and S3 alike), or ZooKeeper."""
 
     FILESYSTEM = "filesystem"
+    STORAGE = "storage"
     ZOOKEEPER = "zookeeper"
 
 
@@ -450,7 +452,7 @@ class TableSpec(Spec):
     name: TableName
     """Table name, recorded in .stitch/table.json."""
     path: Location
-    """Where the table lives: a folder (relative to the config file), file://, s3://, hdfs://..."""
+    """Where the table lives: a folder (relative to the config file), file:///..., or s3://bucket/prefix."""
     key: Annotated[Columns, Field(json_schema_extra=schema.named_mapping(schema.COLUMN_TYPE, 1))]
     """Record key: column -> type (int, long, string, date); several columns make a composite key."""
     partition_by: Annotated[Columns, Field(json_schema_extra=schema.named_mapping(schema.COLUMN_TYPE, 0))] = ()
@@ -495,13 +497,14 @@ class LockSpec(Spec):
     """The short table lock, held only to draw instant times and publish."""
 
     provider: LockProvider = LockProvider.FILESYSTEM
-    """filesystem (a lock file under .stitch/locks/) or zookeeper (writers on many hosts)."""
+    """filesystem or its other name storage (lock objects under .stitch/locks/, created with the storage's
+    atomic create: local disk and S3 alike), or zookeeper (writers on many hosts)."""
     wait_s: Seconds = 60.0
     """Seconds to wait for the lock before giving up (exit code 4)."""
     expire_s: Seconds = 30.0
     """Seconds after which a lock whose holder stopped renewing it may be taken over."""
     hosts: Text | None = None
-    """ZooKeeper connect string (h1:2181,h2:2181); required for zookeeper, refused for filesystem."""
+    """ZooKeeper connect string (h1:2181,h2:2181); required for zookeeper, refused for the others."""
     zk_path: Annotated[str, Field(pattern="^/"), BeforeValidator(_zk_path)] = "/stitchlake"
     """Znode under which the ZooKeeper locks live."""
 
@@ -585,6 +588,39 @@ class SparkSpec(Spec):
     """Spark settings for every job; keys start with spark., values are kept as text."""
 
 
+class StorageSpec(Spec):
+    """How to reach the object store of `s3://` paths (the table, landing folders); local paths need nothing.
+
+    Unset fields come from the standard AWS environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_ALLOW_HTTP) or the host's instance profile.
+    """
+
+    #: Fields that hold secrets: only `${VAR}` may give them, and their values are never printed.
+    secret_fields: ClassVar[tuple[str, ...]] = ("secret_access_key", "session_token")
+
+    endpoint: Text | None = None
+    """S3 endpoint URL of a store that is not AWS (Ceph RGW, MinIO...), e.g. http://127.0.0.1:7480."""
+    region: Text | None = None
+    """Region of the bucket (us-east-1 when neither this nor AWS_REGION says)."""
+    access_key_id: Text | None = None
+    """Access key id; ${VAR} keeps it out of the file."""
+    secret_access_key: Annotated[Text | None, Field(repr=False)] = None
+    """Secret key: ${VAR} only, never written in the file; kept as that reference, read from the environment
+    by each process that connects, never printed."""
+    session_token: Annotated[Text | None, Field(repr=False)] = None
+    """Session token of temporary credentials: ${VAR} only, like secret_access_key."""
+    allow_http: Flag | None = None
+    """Plain http to the endpoint (a local test store); default: only when the endpoint says http://."""
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The settings given, as the storage backend takes them (`storage.s3.OPTIONS`; secrets as `${VAR}`)."""
+        out = {name: value for name, value in self if value is not None and not isinstance(value, bool)}
+        if self.allow_http is not None:
+            out["allow_http"] = "true" if self.allow_http else "false"
+        return out
+
+
 class TableConfig(Spec):
     """A whole table config. `source_file` is the YAML it came from (None when built from table.json)."""
 
@@ -604,6 +640,8 @@ class TableConfig(Spec):
     clean: CleanSpec = Field(default_factory=CleanSpec)
     archive: ArchiveSpec = Field(default_factory=ArchiveSpec)
     spark: SparkSpec = Field(default_factory=SparkSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    """Object-store settings for s3:// paths (endpoint, region, credentials); local tables need none."""
     secrets: Annotated[tuple[str, ...], BeforeValidator(_secret_names), WithJsonSchema(schema.ENV_NAMES)] = ()
     """Environment variables whose values are masked wherever stitchlake prints, whatever their names."""
     source_file: str | None = None

@@ -19,7 +19,7 @@ from pydantic_core import ErrorDetails
 
 from stitchlake.errors import ConfigError
 
-from .model import TableConfig, kind
+from .model import StorageSpec, TableConfig, kind
 from .secrets import SECRET_PLACEHOLDER, declared_secrets, is_secret_name, redact
 
 #: A config with more values than this once YAML aliases are expanded is refused (an "alias bomb").
@@ -60,6 +60,7 @@ def parse_config(data: Any, *, file: str | None = None, base: Path | None = None
         declared = frozenset(declared_secrets(data.get("secrets")))
     except ValueError as exc:
         raise _error(file, "secrets", str(exc)) from None
+    _refuse_written_secrets(file, data.get("storage"))
     env = _Environment(file, declared)
     document = env.expand(data)
     config = validate(document, file=file, base=base, yaml=True, secret_paths=env.paths, secret_values=env.values)
@@ -199,6 +200,24 @@ def _count_values(file: str | None, document: Any) -> None:
     size(document)
 
 
+#: YAML paths whose `${VAR}` value is a secret whatever the variable is called (object-store credentials).
+SECRET_FIELD_PATHS = frozenset(f"storage.{name}" for name in StorageSpec.secret_fields)
+
+
+def _refuse_written_secrets(file: str | None, storage: Any) -> None:
+    """Credentials are read from the environment: a secret written into the file would be copied and printed."""
+    if not isinstance(storage, dict):
+        return
+    for name in StorageSpec.secret_fields:
+        value = storage.get(name)
+        if isinstance(value, str) and value and not _ENV.fullmatch(value.strip()):
+            raise _error(
+                file,
+                f"storage.{name}",
+                "write ${VAR} and put the secret in the environment; a secret in the file is not accepted",
+            )
+
+
 class _Environment:
     """`${VAR}` expansion for one document; remembers the YAML paths and values of secret variables."""
 
@@ -220,7 +239,7 @@ class _Environment:
         def substitute(match: re.Match[str]) -> str:
             name, fallback = match.group(1), match.group(2)
             if name in os.environ:
-                if is_secret_name(name, self.declared):
+                if is_secret_name(name, self.declared) or path in SECRET_FIELD_PATHS:
                     self.values.add(os.environ[name])
                     self.paths.add(path)
                 return os.environ[name]
@@ -228,7 +247,12 @@ class _Environment:
                 return fallback
             raise _error(self.file, path, f"environment variable {name} is not set", self.values)
 
-        return _ENV.sub(substitute, value)
+        expanded = _ENV.sub(substitute, value)
+        if path in SECRET_FIELD_PATHS:
+            # Checked and masked like any secret, but kept as the `${VAR}` reference: each process (a Spark
+            # executor too) reads the value from its own environment, so no pickled config or storage holds it.
+            return value
+        return expanded
 
 
 def _unique_key_loader() -> type:

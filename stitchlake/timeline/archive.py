@@ -59,34 +59,50 @@ def checkpoint_path(horizon: str) -> str:
     return f"{ARCHIVE_DIR}/checkpoint.{horizon}.json"
 
 
-def checkpoint_names(storage: Storage) -> list[tuple[str, str]]:
-    """(horizon, path) of every immutable checkpoint, oldest first."""
+def checkpoint_names(storage: Storage, listing: list[str] | None = None) -> list[tuple[str, str]]:
+    """(horizon, path) of every immutable checkpoint, oldest first (from `listing` of the archive if given)."""
     found = []
-    for name in storage.list_names(ARCHIVE_DIR):
+    for name in storage.list_names(ARCHIVE_DIR) if listing is None else listing:
         match = _CHECKPOINT_NAME.match(name)
         if match:
             found.append((match.group(1), f"{ARCHIVE_DIR}/{name}"))
     return sorted(found)
 
 
-def _read_checkpoint(storage: Storage, path: str) -> Checkpoint:
+#: Immutable checkpoints already read from object stores, by location (a table reads its newest one per load).
+_CHECKPOINTS: dict[str, Checkpoint] = {}
+
+
+def _read_checkpoint(storage: Storage, path: str, immutable: bool = True) -> Checkpoint:
+    where = storage.describe(path)
+    cached = _CHECKPOINTS.get(where) if immutable and storage.remote else None
+    if cached is not None:
+        return cached
     data = storage.read_bytes(path)
     try:
-        return load(Checkpoint, json.loads(data))
+        found = load(Checkpoint, json.loads(data))
     except (json.JSONDecodeError, ValueError) as exc:
-        raise CorruptFileError(f"{storage.describe(path)}: not a valid checkpoint ({exc})") from None
+        raise CorruptFileError(f"{where}: not a valid checkpoint ({exc})") from None
+    if immutable and storage.remote:
+        if len(_CHECKPOINTS) > 64:
+            _CHECKPOINTS.clear()
+        _CHECKPOINTS[where] = found
+    return found
 
 
 def load_checkpoint(storage: Storage) -> Checkpoint | None:
     """The newest file-system-view checkpoint (greatest horizon), or None if nothing was archived yet."""
     for _attempt in range(3):  # a newer archive may tidy the listed ones away between listing and reading
-        listed = checkpoint_names(storage)
+        names = storage.list_names(ARCHIVE_DIR)
+        listed = checkpoint_names(storage, names)
         if listed:
             with contextlib.suppress(FileNotFoundError):
                 return _read_checkpoint(storage, listed[-1][1])
             continue
+        if LEGACY_CHECKPOINT.rsplit("/", 1)[-1] not in names:
+            return None  # one listing answers it: no round trip for a file that is not there
         try:
-            return _read_checkpoint(storage, LEGACY_CHECKPOINT)
+            return _read_checkpoint(storage, LEGACY_CHECKPOINT, immutable=False)
         except FileNotFoundError:
             return None
     raise CorruptFileError(f"{storage.describe(ARCHIVE_DIR)}: the newest checkpoint keeps vanishing while read")
