@@ -94,3 +94,30 @@ def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
     assert unwrap(wrapped) == ("InputRejected", 5, "2 bad rows (null key order_id: 2) in part-0001.parquet")
     assert unwrap(BusyError("stream orders is busy")) == ("BusyError", 4, "stream orders is busy")
     assert unwrap(ValueError("boom\nmore")) == ("StitchError", 1, "ValueError: boom")
+
+
+def test_executors_on_a_cluster_get_the_s3_settings_by_environment_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table on S3 and a cluster master: the AWS_* variables set here and the variables the `storage:` block
+    refers to become `spark.executorEnv.*` (in the private properties file); a local master or table gets none."""
+    from stitchlake.config import parse_config
+
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("LAKE_SECRET", "s3cr3t-value")
+    document = {
+        "table": {"name": "t", "path": "s3://lake/t", "key": {"k": "long"}},
+        "streams": {"s": {"columns": {"a": "long"}}},
+        "storage": {"endpoint": "http://rgw:7480", "secret_access_key": "${LAKE_SECRET}"},
+        "spark": {"master": "spark://host:7077"},
+    }
+    properties = spark_properties(parse_config(document, file="t.yaml", base=tmp_path))
+    executor = {k: v for k, v in properties.items() if k.startswith("spark.executorEnv.")}
+    assert executor == {"spark.executorEnv.AWS_REGION": "eu-west-1", "spark.executorEnv.LAKE_SECRET": "s3cr3t-value"}
+    document["spark"] = {"master": "local[2]"}
+    assert not [k for k in spark_properties(parse_config(document, file="t.yaml")) if "executorEnv" in k]
+    document["spark"] = {"master": "yarn"}
+    document["table"]["path"] = str(tmp_path / "t")
+    assert not [k for k in spark_properties(parse_config(document, file="t.yaml")) if "executorEnv" in k]

@@ -4,6 +4,11 @@ The argv is always a list (never a shell string). Spark settings and the request
 us — secrets from `${ENV}` must not show in `ps` — and Spark's own log goes to `.stitch/logs/` of a local table
 (for a table on an object store, to `$STITCH_LOG_DIR` or `~/.local/state/stitchlake/logs/<table>/`: the only
 thing stitchlake keeps on local disk), while the terminal gets the job's progress lines and one summary.
+
+On a cluster (any master but `local[...]`) the executors run on other hosts: they get the stitchlake package as
+`--py-files`, and, when the table or a landing folder is on S3, the AWS_* variables of this process and the
+variables the config's `storage:` block refers to (`${VAR}`) as `spark.executorEnv.*` in the private properties
+file. They reach S3 through stitchlake's own storage (obstore), never through Hadoop's s3a connector.
 """
 
 from __future__ import annotations
@@ -78,13 +83,36 @@ def is_local(master: str) -> bool:
 
 
 def spark_properties(config: TableConfig) -> dict[str, str]:
+    """The job's Spark settings. Executors run this Python unless the config names the workers' own
+    (`spark.pyspark.python`: on a cluster whose hosts keep the environment at another path)."""
     return {
         **DEFAULT_CONF,
+        **executor_environment(config),
+        "spark.pyspark.python": sys.executable,
         **config.spark.conf,
         **REQUIRED_CONF,
-        "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+
+
+def executor_environment(config: TableConfig) -> dict[str, str]:
+    """`spark.executorEnv.*` (AWS_* and the `storage:` block's `${VAR}`s) for executors on other hosts, when the
+    table or a landing folder is on S3.
+
+    Spark masks these in its UI and event log (`spark.redaction.regex` covers secret, token and access key);
+    they live only in the 0600 properties file, never on a command line. Local masters need none: their Python
+    workers inherit this process's environment and the config.
+    """
+    from stitchlake.storage.registry import scheme_of
+
+    if is_local(config.spark.master):
+        return {}
+    locations = [config.table.path] + [s.source.path for s in config.streams.values() if s.source is not None]
+    if not any(scheme_of(location) == "s3" for location in locations):
+        return {}
+    from stitchlake.storage.s3 import environment
+
+    return {f"spark.executorEnv.{name}": value for name, value in environment(config.storage.options).items()}
 
 
 def write_properties(path: Path, properties: dict[str, str]) -> None:
