@@ -1,6 +1,6 @@
 """`make bench`: stitchlake's figures against its peers and the physical limit, written to docs/benchmarks.md.
 
-    python scripts/bench.py [--sizes 200000,1000000] [--runs 3] [--no-spark] [--out docs/benchmarks.md]
+    python scripts/bench.py [--sizes 200000,1000000] [--runs 3] [--no-spark] [--no-s3] [--out docs/benchmarks.md]
 
 Every figure is the median of `--runs` runs, each measured in a fresh process (so its peak memory is its own),
 and every result is checked against the workload's ground truth (scripts/bench_workload.py): a fast wrong
@@ -366,6 +366,200 @@ def measure_metadata_commands(folder: str, runs: int) -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------------------------- S3 figures
+
+#: Active instants of the table whose `timeline show` is measured on S3 and locally.
+S3_TIMELINE_INSTANTS = 200
+
+
+def s3_endpoint(workdir: Path) -> tuple[dict[str, str], Callable[[], None]]:
+    """AWS_* variables of an S3 server, and how to stop it: $STITCH_S3_ENDPOINT (with $STITCH_S3_ACCESS_KEY and
+    $STITCH_S3_SECRET_KEY) if set, else a throw-away Ceph RADOS Gateway on 127.0.0.1 (scripts/rgw.py)."""
+    external = os.environ.get("STITCH_S3_ENDPOINT")
+    if external:
+        server = {
+            "endpoint": external,
+            "access_key": os.environ.get("STITCH_S3_ACCESS_KEY", ""),
+            "secret_key": os.environ.get("STITCH_S3_SECRET_KEY", ""),
+        }
+        stop: Callable[[], None] = lambda: None  # noqa: E731
+    else:
+        import rgw
+
+        rgw.ensure_installed()
+        started = rgw.start(workdir / "rgw", watch_pid=os.getpid())
+        server = {"endpoint": started.endpoint, "access_key": started.access_key, "secret_key": started.secret_key}
+        stop = lambda: rgw.stop(started.dir)  # noqa: E731
+    env = {
+        "AWS_ENDPOINT_URL": server["endpoint"],
+        "AWS_ACCESS_KEY_ID": server["access_key"],
+        "AWS_SECRET_ACCESS_KEY": server["secret_key"],
+        "AWS_REGION": os.environ.get("STITCH_S3_REGION", "us-east-1"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    return env, stop
+
+
+def s3_bucket(env: dict[str, str]) -> str:
+    """A new bucket for this run's S3 tables."""
+    import uuid
+
+    import rgw
+
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    server = rgw.RgwServer(
+        env["AWS_ENDPOINT_URL"],
+        env["AWS_ACCESS_KEY_ID"],
+        env["AWS_SECRET_ACCESS_KEY"],
+        env["AWS_REGION"],
+        dir="",
+        pids={},
+    )
+    rgw.create_bucket(server, name)
+    return name
+
+
+def new_s3_table(uri: str, log_format: str = "parquet") -> Any:
+    from stitchlake.api import Table
+    from stitchlake.config import parse_config
+    from stitchlake.storage import storage_for
+
+    storage = storage_for(uri)
+    if storage.exists(".stitch/table.json"):
+        storage.delete_tree("")
+    table = Table(parse_config(workload.table_document(uri, log_format), file="bench-s3.yaml"))
+    table.init()
+    return table
+
+
+def measure_s3_ingest(data: str, uri: str, env: dict[str, str], runs: int) -> dict[str, Any]:
+    """`measure_ingest` with the table on S3 (a fresh table per run; the last one is kept for the read)."""
+    os.environ.update(env)
+    loaded = workload.load(Path(data), 0, 0)
+    seconds = []
+    table = None
+    for run in range(runs):
+        table = new_s3_table(f"{uri}-{run}")
+        elapsed = 0.0
+        for stream, batch in loaded.batches:
+            took, _ = timed(lambda table=table, stream=stream, batch=batch: table.write(stream, batch))
+            elapsed += took
+        seconds.append(elapsed)
+    assert table is not None
+    problems = check("ingest (S3)", table.read(), loaded.truth)
+    return {"seconds": seconds, "peak_mib": peak_mib(), "problems": problems, "table": table.path}
+
+
+def measure_s3_read(uri: str, data: str, env: dict[str, str], runs: int) -> dict[str, Any]:
+    """A snapshot read of the uncompacted S3 table; the first read (cold: nothing cached) is reported apart."""
+    import stitchlake
+
+    os.environ.update(env)
+    truth = workload.load_truth(Path(data))
+    table = stitchlake.open(uri)
+    cold, result = timed(table.read)
+    seconds = []
+    for _ in range(runs):
+        took, result = timed(table.read)
+        seconds.append(took)
+    problems = check("snapshot read (S3)", result, truth)
+    return {"seconds": seconds, "cold": cold, "peak_mib": peak_mib(), "problems": problems}
+
+
+def measure_s3_timeline(workdir: str, uri: str, env: dict[str, str], runs: int) -> dict[str, Any]:
+    """`stitch timeline show` as a user runs it on the same 200-instant table, on local disk and on S3."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stitchlake.storage import LocalStorage, storage_for
+
+    os.environ.update(env)
+    local = timeline_table(Path(workdir), S3_TIMELINE_INSTANTS)
+    source, target = LocalStorage(str(local)), storage_for(uri)
+    files = [info.path for info in source.list_files() if not info.path.startswith(".bench")]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda path: target.write_bytes(path, source.read_bytes(path)), files))
+    out: dict[str, Any] = {"problems": []}
+    for name, where in (("local", str(local)), ("s3", uri)):
+        walls = []
+        for _ in range(runs + 1):
+            result = stitch("timeline", "show", "--table", where, "-n", "0")
+            walls.append(result["wall"])
+        out[name] = walls[1:]
+        shown = len(result["summary"].get("instants", []))
+        if shown != S3_TIMELINE_INSTANTS:
+            out["problems"].append(f"timeline show ({name}) lists {shown} instants, not {S3_TIMELINE_INSTANTS}")
+    return out
+
+
+def run_s3(results: Results, workdir: Path, seed: int) -> None:
+    """The S3 figures at the smallest size, next to the local ones of the same run."""
+    keys = results.sizes[0]
+    data, _stats = prepare(workdir, keys, seed)
+    say("S3: starting the S3 server" if not os.environ.get("STITCH_S3_ENDPOINT") else "S3: external endpoint")
+    try:
+        env, stop = s3_endpoint(workdir)
+    except Exception as exc:  # no Ceph and no way to install it: say so in the figures instead of failing
+        results.s3 = {"skipped": f"no S3 server ({exc})".splitlines()[0][:300]}
+        return
+    try:
+        bucket = s3_bucket(env)
+        runs = results.runs
+        say(f"S3: {keys:,} keys: in-process ingest into a table on S3, {runs} runs")
+        ingest = isolated(measure_s3_ingest, str(data), f"s3://{bucket}/ingest", env, runs)
+        say(f"S3: {keys:,} keys: snapshot read of the uncompacted S3 table")
+        read = isolated(measure_s3_read, ingest["table"], str(data), env, runs)
+        say(f"S3: `stitch timeline show` at {S3_TIMELINE_INSTANTS} instants, local and S3")
+        timeline = isolated(measure_s3_timeline, str(workdir), f"s3://{bucket}/timeline-200", env, runs)
+        results.s3 = {"keys": keys, "ingest": ingest, "read": read, "timeline": timeline, "endpoint": env}
+        results.problems += ingest["problems"] + read["problems"] + timeline["problems"]
+    finally:
+        stop()
+
+
+def s3_rows(results: Results) -> list[str]:
+    got = results.s3
+    if "skipped" in got:
+        return [f"S3 figures were skipped: {got['skipped']}."]
+    keys = got["keys"]
+    local = results.figures[keys]
+    server = "Ceph RADOS Gateway 16 on 127.0.0.1 (scripts/rgw.py)"
+    if os.environ.get("STITCH_S3_ENDPOINT"):
+        server = "the S3 endpoint in $STITCH_S3_ENDPOINT"
+    rows = [
+        (
+            "in-process ingest, 12 batches, Parquet logs",
+            median(local["ingest_parquet"]["seconds"]),
+            median(got["ingest"]["seconds"]),
+        ),
+        (
+            "snapshot read, uncompacted (12 logs per slice)",
+            median(local["snapshot"]["seconds"]),
+            median(got["read"]["seconds"]),
+        ),
+        (
+            f"`stitch timeline show`, {S3_TIMELINE_INSTANTS} active instants (a new process)",
+            median(got["timeline"]["local"]),
+            median(got["timeline"]["s3"]),
+        ),
+    ]
+    lines = [
+        f"The same {keys:,}-key workload with the table on S3 ({server}; every request a round trip to a "
+        "local server, so these figures show stitchlake's own cost per request, not a WAN's latency):",
+        "",
+        "| figure | local disk | S3 | S3 / local |",
+        "|---|---|---|---|",
+    ]
+    for name, on_disk, on_s3 in rows:
+        lines.append(f"| {name} | {on_disk:.3f} s | {on_s3:.3f} s | {on_s3 / on_disk:.1f}x |")
+    lines += [
+        "",
+        f"The first snapshot read in a new process (nothing cached) took {got['read']['cold']:.3f} s on S3. "
+        "Round trips, not bytes, are what S3 adds: tests/test_s3_round_trips.py bounds the waves of requests "
+        'a command waits for (docs/operations.md, "Running on S3 and on a cluster").',
+    ]
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------- the run
 
 
@@ -376,6 +570,7 @@ class Results:
     figures: dict[int, dict[str, Any]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     spark: dict[str, Any] = field(default_factory=dict)
+    s3: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     workloads: dict[int, dict[str, Any]] = field(default_factory=dict)
 
@@ -614,6 +809,8 @@ def render(results: Results, arguments: str) -> str:
     lines += ["", "### Scaling", "", *scaling_rows(results), "", "### Spark", "", *spark_rows(results)]
     if results.metadata:
         lines += ["", "### Metadata commands", "", *metadata_rows(results)]
+    if results.s3:
+        lines += ["", "### S3", "", *s3_rows(results)]
     verdict_line = (
         "**Every result matched the ground truth.**"
         if not results.problems
@@ -643,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--no-spark", action="store_true", help="skip the spark-submit and Spark-join figures")
     parser.add_argument("--no-metadata", action="store_true", help="skip the 10,000-instant timeline figures")
+    parser.add_argument("--no-s3", action="store_true", help="skip the S3 figures (they start a local S3 server)")
     args = parser.parse_args(argv)
     sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
     results = Results(sizes=sizes, runs=max(1, args.runs))
@@ -655,6 +853,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"metadata commands on a {TIMELINE_INSTANTS:,}-instant timeline")
         results.metadata = isolated(measure_metadata_commands, str(workdir), results.runs)
         results.problems += results.metadata["problems"]
+    if not args.no_s3:
+        run_s3(results, workdir, args.seed)
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     block = render(results, shown)
     publish(Path(args.out), block)

@@ -6,9 +6,11 @@ benchmark measures a correct table and would report a wrong one.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -21,12 +23,19 @@ bench_workload = load_script("bench_workload")
 bench = load_script("bench")
 
 
-def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp_path: Path) -> None:
+@pytest.mark.s3
+def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp_path: Path, s3_server: Any) -> None:
     out = tmp_path / "benchmarks.md"
     out.write_text(f"# Notes kept\n\n{bench.BEGIN}\nold figures\n{bench.END}\n\n## Analysis kept\n", encoding="utf-8")
     argv = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--sizes", "2000,4000", "--runs", "1"]
     argv += ["--no-spark", "--no-metadata", "--workdir", str(tmp_path / "work"), "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    server = {  # the session's S3 server, not a second one
+        "STITCH_S3_ENDPOINT": s3_server.endpoint,
+        "STITCH_S3_ACCESS_KEY": s3_server.access_key,
+        "STITCH_S3_SECRET_KEY": s3_server.secret_key,
+    }
+    env = {**os.environ, **server}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Notes kept") and text.rstrip().endswith("## Analysis kept")
@@ -35,6 +44,7 @@ def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp
     for figure in ("in-process ingest, 12 batches, Parquet logs", "snapshot read", "read-optimized / Parquet scan"):
         assert figure in text
     assert "From 2,000 to 4,000 keys" in text
+    assert "### S3" in text and "200 active instants" in text  # next to the local figures of the same run
 
 
 def test_the_ground_truth_check_reports_wrong_cells_missing_rows_and_columns() -> None:
