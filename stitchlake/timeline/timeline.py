@@ -45,7 +45,6 @@ from stitchlake.timeline.metadata import (
     plan_json,
 )
 
-
 #: Requests in flight at once when an object store's instant files are read in a wave.
 PARALLEL_READS = 32
 #: Completed instants' files kept in the process-wide cache (oldest dropped first).
