@@ -282,11 +282,11 @@ class FileSystemLock(TableLock):
     def _path(self, generation: int, released: bool = False) -> str:
         return f"{LOCKS_FOLDER}/{_lock_file_name(self.name, generation, released)}"
 
-    def _scan(self) -> tuple[int, set[int]]:
+    def _scan(self, listing: list[str] | None = None) -> tuple[int, set[int]]:
         """The highest generation (0 if none) and the generations that have a `.released` companion."""
         top = 0
         released: set[int] = set()
-        for entry in self.storage.list_names(LOCKS_FOLDER):
+        for entry in self.storage.list_names(LOCKS_FOLDER) if listing is None else listing:
             match = _FILE_RE.match(entry)
             if match is None or match["name"] != self.name:
                 continue
@@ -340,7 +340,8 @@ class FileSystemLock(TableLock):
         }
         if not self.storage.put_if_absent(self._path(generation), _dumps(record)):
             return False
-        top, _released = self._scan()
+        listing = self.storage.list_names(LOCKS_FOLDER)
+        top, _released = self._scan(listing)
         if top > generation:  # a ghost of a cleaned-up generation: a newer holder exists
             with contextlib.suppress(OSError):
                 self.storage.delete(self._path(generation))
@@ -349,17 +350,22 @@ class FileSystemLock(TableLock):
         self._acquired_at = acquired_at
         self._expires_at = expires_at
         self._unreadable_since.clear()
-        self._cleanup(generation)
+        self._cleanup(generation, listing)
         return True
 
-    def _cleanup(self, generation: int) -> None:
-        """Best effort: delete files of generations < generation - 1 so the folder stays small."""
+    def _cleanup(self, generation: int, listing: list[str]) -> None:
+        """Best effort: delete files of generations < generation - 1 so the folder stays small.
+
+        `listing` is the one the ghost check just made (a file listed there and gone since is no loss), and the
+        files go in one request where the storage can (S3's bulk delete): the lock is held meanwhile.
+        """
+        doomed = []
+        for entry in listing:
+            match = _FILE_RE.match(entry)
+            if match is not None and match["name"] == self.name and int(match["gen"]) < generation - 1:
+                doomed.append(f"{LOCKS_FOLDER}/{entry}")
         try:
-            for entry in self.storage.list_names(LOCKS_FOLDER):
-                match = _FILE_RE.match(entry)
-                if match is not None and match["name"] == self.name and int(match["gen"]) < generation - 1:
-                    with contextlib.suppress(OSError):
-                        self.storage.delete(f"{LOCKS_FOLDER}/{entry}")
+            self.storage.delete_many(doomed)
         except OSError as exc:
             log.debug("%s: cleanup of old generations failed: %s", self.describe(), exc)
 

@@ -110,6 +110,11 @@ class Storage(ABC):
     def delete(self, path: str) -> bool:
         """Delete one file; False if it was already gone."""
 
+    def delete_many(self, paths: list[str]) -> None:
+        """Delete files, best effort and without saying which existed (object stores: one request per 1000)."""
+        for path in paths:
+            self.delete(path)
+
     @abstractmethod
     def delete_tree(self, folder: str) -> None:
         """Delete a folder and everything in it, if it exists."""

@@ -415,21 +415,20 @@ class S3Storage(Storage):
         self._call("DELETE", path, lambda: obstore.delete(self.store, key))
         return True
 
-    def delete_tree(self, folder: str) -> None:
+    def delete_many(self, paths: list[str]) -> None:
+        """Bulk deletes (a missing key is no error on S3)."""
         import obstore
 
+        keys = [self._key(path) for path in paths]
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = keys[start : start + DELETE_BATCH]
+            self._call("DELETE", paths[start], lambda batch=batch: obstore.delete(self.store, batch))  # type: ignore[misc]
+
+    def delete_tree(self, folder: str) -> None:
         key = self._key(folder)
         if not key:
             raise OSError(errno.EPERM, "refusing to delete a whole bucket", self.describe())
-        batch: list[str] = []
-        for info in self.list_files(folder):
-            batch.append(self._key(info.path))
-            if len(batch) >= DELETE_BATCH:
-                keys = batch
-                self._call("DELETE", folder, lambda keys=keys: obstore.delete(self.store, keys))  # type: ignore[misc]
-                batch = []
-        if batch:
-            self._call("DELETE", folder, lambda: obstore.delete(self.store, batch))
+        self.delete_many([info.path for info in self.list_files(folder)])
 
     def makedirs(self, folder: str) -> None:
         clean_relpath(folder)  # nothing to create, but the path must still stay inside the root
