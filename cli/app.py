@@ -46,6 +46,19 @@ EXIT_INTERRUPTED = 130
 QUIET_LOGGERS = ("kazoo",)
 
 
+class _OutputFormatter(logging.Formatter):
+    """`LEVEL logger: message`; an exception a record carries is summed up on the same line, its traceback shown
+    only with STITCH_DEBUG=1, as for the guard's own errors (a cron mail holds what went wrong, not a stack)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and not _debug():
+            summary = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record = logging.makeLogRecord({**record.__dict__, "msg": summary, "args": None, "exc_info": None})
+            record.exc_text = None
+        return super().format(record)
+
+
 class _OutputHandler(logging.Handler):
     """Log records as dimmed lines on stderr through `cli.output`, so secrets are masked there too."""
 
@@ -62,7 +75,7 @@ def configure_logging() -> None:
     if any(isinstance(handler, _OutputHandler) for handler in root.handlers):
         return
     handler = _OutputHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_OutputFormatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if _debug() else logging.WARNING)
     for name in QUIET_LOGGERS:

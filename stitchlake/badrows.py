@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stitchlake.batch import REASON, ROW, SOURCE, UNPARSABLE
+from stitchlake.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
 from stitchlake.paths import quarantine_folder
@@ -27,6 +27,10 @@ SAMPLE_ROWS = 3
 FAIL = "fail"
 QUARANTINE = "quarantine"
 TO_CHANGE_POLICY = "set bad_rows: quarantine to set bad rows aside and keep the rest"
+FILE_TO_DO = (
+    "fix or replace the file (or move it out of the landing folder), or set bad_rows: quarantine to set such "
+    "files aside and ingest the rest"
+)
 
 
 @dataclass
@@ -74,7 +78,20 @@ class BadRows:
         return "; ".join(parts)
 
     def rejection(self) -> InputRejected:
-        return InputRejected(f"{self.describe()} — nothing was written ({TO_CHANGE_POLICY})")
+        """`bad_rows: fail`: one error naming the first bad row's file and column (for `--json` too)."""
+        first = self.sample[0] if self.sample else None
+        return InputRejected(
+            f"{self.describe()} — nothing was written ({TO_CHANGE_POLICY})",
+            file=str(first[SOURCE]) if first else None,
+            column=column_of(str(first[REASON])) if first else None,
+        )
+
+
+def file_rejection(error: InputRejected) -> InputRejected:
+    """`bad_rows: fail` meeting a landing file it cannot take whole (unreadable, a column missing): say what to do."""
+    return InputRejected(
+        f"{error} — nothing was ingested: {FILE_TO_DO}", file=error.file, column=error.column, yaml_path=error.yaml_path
+    )
 
 
 def _example(row: dict[str, Any]) -> str:

@@ -26,6 +26,14 @@ DELETED = "_sl_del"
 SOURCE = "_source"
 ROW = "_row"
 UNPARSABLE = "unparsable value in "
+NULL_KEY = "null key "
+NULL_PARTITION = "null partition value "
+EMPTY_PARTITION = "empty partition value "
+LONG_PARTITION = "partition value too long "
+NULL_ORDERING = "null ordering value "
+NAN_ORDERING = "NaN ordering value "
+#: Why a row is bad: one of these, then the column's name.
+REASONS = (UNPARSABLE, NULL_KEY, NULL_PARTITION, EMPTY_PARTITION, LONG_PARTITION, NULL_ORDERING, NAN_ORDERING)
 #: The longest folder name most file systems (and so a partition folder) allow.
 MAX_FOLDER_NAME_BYTES = 255
 
@@ -127,16 +135,23 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
         column = pc.cast(column, pa.timestamp("us", column.type.tz), safe=False)
     if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.tz is None:
         column = pc.assume_timezone(column, "UTC") if column.type.unit else column
+    if pa.types.is_boolean(column.type) and not (pa.types.is_boolean(kind) or _is_text(kind)):
+        raise _inconvertible(column, spec, where)  # Arrow reads true as 1: a key or amount must not become 1
     try:
         return pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
     except pa.ArrowNotImplementedError:
-        raise InputRejected(
-            f"{where}: column {spec.name} has type {column.type}, which cannot be converted to {spec.type}",
-            file=where,
-            column=spec.name,
-        ) from None
+        raise _inconvertible(column, spec, where) from None
     except (pa.ArrowInvalid, OverflowError):
         return _cast_rowwise(column, kind)
+
+
+def _inconvertible(column: pa.Array, spec: ColumnSpec, where: str) -> InputRejected:
+    return InputRejected(
+        f"{where}: column {spec.name} has type {column.type}, which cannot be converted to {spec.type}; the file "
+        f"must hold {spec.type} values (or text that parses as {spec.type}) in {spec.name}",
+        file=where,
+        column=spec.name,
+    )
 
 
 def _combine(column: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -158,32 +173,43 @@ def prepare(
     if missing:
         raise InputRejected(
             f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"needed by stream {stream.name} (found: {', '.join(data.column_names) or 'none'})",
+            f"needed by stream {stream.name} (found: {', '.join(data.column_names) or 'none'}); every input of the "
+            "stream must have its key, partition and stream columns",
             file=source,
             column=missing[0],
+        )
+    read = [c.name for c in required_columns(config, stream)] + ([stream.deletes.column] if stream.deletes else [])
+    repeated = [name for name in read if data.column_names.count(name) > 1]
+    if repeated:
+        raise InputRejected(
+            f"{source}: column {repeated[0]} appears {data.column_names.count(repeated[0])} times, so which one "
+            "holds the values is unclear; each column must be named once",
+            file=source,
+            column=repeated[0],
         )
     length = data.num_rows
     reasons = np.full(length, None, dtype=object)
     columns: dict[str, pa.Array] = {}
     for spec in required_columns(config, stream):
+        _require_utf8(data.column(spec.name), spec.name, source)
         cast, failed = cast_column(_combine(data.column(spec.name)), spec, source)
         columns[spec.name] = cast
         _flag(reasons, failed, f"{UNPARSABLE}{spec.name}")
     for spec in config.table.key:
-        _flag(reasons, _nulls(columns[spec.name]), f"null key {spec.name}")
+        _flag(reasons, _nulls(columns[spec.name]), f"{NULL_KEY}{spec.name}")
     for spec in config.table.partition_by:
-        _flag(reasons, _nulls(columns[spec.name]), f"null partition value {spec.name}")
+        _flag(reasons, _nulls(columns[spec.name]), f"{NULL_PARTITION}{spec.name}")
         if spec.type == "string":
             empty = pc.fill_null(pc.equal(columns[spec.name], ""), False).to_numpy(zero_copy_only=False)
-            _flag(reasons, empty, f"empty partition value {spec.name}")
-            _flag(reasons, _too_long(spec.name, columns[spec.name]), f"partition value too long {spec.name}")
+            _flag(reasons, empty, f"{EMPTY_PARTITION}{spec.name}")
+            _flag(reasons, _too_long(spec.name, columns[spec.name]), f"{LONG_PARTITION}{spec.name}")
     for name in stream.ordering:
-        _flag(reasons, _nulls(columns[name]), f"null ordering value {name}")
+        _flag(reasons, _nulls(columns[name]), f"{NULL_ORDERING}{name}")
         if pa.types.is_floating(columns[name].type):  # NaN is unordered: as a version it would win forever
             _flag(
                 reasons,
                 pc.fill_null(pc.is_nan(columns[name]), False).to_numpy(zero_copy_only=False),
-                f"NaN ordering value {name}",
+                f"{NAN_ORDERING}{name}",
             )
 
     deleted = np.zeros(length, dtype=bool)
@@ -201,6 +227,29 @@ def prepare(
     good = pa.array(~bad_mask)
     bad = _bad_rows(data, bad_mask, reasons, source)
     return Batch(rows=rows.filter(good), pos=positions[~bad_mask], deleted=deleted[~bad_mask], bad=bad)
+
+
+def _require_utf8(column: pa.ChunkedArray | pa.Array, name: str, source: str) -> None:
+    """Refuse text that is not UTF-8 (Arrow builds such strings without checking): stored, it would make every
+    later read of the table fail."""
+    if not _is_text(column.type):
+        return
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise InputRejected(
+            f"{source}: column {name} holds text that is not UTF-8 ({exc}); write the input as UTF-8",
+            file=source,
+            column=name,
+        ) from None
+
+
+def column_of(reason: str) -> str | None:
+    """The column a bad row's reason names (None for a reason of another kind)."""
+    for prefix in REASONS:
+        if reason.startswith(prefix):
+            return reason[len(prefix) :]
+    return None
 
 
 def _too_long(name: str, column: pa.Array) -> np.ndarray:
@@ -233,8 +282,8 @@ def _bad_rows(data: pa.Table, mask: np.ndarray, reasons: np.ndarray, source: str
     rows = np.flatnonzero(mask)
     picked = data.take(pa.array(rows))
     columns = {}
-    for name in picked.column_names:
-        column = _combine(picked.column(name))
+    for index, name in enumerate(picked.column_names):  # by position: other columns may repeat a name
+        column = _combine(picked.column(index))
         try:
             columns[name] = pc.cast(column, pa.string())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -67,11 +67,25 @@ class InputRejected(StitchError):
 
 
 class CorruptFileError(StitchError):
-    """A table file could not be read completely; the message names the file."""
+    """A table file could not be read completely; the message names the file, and says what to do."""
+
+    #: What to do, added to every message (the places that find the damage only say what and where).
+    what_to_do = "a damaged table file: put it back from a backup or a copy of the table, then run again"
+
+    def __init__(
+        self, message: str = "", *, file: str | None = None, column: str | None = None, yaml_path: str | None = None
+    ) -> None:
+        advised = message if self.what_to_do in message else f"{message} — {self.what_to_do}"  # once, if recovered
+        super().__init__(advised, file=file, column=column, yaml_path=yaml_path)
 
 
 class DataFileMissing(CorruptFileError):
     """A data file a completed instant names is gone: cleaned under a slow reader (retry), or damage."""
+
+    what_to_do = (
+        "if `stitch clean` or a restore ran meanwhile, run again; otherwise put the file back from a backup or a "
+        "copy of the table"
+    )
 
 
 class NotFoundError(StitchError):
@@ -94,6 +108,9 @@ _OS_WHAT_TO_DO = {
     errno.EACCES: "the user running stitch needs read and write access to the table and landing folders",
     errno.EPERM: "the user running stitch needs read and write access to the table and landing folders",
     errno.EROFS: "the table folder must be on a writable file system",
+    errno.EEXIST: "a file is where stitch needs a folder: move it away and run again",
+    errno.ENOTDIR: "a file is where stitch needs a folder: move it away and run again",
+    errno.EISDIR: "a folder is where stitch needs a file: move it away and run again",
 }
 
 

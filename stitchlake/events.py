@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stitchlake.badrows import QUARANTINE, quarantine_file
+from stitchlake.badrows import QUARANTINE, file_rejection, quarantine_file
 from stitchlake.batch import Batch, prepare, required_columns
 from stitchlake.config import StreamSpec
 from stitchlake.errors import InputRejected
@@ -54,7 +54,7 @@ def from_landing(
         )
     except InputRejected as exc:
         if table.config.bad_rows != QUARANTINE:
-            raise
+            raise file_rejection(exc) from None
         try:
             raw: bytes | None = storage_for(file.root, options).read_bytes(file.path)
         except FileNotFoundError:

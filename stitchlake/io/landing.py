@@ -8,6 +8,10 @@ A landing file's identity is its name relative to the stream's source folder; it
 modification time on disk, the ETag on object stores) tells a re-delivery with new content from the file that
 was ingested. Hidden files and folders (`.name`, `_name`) are never landing files: writers put a file there
 under a hidden name and rename it when it is whole.
+
+Any landing file may be compressed as a whole (`.csv.gz`, `.jsonl.gz`, `.csv.bz2`, `.json.zst`, even
+`.parquet.gz`). A file compressed in a way stitch cannot read (`.csv.xz`) is still a landing file: it is refused
+by name when read (or quarantined), never skipped in silence.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +40,21 @@ EXTENSIONS = {
     "csv": (".csv", ".tsv"),
     "avro": (".avro",),
 }
-#: Compressed text files, by suffix (Parquet and Avro compress inside the file).
+#: Whole-file compressions by suffix, decompressed before the file is read (any format).
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
-COMPRESSIBLE = ("json", "csv")
+#: Compressions stitch cannot read: files with these suffixes are refused by name, not skipped.
+UNSUPPORTED_COMPRESSIONS = {
+    ".xz": "xz",
+    ".lzma": "lzma",
+    ".lz4": "lz4",
+    ".zip": "zip",
+    ".7z": "7z",
+    ".br": "brotli",
+    ".snappy": "snappy",
+    ".z": "compress",
+}
+#: What a delivery system can use instead, for messages.
+READABLE_COMPRESSIONS = "gzip (.gz), bzip2 (.bz2) or zstd (.zst)"
 #: Position of a row within a batch = file ordinal << ROW_BITS | row within the file.
 ROW_BITS = 33
 ROW_MASK = (1 << ROW_BITS) - 1
@@ -63,14 +80,15 @@ def positions(ordinal: int, rows: int) -> np.ndarray:
 
 
 def compression_of(name: str) -> str | None:
+    """The whole-file compression a landing file's name says (readable or not), or None."""
     suffix = posixpath.splitext(name.lower())[1]
-    return COMPRESSIONS.get(suffix)
+    return COMPRESSIONS.get(suffix) or UNSUPPORTED_COMPRESSIONS.get(suffix)
 
 
 def is_landing_name(name: str, file_format: str) -> bool:
-    """Whether a file name has the stream's format (and, for text formats, maybe a compression suffix)."""
+    """Whether a file name has the stream's format, maybe followed by a compression suffix."""
     lower = name.lower()
-    if file_format in COMPRESSIBLE and compression_of(lower):
+    if compression_of(lower):
         lower = posixpath.splitext(lower)[0]
     return lower.endswith(EXTENSIONS[file_format])
 
@@ -103,15 +121,17 @@ def discover(
                 # A file named explicitly must not be skipped in silence (the run would say "nothing to ingest").
                 raise UsageError(
                     f"source file {root} is not a {source.format} file: the stream reads {source.format} "
-                    f"({', '.join(EXTENSIONS[source.format])}"
-                    + (", optionally .gz/.bz2/.zst)" if source.format in COMPRESSIBLE else ")")
+                    f"({', '.join(EXTENSIONS[source.format])}, optionally .gz/.bz2/.zst)"
                 )
             info = storage_for(folder, options).stat(name)
             found.append(LandingFile(folder, name, _identity(base, folder, name), info.size, info.version))
             continue
         listed = list(storage.list_files())
         if not listed and not storage.exists(""):
-            raise UsageError(f"source path {storage.describe()} does not exist")
+            raise UsageError(
+                f"source path {storage.describe()} does not exist: create the folder, or fix the stream's "
+                "source.path in the config (or --source)"
+            )
         for info in listed:
             if _visible(info.path) and is_landing_name(info.path.rsplit("/", 1)[-1], source.format):
                 found.append(LandingFile(root, info.path, _identity(base, root, info.path), info.size, info.version))
@@ -152,39 +172,107 @@ def read_landing(
 
     JSON is read row by row: a field missing from a line, or from every line, is a null value (each line is one
     event, not a schema). Other formats name their columns once per file: a missing one is refused later with
-    the file's name (`batch.prepare`).
+    the file's name (`batch.prepare`). A file that cannot be read whole is refused naming it (InputRejected), so
+    the bad-row policy decides: never a half-read file, never an unexplained error.
     """
     storage = storage_for(file.root, options)
     where = storage.describe(file.path)
     try:
-        data = storage.read_bytes(file.path)
-        codec = compression_of(file.path) if source.format in COMPRESSIBLE else None
-        if codec is not None:
-            data = pa.CompressedInputStream(pa.BufferReader(data), codec).read()
+        data = _decompressed(storage.read_bytes(file.path), file.path, where)
         if source.format == "parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(pa.BufferReader(data))
-        if source.format == "csv":
-            return _read_csv(source, file.path, data, columns)
-        if source.format == "json":
+            table = pq.read_table(pa.BufferReader(data))
+        elif source.format == "csv":
+            table = _read_csv(source, file.path, data, columns, where)
+        elif source.format == "json":
             table = _read_json(data, where)
             missing = [c for c in columns if c not in table.column_names]
             for name in missing:
                 table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))
-            return table
-        from stitchlake.io.avro import read_avro
-
-        return read_avro(io.BytesIO(data))
+        else:
+            table = _read_avro(data, where)
     except InputRejected:
         raise
     except FileNotFoundError:
         raise InputRejected(f"{where}: landing file vanished before it was read", file=where) from None
-    except (pa.ArrowInvalid, OSError, ValueError, EOFError, UnicodeDecodeError) as exc:
-        raise InputRejected(f"{where}: cannot read {source.format} file ({exc})", file=where) from None
+    except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
+        raise InputRejected(f"{where}: cannot read {source.format} file ({_one_line(exc)})", file=where) from None
+    _require_valid(table, columns, where)
+    return table
 
 
-def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str]) -> pa.Table:
+def _one_line(error: BaseException) -> str:
+    """A reader's error as one line (pyarrow's span several), so a cron log and a Spark driver keep all of it."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _decompressed(data: bytes, name: str, where: str) -> bytes:
+    """A landing file's bytes, decompressed whole when its name says it is compressed."""
+    suffix = posixpath.splitext(name.lower())[1]
+    if suffix in UNSUPPORTED_COMPRESSIONS:
+        raise InputRejected(
+            f"{where}: compressed with {UNSUPPORTED_COMPRESSIONS[suffix]}, which stitch cannot read; deliver it "
+            f"uncompressed or compressed with {READABLE_COMPRESSIONS}",
+            file=where,
+        )
+    codec = COMPRESSIONS.get(suffix)
+    if codec is None:
+        return data
+    try:
+        return bytes(pa.CompressedInputStream(pa.BufferReader(data), codec).read())
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputRejected(f"{where}: cannot decompress it as {codec} ({_one_line(exc)})", file=where) from None
+
+
+def _require_valid(table: pa.Table, columns: list[str], where: str) -> None:
+    """Refuse a file whose wanted columns do not hold what their types say: readers of some formats (JSON, Parquet)
+    take text that is not UTF-8 as it is, and it would make every later read of the table fail."""
+    for index, field in enumerate(table.schema):
+        if columns and field.name not in columns:
+            continue
+        try:
+            table.column(index).validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise InputRejected(
+                f"{where}: column {field.name} does not hold valid {field.type} values ({_one_line(exc)}); "
+                "text must be UTF-8: write the file as UTF-8",
+                file=where,
+                column=field.name,
+            ) from None
+
+
+#: What a damaged Avro file makes the decoder raise, besides ValueError and EOFError: a header without a schema
+#: (KeyError), a schema or block the decoder trips over (SchemaParseException, TypeError, IndexError), a
+#: compressed block that does not inflate (zlib.error).
+_AVRO_DAMAGE: tuple[type[Exception], ...] = (KeyError, TypeError, IndexError, zlib.error)
+
+
+def _read_avro(data: bytes, where: str) -> pa.Table:
+    """An Avro container file of records; any decoding failure is the file's damage, named as such."""
+    import fastavro
+    from fastavro.schema import SchemaParseException
+
+    from stitchlake.io.avro import read_avro
+
+    damage: tuple[type[Exception], ...] = (*_AVRO_DAMAGE, SchemaParseException)
+    try:
+        schema = fastavro.reader(io.BytesIO(data)).writer_schema
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            kind = schema.get("type") if isinstance(schema, dict) else schema
+            raise InputRejected(
+                f"{where}: the Avro file holds values of type {kind}, not records; a stream reads records whose "
+                "fields are its columns",
+                file=where,
+            )
+        return read_avro(io.BytesIO(data))
+    except damage as exc:
+        raise InputRejected(
+            f"{where}: cannot read avro file ({type(exc).__name__}: {_one_line(exc)})", file=where
+        ) from None
+
+
+def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], where: str) -> pa.Table:
     import pyarrow.csv as pacsv
 
     tabs = ".tsv" in name.lower().rsplit("/", 1)[-1]
@@ -195,7 +283,17 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str]) ->
         strings_can_be_null=True,
         null_values=["", "NULL", "null"],
     )
-    return pacsv.read_csv(pa.BufferReader(data), parse_options=parse, convert_options=convert)
+    table = pacsv.read_csv(pa.BufferReader(data), parse_options=parse, convert_options=convert)
+    if table.num_columns == 1 and columns and table.column_names[0] not in columns:
+        header = table.column_names[0]
+        other = next((d for d in (";", "\t", "|", ",") if d != delimiter and d in header), None)
+        if other is not None:
+            raise InputRejected(
+                f"{where}: the header {header!r} reads as one column: the file is separated by {other!r}, not "
+                f"{delimiter!r}; set the stream's source.options.delimiter to {other!r}",
+                file=where,
+            )
+    return table
 
 
 def _read_json(data: bytes, where: str) -> pa.Table:
@@ -213,9 +311,9 @@ def _read_json(data: bytes, where: str) -> pa.Table:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputRejected(f"{where}: line {number} is not valid JSON ({exc.msg})") from None
+            raise InputRejected(f"{where}: line {number} is not valid JSON ({exc.msg})", file=where) from None
         if not isinstance(record, dict):
-            raise InputRejected(f"{where}: line {number} is not a JSON object")
+            raise InputRejected(f"{where}: line {number} is not a JSON object", file=where)
         records.append(record)
     names = list(dict.fromkeys(name for record in records for name in record))
     return pa.table({name: _json_column([r.get(name) for r in records]) for name in names})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.badrows import FAIL
 from stitchlake.errors import ConflictError, InputRejected, UsageError
-from stitchlake.io.landing import LandingFile, discover
+from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.paths import quarantine_folder
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -101,11 +101,13 @@ def pending_files(
     if changed and not reingest_changed:
         first = changed[0]
         before = done[first.name]
+        where = describe(first, table.storage_options)
         raise InputRejected(
-            f"landing file {first.name} of stream {stream} changed after it was ingested (then {before.size} bytes, "
+            f"landing file {where} of stream {stream} changed after it was ingested (then {before.size} bytes, "
             f"now {first.size}){f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; nothing was "
             "ingested. A landing file must not change once written: if this is new data, deliver it under a new "
-            "name, or ingest the new content as well with --reingest-changed"
+            "name, or ingest the new content as well with --reingest-changed",
+            file=where,
         )
     todo = [f for f in found if f.name not in done or f in changed]
     if max_files:
