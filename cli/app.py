@@ -3,7 +3,7 @@
 Command modules (`cli/table_commands.py`, `cli/job_commands.py`) expose `register(app)`; their commands take the
 shared options from `cli.options`, return a `cli.output.Report`, and simply raise `StitchError`s. The guard
 prints the report (human or `--json`), and turns errors into a message, one JSON object on stdout with `--json`,
-and the DESIGN §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C.
+and the DESIGN §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C, 143 on SIGTERM.
 
 Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reader imports
 (import them inside the command function): `stitch --help` must stay fast and metadata commands run without
@@ -16,6 +16,7 @@ import errno
 import functools
 import logging
 import os
+import signal
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -26,7 +27,7 @@ from typer.core import TyperGroup
 
 from cli import job_commands, output, table_commands
 from stitchlake import __version__
-from stitchlake.errors import StitchError, describe_os_error
+from stitchlake.errors import StitchError, Terminated, describe_os_error
 
 if TYPE_CHECKING:
     pass
@@ -94,7 +95,8 @@ def run_command(fn: Callable[[], R]) -> R | None:
 
     - `StitchError` -> `error: <message>` and `exc.exit_code` (1 failure, 2 usage/config, 3 conflict, 4 busy,
       5 input rejected); no traceback unless `STITCH_DEBUG=1`.
-    - `KeyboardInterrupt` -> exit 130.
+    - `KeyboardInterrupt` (SIGINT) -> exit 130; `Terminated` (SIGTERM) -> exit 143. Both unwind through the running
+      job, which aborts its instant on the way out.
     - an `OSError` (disk full, permissions) -> what failed on which file and what to do, exit 1.
     - anything else -> a one-line `error: unexpected ...` and exit 1; the traceback only with `STITCH_DEBUG=1`.
     - typer/click exits and aborts, and broken pipes (`stitch read | head`), pass through to typer; click usage
@@ -119,8 +121,11 @@ def run_command(fn: Callable[[], R]) -> R | None:
         output.failure(str(exc) or type(exc).__name__, exc.exit_code, details)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        output.failure("interrupted", EXIT_INTERRUPTED)
+        output.failure("interrupted; the running instant was aborted", EXIT_INTERRUPTED)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Terminated as exc:
+        output.failure(f"{exc}; the running instant was aborted", Terminated.exit_code)
+        raise typer.Exit(Terminated.exit_code) from None
     except OSError as exc:
         if exc.errno == errno.EPIPE:
             raise
@@ -203,8 +208,13 @@ job_commands.register(_root)
 app = _root
 
 
+def _terminate(signum: int, _frame: Any) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
 def main() -> None:
-    """The `stitch` console script."""
+    """The `stitch` console script. SIGTERM unwinds like Ctrl-C (see `Terminated`)."""
+    signal.signal(signal.SIGTERM, _terminate)
     app(prog_name="stitch")
 
 

@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import output
-from cli.jobs import choose_engine, execute
-from cli.options import ConfigOption, EngineChoice, EngineOption, JsonOption, TableOption, open_target
+from cli.jobs import choose_engine, execute, with_retries
+from cli.options import (
+    ConfigOption,
+    EngineChoice,
+    EngineOption,
+    JsonOption,
+    RetriesOption,
+    TableOption,
+    open_target,
+)
 from cli.output import Report
 from stitchlake.errors import UsageError
 
@@ -25,6 +33,7 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     app.command("ingest")(ingest_command)
+    app.command("stream")(stream_command)
     app.command("compact")(compact_command)
     app.command("clean")(clean_command)
     app.command("delete")(delete_command)
@@ -57,9 +66,22 @@ def ingest_command(
         typer.Option("--reingest-changed", help="Ingest landing files that changed since they were ingested, again."),
     ] = False,
     engine: EngineOption = EngineChoice.auto,
+    retries: RetriesOption = 0,
     as_json: JsonOption = False,
 ) -> Report:
     """Ingest a stream's new landing files exactly once (exit 4 if another live writer has the stream)."""
+    return with_retries(retries, lambda: _ingest(stream, config, table, source, max_files, reingest_changed, engine))
+
+
+def _ingest(
+    stream: str,
+    config: Path | None,
+    table: str | None,
+    source: list[str] | None,
+    max_files: int | None,
+    reingest_changed: bool,
+    engine: EngineChoice,
+) -> Report:
     from stitchlake.jobs.requests import IngestRequest
     from stitchlake.services.ingest import claim, nothing_to_do, preflight
 
@@ -72,7 +94,7 @@ def ingest_command(
     if not pending:
         result: dict[str, Any] = nothing_to_do(stream, "none").to_json()
         return Report(result, message=result["message"])
-    chosen = choose_engine(request, engine, sum(f.size for f in pending))
+    chosen = choose_engine(handle, request, engine, sum(f.size for f in pending))
     taken = None
     if chosen is EngineChoice.spark:
         taken = claim(handle, stream)  # refuses an overlapping run in well under a second, before the JVM starts
@@ -101,6 +123,66 @@ def ingest_command(
     )
 
 
+def stream_command(
+    stream: Annotated[str, typer.Option("--stream", "-s", help="The stream whose landing folder to follow.")],
+    config: ConfigOption = None,
+    table: TableOption = None,
+    files_per_trigger: Annotated[
+        int | None,
+        typer.Option("--files-per-trigger", min=1, help="Landing files per micro-batch (default: the YAML's)."),
+    ] = None,
+    trigger_interval: Annotated[
+        float | None,
+        typer.Option("--trigger-interval", min=0.1, help="Seconds between micro-batches (default: the YAML's)."),
+    ] = None,
+    available_now: Annotated[
+        bool, typer.Option("--available-now", help="Ingest what is pending now, in micro-batches, then stop.")
+    ] = False,
+    checkpoint: Annotated[
+        str | None, typer.Option("--checkpoint", help="The query's checkpoint folder (default: beside the table).")
+    ] = None,
+    stop_timeout: Annotated[
+        float,
+        typer.Option("--stop-timeout", min=0, help="On SIGTERM/Ctrl-C, seconds to let the running batch finish."),
+    ] = 120.0,
+    as_json: JsonOption = False,
+) -> Report:
+    """Follow a stream's landing folder with one long-running Structured Streaming job (always on Spark).
+
+    Each micro-batch is an ingest of the files that arrived, exactly once; SIGTERM or Ctrl-C stops it after the
+    running batch (exit 0).
+    """
+    from stitchlake.jobs.requests import StreamRequest
+
+    handle = open_target(config, table)
+    spec = handle.config.stream(stream)
+    if spec.source is None:
+        raise UsageError(f"stream {stream} has no `source:` in the config; `stitch stream` follows that folder")
+    request = StreamRequest(
+        stream,
+        files_per_trigger=files_per_trigger,
+        trigger_interval_s=trigger_interval,
+        available_now=available_now,
+        checkpoint=_location(checkpoint) if checkpoint else None,
+    )
+    result = execute(handle, request, EngineChoice.spark, graceful_stop_s=stop_timeout)
+    return Report(
+        result,
+        message=str(result.get("message")),
+        title=f"stream {stream}",
+        fields=[
+            ("micro-batches", "batches"),
+            ("source files", "source_files"),
+            ("rows", "rows"),
+            ("bad rows", "bad_rows"),
+            ("query", "query_id"),
+            ("checkpoint", "checkpoint"),
+            ("seconds", "seconds"),
+            ("Spark log", "log"),
+        ],
+    )
+
+
 def _location(source: str) -> str:
     """A --source as the job sees it: local paths made absolute, URIs as they are."""
     return source if "://" in source else str(Path(source).resolve())
@@ -121,9 +203,22 @@ def compact_command(
         str | None, typer.Option("--strategy", help="all | log_files | log_bytes (default: compaction.strategy).")
     ] = None,
     engine: EngineOption = EngineChoice.auto,
+    retries: RetriesOption = 0,
     as_json: JsonOption = False,
 ) -> Report:
     """Merge file slices into new base files: schedule a plan and run it (writers keep writing)."""
+    return with_retries(retries, lambda: _compact(config, table, schedule_only, run_only, instant, strategy, engine))
+
+
+def _compact(
+    config: Path | None,
+    table: str | None,
+    schedule_only: bool,
+    run_only: bool,
+    instant: str | None,
+    strategy: str | None,
+    engine: EngineChoice,
+) -> Report:
     from stitchlake.jobs.requests import CompactRequest
     from stitchlake.services import compaction
 
@@ -146,7 +241,7 @@ def compact_command(
     elif instant is None and not compaction.pending_plans(handle):
         return Report({"scheduled": None, "result": None}, message="nothing to compact")
     request = CompactRequest(schedule=False, run=True, instant=planned, strategy=strategy)
-    result = execute(handle, request, choose_engine(request, engine, compaction.plan_bytes(handle, planned)))
+    result = execute(handle, request, choose_engine(handle, request, engine, compaction.plan_bytes(handle, planned)))
     if not run_only:
         result["scheduled"] = planned
     done = result.get("result") or {}
@@ -195,7 +290,7 @@ def clean_command(
 
     handle = open_target(config, table)
     request = CleanRequest(policy, retain, dry_run)
-    result = execute(handle, request, choose_engine(request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, engine, 0))
     paths = list(result.get("deleted", [])) + list(result.get("orphans", []))
     result["deleted_files"] = len(result.get("deleted", []))
     result["orphan_files"] = len(result.get("orphans", []))
@@ -232,14 +327,19 @@ def delete_command(
         typer.Option("--purge", help="Also delete savepoints and older file slices that still hold the keys (GDPR)."),
     ] = False,
     engine: EngineOption = EngineChoice.auto,
+    retries: RetriesOption = 0,
     as_json: JsonOption = False,
 ) -> Report:
     """Erase keys (GDPR-style): every group committed before the erase goes; exit 3 on a conflicting rewrite."""
+    return with_retries(retries, lambda: _delete(keys, config, table, purge, engine))
+
+
+def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engine: EngineChoice) -> Report:
     from stitchlake.jobs.requests import EraseRequest
 
     handle = open_target(config, table)
     request = EraseRequest(_location(keys), purge)
-    result = execute(handle, request, choose_engine(request, engine, _table_bytes(handle)))
+    result = execute(handle, request, choose_engine(handle, request, engine, _table_bytes(handle)))
     message = f"erased {result['erased_keys']} of {result['requested_keys']} key(s)"
     if purge:
         message += (
@@ -282,7 +382,7 @@ def rollback_command(
         raise UsageError("give either --instant T or --failed")
     handle = open_target(config, table)
     request = RollbackRequest(instant, failed)
-    result = execute(handle, request, choose_engine(request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, engine, 0))
     return Report(
         result,
         message=result.get("message"),
@@ -312,7 +412,7 @@ def savepoint_create_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("create", name=name, instant=instant)
-    result = execute(handle, request, choose_engine(request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, engine, 0))
     return Report(
         result,
         message=f"savepoint {result.get('name') or result['instant']} pins the state as of {result['savepoint_of']}",
@@ -364,7 +464,7 @@ def savepoint_delete_command(
         raise UsageError("give the savepoint with --name NAME (its name or its instant)")
     handle = open_target(config, table)
     request = SavepointRequest("delete", savepoint=name)
-    result = execute(handle, request, choose_engine(request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, engine, 0))
     return Report(result, message=f"deleted savepoint {name}")
 
 
@@ -383,7 +483,7 @@ def savepoint_restore_command(
         raise UsageError("give the savepoint with --name NAME (its name or its instant)")
     handle = open_target(config, table)
     request = SavepointRequest("restore", savepoint=name, force=force)
-    result = execute(handle, request, choose_engine(request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, engine, 0))
     return Report(
         result,
         message=result.get("message"),
@@ -412,7 +512,7 @@ def archive_command(
 
     handle = open_target(config, table)
     request = ArchiveRequest(keep)
-    result = execute(handle, request, choose_engine(request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, engine, 0))
     return Report(
         result,
         message=result.get("message"),

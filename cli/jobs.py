@@ -1,29 +1,32 @@
 """Run a job request for the CLI: in this process or as a spark-submit job, with progress on stderr.
 
-`--engine auto` (the default) runs in-process when the work is small — at most `AUTO_LOCAL_MAX_BYTES` of landing
+`--engine auto` (the default) runs in-process when the work is small — at most `spark.auto_local_max_mb` of landing
 files or file slices — and on Spark otherwise, and says which it chose. Metadata-only jobs always run here.
 """
 
 from __future__ import annotations
 
+import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cli import output
 from cli.options import EngineChoice
-from stitchlake.errors import UsageError
+from stitchlake.errors import ConflictError, UsageError
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.table import Table
     from stitchlake.transaction import Transaction
 
-#: `--engine auto` runs in-process up to this much work (bytes of landing files or of file slices to rewrite).
-AUTO_LOCAL_MAX_BYTES = 256 * 1024 * 1024
+#: `--retries`: the first wait after a conflict, and the longest.
+RETRY_FIRST_WAIT_S = 1.0
+RETRY_MAX_WAIT_S = 30.0
 
 
-def choose_engine(request: JobRequest, choice: EngineChoice, work_bytes: int) -> EngineChoice:
+def choose_engine(table: Table, request: JobRequest, choice: EngineChoice, work_bytes: int) -> EngineChoice:
     """The engine a request runs on (`auto`: by the size of the work)."""
     if request.metadata_only:
         if choice is EngineChoice.spark:
@@ -34,7 +37,28 @@ def choose_engine(request: JobRequest, choice: EngineChoice, work_bytes: int) ->
     if choice is not EngineChoice.auto:
         return choice
     # The choice is reported in the result (`engine`), which the summary and `--json` show.
-    return EngineChoice.local if work_bytes <= AUTO_LOCAL_MAX_BYTES else EngineChoice.spark
+    limit = table.config.spark.auto_local_max_mb * 1024 * 1024
+    return EngineChoice.local if work_bytes <= limit else EngineChoice.spark
+
+
+def with_retries(retries: int, attempt: Callable[[], output.Report]) -> output.Report:
+    """Run `attempt`; after a write conflict (exit 3, nothing was published) wait and run it again, up to `retries`
+    times. The wait doubles from `RETRY_FIRST_WAIT_S` up to `RETRY_MAX_WAIT_S`, with jitter, so two writers that
+    conflicted do not meet again at once."""
+    for number in range(retries + 1):
+        try:
+            report = attempt()
+        except ConflictError as exc:
+            if number == retries:
+                raise
+            wait = min(RETRY_MAX_WAIT_S, RETRY_FIRST_WAIT_S * 2**number) * random.uniform(0.5, 1.0)
+            output.hint(f"conflict (exit 3): {exc}; running again in {wait:.1f}s (retry {number + 1} of {retries})")
+            time.sleep(wait)
+            continue
+        if retries:
+            report.data["retries"] = number
+        return report
+    raise AssertionError("unreachable")
 
 
 def target_args(table: Table) -> list[str]:
@@ -45,7 +69,11 @@ def target_args(table: Table) -> list[str]:
 
 
 def execute(
-    table: Table, request: JobRequest, engine: EngineChoice, claim: Transaction | None = None
+    table: Table,
+    request: JobRequest,
+    engine: EngineChoice,
+    claim: Transaction | None = None,
+    graceful_stop_s: float | None = None,
 ) -> dict[str, Any]:
     """Run `request`; return its result as plain data with `engine` and `seconds` (the wall time waited).
 
@@ -58,7 +86,7 @@ def execute(
     started = time.time()
     try:
         if engine is EngineChoice.spark:
-            result = _on_spark(table, request, started)
+            result = _on_spark(table, request, started, graceful_stop_s)
         else:
             from stitchlake.engine import LocalEngine
 
@@ -78,7 +106,9 @@ def _published(table: Table, claim: Transaction) -> bool:
     return current is not None and current.is_completed
 
 
-def _on_spark(table: Table, request: JobRequest, started: float) -> dict[str, Any]:
+def _on_spark(
+    table: Table, request: JobRequest, started: float, graceful_stop_s: float | None = None
+) -> dict[str, Any]:
     from stitchlake.spark.launcher import run_job
 
     json_mode = output.json_mode()
@@ -90,7 +120,7 @@ def _on_spark(table: Table, request: JobRequest, started: float) -> dict[str, An
             if not console.is_terminal and not json_mode:
                 output.hint(f"{request.job}: {message}")
 
-        result = run_job(table, request, target_args(table), progress)
+        result = run_job(table, request, target_args(table), progress, graceful_stop_s)
     result.pop("ok", None)
     # `seconds` will be the wall time the user waited; `job_seconds` the job's own part, after JVM start-up.
     inside = {"job_seconds": round(float(result["seconds"]), 2)} if "seconds" in result else {}

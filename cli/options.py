@@ -48,6 +48,16 @@ EngineOption = Annotated[
     ),
 ]
 
+RetriesOption = Annotated[
+    int,
+    typer.Option(
+        "--retries",
+        min=0,
+        max=20,
+        help="Run again up to N times after a write conflict (exit 3), waiting 1, 2, 4 ... s (at most 30 s) between.",
+    ),
+]
+
 
 def open_target(config: Path | None, table: str | None, *, must_exist: bool = True) -> Table:
     """The table named by `-c/--config` or `--table` (exactly one; UsageError, exit 2, otherwise).

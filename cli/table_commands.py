@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: The choices typer offers; tests check they equal the library's `Action.ALL`, `State` and `read.MODES`
 #: (spelled out here because importing those would import pyarrow for `--help`).
-ActionName = Literal["deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase"]
+ActionName = Literal["deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter"]
 StateName = Literal["requested", "inflight", "completed"]
 ReadMode = Literal["snapshot", "read_optimized"]
 
@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
     """Add `init`, `validate`, `timeline show` and `read` to the root app."""
     app.command("init")(init_command)
     app.command("validate")(validate_command)
+    app.command("alter")(alter_command)
     app.command("read")(read_command)
     timeline = typer.Typer(
         help="Inspect the table's timeline of instants.", no_args_is_help=True, rich_markup_mode=None
@@ -87,6 +88,33 @@ def validate_command(
         "streams": streams,
     }
     return Report(data, message=f"{config}: valid ({len(streams)} stream(s): {', '.join(streams)})")
+
+
+def alter_command(
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="Table config YAML with the new schema.", dir_okay=False)
+    ],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")] = False,
+    as_json: JsonOption = False,
+) -> Report:
+    """Change the table's schema to what the config describes (compatible changes only; exit 2 naming the rest).
+
+    Alter first, then roll the new config out to the writers: a config behind the table is refused, and so is
+    one ahead of it until it is applied here.
+    """
+    from stitchlake.services.alter import alter
+
+    table = open_target(config, None, must_exist=False)
+    table.properties  # noqa: B018 - a missing table is refused here, naming `stitch init`
+    result = alter(table, dry_run)
+    data = {
+        "instant": result.instant,
+        "completed": result.completed,
+        "schema_version": result.schema_version,
+        "changes": result.changes,
+        "dry_run": result.dry_run,
+    }
+    return Report(data, lines=[f"  {change}" for change in result.changes], message=result.message)
 
 
 # ---------------------------------------------------------------------------------------------- timeline

@@ -1,7 +1,7 @@
 """Torture test: concurrent writers and table services on one table, killed and frozen at random, every read checked.
 
     python scripts/torture.py --rounds 50 --seed 7            # the long run by hand (`make torture`)
-    python scripts/torture.py --rounds 6 --keys 600 --writers-per-stream 2    # CI-sized (tests/test_torture.py)
+    python scripts/torture.py --rounds 7 --keys 600 --writers-per-stream 2    # CI-sized (tests/test_torture.py)
     python scripts/torture.py --check-only --workdir DIR      # re-check the reads and the table of a kept run
 
 What runs, each as its own OS process on one table (DESIGN §4-§7):
@@ -10,31 +10,52 @@ What runs, each as its own OS process on one table (DESIGN §4-§7):
   with the in-process engine (`stitchlake.ingest.ingest_local`, what `stitch ingest --engine local` runs);
   `--writers-per-stream 2` adds a second one per stream (cron overlap: the busy check must keep them apart);
 - a compactor (runs pending plans, then schedules and runs a new one), a cleaner (`stitch clean`: rolls back
-  failed writes, removes old slices and orphans) and readers (latest, time-travel and no-as_of reads).
+  failed writes, removes old slices and orphans) and readers (latest, time-travel and no-as_of reads);
+- a restorer that creates savepoints now and then, deletes old ones and restores to one (sometimes `--force`,
+  sometimes through the `stitch` CLI run in-process): a restore undoes history while writers write, and the
+  landing files of the undone commits become pending again;
+- two archivers (`services.archive.archive` and `stitch archive --keep K`, K drawn from 10..16 each run, so two
+  of them race and the one with the smaller keep goes further).
 
 The landing data is `scripts/demo_data.py`'s seeded three-stream generator (late, out-of-order, duplicate
 events, deletes). Each round lands the next file of every stream and waits until the writers took it, while
 the supervisor SIGKILLs writers and services: at random moments, shortly after new files land (mid-ingest),
 and at precise points through a fault hook that lives only in this harness (it wraps, never replaces, the
 code under test: after a marker, during a data file write, holding the lock before or after publishing,
-halfway through a clean's deletes or a rollback). Killed processes are restarted. It also freezes processes
-(SIGSTOP, then SIGCONT): at random, and at `stall_*` points for longer than the heartbeat expiry, so they are
-presumed dead and rolled back while they live on ("zombies", as after a GC pause or a stalled VM).
+halfway through a clean's deletes, a rollback or a restore, between an archive's batch and its checkpoint).
+Killed processes are restarted. It also freezes processes (SIGSTOP, then SIGCONT): at random, at `stall_*`
+points for longer than the heartbeat expiry, so they are presumed dead and rolled back while they live on
+("zombies", as after a GC pause or a stalled VM), and at `stall_locked_*` / `stall_archive_*` points *while
+they hold the table lock*, for longer than its lease (`concurrency.lock.expire_s`), so others take the lock
+over and the frozen one wakes up inside its critical section. The restorer and the archivers are nearly
+always armed, and their freezes re-arm after firing: they are few and rarely killed, and their races (two
+archives; a restore and the writers) need the freeze to come back.
+
+The supervisor also watches the table's metadata all along (every ~0.1 s, as do the readers and archivers on
+each run): every instant it ever sees completed, and every archive checkpoint horizon with the time window of
+the observation, go to `logs/observed.jsonl` and `logs/horizons.jsonl`.
 
 The last round is not waited for: everything is killed wherever it is, heartbeats expire, and the real CLI runs
-`stitch clean`, re-runs the interrupted ingests, runs leftover compaction plans, compacts everything and cleans
-again. Then it checks:
+`stitch clean`, re-runs the interrupted ingests, runs leftover compaction plans, compacts everything, cleans
+and archives again. Then it checks (the timeline, archive and checkpoint are read from their files by this
+harness, independently of stitchlake's own timeline code):
 
 - every read taken during the run equals the reference merge (demo_data.ground_truth, pandas, independent of
-  stitchlake) of exactly the landing files consumed by the deltacommits completed at that read's snapshot,
-  and that set of instants is the one the final timeline has at that time (no partial commit, no lost one);
-  a read may fail only by a refusal for a time outside the clean retention;
-- the final table (snapshot, and read-optimized once compacted) equals the generator's ground truth, and every
-  landing file was consumed exactly once;
+  stitchlake) of exactly the landing files consumed by the instants completed at that read's snapshot (the
+  archive checkpoint's consumed files plus the active deltacommits), that set of instants is the one the final
+  timeline has at that time except the ones a rollback or restore names as undone, and it is a state that
+  existed: per stream, a prefix of the files in arrival order;
+- the final table (snapshot, and read-optimized once compacted) equals the generator's ground truth and the
+  reference merge of the live instants (active and archived, minus undone ones); every landing file was
+  consumed exactly once by them, and in arrival order;
+- the timeline and checkpoint never lose an instant: every instant ever observed completed is still on the
+  active timeline, or archived under the checkpoint's horizon, or named by a rollback or restore that undid it
+  (or was a savepoint the restorer deleted); no archived instant lies beyond the horizon unless still active;
+  the checkpoint's consumed files are those of the live instants it covers; the horizon never moved backwards;
 - no pending instant, no orphan or missing data file, no leftover marker, and no worker failed other than
-  "busy, retry" or a zombie's refusal to publish.
+  "busy/conflict, retry" or a zombie's refusal to publish.
 
-It prints rounds, kills, commits, reads checked and violations; the exit code is 1 on any violation.
+It prints rounds, kills, freezes, commits, reads checked and violations; the exit code is 1 on any violation.
 """
 
 from __future__ import annotations
@@ -42,9 +63,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -54,7 +77,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +90,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(1, str(ROOT))  # the stitchlake next to this script (a copy of the repo tortures its own)
 
 import demo_data  # noqa: E402  (a sibling script, found through the path above)
 
@@ -77,22 +101,41 @@ MAX_SHOWN = 25
 STOP_FILE = "STOP"
 FAULT_ENV = "STITCH_TORTURE_FAULT"
 RUN_DIR_ENV = "STITCH_TORTURE_RUN_DIR"
+OBSERVED_LOG = "observed.jsonl"
+HORIZONS_LOG = "horizons.jsonl"
 #: What `Transaction.complete` says to a writer that was presumed dead and rolled back while it ran: correct.
 ZOMBIE_REFUSED = "while it ran; nothing was published"
+#: Archive keeps drawn per run: the smallest is the config's minimum (`archive.keep_instants` >= 10).
+ARCHIVE_KEEP = (10, 16)
 #: Where the supervisor may kill each role on purpose (see `install_fault`).
 #: `stall_*` points freeze the process (SIGSTOP) past its heartbeat's expiry instead: it becomes a zombie that
-#: the others presume dead, and it carries on when the supervisor wakes it.
+#: the others presume dead, and it carries on when the supervisor wakes it. `stall_locked_*` and
+#: `stall_archive_*` freeze it while it holds the table lock, past the lock's lease.
+LOCKED_STALLS = ("stall_locked_begin", "stall_locked_publish")
 FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "writer": (
         *("in_begin", "after_begin", "after_mark", "mid_write", "before_publish", "after_publish"),
-        *("stall_after_mark", "stall_before_publish"),
+        *("stall_after_mark", "stall_before_publish", *LOCKED_STALLS),
     ),
     "compactor": (
         *("in_begin", "after_begin", "after_mark", "mid_write", "before_publish", "after_publish"),
-        *("stall_after_mark", "stall_before_publish"),
+        *("stall_after_mark", "stall_before_publish", *LOCKED_STALLS),
     ),
-    "cleaner": ("in_begin", "mid_rollback", "mid_clean_delete", "before_publish", "after_publish", "stall_rollback"),
+    "cleaner": (
+        *("in_begin", "mid_rollback", "mid_clean_delete", "before_publish", "after_publish", "stall_rollback"),
+        "stall_locked_publish",
+    ),
+    "restorer": (
+        *("in_begin", "mid_restore", "before_publish", "after_publish"),
+        *("stall_restore_undo", "stall_before_publish", *LOCKED_STALLS),
+    ),
+    "archiver": ("kill_archive_checkpoint", "kill_archive_delete", "stall_archive_checkpoint", "stall_archive_delete"),
 }
+#: Roles whose stall points re-arm after firing: they live long (rarely killed), and the races they are there
+#: for (two archives, a restore and the writers) need the freeze to come back.
+REARMED = ("restorer", "archiver")
+#: Seconds a re-armed point stays quiet after it fired.
+REARM_QUIET_S = 6.0
 
 
 def log_line(path: Path, record: dict[str, Any]) -> None:
@@ -110,6 +153,162 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(json.JSONDecodeError):
             out.append(json.loads(line))
     return out
+
+
+# ================================================================================= the table's own files
+
+# The checker reads the timeline, the archive and the checkpoint from their files (DESIGN §4), not through
+# stitchlake's timeline classes: a checker that shared the code under test would share its bugs.
+
+TIMELINE_DIR = Path(".stitch") / "timeline"
+ARCHIVE_DIR = TIMELINE_DIR / "archive"
+LEGACY_CHECKPOINT = "checkpoint.json"
+_PENDING_NAME = re.compile(r"^(\d{17})\.([a-z]+)\.(requested|inflight)$")
+_COMPLETED_NAME = re.compile(r"^(\d{17})_(\d{17})\.([a-z]+)$")
+_CHECKPOINT_NAME = re.compile(r"^checkpoint\.(\d{17})\.json$")
+#: A completed compaction's file is `<requested>_<completed>.commit`, as in Hudi.
+_COMPLETED_ACTION = {"commit": "compaction"}
+DATA_ACTIONS = ("deltacommit", "compaction", "erase")
+
+
+@dataclass(frozen=True, order=True)
+class Seen:
+    """A completed instant as its file name says: (requested, action, completed)."""
+
+    requested: str
+    action: str
+    completed: str
+
+    def key(self) -> list[str]:
+        return [self.requested, self.action, self.completed]
+
+    @property
+    def file_name(self) -> str:
+        suffix = {v: k for k, v in _COMPLETED_ACTION.items()}.get(self.action, self.action)
+        return f"{self.requested}_{self.completed}.{suffix}"
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.requested} (completed {self.completed})"
+
+
+def parse_timeline(names: Iterable[str]) -> tuple[list[Seen], list[tuple[str, str, str]]]:
+    """(completed instants by completion time, pending ones as (requested, action, state)) from file names."""
+    completed: dict[str, Seen] = {}
+    pending: dict[str, tuple[str, str, str]] = {}
+    for name in names:
+        match = _COMPLETED_NAME.match(name)
+        if match:
+            action = _COMPLETED_ACTION.get(match.group(3), match.group(3))
+            completed[match.group(1)] = Seen(match.group(1), action, match.group(2))
+            continue
+        match = _PENDING_NAME.match(name)
+        if match:
+            known = pending.get(match.group(1))
+            if known is None or match.group(3) == "inflight":
+                pending[match.group(1)] = (match.group(1), match.group(2), match.group(3))
+    out = sorted(completed.values(), key=lambda s: s.completed)
+    return out, [p for r, p in sorted(pending.items()) if r not in completed]
+
+
+def list_timeline(table: Path) -> tuple[list[Seen], list[tuple[str, str, str]]]:
+    return parse_timeline(os.listdir(table / TIMELINE_DIR))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A metadata file's JSON object (FileNotFoundError when it is gone: archived, undone, tidied)."""
+    content = json.loads(path.read_bytes() or b"{}")
+    return content if isinstance(content, dict) else {}
+
+
+def instant_meta(table: Path, seen: Seen) -> dict[str, Any]:
+    return read_json(table / TIMELINE_DIR / seen.file_name)
+
+
+def plan_of(table: Path, requested: str, action: str) -> dict[str, Any]:
+    """A (pending or completed) instant's requested file, or {} once it is gone (archived)."""
+    try:
+        return read_json(table / TIMELINE_DIR / f"{requested}.{action}.requested")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def sources_of(meta: dict[str, Any]) -> list[str]:
+    """Landing files a deltacommit consumed (sources, and whole files it quarantined)."""
+    names = [s["name"] if isinstance(s, dict) else str(s) for s in meta.get("sources") or []]
+    names += [q["name"] for q in meta.get("quarantined_files") or [] if isinstance(q, dict) and q.get("name")]
+    return names
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The effective archive checkpoint: the newest immutable `checkpoint.<horizon>.json`, else the legacy one."""
+
+    horizon: str
+    consumed: dict[str, list[str]]
+    files: list[str]
+
+
+def checkpoint_horizon(table: Path) -> str | None:
+    """The effective horizon from the archive folder (reads the legacy checkpoint only when it is the one)."""
+    folder = table / ARCHIVE_DIR
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return None
+    horizons = sorted(m.group(1) for m in map(_CHECKPOINT_NAME.match, names) if m)
+    if horizons:
+        return horizons[-1]
+    if LEGACY_CHECKPOINT in names:
+        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+            return str(read_json(folder / LEGACY_CHECKPOINT).get("completed") or "") or None
+    return None
+
+
+def read_checkpoint(table: Path) -> CheckpointState | None:
+    """The effective checkpoint's horizon, consumed landing files and files (None: nothing archived)."""
+    folder = table / ARCHIVE_DIR
+    for _attempt in range(5):  # a newer archive may tidy the listed checkpoint away between listing and reading
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return None
+        horizons = sorted(m.group(1) for m in map(_CHECKPOINT_NAME.match, names) if m)
+        path = folder / (f"checkpoint.{horizons[-1]}.json" if horizons else LEGACY_CHECKPOINT)
+        if not horizons and LEGACY_CHECKPOINT not in names:
+            return None
+        try:
+            content = read_json(path)
+        except FileNotFoundError:
+            continue
+        consumed = {
+            stream: [item["name"] if isinstance(item, dict) else str(item) for item in items]
+            for stream, items in (content.get("consumed") or {}).items()
+        }
+        files = [f["path"] for f in content.get("files") or [] if isinstance(f, dict)]
+        return CheckpointState(str(content.get("completed") or ""), consumed, files)
+    raise FileNotFoundError(f"{folder}: the newest checkpoint keeps vanishing")
+
+
+def archived_entries(table: Path) -> dict[str, tuple[Seen, dict[str, Any], str]]:
+    """Archived instants: requested -> (instant, its commit metadata, the batch file holding it)."""
+    folder = table / ARCHIVE_DIR
+    found: dict[str, tuple[Seen, dict[str, Any], str]] = {}
+    if not folder.exists():
+        return found
+    for path in sorted(folder.glob("*.archive.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                entry = json.loads(line)
+                seen = Seen(entry["requested"], entry["action"], entry["completed"])
+                found[seen.requested] = (seen, entry.get("metadata") or {}, path.name)
+    return found
+
+
+def undone_by(meta: dict[str, Any]) -> list[str]:
+    """The instants a rollback's or restore's commit (or plan) names as undone."""
+    names = [str(r) for r in meta.get("undone") or []] + [str(r) for r in meta.get("rolled_back") or []]
+    names += [str(t["requested"]) for t in meta.get("targets") or [] if isinstance(t, dict) and "requested" in t]
+    return names
 
 
 # ================================================================================================== setup
@@ -137,6 +336,8 @@ class Settings:
     heartbeat_interval: float
     heartbeat_expire: float
     lock_expire: float
+    restorers: int = 0
+    archivers: int = 0
 
 
 def write_config(settings: Settings) -> Path:
@@ -158,6 +359,7 @@ def write_config(settings: Settings) -> Path:
     }
     document["compaction"] = {"inline": False, "strategy": "all"}
     document["clean"] = {"policy": "keep_latest_commits", "retain": settings.retain}
+    document["archive"] = {"keep_instants": ARCHIVE_KEEP[0]}
     path = work / CONFIG_NAME
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return path
@@ -173,7 +375,18 @@ def prepare(settings: Settings) -> None:
         (work / folder).mkdir(parents=True, exist_ok=True)
     (work / "settings.json").write_text(json.dumps(settings.__dict__, indent=1), encoding="utf-8")
     config = write_config(settings)
-    subprocess.run(stitch("init", "-c", str(config)), check=True, capture_output=True)
+    subprocess.run(stitch("init", "-c", str(config)), check=True, capture_output=True, env=child_env())
+
+
+def load_settings(work: Path) -> Settings:
+    return Settings(**json.loads((work / "settings.json").read_text(encoding="utf-8")))
+
+
+def table_dir(work: Path) -> Path:
+    """The table's folder; one inside the workdir moves with it (a copied workdir is a self-contained case)."""
+    settings = load_settings(work)
+    table, origin = Path(settings.table), Path(settings.workdir)
+    return work / table.relative_to(origin) if table.is_relative_to(origin) else table
 
 
 def staged_files(work: Path, stream: str) -> list[Path]:
@@ -189,37 +402,101 @@ def land(work: Path, stream: str, source: Path) -> str:
     return source.name
 
 
+def child_env() -> dict[str, str]:
+    """Children import the stitchlake next to this script (PYTHONPATH first), like this process does."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
 def stitch(*args: str) -> list[str]:
     """argv of this environment's `stitch` CLI (a list, never a shell string)."""
     return [sys.executable, "-m", "cli.app", *args]
 
 
-def open_torture_table(work: Path) -> Any:
-    from stitchlake.table import open_table
+def stitch_in_process(*args: str) -> tuple[int, str, str]:
+    """Run the real `stitch` CLI inside this process (so the fault hook and the freezes reach it too):
+    (exit code, stdout, stderr)."""
+    from cli.app import app  # type: ignore[attr-defined, unused-ignore]
 
-    return open_table(work / CONFIG_NAME)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = app(args=list(args), prog_name="stitch", standalone_mode=False)
+        except SystemExit as exc:
+            code = exc.code
+        except Exception as exc:  # click's (or typer's own copy's) usage error: the console script exits 2
+            if not hasattr(exc, "format_message"):
+                raise
+            code = getattr(exc, "exit_code", 2)
+            print(f"error: {exc.format_message()}", file=sys.stderr)
+    return (code if isinstance(code, int) else 0), out.getvalue(), err.getvalue()
+
+
+def open_torture_table(work: Path) -> Any:
+    """The table through the public API (`stitchlake.open`: read, write, and what services take)."""
+    import stitchlake
+
+    return stitchlake.open(work / CONFIG_NAME)
 
 
 # ============================================================================================ fault hook
 
 
-def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: float) -> None:
-    """Arm one kill point in this worker: `point:countdown` dies on the (countdown+1)-th pass through it.
+#: Whether each `_wrap` of the fault being installed found its target (see `install_fault`).
+_ARMED: list[bool] = []
 
-    The hook wraps functions of the code under test (it calls them unchanged) and SIGKILLs the process at
-    the chosen moment, which no timer could hit reliably.
+
+def _wrap(module: Any, name: str, make: Callable[[Any], Any]) -> bool:
+    """Replace `module.name` by `make(original)` when the code under test has it (its internals move)."""
+    original = getattr(module, name, None)
+    _ARMED.append(original is not None)
+    if original is None:
+        return False
+    setattr(module, name, make(original))
+    return True
+
+
+def _optional_module(name: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        return None
+
+
+def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: float, lease_s: float = 0.0) -> bool:
+    """Arm one kill (or freeze) point in this worker: `point:countdown` fires on the (countdown+1)-th pass.
+
+    The hook wraps functions of the code under test (it calls them unchanged) and SIGKILLs or SIGSTOPs the
+    process at the chosen moment, which no timer could hit reliably. `stall_s` is a freeze past the heartbeat's
+    expiry, `lease_s` one past the lock's lease (for points inside a critical section). With `+` after the
+    countdown (`point:1+`) a freeze re-arms itself once it has fired. False when nothing could be wrapped: the
+    code under test moved, and the point would silently test nothing.
     """
+    import stitchlake.services.archive as archive_module
     import stitchlake.services.clean as clean_module
     import stitchlake.services.compaction as compaction_module
     import stitchlake.services.rollback as rollback_module
     import stitchlake.transaction as txn_module
     import stitchlake.write as write_module
+    from stitchlake.storage import LocalStorage
 
+    _ARMED.clear()
     point, _, count = spec.partition(":")
-    left = [int(count or 0)]
+    rearm = count.endswith("+")
+    left = [int(count.rstrip("+") or 0)]
+    quiet_until = [0.0]
+    rng = random.Random(os.getpid())
 
     def due() -> bool:
-        if left[0] <= 0:
+        """Fire on the chosen pass; a re-armed point waits a while first (not every delete of one archive)."""
+        if left[0] < 0 or time.monotonic() < quiet_until[0]:
+            return False
+        if left[0] == 0:
+            left[0] = rng.randint(1, 3) if rearm else -1
+            quiet_until[0] = time.monotonic() + REARM_QUIET_S
             return True
         left[0] -= 1
         return False
@@ -228,119 +505,167 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
         log({"event": "fault", "point": point})
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def stall() -> None:
-        """Ask the supervisor for a SIGCONT in `stall_s` seconds, then freeze (heartbeat thread included)."""
-        log({"event": "stall", "point": point, "seconds": stall_s})
-        Path(os.environ[RUN_DIR_ENV], f"{os.getpid()}.stall").write_text(str(stall_s), encoding="utf-8")
+    def stall(locked: bool = False) -> None:
+        """Ask the supervisor for a SIGCONT later, then freeze (heartbeat thread included).
+
+        `locked`: the lock is held here, so the freeze outlives the lease (others take the lock over);
+        otherwise it outlives the heartbeat (others presume this process dead).
+        """
+        seconds = lease_s if locked else stall_s
+        log({"event": "stall", "point": point, "seconds": seconds, "locked": locked})
+        request = {"seconds": seconds, "kind": "lease" if locked else "heartbeat"}
+        Path(os.environ[RUN_DIR_ENV], f"{os.getpid()}.stall").write_text(json.dumps(request), encoding="utf-8")
         os.kill(os.getpid(), signal.SIGSTOP)
         log({"event": "woke", "point": point})
+        quiet_until[0] = time.monotonic() + REARM_QUIET_S  # not again at once (the next undo or delete)
+
+    def around(before: Callable[[], None] | None = None, after: Callable[[], None] | None = None) -> Any:
+        def make(original: Any) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                if before is not None and due():
+                    before()
+                out = original(*args, **kwargs)
+                if after is not None and due():
+                    after()
+                return out
+
+            return wrapped
+
+        return make
+
+    def checkpoint_write(action: Callable[[], None]) -> None:
+        """Before the archive checkpoint is written (the batch is; the lock is held): act."""
+        for name in ("put_if_absent", "write_atomic"):
+
+            def make(original: Any) -> Any:
+                def wrapped(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+                    if "archive/checkpoint" in str(path) and due():
+                        action()
+                    return original(self, path, *args, **kwargs)
+
+                return wrapped
+
+            _wrap(LocalStorage, name, make)
 
     if point == "in_begin":  # the requested instant exists, the heartbeat beats once, the lock is held
-        requested = txn_module.write_requested
-
-        def write_requested(*args: Any, **kwargs: Any) -> Any:
-            out = requested(*args, **kwargs)
-            if due():
-                die()
-            return out
-
-        txn_module.write_requested = write_requested
+        _wrap(txn_module, "write_requested", around(after=die))
     elif point == "after_begin":  # inflight, nothing written yet
-        inflight = txn_module.write_inflight
-
-        def write_inflight(*args: Any, **kwargs: Any) -> Any:
-            out = inflight(*args, **kwargs)
-            if due():
-                die()
-            return out
-
-        txn_module.write_inflight = write_inflight
+        _wrap(txn_module, "write_inflight", around(after=die))
     elif point == "after_mark":  # a marker exists, its data file does not
-        mark = txn_module.Transaction.mark
-
-        def marked(self: Any, path: str) -> None:
-            mark(self, path)
-            if due():
-                die()
-
-        txn_module.Transaction.mark = marked  # type: ignore[method-assign]
+        _wrap(txn_module.Transaction, "mark", around(after=die))
     elif point == "mid_write":  # killed while Parquet/Avro bytes are being written
         for module in (write_module, compaction_module):
-            original = module.write_table_file
 
-            def write_file(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-                if due():
-                    threading.Timer(random.uniform(0.0, 0.004), die).start()
-                return _original(*args, **kwargs)
+            def late_death() -> None:
+                threading.Timer(random.uniform(0.0, 0.004), die).start()
 
-            module.write_table_file = write_file  # type: ignore[assignment]
+            _wrap(module, "write_table_file", around(before=late_death))
     elif point in ("before_publish", "after_publish"):  # all files written; the table lock is held
-        completed = txn_module.write_completed
-
-        def write_completed(*args: Any, **kwargs: Any) -> Any:
-            if point == "before_publish" and due():
-                die()
-            out = completed(*args, **kwargs)
-            if point == "after_publish" and due():
-                die()
-            return out
-
-        txn_module.write_completed = write_completed
-    elif point in ("stall_after_mark", "stall_before_publish"):
-        mark, complete = txn_module.Transaction.mark, txn_module.Transaction.complete
-
-        def marked_then_stall(self: Any, path: str) -> None:
-            mark(self, path)
-            if due():
-                stall()
-
-        def stall_then_complete(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if due():
-                stall()
-            return complete(self, *args, **kwargs)
-
-        if point == "stall_after_mark":
-            txn_module.Transaction.mark = marked_then_stall  # type: ignore[method-assign]
-        else:
-            txn_module.Transaction.complete = stall_then_complete  # type: ignore[method-assign]
+        hook = around(before=die) if point == "before_publish" else around(after=die)
+        _wrap(txn_module, "write_completed", hook)
+    elif point == "stall_after_mark":
+        _wrap(txn_module.Transaction, "mark", around(after=stall))
+    elif point == "stall_before_publish":  # about to publish, the lock not taken yet
+        _wrap(txn_module.Transaction, "complete", around(before=stall))
+    elif point == "stall_locked_begin":  # the lock is held, the requested instant not created yet
+        _wrap(txn_module, "write_requested", around(before=lambda: stall(locked=True)))
+    elif point == "stall_locked_publish":  # the lock is held, checks done, the completed file not created yet
+        _wrap(txn_module, "write_completed", around(before=lambda: stall(locked=True)))
     elif point == "stall_rollback":  # targets chosen, nothing undone yet
-        run_rollback = rollback_module._run
 
-        def stall_then_run(*args: Any, **kwargs: Any) -> Any:
-            if (args[2] or args[3]) and due():  # only when there is something to roll back or reset
-                stall()
-            return run_rollback(*args, **kwargs)
+        def make_run(original: Any) -> Any:
+            def stall_then_run(*args: Any, **kwargs: Any) -> Any:
+                if (args[2] or args[3]) and due():  # only when there is something to roll back or reset
+                    stall()
+                return original(*args, **kwargs)
 
-        rollback_module._run = stall_then_run
+            return stall_then_run
+
+        for module in (rollback_module, _optional_module("stitchlake.services.recovery")):
+            if module is not None and not _wrap(module, "run_rollback", make_run):
+                _wrap(module, "_run", make_run)
     elif point == "mid_rollback":  # a failed write's files are gone, its instant files not yet
-        delete_instant = rollback_module.delete_instant
-
-        def delete(*args: Any, **kwargs: Any) -> Any:
-            if due():
-                die()
-            return delete_instant(*args, **kwargs)
-
-        rollback_module.delete_instant = delete
+        _wrap(rollback_module, "delete_instant", around(before=die))
     elif point == "mid_clean_delete":  # half of a clean plan's files deleted
-        local_delete = clean_module.local_delete
 
-        def deleter(table: Any) -> Callable[[list[str]], int]:
-            run = local_delete(table)
+        def make_deleter(local_delete: Any) -> Any:
+            def deleter(table: Any) -> Callable[[list[str]], int]:
+                run = local_delete(table)
 
-            def delete_paths(paths: list[str]) -> int:
-                if paths and due():
-                    run(paths[: len(paths) // 2])
-                    die()
-                return run(paths)
+                def delete_paths(paths: list[str]) -> int:
+                    if paths and due():
+                        run(paths[: len(paths) // 2])
+                        die()
+                    return run(paths)
 
-            return delete_paths
+                return delete_paths
 
-        clean_module.local_delete = deleter
+            return deleter
+
+        _wrap(clean_module, "local_delete", make_deleter)
+    elif point in ("stall_restore_undo", "mid_restore"):
+        # A restore's plan is recorded; it undoes its targets one by one (in this process only a restore
+        # undoes). Frozen before the first (past the heartbeat: finished by another process while writers
+        # go on), or killed after the first (half undone).
+        hook = around(before=stall) if point == "stall_restore_undo" else around(after=die)
+        for module in (rollback_module, _optional_module("stitchlake.services.restore")):
+            if module is not None:
+                _wrap(module, "undo", hook)
+    elif point == "kill_archive_checkpoint":  # the archive batch is written, the checkpoint not
+        checkpoint_write(die)
+    elif point == "stall_archive_checkpoint":  # the same, frozen past the lease with the lock held
+        checkpoint_write(lambda: stall(locked=True))
+    elif point == "kill_archive_delete":  # the checkpoint is written, one archived instant deleted, the rest not
+        _wrap(archive_module, "delete_instant", around(after=die))
+    elif point == "stall_archive_delete":  # the checkpoint is written, the lock held, nothing deleted yet
+        _wrap(archive_module, "delete_instant", around(before=lambda: stall(locked=True)))
     else:
         raise SystemExit(f"unknown fault point {point!r}")
+    return any(_ARMED)
 
 
 # =============================================================================================== workers
+
+
+def restore_function() -> Callable[..., Any]:
+    """`restore(table, which, force)`: in `services.restore`, or `services.savepoint` in older versions."""
+    module = _optional_module("stitchlake.services.restore")
+    if module is not None and hasattr(module, "restore"):
+        return module.restore  # type: ignore[no-any-return]
+    from stitchlake.services import savepoint
+
+    return savepoint.restore  # type: ignore[attr-defined, no-any-return]
+
+
+def ingest_local(table: Any, stream: str) -> Any:
+    """One in-process ingest of the stream (`stitch ingest --engine local`), wherever this version keeps it."""
+    module = _optional_module("stitchlake.ingest")
+    if module is not None and hasattr(module, "ingest_local"):
+        return module.ingest_local(table, stream)
+    from stitchlake.engine import LocalEngine  # type: ignore[import-not-found, unused-ignore]
+    from stitchlake.services.ingest import ingest  # type: ignore[import-not-found, unused-ignore]
+
+    return ingest(table, LocalEngine(), stream)
+
+
+def consumed_on_disk(table: Path) -> dict[str, set[str]] | None:
+    """Landing files the table says it consumed (checkpoint + active deltacommits); None while they move."""
+    try:
+        completed, _pending = list_timeline(table)
+        checkpoint = read_checkpoint(table)
+        horizon = checkpoint.horizon if checkpoint else ""
+        found = {s: set(checkpoint.consumed.get(s, [])) if checkpoint else set() for s in STREAMS}
+        for seen in completed:
+            if seen.action == "deltacommit" and seen.completed > horizon:
+                meta = instant_meta(table, seen)
+                found.setdefault(str(meta.get("stream")), set()).update(sources_of(meta))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return found
+
+
+class Retry(Exception):
+    """A CLI run in-process exited 3 or 4: conflict or busy, retry later (what cron would do)."""
 
 
 class Worker:
@@ -348,13 +673,18 @@ class Worker:
 
     def __init__(self, role: str, work: Path, seed: int) -> None:
         self.role = role
+        self.kind = role.split(":")[0]
         self.work = work
         self.rng = random.Random(seed)
         self.log_path = work / "logs" / f"{role.replace(':', '-')}.jsonl"
         self.table = open_torture_table(work)
+        self.table_dir = table_dir(work)
+        self.config = str(work / CONFIG_NAME)
         self.done = 0
         expire = self.table.config.concurrency.heartbeat.expire_s
+        lease = self.table.config.concurrency.lock.expire_s
         self.stall_s = round(self.rng.uniform(1.2 * expire, 2.0 * expire), 2)
+        self.lease_s = round(self.rng.uniform(1.5 * lease, 3.0 * lease), 2)
 
     def log(self, record: dict[str, Any]) -> None:
         log_line(self.log_path, {"role": self.role, "pid": os.getpid(), **record})
@@ -367,34 +697,63 @@ class Worker:
 
     def run(self) -> None:
         fault = os.environ.get(FAULT_ENV)
-        if fault:
-            install_fault(fault, self.log, self.stall_s)
+        if fault and not install_fault(fault, self.log, self.stall_s, self.lease_s):
+            message = f"fault point {fault} found nothing to wrap: the code under test moved; update install_fault"
+            self.log({"event": "error", "error": "FaultNotArmed", "message": message})
         self.log({"event": "start", "fault": fault})
         (self.work / "run" / f"{os.getpid()}.ready").touch()  # the supervisor's random kills wait for this
-        step = {"writer": self.ingest, "compactor": self.compact, "cleaner": self.clean, "reader": self.read}
-        action = step[self.role.split(":")[0]]
+        step = {
+            "writer": self.ingest,
+            "compactor": self.compact,
+            "cleaner": self.clean,
+            "reader": self.read,
+            "restorer": self.restore,
+            "archiver": self.archive,
+        }[self.kind]
         while not self.stopping():
             try:
-                action()
+                step()
             except Exception as exc:
                 self.failed(exc)
         self.log({"event": "stop"})
 
     def failed(self, exc: Exception) -> None:
-        from stitchlake.errors import BusyError, LockLost, StitchError
+        from stitchlake.errors import BusyError, ConflictError, LockLost, StitchError
 
-        if isinstance(exc, BusyError | LockLost):  # "retry later": exactly what cron would do
+        if isinstance(exc, BusyError | LockLost | ConflictError | Retry):  # "retry later": what cron would do
             self.log({"event": "busy", "error": type(exc).__name__, "message": str(exc)[:300]})
         else:
             kind = "error" if isinstance(exc, StitchError) else "unexpected"
             self.log({"event": kind, "error": type(exc).__name__, "message": str(exc), "trace": traceback.format_exc()})
         self.nap(0.1, 0.4)
 
+    def cli(self, *args: str) -> dict[str, Any]:
+        """The real `stitch ... --json` in this process; its JSON summary, Retry on exit 3/4, error otherwise."""
+        from stitchlake.errors import StitchError
+
+        code, out, err = stitch_in_process(*args, "--json")
+        lines = [line for line in out.splitlines() if line.strip()]
+        try:
+            summary = json.loads(lines[-1]) if lines else {}
+        except json.JSONDecodeError:
+            summary = {}
+        if code in (3, 4):
+            raise Retry(f"`stitch {args[0]}` exited {code}: {err.strip()[-300:]}")
+        if code != 0:
+            raise StitchError(f"`stitch {' '.join(args)}` exited {code}: {err.strip()} {out.strip()[-300:]}")
+        return summary if isinstance(summary, dict) else {}
+
+    def savepoint_cli(self, verb: str, which: str, *extra: str) -> dict[str, Any]:
+        """`stitch savepoint delete|restore --name WHICH`."""
+        return self.cli("savepoint", verb, "--name", which, "-c", self.config, "--engine", "local", *extra)
+
+    def observe_horizon(self, t0: float, t1: float, horizon: str | None) -> None:
+        """The checkpoint horizon as seen between t0 and t1 (the checker requires it to never move back)."""
+        self.log({"event": "horizon", "t0": t0, "t1": t1, "horizon": horizon})
+
     # -- roles ----------------------------------------------------------------------------------------------
 
     def ingest(self) -> None:
-        from stitchlake.ingest import ingest_local
-
         stream = self.role.split(":")[1]
         result = ingest_local(self.table, stream)
         if result.instant:
@@ -419,30 +778,145 @@ class Worker:
         self.nap(0.3, 1.2)
 
     def clean(self) -> None:
-        from stitchlake.services.clean import clean
+        """What `stitch clean` does: roll back failed writes, finish crashed rollbacks and restores, then clean
+        (a third of the runs through the real CLI in-process)."""
+        if self.rng.random() < 0.3:
+            done = self.cli("clean", "-c", self.config, "--engine", "local")
+            self.log({"event": "clean", "via": "cli", **{k: done.get(k) for k in ("instant", "rolled_back")}})
+        else:
+            from stitchlake.services.clean import clean
 
-        result = clean(self.table)
-        self.log(
-            {
-                "event": "clean",
-                "instant": result.instant,
-                "deleted": len(result.deleted),
-                "orphans": len(result.orphans),
-                "rolled_back": result.rolled_back,
-                "reset": result.reset_compactions,
-            }
-        )
+            recovery = _optional_module("stitchlake.services.recovery")  # else clean() itself recovers first
+            rolled = recovery.rollback_failed(self.table) if recovery is not None else None
+            result = clean(self.table)
+            self.log(
+                {
+                    "event": "clean",
+                    "instant": result.instant,
+                    "deleted": len(result.deleted),
+                    "orphans": len(result.orphans),
+                    "rolled_back": getattr(rolled or result, "rolled_back", None),
+                    "reset": getattr(rolled or result, "reset_compactions", None),
+                }
+            )
         self.nap(0.5, 1.5)
 
-    def read(self) -> None:
-        """Read as of a completion time (usually the latest) and record the instants that snapshot has."""
-        from stitchlake.timeline.instant import Action
+    def savepoints(self) -> list[tuple[Seen, dict[str, Any]]]:
+        completed, _pending = list_timeline(self.table_dir)
+        found = []
+        for seen in completed:
+            if seen.action == "savepoint":
+                with contextlib.suppress(FileNotFoundError):
+                    found.append((seen, instant_meta(self.table_dir, seen)))
+        return found
 
-        timeline = self.table.timeline()
-        done = timeline.completed()
-        if not done:
+    def restore(self) -> None:
+        """Now and then: pin a savepoint, restore to one (undoing whatever came after it), unpin old ones.
+
+        Logs what it deletes before deleting it: a savepoint that vanishes must have a reason on record.
+        """
+        points = self.savepoints()
+        via_cli = self.rng.random() < 0.3
+        draw = self.rng.random()
+        if len(points) > 2:
+            seen, meta = points[0]
+            which = str(meta.get("name") or seen.requested)
+            self.log({"event": "savepoint_delete", "instant": seen.requested, "name": which})
+            if via_cli:
+                self.savepoint_cli("delete", which)
+            else:
+                from stitchlake.services.savepoint import delete
+
+                delete(self.table, which)
+        elif draw < 0.45 or not points:
+            completed, _pending = list_timeline(self.table_dir)
+            if any(s.action == "deltacommit" for s in completed):
+                self.done += 1
+                name = f"sp{os.getpid()}n{self.done}"
+                if via_cli:
+                    made = self.cli("savepoint", "create", "-c", self.config, "--name", name, "--engine", "local")
+                    instant, of = made.get("instant"), made.get("savepoint_of")
+                else:
+                    from stitchlake.services.savepoint import create
+
+                    point = create(self.table, None, name)
+                    instant, of = point.instant, point.savepoint_of
+                self.log({"event": "savepoint", "name": name, "instant": instant, "savepoint_of": of})
+        elif draw < 0.8:
+            seen, meta = self.rng.choice(points)
+            which = str(meta.get("name") or seen.requested)
+            force = self.rng.random() < 0.5
+            self.log({"event": "restoring", "savepoint": which, "of": meta.get("savepoint_of"), "force": force})
+            if via_cli:
+                done = self.savepoint_cli("restore", which, *(["--force"] if force else []))
+                instant, undone = done.get("instant"), done.get("undone")
+            else:
+                result = restore_function()(self.table, which, force)
+                instant, undone = result.instant, result.undone
+            self.log({"event": "restore", "instant": instant, "savepoint": which, "undone": undone})
+        if points:
+            self.nap(0.8, 2.0)
+        else:
+            self.nap(0.1, 0.3)  # keep trying for a first savepoint: a loaded machine leaves few chances per round
+
+    def archive(self) -> None:
+        """Archive with a keep drawn per run; the even-numbered archivers go through `stitch archive`."""
+        keep = self.rng.randint(*ARCHIVE_KEEP)
+        t0 = time.time()
+        before = checkpoint_horizon(self.table_dir)
+        self.observe_horizon(t0, time.time(), before)
+        if int(self.role.split(":")[1]) % 2 == 0:
+            result = self.cli("archive", "-c", self.config, "--keep", str(keep))
+            archived, horizon = result.get("archived"), result.get("horizon")
+        else:
+            from stitchlake.services.archive import archive
+
+            done = archive(self.table, keep)
+            archived, horizon = done.archived, done.horizon
+        t1 = time.time()
+        after = checkpoint_horizon(self.table_dir)
+        self.observe_horizon(t1, time.time(), after)
+        self.log({"event": "archive", "keep": keep, "archived": archived, "horizon": horizon})
+        self.nap(0.3, 1.5)
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The completed instants, the checkpoint, and the active deltacommits past it, as one state.
+
+        Listing first, then the checkpoint: an archive in between only moves instants from the listing into
+        the checkpoint (its consumed files are a superset). A metadata file that vanished (archived, undone)
+        means the state moved on: look again.
+        """
+        for _attempt in range(8):
+            t0 = time.time()
+            try:
+                completed, _pending = list_timeline(self.table_dir)
+                checkpoint = read_checkpoint(self.table_dir)
+                horizon = checkpoint.horizon if checkpoint else ""
+                metas = {
+                    s.requested: instant_meta(self.table_dir, s)
+                    for s in completed
+                    if s.action == "deltacommit" and s.completed > horizon
+                }
+            except FileNotFoundError:
+                continue
+            return {
+                "t0": t0,
+                "t1": time.time(),
+                "completed": completed,
+                "horizon": horizon,
+                "checkpoint_consumed": checkpoint.consumed if checkpoint else {},
+                "metas": metas,
+            }
+        return None
+
+    def read(self) -> None:
+        """Read as of a completion time (usually the latest) and record the state that snapshot has."""
+        snap = self.snapshot()
+        done = [s for s in snap["completed"] if s.completed > snap["horizon"]] if snap else []
+        if snap is None or not done:
             self.nap(0.1, 0.3)
             return
+        self.observe_horizon(snap["t0"], snap["t1"], snap["horizon"] or None)
         draw = self.rng.random()
         mode = "latest" if draw < 0.6 else "past" if draw < 0.8 else "current"
         as_of = None
@@ -450,15 +924,17 @@ class Worker:
             as_of = done[-1].completed
         elif mode == "past":
             as_of = self.rng.choice(done).completed
-        until = as_of or done[-1].completed or ""
+        until = as_of or done[-1].completed
         visible = [
             {
-                "requested": i.requested,
-                "completed": i.completed,
-                "stream": timeline.metadata(i).get("stream"),
-                "sources": [s["name"] for s in timeline.metadata(i).get("sources", [])],
+                "requested": requested,
+                "completed": seen.completed,
+                "stream": meta.get("stream"),
+                "sources": sources_of(meta),
             }
-            for i in timeline.completed([Action.DELTACOMMIT], until=until)
+            for seen in done
+            if seen.action == "deltacommit" and seen.completed <= until
+            for requested, meta in [(seen.requested, snap["metas"][seen.requested])]
         ]
         self.done += 1
         name = f"{self.role.replace(':', '-')}-{os.getpid()}-{self.done:05d}"
@@ -467,7 +943,12 @@ class Worker:
             "mode": mode,
             "as_of": as_of,
             "until": until,
+            "horizon": snap["horizon"],
+            "checkpoint_consumed": snap["checkpoint_consumed"],
             "visible": visible,
+            "snapshot": [s.key() for s in snap["completed"]],
+            "t0": snap["t0"],
+            "t1": snap["t1"],
             "error": None,
         }
         try:
@@ -475,17 +956,34 @@ class Worker:
         except Exception as exc:
             record["error"] = {"type": type(exc).__name__, "message": str(exc)}
         else:
-            if mode == "current":
-                # No as_of: the snapshot is only known when no deltacommit completed during the read.
-                after = self.table.timeline().completed([Action.DELTACOMMIT])
-                if [i.requested for i in after] != [v["requested"] for v in visible]:
-                    record["mode"] = "current-moved"
+            moved = self.moved(snap, as_of)
+            if moved == "current-moved":
+                record["mode"] = moved
+            record["moved"] = moved
             pq.write_table(data, self.work / "reads" / f"{name}.parquet")
             record["rows"] = data.num_rows
         path = self.work / "reads" / f"{name}.json"
         path.with_suffix(".tmp").write_text(json.dumps(record), encoding="utf-8")
         os.replace(path.with_suffix(".tmp"), path)
         self.nap(0.05, 0.3)
+
+    def moved(self, snap: dict[str, Any], as_of: str | None) -> str | None:
+        """Whether the state read may differ from the recorded one, and why (None: it is the recorded one).
+
+        A restore undoes completed deltacommits "in the past", so even a read as of a fixed time may see fewer
+        of them than the listing before it did; without as_of, a deltacommit completed meanwhile counts too.
+        Archiving moves instants into the checkpoint and changes nothing.
+        """
+        after = self.snapshot()
+        if after is None:
+            return "undone during the read"
+        before = [s for s in snap["completed"] if s.action == "deltacommit" and (as_of is None or s.completed <= as_of)]
+        now = {s.requested for s in after["completed"] if s.action == "deltacommit"}
+        if any(s.completed > after["horizon"] and s.requested not in now for s in before):
+            return "undone during the read"
+        if as_of is None and now - {s.requested for s in snap["completed"]}:
+            return "current-moved"
+        return None
 
 
 def worker_main(argv: list[str]) -> int:
@@ -527,6 +1025,40 @@ class Stats:
     rounds_timed_out: int = 0
 
 
+class Watcher:
+    """The supervisor's eye on the metadata: every instant ever seen completed, every checkpoint horizon.
+
+    The supervisor is never killed or frozen, so this record of what existed is what the checker holds the
+    final timeline, archive and checkpoint to (nothing seen may vanish without a reason; no horizon goes back).
+    """
+
+    def __init__(self, work: Path, table: Path, every: float = 0.1) -> None:
+        self.table = table
+        self.observed = work / "logs" / OBSERVED_LOG
+        self.horizons = work / "logs" / HORIZONS_LOG
+        self.every = every
+        self.seen: set[Seen] = set()
+        self.horizon: str | None = None
+        self.next_at = 0.0
+
+    def poll(self, now: float) -> None:
+        if now < self.next_at:
+            return
+        self.next_at = now + self.every
+        t0 = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            completed, _pending = list_timeline(self.table)
+            new = [s for s in completed if s not in self.seen]
+            if new:
+                log_line(self.observed, {"t0": t0, "t1": time.time(), "instants": [s.key() for s in new]})
+                self.seen.update(new)
+        t0 = time.time()
+        horizon = checkpoint_horizon(self.table)
+        if horizon != self.horizon:
+            log_line(self.horizons, {"t0": t0, "t1": time.time(), "horizon": horizon})
+            self.horizon = horizon
+
+
 class Supervisor:
     """Starts the workers, kills and restarts them, and lands the files round by round."""
 
@@ -541,12 +1073,14 @@ class Supervisor:
         roles = [(f"writer:{s}", True) for s in STREAMS]
         roles += [(f"writer:{s}:{n}", True) for n in range(2, settings.writers_per_stream + 1) for s in STREAMS]
         roles += [("compactor", True), ("cleaner", True)]
+        roles += [("restorer", True)] * min(settings.restorers, 1)
+        roles += [(f"archiver:{n}", True) for n in range(1, settings.archivers + 1)]
         roles += [(f"reader:{n}", False) for n in range(1, settings.readers + 1)]
         self.slots = [Slot(role, killable) for role, killable in roles]
         self.stderr = open(self.work / "logs" / "workers.err", "ab")  # noqa: SIM115 - closed in stop()
         self.next_kill = self._draw_kill(time.monotonic())
         self.next_pause = self._draw_pause(time.monotonic())
-        self.table = open_torture_table(self.work)
+        self.watcher = Watcher(self.work, table_dir(self.work))
 
     def _draw_kill(self, now: float) -> float:
         if self.settings.kill_every <= 0:
@@ -576,12 +1110,17 @@ class Supervisor:
         slot.paused_until = None
 
     def spawn(self, slot: Slot) -> None:
-        env = dict(os.environ)
+        env = child_env()
         env.pop(FAULT_ENV, None)
         slot.fault = None
         kind = slot.role.split(":")[0]
-        if slot.killable and self.rng.random() < self.settings.fault_rate:
+        rate = self.settings.fault_rate
+        if kind in REARMED and rate > 0:  # few, long-lived processes: nearly always armed (the fault re-arms)
+            rate = max(rate, 0.9)
+        if slot.killable and self.rng.random() < rate:
             slot.fault = f"{self.rng.choice(FAULT_POINTS[kind])}:{self.rng.randint(0, 2)}"
+            if kind in REARMED:
+                slot.fault += "+"
             env[FAULT_ENV] = slot.fault
         env[RUN_DIR_ENV] = str(self.work / "run")
         argv = [sys.executable, str(Path(__file__).resolve()), "_worker", "--role", slot.role]
@@ -604,17 +1143,26 @@ class Supervisor:
         slot.killed_by_us = True
         self.stats.kills[f"{why}:{slot.role.split(':')[0]}"] += 1
 
+    def stall_request(self, slot: Slot, now: float) -> None:
+        """A `stall_*` fault froze its own process: wake it when it asked."""
+        assert slot.proc is not None
+        request = self.work / "run" / f"{slot.proc.pid}.stall"
+        if not request.exists():
+            return
+        with contextlib.suppress(ValueError, OSError):
+            text = request.read_text(encoding="utf-8")
+            asked = json.loads(text) if text.startswith("{") else {"seconds": float(text), "kind": "heartbeat"}
+            slot.paused_until = now + float(asked["seconds"])
+            request.unlink()
+            self.stats.pauses[f"{asked['kind']}-stall:{slot.role.split(':')[0]}"] += 1
+
     def tick(self) -> None:
         """Restart what died, and kill something when the random kill clock says so."""
         now = time.monotonic()
+        self.watcher.poll(now)
         for slot in self.slots:
             if slot.proc is not None and slot.paused_until is None:
-                request = self.work / "run" / f"{slot.proc.pid}.stall"
-                if request.exists():  # a stall_* fault froze itself: wake it when it asked
-                    with contextlib.suppress(ValueError, OSError):
-                        slot.paused_until = now + float(request.read_text(encoding="utf-8"))
-                        request.unlink()
-                        self.stats.pauses[f"stall:{slot.role.split(':')[0]}"] += 1
+                self.stall_request(slot, now)
             if slot.paused_until is not None and now >= slot.paused_until:
                 self.wake(slot)
             if slot.proc is not None and slot.proc.poll() is not None:
@@ -640,11 +1188,9 @@ class Supervisor:
                 self.pause(self.rng.choice(sleepers), now)
             self.next_pause = self._draw_pause(now)
 
-    def consumed(self) -> dict[str, set[str]]:
-        from stitchlake.ingest import consumed
-
-        timeline = self.table.timeline()
-        return {s: consumed(self.table, timeline, s) for s in STREAMS}
+    def consumed(self) -> dict[str, set[str]] | None:
+        """What the table says it consumed (None while a restore or archive moves things under the look)."""
+        return consumed_on_disk(table_dir(self.work))
 
     def run_rounds(self) -> None:
         """Land one file per stream per round; wait for the writers, except in the last round.
@@ -679,7 +1225,7 @@ class Supervisor:
                     if last:
                         break
                     consumed = self.consumed()
-                    if all(landed[s] <= consumed[s] for s in STREAMS):
+                    if consumed is not None and all(landed[s] <= consumed[s] for s in STREAMS):
                         break
                 if elapsed >= self.settings.round_timeout:
                     self.stats.rounds_timed_out += 1
@@ -687,7 +1233,7 @@ class Supervisor:
                 time.sleep(0.05)
             self.out(
                 f"round {number + 1}/{self.settings.rounds}: {time.monotonic() - started:.1f}s, "
-                f"kills so far {sum(self.stats.kills.values())}"
+                f"kills so far {sum(self.stats.kills.values())}, freezes {sum(self.stats.pauses.values())}"
             )
 
     def stop(self) -> None:
@@ -710,6 +1256,7 @@ class Supervisor:
                 self.stats.exits[f"{slot.role} did not stop"] += 1
             elif slot.proc.returncode not in (0, -signal.SIGKILL):
                 self.stats.exits[f"{slot.role} exit {slot.proc.returncode}"] += 1
+        self.watcher.poll(float("inf"))
         self.stderr.close()
 
 
@@ -719,7 +1266,9 @@ class Supervisor:
 def run_cli(work: Path, *args: str, attempts: int = 20) -> dict[str, Any]:
     """Run a `stitch ... --json` command, retrying "busy" (exit 4) as cron would; the last JSON or an error."""
     for _ in range(attempts):
-        done = subprocess.run(stitch(*args, "--json"), cwd=work, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            stitch(*args, "--json"), cwd=work, capture_output=True, text=True, check=False, env=child_env()
+        )
         if done.returncode == 4:
             time.sleep(1.0)
             continue
@@ -734,7 +1283,7 @@ def run_cli(work: Path, *args: str, attempts: int = 20) -> dict[str, Any]:
 
 
 def finish(settings: Settings, out: Callable[[str], None]) -> list[str]:
-    """After the storm: `stitch clean`, re-run the interrupted ingests, finish compactions, clean again."""
+    """After the storm: `stitch clean`, re-run the interrupted ingests, finish compactions, clean, archive."""
     from stitchlake.services.compaction import pending_plans
 
     work = Path(settings.workdir)
@@ -768,6 +1317,10 @@ def finish(settings: Settings, out: Callable[[str], None]) -> list[str]:
         cli("compact", "-c", config, "--run", "--engine", "local")  # plans a killed compactor left behind
     cli("compact", "-c", config, "--engine", "local")  # then everything, so read-optimized can be checked too
     cli("clean", "-c", config, "--engine", "local")
+    if settings.archivers:
+        archived = cli("archive", "-c", config, "--keep", str(ARCHIVE_KEEP[0]))
+        out(f"final archive: {archived.get('archived')} instant(s), horizon {archived.get('horizon')}")
+    Watcher(work, table_dir(work)).poll(0.0)  # one more look (its lines only add observations)
     return problems
 
 
@@ -857,72 +1410,281 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def cleaned_files(timeline: Any) -> dict[str, str | None]:
+@dataclass
+class History:
+    """The final timeline, archive and checkpoint as their files say, and which instants were undone."""
+
+    table: Path
+    active: dict[str, Seen]
+    active_meta: dict[str, dict[str, Any]]
+    pending: list[tuple[str, str, str]]
+    archived: dict[str, tuple[Seen, dict[str, Any], str]]
+    checkpoint: CheckpointState | None
+    #: requested -> the rollback or restore (completed, or pending with its plan) that names it undone.
+    undone: dict[str, str]
+
+    @classmethod
+    def load(cls, table: Path) -> History:
+        completed, pending = list_timeline(table)
+        active = {s.requested: s for s in completed}
+        metas = {s.requested: instant_meta(table, s) for s in completed}
+        archived = archived_entries(table)
+        undone: dict[str, str] = {}
+        for seen, meta in [*((active[r], m) for r, m in metas.items()), *((s, m) for s, m, _b in archived.values())]:
+            if seen.action in ("rollback", "restore"):
+                undone.update(dict.fromkeys(undone_by(meta), str(seen)))
+        for requested, action, state in pending:
+            if action in ("rollback", "restore"):
+                undone.update(
+                    dict.fromkeys(undone_by(plan_of(table, requested, action)), f"{action} {requested} ({state})")
+                )
+        return cls(table, active, metas, pending, archived, read_checkpoint(table), undone)
+
+    @property
+    def horizon(self) -> str:
+        return self.checkpoint.horizon if self.checkpoint else ""
+
+    def meta(self, requested: str) -> dict[str, Any]:
+        if requested in self.active_meta:
+            return self.active_meta[requested]
+        return self.archived[requested][1] if requested in self.archived else {}
+
+    def live(self) -> dict[str, Seen]:
+        """Completed instants on the active timeline or in the archive that nothing undid."""
+        found = {r: entry[0] for r, entry in self.archived.items()}
+        found.update(self.active)
+        return {r: s for r, s in found.items() if r not in self.undone}
+
+    def live_deltacommits(self) -> list[tuple[Seen, dict[str, Any]]]:
+        chosen = [s for s in self.live().values() if s.action == "deltacommit"]
+        return [(s, self.meta(s.requested)) for s in sorted(chosen, key=lambda s: s.completed)]
+
+    def consumed(self) -> dict[str, list[str]]:
+        """Landing files the live deltacommits consumed, per stream (a name twice means ingested twice)."""
+        out: dict[str, list[str]] = {s: [] for s in STREAMS}
+        for _seen, meta in self.live_deltacommits():
+            out.setdefault(str(meta.get("stream")), []).extend(sources_of(meta))
+        return out
+
+
+@dataclass
+class Observations:
+    """What the supervisor, the readers and the archivers saw while the run went on."""
+
+    #: instant -> when it was first seen completed (epoch seconds) and by whom.
+    instants: dict[Seen, tuple[float, str]] = field(default_factory=dict)
+    #: (t0, t1, horizon or "", who): the effective checkpoint horizon somewhere in [t0, t1].
+    horizons: list[tuple[float, float, str, str]] = field(default_factory=list)
+    #: Savepoints the restorer set out to delete (they may vanish with no instant naming them).
+    deleted_savepoints: set[str] = field(default_factory=set)
+
+    def saw(self, key: list[str], t: float, who: str) -> None:
+        seen = Seen(*key)
+        if seen not in self.instants or t < self.instants[seen][0]:
+            self.instants[seen] = (t, who)
+
+    @classmethod
+    def load(cls, work: Path) -> Observations:
+        found = cls()
+        for record in read_lines(work / "logs" / OBSERVED_LOG):
+            for key in record.get("instants", []):
+                found.saw(key, record["t1"], "supervisor")
+        for record in read_lines(work / "logs" / HORIZONS_LOG):
+            found.horizons.append((record["t0"], record["t1"], record.get("horizon") or "", "supervisor"))
+        for path in sorted((work / "logs").glob("*.jsonl")):
+            if path.name in (OBSERVED_LOG, HORIZONS_LOG):
+                continue
+            for record in read_lines(path):
+                who = f"{record.get('role')} (pid {record.get('pid')})"
+                if record.get("event") == "horizon":
+                    found.horizons.append((record["t0"], record["t1"], record.get("horizon") or "", who))
+                elif record.get("event") == "savepoint_delete":
+                    found.deleted_savepoints.add(str(record.get("instant")))
+        for path in sorted((work / "reads").glob("*.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            for key in record.get("snapshot", []):
+                found.saw(key, record.get("t1", 0.0), f"read {record['name']}")
+        return found
+
+    def latest_horizon(self) -> str:
+        return max((h for _t0, _t1, h, _who in self.horizons), default="")
+
+
+def check_history(work: Path, history: History, seen: Observations, report: Report) -> None:
+    """The timeline and the checkpoint never lose an instant, and the horizon never moves backwards."""
+    horizon = history.horizon
+
+    def excused(instant: Seen) -> bool:
+        """Undone by a rollback or restore that names it, or a savepoint the restorer set out to delete."""
+        deleted = instant.action == "savepoint" and instant.requested in seen.deleted_savepoints
+        return instant.requested in history.undone or deleted
+
+    for instant, (when, who) in sorted(seen.instants.items(), key=lambda item: item[1][0]):
+        first = f"seen completed at {time.strftime('%H:%M:%S', time.localtime(when))} by {who}"
+        now = history.active.get(instant.requested)
+        archived = history.archived.get(instant.requested)
+        if now is not None:
+            if now != instant:
+                report.violations.append(f"{instant}, {first}, is on the final timeline as {now}")
+        elif archived is not None:
+            if archived[0] != instant:
+                report.violations.append(f"{instant}, {first}, is archived as {archived[0]}")
+        elif not excused(instant):
+            report.violations.append(
+                f"{instant}, {first}, vanished: it is neither on the active timeline nor archived, and no "
+                f"rollback or restore names it (archive horizon {horizon or '-'})"
+            )
+    for requested, (instant, _meta, batch) in sorted(history.archived.items()):
+        if requested in history.active or requested in history.undone or instant.completed <= horizon:
+            continue
+        report.violations.append(
+            f"{instant} is archived (in {batch}) beyond the checkpoint horizon {horizon or '-'} and is not on the "
+            "active timeline: the view no longer sees it (lost)"
+        )
+    if history.checkpoint is not None:
+        covered: dict[str, set[str]] = {s: set() for s in STREAMS}
+        for instant, meta in history.live_deltacommits():
+            if instant.completed <= horizon:
+                covered.setdefault(str(meta.get("stream")), set()).update(sources_of(meta))
+        for stream in STREAMS:
+            says = set(history.checkpoint.consumed.get(stream, []))
+            if says != covered[stream]:
+                report.violations.append(
+                    f"checkpoint at {horizon}: stream {stream} consumed {len(says)} landing file(s), but the live "
+                    f"instants it covers consumed {len(covered[stream])}: it lacks "
+                    f"{sorted(covered[stream] - says)[:5]}, and has {sorted(says - covered[stream])[:5]} extra"
+                )
+    check_horizons([*seen.horizons, (float("inf"), float("inf"), horizon, "the final checkpoint")], report)
+
+
+def check_horizons(observed: list[tuple[float, float, str, str]], report: Report) -> None:
+    """An observation that began after another ended must not see an older horizon."""
+    by_end = sorted(observed, key=lambda o: o[1])
+    best: tuple[float, float, str, str] | None = None
+    index = 0
+    shown: set[tuple[str, str]] = set()
+    for observation in sorted(observed, key=lambda o: o[0]):
+        while index < len(by_end) and by_end[index][1] < observation[0]:
+            if best is None or by_end[index][2] > best[2]:
+                best = by_end[index]
+            index += 1
+        if best is not None and observation[2] < best[2] and (best[2], observation[2]) not in shown:
+            shown.add((best[2], observation[2]))
+            when = "at the end" if observation[0] == float("inf") else f"at {observation[0]:.3f}"
+            report.violations.append(
+                f"the archive checkpoint horizon moved backwards: {best[3]} saw {best[2]} (by {best[1]:.3f}), "
+                f"then {observation[3]} saw {observation[2] or 'no checkpoint'} {when}"
+            )
+
+
+def cleaned_files(work: Path, history: History, seen: Observations, retain: int) -> dict[str, str | None]:
     """Path -> the retention start of the clean that deleted it (None: that clean should have kept it).
 
     A clean plans under the lock at its requested time; with keep_latest_commits it may only delete files no
-    read as of the `retain`-th latest data commit completed by then (or later) needs.
+    read as of the `retain`-th latest data commit completed by then (or later) needs. Data commits a restore
+    undid later still counted then, so they count here too.
     """
-    from stitchlake.timeline.instant import Action
-
-    data = [i for i in timeline.completed([Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE])]
+    data = {s.completed for s in history.live().values() if s.action in DATA_ACTIONS}
+    data |= {s.completed for s in seen.instants if s.action in DATA_ACTIONS}
+    ordered = sorted(data)
     out: dict[str, str | None] = {}
-    for instant in timeline.completed([Action.CLEAN]):
-        plan = timeline.requested_content(instant)
-        retain = int(plan.get("retain", 0))
-        before = [i.completed for i in data if (i.completed or "") < instant.requested]
-        cut = before[-retain] if retain and len(before) > retain else None
-        for path in timeline.metadata(instant).get("deleted", []):
+    for instant in sorted(history.live().values(), key=lambda s: s.completed):
+        if instant.action != "clean":
+            continue
+        plan = plan_of(history.table, instant.requested, "clean")
+        keep = int(plan.get("retain") or retain)
+        before = [c for c in ordered if c < instant.requested]
+        cut = before[-keep] if keep and len(before) > keep else None
+        for path in history.meta(instant.requested).get("deleted") or []:
             out[path] = cut
     return out
 
 
-def check_reads(work: Path, reference: Reference, report: Report) -> None:
-    """Every recorded read against the reference merge of exactly the instants its snapshot had."""
-    from stitchlake.timeline.instant import Action
+def never_existed(consumed: dict[str, Iterable[str]], order: dict[str, list[str]]) -> list[str]:
+    """Streams whose consumed files are not a prefix of their arrival order: a state that never existed."""
+    out = []
+    for stream in STREAMS:
+        names = set(consumed.get(stream, []))
+        prefix = order[stream][: len(names)]
+        if names != set(prefix):
+            skipped = sorted(set(prefix) - names)
+            out.append(f"{stream} had {sorted(names - set(prefix))[:3]} but not the earlier {skipped[:3]}")
+    return out
 
-    table = open_torture_table(work)
-    timeline = table.timeline()
-    final = {i.requested: i.completed for i in timeline.completed([Action.DELTACOMMIT])}
-    cleaned = cleaned_files(timeline)
+
+def check_reads(work: Path, reference: Reference, report: Report, history: History | None = None) -> None:
+    """Every recorded read against the reference merge of exactly the instants its snapshot had."""
+    settings = load_settings(work)
+    history = history or History.load(table_dir(work))
+    seen = Observations.load(work)
+    final = {s.requested: s.completed for s, _meta in history.live_deltacommits()}
+    cleaned = cleaned_files(work, history, seen, settings.retain)
+    latest_horizon = max(seen.latest_horizon(), history.horizon)
+    order = {s: [p.name for p in staged_files(work, s)] for s in STREAMS}
     for path in sorted((work / "reads").glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         name = record["name"]
         until = record["until"]
+        horizon = record.get("horizon") or ""
+        snapshot = {key[0] for key in record.get("snapshot", [])}
+        undone = sorted(snapshot & set(history.undone))
         if record["mode"] != "current-moved":
-            # The snapshot's instants must be the final timeline's instants completed by then: none vanished
-            # later (a committed write lost) and none completed "in the past" (a partial commit shown).
-            now = {r: c for r, c in final.items() if c <= until}
+            # The snapshot's instants (past its checkpoint) must be the final timeline's instants completed by
+            # then: none vanished later (a committed write lost) unless a rollback or restore names it, and
+            # none completed "in the past" (a partial commit shown).
+            now = {r: c for r, c in final.items() if horizon < c <= until}
             then = {v["requested"]: v["completed"] for v in record["visible"]}
-            if now != then:
-                lost = sorted(set(then) - set(now))
-                late = sorted(set(now) - set(then))
+            lost = sorted(set(then) - set(now) - set(history.undone))
+            late = sorted(set(now) - set(then))
+            if lost or late or any(then[r] != now[r] for r in set(then) & set(now)):
                 report.violations.append(
-                    f"read {name} as of {until}: its snapshot had instants {lost} the final timeline lacks, and "
-                    f"lacked {late} the final timeline has completed by then"
+                    f"read {name} as of {until}: its snapshot had instants {lost} the final timeline lacks (and "
+                    f"no rollback or restore names), and lacked {late} the final timeline has completed by then"
                 )
                 continue
         error = record.get("error")
         if error is not None:
-            message = error["message"]
+            message = error["type"] + ": " + error["message"]
             refused = error["type"] == "UsageError" and "clean removed" in message
-            missing = error["type"] == "CorruptFileError" and "data file is missing" in message
+            missing = "data file is missing" in message or "FileNotFoundError" in message
+            vanished = "vanished" in message  # a completed instant's file, gone between listing and reading
             cuts = [cut for path, cut in cleaned.items() if path in message]
             if (refused or missing) and cuts and all(cut is not None and until < cut for cut in cuts):
                 # A clean removed the file legitimately: this time was outside its retention when it ran.
                 report.reads_skipped["outside retention" if refused else "file cleaned during the read"] += 1
+            elif (missing or vanished or refused) and undone:
+                # A restore was taking this snapshot apart (newest first): its intermediate states may need
+                # files cleaned long ago, or find instants and files gone. Reading during a restore may fail.
+                report.reads_skipped["restored away during the read"] += 1
+            elif "older than the archived timeline" in message and until < latest_horizon:
+                report.reads_skipped["archived during the read"] += 1
             else:
-                report.violations.append(f"read {name} as of {until} failed: {error['type']}: {message[:300]}")
+                report.violations.append(f"read {name} as of {until} failed: {message[:300]}")
             continue
         if record["mode"] == "current-moved":
             report.reads_skipped["snapshot moved during a read without as_of"] += 1
             continue
-        consumed: dict[str, list[str]] = {s: [] for s in STREAMS}
+        moved = record.get("moved")
+        if horizon and until < horizon:
+            report.violations.append(
+                f"read {name} as of {until} succeeded though the archive horizon was already {horizon}"
+            )
+            continue
+        consumed: dict[str, list[str]] = {s: list(record.get("checkpoint_consumed", {}).get(s, [])) for s in STREAMS}
         for instant in record["visible"]:
             consumed[instant["stream"]].extend(instant["sources"])
         duplicated = {s: sorted(n for n, c in Counter(v).items() if c > 1) for s, v in consumed.items()}
         if any(duplicated.values()):
             report.violations.append(f"read {name}: a landing file was consumed twice: {duplicated}")
+        strange = never_existed(consumed, order)
+        if strange:
+            report.violations.append(
+                f"read {name} as of {until} saw a state that never existed (landing files out of arrival order): "
+                + "; ".join(strange)
+            )
+        if moved:  # the listing was a real state, but the read may have seen a later one
+            report.reads_skipped[f"snapshot {moved}"] += 1
+            continue
         actual = pq.read_table(work / "reads" / f"{name}.parquet")
         problems = table_differences(actual, reference.expected(consumed), work)
         report.reads_checked += 1
@@ -930,21 +1692,19 @@ def check_reads(work: Path, reference: Reference, report: Report) -> None:
             report.violations.append(f"read {name} ({record['mode']}, as of {until}): " + "; ".join(problems[:4]))
 
 
-def check_table(work: Path, reference: Reference, report: Report) -> dict[str, int]:
-    """The final table: ground truth, exactly-once ingest, no pending instant, no orphan, no leftovers."""
+def check_table(
+    work: Path, reference: Reference, report: Report, history: History | None = None
+) -> dict[str, int | str | None]:
+    """The final table: ground truth, exactly-once ingest in arrival order, no pending instant, no orphan."""
     from stitchlake.concurrency.markers import instants_with_markers
     from stitchlake.layout.names import parse_name
-    from stitchlake.timeline.instant import Action
 
     table = open_torture_table(work)
-    timeline = table.timeline()
+    history = history or History.load(table_dir(work))
     storage = table.storage
-    for instant in timeline.pending():
-        report.violations.append(f"instant {instant} is still pending after the final clean")
-    consumed: dict[str, list[str]] = {s: [] for s in STREAMS}
-    for instant in timeline.completed([Action.DELTACOMMIT]):
-        meta = timeline.metadata(instant)
-        consumed[meta["stream"]].extend(s["name"] for s in meta.get("sources", []))
+    for requested, action, state in history.pending:
+        report.violations.append(f"instant {requested} {action} ({state}) is still pending after the final clean")
+    consumed = history.consumed()
     for stream in STREAMS:
         landed = sorted(p.name for p in staged_files(work, stream))
         twice = sorted(n for n, c in Counter(consumed[stream]).items() if c > 1)
@@ -953,8 +1713,20 @@ def check_table(work: Path, reference: Reference, report: Report) -> dict[str, i
         never = sorted(set(landed) - set(consumed[stream]))
         if never:
             report.violations.append(f"{stream}: landing files never ingested: {never}")
+    newest: dict[str, tuple[str, Seen]] = {}
+    for instant, meta in history.live_deltacommits():
+        stream = str(meta.get("stream"))
+        names = sources_of(meta)
+        earlier = newest.get(stream)
+        if earlier is not None and names and min(names) < earlier[0]:
+            report.violations.append(
+                f"{stream}: {instant} consumed {min(names)} after {earlier[1]} had consumed {earlier[0]}: landing "
+                "files were taken out of arrival order (the table went through a state that never existed)"
+            )
+        if names and (earlier is None or max(names) > earlier[0]):
+            newest[stream] = (max(names), instant)
 
-    view = table.view(timeline)
+    view = table.view()
     live = {f.path for f in view.live_files()}
     on_disk = set()
     strays = []
@@ -980,7 +1752,10 @@ def check_table(work: Path, reference: Reference, report: Report) -> dict[str, i
     truth = pq.read_table(work / "staging" / "truth.parquet")
     final_path = work / "final.parquet"
     done = subprocess.run(
-        stitch("read", "-c", str(work / CONFIG_NAME), "--out", str(final_path)), capture_output=True, text=True
+        stitch("read", "-c", str(work / CONFIG_NAME), "--out", str(final_path)),
+        capture_output=True,
+        text=True,
+        env=child_env(),
     )
     if done.returncode != 0:
         report.violations.append(f"`stitch read` of the final table exited {done.returncode}: {done.stderr[-300:]}")
@@ -1006,12 +1781,17 @@ def check_table(work: Path, reference: Reference, report: Report) -> dict[str, i
             else:
                 problems = table_differences(optimized, reference.expected(consumed), work)
                 report.violations += [f"final table read-optimized: {p}" for p in problems]
-    counts = Counter(i.action for i in timeline.completed())
+    counts = Counter(s.action for s in history.live().values())
     return {
-        "deltacommits": counts[Action.DELTACOMMIT],
-        "compactions": counts[Action.COMPACTION],
-        "cleans": counts[Action.CLEAN],
-        "rollbacks": counts[Action.ROLLBACK],
+        "deltacommits": counts["deltacommit"],
+        "compactions": counts["compaction"],
+        "cleans": counts["clean"],
+        "rollbacks": counts["rollback"],
+        "savepoints": counts["savepoint"],
+        "restores": counts["restore"],
+        "undone": len(history.undone),
+        "archived": len(history.archived),
+        "horizon": history.horizon or None,
         "rows": rows,
     }
 
@@ -1020,6 +1800,8 @@ def check_workers(work: Path, report: Report) -> Counter[str]:
     """Worker logs: a failure that is not "busy, retry later" is a bug the run must not hide."""
     events: Counter[str] = Counter()
     for path in sorted((work / "logs").glob("*.jsonl")):
+        if path.name in (OBSERVED_LOG, HORIZONS_LOG):
+            continue
         for record in read_lines(path):
             events[record.get("event", "?")] += 1
             if record.get("event") == "error" and ZOMBIE_REFUSED in record.get("message", ""):
@@ -1031,18 +1813,28 @@ def check_workers(work: Path, report: Report) -> Counter[str]:
     return events
 
 
-def check(work: Path, out: Callable[[str], None]) -> tuple[Report, dict[str, int], Counter[str]]:
+def check(work: Path, out: Callable[[str], None]) -> tuple[Report, dict[str, Any], Counter[str]]:
     report = Report()
     reference = Reference(work)
     started = time.monotonic()
-    check_reads(work, reference, report)
-    commits = check_table(work, reference, report)
+    history = History.load(table_dir(work))
+    check_history(work, history, Observations.load(work), report)
+    check_reads(work, reference, report, history)
+    commits = check_table(work, reference, report, history)
     events = check_workers(work, report)
-    out(f"checked {report.reads_checked} reads and the final table in {time.monotonic() - started:.1f}s")
+    out(f"checked {report.reads_checked} reads, the history and the final table in {time.monotonic() - started:.1f}s")
     return report, commits, events
 
 
 # ================================================================================================== main
+
+
+def collapse(violations: list[str]) -> list[str]:
+    """One line per kind of read violation (the first read, and how many more) — one bug shows in many reads."""
+    kinds: dict[str, list[str]] = {}
+    for line in violations:
+        kinds.setdefault(re.sub(r"^read \S+( \([^)]*\))?( as of \d+)?", "read", line), []).append(line)
+    return [lines[0] + (f" (and {len(lines) - 1} more like it)" if len(lines) > 1 else "") for lines in kinds.values()]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -1056,6 +1848,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--writers-per-stream", type=int, default=1, help="writer processes per stream (>1: cron overlap)"
     )
+    parser.add_argument("--restorers", type=int, choices=(0, 1), default=1, help="savepoint+restore process (0/1)")
+    parser.add_argument("--archivers", type=int, default=2, help="archive processes (2: they race each other)")
     parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between random kills (0: none)")
     parser.add_argument(
         "--pause-every", type=float, default=6.0, help="mean seconds between SIGSTOP pauses of a worker (0: none)"
@@ -1094,7 +1888,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"workdir": str(work)}
     stats = Stats()
     if args.check_only:
-        settings = Settings(**json.loads((work / "settings.json").read_text(encoding="utf-8")))
+        settings = load_settings(work)
     else:
         if work.exists() and any(work.iterdir()):
             print(f"error: workdir {work} is not empty", file=sys.stderr)
@@ -1118,6 +1912,8 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval=args.heartbeat[0],
             heartbeat_expire=args.heartbeat[1],
             lock_expire=args.lock_expire,
+            restorers=args.restorers,
+            archivers=args.archivers,
         )
         work.mkdir(parents=True, exist_ok=True)
         prepare(settings)
@@ -1139,6 +1935,7 @@ def main(argv: list[str] | None = None) -> int:
     during = sum(n for cause, n in stats.kills.items() if not cause.startswith("at_stop"))
     summary.update(
         rounds=settings.rounds,
+        seed=settings.seed,
         kills=kills,
         kills_during_rounds=during,
         kills_by_cause=dict(stats.kills),
@@ -1151,14 +1948,18 @@ def main(argv: list[str] | None = None) -> int:
         violation_messages=report.violations,
         seconds=round(time.monotonic() - started, 1),
     )
-    for line in report.violations[:MAX_SHOWN]:
+    shown = collapse(report.violations)
+    for line in shown[:MAX_SHOWN]:
         print(f"VIOLATION: {line}")
-    if len(report.violations) > MAX_SHOWN:
-        print(f"... and {len(report.violations) - MAX_SHOWN} more (all of them in --summary-json)")
+    if len(shown) > MAX_SHOWN:
+        print(f"... and {len(shown) - MAX_SHOWN} more kinds (all of them in --summary-json)")
+    freezes = sum(stats.pauses.values())
+    lease = sum(n for kind, n in stats.pauses.items() if kind.startswith("lease"))
     print(
-        f"torture: rounds {settings.rounds}, kills {kills} ({during} during the rounds, "
-        f"{sum(stats.pauses.values())} freezes), commits {commits['deltacommits']} "
-        f"(+{commits['compactions']} compactions, {commits['cleans']} cleans, {commits['rollbacks']} rollbacks), "
+        f"torture: rounds {settings.rounds}, kills {kills} ({during} during the rounds), freezes {freezes} "
+        f"({lease} past the lock lease), commits {commits['deltacommits']} (+{commits['compactions']} compactions, "
+        f"{commits['cleans']} cleans, {commits['rollbacks']} rollbacks, {commits['savepoints']} savepoints, "
+        f"{commits['restores']} restores undoing {commits['undone']}, {commits['archived']} archived), "
         f"reads checked {report.reads_checked} (skipped {sum(report.reads_skipped.values())}), "
         f"violations {len(report.violations)}, {summary['seconds']}s"
     )

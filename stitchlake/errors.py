@@ -56,8 +56,14 @@ class LockTimeout(BusyError):
     """The table lock could not be taken within `concurrency.lock.wait_s` (exit 4)."""
 
 
-class LockLost(StitchError):
-    """Our lease on the table lock expired and someone else took it over; nothing was published."""
+class LockLost(BusyError):
+    """Our lease on the table lock expired and someone else took it over; nothing was published (exit 4: a
+    retry is safe)."""
+
+
+class HistoryMoved(BusyError):
+    """A completed instant's file vanished while read without the lock: a restore or archive moved the history
+    meanwhile (exit 4). Lock-free readers plan again once; if it keeps moving, run again later."""
 
 
 class InputRejected(StitchError):
@@ -124,3 +130,13 @@ def describe_os_error(error: OSError) -> str:
     where = f": {error.filename}" if error.filename else ""
     advice = _OS_WHAT_TO_DO.get(error.errno or -1, "check the path and run again")
     return f"{what}{where} — {advice} (nothing was published; `stitch clean` tidies what a failed run left)"
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (a scheduler or systemd stopping us): unwind like Ctrl-C, so the running instant is aborted
+    and rolled back on the way out (exit 143). A BaseException, so no `except Exception` swallows it."""
+
+    exit_code = 143
+
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        super().__init__(f"terminated by {signal_name}")

@@ -15,6 +15,8 @@ LOCKS_DIR = f"{META_DIR}/locks"
 QUARANTINE_DIR = f"{META_DIR}/quarantine"
 ERASE_DIR = f"{META_DIR}/erase"
 LOGS_DIR = f"{META_DIR}/logs"
+#: `stitch stream` checkpoints, one folder per stream (Spark's own bookkeeping; the table records what was ingested).
+STREAMS_DIR = f"{META_DIR}/streams"
 
 
 def is_meta(path: str) -> bool:

@@ -16,11 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig
-from stitchlake.errors import DataFileMissing, StitchError, UsageError
+from stitchlake.errors import DataFileMissing, HistoryMoved, StitchError, UsageError
 from stitchlake.filters import Filter, Pruning, prune
 from stitchlake.io.datafiles import read_parquet, read_table_file
-from stitchlake.io.schemas import base_schema, log_schema, table_schema
-from stitchlake.layout.fsview import FileSlice, FileSystemView
+from stitchlake.io.schemas import base_schema, evolve, key_schema, log_schema, table_schema
+from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
+from stitchlake.layout.names import BASE
 from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.timeline.clock import parse_user_time
@@ -127,22 +128,35 @@ def merge_slice(
         for item in fslice.logs:
             stream = config.streams.get(item.stream or "")
             if stream is None:
+                if item.stream in table.config_of_file(item.schema_version).streams:
+                    continue  # a stream dropped by `stitch alter`: hidden from reads of later versions
                 raise StitchError(f"{item.path}: written by unknown stream {item.stream!r}")
-            rows = read_table_file(
-                table.storage,
-                item.path,
-                log_schema(config, stream),
-                _log_columns(config, stream.name, per_stream),
-                expected_rows=item.rows,
-            )
+            wanted_columns = _log_columns(config, stream.name, per_stream)
+            rows = _read_file(table, item, log_schema(config, stream), wanted_columns)
             logs.append(LogInput(stream.name, rows, int(item.completed)))
     return merge_files(config, base, logs, columns=per_stream, versions=versions)
 
 
 def _read_base(table: Table, fslice: FileSlice, columns: list[str]) -> pa.Table:
     assert fslice.base is not None
-    base = fslice.base
-    return read_table_file(table.storage, base.path, base_schema(table.config), columns, expected_rows=base.rows)
+    return _read_file(table, fslice.base, base_schema(table.config), columns)
+
+
+def _read_file(table: Table, item: DataFile, schema: pa.Schema, columns: list[str]) -> pa.Table:
+    """A data file's `columns` under the table's schema, whichever schema version the file was written under."""
+    if item.schema_version == table.schema_version:
+        return read_table_file(table.storage, item.path, schema, columns, expected_rows=item.rows)
+    written = table.config_of_file(item.schema_version)
+    own = base_schema(written) if item.kind == BASE else log_schema(written, written.streams[item.stream or ""])
+    present = [name for name in columns if name in own.names]
+    rows = read_table_file(table.storage, item.path, own, present, expected_rows=item.rows)
+    defaults = {c.name: c.default for c in table.config.all_columns() if c.default is not None}
+    evolved = evolve(rows, pa.schema([schema.field(name) for name in columns]), defaults)
+    for stream in table.config.streams.values():
+        added = [c for c in stream.column_names if c in columns and c not in own.names]
+        if added:
+            evolved = summary.version_added_columns(stream, evolved, added, with_commit=item.kind == BASE)
+    return evolved
 
 
 def read_slice(
@@ -220,17 +234,15 @@ def read(
     if mode not in MODES:
         raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
     table.require()
-    config = table.config
-    wanted = _wanted_columns(config, columns)
-    pruning = prune(config, filter)
     if as_of is not None and (since is not None or until is not None):
         raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
     try:
-        return _read_once(table, mode, as_of, since, until, wanted, pruning)
-    except DataFileMissing:
-        # A clean may remove a slice between our planning and our reading (a compaction replaced it): plan again
-        # from the new timeline. A file still missing then is damage, and the second error says so.
-        return _read_once(table, mode, as_of, since, until, wanted, pruning)
+        return _read_once(table, mode, as_of, since, until, columns, filter)
+    except (DataFileMissing, HistoryMoved):
+        # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
+        # or restore the instants we listed: plan again from the new timeline. A file still missing then is damage,
+        # and the second error says so.
+        return _read_once(table, mode, as_of, since, until, columns, filter)
 
 
 def _read_once(
@@ -239,25 +251,28 @@ def _read_once(
     as_of: str | None,
     since: str | None,
     until: str | None,
-    wanted: list[str],
-    pruning: Pruning,
+    columns: Sequence[str] | None,
+    filter: Filter,
 ) -> pa.Table:
-    config = table.config
     timeline = table.timeline()
     view = table.view(timeline)
     if since is not None or until is not None:
+        end = resolve_time(table, timeline, until)
+        table = table.at_time(end)  # changes are shown with the columns of their end
         return read_changes(
             table,
             timeline,
             view,
             resolve_time(table, timeline, since),
-            resolve_time(table, timeline, until),
-            wanted,
-            pruning,
+            end,
+            _wanted_columns(table.config, columns),
+            prune(table.config, filter),
         )
     at = resolve_time(table, timeline, as_of)
-    slices = plan_slices(config, view, at, pruning)
-    return _gather(table, slices, wanted, mode, pruning)
+    table = table.at_time(at)  # time travel shows the columns of its time
+    pruning = prune(table.config, filter)
+    slices = plan_slices(table.config, view, at, pruning)
+    return _gather(table, slices, _wanted_columns(table.config, columns), mode, pruning)
 
 
 # -------------------------------------------------------------------------------------------- incremental
@@ -289,8 +304,7 @@ def _touched_keys(
         for entry in commit.added_files:
             if wanted_groups is not None and entry.group not in wanted_groups:
                 continue
-            stream = config.streams[entry.stream or ""]
-            keys = read_table_file(table.storage, entry.path, log_schema(config, stream), common, entry.rows)
+            keys = read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows)
             out.setdefault(entry.group, []).append(keys)
     return out
 
@@ -371,35 +385,58 @@ def _state(
     if not fslice:
         return _empty(table.config, columns)
     rows = to_rows(table.config, merge_slice(table, fslice[0], columns, versions=False), columns)
-    return rows.join(candidates, keys=_common(table.config), join_type="left semi")
+    found, _ = _match_keys(rows, candidates, _common(table.config), "left semi")
+    return rows.take(np.sort(found))
+
+
+def _match_keys(left: pa.Table, right: pa.Table, keys: list[str], how: str) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions in `left` and `right` (-1: no match) of a join on `keys` alone.
+
+    Arrow joins refuse nested non-key columns, so only the keys and positions go through the join.
+    """
+    positions = left.select(keys).append_column("_left", pa.array(np.arange(left.num_rows), pa.int64()))
+    other = right.select(keys)
+    if how != "left semi":
+        other = other.append_column("_right", pa.array(np.arange(right.num_rows), pa.int64()))
+    joined = positions.join(other, keys=keys, join_type=how)
+    taken = pc.fill_null(joined.column("_left"), -1).to_numpy()
+    if how == "left semi":
+        return taken, np.full(len(taken), -1)
+    return taken, pc.fill_null(joined.column("_right"), -1).to_numpy()
+
+
+def _same(now: pa.ChunkedArray, then: pa.ChunkedArray) -> np.ndarray:
+    """Per row: both null, or equal values (nested values compared whole)."""
+    if pa.types.is_nested(now.type):
+        return np.array([a == b for a, b in zip(now.to_pylist(), then.to_pylist(), strict=True)], dtype=bool)
+    same = pc.fill_null(pc.equal(now, then), False)
+    return pc.or_(same, pc.and_(pc.is_null(now), pc.is_null(then))).to_numpy(zero_copy_only=False)
 
 
 def _diff(config: TableConfig, before: pa.Table, after: pa.Table, common: list[str], every: list[str]) -> pa.Table:
     """Compare two states of the same keys: inserted, updated (values differ) or deleted."""
     values = [c for c in every if c not in common]
-    marked_after = after.append_column("_in_after", pa.array(np.ones(after.num_rows, dtype=bool)))
-    renamed = before.rename_columns([c if c in common else f"{c}__before" for c in before.column_names])
-    marked_before = renamed.append_column("_in_before", pa.array(np.ones(before.num_rows, dtype=bool)))
-    joined = marked_after.join(marked_before, keys=common, join_type="full outer")
-    in_after = pc.fill_null(joined.column("_in_after"), False).to_numpy(zero_copy_only=False)
-    in_before = pc.fill_null(joined.column("_in_before"), False).to_numpy(zero_copy_only=False)
-    changed = np.zeros(joined.num_rows, dtype=bool)
-    for name in values:
-        now, then = joined.column(name), joined.column(f"{name}__before")
-        same = pc.fill_null(pc.equal(now, then), False)
-        both_null = pc.and_(pc.is_null(now), pc.is_null(then))
-        changed |= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
-    op = np.where(in_after & ~in_before, "I", np.where(in_after & in_before, "U", "D"))
-    keep = (in_after & ~in_before) | (in_before & ~in_after) | (in_after & in_before & changed)
-    result = joined.select(every).append_column(OP, pa.array(op, pa.string()))
-    result = result.filter(pa.array(keep))
-    deleted = pc.equal(result.column(OP), "D")
-    cleaned = {
-        name: (
-            result.column(name)
-            if name in common
-            else pc.if_else(deleted, pa.scalar(None, result.column(name).type), result.column(name))
-        )
-        for name in every
-    }
-    return pa.table({**cleaned, OP: result.column(OP)})
+    in_after, in_before = _match_keys(after, before, common, "full outer")
+    both = np.flatnonzero((in_after >= 0) & (in_before >= 0))
+    changed = np.zeros(len(in_after), dtype=bool)
+    if len(both):
+        now, then = after.take(in_after[both]), before.take(in_before[both])
+        for name in values:
+            changed[both] |= ~_same(now.column(name), then.column(name))
+    inserted = (in_after >= 0) & (in_before < 0)
+    kept = np.flatnonzero(inserted | changed)
+    upserts = after.take(in_after[kept]).select(every)
+    upserts = upserts.append_column(OP, pa.array(np.where(inserted[kept], "I", "U"), pa.string()))
+    gone = in_before[(in_after < 0) & (in_before >= 0)]
+    deletes = before.take(gone).select(every)
+    deletes = pa.table(
+        {
+            **{
+                n: (deletes.column(n) if n in common else pa.nulls(len(gone), deletes.schema.field(n).type))
+                for n in every
+            },
+            OP: pa.array(["D"] * len(gone), pa.string()),
+        }
+    )
+    out = pa.concat_tables([upserts, deletes.cast(upserts.schema)])
+    return out.take(pc.sort_indices(out.select(common), [(k, "ascending") for k in common]))

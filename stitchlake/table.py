@@ -5,6 +5,7 @@ Services (compaction, clean, ...) take a Table; the public handle with every act
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import uuid
@@ -15,11 +16,11 @@ from stitchlake.config import (
     TABLE_JSON,
     TableConfig,
     config_from_properties,
-    diff_properties,
     in_stored_order,
     load_config,
     table_properties,
 )
+from stitchlake.config.evolution import changes, names_ever_used, same_schema, schema_of, schema_properties, with_schema
 from stitchlake.errors import ConfigError, NotFoundError, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
@@ -28,6 +29,7 @@ from stitchlake.storage.registry import scheme_of
 if TYPE_CHECKING:
     from stitchlake.concurrency.lock import TableLock
     from stitchlake.layout.fsview import FileSystemView
+    from stitchlake.timeline.archive import SchemaVersion
     from stitchlake.timeline.timeline import Timeline
 
 
@@ -41,6 +43,10 @@ class Table:
         self.config = config
         self.storage = storage or storage_for(config.table.path, config.storage.options)
         self._properties: dict[str, Any] | None = None
+        #: The schema version `config` describes (set by `require`; new files record it).
+        self.schema_version = 0
+        self._versions: dict[int, TableConfig] = {}
+        self._history: list[SchemaVersion] = []
 
     def __repr__(self) -> str:
         return f"Table({self.config.table.name!r} at {self.config.table.path!r})"
@@ -81,16 +87,84 @@ class Table:
     def table_id(self) -> str:
         return str(self.properties.get("table_id", self.config.table.name))
 
-    def require(self) -> None:
-        """Refuse to work on a missing table or with a config that contradicts the stored one."""
-        stored = {k: v for k, v in self.properties.items() if k not in ("table_id", "created")}
-        differences = diff_properties(stored, table_properties(self.config))
-        if differences:
-            raise ConfigError(
-                f"{self.config.source_file or 'config'} contradicts the table at {self.path}:\n  "
-                + "\n  ".join(differences)
+    def schema_history(self, timeline: Timeline | None = None) -> list[SchemaVersion]:
+        """Every version of the table's schema, oldest first (`table.json`, then each completed `alter`)."""
+        from stitchlake.timeline.archive import load_checkpoint
+        from stitchlake.timeline.schemas import history
+
+        return history(timeline or self.timeline(), schema_of(self.properties), load_checkpoint(self.storage))
+
+    def config_for(self, version: SchemaVersion) -> TableConfig:
+        """This table's runtime settings with the columns and streams of one schema version."""
+        found = self._versions.get(version.version)
+        if found is None:
+            found = self._versions[version.version] = in_stored_order(
+                with_schema(self.config, version.properties), version.properties
             )
-        self.config = in_stored_order(self.config, stored)
+        return found
+
+    def require(self) -> None:
+        """Refuse to work on a missing table, or with a config behind, ahead of or contradicting its schema.
+
+        A table opened from its folder (no YAML) takes the current schema as it is.
+        """
+        versions = self.schema_history()
+        current = versions[-1]
+        proposed = schema_properties(self.config)
+        where = self.config.source_file or "config"
+        if self.config.source_file is None or self.config.source_file.endswith(TABLE_JSON):
+            proposed = schema_of(current.properties)  # opened from the table itself: its schema is the truth
+        if not same_schema(schema_of(current.properties), proposed):
+            for older in reversed(versions[:-1]):
+                if same_schema(schema_of(older.properties), proposed):
+                    raise ConfigError(
+                        f"{where} describes schema version {older.version} of the table at {self.path}, which "
+                        f"is at version {current.version} now (altered at {current.since}); nothing was done. "
+                        "Deploy the config that matches the table (the one `stitch alter` applied)"
+                    )
+            found = changes(schema_of(current.properties), proposed, names_ever_used(v.properties for v in versions))
+            if all(change.allowed for change in found):
+                raise ConfigError(
+                    f"{where} is ahead of the table at {self.path} (schema version {current.version}); run "
+                    f"`stitch alter -c {where}` first to apply:\n  " + "\n  ".join(map(str, found))
+                )
+            raise ConfigError(
+                f"{where} contradicts the table at {self.path} (schema version {current.version}):\n  "
+                + "\n  ".join(str(change) for change in found if not change.allowed)
+            )
+        self._versions.clear()
+        self._history = versions
+        self.config = self.config_for(current)
+        self.schema_version = current.version
+
+    def version(self, number: int) -> SchemaVersion:
+        """A schema version by number (after `require`)."""
+        for found in self._history:
+            if found.version == number:
+                return found
+        raise StitchError(f"{self.path}: schema version {number} is not on the timeline (damaged history?)")
+
+    def at_time(self, time: str | None) -> Table:
+        """This table as read at a completion time: the schema version then in force (None: now)."""
+        from stitchlake.timeline.schemas import at_time
+
+        if not self._history or time is None:
+            return self
+        found = at_time(self._history, time)
+        if found.version == self.schema_version:
+            return self
+        clone = copy.copy(self)
+        clone.config = self.config_for(found)
+        clone.schema_version = found.version
+        return clone
+
+    def config_of_file(self, version: int) -> TableConfig:
+        """The config a data file was written under (its columns and types)."""
+        return (
+            self.config
+            if version == self.schema_version or not self._history
+            else self.config_for(self.version(version))
+        )
 
     def init(self) -> bool:
         """Create `.stitch/table.json`. False (no-op) if it exists and matches; ConfigError if it contradicts."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
-from stitchlake.errors import BusyError, ConflictError, StitchError
+from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import Commit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
@@ -205,8 +205,22 @@ class Transaction:
 
     def complete(self, metadata: Commit, conflict_check: ConflictCheck | None = None) -> Instant:
         """Publish: draw the completion time and create the completed file, under the lock."""
-        storage = self.table.storage
         metadata = replace(metadata, timings={**metadata.timings, "total_s": round(time.time() - self.started, 3)})
+        try:
+            self._publish(metadata, conflict_check)
+        except BaseException:
+            # Not published. Stop beating now, or a long-lived caller that has no abort path (restore, clean,
+            # rollback) keeps its half-done instant looking alive and every planner refusing for as long as it runs.
+            self._stop_beating(delete=self._still_ours())
+            raise
+        try:
+            self._finish()
+        except Exception:  # published: leftover markers or a heartbeat are tidied by `stitch clean`
+            log.warning("instant %s was published; tidying its markers failed", self.time, exc_info=True)
+        return self.instant
+
+    def _publish(self, metadata: Commit, conflict_check: ConflictCheck | None) -> None:
+        storage = self.table.storage
         with self.table.lock() as lock:
             timeline = Timeline.load(storage)
             lost = self.superseded(timeline)
@@ -226,11 +240,6 @@ class Transaction:
             completed = next_time(timeline.all_times(), max_ahead_s=self.table.config.concurrency.max_clock_skew_s)
             # Fence as late as possible: after the slow, durable part of the write and right before the create.
             self.instant = write_completed(storage, self.instant, completed, metadata, ready=lock.fence)
-        try:
-            self._finish()
-        except Exception:  # published: leftover markers or a heartbeat are tidied by `stitch clean`
-            log.warning("instant %s was published; tidying its markers failed", self.time, exc_info=True)
-        return self.instant
 
     def superseded(self, timeline: Timeline | None = None) -> str | None:
         """Why this attempt may no longer publish, or None: its instant was rolled back or completed by someone
@@ -256,7 +265,7 @@ class Transaction:
         A run presumed dead while it ran finds its files and plan deleted under it: whatever that makes fail, it
         is "superseded, nothing was published", not "file not found". After the publish nothing is refused.
         """
-        if self.instant.is_completed or isinstance(error, KeyboardInterrupt):
+        if self.instant.is_completed or isinstance(error, KeyboardInterrupt | Terminated):
             return None
         try:
             lost = self.superseded()
@@ -265,17 +274,29 @@ class Transaction:
         return None if lost is None else self.refusal(lost)
 
     def refusal(self, what: str) -> StitchError:
-        return StitchError(
+        """Superseded: nothing was published, so running again is safe (exit 3, as for any write conflict)."""
+        return ConflictError(
             f"instant {self.instant.requested} {what} by another process while it ran; nothing was published — "
             "run again"
         )
 
     def _refuse(self, what: str) -> None:
-        """Stop beating (the heartbeat file may be another attempt's now, so it stays) and refuse to publish."""
-        if self.heartbeat is not None:
-            self.heartbeat.stop(delete=False)
-            self.heartbeat = None
+        """Stop beating and refuse to publish."""
+        self._stop_beating()
         raise self.refusal(what)
+
+    def _stop_beating(self, delete: bool = False) -> None:
+        """Stop beating. The file stays unless it is surely ours: it may be another attempt's now (an old one
+        simply expires, and `stitch clean` tidies it)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop(delete=delete)
+            self.heartbeat = None
+
+    def _still_ours(self) -> bool:
+        try:
+            return self.superseded() is None
+        except Exception:  # cannot tell: leave the file to expire
+            return False
 
     def abort(self) -> None:
         """Undo a failed attempt at once: delete what the markers name, then the instant itself.
@@ -335,6 +356,7 @@ PLANNING = {
     Action.SAVEPOINT: "create a savepoint",
     Action.RESTORE: "restore",
     Action.CLEAN: "clean",
+    Action.ALTER: "alter the table",
 }
 
 

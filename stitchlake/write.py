@@ -145,9 +145,9 @@ def write(
 ) -> WriteResult:
     """Write one batch of one stream as one deltacommit; on any failure nothing becomes visible."""
     stream = table.config.stream(stream_name)
-    table.require()
     own = txn is None
     if txn is None:
+        table.require()  # a caller's transaction was claimed under a checked schema (it records that version)
         txn = Transaction.begin(
             table,
             Action.DELTACOMMIT,
@@ -166,6 +166,7 @@ def write(
         instant: Instant = txn.complete(
             replace(
                 commit or DeltaCommit(),
+                schema_version=table.schema_version,
                 extra={**(commit.extra if commit else {}), **(metadata or {})},
                 stream=stream_name,
                 added=tuple(files),

@@ -66,8 +66,15 @@ print("beating", flush=True)
 time.sleep(600)
 """
 
+ONE_BEAT = """
+import sys
+from stitchlake.storage import LocalStorage
+from stitchlake.concurrency.heartbeat import Heartbeat
+Heartbeat(LocalStorage(sys.argv[1]), sys.argv[2]).beat()
+"""
 
-def test_heartbeat_of_a_sigkilled_process_expires(tmp_path: Path) -> None:
+
+def test_heartbeat_of_a_sigkilled_process_is_dead_at_once_here_and_expires_elsewhere(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
     interval_s, expire_s = 0.2, 1.0
     proc = subprocess.Popen(
@@ -94,13 +101,38 @@ def test_heartbeat_of_a_sigkilled_process_expires(tmp_path: Path) -> None:
 
     last = heartbeat.last_beat(storage, INSTANT)
     assert last is not None
+    # On this host the process is known to be gone: dead at once, long before its beat expires.
+    assert heartbeat.is_expired(storage, INSTANT, expire_s=3600)
+    assert heartbeat.last_beat(storage, INSTANT) == last, "a killed process kept beating"
+    assert heartbeat.list_beats(storage) == [INSTANT]  # the file stays: it is what marks the failed write
+
+    # Seen from another host nothing is known about the process: only the expiry decides.
+    record["host"] = "another-host"
+    record["ts"] = last
+    storage.write_atomic(f"{HEARTBEATS_FOLDER}/{INSTANT}", json.dumps(record).encode())
     while not heartbeat.is_expired(storage, INSTANT, expire_s):
         assert time.time() <= last + expire_s + 0.5
         time.sleep(0.05)
-    expired_at = time.time()
-    assert expired_at >= last + expire_s, "expired before expire_s had passed since the last beat"
-    assert heartbeat.last_beat(storage, INSTANT) == last, "a killed process kept beating"
-    assert heartbeat.list_beats(storage) == [INSTANT]  # the file stays: it is what marks the failed write
+    assert time.time() >= last + expire_s, "expired before expire_s had passed since the last beat"
+
+
+def test_a_reused_pid_is_not_the_writer_and_a_task_beat_names_no_process(tmp_path: Path) -> None:
+    """A pid can come back as another process: the start time tells them apart. A one-off beat (a Spark task's)
+    names no process, so a worker exiting never makes a live job look dead."""
+    storage = LocalStorage(str(tmp_path))
+    with Heartbeat(storage, INSTANT, interval_s=5):
+        record = json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/{INSTANT}"))
+        assert record["pid"] == os.getpid() and record["started"]
+        assert not heartbeat.is_expired(storage, INSTANT, expire_s=3600)
+        record["started"] = str(int(record["started"]) - 1)  # this pid, but a process started at another time
+        storage.write_atomic(f"{HEARTBEATS_FOLDER}/{INSTANT}", json.dumps(record).encode())
+        assert heartbeat.is_expired(storage, INSTANT, expire_s=3600)
+    task = subprocess.run(
+        [sys.executable, "-c", ONE_BEAT, str(tmp_path), INSTANT], check=True, env=_env(), capture_output=True
+    )
+    assert task.returncode == 0
+    assert "started" not in json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/{INSTANT}"))
+    assert not heartbeat.is_expired(storage, INSTANT, expire_s=3600), "a finished task's beat is not a dead job"
 
 
 def test_stop_with_delete_removes_the_beat_and_it_never_comes_back(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from stitchlake.errors import ConflictError, LockLost, UsageError
 from stitchlake.services import compaction, restore, savepoint
 from stitchlake.services.recovery import rollback_failed
 from stitchlake.services.rollback import rollback
-from stitchlake.spark.datasource import FilesWritten, StitchWriter
+from stitchlake.spark.write import FilesWritten, StitchWriter
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, RollbackPlan
 from stitchlake.transaction import Transaction

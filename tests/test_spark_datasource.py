@@ -265,3 +265,81 @@ def test_a_source_missing_a_column_is_rejected_naming_file_and_column(spark: Any
     [rejected] = table.timeline().commit(table.timeline().completed()[0]).quarantined_files  # type: ignore[attr-defined]
     assert rejected.name == "part-0001.csv" and "missing column ship_status" in rejected.reason
     assert ingest(table, SparkEngine(spark), "shipments").source_files == 0
+
+
+# ------------------------------------------------------------------------------------ tables that change
+
+
+@pytest.mark.parametrize("log_format", ["parquet", "avro"])
+def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_schema(
+    spark: Any, tmp_path: Path, log_format: str
+) -> None:
+    """Issue 11 on the Spark engine: nested columns from JSON, Parquet and Avro landing files; files written under
+    older schema versions compacted into the latest one (a dropped column is no longer carried); the data source
+    reports the current schema, and the old one with `as_of`."""
+    import copy
+
+    import fastavro
+    from test_schema_evolution import BASE, add_extra, drop_w, write_yaml
+
+    import stitchlake
+    from stitchlake.services.alter import alter
+    from stitchlake.services.compaction import compact
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
+
+    document = copy.deepcopy(BASE)
+    document["table"]["log_format"] = log_format
+    document["bad_rows"] = "fail"
+    landing = tmp_path / "landing"
+    for fmt in ("json", "parquet", "avro"):
+        (landing / fmt).mkdir(parents=True)
+    document["streams"]["n"]["source"] = {"format": "json", "path": str(landing / "json")}
+    document["streams"]["b"]["source"] = {"format": "parquet", "path": str(landing / "parquet")}
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    nested = [{"k": 1, "tags": ["x", "y"], "info": {"x": 1, "y": "u"}}, {"k": 2, "tags": [], "info": None}]
+    (landing / "json" / "f1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nested))
+    pq.write_table(
+        pa.table({"k": [1, 2], "op": ["I", "I"], "w": [10, 20], "d": pa.array([1, 2], pa.decimal128(10, 2))}),
+        landing / "parquet" / "b1.parquet",
+    )
+    engine = SparkEngine(spark)
+    assert ingest(table, engine, "n").rows == 2
+    assert ingest(table, engine, "b").rows == 2
+    before = table.timeline().latest_completed()
+    assert before is not None
+
+    add_extra(document)
+    drop_w(document)
+    document["streams"]["n"]["source"] = {"format": "avro", "path": str(landing / "avro")}  # a source change
+    config = write_yaml(tmp_path, document)
+    alter(stitchlake.open(config))
+    table = stitchlake.open(config)
+    schema = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {"name": "k", "type": "long"},
+            {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+            {"name": "info", "type": ["null", {"type": "record", "name": "i", "fields": [
+                {"name": "x", "type": "int"}, {"name": "y", "type": "string"}]}]},
+        ],
+    }  # fmt: skip
+    with open(landing / "avro" / "f2.avro", "wb") as handle:
+        fastavro.writer(handle, fastavro.parse_schema(schema), [{"k": 2, "tags": ["z"], "info": {"x": 5, "y": "v"}}])
+    assert ingest(table, engine, "n").rows == 1
+
+    result = compact(table, engine=engine)
+    assert result is not None
+    bases = [f for f in table.view().live_files() if f.kind == "base"]
+    assert bases and all("w" not in pq.read_schema(tmp_path / "table" / f.path).names for f in bases)
+    expected = stitchlake.read(config).sort_by("k")
+    assert expected.column("tags").to_pylist() == [["x", "y"], ["z"]]
+    assert expected.column("extra").to_pylist() == ["dflt", "dflt"]  # stream a never wrote them: its default
+    frame = spark.read.format("stitchlake").option("config", str(config)).load(str(tmp_path / "table"))
+    assert frame.columns == expected.column_names and "w" not in frame.columns
+    assert spark_rows(frame).sort_by("k").to_pylist() == expected.to_pylist()
+    old = spark.read.format("stitchlake").option("as_of", before.completed).load(str(tmp_path / "table"))
+    assert "w" in old.columns and "extra" not in old.columns
+    assert sorted(r["w"] for r in old.collect()) == [10, 20]

@@ -1,11 +1,14 @@
-"""The torture test (issue 7): a CI-sized run of scripts/torture.py, proof that its checker can fail, and the
-races it found, pinned down one by one.
+"""The torture test (issues 7 and 17): a CI-sized run of scripts/torture.py, proof that its checker can fail,
+and the races it found, pinned down one by one.
 
-The CI-sized run is real: separate writer, compactor, cleaner and reader processes on one table, SIGKILLed and
-frozen at random, then `stitch clean` and re-run ingests, every read checked against the reference merge. The
-checker tests corrupt a copy of that run's workdir (a read with a row too many or too few, a read that saw a
-commit its snapshot did not have, a rogue row in the table, an orphan file, a pending instant) and expect a
-violation, so a checker that cannot fail would fail here.
+The CI-sized run is real: separate writer, compactor, cleaner, restorer, archiver and reader processes on one
+table, SIGKILLed and frozen at random (some inside the lock, past its lease), then `stitch clean`, re-run
+ingests and `stitch archive`, every read checked against the reference merge. The checker tests corrupt a copy
+of that run's workdir (a read with a row too many or too few, a read that saw a commit its snapshot did not
+have or a state that never existed, a rogue row in the table, an orphan file, a pending instant, an instant
+that vanished from timeline and archive, one archived beyond the checkpoint horizon, a checkpoint that forgot
+a consumed file, a horizon that moved backwards, a landing file ingested twice or out of arrival order) and
+expect a violation, so a checker that cannot fail would fail here.
 
 The race tests replay, in-process and deterministically, the interleavings the torture run found: a process
 frozen past its heartbeat's expiry (a "zombie") is presumed dead and rolled back or reset, and must then never
@@ -29,20 +32,24 @@ import pytest
 from script_modules import load_script
 from tables import MODELS, THREE_STREAMS, batch, new_table
 
+from stitchlake.api import Table
 from stitchlake.errors import BusyError, StitchError
+from stitchlake.layout.fsview import DataFile, FileSlice
 from stitchlake.services import compaction
 from stitchlake.services import rollback as rollback_module
 from stitchlake.services.clean import clean
-from stitchlake.services.rollback import failed_instants, rollback_failed
-from stitchlake.table import Table
+from stitchlake.services.recovery import failed_instants, rollback_failed
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.transaction import Transaction
 from stitchlake.write import write
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "torture.py"
-#: CI size: under a minute on two idle cores, about two on busy ones; two writers per stream (cron overlap).
-CI_ARGS = ["--rounds", "6", "--keys", "600", "--seed", "5", "--readers", "2", "--writers-per-stream", "2"]
+#: CI size: about a minute on two idle cores, two on busy ones; two writers per stream (cron overlap), a
+#: restorer and two archivers racing each other.
+CI_ARGS = ["--rounds", "7", "--keys", "600", "--seed", "5", "--readers", "2", "--writers-per-stream", "2"]
+CI_ARGS += ["--restorers", "1", "--archivers", "2"]
 
 
 torture = load_script("torture")
@@ -73,9 +80,15 @@ def test_ci_sized_torture_run_has_no_violation_and_really_tortured(
     assert summary["kills_during_rounds"] > 0, summary["kills_by_cause"]
     assert summary["kills"] >= summary["kills_during_rounds"]
     assert summary["reads_checked"] > 0
-    commits = summary["commits"]
-    assert commits["deltacommits"] >= 3 * 6, commits  # every landing file went in (exactly once: checked)
-    assert commits["compactions"] > 0 and commits["cleans"] > 0, commits
+    commits, events = summary["commits"], summary["worker_events"]
+    assert commits["deltacommits"] > 0, commits  # every landing file went in, exactly once and in order: checked
+    assert commits["compactions"] > 0, commits
+    assert events.get("clean", 0) > 0, events  # cleans ran (one with nothing to delete records no instant)
+    # The new actors ran: savepoints were made and restores tried (they are often refused while writers are
+    # alive), and the archive really archived (the final `stitch archive` at least).
+    assert events.get("savepoint", 0) > 0 and events.get("restoring", 0) > 0, events
+    assert commits["archived"] > 0 and commits["horizon"], commits
+    assert events.get("horizon", 0) > 0, events  # readers and archivers recorded the horizons they saw
 
 
 # ---------------------------------------------------------------------------------- the checker can fail
@@ -106,6 +119,13 @@ def _check_reads(work: Path) -> list[str]:
 def _check_table(work: Path) -> list[str]:
     report = torture.Report()
     torture.check_table(work, torture.Reference(work), report)
+    return report.violations
+
+
+def _check_history(work: Path) -> list[str]:
+    report = torture.Report()
+    history = torture.History.load(torture.table_dir(work))
+    torture.check_history(work, history, torture.Observations.load(work), report)
     return report.violations
 
 
@@ -175,6 +195,159 @@ def test_an_orphan_file_and_a_pending_instant_are_violations(case: Path) -> None
     assert any("still pending" in v for v in violations), violations
 
 
+# -------------------------------------------------------------- the timeline and the checkpoint lose nothing
+
+
+def _archive_folder(work: Path) -> Path:
+    return torture.table_dir(work) / torture.ARCHIVE_DIR
+
+
+def _rewrite_batch_line(work: Path, requested: str, change: Any) -> None:
+    """Apply `change` to the archived entry of `requested` (None drops the line)."""
+    for path in _archive_folder(work).glob("*.archive.jsonl"):
+        lines = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line) if line.strip() else None
+            if entry is not None and entry["requested"] == requested:
+                entry = change(entry)
+            if entry is not None:
+                lines.append(json.dumps(entry))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _rewrite_meta(work: Path, instant: Any, change: Any) -> None:
+    """Change a completed instant's commit metadata, wherever it lives (active timeline or archive)."""
+    history = torture.History.load(torture.table_dir(work))
+    if instant.requested in history.active:
+        path = torture.table_dir(work) / torture.TIMELINE_DIR / instant.file_name
+        path.write_text(json.dumps(change(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
+    else:
+        _rewrite_batch_line(work, instant.requested, lambda e: {**e, "metadata": change(e["metadata"])})
+
+
+def test_an_instant_gone_from_timeline_and_archive_is_a_violation(case: Path) -> None:
+    """As if an archive had deleted an instant from the active timeline without archiving it."""
+    history = torture.History.load(torture.table_dir(case))
+    seen = torture.Observations.load(case)
+    lost = next(s for s in seen.instants if s.requested in history.archived and s.requested not in history.active)
+    _rewrite_batch_line(case, lost.requested, lambda _entry: None)
+    violations = _check_history(case)
+    assert any(str(lost) in v and "vanished" in v for v in violations), violations
+
+
+def test_an_instant_archived_beyond_the_horizon_is_a_violation(case: Path) -> None:
+    """What an archive that wrote its batch but lost its checkpoint to an older one leaves behind."""
+    history = torture.History.load(torture.table_dir(case))
+    entry = next(iter(history.archived.values()))
+    line = {"requested": "29991231000000000", "action": entry[0].action, "completed": "29991231000000001"}
+    with (_archive_folder(case) / entry[2]).open("a", encoding="utf-8") as batch:
+        batch.write(json.dumps({**line, "metadata": entry[1]}) + "\n")
+    violations = _check_history(case)
+    assert any("29991231000000000" in v and "beyond the checkpoint horizon" in v for v in violations), violations
+
+
+def test_a_checkpoint_that_forgot_a_consumed_landing_file_is_a_violation(case: Path) -> None:
+    history = torture.History.load(torture.table_dir(case))
+    assert history.checkpoint is not None
+    path = _archive_folder(case) / f"checkpoint.{history.horizon}.json"
+    if not path.exists():  # a version that rewrites one checkpoint.json
+        path = _archive_folder(case) / "checkpoint.json"
+    content = json.loads(path.read_text(encoding="utf-8"))
+    stream = next(s for s, names in content["consumed"].items() if names)
+    content["consumed"][stream] = content["consumed"][stream][1:]
+    path.write_text(json.dumps(content), encoding="utf-8")
+    violations = _check_history(case)
+    assert any(f"stream {stream} consumed" in v and "it lacks" in v for v in violations), violations
+
+
+def test_a_horizon_that_moved_backwards_is_a_violation(case: Path) -> None:
+    """An observation of a newer horizon than the final checkpoint's (an archive woke up and wrote an older one)."""
+    newer = {"t0": 1.0, "t1": 2.0, "horizon": "29991231000000000"}
+    torture.log_line(case / "logs" / torture.HORIZONS_LOG, newer)
+    violations = _check_history(case)
+    assert any("moved backwards" in v and "29991231000000000" in v for v in violations), violations
+
+
+def test_horizon_observations_only_conflict_when_one_ended_before_the_other_began() -> None:
+    def violations(observed: list[tuple[float, float, str, str]]) -> list[str]:
+        report = torture.Report()
+        torture.check_horizons(observed, report)
+        return report.violations
+
+    assert violations([(0, 1, "a", "x"), (2, 3, "b", "y"), (4, 5, "b", "z")]) == []
+    assert violations([(0, 3, "b", "x"), (2, 4, "a", "y")]) == []  # overlapping: either order may be true
+    assert violations([(0, 1, "", "x"), (2, 3, "b", "y")]) == []
+    found = violations([(0, 1, "b", "x"), (2, 3, "a", "y")])
+    assert len(found) == 1 and "moved backwards" in found[0] and "x saw b" in found[0], found
+
+
+def _two_deltacommits_of_a_stream(work: Path) -> tuple[Any, Any]:
+    history = torture.History.load(torture.table_dir(work))
+    by_stream: dict[str, list[Any]] = {}
+    for instant, meta in history.live_deltacommits():
+        if torture.sources_of(meta):
+            by_stream.setdefault(str(meta["stream"]), []).append((instant, meta))
+    first, second = next(pair for pair in by_stream.values() if len(pair) >= 2)[:2]
+    return first, second
+
+
+def test_a_landing_file_ingested_twice_by_live_instants_is_a_violation(case: Path) -> None:
+    (_first, meta), (second, _meta) = _two_deltacommits_of_a_stream(case)
+    twice = meta["sources"][0]
+    _rewrite_meta(case, second, lambda m: {**m, "sources": [*m["sources"], twice]})
+    violations = _check_table(case)
+    name = twice["name"] if isinstance(twice, dict) else twice
+    assert any("ingested more than once" in v and name in v for v in violations), violations
+
+
+def test_landing_files_taken_out_of_arrival_order_are_a_violation(case: Path) -> None:
+    """What an ingest that began while a restore was un-consuming files did: it took later files first."""
+    (first, early), (second, late) = _two_deltacommits_of_a_stream(case)
+    _rewrite_meta(case, first, lambda m: {**m, "sources": late["sources"]})
+    _rewrite_meta(case, second, lambda m: {**m, "sources": early["sources"]})
+    violations = _check_table(case)
+    assert any("out of arrival order" in v and str(second) in v for v in violations), violations
+
+
+def test_a_read_of_a_state_that_never_existed_is_a_violation(case: Path) -> None:
+    """A read whose landing files skip an earlier one: what a read saw after an ingest took later files first."""
+    for path in sorted((case / "reads").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["error"] is not None or record["mode"] == "current-moved":
+            continue
+        consumed = {s: list(record["checkpoint_consumed"].get(s, [])) for s in torture.STREAMS}
+        for instant in record["visible"]:
+            consumed[instant["stream"]].extend(instant["sources"])
+        stream = next((s for s, names in consumed.items() if len(names) >= 2), None)
+        if stream is not None:
+            break
+    else:
+        raise AssertionError("the run recorded no read with two landing files of a stream")
+    first = min(consumed[stream])
+    if first in record["checkpoint_consumed"].get(stream, []):
+        record["checkpoint_consumed"][stream].remove(first)
+    for instant in record["visible"]:
+        if first in instant["sources"]:
+            instant["sources"].remove(first)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    violations = _check_reads(case)
+    assert any(record["name"] in v and "never existed" in v for v in violations), violations
+
+
+def test_every_fault_point_still_finds_what_it_wraps() -> None:
+    """A point whose target moved would silently test nothing; the workers report it, and so does this test."""
+    script = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); os.environ['STITCH_TORTURE_RUN_DIR'] = '/tmp'\n"
+        "import torture\n"
+        "print([f'{k}:{p}' for k, ps in torture.FAULT_POINTS.items() for p in ps\n"
+        "       if not torture.install_fault(p + ':0', lambda record: None, 1.0, 1.0)])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(SCRIPT.parent)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 # ------------------------------------------------------------------------------ the races, deterministically
 
 FAST = copy.deepcopy(THREE_STREAMS)
@@ -230,7 +403,7 @@ def test_a_zombie_writer_cannot_publish_while_its_rollback_is_pending(
     finishing the rollback then deleted the published files, leaving a completed commit without its data."""
     table = new_table(tmp_path, FAST)
     write(table, "orders", _rows(1, 2))
-    zombie = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})
+    zombie = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     _freeze(zombie)
 
     _crash_at(monkeypatch, rollback_module, "undo")
@@ -249,14 +422,14 @@ def test_a_zombie_writer_cannot_publish_while_its_rollback_is_pending(
 
 def test_a_rollback_never_undoes_an_instant_that_completed_after_it_was_chosen(tmp_path: Path) -> None:
     table = new_table(tmp_path, FAST)
-    slow = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})
+    slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     _freeze(slow)
     timeline = table.timeline()
     targets, resets, _ = failed_instants(table, timeline)
     assert [t.requested for t in targets] == [slow.time]
     write(table, "orders", _rows(1), txn=slow)  # not dead after all: it publishes
     with pytest.raises(BusyError, match="changed since it was chosen"):
-        rollback_module._run(table, timeline, targets, resets, "failed writes")
+        rollback_module.run_rollback(table, timeline, targets, resets, "failed writes")
     assert table.read().column("k").to_pylist() == [1]
     assert not table.timeline().pending([Action.ROLLBACK])
 
@@ -269,11 +442,11 @@ def _planned_compaction(table: Table) -> str:
     return planned
 
 
-def _compact_files(table: Table, txn: Transaction, operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _compact_files(table: Table, txn: Transaction, operations: list[FileSlice]) -> list[DataFile]:
     return [compaction.compact_file_group(table, op, txn.time, txn.mark) for op in operations]
 
 
-def _frozen_compaction(tmp_path: Path) -> tuple[Table, str, pa.Table, Transaction, list[dict[str, Any]]]:
+def _frozen_compaction(tmp_path: Path) -> tuple[Table, str, pa.Table, Transaction, list[DataFile], list[FileSlice]]:
     """A compaction run that wrote its base files and then froze past its heartbeat (not yet published)."""
     table = new_table(tmp_path, FAST)
     planned = _planned_compaction(table)
@@ -281,16 +454,16 @@ def _frozen_compaction(tmp_path: Path) -> tuple[Table, str, pa.Table, Transactio
     zombie, operations = compaction.start_run(table, planned)
     files = _compact_files(table, zombie, operations)
     _freeze(zombie)
-    return table, planned, before, zombie, files
+    return table, planned, before, zombie, files, operations
 
 
 def test_a_zombie_compaction_cannot_publish_after_it_was_reset(tmp_path: Path) -> None:
     """A compaction frozen past its heartbeat is reset by clean (its files deleted, back to requested); when it
     wakes it must not publish base files that no longer exist."""
-    table, planned, before, zombie, files = _frozen_compaction(tmp_path)
+    table, planned, before, zombie, files, operations = _frozen_compaction(tmp_path)
     assert rollback_failed(table).reset_compactions == [planned]
     with pytest.raises(StitchError, match="reset or taken over"):
-        compaction.finish(zombie, files)
+        compaction.finish(zombie, files, operations)
     compaction.run(table, planned)  # the plan runs again, as designed
     assert table.read().sort_by("k").equals(before)
     clean(table)
@@ -299,11 +472,11 @@ def test_a_zombie_compaction_cannot_publish_after_it_was_reset(tmp_path: Path) -
 
 def test_a_zombie_compaction_cannot_publish_after_another_run_took_its_plan_over(tmp_path: Path) -> None:
     """The second run deleted the first attempt's files when it took over; the first must not publish them."""
-    table, planned, before, zombie, files = _frozen_compaction(tmp_path)
+    table, planned, before, zombie, files, zombie_operations = _frozen_compaction(tmp_path)
     rescuer, operations = compaction.start_run(table, planned)  # takes over: the zombie's files are gone
     with pytest.raises(StitchError, match="reset or taken over"):
-        compaction.finish(zombie, files)
-    compaction.finish(rescuer, _compact_files(table, rescuer, operations))
+        compaction.finish(zombie, files, zombie_operations)
+    compaction.finish(rescuer, _compact_files(table, rescuer, operations), operations)
     assert table.read().sort_by("k").equals(before)
     assert all(table.storage.exists(f.path) for f in table.view().live_files())
 
@@ -328,8 +501,9 @@ def test_a_landing_file_is_ingested_once_even_when_its_first_writer_froze_midway
 ) -> None:
     """Cron overlap plus a stall: the first ingest is presumed dead, a second one ingests the same file, and the
     first wakes up: it must not publish that file a second time."""
-    import stitchlake.ingest as ingest_module
     from stitchlake.concurrency.heartbeat import Heartbeat
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.ingest import ingest
 
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -339,7 +513,7 @@ def test_a_landing_file_is_ingested_once_even_when_its_first_writer_froze_midway
     table = new_table(tmp_path, document)
 
     beats: list[Heartbeat] = []
-    original_start, original_concat = Heartbeat.start, ingest_module.concat_batches
+    original_start, original_write = Heartbeat.start, LocalEngine.write_stream
     second: list[Any] = []
     frozen: list[bool] = []
 
@@ -347,22 +521,23 @@ def test_a_landing_file_is_ingested_once_even_when_its_first_writer_froze_midway
         beats.append(self)
         return original_start(self)
 
-    def concat_then_freeze(batches: list[Any]) -> Any:
-        if not frozen:  # the first writer, files read, freezes past its heartbeat; a second writer runs
+    def write_then_freeze(engine: LocalEngine, *args: Any) -> Any:
+        written = original_write(engine, *args)
+        if not frozen:  # the first writer, files written, freezes past its heartbeat; a second writer runs
             frozen.append(True)
             for beat in beats:
                 beat.stop(delete=False)
             time.sleep(0.5)
-            second.append(ingest_module.ingest_local(table, "orders"))
-        return original_concat(batches)
+            second.append(ingest(table, LocalEngine(), "orders"))
+        return written
 
     monkeypatch.setattr(Heartbeat, "start", start)
-    monkeypatch.setattr(ingest_module, "concat_batches", concat_then_freeze)
+    monkeypatch.setattr(LocalEngine, "write_stream", write_then_freeze)
     with pytest.raises(StitchError, match=r"ingested by instant \d+ of another process while it ran"):
-        ingest_module.ingest_local(table, "orders")
+        ingest(table, LocalEngine(), "orders")
     assert second[0].source_files == 1
     timeline = table.timeline()
-    sources = [s["name"] for i in timeline.completed([Action.DELTACOMMIT]) for s in timeline.metadata(i)["sources"]]
+    sources = [name for i in timeline.completed([Action.DELTACOMMIT]) for name in timeline.commit(i).consumed()]
     assert sources == ["part-0001.parquet"]
     assert not timeline.pending()
     assert sorted(table.read().column("k").to_pylist()) == [1, 2, 3]
@@ -381,7 +556,7 @@ def test_a_publish_that_stalls_past_its_lock_lease_publishes_nothing(
     document = copy.deepcopy(FAST)
     document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
     table = new_table(tmp_path, document)
-    slow = Transaction.begin(table, Action.DELTACOMMIT, {"stream": "orders"})
+    slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     original = LocalStorage._write_temp
 
     def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
@@ -397,3 +572,94 @@ def test_a_publish_that_stalls_past_its_lock_lease_publishes_nothing(
     assert not [n for n in table.storage.list_names(".stitch/timeline") if n.startswith(".")]  # no temp left
     write(table, "orders", _rows(2))  # the lock was given back: the table works on
     assert table.read().column("k").to_pylist() == [2]
+
+
+def test_a_lost_lock_lease_is_busy_so_schedulers_retry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the torture run: `stitch archive` (and savepoint restore, clean) exited 1 after a stall past the
+    lease, though nothing was published and a retry is safe."""
+    from stitchlake.errors import LockLost
+    from stitchlake.storage import LocalStorage
+
+    document = copy.deepcopy(FAST)
+    document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
+    table = new_table(tmp_path, document)
+    original = LocalStorage._write_temp
+
+    def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
+        if full.endswith(".deltacommit"):
+            time.sleep(0.5)
+        return original(self, full, data)
+
+    monkeypatch.setattr(LocalStorage, "_write_temp", stalled_write)
+    with pytest.raises(LockLost) as lost:
+        write(table, "orders", _rows(1))
+    assert isinstance(lost.value, BusyError) and lost.value.exit_code == 4
+
+
+def test_a_restore_that_fails_to_publish_stops_beating_so_it_is_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the torture run: a restore undid its targets, stalled past the lock lease while publishing and got
+    LockLost; its heartbeat kept beating in the live process, so every ingest, compaction and clean was refused
+    for as long as that process lived."""
+    from stitchlake.concurrency import heartbeat as heartbeats
+    from stitchlake.errors import LockLost
+    from stitchlake.services.restore import restore
+    from stitchlake.services.savepoint import create
+    from stitchlake.storage import LocalStorage
+
+    document = copy.deepcopy(FAST)
+    document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
+    table = new_table(tmp_path, document)
+    write(table, "orders", _rows(1))
+    create(table, name="one")
+    write(table, "orders", _rows(2))
+    original = LocalStorage._write_temp
+
+    def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
+        if full.endswith(".restore"):
+            time.sleep(0.5)
+        return original(self, full, data)
+
+    monkeypatch.setattr(LocalStorage, "_write_temp", stalled_write)
+    with pytest.raises(LockLost):
+        restore(table, "one")
+    monkeypatch.undo()
+    pending = table.timeline().pending([Action.RESTORE])
+    assert len(pending) == 1, "the half-done restore stays planned, to be finished"
+    assert not table.storage.exists(heartbeats.heartbeat_path(pending[0].requested)), "it no longer looks alive"
+    rollback_failed(table)  # what the next `stitch clean` does: finish the crashed restore
+    assert not table.timeline().pending()
+    assert table.read().column("k").to_pylist() == [1]
+
+
+def test_ingest_reads_consumed_files_again_when_an_archive_moves_the_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the torture run: ingest's lock-free read of what was consumed hit a completed instant that an
+    archive (or restore) removed meanwhile, and exited 1 instead of reading the history again."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services import ingest as ingest_module
+    from stitchlake.services.archive import archive
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    document = copy.deepcopy(FAST)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
+    table = new_table(tmp_path, document)
+    for number in range(1, 5):
+        pq.write_table(_rows(number), landing / f"part-{number:04d}.parquet")
+        ingest_module.ingest(table, LocalEngine(), "orders")
+    original = ingest_module.load_checkpoint
+    archived: list[int] = []
+
+    def checkpoint_then_archive(storage: Any) -> Any:
+        found = original(storage)
+        if not archived:  # between reading the checkpoint and the instants it does not cover
+            archived.append(archive(table, keep=1).archived)
+        return found
+
+    monkeypatch.setattr(ingest_module, "load_checkpoint", checkpoint_then_archive)
+    names = ingest_module.consumed(table, table.timeline(), "orders")
+    assert archived[0] >= 3
+    assert sorted(names) == [f"part-{n:04d}.parquet" for n in range(1, 5)]

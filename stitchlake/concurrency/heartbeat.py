@@ -9,7 +9,8 @@ expired is a failed write that `stitch clean` / `stitch rollback --failed` may r
   the upload time, if available at all) and needs no extra metadata call. Like the lock, it assumes host
   clocks agree to well within ``expire_s``.
 - A missing heartbeat counts as expired: a writer that never started beating, or one that finished and
-  deleted its beat, is not alive.
+  deleted its beat, is not alive. So does the beat of a process on this host that no longer exists
+  (`concurrency.liveness`): a killed writer's stream proceeds at once instead of after the expiry.
 - Beats come from a daemon thread, so a crashed or killed process simply stops beating. `stop()` waits for
   the thread and holds the same mutex as a beat, so a late background beat can never resurrect a heartbeat
   that `stop(delete=True)` removed.
@@ -24,7 +25,9 @@ import socket
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
+from stitchlake.concurrency import liveness
 from stitchlake.concurrency.lock import default_owner
 from stitchlake.errors import StitchError
 from stitchlake.paths import HEARTBEATS_DIR
@@ -96,19 +99,23 @@ class Heartbeat:
         return self._thread is not None and self._thread.is_alive()
 
     def beat(self) -> float:
-        """Write one beat now and return its ts. Errors propagate (the background thread logs them)."""
+        """Write one beat now and return its ts, naming no process: for short-lived callers (Spark tasks) whose
+        exit says nothing about the instant. Errors propagate."""
         with self._mutex:
-            return self._write()
+            return self._write(process_bound=False)
 
-    def _write(self) -> float:
+    def _write(self, process_bound: bool = True) -> float:
+        """One beat; a process-bound one names this process, so its death on this host is seen at once."""
         ts = time.time()
-        record = {
+        record: dict[str, object] = {
             "instant": self.instant,
             "owner": self.owner,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "ts": ts,
         }
+        if process_bound:
+            record.update(liveness.identity())
         self.storage.write_atomic(self.path, json.dumps(record, sort_keys=True).encode("utf-8"))
         self.last_ts = ts
         return ts
@@ -119,7 +126,8 @@ class Heartbeat:
             raise StitchError(f"heartbeat of {self.instant} already started")
         self._stopped = False
         self._stop_event.clear()
-        self.beat()
+        with self._mutex:
+            self._write()
         self._thread = threading.Thread(target=self._run, name=f"stitchlake-heartbeat-{self.instant}", daemon=True)
         self._thread.start()
         return self
@@ -169,24 +177,32 @@ class Heartbeat:
         self.stop(delete=self.delete_on_exit)
 
 
-def last_beat(storage: Storage, instant: str) -> float | None:
-    """The ts of an instant's latest beat; None if there is none (or it cannot be read)."""
+def read_beat(storage: Storage, instant: str) -> dict[str, Any] | None:
+    """An instant's latest beat (with a float `ts`); None if there is none (or it cannot be read)."""
     try:
         record = json.loads(storage.read_bytes(heartbeat_path(instant)))
-        return float(record["ts"])
+        record["ts"] = float(record["ts"])
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("heartbeat of %s is unreadable (%r); treating it as missing", instant, exc)
         return None
+    return record if isinstance(record, dict) else None
+
+
+def last_beat(storage: Storage, instant: str) -> float | None:
+    """The ts of an instant's latest beat; None if there is none (or it cannot be read)."""
+    record = read_beat(storage, instant)
+    return None if record is None else float(record["ts"])
 
 
 def is_expired(storage: Storage, instant: str, expire_s: float, now: float | None = None) -> bool:
-    """Whether the writer of `instant` is presumed dead: no beat, or the last one older than `expire_s`."""
-    ts = last_beat(storage, instant)
-    if ts is None:
+    """Whether the writer of `instant` is presumed dead: no beat, its process gone from this host, or the last
+    beat older than `expire_s`."""
+    record = read_beat(storage, instant)
+    if record is None or liveness.gone(record):
         return True
-    return (time.time() if now is None else now) - ts > expire_s
+    return (time.time() if now is None else now) - float(record["ts"]) > expire_s
 
 
 def delete(storage: Storage, instant: str) -> bool:

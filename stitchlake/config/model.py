@@ -390,6 +390,10 @@ class SourceSpec(Spec):
         default_factory=dict
     )
     """Reader settings, kept as text (CSV: delimiter)."""
+    files_per_trigger: Annotated[int, Field(ge=1, le=100_000)] = 10
+    """`stitch stream`: landing files ingested per micro-batch at most."""
+    trigger_interval_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    """`stitch stream`: seconds between micro-batches (a batch that runs longer starts the next at once)."""
 
 
 class StreamSpec(Spec):
@@ -586,6 +590,9 @@ class SparkSpec(Spec):
         default_factory=dict
     )
     """Spark settings for every job; keys start with spark., values are kept as text."""
+    auto_local_max_mb: Annotated[int, Field(ge=0, le=1_048_576)] = 256
+    """`--engine auto` runs a job in-process when its work (landing files to ingest, file slices to rewrite) is at
+    most this many MiB, and as a spark-submit job otherwise; 0 sends every heavy job to Spark."""
 
 
 class StorageSpec(Spec):

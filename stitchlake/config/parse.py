@@ -33,11 +33,11 @@ def load_config(path: str | os.PathLike[str]) -> TableConfig:
 
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"{file}: config file not found")
+        raise ConfigError(f"{file}: config file not found", file=str(file))
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: cannot read config: {exc}") from None
+        raise ConfigError(f"{file}: cannot read config: {exc}", file=str(file)) from None
     try:
         data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader subclass: no object construction
     except yaml.YAMLError as exc:
@@ -47,7 +47,7 @@ def load_config(path: str | os.PathLike[str]) -> TableConfig:
         if isinstance(exc, yaml.constructor.ConstructorError) and "could not determine a constructor" in problem:
             tag = problem.rsplit("tag ", 1)[-1]
             problem = f"the tag {tag} is not allowed: a config is plain data, and no objects are ever built from it"
-        raise ConfigError(f"{file}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{file}: not valid YAML{where}: {problem}", file=str(file)) from None
     return parse_config(data, file=str(file), base=file.resolve().parent)
 
 
@@ -87,8 +87,10 @@ def validate(
 
 
 def _error(file: str | None, path: str, message: str, secrets: Iterable[str] = ()) -> ConfigError:
+    """The error, naming the file and YAML path in its message and as fields (`--json` failures carry them)."""
     where = f"{file}: " if file else ""
-    return ConfigError(redact(f"{where}{path}: {message}" if path else f"{where}{message}", secrets))
+    text = redact(f"{where}{path}: {message}" if path else f"{where}{message}", secrets)
+    return ConfigError(text, file=file, yaml_path=path or None)
 
 
 # -------------------------------------------------------------------------------------- pydantic's errors

@@ -82,6 +82,23 @@ class ArchiveRequest(JobRequest):
     keep: int | None = None
 
 
+@dataclass(frozen=True)
+class StreamRequest(JobRequest):
+    """`stitch stream`: a stream's landing folder as a long-running Structured Streaming query (Spark only)."""
+
+    job: ClassVar[str] = "stream"
+    stream: str = ""
+    #: Overrides of the stream's `source.files_per_trigger` and `source.trigger_interval_s`.
+    files_per_trigger: int | None = None
+    trigger_interval_s: float | None = None
+    #: Ingest what is there now, in batches, then stop (Trigger.AvailableNow).
+    available_now: bool = False
+    #: The query's checkpoint folder (default: under the table's `.stitch/streams/`, or local state for S3).
+    checkpoint: str | None = None
+    #: A file whose appearance asks the query to stop after the running batch (the CLI's graceful SIGTERM).
+    stop_file: str | None = None
+
+
 REQUESTS: dict[str, type[JobRequest]] = {
     cls.job: cls
     for cls in (
@@ -92,6 +109,7 @@ REQUESTS: dict[str, type[JobRequest]] = {
         RollbackRequest,
         SavepointRequest,
         ArchiveRequest,
+        StreamRequest,
     )
 }
 

@@ -41,7 +41,7 @@ def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = 
     """Run `request` and return its result as plain data."""
     handler = JOBS.get(type(request))
     if handler is None:
-        raise UsageError(f"no job runs {type(request).__name__}")
+        raise UsageError(f"the {request.job} job runs only on Spark (a spark-submit job)")
     return handler(table, request, engine, progress)
 
 

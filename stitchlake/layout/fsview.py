@@ -58,7 +58,7 @@ class FileSystemView:
             commit = timeline.commit(instant)
             if kind_of(instant.action).writes_data:
                 for item in commit.added_files:
-                    files[item.path] = item.at(instant.requested, instant.completed or "")
+                    files[item.path] = item.at(instant.requested, instant.completed or "", commit.written_under)
             elif isinstance(commit, CleanCommit):
                 for path in commit.deleted:
                     deleted[path] = instant.completed or ""

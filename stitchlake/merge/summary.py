@@ -69,6 +69,27 @@ def meta_fields(stream: StreamSpec, with_commit: bool, columns: list[str] | None
     return [pa.field(meta_name(stream.name, n), _field_type(stream, n)) for n in names]
 
 
+def version_added_columns(stream: StreamSpec, table: pa.Table, added: list[str], with_commit: bool) -> pa.Table:
+    """`nulls: ignore` only: columns a file predates carry, as their version, the version of the row's group.
+
+    Every event the file summarises held the column's default (or null), so the row's own version is the version
+    its value came from — exactly what the column would carry had it existed when the file was written.
+    """
+    if stream.nulls != IGNORE:
+        return table
+    k = len(stream.ordering)
+    own = _version_fields("", k, with_commit)
+    for column in added:
+        for source, target in zip(own, _version_fields(f"c__{column}__", k, with_commit), strict=True):
+            name = meta_name(stream.name, target)
+            if name in table.column_names:
+                values = table.column(meta_name(stream.name, source))
+                valid = is_valid(table.column(column))  # null values carry no version
+                masked = pc.if_else(pa.array(valid), values, pa.nulls(len(values), values.type))
+                table = table.set_column(table.column_names.index(name), name, masked)
+    return table
+
+
 def rank_dictionaries(stream: StreamSpec, tables: Sequence[pa.Table]) -> Ranks:
     """Per ordering component, the sorted distinct values every version column of `tables` holds for it (None
     for an int64 image): what one merge ranks them against, so all its parts compare alike."""

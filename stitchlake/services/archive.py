@@ -103,12 +103,12 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
                 "action": i.action,
                 "completed": i.completed,
                 "metadata": commit_json(timeline.commit(i)),
-            },
-            sort_keys=True,
+            }
         )
         for i in chosen
     ]
-    return ArchivePlan(chosen, horizon, Checkpoint(horizon, tuple(files), consumed), lines)
+    schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
+    return ArchivePlan(chosen, horizon, Checkpoint(horizon, tuple(files), consumed, schemas), lines)
 
 
 def archive(table: Table, keep: int | None = None) -> ArchiveResult:

@@ -166,7 +166,8 @@ def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice])
     """Publish the compaction as a `commit`."""
     # Like an erase, name the file groups rewritten (a list, never a count): conflict checks read it.
     groups = tuple(FileGroupRef(f.partition, f.file_group) for f in files)
-    instant = txn.complete(CompactionCommit(added=tuple(files), operations=groups))
+    version = txn.table.schema_version
+    instant = txn.complete(CompactionCommit(added=tuple(files), operations=groups, schema_version=version))
     return CompactionResult(
         instant=instant.requested,
         completed=instant.completed,

@@ -277,6 +277,7 @@ def _execute(
     erased = 0 if erased_rows is None else erased_rows.num_rows
     instant = txn.complete(
         EraseCommit(
+            schema_version=table.schema_version,
             operations=tuple(FileGroupRef(f.partition, f.file_group) for f in files),
             added=tuple(files),
             keys_file=plan.keys_file,

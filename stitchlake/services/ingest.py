@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.badrows import FAIL
-from stitchlake.errors import ConflictError, InputRejected, UsageError
+from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.paths import quarantine_folder
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord
+from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord, StreamBatch
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
 
@@ -54,7 +54,17 @@ class IngestResult:
 
 
 def consumed(table: Table, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
-    """Landing files completed instants of `stream` consumed (archived ones included), by name, newest record."""
+    """Landing files completed instants of `stream` consumed (archived ones included), by name, newest record.
+
+    Read without the lock: if an archive or restore moves the history meanwhile, read it again once.
+    """
+    try:
+        return _consumed(table, timeline, stream)
+    except HistoryMoved:
+        return _consumed(table, table.timeline(), stream)
+
+
+def _consumed(table: Table, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
     checkpoint = load_checkpoint(table.storage)
     found = checkpoint.landing(stream) if checkpoint else {}
     for instant in timeline.completed([Action.DELTACOMMIT]):
@@ -172,8 +182,10 @@ def ingest(
     reingest_changed: bool = False,
     txn: Transaction | None = None,
     progress: Callable[[str], None] = lambda _message: None,
+    stream_batch: StreamBatch | None = None,
 ) -> IngestResult:
-    """Ingest the stream's pending landing files as one deltacommit. `txn` is a claim taken by the caller."""
+    """Ingest the stream's pending landing files as one deltacommit. `txn` is a claim taken by the caller;
+    `stream_batch` the `stitch stream` micro-batch this ingest is (recorded in the commit)."""
     started = time.time()
     table.require()
     spec = table.config.stream(stream)
@@ -195,6 +207,7 @@ def ingest(
         quarantined = bool(bad.files or bad.rejected)
         instant = txn.complete(
             DeltaCommit(
+                schema_version=table.schema_version,
                 stream=stream,
                 added=tuple(written.files),
                 rows=written.rows,
@@ -204,6 +217,7 @@ def ingest(
                 quarantined_files=tuple(bad.rejected),
                 sources=tuple(f.record() for f in todo),
                 engine=engine.name,
+                stream_batch=stream_batch,
             )
         )
     except BaseException as exc:

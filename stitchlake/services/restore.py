@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from stitchlake.table import Table
 
 #: Instants a restore undoes: they change data (or pin states that will no longer exist).
-UNDONE_BY_RESTORE = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.SAVEPOINT)
+UNDONE_BY_RESTORE = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.SAVEPOINT, Action.ALTER)
 
 
 @dataclass

@@ -41,8 +41,9 @@ def status(table: Table) -> dict[str, Any]:
 
     writers = []
     for instant in timeline.pending():
-        beat = heartbeats.last_beat(table.storage, instant.requested)
-        alive = beat is not None and now - beat <= expire
+        record = heartbeats.read_beat(table.storage, instant.requested)
+        beat = None if record is None else float(record["ts"])
+        alive = not heartbeats.is_expired(table.storage, instant.requested, expire, now)
         writer = timeline.plan(instant).writer
         writers.append(
             {

@@ -24,11 +24,12 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stitchlake import errors
+from stitchlake.concurrency.liveness import die_with_parent
 from stitchlake.errors import StitchError
 from stitchlake.paths import LOGS_DIR
 from stitchlake.spark.session import REQUIRED_CONF
@@ -47,6 +48,10 @@ DEFAULT_CONF = {
     "spark.sql.adaptive.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
+
+
+#: Seconds an interrupted job gets to end after SIGTERM before its process group is SIGKILLed.
+STOP_GRACE_S = 20
 
 
 @dataclass(frozen=True)
@@ -203,10 +208,20 @@ def run_job(
     request: JobRequest,
     target_args: list[str],
     progress: Callable[[str], None] | None = None,
+    graceful_stop_s: float | None = None,
 ) -> dict[str, Any]:
-    """Run a job request under spark-submit; return its result or raise its error again."""
+    """Run a job request under spark-submit; return its result or raise its error again.
+
+    Interrupted (SIGTERM, Ctrl-C), the whole job is stopped: SIGTERM to its process group, then SIGKILL after
+    `STOP_GRACE_S`. A job that can stop gracefully (`graceful_stop_s`: `stitch stream`) is first asked to, through
+    a stop file named in its request, and given that long to finish the batch it is in.
+    """
     job = request.job
     files = job_files(table, job)
+    stop_file = None
+    if graceful_stop_s is not None and hasattr(request, "stop_file"):
+        stop_file = files.request.parent / "stop"
+        request = replace(request, stop_file=str(stop_file))  # type: ignore[call-arg]
     config = table.config
     write_properties(files.properties, spark_properties(config))
     write_private(files.request, json.dumps(request.to_json()))
@@ -229,14 +244,15 @@ def run_job(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,
+                start_new_session=True,  # its own process group: signals reach the JVM and its Python workers
+                preexec_fn=die_with_parent,  # and if we are SIGKILLed, the kernel ends the job for us
             )
-            _follow(process, files.log, progress)
+            _follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
     finally:
-        with contextlib.suppress(OSError):
-            files.properties.unlink()
-        with contextlib.suppress(OSError):
-            files.request.unlink()
+        for leftover in (files.properties, files.request, stop_file):
+            if leftover is not None:
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
     code = process.returncode
     result: dict[str, Any] | None = None
     if files.result.exists():
@@ -255,7 +271,13 @@ def run_job(
     return result
 
 
-def _follow(process: subprocess.Popen[bytes], log: Path, progress: Callable[[str], None] | None) -> None:
+def _follow(
+    process: subprocess.Popen[bytes],
+    log: Path,
+    progress: Callable[[str], None] | None,
+    stop_file: Path | None = None,
+    graceful_s: float = 0,
+) -> None:
     """Wait for the job, passing its progress lines on; stop the whole job if we are interrupted."""
     position = 0
     try:
@@ -264,13 +286,43 @@ def _follow(process: subprocess.Popen[bytes], log: Path, progress: Callable[[str
             position = _relay(log, position, progress)
         _relay(log, position, progress)
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        if stop_file is not None and _stopped_gracefully(process, log, position, progress, stop_file, graceful_s):
+            return  # its result says how it ended
+        _stop(process)
         raise
+
+
+def _stopped_gracefully(
+    process: subprocess.Popen[bytes],
+    log: Path,
+    position: int,
+    progress: Callable[[str], None] | None,
+    stop_file: Path,
+    graceful_s: float,
+) -> bool:
+    """Ask the job to stop after its running batch and wait up to `graceful_s`; a second interrupt stops waiting."""
+    stop_file.touch()
+    if progress:
+        progress(f"stopping after the running batch (up to {graceful_s:.0f}s; interrupt again to stop at once)")
+    deadline = time.monotonic() + graceful_s
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+            position = _relay(log, position, progress)
+    except BaseException:
+        return False
+    _relay(log, position, progress)
+    return process.poll() is not None
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the job's process group (the JVM, its Python driver and workers), SIGKILL after the grace."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _relay(log: Path, position: int, progress: Callable[[str], None] | None) -> int:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import traceback
 from typing import Any
@@ -39,6 +40,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="the table config YAML")
     parser.add_argument("--table", help="a table folder or URI (when there is no config file)")
     args = parser.parse_args(argv)
+    from stitchlake.concurrency.liveness import die_with_parent
+    from stitchlake.errors import Terminated
+
+    die_with_parent()  # the JVM that runs us went away (its `stitch` command was killed): so do we
+
+    def terminate(signum: int, _frame: Any) -> None:
+        raise Terminated(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, terminate)  # unwind: the job's own instants abort on the way out
     spark = None
     secrets: frozenset[str] = frozenset()
     job = "job"
@@ -46,10 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from pyspark.sql import SparkSession
 
-        from stitchlake.jobs.requests import from_json
+        from stitchlake.jobs.requests import StreamRequest, from_json
         from stitchlake.jobs.run import run
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
+        from stitchlake.spark.streaming import run_stream
         from stitchlake.table import Table, open_table
 
         with open(args.request, encoding="utf-8") as handle:
@@ -59,7 +70,10 @@ def main(argv: list[str] | None = None) -> None:
         secrets = table.config.secret_values
         spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate())
         spark.sparkContext.setLogLevel("WARN")
-        outcome: dict[str, Any] = {"ok": True, **run(table, request, SparkEngine(spark), progress)}
+        if isinstance(request, StreamRequest):
+            outcome: dict[str, Any] = {"ok": True, **run_stream(spark, table, request, progress)}
+        else:
+            outcome = {"ok": True, **run(table, request, SparkEngine(spark), progress)}
         code = 0
     except BaseException as error:  # report every failure as a result the launcher can raise again
         from stitchlake.config import redact

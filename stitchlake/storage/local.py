@@ -56,18 +56,26 @@ class LocalStorage(Storage):
 
     def write_bytes(self, path: str, data: bytes) -> None:
         full = self._full(path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as handle:
-            handle.write(data)
+        with _naming(full):
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as handle:
+                handle.write(data)
 
     def _write_temp(self, full: str, data: bytes) -> str:
+        """Write `data` beside `full` under a temporary name; on failure (a full disk) nothing is left behind."""
         folder = os.path.dirname(full)
-        os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, f".{os.path.basename(full)[:100]}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        with _naming(full):
+            os.makedirs(folder, exist_ok=True)
+            try:
+                with open(tmp, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         return tmp
 
     def put_if_absent(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> bool:
@@ -129,7 +137,7 @@ class LocalStorage(Storage):
         try:
             os.unlink(full)
             return True
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # absent (a file stands where a folder of the path would)
             return False
         except (IsADirectoryError, PermissionError):
             if not os.path.isdir(full):
@@ -145,6 +153,17 @@ class LocalStorage(Storage):
 
     def ancestors(self) -> list[Storage]:
         return [LocalStorage(str(parent)) for parent in Path(self.root).parents]
+
+
+@contextlib.contextmanager
+def _naming(full: str) -> Iterator[None]:
+    """OS errors raised while writing (ENOSPC comes from `write()`, which names no file) name the file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, full) from exc
+        raise
 
 
 def _info(path: str, stat: os.stat_result) -> FileInfo:

@@ -26,6 +26,15 @@ BATCH_SUFFIX = ".archive.jsonl"
 
 
 @dataclass(frozen=True)
+class SchemaVersion:
+    """One version of the table's stored schema (the `table.json` shape), and when its alter completed."""
+
+    version: int
+    since: str
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """The file-system view at the archive horizon: live files, and what each stream had consumed by then."""
 
@@ -33,6 +42,8 @@ class Checkpoint:
     files: tuple[DataFile, ...] = ()
     #: stream -> landing files consumed up to the horizon (plain names in checkpoints written before versions).
     consumed: dict[str, tuple[LandingRecord | str, ...]] = field(default_factory=dict)
+    #: Schema versions made by archived alters (files at the horizon may have been written under any of them).
+    schemas: tuple[SchemaVersion, ...] = ()
     format_version: int = 1
 
     @property

@@ -19,8 +19,9 @@ class Action:
     SAVEPOINT = "savepoint"
     RESTORE = "restore"
     ERASE = "erase"
+    ALTER = "alter"
 
-    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE)
+    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE, ALTER)
     #: Actions whose completion writes base files: they start new file slices.
     REWRITES = (COMPACTION, ERASE)
 

@@ -39,19 +39,21 @@ class DataFile:
     bytes: int
     instant: str = ""
     completed: str = ""
+    #: The table schema version it was written under (its columns and types); the view fills it in.
+    schema_version: int = 0
 
     @property
     def group(self) -> tuple[str, str]:
         return (self.partition, self.file_group)
 
-    def at(self, instant: str, completed: str) -> DataFile:
-        return replace(self, instant=instant, completed=completed)
+    def at(self, instant: str, completed: str, schema_version: int = 0) -> DataFile:
+        return replace(self, instant=instant, completed=completed, schema_version=schema_version)
 
     def to_json(self, times: bool = True) -> dict[str, Any]:
         out = dump(self)
         if not times:
-            out.pop("instant")
-            out.pop("completed")
+            for name in ("instant", "completed", "schema_version"):
+                out.pop(name)
         return out
 
 
@@ -156,6 +158,8 @@ class Plan:
 @dataclass(frozen=True)
 class DeltaCommitPlan(Plan):
     stream: str | None = None
+    #: The Structured Streaming micro-batch this write is (its tasks find the instant by it).
+    stream_batch: StreamBatch | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,15 @@ class RestorePlan(UndoPlan):
 
 
 @dataclass(frozen=True)
+class AlterPlan(Plan):
+    """A new schema version: the whole stored schema (`table.json` shape) and the changes, in words."""
+
+    schema_version: int = 0
+    properties: dict[str, Any] = field(default_factory=dict)
+    changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SavepointPlan(Plan):
     savepoint_of: str = ""
     instant: str = ""
@@ -253,6 +266,11 @@ class Commit:
     def added_files(self) -> tuple[DataFile, ...]:
         return ()
 
+    @property
+    def written_under(self) -> int:
+        """The schema version its data files were written under."""
+        return 0
+
     def owned_files(self) -> set[str]:
         """Every file this commit made: data files and its own bookkeeping (rollback deletes them)."""
         out = {f.path for f in self.added_files}
@@ -278,6 +296,10 @@ class DeltaCommit(Commit):
     OWN_FIELDS: ClassVar[tuple[str, ...]] = ("quarantine",)
 
     @property
+    def written_under(self) -> int:
+        return self.schema_version or 0
+
+    @property
     def added_files(self) -> tuple[DataFile, ...]:
         return self.added
 
@@ -297,6 +319,11 @@ class DeltaCommit(Commit):
 class RewriteCommit(Commit):
     added: tuple[DataFile, ...] = ()
     operations: tuple[FileGroupRef, ...] = ()
+    schema_version: int = 0
+
+    @property
+    def written_under(self) -> int:
+        return self.schema_version
 
     @property
     def added_files(self) -> tuple[DataFile, ...]:
@@ -346,6 +373,13 @@ class RestoreCommit(Commit):
 
 
 @dataclass(frozen=True)
+class AlterCommit(Commit):
+    schema_version: int = 0
+    properties: dict[str, Any] = field(default_factory=dict)
+    changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SavepointCommit(Commit):
     savepoint_of: str = ""
     instant: str = ""
@@ -380,6 +414,7 @@ ACTIONS: dict[str, ActionKind] = {
     Action.ROLLBACK: ActionKind(RollbackPlan, RollbackCommit, finished_not_undone=True),
     Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True),
     Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True),
+    Action.ALTER: ActionKind(AlterPlan, AlterCommit),
 }
 
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
-from stitchlake.errors import CorruptFileError, StitchError
+from stitchlake.errors import CorruptFileError, HistoryMoved, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.clock import next_time
@@ -74,7 +74,8 @@ def _reader_pool() -> ThreadPoolExecutor:
 
 
 def encode_metadata(content: dict[str, Any]) -> bytes:
-    return json.dumps({"format_version": METADATA_VERSION, **content}, indent=1, sort_keys=True).encode()
+    """Keys keep their order: a stored schema lists streams and columns in the order reads show them."""
+    return json.dumps({"format_version": METADATA_VERSION, **content}, indent=1).encode()
 
 
 def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict[str, Any]:
@@ -300,7 +301,7 @@ def _remember(storage: Storage, name: str, content: dict[str, Any]) -> None:
             _IMMUTABLE.popitem(last=False)
 
 
-class TimelineFileVanished(StitchError):
+class TimelineFileVanished(HistoryMoved):
     """An instant file listed a moment ago is gone: its instant was aborted, rolled back or archived meanwhile."""
 
 

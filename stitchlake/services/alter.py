@@ -1,0 +1,88 @@
+"""`stitch alter`: apply the compatible changes between a table's schema and its YAML as one `alter` instant.
+
+The new schema version is recorded whole on the timeline (under the lock, refused while a restore or rollback
+undoes history), so every later command reads it, files keep the version they were written under, and a restore
+to a savepoint before the alter takes the alter back too. What may change, and why the rest may not, is in
+`stitchlake.config.evolution`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from stitchlake.config.evolution import Change, changes, names_ever_used, schema_of, schema_properties
+from stitchlake.errors import ConfigError, ConflictError
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import AlterCommit, AlterPlan
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+
+@dataclass
+class AlterResult:
+    """What an alter did (or, with `dry_run`, would do)."""
+
+    instant: str | None
+    completed: str | None
+    schema_version: int
+    changes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    message: str = ""
+
+
+def planned_changes(table: Table) -> tuple[int, list[Change]]:
+    """The current schema version, and every change from it to what `table.config` describes."""
+    versions = table.schema_history()
+    current = versions[-1]
+    found = changes(
+        schema_of(current.properties), schema_properties(table.config), names_ever_used(v.properties for v in versions)
+    )
+    return current.version, found
+
+
+def alter(table: Table, dry_run: bool = False) -> AlterResult:
+    """Make the table's schema what its config describes, if every change is compatible (ConfigError otherwise)."""
+    current, found = planned_changes(table)
+    where = table.config.source_file or "config"
+    if not found:
+        return AlterResult(
+            None, None, current, [], dry_run, f"nothing to alter: {where} matches schema version {current}"
+        )
+    refused = [change for change in found if not change.allowed]
+    if refused:
+        raise ConfigError(
+            f"{where}: cannot alter the table at {table.path} (schema version {current}); nothing was changed:\n  "
+            + "\n  ".join(map(str, refused))
+        )
+    lines = [str(change) for change in found]
+    target = current + 1
+    if dry_run:
+        return AlterResult(
+            None, None, target, lines, True, f"would make schema version {target}: {len(lines)} change(s)"
+        )
+    proposed = schema_properties(table.config)
+
+    def plan(timeline: Timeline, _requested: str) -> AlterPlan:
+        latest = table.schema_history(timeline)[-1].version
+        if latest != current:
+            raise ConflictError(
+                f"another alter made schema version {latest} while this one was planned; nothing was changed — "
+                "run again (it compares with the new version)"
+            )
+        return AlterPlan(schema_version=target, properties=proposed, changes=tuple(lines))
+
+    txn = Transaction.begin_planned(table, Action.ALTER, plan=plan)
+    assert txn is not None
+    done = txn.complete(AlterCommit(schema_version=target, properties=proposed, changes=tuple(lines)))
+    return AlterResult(
+        done.requested,
+        done.completed,
+        target,
+        lines,
+        False,
+        f"altered: schema version {target} ({len(lines)} change(s))",
+    )

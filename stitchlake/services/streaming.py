@@ -1,0 +1,85 @@
+"""Structured Streaming micro-batches as deltacommits, exactly once across restarts.
+
+A streaming query names each micro-batch by (query id, batch id); both survive a restart from the query's
+checkpoint, and a batch that did not finish is run again with the same ids. So the deltacommit of a micro-batch
+records them (`stream_batch`), and:
+
+- the first task of a batch begins its instant under the lock, and every other task of that batch (or of its
+  re-run after a crash) finds it by the batch's ids and writes into it, so a batch is one instant;
+- a task of a batch that already committed writes nothing, and the commit of a batch someone already committed
+  publishes nothing: the re-run of a batch whose commit landed just before a crash adds no second copy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stitchlake.errors import ConflictError
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, StreamBatch
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+
+class BatchAlreadyCommitted(ConflictError):
+    """This micro-batch was committed by an earlier run of it: what this run wrote is not wanted."""
+
+
+def committed(timeline: Timeline, stream: str, batch: StreamBatch) -> Instant | None:
+    """The completed deltacommit that holds `batch`, if any (the newest first: a re-run is recent)."""
+    for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
+        commit = timeline.commit(instant)
+        if isinstance(commit, DeltaCommit) and commit.stream == stream and commit.stream_batch == batch:
+            return instant
+    return None
+
+
+def _pending(timeline: Timeline, stream: str, batch: StreamBatch) -> Instant | None:
+    for instant in timeline.pending([Action.DELTACOMMIT]):
+        plan = timeline.plan(instant)
+        if isinstance(plan, DeltaCommitPlan) and plan.stream == stream and plan.stream_batch == batch:
+            return instant
+    return None
+
+
+def batch_instant(table: Table, stream: str, batch: StreamBatch) -> str | None:
+    """The instant the tasks of `batch` write into (begun by the first of them); None if it already committed.
+
+    Another live writer of the stream (a `stitch ingest` of it) makes this exit 4, as for any second writer.
+    """
+    if committed(table.timeline(), stream, batch) is not None:
+        return None
+    found: list[str | None] = []
+
+    def plan(timeline: Timeline, _requested: str) -> DeltaCommitPlan | None:
+        if committed(timeline, stream, batch) is not None:
+            found.append(None)
+            return None
+        pending = _pending(timeline, stream, batch)
+        if pending is not None:  # a sibling task began it, or a crashed run of this batch did
+            found.append(pending.requested)
+            return None
+        refuse_if_stream_busy(table, timeline, stream)
+        return DeltaCommitPlan(stream=stream, stream_batch=batch)
+
+    txn = Transaction.begin_planned(table, Action.DELTACOMMIT, plan=plan, heartbeat=False)
+    if txn is None:
+        return found[0] if found else None
+    return txn.time
+
+
+def exactly_once(stream: str, batch: StreamBatch) -> ConflictCheck:
+    """At publish, under the lock: no other instant may hold this batch already."""
+
+    def check(timeline: Timeline, instant: Instant) -> None:
+        done = committed(timeline, stream, batch)
+        if done is not None and done.requested != instant.requested:
+            raise BatchAlreadyCommitted(
+                f"micro-batch {batch.batch_id} of query {batch.query_id} was already committed as instant "
+                f"{done.requested}; this run of it publishes nothing"
+            )
+
+    return check

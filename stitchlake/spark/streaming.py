@@ -1,0 +1,203 @@
+"""`stitch stream`: a stream's landing folder as one long-running Structured Streaming query.
+
+The query's source lists the stream's landing files the table has not consumed yet, at most
+`source.files_per_trigger` per micro-batch, every `source.trigger_interval_s` (or all there is now, in batches, with
+Trigger.AvailableNow); each micro-batch runs the very ingest `stitch ingest` runs (`services.ingest.ingest` on the
+Spark engine) on exactly those files. So formats, compression, bad rows, quarantine, changed-file refusals and
+exactly-once per landing file are the same as under cron, and cron and a stream can even take turns on a stream.
+
+Exactly once: a micro-batch's offset names its files, and the ingest skips files the table already consumed, so a
+batch re-run after a crash adds nothing twice; its commit also records the query and batch ids. The checkpoint is
+Spark's bookkeeping only: deleting it starts a new query that ingests whatever is pending.
+
+Stopping: the CLI asks for a graceful stop (a stop file) on SIGTERM or Ctrl-C; the query then finishes the batch it
+is in and stops, and the job reports success. A SIGTERM to the job itself stops at once (the running ingest
+aborts its instant).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
+
+from stitchlake.spark.tables import open_for_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from stitchlake.jobs.requests import StreamRequest
+    from stitchlake.table import Table
+
+#: The landing source's short name (`spark.readStream.format(...)`).
+SOURCE_NAME = "stitchlake_landing"
+#: How often the driver checks for a stop request and reports progress.
+POLL_S = 1.0
+#: Offsets name a batch's files separated by this (file names never hold a newline: `io.landing` refuses them).
+SEPARATOR = "\n"
+
+
+class LandingFiles(DataSource):
+    """The landing files of one stream (`option("stream", S)`) that the table has not consumed yet."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return "name string"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return LandingFilesReader(dict(self.options))
+
+
+class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are `{"batch": n, "files": "<name>\\n<name>..."}`: each names the files of its micro-batch."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.table = open_for_spark(options)
+        self.stream = options["stream"]
+        spec = self.table.config.stream(self.stream)
+        assert spec.source is not None
+        self.per_trigger = int(options.get("files_per_trigger") or spec.source.files_per_trigger)
+        #: With Trigger.AvailableNow: the files pending when the query started (later arrivals wait for next time).
+        self.target: set[str] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"batch": 0, "files": ""}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxFiles(self.per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = set(self._pending())
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        handed_out = set(str(start.get("files") or "").split(SEPARATOR))
+        pending = [name for name in self._pending() if name not in handed_out]
+        if self.target is not None:
+            pending = [name for name in pending if name in self.target]
+        if not pending:
+            return start
+        if not isinstance(limit, ReadAllAvailable):
+            most = limit.max_files if isinstance(limit, ReadMaxFiles) else self.per_trigger
+            pending = pending[:most]
+        return {"batch": int(start.get("batch", 0)) + 1, "files": SEPARATOR.join(pending)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == end or not end.get("files"):
+            return []
+        return [InputPartition(end["files"])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
+        for name in str(partition.value).split(SEPARATOR):
+            yield (name,)
+
+    def _pending(self) -> list[str]:
+        from stitchlake.services.ingest import pending_files
+
+        files, _ = pending_files(self.table, self.stream)
+        return [f.name for f in files]
+
+
+def checkpoint_folder(table: Table, stream: str) -> str:
+    """The query's checkpoint: beside the table on local disk; in local state for a table on an object store
+    (Spark would need Hadoop's s3a to write there, and losing it costs nothing: the table knows what it has)."""
+    from stitchlake.paths import STREAMS_DIR
+    from stitchlake.storage import LocalStorage
+
+    if isinstance(table.storage, LocalStorage):
+        return table.storage.describe(f"{STREAMS_DIR}/{stream}/checkpoint")
+    base = os.environ.get("STITCH_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state", "stitchlake")
+    return os.path.join(base, "streams", table.config.table.name, stream, "checkpoint")
+
+
+def run_stream(
+    spark: SparkSession,
+    table: Table,
+    request: StreamRequest,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run the query until it is asked to stop (or, with available_now, until nothing is pending)."""
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine
+    from stitchlake.timeline.metadata import StreamBatch
+
+    spec = table.config.stream(request.stream)
+    if spec.source is None:
+        from stitchlake.errors import UsageError
+
+        raise UsageError(f"stream {request.stream} has no `source:` in the config; `stitch stream` reads it")
+    spark.dataSource.register(LandingFiles)
+    interval = request.trigger_interval_s or spec.source.trigger_interval_s
+    per_trigger = request.files_per_trigger or spec.source.files_per_trigger
+    checkpoint = request.checkpoint or checkpoint_folder(table, request.stream)
+    engine = SparkEngine(spark)
+    totals = {"batches": 0, "source_files": 0, "rows": 0, "bad_rows": 0}
+    query_id: list[str] = []
+    frame = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("path", table.path)
+        .option("config", table.config.source_file or "")
+        .option("stream", request.stream)
+        .option("files_per_trigger", str(per_trigger))
+        .load()
+    )
+
+    def each_batch(batch: Any, batch_id: int) -> None:
+        names = [row["name"] for row in batch.collect()]
+        if not names:
+            return
+        source = spec.source
+        assert source is not None
+        paths = [f"{source.path.rstrip('/')}/{name}" for name in names]
+        done = ingest(
+            table,
+            engine,
+            request.stream,
+            paths,
+            stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
+        )
+        totals["batches"] += 1
+        for key in ("source_files", "rows", "bad_rows"):
+            totals[key] += int(getattr(done, key) or 0)
+        progress(f"micro-batch {batch_id}: {done.message}")
+
+    writer = frame.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
+    writer = (
+        writer.trigger(availableNow=True)
+        if request.available_now
+        else writer.trigger(processingTime=f"{interval} seconds")
+    )
+    query = writer.queryName(f"stitch-stream-{table.config.table.name}-{request.stream}").start()
+    query_id.append(str(query.id))
+    progress(f"streaming {request.stream}: {per_trigger} file(s) per micro-batch, checkpoint {checkpoint}")
+    stopped_by = _await(query, request.stop_file)
+    return {
+        "stream": request.stream,
+        "query_id": str(query.id),
+        "checkpoint": checkpoint,
+        "stopped": stopped_by,
+        **totals,
+        "message": f"stream {request.stream}: {totals['batches']} micro-batch(es), {totals['source_files']} file(s), "
+        f"{totals['rows']} rows; {stopped_by}",
+    }
+
+
+def _await(query: Any, stop_file: str | None) -> str:
+    """Wait for the query to end; on a stop request, let the running micro-batch finish, then stop it."""
+    while query.isActive:
+        if stop_file and os.path.exists(stop_file):
+            while query.isActive and query.status.get("isTriggerActive"):
+                time.sleep(0.2)  # the batch in progress finishes and commits
+            query.stop()
+            return "stopped on request after the running micro-batch"
+        query.awaitTermination(POLL_S)
+    error = query.exception()
+    if error is not None:
+        raise error
+    return "nothing left to ingest (available now)"
