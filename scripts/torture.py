@@ -338,6 +338,8 @@ class Settings:
     lock_expire: float
     restorers: int = 0
     archivers: int = 0
+    #: concurrency.mode: lock_free (one live writer per stream) or optimistic (writers of a stream run at once)
+    mode: str = "lock_free"
 
 
 def write_config(settings: Settings) -> Path:
@@ -353,7 +355,7 @@ def write_config(settings: Settings) -> Path:
     for stream in STREAMS:
         document["streams"][stream]["source"]["path"] = f"landing/{stream}"
     document["concurrency"] = {
-        "mode": "lock_free",
+        "mode": settings.mode,
         "lock": {"provider": "filesystem", "wait_s": 60, "expire_s": settings.lock_expire},
         "heartbeat": {"interval_s": settings.heartbeat_interval, "expire_s": settings.heartbeat_expire},
     }
@@ -1862,6 +1864,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retain", type=int, default=8, help="clean.retain (keep_latest_commits)")
     parser.add_argument("--heartbeat", type=float, nargs=2, default=(0.5, 4.0), metavar=("INTERVAL", "EXPIRE"))
     parser.add_argument("--lock-expire", type=float, default=2.0, help="lease of the table lock, seconds")
+    parser.add_argument(
+        "--mode",
+        choices=("lock_free", "optimistic"),
+        default="lock_free",
+        help="concurrency.mode; optimistic lets the writers of a stream run at once (they conflict by file group)",
+    )
     parser.add_argument("--check-only", action="store_true", help="only check an existing --workdir")
     parser.add_argument("--keep", action="store_true", help="keep the temp workdir even when all is well")
     parser.add_argument("--summary-json", help="also write the summary as JSON to this file")
@@ -1914,6 +1922,7 @@ def main(argv: list[str] | None = None) -> int:
             lock_expire=args.lock_expire,
             restorers=args.restorers,
             archivers=args.archivers,
+            mode=args.mode,
         )
         work.mkdir(parents=True, exist_ok=True)
         prepare(settings)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import errno
+import json
+
+#: How a StitchError's locations are noted in its traceback (parsed back by `spark.errors`).
+DETAILS_NOTE = "stitchlake-details: "
 
 
 class StitchError(Exception):
@@ -21,6 +25,10 @@ class StitchError(Exception):
         self.file = file
         self.column = column
         self.yaml_path = yaml_path
+        if self.details():
+            # Printed with the traceback, which is all that crosses from a Spark task to the driver: the job
+            # reads the locations back from it (`spark.errors.unwrap`).
+            self.add_note(DETAILS_NOTE + json.dumps(self.details(), sort_keys=True))
 
     def details(self) -> dict[str, str]:
         """The known locations of the problem, for machine-readable output."""

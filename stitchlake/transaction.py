@@ -17,13 +17,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from stitchlake.concurrency import conflicts
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
+from stitchlake.config import ConcurrencyMode
 from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
-from stitchlake.timeline.metadata import Commit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
+from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
 from stitchlake.timeline.timeline import (
     Timeline,
     delete_instant,
@@ -234,6 +236,9 @@ class Transaction:
                         "it chose (e.g. the landing files it took) may no longer follow the table's history; nothing "
                         "was published — run again"
                     )
+            if isinstance(metadata, DeltaCommit) and self.table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:
+                footprint = conflicts.DEFAULT_RULE.footprint(conflicts.groups_of(metadata.added))
+                conflicts.check_completed_and_planned(timeline, self.time, metadata.stream or "", footprint)
             for check in (self.conflict_check, conflict_check):
                 if check is not None:
                     check(timeline, self.instant)
@@ -405,6 +410,10 @@ def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:
 
 
 def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None:
+    """lock_free mode: one live writer per stream (exit 4 for a second). Optimistic mode lets several write at
+    once and finds their conflicts by file group instead (`concurrency.conflicts`)."""
+    if table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:
+        return
     for instant in timeline.pending([Action.DELTACOMMIT]):
         plan = timeline.plan(instant)
         if timeline.stream_of(instant) != stream or not live_writer(table, timeline, instant):

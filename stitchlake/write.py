@@ -17,7 +17,9 @@ import pyarrow as pa
 
 from stitchlake.badrows import FAIL, BadRows, quarantine_rows
 from stitchlake.batch import Batch, prepare
-from stitchlake.config import StreamSpec, TableConfig
+from stitchlake.concurrency import conflicts
+from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.config import ConcurrencyMode, StreamSpec, TableConfig
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.names import LOG, file_group_id, join, log_name
@@ -106,6 +108,43 @@ def precombine(
     return to_log(config, stream, keys, present, merged)
 
 
+def write_file_group(
+    table: Table,
+    stream: StreamSpec,
+    partition: str,
+    file_group: str,
+    batch: Batch,
+    instant: str,
+    mark: Callable[[str], None],
+) -> DataFile:
+    """Write the events of one file group (already routed there) as its log file of `instant`.
+
+    The Spark engine's write tasks receive their rows routed by the read tasks and call this directly.
+    """
+    config = table.config
+    rows = precombine(config, stream, batch.rows, batch.pos, batch.deleted)
+    path = join(partition, log_name(file_group, instant, config.table.log_format))
+    mark(path)
+    size = write_table_file(table.storage, path, rows, config.table.log_format)
+    return DataFile(path, partition, file_group, LOG, stream.name, rows.num_rows, size)
+
+
+def before_writing(table: Table, stream: StreamSpec, instant: str, groups: list[tuple[str, str]]) -> None:
+    """Call before writing a batch of file groups (every engine does): in optimistic mode with early conflict
+    detection, records them and stops a doomed write (exit 3) before it writes any data."""
+    concurrency = table.config.concurrency
+    if not groups or concurrency.mode != ConcurrencyMode.OPTIMISTIC or not concurrency.early_conflict_detection:
+        return
+    expire = concurrency.heartbeat.expire_s
+    conflicts.check_early(
+        table.storage,
+        instant,
+        stream.name,
+        groups,
+        alive=lambda other: not heartbeats.is_expired(table.storage, other, expire),
+    )
+
+
 def write_file_groups(
     table: Table,
     stream: StreamSpec,
@@ -114,18 +153,14 @@ def write_file_groups(
     mark: Callable[[str], None],
 ) -> list[DataFile]:
     """Write one log file per touched file group; `mark` records each file before it is created."""
-    config = table.config
 
     def write_one(group: tuple[str, str, np.ndarray]) -> DataFile:
         partition, file_group, members = group
-        index = pa.array(members)
-        rows = precombine(config, stream, batch.rows.take(index), batch.pos[members], batch.deleted[members])
-        path = join(partition, log_name(file_group, instant, config.table.log_format))
-        mark(path)
-        size = write_table_file(table.storage, path, rows, config.table.log_format)
-        return DataFile(path, partition, file_group, LOG, stream.name, rows.num_rows, size)
+        rows = Batch(batch.rows.take(pa.array(members)), batch.pos[members], batch.deleted[members])
+        return write_file_group(table, stream, partition, file_group, rows, instant, mark)
 
-    groups = route(config, batch.rows)
+    groups = route(table.config, batch.rows)
+    before_writing(table, stream, instant, [(partition, file_group) for partition, file_group, _ in groups])
     if len(groups) <= 1:
         return [write_one(g) for g in groups]
     with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(groups))) as pool:

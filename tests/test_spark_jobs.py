@@ -195,8 +195,12 @@ def test_bad_rows_exit_5_through_spark_submit(tmp_path: Path) -> None:
     config = write_config(tmp_path, tmp_path / "landing", bad_rows="fail")
     table = open_table(str(config))
     table.init()
-    done = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")
+    done = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json")
     assert done.returncode == 5, done.stderr
     assert "1 bad row" in done.stderr and "part-0001.parquet" in done.stderr and "order_id" in done.stderr
+    failure = one_json(done.stdout)  # where the problem is, recovered from the executor's traceback
+    assert failure["exit_code"] == 5 and failure["error_type"] == "InputRejected"
+    assert failure["file"].endswith("part-0001.parquet") and failure["column"] == "order_id"
+    assert "stitchlake-details" not in failure["error"]
     assert table.timeline().completed() == [] and table.timeline().pending() == []
     assert data_files(table) == []

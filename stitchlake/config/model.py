@@ -65,7 +65,8 @@ class BadRows(StrEnum):
 
 
 class ConcurrencyMode(StrEnum):
-    """lock_free: writers only add log files; optimistic: rewriting writers abort on overlap."""
+    """lock_free: one live writer per stream, never a conflict; optimistic: several writers of a stream, and
+    writes overlapping on file groups conflict (`concurrency.conflicts`)."""
 
     LOCK_FREE = "lock_free"
     OPTIMISTIC = "optimistic"
@@ -544,7 +545,11 @@ class ConcurrencySpec(Spec):
     """How concurrent writers and services coordinate."""
 
     mode: ConcurrencyMode = ConcurrencyMode.LOCK_FREE
-    """lock_free: writers never fail because of each other; optimistic: overlapping rewrites abort (exit 3)."""
+    """lock_free: one live writer per stream, writers never fail because of each other; optimistic: several writers
+    of a stream at once, a write that overlaps another one's file groups (or a pending rewrite's) aborts (exit 3)."""
+    early_conflict_detection: Flag = True
+    """optimistic mode: before writing file groups, check live writers' and completed writes' file groups, so a
+    doomed write stops before writing its data (false: only the check at publish)."""
     lock: LockSpec = Field(default_factory=LockSpec)
     heartbeat: HeartbeatSpec = Field(default_factory=HeartbeatSpec)
     max_clock_skew_s: Seconds = 86400.0

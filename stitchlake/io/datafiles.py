@@ -98,19 +98,21 @@ def read_table_file(
         else:
             table = read_parquet(storage, path, columns)
     except FileNotFoundError:
-        raise DataFileMissing(f"{where}: data file is missing (named by a completed instant)") from None
+        raise DataFileMissing(f"{where}: data file is missing (named by a completed instant)", file=where) from None
     except Exception as exc:
-        raise CorruptFileError(f"{where}: cannot read data file ({type(exc).__name__}: {exc})") from None
+        raise CorruptFileError(f"{where}: cannot read data file ({type(exc).__name__}: {exc})", file=where) from None
     if expected_rows is not None and table.num_rows != expected_rows:
-        raise CorruptFileError(f"{where}: holds {table.num_rows} rows but its commit recorded {expected_rows}")
+        raise CorruptFileError(
+            f"{where}: holds {table.num_rows} rows but its commit recorded {expected_rows}", file=where
+        )
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     missing = [f.name for f in wanted if f.name not in table.column_names]
     if missing:
-        raise CorruptFileError(f"{where}: missing columns {', '.join(missing)}")
+        raise CorruptFileError(f"{where}: missing columns {', '.join(missing)}", file=where)
     table = table.select(wanted.names)
     if table.schema != wanted:
         try:
             table = table.cast(wanted)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise CorruptFileError(f"{where}: columns do not match the table schema ({exc})") from None
+            raise CorruptFileError(f"{where}: columns do not match the table schema ({exc})", file=where) from None
     return table

@@ -135,7 +135,7 @@ def archive(table: Table, keep: int | None = None) -> ArchiveResult:
         storage.put_if_absent(checkpoint_path(plan.horizon), json.dumps(dump(plan.checkpoint)).encode(), lock.fence)
         lock.fence()
         for instant in plan.chosen:
-            delete_instant(storage, instant)
+            delete_instant(storage, instant, completed_last=True)
         for _horizon, old in checkpoint_names(storage)[: -1 - KEEP_OLD_CHECKPOINTS]:
             storage.delete(old)
         if storage.exists(LEGACY_CHECKPOINT):

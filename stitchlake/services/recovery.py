@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 from stitchlake.services.clean import finish_clean
 from stitchlake.services.restore import finish_restore
 from stitchlake.services.rollback import RollbackResult, expired, finish_rollback, run_rollback
+from stitchlake.timeline.archive import horizon_of
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import kind_of
-from stitchlake.timeline.timeline import Timeline
+from stitchlake.timeline.timeline import Timeline, delete_instant
 from stitchlake.transaction import undone_by
 
 if TYPE_CHECKING:
@@ -29,11 +30,23 @@ FINISHERS: dict[str, Callable[[Table, Instant], object]] = {
 }
 
 
+def archive_leftovers(table: Table, timeline: Timeline) -> list[Instant]:
+    """Requested or inflight files an interrupted archive left of instants it archived.
+
+    Archive never archives at or after the oldest pending instant, and every new instant is requested after every
+    time on the timeline, the horizon included: so a pending instant at or before the horizon is such a leftover,
+    never a writer. Rolling it back would delete the files of a commit the archive counts.
+    """
+    horizon = horizon_of(table.storage)
+    return [i for i in timeline.pending() if horizon is not None and i.requested <= horizon]
+
+
 def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], list[Instant], list[Instant]]:
     """Pending instants whose writer is dead: (to roll back, crashed compactions to reset, ones to finish)."""
     targets, resets, unfinished = [], [], []
+    leftovers = {i.requested for i in archive_leftovers(table, timeline)}
     for instant in timeline.pending():
-        if not expired(table, instant):
+        if instant.requested in leftovers or not expired(table, instant):
             continue
         if instant.action == Action.COMPACTION:
             if instant.state is State.INFLIGHT:
@@ -65,6 +78,8 @@ def rollback_failed(table: Table) -> RollbackResult:
     """Finish crashed services, then roll back every pending write whose heartbeat expired."""
     table.require()
     timeline = table.timeline()
+    for leftover in archive_leftovers(table, timeline):
+        delete_instant(table.storage, leftover)
     targets, resets, unfinished = failed_instants(table, timeline)
     finish_crashed(table, unfinished)
     if unfinished:

@@ -6,11 +6,15 @@ message are dug out of it, so every engine raises the same stitchlake errors wit
 
 from __future__ import annotations
 
+import json
 import re
 
 from stitchlake import errors
 
 _WRAPPED = re.compile(r"stitchlake\.errors\.(\w+): (.+?)(?:\n\s*(?:at |\tat |JVM stacktrace|\n)|$)", re.S)
+
+
+_DETAILS = re.compile(re.escape(errors.DETAILS_NOTE) + r"(\{[^\n]*\})")
 
 
 def unwrap(error: BaseException) -> tuple[str, int, str]:
@@ -24,9 +28,24 @@ def unwrap(error: BaseException) -> tuple[str, int, str]:
     if match:
         kind = getattr(errors, match.group(1), errors.StitchError)
         name = kind.__name__ if isinstance(kind, type) and issubclass(kind, errors.StitchError) else "StitchError"
-        return name, getattr(errors, name).exit_code, match.group(2).strip().splitlines()[0]
+        message = _DETAILS.sub("", match.group(2)).strip()
+        return name, getattr(errors, name).exit_code, message
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return "StitchError", 1, f"{type(error).__name__}: {first}"
+
+
+def details(error: BaseException) -> dict[str, str]:
+    """Where the problem is (file, column, YAML path), also for an error recovered from an executor's traceback."""
+    if isinstance(error, errors.StitchError):
+        return error.details()
+    match = _DETAILS.search(str(error))
+    if not match:
+        return {}
+    try:
+        found = json.loads(match.group(1))
+    except ValueError:
+        return {}
+    return {k: str(v) for k, v in found.items() if k in ("file", "column", "yaml_path")}
 
 
 def recovered(error: BaseException) -> errors.StitchError | None:
@@ -38,4 +57,4 @@ def recovered(error: BaseException) -> errors.StitchError | None:
         return None
     name, _code, message = unwrap(error)
     kind = getattr(errors, name, errors.StitchError)
-    return kind(message)
+    return kind(message, **details(error))

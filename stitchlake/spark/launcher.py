@@ -180,12 +180,13 @@ def log_folder(table: Table) -> Path:
     return Path(base) / table.config.table.name
 
 
-def error_for(name: str, message: str) -> StitchError:
-    """The job's error as its own class again (its exit code comes with the class)."""
+def error_for(name: str, message: str, details: dict[str, str] | None = None) -> StitchError:
+    """The job's error as its own class again (its exit code comes with the class), with where it is."""
     kind = getattr(errors, name, StitchError)
     if not (isinstance(kind, type) and issubclass(kind, StitchError)):
         kind = StitchError
-    return kind(message)
+    known = {k: v for k, v in (details or {}).items() if k in ("file", "column", "yaml_path")}
+    return kind(message, **known)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -266,7 +267,11 @@ def run_job(
             f"last lines of {files.log}:\n{_tail(files.log)}"
         )
     if not result.get("ok"):
-        raise error_for(str(result.get("error_type", "StitchError")), f"{result.get('error')} (Spark log: {files.log})")
+        raise error_for(
+            str(result.get("error_type", "StitchError")),
+            f"{result.get('error')} (Spark log: {files.log})",
+            result.get("details"),
+        )
     result["log"] = str(files.log)
     return result
 

@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> None:
         code = 0
     except BaseException as error:  # report every failure as a result the launcher can raise again
         from stitchlake.config import redact
-        from stitchlake.spark.errors import unwrap
+        from stitchlake.spark.errors import details, unwrap
 
         name, code, message = unwrap(error)
         outcome = {"ok": False, "exit_code": code, "error_type": name, "error": redact(message, secrets), "job": job}
+        outcome["details"] = {k: redact(v, secrets) for k, v in details(error).items()}
         print(redact(traceback.format_exc(), secrets), file=sys.stderr, flush=True)  # the log may be shared
     finally:
         if spark is not None:

@@ -93,7 +93,7 @@ def _read_checkpoint(storage: Storage, path: str, immutable: bool = True) -> Che
     try:
         found = load(Checkpoint, json.loads(data))
     except (json.JSONDecodeError, ValueError) as exc:
-        raise CorruptFileError(f"{where}: not a valid checkpoint ({exc})") from None
+        raise CorruptFileError(f"{where}: not a valid checkpoint ({exc})", file=where) from None
     if immutable and storage.remote:
         if len(_CHECKPOINTS) > 64:
             _CHECKPOINTS.clear()

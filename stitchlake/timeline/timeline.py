@@ -86,17 +86,17 @@ def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict
     """
     if not data:
         if completed:
-            raise CorruptFileError(f"{where}: completed instant file is empty (damaged timeline)")
+            raise CorruptFileError(f"{where}: completed instant file is empty (damaged timeline)", file=where)
         return {}
     try:
         content = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFileError(f"{where}: timeline file is not valid JSON ({exc})") from None
+        raise CorruptFileError(f"{where}: timeline file is not valid JSON ({exc})", file=where) from None
     if not isinstance(content, dict):
-        raise CorruptFileError(f"{where}: timeline file does not hold a JSON object")
+        raise CorruptFileError(f"{where}: timeline file does not hold a JSON object", file=where)
     version = content.get("format_version", METADATA_VERSION)
     if version != METADATA_VERSION:
-        raise CorruptFileError(f"{where}: metadata format version {version} is not supported")
+        raise CorruptFileError(f"{where}: metadata format version {version} is not supported", file=where)
     return content
 
 
@@ -105,7 +105,7 @@ def typed(cls: type[Any], content: dict[str, Any], where: str) -> Any:
     try:
         return load(cls, content)
     except ValueError as exc:
-        raise CorruptFileError(f"{where}: {exc} (damaged timeline)") from None
+        raise CorruptFileError(f"{where}: {exc} (damaged timeline)", file=where) from None
 
 
 class Timeline:
@@ -376,11 +376,15 @@ def write_completed(
     return Instant(instant.requested, instant.action, State.COMPLETED, completed)
 
 
-def delete_instant(storage: Storage, instant: Instant) -> None:
-    """Remove an instant's files, completed file first so it stops being visible before anything else goes."""
-    names = []
-    if instant.completed:
-        names.append(completed_file_name(instant.requested, instant.completed, instant.action))
-    names += [pending_file_name(instant.requested, instant.action, s) for s in (State.INFLIGHT, State.REQUESTED)]
-    for name in names:
+def delete_instant(storage: Storage, instant: Instant, *, completed_last: bool = False) -> None:
+    """Remove an instant's files.
+
+    Undoing it (rollback, restore, abort): the completed file first, so it stops being visible before anything else
+    goes. Archiving it (`completed_last`): the completed file last, because an interruption must never leave its
+    requested or inflight file alone — that would be a pending instant of a dead writer, which recovery rolls back,
+    deleting the data files of a commit the archive still counts.
+    """
+    pending = [pending_file_name(instant.requested, instant.action, s) for s in (State.INFLIGHT, State.REQUESTED)]
+    done = [completed_file_name(instant.requested, instant.completed, instant.action)] if instant.completed else []
+    for name in [*pending, *done] if completed_last else [*done, *pending]:
         storage.delete(timeline_path(name))
