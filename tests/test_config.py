@@ -229,6 +229,21 @@ BAD_CASES: list[tuple[str, Mutation, list[str]]] = [
         ["streams.orders.deletes.column"],
     ),
     ("spark_conf_not_spark", _set("spark", {"conf": {"driver.memory": "2g"}}), ["spark.conf.driver.memory"]),
+    (
+        "csv_option_unknown",
+        _set("streams|orders|source", {"format": "csv", "path": "landing", "options": {"header": "false"}}),
+        ["streams.orders.source.options.header", "csv takes only: delimiter, quote, escape, null_values"],
+    ),
+    (
+        "parquet_takes_no_options",
+        _set("streams|orders|source", {"format": "parquet", "path": "landing", "options": {"delimiter": ";"}}),
+        ["streams.orders.source.options.delimiter", "parquet takes none"],
+    ),
+    (
+        "csv_delimiter_of_two_characters",
+        _set("streams|orders|source", {"format": "csv", "path": "landing", "options": {"delimiter": ";;"}}),
+        ["streams.orders.source.options.delimiter", "must be one character"],
+    ),
 ]
 
 

@@ -289,3 +289,23 @@ def test_missing_requested_column_is_named(storage: LocalStorage, file_format: s
     with pytest.raises(CorruptFileError) as info:
         read_table_file(storage, path, table.schema, columns=["id", "x"], expected_rows=5)
     assert path in str(info.value) and "x" in str(info.value)
+
+
+def test_csv_options_quote_escape_and_null_values_are_used(tmp_path: Path) -> None:
+    """Every CSV option the config accepts changes how the file reads (none is parsed and then ignored)."""
+    from stitchlake.config import SourceSpec
+    from stitchlake.io.landing import discover, read_landing
+
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    (folder / "a.csv").write_text("k|note|other\n1|'a|b'|NA\n2|x\\|y|-\n", encoding="utf-8")
+    source = SourceSpec.model_validate(
+        {
+            "format": "csv",
+            "path": str(folder),
+            "options": {"delimiter": "|", "quote": "'", "escape": "\\", "null_values": "NA,-"},
+        }
+    )
+    [file] = discover(source)
+    rows = read_landing(source, file, ["k", "note", "other"]).to_pylist()
+    assert rows == [{"k": "1", "note": "a|b", "other": None}, {"k": "2", "note": "x|y", "other": None}]

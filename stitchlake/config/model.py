@@ -390,11 +390,26 @@ class SourceSpec(Spec):
     options: Annotated[dict[str, str], BeforeValidator(_options), WithJsonSchema(schema.TEXT_MAPPING)] = Field(
         default_factory=dict
     )
-    """Reader settings, kept as text (CSV: delimiter)."""
+    """Reader settings, kept as text. CSV: delimiter (default `,`, tab for .tsv), quote (`"`), escape (none),
+    null_values (comma-separated; default: empty, NULL, null). Other formats take none."""
+    #: Reader options each format takes (one character each, except null_values: a comma-separated list).
+    OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"csv": ("delimiter", "quote", "escape", "null_values")}
     files_per_trigger: Annotated[int, Field(ge=1, le=100_000)] = 10
     """`stitch stream`: landing files ingested per micro-batch at most."""
     trigger_interval_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     """`stitch stream`: seconds between micro-batches (a batch that runs longer starts the next at once)."""
+
+    @model_validator(mode="after")
+    def _known_options(self) -> Self:
+        """An option the reader would not use is an error, never silently ignored."""
+        allowed = self.OPTIONS.get(str(self.format), ())
+        for key, value in self.options.items():
+            if key not in allowed:
+                takes = f"takes only: {', '.join(allowed)}" if allowed else "takes none"
+                raise refuse(f"unknown option for {self.format} files ({self.format} {takes})", at=f"options.{key}")
+            if key != "null_values" and len(value) != 1:
+                raise refuse(f"must be one character, got {value!r}", at=f"options.{key}")
+        return self
 
 
 class StreamSpec(Spec):

@@ -276,12 +276,19 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
     import pyarrow.csv as pacsv
 
     tabs = ".tsv" in name.lower().rsplit("/", 1)[-1]
-    delimiter = source.options.get("delimiter", "\t" if tabs else ",")
-    parse = pacsv.ParseOptions(delimiter=delimiter)
+    options = source.options
+    delimiter = options.get("delimiter", "\t" if tabs else ",")
+    escape = options.get("escape")
+    parse = pacsv.ParseOptions(
+        delimiter=delimiter,
+        quote_char=options.get("quote", '"'),
+        escape_char=escape if escape else False,
+    )
+    nulls = options["null_values"].split(",") if "null_values" in options else ["", "NULL", "null"]
     convert = pacsv.ConvertOptions(
         column_types=dict.fromkeys(columns, pa.string()),
         strings_can_be_null=True,
-        null_values=["", "NULL", "null"],
+        null_values=nulls,
     )
     table = pacsv.read_csv(pa.BufferReader(data), parse_options=parse, convert_options=convert)
     if table.num_columns == 1 and columns and table.column_names[0] not in columns:
