@@ -787,3 +787,64 @@ def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table,
     assert stdout_json(result)["message"] == "nothing to compact"
     assert [i.file_name for i in table.timeline().instants] == before
     assert not Path(table.path, ".stitch", "logs").exists()
+
+
+# ------------------------------------------------------------------------------------- one CLI grammar
+
+
+def test_repeated_where_conditions_all_hold_and_compare(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    target = ("-c", str(config_file))
+    assert sorted(by_key(records(*target, "--where", "k>=2", "--where", "p=even"))) == [2, 4]
+    assert sorted(by_key(records(*target, "--where", "k<4", "--where", "k!=2"))) == [1, 3]
+    assert sorted(by_key(records(*target, "--where", "k>1,k<=3"))) == [2, 3]
+    assert sorted(by_key(records(*target, "--where", "paid>10"))) == [2]
+    assert records(*target, "--where", "k>2", "--where", "k<3") == []
+
+
+def test_validate_checks_a_config_without_touching_a_table(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    done = run("validate", "-c", str(config), "--json")
+    assert done.exit_code == 0, done.output
+    assert stdout_json(done)["ok"] is True
+    assert not (tmp_path / "table").exists(), "validate created something"
+    broken = yaml.safe_load(config.read_text())
+    broken["table"]["buckets"] = 0
+    bad = write_config(tmp_path, broken, name="bad.yaml")
+    refused = run("validate", "-c", str(bad), "--json")
+    assert refused.exit_code == 2 and json.loads(refused.stdout)["yaml_path"] == "table.buckets"
+
+
+def test_a_clean_with_nothing_to_do_leaves_the_timeline_alone(
+    written: tuple[Table, list[Any]], config_file: Path
+) -> None:
+    table, _ = written
+    before = sorted(p.name for p in (Path(table.path) / ".stitch" / "timeline").iterdir())
+    done = run("clean", "-c", str(config_file), "--engine", "local", "--json")
+    assert done.exit_code == 0, done.output
+    assert stdout_json(done)["instant"] is None
+    assert sorted(p.name for p in (Path(table.path) / ".stitch" / "timeline").iterdir()) == before
+
+
+def test_every_table_command_names_its_table_and_options_the_same_way() -> None:
+    """-c/--config and --table everywhere a table is named; --engine on every job with heavy work; --name for
+    savepoints; --json everywhere."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+
+    def leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+        if hasattr(command, "commands"):
+            return [leaf for name, sub in command.commands.items() for leaf in leaves(sub, (*path, name))]
+        return [(path, command)]
+
+    for path, command in leaves(group):
+        options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        assert "--json" in options, path
+        if path[0] != "validate":
+            assert {"-c", "--config"} <= options, path
+        if path[0] not in ("validate", "init", "alter"):  # these need the YAML itself
+            assert "--table" in options, path
+        if path[0] in ("ingest", "compact", "clean", "delete"):
+            assert "--engine" in options, path
+        if path[0] == "savepoint" and path[1] != "list":
+            assert "--name" in options, path
