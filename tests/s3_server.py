@@ -16,18 +16,16 @@ If Ceph is not installed and cannot be (not root, no apt-get), the tests are ski
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from script_modules import load_script
+from session_servers import file_lock, session_owner, shared_root
 
 rgw = load_script("rgw")  # scripts/rgw.py: start/stop the gateway, minimal signed S3 requests
 
@@ -95,23 +93,6 @@ class S3Bucket:
         return self.server.options()
 
 
-def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bool]:
-    """The directory for the gateway, and whether it is shared by several xdist workers."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return tmp_path_factory.getbasetemp().parent, True  # each worker's basetemp is <root>/popen-gwN
-    return tmp_path_factory.getbasetemp(), False
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3 endpoint (RADOS Gateway on 127.0.0.1) for the whole test session."""
@@ -130,12 +111,12 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         rgw.ensure_installed()
     except rgw.RgwError as exc:
         pytest.skip(f"no S3 server available: {exc}")
-    root, shared = _shared_root(tmp_path_factory)
+    root, shared = shared_root(tmp_path_factory)
     workdir = root / "rgw"
     # The watchdog outlives a killed run: under xdist it watches the controller, otherwise this pytest.
-    owner = os.getppid() if shared else os.getpid()
+    owner = session_owner(shared)
     try:
-        with _file_lock(root / "rgw.lock"):
+        with file_lock(root / "rgw.lock"):
             workdir.mkdir(exist_ok=True)
             started = rgw.start(workdir, watch_pid=owner)
     except rgw.RgwError as exc:

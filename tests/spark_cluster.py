@@ -14,15 +14,13 @@ it when the xdist controller exits).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from script_modules import load_script
+from session_servers import file_lock, session_owner, shared_root
 
 standalone = load_script("spark_standalone")
 
@@ -41,16 +39,6 @@ CLUSTER_APP_CONF = {
 }
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """'spark://127.0.0.1:<port>' of a standalone cluster that lives for the test session."""
@@ -60,12 +48,11 @@ def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Spark cluster: java is not on PATH")
-    shared = bool(os.environ.get("PYTEST_XDIST_WORKER"))
-    root = tmp_path_factory.getbasetemp().parent if shared else tmp_path_factory.getbasetemp()
+    root, shared = shared_root(tmp_path_factory)
     workdir = root / "spark-cluster"
-    owner = os.getppid() if shared else os.getpid()  # under xdist: the controller
+    owner = session_owner(shared)
     try:
-        with _file_lock(root / "spark-cluster.lock"):
+        with file_lock(root / "spark-cluster.lock"):
             workdir.mkdir(exist_ok=True)
             cluster = standalone.start(
                 workdir, cores=WORKER_CORES, memory=WORKER_MEMORY, watch_pid=owner, default_cores=DEFAULT_APP_CORES

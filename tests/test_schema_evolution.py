@@ -77,6 +77,27 @@ def new_default(doc: dict[str, Any]) -> None:
     doc["streams"]["a"]["columns"]["extra"]["default"] = "d2"
 
 
+#: An Avro landing file of stream n (the nested columns).
+NESTED_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "r",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+        {
+            "name": "info",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "info_t",
+                    "fields": [{"name": "x", "type": "int"}, {"name": "y", "type": "string"}],
+                },
+            ],
+        },
+    ],
+}
+
 #: Compatible alters, applied in this order (each needs the ones before it only where noted).
 ALTERS = [add_extra, widen_v, add_stream_c, drop_w, drop_n, add_z, new_default]
 
@@ -432,27 +453,8 @@ def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path)
                 arrow_rows(BASE, "n", [{**r, "op": "I"} for r in rows]).drop_columns(["op"]), landing / "f.parquet"
             )
         else:
-            schema = {
-                "type": "record",
-                "name": "r",
-                "fields": [
-                    {"name": "k", "type": "long"},
-                    {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
-                    {
-                        "name": "info",
-                        "type": [
-                            "null",
-                            {
-                                "type": "record",
-                                "name": "info_t",
-                                "fields": [{"name": "x", "type": "int"}, {"name": "y", "type": "string"}],
-                            },
-                        ],
-                    },
-                ],
-            }
             with open(landing / "f.avro", "wb") as handle:
-                fastavro.writer(handle, fastavro.parse_schema(schema), rows)
+                fastavro.writer(handle, fastavro.parse_schema(NESTED_AVRO), rows)
         table = stitchlake.open(write_yaml(root, document))
         table.init()
         assert table.ingest("n").rows == 2, fmt

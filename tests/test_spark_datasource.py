@@ -280,7 +280,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     import copy
 
     import fastavro
-    from test_schema_evolution import BASE, add_extra, drop_w, write_yaml
+    from test_schema_evolution import BASE, NESTED_AVRO, add_extra, drop_w, write_yaml
 
     import stitchlake
     from stitchlake.services.alter import alter
@@ -316,18 +316,10 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     config = write_yaml(tmp_path, document)
     alter(stitchlake.open(config))
     table = stitchlake.open(config)
-    schema = {
-        "type": "record",
-        "name": "r",
-        "fields": [
-            {"name": "k", "type": "long"},
-            {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
-            {"name": "info", "type": ["null", {"type": "record", "name": "i", "fields": [
-                {"name": "x", "type": "int"}, {"name": "y", "type": "string"}]}]},
-        ],
-    }  # fmt: skip
     with open(landing / "avro" / "f2.avro", "wb") as handle:
-        fastavro.writer(handle, fastavro.parse_schema(schema), [{"k": 2, "tags": ["z"], "info": {"x": 5, "y": "v"}}])
+        fastavro.writer(
+            handle, fastavro.parse_schema(NESTED_AVRO), [{"k": 2, "tags": ["z"], "info": {"x": 5, "y": "v"}}]
+        )
     assert ingest(table, engine, "n").rows == 1
 
     result = compact(table, engine=engine)
