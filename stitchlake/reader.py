@@ -26,7 +26,7 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.timeline.clock import parse_user_time
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import EraseCommit
+from stitchlake.timeline.metadata import EraseCommit, UndoPlan
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
 
@@ -278,13 +278,29 @@ def _read_once(
 # -------------------------------------------------------------------------------------------- incremental
 
 
-def _changed_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Any]:
+def changed_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Any]:
+    """The deltacommits and erases whose changes an incremental read of (since, until] reports.
+
+    Refused when the range holds an undo of a completed commit (a restore, or a rollback of a commit that had
+    completed): rows that were reported as changed would silently come back or vanish without a change row.
+    """
     span = timeline.completed(since=since, until=until)
-    if any(i.action == Action.RESTORE for i in span):
-        raise UsageError(
-            "the range contains a restore, which rewrote history; read changes from after the restore instead"
-        )
+    for instant in span:
+        if instant.action == Action.RESTORE:
+            raise UsageError(
+                f"the range contains restore {instant.requested}, which rewrote history; read changes from after "
+                "it instead"
+            )
+        if instant.action == Action.ROLLBACK and _undoes_commits(timeline.plan(instant)):
+            raise UsageError(
+                f"the range contains rollback {instant.requested} of a completed commit, which rewrote history; "
+                "read changes from after it instead"
+            )
     return [i for i in span if i.action in (Action.DELTACOMMIT, Action.ERASE)]
+
+
+def _undoes_commits(plan: object) -> bool:
+    return isinstance(plan, UndoPlan) and plan.undoes_commits
 
 
 def _touched_keys(
@@ -350,7 +366,7 @@ def read_changes(
         for key in view.file_groups()
         if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
     }
-    touched = _touched_keys(table, timeline, _changed_instants(timeline, since, until), groups)
+    touched = _touched_keys(table, timeline, changed_instants(timeline, since, until), groups)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
     parts = []
     for key, keys in sorted(touched.items()):

@@ -36,6 +36,7 @@ from stitchlake.timeline.timeline import (
 )
 
 if TYPE_CHECKING:
+    from stitchlake.storage import Storage
     from stitchlake.table import Table
 
 log = logging.getLogger(__name__)
@@ -127,34 +128,42 @@ class Transaction:
         if exclusive_stream:
             assert isinstance(body, DeltaCommitPlan), "only a deltacommit claims a stream"
             body = replace(body, stream=exclusive_stream)
-        with table.lock() as lock:
-            timeline = Timeline.load(storage)
-            if action != Action.ROLLBACK:
-                refuse_while_undoing(timeline, PLANNING.get(action, f"begin a {action}"))
-            if exclusive_stream:
-                refuse_if_stream_busy(table, timeline, exclusive_stream)
-            if busy_check is not None:
-                busy_check(timeline)
-            requested = next_time(timeline.all_times(), max_ahead_s=table.config.concurrency.max_clock_skew_s)
-            if plan is not None:
-                planned = plan(timeline, requested)
-                if planned is None:
-                    return None
-                body = planned
-            body = replace(body, writer=writer_info())
-            # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
-            instant = write_requested(storage, requested, action, body, ready=lock.fence)
-            # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the timeline.
-            # Found without a beat meanwhile, it is safe: rollbacks re-check liveness under the lock we hold.
-            beat = None
-            if heartbeat:
-                beat = Heartbeat(storage, requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
-                beat.start()
-        attempt = None
-        if inflight:
-            attempt = new_attempt()
-            instant = write_inflight(storage, instant, {"attempt": attempt})
-        return cls(table, instant, beat, attempt, body)
+        instant: Instant | None = None
+        beat: Heartbeat | None = None
+        try:
+            with table.lock() as lock:
+                timeline = Timeline.load(storage)
+                if action != Action.ROLLBACK:
+                    refuse_while_undoing(timeline, PLANNING.get(action, f"begin a {action}"))
+                if exclusive_stream:
+                    refuse_if_stream_busy(table, timeline, exclusive_stream)
+                if busy_check is not None:
+                    busy_check(timeline)
+                requested = next_time(timeline.all_times(), max_ahead_s=table.config.concurrency.max_clock_skew_s)
+                if plan is not None:
+                    planned = plan(timeline, requested)
+                    if planned is None:
+                        return None
+                    body = planned
+                body = replace(body, writer=writer_info())
+                # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
+                instant = write_requested(storage, requested, action, body, ready=lock.fence)
+                # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the
+                # timeline. Found without a beat meanwhile, it is safe: rollbacks re-check liveness under our lock.
+                if heartbeat:
+                    beat = Heartbeat(storage, requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
+                    beat.start()
+            attempt = None
+            if inflight:
+                attempt = new_attempt()
+                instant = write_inflight(storage, instant, {"attempt": attempt})
+            return cls(table, instant, beat, attempt, body)
+        except BaseException:
+            # Interrupted (SIGTERM, Ctrl-C) or failed before the caller holds a handle that could abort: nothing
+            # was written but the instant itself, so take it back now rather than leave it pending for recovery.
+            if instant is not None:
+                _take_back(storage, instant, beat)
+            raise
 
     @classmethod
     def attach(cls, table: Table, requested: str) -> Transaction:
@@ -424,3 +433,13 @@ def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None
             f"(host {writer.host}, pid {writer.pid if writer.pid is not None else '?'}); its heartbeat is alive, "
             "so this run stops here instead of ingesting twice — run again after it finishes"
         )
+
+
+def _take_back(storage: Storage, instant: Instant, beat: Heartbeat | None) -> None:
+    """Undo a begin that was interrupted before it returned: stop beating, delete the instant."""
+    try:
+        if beat is not None:
+            beat.stop(delete=True)
+        delete_instant(storage, instant)
+    except Exception:  # the lazy rollback of expired instants finishes the job
+        log.exception("could not take back instant %s; `stitch clean` will roll it back", instant.requested)

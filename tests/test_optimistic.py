@@ -210,6 +210,32 @@ def test_early_conflict_detection_stops_a_doomed_write_before_it_writes_data(
     assert len(first.timeline().completed([Action.DELTACOMMIT])) == 1
 
 
+def test_spark_ingest_tasks_detect_an_early_conflict_before_writing(
+    spark: Any, demo_data: Path, tmp_path: Path
+) -> None:
+    """The Spark engine's write tasks run the same early check as the in-process writer: with a live writer
+    holding day 2026-11-20, a Spark ingest of the orders (which cover that day) stops with exit 3 before any task
+    writes a data file of its own, and leaves no instant behind."""
+    from stitchlake.batch import prepare
+    from stitchlake.services.ingest import ingest as run_ingest
+    from stitchlake.spark.engine import SparkEngine
+    from stitchlake.write import write_file_groups
+
+    config, table = optimistic_table(tmp_path, demo_data)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    stream = table.config.stream("orders")
+    files = write_file_groups(table, stream, prepare(table.config, stream, rows([1, 2, 3])), txn.time, txn.mark)
+    before = {p for p in Path(table.path).rglob("*") if p.is_file() and ".stitch" not in p.parts}
+    with pytest.raises(ConflictError, match=f"live writer {txn.time} of stream orders.*stopped before writing") as err:
+        run_ingest(open_table(str(config)), SparkEngine(spark), "orders")
+    assert err.value.exit_code == 3
+    after = {p for p in Path(table.path).rglob("*") if p.is_file() and ".stitch" not in p.parts}
+    assert after == before, "the doomed Spark write left data files"
+    assert [i.requested for i in table.timeline().pending()] == [txn.time], "the doomed write left its instant"
+    txn.complete(DeltaCommit(stream="orders", added=tuple(files), rows=3))
+    assert run_ingest(open_table(str(config)), SparkEngine(spark), "orders").source_files == 3
+
+
 def test_a_pending_compaction_plan_makes_an_overlapping_write_abort(demo_data: Path, tmp_path: Path) -> None:
     _config, table = optimistic_table(tmp_path, demo_data)
     table.write("orders", rows([1, 2, 3]))

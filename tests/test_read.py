@@ -26,6 +26,7 @@ from stitchlake.config import load_config, parse_config
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.clock import to_datetime
+from stitchlake.timeline.instant import Action
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
@@ -189,6 +190,30 @@ def test_incremental_ops_and_row_values_on_a_hand_made_history(tmp_path: Path) -
     assert table.read(since=t2.completed, until=t3.completed).num_rows == 0
     assert table.read(since=t3.completed).num_rows == 0
     assert [r["k"] for r in table.read(since=t0.instant, until=t0.completed).to_pylist()] == [1]
+
+
+def test_incremental_read_refuses_a_range_that_history_was_rewritten_in(tmp_path: Path) -> None:
+    """A restore or a rollback of a completed commit takes rows back without a change row for them: a change feed
+    across it would be silently wrong, so it is refused; after it, reads work again."""
+    table = new_table(tmp_path)
+    orders = MODEL["orders"]
+    t0 = table.write("orders", batch(orders, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    t1 = table.write("orders", batch(orders, [{"k": 2, "amount": 2, "status": "b", "ots": 1}]))
+    table.rollback(t1.instant)
+    undo = table.timeline().latest_completed()
+    assert undo is not None and undo.action == Action.ROLLBACK
+    with pytest.raises(UsageError, match=f"rollback {undo.requested} of a completed commit"):
+        table.read(since=t0.completed)
+    assert table.read(since=undo.completed).num_rows == 0
+    assert [r["k"] for r in table.read(until=t0.completed, since=t0.instant).to_pylist()] == [1]
+    table.savepoint("first", t0.instant)
+    t2 = table.write("orders", batch(orders, [{"k": 3, "amount": 3, "status": "c", "ots": 1}]))
+    table.restore("first", force=True)
+    restore = table.timeline().latest_completed()
+    assert restore is not None and restore.action == Action.RESTORE
+    with pytest.raises(UsageError, match=f"restore {restore.requested}"):
+        table.read(since=t2.completed)
+    assert table.read(since=restore.completed).num_rows == 0
 
 
 def test_incremental_read_prunes_columns(history_table: tuple[Table, History]) -> None:

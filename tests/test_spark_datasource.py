@@ -156,7 +156,7 @@ def test_spark_read_returns_the_same_rows_as_stitchlake_read(spark: Any, stitche
 
     expected = sorted_rows(stitchlake.read(stitched.path))
     frame = spark.read.format("stitchlake").load(stitched.path)
-    assert frame.rdd.getNumPartitions() == slice_count(stitched) > 1  # one input partition per file slice
+    assert frame.rdd.getNumPartitions() < slice_count(stitched)  # small slices are packed into few tasks
     actual = sorted_rows(spark_rows(frame))
     assert actual.schema.names == expected.schema.names
     assert actual.equals(expected)
@@ -171,6 +171,7 @@ def test_spark_read_prunes_columns_and_pushes_partition_filters(spark: Any, stit
     frame = (
         spark.read.format("stitchlake")
         .option("config", stitched.config.source_file)
+        .option("maxPartitionBytes", 1)  # every slice its own input partition, to count them
         .load(stitched.path)
         .select("order_id", "order_date", "pay_status")
         .where(f"order_date = DATE'{day.isoformat()}'")
@@ -335,3 +336,237 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     old = spark.read.format("stitchlake").option("as_of", before.completed).load(str(tmp_path / "table"))
     assert "w" in old.columns and "extra" not in old.columns
     assert sorted(r["w"] for r in old.collect()) == [10, 20]
+
+
+# ------------------------------------------------------------- issue 15 and issue 13 point 4: reads from Spark
+
+
+@pytest.fixture(scope="module")
+def history(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, str]]:
+    """A partitioned table with a past worth reading changes of: one landing file per commit (deletes and late
+    events among them), a compaction and an erase in between. Returns it with the completion times of interest."""
+    table = new_table(tmp_path_factory.mktemp("history"), demo_data / "landing")
+    files = {s: sorted((demo_data / "landing" / s).iterdir()) for s in ("orders", "payments", "shipments")}
+    times: dict[str, str] = {}
+
+    def ingest(stream: str, number: int) -> str:
+        result = table.ingest(stream, [str(files[stream][number])])
+        assert result.source_files == 1
+        return str(result.completed)
+
+    times["first"] = ingest("orders", 0)
+    ingest("payments", 0)
+    ingest("shipments", 0)
+    compacted = table.compact()
+    assert compacted is not None
+    times["compacted"] = str(table.timeline().latest_completed().completed)  # type: ignore[union-attr]
+    ingest("orders", 1)
+    times["before_erase"] = ingest("payments", 1)
+    erased = table.read().column("order_id").to_pylist()[:5]
+    table.erase(pa.table({"order_id": pa.array(erased, pa.int64())}))
+    times["erase"] = str(table.timeline().latest_completed().completed)  # type: ignore[union-attr]
+    for stream, number in (("shipments", 1), ("orders", 2), ("payments", 2), ("shipments", 2)):
+        ingest(stream, number)
+    return table, times
+
+
+#: (Spark SQL condition, the same as a stitchlake filter): none, partition =, partition IN, key =, key IN, both.
+FILTERS: list[tuple[str | None, Any]] = [
+    (None, None),
+    ("order_date = DATE'2026-11-20'", ["order_date=2026-11-20"]),
+    ("order_date IN (DATE'2026-11-21', DATE'2026-11-25')", {"order_date": ["2026-11-21", "2026-11-25"]}),
+]
+
+
+def _key_filters(table: Table) -> list[tuple[str, Any]]:
+    keys = sorted(table.read(columns=["order_id"]).column("order_id").to_pylist())
+    some = [keys[0], keys[len(keys) // 2], keys[-1]]
+    listed = ", ".join(map(str, some))
+    return [
+        (f"order_id = {keys[7]}", {"order_id": keys[7]}),
+        (f"order_id IN ({listed})", {"order_id": some}),
+        (f"order_date = DATE'2026-11-21' AND order_id IN ({listed})", {"order_date": "2026-11-21", "order_id": some}),
+    ]
+
+
+def _read(spark: Any, table: Table, where: str | None, **options: Any) -> Any:
+    frame = spark.read.format("stitchlake").options(**{k: str(v) for k, v in options.items()}).load(table.path)
+    return frame.where(where) if where else frame
+
+
+def _rows(frame: Any) -> pa.Table:
+    return spark_rows(frame).sort_by([("order_id", "ascending")])
+
+
+def test_packed_read_returns_the_rows_of_the_per_slice_read_with_partition_and_key_filters(
+    spark: Any, history: tuple[Table, dict[str, str]]
+) -> None:
+    """Issue 15: several file slices per task. The packed read, the per-slice read (`maxPartitionBytes` 1: every
+    slice its own partition, as before) and `stitchlake.read` return the same rows, and filters still prune."""
+    from stitchlake.filters import prune
+    from stitchlake.reader import plan_slices
+
+    table, _ = history
+    every_slice = slice_count(table)
+    assert every_slice >= 8
+    for where, stitch_filter in FILTERS + _key_filters(table):
+        expected = table.read(filter=stitch_filter).sort_by("order_id")
+        packed = _read(spark, table, where)
+        per_slice = _read(spark, table, where, maxPartitionBytes=1)
+        planned = len(plan_slices(table.config, table.view(), None, prune(table.config, stitch_filter)))
+        assert per_slice.rdd.getNumPartitions() == max(1, planned), where  # pruned: only those slices are read
+        assert planned < every_slice or where is None
+        assert packed.rdd.getNumPartitions() <= per_slice.rdd.getNumPartitions(), where
+        assert _rows(packed).equals(expected), where
+        assert _rows(per_slice).equals(expected), where
+    # local[1], and at most 128 MiB a task (each file counting 4 MiB more): a handful of tasks for every slice.
+    assert _read(spark, table, None).rdd.getNumPartitions() <= every_slice // 3
+    # `minPartitions` (the session's cores by default) spreads a small read once opening files is cheap.
+    spread = _read(spark, table, None, openCostInBytes=1, minPartitions=3)
+    assert 3 <= spread.rdd.getNumPartitions() < every_slice
+    assert _rows(spread).equals(table.read().sort_by("order_id"))
+    snapshot = _read(spark, table, None, mode="read_optimized", maxPartitionBytes=1)
+    assert _rows(snapshot).equals(table.read(mode="read_optimized").sort_by("order_id"))
+
+
+def test_slices_are_packed_by_size_as_spark_packs_files() -> None:
+    from stitchlake.spark.read import Packing, parse_bytes
+
+    weights = [60, 50, 40, 30, 5]
+    assert Packing(max_bytes=100, open_cost=10, min_partitions=1).pack(weights) == [[0], [1, 2], [3, 4]]
+    # Four cores: at most 185 / 4 = 46 per partition, so the small read still keeps four tasks busy.
+    assert Packing(max_bytes=100, open_cost=10, min_partitions=4).pack(weights) == [[0], [1], [2], [3, 4]]
+    assert Packing(max_bytes=1000, open_cost=10, min_partitions=1).pack(weights) == [[0, 1, 2, 3, 4]]
+    assert Packing(max_bytes=1, open_cost=1, min_partitions=1).pack(weights) == [[0], [1], [2], [3], [4]]
+    assert Packing().pack([]) == []
+    assert [parse_bytes(t) for t in ("134217728", "128m", "128MB", "4 MiB", "1b", "2k")] == [
+        134217728,
+        134217728,
+        134217728,
+        4194304,
+        1,
+        2048,
+    ]
+    packing = Packing.of({"maxpartitionbytes": "64m"}, {"maxpartitionbytes": "1g", "opencostinbytes": "1m"})
+    assert (packing.max_bytes, packing.open_cost) == (64 << 20, 1 << 20)
+
+
+def test_register_takes_the_sessions_packing_settings(spark: Any, history: tuple[Table, dict[str, str]]) -> None:
+    """A Python data source never sees the session's conf: `register` reads it and bakes it into the class."""
+    from stitchlake.spark.session import packing_defaults, register
+
+    table, _ = history
+    try:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "1b")
+        assert packing_defaults(spark)["maxpartitionbytes"] == "1b"
+        register(spark)
+        assert _read(spark, table, None).rdd.getNumPartitions() == slice_count(table)
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        register(spark)
+    assert _read(spark, table, None).rdd.getNumPartitions() <= slice_count(table) // 3
+
+
+def test_incremental_spark_reads_return_the_changes_of_stitchlake_read(
+    spark: Any, history: tuple[Table, dict[str, str]]
+) -> None:
+    """Issue 13 point 4: `since`/`until` (instant times, ISO times or savepoint names) give `_op` and exactly the
+    change rows of `stitchlake.read(since=..., until=...)`: inserts, updates, deletes and erased keys."""
+    from stitchlake.errors import UsageError
+
+    table, times = history
+    ranges = [
+        {"since": times["first"]},
+        {"since": times["compacted"], "until": times["erase"]},
+        {"since": times["before_erase"], "until": times["erase"]},  # the erase alone: its keys are D
+        {"until": times["compacted"]},
+    ]
+    seen: set[str] = set()
+    for options in ranges:
+        for where, stitch_filter in [FILTERS[0], FILTERS[1], _key_filters(table)[1]]:
+            expected = table.read(filter=stitch_filter, **options).sort_by("order_id")
+            frame = _read(spark, table, where, **options)
+            assert frame.columns == expected.column_names and frame.columns[-1] == "_op"
+            actual = _rows(frame)
+            assert actual.num_rows == expected.num_rows, (options, where)
+            assert actual.equals(expected), (options, where)
+            seen |= set(expected.column("_op").to_pylist())
+    assert seen == {"I", "U", "D"}
+    erased = table.read(since=times["before_erase"], until=times["erase"])
+    assert erased.num_rows == 5 and set(erased.column("_op").to_pylist()) == {"D"}
+    with pytest.raises(Exception, match="either as_of"):
+        _read(spark, table, None, as_of=times["first"], since=times["first"]).collect()
+    with pytest.raises(UsageError):
+        table.read(as_of=times["first"], since=times["first"])
+
+
+def test_sql_tables_and_views_over_a_stitched_table(spark: Any, history: tuple[Table, dict[str, str]]) -> None:
+    """`CREATE TABLE t USING stitchlake OPTIONS (path ...)` (or LOCATION) after `register(spark)`, with the
+    options kept (Spark hands them to a Python data source only through the schema, see spark/read.py), and
+    `CREATE TEMPORARY VIEW ... USING stitchlake OPTIONS (...)`. A catalog table reads the latest state on every
+    query."""
+    table, times = history
+    path = table.path.replace("'", "\\'")
+    since = times["compacted"]
+    spark.sql("DROP TABLE IF EXISTS sl_snapshot")
+    spark.sql("DROP TABLE IF EXISTS sl_located")
+    spark.sql("DROP TABLE IF EXISTS sl_changes")
+    spark.sql("DROP TABLE IF EXISTS sl_declared")
+    spark.sql(f"CREATE TABLE sl_snapshot USING stitchlake OPTIONS (path '{path}')")
+    spark.sql(f"CREATE TABLE sl_located USING stitchlake LOCATION '{path}'")
+    spark.sql(f"CREATE TABLE sl_changes USING stitchlake OPTIONS (path '{path}', since '{since}')")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW sl_view USING stitchlake OPTIONS (path '{path}', since '{since}')")
+    try:
+        for name in ("sl_snapshot", "sl_located"):
+            assert _rows(spark.table(name)).equals(table.read().sort_by("order_id")), name
+            day = spark.sql(f"SELECT * FROM {name} WHERE order_date = DATE'2026-11-21'")
+            assert _rows(day).equals(table.read(filter=["order_date=2026-11-21"]).sort_by("order_id"))
+        changes = table.read(since=since).sort_by("order_id")
+        for name in ("sl_changes", "sl_view"):
+            assert spark.table(name).columns[-1] == "_op"
+            assert _rows(spark.table(name)).equals(changes), name
+        # Each query plans again: a commit made after CREATE TABLE is read.
+        late = table.read(columns=["order_id", "order_date"]).slice(0, 3)
+        when = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+        late = late.append_column("carrier", pa.array(["DHL"] * 3)).append_column(
+            "ship_status", pa.array(["returned"] * 3)
+        )
+        table.write("shipments", late.append_column("ship_ts", pa.array([when] * 3, pa.timestamp("us", tz="UTC"))))
+        assert _rows(spark.table("sl_snapshot")).equals(table.read().sort_by("order_id"))
+        assert spark.sql("SELECT count(*) FROM sl_snapshot WHERE ship_status = 'returned'").collect()[0][0] >= 3
+        # A temporary view keeps the read its first query planned (Spark 4.3 caches it with the view's data
+        # source): made again, it reads the new commit too.
+        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW sl_view USING stitchlake OPTIONS (path '{path}', since '{since}')")
+        assert _rows(spark.table("sl_view")).equals(table.read(since=since).sort_by("order_id"))
+        # A table declared with a column list has no way to learn its path: said so, not an empty read.
+        spark.sql(f"CREATE TABLE sl_declared (order_id BIGINT) USING stitchlake OPTIONS (path '{path}')")
+        with pytest.raises(Exception, match="no column list"):
+            spark.table("sl_declared").collect()
+    finally:
+        for name in ("sl_snapshot", "sl_located", "sl_changes", "sl_declared"):
+            spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql("DROP VIEW IF EXISTS sl_view")
+    assert table.read().num_rows > 0  # the tables were EXTERNAL: dropping them left the stitched table alone
+
+
+def test_spark_ingest_writes_one_log_per_file_group_and_commit(spark: Any, demo_data: Path, tmp_path: Path) -> None:
+    """Issue 15 point 2: the read tasks route rows to file groups once; each file group's rows go to one write
+    task, which precombines and writes them without routing again. Buckets spread over the write tasks."""
+    from stitchlake.io.landing import LandingFile
+    from stitchlake.services.ingest import ingest
+    from stitchlake.spark.engine import SparkEngine, balanced, stable_partition
+
+    assert len({stable_partition(("order_date=2026-11-20", f"{b:05d}")) % 4 for b in range(4)}) == 4
+    sizes = [9, 1, 1, 1, 8]
+    shares = balanced([LandingFile("/", f"f{i}", f"f{i}", size, "v") for i, size in enumerate(sizes)], 2)
+    assert sorted(sum(sizes[i] for i, _ in share) for share in shares) == [10, 10]  # largest first, to the lightest
+    table = new_table(tmp_path / "spark", demo_data / "landing")
+    reference = new_table(tmp_path / "local", demo_data / "landing")
+    for stream in ("orders", "payments", "shipments"):
+        result = ingest(table, SparkEngine(spark), stream)
+        assert result.source_files == 3
+        reference.ingest(stream)
+        commit = table.timeline().commit(table.timeline().latest_completed())  # type: ignore[arg-type]
+        groups = [f.group for f in commit.added_files]
+        assert len(groups) == len(set(groups)) > 1  # one log file per file group the commit touched
+    assert sorted_rows(table.read()).equals(sorted_rows(reference.read()))

@@ -17,16 +17,21 @@ writes. Reading is `spark/read.py`, writing `spark/write.py`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter
 
-from stitchlake.spark.read import StitchReader
+from stitchlake.spark.read import StitchReader, catalog_schema
 from stitchlake.spark.tables import open_for_spark, spark_schema
 from stitchlake.spark.write import StitchStreamWriter, StitchWriter
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+
+#: An option only the session catalog passes, when CREATE TABLE infers the schema (Spark's PROP_PROVIDER).
+CATALOG_PROVIDER = "provider"
 
 
 class StitchDataSource(DataSource):
@@ -36,16 +41,30 @@ class StitchDataSource(DataSource):
     def name(cls) -> str:
         return "stitchlake"
 
-    def schema(self) -> StructType:
-        """The table's current schema (or, with `as_of`, the one in force then)."""
-        from stitchlake.reader import resolve_time
+    #: The session's packing settings, recorded by `stitchlake.spark.session.register` (see `configured`).
+    session_defaults: ClassVar[dict[str, str]] = {}
 
-        table = open_for_spark(dict(self.options))
+    def schema(self) -> StructType:
+        """The table's current schema (with `as_of`, the one in force then; with `since`/`until`, the one at
+        `until` and `_op`). When the session catalog creates a table, it also carries the read options."""
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        from stitchlake.reader import OP, resolve_time
+
+        options = dict(self.options)
+        table = open_for_spark(options)
         table.require()
-        return spark_schema(table.at_time(resolve_time(table, table.timeline(), self.options.get("as_of"))))
+        changes = options.get("since") is not None or options.get("until") is not None
+        at = resolve_time(table, table.timeline(), options.get("until" if changes else "as_of"))
+        schema = spark_schema(table.at_time(at))
+        if changes:
+            schema = StructType([*schema.fields, StructField(OP, StringType(), True)])
+        if CATALOG_PROVIDER in options:
+            schema = catalog_schema(schema, options)
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StitchReader(dict(self.options), [f.name for f in schema.fields])
+        return StitchReader(dict(self.options), schema, self.session_defaults)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
@@ -61,3 +80,14 @@ class StitchDataSource(DataSource):
 
             raise UsageError("stitchlake tables are written with outputMode('append'): streams only add events")
         return StitchStreamWriter(dict(self.options))
+
+
+def configured(defaults: Mapping[str, str]) -> type[StitchDataSource]:
+    """`StitchDataSource` with a session's packing settings: a Python data source sees its options, never the
+    session's conf, so `register` bakes them into a class of its own (pickled by value, with them, to Spark)."""
+    attributes = {
+        "session_defaults": dict(defaults),
+        "__module__": __name__,
+        "__qualname__": "configured.<locals>.StitchDataSource",
+    }
+    return type("StitchDataSource", (StitchDataSource,), attributes)

@@ -1,9 +1,10 @@
 """The Spark engine: a job's parallel part as Spark tasks, calling the same core as the in-process engine.
 
-Ingest is one read stage and one write stage. Read tasks take landing files (a few each), read them through
-`Storage` with the core readers (no Hadoop file system, so `s3://` needs no jars), validate the rows and send each
-file group's rows, as Arrow, to the task that owns the file group; write tasks precombine and write one log file
-per file group. Arrow tables cross the shuffle as Arrow IPC buffers: no per-row Python, no JVM row conversion.
+Ingest is one read stage, one shuffle and one write stage. Read tasks take landing files (balanced by size), read
+them through `Storage` with the core readers (no Hadoop file system, so `s3://` needs no jars), validate the rows,
+hash them to file groups once, and send each file group's rows as one Arrow IPC buffer (lz4) to the task that owns
+the file group; write tasks precombine and write one log file per file group, without routing again. No per-row
+Python and no JVM row conversion: the JVM only moves the buffers (docs/benchmarks.md has the profile).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from stitchlake.events import from_landing
 from stitchlake.io.landing import LandingFile
 from stitchlake.spark.errors import recovered
 from stitchlake.timeline.metadata import DataFile, QuarantinedFile
-from stitchlake.write import route, write_file_groups
+from stitchlake.write import before_writing, route, write_file_group
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,11 +37,43 @@ BAD = "bad rows"
 REJECTED = "rejected files"
 #: Tasks per core for the read and write stages (a straggler file or group then holds up less).
 TASKS_PER_CORE = 2
+#: Compression of the Arrow IPC buffers crossing the shuffle: lz4 halves the bytes Spark writes and reads back
+#: for less CPU than it saves.
+SHUFFLE_COMPRESSION: str | None = "lz4"
 
 
 def stable_partition(key: Any) -> int:
-    """The writer of a shuffle key: the same in every Python process (str hashes are salted per process)."""
+    """The write task of a shuffle key (Spark takes it modulo the writers), the same in every Python process
+    (str hashes are salted per process). A partition's file groups go to consecutive writers, so its buckets
+    spread evenly over them instead of colliding by chance."""
+    if isinstance(key, tuple):
+        partition, group = key
+        return zlib.crc32(str(partition).encode("utf-8")) + int(group)
     return zlib.crc32(repr(key).encode("utf-8"))
+
+
+def to_ipc(rows: pa.Table, compression: str | None = SHUFFLE_COMPRESSION) -> bytes:
+    """A table as one Arrow IPC stream: what crosses the shuffle (pickling a table would copy it twice)."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, rows.schema, options=options) as writer:
+        writer.write_table(rows)
+    return bytes(sink.getvalue())
+
+
+def from_ipc(blobs: list[bytes]) -> pa.Table:
+    return pa.concat_tables([pa.ipc.open_stream(blob).read_all() for blob in blobs])
+
+
+def balanced(files: list[LandingFile], tasks: int) -> list[list[tuple[int, LandingFile]]]:
+    """Landing files (with their ordinal in the batch) dealt to `tasks` read tasks, largest first to the lightest."""
+    bins: list[list[tuple[int, LandingFile]]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for ordinal, file in sorted(enumerate(files), key=lambda item: -item[1].size):
+        lightest = loads.index(min(loads))
+        bins[lightest].append((ordinal, file))
+        loads[lightest] += max(file.size, 1)
+    return [b for b in bins if b]
 
 
 class SparkEngine(Engine):
@@ -48,6 +81,7 @@ class SparkEngine(Engine):
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
+        self.shuffle_compression = SHUFFLE_COMPRESSION
 
     @property
     def cores(self) -> int:
@@ -61,13 +95,14 @@ class SparkEngine(Engine):
 
     def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
         context = self.spark.sparkContext
-        readers = max(1, min(len(files), self.cores * TASKS_PER_CORE))
+        shares = balanced(files, max(1, min(len(files), self.cores * TASKS_PER_CORE)))
         writers = max(1, self.cores * TASKS_PER_CORE)
         fail = table.config.bad_rows == FAIL
+        compression = self.shuffle_compression
 
-        def read(items: Iterable[tuple[int, LandingFile]]) -> Iterator[tuple[Any, Any]]:
+        def read(share: Iterable[list[tuple[int, LandingFile]]]) -> Iterator[tuple[Any, Any]]:
             mark = marker_for(table, instant)
-            for ordinal, file in items:
+            for ordinal, file in (item for items in share for item in items):
                 events = from_landing(table, stream, file, ordinal, instant, mark)
                 if events.rejected is not None:
                     yield REJECTED, events.rejected
@@ -80,13 +115,13 @@ class SparkEngine(Engine):
                         continue  # nothing will be written: spare the shuffle
                 rows = batch.to_table()
                 for partition, group, members in route(table.config, batch.rows):
-                    yield (partition, group), rows.take(pa.array(members))
+                    yield (partition, group), to_ipc(rows.take(pa.array(members)), compression)
 
         def write(pairs: Iterable[tuple[Any, Any]]) -> Iterator[tuple[str, Any]]:
             from pyspark import TaskContext
 
             mark = marker_for(table, instant)
-            parts: list[pa.Table] = []
+            groups: dict[tuple[str, str], list[bytes]] = {}
             bad_parts: list[pa.Table] = []
             rejected: list[QuarantinedFile] = []
             for key, value in pairs:
@@ -95,7 +130,7 @@ class SparkEngine(Engine):
                 elif key == REJECTED:
                     rejected.append(value)
                 else:
-                    parts.append(value)
+                    groups.setdefault(key, []).append(value)
             bad = BadRows(rejected=rejected)
             if bad_parts:
                 rows = pa.concat_tables(bad_parts, promote_options="permissive")
@@ -105,13 +140,15 @@ class SparkEngine(Engine):
                     tag = f"spark-{task.partitionId() if task else 0}"
                     bad.files.append(quarantine_rows(table.storage, instant, rows, tag, mark))
             yield "bad", bad
-            if parts and not (fail and bad):
-                batch = Batch.from_table(pa.concat_tables(parts))
+            if fail and bad:
+                return
+            before_writing(table, stream, instant, sorted(groups))  # optimistic mode: early conflict detection
+            for (partition, group), blobs in sorted(groups.items()):
+                batch = Batch.from_table(from_ipc(blobs))
                 yield "rows", batch.rows.num_rows
-                for written in write_file_groups(table, stream, batch, instant, mark):
-                    yield "file", written
+                yield "file", write_file_group(table, stream, partition, group, batch, instant, mark)
 
-        pairs = context.parallelize(list(enumerate(files)), readers).mapPartitions(read)
+        pairs = context.parallelize(shares, len(shares)).mapPartitions(read)
         results = _collect(lambda: pairs.partitionBy(writers, stable_partition).mapPartitions(write).collect())
         out = StreamWrite()
         for kind, value in results:

@@ -1,12 +1,21 @@
 """Reading through the `stitchlake` data source: file slices planned on the driver, merged by the tasks.
 
-Each task calls the same core reader as `stitchlake.read` (`reader.read_slice`).
+Each task calls the same core reader as `stitchlake.read`: `reader.read_slice` for snapshot and read-optimized
+reads, `reader.read_changes` (restricted to the task's file groups) for incremental ones. Input partitions are
+packed by size the way Spark packs files (`maxPartitionBytes`, `openCostInBytes`, at least `minPartitions` when
+the data allows), so a small table is a handful of tasks and a large one keeps every core busy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+import json
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
 
@@ -14,32 +23,192 @@ from stitchlake.spark.tables import open_for_spark
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from stitchlake.filters import Pruning
+    from stitchlake.layout.fsview import FileSlice, FileSystemView
+    from stitchlake.timeline.timeline import Timeline
+
+T = TypeVar("T")
+
+#: Packing options (Spark lower-cases option names; any case works): the target bytes of one input partition,
+#: what opening one more file counts as, and how many partitions a read aims for at least (the cores).
+MAX_PARTITION_BYTES = "maxpartitionbytes"
+OPEN_COST_IN_BYTES = "opencostinbytes"
+MIN_PARTITIONS = "minpartitions"
+#: Spark's own defaults for file sources (spark.sql.files.maxPartitionBytes / openCostInBytes).
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+DEFAULT_OPEN_COST_IN_BYTES = 4 * 1024 * 1024
+#: The options that say what a read returns: kept with a catalog table (see `catalog_schema`).
+READ_OPTIONS = (
+    "path",
+    "config",
+    "as_of",
+    "since",
+    "until",
+    "mode",
+    MAX_PARTITION_BYTES,
+    OPEN_COST_IN_BYTES,
+    MIN_PARTITIONS,
+)
+#: Field metadata key, on the first column of a catalog table's schema, holding the table's read options.
+CATALOG_OPTIONS_KEY = "stitchlake.options"
+#: Slices a task keeps in flight: the next slice's files are read while the last one's rows go to Spark.
+READ_AHEAD = 2
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str | int) -> int:
+    """`134217728`, `128m`, `128MB`, `4 MiB` (Spark's notation for byte sizes) as a number of bytes."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(str(text))
+    if not match:
+        from stitchlake.errors import UsageError
+
+        raise UsageError(f"{text!r} is not a size in bytes (e.g. 134217728, 128m, 128MB)")
+    return int(match.group(1)) * 1024 ** " kmgt".index((match.group(2) or " ").lower())
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How file slices are packed into input partitions (Spark's file packing, in slices instead of files)."""
+
+    max_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    open_cost: int = DEFAULT_OPEN_COST_IN_BYTES
+    min_partitions: int = 1
+
+    @classmethod
+    def of(cls, options: Mapping[str, str], defaults: Mapping[str, str]) -> Packing:
+        """From the read's options, else the session's settings `register` recorded, else Spark's defaults."""
+
+        def pick(name: str, default: int) -> int:
+            value = options.get(name, defaults.get(name))
+            return default if value in (None, "") else max(1, parse_bytes(str(value)))
+
+        return cls(
+            pick(MAX_PARTITION_BYTES, DEFAULT_MAX_PARTITION_BYTES),
+            pick(OPEN_COST_IN_BYTES, DEFAULT_OPEN_COST_IN_BYTES),
+            pick(MIN_PARTITIONS, os.cpu_count() or 1),
+        )
+
+    def split_bytes(self, weights: Sequence[int]) -> int:
+        """The most one partition holds: `max_bytes`, lowered so a small read still spreads over the cores."""
+        per_core = sum(weights) // max(1, self.min_partitions)
+        return min(self.max_bytes, max(self.open_cost, per_core))
+
+    def pack(self, weights: Sequence[int]) -> list[list[int]]:
+        """Item indices per input partition: the largest first, each partition filled until the next would
+        overflow it. Every item counts its bytes plus `open_cost` per file (in `weights` already)."""
+        limit = self.split_bytes(weights)
+        out: list[list[int]] = []
+        current: list[int] = []
+        size = 0
+        for index in sorted(range(len(weights)), key=lambda i: -weights[i]):
+            if current and size + weights[index] > limit:
+                out.append(current)
+                current, size = [], 0
+            current.append(index)
+            size += weights[index]
+        if current:
+            out.append(current)
+        return out
 
 
 class SliceInput(InputPartition):
-    """One file slice, planned on the driver."""
+    """The file slices one task reads (their JSON form), packed by size on the driver."""
 
-    def __init__(self, value: dict[str, Any] | None) -> None:
+    def __init__(self, value: list[dict[str, Any]]) -> None:
         super().__init__(value)
 
 
+class ChangesInput(InputPartition):
+    """The file groups (partition path, file group) whose changes one task reads."""
+
+    def __init__(self, value: list[tuple[str, str]]) -> None:
+        super().__init__(value)
+
+
+def catalog_schema(schema: StructType, options: Mapping[str, str]) -> StructType:
+    """`schema` carrying the table's read options, for a catalog table.
+
+    Spark's session catalog hands a Python data source none of a table's OPTIONS or LOCATION when the table is
+    read (`PythonDataSourceV2.getTable` drops them; only the per-query options reach the reader), but it does keep
+    the schema it inferred at CREATE TABLE, field metadata included. So the options ride in the schema.
+    """
+    from pyspark.sql.types import StructField, StructType
+
+    kept = {name: str(options[name]) for name in READ_OPTIONS if options.get(name) not in (None, "")}
+    if not schema.fields or not kept:
+        return schema
+    first = schema.fields[0]
+    metadata = {**(first.metadata or {}), CATALOG_OPTIONS_KEY: json.dumps(kept, sort_keys=True)}
+    return StructType([StructField(first.name, first.dataType, first.nullable, metadata), *schema.fields[1:]])
+
+
+def stored_options(schema: StructType) -> dict[str, str]:
+    """The read options a catalog table's schema carries (none for `spark.read...load(path)`)."""
+    if not schema.fields:
+        return {}
+    text = (schema.fields[0].metadata or {}).get(CATALOG_OPTIONS_KEY)
+    return dict(json.loads(text)) if text else {}
+
+
+def read_options(options: Mapping[str, str], schema: StructType) -> dict[str, str]:
+    """A read's options: a catalog table's stored ones, overridden by those of the query itself."""
+    return {**stored_options(schema), **{k: v for k, v in options.items() if v is not None}}
+
+
 class StitchReader(DataSourceReader):
-    """Plans file slices on the driver; each task reads one with the core reader.
+    """Plans file slices on the driver; each task reads a few of them with the core reader.
 
     The table (its config and schema versions, as of the read's time) is resolved once on the driver and travels
-    with the reader to the executors: no task needs the config file or the timeline.
+    with the reader to the executors: no task needs the config file. Snapshot reads need no timeline in the tasks;
+    an incremental read's tasks load it, as `stitchlake.read` does, for the instants up to a fixed `until`.
     """
 
-    def __init__(self, options: dict[str, str], columns: list[str]) -> None:
-        from stitchlake.reader import resolve_time
+    def __init__(self, options: dict[str, str], schema: StructType, defaults: Mapping[str, str] | None = None) -> None:
+        from stitchlake.errors import UsageError
+        from stitchlake.reader import MODES, OP, SNAPSHOT, resolve_time
 
+        options = read_options(options, schema)
         self.options = options
-        self.columns = columns
+        self.columns = [f.name for f in schema.fields if f.name != OP]
         self.where: dict[str, list[Any]] = {}
+        self.packing = Packing.of(options, defaults or {})
+        self.mode = options.get("mode", SNAPSHOT)
+        if self.mode not in MODES:
+            raise UsageError(f"mode {self.mode!r} is not one of: {', '.join(MODES)}")
+        as_of, since, until = options.get("as_of"), options.get("since"), options.get("until")
+        if as_of is not None and (since is not None or until is not None):
+            raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+        self.changes = since is not None or until is not None
+        if self.changes and OP not in schema.fieldNames():
+            raise UsageError(
+                "since/until add an _op column the table's schema lacks: a catalog table reads changes only when "
+                "created with them (CREATE TABLE ... USING stitchlake OPTIONS (path '...', since '...'))"
+            )
+        if not options.get("path") and not options.get("config"):
+            raise UsageError(
+                "the stitchlake data source needs a table path: spark.read.format('stitchlake').load(path), or in "
+                "SQL CREATE TABLE t USING stitchlake OPTIONS (path '...') with no column list (the table has its "
+                "own schema, and the path is kept with it)"
+            )
         table = open_for_spark(options)
         table.require()
-        self.as_of = resolve_time(table, table.timeline(), options.get("as_of"))
-        self.table = table.at_time(self.as_of)
+        timeline = table.timeline()
+        if self.changes:
+            end = resolve_time(table, timeline, until)
+            self.since = resolve_time(table, timeline, since)
+            latest = timeline.latest_completed()
+            # Fixed here, so every task diffs the same two states whatever commits meanwhile.
+            self.until = end if end is not None else (latest.completed if latest else None)
+            self.as_of = None
+            self.table = table.at_time(end)
+        else:
+            self.as_of = resolve_time(table, timeline, as_of)
+            self.table = table.at_time(self.as_of)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Equality/IN on partition columns prunes partitions exactly; on key columns prunes file groups.
@@ -56,27 +225,118 @@ class StitchReader(DataSourceReader):
             name = item.attribute[0] if len(item.attribute) == 1 else None
             if name in partition | keys:
                 values = [item.value] if isinstance(item, EqualTo) else list(item.value)
+                if name in self.where:  # `c = 1 AND c IN (1, 2)`: both hold
+                    values = [v for v in values if v in self.where[name]]
                 self.where[name] = values
                 if name in partition:
                     continue
             yield item
 
-    def partitions(self) -> Sequence[InputPartition]:
+    def partitions(self) -> list[InputPartition]:
         from stitchlake.filters import prune
         from stitchlake.reader import plan_slices
         from stitchlake.timeline.metadata import dump
 
         table = self.table
-        slices = plan_slices(table.config, table.view(), self.as_of, prune(table.config, self.where or None))
-        return [SliceInput(dump(s)) for s in slices] or [SliceInput(None)]
+        pruning = prune(table.config, self.where or None)
+        timeline = table.timeline()
+        view = table.view(timeline)
+        if self.changes:
+            return self._change_partitions(timeline, view, pruning)
+        slices = plan_slices(table.config, view, self.as_of, pruning)
+        weights = [self._weight(s) for s in slices]
+        packed: list[InputPartition] = [SliceInput([dump(slices[i]) for i in p]) for p in self.packing.pack(weights)]
+        return packed or [SliceInput([])]
+
+    def _weight(self, fslice: FileSlice) -> int:
+        """What a task pays to read a slice: its files' bytes plus the cost of opening each (as Spark counts)."""
+        from stitchlake.reader import SNAPSHOT
+
+        files = fslice.files if self.mode == SNAPSHOT else [fslice.base] if fslice.base else []
+        return sum(f.bytes + self.packing.open_cost for f in files) or self.packing.open_cost
+
+    def _change_partitions(self, timeline: Timeline, view: FileSystemView, pruning: Pruning) -> list[InputPartition]:
+        """The file groups the range's deltacommits and erases touched (and the read's filters allow), packed by
+        the size of their slice as of `until`: each task diffs its groups' two states."""
+        from stitchlake.reader import changed_instants
+        from stitchlake.timeline.metadata import EraseCommit
+
+        if self.until is None:
+            return [ChangesInput([])]
+        touched: set[tuple[str, str]] = set()
+        for instant in changed_instants(timeline, self.since, self.until):
+            commit = timeline.commit(instant)
+            touched |= {f.group for f in commit.added_files}
+            if isinstance(commit, EraseCommit):
+                touched |= commit.groups
+        groups = sorted(
+            key
+            for key in touched
+            if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
+        )
+        slices = {s.group: s for s in view.latest_slices(self.until, file_groups=groups)}
+        weights = [self._weight(slices[g]) if g in slices else self.packing.open_cost for g in groups]
+        packed: list[InputPartition] = [ChangesInput([groups[i] for i in p]) for p in self.packing.pack(weights)]
+        return packed or [ChangesInput([])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from stitchlake.reader import SNAPSHOT, read_slice
+        if isinstance(partition, ChangesInput):
+            yield from self._read_changes(partition.value)
+            return
+        from stitchlake.reader import read_slice
         from stitchlake.timeline.metadata import FileSlice, load
 
-        if partition.value is None:
+        def rows(value: dict[str, Any]) -> pa.Table:
+            return read_slice(self.table, load(FileSlice, value), self.columns, self.mode)
+
+        for table in _ahead(rows, partition.value or []):
+            yield from table.to_batches(max_chunksize=65536)
+
+    def _read_changes(self, groups: list[tuple[str, str]]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from stitchlake.io.schemas import table_schema
+        from stitchlake.reader import OP, read_changes
+
+        if not groups:
             return
-        rows = read_slice(
-            self.table, load(FileSlice, partition.value), self.columns, self.options.get("mode", SNAPSHOT)
-        )
-        yield from rows.to_batches(max_chunksize=65536)
+        table = self.table
+        timeline = table.timeline()
+        view = table.view(timeline)
+        schema = table_schema(table.config)
+        wanted = pa.schema([*(schema.field(c) for c in self.columns), pa.field(OP, pa.string())])
+        for partition, group in groups:
+            rows = read_changes(
+                table, timeline, view, self.since, self.until, self.columns, self._pruning(partition, group)
+            )
+            yield from rows.cast(wanted).to_batches(max_chunksize=65536)
+
+    def _pruning(self, partition: str, group: str) -> Pruning:
+        """The read's filters, narrowed to one file group: its partition's values and its bucket."""
+        from stitchlake.filters import prune
+        from stitchlake.layout.partition import parse_partition_path
+
+        where: dict[str, Any] = dict(self.where)
+        where.update(parse_partition_path(partition))
+        return replace(prune(self.table.config, where), file_groups={group})
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _ahead(fn: Callable[[Any], T], items: Sequence[Any]) -> Iterator[T]:
+    """`fn` over `items` in order, with up to READ_AHEAD calls running in a pool (file reads and decoding release
+    the GIL; on an object store the next slice's requests are in flight while this one is merged)."""
+    global _POOL
+    if len(items) <= 1:
+        yield from (fn(item) for item in items)
+        return
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=READ_AHEAD, thread_name_prefix="stitch-spark-read")
+    pending: deque[Future[T]] = deque()
+    for item in items:
+        pending.append(_POOL.submit(fn, item))
+        if len(pending) >= READ_AHEAD:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
