@@ -8,6 +8,7 @@ process with a few threads; `stitchlake.spark.engine.SparkEngine` runs it as Spa
 from __future__ import annotations
 
 import functools
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,9 @@ class StreamWrite:
     files: list[DataFile] = field(default_factory=list)
     rows: int = 0
     bad: BadRows = field(default_factory=BadRows)
+    #: Where the time went (seconds; for Spark, summed over tasks): recorded in the commit's `timings` and in
+    #: `stitch ingest --json`; the profile `make bench` reports.
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Engine(ABC):
@@ -77,6 +81,7 @@ class LocalEngine(Engine):
 
     def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
         mark = marker_for(table, instant)
+        started = time.perf_counter()
         read: list[LandingEvents] = self.map(
             lambda item: from_landing(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
         )
@@ -95,5 +100,7 @@ class LocalEngine(Engine):
         batch = Batch.concat(batches)
         if batch.bad is not None and batch.bad.num_rows:
             bad.files.append(quarantine_rows(table.storage, instant, batch.bad, "local", mark))
+        read_s = time.perf_counter() - started
         written = write_file_groups(table, stream, batch, instant, mark)
-        return StreamWrite(written, batch.rows.num_rows, bad)
+        timings = {"read_s": round(read_s, 3), "write_s": round(time.perf_counter() - started - read_s, 3)}
+        return StreamWrite(written, batch.rows.num_rows, bad, timings)

@@ -569,4 +569,10 @@ def test_spark_ingest_writes_one_log_per_file_group_and_commit(spark: Any, demo_
         commit = table.timeline().commit(table.timeline().latest_completed())  # type: ignore[arg-type]
         groups = [f.group for f in commit.added_files]
         assert len(groups) == len(set(groups)) > 1  # one log file per file group the commit touched
+        # The job's profile: every step of the read and write tasks, recorded in the commit and the result.
+        steps = {"read_task_s", "route_task_s", "shuffle_write_s", "shuffle_read_s", "write_task_s", "spark_job_s"}
+        assert set(commit.timings) >= steps | {"total_s"} and result.timings == {
+            k: v for k, v in commit.timings.items() if k != "total_s"
+        }
+        assert all(commit.timings[k] >= 0 for k in steps) and commit.timings["spark_job_s"] > 0
     assert sorted_rows(table.read()).equals(sorted_rows(reference.read()))

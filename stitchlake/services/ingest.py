@@ -47,6 +47,8 @@ class IngestResult:
     bytes: int = 0
     seconds: float = 0.0
     message: str = ""
+    #: The engine's profile (see `StreamWrite.timings`).
+    timings: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -218,6 +220,7 @@ def ingest(
                 sources=tuple(f.record() for f in todo),
                 engine=engine.name,
                 stream_batch=stream_batch,
+                timings=written.timings,
             )
         )
     except BaseException as exc:
@@ -242,4 +245,5 @@ def ingest(
         bytes=sum(f.bytes for f in written.files),
         seconds=round(time.time() - started, 3),
         message=f"ingested {len(todo)} file(s), {written.rows} rows into stream {stream}{skipped}",
+        timings=written.timings,
     )

@@ -9,6 +9,7 @@ Python and no JVM row conversion: the JVM only moves the buffers (docs/benchmark
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,6 +36,7 @@ R = TypeVar("R")
 #: Shuffle keys that are not file groups: bad rows and whole rejected files go to one writer each.
 BAD = "bad rows"
 REJECTED = "rejected files"
+TIMINGS = "timings"
 #: Tasks per core for the read and write stages (a straggler file or group then holds up less).
 TASKS_PER_CORE = 2
 #: Compression of the Arrow IPC buffers crossing the shuffle: lz4 halves the bytes Spark writes and reads back
@@ -50,6 +52,19 @@ def stable_partition(key: Any) -> int:
         partition, group = key
         return zlib.crc32(str(partition).encode("utf-8")) + int(group)
     return zlib.crc32(repr(key).encode("utf-8"))
+
+
+class Clock:
+    """Seconds a task spent per step, for the job's profile (`StreamWrite.timings`)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.spent[step] = self.spent.get(step, 0.0) + now - self.last
+        self.last = now
 
 
 def to_ipc(rows: pa.Table, compression: str | None = SHUFFLE_COMPRESSION) -> bytes:
@@ -102,8 +117,10 @@ class SparkEngine(Engine):
 
         def read(share: Iterable[list[tuple[int, LandingFile]]]) -> Iterator[tuple[Any, Any]]:
             mark = marker_for(table, instant)
+            clock = Clock()
             for ordinal, file in (item for items in share for item in items):
                 events = from_landing(table, stream, file, ordinal, instant, mark)
+                clock.lap("read_task_s")
                 if events.rejected is not None:
                     yield REJECTED, events.rejected
                     continue
@@ -114,23 +131,33 @@ class SparkEngine(Engine):
                     if fail:
                         continue  # nothing will be written: spare the shuffle
                 rows = batch.to_table()
-                for partition, group, members in route(table.config, batch.rows):
-                    yield (partition, group), to_ipc(rows.take(pa.array(members)), compression)
+                routed = [
+                    ((partition, group), to_ipc(rows.take(pa.array(members)), compression))
+                    for partition, group, members in route(table.config, batch.rows)
+                ]
+                clock.lap("route_task_s")
+                yield from routed
+                clock.lap("shuffle_write_s")
+            yield TIMINGS, clock.spent
 
         def write(pairs: Iterable[tuple[Any, Any]]) -> Iterator[tuple[str, Any]]:
             from pyspark import TaskContext
 
             mark = marker_for(table, instant)
+            clock = Clock()
             groups: dict[tuple[str, str], list[bytes]] = {}
             bad_parts: list[pa.Table] = []
             rejected: list[QuarantinedFile] = []
             for key, value in pairs:
-                if key == BAD:
+                if key == TIMINGS:
+                    yield "timings", value
+                elif key == BAD:
                     bad_parts.append(value)
                 elif key == REJECTED:
                     rejected.append(value)
                 else:
                     groups.setdefault(key, []).append(value)
+            clock.lap("shuffle_read_s")
             bad = BadRows(rejected=rejected)
             if bad_parts:
                 rows = pa.concat_tables(bad_parts, promote_options="permissive")
@@ -147,12 +174,18 @@ class SparkEngine(Engine):
                 batch = Batch.from_table(from_ipc(blobs))
                 yield "rows", batch.rows.num_rows
                 yield "file", write_file_group(table, stream, partition, group, batch, instant, mark)
+            clock.lap("write_task_s")
+            yield "timings", clock.spent
 
         pairs = context.parallelize(shares, len(shares)).mapPartitions(read)
+        started = time.perf_counter()
         results = _collect(lambda: pairs.partitionBy(writers, stable_partition).mapPartitions(write).collect())
-        out = StreamWrite()
+        out = StreamWrite(timings={"spark_job_s": round(time.perf_counter() - started, 3)})
         for kind, value in results:
-            if kind == "bad":
+            if kind == "timings":
+                for name, seconds in value.items():
+                    out.timings[name] = round(out.timings.get(name, 0.0) + seconds, 3)
+            elif kind == "bad":
                 out.bad.merge(value)
             elif kind == "rows":
                 out.rows += value
