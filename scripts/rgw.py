@@ -24,23 +24,37 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
+import local_daemons
+from local_daemons import (
+    Commands,
+    command_line,
+    free_port,
+    kill_in_order,
+    log_tail,
+    pid_alive,
+    pid_is_ours,
+    spawn,
+    spawn_watchdog,
+    wait_for,
+    write_state,
+)
 
 PACKAGES = ("ceph-mon", "ceph-osd", "radosgw", "ceph-common")
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
 DEFAULT_ACCESS_KEY = "stitchlake-test"
 DEFAULT_SECRET_KEY = "stitchlake-test-secret"
 REGION = "us-east-1"
-STATE_FILE = "state.json"
 START_TIMEOUT_S = 90.0
 STEP_TIMEOUT_S = 60.0
 APT_TIMEOUT_S = 900.0
@@ -57,9 +71,6 @@ class RgwServer:
     region: str
     dir: str
     pids: dict[str, int]
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
 
 class RgwError(RuntimeError):
@@ -112,12 +123,6 @@ def _class_dir() -> str:
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -125,13 +130,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _all_log_tails(workdir: Path) -> str:
@@ -146,28 +144,6 @@ def _all_log_tails(workdir: Path) -> str:
         if path.stat().st_size:
             parts.append(f"--- {path} ---\n{log_tail(path, 8 if path.name == 'ceph.log' else 25)}")
     return "\n".join(parts) or "(no logs)"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie counts as gone
-        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-            return False
-    return True
-
-
-def _pid_is_ours(pid: int, workdir: Path) -> bool:
-    """True if `pid` still runs a command that mentions our directory (guards against reused pids)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return str(workdir) in cmdline
 
 
 def _run(argv: list[str], workdir: Path, timeout: float = STEP_TIMEOUT_S) -> str:
@@ -353,38 +329,15 @@ rgw dynamic resharding = false
 """
 
 
-def _spawn(argv: list[str], workdir: Path, name: str) -> int:
-    """Start one daemon in the foreground of its own session (so stop() can kill the group); returns its pid."""
-    out = open(workdir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=workdir,
-        )
-    finally:
-        out.close()
-    return proc.pid
-
-
 def _wait(what: str, check: Callable[[], bool], workdir: Path, pids: dict[str, int], deadline: float) -> None:
-    while time.monotonic() < deadline:
-        dead = [name for name, pid in pids.items() if not _pid_alive(pid)]
-        if dead:
-            raise RgwError(f"{', '.join(dead)} exited while waiting for {what}; logs:\n{_all_log_tails(workdir)}")
-        if check():
-            return
-        time.sleep(0.2)
-    raise RgwError(f"timed out waiting for {what}; logs:\n{_all_log_tails(workdir)}")
+    wait_for(what, check, pids, deadline, lambda: _all_log_tails(workdir), RgwError)
 
 
 def read_state(workdir: Path) -> RgwServer | None:
+    found = local_daemons.read_state(workdir)
     try:
-        return RgwServer(**json.loads((Path(workdir) / STATE_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
+        return RgwServer(**found) if found else None
+    except TypeError:
         return None
 
 
@@ -394,7 +347,7 @@ def status(workdir: Path) -> RgwServer | None:
     state = read_state(workdir)
     if state is None or not state.pids:
         return None
-    if not all(_pid_alive(pid) and _pid_is_ours(pid, workdir) for pid in state.pids.values()):
+    if not all(pid_alive(pid) and pid_is_ours(pid, workdir) for pid in state.pids.values()):
         return None
     return state if s3_ready(state) else None
 
@@ -439,7 +392,7 @@ def _start_once(
     stop(workdir)
     for sub in ("mon", "osd", "rgw", "run", "log", "crash"):
         shutil.rmtree(workdir / sub, ignore_errors=True)
-    (workdir / STATE_FILE).unlink(missing_ok=True)
+    (workdir / local_daemons.STATE_FILE).unlink(missing_ok=True)
     for sub in ("mon/ceph-a", "osd/ceph-0", "rgw", "run", "log", "crash"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
@@ -477,14 +430,14 @@ def _start_once(
             workdir,
         )
         _run(["ceph-mon", *base, "--mkfs", "-i", "a", "--monmap", str(monmap)], workdir)
-        pids["mon"] = _spawn(["ceph-mon", *base, "-f", "-i", "a"], workdir, "mon")
-        _write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        pids["mon"] = spawn(["ceph-mon", *base, "-f", "-i", "a"], workdir, "mon")
+        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
         cli = ["ceph", *base, "--connect-timeout", "10"]
         osd_uuid = str(uuid.uuid4())
         osd_id = _run([*cli, "osd", "new", osd_uuid], workdir).strip()
         _run(["ceph-osd", *base, "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid], workdir)
-        pids["osd"] = _spawn(["ceph-osd", *base, "-f", "-i", osd_id], workdir, "osd")
-        _write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        pids["osd"] = spawn(["ceph-osd", *base, "-f", "-i", osd_id], workdir, "osd")
+        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
         _wait(
             "the OSD to come up",
             lambda: _osd_up(cli),
@@ -492,8 +445,8 @@ def _start_once(
             pids,
             deadline,
         )
-        pids["rgw"] = _spawn(["radosgw", *base, "-f", "-n", "client.rgw.a"], workdir, "rgw")
-        _write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        pids["rgw"] = spawn(["radosgw", *base, "-f", "-n", "client.rgw.a"], workdir, "rgw")
+        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
         admin = ["radosgw-admin", *base, "-n", "client.admin"]
         _wait("radosgw to listen", lambda: not _port_free(rgw_port), workdir, pids, deadline)
         _run(
@@ -518,8 +471,8 @@ def _start_once(
         raise
     server = dataclasses.replace(server, pids=dict(pids))
     if watch_pid is not None:
-        server = dataclasses.replace(server, pids={**pids, "watchdog": _spawn_watchdog(workdir, watch_pid)})
-    _write_state(workdir, server)
+        server = dataclasses.replace(server, pids={**pids, "watchdog": spawn_watchdog(__file__, workdir, watch_pid)})
+    write_state(workdir, server)
     return server
 
 
@@ -538,45 +491,10 @@ def _osd_up(cli: list[str]) -> bool:
     return bool(osds) and all(osd.get("up") == 1 and osd.get("in") == 1 for osd in osds)
 
 
-def _write_state(workdir: Path, server: RgwServer) -> None:
-    tmp = workdir / f"{STATE_FILE}.tmp"
-    tmp.write_text(server.to_json())
-    os.replace(tmp, workdir / STATE_FILE)
-
-
-def _spawn_watchdog(workdir: Path, watch_pid: int) -> int:
-    argv = [sys.executable, os.path.abspath(__file__), "watch", "--dir", str(workdir), "--pid", str(watch_pid)]
-    return _spawn(argv, workdir, "watchdog")
-
-
 def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 10.0) -> None:
-    """Stop daemons one by one, gateway first and monitor last (an OSD says goodbye to the monitor, which
-    takes 5 s if the monitor is already gone): SIGTERM the process group, wait, SIGKILL. Only pids that still
-    look like ours are signalled, so a reused pid is never hit."""
+    """Gateway first and monitor last: an OSD says goodbye to the monitor, which takes 5 s if it is gone."""
     order = {"rgw": 0, "client": 0, "osd": 1, "mon": 2}
-    me = os.getpid()
-    for name in sorted(pids, key=lambda n: (order.get(n.split(":")[-1].split(".")[0], 3), n)):
-        pid = pids[name]
-        if pid == me or not (_pid_alive(pid) and _pid_is_ours(pid, workdir)):
-            continue
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)  # each daemon leads its own session and process group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-            end = time.monotonic() + wait_s
-            while _pid_alive(pid) and time.monotonic() < end:
-                _reap([pid])
-                time.sleep(0.05)
-            if not _pid_alive(pid):
-                break
-
-
-def _reap(pids: Iterable[int]) -> None:
-    """Collect our own exited children so they do not linger as zombies."""
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+    kill_in_order(workdir, pids, lambda name: order.get(name.split(":")[-1].split(".")[0], 3), grace_s=grace_s)
 
 
 def _pidfile_pids(workdir: Path) -> dict[str, int]:
@@ -598,50 +516,23 @@ def stop(workdir: Path | str) -> None:
     if watchdog is not None and watchdog != os.getpid():
         _kill(workdir, {"watchdog": watchdog}, grace_s=2.0)
     if state is not None:
-        _write_state(workdir, dataclasses.replace(state, pids={}))
+        write_state(workdir, dataclasses.replace(state, pids={}))
 
 
-def watch(workdir: Path, watch_pid: int, interval_s: float = 1.0) -> None:
-    """Stop the daemons of `workdir` once `watch_pid` has exited (the watchdog of start(watch_pid=...))."""
-    while _pid_alive(watch_pid):
-        time.sleep(interval_s)
-    stop(workdir)
+def _start_command(args: argparse.Namespace) -> RgwServer:
+    return start(args.dir, args.port, args.access_key, args.secret_key, args.watch_pid, args.timeout)
+
+
+def _start_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--access-key", default=DEFAULT_ACCESS_KEY)
+    parser.add_argument("--secret-key", default=DEFAULT_SECRET_KEY)
+    parser.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_start = sub.add_parser("start", help="start (or reuse) a gateway; prints JSON")
-    p_start.add_argument("--dir", required=True, type=Path)
-    p_start.add_argument("--port", type=int, default=None)
-    p_start.add_argument("--access-key", default=DEFAULT_ACCESS_KEY)
-    p_start.add_argument("--secret-key", default=DEFAULT_SECRET_KEY)
-    p_start.add_argument("--watch-pid", type=int, default=None, help="stop the daemons when this pid exits")
-    p_start.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
-    for name in ("stop", "status"):
-        sub.add_parser(name).add_argument("--dir", required=True, type=Path)
-    p_watch = sub.add_parser("watch", help=argparse.SUPPRESS)
-    p_watch.add_argument("--dir", required=True, type=Path)
-    p_watch.add_argument("--pid", required=True, type=int)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "start":
-            args.dir.mkdir(parents=True, exist_ok=True)
-            began = time.monotonic()
-            server = start(args.dir, args.port, args.access_key, args.secret_key, args.watch_pid, args.timeout)
-            print(json.dumps({**dataclasses.asdict(server), "start_s": round(time.monotonic() - began, 2)}, indent=2))
-        elif args.command == "stop":
-            stop(args.dir)
-        elif args.command == "status":
-            running = status(args.dir)
-            print(running.to_json() if running else "{}")
-            return 0 if running else 1
-        else:
-            watch(args.dir.resolve(), args.pid)
-    except RgwError as exc:
-        print(f"rgw.py {args.command}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    commands = Commands("rgw.py", __doc__ or "", _start_options, _start_command, stop, status, RgwError)
+    return command_line(commands, argv)
 
 
 if __name__ == "__main__":

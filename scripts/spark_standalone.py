@@ -15,14 +15,11 @@ directory. Stdlib only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -30,7 +27,23 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-STATE_FILE = "state.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
+import local_daemons
+from local_daemons import (
+    Commands,
+    command_line,
+    free_port,
+    group_alive,
+    kill_in_order,
+    log_tail,
+    pid_alive,
+    pid_is_ours,
+    spawn,
+    spawn_watchdog,
+    wait_for,
+    write_state,
+)
+
 START_TIMEOUT_S = 90.0
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -46,9 +59,6 @@ class SparkCluster:
     memory: str
     dir: str
     pids: dict[str, int]
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
 
 class SparkClusterError(RuntimeError):
@@ -71,44 +81,8 @@ def spark_home() -> Path:
     return home
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _log_tails(workdir: Path) -> str:
     return "\n".join(f"--- {p} ---\n{log_tail(p)}" for p in sorted((workdir / "log").glob("*"))) or "(no logs)"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie counts as gone
-        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-            return False
-    return True
-
-
-def _pid_is_ours(pid: int, workdir: Path) -> bool:
-    """True if `pid` still runs with our directory in its command line or environment (not a reused pid)."""
-    needle = str(workdir).encode()
-    for part in ("cmdline", "environ"):
-        with contextlib.suppress(OSError):
-            if needle in Path(f"/proc/{pid}/{part}").read_bytes():
-                return True
-    return False
 
 
 def _listening(port: int) -> bool:
@@ -137,16 +111,11 @@ def _alive_workers(web_url: str) -> int:
 
 
 def read_state(workdir: Path) -> SparkCluster | None:
+    found = local_daemons.read_state(workdir)
     try:
-        return SparkCluster(**json.loads((Path(workdir) / STATE_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
+        return SparkCluster(**found) if found else None
+    except TypeError:
         return None
-
-
-def _write_state(workdir: Path, cluster: SparkCluster) -> None:
-    tmp = workdir / f"{STATE_FILE}.tmp"
-    tmp.write_text(cluster.to_json())
-    os.replace(tmp, workdir / STATE_FILE)
 
 
 def status(workdir: Path | str) -> SparkCluster | None:
@@ -155,7 +124,7 @@ def status(workdir: Path | str) -> SparkCluster | None:
     state = read_state(workdir)
     if state is None or not state.pids:
         return None
-    if not all(_pid_alive(pid) and _pid_is_ours(pid, workdir) for pid in state.pids.values()):
+    if not all(pid_alive(pid) and pid_is_ours(pid, workdir) for pid in state.pids.values()):
         return None
     return state if _alive_workers(state.web_url) >= 1 else None
 
@@ -189,32 +158,8 @@ def _env(workdir: Path, home: Path, default_cores: int | None) -> dict[str, str]
     return env
 
 
-def _spawn(argv: list[str], env: dict[str, str], workdir: Path, name: str) -> int:
-    out = open(workdir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
-    try:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        out.close()
-    return proc.pid
-
-
 def _wait(what: str, check: Callable[[], bool], workdir: Path, pids: dict[str, int], deadline: float) -> None:
-    while time.monotonic() < deadline:
-        dead = [name for name, pid in pids.items() if not _pid_alive(pid)]
-        if dead:
-            raise SparkClusterError(f"{', '.join(dead)} exited while waiting for {what}; logs:\n{_log_tails(workdir)}")
-        if check():
-            return
-        time.sleep(0.2)
-    raise SparkClusterError(f"timed out waiting for {what}; logs:\n{_log_tails(workdir)}")
+    wait_for(what, check, pids, deadline, lambda: _log_tails(workdir), SparkClusterError)
 
 
 def start(
@@ -261,54 +206,30 @@ def start(
     pids: dict[str, int] = {}
     try:
         master = [*daemon, MASTER_CLASS, "1", "--host", "127.0.0.1", "--port", str(port)]
-        pids["master"] = _spawn([*master, "--webui-port", str(web_port)], env, workdir, "master")
-        _write_state(workdir, dataclasses.replace(cluster, pids=dict(pids)))
+        pids["master"] = spawn([*master, "--webui-port", str(web_port)], workdir, "master", env)
+        write_state(workdir, dataclasses.replace(cluster, pids=dict(pids)))
         # The worker retries registration only every 5-15 s, so start it once the master answers.
         _wait("the master", lambda: _listening(port), workdir, pids, deadline)
         worker = [*daemon, WORKER_CLASS, "1", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
         worker += ["--cores", str(cores), "--memory", memory, "--work-dir", str(workdir / "work")]
-        pids["worker"] = _spawn([*worker, cluster.master_url], env, workdir, "worker")
-        _write_state(workdir, dataclasses.replace(cluster, pids=dict(pids)))
+        pids["worker"] = spawn([*worker, cluster.master_url], workdir, "worker", env)
+        write_state(workdir, dataclasses.replace(cluster, pids=dict(pids)))
         _wait("the worker to register", lambda: _alive_workers(cluster.web_url) >= 1, workdir, pids, deadline)
     except BaseException:
         _kill(workdir, pids)
         raise
     cluster = dataclasses.replace(cluster, pids=dict(pids))
     if watch_pid is not None:
-        argv = [sys.executable, os.path.abspath(__file__), "watch", "--dir", str(workdir), "--pid", str(watch_pid)]
-        cluster = dataclasses.replace(cluster, pids={**pids, "watchdog": _spawn(argv, env, workdir, "watchdog")})
-    _write_state(workdir, cluster)
+        watchdog = spawn_watchdog(__file__, workdir, watch_pid, env)
+        cluster = dataclasses.replace(cluster, pids={**pids, "watchdog": watchdog})
+    write_state(workdir, cluster)
     return cluster
 
 
 def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 10.0) -> None:
-    """Worker first, master last: SIGTERM the process group (spark-daemon.sh and its JVM), wait, SIGKILL."""
+    """Worker first, master last; each until its whole process group (spark-daemon.sh and its JVM) is gone."""
     order = {"watchdog": 0, "worker": 1, "master": 2}
-    me = os.getpid()
-    for name in sorted(pids, key=lambda n: order.get(n, 3)):
-        pid = pids[name]
-        if pid == me or not (_pid_alive(pid) and _pid_is_ours(pid, workdir)):
-            continue
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)
-            end = time.monotonic() + wait_s
-            while time.monotonic() < end and _group_alive(pid):
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)
-                time.sleep(0.05)
-            if not _group_alive(pid):
-                break
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while any non-zombie process of the group `pgid` exists (the JVM may outlive its bash parent)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+    kill_in_order(workdir, pids, lambda name: order.get(name, 3), running=group_alive, grace_s=grace_s)
 
 
 def stop(workdir: Path | str) -> None:
@@ -318,53 +239,26 @@ def stop(workdir: Path | str) -> None:
     if state is None:
         return
     _kill(workdir, dict(state.pids))
-    _write_state(workdir, dataclasses.replace(state, pids={}))
+    write_state(workdir, dataclasses.replace(state, pids={}))
 
 
-def watch(workdir: Path, watch_pid: int, interval_s: float = 1.0) -> None:
-    """Stop the cluster of `workdir` once `watch_pid` has exited."""
-    while _pid_alive(watch_pid):
-        time.sleep(interval_s)
-    stop(workdir)
+def _start_command(args: argparse.Namespace) -> SparkCluster:
+    return start(args.dir, args.cores, args.memory, args.port, args.watch_pid, args.timeout, args.default_cores)
+
+
+def _start_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--memory", default="4g")
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--default-cores", type=int, default=None, help="spark.deploy.defaultCores of the master")
+    parser.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_start = sub.add_parser("start", help="start (or reuse) a cluster; prints JSON")
-    p_start.add_argument("--dir", required=True, type=Path)
-    p_start.add_argument("--cores", type=int, default=2)
-    p_start.add_argument("--memory", default="4g")
-    p_start.add_argument("--port", type=int, default=None)
-    p_start.add_argument("--default-cores", type=int, default=None, help="spark.deploy.defaultCores of the master")
-    p_start.add_argument("--watch-pid", type=int, default=None, help="stop the cluster when this pid exits")
-    p_start.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
-    for name in ("stop", "status"):
-        sub.add_parser(name).add_argument("--dir", required=True, type=Path)
-    p_watch = sub.add_parser("watch", help=argparse.SUPPRESS)
-    p_watch.add_argument("--dir", required=True, type=Path)
-    p_watch.add_argument("--pid", required=True, type=int)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "start":
-            args.dir.mkdir(parents=True, exist_ok=True)
-            began = time.monotonic()
-            cluster = start(
-                args.dir, args.cores, args.memory, args.port, args.watch_pid, args.timeout, args.default_cores
-            )
-            print(json.dumps({**dataclasses.asdict(cluster), "start_s": round(time.monotonic() - began, 2)}, indent=2))
-        elif args.command == "stop":
-            stop(args.dir)
-        elif args.command == "status":
-            running = status(args.dir)
-            print(running.to_json() if running else "{}")
-            return 0 if running else 1
-        else:
-            watch(args.dir.resolve(), args.pid)
-    except SparkClusterError as exc:
-        print(f"spark_standalone.py {args.command}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    commands = Commands(
+        "spark_standalone.py", __doc__ or "", _start_options, _start_command, stop, status, SparkClusterError
+    )
+    return command_line(commands, argv)
 
 
 if __name__ == "__main__":

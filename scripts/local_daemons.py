@@ -1,0 +1,220 @@
+"""What the throw-away servers of the tests have in common (scripts/rgw.py, scripts/spark_standalone.py).
+
+Each runs a few daemons under one private directory: spawned in sessions of their own (so a stop can signal a
+whole process group), recorded in a state file, waited for with their logs shown on failure, stopped by pid only
+while the pid still looks like ours (pids get reused), and optionally watched: a small watchdog stops them once
+the process that started them is gone, so a killed test run leaves no orphans. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "state.json"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+def pid_is_ours(pid: int, workdir: Path) -> bool:
+    """True if `pid` still runs with our directory in its command line or environment (not a reused pid)."""
+    needle = str(workdir).encode()
+    for part in ("cmdline", "environ"):
+        with contextlib.suppress(OSError):
+            if needle in Path(f"/proc/{pid}/{part}").read_bytes():
+                return True
+    return False
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any non-zombie process of the group `pgid` exists (a JVM may outlive its bash parent)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def spawn(argv: list[str], workdir: Path, name: str, env: dict[str, str] | None = None) -> int:
+    """Start one daemon in the foreground of its own session (so a stop can kill the group); returns its pid."""
+    out = open(workdir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        out.close()
+    return proc.pid
+
+
+def spawn_watchdog(script: str, workdir: Path, watch_pid: int, env: dict[str, str] | None = None) -> int:
+    """`script watch --dir workdir --pid watch_pid`: stops the daemons once `watch_pid` is gone."""
+    argv = [sys.executable, os.path.abspath(script), "watch", "--dir", str(workdir), "--pid", str(watch_pid)]
+    return spawn(argv, workdir, "watchdog", env)
+
+
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    pids: dict[str, int],
+    deadline: float,
+    logs: Callable[[], str],
+    error: type[Exception],
+) -> None:
+    """Poll `check` until it holds; a daemon that dies meanwhile, or the deadline, raises `error` with the logs."""
+    while time.monotonic() < deadline:
+        dead = [name for name, pid in pids.items() if not pid_alive(pid)]
+        if dead:
+            raise error(f"{', '.join(dead)} exited while waiting for {what}; logs:\n{logs()}")
+        if check():
+            return
+        time.sleep(0.2)
+    raise error(f"timed out waiting for {what}; logs:\n{logs()}")
+
+
+def reap(pids: Iterable[int]) -> None:
+    """Collect our own exited children so they do not linger as zombies."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def kill_in_order(
+    workdir: Path,
+    pids: dict[str, int],
+    rank: Callable[[str], Any],
+    running: Callable[[int], bool] = pid_alive,
+    grace_s: float = 10.0,
+) -> None:
+    """Stop daemons one by one in `rank` order: SIGTERM the process group (and the pid), wait up to `grace_s`
+    while `running(pid)`, then SIGKILL. Only pids that still look like ours are signalled."""
+    me = os.getpid()
+    for name in sorted(pids, key=lambda n: (rank(n), n)):
+        pid = pids[name]
+        if pid == me or not (pid_alive(pid) and pid_is_ours(pid, workdir)):
+            continue
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)  # each daemon leads its own session and process group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+            end = time.monotonic() + wait_s
+            while running(pid) and time.monotonic() < end:
+                reap([pid])
+                time.sleep(0.05)
+            if not running(pid):
+                break
+
+
+def read_state(workdir: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads((Path(workdir) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def write_state(workdir: Path, state: Any) -> None:
+    """The state file (a dataclass as JSON), replaced atomically: a reader never sees half of it."""
+    tmp = workdir / f"{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(state), indent=2))
+    os.replace(tmp, workdir / STATE_FILE)
+
+
+def watch(watch_pid: int, stop: Callable[[], None], interval_s: float = 1.0) -> None:
+    """Run `stop` once `watch_pid` has exited (what the watchdog does)."""
+    while pid_alive(watch_pid):
+        time.sleep(interval_s)
+    stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class Commands:
+    """One server script's verbs, for `command_line`."""
+
+    prog: str
+    doc: str
+    add_start_options: Callable[[argparse.ArgumentParser], None]
+    start: Callable[[argparse.Namespace], Any]
+    stop: Callable[[Path], None]
+    status: Callable[[Path], Any]
+    error: type[Exception]
+
+
+def command_line(commands: Commands, argv: list[str] | None) -> int:
+    """`start --dir D [...]` (prints the state as JSON), `status --dir D`, `stop --dir D`, and the hidden
+    `watch --dir D --pid P` the watchdog runs. Exit 1 with the error on failure."""
+    parser = argparse.ArgumentParser(description=commands.doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start (or reuse) it; prints JSON")
+    start.add_argument("--dir", required=True, type=Path)
+    commands.add_start_options(start)
+    start.add_argument("--watch-pid", type=int, default=None, help="stop the daemons when this pid exits")
+    for name in ("stop", "status"):
+        sub.add_parser(name).add_argument("--dir", required=True, type=Path)
+    watcher = sub.add_parser("watch", help=argparse.SUPPRESS)
+    watcher.add_argument("--dir", required=True, type=Path)
+    watcher.add_argument("--pid", required=True, type=int)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            args.dir.mkdir(parents=True, exist_ok=True)
+            began = time.monotonic()
+            state = commands.start(args)
+            print(json.dumps({**dataclasses.asdict(state), "start_s": round(time.monotonic() - began, 2)}, indent=2))
+        elif args.command == "stop":
+            commands.stop(args.dir)
+        elif args.command == "status":
+            running = commands.status(args.dir)
+            print(json.dumps(dataclasses.asdict(running), indent=2) if running else "{}")
+            return 0 if running else 1
+        else:
+            directory = args.dir.resolve()
+            watch(args.pid, lambda: commands.stop(directory))
+    except commands.error as exc:
+        print(f"{commands.prog} {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
