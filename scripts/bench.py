@@ -416,20 +416,22 @@ def measure_spark_speed(data: str, work: str, uncompacted: str, runs: int, slice
     problems: list[str] = []
 
     sliced_figures: dict[str, Any] | None = None
-    if sliced:  # first: a user's first query once the session is up
-        small = sliced_table(folder / "sliced")
-        slices = sum(1 for _ in small.view().latest_slices(None))
-        expected = small.read().sort_by("order_id")
-        frame = spark.read.format("stitchlake").load(small.path)
-        first, _ = timed(lambda: _drain(frame))  # the first read of this table in the session
-        warm = [timed(lambda: _drain(frame))[0] for _ in range(runs)]
-        got = frame.toArrow().sort_by("order_id").select(expected.column_names)
+    if sliced:  # first of all: a fresh session's first query pays Spark's Python start-up
+        tables = [sliced_table(folder / f"sliced-{n}") for n in range(2)]
+        slices = sum(1 for _ in tables[0].view().latest_slices(None))
+        expected = tables[0].read().sort_by("order_id")
+        frames = [spark.read.format("stitchlake").load(t.path) for t in tables]
+        cold, _ = timed(lambda: _drain(frames[0]))  # the session's first Python work
+        first, _ = timed(lambda: _drain(frames[1]))  # the first read of another table, Python workers up
+        warm = [timed(lambda: _drain(frames[1]))[0] for _ in range(runs)]
+        got = frames[1].toArrow().sort_by("order_id").select(expected.column_names)
         if not got.equals(expected):
             problems.append(f"spark read of the {slices}-slice table differs from stitchlake.read")
         sliced_figures = {
             "slices": slices,
             "rows": expected.num_rows,
-            "partitions": frame.rdd.getNumPartitions(),
+            "partitions": frames[1].rdd.getNumPartitions(),
+            "cold": cold,
             "first": first,
             "warm": warm,
         }
@@ -1040,9 +1042,10 @@ def spark_speed_rows(results: Results) -> list[str]:
             "",
             f"A table of {sliced['slices']} file slices ({SLICE_TABLE['partitions']} partitions x "
             f"{SLICE_TABLE['buckets']} buckets) holding {sliced['rows']:,} rows, read through "
-            f"`spark.read.format('stitchlake')` in {sliced['partitions']} task(s) once the session is up: first read "
-            f"{sliced['first']:.2f} s, then {warm:.2f} s (target <= 3 s: "
-            f"{'met' if sliced['first'] <= 3 else '**not met**'}).",
+            f"`spark.read.format('stitchlake')` in {sliced['partitions']} task(s): as the first query of a fresh "
+            f"session {sliced['cold']:.2f} s (Spark starting its Python workers and its Python data source path "
+            f"included); the first read of another such table once they are up {sliced['first']:.2f} s (target <= 3 s:"
+            f" {'met' if sliced['first'] <= 3 else '**not met**'}); read again {warm:.2f} s.",
         ]
     return lines
 
