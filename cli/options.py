@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -55,6 +55,35 @@ RetriesOption = Annotated[
         min=0,
         max=20,
         help="Run again up to N times after a write conflict (exit 3), waiting 1, 2, 4 ... s (at most 30 s) between.",
+    ),
+]
+
+#: What a read returns, the same options for `stitch read` and `stitch sql`.
+AsOfOption = Annotated[
+    str | None,
+    typer.Option("--as-of", help="Time travel: instant time, ISO timestamp (UTC) or savepoint name."),
+]
+SinceOption = Annotated[
+    str | None, typer.Option("--since", help="Changes after this time (incremental read, adds _op).")
+]
+UntilOption = Annotated[str | None, typer.Option("--until", help="Changes up to this time (incremental read).")]
+WhereOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        help="Filter 'col=value', 'col>=value' (also != < <= >), several separated by commas; repeat --where "
+        "to add more (all must hold; equalities on one column combine as IN).",
+    ),
+]
+#: The choices typer offers; tests check they equal the library's `reader.MODES` (spelled out here because
+#: importing it would import pyarrow for `--help`).
+ReadMode = Literal["snapshot", "read_optimized"]
+ModeOption = Annotated[ReadMode, typer.Option("--mode", help="snapshot merges logs; read_optimized: base files.")]
+LimitOption = Annotated[int, typer.Option("--limit", "-n", min=0, help="Rows to print (0: all); --out writes all.")]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", "-o", help="Write the whole result to FILE.parquet, .csv or .json (JSON lines).", dir_okay=False
     ),
 ]
 

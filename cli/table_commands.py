@@ -1,4 +1,4 @@
-"""Table commands of `stitch`: `init`, `validate`, `timeline show` and `read` (DESIGN §7, §8).
+"""Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read` and `sql` (DESIGN §7, §8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
 `timeline show` stay fast. Rendering lives in `cli.output`; these functions gather data into a report.
@@ -17,7 +17,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from cli import output
-from cli.options import ConfigOption, JsonOption, TableOption, open_target
+from cli.options import (
+    AsOfOption,
+    ConfigOption,
+    JsonOption,
+    LimitOption,
+    ModeOption,
+    OutOption,
+    SinceOption,
+    TableOption,
+    UntilOption,
+    WhereOption,
+    open_target,
+)
 from cli.output import Report
 from stitchlake.errors import StitchError, UsageError
 
@@ -29,11 +41,10 @@ if TYPE_CHECKING:
     from stitchlake.timeline.metadata import Commit, Plan
     from stitchlake.timeline.timeline import Timeline
 
-#: The choices typer offers; tests check they equal the library's `Action.ALL`, `State` and `read.MODES`
+#: The choices typer offers; tests check they equal the library's `Action.ALL` and `State`
 #: (spelled out here because importing those would import pyarrow for `--help`).
 ActionName = Literal["deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter"]
 StateName = Literal["requested", "inflight", "completed"]
-ReadMode = Literal["snapshot", "read_optimized"]
 
 #: `--out` file extension -> format.
 OUT_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
@@ -46,6 +57,7 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate_command)
     app.command("alter")(alter_command)
     app.command("read")(read_command)
+    app.command("sql")(sql_command)
     timeline = typer.Typer(
         help="Inspect the table's timeline of instants.", no_args_is_help=True, rich_markup_mode=None
     )
@@ -271,33 +283,14 @@ def _timeline_report(
 def read_command(
     config: ConfigOption = None,
     table: TableOption = None,
-    as_of: Annotated[
-        str | None,
-        typer.Option("--as-of", help="Time travel: instant time, ISO timestamp (UTC) or savepoint name."),
-    ] = None,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Changes after this time (incremental read, adds _op).")
-    ] = None,
-    until: Annotated[str | None, typer.Option("--until", help="Changes up to this time (incremental read).")] = None,
+    as_of: AsOfOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to read.")] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--where",
-            help="Filter 'col=value', 'col>=value' (also != < <= >), several separated by commas; repeat --where "
-            "to add more (all must hold; equalities on one column combine as IN).",
-        ),
-    ] = None,
-    mode: Annotated[ReadMode, typer.Option("--mode", help="snapshot merges logs; read_optimized: base files.")] = (
-        "snapshot"
-    ),
-    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Rows to print (0: all); --out writes all.")] = 20,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", "-o", help="Write the whole result to FILE.parquet, .csv or .json (JSON lines).", dir_okay=False
-        ),
-    ] = None,
+    where: WhereOption = None,
+    mode: ModeOption = "snapshot",
+    limit: LimitOption = 20,
+    out: OutOption = None,
     as_json: JsonOption = False,
 ) -> Report:
     """Read the table: print a sample, or write the whole result to a file."""
@@ -306,6 +299,31 @@ def read_command(
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
     data = handle.read(mode=mode, as_of=as_of, since=since, until=until, columns=wanted, filter=where or None)
+    return result_report(data, limit, target)
+
+
+def sql_command(
+    query: Annotated[str, typer.Argument(help="The SQL; the table is `t` (and also its own name).")],
+    config: ConfigOption = None,
+    table: TableOption = None,
+    as_of: AsOfOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    where: WhereOption = None,
+    mode: ModeOption = "snapshot",
+    limit: LimitOption = 20,
+    out: OutOption = None,
+    as_json: JsonOption = False,
+) -> Report:
+    """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes)."""
+    target = (out, check_out_path(out)) if out is not None else None
+    handle = open_target(config, table)
+    data = handle.sql(query, mode=mode, as_of=as_of, since=since, until=until, filter=where or None)
+    return result_report(data, limit, target)
+
+
+def result_report(data: pa.Table, limit: int, target: tuple[Path, str] | None) -> Report:
+    """Rows read or queried: a sample on the terminal (or in `--json`), or all of them written to `--out`."""
     if target is None:
         shown = limit or None
         sample = data if shown is None else data.slice(0, shown)

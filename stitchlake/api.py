@@ -59,6 +59,18 @@ class Table(CoreTable):
 
         return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
 
+    def to_duckdb(self, connection: Any = None, name: str | None = None, **read_options: Any) -> Any:
+        """Register the table, read as `read` reads it, in a DuckDB connection (see `stitchlake.sql`)."""
+        from stitchlake.sql import to_duckdb
+
+        return to_duckdb(self, connection, name, **read_options)
+
+    def sql(self, query: str, **read_options: Any) -> pa.Table:
+        """Run SQL over the table, named `t` or by its own name, with DuckDB (see `stitchlake.sql`)."""
+        from stitchlake.sql import query as run_query
+
+        return run_query(self, query, **read_options)
+
     def ingest(
         self,
         stream: str,

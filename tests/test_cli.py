@@ -24,7 +24,8 @@ from typer.testing import CliRunner, Result
 import stitchlake
 from cli import output
 from cli.app import app, guarded, run_command
-from cli.table_commands import ActionName, ReadMode, StateName
+from cli.options import ReadMode
+from cli.table_commands import ActionName, StateName
 from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, NotFoundError, StitchError
 from stitchlake.timeline.instant import Action, State

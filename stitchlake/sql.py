@@ -1,0 +1,86 @@
+"""SQL over a stitched table with DuckDB.
+
+A stitched table is only right once merged: DuckDB reading its Parquet files directly would see every log row and
+the internal `_sl__*` columns. So the table is read here exactly as `stitchlake.read` reads it (snapshot, as-of,
+changes, read-optimized, filters pushed into the merge), and the merged Arrow table is handed to DuckDB, which
+scans Arrow memory in place: no copy into Python objects, no temporary files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from stitchlake.errors import UsageError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+    from stitchlake.table import Table
+
+#: The short name every table also has in `stitch sql`, whatever its own name.
+SHORT_NAME = "t"
+
+
+def to_duckdb(
+    table: Table,
+    connection: duckdb.DuckDBPyConnection | None = None,
+    name: str | None = None,
+    *,
+    mode: str = "snapshot",
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Any = None,
+) -> duckdb.DuckDBPyConnection:
+    """Register the table, read as `stitchlake.read` reads it, as view `name` (default: the table's name) in a
+    DuckDB connection (a new in-memory one if none is given), and return the connection.
+
+    What is registered is the merged Arrow table, which DuckDB scans in place; it is read once, now: a view made
+    before a commit does not see that commit (register again to refresh)."""
+    import duckdb
+
+    from stitchlake.reader import read
+
+    rows = read(table, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
+    connection = connection if connection is not None else duckdb.connect()
+    connection.register(name or table.config.table.name, rows)
+    return connection
+
+
+def query(
+    table: Table,
+    sql: str,
+    *,
+    mode: str = "snapshot",
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    filter: Any = None,
+) -> pa.Table:
+    """Run `sql` over the table (visible as its own name and as `t`) and return the result as Arrow.
+
+    A query DuckDB refuses (syntax, unknown column, type error) is a UsageError (exit 2) with DuckDB's message."""
+    import duckdb
+
+    if not sql.strip():
+        raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
+    connection = to_duckdb(table, None, SHORT_NAME, mode=mode, as_of=as_of, since=since, until=until, filter=filter)
+    try:
+        if table.config.table.name != SHORT_NAME:
+            connection.execute(f'CREATE VIEW "{_identifier(table.config.table.name)}" AS SELECT * FROM {SHORT_NAME}')
+        result = connection.sql(sql)
+        if result is None:  # DuckDB 1.x: a statement without rows (SET, CREATE ...)
+            raise UsageError("SQL: the statement returns no rows; stitch sql runs queries (SELECT, WITH ...)")
+        # The rows as one Arrow table, never through Python objects (DuckDB 1.x: `arrow()`; 1.4+: `to_arrow_table()`).
+        return result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
+    except duckdb.Error as exc:
+        raise UsageError(f"SQL: {exc}") from None
+    finally:
+        connection.close()
+
+
+def _identifier(name: str) -> str:
+    return name.replace('"', '""')
