@@ -66,6 +66,13 @@ AsOfOption = Annotated[
 SinceOption = Annotated[
     str | None, typer.Option("--since", help="Changes after this time (incremental read, adds _op).")
 ]
+BeforeImagesOption = Annotated[
+    bool,
+    typer.Option(
+        "--before-images",
+        help="With --since/--until: an update is a -U row (as of --since) then a +U row; a delete keeps its values.",
+    ),
+]
 UntilOption = Annotated[str | None, typer.Option("--until", help="Changes up to this time (incremental read).")]
 WhereOption = Annotated[
     list[str] | None,

@@ -19,6 +19,7 @@ import typer
 from cli import output
 from cli.options import (
     AsOfOption,
+    BeforeImagesOption,
     ConfigOption,
     JsonOption,
     LimitOption,
@@ -286,6 +287,7 @@ def read_command(
     as_of: AsOfOption = None,
     since: SinceOption = None,
     until: UntilOption = None,
+    before_images: BeforeImagesOption = False,
     columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to read.")] = None,
     where: WhereOption = None,
     mode: ModeOption = "snapshot",
@@ -298,7 +300,7 @@ def read_command(
     wanted = split_columns(columns)
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    data = handle.read(mode=mode, as_of=as_of, since=since, until=until, columns=wanted, filter=where or None)
+    data = handle.read(mode, as_of, since, until, wanted, where or None, before_images)
     return result_report(data, limit, target)
 
 
@@ -309,6 +311,7 @@ def sql_command(
     as_of: AsOfOption = None,
     since: SinceOption = None,
     until: UntilOption = None,
+    before_images: BeforeImagesOption = False,
     where: WhereOption = None,
     mode: ModeOption = "snapshot",
     limit: LimitOption = 20,
@@ -318,7 +321,9 @@ def sql_command(
     """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes)."""
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    data = handle.sql(query, mode=mode, as_of=as_of, since=since, until=until, filter=where or None)
+    data = handle.sql(
+        query, mode=mode, as_of=as_of, since=since, until=until, filter=where or None, before_images=before_images
+    )
     return result_report(data, limit, target)
 
 

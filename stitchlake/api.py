@@ -53,11 +53,12 @@ class Table(CoreTable):
         until: str | None = None,
         columns: Sequence[str] | None = None,
         filter: Any = None,
+        before_images: bool = False,
     ) -> pa.Table:
         """Read the table (see `stitchlake.reader`)."""
         from stitchlake.reader import read
 
-        return read(self, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
+        return read(self, mode, as_of, since, until, columns, filter, before_images)
 
     def to_duckdb(self, connection: Any = None, name: str | None = None, **read_options: Any) -> Any:
         """Register the table, read as `read` reads it, in a DuckDB connection (see `stitchlake.sql`)."""

@@ -37,6 +37,12 @@ SNAPSHOT = "snapshot"
 READ_OPTIMIZED = "read_optimized"
 MODES = (SNAPSHOT, READ_OPTIMIZED)
 OP = "_op"
+#: Change-feed columns after `_op`: the completion time of the last commit in the range that carried the key, and
+#: the streams whose commits carried it (comma-separated, sorted; "erase" for an erase).
+COMMIT_TIME = "_commit_time"
+STREAMS = "_streams"
+CHANGE_COLUMNS = (OP, COMMIT_TIME, STREAMS)
+ERASE_LABEL = "erase"
 READ_THREADS = 4
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -229,20 +235,25 @@ def read(
     until: str | None = None,
     columns: Sequence[str] | None = None,
     filter: Filter = None,
+    before_images: bool = False,
 ) -> pa.Table:
-    """Read the table. See DESIGN §7 for the modes; `since`/`until` give the incremental view."""
+    """Read the table. See DESIGN §7 for the modes; `since`/`until` give the incremental view (with
+    `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
+    deleted values)."""
     if mode not in MODES:
         raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
     table.require()
     if as_of is not None and (since is not None or until is not None):
         raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    if before_images and since is None and until is None:
+        raise UsageError("before_images is for change reads: give since and/or until")
     try:
-        return _read_once(table, mode, as_of, since, until, columns, filter)
+        return _read_once(table, mode, as_of, since, until, columns, filter, before_images)
     except (DataFileMissing, HistoryMoved):
         # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
         # or restore the instants we listed: plan again from the new timeline. A file still missing then is damage,
         # and the second error says so.
-        return _read_once(table, mode, as_of, since, until, columns, filter)
+        return _read_once(table, mode, as_of, since, until, columns, filter, before_images)
 
 
 def _read_once(
@@ -253,6 +264,7 @@ def _read_once(
     until: str | None,
     columns: Sequence[str] | None,
     filter: Filter,
+    before_images: bool = False,
 ) -> pa.Table:
     timeline = table.timeline()
     view = table.view(timeline)
@@ -267,6 +279,7 @@ def _read_once(
             end,
             _wanted_columns(table.config, columns),
             prune(table.config, filter),
+            before_images,
         )
     at = resolve_time(table, timeline, as_of)
     table = table.at_time(at)  # time travel shows the columns of its time
@@ -306,22 +319,34 @@ def _undoes_commits(plan: object) -> bool:
 def _touched_keys(
     table: Table, timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
 ) -> dict[tuple[str, str], list[pa.Table]]:
-    """Key columns each file group received from the instants in the range."""
+    """Key columns each file group received from the instants in the range, each with the commit's completion
+    time and stream (`COMMIT_TIME`, `STREAMS`)."""
     config = table.config
     common = _common(config)
     out: dict[tuple[str, str], list[pa.Table]] = {}
+
+    def add(group: tuple[str, str], keys: pa.Table, instant: Any, stream: str) -> None:
+        rows = keys.num_rows
+        keys = keys.append_column(COMMIT_TIME, pa.array([instant.completed] * rows, pa.string()))
+        out.setdefault(group, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
+
     for instant in instants:
         commit = timeline.commit(instant)
         if isinstance(commit, EraseCommit):
             for key, keys in erased_keys(table, commit).items():
                 if wanted_groups is None or key in wanted_groups:
-                    out.setdefault(key, []).append(keys)
+                    add(key, keys, instant, ERASE_LABEL)
             continue
+        stream = getattr(commit, "stream", None) or ""
         for entry in commit.added_files:
             if wanted_groups is not None and entry.group not in wanted_groups:
                 continue
-            keys = read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows)
-            out.setdefault(entry.group, []).append(keys)
+            add(
+                entry.group,
+                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows),
+                instant,
+                stream,
+            )
     return out
 
 
@@ -352,15 +377,17 @@ def read_changes(
     until: str | None,
     wanted: list[str],
     pruning: Pruning,
+    before_images: bool = False,
 ) -> pa.Table:
-    """Keys whose merged row changed in (since, until], with their row as of `until` and `_op` I/U/D."""
+    """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
+    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`."""
     config = table.config
     common = _common(config)
     if until is None:
         latest = timeline.latest_completed()
         until = latest.completed if latest else None
     if until is None:
-        return _empty(config, wanted).append_column(OP, pa.array([], pa.string()))
+        return _no_changes(config, wanted)
     groups = {
         key
         for key in view.file_groups()
@@ -370,13 +397,15 @@ def read_changes(
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
     parts = []
     for key, keys in sorted(touched.items()):
-        candidates = pa.concat_tables(keys).group_by(common).aggregate([])
+        carried = pa.concat_tables(keys)
+        candidates = carried.select(common).group_by(common).aggregate([])
         after = _state(table, view, key, until, every, candidates)
         before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
-        parts.append(_diff(config, before, after, common, every))
+        changed = _diff(config, before, after, common, every, before_images)
+        parts.append(_with_commits(changed, carried, common))
     parts = [p for p in parts if p.num_rows]
     if not parts:
-        return _empty(config, wanted).append_column(OP, pa.array([], pa.string()))
+        return _no_changes(config, wanted)
     out = pa.concat_tables(parts)
     if pruning.row_columns is None and pruning.rows is not None:
         # An opaque expression may name value columns, which a deleted row no longer has.
@@ -385,8 +414,52 @@ def read_changes(
         if pruning.keys is not None:
             out = out.filter(pruning.keys)
         if pruning.values is not None:
-            out = out.filter(pruning.values | (pc.field(OP) == "D"))
-    return out.select([*wanted, OP])
+            kept = pruning.values | (pc.field(OP) == "D")
+            if before_images:  # an update is kept or dropped as a pair, by its new values
+                kept = _pairs_kept(out, pruning.values)
+            out = out.filter(kept)
+    return out.select([*wanted, *CHANGE_COLUMNS])
+
+
+def _no_changes(config: TableConfig, wanted: list[str]) -> pa.Table:
+    return (
+        _empty(config, wanted)
+        .append_column(OP, pa.array([], pa.string()))
+        .append_column(COMMIT_TIME, pa.array([], pa.string()))
+        .append_column(STREAMS, pa.array([], pa.string()))
+    )
+
+
+def _with_commits(changed: pa.Table, carried: pa.Table, common: list[str]) -> pa.Table:
+    """`changed` with, per key, the last commit time and the streams of the commits that carried it."""
+    summary = carried.group_by(common).aggregate([(COMMIT_TIME, "max"), (STREAMS, "distinct")])
+    found, at = _match_keys(changed, summary, common, "left outer")
+    order = np.argsort(found, kind="stable")  # the join may reorder rows: back to `changed`'s order
+    at = at[order]
+    times = summary.column(f"{COMMIT_TIME}_max").take(pa.array(at))
+    streams = [",".join(sorted(v)) for v in summary.column(f"{STREAMS}_distinct").take(pa.array(at)).to_pylist()]
+    return changed.append_column(COMMIT_TIME, times).append_column(STREAMS, pa.array(streams, pa.string()))
+
+
+def _pairs_kept(rows: pa.Table, values: Any) -> pa.Array:
+    """Which rows a value filter keeps when updates come as `-U`/`+U` pairs: a `-U` row goes with its `+U`."""
+    matches = _evaluate(rows, values)
+    ops = np.asarray(rows.column(OP).to_pylist())
+    keep = matches | (ops == "D")
+    minus = np.flatnonzero(ops == "-U")
+    keep[minus] = matches[minus + 1]  # a -U row is always right before its +U row
+    return pa.array(keep)
+
+
+def _evaluate(rows: pa.Table, expression: Any) -> np.ndarray:
+    """A filter expression evaluated to one boolean per row (null counts as false)."""
+    import pyarrow.dataset as ds
+
+    marked = rows.append_column("_row", pa.array(np.arange(rows.num_rows), pa.int64()))
+    matched = ds.dataset(marked).to_table(filter=expression, columns=["_row"]).column("_row").to_numpy()
+    out = np.zeros(rows.num_rows, dtype=bool)
+    out[matched] = True
+    return out
 
 
 def _state(
@@ -429,8 +502,16 @@ def _same(now: pa.ChunkedArray, then: pa.ChunkedArray) -> np.ndarray:
     return pc.or_(same, pc.and_(pc.is_null(now), pc.is_null(then))).to_numpy(zero_copy_only=False)
 
 
-def _diff(config: TableConfig, before: pa.Table, after: pa.Table, common: list[str], every: list[str]) -> pa.Table:
-    """Compare two states of the same keys: inserted, updated (values differ) or deleted."""
+def _diff(
+    config: TableConfig,
+    before: pa.Table,
+    after: pa.Table,
+    common: list[str],
+    every: list[str],
+    before_images: bool = False,
+) -> pa.Table:
+    """Compare two states of the same keys: inserted, updated (values differ) or deleted. With `before_images`
+    an update is two rows, `-U` (before) then `+U` (after), and a delete keeps its values."""
     values = [c for c in every if c not in common]
     in_after, in_before = _match_keys(after, before, common, "full outer")
     both = np.flatnonzero((in_after >= 0) & (in_before >= 0))
@@ -442,17 +523,23 @@ def _diff(config: TableConfig, before: pa.Table, after: pa.Table, common: list[s
     inserted = (in_after >= 0) & (in_before < 0)
     kept = np.flatnonzero(inserted | changed)
     upserts = after.take(in_after[kept]).select(every)
-    upserts = upserts.append_column(OP, pa.array(np.where(inserted[kept], "I", "U"), pa.string()))
+    updated = "+U" if before_images else "U"
+    upserts = upserts.append_column(OP, pa.array(np.where(inserted[kept], "I", updated), pa.string()))
     gone = in_before[(in_after < 0) & (in_before >= 0)]
     deletes = before.take(gone).select(every)
-    deletes = pa.table(
-        {
-            **{
+    if not before_images:
+        deletes = pa.table(
+            {
                 n: (deletes.column(n) if n in common else pa.nulls(len(gone), deletes.schema.field(n).type))
                 for n in every
-            },
-            OP: pa.array(["D"] * len(gone), pa.string()),
-        }
-    )
-    out = pa.concat_tables([upserts, deletes.cast(upserts.schema)])
-    return out.take(pc.sort_indices(out.select(common), [(k, "ascending") for k in common]))
+            }
+        )
+    deletes = deletes.append_column(OP, pa.array(["D"] * len(gone), pa.string()))
+    parts = [upserts, deletes.cast(upserts.schema)]
+    if before_images:
+        old = before.take(in_before[kept[~inserted[kept]]]).select(every)
+        parts.append(old.append_column(OP, pa.array(["-U"] * old.num_rows, pa.string())).cast(upserts.schema))
+    out = pa.concat_tables(parts)
+    # By key; a key's -U row right before its +U row ("+U" sorts before "-U", so sort on the op descending).
+    order = [(k, "ascending") for k in common] + ([(OP, "descending")] if before_images else [])
+    return out.take(pc.sort_indices(out.select([*common, OP]) if before_images else out.select(common), order))

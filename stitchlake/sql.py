@@ -34,6 +34,7 @@ def to_duckdb(
     until: str | None = None,
     columns: Sequence[str] | None = None,
     filter: Any = None,
+    before_images: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """Register the table, read as `stitchlake.read` reads it, as view `name` (default: the table's name) in a
     DuckDB connection (a new in-memory one if none is given), and return the connection.
@@ -44,7 +45,7 @@ def to_duckdb(
 
     from stitchlake.reader import read
 
-    rows = read(table, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
+    rows = read(table, mode, as_of, since, until, columns, filter, before_images)
     connection = connection if connection is not None else duckdb.connect()
     connection.register(name or table.config.table.name, rows)
     return connection
@@ -59,6 +60,7 @@ def query(
     since: str | None = None,
     until: str | None = None,
     filter: Any = None,
+    before_images: bool = False,
 ) -> pa.Table:
     """Run `sql` over the table (visible as its own name and as `t`) and return the result as Arrow.
 
@@ -67,7 +69,17 @@ def query(
 
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
-    connection = to_duckdb(table, None, SHORT_NAME, mode=mode, as_of=as_of, since=since, until=until, filter=filter)
+    connection = to_duckdb(
+        table,
+        None,
+        SHORT_NAME,
+        mode=mode,
+        as_of=as_of,
+        since=since,
+        until=until,
+        filter=filter,
+        before_images=before_images,
+    )
     try:
         if table.config.table.name != SHORT_NAME:
             connection.execute(f'CREATE VIEW "{_identifier(table.config.table.name)}" AS SELECT * FROM {SHORT_NAME}')

@@ -486,7 +486,7 @@ def test_incremental_spark_reads_return_the_changes_of_stitchlake_read(
         for where, stitch_filter in [FILTERS[0], FILTERS[1], _key_filters(table)[1]]:
             expected = table.read(filter=stitch_filter, **options).sort_by("order_id")
             frame = _read(spark, table, where, **options)
-            assert frame.columns == expected.column_names and frame.columns[-1] == "_op"
+            assert frame.columns == expected.column_names and frame.columns[-3:] == ["_op", "_commit_time", "_streams"]
             actual = _rows(frame)
             assert actual.num_rows == expected.num_rows, (options, where)
             assert actual.equals(expected), (options, where)
@@ -523,7 +523,7 @@ def test_sql_tables_and_views_over_a_stitched_table(spark: Any, history: tuple[T
             assert _rows(day).equals(table.read(filter=["order_date=2026-11-21"]).sort_by("order_id"))
         changes = table.read(since=since).sort_by("order_id")
         for name in ("sl_changes", "sl_view"):
-            assert spark.table(name).columns[-1] == "_op"
+            assert spark.table(name).columns[-3:] == ["_op", "_commit_time", "_streams"]
             assert _rows(spark.table(name)).equals(changes), name
         # Each query plans again: a commit made after CREATE TABLE is read.
         late = table.read(columns=["order_id", "order_date"]).slice(0, 3)

@@ -49,7 +49,7 @@ class StitchDataSource(DataSource):
         `until` and `_op`). When the session catalog creates a table, it also carries the read options."""
         from pyspark.sql.types import StringType, StructField, StructType
 
-        from stitchlake.reader import OP, resolve_time
+        from stitchlake.reader import CHANGE_COLUMNS, resolve_time
 
         options = dict(self.options)
         table = open_for_spark(options)
@@ -58,7 +58,7 @@ class StitchDataSource(DataSource):
         at = resolve_time(table, table.timeline(), options.get("until" if changes else "as_of"))
         schema = spark_schema(table.at_time(at))
         if changes:
-            schema = StructType([*schema.fields, StructField(OP, StringType(), True)])
+            schema = StructType([*schema.fields, *(StructField(c, StringType(), True) for c in CHANGE_COLUMNS)])
         if CATALOG_PROVIDER in options:
             schema = catalog_schema(schema, options)
         return schema

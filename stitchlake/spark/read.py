@@ -47,6 +47,7 @@ READ_OPTIONS = (
     "since",
     "until",
     "mode",
+    "before_images",
     MAX_PARTITION_BYTES,
     OPEN_COST_IN_BYTES,
     MIN_PARTITIONS,
@@ -170,11 +171,11 @@ class StitchReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str], schema: StructType, defaults: Mapping[str, str] | None = None) -> None:
         from stitchlake.errors import UsageError
-        from stitchlake.reader import MODES, OP, SNAPSHOT, resolve_time
+        from stitchlake.reader import CHANGE_COLUMNS, MODES, OP, SNAPSHOT, resolve_time
 
         options = read_options(options, schema)
         self.options = options
-        self.columns = [f.name for f in schema.fields if f.name != OP]
+        self.columns = [f.name for f in schema.fields if f.name not in CHANGE_COLUMNS]
         self.where: dict[str, list[Any]] = {}
         self.packing = Packing.of(options, defaults or {})
         self.mode = options.get("mode", SNAPSHOT)
@@ -184,6 +185,9 @@ class StitchReader(DataSourceReader):
         if as_of is not None and (since is not None or until is not None):
             raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
         self.changes = since is not None or until is not None
+        self.before_images = str(options.get("before_images", "false")).lower() in ("true", "1", "yes")
+        if self.before_images and not self.changes:
+            raise UsageError("before_images is for change reads: give since and/or until")
         if self.changes and OP not in schema.fieldNames():
             raise UsageError(
                 "since/until add an _op column the table's schema lacks: a catalog table reads changes only when "
@@ -296,7 +300,7 @@ class StitchReader(DataSourceReader):
         import pyarrow as pa
 
         from stitchlake.io.schemas import table_schema
-        from stitchlake.reader import OP, read_changes
+        from stitchlake.reader import CHANGE_COLUMNS, read_changes
 
         if not groups:
             return
@@ -304,10 +308,19 @@ class StitchReader(DataSourceReader):
         timeline = table.timeline()
         view = table.view(timeline)
         schema = table_schema(table.config)
-        wanted = pa.schema([*(schema.field(c) for c in self.columns), pa.field(OP, pa.string())])
+        wanted = pa.schema(
+            [*(schema.field(c) for c in self.columns), *(pa.field(c, pa.string()) for c in CHANGE_COLUMNS)]
+        )
         for partition, group in groups:
             rows = read_changes(
-                table, timeline, view, self.since, self.until, self.columns, self._pruning(partition, group)
+                table,
+                timeline,
+                view,
+                self.since,
+                self.until,
+                self.columns,
+                self._pruning(partition, group),
+                self.before_images,
             )
             yield from rows.cast(wanted).to_batches(max_chunksize=65536)
 
