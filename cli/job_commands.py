@@ -1,4 +1,5 @@
-"""Commands that change the table: ingest, compact, clean, delete (erase), rollback, savepoint, archive, status.
+"""Commands that change the table: ingest, compact, clean, delete (erase), rollback, savepoint, archive, publish,
+status.
 
 Each builds one job request and runs it (`cli.jobs.execute`) in this process or on Spark; each returns one report
 that `cli.output` prints for a person or as one JSON object, and exits with the DESIGN §8 code, so cron and
@@ -39,6 +40,7 @@ def register(app: typer.Typer) -> None:
     app.command("delete")(delete_command)
     app.command("rollback")(rollback_command)
     app.command("archive")(archive_command)
+    app.command("publish")(publish_command)
     app.command("status")(status_command)
     savepoints = typer.Typer(
         help="Pin, list, unpin and restore savepoints (metadata only).", no_args_is_help=True, rich_markup_mode=None
@@ -519,6 +521,34 @@ def archive_command(
         title="archive",
         fields=[("archived", "archived"), ("horizon", "horizon"), ("active", "kept")],
     )
+
+
+# ----------------------------------------------------------------------------------------------- publish
+
+
+def publish_command(
+    config: ConfigOption = None,
+    table: TableOption = None,
+    formats: Annotated[
+        list[str] | None,
+        typer.Option("--format", "-f", help="delta or iceberg; repeat for both (default: publish.formats)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> Report:
+    """Publish the compacted state as a new version of a Delta Lake and/or Iceberg table (in this process)."""
+    from stitchlake.services.publish import publish
+
+    handle = open_target(config, table)
+    chosen = list(dict.fromkeys(formats or [f.value for f in handle.config.publish.formats]))
+    if not chosen:
+        raise UsageError("give --format delta or --format iceberg (or list publish.formats in the config)")
+    results = [publish(handle, fmt).to_json() for fmt in chosen]
+    lines = [
+        f"published {r['format']} version {r['version']} ({r['rows']:,} rows as of {r['source']}) at "
+        f"{r['location']}" + (f" as {r['identifier']}" if r["identifier"] else "")
+        for r in results
+    ]
+    return Report({"published": results}, lines=lines)
 
 
 def status_command(config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False) -> Report:

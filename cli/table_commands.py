@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 
 #: The choices typer offers; tests check they equal the library's `Action.ALL` and `State`
 #: (spelled out here because importing those would import pyarrow for `--help`).
-ActionName = Literal["deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter"]
+ActionName = Literal[
+    "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish"
+]
 StateName = Literal["requested", "inflight", "completed"]
 
 #: `--out` file extension -> format.

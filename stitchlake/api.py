@@ -60,6 +60,12 @@ class Table(CoreTable):
 
         return read(self, mode, as_of, since, until, columns, filter, before_images)
 
+    def publish(self, format: str) -> Any:
+        """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""
+        from stitchlake.services.publish import publish
+
+        return publish(self, format)
+
     def to_duckdb(self, connection: Any = None, name: str | None = None, **read_options: Any) -> Any:
         """Register the table, read as `read` reads it, in a DuckDB connection (see `stitchlake.sql`)."""
         from stitchlake.sql import to_duckdb

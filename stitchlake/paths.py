@@ -17,6 +17,8 @@ ERASE_DIR = f"{META_DIR}/erase"
 LOGS_DIR = f"{META_DIR}/logs"
 #: `stitch stream` checkpoints, one folder per stream (Spark's own bookkeeping; the table records what was ingested).
 STREAMS_DIR = f"{META_DIR}/streams"
+#: Published Delta Lake / Iceberg tables (`stitch publish`), one folder per format: copies clean never touches.
+PUBLISHED_DIR = f"{META_DIR}/published"
 
 
 def is_meta(path: str) -> bool:

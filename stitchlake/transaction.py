@@ -371,6 +371,7 @@ PLANNING = {
     Action.RESTORE: "restore",
     Action.CLEAN: "clean",
     Action.ALTER: "alter the table",
+    Action.PUBLISH: "publish the table",
 }
 
 

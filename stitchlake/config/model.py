@@ -72,6 +72,13 @@ class ConcurrencyMode(StrEnum):
     OPTIMISTIC = "optimistic"
 
 
+class PublishFormat(StrEnum):
+    """Table formats other engines read: `stitch publish` writes the compacted state as one of them."""
+
+    DELTA = "delta"
+    ICEBERG = "iceberg"
+
+
 class LockProvider(StrEnum):
     """Where the short table lock lives: lock objects under `.stitch/locks/` created with the storage's atomic
     create (`storage`, also called `filesystem`: local disk and S3 alike), or ZooKeeper."""
@@ -601,6 +608,23 @@ class ArchiveSpec(Spec):
     """Completed instants kept in the active timeline; older ones move to the archive."""
 
 
+class PublishSpec(Spec):
+    """Publishing the compacted state as Delta Lake and/or Iceberg tables, for engines that cannot merge."""
+
+    formats: tuple[PublishFormat, ...] = ()
+    """Formats published after every compaction (`stitch publish --format F` publishes any format on demand)."""
+    location: Location | None = None
+    """Folder of the published tables, one sub-folder per format (default: `.stitch/published` in the table).
+    Relative paths resolve against the config file's folder. Never inside the table folder elsewhere than the
+    default: `stitch clean` would take the published files for orphans."""
+    retain_versions: Annotated[int, Strict(), Ge(1), WHOLE] = 10
+    """Published versions kept readable (time travel); files only older versions need are deleted at publish."""
+    iceberg_catalog_uri: Text | None = None
+    """SQLAlchemy URL of the Iceberg SQL catalog (default: a SQLite file beside the published Iceberg tables)."""
+    iceberg_namespace: Text = "stitchlake"
+    """Catalog namespace of the published Iceberg table, which is named after the table."""
+
+
 class SparkSpec(Spec):
     """How jobs are submitted to Spark."""
 
@@ -666,6 +690,7 @@ class TableConfig(Spec):
     compaction: CompactionSpec = Field(default_factory=CompactionSpec)
     clean: CleanSpec = Field(default_factory=CleanSpec)
     archive: ArchiveSpec = Field(default_factory=ArchiveSpec)
+    publish: PublishSpec = Field(default_factory=PublishSpec)
     spark: SparkSpec = Field(default_factory=SparkSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     """Object-store settings for s3:// paths (endpoint, region, credentials); local tables need none."""

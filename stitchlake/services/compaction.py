@@ -9,17 +9,18 @@ removed before the plan runs again. Writers never wait: logs completing after T 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import NotFoundError, UsageError
+from stitchlake.errors import NotFoundError, StitchError, UsageError
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
+from stitchlake.services.publish import publish_configured
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CompactionCommit, CompactionPlan, DataFile, FileGroupRef, FileSlice
@@ -42,6 +43,8 @@ class CompactionResult:
     rows: int
     bytes: int
     merged_files: int = 0
+    #: What `publish.formats` published after the compaction (`services.publish.PublishResult` as JSON).
+    published: list[dict[str, Any]] = field(default_factory=list)
 
 
 def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
@@ -175,7 +178,18 @@ def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice])
         rows=sum(f.rows for f in files),
         bytes=sum(f.bytes for f in files),
         merged_files=sum(len(op.files) for op in operations),
+        published=publish_after(txn.table, instant.requested),
     )
+
+
+def publish_after(table: Table, instant: str) -> list[dict[str, Any]]:
+    """`publish.formats`, after a compaction: a failure says the compaction itself stands."""
+    try:
+        return [result.to_json() for result in publish_configured(table)]
+    except StitchError as exc:
+        raise type(exc)(
+            f"compaction {instant} completed, but publishing failed: {exc} — run `stitch publish` again"
+        ) from exc
 
 
 def inline_due(table: Table) -> bool:

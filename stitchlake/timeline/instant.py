@@ -20,8 +20,9 @@ class Action:
     RESTORE = "restore"
     ERASE = "erase"
     ALTER = "alter"
+    PUBLISH = "publish"
 
-    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE, ALTER)
+    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE, ALTER, PUBLISH)
     #: Actions whose completion writes base files: they start new file slices.
     REWRITES = (COMPACTION, ERASE)
 

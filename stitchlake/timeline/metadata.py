@@ -238,6 +238,15 @@ class AlterPlan(Plan):
 
 
 @dataclass(frozen=True)
+class PublishPlan(Plan):
+    """Publish the table as of `source` (read-optimized) as a new version of a Delta or Iceberg table."""
+
+    format: str = ""
+    location: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class SavepointPlan(Plan):
     savepoint_of: str = ""
     instant: str = ""
@@ -380,6 +389,19 @@ class AlterCommit(Commit):
 
 
 @dataclass(frozen=True)
+class PublishCommit(Commit):
+    """What a publish made: the published table's new version (Delta) or snapshot (Iceberg) and its size."""
+
+    format: str = ""
+    location: str = ""
+    source: str = ""
+    version: int = 0
+    identifier: str = ""
+    rows: int = 0
+    removed_files: int = 0
+
+
+@dataclass(frozen=True)
 class SavepointCommit(Commit):
     savepoint_of: str = ""
     instant: str = ""
@@ -415,6 +437,7 @@ ACTIONS: dict[str, ActionKind] = {
     Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True),
     Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True),
     Action.ALTER: ActionKind(AlterPlan, AlterCommit),
+    Action.PUBLISH: ActionKind(PublishPlan, PublishCommit),
 }
 
 

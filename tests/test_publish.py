@@ -1,0 +1,209 @@
+"""Publishing as Delta Lake and Iceberg (issue 13 points 1 and 2): other engines read what `stitch read` reads.
+
+The table goes through late events, an update, a stream delete, an erase, a column default and an alter before it
+is published; deltalake, Polars, DuckDB and pyiceberg then read the published tables and each must equal
+`stitch read --mode read_optimized` of the published instant, cell by cell.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from deltalake import DeltaTable
+from spark_fixtures import run_stitch
+from tables import MODELS, THREE_STREAMS, batch, config, new_table
+
+from stitchlake.api import Table
+from stitchlake.errors import StitchError, UsageError
+from stitchlake.io.published import iceberg_catalog
+from stitchlake.services.alter import alter
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import PublishCommit
+
+MODEL = {m.name: m for m in MODELS}
+
+
+def altered_document(**publish: Any) -> dict[str, Any]:
+    """THREE_STREAMS with a column added to orders (with a default) by `stitch alter`."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["orders"]["columns"]["coupon"] = {"type": "string", "default": "none"}
+    if publish:
+        document["publish"] = publish
+    return document
+
+
+def history(root: Path, **publish: Any) -> Table:
+    """A table whose raw files hold much that a correct reader must not show."""
+    table = new_table(root)
+    orders, payments, shipments = MODEL["orders"], MODEL["payments"], MODEL["shipments"]
+    table.write("orders", batch(orders, [{"k": k, "amount": k * 10, "status": "new", "ots": 5} for k in range(1, 8)]))
+    table.write("payments", batch(payments, [{"k": k, "paid": k, "note": "ok", "pts": 1} for k in (1, 2, 3)]))
+    table.write("shipments", batch(shipments, [{"k": 1, "carrier": "dhl", "ship_no": 11}]))  # others: default
+    table.write(
+        "orders",
+        batch(
+            orders,
+            [
+                {"k": 1, "amount": 999, "status": "late", "ots": 1},  # late: loses
+                {"k": 2, "amount": 25, "status": "paid", "ots": 9},  # update
+                {"k": 6, "ots": 9, "deleted": True},  # only orders had key 6: gone
+            ],
+        ),
+    )
+    table.erase(pa.table({"k": pa.array([5], pa.int64()), "p": pa.array(["odd"])}))
+    altered = Table(config(root, altered_document(**publish)))
+    alter(altered)
+    rows = batch(orders, [{"k": 7, "amount": 70, "status": "coupon", "ots": 9}])
+    altered.write("orders", rows.append_column("coupon", pa.array(["XMAS"])))
+    assert altered.compact() is not None
+    return altered
+
+
+def rows_of(data: Any) -> list[dict[str, Any]]:
+    table = data if isinstance(data, pa.Table) else data.to_arrow()
+    return sorted(table.to_pylist(), key=lambda row: row["k"])
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, Any]]:
+    table = history(tmp_path_factory.mktemp("publish"))
+    return table, {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+
+
+def expected_rows(table: Table, source: str) -> list[dict[str, Any]]:
+    return rows_of(table.read(mode="read_optimized", as_of=source))
+
+
+def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Table, dict[str, Any]]) -> None:
+    table, results = published
+    delta = results["delta"]
+    expected = expected_rows(table, delta["source"])
+    keys = [row["k"] for row in expected]
+    assert keys == [1, 2, 3, 4, 7], "late, deleted and erased keys resolved"
+    assert {row["k"]: row["carrier"] for row in expected}[2] == "none", "the column default applied"
+    assert {row["k"]: row["coupon"] for row in expected} == {1: "none", 2: "none", 3: "none", 4: "none", 7: "XMAS"}
+    location = delta["location"]
+    found = DeltaTable(location)
+    assert not [name for name in found.schema().to_arrow().names if name.startswith("_sl__")]
+    assert rows_of(found.to_pyarrow_table()) == expected
+    assert rows_of(pl.read_delta(location)) == expected
+    connection = duckdb.connect()
+    connection.register("published", found.to_pyarrow_dataset())
+    assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == expected
+    # The data files the Delta log lists hold the published rows and nothing else.
+    files = found.file_uris()
+    assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
+
+
+def test_iceberg_readers_see_exactly_the_read_optimized_table(published: tuple[Table, dict[str, Any]]) -> None:
+    table, results = published
+    iceberg = results["iceberg"]
+    expected = expected_rows(table, iceberg["source"])
+    assert iceberg["identifier"] == "stitchlake.wide"
+    catalog = iceberg_catalog(iceberg["location"], None)
+    found = catalog.load_table(iceberg["identifier"])
+    assert not [field.name for field in found.schema().fields if field.name.startswith("_sl__")]
+    assert found.current_snapshot().snapshot_id == iceberg["version"]
+    assert rows_of(found.scan().to_arrow()) == expected
+    with warnings.catch_warnings():  # Polars would rather plan with its own plugin; pyiceberg plans correctly
+        warnings.simplefilter("ignore")
+        assert rows_of(pl.scan_iceberg(found).collect()) == expected
+    connection = found.scan().to_duckdb("published")
+    assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == expected
+    files = [task.file.file_path for task in found.scan().plan_files()]
+    assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
+
+
+def test_publishing_is_an_instant_on_the_timeline(published: tuple[Table, dict[str, Any]]) -> None:
+    table, results = published
+    timeline = table.timeline()
+    done = timeline.completed([Action.PUBLISH])
+    commits = [timeline.commit(instant) for instant in done]
+    assert [c.format for c in commits if isinstance(c, PublishCommit)] == ["delta", "iceberg"]
+    assert {c.version for c in commits if isinstance(c, PublishCommit)} == {
+        results["delta"]["version"],
+        results["iceberg"]["version"],
+    }
+    assert not timeline.pending()
+
+
+def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(tmp_path: Path) -> None:
+    table = history(tmp_path / "t", retain_versions=2)
+    first = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    before = expected_rows(table, first["delta"]["source"])
+    orders = MODEL["orders"]
+    more = batch(orders, [{"k": 2, "amount": 2000, "status": "refund", "ots": 20}])
+    table.write("orders", more.append_column("coupon", pa.array(["BACK"])))
+    table.compact()
+    second = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    after = expected_rows(table, second["delta"]["source"])
+    assert before != after and {r["k"]: r["amount"] for r in after}[2] == 2000
+    table.clean()  # the table's own retention: the published files are not its files
+    location = second["delta"]["location"]
+    assert rows_of(DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()) == before
+    assert rows_of(DeltaTable(location).to_pyarrow_table()) == after
+    found = iceberg_catalog(second["iceberg"]["location"], None).load_table(second["iceberg"]["identifier"])
+    assert rows_of(found.scan(snapshot_id=first["iceberg"]["version"]).to_arrow()) == before
+    assert rows_of(found.scan().to_arrow()) == after
+    # A third publish with retain_versions 2 drops what only the first version read.
+    table.write(
+        "orders",
+        batch(orders, [{"k": 3, "amount": 3, "status": "x", "ots": 30}]).append_column(
+            "coupon", pa.array([None], pa.string())
+        ),
+    )
+    table.compact()
+    third = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    assert third["delta"]["removed_files"] > 0 and third["iceberg"]["removed_files"] > 0
+    with pytest.raises(Exception, match=r"not found|No such file|FileNotFound"):
+        DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()
+    assert rows_of(DeltaTable(location, version=second["delta"]["version"]).to_pyarrow_table()) == after
+    found = iceberg_catalog(third["iceberg"]["location"], None).load_table(third["iceberg"]["identifier"])
+    assert rows_of(found.scan(snapshot_id=second["iceberg"]["version"]).to_arrow()) == after
+
+
+def test_a_failed_publish_leaves_a_clean_timeline_and_nothing_compacted_is_refused(tmp_path: Path) -> None:
+    empty = new_table(tmp_path / "empty")
+    empty.write("orders", batch(MODEL["orders"], [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    with pytest.raises(UsageError, match="nothing is compacted yet"):
+        empty.publish("delta")
+    with pytest.raises(UsageError, match="unknown publish format 'hudi'"):
+        empty.publish("hudi")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the published tables should go")
+    table = history(tmp_path / "t", location=str(blocker))
+    with pytest.raises(StitchError, match="publishing as delta"):
+        table.publish("delta")
+    timeline = table.timeline()
+    assert not timeline.pending() and not timeline.completed([Action.PUBLISH])
+
+
+def test_the_cli_publishes_on_demand_and_after_every_compaction(tmp_path: Path) -> None:
+    table = history(tmp_path / "t")
+    document = altered_document(formats=["delta"])
+    document["table"]["path"] = table.path
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    done = run_stitch("publish", "-c", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    (first,) = json.loads(done.stdout)["published"]
+    assert first["format"] == "delta" and first["location"].endswith(".stitch/published/delta")
+    more = batch(MODEL["orders"], [{"k": 4, "amount": 44, "status": "again", "ots": 40}])
+    table.write("orders", more.append_column("coupon", pa.array(["CLI"])))
+    compacted = run_stitch("compact", "-c", str(path), "--engine", "local", "--json")
+    assert compacted.returncode == 0, compacted.stderr
+    (auto,) = json.loads(compacted.stdout)["result"]["published"]
+    assert auto["version"] > first["version"] and auto["source"] > first["source"]
+    assert rows_of(DeltaTable(auto["location"]).to_pyarrow_table()) == expected_rows(table, auto["source"])
+    refused = run_stitch("publish", "-c", str(path), "--format", "parquet", "--json")
+    assert refused.returncode == 2 and "unknown publish format" in json.loads(refused.stdout)["error"]
