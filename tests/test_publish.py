@@ -110,7 +110,7 @@ def test_iceberg_readers_see_exactly_the_read_optimized_table(published: tuple[T
     iceberg = results["iceberg"]
     expected = expected_rows(table, iceberg["source"])
     assert iceberg["identifier"] == "stitchlake.wide"
-    catalog = iceberg_catalog(iceberg["location"], None)
+    catalog = iceberg_catalog(iceberg["location"])
     found = catalog.load_table(iceberg["identifier"])
     assert not [field.name for field in found.schema().fields if field.name.startswith("_sl__")]
     assert found.current_snapshot().snapshot_id == iceberg["version"]
@@ -152,7 +152,7 @@ def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(t
     location = second["delta"]["location"]
     assert rows_of(DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()) == before
     assert rows_of(DeltaTable(location).to_pyarrow_table()) == after
-    found = iceberg_catalog(second["iceberg"]["location"], None).load_table(second["iceberg"]["identifier"])
+    found = iceberg_catalog(second["iceberg"]["location"]).load_table(second["iceberg"]["identifier"])
     assert rows_of(found.scan(snapshot_id=first["iceberg"]["version"]).to_arrow()) == before
     assert rows_of(found.scan().to_arrow()) == after
     # A third publish with retain_versions 2 drops what only the first version read.
@@ -168,7 +168,7 @@ def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(t
     with pytest.raises(Exception, match=r"not found|No such file|FileNotFound"):
         DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()
     assert rows_of(DeltaTable(location, version=second["delta"]["version"]).to_pyarrow_table()) == after
-    found = iceberg_catalog(third["iceberg"]["location"], None).load_table(third["iceberg"]["identifier"])
+    found = iceberg_catalog(third["iceberg"]["location"]).load_table(third["iceberg"]["identifier"])
     assert rows_of(found.scan(snapshot_id=second["iceberg"]["version"]).to_arrow()) == after
 
 
@@ -207,3 +207,14 @@ def test_the_cli_publishes_on_demand_and_after_every_compaction(tmp_path: Path) 
     assert rows_of(DeltaTable(auto["location"]).to_pyarrow_table()) == expected_rows(table, auto["source"])
     refused = run_stitch("publish", "-c", str(path), "--format", "parquet", "--json")
     assert refused.returncode == 2 and "unknown publish format" in json.loads(refused.stdout)["error"]
+
+
+def test_the_iceberg_catalog_is_configurable(tmp_path: Path) -> None:
+    """`publish.iceberg_catalog` holds pyiceberg catalog properties (a REST catalog takes `type: rest`); here a
+    SQL catalog of one's own, which then holds the table while the default one does not exist."""
+    database = tmp_path / "catalog-of-our-own.db"
+    table = history(tmp_path / "t", iceberg_catalog={"type": "sql", "uri": f"sqlite:///{database}"})
+    result = table.publish("iceberg").to_json()
+    assert database.is_file() and not (Path(result["location"]) / "catalog.db").exists()
+    found = iceberg_catalog(result["location"], {"type": "sql", "uri": f"sqlite:///{database}"})
+    assert rows_of(found.load_table(result["identifier"]).scan().to_arrow()) == expected_rows(table, result["source"])

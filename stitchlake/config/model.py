@@ -256,6 +256,15 @@ def _spark_conf(value: Any) -> dict[str, str]:
     return {str(key): _text_value(item) for key, item in value.items()}
 
 
+def _catalog_properties(value: Any) -> dict[str, str]:
+    """pyiceberg catalog properties (`type`, `uri`, `warehouse`, `credential` ...), values as text."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise refuse(f"must be a mapping, got {kind(value)}")
+    return {str(key): _text_value(item) for key, item in value.items()}
+
+
 def _secret_names(value: Any) -> tuple[str, ...]:
     try:
         return declared_secrets(value)
@@ -619,8 +628,10 @@ class PublishSpec(Spec):
     default: `stitch clean` would take the published files for orphans."""
     retain_versions: Annotated[int, Strict(), Ge(1), WHOLE] = 10
     """Published versions kept readable (time travel); files only older versions need are deleted at publish."""
-    iceberg_catalog_uri: Text | None = None
-    """SQLAlchemy URL of the Iceberg SQL catalog (default: a SQLite file beside the published Iceberg tables)."""
+    iceberg_catalog: Annotated[dict[str, str], BeforeValidator(_catalog_properties)] = Field(default_factory=dict)
+    """The Iceberg catalog, as pyiceberg catalog properties: `{type: rest, uri: https://..., credential: ${VAR}}`
+    for a REST catalog, `{type: sql, uri: <SQLAlchemy URL>}` for another SQL one. Default: a SQLite `SqlCatalog`
+    beside the published Iceberg tables."""
     iceberg_namespace: Text = "stitchlake"
     """Catalog namespace of the published Iceberg table, which is named after the table."""
 

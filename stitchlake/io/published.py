@@ -9,6 +9,7 @@ files, in one atomic commit of that format: a reader sees the previous version o
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,22 +45,29 @@ def write_delta(rows: pa.Table, location: str, name: str, retain: int) -> Publis
     return Published(version, removed_files=len(removed))
 
 
-def iceberg_catalog(location: str, uri: str | None) -> Any:
-    """The SQL catalog of the published Iceberg tables (SQLite in `location` unless another URI is given)."""
-    from pyiceberg.catalog.sql import SqlCatalog
+def iceberg_catalog(location: str, properties: Mapping[str, str] | None = None) -> Any:
+    """The catalog of the published Iceberg tables: pyiceberg's catalog for `properties` (a REST or SQL catalog),
+    by default a SQLite `SqlCatalog` in `location`, with `location` as the warehouse."""
+    from pyiceberg.catalog import load_catalog
 
     Path(location).mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(
-        "stitchlake",
-        uri=uri or f"sqlite:///{os.path.join(location, 'catalog.db')}",
-        warehouse=Path(location).as_uri(),
-    )
+    defaults = {
+        "type": "sql",
+        "uri": f"sqlite:///{os.path.join(location, 'catalog.db')}",
+        "warehouse": Path(location).as_uri(),
+    }
+    chosen = dict(properties or {})
+    if chosen and chosen.get("type", "sql") != "sql":
+        defaults = {"warehouse": defaults["warehouse"]}  # a REST catalog has its own idea of where tables go
+    return load_catalog("stitchlake", **{**defaults, **chosen})
 
 
-def write_iceberg(rows: pa.Table, location: str, uri: str | None, namespace: str, name: str, retain: int) -> Published:
+def write_iceberg(
+    rows: pa.Table, location: str, catalog_properties: Mapping[str, str], namespace: str, name: str, retain: int
+) -> Published:
     """Overwrite the Iceberg table `namespace.name` with `rows` (evolving its schema by name first), expire the
     snapshots older than the last `retain` publishes, and delete the data files no kept snapshot reads."""
-    catalog = iceberg_catalog(location, uri)
+    catalog = iceberg_catalog(location, catalog_properties)
     catalog.create_namespace_if_not_exists(namespace)
     identifier = (namespace, name)
     if catalog.table_exists(identifier):

@@ -107,7 +107,7 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
             made = write_delta(rows, location, name, spec.retain_versions)
         else:
             made = write_iceberg(
-                rows, location, spec.iceberg_catalog_uri, spec.iceberg_namespace, name, spec.retain_versions
+                rows, location, spec.iceberg_catalog, spec.iceberg_namespace, name, spec.retain_versions
             )
         commit = PublishCommit(
             format=chosen.value,
