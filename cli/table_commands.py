@@ -184,10 +184,12 @@ class InstantSummary:
 
 
 def summarize(record: Plan | Commit) -> InstantSummary:
-    from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan
+    from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, PublishCommit
 
     if isinstance(record, DeltaCommit):
         return InstantSummary(record.stream, record.rows, len(record.added))
+    if isinstance(record, PublishCommit):
+        return InstantSummary(None, record.rows)
     if isinstance(record, DeltaCommitPlan):
         return InstantSummary(record.stream)
     if isinstance(record, Commit) and record.added_files:

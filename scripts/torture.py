@@ -160,8 +160,8 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 # The checker reads the timeline, the archive and the checkpoint from their files (DESIGN §4), not through
 # stitchlake's timeline classes: a checker that shared the code under test would share its bugs.
 
-TIMELINE_DIR = Path(".stitch") / "timeline"
-ARCHIVE_DIR = TIMELINE_DIR / "archive"
+TIMELINE_DIR = ".stitch/timeline"
+ARCHIVE_DIR = f"{TIMELINE_DIR}/archive"
 LEGACY_CHECKPOINT = "checkpoint.json"
 _PENDING_NAME = re.compile(r"^(\d{17})\.([a-z]+)\.(requested|inflight)$")
 _COMPLETED_NAME = re.compile(r"^(\d{17})_(\d{17})\.([a-z]+)$")
@@ -210,24 +210,49 @@ def parse_timeline(names: Iterable[str]) -> tuple[list[Seen], list[tuple[str, st
     return out, [p for r, p in sorted(pending.items()) if r not in completed]
 
 
-def list_timeline(table: Path) -> tuple[list[Seen], list[tuple[str, str, str]]]:
-    return parse_timeline(os.listdir(table / TIMELINE_DIR))
+class TableFiles:
+    """The table's own files, on local disk or S3, as names and bytes: the one way the checker reaches them.
+
+    It goes through stitchlake's `Storage` for the bytes (the object-store client), never through its timeline,
+    archive or view classes."""
+
+    def __init__(self, uri: str) -> None:
+        from stitchlake.storage.registry import storage_for
+
+        self.uri = uri
+        self.storage = storage_for(uri)
+
+    def names(self, folder: str) -> list[str]:
+        """The names in `folder` (FileNotFoundError when it does not exist, as `os.listdir`)."""
+        found = self.storage.list_names(folder)
+        if not found and not self.storage.list_names(folder.rsplit("/", 1)[0] if "/" in folder else ""):
+            raise FileNotFoundError(folder)
+        return found
+
+    def read_json(self, path: str) -> dict[str, Any]:
+        """A metadata file's JSON object (FileNotFoundError when it is gone: archived, undone, tidied)."""
+        content = json.loads(self.storage.read_bytes(path) or b"{}")
+        return content if isinstance(content, dict) else {}
+
+    def read_text(self, path: str) -> str:
+        return self.storage.read_bytes(path).decode("utf-8")
+
+    def __str__(self) -> str:
+        return self.uri
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A metadata file's JSON object (FileNotFoundError when it is gone: archived, undone, tidied)."""
-    content = json.loads(path.read_bytes() or b"{}")
-    return content if isinstance(content, dict) else {}
+def list_timeline(table: TableFiles) -> tuple[list[Seen], list[tuple[str, str, str]]]:
+    return parse_timeline(table.names(TIMELINE_DIR))
 
 
-def instant_meta(table: Path, seen: Seen) -> dict[str, Any]:
-    return read_json(table / TIMELINE_DIR / seen.file_name)
+def instant_meta(table: TableFiles, seen: Seen) -> dict[str, Any]:
+    return table.read_json(f"{TIMELINE_DIR}/{seen.file_name}")
 
 
-def plan_of(table: Path, requested: str, action: str) -> dict[str, Any]:
+def plan_of(table: TableFiles, requested: str, action: str) -> dict[str, Any]:
     """A (pending or completed) instant's requested file, or {} once it is gone (archived)."""
     try:
-        return read_json(table / TIMELINE_DIR / f"{requested}.{action}.requested")
+        return table.read_json(f"{TIMELINE_DIR}/{requested}.{action}.requested")
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 
@@ -248,11 +273,11 @@ class CheckpointState:
     files: list[str]
 
 
-def checkpoint_horizon(table: Path) -> str | None:
+def checkpoint_horizon(table: TableFiles) -> str | None:
     """The effective horizon from the archive folder (reads the legacy checkpoint only when it is the one)."""
-    folder = table / ARCHIVE_DIR
+    folder = ARCHIVE_DIR
     try:
-        names = os.listdir(folder)
+        names = table.names(folder)
     except FileNotFoundError:
         return None
     horizons = sorted(m.group(1) for m in map(_CHECKPOINT_NAME.match, names) if m)
@@ -260,24 +285,24 @@ def checkpoint_horizon(table: Path) -> str | None:
         return horizons[-1]
     if LEGACY_CHECKPOINT in names:
         with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-            return str(read_json(folder / LEGACY_CHECKPOINT).get("completed") or "") or None
+            return str(table.read_json(f"{folder}/{LEGACY_CHECKPOINT}").get("completed") or "") or None
     return None
 
 
-def read_checkpoint(table: Path) -> CheckpointState | None:
+def read_checkpoint(table: TableFiles) -> CheckpointState | None:
     """The effective checkpoint's horizon, consumed landing files and files (None: nothing archived)."""
-    folder = table / ARCHIVE_DIR
+    folder = ARCHIVE_DIR
     for _attempt in range(5):  # a newer archive may tidy the listed checkpoint away between listing and reading
         try:
-            names = os.listdir(folder)
+            names = table.names(folder)
         except FileNotFoundError:
             return None
         horizons = sorted(m.group(1) for m in map(_CHECKPOINT_NAME.match, names) if m)
-        path = folder / (f"checkpoint.{horizons[-1]}.json" if horizons else LEGACY_CHECKPOINT)
+        path = f"{folder}/" + (f"checkpoint.{horizons[-1]}.json" if horizons else LEGACY_CHECKPOINT)
         if not horizons and LEGACY_CHECKPOINT not in names:
             return None
         try:
-            content = read_json(path)
+            content = table.read_json(path)
         except FileNotFoundError:
             continue
         consumed = {
@@ -289,18 +314,19 @@ def read_checkpoint(table: Path) -> CheckpointState | None:
     raise FileNotFoundError(f"{folder}: the newest checkpoint keeps vanishing")
 
 
-def archived_entries(table: Path) -> dict[str, tuple[Seen, dict[str, Any], str]]:
+def archived_entries(table: TableFiles) -> dict[str, tuple[Seen, dict[str, Any], str]]:
     """Archived instants: requested -> (instant, its commit metadata, the batch file holding it)."""
-    folder = table / ARCHIVE_DIR
     found: dict[str, tuple[Seen, dict[str, Any], str]] = {}
-    if not folder.exists():
+    try:
+        names = table.names(ARCHIVE_DIR)
+    except FileNotFoundError:
         return found
-    for path in sorted(folder.glob("*.archive.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
+    for name in sorted(n for n in names if n.endswith(".archive.jsonl")):
+        for line in table.read_text(f"{ARCHIVE_DIR}/{name}").splitlines():
             with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
                 entry = json.loads(line)
                 seen = Seen(entry["requested"], entry["action"], entry["completed"])
-                found[seen.requested] = (seen, entry.get("metadata") or {}, path.name)
+                found[seen.requested] = (seen, entry.get("metadata") or {}, name)
     return found
 
 
@@ -348,7 +374,10 @@ def write_config(settings: Settings) -> Path:
     document = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
     # Paths relative to the config's folder where possible, so a copied workdir is a self-contained case.
     table = Path(settings.table)
-    location = str(table.relative_to(work)) if table.is_relative_to(work) else str(table)
+    if "://" in settings.table:  # an object store: the table is where it is
+        location = settings.table
+    else:
+        location = str(table.relative_to(work)) if table.is_relative_to(work) else str(table)
     document["table"].update(
         name="torture_wide", path=location, buckets=settings.buckets, log_format=settings.log_format
     )
@@ -384,11 +413,14 @@ def load_settings(work: Path) -> Settings:
     return Settings(**json.loads((work / "settings.json").read_text(encoding="utf-8")))
 
 
-def table_dir(work: Path) -> Path:
-    """The table's folder; one inside the workdir moves with it (a copied workdir is a self-contained case)."""
+def table_dir(work: Path) -> TableFiles:
+    """The table's files; a table folder inside the workdir moves with it (a copied workdir is a self-contained
+    case); an `s3://` table is where it is."""
     settings = load_settings(work)
+    if "://" in settings.table:
+        return TableFiles(settings.table)
     table, origin = Path(settings.table), Path(settings.workdir)
-    return work / table.relative_to(origin) if table.is_relative_to(origin) else table
+    return TableFiles(str(work / table.relative_to(origin) if table.is_relative_to(origin) else table))
 
 
 def staged_files(work: Path, stream: str) -> list[Path]:
@@ -484,6 +516,7 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
     import stitchlake.transaction as txn_module
     import stitchlake.write as write_module
     from stitchlake.storage import LocalStorage
+    from stitchlake.storage.s3 import S3Storage
 
     _ARMED.clear()
     point, _, count = spec.partition(":")
@@ -547,7 +580,8 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
 
                 return wrapped
 
-            _wrap(LocalStorage, name, make)
+            for storage_class in (LocalStorage, S3Storage):  # the table may be on either
+                _wrap(storage_class, name, make)
 
     if point == "in_begin":  # the requested instant exists, the heartbeat beats once, the lock is held
         _wrap(txn_module, "write_requested", around(after=die))
@@ -650,7 +684,7 @@ def ingest_local(table: Any, stream: str) -> Any:
     return ingest(table, LocalEngine(), stream)
 
 
-def consumed_on_disk(table: Path) -> dict[str, set[str]] | None:
+def consumed_on_disk(table: TableFiles) -> dict[str, set[str]] | None:
     """Landing files the table says it consumed (checkpoint + active deltacommits); None while they move."""
     try:
         completed, _pending = list_timeline(table)
@@ -1034,7 +1068,7 @@ class Watcher:
     final timeline, archive and checkpoint to (nothing seen may vanish without a reason; no horizon goes back).
     """
 
-    def __init__(self, work: Path, table: Path, every: float = 0.1) -> None:
+    def __init__(self, work: Path, table: TableFiles, every: float = 0.1) -> None:
         self.table = table
         self.observed = work / "logs" / OBSERVED_LOG
         self.horizons = work / "logs" / HORIZONS_LOG
@@ -1416,7 +1450,7 @@ class Report:
 class History:
     """The final timeline, archive and checkpoint as their files say, and which instants were undone."""
 
-    table: Path
+    table: TableFiles
     active: dict[str, Seen]
     active_meta: dict[str, dict[str, Any]]
     pending: list[tuple[str, str, str]]
@@ -1426,7 +1460,7 @@ class History:
     undone: dict[str, str]
 
     @classmethod
-    def load(cls, table: Path) -> History:
+    def load(cls, table: TableFiles) -> History:
         completed, pending = list_timeline(table)
         active = {s.requested: s for s in completed}
         metas = {s.requested: instant_meta(table, s) for s in completed}
@@ -1903,7 +1937,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         settings = Settings(
             workdir=str(work),
-            table=str(Path(args.table).resolve()) if args.table else str(work / "table"),
+            table=(args.table if "://" in args.table else str(Path(args.table).resolve()))
+            if args.table
+            else str(work / "table"),
             rounds=args.rounds,
             keys=args.keys,
             seed=args.seed,

@@ -119,6 +119,30 @@ def test_optimistic_mode_torture_run_has_no_violation_in_ten_rounds(tmp_path: Pa
     assert any(len(writers) > 1 for writers in committed_by.values()), committed_by
 
 
+def test_torture_run_on_s3_has_no_violation(tmp_path: Path, s3_bucket: Any) -> None:
+    """Issue 10: the same storm with the table on the S3 server (RGW): the storage-based lock, conditional-put
+    commits, heartbeats and markers all on S3; the checker reads the table's files through `Storage` too. The
+    landing files stay on local disk."""
+    import os
+
+    from stitchlake.storage.registry import storage_for
+
+    work, summary = tmp_path / "work", tmp_path / "summary.json"
+    table = f"{s3_bucket.url}/torture"
+    args = [*CI_ARGS, "--rounds", "5", "--keys", "400", "--seed", "7", "--readers", "1", "--table", table]
+    argv = [sys.executable, str(SCRIPT), *args, "--workdir", str(work), "--summary-json", str(summary)]
+    env = {**os.environ, **s3_bucket.env}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False, env=env)
+    assert summary.exists(), f"no summary; exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    found = json.loads(summary.read_text(encoding="utf-8"))
+    assert done.returncode == 0 and found["violations"] == 0, found["violation_messages"]
+    assert found["kills_during_rounds"] > 0 and found["commits"]["deltacommits"] > 0, found
+    assert found["reads_checked"] > 0 and found["commits"]["compactions"] > 0, found
+    assert not (work / "table").exists(), "the table was on local disk"
+    stored = storage_for(table, s3_bucket.options)
+    assert stored.exists(".stitch/table.json") and stored.list_names(".stitch/timeline")
+
+
 # ---------------------------------------------------------------------------------- the checker can fail
 
 
@@ -227,7 +251,7 @@ def test_an_orphan_file_and_a_pending_instant_are_violations(case: Path) -> None
 
 
 def _archive_folder(work: Path) -> Path:
-    return torture.table_dir(work) / torture.ARCHIVE_DIR
+    return Path(torture.table_dir(work).uri) / torture.ARCHIVE_DIR
 
 
 def _rewrite_batch_line(work: Path, requested: str, change: Any) -> None:
@@ -247,7 +271,7 @@ def _rewrite_meta(work: Path, instant: Any, change: Any) -> None:
     """Change a completed instant's commit metadata, wherever it lives (active timeline or archive)."""
     history = torture.History.load(torture.table_dir(work))
     if instant.requested in history.active:
-        path = torture.table_dir(work) / torture.TIMELINE_DIR / instant.file_name
+        path = Path(torture.table_dir(work).uri) / torture.TIMELINE_DIR / instant.file_name
         path.write_text(json.dumps(change(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
     else:
         _rewrite_batch_line(work, instant.requested, lambda e: {**e, "metadata": change(e["metadata"])})
@@ -579,20 +603,12 @@ def test_a_publish_that_stalls_past_its_lock_lease_publishes_nothing(
     ran out, clean took the lock and reset the compaction (deleting its base files), then the frozen write
     finished and published a commit naming them."""
     from stitchlake.errors import LockLost
-    from stitchlake.storage import LocalStorage
 
     document = copy.deepcopy(FAST)
     document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
     table = new_table(tmp_path, document)
     slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
-    original = LocalStorage._write_temp
-
-    def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
-        if full.endswith(".deltacommit"):
-            time.sleep(0.5)  # frozen in the middle of publishing, past the lease
-        return original(self, full, data)
-
-    monkeypatch.setattr(LocalStorage, "_write_temp", stalled_write)
+    stall_writes_of(".deltacommit", monkeypatch)  # frozen in the middle of publishing, past the lease
     with pytest.raises(LockLost, match="before we could publish"):
         write(table, "orders", _rows(1), txn=slow)
     monkeypatch.undo()
@@ -602,23 +618,29 @@ def test_a_publish_that_stalls_past_its_lock_lease_publishes_nothing(
     assert table.read().column("k").to_pylist() == [2]
 
 
+def stall_writes_of(suffix: str, monkeypatch: pytest.MonkeyPatch, seconds: float = 0.5) -> None:
+    """Local writes of files ending in `suffix` stall first: a process frozen mid-publish, past a short lease."""
+    from stitchlake.storage import LocalStorage
+
+    original = LocalStorage._write_temp
+
+    def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
+        if full.endswith(suffix):
+            time.sleep(seconds)
+        return original(self, full, data)
+
+    monkeypatch.setattr(LocalStorage, "_write_temp", stalled_write)
+
+
 def test_a_lost_lock_lease_is_busy_so_schedulers_retry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the torture run: `stitch archive` (and savepoint restore, clean) exited 1 after a stall past the
     lease, though nothing was published and a retry is safe."""
     from stitchlake.errors import LockLost
-    from stitchlake.storage import LocalStorage
 
     document = copy.deepcopy(FAST)
     document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
     table = new_table(tmp_path, document)
-    original = LocalStorage._write_temp
-
-    def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
-        if full.endswith(".deltacommit"):
-            time.sleep(0.5)
-        return original(self, full, data)
-
-    monkeypatch.setattr(LocalStorage, "_write_temp", stalled_write)
+    stall_writes_of(".deltacommit", monkeypatch)
     with pytest.raises(LockLost) as lost:
         write(table, "orders", _rows(1))
     assert isinstance(lost.value, BusyError) and lost.value.exit_code == 4
@@ -634,7 +656,6 @@ def test_a_restore_that_fails_to_publish_stops_beating_so_it_is_finished(
     from stitchlake.errors import LockLost
     from stitchlake.services.restore import restore
     from stitchlake.services.savepoint import create
-    from stitchlake.storage import LocalStorage
 
     document = copy.deepcopy(FAST)
     document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
@@ -642,14 +663,7 @@ def test_a_restore_that_fails_to_publish_stops_beating_so_it_is_finished(
     write(table, "orders", _rows(1))
     create(table, name="one")
     write(table, "orders", _rows(2))
-    original = LocalStorage._write_temp
-
-    def stalled_write(self: LocalStorage, full: str, data: bytes) -> str:
-        if full.endswith(".restore"):
-            time.sleep(0.5)
-        return original(self, full, data)
-
-    monkeypatch.setattr(LocalStorage, "_write_temp", stalled_write)
+    stall_writes_of(".restore", monkeypatch)
     with pytest.raises(LockLost):
         restore(table, "one")
     monkeypatch.undo()
