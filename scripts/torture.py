@@ -77,7 +77,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -479,6 +479,19 @@ def open_torture_table(work: Path) -> Any:
 
 #: Whether each `_wrap` of the fault being installed found its target (see `install_fault`).
 _ARMED: list[bool] = []
+#: Set while a worker does something its fault must not hit (see `quiet_faults`).
+_QUIET: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def quiet_faults() -> Iterator[None]:
+    """No fault fires inside: the restorer's first savepoint of a run, without which it has nothing to restore
+    (on a loaded machine its faults, nearly always armed, could otherwise stop every first attempt)."""
+    _QUIET[0] = True
+    try:
+        yield
+    finally:
+        _QUIET[0] = False
 
 
 def _wrap(module: Any, name: str, make: Callable[[Any], Any]) -> bool:
@@ -527,7 +540,7 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
 
     def due() -> bool:
         """Fire on the chosen pass; a re-armed point waits a while first (not every delete of one archive)."""
-        if left[0] < 0 or time.monotonic() < quiet_until[0]:
+        if left[0] < 0 or time.monotonic() < quiet_until[0] or _QUIET[0]:
             return False
         if left[0] == 0:
             left[0] = rng.randint(1, 3) if rearm else -1
@@ -846,6 +859,16 @@ class Worker:
                     found.append((seen, instant_meta(self.table_dir, seen)))
         return found
 
+    def make_savepoint(self, name: str, via_cli: bool) -> tuple[Any, Any]:
+        """Create savepoint `name` (through the CLI or the API); its instant and the time it pins."""
+        if via_cli:
+            made = self.cli("savepoint", "create", "-c", self.config, "--name", name, "--engine", "local")
+            return made.get("instant"), made.get("savepoint_of")
+        from stitchlake.services.savepoint import create
+
+        point = create(self.table, None, name)
+        return point.instant, point.savepoint_of
+
     def restore(self) -> None:
         """Now and then: pin a savepoint, restore to one (undoing whatever came after it), unpin old ones.
 
@@ -869,14 +892,9 @@ class Worker:
             if any(s.action == "deltacommit" for s in completed):
                 self.done += 1
                 name = f"sp{os.getpid()}n{self.done}"
-                if via_cli:
-                    made = self.cli("savepoint", "create", "-c", self.config, "--name", name, "--engine", "local")
-                    instant, of = made.get("instant"), made.get("savepoint_of")
-                else:
-                    from stitchlake.services.savepoint import create
-
-                    point = create(self.table, None, name)
-                    instant, of = point.instant, point.savepoint_of
+                first = contextlib.nullcontext() if points else quiet_faults()
+                with first:
+                    instant, of = self.make_savepoint(name, via_cli)
                 self.log({"event": "savepoint", "name": name, "instant": instant, "savepoint_of": of})
         elif draw < 0.8:
             seen, meta = self.rng.choice(points)
