@@ -200,7 +200,7 @@ def measure_spark_ingest(data: str, work: str, runs: int) -> dict[str, Any]:
         if table_path.exists():
             shutil.rmtree(table_path)
         stitch("init", "-c", str(config))
-        result = stitch("ingest", "-c", str(config), "--stream", "orders")
+        result = stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")
         walls.append(result["wall"])
         inside.append(float(result["summary"]["job_seconds"]))
     columns = list(workload.COLUMNS["orders"])
