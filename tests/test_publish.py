@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from tables import MODELS, THREE_STREAMS, batch, config, new_table
 
 from stitchlake.api import Table
 from stitchlake.errors import StitchError, UsageError
-from stitchlake.io.published import iceberg_catalog
+from stitchlake.io.published import Target, delta_options, iceberg_catalog
 from stitchlake.services.alter import alter
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishCommit
@@ -33,18 +34,25 @@ from stitchlake.timeline.metadata import PublishCommit
 MODEL = {m.name: m for m in MODELS}
 
 
-def altered_document(**publish: Any) -> dict[str, Any]:
+def placed(document: dict[str, Any], place: dict[str, Any] | None) -> dict[str, Any]:
+    """`document` with the top-level sections of `place` laid over it (e.g. another table path and a storage:)."""
+    for section, values in (place or {}).items():
+        document[section] = {**document.get(section, {}), **values}
+    return document
+
+
+def altered_document(place: dict[str, Any] | None = None, **publish: Any) -> dict[str, Any]:
     """THREE_STREAMS with a column added to orders (with a default) by `stitch alter`."""
-    document = copy.deepcopy(THREE_STREAMS)
+    document = placed(copy.deepcopy(THREE_STREAMS), place)
     document["streams"]["orders"]["columns"]["coupon"] = {"type": "string", "default": "none"}
     if publish:
         document["publish"] = publish
     return document
 
 
-def history(root: Path, **publish: Any) -> Table:
+def history(root: Path, place: dict[str, Any] | None = None, **publish: Any) -> Table:
     """A table whose raw files hold much that a correct reader must not show."""
-    table = new_table(root)
+    table = new_table(root, placed(copy.deepcopy(THREE_STREAMS), place))
     orders, payments, shipments = MODEL["orders"], MODEL["payments"], MODEL["shipments"]
     table.write("orders", batch(orders, [{"k": k, "amount": k * 10, "status": "new", "ots": 5} for k in range(1, 8)]))
     table.write("payments", batch(payments, [{"k": k, "paid": k, "note": "ok", "pts": 1} for k in (1, 2, 3)]))
@@ -61,7 +69,7 @@ def history(root: Path, **publish: Any) -> Table:
         ),
     )
     table.erase(pa.table({"k": pa.array([5], pa.int64()), "p": pa.array(["odd"])}))
-    altered = Table(config(root, altered_document(**publish)))
+    altered = Table(config(root, altered_document(place, **publish)))
     alter(altered)
     rows = batch(orders, [{"k": 7, "amount": 70, "status": "coupon", "ots": 9}])
     altered.write("orders", rows.append_column("coupon", pa.array(["XMAS"])))
@@ -249,3 +257,66 @@ def test_a_publish_whose_process_died_is_rolled_back_and_the_next_one_publishes(
     assert not table.timeline().pending()
     result = table.publish("delta")
     assert rows_of(DeltaTable(result.location).to_pyarrow_table()) == expected_rows(table, result.source)
+
+
+@pytest.mark.s3
+def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
+    s3_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs and pyiceberg reach the store with the table's `storage:` block (no AWS_* in the environment);
+    readers see each published version as `stitch read` does, and old versions' objects go at the next publish."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") and "CHECKSUM" not in name:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("STITCH_TEST_S3_SECRET", s3_bucket.server.secret_key)
+    storage = {**s3_bucket.options, "secret_access_key": "${STITCH_TEST_S3_SECRET}"}
+    database = tmp_path / "catalog.db"
+    place = {"table": {"path": f"{s3_bucket.url}/warehouse/wide"}, "storage": storage}
+    table = history(tmp_path, place, retain_versions=1)
+    with pytest.raises(UsageError, match="needs a catalog that is not a file on the object store"):
+        table.publish("iceberg")
+    catalog = {"type": "sql", "uri": f"sqlite:///{database}"}
+    table = history(
+        tmp_path,
+        {**place, "table": {"path": f"{s3_bucket.url}/warehouse/wide2"}},
+        retain_versions=1,
+        iceberg_catalog=catalog,
+    )
+    first = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    assert first["delta"]["location"] == f"{s3_bucket.url}/warehouse/wide2/.stitch/published/delta"
+    before = expected_rows(table, first["delta"]["source"])
+    more = batch(MODEL["orders"], [{"k": 3, "amount": 33, "status": "s3", "ots": 50}])
+    table.write("orders", more.append_column("coupon", pa.array(["S3"])))
+    table.compact()
+    second = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    after = expected_rows(table, second["delta"]["source"])
+    assert before != after and second["delta"]["removed_files"] > 0 and second["iceberg"]["removed_files"] > 0
+
+    target = Target(second["delta"]["location"], table.config.storage.options)
+    options = delta_options(target)
+    assert options is not None and options["AWS_ENDPOINT_URL"] == s3_bucket.server.endpoint
+    found = DeltaTable(target.location, storage_options=options)
+    assert rows_of(found.to_pyarrow_table()) == after
+    assert rows_of(pl.read_delta(target.location, storage_options=options)) == after
+    objects = [info.path for info in target.storage().list_files("") if not info.path.startswith("_delta_log/")]
+    assert sorted(f"{target.location}/{path}" for path in objects) == sorted(found.file_uris()), (
+        "the objects of the version no kept one reads are gone"
+    )
+    iceberg = iceberg_catalog(Target(second["iceberg"]["location"], storage), catalog)
+    published = iceberg.load_table(second["iceberg"]["identifier"])
+    assert published.location().startswith(f"{s3_bucket.url}/warehouse/wide2/.stitch/published/iceberg/")
+    assert rows_of(published.scan().to_arrow()) == after
+    data = [task.file.file_path for task in published.scan().plan_files()]
+    listed = Target(published.location(), storage).storage().list_files("data")
+    assert sorted(f"{published.location()}/{info.path}" for info in listed) == sorted(data)
+    # The CLI in its own process: settings from the YAML, the secret from the environment it inherits.
+    document = altered_document(
+        {**place, "table": {"path": table.path}}, formats=["delta"], retain_versions=1, iceberg_catalog=catalog
+    )
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    done = run_stitch("publish", "-c", str(path), "-f", "iceberg", "--json")
+    assert done.returncode == 0, done.stderr
+    (third,) = json.loads(done.stdout)["published"]
+    assert third["location"] == second["iceberg"]["location"] and third["version"] != second["iceberg"]["version"]
+    assert rows_of(iceberg.load_table(third["identifier"]).scan().to_arrow()) == after

@@ -623,15 +623,15 @@ class PublishSpec(Spec):
     formats: tuple[PublishFormat, ...] = ()
     """Formats published after every compaction (`stitch publish --format F` publishes any format on demand)."""
     location: Location | None = None
-    """Folder of the published tables, one sub-folder per format (default: `.stitch/published` in the table).
-    Relative paths resolve against the config file's folder. Never inside the table folder elsewhere than the
-    default: `stitch clean` would take the published files for orphans."""
+    """Folder or `s3://` prefix of the published tables, one sub-folder per format (default: `.stitch/published`
+    in the table). Relative paths resolve against the config file's folder. Never inside the table folder
+    elsewhere than the default: `stitch clean` would take the published files for orphans."""
     retain_versions: Annotated[int, Strict(), Ge(1), WHOLE] = 10
     """Published versions kept readable (time travel); files only older versions need are deleted at publish."""
     iceberg_catalog: Annotated[dict[str, str], BeforeValidator(_catalog_properties)] = Field(default_factory=dict)
     """The Iceberg catalog, as pyiceberg catalog properties: `{type: rest, uri: https://..., credential: ${VAR}}`
     for a REST catalog, `{type: sql, uri: <SQLAlchemy URL>}` for another SQL one. Default: a SQLite `SqlCatalog`
-    beside the published Iceberg tables."""
+    beside the published Iceberg tables, on local disk only (required when they are published to S3)."""
     iceberg_namespace: Text = "stitchlake"
     """Catalog namespace of the published Iceberg table, which is named after the table."""
 

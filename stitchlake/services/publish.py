@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.config import PublishFormat
 from stitchlake.errors import StitchError, UsageError
-from stitchlake.io.published import write_delta, write_iceberg
+from stitchlake.io.published import Target, check_iceberg_catalog, write_delta, write_iceberg
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reader import READ_OPTIMIZED, read
 from stitchlake.storage.registry import scheme_of
@@ -53,26 +53,25 @@ class PublishResult:
 
 
 def published_location(table: Table, fmt: PublishFormat) -> str:
-    """Where `fmt` is published: `publish.location/<format>`, by default inside the table's `.stitch/`.
-
-    Local disk only for now: the Delta and Iceberg writers take object-store settings of their own, which this
-    project does not pass on yet, so a table or location on an object store is refused rather than half supported.
-    """
+    """Where `fmt` is published: `publish.location/<format>`, by default inside the table's `.stitch/`; a local
+    folder or an `s3://` prefix alike (delta-rs and pyiceberg reach the store with the table's `storage:`
+    settings)."""
     spec = table.config.publish
-    root = spec.location or os.path.join(table.path, PUBLISHED_DIR)
-    for what, where in (("the table", table.path), ("publish.location", root)):
-        if scheme_of(where) not in ("", "file"):
-            raise UsageError(
-                f"publishing is implemented for local disk only; {what} is {where!r} — publish a local copy, "
-                "or read the table with stitch sql / the Spark data source"
-            )
-    inside = os.path.relpath(os.path.abspath(root), os.path.abspath(table.path))
-    if spec.location and not inside.startswith(os.pardir) and not inside.startswith(PUBLISHED_DIR):
+    root = (spec.location or f"{table.path.rstrip('/')}/{PUBLISHED_DIR}").rstrip("/")
+    if spec.location and _inside(root, table.path) and not _inside(root, f"{table.path.rstrip('/')}/{PUBLISHED_DIR}"):
         raise UsageError(
             f"publish.location {root!r} is inside the table folder: keep it outside, or leave it unset "
             f"({PUBLISHED_DIR} in the table)"
         )
-    return os.path.join(root, fmt.value)
+    return f"{root}/{fmt.value}"
+
+
+def _inside(location: str, folder: str) -> bool:
+    """Whether `location` is `folder` or under it (local paths compared absolute, URIs as text)."""
+    if scheme_of(location) in ("", "file") and scheme_of(folder) in ("", "file"):
+        location, folder = os.path.abspath(location), os.path.abspath(folder)
+    location, folder = location.rstrip("/"), folder.rstrip("/")
+    return location == folder or location.startswith(folder + "/")
 
 
 def parse_format(value: str) -> PublishFormat:
@@ -89,6 +88,9 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
     table.require()
     chosen = parse_format(str(fmt.value if isinstance(fmt, PublishFormat) else fmt))
     location = published_location(table, chosen)
+    target = Target(location, table.config.storage.options)
+    if chosen == PublishFormat.ICEBERG:
+        check_iceberg_catalog(target, table.config.publish.iceberg_catalog)
 
     def plan(timeline: Timeline, _requested: str) -> PublishPlan:
         source = timeline.latest_completed([Action.COMPACTION, Action.ERASE])
@@ -104,11 +106,9 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
         spec = table.config.publish
         name = table.config.table.name
         if chosen == PublishFormat.DELTA:
-            made = write_delta(rows, location, name, spec.retain_versions)
+            made = write_delta(rows, target, name, spec.retain_versions)
         else:
-            made = write_iceberg(
-                rows, location, spec.iceberg_catalog, spec.iceberg_namespace, name, spec.retain_versions
-            )
+            made = write_iceberg(rows, target, spec.iceberg_catalog, spec.iceberg_namespace, name, spec.retain_versions)
         commit = PublishCommit(
             format=chosen.value,
             location=location,

@@ -106,6 +106,10 @@ class Storage(ABC):
         """Every file under `folder`, as root-relative paths (used by audits, never by reads)."""
         return (info.path for info in self.list_files(folder))
 
+    def client_settings(self) -> dict[str, str]:
+        """What another client of this store (delta-rs, pyiceberg) needs to reach it as we do: nothing on disk."""
+        return {}
+
     @abstractmethod
     def delete(self, path: str) -> bool:
         """Delete one file; False if it was already gone."""

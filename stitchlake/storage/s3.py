@@ -123,17 +123,44 @@ def client_for(bucket: str, options: Mapping[str, str]) -> Any:
     return store
 
 
-def _build(bucket: str, options: Mapping[str, str]) -> Any:
-    from obstore.store import S3Store
-
-    config = {k: v for k, v in options.items() if k != "allow_http"}
+def _allow_http(options: Mapping[str, str]) -> bool:
+    """Plain http only for an endpoint that says http:// (a local test server), unless switched off explicitly."""
     endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or ""
     flag = options.get("allow_http")
     if flag is None:
         flag = os.environ.get("AWS_ALLOW_HTTP")
-    # Plain http only for an endpoint that says http:// (a local test server), unless switched off explicitly.
-    allow_http = endpoint.startswith("http://") if flag is None else str(flag).strip().lower() == "true"
-    client = {"allow_http": True} if allow_http else None
+    return endpoint.startswith("http://") if flag is None else str(flag).strip().lower() == "true"
+
+
+#: Where each setting comes from in the environment when the `storage:` block does not give it.
+_FROM_ENVIRONMENT = {
+    "endpoint": ("AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "access_key_id": ("AWS_ACCESS_KEY_ID",),
+    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
+    "session_token": ("AWS_SESSION_TOKEN",),
+}
+
+
+def client_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The settings this process reaches the store with: the `storage:` block (references resolved) over the
+    AWS_* environment, `allow_http` decided as for our own client. For other S3 clients (delta-rs, pyiceberg's
+    FileIO) that must reach the same store; unset settings are left to their own credential chains."""
+    resolved = {name: resolve(name, value) for name, value in options.items()}
+    settings: dict[str, str] = {}
+    for name, variables in _FROM_ENVIRONMENT.items():
+        value = resolved.get(name) or next((os.environ[v] for v in variables if os.environ.get(v)), "")
+        if value:
+            settings[name] = value
+    settings["allow_http"] = "true" if _allow_http(resolved) else "false"
+    return settings
+
+
+def _build(bucket: str, options: Mapping[str, str]) -> Any:
+    from obstore.store import S3Store
+
+    config = {k: v for k, v in options.items() if k != "allow_http"}
+    client = {"allow_http": True} if _allow_http(options) else None
     try:
         return S3Store(bucket, config=config or None, client_options=client)  # type: ignore[arg-type]
     except Exception as exc:  # obstore refuses malformed settings here, before any request
@@ -209,6 +236,10 @@ class S3Storage(Storage):
     @property
     def store(self) -> Any:
         return client_for(self.bucket, self.options)
+
+    def client_settings(self) -> dict[str, str]:
+        """This store's settings for another S3 client (see `client_settings`)."""
+        return client_settings(self.options)
 
     # -- paths ----------------------------------------------------------------------------------------
 
