@@ -25,7 +25,7 @@ from spark_fixtures import run_stitch
 from tables import MODELS, THREE_STREAMS, batch, config, new_table
 
 from stitchlake.api import Table
-from stitchlake.errors import StitchError, UsageError
+from stitchlake.errors import ConfigError, StitchError, UsageError
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
 from stitchlake.services.alter import alter
 from stitchlake.timeline.instant import Action
@@ -320,3 +320,14 @@ def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
     (third,) = json.loads(done.stdout)["published"]
     assert third["location"] == second["iceberg"]["location"] and third["version"] != second["iceberg"]["version"]
     assert rows_of(iceberg.load_table(third["identifier"]).scan().to_arrow()) == after
+
+
+def test_a_config_that_publishes_iceberg_to_s3_without_a_catalog_is_refused(tmp_path: Path) -> None:
+    """Refused when the config is read (`stitch validate`), not after a compaction that would then fail to publish."""
+    document = altered_document({"table": {"path": "s3://bucket/wide"}}, formats=["iceberg"])
+    with pytest.raises(ConfigError, match=r"publish\.iceberg_catalog.*not a file on the object store"):
+        config(tmp_path, document)
+    document["publish"]["iceberg_catalog"] = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
+    assert config(tmp_path, document).publish.iceberg_catalog["uri"].startswith("sqlite:///")
+    document["publish"] = {"formats": ["iceberg"], "location": str(tmp_path / "published")}
+    assert config(tmp_path, document).publish.location == str(tmp_path / "published")

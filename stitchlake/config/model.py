@@ -752,6 +752,25 @@ class TableConfig(Spec):
         return streams
 
     @model_validator(mode="after")
+    def _iceberg_catalog_off_the_store(self) -> Self:
+        """The default Iceberg catalog is a SQLite file beside the published tables: not on an object store."""
+        catalog = self.publish.iceberg_catalog
+        where = self.publish.location or self.table.path
+        if (
+            PublishFormat.ICEBERG in self.publish.formats
+            and "://" in where
+            and not where.startswith("file://")
+            and "uri" not in catalog
+            and catalog.get("type", "sql") == "sql"
+        ):
+            raise refuse(
+                f"publishing Iceberg to {where} needs a catalog that is not a file on the object store: give "
+                "a REST catalog or a SQL one with a database uri",
+                "publish.iceberg_catalog",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _columns_disjoint(self) -> Self:
         """Each column belongs to one stream; key and partition columns are carried by all, owned by none."""
         carried = {c.name: "partition" for c in self.table.partition_by} | {c.name: "key" for c in self.table.key}
