@@ -545,7 +545,7 @@ def publish_command(
     results = [publish(handle, fmt).to_json() for fmt in chosen]
     lines = [
         f"published {r['format']} version {r['version']} ({r['rows']:,} rows as of {r['source']}) at "
-        f"{r['location']}" + (f" as {r['identifier']}" if r["identifier"] else "")
+        f"{r['table_location']}" + (f" as {r['identifier']}" if r["identifier"] else "")
         for r in results
     ]
     return Report({"published": results}, lines=lines)

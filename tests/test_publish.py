@@ -305,6 +305,8 @@ def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
     iceberg = iceberg_catalog(Target(second["iceberg"]["location"], storage), catalog)
     published = iceberg.load_table(second["iceberg"]["identifier"])
     assert published.location().startswith(f"{s3_bucket.url}/warehouse/wide2/.stitch/published/iceberg/")
+    assert second["iceberg"]["table_location"] == published.location()
+    assert second["delta"]["table_location"] == second["delta"]["location"]
     assert rows_of(published.scan().to_arrow()) == after
     data = [task.file.file_path for task in published.scan().plan_files()]
     listed = Target(published.location(), storage).storage().list_files("data")

@@ -69,9 +69,11 @@ class Target:
 
 @dataclass(frozen=True)
 class Published:
-    """The version a publish made: Delta's table version, or Iceberg's snapshot id (with the table's name)."""
+    """The version a publish made: Delta's table version, or Iceberg's snapshot id (with the table's name), and
+    where that table is (a REST catalog chooses its tables' locations itself)."""
 
     version: int
+    table_location: str
     identifier: str = ""
     removed_files: int = 0
 
@@ -98,7 +100,7 @@ def write_delta(rows: pa.Table, target: Target, name: str, retain: int) -> Publi
     writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
     kept = [v for v in writes if v <= version][-retain:]
     removed = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
-    return Published(version, removed_files=len(removed))
+    return Published(version, target.location, removed_files=len(removed))
 
 
 def iceberg_catalog(target: Target | str, properties: Mapping[str, str] | None = None) -> Any:
@@ -159,7 +161,7 @@ def write_iceberg(
     current = table.current_snapshot()
     assert current is not None
     removed = _expire(table, retain, target)
-    return Published(current.snapshot_id, identifier=f"{namespace}.{name}", removed_files=removed)
+    return Published(current.snapshot_id, table.location(), identifier=f"{namespace}.{name}", removed_files=removed)
 
 
 def _expire(table: Any, retain: int, target: Target) -> int:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class PublishResult:
-    """What a publish made, for summaries and `--json`."""
+    """What a publish made, for summaries and `--json`: `location` is where this format is published to (the
+    default Iceberg catalog and warehouse too), `table_location` the published table's own files."""
 
     instant: str
     completed: str | None
@@ -47,6 +48,7 @@ class PublishResult:
     identifier: str
     rows: int
     removed_files: int
+    table_location: str
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +119,7 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
             identifier=made.identifier,
             rows=rows.num_rows,
             removed_files=made.removed_files,
+            table_location=made.table_location,
         )
         done = txn.complete(commit)
     except BaseException as exc:
@@ -137,6 +140,7 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
         made.identifier,
         rows.num_rows,
         made.removed_files,
+        made.table_location,
     )
 
 

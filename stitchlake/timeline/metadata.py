@@ -399,6 +399,8 @@ class PublishCommit(Commit):
     identifier: str = ""
     rows: int = 0
     removed_files: int = 0
+    #: The format table's own location: Delta's is `location`; an Iceberg catalog may put tables elsewhere.
+    table_location: str = ""
 
 
 @dataclass(frozen=True)
