@@ -432,13 +432,18 @@ def _no_changes(config: TableConfig, wanted: list[str]) -> pa.Table:
 
 def _with_commits(changed: pa.Table, carried: pa.Table, common: list[str]) -> pa.Table:
     """`changed` with, per key, the last commit time and the streams of the commits that carried it."""
-    summary = carried.group_by(common).aggregate([(COMMIT_TIME, "max"), (STREAMS, "distinct")])
+    # Each key's distinct streams, in name order (sorted first, then listed by a single-threaded group-by, which
+    # keeps input order) and joined in Arrow: no string built per row in Python.
+    pairs = carried.select([*common, STREAMS]).group_by([*common, STREAMS]).aggregate([])
+    listed = pairs.sort_by([(STREAMS, "ascending")]).group_by(common, use_threads=False).aggregate([(STREAMS, "list")])
+    named = listed.select(common).append_column(STREAMS, pc.binary_join(listed.column(f"{STREAMS}_list"), ","))
+    summary = carried.group_by(common).aggregate([(COMMIT_TIME, "max")]).join(named, common)
     found, at = _match_keys(changed, summary, common, "left outer")
     order = np.argsort(found, kind="stable")  # the join may reorder rows: back to `changed`'s order
-    at = at[order]
-    times = summary.column(f"{COMMIT_TIME}_max").take(pa.array(at))
-    streams = [",".join(sorted(v)) for v in summary.column(f"{STREAMS}_distinct").take(pa.array(at)).to_pylist()]
-    return changed.append_column(COMMIT_TIME, times).append_column(STREAMS, pa.array(streams, pa.string()))
+    at = pa.array(at[order])
+    times = summary.column(f"{COMMIT_TIME}_max").take(at)
+    streams = summary.column(STREAMS).take(at)
+    return changed.append_column(COMMIT_TIME, times).append_column(STREAMS, streams)
 
 
 def _pairs_kept(rows: pa.Table, values: Any) -> pa.Array:
