@@ -362,10 +362,11 @@ def erased_keys(table: Table, commit: EraseCommit) -> dict[tuple[str, str], pa.T
     rows = read_parquet(table.storage, commit.erased_file)
     common = _common(table.config)
     out: dict[tuple[str, str], pa.Table] = {}
-    groups = rows.select([ERASED_PARTITION, ERASED_GROUP]).to_pylist()
-    for key in {(g[ERASED_PARTITION], g[ERASED_GROUP]) for g in groups}:
-        mask = np.array([(g[ERASED_PARTITION], g[ERASED_GROUP]) == key for g in groups])
-        out[key] = rows.filter(pa.array(mask)).select(common)
+    places = [ERASED_PARTITION, ERASED_GROUP]
+    for place in rows.select(places).group_by(places).aggregate([]).to_pylist():  # a few file groups
+        partition, group = place[ERASED_PARTITION], place[ERASED_GROUP]
+        mask = pc.and_(pc.equal(rows.column(ERASED_PARTITION), partition), pc.equal(rows.column(ERASED_GROUP), group))
+        out[(partition, group)] = rows.filter(mask).select(common)
     return out
 
 

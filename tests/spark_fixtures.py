@@ -114,6 +114,20 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def alive(pids: list[int]) -> list[int]:
+    """The processes of `pids` that still run: an exited one nobody reaped (a zombie: this machine's init does not
+    reap orphans) has ended."""
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            running.append(pid)
+    return running
+
+
 def kill_tree(process: subprocess.Popen[Any]) -> None:
     """SIGKILL a process and everything it started, as a machine crash would."""
     for pid in [process.pid, *descendants(process.pid)]:

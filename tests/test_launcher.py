@@ -6,18 +6,22 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
+from spark_fixtures import alive
 from tables import THREE_STREAMS, config
 
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
 from stitchlake.spark.errors import unwrap
 from stitchlake.spark.launcher import (
+    LEFTOVER_GRACE_S,
     JobFiles,
     build_argv,
+    end_leftovers,
     error_for,
     package_zip,
     spark_properties,
@@ -121,3 +125,20 @@ def test_executors_on_a_cluster_get_the_s3_settings_by_environment_only(
     document["spark"] = {"master": "yarn"}
     document["table"]["path"] = str(tmp_path / "t")
     assert not [k for k in spark_properties(parse_config(document, file="t.yaml")) if "executorEnv" in k]
+
+
+def test_what_a_finished_job_leaves_in_its_process_group_is_ended(tmp_path: Path) -> None:
+    """A job's JVM can exit while Python workers it started are still on their way out: when the launcher returns,
+    nothing of the job runs (here a shell that exits at once, leaving a child that would sleep for a minute)."""
+    pid_file = tmp_path / "child.pid"
+    job = subprocess.Popen(
+        ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 0"], start_new_session=True, stdin=subprocess.DEVNULL
+    )
+    assert job.wait(timeout=30) == 0
+    child = int(pid_file.read_text())
+    assert alive([child]), "the leftover runs after its parent exited"
+    started = time.monotonic()
+    end_leftovers(job.pid)
+    assert not alive([child]), "the leftover ended"
+    assert time.monotonic() - started < LEFTOVER_GRACE_S, "ended by SIGTERM, and seen as ended though nobody reaps it"
+    end_leftovers(job.pid)  # an empty group: nothing to do

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, descendants, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, alive, descendants, run_stitch, stitch, write_config
 
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
@@ -65,17 +65,6 @@ def data_files(table: Table) -> set[str]:
 
 def live_files(table: Table) -> set[str]:
     return {f.path for f in table.view().live_files()}
-
-
-def alive(pids: list[int]) -> list[int]:
-    return [pid for pid in pids if Path(f"/proc/{pid}").exists() and "(zombie)" not in _state(pid)]
-
-
-def _state(pid: int) -> str:
-    try:
-        return "(zombie)" if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z" else ""
-    except OSError:
-        return "(zombie)"
 
 
 @pytest.mark.parametrize("engine", ["local", "spark"])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, alive, descendants, kill_tree, run_stitch, stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
@@ -173,7 +173,7 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
         assert job.returncode == 0, err[-3000:]
         result = json.loads(out)
         assert result["ok"] and "stopped on request" in result["stopped"]
-        assert not [pid for pid in below if Path(f"/proc/{pid}").exists()], "a process of the job survived"
+        assert not alive(below), "a process of the job survived"
         assert not table.timeline().pending(), "a graceful stop finishes the batch it is in"
     finished = run_stitch(*args, "--available-now")
     assert finished.returncode == 0, finished.stderr

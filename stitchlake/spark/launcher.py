@@ -52,6 +52,8 @@ DEFAULT_CONF = {
 
 #: Seconds an interrupted job gets to end after SIGTERM before its process group is SIGKILLed.
 STOP_GRACE_S = 20
+#: Seconds what a finished job left in its process group (Python workers) gets after SIGTERM, before SIGKILL.
+LEFTOVER_GRACE_S = 5
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,7 @@ def run_job(
                 preexec_fn=die_with_parent,  # and if we are SIGKILLed, the kernel ends the job for us
             )
             _follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
+            end_leftovers(process.pid)
     finally:
         for leftover in (files.properties, files.request, stop_file):
             if leftover is not None:
@@ -328,6 +331,44 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=STOP_GRACE_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+def end_leftovers(group: int) -> None:
+    """Once the JVM has exited the job is over, but Python workers it started may still be on their way out: end
+    them, so that nothing of the job runs when we return (a scheduler counts the task's processes as its own)."""
+    if not _running_in(group):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if not _running_in(group):
+            return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _running_in(group: int) -> bool:
+    """Whether a process of `group` still runs. Exited ones that nobody reaped yet (zombies: an init that does not
+    reap orphans leaves them for good) do not count; without /proc, any member does."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _relay(log: Path, position: int, progress: Callable[[str], None] | None) -> int:
