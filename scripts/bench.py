@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,10 @@ def timed(action: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
+def _collect(spark: Any, query: str) -> Any:
+    return spark.sql(query).collect()
+
+
 def check(name: str, actual: Any, truth: Any, columns: list[str] | None = None) -> list[str]:
     """Ground-truth problems of one result, each prefixed with the figure it came from."""
     return [f"{name}: {problem}" for problem in workload.differences(actual, truth, columns)]
@@ -114,7 +119,7 @@ def measure_ingest(data: str, tables: str, log_format: str, runs: int) -> dict[s
         table = new_table(Path(tables) / f"ingest-{log_format}", log_format)
         elapsed = 0.0
         for stream, batch in loaded.batches:
-            took, _ = timed(lambda table=table, stream=stream, batch=batch: table.write(stream, batch))
+            took, _ = timed(partial(table.write, stream, batch))
             elapsed += took
         seconds.append(elapsed)
     assert table is not None
@@ -288,7 +293,7 @@ def measure_spark_query(data: str, tables: dict[str, str], runs: int) -> dict[st
         spark.sql(query).collect()  # warm-up: JIT, Python workers, page cache
         seconds[name] = []
         for _ in range(runs):
-            took, rows = timed(lambda query=query: spark.sql(query).collect())
+            took, rows = timed(partial(_collect, spark, query))
             seconds[name].append(took)
         got = _canonical(tuple(r) for r in rows)
         if got != want:
@@ -475,7 +480,7 @@ def measure_spark_speed(data: str, work: str, uncompacted: str, runs: int, slice
     readers = (("floor_read", plain), ("python_floor_read", python_floor), ("spark_read", stitched))
     for run in range(runs + 1):
         for name, frame in readers:
-            took, _ = timed(lambda frame=frame: _drain(frame))
+            took, _ = timed(partial(_drain, frame))
             if run:
                 seconds[name].append(took)
     out: dict[str, Any] = {
@@ -638,7 +643,7 @@ def measure_s3_ingest(data: str, uri: str, env: dict[str, str], runs: int) -> di
         table = new_s3_table(f"{uri}-{run}")
         elapsed = 0.0
         for stream, batch in loaded.batches:
-            took, _ = timed(lambda table=table, stream=stream, batch=batch: table.write(stream, batch))
+            took, _ = timed(partial(table.write, stream, batch))
             elapsed += took
         seconds.append(elapsed)
     assert table is not None

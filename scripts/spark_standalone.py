@@ -106,8 +106,10 @@ def _alive_workers(web_url: str) -> int:
     state = master_json(web_url)
     if not state:
         return 0
-    workers = state.get("workers") or []
-    return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")  # type: ignore[union-attr]
+    workers = state.get("workers")
+    if not isinstance(workers, list):
+        return 0
+    return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")
 
 
 def read_state(workdir: Path) -> SparkCluster | None:

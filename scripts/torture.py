@@ -77,7 +77,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -680,10 +680,10 @@ def restore_function() -> Callable[..., Any]:
     """`restore(table, which, force)`: in `services.restore`, or `services.savepoint` in older versions."""
     module = _optional_module("stitchlake.services.restore")
     if module is not None and hasattr(module, "restore"):
-        return module.restore  # type: ignore[no-any-return]
+        return module.restore
     from stitchlake.services import savepoint
 
-    return savepoint.restore  # type: ignore[attr-defined, no-any-return]
+    return savepoint.restore  # type: ignore[attr-defined]
 
 
 def ingest_local(table: Any, stream: str) -> Any:
@@ -821,9 +821,9 @@ class Worker:
                 self.log({"event": "compaction", "instant": result.instant, "resumed": True})
             except BusyError:
                 pass
-        result = compaction.compact(self.table)
-        if result is not None:
-            self.log({"event": "compaction", "instant": result.instant, "groups": result.file_groups})
+        made = compaction.compact(self.table)
+        if made is not None:
+            self.log({"event": "compaction", "instant": made.instant, "groups": made.file_groups})
         self.nap(0.3, 1.2)
 
     def clean(self) -> None:
@@ -1205,7 +1205,9 @@ class Supervisor:
             return
         with contextlib.suppress(ValueError, OSError):
             text = request.read_text(encoding="utf-8")
-            asked = json.loads(text) if text.startswith("{") else {"seconds": float(text), "kind": "heartbeat"}
+            asked: dict[str, Any] = (
+                json.loads(text) if text.startswith("{") else {"seconds": float(text), "kind": "heartbeat"}
+            )
             slot.paused_until = now + float(asked["seconds"])
             request.unlink()
             self.stats.pauses[f"{asked['kind']}-stall:{slot.role.split(':')[0]}"] += 1
@@ -1654,7 +1656,7 @@ def cleaned_files(work: Path, history: History, seen: Observations, retain: int)
     return out
 
 
-def never_existed(consumed: dict[str, Iterable[str]], order: dict[str, list[str]]) -> list[str]:
+def never_existed(consumed: Mapping[str, Iterable[str]], order: dict[str, list[str]]) -> list[str]:
     """Streams whose consumed files are not a prefix of their arrival order: a state that never existed."""
     out = []
     for stream in STREAMS:
