@@ -22,6 +22,7 @@ import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from script_modules import load_script
@@ -72,7 +73,7 @@ class S3Server:
             "allow_http": "true",
         }
 
-    def _rgw(self) -> rgw.RgwServer:
+    def _rgw(self) -> Any:  # scripts/rgw.py RgwServer (a script loaded at run time)
         return rgw.RgwServer(self.endpoint, self.access_key, self.secret_key, self.region, dir="", pids={})
 
 

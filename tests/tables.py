@@ -11,6 +11,7 @@ from reference import StreamModel
 
 from stitchlake.api import Table
 from stitchlake.config import TableConfig, parse_config
+from stitchlake.timeline.instant import Instant
 
 THREE_STREAMS: dict[str, Any] = {
     "table": {
@@ -88,3 +89,10 @@ def as_rows(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
         row.pop("_op", None)
         out[(row["k"], row["p"])] = row
     return out
+
+
+def instant_at(table: Any, requested: str) -> Instant:
+    """The instant of `table` requested at `requested`, which the test knows exists."""
+    found: Instant | None = table.timeline().get(requested)
+    assert found is not None, f"no instant {requested} on the timeline"
+    return found

@@ -23,8 +23,9 @@ def constants() -> dict[str, object]:
     tree = ast.parse(DAG_FILE.read_text(encoding="utf-8"))
     kept = [node for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.expr)]
     kept = [node for node in kept if all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)]
+    body: list[ast.stmt] = list(kept)
     namespace: dict[str, object] = {}
-    exec(compile(ast.Module(body=kept, type_ignores=[]), str(DAG_FILE), "exec"), namespace)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(DAG_FILE), "exec"), namespace)
     return namespace
 
 

@@ -80,7 +80,7 @@ def readings(keys: list[int], **overrides: Any) -> dict[str, Any]:
     return columns
 
 
-def avro_bytes(records: list[dict[str, Any]], schema: Any = CLICK_SCHEMA, **options: Any) -> bytes:
+def avro_bytes(records: list[Any], schema: Any = CLICK_SCHEMA, **options: Any) -> bytes:
     buffer = io.BytesIO()
     fastavro.writer(buffer, schema, records, sync_marker=SYNC, **options)
     return buffer.getvalue()

@@ -31,7 +31,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, 
     times["t1"] = str(
         table.write("payments", batch(payments, [{"k": k, "paid": k, "note": "n", "pts": 1} for k in (1, 2)])).completed
     )
-    changes = [
+    changes: list[dict[str, Any]] = [
         {"k": 1, "amount": 11, "status": "b", "ots": 2},  # update
         {"k": 2, "amount": 99, "status": "late", "ots": 0},  # late: loses, the row stays as it was
         {"k": 3, "ots": 5, "deleted": True},  # key 3 lived in orders only: gone

@@ -29,6 +29,7 @@ from cli.table_commands import ActionName, StateName
 from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, NotFoundError, StitchError
 from stitchlake.timeline.instant import Action, State
+from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,9 +425,9 @@ def busy_timeline(written: tuple[Table, list[Any]]) -> tuple[Table, list[Any], s
     compaction = table.compact()
     storage = table.storage
     inflight = write_inflight(
-        storage, write_requested(storage, draw_time(storage), "deltacommit", {"stream": "orders"})
+        storage, write_requested(storage, draw_time(storage), "deltacommit", DeltaCommitPlan(stream="orders"))
     )
-    requested = write_requested(storage, draw_time(storage), "deltacommit", {"stream": "payments"})
+    requested = write_requested(storage, draw_time(storage), "deltacommit", DeltaCommitPlan(stream="payments"))
     return table, [*results, compaction], inflight.requested, requested.requested
 
 

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def job_env(bucket: Any, log_dir: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster_table(
     spark_master: str, s3_server: Any, demo_data: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """The demo streams' landing files on S3, a config on the cluster, and the three ingest jobs' results."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -23,13 +23,15 @@ import yaml
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, LockLost, StitchError
-from stitchlake.services import archive as archive_module
+from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.archive import archive
 from stitchlake.services.restore import begin_restore
 from stitchlake.services.rollback import rollback
 from stitchlake.services.savepoint import create
 from stitchlake.timeline.archive import archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommit
+from stitchlake.transaction import Transaction
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -78,7 +80,9 @@ def consumed(table: Table) -> list[str]:
     timeline = table.timeline()
     names: list[str] = []
     for instant in timeline.completed([Action.DELTACOMMIT]):
-        names += list(timeline.commit(instant).consumed())
+        commit = timeline.commit(instant)
+        assert isinstance(commit, DeltaCommit)
+        names += list(commit.consumed())
     return sorted(names)
 
 
@@ -100,6 +104,7 @@ def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_p
     with pytest.raises(BusyError, match=r"restore \d+ is undoing"):
         table.ingest("orders")
     assert consumed(table) == [f"f{n:03d}.parquet" for n in range(5)], "the refused ingest consumed something"
+    assert restore.heartbeat is not None
     restore.heartbeat.stop(delete=False)  # the restore's process dies half-way: still refused
     with pytest.raises(BusyError, match="restore"):
         table.ingest("orders")
@@ -116,18 +121,16 @@ def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_aft
     land(tmp_path, 2, [(1, 2, 10)])
     import stitchlake.engine as engine_module
 
-    original = engine_module.write_file_groups
+    original = getattr(engine_module, "write_file_groups")  # noqa: B009 - patched where the engine uses it
 
     def rollback_meanwhile(*args: Any, **kwargs: Any) -> Any:
         rollback(stitchlake.open(tmp_path / "table.yaml"), first.instant or "")
         return original(*args, **kwargs)
 
-    engine_module.write_file_groups = rollback_meanwhile  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_module, "write_file_groups", rollback_meanwhile)
         with pytest.raises(ConflictError, match="roll"):
             table.ingest("orders")
-    finally:
-        engine_module.write_file_groups = original  # type: ignore[assignment]
     assert consumed(table) == ["f000.parquet"]
     table.ingest("orders")  # the retry takes f001 then f002, in arrival order
     assert rows_of(table)[1]["amount"] == 2
@@ -148,7 +151,7 @@ def test_an_archive_frozen_past_its_lease_never_moves_the_checkpoint_back(
     rival_done: list[Any] = []
 
     def frozen_then_resumed(self: Any, path: str, data: bytes, ready: Any = None) -> bool:
-        if path.startswith(archive_module.ARCHIVE_DIR) and not rival_done:
+        if path.startswith(ARCHIVE_DIR) and not rival_done:
             # While this archive is frozen past its lease, a second archive takes the lock and goes further.
             rival = threading.Thread(target=lambda: rival_done.append(archive(stitchlake.open(config), keep=10)))
             rival_done.append(None)
@@ -361,7 +364,6 @@ def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
     from stitchlake.services import erase as erase_module
     from stitchlake.services import savepoint as savepoint_module
     from stitchlake.services.recovery import rollback_failed
-    from stitchlake.transaction import Transaction
 
     table, config = make(tmp_path)
     table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
@@ -375,7 +377,7 @@ def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
             rollback_failed(stitchlake.open(config))  # another process rolls the "dead" instant back
         return txn
 
-    monkeypatch.setattr(savepoint_module.Transaction, "begin_planned", classmethod(frozen))
+    monkeypatch.setattr(Transaction, "begin_planned", classmethod(frozen))
     with pytest.raises(StitchError, match="by another process while it ran; nothing was published"):
         savepoint_module.create(table, name="frozen")
     with pytest.raises(StitchError, match="by another process while it ran; nothing was published"):

@@ -9,6 +9,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spark_fixtures import alive
@@ -111,7 +112,7 @@ def test_executors_on_a_cluster_get_the_s3_settings_by_environment_only(
         monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.setenv("LAKE_SECRET", "s3cr3t-value")
-    document = {
+    document: dict[str, Any] = {
         "table": {"name": "t", "path": "s3://lake/t", "key": {"k": "long"}},
         "streams": {"s": {"columns": {"a": "long"}}},
         "storage": {"endpoint": "http://rgw:7480", "secret_access_key": "${LAKE_SECRET}"},

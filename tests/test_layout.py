@@ -7,6 +7,7 @@ import datetime as dt
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -323,7 +324,7 @@ class Table:
         self.storage = LocalStorage(str(root))
         self.pending: dict[str, Instant] = {}
 
-    def data_file(self, instant: str, kind: str, file_group: str = FG) -> dict[str, object]:
+    def data_file(self, instant: str, kind: str, file_group: str = FG) -> dict[str, Any]:
         name = base_name(file_group, instant) if kind == BASE else log_name(file_group, instant, "parquet")
         path = join(P, name)
         self.storage.write_atomic(path, b"PAR1 not really")

@@ -66,6 +66,7 @@ def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
             for pos, row in enumerate(rows):
                 values = {c: row.get(c) for c in models[stream].columns}
                 events.append(Event(stream, (row["k"], partition_of(row["k"])), values, row["deleted"], commit, pos))
+            assert result.completed is not None
             times.append((commit, result.completed))
         elif kind == "compact":
             before = as_rows(table.read())
@@ -76,6 +77,7 @@ def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
             keys = pa.table({"k": pa.array(arg, pa.int64())})
             result = table.erase(keys)
             erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
+            assert result.completed is not None
             times.append((commit, result.completed))
 
     key_names = ("k", "p")

@@ -644,7 +644,7 @@ def test_bad_row_with_bad_rows_fail_rejects_the_batch_and_writes_nothing(
 
 def test_bad_rows_quarantine_writes_good_rows_and_sets_bad_ones_aside_with_a_reason(tmp_path: Path) -> None:
     table = make_table(tmp_path, bad_rows="quarantine")
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"k": 1, "x": 1, "y": "good", "ts": 1},
         {"k": None, "x": 2, "y": "no key", "ts": 2},
         {"k": 3, "x": 3, "y": "no ordering", "ts": None},

@@ -69,7 +69,7 @@ def orders_commits(table: Table) -> list[tuple[str, str]]:
     return [
         (i.requested, i.completed or "")
         for i in timeline.completed([Action.DELTACOMMIT])
-        if isinstance(timeline.commit(i), DeltaCommit) and timeline.commit(i).stream == "orders"
+        if isinstance(commit := timeline.commit(i), DeltaCommit) and commit.stream == "orders"
     ]
 
 

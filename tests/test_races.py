@@ -85,7 +85,7 @@ def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
     )
     _dead(writer)  # presumed dead, but only frozen
 
-    original = transaction_module.write_requested
+    original = getattr(transaction_module, "write_requested")  # noqa: B009 - patched where it is used
 
     def stalled(*args: Any, **kwargs: Any) -> Any:
         if args[2] == Action.ROLLBACK:
@@ -141,7 +141,7 @@ def test_a_failure_right_after_the_publish_leaves_the_commit_standing(
     """Tidying markers failed after the completed file was created; the error path aborted the instant and
     deleted a commit that readers had already seen."""
     table = new_table(tmp_path, FAST)
-    original = transaction_module.delete_markers
+    original = getattr(transaction_module, "delete_markers")  # noqa: B009 - patched where it is used
     calls: list[str] = []
 
     def flaky(storage: Any, instant: str) -> None:
@@ -194,7 +194,7 @@ def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> No
     txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"), heartbeat=False)
     stream = table.config.stream("orders")
     files = write_file_groups(table, stream, prepare(table.config, stream, _rows(1), source="t"), txn.time, txn.mark)
-    messages = [FilesWritten(files=files, rows=4)]
+    messages: list[Any] = [FilesWritten(files=files, rows=4)]
     writer = _spark_writer(table, txn.time)
     writer.commit(messages)
     writer.abort(messages)  # e.g. Spark failing the job after the commit returned

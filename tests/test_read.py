@@ -89,6 +89,7 @@ def apply(table: Table, plan: list[tuple[str, Any]]) -> History:
                 values = {c: row.get(c) for c in MODEL[stream].columns}
                 key = (row["k"], partition_of(row["k"]))
                 history.events.append(Event(stream, key, values, row["deleted"], commit, pos))
+            assert result.completed is not None
             history.times.append((commit, result.completed))
         elif kind == "compact":
             table.compact()
@@ -96,6 +97,7 @@ def apply(table: Table, plan: list[tuple[str, Any]]) -> History:
             commit += 1
             result = table.erase(pa.table({"k": pa.array(arg, pa.int64())}))
             history.erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
+            assert result.completed is not None
             history.times.append((commit, result.completed))
     return history
 
@@ -574,7 +576,7 @@ def _typed_batches() -> list[tuple[str, pa.Table]]:
         "raw": pa.binary(),
         "op": pa.string(),
     }
-    o_rows = [
+    o_rows: list[list[Any]] = [
         [1, -(2**31), 2**63 - 1, 0.1, -1e300, True, dt.date(1969, 12, 31), t0, "ü", decimal.Decimal("-1.5"), b"\0"],
         [2, None, None, None, None, None, None, t1, None, None, None],
         [3, 7, -(2**63), -2.5, 1e-300, False, dt.date(2026, 11, 21), t1, "", decimal.Decimal("999999999.999"), b""],

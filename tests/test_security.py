@@ -194,9 +194,9 @@ def process_calls(path: Path) -> list[tuple[int, tuple[str, ...], ast.Call]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            name = _qualified(node.func, aliases)
-            if name and tuple(name[-2:]) in PROCESS_STARTERS | SHELL_STARTERS:
-                found.append((node.lineno, tuple(name[-2:]), node))
+            called = _qualified(node.func, aliases)
+            if called and tuple(called[-2:]) in PROCESS_STARTERS | SHELL_STARTERS:
+                found.append((node.lineno, tuple(called[-2:]), node))
     return found
 
 

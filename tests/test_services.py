@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from reference import Erase, Event, expected_rows
-from tables import MODELS, THREE_STREAMS, as_rows, batch, partition_of
+from tables import MODELS, THREE_STREAMS, as_rows, batch, instant_at, partition_of
 from typer.testing import CliRunner, Result
 
 import stitchlake
@@ -47,7 +48,7 @@ from stitchlake.layout.names import BASE, LOG, file_group_id
 from stitchlake.reader import read_slice
 from stitchlake.timeline import clock
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import CleanCommit, CleanPlan, DeltaCommit, DeltaCommitPlan
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, CompactionPlan, DeltaCommit, DeltaCommitPlan
 from stitchlake.transaction import Transaction
 from stitchlake.write import WriteResult, write
 
@@ -436,6 +437,7 @@ def check_compactions(table: Table) -> int:
     for compaction in compactions:
         at = compaction.requested
         plan = timeline.plan(compaction)
+        assert isinstance(plan, CompactionPlan)
         earlier = [f for f in files if f.kind == BASE and f.requested < at]
         expected_plan: dict[Group, tuple[str | None, Files]] = {}
         for group in {f.group for f in files}:
@@ -473,7 +475,7 @@ def test_compaction_while_three_writers_ingest_and_a_killed_run_is_completed(tmp
         spawn(tmp_path, "writer_main", config=str(config), stop=str(stop), pause_s=0.25, spec=spec)
         for spec in ({"stream": s, "seed": n, "lo": 0, "hi": 400, "size": 80} for n, s in enumerate(STREAMS))
     ]
-    compact = ["compact", "-c", config, "--engine", "local"]
+    compact: list[str | Path] = ["compact", "-c", config, "--engine", "local"]
     try:
         wait_for("two commits of every writer", lambda: every_stream_wrote_after(table, "0", 2))
 
@@ -494,7 +496,7 @@ def test_compaction_while_three_writers_ingest_and_a_killed_run_is_completed(tmp
         partial = wait_for("a base file of the third compaction", lambda: files_of_instant(root, third), every_s=0.001)
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait()
-        assert not table.timeline().get(third).is_completed, "the compaction finished before it could be killed"
+        assert not instant_at(table, third).is_completed, "the compaction finished before it could be killed"
         assert len(table.timeline().plan(table.timeline().get(third)).operations) > len(partial)  # type: ignore[arg-type,attr-defined]
         wait_for("the killed compaction's heartbeat to expire", lambda: heartbeats.is_expired(table.storage, third, 3))
         resumed = stitch_json(*compact, "--run")["result"]
@@ -536,7 +538,8 @@ def clean_history(table: Table, monkeypatch: pytest.MonkeyPatch) -> dict[str, In
 
     def compact(name: str) -> None:
         done = table.compact()
-        marks[name] = table.timeline().get(done.instant)
+        assert done is not None
+        marks[name] = instant_at(table, done.instant)
 
     hours_ago(5)
     write_spec(table, {"stream": "orders", "seed": 1, **every})
@@ -597,7 +600,18 @@ def test_clean_keeps_exactly_what_each_policy_says_and_savepointed_files(
     before = sort(table.read())
     early = sort(table.read(as_of="early"))
 
-    args = ["clean", "-c", config, "--engine", "local", "--policy", policy, "--retain", str(retain), "--list-files"]
+    args: list[str | Path] = [
+        "clean",
+        "-c",
+        config,
+        "--engine",
+        "local",
+        "--policy",
+        policy,
+        "--retain",
+        str(retain),
+        "--list-files",
+    ]
     dry = stitch_json(*args, "--dry-run")
     assert set(dry["deleted"]) == expected and data_files(root) == on_disk, "--dry-run lists and deletes nothing"
     done = stitch_json(*args)
@@ -643,7 +657,7 @@ def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp
 
     wait_for("two commits of every writer", lambda: every_stream_wrote_after(table, "0", 2))
     for stream, writer in writers.items():
-        wait_for(f"{stream} mid-write", lambda stream=stream: writing(stream), every_s=0.001)
+        wait_for(f"{stream} mid-write", partial(writing, stream), every_s=0.001)
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
     crashed = {i.requested for i in table.timeline().pending()}
@@ -656,7 +670,7 @@ def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp
     assert stray in unnamed and len(unnamed) > 1, "the killed writers should have left files behind"
 
     for instant in crashed:
-        wait_for("expired heartbeats", lambda instant=instant: heartbeats.is_expired(table.storage, instant, 2))
+        wait_for("expired heartbeats", partial(heartbeats.is_expired, table.storage, instant, 2))
     status = stitch_json("status", "-c", config)
     assert {w["instant"]: w["alive"] for w in status["writers"]} == dict.fromkeys(crashed, False)
 
@@ -691,6 +705,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
     assert stitch_json("compact", "-c", config, "--schedule", "--engine", "local")["scheduled"]
 
     before = sort(table.read(as_of="before"))
+    assert pinned_at is not None
     at = table.timeline().commit(pinned_at).savepoint_of  # type: ignore[attr-defined]
     assert as_rows(before) == truth(table, upto=at)
     assert not sort(table.read()).equals(before), "the restore must have something to take back"
@@ -700,7 +715,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
     live = json.loads(writer.stdout.readline())
     assert set(live["files"]) <= data_files(root)
     untouched = all_paths(root, beats=False)
-    restore = ["savepoint", "restore", "--name", "before", "-c", config, "--engine", "local"]
+    restore: list[str | Path] = ["savepoint", "restore", "--name", "before", "-c", config, "--engine", "local"]
     refused(stitch(*restore), 4, f"live writers are running (deltacommit {live['instant']}", "--force")
     assert all_paths(root, beats=False) == untouched, "a refused restore changed the table"
 
@@ -724,7 +739,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
 
 def test_a_crashed_restore_blocks_rewrites_until_it_is_finished(tmp_path: Path) -> None:
     table, config = make_table(tmp_path, document(heartbeat=(0.5, 2)))
-    target = ["-c", config]
+    target: list[str | Path] = ["-c", config]
     wide = {"lo": 0, "hi": 40, "size": 30}
     for number, stream in enumerate(STREAMS):
         write_spec(table, {"stream": stream, "seed": number, **wide})
@@ -747,7 +762,7 @@ def test_a_crashed_restore_blocks_rewrites_until_it_is_finished(tmp_path: Path) 
         "the dead restore's heartbeat to expire", lambda: heartbeats.is_expired(table.storage, pending.requested, 2)
     )
     assert stitch("rollback", *target, "--failed", "--engine", "local").returncode == 0
-    assert table.timeline().get(pending.requested).is_completed, "the crashed restore must be finished, not undone"
+    assert instant_at(table, pending.requested).is_completed, "the crashed restore must be finished, not undone"
     assert sort(table.read()).equals(before)
     assert stitch_json("compact", *target, "--engine", "local")["result"] is not None
     assert sort(table.read()).equals(before)
@@ -789,8 +804,8 @@ def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) 
 
     horizon = done[-21].completed or ""
     times = [horizon, *(i.completed or "" for i in (done[-20], done[-10], done[-1]))]
-    shown = ["timeline", "show", "-c", config, "--limit", "0"]
-    ingest = ["ingest", "-c", config, "--stream", "orders", "--engine", "local"]
+    shown: list[str | Path] = ["timeline", "show", "-c", config, "--limit", "0"]
+    ingest: list[str | Path] = ["ingest", "-c", config, "--stream", "orders", "--engine", "local"]
 
     def answers() -> list[pa.Table]:
         return [sort(table.read()), *(sort(table.read(as_of=t)) for t in times), table.read(since=times[2])]
@@ -814,7 +829,7 @@ def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) 
     assert (again["source_files"], again["rows"]) == (1, rows)
     assert stitch_json(*ingest)["source_files"] == 0
     refused(
-        cli("read", "-c", config, "--as-of", done[-22].completed),
+        cli("read", "-c", config, "--as-of", str(done[-22].completed)),
         2,
         "older than the archived timeline",
         "pick a later time or a savepoint",
@@ -859,7 +874,7 @@ def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_with
     stop = tmp_path / "stop"
     spec = {"stream": "payments", "seed": 9, "number": 0, "lo": 0, "hi": 3300, "size": 100, "avoid3": True}
     writer = spawn(tmp_path, "writer_main", config=str(config), stop=str(stop), pause_s=0.05, spec=spec)
-    erase = ["delete", "-c", config, "--json", "--keys"]
+    erase: list[str | Path] = ["delete", "-c", config, "--json", "--keys"]
     try:
         wait_for("the writer's first commits", lambda: commits_after(table, "0")["payments"] >= 4)
         winner = subprocess.Popen(
@@ -934,7 +949,7 @@ def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_with
 def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(tmp_path: Path) -> None:
     table, config = make_table(tmp_path, document(buckets=8, heartbeat=(0.5, 60)))
     root = table_root(table)
-    target = ["-c", config]
+    target: list[str | Path] = ["-c", config]
     small = {"lo": 0, "hi": 40, "size": 20}
     d1 = write_spec(table, {"stream": "orders", "seed": 1, **small})
     write_spec(table, {"stream": "payments", "seed": 2, **small})
@@ -1039,7 +1054,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     assert stitch_json("rollback", *target, "--failed", "--engine", "local")["rolled_back"] == []
     writer.stdin.write("go\n")
     writer.stdin.flush()
-    assert writer.wait(timeout=60) == 0 and table.timeline().get(live).is_completed
+    assert writer.wait(timeout=60) == 0 and instant_at(table, live).is_completed
 
     # a crashed clean can only be finished, not undone
     crashed = Transaction.begin(table, Action.CLEAN, CleanPlan(policy="keep_latest_commits"))
@@ -1057,7 +1072,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     refused(cli("clean", *target, "--policy", "oldest", "--engine", "local"), 2, "is not one of")
     assert all_paths(root) == untouched
     assert cli("rollback", *target, "--failed", "--engine", "local").exit_code == 0
-    assert table.timeline().get(crashed.time).is_completed
+    assert instant_at(table, crashed.time).is_completed
 
     # a compaction run whose process was killed a moment ago: its heartbeat is fresh, but its process is gone
     # from this host, so it is known dead at once and the next run resumes it (no waiting for the expiry)
@@ -1065,6 +1080,6 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     c3 = stitch_json("compact", *target, "--schedule", "--engine", "local")["scheduled"]
     crash = spawn(tmp_path, "crashed_compaction_main", config=str(config), instant=c3)
     assert crash.wait(timeout=60) == -signal.SIGKILL
-    assert table.timeline().get(c3).state.label == "inflight"
+    assert instant_at(table, c3).state.label == "inflight"
     resumed = stitch_json("compact", *target, "--run", "--engine", "local")
-    assert resumed["result"]["instant"] == c3 and table.timeline().get(c3).is_completed
+    assert resumed["result"]["instant"] == c3 and instant_at(table, c3).is_completed

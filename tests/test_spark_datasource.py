@@ -43,7 +43,8 @@ def spark_rows(frame: Any) -> pa.Table:
 
 
 def slice_count(table: Table, partition: str | None = None) -> int:
-    from stitchlake.reader import plan_slices, prune
+    from stitchlake.filters import prune
+    from stitchlake.reader import plan_slices
 
     slices = plan_slices(table.config, table.view(), None, prune(table.config, None))
     return sum(1 for s in slices if partition is None or s.partition == partition)
@@ -475,7 +476,7 @@ def test_incremental_spark_reads_return_the_changes_of_stitchlake_read(
     from stitchlake.errors import UsageError
 
     table, times = history
-    ranges = [
+    ranges: list[dict[str, Any]] = [
         {"since": times["first"]},
         {"since": times["compacted"], "until": times["erase"]},
         {"since": times["before_erase"], "until": times["erase"]},  # the erase alone: its keys are D

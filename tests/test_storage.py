@@ -20,6 +20,7 @@ import pytest
 
 from stitchlake.errors import ConfigError, StitchError
 from stitchlake.storage import LocalStorage, Storage, clean_relpath, storage_for
+from stitchlake.storage.s3 import S3Storage
 
 RACERS = 8
 ROUNDS = 10
@@ -311,6 +312,7 @@ def test_s3_storage_pickles_as_location_and_settings_only(monkeypatch: pytest.Mo
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
     storage = storage_for("s3://bucket/t", {"endpoint": "http://127.0.0.1:9", "region": "eu-west-1"})
+    assert isinstance(storage, S3Storage)
     _ = storage.store  # a client built (it took the credentials from the environment)
     data = pickle.dumps(storage)
     assert secret.encode() not in data and b"env-key" not in data

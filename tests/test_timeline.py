@@ -12,6 +12,7 @@ import pytest
 
 from stitchlake.concurrency.providers import make_lock
 from stitchlake.errors import CorruptFileError, StitchError
+from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import LocalStorage
 from stitchlake.timeline.clock import from_millis, is_time, next_time, parse_user_time, to_millis
 from stitchlake.timeline.instant import (
@@ -34,7 +35,6 @@ from stitchlake.timeline.metadata import (
     kind_of,
 )
 from stitchlake.timeline.timeline import (
-    TIMELINE_DIR,
     Timeline,
     delete_instant,
     draw_time,

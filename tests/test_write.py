@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def test_a_write_failing_half_way_changes_nothing_and_is_cleaned_up(
     before_files = files_of(root)
     before_timeline = timeline_names(root)
 
-    real = stitchlake.write.write_table_file
+    real = getattr(stitchlake.write, "write_table_file")  # noqa: B009 - patched where write uses it
     guard = threading.Lock()
     attempted: list[str] = []
     written: list[str] = []
@@ -279,7 +280,7 @@ def typed_table(root: Path, **top: Any) -> Table:
     return table
 
 
-def text_batch(rows: list[dict[str, str | None]]) -> pa.Table:
+def text_batch(rows: Sequence[Mapping[str, str | None]]) -> pa.Table:
     names = ["k", "n", "i", "f", "b", "d", "t", "s"]
     return pa.table({name: pa.array([r.get(name) for r in rows], pa.string()) for name in names})
 
@@ -402,7 +403,7 @@ def test_log_files_are_named_placed_and_listed_in_the_instant(tmp_path: Path, lo
 def test_precombine_writes_one_summary_row_per_key_per_file_group(tmp_path: Path) -> None:
     table = new_table(tmp_path, buckets=2)
     root = Path(table.path)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"k": 1, "amount": 1, "status": "a", "ots": 3},
         {"k": 2, "amount": 20, "status": "x", "ots": 1},
         {"k": 1, "amount": 2, "status": "b", "ots": 9},
@@ -419,7 +420,7 @@ def test_precombine_writes_one_summary_row_per_key_per_file_group(tmp_path: Path
     for entry in result.files:
         content = pq.read_table(root / entry.path).to_pylist()
         keys = [r["k"] for r in content]
-        assert len(keys) == len(set(keys)), f"{entry['path']} holds a key twice: {keys}"
+        assert len(keys) == len(set(keys)), f"{entry.path} holds a key twice: {keys}"
         assert entry.rows == len(content)
         for r in content:
             stored[r["k"]] = r
@@ -461,7 +462,7 @@ def test_rows_route_to_the_file_group_of_their_key_bucket(tmp_path: Path, bucket
         content = pq.read_table(Path(table.path) / entry.path)
         for k, p in zip(content.column("k").to_pylist(), content.column("p").to_pylist(), strict=True):
             bucket = int(bucket_of([pa.array([k], pa.int64())], buckets)[0])
-            assert entry.file_group == f"{bucket:05d}", f"key {k} in file group {entry['file_group']}"
+            assert entry.file_group == f"{bucket:05d}", f"key {k} in file group {entry.file_group}"
             assert entry.partition == f"p={partition_of(k)}" == f"p={p}"
             seen.append(k)
     assert sorted(seen) == keys
