@@ -812,7 +812,7 @@ class Worker:
             self.nap(0.05, 0.25)
 
     def compact(self) -> None:
-        from stitchlake.errors import BusyError
+        from stitchlake.errors import BusyError, NotFoundError
         from stitchlake.services import compaction
 
         for plan in compaction.pending_plans(self.table):
@@ -821,6 +821,12 @@ class Worker:
                 self.log({"event": "compaction", "instant": result.instant, "resumed": True})
             except BusyError:
                 pass
+            except NotFoundError:
+                # Listed a moment ago, gone now: a restore or rollback undid the plan meanwhile (what the
+                # message says). Still pending, it is a real failure.
+                if plan.requested in {p.requested for p in compaction.pending_plans(self.table)}:
+                    raise
+                self.log({"event": "busy", "error": "PlanGone", "message": f"{plan.requested} undone meanwhile"})
         made = compaction.compact(self.table)
         if made is not None:
             self.log({"event": "compaction", "instant": made.instant, "groups": made.file_groups})
