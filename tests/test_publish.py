@@ -111,6 +111,11 @@ def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Tab
     # The data files the Delta log lists hold the published rows and nothing else.
     files = found.file_uris()
     assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
+    # Partitioned like the stitched table: a reader filtering on `p` skips the other partitions' files.
+    assert found.metadata().partition_columns == ["p"]
+    odd = found.to_pyarrow_table(filters=[("p", "=", "odd")])
+    assert rows_of(odd) == [row for row in expected if row["p"] == "odd"] and odd.num_rows
+    assert {f.split("/")[-2] for f in files} == {"p=even", "p=odd"}
     # Spark's Delta reader and Trino cannot run offline; what they need is the oldest protocol, no features.
     protocol = found.protocol()
     assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
@@ -135,6 +140,10 @@ def test_iceberg_readers_see_exactly_the_read_optimized_table(published: tuple[T
     files = [task.file.file_path for task in found.scan().plan_files()]
     assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
     assert found.metadata.format_version == 2, "the format version Spark, Trino and every Iceberg reader read"
+    assert [(f.name, str(f.transform)) for f in found.spec().fields] == [("p", "identity")]
+    even = found.scan(row_filter="p = 'even'")
+    assert {task.file.partition[0] for task in even.plan_files()} == {"even"}, "other partitions' files pruned"
+    assert rows_of(even.to_arrow()) == [row for row in expected if row["p"] == "even"]
 
 
 def test_publishing_is_an_instant_on_the_timeline(published: tuple[Table, dict[str, Any]]) -> None:

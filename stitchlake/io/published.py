@@ -9,7 +9,7 @@ files, in one atomic commit of that format: a reader sees the previous version o
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,15 +85,21 @@ def delta_options(target: Target) -> dict[str, str] | None:
     return {_DELTA_S3[name]: value for name, value in settings.items()} if target.on_s3 else None
 
 
-def write_delta(rows: pa.Table, target: Target, name: str, retain: int) -> Published:
+def write_delta(rows: pa.Table, target: Target, name: str, retain: int, partition_by: Sequence[str] = ()) -> Published:
     """Overwrite the Delta table at the target with `rows` (its schema replaces the old one: an alter may have
-    added, dropped or widened columns); then delete the files only versions older than the last `retain`
-    publishes need."""
+    added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
+    delete the files only versions older than the last `retain` publishes need."""
     from deltalake import DeltaTable, write_deltalake
 
     options = delta_options(target)
     write_deltalake(
-        target.location, rows, mode="overwrite", schema_mode="overwrite", name=name, storage_options=options
+        target.location,
+        rows,
+        mode="overwrite",
+        schema_mode="overwrite",
+        name=name,
+        partition_by=list(partition_by) or None,
+        storage_options=options,
     )
     table = DeltaTable(target.location, storage_options=options)
     version = table.version()
@@ -139,10 +145,17 @@ def check_iceberg_catalog(target: Target, properties: Mapping[str, str]) -> None
 
 
 def write_iceberg(
-    rows: pa.Table, target: Target, catalog_properties: Mapping[str, str], namespace: str, name: str, retain: int
+    rows: pa.Table,
+    target: Target,
+    catalog_properties: Mapping[str, str],
+    namespace: str,
+    name: str,
+    retain: int,
+    partition_by: Sequence[str] = (),
 ) -> Published:
-    """Overwrite the Iceberg table `namespace.name` with `rows` (evolving its schema by name first), expire the
-    snapshots older than the last `retain` publishes, and delete the data files no kept snapshot reads."""
+    """Overwrite the Iceberg table `namespace.name` with `rows` (evolving its schema by name first), partitioned
+    by identity on the stitched table's partition columns; expire the snapshots older than the last `retain`
+    publishes, and delete the data files no kept snapshot reads."""
     catalog = iceberg_catalog(target, catalog_properties)
     catalog.create_namespace_if_not_exists(namespace)
     identifier = (namespace, name)
@@ -153,15 +166,31 @@ def write_iceberg(
             update.union_by_name(rows.schema)
             for column in gone:
                 update.delete_column(column)
+        _partition_by(table, partition_by)
         table.overwrite(rows)
     else:
         table = catalog.create_table(identifier, schema=rows.schema)
+        _partition_by(table, partition_by)
         table.append(rows)
     table = catalog.load_table(identifier)
     current = table.current_snapshot()
     assert current is not None
     removed = _expire(table, retain, target)
     return Published(current.snapshot_id, table.location(), identifier=f"{namespace}.{name}", removed_files=removed)
+
+
+def _partition_by(table: Any, columns: Sequence[str]) -> None:
+    """Identity partitions on `columns`, unless the spec already has them (a publish before partitioning did not
+    is evolved: Iceberg keeps old files under their old spec)."""
+    from pyiceberg.transforms import IdentityTransform
+
+    spec = table.spec()
+    have = {table.schema().find_column_name(f.source_id) for f in spec.fields if f.transform == IdentityTransform()}
+    missing = [c for c in columns if c not in have]
+    if missing:
+        with table.update_spec() as update:
+            for column in missing:
+                update.add_identity(column)
 
 
 def _expire(table: Any, retain: int, target: Target) -> int:

@@ -107,10 +107,13 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
         rows = read(table, mode=READ_OPTIMIZED, as_of=source)
         spec = table.config.publish
         name = table.config.table.name
+        partitions = table.config.table.partition_names
         if chosen == PublishFormat.DELTA:
-            made = write_delta(rows, target, name, spec.retain_versions)
+            made = write_delta(rows, target, name, spec.retain_versions, partitions)
         else:
-            made = write_iceberg(rows, target, spec.iceberg_catalog, spec.iceberg_namespace, name, spec.retain_versions)
+            made = write_iceberg(
+                rows, target, spec.iceberg_catalog, spec.iceberg_namespace, name, spec.retain_versions, partitions
+            )
         commit = PublishCommit(
             format=chosen.value,
             location=location,
