@@ -139,8 +139,9 @@ def _merge_ignore(
 ) -> StreamRows:
     """`nulls: ignore`: per column, the highest-version non-null value among events newer than the tombstone.
 
-    Fast paths, same result: with no tombstone at all every event is "newer", and a column whose values
-    all count and whose versions are the row versions themselves (raw events) takes the row winners.
+    Fast paths, same result: with no tombstone at all every event is "newer"; and a value's version never exceeds
+    its row's (it came from one of the events the row summarises), so where a key's row winner holds an eligible
+    value of the row's own version, nothing can beat it: only the other keys search their rows.
     """
     assert rows.tomb is not None and rows.has_tomb is not None and rows.col_versions is not None
     any_tomb = bool(rows.has_tomb.any())
@@ -165,10 +166,18 @@ def _merge_ignore(
         eligible = is_valid(column)
         if any_tomb:
             eligible &= ~row_has_tomb | lex_greater(version, row_tomb)
-        if eligible.all():
-            best = chosen if version is rows.version else group_argmax(keys, version, n_keys)[present]
+        unbeatable = eligible
+        if version is not rows.version:
+            for component, own in zip(version, rows.version, strict=True):
+                unbeatable = unbeatable & (component == own)
+        settled = unbeatable[chosen]
+        if settled.all():
+            best = chosen
         else:
-            best = group_argmax(keys, version, n_keys, rows=np.flatnonzero(eligible))[present]
+            open_keys = np.ones(n_keys, dtype=bool)
+            open_keys[present[settled]] = False
+            searched = group_argmax(keys, version, n_keys, rows=np.flatnonzero(eligible & open_keys[keys]))[present]
+            best = np.where(settled, chosen, searched)
         found = best >= 0
         if found.all():
             columns[name] = pc.take(column, best)
