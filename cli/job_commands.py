@@ -232,7 +232,15 @@ def _compact(
     planned = instant
     if not run_only:
         planned = compaction.schedule(handle, strategy)  # metadata only: never needs Spark
-        if planned is None or schedule_only:
+        if planned is None and not schedule_only:
+            # Nothing new to compact; a configured format a failed publish left behind catches up now.
+            data: dict[str, Any] = {
+                "scheduled": None,
+                "result": None,
+                "published": compaction.publish_caught_up(handle),
+            }
+            return Report(data, message=output.with_published("nothing to compact", data))
+        if schedule_only:
             data = {"scheduled": planned, "result": None}
             message = (
                 f"scheduled compaction {planned} (run it with `stitch compact --run`)"
@@ -248,7 +256,9 @@ def _compact(
         result["scheduled"] = planned
     done = result.get("result") or {}
     message = (
-        f"compaction {done['instant']} completed: {done['file_groups']} file group(s), {done['rows']} rows"
+        output.with_published(
+            f"compaction {done['instant']} completed: {done['file_groups']} file group(s), {done['rows']} rows", done
+        )
         if done
         else "nothing to compact"
     )
@@ -349,7 +359,7 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
         )
     return Report(
         result,
-        message=message,
+        message=output.with_published(message, result),
         title="erase",
         fields=[
             ("instant", "instant"),
@@ -488,7 +498,7 @@ def savepoint_restore_command(
     result = execute(handle, request, choose_engine(handle, request, engine, 0))
     return Report(
         result,
-        message=result.get("message"),
+        message=output.with_published(str(result.get("message")), result),
         title="restore",
         fields=[
             ("instant", "instant"),
@@ -543,12 +553,7 @@ def publish_command(
     if not chosen:
         raise UsageError("give --format delta or --format iceberg (or list publish.formats in the config)")
     results = [publish(handle, fmt).to_json() for fmt in chosen]
-    lines = [
-        f"published {r['format']} version {r['version']} ({r['rows']:,} rows as of {r['source']}) at "
-        f"{r['table_location']}" + (f" as {r['identifier']}" if r["identifier"] else "")
-        for r in results
-    ]
-    return Report({"published": results}, lines=lines)
+    return Report({"published": results}, lines=output.published_lines(results))
 
 
 def status_command(config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False) -> Report:

@@ -135,6 +135,22 @@ class Report:
     summary: Mapping[str, Any] | None = None
 
 
+def published_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per published table version (`services.publish.PublishResult` as JSON)."""
+    lines = []
+    for r in results:
+        version = f"snapshot {r['version']}" if r["format"] == "iceberg" else f"version {r['version']}"
+        found = f" as {r['identifier']}" if r["identifier"] else ""
+        found += f" in {r['catalog']}" if r.get("catalog") else ""
+        lines.append(f"published {r['format']} {version} ({r['rows']:,} rows) at {r['table_location']}{found}")
+    return lines
+
+
+def with_published(message: str, data: Mapping[str, Any]) -> str:
+    """`message`, then what the action published (compaction, erase, restore and alter republish)."""
+    return "\n".join([message, *published_lines(data.get("published") or [])])
+
+
 def show(report: Report) -> None:
     """Print a command's report: one JSON object with `ok: true`, or the human view."""
     if json_mode():
@@ -394,7 +410,9 @@ def rows_table(data: pa.Table, limit: int | None) -> RichTable:
     import pyarrow.types as pat
 
     shown = data if limit is None else data.slice(0, limit)
-    table = compact_table(caption=f"{shown.num_rows:,} of {data.num_rows:,} rows")
+    caption = f"{shown.num_rows:,} of {data.num_rows:,} rows"
+    table = compact_table(caption=caption)
+    table.min_width = len(caption)  # a caption wraps to its table's width: one narrow column would fold it
     for field in data.schema:
         numeric = pat.is_integer(field.type) or pat.is_floating(field.type) or pat.is_decimal(field.type)
         table.add_column(field.name, justify="right" if numeric else "left", overflow="fold")

@@ -128,8 +128,11 @@ def alter_command(
         "schema_version": result.schema_version,
         "changes": result.changes,
         "dry_run": result.dry_run,
+        "published": result.published,
     }
-    return Report(data, lines=[f"  {change}" for change in result.changes], message=result.message)
+    return Report(
+        data, lines=[f"  {change}" for change in result.changes], message=output.with_published(result.message, data)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- timeline
@@ -387,7 +390,14 @@ def write_result(data: pa.Table, path: Path, out_format: str) -> int:
             pq.write_table(data, str(temp))
         elif out_format == "csv":
             import pyarrow.csv as pacsv
+            import pyarrow.types as patypes
 
+            nested = [f.name for f in data.schema if patypes.is_nested(f.type)]
+            if nested:
+                raise UsageError(
+                    f"--out {path}: CSV cannot hold nested values ({', '.join(nested)}); write .parquet or .json, "
+                    "or leave those columns out with --columns"
+                )
             pacsv.write_csv(data, str(temp))
         else:
             with temp.open("w", encoding="utf-8") as handle:

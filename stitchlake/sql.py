@@ -69,6 +69,7 @@ def query(
 
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
+    _refuse_non_queries(sql)
     connection = to_duckdb(
         table,
         None,
@@ -81,10 +82,11 @@ def query(
         before_images=before_images,
     )
     try:
+        connection.execute("SET TimeZone = 'UTC'")  # timestamps come back as the table's own `UTC`, not `Etc/UTC`
         if table.config.table.name != SHORT_NAME:
             connection.execute(f'CREATE VIEW "{_identifier(table.config.table.name)}" AS SELECT * FROM {SHORT_NAME}')
         result = connection.sql(sql)
-        if result is None:  # DuckDB 1.x: a statement without rows (SET, CREATE ...)
+        if result is None:  # a statement without rows
             raise UsageError("SQL: the statement returns no rows; stitch sql runs queries (SELECT, WITH ...)")
         # The rows as one Arrow table, never through Python objects (DuckDB 1.x: `arrow()`; 1.4+: `to_arrow_table()`).
         return result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
@@ -92,6 +94,22 @@ def query(
         raise UsageError(f"SQL: {exc}") from None
     finally:
         connection.close()
+
+
+def _refuse_non_queries(sql: str) -> None:
+    """One query (SELECT, WITH, FROM, VALUES, DESCRIBE, SUMMARIZE, EXPLAIN): a CREATE, COPY, ATTACH or second
+    statement would run against a throwaway connection and show nothing, or only the last statement's rows."""
+    import duckdb
+
+    try:
+        statements = duckdb.connect().extract_statements(sql)
+    except duckdb.Error as exc:
+        raise UsageError(f"SQL: {exc}") from None
+    if len(statements) != 1:
+        raise UsageError(f"SQL: give one query, not {len(statements)} statements")
+    kind = statements[0].type
+    if kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+        raise UsageError(f"SQL: stitch sql runs queries (SELECT, WITH ...), not {kind.name} statements")
 
 
 def _identifier(name: str) -> str:

@@ -51,6 +51,8 @@ class RestCatalogServer:
         self.warehouse = root / "warehouse"
         self.catalog = SqlCatalog("served", uri=f"sqlite:///{root / 'served.db'}", warehouse=self.warehouse.as_uri())
         self.requests: list[tuple[str, str]] = []
+        #: Query strings as sent (e.g. the `warehouse` a client asks the config endpoint for).
+        self.queries: list[str] = []
         self._lock = threading.Lock()  # SQLite and metadata commits one at a time, as a server's database does
         handler = type("Handler", (_Handler,), {"server_state": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -63,6 +65,7 @@ class RestCatalogServer:
         route = parts[1:]
         with self._lock:
             self.requests.append((method, "/".join(route)))
+            self.queries.append(urlparse(path).query)
             try:
                 return self._route(method, route, json.loads(body) if body else None, body)
             except tuple(_STATUS) as exc:

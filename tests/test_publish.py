@@ -7,7 +7,6 @@ is published; deltalake, Polars, DuckDB and pyiceberg then read the published ta
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import warnings
@@ -21,75 +20,21 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from deltalake import DeltaTable
+from published_history import MODEL, altered_document, expected_rows, history, rows_of
 from spark_fixtures import run_stitch
-from tables import MODELS, THREE_STREAMS, batch, config, new_table
+from tables import batch, config, new_table
 
 from stitchlake.api import Table
 from stitchlake.errors import ConfigError, StitchError, UsageError
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
-from stitchlake.services.alter import alter
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishCommit
-
-MODEL = {m.name: m for m in MODELS}
-
-
-def placed(document: dict[str, Any], place: dict[str, Any] | None) -> dict[str, Any]:
-    """`document` with the top-level sections of `place` laid over it (e.g. another table path and a storage:)."""
-    for section, values in (place or {}).items():
-        document[section] = {**document.get(section, {}), **values}
-    return document
-
-
-def altered_document(place: dict[str, Any] | None = None, **publish: Any) -> dict[str, Any]:
-    """THREE_STREAMS with a column added to orders (with a default) by `stitch alter`."""
-    document = placed(copy.deepcopy(THREE_STREAMS), place)
-    document["streams"]["orders"]["columns"]["coupon"] = {"type": "string", "default": "none"}
-    if publish:
-        document["publish"] = publish
-    return document
-
-
-def history(root: Path, place: dict[str, Any] | None = None, **publish: Any) -> Table:
-    """A table whose raw files hold much that a correct reader must not show."""
-    table = new_table(root, placed(copy.deepcopy(THREE_STREAMS), place))
-    orders, payments, shipments = MODEL["orders"], MODEL["payments"], MODEL["shipments"]
-    table.write("orders", batch(orders, [{"k": k, "amount": k * 10, "status": "new", "ots": 5} for k in range(1, 8)]))
-    table.write("payments", batch(payments, [{"k": k, "paid": k, "note": "ok", "pts": 1} for k in (1, 2, 3)]))
-    table.write("shipments", batch(shipments, [{"k": 1, "carrier": "dhl", "ship_no": 11}]))  # others: default
-    table.write(
-        "orders",
-        batch(
-            orders,
-            [
-                {"k": 1, "amount": 999, "status": "late", "ots": 1},  # late: loses
-                {"k": 2, "amount": 25, "status": "paid", "ots": 9},  # update
-                {"k": 6, "ots": 9, "deleted": True},  # only orders had key 6: gone
-            ],
-        ),
-    )
-    table.erase(pa.table({"k": pa.array([5], pa.int64()), "p": pa.array(["odd"])}))
-    altered = Table(config(root, altered_document(place, **publish)))
-    alter(altered)
-    rows = batch(orders, [{"k": 7, "amount": 70, "status": "coupon", "ots": 9}])
-    altered.write("orders", rows.append_column("coupon", pa.array(["XMAS"])))
-    assert altered.compact() is not None
-    return altered
-
-
-def rows_of(data: Any) -> list[dict[str, Any]]:
-    table = data if isinstance(data, pa.Table) else data.to_arrow()
-    return sorted(table.to_pylist(), key=lambda row: row["k"])
 
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, Any]]:
     table = history(tmp_path_factory.mktemp("publish"))
     return table, {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
-
-
-def expected_rows(table: Table, source: str) -> list[dict[str, Any]]:
-    return rows_of(table.read(mode="read_optimized", as_of=source))
 
 
 def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Table, dict[str, Any]]) -> None:
@@ -185,8 +130,12 @@ def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(t
         ),
     )
     table.compact()
+    only_first = set(DeltaTable(location, version=first["delta"]["version"]).file_uris()) - set(
+        DeltaTable(location, version=second["delta"]["version"]).file_uris()
+    )
     third = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
-    assert third["delta"]["removed_files"] > 0 and third["iceberg"]["removed_files"] > 0
+    assert third["delta"]["removed_files"] == len(only_first) > 0, "the files only the first version read"
+    assert third["iceberg"]["removed_files"] > 0
     with pytest.raises(Exception, match=r"not found|No such file|FileNotFound"):
         DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()
     assert rows_of(DeltaTable(location, version=second["delta"]["version"]).to_pyarrow_table()) == after
@@ -360,6 +309,8 @@ def test_a_rest_catalog_holds_the_published_iceberg_table_and_its_versions(tmp_p
         table = history(tmp_path / "t", iceberg_catalog={"type": "rest", "uri": server.uri}, retain_versions=1)
         first = table.publish("iceberg").to_json()
         assert first["table_location"].startswith(server.warehouse.as_uri()), "where the REST catalog put it"
+        assert first["catalog"] == server.uri
+        assert not [q for q in server.queries if "warehouse" in q], "a REST catalog is not sent a local warehouse"
         assert not (Path(first["location"]) / "catalog.db").exists(), "no SQLite catalog of our own"
         reader = load_catalog("reader", type="rest", uri=server.uri)
         found = reader.load_table(first["identifier"])

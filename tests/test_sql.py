@@ -93,6 +93,28 @@ def test_a_bad_query_is_a_usage_error_naming_duckdbs_complaint(stitched: tuple[T
         table.sql("SELECT no_such_column FROM t")
     with pytest.raises(UsageError, match="give a SQL query"):
         table.sql("  ")
+    # One query: a statement that changes or attaches something, or a second statement, is refused up front.
+    with pytest.raises(UsageError, match=r"runs queries .*not CREATE"):
+        table.sql("CREATE TABLE z AS SELECT 1")
+    with pytest.raises(UsageError, match=r"runs queries .*not COPY"):
+        table.sql("COPY (SELECT * FROM t) TO '/tmp/stitch-sql-copy.csv'")
+    with pytest.raises(UsageError, match="one query, not 2 statements"):
+        table.sql("SELECT 1; SELECT 2")
+    assert table.sql("WITH n AS (SELECT count(*) AS c FROM t) SELECT c FROM n").num_rows == 1
+    assert table.sql("DESCRIBE t").num_rows == len(table.read().column_names)
+
+
+def test_a_csv_out_of_nested_values_is_refused_naming_the_columns(tmp_path: Path) -> None:
+    """CSV has no nested values: a result with a list or struct is refused (exit 2) before a file is made."""
+    table = new_table(tmp_path / "t")
+    table.write("orders", batch(MODEL["orders"], [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    out = tmp_path / "nested.csv"
+    query = "SELECT k, [amount, amount] AS pair, {'s': status} AS info FROM t"
+    done = run_stitch("sql", "--table", table.path, query, "--out", str(out), "--json")
+    assert done.returncode == 2, done.stdout
+    assert "CSV cannot hold nested values (pair, info)" in json.loads(done.stdout)["error"]
+    assert not out.exists() and not list(tmp_path.glob(".nested.csv*"))
+    assert run_stitch("sql", "--table", table.path, query, "--out", str(tmp_path / "nested.json")).returncode == 0
 
 
 def test_stitch_sql_from_the_command_line(stitched: tuple[Table, dict[str, str]], tmp_path: Path) -> None:

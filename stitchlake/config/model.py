@@ -12,6 +12,7 @@ executors) and plain attribute access (nothing is computed on access but the few
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -33,6 +34,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from stitchlake.errors import ConfigError
+from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.types import KEY_TYPES, can_order, normalize_type, ordering_type_names
 
 from . import yaml_schema as schema
@@ -121,6 +123,14 @@ class LogFormat(StrEnum):
 
 
 # ------------------------------------------------------------------------------------------ errors, input
+
+
+def _within(location: str, folder: str) -> bool:
+    """Whether `location` is `folder` or under it (local paths compared absolute, URIs as text)."""
+    if "://" not in location and "://" not in folder:
+        location, folder = os.path.abspath(location), os.path.abspath(folder)
+    location, folder = location.rstrip("/"), folder.rstrip("/")
+    return location == folder or location.startswith(folder + "/")
 
 
 def refuse(message: str, at: str = "") -> PydanticCustomError:
@@ -621,11 +631,13 @@ class PublishSpec(Spec):
     """Publishing the compacted state as Delta Lake and/or Iceberg tables, for engines that cannot merge."""
 
     formats: tuple[PublishFormat, ...] = ()
-    """Formats published after every compaction (`stitch publish --format F` publishes any format on demand)."""
+    """Formats published after every compaction and alter (`stitch publish --format F` publishes any format on
+    demand; an erase or a restore republishes every format the table has published)."""
     location: Location | None = None
-    """Folder or `s3://` prefix of the published tables, one sub-folder per format (default: `.stitch/published`
-    in the table). Relative paths resolve against the config file's folder. Never inside the table folder
-    elsewhere than the default: `stitch clean` would take the published files for orphans."""
+    """Folder or `s3://` prefix of the published tables: `<location>/<table name>/<format>` (default:
+    `.stitch/published/<format>` in the table). Relative paths resolve against the config file's folder. Never
+    inside the table folder elsewhere than the default: `stitch clean` would take the published files for
+    orphans."""
     retain_versions: Annotated[int, Strict(), Ge(1), WHOLE] = 10
     """Published versions kept readable (time travel); files only older versions need are deleted at publish."""
     iceberg_catalog: Annotated[dict[str, str], BeforeValidator(_catalog_properties)] = Field(default_factory=dict)
@@ -750,6 +762,19 @@ class TableConfig(Spec):
         if not streams:
             raise refuse("needs at least one stream")
         return streams
+
+    @model_validator(mode="after")
+    def _published_outside_the_table(self) -> Self:
+        """`stitch clean` takes unknown files inside the table folder for orphans: published tables live in its
+        `.stitch/published` (the default) or outside it."""
+        where = self.publish.location
+        if where and _within(where, self.table.path) and not _within(where, f"{self.table.path}/{PUBLISHED_DIR}"):
+            raise refuse(
+                f"{where} is inside the table folder {self.table.path}: keep it outside, or leave it unset "
+                f"({PUBLISHED_DIR} in the table)",
+                "publish.location",
+            )
+        return self
 
     @model_validator(mode="after")
     def _iceberg_catalog_off_the_store(self) -> Self:

@@ -9,18 +9,24 @@ files, in one atomic commit of that format: a reader sees the previous version o
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import ConflictError, UsageError
 from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import scheme_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: Who published a table, in its Delta description and as an Iceberg table property: the stitched table's id.
+OWNER_MARK = "stitchlake table "
+OWNER_PROPERTY = "stitchlake.table-id"
 #: Delta operations that are a publish (the others, e.g. VACUUM, are bookkeeping versions).
 _DELTA_WRITES = ("WRITE", "CREATE TABLE", "CREATE OR REPLACE TABLE")
 #: Our S3 settings (`storage.s3.client_settings`) as delta-rs and pyiceberg's FileIO name them.
@@ -85,19 +91,24 @@ def delta_options(target: Target) -> dict[str, str] | None:
     return {_DELTA_S3[name]: value for name, value in settings.items()} if target.on_s3 else None
 
 
-def write_delta(rows: pa.Table, target: Target, name: str, retain: int, partition_by: Sequence[str] = ()) -> Published:
+def write_delta(
+    rows: pa.Table, target: Target, name: str, retain: int, partition_by: Sequence[str] = (), table_id: str = ""
+) -> Published:
     """Overwrite the Delta table at the target with `rows` (its schema replaces the old one: an alter may have
     added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
     delete the files only versions older than the last `retain` publishes need."""
     from deltalake import DeltaTable, write_deltalake
 
     options = delta_options(target)
+    _refuse_another_table(target, name, table_id, options)
+    before = _data_files(target)
     write_deltalake(
         target.location,
         rows,
         mode="overwrite",
         schema_mode="overwrite",
         name=name,
+        description=f"{OWNER_MARK}{table_id}",
         partition_by=list(partition_by) or None,
         storage_options=options,
     )
@@ -105,8 +116,33 @@ def write_delta(rows: pa.Table, target: Target, name: str, retain: int, partitio
     version = table.version()
     writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
     kept = [v for v in writes if v <= version][-retain:]
-    removed = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
-    return Published(version, target.location, removed_files=len(removed))
+    # vacuum names every file the log has ever removed, deleted by an earlier vacuum or not: count what went.
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
+    return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _refuse_another_table(target: Target, name: str, table_id: str, options: dict[str, str] | None) -> None:
+    """A Delta table already at the target that another stitched table published is never overwritten."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(target.location, storage_options=options):
+        return
+    metadata = DeltaTable(target.location, storage_options=options).metadata()
+    owner = (metadata.description or "").removeprefix(OWNER_MARK) if metadata.description else ""
+    if (owner and table_id and owner != table_id) or (metadata.name and metadata.name != name):
+        raise UsageError(
+            f"{target.location} holds the published Delta table of another stitched table ({metadata.name!r}, "
+            f"table id {owner or 'unknown'}): give this table its own publish.location"
+        )
+
+
+def _data_files(target: Target) -> set[str]:
+    """The Parquet files under a Delta table's folder (relative paths), its log left out."""
+    try:
+        listed = target.storage().list_files("")
+    except FileNotFoundError:
+        return set()
+    return {f.path for f in listed if f.path.endswith(".parquet") and not f.path.startswith("_delta_log/")}
 
 
 def iceberg_catalog(target: Target | str, properties: Mapping[str, str] | None = None) -> Any:
@@ -116,23 +152,57 @@ def iceberg_catalog(target: Target | str, properties: Mapping[str, str] | None =
     from pyiceberg.catalog import load_catalog
 
     target = target if isinstance(target, Target) else Target(target)
+    if not target.on_s3 and scheme_of(target.location) in ("", "file"):
+        target = Target(os.path.abspath(target.location.removeprefix("file://")), target.storage_options)
     chosen = dict(properties or {})
     io = {_ICEBERG_S3[name]: value for name, value in target.s3_settings().items() if name in _ICEBERG_S3}
     check_iceberg_catalog(target, chosen)
     if target.on_s3:
         for name, value in _SDK_CHECKSUMS.items():
             os.environ.setdefault(name, value)
-        defaults = {"type": "sql", "warehouse": target.location.rstrip("/"), **io}
-    else:
-        Path(target.location).mkdir(parents=True, exist_ok=True)
-        defaults = {
-            "type": "sql",
-            "uri": f"sqlite:///{os.path.join(target.location, 'catalog.db')}",
-            "warehouse": Path(target.location).as_uri(),
-        }
-    if chosen and chosen.get("type", "sql") != "sql":
-        defaults = {"warehouse": defaults["warehouse"], **io}  # a REST catalog has its own idea of where tables go
-    return load_catalog("stitchlake", **{**defaults, **chosen})
+    if chosen.get("type", "sql") != "sql":
+        # A REST catalog chooses where its tables live (and may take `warehouse` to pick a catalog): ours is not
+        # sent unless the properties name one.
+        return load_catalog("stitchlake", **{**io, **chosen})
+    return load_catalog("stitchlake", **{**_sql_defaults(target), **io, **chosen})
+
+
+def _sql_defaults(target: Target) -> dict[str, str]:
+    """The default SQL catalog: a SQLite file in the target folder, which is also the warehouse (on S3, the
+    warehouse alone: the catalog's database must be given)."""
+    if target.on_s3:
+        return {"type": "sql", "warehouse": target.location.rstrip("/")}
+    Path(target.location).mkdir(parents=True, exist_ok=True)
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{os.path.join(target.location, 'catalog.db')}",
+        "warehouse": Path(target.location).as_uri(),
+    }
+
+
+def catalog_location(target: Target, properties: Mapping[str, str]) -> str:
+    """Where a reader finds the published Iceberg table by name: the catalog's URI, credentials left out."""
+    uri = properties.get("uri")
+    if uri is None:
+        return _sql_defaults(target).get("uri", "") if not target.on_s3 else ""
+    parts = urlsplit(uri)
+    if parts.password is None and parts.username is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+@contextmanager
+def commit_conflicts(what: str) -> Iterator[None]:
+    """A commit of the format refused because another writer committed first is a write conflict (exit 3)."""
+    from deltalake.exceptions import CommitFailedError
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        yield
+    except (CommitFailedError, CommitFailedException) as exc:
+        raise ConflictError(f"{what}: {exc}; nothing was published — run again") from exc
 
 
 def check_iceberg_catalog(target: Target, properties: Mapping[str, str]) -> None:
@@ -152,6 +222,7 @@ def write_iceberg(
     name: str,
     retain: int,
     partition_by: Sequence[str] = (),
+    table_id: str = "",
 ) -> Published:
     """Overwrite the Iceberg table `namespace.name` with `rows` (evolving its schema by name first), partitioned
     by identity on the stitched table's partition columns; expire the snapshots older than the last `retain`
@@ -161,15 +232,26 @@ def write_iceberg(
     identifier = (namespace, name)
     if catalog.table_exists(identifier):
         table = catalog.load_table(identifier)
+        owner = table.properties.get(OWNER_PROPERTY, "")
+        if owner and table_id and owner != table_id:
+            raise UsageError(
+                f"Iceberg table {namespace}.{name} holds another stitched table's published rows (table id {owner}): "
+                "give this table its own publish.iceberg_namespace"
+            )
         gone = [field.name for field in table.schema().fields if field.name not in rows.schema.names]
         with table.update_schema() as update:
             update.union_by_name(rows.schema)
             for column in gone:
                 update.delete_column(column)
+        names = rows.schema.names
+        if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
+            with table.update_schema() as update:
+                for before, column in pairwise(names):
+                    update.move_after(column, before)
         _partition_by(table, partition_by)
         table.overwrite(rows)
     else:
-        table = catalog.create_table(identifier, schema=rows.schema)
+        table = catalog.create_table(identifier, schema=rows.schema, properties={OWNER_PROPERTY: table_id})
         _partition_by(table, partition_by)
         table.append(rows)
     table = catalog.load_table(identifier)

@@ -9,10 +9,11 @@ to a savepoint before the alter takes the alter back too. What may change, and w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stitchlake.config.evolution import Change, changes, names_ever_used, schema_of, schema_properties
 from stitchlake.errors import ConfigError, ConflictError
+from stitchlake.services.publish import publish_after
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import AlterCommit, AlterPlan
 from stitchlake.timeline.timeline import Timeline
@@ -32,6 +33,8 @@ class AlterResult:
     changes: list[str] = field(default_factory=list)
     dry_run: bool = False
     message: str = ""
+    #: `publish.formats` published again with the new schema (`services.publish.PublishResult` as JSON).
+    published: list[dict[str, Any]] = field(default_factory=list)
 
 
 def planned_changes(table: Table) -> tuple[int, list[Change]]:
@@ -78,6 +81,7 @@ def alter(table: Table, dry_run: bool = False) -> AlterResult:
     txn = Transaction.begin_planned(table, Action.ALTER, plan=plan)
     assert txn is not None
     done = txn.complete(AlterCommit(schema_version=target, properties=proposed, changes=tuple(lines)))
+    published = publish_after(table, f"alter {done.requested}", list(table.config.publish.formats))
     return AlterResult(
         done.requested,
         done.completed,
@@ -85,4 +89,5 @@ def alter(table: Table, dry_run: bool = False) -> AlterResult:
         lines,
         False,
         f"altered: schema version {target} ({len(lines)} change(s))",
+        published,
     )

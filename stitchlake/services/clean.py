@@ -106,11 +106,14 @@ def _expendable_versions(files: list[DataFile], keep: int) -> list[DataFile]:
 
 
 def protected(timeline: Timeline, view: FileSystemView) -> set[str]:
-    """Files a savepoint reads or a pending rewrite plan lists, plus every latest slice."""
+    """Files a savepoint reads, a pending rewrite plan lists or a running publish reads (as of its own time, a
+    compaction may have superseded them since), plus every latest slice."""
     keep = needed_as_of(view, "9" * 17)
     for _instant, savepoint in savepoints(timeline):
         keep.update(savepoint.files)
     keep |= pending_rewrite_files(timeline)
+    for publish in timeline.pending([Action.PUBLISH]):
+        keep |= needed_as_of(view, publish.requested)
     return keep
 
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import NotFoundError, StitchError, UsageError
+from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reader import merge_slice
-from stitchlake.services.publish import publish_configured
+from stitchlake.services.publish import publish_after
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CompactionCommit, CompactionPlan, DataFile, FileGroupRef, FileSlice
@@ -178,18 +178,14 @@ def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice])
         rows=sum(f.rows for f in files),
         bytes=sum(f.bytes for f in files),
         merged_files=sum(len(op.files) for op in operations),
-        published=publish_after(txn.table, instant.requested),
+        published=publish_after(txn.table, f"compaction {instant.requested}", list(txn.table.config.publish.formats)),
     )
 
 
-def publish_after(table: Table, instant: str) -> list[dict[str, Any]]:
-    """`publish.formats`, after a compaction: a failure says the compaction itself stands."""
-    try:
-        return [result.to_json() for result in publish_configured(table)]
-    except StitchError as exc:
-        raise type(exc)(
-            f"compaction {instant} completed, but publishing failed: {exc} — run `stitch publish` again"
-        ) from exc
+def publish_caught_up(table: Table) -> list[dict[str, Any]]:
+    """With nothing to compact: publish the configured formats still behind the newest compaction (a publish
+    that failed after it)."""
+    return publish_after(table, "the last compaction", list(table.config.publish.formats))
 
 
 def inline_due(table: Table) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,7 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reader import ERASED_GROUP, ERASED_PARTITION, merge_slice
 from stitchlake.services.clean import purge_file_groups, superseded_in
+from stitchlake.services.publish import publish_after, published_formats
 from stitchlake.services.savepoint import delete as delete_savepoint
 from stitchlake.storage import storage_for
 from stitchlake.timeline.archive import load_checkpoint
@@ -59,6 +60,8 @@ class EraseResult:
     #: With `purge`: savepoints deleted and older file slices removed, because they still held the keys.
     purged_savepoints: list[str] = field(default_factory=list)
     purged_files: int = 0
+    #: The published tables brought up to date (`services.publish.PublishResult` as JSON).
+    published: list[dict[str, Any]] = field(default_factory=list)
 
 
 KEY_FILE_FORMATS = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -168,10 +171,16 @@ def erase(table: Table, keys: pa.Table, purge: bool = False, engine: Engine | No
     file slices still hold them until cleaned. `purge` removes those copies at once (GDPR: the data is gone):
     it deletes the savepoints that pin an older slice of a rewritten file group, and cleans every slice older than
     the erase's in those groups, whatever the retention says.
+
+    Every format the table publishes (or has published) is then published again without the keys; with `purge`
+    only that new version is kept, since older published versions still hold them.
     """
     result = _erase(table, keys, engine or LocalEngine())
     if purge:
         result.purged_savepoints, result.purged_files = purge_older_copies(table, result.instant)
+    result.published = publish_after(
+        table, f"erase {result.instant}", published_formats(table), retain=1 if purge else None
+    )
     return result
 
 

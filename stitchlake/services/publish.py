@@ -1,12 +1,19 @@
 """Publishing (issue 13): the table's compacted state as a Delta Lake or Iceberg table other engines can read.
 
-A publish is an action on the timeline. Under the lock it picks its source, the newest completed rewrite (a
-compaction or an erase), and records it in its plan; it reads the table as `stitch read --mode read_optimized
---as-of <source>` does (defaults applied, deleted and erased keys gone, no `_sl__` columns) and writes those rows
-as the next version of the published table (`stitchlake.io.published`), then completes with that version. The
-published files live apart from the table's own files (`.stitch/published/<format>/` by default), so `stitch clean`
-never deletes what a published version reads; each publish keeps the last `publish.retain_versions` versions
-readable and deletes the files only older versions needed.
+A publish is an action on the timeline. Under the lock it refuses while another live publish of the same format
+runs (two would race to be the newest version, and the slower one would put an older state back), and records
+its source, the newest completed rewrite (a compaction or an erase). It reads the table as `stitch read --mode
+read_optimized --as-of <the publish's own time>` does — the base files of that source, under the schema in force
+now (an alter's added columns, defaults and drops apply without waiting for a compaction), deleted and erased keys
+gone, no `_sl__` columns — and writes those rows as the next version of the published table
+(`stitchlake.io.published`), then completes with that version. The published files live apart from the table's
+own files, so `stitch clean` never deletes what a published version reads; each publish keeps the last
+`publish.retain_versions` versions readable and deletes the files only older versions needed.
+
+What republishes on its own: a compaction publishes `publish.formats`; an alter does too; an erase and a restore,
+which take rows out of what readers see, republish every format the table has published, configured or not (an
+erase with `--purge` then keeps only the new version, so no published version still holds the keys). A format
+is republished only when it is stale: some compaction, erase, alter or restore completed after its last publish.
 
 A publish that crashes after the format's own commit but before its instant completed leaves a published version
 the timeline does not list; it shows the same state, and the next publish supersedes it. Rolling the instant back
@@ -15,29 +22,39 @@ does not touch the published table.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from stitchlake.concurrency.heartbeat import is_expired
 from stitchlake.config import PublishFormat
-from stitchlake.errors import StitchError, UsageError
-from stitchlake.io.published import Target, check_iceberg_catalog, write_delta, write_iceberg
+from stitchlake.errors import BusyError, ConflictError, StitchError, UsageError
+from stitchlake.io.published import (
+    Target,
+    catalog_location,
+    check_iceberg_catalog,
+    commit_conflicts,
+    write_delta,
+    write_iceberg,
+)
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reader import READ_OPTIMIZED, read
-from stitchlake.storage.registry import scheme_of
-from stitchlake.timeline.instant import Action
+from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import PublishCommit, PublishPlan
+from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
-    from stitchlake.timeline.timeline import Timeline
+
+#: Completed actions that change what a read-optimized read shows: a published copy older than one is stale.
+CHANGES_PUBLISHED_ROWS = (Action.COMPACTION, Action.ERASE, Action.ALTER, Action.RESTORE)
 
 
 @dataclass
 class PublishResult:
     """What a publish made, for summaries and `--json`: `location` is where this format is published to (the
-    default Iceberg catalog and warehouse too), `table_location` the published table's own files."""
+    default Iceberg catalog and warehouse too), `table_location` the published table's own files, `catalog` where
+    an Iceberg reader finds it by `identifier` (a catalog URI, without credentials)."""
 
     instant: str
     completed: str | None
@@ -49,34 +66,24 @@ class PublishResult:
     rows: int
     removed_files: int
     table_location: str
+    catalog: str
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def published_location(table: Table, fmt: PublishFormat) -> str:
-    """Where `fmt` is published: `publish.location/<format>`, by default inside the table's `.stitch/`; a local
-    folder or an `s3://` prefix alike (delta-rs and pyiceberg reach the store with the table's `storage:`
-    settings)."""
+    """Where `fmt` is published: by default `.stitch/published/<format>` inside the table; with
+    `publish.location`, `<location>/<table name>/<format>`, so tables sharing a location never share a published
+    table. A local folder or an `s3://` prefix alike (delta-rs and pyiceberg reach the store with the table's
+    `storage:` settings)."""
     spec = table.config.publish
-    root = (spec.location or f"{table.path.rstrip('/')}/{PUBLISHED_DIR}").rstrip("/")
-    if spec.location and _inside(root, table.path) and not _inside(root, f"{table.path.rstrip('/')}/{PUBLISHED_DIR}"):
-        raise UsageError(
-            f"publish.location {root!r} is inside the table folder: keep it outside, or leave it unset "
-            f"({PUBLISHED_DIR} in the table)"
-        )
-    return f"{root}/{fmt.value}"
+    if spec.location:
+        return f"{spec.location.rstrip('/')}/{table.config.table.name}/{fmt.value}"
+    return f"{table.path.rstrip('/')}/{PUBLISHED_DIR}/{fmt.value}"
 
 
-def _inside(location: str, folder: str) -> bool:
-    """Whether `location` is `folder` or under it (local paths compared absolute, URIs as text)."""
-    if scheme_of(location) in ("", "file") and scheme_of(folder) in ("", "file"):
-        location, folder = os.path.abspath(location), os.path.abspath(folder)
-    location, folder = location.rstrip("/"), folder.rstrip("/")
-    return location == folder or location.startswith(folder + "/")
-
-
-def parse_format(value: str) -> PublishFormat:
+def parse_format(value: str | PublishFormat) -> PublishFormat:
     try:
         return PublishFormat(value)
     except ValueError:
@@ -84,36 +91,58 @@ def parse_format(value: str) -> PublishFormat:
         raise UsageError(f"unknown publish format {value!r} (formats: {known})") from None
 
 
-def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
+def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:
+    """The newest completed publish of `fmt` on the active timeline (plans read newest first: each is a file)."""
+    return next((i for i in reversed(timeline.completed([Action.PUBLISH])) if _format_of(timeline, i) == fmt), None)
+
+
+def _format_of(timeline: Timeline, instant: Instant) -> str:
+    plan = timeline.plan(instant)
+    return plan.format if isinstance(plan, PublishPlan) else ""
+
+
+def publish(table: Table, fmt: str | PublishFormat, retain: int | None = None) -> PublishResult:
     """Publish the newest compacted state as the next version of the `fmt` table (exit 2 when nothing has been
-    compacted yet)."""
+    compacted yet and nothing was published before; exit 4 while another publish of `fmt` runs). `retain`
+    overrides `publish.retain_versions` (an erase with `--purge` keeps only the new version)."""
     table.require()
-    chosen = parse_format(str(fmt.value if isinstance(fmt, PublishFormat) else fmt))
+    chosen = parse_format(fmt)
     location = published_location(table, chosen)
     target = Target(location, table.config.storage.options)
+    spec = table.config.publish
     if chosen == PublishFormat.ICEBERG:
-        check_iceberg_catalog(target, table.config.publish.iceberg_catalog)
+        check_iceberg_catalog(target, spec.iceberg_catalog)
 
-    def plan(timeline: Timeline, _requested: str) -> PublishPlan:
+    def plan(timeline: Timeline, requested: str) -> PublishPlan:
+        expire_s = table.config.concurrency.heartbeat.expire_s
+        for other in timeline.pending([Action.PUBLISH]):
+            if _format_of(timeline, other) == chosen.value and not is_expired(table.storage, other.requested, expire_s):
+                raise BusyError(
+                    f"publish {other.requested} of {chosen.value} is running; run again when it is done (two "
+                    "publishes at once could leave the older state as the newest version)"
+                )
         source = timeline.latest_completed([Action.COMPACTION, Action.ERASE])
-        if source is None or source.completed is None:
+        if source is None and last_publish(timeline, chosen) is None and not _has_base_files(table, timeline):
             raise UsageError("nothing is compacted yet: run `stitch compact` first (a publish shows base files)")
-        return PublishPlan(format=chosen.value, location=location, source=source.completed)
+        return PublishPlan(format=chosen.value, location=location, source=(source.completed or "") if source else "")
 
     txn = Transaction.begin_planned(table, Action.PUBLISH, plan=plan)
     assert txn is not None and isinstance(txn.plan, PublishPlan)
     source = txn.plan.source
     try:
-        rows = read(table, mode=READ_OPTIMIZED, as_of=source)
-        spec = table.config.publish
+        rows = read(table, mode=READ_OPTIMIZED, as_of=txn.time)
+        _refuse_if_overtaken(txn, chosen)
         name = table.config.table.name
         partitions = table.config.table.partition_names
-        if chosen == PublishFormat.DELTA:
-            made = write_delta(rows, target, name, spec.retain_versions, partitions)
-        else:
-            made = write_iceberg(
-                rows, target, spec.iceberg_catalog, spec.iceberg_namespace, name, spec.retain_versions, partitions
-            )
+        kept = retain or spec.retain_versions
+        with commit_conflicts(f"another writer committed to the published {chosen.value} table meanwhile"):
+            owner = table.table_id
+            if chosen == PublishFormat.DELTA:
+                made = write_delta(rows, target, name, kept, partitions, owner)
+            else:
+                made = write_iceberg(
+                    rows, target, spec.iceberg_catalog, spec.iceberg_namespace, name, kept, partitions, owner
+                )
         commit = PublishCommit(
             format=chosen.value,
             location=location,
@@ -133,6 +162,7 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
         if isinstance(exc, Exception) and not isinstance(exc, StitchError):
             raise StitchError(f"publishing as {chosen.value} to {location} failed: {exc}") from exc
         raise
+    catalog = catalog_location(target, spec.iceberg_catalog) if chosen == PublishFormat.ICEBERG else ""
     return PublishResult(
         done.requested,
         done.completed,
@@ -144,9 +174,79 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
         rows.num_rows,
         made.removed_files,
         made.table_location,
+        catalog,
     )
 
 
-def publish_configured(table: Table) -> list[PublishResult]:
-    """Publish every format of `publish.formats` (after a compaction)."""
-    return [publish(table, fmt) for fmt in table.config.publish.formats]
+def _has_base_files(table: Table, timeline: Timeline) -> bool:
+    """Whether any file slice has a base file (a compaction the active timeline no longer lists, archived)."""
+    return any(s.base is not None for s in table.view(timeline).latest_slices(None))
+
+
+def _refuse_if_overtaken(txn: Transaction, fmt: PublishFormat) -> None:
+    """Right before the format's commit: a run presumed dead while it read (frozen past its heartbeat) may have
+    been rolled back or followed by a newer publish; committing now would put an older state back on top."""
+    timeline = Timeline.load(txn.table.storage)
+    lost = txn.superseded(timeline)
+    if lost is not None:
+        raise txn.refusal(lost)
+    newest = last_publish(timeline, fmt)
+    if newest is not None and newest.requested > txn.time:
+        raise ConflictError(
+            f"publish {newest.requested} of {fmt.value} completed while publish {txn.time} read the table; "
+            "nothing was published (the newer one stands)"
+        )
+
+
+def stale_formats(table: Table, formats: list[PublishFormat], timeline: Timeline | None = None) -> list[PublishFormat]:
+    """The formats among `formats` whose last publish predates a change to what they show (or that were never
+    published while something is compacted)."""
+    timeline = timeline or table.timeline()
+    changed = timeline.latest_completed(CHANGES_PUBLISHED_ROWS)
+    out = []
+    for fmt in formats:
+        last = last_publish(timeline, fmt)
+        if last is None:
+            compacted = timeline.latest_completed([Action.COMPACTION, Action.ERASE]) is not None
+            if compacted or _has_base_files(table, timeline):
+                out.append(fmt)
+        elif changed is not None and (changed.completed or "") > last.requested:  # it read as of its request
+            out.append(fmt)
+    return out
+
+
+def published_formats(table: Table, timeline: Timeline | None = None) -> list[PublishFormat]:
+    """`publish.formats`, and every other format this table has published (on the active timeline)."""
+    timeline = timeline or table.timeline()
+    configured = list(table.config.publish.formats)
+    extra = [f for f in PublishFormat if f not in configured and last_publish(timeline, f) is not None]
+    return [*configured, *extra]
+
+
+def publish_stale(table: Table, formats: list[PublishFormat], retain: int | None = None) -> list[PublishResult]:
+    """Publish every stale format of `formats`; try them all, then report the ones that failed (StitchError)."""
+    done: list[PublishResult] = []
+    failed: dict[str, StitchError] = {}
+    for fmt in stale_formats(table, formats):
+        try:
+            done.append(publish(table, fmt, retain))
+        except StitchError as exc:
+            failed[fmt.value] = exc
+    if failed:
+        kinds = {type(error) for error in failed.values()}
+        shown = ", ".join(r.format for r in done)
+        message = "; ".join(f"{fmt}: {error}" for fmt, error in failed.items()) + (
+            f" (published: {shown})" if shown else ""
+        )
+        raise (kinds.pop() if len(kinds) == 1 else StitchError)(message)
+    return done
+
+
+def publish_after(
+    table: Table, what: str, formats: list[PublishFormat], retain: int | None = None
+) -> list[dict[str, Any]]:
+    """Republish the stale formats after `what` completed: a failure says `what` itself stands."""
+    try:
+        return [result.to_json() for result in publish_stale(table, formats, retain)]
+    except StitchError as exc:
+        raise type(exc)(f"{what} completed, but publishing failed: {exc} — run `stitch publish` again") from exc

@@ -7,9 +7,10 @@ one `restore` instant whose plan is recorded first, so a crashed restore is fini
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import BusyError, UsageError
+from stitchlake.services.publish import publish_after, published_formats
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import RestoreCommit, RestorePlan
@@ -31,6 +32,8 @@ class RestoreResult:
     undone: list[str] = field(default_factory=list)
     deleted_files: int = 0
     message: str = ""
+    #: The published tables brought back too (`services.publish.PublishResult` as JSON).
+    published: list[dict[str, Any]] = field(default_factory=list)
 
 
 def restore(table: Table, which: str, force: bool = False) -> RestoreResult:
@@ -71,12 +74,15 @@ def _execute(table: Table, txn: Transaction) -> RestoreResult:
     deleted = sum(undo(table, target) for target in plan.targets)
     undone = tuple(t.requested for t in plan.targets)
     done = txn.complete(RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone))
+    # What was published after the savepoint shows undone rows: every published format shows the restored state.
+    published = publish_after(table, f"restore {done.requested}", published_formats(table))
     return RestoreResult(
         done.requested,
         plan.savepoint_of,
         list(undone),
         deleted,
         f"restored to {plan.savepoint_of}: undid {len(undone)} instant(s)",
+        published,
     )
 
 
