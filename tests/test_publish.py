@@ -191,37 +191,6 @@ def test_the_iceberg_catalog_is_configurable(tmp_path: Path) -> None:
     assert rows_of(found.load_table(result["identifier"]).scan().to_arrow()) == expected_rows(table, result["source"])
 
 
-def test_a_publish_whose_process_died_is_rolled_back_and_the_next_one_publishes(tmp_path: Path) -> None:
-    """A publish is an instant like any other: a process that dies in the middle leaves it pending, and the
-    recovery every writer and `stitch clean` run rolls it back (the process is gone: dead at once on this host)."""
-    import subprocess
-    import sys
-
-    from stitchlake.services.recovery import rollback_failed
-
-    table = history(tmp_path / "t")
-    code = (
-        "import os, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from pathlib import Path\n"
-        "from tables import config\n"
-        "from stitchlake.api import Table\n"
-        "from stitchlake.timeline.instant import Action\n"
-        "from stitchlake.timeline.metadata import PublishPlan\n"
-        "from stitchlake.transaction import Transaction\n"
-        f"table = Table(config(Path({str(tmp_path / 't')!r}), {altered_document()!r}))\n"
-        "plan = PublishPlan(format='delta', location='somewhere', source='20260101000000000')\n"
-        "Transaction.begin_planned(table, Action.PUBLISH, plan)\n"
-        "os._exit(9)  # killed while publishing\n"
-    )
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 9
-    assert [i.action for i in table.timeline().pending()] == [Action.PUBLISH]
-    assert rollback_failed(table).rolled_back
-    assert not table.timeline().pending()
-    result = table.publish("delta")
-    assert rows_of(DeltaTable(result.location).to_pyarrow_table()) == expected_rows(table, result.source)
-
-
 @pytest.mark.s3
 def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
     s3_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
