@@ -26,7 +26,7 @@ from cli.options import (
     open_target,
 )
 from cli.output import Report
-from stitchlake.errors import UsageError
+from stitchlake.errors import StitchError, UsageError
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -552,7 +552,20 @@ def publish_command(
     chosen = list(dict.fromkeys(formats or [f.value for f in handle.config.publish.formats]))
     if not chosen:
         raise UsageError("give --format delta or --format iceberg (or list publish.formats in the config)")
-    results = [publish(handle, fmt).to_json() for fmt in chosen]
+    results: list[dict[str, Any]] = []
+    failed: dict[str, StitchError] = {}
+    for fmt in chosen:  # one format failing does not stop the others
+        try:
+            results.append(publish(handle, fmt).to_json())
+        except StitchError as exc:
+            failed[fmt] = exc
+    if failed:
+        kinds = {type(exc) for exc in failed.values()}
+        shown = ", ".join(r["format"] for r in results)
+        message = "; ".join(f"{fmt}: {exc}" for fmt, exc in failed.items()) + (
+            f" (published: {shown})" if shown else ""
+        )
+        raise (kinds.pop() if len(kinds) == 1 else StitchError)(message)
     return Report({"published": results}, lines=output.published_lines(results))
 
 

@@ -139,6 +139,9 @@ def published_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per published table version (`services.publish.PublishResult` as JSON)."""
     lines = []
     for r in results:
+        if "deferred" in r:
+            lines.append(f"{r['format']}: left to the publish already running ({r['deferred']})")
+            continue
         version = f"snapshot {r['version']}" if r["format"] == "iceberg" else f"version {r['version']}"
         found = f" as {r['identifier']}" if r["identifier"] else ""
         found += f" in {r['catalog']}" if r.get("catalog") else ""

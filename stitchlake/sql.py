@@ -70,9 +70,12 @@ def query(
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
     _refuse_non_queries(sql)
+    # No file system for the query: `stitch sql` reads the table, it never writes, attaches or reads other files
+    # (a COPY inside EXPLAIN ANALYZE would otherwise still write one).
+    isolated = duckdb.connect(config={"enable_external_access": False})
     connection = to_duckdb(
         table,
-        None,
+        isolated,
         SHORT_NAME,
         mode=mode,
         as_of=as_of,
@@ -97,8 +100,8 @@ def query(
 
 
 def _refuse_non_queries(sql: str) -> None:
-    """One query (SELECT, WITH, FROM, VALUES, DESCRIBE, SUMMARIZE, EXPLAIN): a CREATE, COPY, ATTACH or second
-    statement would run against a throwaway connection and show nothing, or only the last statement's rows."""
+    """One query (SELECT, WITH, FROM, VALUES, DESCRIBE, SUMMARIZE, PIVOT, EXPLAIN): a CREATE, COPY, ATTACH or
+    second statement would run against a throwaway connection and show nothing, or only the last statement's rows."""
     import duckdb
 
     try:
@@ -108,7 +111,8 @@ def _refuse_non_queries(sql: str) -> None:
     if len(statements) != 1:
         raise UsageError(f"SQL: give one query, not {len(statements)} statements")
     kind = statements[0].type
-    if kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+    # PIVOT and UNPIVOT are one query DuckDB reports as MULTI (it runs them in steps).
+    if kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN, duckdb.StatementType.MULTI):
         raise UsageError(f"SQL: stitch sql runs queries (SELECT, WITH ...), not {kind.name} statements")
 
 

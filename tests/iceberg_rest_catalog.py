@@ -69,7 +69,7 @@ class RestCatalogServer:
             try:
                 return self._route(method, route, json.loads(body) if body else None, body)
             except tuple(_STATUS) as exc:
-                status = _STATUS[type(exc)]
+                status = next(code for kind, code in _STATUS.items() if isinstance(exc, kind))
                 return status, _error(type(exc).__name__, str(exc), status)
             except Exception as exc:  # a server answers 500, it does not drop the connection
                 status = HTTPStatus.INTERNAL_SERVER_ERROR

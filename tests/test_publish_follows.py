@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from published_history import MODEL, altered_document, history, rows_of
 from spark_fixtures import run_stitch
 from tables import batch, config
@@ -42,6 +42,12 @@ def delta_rows(result: dict[str, Any], version: int | None = None) -> list[dict[
     return rows_of(DeltaTable(result["location"], version=version).to_pyarrow_table())
 
 
+def delta_writes(location: str) -> list[int]:
+    """The versions of a Delta table that publishes wrote (vacuum and other bookkeeping versions left out)."""
+    history = DeltaTable(location).history()
+    return sorted(int(h["version"]) for h in history if h.get("operation") in ("WRITE", "CREATE TABLE"))
+
+
 def iceberg_table(result: dict[str, Any]) -> Any:
     return iceberg_catalog(result["location"]).load_table(result["identifier"])
 
@@ -58,12 +64,18 @@ def erase_keys(*keys: int) -> pa.Table:
     return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
 
 
-def test_an_erase_republishes_every_published_format_and_purge_leaves_no_copy_of_the_keys(tmp_path: Path) -> None:
+def test_an_erase_republishes_every_published_format_and_purge_leaves_no_trace_of_the_keys(tmp_path: Path) -> None:
     """Published by hand (no `publish.formats`): an erase republishes both formats anyway, since the published
-    copies would otherwise still show the keys; with `--purge` no file of either published table holds them."""
+    copies would otherwise still show the keys. With `--purge` each published table is recreated: no file under
+    it, data, Delta log (its statistics) or Iceberg manifest, holds an erased value any more."""
     table = history(tmp_path / "t", retain_versions=5)
+    secret = "SECRET-ALICE"  # sorts first: it is the minimum in every statistic of `status`
+    more = batch(MODEL["orders"], [{"k": 3, "amount": 3, "status": secret, "ots": 50}])
+    table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
+    table.compact()
     first = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
-    assert 1 in {row["k"] for row in delta_rows(first["delta"])}
+    folders = [first["delta"]["location"], first["iceberg"]["table_location"].removeprefix("file://")]
+    assert all(secret in files_text(folder) for folder in folders), "the test must see the value before"
 
     erased = table.erase(erase_keys(1))
     assert {r["format"] for r in erased.published} == {"delta", "iceberg"}
@@ -72,12 +84,63 @@ def test_an_erase_republishes_every_published_format_and_purge_leaves_no_copy_of
     assert 1 not in {row["k"] for row in current_rows(table)}
     assert 1 in {row["k"] for row in delta_rows(first["delta"], first["delta"]["version"])}, "time travel, no purge"
 
-    purged = table.erase(erase_keys(2), purge=True)
+    purged = table.erase(erase_keys(3), purge=True)
     last = {r["format"]: r for r in purged.published}
     assert delta_rows(last["delta"]) == current_rows(table) == rows_of(iceberg_table(last["iceberg"]).scan())
-    assert not {1, 2} & keys_in_files(last["delta"]["location"]), "a Delta file still holds an erased key"
-    assert not {1, 2} & keys_in_files(last["iceberg"]["table_location"]), "an Iceberg file still holds one"
-    assert keys_in_files(last["delta"]["location"]) == {row["k"] for row in current_rows(table)}
+    assert last["delta"]["version"] == 0, "the Delta table was recreated"
+    for folder in folders:
+        assert secret not in files_text(folder), f"a file under {folder} still holds the erased value"
+    assert 3 not in keys_in_files(last["delta"]["location"])
+
+
+def files_text(folder: str) -> str:
+    """Every file under a folder, bytes decoded loosely: Parquet, JSON logs, Avro manifests and checkpoints."""
+    return "".join(path.read_bytes().decode("latin-1") for path in Path(folder).rglob("*") if path.is_file())
+
+
+def test_an_erase_while_a_publish_runs_leaves_it_to_that_publish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish of Delta is reading when an erase with --purge completes: the erase's own republish is busy and
+    left to it (exit 0, `deferred`), and that publish, finding the table changed under it, publishes again:
+    the newest version is the erased state, recreated."""
+    import stitchlake.services.publish as publish_module
+
+    table = history(tmp_path / "t", formats=["delta"])
+    original_read = getattr(publish_module, "read")  # noqa: B009 - patched where publishing reads
+    erasures: list[Any] = []
+
+    def erase_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        rows = original_read(*args, **kwargs)
+        if not erasures:
+            erasures.append(table.erase(erase_keys(1), purge=True))
+        return rows
+
+    monkeypatch.setattr(publish_module, "read", erase_meanwhile)
+    result = table.publish("delta").to_json()
+    (erased,) = erasures
+    (deferred,) = erased.published
+    assert deferred["format"] == "delta" and deferred["deferred"].startswith("publish ")
+    assert result["version"] == 0 and delta_rows(result) == current_rows(table)
+    assert 1 not in keys_in_files(result["location"])
+    data_files = [p for p in Path(table.path).rglob("*.parquet") if ".stitch" not in p.parts]
+    assert data_files and not any(1 in pq.read_table(p, columns=["k"]).column("k").to_pylist() for p in data_files), (
+        "the purge left an older slice holding the key for the running publish"
+    )
+    assert not table.timeline().pending()
+
+
+def test_an_erase_finds_a_published_format_whose_publishes_were_archived(tmp_path: Path) -> None:
+    table = history(tmp_path / "t")
+    result = table.publish("delta").to_json()
+    for k in (10, 12, 14, 16):
+        more = batch(MODEL["orders"], [{"k": k, "amount": k, "status": "x", "ots": 1}])
+        table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
+    assert table.archive(keep=2).archived
+    assert not table.timeline().completed([Action.PUBLISH]), "the publish is archived"
+    erased = table.erase(erase_keys(2))
+    assert [r["format"] for r in erased.published] == ["delta"]
+    assert delta_rows(result) == current_rows(table)
 
 
 def test_a_restore_republishes_the_restored_state(tmp_path: Path) -> None:
@@ -156,12 +219,40 @@ def test_a_second_publish_of_a_format_waits_and_an_overtaken_one_publishes_nothi
     newer: list[dict[str, Any]] = []
     monkeypatch.setattr(Transaction, "begin_planned", classmethod(remember))
     monkeypatch.setattr(publish_module, "read", frozen_while_reading)
-    with pytest.raises(ConflictError, match=r"completed while publish \d+ read the table; nothing was published"):
+    with pytest.raises(ConflictError, match=r"began while publish \d+ read the table; nothing was published"):
         table.publish("delta")
     (second,) = newer
     found = DeltaTable(second["location"])
     assert found.version() == second["version"], "the overtaken publish committed no version on top"
     assert not table.timeline().pending()
+    monkeypatch.undo()
+
+    # A newer publish still running (begun while this one was presumed dead) overtakes it just the same.
+    def newer_still_running(*args: Any, **kwargs: Any) -> Any:
+        rows = original_read(*args, **kwargs)
+        plan = PublishPlan(format="delta", location="x", source="")
+        still_running.append(Transaction.begin_planned(table, Action.PUBLISH, plan, heartbeat=False))
+        return rows
+
+    still_running: list[Any] = []
+    monkeypatch.setattr(publish_module, "read", newer_still_running)
+    with pytest.raises(ConflictError, match="began while publish"):
+        table.publish("delta")
+    assert DeltaTable(second["location"]).version() == second["version"]
+    still_running[0].abort()
+    monkeypatch.undo()
+
+    # Another publisher's commit landing right after the check conflicts with the version loaded before it.
+    original_check = getattr(publish_module, "_refuse_if_overtaken")  # noqa: B009 - patched where it runs
+
+    def commit_right_after_the_check(txn: Any, fmt: Any) -> None:
+        original_check(txn, fmt)
+        landed = pa.table({"k": pa.array([0], pa.int64()), "p": pa.array(["even"])})
+        write_deltalake(second["location"], landed, mode="overwrite", schema_mode="overwrite", partition_by=["p"])
+
+    monkeypatch.setattr(publish_module, "_refuse_if_overtaken", commit_right_after_the_check)
+    with pytest.raises(ConflictError, match="another writer committed to the published delta table meanwhile"):
+        table.publish("delta")
 
 
 def test_one_failing_format_does_not_stop_the_other_and_the_next_compact_catches_up(tmp_path: Path) -> None:
@@ -206,17 +297,21 @@ def test_clean_keeps_the_files_a_running_publish_reads(tmp_path: Path, monkeypat
     original_read = getattr(publish_module, "read")  # noqa: B009 - patched where publishing reads
 
     def compacted_and_cleaned_meanwhile(*args: Any, **kwargs: Any) -> Any:
-        more = batch(MODEL["orders"], [{"k": 2, "amount": 2222, "status": "later", "ots": 99}])
-        table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
-        assert table.compact() is not None
-        table.clean(policy="keep_latest_file_versions", retain=1)
+        if not cleaned:
+            more = batch(MODEL["orders"], [{"k": 2, "amount": 2222, "status": "later", "ots": 99}])
+            table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
+            assert table.compact() is not None
+            cleaned.append(table.clean(policy="keep_latest_file_versions", retain=1))
         return original_read(*args, **kwargs)
 
+    cleaned: list[Any] = []
     monkeypatch.setattr(publish_module, "read", compacted_and_cleaned_meanwhile)
     result = table.publish("delta").to_json()
-    assert delta_rows(result) == expected, "the state as of the publish's own time"
-    monkeypatch.undo()
-    assert delta_rows(table.publish("delta").to_json()) == current_rows(table) != expected
+    # The first round published the state as of its own time (its files were kept), then found the table changed
+    # and published again.
+    first_round, second_round = delta_writes(result["location"])[-2:]
+    assert delta_rows(result, first_round) == expected
+    assert second_round == result["version"] and delta_rows(result) == current_rows(table) != expected
 
 
 def test_tables_sharing_a_publish_location_never_share_a_published_table(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ compare what DuckDB returns with `stitch read` / `Table.read` cell by cell.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,11 @@ def test_a_bad_query_is_a_usage_error_naming_duckdbs_complaint(stitched: tuple[T
         table.sql("SELECT 1; SELECT 2")
     assert table.sql("WITH n AS (SELECT count(*) AS c FROM t) SELECT c FROM n").num_rows == 1
     assert table.sql("DESCRIBE t").num_rows == len(table.read().column_names)
+    assert table.sql("PIVOT (SELECT status FROM t) ON status USING count(*)").num_rows == 1
+    written = Path("/tmp") / f"stitch-sql-explain-{os.getpid()}.csv"
+    with pytest.raises(UsageError, match="file system operations are disabled"):
+        table.sql(f"EXPLAIN ANALYZE COPY (SELECT * FROM t) TO '{written}'")
+    assert not written.exists()
 
 
 def test_a_csv_out_of_nested_values_is_refused_naming_the_columns(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ files, in one atomic commit of that format: a reader sees the previous version o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -91,49 +91,71 @@ def delta_options(target: Target) -> dict[str, str] | None:
     return {_DELTA_S3[name]: value for name, value in settings.items()} if target.on_s3 else None
 
 
-def write_delta(
-    rows: pa.Table, target: Target, name: str, retain: int, partition_by: Sequence[str] = (), table_id: str = ""
-) -> Published:
-    """Overwrite the Delta table at the target with `rows` (its schema replaces the old one: an alter may have
+@dataclass(frozen=True)
+class Publication:
+    """One publish: the rows, whose they are, what to keep, and the check to run right before the format's commit
+    (once the current version is loaded, so that a commit landing after the check is a conflict, not lost)."""
+
+    rows: pa.Table
+    name: str
+    table_id: str
+    retain: int
+    partition_by: Sequence[str] = ()
+    #: Recreate the published table: no older version, log entry or manifest survives (after `erase --purge`).
+    fresh: bool = False
+    before_commit: Callable[[], None] = field(default=lambda: None)
+
+
+def write_delta(publication: Publication, target: Target) -> Published:
+    """Overwrite the Delta table at the target with the rows (their schema replaces the old one: an alter may have
     added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
     delete the files only versions older than the last `retain` publishes need."""
     from deltalake import DeltaTable, write_deltalake
 
     options = delta_options(target)
-    _refuse_another_table(target, name, table_id, options)
+    current = (
+        DeltaTable(target.location, storage_options=options)
+        if DeltaTable.is_deltatable(target.location, storage_options=options)
+        else None
+    )
+    owned = current is None or _owner_of(current, target, publication)
+    publication.before_commit()
     before = _data_files(target)
+    if publication.fresh and current is not None:
+        storage = target.storage()
+        storage.delete_many([info.path for info in storage.list_files("")])
+        current = None
     write_deltalake(
-        target.location,
-        rows,
+        current if current is not None else target.location,
+        publication.rows,
         mode="overwrite",
         schema_mode="overwrite",
-        name=name,
-        description=f"{OWNER_MARK}{table_id}",
-        partition_by=list(partition_by) or None,
-        storage_options=options,
+        name=publication.name,
+        description=f"{OWNER_MARK}{publication.table_id}",
+        partition_by=list(publication.partition_by) or None,
+        storage_options=options if current is None else None,
     )
     table = DeltaTable(target.location, storage_options=options)
-    version = table.version()
+    if not owned:  # published before tables recorded their owner: record it once
+        table.alter.set_table_description(f"{OWNER_MARK}{publication.table_id}")
     writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
-    kept = [v for v in writes if v <= version][-retain:]
+    version, kept = writes[-1], writes[-publication.retain :]
     # vacuum names every file the log has ever removed, deleted by an earlier vacuum or not: count what went.
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
     return Published(version, target.location, removed_files=len(before - _data_files(target)))
 
 
-def _refuse_another_table(target: Target, name: str, table_id: str, options: dict[str, str] | None) -> None:
-    """A Delta table already at the target that another stitched table published is never overwritten."""
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(target.location, storage_options=options):
-        return
-    metadata = DeltaTable(target.location, storage_options=options).metadata()
+def _owner_of(current: Any, target: Target, publication: Publication) -> bool:
+    """Whether the Delta table at the target records this stitched table as its owner (False: it records none);
+    another owner, or another table name, is refused: it is never overwritten."""
+    metadata = current.metadata()
     owner = (metadata.description or "").removeprefix(OWNER_MARK) if metadata.description else ""
-    if (owner and table_id and owner != table_id) or (metadata.name and metadata.name != name):
+    if (owner and owner != publication.table_id) or (metadata.name and metadata.name != publication.name):
         raise UsageError(
             f"{target.location} holds the published Delta table of another stitched table ({metadata.name!r}, "
             f"table id {owner or 'unknown'}): give this table its own publish.location"
         )
+    return bool(owner)
 
 
 def _data_files(target: Target) -> set[str]:
@@ -175,22 +197,40 @@ def _sql_defaults(target: Target) -> dict[str, str]:
     Path(target.location).mkdir(parents=True, exist_ok=True)
     return {
         "type": "sql",
-        "uri": f"sqlite:///{os.path.join(target.location, 'catalog.db')}",
+        "uri": f"sqlite:///{_default_catalog_file(target)}",
         "warehouse": Path(target.location).as_uri(),
     }
+
+
+def _default_catalog_file(target: Target) -> str:
+    return os.path.join(os.path.abspath(target.location), "catalog.db")
 
 
 def catalog_location(target: Target, properties: Mapping[str, str]) -> str:
     """Where a reader finds the published Iceberg table by name: the catalog's URI, credentials left out."""
     uri = properties.get("uri")
     if uri is None:
-        return _sql_defaults(target).get("uri", "") if not target.on_s3 else ""
+        return "" if target.on_s3 else f"sqlite:///{_default_catalog_file(target)}"
     parts = urlsplit(uri)
     if parts.password is None and parts.username is None:
         return uri
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def published_table_exists(
+    fmt: str, target: Target, catalog_properties: Mapping[str, str], namespace: str, name: str
+) -> bool:
+    """Whether `fmt` is published at the target (its publishes may be archived off the timeline). The default
+    SQLite catalog is only opened when its file exists: asking must not create one."""
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        return bool(DeltaTable.is_deltatable(target.location, storage_options=delta_options(target)))
+    if not catalog_properties and (target.on_s3 or not os.path.exists(_default_catalog_file(target))):
+        return False
+    return bool(iceberg_catalog(target, catalog_properties).table_exists((namespace, name)))
 
 
 @contextmanager
@@ -215,50 +255,58 @@ def check_iceberg_catalog(target: Target, properties: Mapping[str, str]) -> None
 
 
 def write_iceberg(
-    rows: pa.Table,
-    target: Target,
-    catalog_properties: Mapping[str, str],
-    namespace: str,
-    name: str,
-    retain: int,
-    partition_by: Sequence[str] = (),
-    table_id: str = "",
+    publication: Publication, target: Target, catalog_properties: Mapping[str, str], namespace: str
 ) -> Published:
-    """Overwrite the Iceberg table `namespace.name` with `rows` (evolving its schema by name first), partitioned
+    """Overwrite the Iceberg table `namespace.name` with the rows (evolving its schema by name first), partitioned
     by identity on the stitched table's partition columns; expire the snapshots older than the last `retain`
-    publishes, and delete the data files no kept snapshot reads."""
+    publishes, and delete the data files only they read."""
+    rows = publication.rows
     catalog = iceberg_catalog(target, catalog_properties)
     catalog.create_namespace_if_not_exists(namespace)
-    identifier = (namespace, name)
-    if catalog.table_exists(identifier):
-        table = catalog.load_table(identifier)
+    identifier = (namespace, publication.name)
+    table = catalog.load_table(identifier) if catalog.table_exists(identifier) else None
+    if table is not None:
         owner = table.properties.get(OWNER_PROPERTY, "")
-        if owner and table_id and owner != table_id:
+        if owner and owner != publication.table_id:
             raise UsageError(
-                f"Iceberg table {namespace}.{name} holds another stitched table's published rows (table id {owner}): "
-                "give this table its own publish.iceberg_namespace"
+                f"Iceberg table {namespace}.{publication.name} holds another stitched table's published rows (table "
+                f"id {owner}): give this table its own publish.iceberg_namespace"
             )
-        gone = [field.name for field in table.schema().fields if field.name not in rows.schema.names]
-        with table.update_schema() as update:
-            update.union_by_name(rows.schema)
-            for column in gone:
-                update.delete_column(column)
+    publication.before_commit()
+    removed = 0
+    if publication.fresh and table is not None:
+        location = _without_file_scheme(table.location()).rstrip("/")
+        catalog.drop_table(identifier)
+        storage = target.storage(location)
+        doomed = [info.path for info in storage.list_files("")]
+        storage.delete_many(doomed)
+        removed = sum(1 for path in doomed if path.endswith(".parquet"))
+        table = None
+    if table is not None:
+        with table.transaction() as transaction:
+            if table.properties.get(OWNER_PROPERTY) != publication.table_id:
+                transaction.set_properties({OWNER_PROPERTY: publication.table_id})
+            with transaction.update_schema() as update:
+                update.union_by_name(rows.schema)
+                for column in [f.name for f in table.schema().fields if f.name not in rows.schema.names]:
+                    update.delete_column(column)
         names = rows.schema.names
         if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
             with table.update_schema() as update:
                 for before, column in pairwise(names):
                     update.move_after(column, before)
-        _partition_by(table, partition_by)
+        _partition_by(table, publication.partition_by)
         table.overwrite(rows)
     else:
-        table = catalog.create_table(identifier, schema=rows.schema, properties={OWNER_PROPERTY: table_id})
-        _partition_by(table, partition_by)
+        table = catalog.create_table(identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id})
+        _partition_by(table, publication.partition_by)
         table.append(rows)
     table = catalog.load_table(identifier)
     current = table.current_snapshot()
     assert current is not None
-    removed = _expire(table, retain, target)
-    return Published(current.snapshot_id, table.location(), identifier=f"{namespace}.{name}", removed_files=removed)
+    removed += _expire(table, publication.retain, target)
+    name = f"{namespace}.{publication.name}"
+    return Published(current.snapshot_id, table.location(), identifier=name, removed_files=removed)
 
 
 def _partition_by(table: Any, columns: Sequence[str]) -> None:
@@ -276,7 +324,9 @@ def _partition_by(table: Any, columns: Sequence[str]) -> None:
 
 
 def _expire(table: Any, retain: int, target: Target) -> int:
-    """Keep the snapshots of the last `retain` publishes (an overwrite is a delete then an append snapshot)."""
+    """Keep the snapshots of the last `retain` publishes (an overwrite is a delete then an append snapshot) and
+    delete the data files only the expired ones read. Files no snapshot ever listed stay: they may be another
+    publish's, not yet committed."""
     from pyiceberg.table.snapshots import Operation
 
     snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
@@ -287,22 +337,23 @@ def _expire(table: Any, retain: int, target: Target) -> int:
     expired = [s.snapshot_id for s in snapshots if s.timestamp_ms < oldest_kept]
     if not expired:
         return 0
+    read_by_expired = _files_read(table, expired)
     table.maintenance.expire_snapshots().by_ids(expired).commit()
     table = table.refresh()
-    kept = {
-        _without_file_scheme(task.file.file_path)
-        for snapshot in table.snapshots()
-        for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files()
-    }
+    unread = read_by_expired - _files_read(table, [s.snapshot_id for s in table.snapshots()])
     location = _without_file_scheme(table.location()).rstrip("/")
-    storage = target.storage(location)
-    unread = [
-        info.path
-        for info in storage.list_files("data")
-        if info.path.endswith(".parquet") and f"{location}/{info.path}" not in kept
-    ]
-    storage.delete_many(unread)
+    table_storage = target.storage(location)
+    table_storage.delete_many(sorted(path.removeprefix(f"{location}/") for path in unread))
     return len(unread)
+
+
+def _files_read(table: Any, snapshot_ids: Sequence[int]) -> set[str]:
+    """The data files the given snapshots read (paths without a file:// scheme)."""
+    return {
+        _without_file_scheme(task.file.file_path)
+        for snapshot_id in snapshot_ids
+        for task in table.scan(snapshot_id=snapshot_id).plan_files()
+    }
 
 
 def _without_file_scheme(location: str) -> str:

@@ -105,14 +105,15 @@ def _expendable_versions(files: list[DataFile], keep: int) -> list[DataFile]:
     ]
 
 
-def protected(timeline: Timeline, view: FileSystemView) -> set[str]:
+def protected(timeline: Timeline, view: FileSystemView, publishes: bool = True) -> set[str]:
     """Files a savepoint reads, a pending rewrite plan lists or a running publish reads (as of its own time, a
-    compaction may have superseded them since), plus every latest slice."""
+    compaction may have superseded them since), plus every latest slice. An erase's purge passes
+    `publishes=False`: erased keys go, and a publish that was reading them fails and publishes again."""
     keep = needed_as_of(view, "9" * 17)
     for _instant, savepoint in savepoints(timeline):
         keep.update(savepoint.files)
     keep |= pending_rewrite_files(timeline)
-    for publish in timeline.pending([Action.PUBLISH]):
+    for publish in timeline.pending([Action.PUBLISH]) if publishes else []:
         keep |= needed_as_of(view, publish.requested)
     return keep
 
@@ -205,7 +206,7 @@ def purge_file_groups(table: Table, groups: set[tuple[str, str]]) -> CleanResult
 
     def make_plan(fresh: Timeline, _requested: str) -> CleanPlan | None:
         view = FileSystemView.build(fresh, load_checkpoint(table.storage))
-        doomed = tuple(sorted(superseded_in(view, groups) - protected(fresh, view)))
+        doomed = tuple(sorted(superseded_in(view, groups) - protected(fresh, view, publishes=False)))
         return CleanPlan(policy="purge", retain=1, delete=doomed) if doomed else None
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)

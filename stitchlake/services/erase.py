@@ -28,7 +28,7 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reader import ERASED_GROUP, ERASED_PARTITION, merge_slice
 from stitchlake.services.clean import purge_file_groups, superseded_in
-from stitchlake.services.publish import publish_after, published_formats
+from stitchlake.services.publish import publish_after
 from stitchlake.services.savepoint import delete as delete_savepoint
 from stitchlake.storage import storage_for
 from stitchlake.timeline.archive import load_checkpoint
@@ -173,14 +173,12 @@ def erase(table: Table, keys: pa.Table, purge: bool = False, engine: Engine | No
     the erase's in those groups, whatever the retention says.
 
     Every format the table publishes (or has published) is then published again without the keys; with `purge`
-    only that new version is kept, since older published versions still hold them.
+    that publish recreates each published table, since its older versions, log and manifests still hold them.
     """
-    result = _erase(table, keys, engine or LocalEngine())
+    result = _erase(table, keys, engine or LocalEngine(), purge)
     if purge:
         result.purged_savepoints, result.purged_files = purge_older_copies(table, result.instant)
-    result.published = publish_after(
-        table, f"erase {result.instant}", published_formats(table), retain=1 if purge else None
-    )
+    result.published = publish_after(table, f"erase {result.instant}")
     return result
 
 
@@ -201,7 +199,7 @@ def purge_older_copies(table: Table, erase_instant: str) -> tuple[list[str], int
     return removed, len(purge_file_groups(table, groups).deleted)
 
 
-def _erase(table: Table, keys: pa.Table, engine: Engine) -> EraseResult:
+def _erase(table: Table, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
     table.require()
     wanted = _keys_table(table, keys)
     groups: set[tuple[str, str]] = set()
@@ -221,7 +219,7 @@ def _erase(table: Table, keys: pa.Table, engine: Engine) -> EraseResult:
     txn = Transaction.begin_planned(table, Action.ERASE, plan=plan)
     assert txn is not None
     try:
-        return _execute(table, txn, wanted, groups, engine)
+        return _execute(table, txn, wanted, groups, engine, purge)
     except BaseException as exc:
         refused = txn.refusal_after(exc)
         txn.abort()
@@ -248,7 +246,7 @@ def erase_file_group(
 
 
 def _execute(
-    table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]], engine: Engine
+    table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]], engine: Engine, purge: bool
 ) -> EraseResult:
     storage = table.storage
     plan = txn.plan
@@ -293,6 +291,7 @@ def _execute(
             erased_file=erased_path if erased_rows is not None else None,
             requested_keys=keys.num_rows,
             erased_keys=erased,
+            purge=purge,
         ),
         conflict_check=conflicts,
     )

@@ -29,17 +29,19 @@ from stitchlake.concurrency.heartbeat import is_expired
 from stitchlake.config import PublishFormat
 from stitchlake.errors import BusyError, ConflictError, StitchError, UsageError
 from stitchlake.io.published import (
+    Publication,
     Target,
     catalog_location,
     check_iceberg_catalog,
     commit_conflicts,
+    published_table_exists,
     write_delta,
     write_iceberg,
 )
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reader import READ_OPTIMIZED, read
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import PublishCommit, PublishPlan
+from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
@@ -92,38 +94,61 @@ def parse_format(value: str | PublishFormat) -> PublishFormat:
 
 
 def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:
-    """The newest completed publish of `fmt` on the active timeline (plans read newest first: each is a file)."""
-    return next((i for i in reversed(timeline.completed([Action.PUBLISH])) if _format_of(timeline, i) == fmt), None)
+    """The newest completed publish of `fmt` on the active timeline (from the completed files, which a timeline
+    has read already: no request per instant on an object store)."""
+    for instant in reversed(timeline.completed([Action.PUBLISH])):
+        commit = timeline.commit(instant)
+        if isinstance(commit, PublishCommit) and commit.format == fmt:
+            return instant
+    return None
 
 
-def _format_of(timeline: Timeline, instant: Instant) -> str:
+def _running_format(timeline: Timeline, instant: Instant) -> str:
     plan = timeline.plan(instant)
     return plan.format if isinstance(plan, PublishPlan) else ""
 
 
-def publish(table: Table, fmt: str | PublishFormat, retain: int | None = None) -> PublishResult:
+#: A publish that finds its format stale again when it completes (something changed while it ran) publishes
+#: again, up to this many times in all: the last publisher leaves the newest state, and nobody waits forever.
+ROUNDS = 3
+
+
+def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
     """Publish the newest compacted state as the next version of the `fmt` table (exit 2 when nothing has been
-    compacted yet and nothing was published before; exit 4 while another publish of `fmt` runs). `retain`
-    overrides `publish.retain_versions` (an erase with `--purge` keeps only the new version)."""
-    table.require()
+    compacted yet and nothing was published before; exit 4 while another publish of `fmt` runs). When the table
+    changed while it ran, it publishes again, so whoever publishes last leaves the newest state."""
     chosen = parse_format(fmt)
+    result = _publish_once(table, chosen)
+    for _ in range(ROUNDS - 1):
+        if chosen not in stale_formats(table, [chosen]):
+            break
+        result = _publish_once(table, chosen)
+    return result
+
+
+def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
+    table.require()
     location = published_location(table, chosen)
     target = Target(location, table.config.storage.options)
     spec = table.config.publish
     if chosen == PublishFormat.ICEBERG:
         check_iceberg_catalog(target, spec.iceberg_catalog)
+    fresh = False
 
     def plan(timeline: Timeline, requested: str) -> PublishPlan:
+        nonlocal fresh
         expire_s = table.config.concurrency.heartbeat.expire_s
         for other in timeline.pending([Action.PUBLISH]):
-            if _format_of(timeline, other) == chosen.value and not is_expired(table.storage, other.requested, expire_s):
+            if _running_format(timeline, other) == chosen and not is_expired(table.storage, other.requested, expire_s):
                 raise BusyError(
                     f"publish {other.requested} of {chosen.value} is running; run again when it is done (two "
                     "publishes at once could leave the older state as the newest version)"
                 )
         source = timeline.latest_completed([Action.COMPACTION, Action.ERASE])
-        if source is None and last_publish(timeline, chosen) is None and not _has_base_files(table, timeline):
+        last = last_publish(timeline, chosen)
+        if source is None and last is None and not _has_base_files(table, timeline):
             raise UsageError("nothing is compacted yet: run `stitch compact` first (a publish shows base files)")
+        fresh = _purged_since(timeline, last)
         return PublishPlan(format=chosen.value, location=location, source=(source.completed or "") if source else "")
 
     txn = Transaction.begin_planned(table, Action.PUBLISH, plan=plan)
@@ -131,18 +156,20 @@ def publish(table: Table, fmt: str | PublishFormat, retain: int | None = None) -
     source = txn.plan.source
     try:
         rows = read(table, mode=READ_OPTIMIZED, as_of=txn.time)
-        _refuse_if_overtaken(txn, chosen)
-        name = table.config.table.name
-        partitions = table.config.table.partition_names
-        kept = retain or spec.retain_versions
+        publication = Publication(
+            rows=rows,
+            name=table.config.table.name,
+            table_id=table.table_id,
+            retain=spec.retain_versions,
+            partition_by=table.config.table.partition_names,
+            fresh=fresh,
+            before_commit=lambda: _refuse_if_overtaken(txn, chosen),
+        )
         with commit_conflicts(f"another writer committed to the published {chosen.value} table meanwhile"):
-            owner = table.table_id
             if chosen == PublishFormat.DELTA:
-                made = write_delta(rows, target, name, kept, partitions, owner)
+                made = write_delta(publication, target)
             else:
-                made = write_iceberg(
-                    rows, target, spec.iceberg_catalog, spec.iceberg_namespace, name, kept, partitions, owner
-                )
+                made = write_iceberg(publication, target, spec.iceberg_catalog, spec.iceberg_namespace)
         commit = PublishCommit(
             format=chosen.value,
             location=location,
@@ -178,29 +205,50 @@ def publish(table: Table, fmt: str | PublishFormat, retain: int | None = None) -
     )
 
 
+def _purged_since(timeline: Timeline, last: Instant | None) -> bool:
+    """Whether an erase with `--purge` completed since the format's last publish read the table: then the next
+    published version must be the only trace, history, log and manifests included."""
+    since = last.requested if last is not None else None
+    for instant in timeline.completed([Action.ERASE]):
+        commit = timeline.commit(instant)
+        if isinstance(commit, EraseCommit) and commit.purge and (since is None or (instant.completed or "") > since):
+            return True
+    return False
+
+
 def _has_base_files(table: Table, timeline: Timeline) -> bool:
     """Whether any file slice has a base file (a compaction the active timeline no longer lists, archived)."""
     return any(s.base is not None for s in table.view(timeline).latest_slices(None))
 
 
 def _refuse_if_overtaken(txn: Transaction, fmt: PublishFormat) -> None:
-    """Right before the format's commit: a run presumed dead while it read (frozen past its heartbeat) may have
-    been rolled back or followed by a newer publish; committing now would put an older state back on top."""
+    """Right before the format's commit, with its current version loaded: a run presumed dead while it read
+    (frozen past its heartbeat) may have been rolled back, or another publish of the format begun after it may be
+    running or done; committing now would put an older state back on top. A commit landing after this check
+    conflicts with the version loaded before it."""
     timeline = Timeline.load(txn.table.storage)
     lost = txn.superseded(timeline)
     if lost is not None:
         raise txn.refusal(lost)
-    newest = last_publish(timeline, fmt)
-    if newest is not None and newest.requested > txn.time:
-        raise ConflictError(
-            f"publish {newest.requested} of {fmt.value} completed while publish {txn.time} read the table; "
-            "nothing was published (the newer one stands)"
-        )
+    for other in timeline.instants:
+        if other.action == Action.PUBLISH and other.requested > txn.time and _format_of_any(timeline, other) == fmt:
+            raise ConflictError(
+                f"publish {other.requested} of {fmt.value} began while publish {txn.time} read the table; nothing "
+                "was published (the newer one stands)"
+            )
+
+
+def _format_of_any(timeline: Timeline, instant: Instant) -> str:
+    """A publish's format, completed (its commit) or not (its plan)."""
+    if instant.is_completed:
+        commit = timeline.commit(instant)
+        return commit.format if isinstance(commit, PublishCommit) else ""
+    return _running_format(timeline, instant)
 
 
 def stale_formats(table: Table, formats: list[PublishFormat], timeline: Timeline | None = None) -> list[PublishFormat]:
-    """The formats among `formats` whose last publish predates a change to what they show (or that were never
-    published while something is compacted)."""
+    """The formats among `formats` whose last publish predates a change to what they show (it read as of its own
+    request), or went to another location; or that were never published while something is compacted."""
     timeline = timeline or table.timeline()
     changed = timeline.latest_completed(CHANGES_PUBLISHED_ROWS)
     out = []
@@ -210,43 +258,61 @@ def stale_formats(table: Table, formats: list[PublishFormat], timeline: Timeline
             compacted = timeline.latest_completed([Action.COMPACTION, Action.ERASE]) is not None
             if compacted or _has_base_files(table, timeline):
                 out.append(fmt)
-        elif changed is not None and (changed.completed or "") > last.requested:  # it read as of its request
+            continue
+        commit = timeline.commit(last)
+        moved = isinstance(commit, PublishCommit) and commit.location != published_location(table, fmt)
+        if moved or (changed is not None and (changed.completed or "") > last.requested):
             out.append(fmt)
     return out
 
 
 def published_formats(table: Table, timeline: Timeline | None = None) -> list[PublishFormat]:
-    """`publish.formats`, and every other format this table has published (on the active timeline)."""
+    """`publish.formats`, and every other format this table has published: on the active timeline, or found at
+    its published location (its publishes may have been archived)."""
     timeline = timeline or table.timeline()
     configured = list(table.config.publish.formats)
-    extra = [f for f in PublishFormat if f not in configured and last_publish(timeline, f) is not None]
+    extra = []
+    for fmt in PublishFormat:
+        if fmt in configured:
+            continue
+        location = Target(published_location(table, fmt), table.config.storage.options)
+        if last_publish(timeline, fmt) is not None or published_table_exists(
+            fmt.value,
+            location,
+            table.config.publish.iceberg_catalog,
+            table.config.publish.iceberg_namespace,
+            table.config.table.name,
+        ):
+            extra.append(fmt)
     return [*configured, *extra]
 
 
-def publish_stale(table: Table, formats: list[PublishFormat], retain: int | None = None) -> list[PublishResult]:
-    """Publish every stale format of `formats`; try them all, then report the ones that failed (StitchError)."""
-    done: list[PublishResult] = []
+def publish_stale(table: Table, formats: list[PublishFormat]) -> list[dict[str, Any]]:
+    """Publish every stale format of `formats`, trying them all; report the failures together (StitchError).
+
+    A format another live publish is running is left to it: that publish finds its format stale when it
+    completes and publishes again."""
+    done: list[dict[str, Any]] = []
     failed: dict[str, StitchError] = {}
     for fmt in stale_formats(table, formats):
         try:
-            done.append(publish(table, fmt, retain))
+            done.append(publish(table, fmt).to_json())
+        except BusyError as exc:
+            done.append({"format": fmt.value, "deferred": str(exc)})
         except StitchError as exc:
             failed[fmt.value] = exc
     if failed:
-        kinds = {type(error) for error in failed.values()}
-        shown = ", ".join(r.format for r in done)
-        message = "; ".join(f"{fmt}: {error}" for fmt, error in failed.items()) + (
-            f" (published: {shown})" if shown else ""
-        )
-        raise (kinds.pop() if len(kinds) == 1 else StitchError)(message)
+        shown = ", ".join(r["format"] for r in done if "deferred" not in r)
+        message = "; ".join(f"{fmt}: {error}" for fmt, error in failed.items())
+        raise StitchError(message + (f" (published: {shown})" if shown else ""))
     return done
 
 
-def publish_after(
-    table: Table, what: str, formats: list[PublishFormat], retain: int | None = None
-) -> list[dict[str, Any]]:
-    """Republish the stale formats after `what` completed: a failure says `what` itself stands."""
+def publish_after(table: Table, what: str, formats: list[PublishFormat] | None = None) -> list[dict[str, Any]]:
+    """Republish the stale formats of `formats` (default: every format the table has published) after `what`
+    completed. A failure says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or
+    waiting for it (exit 4) is not what would help."""
     try:
-        return [result.to_json() for result in publish_stale(table, formats, retain)]
+        return publish_stale(table, formats if formats is not None else published_formats(table))
     except StitchError as exc:
-        raise type(exc)(f"{what} completed, but publishing failed: {exc} — run `stitch publish` again") from exc
+        raise StitchError(f"{what} completed, but publishing failed: {exc} — run `stitch publish` again") from exc

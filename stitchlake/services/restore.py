@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import BusyError, UsageError
-from stitchlake.services.publish import publish_after, published_formats
+from stitchlake.services.publish import publish_after
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import RestoreCommit, RestorePlan
@@ -75,7 +75,7 @@ def _execute(table: Table, txn: Transaction) -> RestoreResult:
     undone = tuple(t.requested for t in plan.targets)
     done = txn.complete(RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone))
     # What was published after the savepoint shows undone rows: every published format shows the restored state.
-    published = publish_after(table, f"restore {done.requested}", published_formats(table))
+    published = publish_after(table, f"restore {done.requested}")
     return RestoreResult(
         done.requested,
         plan.savepoint_of,

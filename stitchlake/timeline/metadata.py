@@ -354,6 +354,8 @@ class EraseCommit(RewriteCommit):
     erased_file: str | None = None
     requested_keys: int = 0
     erased_keys: int = 0
+    #: `--purge`: older copies go too, the published tables' history included (their next publish recreates them).
+    purge: bool = False
 
     OWN_FIELDS: ClassVar[tuple[str, ...]] = ("keys_file", "erased_file")
 
