@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
 from stitchlake.spark.errors import unwrap
 from stitchlake.spark.launcher import (
+    JOB_MARK,
     LEFTOVER_GRACE_S,
     JobFiles,
     build_argv,
@@ -143,3 +145,27 @@ def test_what_a_finished_job_leaves_in_its_process_group_is_ended(tmp_path: Path
     assert not alive([child]), "the leftover ended"
     assert time.monotonic() - started < LEFTOVER_GRACE_S, "ended by SIGTERM, and seen as ended though nobody reaps it"
     end_leftovers(job.pid)  # an empty group: nothing to do
+
+
+def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) -> None:
+    """PySpark's worker daemon moves itself and its workers to a process group of their own, so the job's group
+    does not reach them; the job's mark in their environment does. Here a child that left the group and ignores
+    SIGTERM (a worker busy writing) is still ended, and waited for, before the launcher returns."""
+    pid_file = tmp_path / "child.pid"
+    mark = uuid.uuid4().hex
+    script = (
+        "import os, signal, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import os, signal, time; os.setpgid(0, 0); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(0.5)\n"
+    )
+    env = {**os.environ, JOB_MARK: mark}
+    job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env, stdin=subprocess.DEVNULL)
+    assert job.wait(timeout=30) == 0
+    child = int(pid_file.read_text())
+    assert alive([child]) and os.getpgid(child) != job.pid, "the leftover runs outside the job's group"
+    end_leftovers(job.pid)  # the group alone misses it
+    assert alive([child])
+    end_leftovers(job.pid, mark)
+    assert not alive([child]), "the marked leftover ended (SIGKILL after the grace: it ignores SIGTERM)"

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -50,6 +51,8 @@ DEFAULT_CONF = {
 }
 
 
+#: Environment variable naming the job in every process it starts (PySpark's workers leave its process group).
+JOB_MARK = "STITCHLAKE_SPARK_JOB"
 #: Seconds an interrupted job gets to end after SIGTERM before its process group is SIGKILLed.
 STOP_GRACE_S = 20
 #: Seconds what a finished job left in its process group (Python workers) gets after SIGTERM, before SIGKILL.
@@ -231,11 +234,13 @@ def run_job(
     job_args = target_args
     py_files = None if is_local(config.spark.master) else package_zip(files.properties.parent)
     argv = build_argv(config, job, job_args, files, py_files)
+    mark = uuid.uuid4().hex
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_HOME": spark_home(),
+        JOB_MARK: mark,  # every process of the job inherits it, whatever process group it moves to
     }
     if progress:
         progress(f"starting spark-submit ({config.spark.master}); Spark log: {files.log}")
@@ -250,8 +255,12 @@ def run_job(
                 start_new_session=True,  # its own process group: signals reach the JVM and its Python workers
                 preexec_fn=die_with_parent,  # and if we are SIGKILLed, the kernel ends the job for us
             )
-            _follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
-            end_leftovers(process.pid)
+            try:
+                _follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
+            finally:
+                # Finished or stopped, nothing of the job may run when we return: a Python worker still writing
+                # would leave a file after the caller aborted the instant and deleted what its markers name.
+                end_leftovers(process.pid, mark)
     finally:
         for leftover in (files.properties, files.request, stop_file):
             if leftover is not None:
@@ -333,20 +342,55 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def end_leftovers(group: int) -> None:
+def end_leftovers(group: int, mark: str | None = None) -> None:
     """Once the JVM has exited the job is over, but Python workers it started may still be on their way out: end
-    them, so that nothing of the job runs when we return (a scheduler counts the task's processes as its own)."""
-    if not _running_in(group):
+    them, so that nothing of the job runs when we return (a scheduler counts the task's processes as its own).
+
+    PySpark's worker daemon puts itself and its workers in a process group of their own, so besides the job's
+    group every process carrying the job's `mark` in its environment is ended, and waited for."""
+    if not _running_in(group) and not _marked(mark):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGTERM)
+    _signal_each(_marked(mark), signal.SIGTERM)
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while time.monotonic() < deadline:
         time.sleep(0.05)
-        if not _running_in(group):
+        if not _running_in(group) and not _marked(mark):
             return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGKILL)
+    _signal_each(_marked(mark), signal.SIGKILL)
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while _marked(mark) and time.monotonic() < deadline:  # SIGKILL is delivered, not yet done, when kill returns
+        time.sleep(0.02)
+
+
+def _signal_each(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _marked(mark: str | None) -> list[int]:
+    """The running processes whose environment holds the job's mark (none without /proc, or without a mark)."""
+    proc = Path("/proc")
+    if mark is None or not proc.is_dir():
+        return []
+    wanted = f"{JOB_MARK}={mark}".encode()
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):  # an exited process nobody reaped has ended
+            found.append(int(entry.name))
+    return found
 
 
 def _running_in(group: int) -> bool:
