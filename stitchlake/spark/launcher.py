@@ -347,29 +347,36 @@ def end_leftovers(group: int, mark: str | None = None) -> None:
     them, so that nothing of the job runs when we return (a scheduler counts the task's processes as its own).
 
     PySpark's worker daemon puts itself and its workers in a process group of their own, so besides the job's
-    group every process carrying the job's `mark` in its environment is ended, and waited for."""
-    if not _running_in(group) and not _marked(mark):
+    group every process carrying the job's `mark` in its environment is ended, and waited for. Those are
+    followed by pid once found: a killed process loses its environment before it has finished exiting."""
+    marked = set(_marked(mark))
+    if not _running_in(group) and not marked:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGTERM)
-    _signal_each(_marked(mark), signal.SIGTERM)
-    deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        if not _running_in(group) and not _marked(mark):
-            return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
-    _signal_each(_marked(mark), signal.SIGKILL)
-    deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while _marked(mark) and time.monotonic() < deadline:  # SIGKILL is delivered, not yet done, when kill returns
-        time.sleep(0.02)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signum)
+        for pid in _running(marked):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        while time.monotonic() < deadline:
+            marked |= set(_marked(mark))  # the daemon may have forked one more meanwhile
+            if not _running_in(group) and not _running(marked):
+                return
+            time.sleep(0.05)
 
 
-def _signal_each(pids: list[int], signum: int) -> None:
+def _running(pids: set[int]) -> list[int]:
+    """The processes of `pids` still running (an exited one nobody reaped yet has ended)."""
+    out = []
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            out.append(pid)
+    return out
 
 
 def _marked(mark: str | None) -> list[int]:
@@ -383,14 +390,11 @@ def _marked(mark: str | None) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
             continue
-        if state not in ("Z", "X"):  # an exited process nobody reaped has ended
-            found.append(int(entry.name))
-    return found
+    return _running(set(found))
 
 
 def _running_in(group: int) -> bool:
