@@ -115,17 +115,10 @@ def descendants(pid: int) -> list[int]:
 
 
 def alive(pids: list[int]) -> list[int]:
-    """The processes of `pids` that still run: an exited one nobody reaped (a zombie: this machine's init does not
-    reap orphans) has ended."""
-    running = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            running.append(pid)
-    return running
+    """The processes of `pids` that still run (the launcher's own test of it)."""
+    from stitchlake.spark.launcher import still_running
+
+    return still_running(pids)
 
 
 def kill_tree(process: subprocess.Popen[Any]) -> None:

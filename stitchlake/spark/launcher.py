@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -355,19 +355,20 @@ def end_leftovers(group: int, mark: str | None = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signum)
-        for pid in _running(marked):
+        for pid in still_running(marked):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
         deadline = time.monotonic() + LEFTOVER_GRACE_S
         while time.monotonic() < deadline:
             marked |= set(_marked(mark))  # the daemon may have forked one more meanwhile
-            if not _running_in(group) and not _running(marked):
+            if not _running_in(group) and not still_running(marked):
                 return
             time.sleep(0.05)
 
 
-def _running(pids: set[int]) -> list[int]:
-    """The processes of `pids` still running (an exited one nobody reaped yet has ended)."""
+def still_running(pids: Iterable[int]) -> list[int]:
+    """The processes of `pids` still running: an exited one nobody reaped yet (a zombie: an init that does not reap
+    orphans leaves them for good) has ended."""
     out = []
     for pid in pids:
         try:
@@ -394,7 +395,7 @@ def _marked(mark: str | None) -> list[int]:
                 found.append(int(entry.name))
         except OSError:
             continue
-    return _running(set(found))
+    return still_running(found)
 
 
 def _running_in(group: int) -> bool:
