@@ -155,9 +155,14 @@ def case(storm: tuple[Path, dict[str, Any], subprocess.CompletedProcess[str]], t
 
 
 def _a_read(work: Path, minimum_rows: int = 2) -> tuple[dict[str, Any], Path]:
+    """A read the checker compares in full: it succeeded, its snapshot did not move while it read (a restore
+    undoing it, say), and every instant it saw is still on the final timeline (none undone later)."""
+    undone = set(torture.History.load(torture.table_dir(work)).undone)
     for path in sorted((work / "reads").glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
-        if record["error"] is None and record["mode"] != "current-moved" and record.get("rows", 0) >= minimum_rows:
+        usable = record["error"] is None and record["mode"] != "current-moved" and not record.get("moved")
+        live = not {instant["requested"] for instant in record["visible"]} & undone
+        if usable and live and record.get("rows", 0) >= minimum_rows:
             return record, path
     raise AssertionError("the run recorded no usable read")
 
