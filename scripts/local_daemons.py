@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,32 @@ from pathlib import Path
 from typing import Any
 
 STATE_FILE = "state.json"
+
+
+def apt_install(packages: Iterable[str], timeout_s: float = 900.0) -> str:
+    """Install Debian packages a test server needs (root only), running `apt-get update` once if the first try
+    fails (a fresh machine's package lists may be stale or empty). Returns why it failed, or '' when it worked."""
+    apt = shutil.which("apt-get")
+    names = list(packages)
+    if apt is None or os.geteuid() != 0:
+        return f"cannot apt-get install {' '.join(names)} (no apt-get or not root)"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = [apt, "install", "-y", "-q", "--no-install-recommends", *names]
+    detail = ""
+    for commands in ([install], [[apt, "update", "-q"], install]):
+        try:
+            for argv in commands:
+                done = subprocess.run(
+                    argv, env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+                )
+                if done.returncode != 0:
+                    detail = (done.stderr or done.stdout).strip()[-800:]
+                    break
+            else:
+                return ""
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            detail = repr(exc)
+    return f"apt-get install {' '.join(names)} failed: {detail}"
 
 
 def free_port() -> int:

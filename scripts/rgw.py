@@ -85,31 +85,12 @@ def missing_binaries() -> list[str]:
 
 
 def ensure_installed() -> None:
-    """Install Debian's Ceph packages when a binary is missing (root only); `apt-get update` once on failure."""
+    """Install Debian's Ceph packages when a binary is missing (root only)."""
     if not missing_binaries():
         return
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        raise RgwError(f"missing {missing_binaries()} and cannot apt-get install (no apt-get or not root)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = [apt, "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-    detail = ""
-    for commands in ([install], [[apt, "update", "-q"], install]):
-        try:
-            for argv in commands:
-                done = subprocess.run(
-                    argv, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S, stdin=subprocess.DEVNULL
-                )
-                if done.returncode != 0:
-                    detail = (done.stderr or done.stdout).strip()[-800:]
-                    break
-            else:
-                if not missing_binaries():
-                    return
-                detail = f"still missing {missing_binaries()} after install"
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            detail = repr(exc)
-    raise RgwError(f"apt-get install {' '.join(PACKAGES)} failed: {detail}")
+    failed = local_daemons.apt_install(PACKAGES, APT_TIMEOUT_S)
+    if failed or missing_binaries():
+        raise RgwError(failed or f"still missing {missing_binaries()} after apt-get install {' '.join(PACKAGES)}")
 
 
 def _class_dir() -> str:

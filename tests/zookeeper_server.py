@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_BINDINGS = ("/usr/share/java/slf4j-simple.jar", "/usr/share/java/slf4j-log4j12.jar")
@@ -41,31 +42,6 @@ def _classpath() -> str | None:
         parts += [binding for binding in SLF4J_BINDINGS if os.path.exists(binding)][:1]
         return os.pathsep.join(parts)
     return None
-
-
-def _apt_install() -> str:
-    """Try to install Debian's zookeeper package; returns a reason string on failure, '' on success."""
-    apt = shutil.which("apt-get")
-    if apt is None:
-        return "apt-get is not available"
-    if os.geteuid() != 0:
-        return "not root, cannot apt-get install zookeeper"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = [apt, "install", "-y", "-q", "--no-install-recommends", "zookeeper"]
-    attempts = [[install], [[apt, "update", "-q"], install]]
-    detail = ""
-    for commands in attempts:
-        try:
-            for argv in commands:
-                done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-                if done.returncode != 0:
-                    detail = (done.stderr or done.stdout).strip()[-500:]
-                    break
-            else:
-                return ""
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            detail = repr(exc)
-    return f"apt-get install zookeeper failed: {detail}"
 
 
 def _free_port() -> int:
@@ -167,7 +143,7 @@ def zookeeper_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     classpath = _classpath()
     java = shutil.which("java")
     if classpath is None or java is None:
-        reason = _apt_install()
+        reason = load_script("local_daemons").apt_install(["zookeeper"], APT_TIMEOUT_S)
         classpath = _classpath()
         java = shutil.which("java")
         if classpath is None or java is None:
