@@ -16,6 +16,7 @@ under the lock that the timeline still offers exactly what it planned.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from stitchlake.timeline.archive import (
     BATCH_SUFFIX,
     LEGACY_CHECKPOINT,
     Checkpoint,
+    archived_instants,
     checkpoint_names,
     checkpoint_path,
     horizon_of,
@@ -37,6 +39,7 @@ from stitchlake.timeline.timeline import Timeline, delete_instant
 from stitchlake.transaction import refuse_while_undoing
 
 if TYPE_CHECKING:
+    from stitchlake.storage.base import Storage
     from stitchlake.table import Table
 
 #: Older checkpoints kept besides the newest (a reader that listed just before a new one appeared).
@@ -125,7 +128,11 @@ def archive(table: Table, keep: int | None = None) -> ArchiveResult:
         refuse_while_undoing(fresh, "archive")
         newest = horizon_of(storage)
         if newest is not None and newest >= plan.horizon:
-            return ArchiveResult(0, newest, len(fresh), f"nothing to archive (another archive reached {newest})")
+            finished = _finish_archived(storage, plan.chosen, newest, lock.fence)
+            done = f"; removed {finished} archived instant(s) left on the active timeline" if finished else ""
+            return ArchiveResult(
+                0, newest, len(fresh) - finished, f"nothing to archive (an archive reached {newest}){done}"
+            )
         if [i.requested for i in candidates(fresh, kept)][: len(plan.chosen)] != [i.requested for i in plan.chosen]:
             raise BusyError("the timeline changed while the archive was planned (a restore or savepoint?); run again")
         storage.makedirs(ARCHIVE_DIR)
@@ -144,6 +151,20 @@ def archive(table: Table, keep: int | None = None) -> ArchiveResult:
     return ArchiveResult(
         len(plan.chosen), plan.horizon, active, f"archived {len(plan.chosen)} instant(s) up to {plan.horizon}"
     )
+
+
+def _finish_archived(storage: Storage, chosen: list[Instant], horizon: str, fence: Callable[[], None]) -> int:
+    """Delete the active files of instants an earlier archive already holds in a batch and its checkpoint covers:
+    what an archive that died before its last step leaves. The next archive plans the same instants and finds
+    the horizon already there; without this they would stay on the active timeline until the horizon moves,
+    which a savepoint can hold back for good."""
+    archived = {entry.instant.requested for entry in archived_instants(storage)}
+    leftovers = [i for i in chosen if i.requested in archived and (i.completed or "") <= horizon]
+    if leftovers:
+        fence()
+    for instant in leftovers:
+        delete_instant(storage, instant, completed_last=True)
+    return len(leftovers)
 
 
 def consumed_until(table: Table, timeline: Timeline, stream: str, horizon: str) -> dict[str, LandingRecord]:
