@@ -26,7 +26,7 @@ from cli.options import (
     open_target,
 )
 from cli.output import Report
-from stitchlake.errors import StitchError, UsageError
+from stitchlake.errors import UsageError
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -546,26 +546,14 @@ def publish_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Publish the compacted state as a new version of a Delta Lake and/or Iceberg table (in this process)."""
-    from stitchlake.services.publish import publish
+    from stitchlake.services.publish import parse_format, publish_each
 
     handle = open_target(config, table)
-    chosen = list(dict.fromkeys(formats or [f.value for f in handle.config.publish.formats]))
+    # Every format named is checked before any is published: a typo publishes nothing.
+    chosen = list(dict.fromkeys([parse_format(f) for f in formats] if formats else handle.config.publish.formats))
     if not chosen:
         raise UsageError("give --format delta or --format iceberg (or list publish.formats in the config)")
-    results: list[dict[str, Any]] = []
-    failed: dict[str, StitchError] = {}
-    for fmt in chosen:  # one format failing does not stop the others
-        try:
-            results.append(publish(handle, fmt).to_json())
-        except StitchError as exc:
-            failed[fmt] = exc
-    if failed:
-        kinds = {type(exc) for exc in failed.values()}
-        shown = ", ".join(r["format"] for r in results)
-        message = "; ".join(f"{fmt}: {exc}" for fmt, exc in failed.items()) + (
-            f" (published: {shown})" if shown else ""
-        )
-        raise (kinds.pop() if len(kinds) == 1 else StitchError)(message)
+    results = publish_each(handle, chosen)  # one format failing does not stop the others
     return Report({"published": results}, lines=output.published_lines(results))
 
 

@@ -105,7 +105,8 @@ def _refuse_non_queries(sql: str) -> None:
     import duckdb
 
     try:
-        statements = duckdb.connect().extract_statements(sql)
+        with duckdb.connect() as parser:
+            statements = parser.extract_statements(sql)
     except duckdb.Error as exc:
         raise UsageError(f"SQL: {exc}") from None
     if len(statements) != 1:

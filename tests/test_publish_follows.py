@@ -287,6 +287,27 @@ def test_one_failing_format_does_not_stop_the_other_and_the_next_compact_catches
     assert json.loads(run_stitch("compact", "-c", str(path), "--engine", "local", "--json").stdout)["published"] == []
 
 
+def test_stitch_publish_tries_every_format_and_a_typo_publishes_nothing(tmp_path: Path) -> None:
+    """`stitch publish -f iceberg -f delta` with the Iceberg catalog unreachable: Delta is published anyway and
+    the failure names what was published (exit 1). A format name that does not exist is refused (exit 2) before
+    any format is published."""
+    table = history(tmp_path / "t")
+    path = tmp_path / "wide.yaml"
+    broken = altered_document(iceberg_catalog={"type": "rest", "uri": "http://127.0.0.1:9"})
+    broken["table"]["path"] = table.path
+    path.write_text(yaml.safe_dump(broken), encoding="utf-8")
+
+    typo = run_stitch("publish", "-c", str(path), "-f", "delta", "-f", "parquet", "--json")
+    assert typo.returncode == 2 and "unknown publish format 'parquet'" in json.loads(typo.stdout)["error"]
+    assert not table.timeline().completed([Action.PUBLISH]) and not table.timeline().pending()
+
+    done = run_stitch("publish", "-c", str(path), "-f", "iceberg", "-f", "delta", "--json")
+    assert done.returncode == 1, done.stdout
+    error = json.loads(done.stdout)["error"]
+    assert error.startswith("iceberg: ") and error.endswith("(published: delta)"), error
+    assert rows_of(DeltaTable(f"{table.path}/.stitch/published/delta").to_pyarrow_table()) == current_rows(table)
+
+
 def test_clean_keeps_the_files_a_running_publish_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction and an aggressive clean land between a publish's start and its read: the slices it reads (as of
     its own time) are no longer the latest, and clean must still leave them."""

@@ -22,6 +22,7 @@ does not touch the published table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -287,24 +288,29 @@ def published_formats(table: Table, timeline: Timeline | None = None) -> list[Pu
     return [*configured, *extra]
 
 
-def publish_stale(table: Table, formats: list[PublishFormat]) -> list[dict[str, Any]]:
-    """Publish every stale format of `formats`, trying them all; report the failures together (StitchError).
+def publish_each(table: Table, formats: Sequence[PublishFormat], defer_busy: bool = False) -> list[dict[str, Any]]:
+    """Publish each of `formats`, trying them all: one failing never stops the others. The failures are reported
+    together, as their own kind when they share one (a busy format exits 4, a conflict 3), else as StitchError.
 
-    A format another live publish is running is left to it: that publish finds its format stale when it
-    completes and publishes again."""
+    With `defer_busy`, a format another live publish runs is left to it (`deferred`): that publish finds its
+    format stale when it completes and publishes again."""
     done: list[dict[str, Any]] = []
     failed: dict[str, StitchError] = {}
-    for fmt in stale_formats(table, formats):
+    for fmt in formats:
         try:
             done.append(publish(table, fmt).to_json())
         except BusyError as exc:
+            if not defer_busy:
+                failed[fmt.value] = exc
+                continue
             done.append({"format": fmt.value, "deferred": str(exc)})
         except StitchError as exc:
             failed[fmt.value] = exc
     if failed:
         shown = ", ".join(r["format"] for r in done if "deferred" not in r)
         message = "; ".join(f"{fmt}: {error}" for fmt, error in failed.items())
-        raise StitchError(message + (f" (published: {shown})" if shown else ""))
+        kinds = {type(error) for error in failed.values()}
+        raise (kinds.pop() if len(kinds) == 1 else StitchError)(message + (f" (published: {shown})" if shown else ""))
     return done
 
 
@@ -313,6 +319,7 @@ def publish_after(table: Table, what: str, formats: list[PublishFormat] | None =
     completed. A failure says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or
     waiting for it (exit 4) is not what would help."""
     try:
-        return publish_stale(table, formats if formats is not None else published_formats(table))
+        chosen = formats if formats is not None else published_formats(table)
+        return publish_each(table, stale_formats(table, chosen), defer_busy=True)
     except StitchError as exc:
         raise StitchError(f"{what} completed, but publishing failed: {exc} — run `stitch publish` again") from exc
