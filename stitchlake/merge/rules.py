@@ -46,9 +46,23 @@ class StreamRows:
     col_versions: dict[str, Version] | None = None
     #: What ranked ordering components index, shared by every version of this merge (see `merge.version`).
     ranks: Ranks = ()
+    #: Readers' merges only (`merge(..., versions=False)`): `values` are still the unmerged rows, and summary i's
+    #: value of column c is `values[c][picks[c][i]]` (-1: null). The values are gathered once, for the rows a
+    #: reader shows (`column`), instead of once by the merge and again by the reader.
+    picks: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.deleted)
+
+    def column(self, name: str, rows: np.ndarray) -> pa.Array:
+        """Column `name` of the summaries `rows` (-1: null)."""
+        source = self.values.column(name)
+        if self.picks is not None:
+            picked = self.picks[name]
+            rows = np.where(rows >= 0, picked[np.where(rows >= 0, rows, 0)], -1) if len(picked) else rows
+        absent = rows < 0
+        column = pc.take(source, pa.array(rows, mask=absent) if absent.any() else pa.array(rows))
+        return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
     def take(self, rows: np.ndarray) -> StreamRows:
         return StreamRows(
@@ -127,8 +141,9 @@ def merge(
     chosen = winner[present]
     if nulls == OVERWRITE:
         if not versions:
+            picks = dict.fromkeys(rows.values.column_names, chosen)
             return present, StreamRows(
-                version=(), deleted=rows.deleted[chosen], values=rows.values.take(chosen), ranks=rows.ranks
+                version=(), deleted=rows.deleted[chosen], values=rows.values, ranks=rows.ranks, picks=picks
             )
         return present, rows.take(chosen)
     return present, _merge_ignore(rows, keys, n_keys, present, chosen, versions)
@@ -159,6 +174,7 @@ def _merge_ignore(
         has_tomb = np.zeros(len(present), dtype=bool)
 
     columns: dict[str, pa.Array] = {}
+    picks: dict[str, np.ndarray] = {}
     col_versions: dict[str, Version] = {}
     for name in rows.values.column_names:
         column = rows.values.column(name)
@@ -178,22 +194,18 @@ def _merge_ignore(
             open_keys[present[settled]] = False
             searched = group_argmax(keys, version, n_keys, rows=np.flatnonzero(eligible & open_keys[keys]))[present]
             best = np.where(settled, chosen, searched)
+        if not versions:
+            picks[name] = best
+            continue
         found = best >= 0
         if found.all():
             columns[name] = pc.take(column, best)
-            if versions:
-                col_versions[name] = tuple(c[best] for c in version)
+            col_versions[name] = tuple(c[best] for c in version)
         else:
             columns[name] = pc.take(column, pa.array(best, mask=~found))
-            if versions:
-                col_versions[name] = tuple(np.where(found, c[np.where(found, best, 0)], 0) for c in version)
+            col_versions[name] = tuple(np.where(found, c[np.where(found, best, 0)], 0) for c in version)
     if not versions:
-        return StreamRows(
-            version=(),
-            deleted=rows.deleted[chosen],
-            values=pa.table(columns, schema=rows.values.schema),
-            ranks=rows.ranks,
-        )
+        return StreamRows(version=(), deleted=rows.deleted[chosen], values=rows.values, ranks=rows.ranks, picks=picks)
     return StreamRows(
         ranks=rows.ranks,
         version=take(rows.version, chosen),

@@ -170,16 +170,14 @@ def _positions(count: int, present: np.ndarray, selected: np.ndarray) -> np.ndar
     return where[selected]
 
 
-def _value_column(spec: ColumnSpec, values: pa.ChunkedArray | None, rows: np.ndarray) -> pa.Array:
+def _value_column(spec: ColumnSpec, values: StreamRows | None, rows: np.ndarray) -> pa.Array:
     """A stream column for selected keys; groups never written (or tombstoned) read as the default."""
     kind = arrow_type(spec.type)
     absent = rows < 0
-    if values is None:
+    if values is None or values.values.column(spec.name).num_chunks == 0:
         column = pa.nulls(len(rows), kind)
     else:
-        column = pc.take(values, pa.array(rows, mask=absent))
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
+        column = values.column(spec.name, rows)
     if spec.default is not None and absent.any():
         column = pc.if_else(pa.array(absent), pa.scalar(spec.default, kind), column)
     return column
@@ -211,10 +209,7 @@ def to_rows(
             hit = rows >= 0
             rows[hit] = np.where(values.deleted[rows[hit]], -1, rows[hit])
         for spec in wanted:
-            source = values.values.column(spec.name) if values is not None else None
-            if source is not None and source.num_chunks == 0:
-                source = None
-            out[spec.name] = _value_column(spec, source, rows)
+            out[spec.name] = _value_column(spec, values, rows)
     return pa.table({name: out[name] for name in names if name in out})
 
 
