@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-import os
 import signal
 import traceback
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typer.core import TyperGroup
 
 from cli import job_commands, output, table_commands
 from stitchlake import __version__
-from stitchlake.errors import StitchError, Terminated, describe_os_error
+from stitchlake.errors import DEBUG_ENV, StitchError, Terminated, debugging, describe_os_error
 
 if TYPE_CHECKING:
     pass
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Set to 1 to see tracebacks (also of expected errors) on stderr.
-DEBUG_ENV = "STITCH_DEBUG"
 EXIT_INTERRUPTED = 130
 
 
@@ -53,7 +50,7 @@ class _OutputFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         error = record.exc_info[1] if record.exc_info else None
-        if error is not None and not _debug():
+        if error is not None and not debugging():
             summary = f"{record.getMessage()} ({type(error).__name__}: {error})"
             record = logging.makeLogRecord({**record.__dict__, "msg": summary, "args": None, "exc_info": None})
             record.exc_text = None
@@ -78,16 +75,12 @@ def configure_logging() -> None:
     handler = _OutputHandler()
     handler.setFormatter(_OutputFormatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
-    root.setLevel(logging.DEBUG if _debug() else logging.WARNING)
+    root.setLevel(logging.DEBUG if debugging() else logging.WARNING)
     for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG if _debug() else logging.CRITICAL)
+        logging.getLogger(name).setLevel(logging.DEBUG if debugging() else logging.CRITICAL)
 
 
 # ------------------------------------------------------------------------------------------------ the guard
-
-
-def _debug() -> bool:
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def run_command(fn: Callable[[], R]) -> R | None:
@@ -115,7 +108,7 @@ def run_command(fn: Callable[[], R]) -> R | None:
     except (typer.Abort, typer.TyperException):
         raise
     except StitchError as exc:
-        if _debug():
+        if debugging():
             traceback.print_exception(exc)
         details = {"error_type": type(exc).__name__, **exc.details()}
         output.failure(str(exc) or type(exc).__name__, exc.exit_code, details)
@@ -129,7 +122,7 @@ def run_command(fn: Callable[[], R]) -> R | None:
     except OSError as exc:
         if exc.errno == errno.EPIPE:
             raise
-        if _debug():
+        if debugging():
             traceback.print_exception(exc)
         details = {"file": exc.filename} if exc.filename else {}
         output.failure(describe_os_error(exc), 1, details)
@@ -137,7 +130,7 @@ def run_command(fn: Callable[[], R]) -> R | None:
     except Exception as exc:
         message = str(exc).strip().splitlines()
         output.failure(f"unexpected {type(exc).__name__}: {message[0] if message else '(no message)'}", 1)
-        if _debug():
+        if debugging():
             traceback.print_exception(exc)
         else:
             output.hint(f"(set {DEBUG_ENV}=1 to see the traceback)")

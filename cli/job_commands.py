@@ -228,6 +228,8 @@ def _compact(
         raise UsageError("--schedule and --run together is plain `stitch compact`; give one or neither")
     if instant and not run_only:
         raise UsageError("--instant only goes with --run")
+    if strategy and run_only:
+        raise UsageError("--strategy chooses what a new plan compacts; --run runs plans already scheduled, as planned")
     handle = open_target(config, table)
     planned = instant
     if not run_only:
@@ -250,10 +252,9 @@ def _compact(
             return Report(data, message=message)
     elif instant is None and not compaction.pending_plans(handle):
         return Report({"scheduled": None, "result": None}, message="nothing to compact")
-    request = CompactRequest(schedule=False, run=True, instant=planned, strategy=strategy)
+    request = CompactRequest(instant=planned)
     result = execute(handle, request, choose_engine(handle, request, engine, compaction.plan_bytes(handle, planned)))
-    if not run_only:
-        result["scheduled"] = planned
+    result["scheduled"] = None if run_only else planned
     done = result.get("result") or {}
     message = (
         output.with_published(
@@ -515,7 +516,9 @@ def savepoint_restore_command(
 def archive_command(
     config: ConfigOption = None,
     table: TableOption = None,
-    keep: Annotated[int | None, typer.Option("--keep", min=1, help="Instants to keep active.")] = None,
+    keep: Annotated[
+        int | None, typer.Option("--keep", min=1, help="Instants to keep active (default: archive.keep_instants).")
+    ] = None,
     engine: EngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:

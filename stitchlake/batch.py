@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
 from stitchlake.errors import InputRejected
 from stitchlake.layout.partition import escape
-from stitchlake.types import arrow_type
+from stitchlake.types import arrow_type, contiguous
 
 REASON = "_reason"
 #: Columns of a batch moved between processes (`Batch.to_table`): position and delete flag.
@@ -154,12 +154,6 @@ def _inconvertible(column: pa.Array, spec: ColumnSpec, where: str) -> InputRejec
     )
 
 
-def _combine(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(column, pa.ChunkedArray):
-        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return column
-
-
 def prepare(
     config: TableConfig,
     stream: StreamSpec,
@@ -192,7 +186,7 @@ def prepare(
     columns: dict[str, pa.Array] = {}
     for spec in required_columns(config, stream):
         _require_utf8(data.column(spec.name), spec.name, source)
-        cast, failed = cast_column(_combine(data.column(spec.name)), spec, source)
+        cast, failed = cast_column(contiguous(data.column(spec.name)), spec, source)
         columns[spec.name] = cast
         _flag(reasons, failed, f"{UNPARSABLE}{spec.name}")
     for spec in config.table.key:
@@ -214,7 +208,7 @@ def prepare(
 
     deleted = np.zeros(length, dtype=bool)
     if stream.deletes and stream.deletes.column in data.column_names:
-        marker = _combine(data.column(stream.deletes.column))
+        marker = contiguous(data.column(stream.deletes.column))
         as_text = marker if _is_text(marker.type) else pc.cast(marker, pa.string())
         deleted = pc.fill_null(pc.is_in(as_text, pa.array(list(stream.deletes.values))), False).to_numpy(
             zero_copy_only=False
@@ -283,7 +277,7 @@ def _bad_rows(data: pa.Table, mask: np.ndarray, reasons: np.ndarray, source: str
     picked = data.take(pa.array(rows))
     columns = {}
     for index, name in enumerate(picked.column_names):  # by position: other columns may repeat a name
-        column = _combine(picked.column(index))
+        column = contiguous(picked.column(index))
         try:
             columns[name] = pc.cast(column, pa.string())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

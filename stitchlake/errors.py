@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 
+#: Environment variable that asks for tracebacks and every log line (secrets may show): any value but "" or "0".
+DEBUG_ENV = "STITCH_DEBUG"
 #: How a StitchError's locations are noted in its traceback (parsed back by `spark.errors`).
 DETAILS_NOTE = "stitchlake-details: "
+
+
+def debugging() -> bool:
+    """Whether `STITCH_DEBUG` asks for tracebacks and every log line (the CLI and Spark jobs read it alike)."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 class StitchError(Exception):

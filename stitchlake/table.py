@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.config import (
-    TABLE_JSON,
     TableConfig,
     config_from_properties,
     in_stored_order,
@@ -22,7 +21,7 @@ from stitchlake.config import (
 )
 from stitchlake.config.evolution import changes, names_ever_used, same_schema, schema_of, schema_properties, with_schema
 from stitchlake.errors import ConfigError, NotFoundError, StitchError
-from stitchlake.paths import TIMELINE_DIR
+from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import scheme_of
 

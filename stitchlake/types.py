@@ -124,6 +124,15 @@ def ordering_type_names() -> str:
     return ", ".join([*sorted(ORDERING_TYPES), "decimal(p,s)"])
 
 
+def contiguous(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One Arrow array for a column (a chunked one's chunks joined; a single chunk as it is, with no copy)."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
+
+
 @lru_cache(maxsize=256)
 def arrow_type(name: str) -> pa.DataType:
     """The Arrow type for a (normalized or not) type name; timestamps are µs in UTC."""

@@ -791,6 +791,21 @@ def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table,
     assert not Path(table.path, ".stitch", "logs").exists()
 
 
+def test_compact_refuses_options_that_would_do_nothing(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """A plan keeps the strategy it was scheduled with: `--run --strategy X` would silently ignore X."""
+    table, _ = written
+    before = [i.file_name for i in table.timeline().instants]
+    for args, why in (
+        (["--run", "--strategy", "all"], "--strategy chooses what a new plan compacts"),
+        (["--instant", "20261122080000000"], "--instant only goes with --run"),
+        (["--schedule", "--run"], "give one or neither"),
+    ):
+        result = run("compact", "-c", str(config_file), *args, "--json")
+        assert result.exit_code == 2, (args, result.output)
+        assert why in json.loads(result.stdout)["error"], args
+    assert [i.file_name for i in table.timeline().instants] == before
+
+
 # ------------------------------------------------------------------------------------- one CLI grammar
 
 

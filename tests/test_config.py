@@ -22,11 +22,11 @@ import yaml
 from stitchlake.config import (
     TableConfig,
     config_from_properties,
-    diff_properties,
     load_config,
     parse_config,
     table_properties,
 )
+from stitchlake.config.evolution import changes, same_schema
 from stitchlake.errors import ConfigError
 
 #: The example of DESIGN §10, verbatim.
@@ -541,7 +541,7 @@ def test_table_properties_round_trip(tmp_path: Path) -> None:
             stream.nulls,
             stream.deletes,
         )
-    assert diff_properties(properties, table_properties(again)) == []
+    assert same_schema(properties, table_properties(again))
 
 
 def test_config_from_properties_refuses_other_format_version(tmp_path: Path) -> None:
@@ -552,29 +552,29 @@ def test_config_from_properties_refuses_other_format_version(tmp_path: Path) -> 
     assert "table.json" in str(info.value) and "99" in str(info.value)
 
 
-def test_diff_properties_lists_every_difference(tmp_path: Path) -> None:
-    config = _full_config(tmp_path)
-    existing = table_properties(config)
+def test_a_config_that_contradicts_the_table_lists_every_difference(tmp_path: Path) -> None:
+    existing = table_properties(_full_config(tmp_path))
     proposed = copy.deepcopy(existing)
     proposed["buckets"] = 16
     proposed["key"] = [{"name": "order_id", "type": "string"}]
     proposed["streams"]["orders"]["ordering"] = []
     proposed["streams"]["payments"]["nulls"] = "overwrite"
-    del proposed["streams"]["payments"]["columns"][0]
-    proposed["streams"]["shipments"] = {"columns": [{"name": "carrier", "type": "string"}]}
-    lines = diff_properties(existing, proposed)
-    assert len(lines) == 6, lines
-    joined = "\n".join(lines)
-    assert "table.buckets: table has 8, config says 16" in joined
-    assert "table.key: table has {order_id: long}, config says {order_id: string}" in joined
-    assert "streams.orders.ordering" in joined
-    assert "streams.payments.nulls" in joined
-    assert "streams.payments.columns" in joined
-    assert "streams.shipments: is in the config but not in the table" in joined
-    removed = copy.deepcopy(existing)
-    del removed["streams"]["orders"]
-    assert diff_properties(existing, removed) == ["streams.orders: exists in the table but not in the config"]
-    assert diff_properties(existing, copy.deepcopy(existing)) == []
+    dropped = proposed["streams"]["payments"]["columns"].pop(0)["name"]
+    proposed["streams"]["returns"] = {"columns": [{"name": "reason", "type": "string"}]}
+    found = {c.path: c for c in changes(existing, proposed, set())}
+    assert set(found) == {
+        "table.buckets",
+        "table.key",
+        "streams.orders.ordering",
+        "streams.payments.nulls",
+        f"streams.payments.columns.{dropped}",
+        "streams.returns",
+    }
+    assert str(found["table.buckets"]).startswith("table.buckets: table has 8, config says 16 — refused")
+    assert found["table.key"].what == "table has {order_id: long}, config says {order_id: string}"
+    refused = {path for path, change in found.items() if not change.allowed}
+    assert refused == {"table.buckets", "table.key", "streams.orders.ordering", "streams.payments.nulls"}
+    assert changes(existing, copy.deepcopy(existing), set()) == []
 
 
 # ------------------------------------------------------------------------------------------ the model

@@ -769,6 +769,36 @@ def test_a_crashed_restore_blocks_rewrites_until_it_is_finished(tmp_path: Path) 
     assert data_files(table_root(table)) == named_files(table)
 
 
+def test_inline_compaction_runs_after_every_kind_of_ingest(tmp_path: Path) -> None:
+    """`compaction.inline` compacts once `after_delta_commits` deltacommits piled up, whether the ingest is
+    `Table.ingest` or `stitch ingest` (a `stitch stream` batch runs the same ingest); `Table.write` never does."""
+    landing = tmp_path / "landing" / "orders"
+    landing.mkdir(parents=True)
+    data = document(buckets=1, compaction={"inline": True, "after_delta_commits": 2})
+    data["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
+    table, config = make_table(tmp_path, data)
+
+    def land(number: int) -> None:
+        rows = rows_from({"stream": "orders", "seed": 72, "number": number, "lo": 0, "hi": 12, "size": 4})
+        pq.write_table(batch(MODEL["orders"], rows), landing / f"orders-{number:04d}.parquet")
+
+    def compactions() -> int:
+        return len(table.timeline().completed([Action.COMPACTION]))
+
+    write_spec(table, {"stream": "payments", "seed": 73, "lo": 0, "hi": 12, "size": 5})
+    write_spec(table, {"stream": "payments", "seed": 74, "lo": 0, "hi": 12, "size": 5})
+    assert compactions() == 0, "a write is not an ingest: it never compacts, even when one is due"
+    land(0)
+    assert table.ingest("orders").extra["compaction"]["instant"] and compactions() == 1  # 3 deltacommits: due
+    land(1)
+    assert "compaction" not in stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")["extra"]
+    land(2)
+    done = stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    assert done["extra"]["compaction"]["file_groups"] >= 1 and compactions() == 2
+    assert not any(s.logs for s in table.view().latest_slices(None)), "the compaction merged every log"
+    assert sort(table.read(mode="read_optimized")).equals(sort(table.read()))
+
+
 def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) -> None:
     from stitchlake.services.rollback import rollback
 

@@ -55,26 +55,3 @@ def gone(record: dict[str, object]) -> bool:
         pass  # exists, owned by someone else: compare start times
     now = start_time(pid)
     return now is not None and now != started
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
-
-    A `stitch` command that is itself killed cannot stop its spark-submit job any more: without this the JVM and
-    the job's Python driver live on, and could publish after the command was reported dead.
-    """
-    import ctypes
-    import signal
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-
-
-#: prctl(2) option: the signal sent to this process when its parent thread dies.
-PR_SET_PDEATHSIG = 1

@@ -39,9 +39,7 @@ from .model import (
 from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_config
 from .properties import (
     FORMAT_VERSION,
-    TABLE_JSON,
     config_from_properties,
-    diff_properties,
     in_stored_order,
     table_properties,
 )
@@ -54,7 +52,6 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "SECRET_NAME",
     "SECRET_PLACEHOLDER",
-    "TABLE_JSON",
     "ArchiveSpec",
     "BadRows",
     "CleanPolicy",
@@ -81,7 +78,6 @@ __all__ = [
     "TableSpec",
     "_unique_key_loader",
     "config_from_properties",
-    "diff_properties",
     "in_stored_order",
     "is_secret_name",
     "load_config",

@@ -33,11 +33,11 @@ class IngestRequest(JobRequest):
 
 @dataclass(frozen=True)
 class CompactRequest(JobRequest):
+    """Run a scheduled compaction plan (`instant`, else the oldest pending). Scheduling is metadata only: the
+    caller does it first (`services.compaction.schedule`), so it can size the plan to choose the engine."""
+
     job: ClassVar[str] = "compact"
-    schedule: bool = True
-    run: bool = True
     instant: str | None = None
-    strategy: str | None = None
 
 
 @dataclass(frozen=True)

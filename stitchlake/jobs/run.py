@@ -58,26 +58,15 @@ def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Prog
         claim,
         progress,
     )
-    if result.instant and compaction.inline_due(table):
-        progress("compacting inline (compaction.inline)")
-        done = compaction.compact(table, engine=engine)
-        result.extra["compaction"] = asdict(done) if done is not None else None
     return result.to_json()
 
 
 def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
     assert isinstance(request, CompactRequest)
-    planned = request.instant
-    if request.schedule:
-        planned = compaction.schedule(table, request.strategy)
-        progress(f"scheduled compaction {planned}" if planned else "no file group needs compacting")
-        if planned is None or not request.run:
-            return {"scheduled": planned, "result": None}
-    elif request.instant is None and not compaction.pending_plans(table):
-        return {"scheduled": None, "result": None}  # nothing to run is exit 0
-    progress(f"running compaction {planned or '(oldest pending)'}")
-    result = compaction.run(table, planned, engine)
-    return {"scheduled": planned if request.schedule else None, "result": asdict(result)}
+    if request.instant is None and not compaction.pending_plans(table):
+        return {"result": None}  # nothing to run is exit 0
+    progress(f"running compaction {request.instant or '(oldest pending)'}")
+    return {"result": asdict(compaction.run(table, request.instant, engine))}
 
 
 def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stitchlake.types import contiguous
+
 #: Integer keys spanning at most this many values per row are numbered by direct addressing (a table as long as
 #: their span) instead of hashing: 3-4x faster, and order ids by key value. Sequence-like keys (order ids, user
 #: ids) in a file group span a few values per row; sparse ones (hashes, snowflake ids) fall back to hashing.
@@ -21,12 +23,6 @@ class KeyIndex:
     ids: np.ndarray
     count: int
     first: np.ndarray
-
-
-def _contiguous(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(column, pa.ChunkedArray):
-        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return column
 
 
 def _encode(column: pa.Array) -> tuple[np.ndarray, int]:
@@ -56,11 +52,11 @@ def key_index(columns: list[pa.ChunkedArray | pa.Array]) -> KeyIndex:
     length = len(columns[0]) if columns else 0
     if length == 0:
         return KeyIndex(np.zeros(0, dtype=np.int64), 0, np.zeros(0, dtype=np.int64))
-    first_column = _contiguous(columns[0])
+    first_column = contiguous(columns[0])
     direct = _direct(first_column) if len(columns) == 1 else None
     ids, count = direct if direct is not None else _encode(first_column)
     for column in columns[1:]:
-        more, more_count = _encode(_contiguous(column))
+        more, more_count = _encode(contiguous(column))
         combined = ids * more_count + more
         ids, inverse = np.unique(combined, return_inverse=True)
         count = len(ids)

@@ -24,6 +24,7 @@ from stitchlake.merge.version import (
     lex_greater,
     take,
 )
+from stitchlake.types import contiguous
 
 OVERWRITE = "overwrite"
 IGNORE = "ignore"
@@ -61,8 +62,7 @@ class StreamRows:
             picked = self.picks[name]
             rows = np.where(rows >= 0, picked[np.where(rows >= 0, rows, 0)], -1) if len(picked) else rows
         absent = rows < 0
-        column = pc.take(source, pa.array(rows, mask=absent) if absent.any() else pa.array(rows))
-        return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        return contiguous(pc.take(source, pa.array(rows, mask=absent) if absent.any() else pa.array(rows)))
 
     def take(self, rows: np.ndarray) -> StreamRows:
         return StreamRows(

@@ -16,7 +16,7 @@ from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
 from stitchlake.merge import summary
 from stitchlake.merge.keys import key_index
 from stitchlake.merge.rules import StreamRows, concat, merge
-from stitchlake.types import arrow_type
+from stitchlake.types import arrow_type, contiguous
 
 
 @dataclass(frozen=True)
@@ -242,13 +242,9 @@ def _stream_block(stream: StreamSpec, merged: Merged, selected: np.ndarray, with
     where = _positions(merged.count, present, selected)
     absent = where < 0
     index = pa.array(where, mask=absent)
-    out = {c.name: _combine(pc.take(rows.values.column(c.name), index)) for c in stream.columns}
+    out = {c.name: contiguous(pc.take(rows.values.column(c.name), index)) for c in stream.columns}
     meta = summary.to_columns(stream, rows, with_commit)
-    return out | {name: _combine(pc.take(column, index)) for name, column in meta.items()}
-
-
-def _combine(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return out | {name: contiguous(pc.take(column, index)) for name, column in meta.items()}
 
 
 def to_log(config: TableConfig, stream: StreamSpec, keys: pa.Table, present: np.ndarray, rows: StreamRows) -> pa.Table:
@@ -258,6 +254,6 @@ def to_log(config: TableConfig, stream: StreamSpec, keys: pa.Table, present: np.
     for spec in config.common_columns:
         out[spec.name] = key_rows.column(spec.name).combine_chunks()
     for spec in stream.columns:
-        out[spec.name] = _combine(rows.values.column(spec.name))
+        out[spec.name] = contiguous(rows.values.column(spec.name))
     out |= summary.to_columns(stream, rows, with_commit=False)
     return pa.table(out)

@@ -18,6 +18,7 @@ from stitchlake.badrows import FAIL
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.paths import quarantine_folder
+from stitchlake.services import compaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord, StreamBatch
@@ -230,7 +231,7 @@ def ingest(
             raise refused from exc
         raise
     skipped = f", {len(bad.rejected)} unreadable file(s) quarantined" if bad.rejected else ""
-    return IngestResult(
+    result = IngestResult(
         stream=stream,
         engine=engine.name,
         instant=instant.requested,
@@ -247,3 +248,8 @@ def ingest(
         message=f"ingested {len(todo)} file(s), {written.rows} rows into stream {stream}{skipped}",
         timings=written.timings,
     )
+    if compaction.inline_due(table):  # every ingest: `stitch ingest`, `Table.ingest`, a `stitch stream` batch
+        progress("compacting inline (compaction.inline)")
+        done = compaction.compact(table, engine=engine)
+        result.extra["compaction"] = asdict(done) if done is not None else None
+    return result

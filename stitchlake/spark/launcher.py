@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stitchlake import errors
-from stitchlake.concurrency.liveness import die_with_parent
 from stitchlake.errors import StitchError
 from stitchlake.paths import LOGS_DIR
+from stitchlake.spark.session import DEFAULT_CONF as SESSION_CONF
 from stitchlake.spark.session import REQUIRED_CONF
-from stitchlake.spark.submit import PROGRESS_PREFIX
+from stitchlake.spark.submit import PROGRESS_PREFIX, die_with_parent
 from stitchlake.storage import LocalStorage
 
 if TYPE_CHECKING:
@@ -42,11 +42,11 @@ if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.table import Table
 
-#: Defaults for jobs (the config's spark.conf overrides them; REQUIRED_CONF overrides everything).
-DEFAULT_CONF = {
-    "spark.ui.showConsoleProgress": "false",
+#: Defaults for spark-submit jobs: a session's, and no web UI (a job is a batch run, and its port could clash with
+#: another job's) and the throughput collector (the config's spark.conf overrides them; REQUIRED_CONF everything).
+JOB_CONF = {
+    **SESSION_CONF,
     "spark.ui.enabled": "false",
-    "spark.sql.adaptive.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 
@@ -96,7 +96,7 @@ def spark_properties(config: TableConfig) -> dict[str, str]:
     """The job's Spark settings. Executors run this Python unless the config names the workers' own
     (`spark.pyspark.python`: on a cluster whose hosts keep the environment at another path)."""
     return {
-        **DEFAULT_CONF,
+        **JOB_CONF,
         **executor_environment(config),
         "spark.pyspark.python": sys.executable,
         **config.spark.conf,

@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import traceback
@@ -28,9 +27,34 @@ def progress(message: str) -> None:
 
 
 def quiet_lock_client_logs() -> None:
-    """kazoo logs every failed connection with its host list (maybe a secret); STITCH_DEBUG=1 keeps it."""
-    if os.environ.get("STITCH_DEBUG") != "1":
+    """kazoo logs every failed connection with its host list (maybe a secret); STITCH_DEBUG keeps it (as in the
+    CLI)."""
+    from stitchlake.errors import debugging
+
+    if not debugging():
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
+
+    A `stitch` command that is itself killed cannot stop its spark-submit job any more: without this the JVM and
+    the job's Python driver live on, and could publish after the command was reported dead. The launcher starts
+    spark-submit with it, and the job's Python driver calls it for itself.
+    """
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+#: prctl(2) option: the signal sent to this process when its parent thread dies.
+PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +64,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="the table config YAML")
     parser.add_argument("--table", help="a table folder or URI (when there is no config file)")
     args = parser.parse_args(argv)
-    from stitchlake.concurrency.liveness import die_with_parent
     from stitchlake.errors import Terminated
 
     die_with_parent()  # the JVM that runs us went away (its `stitch` command was killed): so do we
