@@ -22,12 +22,13 @@ from published_history import MODEL, altered_document, history, rows_of
 from spark_fixtures import run_stitch
 from tables import batch, config
 
+import stitchlake
 from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConflictError, StitchError
 from stitchlake.io.published import iceberg_catalog
 from stitchlake.services.alter import alter
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import PublishPlan
+from stitchlake.timeline.metadata import PublishCommit, PublishPlan
 from stitchlake.transaction import Transaction
 
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
@@ -255,9 +256,12 @@ def test_a_second_publish_of_a_format_waits_and_an_overtaken_one_publishes_nothi
         table.publish("delta")
 
 
-def test_one_failing_format_does_not_stop_the_other_and_the_next_compact_catches_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("caller", ["cli", "api"])
+def test_one_failing_format_does_not_stop_the_other_and_the_next_compact_catches_up(
+    tmp_path: Path, caller: str
+) -> None:
     """The Iceberg catalog is unreachable: the compaction stands, Delta is published anyway, and once the catalog
-    is fixed `stitch compact` (nothing new to compact) publishes the Iceberg table it missed."""
+    is fixed `stitch compact` (or `Table.compact`; nothing new to compact) publishes the Iceberg table it missed."""
     root = tmp_path / "t"
     table = history(root)
     path = tmp_path / "wide.yaml"
@@ -279,11 +283,19 @@ def test_one_failing_format_does_not_stop_the_other_and_the_next_compact_catches
     fixed = altered_document(formats=["iceberg", "delta"])
     fixed["table"]["path"] = table.path
     path.write_text(yaml.safe_dump(fixed), encoding="utf-8")
-    caught_up = run_stitch("compact", "-c", str(path), "--engine", "local", "--json")
-    assert caught_up.returncode == 0, caught_up.stdout
-    report = json.loads(caught_up.stdout)
-    assert report["result"] is None and [r["format"] for r in report["published"]] == ["iceberg"]
-    assert rows_of(iceberg_table(report["published"][0]).scan()) == current_rows(table)
+    if caller == "api":
+        assert stitchlake.open(str(path)).compact() is None
+        timeline = table.timeline()
+        commits = [timeline.commit(i) for i in timeline.completed([Action.PUBLISH])]
+        newest = [c for c in commits if isinstance(c, PublishCommit) and c.format == "iceberg"][-1]
+        found = {"location": newest.location, "identifier": newest.identifier}
+        assert rows_of(iceberg_table(found).scan()) == current_rows(table)
+    else:
+        caught_up = run_stitch("compact", "-c", str(path), "--engine", "local", "--json")
+        assert caught_up.returncode == 0, caught_up.stdout
+        report = json.loads(caught_up.stdout)
+        assert report["result"] is None and [r["format"] for r in report["published"]] == ["iceberg"]
+        assert rows_of(iceberg_table(report["published"][0]).scan()) == current_rows(table)
     assert json.loads(run_stitch("compact", "-c", str(path), "--engine", "local", "--json").stdout)["published"] == []
 
 
