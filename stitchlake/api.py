@@ -92,10 +92,14 @@ class Table(CoreTable):
         return ingest(self, _engine(engine), stream, sources, max_files, reingest_changed)
 
     def compact(self, strategy: str | None = None, engine: Engine | None = None) -> Any:
-        """Schedule and run a compaction; None when nothing needs compacting."""
-        from stitchlake.services.compaction import compact
+        """Schedule and run a compaction; None when nothing needs compacting (as `stitch compact`, a configured
+        format that a failed publish left behind then catches up)."""
+        from stitchlake.services.compaction import compact, publish_caught_up
 
-        return compact(self, strategy, _engine(engine))
+        done = compact(self, strategy, _engine(engine))
+        if done is None:
+            publish_caught_up(self)
+        return done
 
     def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> Any:
         """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`)."""

@@ -59,14 +59,19 @@ def test_key_index_is_dense_and_consistent(seed: int) -> None:
         (-(2**62), 50, pa.int64()),  # compact near the bottom of int64
         (2**63 - 60, 50, pa.int64()),  # and near its top
         (7, 40, pa.uint32()),
+        (2**63 + 5, 40, pa.uint64()),  # above int64's range
+        (-100, 201, pa.int8()),  # a span wider than int8 itself: offsets must not wrap
+        (-20_000, 40_001, pa.int16()),
+        (-(2**31), 2**31, pa.int32()),  # sparse for 300 rows: hashed
         (0, 10**12, pa.int64()),  # sparse: hashed
     ],
 )
 def test_single_integer_keys_get_the_same_ids_either_way(low: int, span: int, kind: pa.DataType) -> None:
     """Direct addressing and hashing give consistent dense ids; direct addressing numbers keys in ascending order."""
     rng = np.random.default_rng(span % 97)
-    offsets = rng.integers(0, min(span, 2**62), 300)
-    values = [low + int(o) for o in offsets]
+    rows = 300 if span > 10**6 else max(300, span // 8)  # compact spans: enough rows for direct addressing
+    offsets = rng.integers(0, min(span, 2**62), rows)
+    values = [low + int(o) for o in offsets] + [low, low + span - 1]  # both ends of the span
     index = key_index([pa.array(values, kind)])
     assert index.count == len(set(values))
     assert sorted(set(index.ids.tolist())) == list(range(index.count))
@@ -75,5 +80,7 @@ def test_single_integer_keys_get_the_same_ids_either_way(low: int, span: int, ki
     by_id = {int(i): v for i, v in zip(index.ids.tolist(), values, strict=True)}
     if span < 10**6:  # compact keys: ids follow the key order
         assert [by_id[i] for i in range(index.count)] == sorted(set(values))
+    if span < 10**6:
+        assert index.ids.dtype == np.int64 and int(index.ids.max()) == index.count - 1
     chunked = key_index([pa.chunked_array([pa.array(values[:100], kind), pa.array(values[100:], kind)])])
     assert chunked.ids.tolist() == index.ids.tolist()

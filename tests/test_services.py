@@ -799,6 +799,30 @@ def test_inline_compaction_runs_after_every_kind_of_ingest(tmp_path: Path) -> No
     assert sort(table.read(mode="read_optimized")).equals(sort(table.read()))
 
 
+def test_an_inline_compaction_that_fails_says_the_ingest_stands(tmp_path: Path) -> None:
+    """The compaction after an ingest fails (its configured Iceberg publish cannot reach the catalog): exit 1, not
+    the compaction's own code, and the message says the ingest committed; its rows are in the table."""
+    landing = tmp_path / "landing" / "orders"
+    landing.mkdir(parents=True)
+    unreachable = {"type": "rest", "uri": "http://127.0.0.1:9"}
+    data = document(
+        buckets=1,
+        compaction={"inline": True, "after_delta_commits": 1},
+        publish={"formats": ["iceberg"], "iceberg_catalog": unreachable},
+    )
+    data["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
+    table, config = make_table(tmp_path, data)
+    rows = rows_from({"stream": "orders", "seed": 75, "lo": 0, "hi": 12, "size": 4})
+    pq.write_table(batch(MODEL["orders"], rows), landing / "orders-0000.parquet")
+    done = stitch("ingest", "-c", config, "--stream", "orders", "--engine", "local", "--json")
+    assert done.returncode == 1, done.stdout
+    error = json.loads(done.stdout)["error"]
+    [ingested] = table.timeline().completed([Action.DELTACOMMIT])
+    assert error.startswith(f"ingest {ingested.requested} committed (ingested 1 file(s), {len(rows)} rows"), error
+    assert "the inline compaction after it failed" in error and "publishing failed" in error, error
+    assert len(table.timeline().completed([Action.COMPACTION])) == 1, "the compaction itself stands"
+
+
 def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) -> None:
     from stitchlake.services.rollback import rollback
 

@@ -39,7 +39,9 @@ def _direct(column: pa.Array) -> tuple[np.ndarray, int] | None:
     span = high - low + 1
     if span > DIRECT_SPAN_PER_ROW * len(values) + 1024:
         return None
-    offsets = (values - low) if low else values
+    # Subtract in a type wide enough for the span: int8 keys from -100 to 100 would wrap around in int8.
+    wide = values if values.dtype in (np.int64, np.uint64) else values.astype(np.int64)
+    offsets = wide - wide.dtype.type(low) if low else wide
     seen = np.zeros(span, dtype=np.int32 if len(values) < 2**31 else np.int64)  # 4 bytes per value of the span
     seen[offsets] = 1
     np.cumsum(seen, out=seen)  # seen[v] is now the number of distinct keys <= low + v

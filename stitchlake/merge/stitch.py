@@ -117,7 +117,7 @@ def base_rows(config: TableConfig, base: pa.Table, columns: Sequence[str] | None
 
     A base file already holds one merged row per key, so this is `to_rows(merge_files(base))` without the
     merge: keep keys with a live group; a stream's columns show its default (else null) where its group is
-    absent or a tombstone. Same rows, same order, same types.
+    absent or a tombstone. Same rows and types (in the file's order; the merge's order may differ).
     """
     names = list(columns) if columns is not None else [c.name for c in config.all_columns()]
     alive = np.zeros(base.num_rows, dtype=bool)

@@ -204,10 +204,8 @@ def inline_due(table: Table) -> bool:
 
 
 def compact(table: Table, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None:
-    """Schedule and run; None when nothing needed compacting (a configured format a failed publish left behind
-    then catches up, as with `stitch compact`, whose CLI schedules first to size the work for `--engine auto`)."""
+    """Schedule and run; None when nothing needed compacting."""
     instant = schedule(table, strategy)
     if instant is None:
-        publish_caught_up(table)
         return None
     return run(table, instant, engine)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.badrows import FAIL
-from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, UsageError
+from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.paths import quarantine_folder
 from stitchlake.services import compaction
@@ -249,7 +249,28 @@ def ingest(
         timings=written.timings,
     )
     if compaction.inline_due(table):  # every ingest: `stitch ingest`, `Table.ingest`, a `stitch stream` batch
-        progress("compacting inline (compaction.inline)")
-        done = compaction.compact(table, engine=engine)
-        result.extra["compaction"] = asdict(done) if done is not None else None
+        result.extra["compaction"] = compact_inline(table, engine, result, progress)
     return result
+
+
+def compact_inline(
+    table: Table, engine: Engine, ingested: IngestResult, progress: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """`compaction.inline`, after an ingest committed. A failure says the ingest stands (exit 1, never the
+    compaction's own exit 3 or 4: retrying the ingest would find nothing to ingest, and hide the failure)."""
+    progress("compacting inline (compaction.inline)")
+    try:
+        done = compaction.compact(table, engine=engine)
+    except StitchError as exc:
+        pending = compaction.pending_plans(table)
+        hint = (
+            f"; compaction {pending[0].requested} is left pending, and no inline compaction starts until "
+            "`stitch compact --run` runs it"
+            if pending
+            else ""
+        )
+        raise StitchError(
+            f"ingest {ingested.instant} committed ({ingested.message}), but the inline compaction after it failed: "
+            f"{exc}{hint}"
+        ) from exc
+    return asdict(done) if done is not None else None
