@@ -19,6 +19,7 @@ from tables import MODELS, THREE_STREAMS, batch, new_table
 
 import stitchlake.transaction as transaction_module
 from stitchlake.batch import prepare
+from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import ConflictError, LockLost, UsageError
 from stitchlake.services import compaction, restore, savepoint
 from stitchlake.services.recovery import rollback_failed
@@ -184,9 +185,40 @@ def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them
 
     with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
         ingest(table, FreezingEngine(), "orders", txn=frozen)
+    frozen.abort()  # a claim handed to a job is undone by whoever took it, as `cli.jobs.execute` does
     timeline = table.timeline()
     assert len(timeline.completed([Action.DELTACOMMIT])) == 1 and not timeline.pending()
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_job_leaves_the_claim_it_was_handed_to_its_owner(tmp_path: Path) -> None:
+    """A job that fails (or is interrupted) after its tasks wrote files does not undo the claim of the command that
+    started it: its tasks may still be writing (a Spark task outlives the driver's exception by a moment), and a
+    file written after the markers went would be left behind unnamed. The owner undoes it once the job ended."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.ingest import claim, ingest
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(_rows(1), landing / "part-0001.parquet")
+    document = copy.deepcopy(FAST)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
+    table = new_table(tmp_path, document)
+    owned = claim(table, "orders")
+
+    class FailingEngine(LocalEngine):
+        def write_stream(self, *args: Any, **kwargs: Any) -> Any:
+            super().write_stream(*args, **kwargs)
+            raise KeyboardInterrupt  # as the driver of a job is, when its command is interrupted
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest(table, FailingEngine(), "orders", txn=owned)
+    written = marked_files(table.storage, owned.time)
+    assert written and all(table.storage.exists(path) for path in written), "the job undid a claim it did not own"
+    assert [i.requested for i in table.timeline().pending()] == [owned.time]
+    owned.abort()
+    assert not any(table.storage.exists(path) for path in written) and not table.timeline().pending()
+    assert table.ingest("orders").source_files == 1
 
 
 def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> None:

@@ -188,10 +188,17 @@ def ingest(
     stream_batch: StreamBatch | None = None,
 ) -> IngestResult:
     """Ingest the stream's pending landing files as one deltacommit. `txn` is a claim taken by the caller;
-    `stream_batch` the `stitch stream` micro-batch this ingest is (recorded in the commit)."""
+    `stream_batch` the `stitch stream` micro-batch this ingest is (recorded in the commit).
+
+    A failed ingest is undone by whoever took the claim: here when we did, else by the caller. A Spark job's
+    driver must not undo the claim of the `stitch` command that started it: interrupted, the driver would delete
+    the markers while a task is still writing, and the file that task finishes would be left behind unnamed; the
+    command undoes it once every process of the job has ended (`cli.jobs.execute`).
+    """
     started = time.time()
     table.require()
     spec = table.config.stream(stream)
+    own_claim = txn is None
     if txn is None:
         if not preflight(table, stream, paths, max_files, reingest_changed):
             return nothing_to_do(stream, engine.name)
@@ -226,7 +233,8 @@ def ingest(
         )
     except BaseException as exc:
         refused = txn.refusal_after(exc)
-        txn.abort()
+        if own_claim:
+            txn.abort()
         if refused is not None:
             raise refused from exc
         raise
