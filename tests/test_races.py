@@ -162,18 +162,23 @@ def _spark_writer(table: Any, instant: str) -> StitchWriter:
     return StitchWriter({"path": table.path, "stream": "orders", "instant": instant})
 
 
+def _table_with_one_landing_file(tmp_path: Path) -> Any:
+    """A table whose orders stream has one landing file (4 keys) waiting to be ingested."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(_rows(1), landing / "part-0001.parquet")
+    document = copy.deepcopy(FAST)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
+    return new_table(tmp_path, document)
+
+
 def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them_twice(tmp_path: Path) -> None:
     """The job of a claim (e.g. a spark-submit job of `stitch ingest`) froze past its heartbeat after choosing its
     landing files; a second ingest took the same file; the frozen job must not publish it a second time."""
     from stitchlake.engine import LocalEngine
     from stitchlake.services.ingest import claim, ingest
 
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    pq.write_table(_rows(1), landing / "part-0001.parquet")
-    document = copy.deepcopy(FAST)
-    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
-    table = new_table(tmp_path, document)
+    table = _table_with_one_landing_file(tmp_path)
     frozen = claim(table, "orders")
 
     class FreezingEngine(LocalEngine):
@@ -198,12 +203,7 @@ def test_a_job_leaves_the_claim_it_was_handed_to_its_owner(tmp_path: Path) -> No
     from stitchlake.engine import LocalEngine
     from stitchlake.services.ingest import claim, ingest
 
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    pq.write_table(_rows(1), landing / "part-0001.parquet")
-    document = copy.deepcopy(FAST)
-    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
-    table = new_table(tmp_path, document)
+    table = _table_with_one_landing_file(tmp_path)
     owned = claim(table, "orders")
 
     class FailingEngine(LocalEngine):

@@ -58,9 +58,9 @@ class StreamRows:
     def column(self, name: str, rows: np.ndarray) -> pa.Array:
         """Column `name` of the summaries `rows` (-1: null)."""
         source = self.values.column(name)
-        if self.picks is not None:
-            picked = self.picks[name]
-            rows = np.where(rows >= 0, picked[np.where(rows >= 0, rows, 0)], -1) if len(picked) else rows
+        if self.picks is not None and len(self.picks[name]):
+            shown = rows >= 0
+            rows = np.where(shown, self.picks[name][np.where(shown, rows, 0)], -1)
         absent = rows < 0
         return contiguous(pc.take(source, pa.array(rows, mask=absent) if absent.any() else pa.array(rows)))
 

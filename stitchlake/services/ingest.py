@@ -206,7 +206,7 @@ def ingest(
     try:
         todo, reingested = pending_files(table, stream, paths, max_files, reingest_changed)
         if not todo:
-            txn.abort()
+            txn.abort()  # whoever's claim it is: nothing was written, so no task can still be writing
             return nothing_to_do(stream, engine.name)
         txn.conflict_check = still_pending(stream, [f.name for f in todo])
         progress(f"writing {len(todo)} landing file(s) of stream {stream} as instant {txn.time}")
