@@ -22,10 +22,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyspark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
+from stitchlake.errors import UsageError
 from stitchlake.spark.tables import open_for_spark
+
+try:  # admission control for Python streaming sources arrived in PySpark 4.2; batch reads and writes need 4.1
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxFiles,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - depends on the installed PySpark
+    raise UsageError(f"stitch stream needs PySpark 4.2 or newer; this job runs PySpark {pyspark.__version__}") from None
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,8 +140,6 @@ def run_stream(
 
     spec = table.config.stream(request.stream)
     if spec.source is None:
-        from stitchlake.errors import UsageError
-
         raise UsageError(f"stream {request.stream} has no `source:` in the config; `stitch stream` reads it")
     spark.dataSource.register(LandingFiles)
     interval = request.trigger_interval_s or spec.source.trigger_interval_s

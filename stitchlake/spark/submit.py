@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> None:
         from stitchlake.jobs.run import run
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
-        from stitchlake.spark.streaming import run_stream
         from stitchlake.table import Table, open_table
 
         with open(args.request, encoding="utf-8") as handle:
@@ -94,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
         spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate())
         spark.sparkContext.setLogLevel("WARN")
         if isinstance(request, StreamRequest):
+            from stitchlake.spark.streaming import run_stream  # PySpark 4.2+: the rest runs on 4.1
+
             outcome: dict[str, Any] = {"ok": True, **run_stream(spark, table, request, progress)}
         else:
             outcome = {"ok": True, **run(table, request, SparkEngine(spark), progress)}

@@ -1,0 +1,144 @@
+"""Pinned artifacts from Maven Central, fetched on first use into `.venv/maven/` (never committed).
+
+The peers' Spark connectors, Spark's own Delta and Iceberg readers, Hadoop's S3 connector, Trino and Kafka ship
+only through Maven Central. Each is named here once with its exact version; `fetch` copies it with
+`mvn dependency:copy` (Maven's own local repository caches downloads across checkouts) and `fetch_tree` copies an
+artifact with its runtime dependencies through a throw-away POM. One installer at a time: several test workers
+may ask at once, so a file lock guards each artifact.
+
+Run as a script to fetch coordinates by hand: `python scripts/maven_jars.py G:A:V[:packaging[:classifier]]...`
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+#: Where fetched artifacts live: inside the virtual environment, so `rm -rf .venv` starts clean.
+FOLDER = REPO / ".venv" / "maven"
+FETCH_TIMEOUT_S = 1800.0
+
+
+def _artifact_name(coordinate: str) -> str:
+    """`G:A:V[:packaging[:classifier]]` -> the file name Maven gives it (`A-V[-classifier].packaging`)."""
+    parts = coordinate.split(":")
+    if len(parts) < 3:
+        raise ValueError(f"not a Maven coordinate (G:A:V[:packaging[:classifier]]): {coordinate}")
+    _, artifact, version = parts[:3]
+    packaging = parts[3] if len(parts) > 3 else "jar"
+    classifier = f"-{parts[4]}" if len(parts) > 4 else ""
+    return f"{artifact}-{version}{classifier}.{packaging}"
+
+
+def _mvn() -> str:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError("Maven (`mvn`) is not on PATH; Debian/Ubuntu: apt-get install maven")
+    return mvn
+
+
+def _run(argv: Sequence[str], cwd: Path | None = None) -> None:
+    done = subprocess.run(
+        list(argv),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=FETCH_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip()
+        errors = [line for line in output.splitlines() if "ERROR" in line][:6] or output.splitlines()[-20:]
+        raise RuntimeError(f"{' '.join(argv[:3])} ... failed (exit {done.returncode}):\n" + "\n".join(errors))
+
+
+class _Locked:
+    """An exclusive lock on `<folder>/.lock` for the time a fetch takes."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / ".lock"
+
+    def __enter__(self) -> None:
+        self.handle = open(self.path, "a+")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+
+    def __exit__(self, *_: object) -> None:
+        self.handle.close()
+
+
+def fetch(coordinates: Iterable[str], folder: Path = FOLDER) -> list[Path]:
+    """Each artifact alone (no dependencies: connector bundles carry theirs), in the order given."""
+    out = []
+    with _Locked(folder):
+        for coordinate in coordinates:
+            target = folder / _artifact_name(coordinate)
+            if not target.exists():
+                parts = coordinate.split(":")
+                artifact = ":".join([*parts[:3], parts[3] if len(parts) > 3 else "jar", *parts[4:5]])
+                with tempfile.TemporaryDirectory(dir=folder) as scratch:
+                    _run(
+                        [
+                            _mvn(),
+                            "-B",
+                            "-q",
+                            "dependency:copy",
+                            f"-Dartifact={artifact}",
+                            f"-DoutputDirectory={scratch}",
+                        ]
+                    )
+                    os.replace(Path(scratch) / target.name, target)
+            out.append(target)
+    return out
+
+
+def fetch_tree(coordinate: str, excludes: Sequence[str] = (), folder: Path = FOLDER) -> list[Path]:
+    """A jar and its runtime dependencies (minus `excludes`, `G:A` each), in a folder of their own.
+
+    For artifacts that are not bundles (Hadoop's S3 connector with the AWS SDK modules it calls, Kafka's broker):
+    a throw-away POM names the one dependency and Maven resolves the rest.
+    """
+    group, artifact, version = coordinate.split(":")[:3]
+    target = folder / f"{artifact}-{version}-with-dependencies"
+    done = target / ".complete"
+    with _Locked(folder):
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            exclusions = "".join(
+                f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
+                for g, a in (e.split(":") for e in excludes)
+            )
+            pom = (
+                '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+                "<groupId>stitchlake.local</groupId><artifactId>fetch</artifactId><version>0</version>"
+                f"<dependencies><dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+                f"<version>{version}</version><exclusions>{exclusions}</exclusions></dependency></dependencies>"
+                "</project>"
+            )
+            with tempfile.TemporaryDirectory(dir=folder) as scratch:
+                (Path(scratch) / "pom.xml").write_text(pom)
+                _run(
+                    [
+                        _mvn(),
+                        "-B",
+                        "-q",
+                        "dependency:copy-dependencies",
+                        "-DincludeScope=runtime",
+                        f"-DoutputDirectory={target}",
+                    ],
+                    cwd=Path(scratch),
+                )
+            done.write_text(coordinate + "\n" + "\n".join(excludes))
+    return sorted(p for p in target.iterdir() if p.suffix == ".jar")
+
+
+if __name__ == "__main__":
+    for path in fetch(sys.argv[1:]):
+        print(path)

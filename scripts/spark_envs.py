@@ -1,0 +1,125 @@
+"""Side Spark environments: a pinned PySpark and the Maven jars of the connectors that run on it.
+
+stitchlake's own `.venv` holds the newest PySpark it supports. The connectors it is compared with and read by are
+built against particular Spark versions, so each runs in a folder of its own (`pip install --target`) put first on
+`PYTHONPATH` of a process started with the project's Python: that process imports the pinned PySpark, and
+stitchlake and its other dependencies from `.venv`. Jars come from Maven Central through `maven_jars` (never
+committed).
+
+- `SPARK_4_1`: the newest Spark that both Delta's (`delta-spark_4.1`) and Iceberg's (`iceberg-spark-runtime-4.1`)
+  Spark runtimes exist for; stitchlake's data source runs on it too (`stitch stream` needs PySpark 4.2).
+- `SPARK_3_5`: the Spark that the Hudi and Paimon Spark connectors this machine's Maven Central serves are built
+  for (their Spark 4 bundles are not served here).
+
+`python scripts/spark_envs.py NAME` installs one and prints its folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from maven_jars import REPO, fetch
+
+INSTALL_TIMEOUT_S = 1800.0
+
+DELTA_VERSION = "4.4.0"
+ICEBERG_VERSION = "1.12.0"
+HUDI_VERSION = "1.2.0"
+PAIMON_VERSION = "0.9.0"
+SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
+
+
+@dataclass(frozen=True)
+class SparkEnv:
+    """A pinned PySpark (pip packages) with the jars its sessions load."""
+
+    name: str
+    packages: tuple[str, ...]
+    jars: tuple[str, ...]
+
+    @property
+    def folder(self) -> Path:
+        return REPO / ".venv" / self.name
+
+    @property
+    def spark_version(self) -> str:
+        return next(p.split("==")[1] for p in self.packages if p.startswith("pyspark=="))
+
+
+SPARK_4_1 = SparkEnv(
+    name="spark-4.1",
+    packages=("pyspark==4.1.4", "py4j==0.10.9.9"),
+    jars=(
+        f"io.delta:delta-spark_4.1_2.13:{DELTA_VERSION}",
+        f"io.delta:delta-storage:{DELTA_VERSION}",
+        f"org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:{ICEBERG_VERSION}",
+        SQLITE_JDBC,
+    ),
+)
+SPARK_3_5 = SparkEnv(
+    name="spark-3.5",
+    packages=("pyspark==3.5.9", "py4j==0.10.9.7"),
+    jars=(
+        f"org.apache.hudi:hudi-spark3.5-bundle_2.12:{HUDI_VERSION}",
+        f"org.apache.paimon:paimon-spark-3.5:{PAIMON_VERSION}",
+    ),
+)
+ENVS = {env.name: env for env in (SPARK_4_1, SPARK_3_5)}
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What a process needs to run under an installed side environment."""
+
+    env: SparkEnv
+    folder: Path
+    jars: tuple[Path, ...]
+
+    def environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """`base` (default: this process's environment) with the pinned PySpark first on the path; the variables
+        that would point Spark elsewhere are dropped. `STITCH_SPARK_JARS` lists the jars (comma-separated) for the
+        session's `spark.jars`."""
+        env = {
+            k: v
+            for k, v in (os.environ if base is None else base).items()
+            if k not in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
+        }
+        env["PYTHONPATH"] = os.pathsep.join([str(self.folder), str(REPO)])
+        env["PYSPARK_PYTHON"] = sys.executable
+        env["STITCH_SPARK_JARS"] = ",".join(map(str, self.jars))
+        return env
+
+
+def install(env: SparkEnv) -> Installed:
+    """Install the environment on first use (one installer at a time); a failure raises, it is never skipped."""
+    folder = env.folder
+    done = folder / ".installed"
+    wanted = "\n".join(env.packages)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{folder}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (done.read_text() if done.exists() else "") != wanted:
+            pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            argv = [*pip, "--upgrade", "--target", str(folder), *env.packages]
+            finished = subprocess.run(
+                argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL
+            )
+            if finished.returncode != 0:
+                raise RuntimeError(
+                    f"installing {env.name} failed (exit {finished.returncode}):\n{finished.stderr[-3000:]}"
+                )
+            done.write_text(wanted)
+    return Installed(env, folder, tuple(fetch(env.jars)))
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or list(ENVS):
+        installed = install(ENVS[name])
+        print(installed.folder)
+        for jar in installed.jars:
+            print(f"  {jar}")
