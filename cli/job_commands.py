@@ -26,7 +26,7 @@ from cli.options import (
     open_target,
 )
 from cli.output import Report
-from stitchlake.errors import UsageError
+from stitchlake.errors import BusyError, UsageError
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -232,13 +232,21 @@ def _compact(
         raise UsageError("--strategy chooses what a new plan compacts; --run runs plans already scheduled, as planned")
     handle = open_target(config, table)
     planned = instant
+    resumed: list[dict[str, Any]] = []
+    if not run_only and not schedule_only:
+        # Plans left pending (an interrupted or crashed run, or `--schedule`) run first, oldest first: a plan
+        # nobody runs would keep its file groups out of every new plan, and cron would compact nothing for good.
+        resumed = _resume_pending(handle, engine)
     if not run_only:
         planned = compaction.schedule(handle, strategy)  # metadata only: never needs Spark
         if planned is None and not schedule_only:
+            if resumed:  # nothing new qualified: the summary is the last resumed plan's
+                return _compaction_report({**resumed[-1], "resumed": resumed[:-1]}, resumed[:-1], pending=True)
             # Nothing new to compact; a configured format a failed publish left behind catches up now.
             data: dict[str, Any] = {
                 "scheduled": None,
                 "result": None,
+                "resumed": [],
                 "published": compaction.publish_caught_up(handle),
             }
             return Report(data, message=output.with_published("nothing to compact", data))
@@ -255,14 +263,44 @@ def _compact(
     request = CompactRequest(instant=planned)
     result = execute(handle, request, choose_engine(handle, request, engine, compaction.plan_bytes(handle, planned)))
     result["scheduled"] = None if run_only else planned
+    result["resumed"] = resumed
+    return _compaction_report(result, resumed)
+
+
+def _resume_pending(handle: Table, engine: EngineChoice) -> list[dict[str, Any]]:
+    """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
+    process takes over meanwhile is left to it."""
+    from stitchlake.jobs.requests import CompactRequest
+    from stitchlake.services import compaction
+
+    done = []
+    for plan in compaction.runnable_plans(handle):
+        request = CompactRequest(instant=plan.requested)
+        chosen = choose_engine(handle, request, engine, compaction.plan_bytes(handle, plan.requested))
+        try:
+            result = execute(handle, request, chosen)
+        except BusyError:
+            continue
+        if result.get("result"):
+            done.append({**result, "scheduled": None})
+    return done
+
+
+def _compaction_report(result: dict[str, Any], resumed: list[dict[str, Any]], pending: bool = False) -> Report:
+    """`result` is the last compaction run; `resumed`, the pending plans run before it; `pending`, whether the
+    last one was a pending plan too."""
     done = result.get("result") or {}
+    what = "pending compaction" if pending else "compaction"
     message = (
         output.with_published(
-            f"compaction {done['instant']} completed: {done['file_groups']} file group(s), {done['rows']} rows", done
+            f"{what} {done['instant']} completed: {done['file_groups']} file group(s), {done['rows']} rows", done
         )
         if done
         else "nothing to compact"
     )
+    if resumed:
+        earlier = ", ".join(r["result"]["instant"] for r in resumed)
+        message = f"ran pending compaction plan(s) {earlier} first; {message}"
     flat = {**result, **{f"result_{k}": v for k, v in done.items()}}
     return Report(
         result,

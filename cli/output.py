@@ -473,21 +473,28 @@ def print_status(report: Mapping[str, Any]) -> None:
             )
         print_table(grid)
 
-    for section, title in (("writers", "pending writers"), ("pending_compactions", "pending compactions")):
+    for warning in report.get("warnings") or []:
+        stdout_console().print(text(f"warning: {warning}", "yellow"), soft_wrap=True)
+    for section, title, dead_label in (
+        ("writers", "pending writers", "no (failed write)"),
+        ("pending_compactions", "pending compactions", "no (not running)"),
+    ):
         entries = report.get(section) or []
         if not entries:
             continue
         grid = compact_table(title=title)
-        for name in ("instant", "action", "state", "stream", "alive", "heartbeat age", "host", "pid"):
-            grid.add_column(name, justify="right" if name in ("heartbeat age", "pid") else "left")
+        for name in ("instant", "action", "state", "stream", "alive", "pending", "heartbeat age", "host", "pid"):
+            grid.add_column(name, justify="right" if name in ("pending", "heartbeat age", "pid") else "left")
         for entry in entries:
             age = entry.get("heartbeat_age_s")
+            pending = entry.get("pending_s")
             grid.add_row(
                 text(str(entry.get("instant"))),
                 text(str(entry.get("action"))),
                 text(str(entry.get("state"))),
                 text(entry.get("stream") or "-"),
-                text("yes", "green") if entry.get("alive") else text("no (failed write)", "red"),
+                text("yes", "green") if entry.get("alive") else text(dead_label, "red"),
+                text(human_duration(pending) if pending is not None else "-"),
                 text(human_duration(age) if age is not None else "-"),
                 text(str(entry.get("host") or "-")),
                 text(str(entry.get("pid") or "-")),

@@ -610,6 +610,8 @@ class CompactionSpec(Spec):
     """Threshold for log_files."""
     min_log_bytes: Annotated[int, Strict(), Ge(0), WHOLE] = 64 * 1024 * 1024
     """Threshold for log_bytes."""
+    stale_plan_minutes: Annotated[int, Strict(), Ge(1), WHOLE] = 60
+    """`stitch status` warns about a plan pending this long that no live process runs."""
 
 
 class CleanSpec(Spec):

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import NotFoundError, UsageError
+from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
@@ -45,6 +46,8 @@ class CompactionResult:
     merged_files: int = 0
     #: What `publish.formats` published after the compaction (`services.publish.PublishResult` as JSON).
     published: list[dict[str, Any]] = field(default_factory=list)
+    #: Plans left pending (interrupted, crashed or only scheduled) that the same call ran first, oldest first.
+    resumed: list[CompactionResult] = field(default_factory=list)
 
 
 def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
@@ -99,6 +102,18 @@ def plan_bytes(table: Table, instant_time: str | None = None) -> int:
 def pending_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
     timeline = timeline or table.timeline()
     return timeline.pending([Action.COMPACTION])
+
+
+def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
+    """Pending plans that no live process is running, oldest first: scheduled and never run, or whose run was
+    interrupted or crashed. Plain `stitch compact` runs these before it plans anything new (as Hudi's compaction
+    runs pick up pending plans first): a plan nobody runs keeps its file groups out of every later plan."""
+    expire = table.config.concurrency.heartbeat.expire_s
+    return [
+        instant
+        for instant in pending_plans(table, timeline)
+        if heartbeats.is_expired(table.storage, instant.requested, expire)
+    ]
 
 
 def compact_file_group(table: Table, fslice: FileSlice, instant: str, mark: Callable[[str], None]) -> DataFile:
@@ -189,23 +204,63 @@ def publish_caught_up(table: Table) -> list[dict[str, Any]]:
 
 
 def inline_due(table: Table) -> bool:
-    """Whether `compaction.inline` asks for a compaction now (enough deltacommits since the last one)."""
-    spec = table.config.compaction
-    if not spec.inline:
+    """Whether `compaction.inline` asks for a compaction now: a pending plan nobody runs, or enough deltacommits
+    since the last compaction (while a live process runs a plan, none)."""
+    if not table.config.compaction.inline:
         return False
     timeline = table.timeline()
+    return bool(runnable_plans(table, timeline)) or _commits_due(table, timeline)
+
+
+def _commits_due(table: Table, timeline: Timeline) -> bool:
+    """Enough deltacommits completed since the last compaction for an inline one, and none pending."""
     if timeline.pending([Action.COMPACTION]):
         return False
     last = timeline.latest_completed([Action.COMPACTION])
     since = [
         i for i in timeline.completed([Action.DELTACOMMIT]) if last is None or (i.completed or "") > last.requested
     ]
-    return len(since) >= spec.after_delta_commits
+    return len(since) >= table.config.compaction.after_delta_commits
+
+
+def resume_pending(table: Table, engine: Engine | None = None) -> list[CompactionResult]:
+    """Run every pending plan nobody is running, oldest first. A plan another process takes over meanwhile is
+    left to it (its run refuses ours as busy)."""
+    done = []
+    for instant in runnable_plans(table):
+        try:
+            done.append(run(table, instant.requested, engine))
+        except BusyError:
+            continue
+    return done
 
 
 def compact(table: Table, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None:
-    """Schedule and run; None when nothing needed compacting."""
+    """Run the pending plans nobody runs, then schedule and run a new plan. Returns the new plan's result (the
+    resumed ones in its `resumed`), or the last resumed one when nothing new qualified; None when nothing ran."""
+    return _after(resume_pending(table, engine), lambda: _schedule_and_run(table, strategy, engine))
+
+
+def compact_inline(table: Table, engine: Engine | None = None) -> CompactionResult | None:
+    """What `compaction.inline` does after an ingest: the pending plans nobody runs, then a new plan only when
+    enough deltacommits piled up since the last compaction."""
+    resumed = resume_pending(table, engine)
+    return _after(
+        resumed, lambda: _schedule_and_run(table, None, engine) if _commits_due(table, table.timeline()) else None
+    )
+
+
+def _schedule_and_run(table: Table, strategy: str | None, engine: Engine | None) -> CompactionResult | None:
     instant = schedule(table, strategy)
-    if instant is None:
-        return None
-    return run(table, instant, engine)
+    return None if instant is None else run(table, instant, engine)
+
+
+def _after(resumed: list[CompactionResult], then: Callable[[], CompactionResult | None]) -> CompactionResult | None:
+    """The last compaction run, carrying the resumed plans that ran before it."""
+    result = then()
+    if result is None:
+        if not resumed:
+            return None
+        result, resumed = resumed[-1], resumed[:-1]
+    result.resumed = resumed
+    return result

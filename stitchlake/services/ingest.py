@@ -268,12 +268,12 @@ def compact_inline(
     compaction's own exit 3 or 4: retrying the ingest would find nothing to ingest, and hide the failure)."""
     progress("compacting inline (compaction.inline)")
     try:
-        done = compaction.compact(table, engine=engine)
+        done = compaction.compact_inline(table, engine)
     except StitchError as exc:
         pending = compaction.pending_plans(table)
         hint = (
-            f"; compaction {pending[0].requested} is left pending, and no inline compaction starts until "
-            "`stitch compact --run` runs it"
+            f"; compaction {pending[0].requested} is left pending: the next `stitch compact` or inline compaction "
+            "runs it first"
             if pending
             else ""
         )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.names import BASE, LOG
+from stitchlake.timeline import clock
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
@@ -15,13 +16,16 @@ if TYPE_CHECKING:
     from stitchlake.table import Table
 
 
-def status(table: Table) -> dict[str, Any]:
-    """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams."""
+def status(table: Table, now: float | None = None) -> dict[str, Any]:
+    """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams.
+
+    `now` (epoch seconds) is when ages are measured from: this moment unless given.
+    """
     table.require()
     timeline = table.timeline()
     view = table.view(timeline)
     expire = table.config.concurrency.heartbeat.expire_s
-    now = time.time()
+    now = time.time() if now is None else now
 
     partitions: dict[str, dict[str, Any]] = {}
     for key in view.file_groups():
@@ -40,11 +44,14 @@ def status(table: Table) -> dict[str, Any]:
         entry["rows"] += fslice.base.rows if fslice.base else 0
 
     writers = []
+    warnings = []
+    stale_after_s = table.config.compaction.stale_plan_minutes * 60
     for instant in timeline.pending():
         record = heartbeats.read_beat(table.storage, instant.requested)
         beat = None if record is None else float(record["ts"])
         alive = not heartbeats.is_expired(table.storage, instant.requested, expire, now)
         writer = timeline.plan(instant).writer
+        pending_s = round(now - clock.to_millis(instant.requested) / 1000, 1)
         writers.append(
             {
                 "instant": instant.requested,
@@ -53,10 +60,18 @@ def status(table: Table) -> dict[str, Any]:
                 "stream": timeline.stream_of(instant),
                 "alive": alive,
                 "heartbeat_age_s": None if beat is None else round(now - beat, 1),
+                "pending_s": pending_s,
                 "host": writer.host,
                 "pid": writer.pid,
             }
         )
+        if instant.action == Action.COMPACTION and not alive and pending_s > stale_after_s:
+            # Its file groups stay out of every new plan until it runs: logs pile up, reads slow down, read-optimized
+            # reads and published tables go stale. Plain `stitch compact` runs it first.
+            warnings.append(
+                f"compaction plan {instant.requested} has been pending for {pending_s / 3600:.1f} h and nothing is "
+                "running it (over compaction.stale_plan_minutes): run `stitch compact`"
+            )
 
     streams: dict[str, Any] = {name: None for name in table.config.streams}
     for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
@@ -98,6 +113,7 @@ def status(table: Table) -> dict[str, Any]:
         "pending_compactions": [w for w in writers if w["action"] == Action.COMPACTION],
         "writers": [w for w in writers if w["action"] != Action.COMPACTION],
         "streams": streams,
+        "warnings": warnings,
         "timeline": {
             "active_instants": len(timeline),
             "archived_until": checkpoint.horizon if checkpoint else None,
