@@ -230,6 +230,8 @@ def _compact(
         raise UsageError("--instant only goes with --run")
     if strategy and run_only:
         raise UsageError("--strategy chooses what a new plan compacts; --run runs plans already scheduled, as planned")
+    if strategy is not None:
+        compaction.check_strategy(strategy)
     handle = open_target(config, table)
     planned = instant
     resumed: list[dict[str, Any]] = []

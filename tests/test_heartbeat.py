@@ -202,3 +202,36 @@ def test_expire_s_is_validated_and_drives_healthy(tmp_path: Path) -> None:
         time.sleep(0.2)
         assert beat.healthy and beat.last_error is None
         assert not heartbeat.is_expired(storage, INSTANT, beat.expire_s or 0)
+
+
+def test_a_writer_that_exited_unreaped_is_dead_at_once(tmp_path: Path) -> None:
+    """A process that exited but was not reaped (a zombie) still has its pid: a Spark job's Python driver, orphaned
+    when its JVM ends, stays one for good under an init that does not reap. Its beat must not look alive."""
+    storage = LocalStorage(str(tmp_path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", BEAT_AND_EXIT, str(tmp_path), INSTANT], env=_env(), stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"beating"
+        deadline = time.monotonic() + 300
+        while (Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        record = json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/{INSTANT}"))
+        assert record["pid"] == child.pid, "the beat names the exited process, whose pid still exists"
+        assert heartbeat.is_expired(storage, INSTANT, expire_s=3600)
+    finally:
+        child.kill()
+        child.wait()
+
+
+#: Beat once as a long-lived writer would, leave the beat behind, exit without cleaning up.
+BEAT_AND_EXIT = """
+import os, sys
+from stitchlake.concurrency.heartbeat import Heartbeat
+from stitchlake.storage import LocalStorage
+beat = Heartbeat(LocalStorage(sys.argv[1]), sys.argv[2], interval_s=3600)
+beat.start()
+print("beating", flush=True)
+os._exit(0)
+"""

@@ -21,16 +21,28 @@ def this_host() -> str:
     return socket.gethostname()
 
 
-def start_time(pid: int) -> str | None:
-    """When `pid` started, as the kernel counts it (Linux `/proc/<pid>/stat` field 22); None where unknown."""
+def _stat(pid: int) -> list[str]:
+    """Linux `/proc/<pid>/stat` from field 3 (the state) on; empty where unknown."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             stat = handle.read()
     except OSError:
-        return None
+        return []
     # The command name (field 2) is in parentheses and may hold spaces: count fields after its closing one.
-    fields = stat[stat.rfind(")") + 2 :].split()
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def start_time(pid: int) -> str | None:
+    """When `pid` started, as the kernel counts it (field 22); None where unknown."""
+    fields = _stat(pid)
     return fields[19] if len(fields) > 19 else None
+
+
+def exited(pid: int) -> bool:
+    """Whether `pid` has exited but was not reaped yet (a zombie). An init that does not reap orphans keeps them
+    for good: a Spark job's Python driver, orphaned when its JVM ends, stays a zombie holding its pid."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def identity() -> dict[str, object]:
@@ -53,5 +65,7 @@ def gone(record: dict[str, object]) -> bool:
         return True
     except PermissionError:
         pass  # exists, owned by someone else: compare start times
+    if exited(pid):
+        return True
     now = start_time(pid)
     return now is not None and now != started

@@ -50,10 +50,16 @@ class CompactionResult:
     resumed: list[CompactionResult] = field(default_factory=list)
 
 
-def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
-    """The latest slices worth compacting; file groups with a pending rewrite are left alone."""
+def check_strategy(strategy: str) -> str:
+    """Refuse an unknown strategy before any work (a plain compact runs pending plans before it plans)."""
     if strategy not in STRATEGIES:
         raise UsageError(f"compaction strategy {strategy!r} is not one of: {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
+    """The latest slices worth compacting; file groups with a pending rewrite are left alone."""
+    check_strategy(strategy)
     chosen = []
     for key in view.file_groups():
         if key in view.pending_rewrites:
@@ -238,6 +244,8 @@ def resume_pending(table: Table, engine: Engine | None = None) -> list[Compactio
 def compact(table: Table, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None:
     """Run the pending plans nobody runs, then schedule and run a new plan. Returns the new plan's result (the
     resumed ones in its `resumed`), or the last resumed one when nothing new qualified; None when nothing ran."""
+    if strategy is not None:
+        check_strategy(strategy)
     return _after(resume_pending(table, engine), lambda: _schedule_and_run(table, strategy, engine))
 
 
