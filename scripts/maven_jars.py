@@ -109,7 +109,7 @@ def fetch_tree(
     a throw-away POM names the dependencies, each with every exclusion, and Maven resolves the rest. The folder
     is fetched again when the request changes.
     """
-    group, artifact, version = coordinate.split(":")[:3]
+    _, artifact, version = coordinate.split(":")[:3]
     target = folder / f"{artifact}-{version}-with-dependencies"
     done = target / ".complete"
     wanted = "\n".join([coordinate, *also, "excludes:", *excludes])

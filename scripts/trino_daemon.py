@@ -235,7 +235,12 @@ def start(
         pids["trino"] = spawn(argv, workdir, "trino")
         write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
         wait_for(
-            "Trino to start", lambda: _ready(uri), pids, time.monotonic() + timeout, lambda: _log_tails(workdir), TrinoError
+            "Trino to start",
+            lambda: _ready(uri),
+            pids,
+            time.monotonic() + timeout,
+            lambda: _log_tails(workdir),
+            TrinoError,
         )
     except BaseException:
         _kill(workdir, pids)

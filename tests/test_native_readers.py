@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 from iceberg_rest_catalog import RestCatalogServer, rest_catalog
 from published_history import MODEL, expected_rows, history, rows_of
 from s3_server import S3Server, rgw
-from spark_native_reader import IcebergCatalog, Request, read_with_spark
+from spark_native_reader import IcebergCatalog, Request, S3Settings, read_with_spark
 from tables import batch
 from trino_server import Trino, quote
 
@@ -56,7 +56,9 @@ def erase_keys(*keys: int) -> pa.Table:
     return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
 
 
-def publish_twice(root: Path, formats: tuple[str, ...], place: dict[str, Any] | None = None, **publish: Any) -> Published:
+def publish_twice(
+    root: Path, formats: tuple[str, ...], place: dict[str, Any] | None = None, **publish: Any
+) -> Published:
     """The history table, published; then a late update and a compaction, and an erase that republishes."""
     table = history(root, place, retain_versions=3, **publish)
     first = {fmt: table.publish(fmt).to_json() for fmt in formats}
@@ -141,7 +143,12 @@ def test_spark_reads_the_published_tables_with_its_own_delta_and_iceberg_readers
     iceberg = disk.second["iceberg"]
     catalogs: list[IcebergCatalog] = [
         # Iceberg's JDBC catalog keys its rows by the Spark catalog's name: it must be `stitchlake`.
-        {"name": "stitchlake", "type": "jdbc", "uri": jdbc_sqlite(iceberg["catalog"]), "warehouse": iceberg["location"]},
+        {
+            "name": "stitchlake",
+            "type": "jdbc",
+            "uri": jdbc_sqlite(iceberg["catalog"]),
+            "warehouse": iceberg["location"],
+        },
         {"name": "rest", "type": "rest", "uri": rest.second["iceberg"]["catalog"]},
     ]
     assert rest.second["iceberg"]["catalog"] == local_tables.server.uri
@@ -263,7 +270,9 @@ def s3_tables(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> 
     place = {"table": {"path": f"s3://{bucket}/warehouse/wide"}, "storage": storage}
     catalog = {"type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}"}
     try:
-        yield S3Tables(publish_twice(root, ("delta", "iceberg"), place, iceberg_catalog=catalog), s3_server, bucket, storage)
+        yield S3Tables(
+            publish_twice(root, ("delta", "iceberg"), place, iceberg_catalog=catalog), s3_server, bucket, storage
+        )
     finally:
         os.environ.pop(secret, None)
         try:
@@ -289,7 +298,7 @@ def test_spark_reads_the_published_tables_on_s3_through_hadoop_aws(s3_tables: S3
             "warehouse": "s3a://" + iceberg["location"].removeprefix("s3://"),
         }
     ]
-    s3 = {
+    s3: S3Settings = {
         "endpoint": server.endpoint,
         "region": server.region,
         "access_key": server.access_key,

@@ -22,7 +22,8 @@ import pytest
 from script_modules import load_script
 from session_servers import file_lock, session_owner, shared_root
 
-trino_daemon = load_script("trino_daemon")  # scripts/trino_daemon.py: install, start, stop (not `trino`: the PyPI client)
+# scripts/trino_daemon.py: install, start, stop (not named `trino`: that is the PyPI client's module)
+trino_daemon = load_script("trino_daemon")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ class Trino:
         import trino
 
         parts = urlsplit(self.uri)
-        connection = trino.dbapi.connect(host=parts.hostname, port=parts.port, user="stitchlake-test")
+        connection = trino.dbapi.connect(  # type: ignore[no-untyped-call]
+            host=parts.hostname, port=parts.port, user="stitchlake-test"
+        )
         try:
             cursor = connection.cursor()
             cursor.execute(sql)
