@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from stitchlake.errors import ConflictError, UsageError
+from stitchlake.errors import ConflictError, StitchError, UsageError
 from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import scheme_of
 
@@ -104,12 +104,16 @@ class Publication:
     #: Recreate the published table: no older version, log entry or manifest survives (after `erase --purge`).
     fresh: bool = False
     before_commit: Callable[[], None] = field(default=lambda: None)
+    #: Told the version right after the format's commit, before the bookkeeping that follows it (expiry, vacuum):
+    #: from then on the version exists, whatever interrupts the publish.
+    committed: Callable[[int], None] = field(default=lambda version: None)
 
 
 def write_delta(publication: Publication, target: Target) -> Published:
     """Overwrite the Delta table at the target with the rows (their schema replaces the old one: an alter may have
     added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
-    delete the files only versions older than the last `retain` publishes need."""
+    delete the files only versions older than the last `retain` publishes need, and the files no version lists
+    (a crashed writer's)."""
     from deltalake import DeltaTable, write_deltalake
 
     options = delta_options(target)
@@ -121,10 +125,6 @@ def write_delta(publication: Publication, target: Target) -> Published:
     owned = current is None or _owner_of(current, target, publication)
     publication.before_commit()
     before = _data_files(target)
-    if publication.fresh and current is not None:
-        storage = target.storage()
-        storage.delete_many([info.path for info in storage.list_files("")])
-        current = None
     write_deltalake(
         current if current is not None else target.location,
         publication.rows,
@@ -136,6 +136,9 @@ def write_delta(publication: Publication, target: Target) -> Published:
         storage_options=options if current is None else None,
     )
     table = DeltaTable(target.location, storage_options=options)
+    publication.committed(table.version())
+    if publication.fresh and current is not None:
+        return _cut_history(table, target, before)
     if not owned:  # published before tables recorded their owner: record it once
         table.alter.set_table_description(f"{OWNER_MARK}{publication.table_id}")
     writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
@@ -143,6 +146,42 @@ def write_delta(publication: Publication, target: Target) -> Published:
     # vacuum names every file the log has ever removed, deleted by an earlier vacuum or not: count what went.
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
     return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _cut_history(table: Any, target: Target, before: set[str]) -> Published:
+    """After `erase --purge`: the version just written becomes the table's only one. It is checkpointed, then
+    every older log entry and checkpoint and every data file it does not read are deleted, so no statistic, log
+    line or file holds an erased value any more.
+
+    The version numbers go on (they never start again at 0): a publish presumed dead that loaded an older version
+    and commits late finds that number taken, and the log it would check its commit against gone, and fails; a
+    table recreated at version 0 would take its commit as the next version."""
+    version = int(table.version())
+    table.create_checkpoint()
+    storage = target.storage()
+    kept = {_relative(uri, target.location) for uri in table.file_uris()}
+    doomed = []
+    for info in storage.list_files(""):
+        if info.path.startswith("_delta_log/"):
+            name = info.path.removeprefix("_delta_log/")
+            number = name.split(".", 1)[0]
+            if number.isdigit() and int(number) < version:
+                doomed.append(info.path)
+        elif info.path not in kept:
+            doomed.append(info.path)
+    storage.delete_many(doomed)
+    return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _relative(uri: str, location: str) -> str:
+    """A data file's URI as a path under the table's location (refused if it is not under it: deleting by a
+    wrong name would delete the file a version reads)."""
+    base = _without_file_scheme(location).rstrip("/")
+    base = base if "://" in base else os.path.abspath(base)
+    found = _without_file_scheme(uri)
+    if not found.startswith(base + "/"):
+        raise StitchError(f"the Delta table at {location} lists {uri}, which is not under it; nothing was deleted")
+    return found[len(base) + 1 :]
 
 
 def _owner_of(current: Any, target: Target, publication: Publication) -> bool:
@@ -275,6 +314,9 @@ def write_iceberg(
     publication.before_commit()
     removed = 0
     if publication.fresh and table is not None:
+        # Dropped and created anew: a publish presumed dead that loaded the old table and commits late is refused
+        # by the catalog (its commit asserts the old table's UUID and snapshot); the data files it may still write
+        # under the same location are swept by the next publish.
         location = _without_file_scheme(table.location()).rstrip("/")
         catalog.drop_table(identifier)
         storage = target.storage(location)
@@ -304,7 +346,9 @@ def write_iceberg(
     table = catalog.load_table(identifier)
     current = table.current_snapshot()
     assert current is not None
+    publication.committed(current.snapshot_id)
     removed += _expire(table, publication.retain, target)
+    removed += _sweep_unlisted(catalog.load_table(identifier), target)
     name = f"{namespace}.{publication.name}"
     return Published(current.snapshot_id, table.location(), identifier=name, removed_files=removed)
 
@@ -345,6 +389,23 @@ def _expire(table: Any, retain: int, target: Target) -> int:
     table_storage = target.storage(location)
     table_storage.delete_many(sorted(path.removeprefix(f"{location}/") for path in unread))
     return len(unread)
+
+
+def _sweep_unlisted(table: Any, target: Target) -> int:
+    """Delete the data files under the table's `data/` that no snapshot lists: a publish that crashed after writing
+    them and before its commit left them. Run after this publish's own commit, it cannot take a file a commit will
+    still list: publishes of a format run one at a time, and one presumed dead that commits later is refused by
+    the catalog (its commit asserts the snapshot it loaded, no longer the current one)."""
+    location = _without_file_scheme(table.location()).rstrip("/")
+    listed = _files_read(table, [s.snapshot_id for s in table.snapshots()])
+    storage = target.storage(location)
+    try:
+        found = [info.path for info in storage.list_files("data")]
+    except FileNotFoundError:
+        return 0
+    unlisted = sorted(path for path in found if path.endswith(".parquet") and f"{location}/{path}" not in listed)
+    storage.delete_many(unlisted)
+    return len(unlisted)
 
 
 def _files_read(table: Any, snapshot_ids: Sequence[int]) -> set[str]:
