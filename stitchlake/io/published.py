@@ -125,16 +125,25 @@ def write_delta(publication: Publication, target: Target) -> Published:
     owned = current is None or _owner_of(current, target, publication)
     publication.before_commit()
     before = _data_files(target)
-    write_deltalake(
-        current if current is not None else target.location,
-        publication.rows,
-        mode="overwrite",
-        schema_mode="overwrite",
-        name=publication.name,
-        description=f"{OWNER_MARK}{publication.table_id}",
-        partition_by=list(publication.partition_by) or None,
-        storage_options=options if current is None else None,
-    )
+    try:
+        write_deltalake(
+            current if current is not None else target.location,
+            publication.rows,
+            mode="overwrite",
+            schema_mode="overwrite",
+            name=publication.name,
+            description=f"{OWNER_MARK}{publication.table_id}",
+            partition_by=list(publication.partition_by) or None,
+            storage_options=options if current is None else None,
+        )
+    except Exception as exc:
+        loaded = current.version() if current is not None else None
+        if loaded is not None and not target.storage().exists(f"_delta_log/{loaded:020d}.json"):
+            raise ConflictError(
+                f"the published Delta table at {target.location} had its history cut (an erase with --purge) after "
+                f"this publish loaded version {loaded}; nothing was published"
+            ) from exc
+        raise
     table = DeltaTable(target.location, storage_options=options)
     publication.committed(table.version())
     if publication.fresh and current is not None:
@@ -143,8 +152,10 @@ def write_delta(publication: Publication, target: Target) -> Published:
         table.alter.set_table_description(f"{OWNER_MARK}{publication.table_id}")
     writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
     version, kept = writes[-1], writes[-publication.retain :]
-    # vacuum names every file the log has ever removed, deleted by an earlier vacuum or not: count what went.
-    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
+    # `full`: also the files no version lists, which a publish that crashed before its commit wrote (one presumed
+    # dead that commits later conflicts with this commit). vacuum names every file the log has ever removed,
+    # deleted by an earlier vacuum or not: count what went.
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept, full=True)
     return Published(version, target.location, removed_files=len(before - _data_files(target)))
 
 
@@ -324,25 +335,36 @@ def write_iceberg(
         storage.delete_many(doomed)
         removed = sum(1 for path in doomed if path.endswith(".parquet"))
         table = None
-    if table is not None:
-        with table.transaction() as transaction:
-            if table.properties.get(OWNER_PROPERTY) != publication.table_id:
-                transaction.set_properties({OWNER_PROPERTY: publication.table_id})
-            with transaction.update_schema() as update:
-                update.union_by_name(rows.schema)
-                for column in [f.name for f in table.schema().fields if f.name not in rows.schema.names]:
-                    update.delete_column(column)
-        names = rows.schema.names
-        if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
-            with table.update_schema() as update:
-                for before, column in pairwise(names):
-                    update.move_after(column, before)
-        _partition_by(table, publication.partition_by)
-        table.overwrite(rows)
-    else:
-        table = catalog.create_table(identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id})
-        _partition_by(table, publication.partition_by)
-        table.append(rows)
+    loaded = table.metadata.table_uuid if table is not None else None
+    try:
+        if table is not None:
+            with table.transaction() as transaction:
+                if table.properties.get(OWNER_PROPERTY) != publication.table_id:
+                    transaction.set_properties({OWNER_PROPERTY: publication.table_id})
+                with transaction.update_schema() as update:
+                    update.union_by_name(rows.schema)
+                    for column in [f.name for f in table.schema().fields if f.name not in rows.schema.names]:
+                        update.delete_column(column)
+            names = rows.schema.names
+            if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
+                with table.update_schema() as update:
+                    for before, column in pairwise(names):
+                        update.move_after(column, before)
+            _partition_by(table, publication.partition_by)
+            table.overwrite(rows)
+        else:
+            table = catalog.create_table(
+                identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id}
+            )
+            _partition_by(table, publication.partition_by)
+            table.append(rows)
+    except Exception as exc:
+        if loaded is not None and _recreated(catalog, identifier, loaded):
+            raise ConflictError(
+                f"the published Iceberg table {namespace}.{publication.name} was recreated (an erase with --purge) "
+                "after this publish loaded it; nothing was published"
+            ) from exc
+        raise
     table = catalog.load_table(identifier)
     current = table.current_snapshot()
     assert current is not None
@@ -351,6 +373,14 @@ def write_iceberg(
     removed += _sweep_unlisted(catalog.load_table(identifier), target)
     name = f"{namespace}.{publication.name}"
     return Published(current.snapshot_id, table.location(), identifier=name, removed_files=removed)
+
+
+def _recreated(catalog: Any, identifier: tuple[str, str], loaded: Any) -> bool:
+    """Whether the catalog's table is no longer the one loaded (dropped, or dropped and created anew)."""
+    try:
+        return bool(catalog.load_table(identifier).metadata.table_uuid != loaded)
+    except Exception:  # gone, or the catalog cannot say: not ours to commit to either way
+        return True
 
 
 def _partition_by(table: Any, columns: Sequence[str]) -> None:
