@@ -15,9 +15,11 @@ which take rows out of what readers see, republish every format the table has pu
 erase with `--purge` then keeps only the new version, so no published version still holds the keys). A format
 is republished only when it is stale: some compaction, erase, alter or restore completed after its last publish.
 
-A publish that crashes after the format's own commit but before its instant completed leaves a published version
-the timeline does not list; it shows the same state, and the next publish supersedes it. Rolling the instant back
-does not touch the published table.
+A publish that stops after the format's own commit but before its instant completed leaves a published version
+the timeline does not list; it shows the same state, the publish says so when it can (interrupted, or failing in
+the bookkeeping after the commit), and the next publish supersedes it. Rolling the instant back does not touch the
+published table. Files a crashed publish wrote and never committed are deleted by the next publish of the format
+(`stitchlake.io.published`: Delta's full vacuum, Iceberg's sweep of data files no snapshot lists).
 """
 
 from __future__ import annotations
