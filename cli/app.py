@@ -26,7 +26,7 @@ from typer.core import TyperGroup
 
 from cli import job_commands, output, table_commands
 from stitchlake import __version__
-from stitchlake.errors import DEBUG_ENV, StitchError, Terminated, debugging, describe_os_error
+from stitchlake.errors import DEBUG_ENV, DETAILS_NOTE, StitchError, Terminated, debugging, describe_os_error
 
 if TYPE_CHECKING:
     pass
@@ -83,6 +83,12 @@ def configure_logging() -> None:
 # ------------------------------------------------------------------------------------------------ the guard
 
 
+def _noted(exc: BaseException) -> str:
+    """What the interrupted job added to the interrupt (e.g. a publish whose version was committed anyway)."""
+    notes = [note for note in getattr(exc, "__notes__", []) if not note.startswith(DETAILS_NOTE)]
+    return "".join(f"; {note}" for note in notes)
+
+
 def run_command(fn: Callable[[], R]) -> R | None:
     """Run `fn`, print the report it returns, and turn what it raises into a message and the DESIGN §8 exit code.
 
@@ -113,11 +119,11 @@ def run_command(fn: Callable[[], R]) -> R | None:
         details = {"error_type": type(exc).__name__, **exc.details()}
         output.failure(str(exc) or type(exc).__name__, exc.exit_code, details)
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        output.failure("interrupted; the running instant was aborted", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        output.failure("interrupted; the running instant was aborted" + _noted(exc), EXIT_INTERRUPTED)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Terminated as exc:
-        output.failure(f"{exc}; the running instant was aborted", Terminated.exit_code)
+        output.failure(f"{exc}; the running instant was aborted" + _noted(exc), Terminated.exit_code)
         raise typer.Exit(Terminated.exit_code) from None
     except OSError as exc:
         if exc.errno == errno.EPIPE:

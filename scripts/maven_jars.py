@@ -99,28 +99,36 @@ def fetch(coordinates: Iterable[str], folder: Path = FOLDER) -> list[Path]:
     return out
 
 
-def fetch_tree(coordinate: str, excludes: Sequence[str] = (), folder: Path = FOLDER) -> list[Path]:
-    """A jar and its runtime dependencies (minus `excludes`, `G:A` each), in a folder of their own.
+def fetch_tree(
+    coordinate: str, excludes: Sequence[str] = (), folder: Path = FOLDER, also: Sequence[str] = ()
+) -> list[Path]:
+    """A jar and its runtime dependencies (minus `excludes`, `G:A` each, `*` for any artifact of a group), in a
+    folder of their own; `also` names more artifacts resolved with it (pinned versions of what it calls).
 
     For artifacts that are not bundles (Hadoop's S3 connector with the AWS SDK modules it calls, Kafka's broker):
-    a throw-away POM names the one dependency and Maven resolves the rest.
+    a throw-away POM names the dependencies, each with every exclusion, and Maven resolves the rest. The folder
+    is fetched again when the request changes.
     """
-    group, artifact, version = coordinate.split(":")[:3]
+    _, artifact, version = coordinate.split(":")[:3]
     target = folder / f"{artifact}-{version}-with-dependencies"
     done = target / ".complete"
+    wanted = "\n".join([coordinate, *also, "excludes:", *excludes])
     with _Locked(folder):
-        if not done.exists():
+        if (done.read_text() if done.exists() else "") != wanted:
             shutil.rmtree(target, ignore_errors=True)
             exclusions = "".join(
                 f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
                 for g, a in (e.split(":") for e in excludes)
             )
+            dependencies = "".join(
+                f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+                f"<exclusions>{exclusions}</exclusions></dependency>"
+                for g, a, v in (c.split(":")[:3] for c in (coordinate, *also))
+            )
             pom = (
                 '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
                 "<groupId>stitchlake.local</groupId><artifactId>fetch</artifactId><version>0</version>"
-                f"<dependencies><dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-                f"<version>{version}</version><exclusions>{exclusions}</exclusions></dependency></dependencies>"
-                "</project>"
+                f"<dependencies>{dependencies}</dependencies></project>"
             )
             with tempfile.TemporaryDirectory(dir=folder) as scratch:
                 (Path(scratch) / "pom.xml").write_text(pom)
@@ -135,7 +143,7 @@ def fetch_tree(coordinate: str, excludes: Sequence[str] = (), folder: Path = FOL
                     ],
                     cwd=Path(scratch),
                 )
-            done.write_text(coordinate + "\n" + "\n".join(excludes))
+            done.write_text(wanted)
     return sorted(p for p in target.iterdir() if p.suffix == ".jar")
 
 

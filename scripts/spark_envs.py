@@ -11,6 +11,14 @@ committed).
 - `SPARK_3_5`: the Spark that the Hudi and Paimon Spark connectors this machine's Maven Central serves are built
   for (their Spark 4 bundles are not served here).
 
+`S3A` is Hadoop's S3 connector for a side environment's sessions (`install(env, trees=(S3A,))`): Spark reads
+`s3a://` (and `s3://`, mapped to the same file system) through it. hadoop-aws must be the version of the Hadoop
+inside PySpark's jars (`hadoop-client-api-3.4.2.jar` in PySpark 4.1.4), and calls the AWS SDK v2 it was built
+against (2.29.52, hadoop-project 3.4.2's `aws-java-sdk-v2.version`). Hadoop ships that SDK as its `bundle`, a
+~600 MB jar of every AWS service; the S3, STS and transfer-manager modules with their dependencies are 14 MB and
+all S3A calls. The libraries PySpark already has (Netty, SLF4J, Apache HttpClient, commons-codec/logging) are
+left out: Spark's own copies are found first anyway.
+
 `python scripts/spark_envs.py NAME` installs one and prints its folder.
 """
 
@@ -23,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from maven_jars import REPO, fetch
+from maven_jars import REPO, fetch, fetch_tree
 
 INSTALL_TIMEOUT_S = 1800.0
 
@@ -32,6 +40,35 @@ ICEBERG_VERSION = "1.12.0"
 HUDI_VERSION = "1.2.0"
 PAIMON_VERSION = "0.9.0"
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
+HADOOP_AWS_VERSION = "3.4.2"
+AWS_SDK_VERSION = "2.29.52"
+
+
+@dataclass(frozen=True)
+class JarTree:
+    """An artifact that is not a bundle, with the runtime dependencies Maven resolves for it (`also`: more
+    artifacts resolved with it, `excludes`: `G:A` or `G:*` left out)."""
+
+    root: str
+    also: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+
+    def fetch(self) -> list[Path]:
+        return fetch_tree(self.root, self.excludes, also=self.also)
+
+
+S3A = JarTree(
+    root=f"org.apache.hadoop:hadoop-aws:{HADOOP_AWS_VERSION}",
+    also=tuple(f"software.amazon.awssdk:{name}:{AWS_SDK_VERSION}" for name in ("s3", "s3-transfer-manager", "sts")),
+    excludes=(
+        "software.amazon.awssdk:bundle",
+        "io.netty:*",
+        "org.slf4j:*",
+        "org.apache.httpcomponents:*",
+        "commons-codec:commons-codec",
+        "commons-logging:commons-logging",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -95,8 +132,9 @@ class Installed:
         return env
 
 
-def install(env: SparkEnv) -> Installed:
-    """Install the environment on first use (one installer at a time); a failure raises, it is never skipped."""
+def install(env: SparkEnv, trees: tuple[JarTree, ...] = ()) -> Installed:
+    """Install the environment on first use (one installer at a time), with the jars of `trees` (e.g. `S3A`) after
+    its own; a failure raises, it is never skipped."""
     folder = env.folder
     done = folder / ".installed"
     wanted = "\n".join(env.packages)
@@ -114,12 +152,13 @@ def install(env: SparkEnv) -> Installed:
                     f"installing {env.name} failed (exit {finished.returncode}):\n{finished.stderr[-3000:]}"
                 )
             done.write_text(wanted)
-    return Installed(env, folder, tuple(fetch(env.jars)))
+    extra = [jar for tree in trees for jar in tree.fetch()]
+    return Installed(env, folder, (*fetch(env.jars), *extra))
 
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(ENVS):
-        installed = install(ENVS[name])
+        installed = install(ENVS[name], (S3A,) if name == SPARK_4_1.name else ())
         print(installed.folder)
         for jar in installed.jars:
             print(f"  {jar}")

@@ -2,7 +2,8 @@
 
 The table goes through late events, an update, a stream delete, an erase, a column default and an alter before it
 is published; deltalake, Polars, DuckDB and pyiceberg then read the published tables and each must equal
-`stitch read --mode read_optimized` of the published instant, cell by cell.
+`stitch read --mode read_optimized` of the published instant, cell by cell. Spark's and Trino's own readers are in
+tests/test_native_readers.py.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Tab
     odd = found.to_pyarrow_table(filters=[("p", "=", "odd")])
     assert rows_of(odd) == [row for row in expected if row["p"] == "odd"] and odd.num_rows
     assert {f.split("/")[-2] for f in files} == {"p=even", "p=odd"}
-    # Spark's Delta reader and Trino cannot run offline; what they need is the oldest protocol, no features.
+    # The oldest protocol, no table features: what every Delta reader reads (tests/test_native_readers.py runs
+    # Spark's and Trino's).
     protocol = found.protocol()
     assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
     assert not protocol.reader_features and not protocol.writer_features
@@ -141,32 +143,6 @@ def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(t
     assert rows_of(DeltaTable(location, version=second["delta"]["version"]).to_pyarrow_table()) == after
     found = iceberg_catalog(third["iceberg"]["location"]).load_table(third["iceberg"]["identifier"])
     assert rows_of(found.scan(snapshot_id=second["iceberg"]["version"]).to_arrow()) == after
-
-
-@pytest.mark.spark
-def test_spark_reads_the_published_iceberg_table_through_the_catalog_stitch_keeps(tmp_path: Path) -> None:
-    """Iceberg's own Java reader in Spark (3.5: the newest Spark an offline Iceberg runtime exists for, see
-    tests/spark_iceberg_reader.py), its JDBC catalog on the SQLite file `stitch publish` keeps: the current
-    version, time travel to the version before, and a partition filter, each equal to `stitch read`."""
-    from spark_iceberg_reader import read_through_spark
-
-    table = history(tmp_path / "t", retain_versions=2)
-    first = table.publish("iceberg").to_json()
-    more = batch(MODEL["orders"], [{"k": 2, "amount": 2000, "status": "refund", "ots": 20}])
-    table.write("orders", more.append_column("coupon", pa.array(["BACK"])))
-    table.compact()
-    second = table.publish("iceberg").to_json()
-    before, after = expected_rows(table, first["source"]), expected_rows(table, second["source"])
-    assert before != after
-
-    seen = read_through_spark(second, [first["version"]])
-    assert seen["spark"].startswith("3.5.")
-    assert sorted(seen["columns"]) == sorted(after[0]), "the table's columns, no internal _sl__ ones"
-    assert rows_of(pa.Table.from_pylist(seen["current"])) == after
-    assert rows_of(pa.Table.from_pylist(seen["versions"][str(first["version"])])) == before
-    odd = rows_of(pa.Table.from_pylist(seen["odd"]))
-    assert odd == [row for row in after if row["p"] == "odd"] and odd
-    assert set(seen["snapshots"]) >= {first["version"], second["version"]}
 
 
 def test_a_failed_publish_leaves_a_clean_timeline_and_nothing_compacted_is_refused(tmp_path: Path) -> None:

@@ -54,9 +54,12 @@ def iceberg_table(result: dict[str, Any]) -> Any:
 
 
 def keys_in_files(folder: str) -> set[int]:
-    """Every key any Parquet file under a published table's folder holds, whatever version lists it."""
+    """Every key any data file under a published table's folder holds, whatever version lists it (a Delta
+    checkpoint is Parquet too: the log's, left out)."""
     found: set[int] = set()
     for path in Path(folder.removeprefix("file://")).rglob("*.parquet"):
+        if "_delta_log" in path.parts:
+            continue
         found |= set(pq.read_table(path, columns=["k"]).column("k").to_pylist())
     return found
 
@@ -88,10 +91,21 @@ def test_an_erase_republishes_every_published_format_and_purge_leaves_no_trace_o
     purged = table.erase(erase_keys(3), purge=True)
     last = {r["format"]: r for r in purged.published}
     assert delta_rows(last["delta"]) == current_rows(table) == rows_of(iceberg_table(last["iceberg"]).scan())
-    assert last["delta"]["version"] == 0, "the Delta table was recreated"
+    # The Delta table's history was cut at the purge's version (the numbers go on, see the zombie test below):
+    # no older version is readable, and no older log entry is left.
+    assert last["delta"]["version"] > again["delta"]["version"]
+    assert history_cut_at(last["delta"]["location"], last["delta"]["version"])
+    with pytest.raises(Exception, match=r"[Vv]ersion|No files in log segment"):
+        DeltaTable(last["delta"]["location"], version=first["delta"]["version"])
     for folder in folders:
         assert secret not in files_text(folder), f"a file under {folder} still holds the erased value"
     assert 3 not in keys_in_files(last["delta"]["location"])
+
+
+def history_cut_at(location: str, version: int) -> bool:
+    """Whether the Delta log at `location` starts at `version` (a checkpoint of it; no older entry is left)."""
+    entries = [p.name for p in Path(location, "_delta_log").iterdir() if p.name[:1].isdigit()]
+    return f"{version:020d}.checkpoint.parquet" in entries and all(int(e.split(".")[0]) >= version for e in entries)
 
 
 def files_text(folder: str) -> str:
@@ -122,7 +136,7 @@ def test_an_erase_while_a_publish_runs_leaves_it_to_that_publish(
     (erased,) = erasures
     (deferred,) = erased.published
     assert deferred["format"] == "delta" and deferred["deferred"].startswith("publish ")
-    assert result["version"] == 0 and delta_rows(result) == current_rows(table)
+    assert history_cut_at(result["location"], result["version"]) and delta_rows(result) == current_rows(table)
     assert 1 not in keys_in_files(result["location"])
     data_files = [p for p in Path(table.path).rglob("*.parquet") if ".stitch" not in p.parts]
     assert data_files and not any(1 in pq.read_table(p, columns=["k"]).column("k").to_pylist() for p in data_files), (

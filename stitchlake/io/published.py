@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from stitchlake.errors import ConflictError, UsageError
+from stitchlake.errors import ConflictError, StitchError, UsageError
 from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import scheme_of
 
@@ -104,12 +104,16 @@ class Publication:
     #: Recreate the published table: no older version, log entry or manifest survives (after `erase --purge`).
     fresh: bool = False
     before_commit: Callable[[], None] = field(default=lambda: None)
+    #: Told the version right after the format's commit, before the bookkeeping that follows it (expiry, vacuum):
+    #: from then on the version exists, whatever interrupts the publish.
+    committed: Callable[[int], None] = field(default=lambda version: None)
 
 
 def write_delta(publication: Publication, target: Target) -> Published:
     """Overwrite the Delta table at the target with the rows (their schema replaces the old one: an alter may have
     added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
-    delete the files only versions older than the last `retain` publishes need."""
+    delete the files only versions older than the last `retain` publishes need, and the files no version lists
+    (a crashed writer's)."""
     from deltalake import DeltaTable, write_deltalake
 
     options = delta_options(target)
@@ -121,28 +125,74 @@ def write_delta(publication: Publication, target: Target) -> Published:
     owned = current is None or _owner_of(current, target, publication)
     publication.before_commit()
     before = _data_files(target)
-    if publication.fresh and current is not None:
-        storage = target.storage()
-        storage.delete_many([info.path for info in storage.list_files("")])
-        current = None
-    write_deltalake(
-        current if current is not None else target.location,
-        publication.rows,
-        mode="overwrite",
-        schema_mode="overwrite",
-        name=publication.name,
-        description=f"{OWNER_MARK}{publication.table_id}",
-        partition_by=list(publication.partition_by) or None,
-        storage_options=options if current is None else None,
-    )
+    try:
+        write_deltalake(
+            current if current is not None else target.location,
+            publication.rows,
+            mode="overwrite",
+            schema_mode="overwrite",
+            name=publication.name,
+            description=f"{OWNER_MARK}{publication.table_id}",
+            partition_by=list(publication.partition_by) or None,
+            storage_options=options if current is None else None,
+        )
+    except Exception as exc:
+        loaded = current.version() if current is not None else None
+        if loaded is not None and not target.storage().exists(f"_delta_log/{loaded:020d}.json"):
+            raise ConflictError(
+                f"the published Delta table at {target.location} had its history cut (an erase with --purge) after "
+                f"this publish loaded version {loaded}; nothing was published"
+            ) from exc
+        raise
     table = DeltaTable(target.location, storage_options=options)
+    publication.committed(table.version())
+    if publication.fresh and current is not None:
+        return _cut_history(table, target, before)
     if not owned:  # published before tables recorded their owner: record it once
         table.alter.set_table_description(f"{OWNER_MARK}{publication.table_id}")
     writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
     version, kept = writes[-1], writes[-publication.retain :]
-    # vacuum names every file the log has ever removed, deleted by an earlier vacuum or not: count what went.
-    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept)
+    # `full`: also the files no version lists, which a publish that crashed before its commit wrote (one presumed
+    # dead that commits later conflicts with this commit). vacuum names every file the log has ever removed,
+    # deleted by an earlier vacuum or not: count what went.
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept, full=True)
     return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _cut_history(table: Any, target: Target, before: set[str]) -> Published:
+    """After `erase --purge`: the version just written becomes the table's only one. It is checkpointed, then
+    every older log entry and checkpoint and every data file it does not read are deleted, so no statistic, log
+    line or file holds an erased value any more.
+
+    The version numbers go on (they never start again at 0): a publish presumed dead that loaded an older version
+    and commits late finds that number taken, and the log it would check its commit against gone, and fails; a
+    table recreated at version 0 would take its commit as the next version."""
+    version = int(table.version())
+    table.create_checkpoint()
+    storage = target.storage()
+    kept = {_relative(uri, target.location) for uri in table.file_uris()}
+    doomed = []
+    for info in storage.list_files(""):
+        if info.path.startswith("_delta_log/"):
+            name = info.path.removeprefix("_delta_log/")
+            number = name.split(".", 1)[0]
+            if number.isdigit() and int(number) < version:
+                doomed.append(info.path)
+        elif info.path not in kept:
+            doomed.append(info.path)
+    storage.delete_many(doomed)
+    return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _relative(uri: str, location: str) -> str:
+    """A data file's URI as a path under the table's location (refused if it is not under it: deleting by a
+    wrong name would delete the file a version reads)."""
+    base = _without_file_scheme(location).rstrip("/")
+    base = base if "://" in base else os.path.abspath(base)
+    found = _without_file_scheme(uri)
+    if not found.startswith(base + "/"):
+        raise StitchError(f"the Delta table at {location} lists {uri}, which is not under it; nothing was deleted")
+    return found[len(base) + 1 :]
 
 
 def _owner_of(current: Any, target: Target, publication: Publication) -> bool:
@@ -275,6 +325,9 @@ def write_iceberg(
     publication.before_commit()
     removed = 0
     if publication.fresh and table is not None:
+        # Dropped and created anew: a publish presumed dead that loaded the old table and commits late is refused
+        # by the catalog (its commit asserts the old table's UUID and snapshot); the data files it may still write
+        # under the same location are swept by the next publish.
         location = _without_file_scheme(table.location()).rstrip("/")
         catalog.drop_table(identifier)
         storage = target.storage(location)
@@ -282,31 +335,52 @@ def write_iceberg(
         storage.delete_many(doomed)
         removed = sum(1 for path in doomed if path.endswith(".parquet"))
         table = None
-    if table is not None:
-        with table.transaction() as transaction:
-            if table.properties.get(OWNER_PROPERTY) != publication.table_id:
-                transaction.set_properties({OWNER_PROPERTY: publication.table_id})
-            with transaction.update_schema() as update:
-                update.union_by_name(rows.schema)
-                for column in [f.name for f in table.schema().fields if f.name not in rows.schema.names]:
-                    update.delete_column(column)
-        names = rows.schema.names
-        if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
-            with table.update_schema() as update:
-                for before, column in pairwise(names):
-                    update.move_after(column, before)
-        _partition_by(table, publication.partition_by)
-        table.overwrite(rows)
-    else:
-        table = catalog.create_table(identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id})
-        _partition_by(table, publication.partition_by)
-        table.append(rows)
+    loaded = table.metadata.table_uuid if table is not None else None
+    try:
+        if table is not None:
+            with table.transaction() as transaction:
+                if table.properties.get(OWNER_PROPERTY) != publication.table_id:
+                    transaction.set_properties({OWNER_PROPERTY: publication.table_id})
+                with transaction.update_schema() as update:
+                    update.union_by_name(rows.schema)
+                    for column in [f.name for f in table.schema().fields if f.name not in rows.schema.names]:
+                        update.delete_column(column)
+            names = rows.schema.names
+            if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
+                with table.update_schema() as update:
+                    for before, column in pairwise(names):
+                        update.move_after(column, before)
+            _partition_by(table, publication.partition_by)
+            table.overwrite(rows)
+        else:
+            table = catalog.create_table(
+                identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id}
+            )
+            _partition_by(table, publication.partition_by)
+            table.append(rows)
+    except Exception as exc:
+        if loaded is not None and _recreated(catalog, identifier, loaded):
+            raise ConflictError(
+                f"the published Iceberg table {namespace}.{publication.name} was recreated (an erase with --purge) "
+                "after this publish loaded it; nothing was published"
+            ) from exc
+        raise
     table = catalog.load_table(identifier)
     current = table.current_snapshot()
     assert current is not None
+    publication.committed(current.snapshot_id)
     removed += _expire(table, publication.retain, target)
+    removed += _sweep_unlisted(catalog.load_table(identifier), target)
     name = f"{namespace}.{publication.name}"
     return Published(current.snapshot_id, table.location(), identifier=name, removed_files=removed)
+
+
+def _recreated(catalog: Any, identifier: tuple[str, str], loaded: Any) -> bool:
+    """Whether the catalog's table is no longer the one loaded (dropped, or dropped and created anew)."""
+    try:
+        return bool(catalog.load_table(identifier).metadata.table_uuid != loaded)
+    except Exception:  # gone, or the catalog cannot say: not ours to commit to either way
+        return True
 
 
 def _partition_by(table: Any, columns: Sequence[str]) -> None:
@@ -345,6 +419,23 @@ def _expire(table: Any, retain: int, target: Target) -> int:
     table_storage = target.storage(location)
     table_storage.delete_many(sorted(path.removeprefix(f"{location}/") for path in unread))
     return len(unread)
+
+
+def _sweep_unlisted(table: Any, target: Target) -> int:
+    """Delete the data files under the table's `data/` that no snapshot lists: a publish that crashed after writing
+    them and before its commit left them. Run after this publish's own commit, it cannot take a file a commit will
+    still list: publishes of a format run one at a time, and one presumed dead that commits later is refused by
+    the catalog (its commit asserts the snapshot it loaded, no longer the current one)."""
+    location = _without_file_scheme(table.location()).rstrip("/")
+    listed = _files_read(table, [s.snapshot_id for s in table.snapshots()])
+    storage = target.storage(location)
+    try:
+        found = [info.path for info in storage.list_files("data")]
+    except FileNotFoundError:
+        return 0
+    unlisted = sorted(path for path in found if path.endswith(".parquet") and f"{location}/{path}" not in listed)
+    storage.delete_many(unlisted)
+    return len(unlisted)
 
 
 def _files_read(table: Any, snapshot_ids: Sequence[int]) -> set[str]:

@@ -15,13 +15,16 @@ which take rows out of what readers see, republish every format the table has pu
 erase with `--purge` then keeps only the new version, so no published version still holds the keys). A format
 is republished only when it is stale: some compaction, erase, alter or restore completed after its last publish.
 
-A publish that crashes after the format's own commit but before its instant completed leaves a published version
-the timeline does not list; it shows the same state, and the next publish supersedes it. Rolling the instant back
-does not touch the published table.
+A publish that stops after the format's own commit but before its instant completed leaves a published version
+the timeline does not list; it shows the same state, the publish says so when it can (interrupted, or failing in
+the bookkeeping after the commit), and the next publish supersedes it. Rolling the instant back does not touch the
+published table. Files a crashed publish wrote and never committed are deleted by the next publish of the format
+(`stitchlake.io.published`: Delta's full vacuum, Iceberg's sweep of data files no snapshot lists).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +51,8 @@ from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
+
+log = logging.getLogger(__name__)
 
 #: Completed actions that change what a read-optimized read shows: a published copy older than one is stale.
 CHANGES_PUBLISHED_ROWS = (Action.COMPACTION, Action.ERASE, Action.ALTER, Action.RESTORE)
@@ -155,6 +160,7 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
     txn = Transaction.begin_planned(table, Action.PUBLISH, plan=plan)
     assert txn is not None and isinstance(txn.plan, PublishPlan)
     source = txn.plan.source
+    committed: list[int] = []
     try:
         rows = read(table, mode=READ_OPTIMIZED, as_of=txn.time)
         publication = Publication(
@@ -165,6 +171,7 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
             partition_by=table.config.table.partition_names,
             fresh=fresh,
             before_commit=lambda: _refuse_if_overtaken(txn, chosen),
+            committed=committed.append,
         )
         with commit_conflicts(f"another writer committed to the published {chosen.value} table meanwhile"):
             if chosen == PublishFormat.DELTA:
@@ -185,10 +192,20 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
     except BaseException as exc:
         refused = txn.refusal_after(exc)
         txn.abort()
+        exists = _committed_anyway(chosen, location, committed, source, txn.time)
+        if exists:
+            log.warning("%s", exists)
+            exc.add_note(exists)
+            if refused is not None:
+                refused = type(refused)(f"{refused}; {exists}")
         if refused is not None:
             raise refused from exc
         if isinstance(exc, Exception) and not isinstance(exc, StitchError):
-            raise StitchError(f"publishing as {chosen.value} to {location} failed: {exc}") from exc
+            raise StitchError(
+                f"publishing as {chosen.value} to {location} failed: {exc}" + (f"; {exists}" if exists else "")
+            ) from exc
+        if exists and isinstance(exc, StitchError):
+            raise type(exc)(f"{exc}; {exists}") from exc
         raise
     catalog = catalog_location(target, spec.iceberg_catalog) if chosen == PublishFormat.ICEBERG else ""
     return PublishResult(
@@ -203,6 +220,19 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
         made.removed_files,
         made.table_location,
         catalog,
+    )
+
+
+def _committed_anyway(fmt: PublishFormat, location: str, committed: list[int], source: str, instant: str) -> str:
+    """What a publish that failed or was interrupted after its format's commit must say: that version exists and
+    readers see it, though the timeline does not list it ('' when nothing was committed)."""
+    if not committed:
+        return ""
+    what = f"the compaction or erase {source}" if source else "the table's base files"
+    return (
+        f"{fmt.value} version {committed[-1]} at {location} was committed before publish {instant} stopped: it "
+        f"exists and readers see it (the rows of {what}), but the timeline does not list it; the next publish of "
+        f"{fmt.value} supersedes it"
     )
 
 
