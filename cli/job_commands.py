@@ -396,7 +396,9 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
     message = f"erased {result['erased_keys']} of {result['requested_keys']} key(s)"
     if purge:
         message += (
-            f"; purged {result['purged_files']} older file(s) and {len(result['purged_savepoints'])} savepoint(s)"
+            f"; purged {result['purged_files']} older file(s), {len(result['purged_savepoints'])} savepoint(s), "
+            f"{len(result.get('purged_quarantine') or [])} quarantine file(s) and "
+            f"{len(result.get('purged_logs') or [])} Spark job log(s)"
         )
     return Report(
         result,

@@ -8,6 +8,7 @@ where they came from) and nothing is published; `quarantine` sets them aside und
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,13 +115,26 @@ def quarantine_rows(storage: Storage, instant: str, bad: pa.Table, tag: str, mar
 def quarantine_file(
     storage: Storage, instant: str, name: str, data: bytes | None, reason: str, mark: Callable[[str], None]
 ) -> QuarantinedFile:
-    """Set a whole landing file aside (a copy, so the evidence survives the landing folder's own retention)."""
+    """Set a whole landing file aside (a copy, so the evidence survives the landing folder's own retention).
+
+    The reason goes on the timeline, which no erase can rewrite: a reader's quote of the offending line is cut
+    from it (the copy holds the line; `stitch delete --purge` can remove the copy, never the timeline)."""
     copy = None
     if data is not None:
         copy = f"{quarantine_folder(instant)}/files/{_safe(name)}"
         mark(copy)
         storage.write_bytes(copy, data)
-    return QuarantinedFile(name, reason, copy)
+    return QuarantinedFile(name, without_quoted_rows(reason), copy)
+
+
+#: Arrow's CSV reader quotes the line it could not split ("Expected 3 columns, got 4: <the line>").
+_QUOTED_ROW = re.compile(r"(Expected \d+ columns, got \d+): .*")
+
+
+def without_quoted_rows(reason: str) -> str:
+    """A reader's error without the data it quotes (the message of a landing file that cannot be read ends with
+    the reader's error in parentheses)."""
+    return _QUOTED_ROW.sub(lambda m: m.group(1) + (")" if reason.endswith(")") else ""), reason)
 
 
 def _safe(name: str) -> str:

@@ -8,7 +8,9 @@ with their reason, and `bad_rows: fail | quarantine` decides what happens to the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -161,14 +163,23 @@ def prepare(
     *,
     source: str = "input",
     pos: np.ndarray | None = None,
+    fill: Mapping[str, Any] | None = None,
 ) -> Batch:
-    """Validate and convert rows arriving for `stream`. `pos` orders rows within the batch (default: row order)."""
+    """Validate and convert rows arriving for `stream`. `pos` orders rows within the batch (default: row order).
+
+    `fill`: columns the input may lack, with the value its events then carry (None: null) — a JSON field missing
+    from every line, or a column `stitch alter` added after the producer was written (its default).
+    """
+    for name, value in (fill or {}).items():
+        if name not in data.column_names:
+            kind = arrow_type(next(c for c in required_columns(config, stream) if c.name == name).type)
+            data = data.append_column(name, pa.array([value] * data.num_rows, kind))
     missing = [c.name for c in required_columns(config, stream) if c.name not in data.column_names]
     if missing:
         raise InputRejected(
             f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
             f"needed by stream {stream.name} (found: {', '.join(data.column_names) or 'none'}); every input of the "
-            "stream must have its key, partition and stream columns",
+            "stream must have its key, partition and stream columns (only columns `stitch alter` added may be absent)",
             file=source,
             column=missing[0],
         )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from stitchlake.badrows import QUARANTINE, file_rejection, quarantine_file
 from stitchlake.batch import Batch, prepare, required_columns
-from stitchlake.config import StreamSpec
+from stitchlake.config import SourceFormat, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io.landing import LandingFile, describe, positions, read_landing
 from stitchlake.storage import storage_for
@@ -47,10 +47,20 @@ def from_landing(
     a column, is set aside whole (consumed, with its reason) instead of blocking its stream on every run."""
     assert stream.source is not None
     options = table.storage_options
+    wanted = wanted_columns(table, stream)
+    # A JSON line is one event, not a schema: a field missing from every line reads null. Columns `stitch alter`
+    # added may be missing from any input: its events carry the column's default.
+    fill = dict.fromkeys(wanted) if stream.source.format == SourceFormat.JSON else {}
+    fill.update(table.late_columns(stream.name))
     try:
-        data = read_landing(stream.source, file, wanted_columns(table, stream), options)
+        data = read_landing(stream.source, file, wanted, options)
         batch = prepare(
-            table.config, stream, data, source=describe(file, options), pos=positions(ordinal, data.num_rows)
+            table.config,
+            stream,
+            data,
+            source=describe(file, options),
+            pos=positions(ordinal, data.num_rows),
+            fill=fill,
         )
     except InputRejected as exc:
         if table.config.bad_rows != QUARANTINE:

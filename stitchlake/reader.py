@@ -151,13 +151,12 @@ def _read_base(table: Table, fslice: FileSlice, columns: list[str]) -> pa.Table:
 def _read_file(table: Table, item: DataFile, schema: pa.Schema, columns: list[str]) -> pa.Table:
     """A data file's `columns` under the table's schema, whichever schema version the file was written under."""
     if item.schema_version == table.schema_version:
-        return read_table_file(table.storage, item.path, schema, columns, expected_rows=item.rows)
+        return read_table_file(table.storage, item.path, schema, columns, item.rows, item.checksum)
     written = table.config_of_file(item.schema_version)
     own = base_schema(written) if item.kind == BASE else log_schema(written, written.streams[item.stream or ""])
     present = [name for name in columns if name in own.names]
-    rows = read_table_file(table.storage, item.path, own, present, expected_rows=item.rows)
-    defaults = {c.name: c.default for c in table.config.all_columns() if c.default is not None}
-    evolved = evolve(rows, pa.schema([schema.field(name) for name in columns]), defaults)
+    rows = read_table_file(table.storage, item.path, own, present, item.rows, item.checksum)
+    evolved = evolve(rows, pa.schema([schema.field(name) for name in columns]), table.initial_defaults())
     for stream in table.config.streams.values():
         added = [c for c in stream.column_names if c in columns and c not in own.names]
         if added:
@@ -343,7 +342,7 @@ def _touched_keys(
                 continue
             add(
                 entry.group,
-                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows),
+                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum),
                 instant,
                 stream,
             )
@@ -359,7 +358,7 @@ def erased_keys(table: Table, commit: EraseCommit) -> dict[tuple[str, str], pa.T
     """The keys a completed erase removed, by file group (the incremental view reports them deleted)."""
     if not commit.erased_file:
         return {}
-    rows = read_parquet(table.storage, commit.erased_file)
+    rows = read_parquet(table.storage, commit.erased_file, checksum=commit.erased_checksum or None)
     common = _common(table.config)
     out: dict[tuple[str, str], pa.Table] = {}
     places = [ERASED_PARTITION, ERASED_GROUP]

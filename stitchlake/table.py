@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from stitchlake.checksums import seal, unseal
 from stitchlake.config import (
     TableConfig,
     config_from_properties,
@@ -20,7 +21,7 @@ from stitchlake.config import (
     table_properties,
 )
 from stitchlake.config.evolution import changes, names_ever_used, same_schema, schema_of, schema_properties, with_schema
-from stitchlake.errors import ConfigError, NotFoundError, StitchError
+from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import scheme_of
@@ -46,6 +47,7 @@ class Table:
         self.schema_version = 0
         self._versions: dict[int, TableConfig] = {}
         self._history: list[SchemaVersion] = []
+        self._origins: dict[str, tuple[int, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"Table({self.config.table.name!r} at {self.config.table.path!r})"
@@ -76,10 +78,7 @@ class Table:
                 raise NotFoundError(
                     f"no stitchlake table at {self.path} (run `stitch init -c CONFIG` to create it)"
                 ) from None
-            try:
-                self._properties = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise StitchError(f"{self.path}/{TABLE_JSON}: not valid JSON ({exc})") from None
+            self._properties = parse_properties(data, self.storage.describe(TABLE_JSON))
         return self._properties
 
     @property
@@ -133,6 +132,7 @@ class Table:
             )
         self._versions.clear()
         self._history = versions
+        self._origins = None
         self.config = self.config_for(current)
         self.schema_version = current.version
 
@@ -156,6 +156,35 @@ class Table:
         clone.config = self.config_for(found)
         clone.schema_version = found.version
         return clone
+
+    def initial_defaults(self) -> dict[str, Any]:
+        """Per column with one: the default it was added with, which rows written before it existed read as
+        (Iceberg's initial-default). Fixed when the column is added: a later change of the default applies to
+        events from then on, never to rows written before the column (after `require`)."""
+        return {name: default for name, (_version, default) in self._column_origins().items() if default is not None}
+
+    def late_columns(self, stream: str) -> dict[str, Any]:
+        """Columns `stitch alter` added to `stream` after the stream existed, with what an event that lacks them
+        carries: the column's current default (Iceberg's write-default), else null. Producers cannot switch at
+        the moment of an alter, so inputs without them are accepted (after `require`)."""
+        origins = self._column_origins()
+        born = min((v.version for v in self._history if stream in self.config_for(v).streams), default=0)
+        spec = self.config.stream(stream)
+        return {c.name: c.default for c in spec.columns if origins.get(c.name, (0, None))[0] > born}
+
+    def _column_origins(self) -> dict[str, tuple[int, Any]]:
+        """Per column: the schema version that added it, and its default in that version."""
+        if self._origins is not None:
+            return self._origins
+        out: dict[str, tuple[int, Any]] = {}
+        for version in self._history or []:
+            for column in self.config_for(version).all_columns():
+                out.setdefault(column.name, (version.version, column.default))
+        for column in self.config.all_columns():  # before `require`: the config is all there is
+            out.setdefault(column.name, (self.schema_version, column.default))
+        if self._history:
+            self._origins = out
+        return out
 
     def config_of_file(self, version: int) -> TableConfig:
         """The config a data file was written under (its columns and types)."""
@@ -185,7 +214,7 @@ class Table:
             "table_id": uuid.uuid4().hex,
             "created": from_millis(now_millis()),
         }
-        data = json.dumps(properties, indent=1).encode()
+        data = seal(json.dumps(properties, indent=1).encode())
         if not self.storage.put_if_absent(TABLE_JSON, data):
             self._properties = None
             self.require()
@@ -263,11 +292,21 @@ def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Tabl
     location = str(target) if scheme_of(str(target)) else str(Path(target).resolve())
     storage = storage_for(location)
     try:
-        properties = json.loads(storage.read_bytes(TABLE_JSON))
+        properties = parse_properties(storage.read_bytes(TABLE_JSON), storage.describe(TABLE_JSON))
     except FileNotFoundError:
         raise NotFoundError(f"{target}: neither a config file nor a stitchlake table (no {TABLE_JSON})") from None
-    except json.JSONDecodeError as exc:
-        raise StitchError(f"{target}/{TABLE_JSON}: not valid JSON ({exc})") from None
     table = cls(config_from_properties(properties, location), storage)
     table._properties = properties
     return table
+
+
+def parse_properties(data: bytes, where: str) -> dict[str, Any]:
+    """`table.json`, its checksum verified (one written before checksums is read as it is): a flipped bit in the
+    buckets or a key type would send keys to the wrong file groups without a word."""
+    try:
+        properties = json.loads(unseal(data, where, (b'{\n "format_version": ',)))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFileError(f"{where}: not valid JSON ({exc})", file=where) from None
+    if not isinstance(properties, dict):
+        raise CorruptFileError(f"{where}: does not hold a JSON object", file=where)
+    return properties

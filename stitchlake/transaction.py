@@ -7,7 +7,6 @@ never holds it (DESIGN §4, §6).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -22,12 +21,13 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
-from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
+from stitchlake.errors import BusyError, ConflictError, CorruptFileError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
 from stitchlake.timeline.timeline import (
     Timeline,
+    decode_metadata,
     delete_instant,
     timeline_path,
     write_completed,
@@ -356,8 +356,8 @@ def inflight_attempt(table: Table, instant: Instant) -> str | None:
     """The attempt token in an instant's inflight file; None when there is none (not inflight, or reset)."""
     path = timeline_path(pending_file_name(instant.requested, instant.action, State.INFLIGHT))
     try:
-        content = json.loads(table.storage.read_bytes(path) or b"{}")
-    except (FileNotFoundError, ValueError):
+        content = decode_metadata(table.storage.read_bytes(path), table.storage.describe(path))
+    except (FileNotFoundError, CorruptFileError):
         return None
     return content.get("attempt") if isinstance(content, dict) else None
 

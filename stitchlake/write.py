@@ -125,8 +125,8 @@ def write_file_group(
     rows = precombine(config, stream, batch.rows, batch.pos, batch.deleted)
     path = join(partition, log_name(file_group, instant, config.table.log_format))
     mark(path)
-    size = write_table_file(table.storage, path, rows, config.table.log_format)
-    return DataFile(path, partition, file_group, LOG, stream.name, rows.num_rows, size)
+    written = write_table_file(table.storage, path, rows, config.table.log_format)
+    return DataFile(path, partition, file_group, LOG, stream.name, rows.num_rows, written.size, written.checksum)
 
 
 def before_writing(table: Table, stream: StreamSpec, instant: str, groups: list[tuple[str, str]]) -> None:
@@ -190,7 +190,11 @@ def write(
             exclusive_stream=stream_name if exclusive else None,
         )
     try:
-        batch = data if isinstance(data, Batch) else prepare(table.config, stream, data, source=source)
+        batch = (
+            data
+            if isinstance(data, Batch)
+            else prepare(table.config, stream, data, source=source, fill=table.late_columns(stream_name))
+        )
         bad = BadRows()
         bad.add_rows(batch.bad)
         if bad and table.config.bad_rows == FAIL:

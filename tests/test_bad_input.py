@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 import stitchlake
+from stitchlake.checksums import seal, unseal
 from stitchlake.errors import InputRejected
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
@@ -209,9 +210,16 @@ def empty_timeline_file(ws: Path) -> None:
 
 
 def wrong_shape_timeline(ws: Path) -> None:
+    """A commit of the wrong shape, sealed as a writer would seal it (a bug, not damage: the checksum holds)."""
     path = completed_instant(ws)
-    content = json.loads(path.read_text())
-    path.write_text(json.dumps({**content, "added": "p=odd/everything.parquet"}))
+    content = json.loads(unseal(path.read_bytes(), str(path)))
+    path.write_bytes(seal(json.dumps({**content, "added": "p=odd/everything.parquet"}, indent=1).encode()))
+
+
+def edited_timeline(ws: Path) -> None:
+    """A completed instant changed by hand: its checksum no longer holds."""
+    path = completed_instant(ws)
+    path.write_bytes(path.read_bytes().replace(b'"rows": ', b'"rows": 1'))
 
 
 def table_path_under_a_file(ws: Path) -> None:
@@ -449,35 +457,35 @@ CATALOGUE = [
         truncate_a_log_file,
         ("read", "-c", "table.yaml"),
         1,
-        ("{ws}/table/p=", ".log.parquet: cannot read data file"),
+        ("{ws}/table/p=", ".log.parquet: checksum mismatch"),
     ),
     Case(
         "truncated-log-file-read-to-a-file",
         truncate_a_log_file,
         ("read", "-c", "table.yaml", "--out", "out.parquet"),
         1,
-        (".log.parquet: cannot read data file",),
+        (".log.parquet: checksum mismatch",),
     ),
     Case(
         "garbage-in-timeline-file-read",
         garbage_in_timeline,
         ("read", "-c", "table.yaml"),
         1,
-        ("{ws}/table/.stitch/timeline/", ".deltacommit: timeline file is not valid JSON"),
+        ("{ws}/table/.stitch/timeline/", ".deltacommit: damaged: it does not start with a checksum header"),
     ),
     Case(
         "garbage-in-timeline-file-ingest",
         garbage_in_timeline,
         INGEST_ORDERS,
         1,
-        ("{ws}/table/.stitch/timeline/", ".deltacommit: timeline file is not valid JSON"),
+        ("{ws}/table/.stitch/timeline/", ".deltacommit: damaged: it does not start with a checksum header"),
     ),
     Case(
         "garbage-in-timeline-file-status",
         garbage_in_timeline,
         ("status", "-c", "table.yaml"),
         1,
-        ("timeline file is not valid JSON",),
+        ("damaged: it does not start with a checksum header",),
     ),
     Case(
         "empty-completed-instant-file",
@@ -492,6 +500,13 @@ CATALOGUE = [
         ("read", "-c", "table.yaml", "--json"),
         1,
         ("added: Input should be a valid tuple (damaged timeline)",),
+    ),
+    Case(
+        "timeline-file-edited-by-hand",
+        edited_timeline,
+        ("read", "-c", "table.yaml"),
+        1,
+        ("{ws}/table/.stitch/timeline/", ".deltacommit: checksum mismatch", "put it back from a backup"),
     ),
     # ---- config mistakes (issue 16 and the rest of each section)
     Case(
@@ -647,7 +662,7 @@ CATALOGUE = [
         flip_a_byte_in_a_log_file,
         ("read", "-c", "table.yaml"),
         1,
-        ("{ws}/table/p=", ".log.parquet: cannot read data file", "put it back from a backup"),
+        ("{ws}/table/p=", ".log.parquet: checksum mismatch", "put it back from a backup"),
     ),
     Case(
         "landing-file-changed-after-it-was-ingested",

@@ -112,9 +112,9 @@ def storage(tmp_path: Path) -> LocalStorage:
 def test_every_type_round_trips(storage: LocalStorage, file_format: str, path: str) -> None:
     table = _all_types_table()
     assert all(table.column(i).null_count > 0 for i in range(table.num_columns))
-    size = write_table_file(storage, path, table, file_format)
-    assert size == storage.size(path) > 0
-    back = read_table_file(storage, path, table.schema, expected_rows=ROWS)
+    written = write_table_file(storage, path, table, file_format)
+    assert written.size == storage.size(path) > 0
+    back = read_table_file(storage, path, table.schema, expected_rows=ROWS, checksum=written.checksum)
     assert back.schema == table.schema
     for name in table.column_names:
         assert back.column(name).to_pylist() == table.column(name).to_pylist(), name

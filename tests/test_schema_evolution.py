@@ -182,16 +182,18 @@ def arrow_rows(document: dict[str, Any], stream: str, rows: list[dict[str, Any]]
 
 
 def expected_at(
-    document: dict[str, Any], written: list[tuple[Event, set[str]]], upto: int | None
+    document: dict[str, Any], written: list[tuple[Event, set[str]]], upto: int | None, initial: dict[str, Any]
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The reference model under `document`'s schema: a column an event predates reads its default there."""
+    """The reference model under `document`'s schema: a column an event predates reads the default the column
+    was added with (`initial`; a later change of the default does not reach back), and a group that does not
+    exist reads the default in `document`."""
     streams = models(document)
     events = []
     for event, had in written:
         model = next((m for m in streams if m.name == event.stream), None)
         if model is None:
             continue  # a dropped stream
-        values = {c: (event.values.get(c) if c in had else model.defaults.get(c)) for c in model.columns}
+        values = {c: (event.values.get(c) if c in had else initial.get(c)) for c in model.columns}
         events.append(Event(event.stream, event.key, {**values}, event.deleted, event.commit, event.pos))
     return expected_rows(streams, events, upto=upto)
 
@@ -208,10 +210,15 @@ def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Non
     table.init()
     written: list[tuple[Event, set[str]]] = []
     checkpoints: list[tuple[str, int, dict[str, Any]]] = []  # (completion time, commit number, schema then)
+    initial: dict[str, Any] = {}  # each column's default when it first appeared
+    for model in models(document):
+        initial.update({c: model.defaults.get(c) for c in model.columns})
     commit = 0
     for kind, arg in plan:
         if kind == "alter":
             next(a for a in ALTERS if a.__name__ == arg)(document)
+            for model in models(document):
+                initial.update({c: model.defaults.get(c) for c in model.columns if c not in initial})
             config = write_yaml(root, document)
             from stitchlake.services.alter import alter
 
@@ -229,13 +236,13 @@ def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Non
                 deleted = "deletes" in document["streams"][stream] and row["op"] == "D"
                 written.append((Event(stream, (row["k"],), values, deleted, commit, pos), had))
             checkpoints.append((result.completed or "", commit, copy.deepcopy(document)))
-    assert as_dict(table.read()) == expected_at(document, written, None)
+    assert as_dict(table.read()) == expected_at(document, written, None, initial)
     for completed, number, then in checkpoints:
         got = table.read(as_of=completed)
         assert got.column_names == ["k", *[c for s in then["streams"].values() for c in s["columns"]]]
-        assert as_dict(got) == expected_at(then, written, number), f"as of {completed}"
+        assert as_dict(got) == expected_at(then, written, number, initial), f"as of {completed}"
     table.compact()
-    assert as_dict(table.read()) == expected_at(document, written, None)
+    assert as_dict(table.read()) == expected_at(document, written, None, initial)
 
 
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])

@@ -1,18 +1,22 @@
 """Reading and writing the table's own data files (base and log), with errors that name the file.
 
 A file that cannot be read completely raises CorruptFileError; it never yields partial rows. Files are written
-straight to their final name: they only become visible when a completed instant names them.
+straight to their final name: they only become visible when a completed instant names them. Every file's digest is
+returned when it is written, recorded by the commit that names it, and checked on every read
+(`stitchlake.checksums`): Parquet's page checksums leave its footer and page headers bare, and Avro has none.
 """
 
 from __future__ import annotations
 
 import io
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stitchlake.checksums import digest, verify
 from stitchlake.errors import CorruptFileError, DataFileMissing
 from stitchlake.io.avro import read_avro, write_avro
 from stitchlake.layout.names import LOG, parse_name
@@ -26,14 +30,22 @@ PARQUET_COMPRESSION = "zstd"
 LOG_COMPRESSION = "lz4"
 
 
-def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: str = "parquet") -> int:
-    """Write a data file (format and compression from its name) in one write; return its size in bytes."""
+@dataclass(frozen=True)
+class Written:
+    """A file as written: its size, and the digest its readers check it against."""
+
+    size: int
+    checksum: str
+
+
+def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: str = "parquet") -> Written:
+    """Write a data file (format and compression from its name) in one write."""
     if file_format == "avro":
         buffer = io.BytesIO()
         write_avro(table, buffer)
         data = buffer.getvalue()
         storage.write_bytes(path, data)
-        return len(data)
+        return Written(len(data), digest(data))
     name = parse_name(posixpath.basename(path))
     log = name is not None and name.kind == LOG
     return write_parquet(
@@ -47,22 +59,35 @@ def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: 
     )
 
 
-def write_parquet(storage: Storage, path: str, table: pa.Table, **options: Any) -> int:
-    """Write any Parquet file of the table (data, quarantine, erase keys) through storage; return its size.
+def write_parquet(storage: Storage, path: str, table: pa.Table, **options: Any) -> Written:
+    """Write any Parquet file of the table (data, quarantine, erase keys) through storage.
 
-    Page checksums always: a flipped bit is an error on read, never a wrong row.
+    Page checksums always, so a file read without its recorded digest still refuses most damage.
     """
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, write_page_checksum=True, **options)
     data = sink.getvalue()
     storage.write_bytes(path, data.to_pybytes())
-    return data.size
+    return Written(data.size, digest(memoryview(data)))
 
 
-def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
-    """Read a whole Parquet file of the table through storage, verifying page checksums."""
+def read_parquet(
+    storage: Storage, path: str, columns: list[str] | None = None, checksum: str | None = None
+) -> pa.Table:
+    """Read a whole Parquet file of the table through storage, verifying its digest (when one was recorded) and
+    page checksums."""
+    if checksum:
+        data = verified_bytes(storage, path, checksum)
+        return pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read(columns=columns)
     with storage.open_input(path) as handle:
         return pq.ParquetFile(handle, page_checksum_verification=True).read(columns=columns)
+
+
+def verified_bytes(storage: Storage, path: str, checksum: str) -> bytes:
+    """A file's bytes, refused (CorruptFileError) unless they have the digest its commit recorded."""
+    data = storage.read_bytes(path)
+    verify(data, checksum, storage.describe(path))
+    return data
 
 
 def parquet_encodings(schema: pa.Schema, delta_positions: bool = False) -> dict[str, object]:
@@ -86,19 +111,24 @@ def read_table_file(
     schema: pa.Schema,
     columns: list[str] | None = None,
     expected_rows: int | None = None,
+    checksum: str | None = None,
 ) -> pa.Table:
-    """Read a base or log file (format from its name), cast to `schema`, checking it is whole.
+    """Read a base or log file (format from its name), cast to `schema`, checking it is whole: its digest when
+    its commit recorded one (files written before digests have none), and the rows its commit counted.
 
     Errors name the file's full location: the person reading them has a cron log, not the table path.
     """
     where = storage.describe(path)
     try:
         if path.endswith(".avro"):
-            table = read_avro(io.BytesIO(storage.read_bytes(path)), schema, columns)
+            data = verified_bytes(storage, path, checksum) if checksum else storage.read_bytes(path)
+            table = read_avro(io.BytesIO(data), schema, columns)
         else:
-            table = read_parquet(storage, path, columns)
+            table = read_parquet(storage, path, columns, checksum)
     except FileNotFoundError:
         raise DataFileMissing(f"{where}: data file is missing (named by a completed instant)", file=where) from None
+    except CorruptFileError:
+        raise
     except Exception as exc:
         raise CorruptFileError(f"{where}: cannot read data file ({type(exc).__name__}: {exc})", file=where) from None
     if expected_rows is not None and table.num_rows != expected_rows:

@@ -170,15 +170,16 @@ def read_landing(
 ) -> pa.Table:
     """Read one landing file. Text formats keep the wanted columns as text.
 
-    JSON is read row by row: a field missing from a line, or from every line, is a null value (each line is one
-    event, not a schema). Other formats name their columns once per file: a missing one is refused later with
-    the file's name (`batch.prepare`). A file that cannot be read whole is refused naming it (InputRejected), so
-    the bad-row policy decides: never a half-read file, never an unexplained error.
+    JSON is read row by row: a field missing from a line is a null value (each line is one event, not a schema);
+    one missing from every line is left out, and the caller fills it (`events.from_landing`). Other formats name
+    their columns once per file: a missing one is refused later with the file's name (`batch.prepare`), unless
+    `stitch alter` added it after the stream existed. A file that cannot be read whole is refused naming it
+    (InputRejected), so the bad-row policy decides: never a half-read file, never an unexplained error.
     """
     storage = storage_for(file.root, options)
     where = storage.describe(file.path)
     try:
-        data = _decompressed(storage.read_bytes(file.path), file.path, where)
+        data = decompressed(storage.read_bytes(file.path), file.path, where)
         if source.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -187,9 +188,6 @@ def read_landing(
             table = _read_csv(source, file.path, data, columns, where)
         elif source.format == "json":
             table = _read_json(data, where)
-            missing = [c for c in columns if c not in table.column_names]
-            for name in missing:
-                table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))
         else:
             table = _read_avro(data, where)
     except InputRejected:
@@ -207,7 +205,7 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-def _decompressed(data: bytes, name: str, where: str) -> bytes:
+def decompressed(data: bytes, name: str, where: str) -> bytes:
     """A landing file's bytes, decompressed whole when its name says it is compressed."""
     suffix = posixpath.splitext(name.lower())[1]
     if suffix in UNSUPPORTED_COMPRESSIONS:

@@ -44,8 +44,9 @@ def table_schema(config: TableConfig) -> pa.Schema:
 def evolve(table: pa.Table, target: pa.Schema, defaults: Mapping[str, Any] | None = None) -> pa.Table:
     """Rows of a file written under an older schema, as `target` (a subset of the current schema) wants them.
 
-    A column added since reads its default (else null): the events in the file never set it. A widened type is
-    cast (every old value fits); a dropped column is left out. Column names never change owner (`stitch alter`
+    A column added since reads the default it was added with (`defaults`: Iceberg's initial-default; else null):
+    the events in the file never set it. A widened type is cast (every old value fits); a dropped column is left
+    out. Column names never change owner (`stitch alter`
     refuses it), so a name present in the file is the same column.
     """
     columns = []

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from stitchlake.checksums import seal
 from stitchlake.errors import BusyError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.timeline.archive import (
@@ -100,14 +101,16 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
         records = consumed_until(table, timeline, name, horizon)
         consumed[name] = tuple(records[key] for key in sorted(records))
     lines = [
-        json.dumps(
-            {
-                "requested": i.requested,
-                "action": i.action,
-                "completed": i.completed,
-                "metadata": commit_json(timeline.commit(i)),
-            }
-        )
+        seal(
+            json.dumps(
+                {
+                    "requested": i.requested,
+                    "action": i.action,
+                    "completed": i.completed,
+                    "metadata": commit_json(timeline.commit(i)),
+                }
+            ).encode()
+        ).decode()
         for i in chosen
     ]
     schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
@@ -139,7 +142,9 @@ def archive(table: Table, keep: int | None = None) -> ArchiveResult:
         batch = f"{ARCHIVE_DIR}/{plan.chosen[0].requested}_{plan.horizon}{BATCH_SUFFIX}"
         storage.put_if_absent(batch, ("\n".join(plan.lines) + "\n").encode(), lock.fence)
         # Immutable and fenced: from here on the view starts at the new horizon.
-        storage.put_if_absent(checkpoint_path(plan.horizon), json.dumps(dump(plan.checkpoint)).encode(), lock.fence)
+        storage.put_if_absent(
+            checkpoint_path(plan.horizon), seal(json.dumps(dump(plan.checkpoint)).encode()), lock.fence
+        )
         lock.fence()
         for instant in plan.chosen:
             delete_instant(storage, instant, completed_last=True)

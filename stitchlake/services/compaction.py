@@ -128,8 +128,10 @@ def compact_file_group(table: Table, fslice: FileSlice, instant: str, mark: Call
     rows = to_base(table.config, merged)
     path = join(fslice.partition, base_name(fslice.file_group, instant))
     mark(path)
-    size = write_table_file(table.storage, path, rows)
-    return DataFile(path, fslice.partition, fslice.file_group, BASE, None, rows.num_rows, size)
+    written = write_table_file(table.storage, path, rows)
+    return DataFile(
+        path, fslice.partition, fslice.file_group, BASE, None, rows.num_rows, written.size, written.checksum
+    )
 
 
 def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list[FileSlice]]:

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from stitchlake.batch import cast_column
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import ConflictError, InputRejected, NotFoundError, UsageError
+from stitchlake.errors import ConflictError, InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
@@ -27,9 +27,8 @@ from stitchlake.layout.partition import partition_path
 from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reader import ERASED_GROUP, ERASED_PARTITION, merge_slice
-from stitchlake.services.clean import purge_file_groups, superseded_in
 from stitchlake.services.publish import publish_after
-from stitchlake.services.savepoint import delete as delete_savepoint
+from stitchlake.services.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -42,7 +41,6 @@ from stitchlake.timeline.metadata import (
     RewriteCommit,
     RewritePlan,
 )
-from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
@@ -57,9 +55,12 @@ class EraseResult:
     requested_keys: int
     erased_keys: int
     file_groups: int
-    #: With `purge`: savepoints deleted and older file slices removed, because they still held the keys.
+    #: With `purge`: savepoints deleted, older file slices removed, quarantine files rewritten or removed and Spark
+    #: job logs deleted, because they still held (or may have held) the keys.
     purged_savepoints: list[str] = field(default_factory=list)
     purged_files: int = 0
+    purged_quarantine: list[str] = field(default_factory=list)
+    purged_logs: list[str] = field(default_factory=list)
     #: The published tables brought up to date (`services.publish.PublishResult` as JSON).
     published: list[dict[str, Any]] = field(default_factory=list)
 
@@ -157,7 +158,9 @@ def _late_writes(
             if entry.group not in groups:
                 continue
             stream = table.config.streams[entry.stream or ""]
-            written = read_table_file(table.storage, entry.path, log_schema(table.config, stream), common)
+            written = read_table_file(
+                table.storage, entry.path, log_schema(table.config, stream), common, checksum=entry.checksum
+            )
             if _match(written, keys).any():
                 found.append(instant.requested)
                 break
@@ -177,26 +180,11 @@ def erase(table: Table, keys: pa.Table, purge: bool = False, engine: Engine | No
     """
     result = _erase(table, keys, engine or LocalEngine(), purge)
     if purge:
-        result.purged_savepoints, result.purged_files = purge_older_copies(table, result.instant)
+        purged = purge_copies(table, result.instant, _keys_table(table, keys))
+        result.purged_savepoints, result.purged_files = purged.savepoints, purged.files
+        result.purged_quarantine, result.purged_logs = purged.quarantine, purged.logs
     result.published = publish_after(table, f"erase {result.instant}")
     return result
-
-
-def purge_older_copies(table: Table, erase_instant: str) -> tuple[list[str], int]:
-    """Delete savepoints and file slices older than an erase in the file groups it rewrote."""
-    timeline = table.timeline()
-    done = timeline.get(erase_instant)
-    commit = timeline.commit(done) if done is not None and done.is_completed else None
-    if not isinstance(commit, EraseCommit):
-        raise NotFoundError(f"erase {erase_instant} is not a completed erase on the timeline")
-    groups = commit.groups
-    older = superseded_in(table.view(timeline), groups)
-    removed = []
-    for savepoint, pinned in savepoints(timeline):
-        if set(pinned.files) & older:
-            delete_savepoint(table, savepoint.requested)
-            removed.append(savepoint.requested)
-    return removed, len(purge_file_groups(table, groups).deleted)
 
 
 def _erase(table: Table, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
@@ -238,11 +226,14 @@ def erase_file_group(
     rows = to_base(table.config, merged, erase=hit)
     path = join(fslice.partition, base_name(fslice.file_group, instant))
     mark(path)
-    size = write_table_file(table.storage, path, rows)
+    written = write_table_file(table.storage, path, rows)
     gone = merged.keys.filter(pa.array(hit & merged.live()))
     gone = gone.append_column(ERASED_GROUP, pa.array([fslice.file_group] * gone.num_rows, pa.string()))
     gone = gone.append_column(ERASED_PARTITION, pa.array([fslice.partition] * gone.num_rows, pa.string()))
-    return DataFile(path, fslice.partition, fslice.file_group, BASE, None, rows.num_rows, size), gone
+    added = DataFile(
+        path, fslice.partition, fslice.file_group, BASE, None, rows.num_rows, written.size, written.checksum
+    )
+    return added, gone
 
 
 def _execute(
@@ -258,9 +249,10 @@ def _execute(
     files = [file for file, _gone in done]
     erased_path = f"{erase_folder(txn.time)}/erased.parquet"
     erased_rows = pa.concat_tables([gone for _file, gone in done]) if done else None
+    erased_checksum = ""
     if erased_rows is not None:
         txn.mark(erased_path)
-        write_parquet(storage, erased_path, erased_rows)
+        erased_checksum = write_parquet(storage, erased_path, erased_rows).checksum
 
     # One snapshot for both: a commit completing between two separate loads would be checked by neither.
     snapshot = table.timeline()
@@ -289,6 +281,7 @@ def _execute(
             added=tuple(files),
             keys_file=plan.keys_file,
             erased_file=erased_path if erased_rows is not None else None,
+            erased_checksum=erased_checksum,
             requested_keys=keys.num_rows,
             erased_keys=erased,
             purge=purge,

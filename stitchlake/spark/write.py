@@ -182,7 +182,12 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
     task = TaskContext.get()
     partition = task.partitionId() if task else 0
     batch = prepare(
-        table.config, stream, data, source=f"spark partition {partition}", pos=positions(partition, data.num_rows)
+        table.config,
+        stream,
+        data,
+        source=f"spark partition {partition}",
+        pos=positions(partition, data.num_rows),
+        fill=table.late_columns(stream_name),
     )
     mark = marker_for(table, instant)
     bad = BadRows()

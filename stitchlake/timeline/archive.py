@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from stitchlake.checksums import unseal
 from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
@@ -80,6 +81,10 @@ def checkpoint_names(storage: Storage, listing: list[str] | None = None) -> list
     return sorted(found)
 
 
+#: How checkpoints and archived instants (one JSON line each) began before they carried a checksum.
+LEGACY_CHECKPOINT_PREFIXES = (b'{"completed": ', b'{"horizon": ')
+LEGACY_LINE_PREFIXES = (b'{"requested": ',)
+
 #: Immutable checkpoints already read from object stores, by location (a table reads its newest one per load).
 _CHECKPOINTS: dict[str, Checkpoint] = {}
 
@@ -91,7 +96,7 @@ def _read_checkpoint(storage: Storage, path: str, immutable: bool = True) -> Che
         return cached
     data = storage.read_bytes(path)
     try:
-        found = load(Checkpoint, json.loads(data))
+        found = load(Checkpoint, json.loads(unseal(data, where, LEGACY_CHECKPOINT_PREFIXES)))
     except (json.JSONDecodeError, ValueError) as exc:
         raise CorruptFileError(f"{where}: not a valid checkpoint ({exc})", file=where) from None
     if immutable and storage.remote:
@@ -139,7 +144,9 @@ def archived_instants(storage: Storage) -> list[ArchivedInstant]:
             if not line.strip():
                 continue
             try:
-                entry: dict[str, Any] = json.loads(line)
+                entry: dict[str, Any] = json.loads(
+                    unseal(line.encode(), f"{storage.describe(path)} line {number}", LEGACY_LINE_PREFIXES)
+                )
                 instant = Instant(entry["requested"], entry["action"], State.COMPLETED, entry["completed"])
                 commit = load(kind_of(instant.action).commit, entry.get("metadata") or {})
             except (json.JSONDecodeError, KeyError, ValueError) as exc:

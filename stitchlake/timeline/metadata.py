@@ -37,6 +37,8 @@ class DataFile:
     stream: str | None
     rows: int
     bytes: int
+    #: Its digest (`stitchlake.checksums`), checked on every read; empty for files written before digests.
+    checksum: str = ""
     instant: str = ""
     completed: str = ""
     #: The table schema version it was written under (its columns and types); the view fills it in.
@@ -352,6 +354,8 @@ class CompactionCommit(RewriteCommit):
 class EraseCommit(RewriteCommit):
     keys_file: str | None = None
     erased_file: str | None = None
+    #: The digest of `erased_file` (incremental reads report its keys deleted).
+    erased_checksum: str = ""
     requested_keys: int = 0
     erased_keys: int = 0
     #: `--purge`: older copies go too, the published tables' history included (their next publish recreates them).

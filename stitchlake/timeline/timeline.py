@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
+from stitchlake.checksums import seal, unseal
 from stitchlake.errors import CorruptFileError, HistoryMoved, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage
@@ -73,9 +74,14 @@ def _reader_pool() -> ThreadPoolExecutor:
         return pool
 
 
+#: How instant files (and table.json) began before they carried a checksum.
+LEGACY_PREFIXES = (b'{\n "format_version": ',)
+
+
 def encode_metadata(content: dict[str, Any]) -> bytes:
-    """Keys keep their order: a stored schema lists streams and columns in the order reads show them."""
-    return json.dumps({"format_version": METADATA_VERSION, **content}, indent=1).encode()
+    """Keys keep their order: a stored schema lists streams and columns in the order reads show them. Sealed with
+    its checksum (`stitchlake.checksums`): a flipped bit in a file list or a version must fail, not mislead."""
+    return seal(json.dumps({"format_version": METADATA_VERSION, **content}, indent=1).encode())
 
 
 def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict[str, Any]:
@@ -89,7 +95,7 @@ def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict
             raise CorruptFileError(f"{where}: completed instant file is empty (damaged timeline)", file=where)
         return {}
     try:
-        content = json.loads(data)
+        content = json.loads(unseal(data, where, LEGACY_PREFIXES))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptFileError(f"{where}: timeline file is not valid JSON ({exc})", file=where) from None
     if not isinstance(content, dict):

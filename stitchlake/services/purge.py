@@ -1,0 +1,185 @@
+"""`stitch delete --purge`: after an erase, every other copy of the erased keys under the table goes too.
+
+An erase hides the keys from reads; GDPR wants the bytes gone. Besides older file slices and the savepoints that
+pin them (the data files), the table holds copies in three more places, each handled here:
+
+- **quarantined rows** (`.stitch/quarantine/<instant>/rows-*.parquet`): bad rows are kept as text; a row whose key
+  (cast as ingest casts it) is an erased key is removed, and a file left empty is deleted.
+- **quarantined landing files** (`.../files/<name>`): copies of whole files an ingest could not take. A copy that
+  reads (a file set aside for a missing column) is checked for the keys; one that does not read cannot be shown
+  free of them, so a text copy is searched for the keys' text and a binary one is deleted. Their names and reasons
+  stay on the timeline.
+- **Spark job logs** (`.stitch/logs/`): a failed job's log may quote bad rows, so logs of jobs started before the
+  erase are deleted.
+
+The erase's own record keeps the keys themselves (not their values), so that change-feed readers learn of the
+deletion. Published tables are recreated by the republish that follows a purge (`services.publish`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from stitchlake.batch import cast_column
+from stitchlake.errors import InputRejected, NotFoundError
+from stitchlake.io.datafiles import read_parquet, write_parquet
+from stitchlake.io.landing import LandingFile, decompressed, read_landing
+from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR
+from stitchlake.services.clean import purge_file_groups, superseded_in
+from stitchlake.services.savepoint import delete as delete_savepoint
+from stitchlake.timeline.archive import archived_instants
+from stitchlake.timeline.clock import is_time
+from stitchlake.timeline.metadata import DeltaCommit, EraseCommit
+from stitchlake.timeline.savepoints import savepoints
+
+if TYPE_CHECKING:
+    from stitchlake.config import StreamSpec
+    from stitchlake.table import Table
+
+#: Landing formats whose bytes hold values as text (a copy that does not read can still be searched).
+TEXT_FORMATS = ("json", "csv")
+
+
+@dataclass
+class PurgeResult:
+    """What a purge removed besides the erase itself."""
+
+    savepoints: list[str] = field(default_factory=list)
+    #: Older file slices' files deleted.
+    files: int = 0
+    #: Quarantine files rewritten without the keys, or deleted.
+    quarantine: list[str] = field(default_factory=list)
+    #: Spark job logs deleted.
+    logs: list[str] = field(default_factory=list)
+
+
+def purge(table: Table, erase_instant: str, keys: pa.Table) -> PurgeResult:
+    """Remove every other copy of `keys` (cast to the key types) that the completed erase left under the table."""
+    timeline = table.timeline()
+    done = timeline.get(erase_instant)
+    commit = timeline.commit(done) if done is not None and done.is_completed else None
+    if done is None or not isinstance(commit, EraseCommit):
+        raise NotFoundError(f"erase {erase_instant} is not a completed erase on the timeline")
+    result = PurgeResult()
+    older = superseded_in(table.view(timeline), commit.groups)
+    for savepoint, pinned in savepoints(timeline):
+        if set(pinned.files) & older:
+            delete_savepoint(table, savepoint.requested)
+            result.savepoints.append(savepoint.requested)
+    result.files = len(purge_file_groups(table, commit.groups).deleted)
+    result.quarantine = _purge_quarantine(table, keys)
+    result.logs = _purge_job_logs(table, done.completed or erase_instant)
+    return result
+
+
+def _purge_quarantine(table: Table, keys: pa.Table) -> list[str]:
+    storage = table.storage
+    streams = _copy_streams(table)
+    changed = []
+    for path in _walk(table, QUARANTINE_DIR):
+        name = posixpath.basename(path)
+        if "/files/" in path:
+            if _copy_may_hold(table, streams.get(path), path, keys):
+                storage.delete(path)
+                changed.append(path)
+        elif name.startswith("rows-") and name.endswith(".parquet"):
+            rows = read_parquet(storage, path)
+            hit = _rows_hit(table, rows, keys)
+            if not hit.any():
+                continue
+            kept = rows.filter(pa.array(~hit))
+            if kept.num_rows:
+                write_parquet(storage, path, kept)
+            else:
+                storage.delete(path)
+            changed.append(path)
+    return changed
+
+
+def _walk(table: Table, folder: str) -> Iterator[str]:
+    """Files under a folder of the table; one removed meanwhile (a rollback of its write) is simply gone."""
+    try:
+        yield from table.storage.walk_files(folder)
+    except FileNotFoundError:
+        return
+
+
+def _copy_streams(table: Table) -> dict[str, StreamSpec]:
+    """Quarantined landing-file copies by the stream whose commit set them aside (active and archived)."""
+    timeline = table.timeline()
+    commits = [timeline.commit(i) for i in timeline.completed()]
+    commits += [entry.commit for entry in archived_instants(table.storage)]
+    out = {}
+    for commit in commits:
+        if isinstance(commit, DeltaCommit) and commit.stream in table.config.streams:
+            for item in commit.quarantined_files:
+                if item.copy:
+                    out[item.copy] = table.config.streams[commit.stream]
+    return out
+
+
+def _typed_keys(table: Table, rows: pa.Table, keys: pa.Table) -> pa.Table | None:
+    """`rows`' columns that `keys` has, cast as ingest casts them (unparsable values become null)."""
+    columns = {}
+    for spec in table.config.common_columns:
+        if spec.name not in keys.column_names:
+            continue
+        if spec.name not in rows.column_names:
+            return None
+        column = rows.column(spec.name).combine_chunks()
+        columns[spec.name], _failed = cast_column(column, spec, "quarantine")
+    return pa.table(columns)
+
+
+def _rows_hit(table: Table, rows: pa.Table, keys: pa.Table) -> np.ndarray:
+    typed = _typed_keys(table, rows, keys)
+    if typed is None:
+        return np.zeros(rows.num_rows, dtype=bool)
+    indexed = typed.append_column("_row", pa.array(np.arange(typed.num_rows)))
+    hits = indexed.join(keys, keys=keys.column_names, join_type="left semi").column("_row").to_numpy()
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    mask[hits] = True
+    return mask
+
+
+def _copy_may_hold(table: Table, stream: StreamSpec | None, path: str, keys: pa.Table) -> bool:
+    """Whether a quarantined landing file copy may hold an erased key: it does, or it cannot be shown not to."""
+    source = stream.source if stream is not None else None
+    if source is not None:
+        info = table.storage.stat(path)
+        copy = LandingFile(table.path, path, path, info.size, info.version)
+        try:
+            rows = read_landing(source, copy, [c.name for c in table.config.common_columns], table.storage_options)
+        except InputRejected:
+            rows = None
+        if rows is not None and _typed_keys(table, rows, keys) is not None:
+            return bool(_rows_hit(table, rows, keys).any())
+    if source is None or source.format not in TEXT_FORMATS:
+        return True  # binary and unreadable: nothing short of deleting it proves the keys gone
+    try:
+        text = decompressed(table.storage.read_bytes(path), path, path)
+    except InputRejected:
+        return True
+    return any(all(_text(value) in text for value in row.values()) for row in keys.to_pylist())
+
+
+def _text(value: object) -> bytes:
+    """A key value as a text file would spell it."""
+    isoformat = getattr(value, "isoformat", None)
+    return (isoformat() if callable(isoformat) else str(value)).encode()
+
+
+def _purge_job_logs(table: Table, before: str) -> list[str]:
+    """Spark job logs (`<job>-<start time>-<pid>.log`) of jobs that started before the erase completed."""
+    removed = []
+    for path in _walk(table, LOGS_DIR):
+        parts = posixpath.basename(path).rsplit("-", 2)
+        if len(parts) == 3 and is_time(parts[1]) and parts[1] < before and table.storage.delete(path):
+            removed.append(path)
+    return removed
