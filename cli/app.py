@@ -12,7 +12,6 @@ a JVM. `tests/test_cli.py` checks that `--help` imports neither pyspark nor pyar
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import signal
@@ -98,8 +97,10 @@ def run_command(fn: Callable[[], R]) -> R | None:
       job, which aborts its instant on the way out.
     - an `OSError` (disk full, permissions) -> what failed on which file and what to do, exit 1.
     - anything else -> a one-line `error: unexpected ...` and exit 1; the traceback only with `STITCH_DEBUG=1`.
-    - typer/click exits and aborts, and broken pipes (`stitch read | head`), pass through to typer; click usage
-      errors too, after a JSON failure object when `--json` was asked for.
+    - typer/click exits and aborts pass through to typer; click usage errors too, after a JSON failure object when
+      `--json` was asked for.
+    - a closed stdout or stderr (`stitch status | head -1`) changes nothing: `cli.output` stops writing to it, and
+      the command exits with its own code.
 
     With `--json`, stdout carries exactly one JSON object, on success and on failure.
     """
@@ -125,9 +126,7 @@ def run_command(fn: Callable[[], R]) -> R | None:
     except Terminated as exc:
         output.failure(f"{exc}; the running instant was aborted" + _noted(exc), Terminated.exit_code)
         raise typer.Exit(Terminated.exit_code) from None
-    except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            raise
+    except OSError as exc:  # a closed stdout or stderr is not one: `cli.output` silences those and goes on
         if debugging():
             traceback.print_exception(exc)
         details = {"file": exc.filename} if exc.filename else {}

@@ -17,9 +17,12 @@ import typer
 from cli import output
 from cli.jobs import choose_engine, execute, with_retries
 from cli.options import (
+    CleanEngineOption,
     ConfigOption,
     EngineChoice,
     EngineOption,
+    InProcessChoice,
+    InProcessEngineOption,
     JsonOption,
     RetriesOption,
     TableOption,
@@ -335,7 +338,7 @@ def clean_command(
     retain: Annotated[int | None, typer.Option("--retain", min=1, help="Commits, versions or hours to keep.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would go; delete nothing.")] = False,
     list_files: Annotated[bool, typer.Option("--list-files", help="With --json: include every path.")] = False,
-    engine: EngineOption = EngineChoice.auto,
+    engine: CleanEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Roll back failed writes and delete file slices outside the retention (never savepointed files)."""
@@ -360,6 +363,7 @@ def clean_command(
             ("policy", "policy"),
             ("deleted files", "deleted_files"),
             ("orphans", "orphan_files"),
+            ("finished", "finished"),
             ("rolled back", "rolled_back"),
             ("reset compactions", "reset_compactions"),
             ("seconds", "seconds"),
@@ -425,25 +429,49 @@ def _table_bytes(table: Table) -> int:
 def rollback_command(
     config: ConfigOption = None,
     table: TableOption = None,
-    instant: Annotated[str | None, typer.Option("--instant", help="The instant to roll back.")] = None,
+    instant: Annotated[
+        str | None,
+        typer.Option(
+            "--instant",
+            help="A pending instant of a dead writer, or the table's latest deltacommit (no other stream committed "
+            "after it).",
+        ),
+    ] = None,
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            "--stream",
+            "-s",
+            help="Undo this stream's latest deltacommit, keeping the newer commits of other streams.",
+        ),
+    ] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Roll back every write whose heartbeat expired.")] = False,
-    engine: EngineOption = EngineChoice.auto,
+    engine: InProcessEngineOption = InProcessChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
-    """Undo a pending instant of a dead writer, the latest deltacommit, or (--failed) every failed write."""
+    """Undo failed writes (--failed), a dead writer's pending instant, or a completed deltacommit.
+
+    A completed deltacommit can be undone only while it is the latest: --instant T takes the table's latest
+    deltacommit, --stream S the latest of one stream even when other streams committed after it (its logs hold
+    only that stream's columns). Either is refused once a compaction or erase absorbed the commit or a savepoint
+    pins it; older commits, and those, are taken back by restoring a savepoint taken before them (`stitch
+    savepoint restore`). The undone commit's landing files become pending again: the next ingest takes them
+    unless you move them away.
+    """
     from stitchlake.jobs.requests import RollbackRequest
 
-    if (instant is None) == (not failed):
-        raise UsageError("give either --instant T or --failed")
+    if sum((instant is not None, failed, stream is not None)) != 1:
+        raise UsageError("give exactly one of --instant T, --stream S or --failed")
     handle = open_target(config, table)
-    request = RollbackRequest(instant, failed)
-    result = execute(handle, request, choose_engine(handle, request, engine, 0))
+    request = RollbackRequest(instant, failed, stream)
+    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
         result,
         message=result.get("message"),
         title="rollback",
         fields=[
             ("instant", "instant"),
+            ("finished", "finished"),
             ("rolled back", "rolled_back"),
             ("reset compactions", "reset_compactions"),
             ("deleted files", "deleted_files"),
@@ -459,7 +487,7 @@ def savepoint_create_command(
     table: TableOption = None,
     name: Annotated[str | None, typer.Option("--name", help="A name to read and restore it by.")] = None,
     instant: Annotated[str | None, typer.Option("--instant", help="Completed instant (default: latest).")] = None,
-    engine: EngineOption = EngineChoice.auto,
+    engine: InProcessEngineOption = InProcessChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Pin the table's state as of a completed instant against cleaning."""
@@ -467,7 +495,7 @@ def savepoint_create_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("create", name=name, instant=instant)
-    result = execute(handle, request, choose_engine(handle, request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
         result,
         message=f"savepoint {result.get('name') or result['instant']} pins the state as of {result['savepoint_of']}",
@@ -506,39 +534,35 @@ def savepoint_list_command(
 
 
 def savepoint_delete_command(
+    name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")],
     config: ConfigOption = None,
     table: TableOption = None,
-    name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")] = "",
-    engine: EngineOption = EngineChoice.auto,
+    engine: InProcessEngineOption = InProcessChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Unpin a savepoint (its files become cleanable)."""
     from stitchlake.jobs.requests import SavepointRequest
 
-    if not name:
-        raise UsageError("give the savepoint with --name NAME (its name or its instant)")
     handle = open_target(config, table)
     request = SavepointRequest("delete", savepoint=name)
-    result = execute(handle, request, choose_engine(handle, request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(result, message=f"deleted savepoint {name}")
 
 
 def savepoint_restore_command(
+    name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")],
     config: ConfigOption = None,
     table: TableOption = None,
-    name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")] = "",
     force: Annotated[bool, typer.Option("--force", help="Also roll back live writers.")] = False,
-    engine: EngineOption = EngineChoice.auto,
+    engine: InProcessEngineOption = InProcessChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Bring the table back to a savepoint (refused while writers are alive, unless --force)."""
     from stitchlake.jobs.requests import SavepointRequest
 
-    if not name:
-        raise UsageError("give the savepoint with --name NAME (its name or its instant)")
     handle = open_target(config, table)
     request = SavepointRequest("restore", savepoint=name, force=force)
-    result = execute(handle, request, choose_engine(handle, request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
         result,
         message=output.with_published(str(result.get("message")), result),
@@ -561,7 +585,7 @@ def archive_command(
     keep: Annotated[
         int | None, typer.Option("--keep", min=1, help="Instants to keep active (default: archive.keep_instants).")
     ] = None,
-    engine: EngineOption = EngineChoice.auto,
+    engine: InProcessEngineOption = InProcessChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Move old completed instants to the archive (keeps the active timeline short)."""
@@ -569,7 +593,7 @@ def archive_command(
 
     handle = open_target(config, table)
     request = ArchiveRequest(keep)
-    result = execute(handle, request, choose_engine(handle, request, engine, 0))
+    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
         result,
         message=result.get("message"),

@@ -39,12 +39,37 @@ JsonOption = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON object on stdout (and nothing else there), also on failure."),
 ]
+
+
+class InProcessChoice(StrEnum):
+    """What a command that always runs in this process accepts for `--engine` (kept so scripts that pass it work)."""
+
+    auto = "auto"
+    local = "local"
+
+
 EngineOption = Annotated[
     EngineChoice,
     typer.Option(
         "--engine",
         help="auto: in-process for small work, Spark otherwise (says which); local: in this process; "
         "spark: a spark-submit job.",
+    ),
+]
+#: `stitch clean`: its work is deleting files, so `auto` runs it here; only `spark` sends it to Spark.
+CleanEngineOption = Annotated[
+    EngineChoice,
+    typer.Option(
+        "--engine",
+        help="auto and local: in this process; spark: the files are deleted by a spark-submit job.",
+    ),
+]
+#: Metadata-only commands (rollback, savepoint, archive): they never run on Spark, so `spark` is not offered.
+InProcessEngineOption = Annotated[
+    InProcessChoice,
+    typer.Option(
+        "--engine",
+        help="Metadata only: always runs in this process (auto and local both mean that; never Spark).",
     ),
 ]
 

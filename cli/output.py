@@ -14,12 +14,14 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,15 +48,49 @@ UNBOUNDED_WIDTH = 10_000
 
 def stdout_console() -> Console:
     """A console on the current stdout; no highlighting, so values keep the colours of their own style."""
-    from rich.console import Console
-
-    return Console(highlight=False)
+    return _console_class()(highlight=False)
 
 
 def stderr_console() -> Console:
+    return _console_class()(stderr=True, highlight=False)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's Console, except that a closed pipe (`stitch status | head -1`) is not an error.
+
+    rich exits 1 when its stream's reader has gone; a command whose work is done (an ingest that committed) would
+    then report failure to its scheduler. Here the stream is silenced instead and the command exits with its own
+    code (Python's advice on SIGPIPE: point the stream at devnull).
+    """
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    class PipeTolerantConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            silence(sys.stderr if self.stderr else sys.stdout)
+
+    return PipeTolerantConsole
+
+
+def silence(stream: TextIO) -> None:
+    """Send whatever is written to `stream` from now on (its pending buffer too) to devnull: its reader is gone."""
+    try:
+        descriptor = stream.fileno()
+    except (OSError, ValueError):  # not a file descriptor (a test runner's buffer)
+        descriptor = None
+    if descriptor is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, descriptor)
+        finally:
+            os.close(devnull)
+        return
+    replacement = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process, as sys.stdout does
+    if stream is sys.stderr:
+        sys.stderr = replacement
+    else:
+        sys.stdout = replacement
 
 
 def register_secrets(values: Iterable[str]) -> None:
@@ -227,8 +263,11 @@ def emit_json(document: Mapping[str, Any]) -> None:
     """
     plain = jsonable(document)
     shown = {key: value if key in DATA_KEYS else _redacted(value) for key, value in plain.items()}
-    sys.stdout.write(json_line(shown) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json_line(shown) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader is gone: the command still exits with its own code
+        silence(sys.stdout)
 
 
 def _redacted(value: Any) -> Any:

@@ -295,7 +295,14 @@ def read_command(
     since: SinceOption = None,
     until: UntilOption = None,
     before_images: BeforeImagesOption = False,
-    columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to read.")] = None,
+    columns: Annotated[
+        str | None,
+        typer.Option(
+            "--columns",
+            help="Comma-separated columns to read; with --since/--until also _op, _commit_time, _streams "
+            "(then exactly those named).",
+        ),
+    ] = None,
     where: WhereOption = None,
     mode: ModeOption = "snapshot",
     limit: LimitOption = 20,

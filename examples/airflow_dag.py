@@ -11,12 +11,21 @@ The task states follow stitch's exit codes:
 
 With `--json` the summary is the only line on stdout, so the BashOperator pushes it to XCom. SIGTERM, what Airflow
 sends to stop or time out a task, makes `stitch` abort its instant and exit 143; the next run proceeds at once.
-Works with Airflow 2.6+ and 3.
+
+Deploying it (docs/operations.md, "Airflow"): set `STITCH_CONFIG` (the table's YAML) and `STITCH_BIN` (the `stitch`
+executable) in the environment of the Airflow processes that parse DAGs and run tasks, or keep the defaults below.
+A table on S3 takes its credentials from the worker's environment (AWS_* variables, an instance profile) or from
+the Airflow connection `stitch_s3` when there is one (login: access key id, password: secret access key, extra
+`endpoint_url` and `region_name`): it is read when the task runs and passed as AWS_* variables, never rendered into
+the command. Without that connection nothing is passed, so a local table needs no connection at all.
+Works with Airflow 2.6+ and 3 (tested with 3.3.2: tests/test_airflow_example.py runs `airflow dags test`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from datetime import timedelta
 from typing import Any
 
@@ -30,9 +39,11 @@ except ImportError:  # Airflow 2
     from airflow.operators.bash import BashOperator  # type: ignore[no-redef]
     from airflow.operators.python import PythonOperator  # type: ignore[no-redef]
 
-CONFIG = "/srv/stitch/configs/orders_wide.yaml"
-STITCH = "/srv/stitch/.venv/bin/stitch"
+CONFIG = os.environ.get("STITCH_CONFIG", "/srv/stitch/configs/orders_wide.yaml")
+STITCH = os.environ.get("STITCH_BIN", "/srv/stitch/.venv/bin/stitch")
 STREAMS = ("orders", "payments", "shipments")
+#: The optional connection that holds S3 credentials (see the module docstring).
+S3_CONNECTION = "stitch_s3"
 
 #: task id -> the stitch command it runs (after `stitch`, before `-c CONFIG --json`).
 TASKS = {
@@ -43,17 +54,43 @@ TASKS = {
 SKIP_ON = 4
 
 
+def s3_environment(connection: Any) -> dict[str, str]:
+    """The AWS_* variables stitch's S3 client reads, from an Airflow connection (only the fields it sets)."""
+    extra = connection.extra_dejson or {}
+    found = {
+        "AWS_ACCESS_KEY_ID": connection.login,
+        "AWS_SECRET_ACCESS_KEY": connection.password,
+        "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
+        "AWS_REGION": extra.get("region_name"),
+    }
+    return {name: str(value) for name, value in found.items() if value}
+
+
+class StitchOperator(BashOperator):  # type: ignore[misc]
+    """A BashOperator that adds the S3 connection's credentials to the environment when the connection exists.
+
+    They are looked up when the task runs, not templated: a template naming a missing connection fails the task,
+    and a rendered secret would show in the UI.
+    """
+
+    def get_env(self, context: Any) -> dict[str, str]:
+        env: dict[str, str] = super().get_env(context)
+        connection = context["conn"].get(S3_CONNECTION)  # None when it is not configured
+        if connection is not None:
+            env.update(s3_environment(connection))
+        return env
+
+
 def stitch_task(task_id: str, **kwargs: Any) -> BashOperator:
-    return BashOperator(
+    return StitchOperator(
         task_id=task_id,
-        bash_command=f"{STITCH} {TASKS[task_id]} -c {CONFIG} --json",
+        bash_command=f"{shlex.quote(STITCH)} {TASKS[task_id]} -c {shlex.quote(CONFIG)} --json",
         skip_on_exit_code=SKIP_ON,
         retries=0,
         do_xcom_push=True,
         execution_timeout=timedelta(minutes=30),  # on timeout Airflow sends SIGTERM: stitch aborts cleanly
-        # Secrets go through the environment (referenced as ${VAR} in the YAML), never into bash_command.
-        env={"S3_SECRET": "{{ conn.s3_stitch.password }}", "JAVA_HOME": "/usr/lib/jvm/java-17-openjdk-amd64"},
-        append_env=True,
+        # The command runs with the worker's environment: PATH (java 17+ for Spark jobs) or JAVA_HOME, and the
+        # ${VAR}s the YAML refers to. Secrets go through the environment, never into bash_command.
         **kwargs,
     )
 

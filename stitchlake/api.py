@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from stitchlake.errors import UsageError
 from stitchlake.table import Table as CoreTable
 from stitchlake.table import open_table
 
@@ -126,11 +127,15 @@ class Table(CoreTable):
 
         return restore(self, savepoint, force)
 
-    def rollback(self, instant: str | None = None) -> Any:
-        """Roll back one instant, or (no instant) every failed write."""
+    def rollback(self, instant: str | None = None, stream: str | None = None) -> Any:
+        """Roll back one instant, or one stream's latest deltacommit, or (neither) every failed write."""
         from stitchlake.services.recovery import rollback_failed
-        from stitchlake.services.rollback import rollback
+        from stitchlake.services.rollback import rollback, rollback_stream
 
+        if instant and stream:
+            raise UsageError("give an instant or a stream to roll back, not both")
+        if stream:
+            return rollback_stream(self, stream)
         return rollback(self, instant) if instant else rollback_failed(self)
 
     def archive(self, keep: int | None = None) -> Any:

@@ -70,7 +70,9 @@ class BadRows:
         """A short human summary: counts per reason and where the first few came from."""
         parts = []
         if self.by_reason:
-            summary = ", ".join(f"{reason}: {count}" for reason, count in self.by_reason.most_common())
+            # The count says "rows", and an example's value is quoted after "value": a bare number after a
+            # column name ("unparsable value in fare_amount: 1") reads as the value that did not parse.
+            summary = ", ".join(f"{reason}: {_rows(count)}" for reason, count in self.by_reason.most_common())
             examples = "; ".join(_example(row) for row in self.sample)
             parts.append(f"{self.count} bad row{'s' if self.count != 1 else ''} ({summary}); first: {examples}")
         if self.rejected:
@@ -95,12 +97,16 @@ def file_rejection(error: InputRejected) -> InputRejected:
     )
 
 
+def _rows(count: int) -> str:
+    return f"{count:,} row{'s' if count != 1 else ''}"
+
+
 def _example(row: dict[str, Any]) -> str:
     reason = str(row[REASON])
     column = reason[len(UNPARSABLE) :] if reason.startswith(UNPARSABLE) else None
     if column and column in row:  # show what could not be parsed: the fix is in the data, not here
         value = str(row[column])
-        reason += f": {value[:40] + '...' if len(value) > 40 else value!r}"
+        reason = f"unparsable value {value[:40] + '...' if len(value) > 40 else value!r} in {column}"
     return f"{row[SOURCE]} row {row[ROW]} ({reason})"
 
 

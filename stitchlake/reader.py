@@ -6,8 +6,9 @@ Every mode plans file slices from the file-system view, reads each slice's files
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig
 from stitchlake.errors import DataFileMissing, HistoryMoved, StitchError, UsageError
-from stitchlake.filters import Filter, Pruning, prune
+from stitchlake.filters import Condition, Filter, Pruning, parse_conditions, prune
 from stitchlake.io.datafiles import read_parquet, read_table_file
 from stitchlake.io.schemas import base_schema, evolve, key_schema, log_schema, table_schema
 from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
@@ -29,6 +30,7 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import EraseCommit, UndoPlan
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import undoes_history
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -44,6 +46,7 @@ STREAMS = "_streams"
 CHANGE_COLUMNS = (OP, COMMIT_TIME, STREAMS)
 ERASE_LABEL = "erase"
 READ_THREADS = 4
+log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------------ planning
 
@@ -267,19 +270,26 @@ def _read_once(
 ) -> pa.Table:
     timeline = table.timeline()
     view = table.view(timeline)
+    _warn_if_undoing(timeline)
     if since is not None or until is not None:
         end = resolve_time(table, timeline, until)
         table = table.at_time(end)  # changes are shown with the columns of their end
-        return read_changes(
+        table_filter, on_changes = _split_change_filter(filter)
+        asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
+        out = read_changes(
             table,
             timeline,
             view,
             resolve_time(table, timeline, since),
             end,
-            _wanted_columns(table.config, columns),
-            prune(table.config, filter),
+            _wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns),
+            prune(table.config, table_filter),
             before_images,
         )
+        for condition in on_changes:
+            out = out.filter(condition.expression(pa.string()))
+        return out if asked is None else out.select(asked)
+    _refuse_change_columns(columns, filter, as_of)
     at = resolve_time(table, timeline, as_of)
     table = table.at_time(at)  # time travel shows the columns of its time
     pruning = prune(table.config, filter)
@@ -287,7 +297,57 @@ def _read_once(
     return _gather(table, slices, _wanted_columns(table.config, columns), mode, pruning)
 
 
+def _warn_if_undoing(timeline: Timeline) -> None:
+    """Say so when a restore (or a rollback of commits) is pending: the rows read are a state partway through it,
+    and the next read after it finishes will differ. A read never finishes it; its own process, or `stitch
+    rollback --failed` after a crash, does."""
+    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
+        if undoes_history(timeline, instant):
+            log.warning(
+                "%s %s is undoing commits and has not finished: this read shows the table partway through it "
+                "(if its process died, `stitch rollback --failed` finishes it)",
+                instant.action,
+                instant.requested,
+            )
+
+
 # -------------------------------------------------------------------------------------------- incremental
+
+
+def _split_change_filter(where: Filter) -> tuple[Filter, list[Condition]]:
+    """An incremental read's filter: (the part on table columns, conditions on the change columns `_op`,
+    `_commit_time`, `_streams`, which hold only in the change rows and are checked on them)."""
+    if where is None or isinstance(where, pc.Expression):
+        return where, []  # an expression is checked on the change rows as it is, `_op` included
+    if isinstance(where, Mapping):
+        changes = [
+            Condition(name, "=", tuple(str(v) for v in (value if isinstance(value, list | tuple | set) else [value])))
+            for name, value in where.items()
+            if name in CHANGE_COLUMNS
+        ]
+        return {k: v for k, v in where.items() if k not in CHANGE_COLUMNS}, changes
+    rest, changes = [], []
+    for name, op, value in parse_conditions(where):
+        if name in CHANGE_COLUMNS:
+            changes.append(Condition(name, op, (value,)))
+        else:
+            rest.append(f"{name}{op}{value}")
+    return rest, changes
+
+
+def _refuse_change_columns(columns: Sequence[str] | None, where: Filter, as_of: str | None) -> None:
+    """`_op` and the other change columns exist only in incremental reads: say so, instead of "unknown column"."""
+    named = [c for c in columns or () if c in CHANGE_COLUMNS]
+    if isinstance(where, Mapping):
+        named += [c for c in where if c in CHANGE_COLUMNS]
+    elif isinstance(where, str) or (isinstance(where, Sequence) and all(isinstance(w, str) for w in where)):
+        named += [name for name, _op, _value in parse_conditions(where) if name in CHANGE_COLUMNS]
+    if named:
+        read = "a time-travel read (as of a time)" if as_of is not None else "a snapshot read"
+        raise UsageError(
+            f"{', '.join(dict.fromkeys(named))}: only incremental reads have the change columns "
+            f"{', '.join(CHANGE_COLUMNS)} (give --since and/or --until); {read} returns rows, not changes"
+        )
 
 
 def changed_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Any]:

@@ -394,7 +394,7 @@ CATALOGUE = [
         landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, None]))),
         INGEST_ORDERS,
         5,
-        ("1 bad row (null key k: 1)", "{ws}/landing/orders/0002.parquet row 1 (null key k)", "nothing was written"),
+        ("1 bad row (null key k: 1 row)", "{ws}/landing/orders/0002.parquet row 1 (null key k)", "nothing was written"),
         takes_lock=True,
     ),
     Case(
@@ -402,7 +402,7 @@ CATALOGUE = [
         landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, 6], amount=["12", "twelve"]))),
         INGEST_ORDERS,
         5,
-        ("{ws}/landing/orders/0002.parquet row 1 (unparsable value in amount: 'twelve')", "bad_rows: quarantine"),
+        ("{ws}/landing/orders/0002.parquet row 1 (unparsable value 'twelve' in amount)", "bad_rows: quarantine"),
         takes_lock=True,
     ),
     Case(
@@ -697,7 +697,7 @@ CATALOGUE = [
         landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, None]))),
         (*INGEST_ORDERS, "--json"),
         5,
-        ("1 bad row (null key k: 1)",),
+        ("1 bad row (null key k: 1 row)",),
         takes_lock=True,
         fields={"file": "{ws}/landing/orders/0002.parquet", "column": "k"},
     ),

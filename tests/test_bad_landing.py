@@ -163,7 +163,10 @@ LANDING = [
         landing("landing/readings/0001.parquet", lambda p: write_parquet(p, readings([5, 6], rts=[1.0, float("nan")]))),
         (*INGEST_READINGS, "--json"),
         5,
-        ("1 bad row (NaN ordering value rts: 1)", "{ws}/landing/readings/0001.parquet row 1 (NaN ordering value rts)"),
+        (
+            "1 bad row (NaN ordering value rts: 1 row)",
+            "{ws}/landing/readings/0001.parquet row 1 (NaN ordering value rts)",
+        ),
         takes_lock=True,
         fields={"file": "{ws}/landing/readings/0001.parquet", "column": "rts"},
     ),
@@ -181,7 +184,7 @@ LANDING = [
         landing("landing/shipments/0001.json", jsonl({"p": "odd", "carrier": "a"}, {"p": "odd", "carrier": "b"})),
         INGEST_SHIPMENTS,
         5,
-        ("2 bad rows (null key k: 2)", "{ws}/landing/shipments/0001.json row 0 (null key k)"),
+        ("2 bad rows (null key k: 2 rows)", "{ws}/landing/shipments/0001.json row 0 (null key k)"),
         takes_lock=True,
     ),
     # ---- files that cannot be read whole: named, with what to do, never half-ingested

@@ -495,6 +495,7 @@ def long_timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     requested times, newest first.
     """
     from stitchlake.timeline.clock import from_millis
+    from stitchlake.timeline.timeline import encode_metadata
 
     folder = tmp_path_factory.mktemp("long")
     config = write_config(folder)
@@ -510,7 +511,7 @@ def long_timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
         path = timeline / f"{requested}_{completed}.deltacommit"
         age = count - 1 - n
         if age < readable:
-            path.write_text(json.dumps({"stream": streams[age % 2], "rows": 1, "added": []}))
+            path.write_bytes(encode_metadata({"stream": streams[age % 2], "rows": 1, "added": []}))
         else:
             os.link(garbage, path)  # far faster than writing 10,000 files
         times.append(requested)
@@ -526,7 +527,7 @@ def test_timeline_show_reads_metadata_only_of_the_shown_instants(long_timeline: 
     assert len(shown_instants("-c", str(config), "--limit", "39")) == 39
     # The guard is real: one instant further is garbage, and reading it fails loudly.
     deeper = run("timeline", "show", "-c", str(config), "--limit", "40")
-    assert deeper.exit_code == 1 and "not valid JSON" in deeper.stderr
+    assert deeper.exit_code == 1 and "does not start with a checksum header" in deeper.stderr
 
 
 def test_timeline_show_by_stream_reads_only_until_the_limit_is_found(long_timeline: tuple[Path, list[str]]) -> None:

@@ -62,6 +62,8 @@ class RollbackRequest(JobRequest):
     metadata_only: ClassVar[bool] = True
     instant: str | None = None
     failed: bool = False
+    #: Roll back this stream's latest deltacommit (other streams may have committed after it).
+    stream: str | None = None
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,9 @@ def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progr
     result.rolled_back = rolled.rolled_back
     result.reset_compactions = rolled.reset_compactions
     result.message += f"; rolled back {len(rolled.rolled_back)} failed write(s)"
-    return asdict(result)
+    if rolled.finished:
+        result.message += f"; finished crashed {', '.join(rolled.finished)}"
+    return {**asdict(result), "finished": rolled.finished}
 
 
 def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
@@ -108,6 +110,8 @@ def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Pr
     assert isinstance(request, RollbackRequest)
     if request.failed:
         return asdict(recovery.rollback_failed(table))
+    if request.stream is not None:
+        return asdict(rollback.rollback_stream(table, request.stream))
     return asdict(rollback.rollback(table, request.instant or ""))
 
 

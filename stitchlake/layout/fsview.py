@@ -15,12 +15,14 @@ from collections.abc import Iterable
 from stitchlake.errors import UsageError
 from stitchlake.layout.names import BASE, LOG
 from stitchlake.timeline.archive import Checkpoint
-from stitchlake.timeline.metadata import CleanCommit, DataFile, FileSlice, RewritePlan, kind_of
+from stitchlake.timeline.metadata import CleanCommit, DataFile, EraseCommit, FileSlice, RewritePlan, kind_of
 from stitchlake.timeline.timeline import Timeline
 
 __all__ = ["DataFile", "FileGroupKey", "FileSlice", "FileSystemView"]
 
 FileGroupKey = tuple[str, str]
+#: The policy a purge records in its clean (`services.clean.purge_file_groups`, run by `stitch delete --purge`).
+PURGE_POLICY = "purge"
 
 
 class FileSystemView:
@@ -32,6 +34,7 @@ class FileSystemView:
         deleted: dict[str, str] | None = None,
         pending_rewrites: dict[FileGroupKey, str] | None = None,
         horizon: str | None = None,
+        purged: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         self.groups: dict[FileGroupKey, list[DataFile]] = defaultdict(list)
         for item in files:
@@ -42,6 +45,9 @@ class FileSystemView:
         self.pending_rewrites = pending_rewrites or {}
         #: Oldest completion time whose state is still fully described (archive checkpoint), if any.
         self.horizon = horizon
+        #: Deleted files that an erase's purge removed (not the retention): path -> that erase's requested and
+        #: completion times (empty if it is no longer on the active timeline).
+        self.purged = purged or {}
 
     @classmethod
     def build(cls, timeline: Timeline, checkpoint: Checkpoint | None = None) -> FileSystemView:
@@ -52,6 +58,8 @@ class FileSystemView:
             horizon = checkpoint.horizon
             files = {item.path: item for item in checkpoint.files}
         deleted: dict[str, str] = {}
+        purged: dict[str, tuple[str, str]] = {}
+        latest_erase: dict[FileGroupKey, tuple[str, str]] = {}
         for instant in timeline.completed():
             if horizon is not None and (instant.completed or "") <= horizon:
                 continue
@@ -59,9 +67,14 @@ class FileSystemView:
             if kind_of(instant.action).writes_data:
                 for item in commit.added_files:
                     files[item.path] = item.at(instant.requested, instant.completed or "", commit.written_under)
+                if isinstance(commit, EraseCommit):
+                    latest_erase.update(dict.fromkeys(commit.groups, (instant.requested, instant.completed or "")))
             elif isinstance(commit, CleanCommit):
                 for path in commit.deleted:
                     deleted[path] = instant.completed or ""
+                    if commit.policy == PURGE_POLICY:
+                        removed = files.get(path)
+                        purged[path] = latest_erase.get(removed.group, ("", "")) if removed else ("", "")
         pending: dict[FileGroupKey, str] = {}
         for instant in timeline.pending():
             if not kind_of(instant.action).rewrites:
@@ -70,7 +83,7 @@ class FileSystemView:
             if isinstance(plan, RewritePlan):
                 for group in plan.groups:
                     pending[group] = instant.requested
-        return cls(files.values(), deleted, pending, horizon)
+        return cls(files.values(), deleted, pending, horizon, purged)
 
     # ------------------------------------------------------------------------------------------ queries
 
@@ -118,6 +131,8 @@ class FileSystemView:
         out = [s for s in (self.latest_slice(k, as_of) for k in keys) if s is not None]
         for item in out:
             for data_file in item.files:
+                if data_file.path in self.purged:
+                    raise UsageError(self._purged_message(as_of, data_file.path))
                 if data_file.path in self.deleted:
                     raise UsageError(
                         f"reading as of {as_of} needs {data_file.path}, which clean removed at "
@@ -125,6 +140,17 @@ class FileSystemView:
                         "(keep more with clean.retain, or pin it with a savepoint)"
                     )
         return out
+
+    def _purged_message(self, as_of: str | None, path: str) -> str:
+        erase, completed = self.purged[path]
+        by = f"erase {erase}" if erase else "an erase"
+        return (
+            f"reading as of {as_of} needs {path}, which {by} purged at {self.deleted[path]} "
+            "(`stitch delete --purge`): the erased keys' older copies were deleted on purpose, so the state before "
+            "that erase can no longer be read in the file groups it rewrote. Read as of the erase or later"
+            f"{f' (--as-of {completed} shows the table right after it, without those keys)' if completed else ''}; "
+            "neither the retention nor a savepoint can bring the older state back"
+        )
 
     def slices(self, key: FileGroupKey, include_pending: bool = True) -> list[FileSlice]:
         """Every slice of a file group by base instant, the newest (possibly pending) last."""

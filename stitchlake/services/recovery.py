@@ -58,31 +58,44 @@ def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], li
     return targets, resets, unfinished
 
 
-def finish_crashed(table: Table, instants: list[Instant]) -> None:
-    """Complete crashed rollbacks, cleans and restores from their recorded plans.
+def finish_crashed(table: Table, instants: list[Instant]) -> list[str]:
+    """Complete crashed rollbacks, cleans and restores from their recorded plans; what was finished
+    (`"<action> <instant>"`).
 
     Restores go first: a restore's plan takes back every instant that was pending when it began, crashed
     rollbacks and cleans included, and resuming one of those while the restore is pending is refused (it is
     being undone), so taking them in time order would wait on each other forever. Whatever a pending restore
     or rollback already covers is left to it.
     """
+    finished = []
     for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
         timeline = table.timeline()
         current = timeline.get(instant.requested)
         if current is None or current.is_completed or undone_by(timeline, instant.requested) is not None:
             continue
         FINISHERS[instant.action](table, instant)
+        finished.append(f"{instant.action} {instant.requested}")
+    return finished
 
 
 def rollback_failed(table: Table) -> RollbackResult:
-    """Finish crashed services, then roll back every pending write whose heartbeat expired."""
+    """Finish crashed services, then roll back every pending write whose heartbeat expired.
+
+    What was finished is reported too: a crashed restore finished here changes what reads return, so "nothing
+    to roll back" would hide that the table just moved.
+    """
     table.require()
     timeline = table.timeline()
     for leftover in archive_leftovers(table, timeline):
         delete_instant(table.storage, leftover)
     targets, resets, unfinished = failed_instants(table, timeline)
-    finish_crashed(table, unfinished)
+    finished = finish_crashed(table, unfinished)
     if unfinished:
         timeline = table.timeline()
         targets, resets, _ = failed_instants(table, timeline)
-    return run_rollback(table, timeline, targets, resets, "failed writes (expired heartbeats)")
+    result = run_rollback(table, timeline, targets, resets, "failed writes (expired heartbeats)")
+    result.finished = finished
+    if finished:
+        done = f"finished crashed {', '.join(finished)} from the recorded plan"
+        result.message = f"{done}; nothing else to roll back" if result.instant is None else f"{done}; {result.message}"
+    return result

@@ -1,4 +1,5 @@
-"""Rollback (DESIGN §6): undo failed writes through their markers, or the latest deltacommit on request.
+"""Rollback (DESIGN §6): undo failed writes through their markers, or on request the latest deltacommit of the
+table, or of one stream.
 
 Order matters for crash safety: a completed instant's timeline file goes first (its files become invisible
 at once), then its data files, then the rest of the instant. The rollback instant is requested with its full
@@ -18,6 +19,7 @@ from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.paths import erase_folder
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import (
+    DeltaCommit,
     EraseCommit,
     RewritePlan,
     RollbackCommit,
@@ -40,6 +42,8 @@ class RollbackResult:
     reset_compactions: list[str] = field(default_factory=list)
     deleted_files: int = 0
     message: str = ""
+    #: Crashed restores, rollbacks and cleans finished from their recorded plans first ("restore <instant>").
+    finished: list[str] = field(default_factory=list)
 
 
 def expired(table: Table, instant: Instant) -> bool:
@@ -91,9 +95,15 @@ def reset_compaction(table: Table, instant: Instant) -> int:
 
 
 def run_rollback(
-    table: Table, timeline: Timeline, targets: list[Instant], resets: list[Instant], reason: str
+    table: Table,
+    timeline: Timeline,
+    targets: list[Instant],
+    resets: list[Instant],
+    reason: str,
+    per_stream: bool = False,
 ) -> RollbackResult:
-    """One rollback instant undoing `targets` and resetting crashed compactions `resets`."""
+    """One rollback instant undoing `targets` and resetting crashed compactions `resets`. A completed target must
+    be the latest deltacommit of the table, or with `per_stream` of its stream (`_refuse_completed`)."""
     if not targets and not resets:
         return RollbackResult(None, message="nothing to roll back")
     plan = RollbackPlan(
@@ -101,7 +111,7 @@ def run_rollback(
         reason=reason,
         reset_compactions=tuple(r.requested for r in resets),
     )
-    txn = Transaction.begin(table, Action.ROLLBACK, plan, busy_check=_unchanged(table, [*targets, *resets]))
+    txn = Transaction.begin(table, Action.ROLLBACK, plan, busy_check=_unchanged(table, [*targets, *resets], per_stream))
     deleted = sum(undo(table, target) for target in plan.targets)
     deleted += sum(reset_compaction(table, r) for r in resets)
     done = txn.complete(
@@ -131,7 +141,7 @@ def finish_rollback(table: Table, instant: Instant) -> None:
     txn.complete(RollbackCommit(rolled_back=tuple(t.requested for t in plan.targets), resumed=True))
 
 
-def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None]:
+def _unchanged(table: Table, chosen: list[Instant], per_stream: bool = False) -> Callable[[Timeline], None]:
     """Under the lock, before the rollback is requested: every target is still as it was chosen.
 
     Targets are chosen from an earlier timeline; a presumed-dead writer may have published meanwhile, or a
@@ -146,7 +156,7 @@ def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None
             if instant.is_completed:
                 changed = now != instant
                 if not changed:  # still safe? (not absorbed by a compaction planned meanwhile, still the latest)
-                    _refuse_completed(table, fresh, instant)
+                    _refuse_completed(table, fresh, instant, per_stream)
             else:  # gone already is fine (undoing it again is a no-op); completed or alive again is not
                 changed = now is not None and (now.is_completed or not expired(table, instant))
             if changed:
@@ -158,19 +168,44 @@ def _unchanged(table: Table, chosen: list[Instant]) -> Callable[[Timeline], None
     return check
 
 
-def _refuse_completed(table: Table, timeline: Timeline, target: Instant) -> None:
+def _refuse_completed(table: Table, timeline: Timeline, target: Instant, per_stream: bool = False) -> None:
+    """Refuse (exit 2) to undo a completed instant unless that is safe: a deltacommit that is the table's latest
+    (`per_stream`: its stream's latest), absorbed by no compaction or erase and pinned by no savepoint.
+
+    Per stream is sound because each log file holds one stream's rows of one commit: removing a commit's logs
+    changes only that stream's groups, whatever other streams committed after it (DESIGN §2). What could have
+    taken those logs in, a rewrite or a savepoint, is checked below either way; incremental reads over the range
+    are refused once a commit is undone, and writers that began before refuse to publish (DESIGN §6).
+    """
     if target.action != Action.DELTACOMMIT:
         raise UsageError(
             f"{target.action} {target.requested} is completed; only pending instants and the latest deltacommit can "
             "be rolled back. To undo it, restore a savepoint taken before it (`stitch savepoint restore`)"
         )
-    latest = timeline.latest_completed([Action.DELTACOMMIT])
-    if latest is None or latest.requested != target.requested:
-        raise UsageError(
-            f"deltacommit {target.requested} is not the latest one ({latest.requested if latest else '-'}); "
-            "rolling back an older commit would silently drop newer data. Roll back the newer ones first, "
-            "or restore a savepoint"
-        )
+    stream = _stream(timeline, target)
+    if per_stream:
+        latest = latest_of_stream(timeline, stream or "")
+        if latest is None or latest.requested != target.requested:
+            raise UsageError(
+                f"deltacommit {target.requested} is not the latest one of stream {stream} "
+                f"({latest.requested if latest else '-'}); rolling back an older commit would silently drop newer "
+                "data. Roll back the newer ones first, or restore a savepoint"
+            )
+    else:
+        latest = timeline.latest_completed([Action.DELTACOMMIT])
+        if latest is None or latest.requested != target.requested:
+            own = latest_of_stream(timeline, stream or "") if stream else None
+            hint = (
+                f"; it is the latest of stream {stream}: `stitch rollback --stream {stream}` undoes it and keeps "
+                "the other streams' newer commits"
+                if own is not None and own.requested == target.requested
+                else ""
+            )
+            raise UsageError(
+                f"deltacommit {target.requested} is not the latest one ({latest.requested if latest else '-'}); "
+                "rolling back an older commit would silently drop newer data. Roll back the newer ones first, "
+                f"or restore a savepoint{hint}"
+            )
     files = set(files_of(table, timeline, target))
     for other in timeline.instants:
         if other.action not in Action.REWRITES:
@@ -220,3 +255,37 @@ def rollback(table: Table, instant_time: str) -> RollbackResult:
         return run_rollback(table, timeline, [target], [], f"requested rollback of {target.action} {target.requested}")
     _refuse_completed(table, timeline, target)
     return run_rollback(table, timeline, [target], [], f"requested rollback of deltacommit {target.requested}")
+
+
+def latest_of_stream(timeline: Timeline, stream: str) -> Instant | None:
+    """The latest completed deltacommit of `stream` on the active timeline."""
+    for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
+        if _stream(timeline, instant) == stream:
+            return instant
+    return None
+
+
+def _stream(timeline: Timeline, instant: Instant) -> str | None:
+    """The stream a completed deltacommit wrote (its commit says; API writes without a stream have none)."""
+    commit = timeline.commit(instant)
+    return commit.stream if isinstance(commit, DeltaCommit) else None
+
+
+def rollback_stream(table: Table, stream: str) -> RollbackResult:
+    """Roll back the latest completed deltacommit of one stream, even when other streams committed after it.
+
+    Refused (exit 2) when a compaction or erase absorbed it or a savepoint pins it: then only a restore can take
+    it back. Its landing files become pending again, as for any rolled-back commit.
+    """
+    table.require()
+    table.config.stream(stream)  # an unknown stream is a usage error that lists the streams
+    timeline = table.timeline()
+    target = latest_of_stream(timeline, stream)
+    if target is None:
+        raise NotFoundError(
+            f"stream {stream} has no completed deltacommit on the active timeline, so there is nothing to roll back "
+            "(an archived one can only be taken back by restoring a savepoint)"
+        )
+    _refuse_completed(table, timeline, target, per_stream=True)
+    reason = f"requested rollback of stream {stream}'s latest deltacommit {target.requested}"
+    return run_rollback(table, timeline, [target], [], reason, per_stream=True)

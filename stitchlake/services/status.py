@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.names import BASE, LOG
 from stitchlake.timeline import clock
-from stitchlake.timeline.archive import load_checkpoint
-from stitchlake.timeline.instant import Action
+from stitchlake.timeline.archive import Checkpoint, archived_batches_newest_first, load_checkpoint
+from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
+    from stitchlake.timeline.timeline import Timeline
 
 
 def status(table: Table, now: float | None = None) -> dict[str, Any]:
@@ -89,13 +90,12 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             }
 
     live = view.live_files()
-    last_compaction = timeline.latest_completed([Action.COMPACTION])
-    last_clean = timeline.latest_completed([Action.CLEAN])
     checkpoint = load_checkpoint(table.storage)
+    last_compaction, last_clean, archived_deltas = _latest_services(table, timeline, checkpoint)
+    # By instant: a crashed archive may leave instants on the active timeline that its batch holds too.
+    deltas = {i.requested: i for i in [*archived_deltas, *timeline.completed([Action.DELTACOMMIT])]}
     since_compaction = [
-        i
-        for i in timeline.completed([Action.DELTACOMMIT])
-        if last_compaction is None or (i.completed or "") > (last_compaction.requested or "")
+        i for i in deltas.values() if last_compaction is None or (i.completed or "") > (last_compaction.requested or "")
     ]
     return {
         "table": table.config.table.name,
@@ -122,3 +122,31 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "deltacommits_since_compaction": len(since_compaction),
         },
     }
+
+
+def _latest_services(
+    table: Table, timeline: Timeline, checkpoint: Checkpoint | None
+) -> tuple[Instant | None, Instant | None, list[Instant]]:
+    """The latest completed compaction and clean, from the active timeline or else from the archive (an archived
+    compaction is still the last one), and the archived deltacommits that may have completed after it.
+
+    The archive is read newest batch first and only as far as needed: until both are found and the batches left
+    completed before the compaction was requested.
+    """
+    compaction = timeline.latest_completed([Action.COMPACTION])
+    clean = timeline.latest_completed([Action.CLEAN])
+    deltas: list[Instant] = []
+    if checkpoint is None:
+        return compaction, clean, deltas
+    for horizon, entries in archived_batches_newest_first(table.storage):
+        if compaction is not None and clean is not None and horizon <= (compaction.requested or ""):
+            break
+        for entry in entries:
+            instant = entry.instant
+            if instant.action == Action.DELTACOMMIT:
+                deltas.append(instant)
+            elif instant.action == Action.COMPACTION and compaction is None:
+                compaction = instant
+            elif instant.action == Action.CLEAN and clean is None:
+                clean = instant
+    return compaction, clean, deltas

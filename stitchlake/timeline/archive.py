@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,19 +138,39 @@ def archived_instants(storage: Storage) -> list[ArchivedInstant]:
     """Archived instants with their commits, oldest completion first."""
     found: dict[str, ArchivedInstant] = {}
     for name in sorted(storage.list_names(ARCHIVE_DIR)):
-        if not name.endswith(BATCH_SUFFIX):
-            continue
-        path = f"{ARCHIVE_DIR}/{name}"
-        for number, line in enumerate(storage.read_bytes(path).decode().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                entry: dict[str, Any] = json.loads(
-                    unseal(line.encode(), f"{storage.describe(path)} line {number}", LEGACY_LINE_PREFIXES)
-                )
-                instant = Instant(entry["requested"], entry["action"], State.COMPLETED, entry["completed"])
-                commit = load(kind_of(instant.action).commit, entry.get("metadata") or {})
-            except (json.JSONDecodeError, KeyError, ValueError) as exc:
-                raise CorruptFileError(f"{storage.describe(path)}: line {number} is damaged ({exc})") from None
-            found[instant.requested] = ArchivedInstant(instant, commit)
+        if name.endswith(BATCH_SUFFIX):
+            for entry in _read_batch(storage, f"{ARCHIVE_DIR}/{name}"):
+                found[entry.instant.requested] = entry
     return sorted(found.values(), key=lambda e: e.instant.completed or "")
+
+
+def archived_batches_newest_first(storage: Storage) -> Iterator[tuple[str, list[ArchivedInstant]]]:
+    """(horizon, its instants newest first) of each archive batch, the newest horizon first, read one by one.
+
+    A batch holds the instants that completed after the previous batch's horizon, up to its own, so a caller
+    looking for the latest archived instant of some kind stops at the first batch that has one.
+    """
+    batches = []
+    for name in storage.list_names(ARCHIVE_DIR):
+        if name.endswith(BATCH_SUFFIX):
+            batches.append((name.removesuffix(BATCH_SUFFIX).rpartition("_")[2], f"{ARCHIVE_DIR}/{name}"))
+    for horizon, path in sorted(batches, reverse=True):
+        entries = _read_batch(storage, path)
+        yield horizon, sorted(entries, key=lambda e: e.instant.completed or "", reverse=True)
+
+
+def _read_batch(storage: Storage, path: str) -> list[ArchivedInstant]:
+    found = []
+    for number, line in enumerate(storage.read_bytes(path).decode().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry: dict[str, Any] = json.loads(
+                unseal(line.encode(), f"{storage.describe(path)} line {number}", LEGACY_LINE_PREFIXES)
+            )
+            instant = Instant(entry["requested"], entry["action"], State.COMPLETED, entry["completed"])
+            commit = load(kind_of(instant.action).commit, entry.get("metadata") or {})
+        except (json.JSONDecodeError, KeyError, ValueError) as exc:
+            raise CorruptFileError(f"{storage.describe(path)}: line {number} is damaged ({exc})") from None
+        found.append(ArchivedInstant(instant, commit))
+    return found
