@@ -447,12 +447,12 @@ def _completed_time(requested: str | None, completed: str | None) -> str:
     return shown
 
 
-def rows_table(data: pa.Table, limit: int | None) -> RichTable:
-    """The first `limit` rows of a read result (all when None), with a `shown of total` caption."""
+def rows_table(shown: pa.Table, total: int) -> RichTable:
+    """The rows shown of a read result of `total` rows, with a `shown of total` caption."""
     import pyarrow.types as pat
 
-    shown = data if limit is None else data.slice(0, limit)
-    caption = f"{shown.num_rows:,} of {data.num_rows:,} rows"
+    data = shown
+    caption = f"{shown.num_rows:,} of {total:,} rows"
     table = compact_table(caption=caption)
     table.min_width = len(caption)  # a caption wraps to its table's width: one narrow column would fold it
     for field in data.schema:

@@ -1,16 +1,20 @@
 """Readers (DESIGN §7): snapshot (merge-on-read), read-optimized, time travel and incremental.
 
 Every mode plans file slices from the file-system view, reads each slice's files once, and merges them with
-`merge.stitch`; a Spark task reading one slice calls the same `read_slice`.
+`merge.stitch`; a Spark task reading one slice calls the same `read_slice`. `scan` streams a read one file slice
+(one file group, for changes) at a time, a few slices ahead, so its memory is bounded by the largest slices, not by
+the table; `read` gathers a scan into one Arrow table, which is the caller's choice (DESIGN §7).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +50,16 @@ STREAMS = "_streams"
 CHANGE_COLUMNS = (OP, COMMIT_TIME, STREAMS)
 ERASE_LABEL = "erase"
 READ_THREADS = 4
+#: A scan merges slices ahead of its consumer while their files add up to at most this many bytes (and always one
+#: slice, however large): a small table's slices are all merged at once, as fast as before, while a large table
+#: holds about one slice being merged and one being consumed. Merging a slice needs all its files at once, so the
+#: largest file group, not the table, sets a read's peak memory (docs/operations.md, "Sizing file groups").
+READ_AHEAD_BYTES = 256 * 1024 * 1024
+#: Rows per record batch a scan hands on (a slice's rows are cut into batches of at most this many).
+BATCH_ROWS = 128 * 1024
 log = logging.getLogger(__name__)
+U = TypeVar("U")
+R = TypeVar("R")
 
 # ------------------------------------------------------------------------------------------------ planning
 
@@ -214,19 +227,171 @@ def _slice_pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _gather(table: Table, slices: list[FileSlice], columns: list[str], mode: str, pruning: Pruning) -> pa.Table:
-    """Read slices (a few at a time: Parquet decoding releases the GIL) in a stable order."""
-    rows_filter = pruning.rows
+def bounded(
+    fn: Callable[[U], R],
+    items: Sequence[U],
+    weight: Callable[[U], int],
+    max_bytes: int | None = None,
+    max_count: int = READ_THREADS,
+    pool: ThreadPoolExecutor | None = None,
+) -> Iterator[tuple[U, R]]:
+    """`fn` over `items` in `pool` (the shared read pool by default), results in item order, with at most
+    `max_count` calls in flight whose `weight`s add up to at most `max_bytes` (one call always runs, whatever its
+    weight).
+
+    A result is handed on and dropped before the next call starts, so at most the calls in flight plus the one
+    result the consumer holds are alive: an unbounded `pool.map` would buffer the whole table. A consumer that
+    stops early (a closed generator) cancels the calls not started yet.
+    """
+    limit = READ_AHEAD_BYTES if max_bytes is None else max_bytes
+    pending: deque[tuple[U, int, Future[R]]] = deque()
+    in_flight = 0
+    position = 0
+    pool = pool or _slice_pool()
+    try:
+        while position < len(items) or pending:
+            while position < len(items) and len(pending) < max_count:
+                cost = weight(items[position])
+                if pending and in_flight + cost > limit:
+                    break
+                pending.append((items[position], cost, pool.submit(fn, items[position])))
+                in_flight += cost
+                position += 1
+            item, cost, future = pending.popleft()
+            result = future.result()
+            in_flight -= cost
+            yield item, result
+            del result  # the consumer had its turn: never keep a slice alive while the next one is merged
+    finally:
+        for _item, _cost, future in pending:
+            future.cancel()
+
+
+@dataclass
+class Scan(Generic[U]):
+    """A planned read as a stream of Arrow record batches: one unit (a file slice, or for changes a file group) at a
+    time, a few units ahead (`bounded`), so memory is bounded by the largest units, never by the table.
+
+    Each pass (`batches`, `reader`, iterating, or a consumer of the Arrow C stream interface such as DuckDB, which
+    asks once per scan of the view) reads the units planned when the scan was made, so two passes see the same
+    state. A unit whose file was cleaned under the pass (a compaction replaced it) makes the pass plan the units it
+    has not read yet once more, from the new timeline (`replan`), as `read` plans again.
+    """
+
+    schema: pa.Schema
+    units: list[U]
+    read_unit: Callable[[U], pa.Table]
+    weight: Callable[[U], int]
+    replan: Callable[[list[U]], tuple[list[U], Callable[[U], pa.Table]]]
+    #: Bytes of files merged ahead of the consumer (None: `READ_AHEAD_BYTES`).
+    max_bytes: int | None = None
+    #: The error that ended the last pass: DuckDB passes on only its text, `stitchlake.sql` re-raises this instead.
+    error: BaseException | None = None
+
+    def batches(self, resume: bool = True) -> Iterator[pa.RecordBatch]:
+        """One pass over the planned units. `resume=False`: a unit cleaned under the pass is an error (`read`
+        then plans the whole read again, so its rows are one state of the table)."""
+        self.error = None
+        try:
+            yield from self._pass(resume)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _pass(self, resume: bool) -> Iterator[pa.RecordBatch]:
+        units, read_unit, done = self.units, self.read_unit, 0
+        try:
+            for _unit, rows in bounded(read_unit, units, self.weight, self.max_bytes):
+                done += 1
+                yield from self._conform(rows).to_batches(max_chunksize=BATCH_ROWS)
+                del rows
+            return
+        except (DataFileMissing, HistoryMoved):
+            if not resume:
+                raise
+        # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
+        # what is left again; a file still missing then is damage, and that error says so.
+        units, read_unit = self.replan(units[done:])
+        for _unit, rows in bounded(read_unit, units, self.weight, self.max_bytes):
+            yield from self._conform(rows).to_batches(max_chunksize=BATCH_ROWS)
+            del rows
+
+    def _conform(self, rows: pa.Table) -> pa.Table:
+        rows = rows.select(self.schema.names)
+        return rows if rows.schema.equals(self.schema) else rows.cast(self.schema)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.batches()
+
+    def reader(self) -> pa.RecordBatchReader:
+        """One pass as a RecordBatchReader (Parquet writers, DuckDB, Polars, `pa.dataset` take one)."""
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches())
+
+    def read_all(self, resume: bool = True) -> pa.Table:
+        """The whole result as one Arrow table: memory proportional to the result, the caller's choice."""
+        return pa.Table.from_batches(list(self.batches(resume)), self.schema)
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self.reader().__arrow_c_stream__(requested_schema)
+
+    def __arrow_c_schema__(self) -> object:
+        return self.schema.__arrow_c_schema__()
+
+
+def _slice_weight(mode: str) -> Callable[[FileSlice], int]:
+    def weight(fslice: FileSlice) -> int:
+        files = fslice.files if mode == SNAPSHOT else [fslice.base] if fslice.base else []
+        return sum(f.bytes for f in files)
+
+    return weight
+
+
+def _snapshot_scan(
+    table: Table, view: FileSystemView, at: str | None, columns: list[str], mode: str, filter: Filter
+) -> Scan[Any]:
+    """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at`."""
+    pruning = prune(table.config, filter)
     needed = _wanted_columns(table.config, None) if pruning.row_columns is None else pruning.row_columns
     read_columns = columns + [n for n in needed if n not in columns]
-    if len(slices) <= 1:
-        parts = [read_slice(table, s, read_columns, mode, rows_filter) for s in slices]
-    else:
-        parts = list(_slice_pool().map(lambda s: read_slice(table, s, read_columns, mode, rows_filter), slices))
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        return _empty(table.config, columns)
-    return pa.concat_tables(parts).select(columns)
+
+    def read_unit(fslice: FileSlice) -> pa.Table:
+        return read_slice(table, fslice, read_columns, mode, pruning.rows)
+
+    def replan(left: list[FileSlice]) -> tuple[list[FileSlice], Callable[[FileSlice], pa.Table]]:
+        fresh = table.view(table.timeline())
+        return fresh.latest_slices(at, file_groups=[s.group for s in left]), read_unit
+
+    slices = plan_slices(table.config, view, at, pruning)
+    return Scan(_empty(table.config, columns).schema, slices, read_unit, _slice_weight(mode), replan)
+
+
+def scan(
+    table: Table,
+    mode: str = SNAPSHOT,
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Filter = None,
+    before_images: bool = False,
+) -> Scan[Any]:
+    """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
+    (one file group for changes) at a time: memory bounded by the largest slices, not the table (DESIGN §7).
+
+    Planning happens now (a bad argument or time is refused here); rows are read when the scan is iterated, and
+    every pass reads the same planned files."""
+    if mode not in MODES:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    table.require()
+    if as_of is not None and (since is not None or until is not None):
+        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    if before_images and since is None and until is None:
+        raise UsageError("before_images is for change reads: give since and/or until")
+    try:
+        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
+    except (DataFileMissing, HistoryMoved):
+        # An archive or restore removed the instants we listed (or a clean a file planning reads): plan again.
+        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
 
 
 def read(
@@ -239,26 +404,19 @@ def read(
     filter: Filter = None,
     before_images: bool = False,
 ) -> pa.Table:
-    """Read the table. See DESIGN §7 for the modes; `since`/`until` give the incremental view (with
-    `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
-    deleted values)."""
-    if mode not in MODES:
-        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
-    table.require()
-    if as_of is not None and (since is not None or until is not None):
-        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
-    if before_images and since is None and until is None:
-        raise UsageError("before_images is for change reads: give since and/or until")
+    """Read the table into one Arrow table. See DESIGN §7 for the modes; `since`/`until` give the incremental view
+    (with `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
+    deleted values). The result is whole in memory: `scan` streams the same rows slice by slice."""
     try:
-        return _read_once(table, mode, as_of, since, until, columns, filter, before_images)
+        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
     except (DataFileMissing, HistoryMoved):
         # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
-        # or restore the instants we listed: plan again from the new timeline. A file still missing then is damage,
-        # and the second error says so.
-        return _read_once(table, mode, as_of, since, until, columns, filter, before_images)
+        # or restore the instants we listed: plan the whole read again from the new timeline, so the rows are one
+        # state of the table. A file still missing then is damage, and the second error says so.
+        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
 
 
-def _read_once(
+def _plan(
     table: Table,
     mode: str,
     as_of: str | None,
@@ -267,16 +425,19 @@ def _read_once(
     columns: Sequence[str] | None,
     filter: Filter,
     before_images: bool = False,
-) -> pa.Table:
+) -> Scan[Any]:
     timeline = table.timeline()
     view = table.view(timeline)
     _warn_if_undoing(timeline)
     if since is not None or until is not None:
         end = resolve_time(table, timeline, until)
+        if end is None:
+            latest = timeline.latest_completed()
+            end = latest.completed if latest else None
         table = table.at_time(end)  # changes are shown with the columns of their end
         table_filter, on_changes = _split_change_filter(filter)
         asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
-        out = read_changes(
+        return _change_scan(
             table,
             timeline,
             view,
@@ -285,16 +446,13 @@ def _read_once(
             _wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns),
             prune(table.config, table_filter),
             before_images,
+            on_changes,
+            asked,
         )
-        for condition in on_changes:
-            out = out.filter(condition.expression(pa.string()))
-        return out if asked is None else out.select(asked)
     _refuse_change_columns(columns, filter, as_of)
     at = resolve_time(table, timeline, as_of)
     table = table.at_time(at)  # time travel shows the columns of its time
-    pruning = prune(table.config, filter)
-    slices = plan_slices(table.config, view, at, pruning)
-    return _gather(table, slices, _wanted_columns(table.config, columns), mode, pruning)
+    return _snapshot_scan(table, view, at, _wanted_columns(table.config, columns), mode, filter)
 
 
 def _warn_if_undoing(timeline: Timeline) -> None:
@@ -375,38 +533,60 @@ def _undoes_commits(plan: object) -> bool:
     return isinstance(plan, UndoPlan) and plan.undoes_commits
 
 
-def _touched_keys(
-    table: Table, timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
-) -> dict[tuple[str, str], list[pa.Table]]:
-    """Key columns each file group received from the instants in the range, each with the commit's completion
-    time and stream (`COMMIT_TIME`, `STREAMS`)."""
-    config = table.config
-    common = _common(config)
-    out: dict[tuple[str, str], list[pa.Table]] = {}
+@dataclass(frozen=True)
+class Carried:
+    """One instant of an incremental read's range that wrote to a file group: a deltacommit's log file there (whose
+    keys are read), or an erase that rewrote it (its erased keys there)."""
 
-    def add(group: tuple[str, str], keys: pa.Table, instant: Any, stream: str) -> None:
-        rows = keys.num_rows
-        keys = keys.append_column(COMMIT_TIME, pa.array([instant.completed] * rows, pa.string()))
-        out.setdefault(group, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
+    instant: Any
+    stream: str
+    log: DataFile | None = None
+    erase: EraseCommit | None = None
 
+
+def carriers(
+    timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
+) -> dict[tuple[str, str], list[Carried]]:
+    """What each file group received from the instants in the range, from commit metadata alone (no data read)."""
+    out: dict[tuple[str, str], list[Carried]] = {}
     for instant in instants:
         commit = timeline.commit(instant)
         if isinstance(commit, EraseCommit):
-            for key, keys in erased_keys(table, commit).items():
-                if wanted_groups is None or key in wanted_groups:
-                    add(key, keys, instant, ERASE_LABEL)
+            for group in sorted(commit.groups):
+                if wanted_groups is None or group in wanted_groups:
+                    out.setdefault(group, []).append(Carried(instant, ERASE_LABEL, erase=commit))
             continue
         stream = getattr(commit, "stream", None) or ""
         for entry in commit.added_files:
-            if wanted_groups is not None and entry.group not in wanted_groups:
-                continue
-            add(
-                entry.group,
-                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum),
-                instant,
-                stream,
-            )
+            if wanted_groups is None or entry.group in wanted_groups:
+                out.setdefault(entry.group, []).append(Carried(instant, stream, log=entry))
     return out
+
+
+def _carried_keys(table: Table, group: tuple[str, str], carried: list[Carried]) -> pa.Table:
+    """Key columns one file group received from its `carriers`, each with the commit's completion time and stream
+    (`COMMIT_TIME`, `STREAMS`)."""
+    config = table.config
+    common = _common(config)
+    parts = []
+    for item in carried:
+        if item.erase is not None:
+            keys = erased_keys(table, item.erase).get(group)
+            if keys is None:
+                continue
+        else:
+            assert item.log is not None
+            entry = item.log
+            keys = read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum)
+        rows = keys.num_rows
+        keys = keys.append_column(COMMIT_TIME, pa.array([item.instant.completed] * rows, pa.string()))
+        parts.append(keys.append_column(STREAMS, pa.array([item.stream] * rows, pa.string())))
+    if not parts:
+        empty = _empty(config, common)
+        return empty.append_column(COMMIT_TIME, pa.array([], pa.string())).append_column(
+            STREAMS, pa.array([], pa.string())
+        )
+    return pa.concat_tables(parts)
 
 
 #: Columns of an erase's `erased_file` besides the key and partition columns: where each erased key lived.
@@ -440,45 +620,90 @@ def read_changes(
     before_images: bool = False,
 ) -> pa.Table:
     """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
-    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`."""
+    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`. (A Spark task's share: its file
+    groups, whole; `scan` streams the same one file group at a time.)"""
+    return _change_scan(table, timeline, view, since, until, wanted, pruning, before_images).read_all()
+
+
+def _change_scan(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool = False,
+    on_changes: Sequence[Condition] = (),
+    asked: list[str] | None = None,
+) -> Scan[Any]:
+    """An incremental read, planned from commit metadata: one unit per file group the range touched."""
     config = table.config
     common = _common(config)
+    every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
+    schema = _no_changes(config, wanted).schema
+    if asked is not None:
+        schema = pa.schema([schema.field(name) for name in asked])
     if until is None:
         latest = timeline.latest_completed()
         until = latest.completed if latest else None
-    if until is None:
-        return _no_changes(config, wanted)
-    groups = {
-        key
-        for key in view.file_groups()
-        if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
-    }
-    touched = _touched_keys(table, timeline, changed_instants(timeline, since, until), groups)
-    every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
-    parts = []
-    for key, keys in sorted(touched.items()):
-        carried = pa.concat_tables(keys)
-        candidates = carried.select(common).group_by(common).aggregate([])
-        after = _state(table, view, key, until, every, candidates)
-        before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
-        changed = _diff(config, before, after, common, every, before_images)
-        parts.append(_with_commits(changed, carried, common))
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        return _no_changes(config, wanted)
-    out = pa.concat_tables(parts)
+
+    def plan(timeline: Timeline, view: FileSystemView) -> tuple[dict[tuple[str, str], list[Carried]], FileSystemView]:
+        if until is None:
+            return {}, view
+        groups = {
+            key
+            for key in view.file_groups()
+            if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
+        }
+        return carriers(timeline, changed_instants(timeline, since, until), groups), view
+
+    def reader_of(
+        touched: dict[tuple[str, str], list[Carried]], view: FileSystemView
+    ) -> Callable[[tuple[str, str]], pa.Table]:
+        def read_unit(key: tuple[str, str]) -> pa.Table:
+            carried = _carried_keys(table, key, touched[key])
+            candidates = carried.select(common).group_by(common).aggregate([])
+            after = _state(table, view, key, until, every, candidates)
+            before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
+            changed = _with_commits(_diff(config, before, after, common, every, before_images), carried, common)
+            out = _filter_changes(changed, pruning, before_images).select([*wanted, *CHANGE_COLUMNS])
+            for condition in on_changes:
+                out = out.filter(condition.expression(pa.string()))
+            return out if asked is None else out.select(asked)
+
+        return read_unit
+
+    touched, _ = plan(timeline, view)
+
+    def weight(key: tuple[str, str]) -> int:
+        fslice = view.latest_slice(key, until)
+        return sum(f.bytes for f in fslice.files) if fslice is not None else 0
+
+    def replan(left: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], Callable[[tuple[str, str]], pa.Table]]:
+        fresh_timeline = table.timeline()
+        fresh, fresh_view = plan(fresh_timeline, table.view(fresh_timeline))
+        return [k for k in left if k in fresh], reader_of(fresh, fresh_view)
+
+    return Scan(schema, sorted(touched), reader_of(touched, view), weight, replan)
+
+
+def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:
+    """The read's filter on change rows: `D` rows stay whatever the value conditions say; with `before_images` an
+    update's two rows are kept or dropped together, by its new values."""
+    if not out.num_rows:
+        return out
     if pruning.row_columns is None and pruning.rows is not None:
         # An opaque expression may name value columns, which a deleted row no longer has.
-        out = out.filter(pruning.rows | (pc.field(OP) == "D"))
-    else:
-        if pruning.keys is not None:
-            out = out.filter(pruning.keys)
-        if pruning.values is not None:
-            kept = pruning.values | (pc.field(OP) == "D")
-            if before_images:  # an update is kept or dropped as a pair, by its new values
-                kept = _pairs_kept(out, pruning.values)
-            out = out.filter(kept)
-    return out.select([*wanted, *CHANGE_COLUMNS])
+        return out.filter(pruning.rows | (pc.field(OP) == "D"))
+    if pruning.keys is not None:
+        out = out.filter(pruning.keys)
+    if pruning.values is not None:
+        kept = pruning.values | (pc.field(OP) == "D")
+        if before_images:  # an update is kept or dropped as a pair, by its new values
+            kept = _pairs_kept(out, pruning.values)
+        out = out.filter(kept)
+    return out
 
 
 def _no_changes(config: TableConfig, wanted: list[str]) -> pa.Table:
