@@ -9,6 +9,7 @@ engine runs at once, and by the peak of Arrow's memory pool in a fresh process, 
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 import random
@@ -279,9 +280,9 @@ print(json.dumps({"rows": rows, "arrow_peak": pa.default_memory_pool().max_memor
 
 
 def test_a_streamed_read_peaks_at_a_few_slices_where_the_whole_read_holds_the_table(tmp_path: Path) -> None:
-    """Arrow's own allocation peak in a fresh process: the streamed paths stay near a few of the 32 slices, the
+    """Arrow's own allocation peak in a fresh process: the streamed paths stay near a few of the 64 slices, the
     whole read holds all of them (it is the caller's choice)."""
-    table = new_table(tmp_path, buckets=16)
+    table = new_table(tmp_path, buckets=32)
     rng = random.Random(5)
     keys = list(range(1, 40_001))
     for stream in ("orders", "payments", "shipments"):
@@ -307,6 +308,65 @@ def test_a_streamed_read_peaks_at_a_few_slices_where_the_whole_read_holds_the_ta
 
     whole, streamed, sql = peak("whole"), peak("scan"), peak("sql")
     assert whole["rows"] == streamed["rows"] == sql["rows"] == len(keys)
-    # 32 slices: the whole read holds all of them, a stream one being merged and one handed on.
+    # 64 slices: the whole read holds all of them, a stream one being merged and one handed on.
     assert streamed["arrow_peak"] * 4 < whole["arrow_peak"], (streamed, whole)
     assert sql["arrow_peak"] * 4 < whole["arrow_peak"], (sql, whole)
+
+
+def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb(tmp_path: Path) -> None:
+    """Point 3: a file group whose latest slice is over the limit is named, with the remedy that fits: compacting
+    when logs piled up, more buckets when the base file alone is over it."""
+    import numpy as np
+
+    from stitchlake.config import parse_config
+    from stitchlake.services.status import status
+
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"].update(buckets=1, path=str(tmp_path / "table"))
+    document["compaction"] = {"max_file_group_mb": 1}
+    table = Table(parse_config(document, file=str(tmp_path / "t.yaml"), base=tmp_path))
+    table.init()
+    rows = 150_000
+    generator = np.random.default_rng(3)
+    orders = pa.table(
+        {
+            "k": pa.array(np.arange(rows, dtype=np.int64) * 2),
+            "p": pa.array(["even"] * rows),
+            "op": pa.array(["I"] * rows),
+            "amount": pa.array(generator.integers(0, 2**62, rows)),
+            "status": pa.array(["s"] * rows),
+            "ots": pa.array(generator.integers(0, 2**62, rows)),
+        }
+    )
+    table.write("orders", orders)
+    report = status(table)
+    [group] = report["large_file_groups"]
+    assert (group["partition"], group["file_group"], group["base_bytes"], group["log_files"]) == (
+        "p=even",
+        "00000",
+        0,
+        1,
+    )
+    assert group["bytes"] > 1024 * 1024 and report["totals"]["largest_file_group_bytes"] == group["bytes"]
+    [warning] = report["warnings"]
+    assert "compaction.max_file_group_mb (1 MiB)" in warning and "p=even/00000" in warning
+    assert "run `stitch compact`" in warning and "rescale" not in warning
+
+    table.compact()  # the base file alone is still over 1 MiB: only more buckets help
+    report = status(table)
+    [group] = report["large_file_groups"]
+    assert group["base_bytes"] == group["bytes"] > 1024 * 1024 and group["log_files"] == 0
+    [warning] = report["warnings"]
+    assert "stitch rescale --buckets" in warning and "Sizing file groups" in warning
+
+    config = tmp_path / "t.yaml"
+    config.write_text(json.dumps(document), encoding="utf-8")
+    shown = run_stitch("status", "-c", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert "largest file group" in shown.stdout and "warning:" in shown.stdout
+    assert "max_file_group_mb" in " ".join(shown.stdout.split())
+
+    document["compaction"] = {"max_file_group_mb": 64}
+    roomy = Table(parse_config(document, file=str(config), base=tmp_path))
+    report = status(roomy)
+    assert report["large_file_groups"] == [] and report["warnings"] == []

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from stitchlake.table import Table
     from stitchlake.timeline.timeline import Timeline
 
+MIB = 1024 * 1024
+#: Large file groups listed in `stitch status --json` (`large_file_groups`), largest first.
+LARGE_SHOWN = 10
+#: Memory a merge of a file slice takes, as a multiple of the slice's file bytes: about 7x for a read and 8x for
+#: a compaction, measured on the benchmark workload (docs/operations.md, "Sizing file groups").
+MEMORY_FACTOR = 8
+
 
 def status(table: Table, now: float | None = None) -> dict[str, Any]:
     """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams.
@@ -29,11 +36,21 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
 
     partitions: dict[str, dict[str, Any]] = {}
+    limit = table.config.compaction.max_file_group_mb * MIB
+    large: list[dict[str, Any]] = []
     for key in view.file_groups():
         fslice = view.latest_slice(key)
         entry = partitions.setdefault(
             key[0] or "(unpartitioned)",
-            {"file_groups": 0, "base_files": 0, "log_files": 0, "max_logs_per_slice": 0, "bytes": 0, "rows": 0},
+            {
+                "file_groups": 0,
+                "base_files": 0,
+                "log_files": 0,
+                "max_logs_per_slice": 0,
+                "bytes": 0,
+                "rows": 0,
+                "largest_file_group_bytes": 0,
+            },
         )
         entry["file_groups"] += 1
         if fslice is None:
@@ -41,8 +58,21 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
         entry["base_files"] += 1 if fslice.base else 0
         entry["log_files"] += len(fslice.logs)
         entry["max_logs_per_slice"] = max(entry["max_logs_per_slice"], len(fslice.logs))
-        entry["bytes"] += sum(f.bytes for f in fslice.files)
+        entry["bytes"] += fslice.bytes
         entry["rows"] += fslice.base.rows if fslice.base else 0
+        entry["largest_file_group_bytes"] = max(entry["largest_file_group_bytes"], fslice.bytes)
+        if fslice.bytes > limit:
+            base = fslice.base.bytes if fslice.base else 0
+            large.append(
+                {
+                    "partition": key[0],
+                    "file_group": key[1],
+                    "bytes": fslice.bytes,
+                    "base_bytes": base,
+                    "log_files": len(fslice.logs),
+                }
+            )
+    large.sort(key=lambda group: (-group["bytes"], group["partition"], group["file_group"]))
 
     writers = []
     warnings = []
@@ -73,6 +103,9 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
                 f"compaction plan {instant.requested} has been pending for {pending_s / 3600:.1f} h and nothing is "
                 "running it (over compaction.stale_plan_minutes): run `stitch compact`"
             )
+
+    if large:
+        warnings.append(_large_file_groups(table, large, limit))
 
     streams: dict[str, Any] = {name: None for name in table.config.streams}
     for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
@@ -109,7 +142,11 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "log_files": sum(1 for f in live if f.kind == LOG),
             "bytes": sum(f.bytes for f in live),
             "latest_slice_bytes": sum(p["bytes"] for p in partitions.values()),
+            "largest_file_group_bytes": max((p["largest_file_group_bytes"] for p in partitions.values()), default=0),
         },
+        #: File groups whose latest slice exceeds `compaction.max_file_group_mb`, largest first (at most
+        #: LARGE_SHOWN of them; `warnings` counts them all).
+        "large_file_groups": large[:LARGE_SHOWN],
         "pending_compactions": [w for w in writers if w["action"] == Action.COMPACTION],
         "writers": [w for w in writers if w["action"] != Action.COMPACTION],
         "streams": streams,
@@ -122,6 +159,31 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "deltacommits_since_compaction": len(since_compaction),
         },
     }
+
+
+def _large_file_groups(table: Table, large: list[dict[str, Any]], limit: int) -> str:
+    """The warning for file groups over `compaction.max_file_group_mb`: what it costs, and which remedy fits.
+
+    A slice is over the limit because its logs piled up (compacting shrinks it back to its base file) or because
+    its base file alone is (the file group holds too many keys: more buckets, `stitch rescale`)."""
+    largest = large[0]
+    where = f"{largest['partition']}/{largest['file_group']}" if largest["partition"] else largest["file_group"]
+    too_big = [g for g in large if g["base_bytes"] > limit]
+    buckets = table.config.table.buckets
+    message = (
+        f"{len(large)} file group(s) hold more than compaction.max_file_group_mb ({limit // MIB} MiB) in their latest "
+        f"slice, the largest {largest['bytes'] / MIB:,.0f} MiB ({where}): reading, compacting or erasing it merges "
+        f"all of it at once, at about {MEMORY_FACTOR}x its bytes of memory in one process or Spark task"
+    )
+    if too_big:
+        # Aim at half the limit, so the file groups have room to grow before the next warning.
+        wanted = buckets * -(-max(g["base_bytes"] for g in too_big) * 2 // limit)
+        return (
+            f"{message}; {len(too_big)} of them exceed it in their base file alone: the file groups hold too many "
+            f"keys for {buckets} bucket(s), rescale (`stitch rescale --buckets {wanted}`; docs/operations.md, "
+            '"Sizing file groups")'
+        )
+    return f"{message}; their logs piled up: run `stitch compact` (or compact more often)"
 
 
 def _latest_services(
