@@ -484,23 +484,29 @@ def print_status(report: Mapping[str, Any]) -> None:
     partitions = report.get("partitions") or {}
     if partitions:
         grid = compact_table(title="partitions (latest file slices)")
-        columns = (
-            "file_groups",
-            "base_files",
-            "log_files",
-            "max_logs_per_slice",
-            "rows",
-            "bytes",
-            "largest_file_group_bytes",
-        )
-        headers = {"rows": "base rows", "largest_file_group_bytes": "largest file group"}
+        columns = ("file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
         grid.add_column("partition")
         for name in columns:
             # `rows` counts rows in base files only: log rows are not known per key until merged.
-            grid.add_column(headers.get(name, name.replace("_", " ")), justify="right")
+            grid.add_column("base rows" if name == "rows" else name.replace("_", " "), justify="right")
         for partition, entry in partitions.items():
-            values = [human_size(entry.get(n)) if "bytes" in n else human_count(entry.get(n)) for n in columns]
+            values = [human_size(entry.get(n)) if n == "bytes" else human_count(entry.get(n)) for n in columns]
             grid.add_row(text(str(partition)), *(text(v) for v in values))
+        print_table(grid)
+
+    large = report.get("large_file_groups") or []
+    if large:
+        grid = compact_table(title="large file groups (latest slice over compaction.max_file_group_mb)")
+        for name in ("partition", "file group", "bytes", "base file", "log files"):
+            grid.add_column(name, justify="left" if name in ("partition", "file group") else "right")
+        for group in large:
+            grid.add_row(
+                text(str(group.get("partition") or "(unpartitioned)")),
+                text(str(group.get("file_group"))),
+                text(human_size(group.get("bytes"))),
+                text(human_size(group.get("base_bytes"))),
+                text(human_count(group.get("log_files"))),
+            )
         print_table(grid)
 
     streams = report.get("streams") or {}

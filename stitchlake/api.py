@@ -72,7 +72,7 @@ class Table(CoreTable):
         columns: Sequence[str] | None = None,
         filter: Any = None,
         before_images: bool = False,
-    ) -> Scan[Any]:
+    ) -> Scan:
         """The rows `read` returns, as a stream of Arrow record batches one file slice at a time (memory bounded by
         the largest file groups, not the table): iterate it, take `.reader()`, or hand it to anything that reads
         the Arrow C stream interface (DuckDB, Polars, `pyarrow.parquet.ParquetWriter` via the reader)."""

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -268,53 +268,33 @@ def bounded(
 
 
 @dataclass
-class Scan(Generic[U]):
-    """A planned read as a stream of Arrow record batches: one unit (a file slice, or for changes a file group) at a
-    time, a few units ahead (`bounded`), so memory is bounded by the largest units, never by the table.
+class Scan:
+    """A planned read as a stream of Arrow record batches, one part at a time (a file slice, or for changes a file
+    group), merged a few parts ahead (`bounded`): memory is bounded by the largest parts, never by the table.
 
     Each pass (`batches`, `reader`, iterating, or a consumer of the Arrow C stream interface such as DuckDB, which
-    asks once per scan of the view) reads the units planned when the scan was made, so two passes see the same
-    state. A unit whose file was cleaned under the pass (a compaction replaced it) makes the pass plan the units it
-    has not read yet once more, from the new timeline (`replan`), as `read` plans again.
+    asks once per scan of the view) reads what was planned when the scan was made, so two passes see the same
+    state. A slice cleaned under a pass (a compaction replaced it) makes the pass plan the file groups it has not
+    read yet once more, from the new timeline, as `read` plans again.
     """
 
     schema: pa.Schema
-    units: list[U]
-    read_unit: Callable[[U], pa.Table]
-    weight: Callable[[U], int]
-    replan: Callable[[list[U]], tuple[list[U], Callable[[U], pa.Table]]]
-    #: Bytes of files merged ahead of the consumer (None: `READ_AHEAD_BYTES`).
-    max_bytes: int | None = None
+    #: One pass over the planned parts, in order; its argument is `resume` (see `batches`).
+    parts: Callable[[bool], Iterator[pa.Table]]
     #: The error that ended the last pass: DuckDB passes on only its text, `stitchlake.sql` re-raises this instead.
     error: BaseException | None = None
 
     def batches(self, resume: bool = True) -> Iterator[pa.RecordBatch]:
-        """One pass over the planned units. `resume=False`: a unit cleaned under the pass is an error (`read`
-        then plans the whole read again, so its rows are one state of the table)."""
+        """One pass. `resume=False`: a slice cleaned under the pass is an error (`read` then plans the whole read
+        again, so its rows are one state of the table)."""
         self.error = None
         try:
-            yield from self._pass(resume)
+            for rows in self.parts(resume):
+                yield from self._conform(rows).to_batches(max_chunksize=BATCH_ROWS)
+                del rows  # never hold a part while the next one is merged
         except BaseException as exc:
             self.error = exc
             raise
-
-    def _pass(self, resume: bool) -> Iterator[pa.RecordBatch]:
-        units, read_unit, done = self.units, self.read_unit, 0
-        try:
-            for _unit, rows in bounded(read_unit, units, self.weight, self.max_bytes):
-                done += 1
-                yield from self._conform(rows).to_batches(max_chunksize=BATCH_ROWS)
-                del rows
-            return
-        except (DataFileMissing, HistoryMoved):
-            if not resume:
-                raise
-        # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
-        # what is left again; a file still missing then is damage, and that error says so.
-        units, read_unit = self.replan(units[done:])
-        for _unit, rows in bounded(read_unit, units, self.weight, self.max_bytes):
-            yield from self._conform(rows).to_batches(max_chunksize=BATCH_ROWS)
-            del rows
 
     def _conform(self, rows: pa.Table) -> pa.Table:
         rows = rows.select(self.schema.names)
@@ -340,29 +320,70 @@ class Scan(Generic[U]):
 
 def _slice_weight(mode: str) -> Callable[[FileSlice], int]:
     def weight(fslice: FileSlice) -> int:
-        files = fslice.files if mode == SNAPSHOT else [fslice.base] if fslice.base else []
-        return sum(f.bytes for f in files)
+        return fslice.bytes if mode == SNAPSHOT else fslice.base.bytes if fslice.base else 0
 
     return weight
 
 
 def _snapshot_scan(
     table: Table, view: FileSystemView, at: str | None, columns: list[str], mode: str, filter: Filter
-) -> Scan[Any]:
+) -> Scan:
     """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at`."""
     pruning = prune(table.config, filter)
     needed = _wanted_columns(table.config, None) if pruning.row_columns is None else pruning.row_columns
     read_columns = columns + [n for n in needed if n not in columns]
+    weight = _slice_weight(mode)
+    slices = plan_slices(table.config, view, at, pruning)
 
     def read_unit(fslice: FileSlice) -> pa.Table:
         return read_slice(table, fslice, read_columns, mode, pruning.rows)
 
-    def replan(left: list[FileSlice]) -> tuple[list[FileSlice], Callable[[FileSlice], pa.Table]]:
+    def parts(resume: bool) -> Iterator[pa.Table]:
+        done = 0
+        try:
+            for _slice, rows in bounded(read_unit, slices, weight):
+                done += 1
+                yield rows
+                del rows
+            return
+        except (DataFileMissing, HistoryMoved):
+            if not resume:
+                raise
+        # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
+        # the file groups not read yet again; a file still missing then is damage, and that error says so.
         fresh = table.view(table.timeline())
-        return fresh.latest_slices(at, file_groups=[s.group for s in left]), read_unit
+        left = fresh.latest_slices(at, file_groups=[s.group for s in slices[done:]])
+        for _slice, rows in bounded(read_unit, left, weight):
+            yield rows
+            del rows
 
-    slices = plan_slices(table.config, view, at, pruning)
-    return Scan(_empty(table.config, columns).schema, slices, read_unit, _slice_weight(mode), replan)
+    return Scan(_empty(table.config, columns).schema, parts)
+
+
+def _change_scan(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool,
+    on_changes: Sequence[Condition],
+    asked: list[str] | None,
+) -> Scan:
+    """An incremental read, planned: `change_parts` of (since, until], one file group at a time."""
+    schema = _no_changes(table.config, wanted).schema
+    if asked is not None:
+        schema = pa.schema([schema.field(name) for name in asked])
+
+    def parts(_resume: bool) -> Iterator[pa.Table]:
+        for out in change_parts(table, timeline, view, since, until, wanted, pruning, before_images):
+            for condition in on_changes:
+                out = out.filter(condition.expression(pa.string()))
+            yield out if asked is None else out.select(asked)
+
+    return Scan(schema, parts)
 
 
 def scan(
@@ -374,7 +395,7 @@ def scan(
     columns: Sequence[str] | None = None,
     filter: Filter = None,
     before_images: bool = False,
-) -> Scan[Any]:
+) -> Scan:
     """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
     (one file group for changes) at a time: memory bounded by the largest slices, not the table (DESIGN §7).
 
@@ -425,7 +446,7 @@ def _plan(
     columns: Sequence[str] | None,
     filter: Filter,
     before_images: bool = False,
-) -> Scan[Any]:
+) -> Scan:
     timeline = table.timeline()
     view = table.view(timeline)
     _warn_if_undoing(timeline)
@@ -533,60 +554,38 @@ def _undoes_commits(plan: object) -> bool:
     return isinstance(plan, UndoPlan) and plan.undoes_commits
 
 
-@dataclass(frozen=True)
-class Carried:
-    """One instant of an incremental read's range that wrote to a file group: a deltacommit's log file there (whose
-    keys are read), or an erase that rewrote it (its erased keys there)."""
+def _touched_keys(
+    table: Table, timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
+) -> dict[tuple[str, str], list[pa.Table]]:
+    """Key columns each file group received from the instants in the range, each with the commit's completion
+    time and stream (`COMMIT_TIME`, `STREAMS`)."""
+    config = table.config
+    common = _common(config)
+    out: dict[tuple[str, str], list[pa.Table]] = {}
 
-    instant: Any
-    stream: str
-    log: DataFile | None = None
-    erase: EraseCommit | None = None
+    def add(group: tuple[str, str], keys: pa.Table, instant: Any, stream: str) -> None:
+        rows = keys.num_rows
+        keys = keys.append_column(COMMIT_TIME, pa.array([instant.completed] * rows, pa.string()))
+        out.setdefault(group, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
 
-
-def carriers(
-    timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
-) -> dict[tuple[str, str], list[Carried]]:
-    """What each file group received from the instants in the range, from commit metadata alone (no data read)."""
-    out: dict[tuple[str, str], list[Carried]] = {}
     for instant in instants:
         commit = timeline.commit(instant)
         if isinstance(commit, EraseCommit):
-            for group in sorted(commit.groups):
-                if wanted_groups is None or group in wanted_groups:
-                    out.setdefault(group, []).append(Carried(instant, ERASE_LABEL, erase=commit))
+            for key, keys in erased_keys(table, commit).items():
+                if wanted_groups is None or key in wanted_groups:
+                    add(key, keys, instant, ERASE_LABEL)
             continue
         stream = getattr(commit, "stream", None) or ""
         for entry in commit.added_files:
-            if wanted_groups is None or entry.group in wanted_groups:
-                out.setdefault(entry.group, []).append(Carried(instant, stream, log=entry))
-    return out
-
-
-def _carried_keys(table: Table, group: tuple[str, str], carried: list[Carried]) -> pa.Table:
-    """Key columns one file group received from its `carriers`, each with the commit's completion time and stream
-    (`COMMIT_TIME`, `STREAMS`)."""
-    config = table.config
-    common = _common(config)
-    parts = []
-    for item in carried:
-        if item.erase is not None:
-            keys = erased_keys(table, item.erase).get(group)
-            if keys is None:
+            if wanted_groups is not None and entry.group not in wanted_groups:
                 continue
-        else:
-            assert item.log is not None
-            entry = item.log
-            keys = read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum)
-        rows = keys.num_rows
-        keys = keys.append_column(COMMIT_TIME, pa.array([item.instant.completed] * rows, pa.string()))
-        parts.append(keys.append_column(STREAMS, pa.array([item.stream] * rows, pa.string())))
-    if not parts:
-        empty = _empty(config, common)
-        return empty.append_column(COMMIT_TIME, pa.array([], pa.string())).append_column(
-            STREAMS, pa.array([], pa.string())
-        )
-    return pa.concat_tables(parts)
+            add(
+                entry.group,
+                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum),
+                instant,
+                stream,
+            )
+    return out
 
 
 #: Columns of an erase's `erased_file` besides the key and partition columns: where each erased key lived.
@@ -620,12 +619,12 @@ def read_changes(
     before_images: bool = False,
 ) -> pa.Table:
     """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
-    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`. (A Spark task's share: its file
-    groups, whole; `scan` streams the same one file group at a time.)"""
-    return _change_scan(table, timeline, view, since, until, wanted, pruning, before_images).read_all()
+    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`."""
+    parts = [p for p in change_parts(table, timeline, view, since, until, wanted, pruning, before_images) if p.num_rows]
+    return pa.concat_tables(parts) if parts else _no_changes(table.config, wanted)
 
 
-def _change_scan(
+def change_parts(
     table: Table,
     timeline: Timeline,
     view: FileSystemView,
@@ -634,58 +633,31 @@ def _change_scan(
     wanted: list[str],
     pruning: Pruning,
     before_images: bool = False,
-    on_changes: Sequence[Condition] = (),
-    asked: list[str] | None = None,
-) -> Scan[Any]:
-    """An incremental read, planned from commit metadata: one unit per file group the range touched."""
+) -> Iterator[pa.Table]:
+    """`read_changes` one file group at a time: the keys the range touched are read first (keys only), then each
+    file group's two states are merged, diffed and handed on before the next one's."""
     config = table.config
     common = _common(config)
-    every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
-    schema = _no_changes(config, wanted).schema
-    if asked is not None:
-        schema = pa.schema([schema.field(name) for name in asked])
     if until is None:
         latest = timeline.latest_completed()
         until = latest.completed if latest else None
-
-    def plan(timeline: Timeline, view: FileSystemView) -> tuple[dict[tuple[str, str], list[Carried]], FileSystemView]:
-        if until is None:
-            return {}, view
-        groups = {
-            key
-            for key in view.file_groups()
-            if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
-        }
-        return carriers(timeline, changed_instants(timeline, since, until), groups), view
-
-    def reader_of(
-        touched: dict[tuple[str, str], list[Carried]], view: FileSystemView
-    ) -> Callable[[tuple[str, str]], pa.Table]:
-        def read_unit(key: tuple[str, str]) -> pa.Table:
-            carried = _carried_keys(table, key, touched[key])
-            candidates = carried.select(common).group_by(common).aggregate([])
-            after = _state(table, view, key, until, every, candidates)
-            before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
-            changed = _with_commits(_diff(config, before, after, common, every, before_images), carried, common)
-            out = _filter_changes(changed, pruning, before_images).select([*wanted, *CHANGE_COLUMNS])
-            for condition in on_changes:
-                out = out.filter(condition.expression(pa.string()))
-            return out if asked is None else out.select(asked)
-
-        return read_unit
-
-    touched, _ = plan(timeline, view)
-
-    def weight(key: tuple[str, str]) -> int:
-        fslice = view.latest_slice(key, until)
-        return sum(f.bytes for f in fslice.files) if fslice is not None else 0
-
-    def replan(left: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], Callable[[tuple[str, str]], pa.Table]]:
-        fresh_timeline = table.timeline()
-        fresh, fresh_view = plan(fresh_timeline, table.view(fresh_timeline))
-        return [k for k in left if k in fresh], reader_of(fresh, fresh_view)
-
-    return Scan(schema, sorted(touched), reader_of(touched, view), weight, replan)
+    if until is None:
+        return
+    groups = {
+        key
+        for key in view.file_groups()
+        if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
+    }
+    touched = _touched_keys(table, timeline, changed_instants(timeline, since, until), groups)
+    every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
+    for key, keys in sorted(touched.items()):
+        carried = pa.concat_tables(keys)
+        candidates = carried.select(common).group_by(common).aggregate([])
+        after = _state(table, view, key, until, every, candidates)
+        before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
+        changed = _diff(config, before, after, common, every, before_images)
+        changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
+        yield changes.select([*wanted, *CHANGE_COLUMNS])
 
 
 def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:

@@ -127,7 +127,7 @@ def results(
 
 
 def _execute(
-    table: Table, sql: str, source: Scan[Any], batch_rows: int
+    table: Table, sql: str, source: Scan, batch_rows: int
 ) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
     """Run the query over `source` in an isolated connection; its result as a stream (errors raised as ours)."""
     import duckdb
@@ -153,7 +153,7 @@ def _execute(
         raise _read_error(source, exc) from None
 
 
-def _guarded(result: pa.RecordBatchReader, source: Scan[Any]) -> Iterator[pa.RecordBatch]:
+def _guarded(result: pa.RecordBatchReader, source: Scan) -> Iterator[pa.RecordBatch]:
     """The result's batches; an error while DuckDB pulled the table is raised as the read's own error."""
     while True:
         try:
@@ -165,7 +165,7 @@ def _guarded(result: pa.RecordBatchReader, source: Scan[Any]) -> Iterator[pa.Rec
         yield batch
 
 
-def _read_error(source: Scan[Any], exc: BaseException) -> BaseException:
+def _read_error(source: Scan, exc: BaseException) -> BaseException:
     """DuckDB passes on only the text of an error raised while it pulled the table: give back the read's own
     error (a cleaned or damaged file, exit 1 or 4), and make DuckDB's own errors a UsageError (exit 2)."""
     import duckdb

@@ -363,7 +363,7 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     config.write_text(json.dumps(document), encoding="utf-8")
     shown = run_stitch("status", "-c", str(config))
     assert shown.returncode == 0, shown.stderr
-    assert "largest file group" in shown.stdout and "warning:" in shown.stdout
+    assert "large file groups" in shown.stdout and "warning:" in shown.stdout
     assert "max_file_group_mb" in " ".join(shown.stdout.split())
 
     document["compaction"] = {"max_file_group_mb": 64}

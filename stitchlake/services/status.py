@@ -13,6 +13,7 @@ from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit
 
 if TYPE_CHECKING:
+    from stitchlake.layout.fsview import FileSystemView
     from stitchlake.table import Table
     from stitchlake.timeline.timeline import Timeline
 
@@ -36,21 +37,11 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
 
     partitions: dict[str, dict[str, Any]] = {}
-    limit = table.config.compaction.max_file_group_mb * MIB
-    large: list[dict[str, Any]] = []
     for key in view.file_groups():
         fslice = view.latest_slice(key)
         entry = partitions.setdefault(
             key[0] or "(unpartitioned)",
-            {
-                "file_groups": 0,
-                "base_files": 0,
-                "log_files": 0,
-                "max_logs_per_slice": 0,
-                "bytes": 0,
-                "rows": 0,
-                "largest_file_group_bytes": 0,
-            },
+            {"file_groups": 0, "base_files": 0, "log_files": 0, "max_logs_per_slice": 0, "bytes": 0, "rows": 0},
         )
         entry["file_groups"] += 1
         if fslice is None:
@@ -58,21 +49,8 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
         entry["base_files"] += 1 if fslice.base else 0
         entry["log_files"] += len(fslice.logs)
         entry["max_logs_per_slice"] = max(entry["max_logs_per_slice"], len(fslice.logs))
-        entry["bytes"] += fslice.bytes
+        entry["bytes"] += sum(f.bytes for f in fslice.files)
         entry["rows"] += fslice.base.rows if fslice.base else 0
-        entry["largest_file_group_bytes"] = max(entry["largest_file_group_bytes"], fslice.bytes)
-        if fslice.bytes > limit:
-            base = fslice.base.bytes if fslice.base else 0
-            large.append(
-                {
-                    "partition": key[0],
-                    "file_group": key[1],
-                    "bytes": fslice.bytes,
-                    "base_bytes": base,
-                    "log_files": len(fslice.logs),
-                }
-            )
-    large.sort(key=lambda group: (-group["bytes"], group["partition"], group["file_group"]))
 
     writers = []
     warnings = []
@@ -104,6 +82,8 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
                 "running it (over compaction.stale_plan_minutes): run `stitch compact`"
             )
 
+    limit = table.config.compaction.max_file_group_mb * MIB
+    large, largest = _slice_sizes(view, limit)
     if large:
         warnings.append(_large_file_groups(table, large, limit))
 
@@ -142,7 +122,7 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "log_files": sum(1 for f in live if f.kind == LOG),
             "bytes": sum(f.bytes for f in live),
             "latest_slice_bytes": sum(p["bytes"] for p in partitions.values()),
-            "largest_file_group_bytes": max((p["largest_file_group_bytes"] for p in partitions.values()), default=0),
+            "largest_file_group_bytes": largest,
         },
         #: File groups whose latest slice exceeds `compaction.max_file_group_mb`, largest first (at most
         #: LARGE_SHOWN of them; `warnings` counts them all).
@@ -159,6 +139,23 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "deltacommits_since_compaction": len(since_compaction),
         },
     }
+
+
+def _slice_sizes(view: FileSystemView, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """File groups whose latest slice is over `limit` bytes (largest first), and the largest slice's bytes."""
+    large: list[dict[str, Any]] = []
+    largest = 0
+    for key in view.file_groups():
+        fslice = view.latest_slice(key)
+        if fslice is None:
+            continue
+        largest = max(largest, fslice.bytes)
+        if fslice.bytes > limit:
+            base = fslice.base.bytes if fslice.base else 0
+            group = {"partition": key[0], "file_group": key[1], "bytes": fslice.bytes, "base_bytes": base}
+            large.append({**group, "log_files": len(fslice.logs)})
+    large.sort(key=lambda group: (-group["bytes"], group["partition"], group["file_group"]))
+    return large, largest
 
 
 def _large_file_groups(table: Table, large: list[dict[str, Any]], limit: int) -> str:
