@@ -12,6 +12,7 @@ uncompacted table has 12 logs. The ground truth is computed here with numpy alon
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,7 @@ class Chunk:
         """The stream's events cut into BATCHES_PER_STREAM batches by arrival, as `generate` cuts them."""
         table = self.events[stream]
         cuts = [table.num_rows * number // BATCHES_PER_STREAM for number in range(BATCHES_PER_STREAM + 1)]
-        return [table.slice(start, end - start) for start, end in zip(cuts, cuts[1:], strict=False)]
+        return [table.slice(start, end - start) for start, end in itertools.pairwise(cuts)]
 
 
 def generate_chunk(keys: int, seed: int, index: int, first_id: int = FIRST_ID) -> Chunk:

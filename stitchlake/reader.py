@@ -51,10 +51,11 @@ CHANGE_COLUMNS = (OP, COMMIT_TIME, STREAMS)
 ERASE_LABEL = "erase"
 READ_THREADS = 4
 #: A scan merges slices ahead of its consumer while their files add up to at most this many bytes (and always one
-#: slice, however large): a small table's slices are all merged at once, as fast as before, while a large table
-#: holds about one slice being merged and one being consumed. Merging a slice needs all its files at once, so the
-#: largest file group, not the table, sets a read's peak memory (docs/operations.md, "Sizing file groups").
-READ_AHEAD_BYTES = 256 * 1024 * 1024
+#: slice, however large), as a Spark read task packs slices up to `maxPartitionBytes`: a small table's slices are
+#: all merged at once, as fast as before, while a large table holds about one slice being merged and one being
+#: consumed. Merging a slice needs all its files at once, so the largest file group, not the table, sets a read's
+#: peak memory (docs/operations.md, "Sizing file groups").
+READ_AHEAD_BYTES = 128 * 1024 * 1024
 #: Rows per record batch a scan hands on (a slice's rows are cut into batches of at most this many).
 BATCH_ROWS = 128 * 1024
 log = logging.getLogger(__name__)
