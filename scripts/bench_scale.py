@@ -331,7 +331,7 @@ def run_size(keys: int, args: argparse.Namespace, cores: int) -> dict[str, Any]:
     config = write_config(workdir / f"table-{keys}.yaml", table, data / "landing", START_BUCKETS)
     stitch("init", "-c", str(config))
 
-    say(f"{keys:,} keys: {ENGINES[args.engine]} ingest, 4 batches x 3 streams ({chunks} landing files each)")
+    say(f"{keys:,} keys: ingest {ENGINES[args.engine]}, 4 batches x 3 streams ({chunks} landing files each)")
     ingests = []
     for number in range(workload.BATCHES_PER_STREAM):
         for stream in workload.STREAMS:
@@ -428,10 +428,11 @@ def rows_of(figures: dict[str, Any]) -> list[tuple[str, str, str, float | None]]
     wall = sum(s["wall_s"] for s in ingests)
     job = sum(float(s["json"].get("job_seconds") or 0.0) for s in ingests)
     events = sum(s["events"] for s in ingests)
-    timing = f"{wall:.0f} s; {events / wall / cores:,.0f} events/s/core"
+    timing = f"{events:,} events in {wall:.0f} s; {events / wall / cores:,.0f} events/s/core"
     if job:  # a Spark job says how long it ran after its JVM started
-        timing = f"{wall:.0f} s ({job:.0f} s); {events / wall / cores:,.0f} events/s/core ({events / job / cores:,.0f})"
-    label = f"ingest {on}, 12 deltacommits ({events:,} events): wall" + (" (job after JVM start)" if job else "")
+        timing = f"{events:,} events in {wall:.0f} s ({job:.0f} s); {events / wall / cores:,.0f} events/s/core"
+        timing += f" ({events / job / cores:,.0f})"
+    label = f"ingest {on}, 12 deltacommits: wall" + (" (job after JVM start)" if job else "")
     out.append((label, timing, memory_cell(ingests), wall))
     for name, label in (
         ("sql_acceptance", f'`stitch sql "{ACCEPTANCE_SQL}"`, uncompacted'),
