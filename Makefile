@@ -13,7 +13,7 @@ help:
 	@echo "make test   - set up .venv, lint, run the whole test suite"
 	@echo "make lint   - ruff check + format check, import layers (lint-imports), types (mypy)"
 	@echo "make bench  - benchmarks -> docs/benchmarks.md (BENCH_ARGS='--sizes 200000')"
-	@echo "make bench-scale - the bench workload at 30M keys on Spark, every process's memory (~1-2 h, ~15 GB disk)"
+	@echo "make bench-scale - the bench workload at 30M keys on Spark, every process's memory (~20 min on 2 cores, ~15 GB disk)"
 	@echo "make torture- the long crash/concurrency torture run (TORTURE_ARGS='--rounds 50')"
 
 check-tools:
