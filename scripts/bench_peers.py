@@ -378,7 +378,15 @@ def render(report: dict[str, Any], arguments: str) -> str:
                 )
                 + " |"
             )
-    lines += ["", f"The aggregation: `{QUERY.format(view='t')}`.", "", END]
+    lines += [
+        "",
+        f"The aggregation: `{QUERY.format(view='t')}`. Delta's all-column read hashes every column into one value "
+        "instead of the `noop` sink, which refuses Delta scans over deletion vectors (`peer_delta.py`). Bytes on disk "
+        "are the table's whole folder: after compaction, the files it replaced stay unless the system removed them on "
+        "its own (none was asked to clean). The ground truth has 11 cells per key.",
+        "",
+        END,
+    ]
     return "\n".join(lines)
 
 
