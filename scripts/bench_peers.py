@@ -228,8 +228,48 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def combined(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """One system's figures at one size from two reports' rounds: medians over all their runs, the largest wrong-cell
+    counts and peak memory, bytes from the earlier."""
+    out = dict(earlier)
+    out["runs"] = earlier["runs"] + later["runs"]
+    out["all_seconds"] = {name: earlier["all_seconds"][name] + later["all_seconds"][name] for name, _ in FIGURES}
+    out["seconds"] = {name: statistics.median(out["all_seconds"][name]) for name, _ in FIGURES}
+    out["process_s"] = statistics.median([earlier["process_s"], later["process_s"]])
+    out["peak_rss_mib"] = max(earlier["peak_rss_mib"], later["peak_rss_mib"])
+    out["wrong_cells"] = {r: max(earlier["wrong_cells"][r], later["wrong_cells"][r]) for r in READS}
+    out["query_correct"] = {r: earlier["query_correct"][r] and later["query_correct"][r] for r in READS}
+    out["wrong_by_column"] = {
+        r: max((earlier["wrong_by_column"][r], later["wrong_by_column"][r]), key=lambda c: c["total"]) for r in READS
+    }
+    return out
+
+
+def merge_reports(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """`later`'s rounds added to `earlier`'s (`--also`), size by size and system by system."""
+    out = dict(later)
+    out["runs"] = earlier["runs"] + later["runs"]
+    out["load_before"] = f"{earlier['load_before']} (first round), {later['load_before']} (last round)"
+    out["arguments"] = f"{earlier.get('arguments', '')} ; then {later.get('arguments', '')}"
+    out["results"] = {}
+    for size, got in later["results"].items():
+        before = earlier["results"].get(size, {"systems": {}})["systems"]
+        systems = got["systems"]
+        out["results"][size] = {
+            "workload": got["workload"],
+            "systems": {s: combined(before[s], v) if s in before else v for s, v in systems.items()},
+        }
+    return out
+
+
 def run_size(
-    keys: int, seed: int, systems: Sequence[str], runs: int, workdir: Path, saved: Callable[[dict[str, Any]], None]
+    keys: int,
+    seed: int,
+    systems: Sequence[str],
+    runs: int,
+    workdir: Path,
+    saved: Callable[[dict[str, Any]], None],
+    first_round: int = 0,
 ) -> dict[str, Any]:
     """Every system at one size, `runs` rounds; `saved` is called with the figures so far after each run."""
     folder = workdir / f"keys-{keys}"
@@ -248,7 +288,8 @@ def run_size(
     installed = {name: spark_envs.install(env) for name, env in {e.name: e for e in ENVIRONMENTS.values()}.items()}
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for round_number in range(runs):
-        order = list(systems[round_number % len(systems) :]) + list(systems[: round_number % len(systems)])
+        turn = (first_round + round_number) % len(systems)
+        order = list(systems[turn:]) + list(systems[:turn])
         for system in order:
             say(f"{keys:,} keys, run {round_number + 1}/{runs}: {system}")
             work = folder / system
@@ -411,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the figures as one JSON object to this path")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="'-' to write no Markdown")
     parser.add_argument("--from-json", default=None, help="only write the Markdown of a saved --json report")
+    parser.add_argument("--also", default=None, help="a saved --json report whose rounds this run's are added to")
+    parser.add_argument("--first-round", type=int, default=0, help="rotate the systems' order as in this round")
     args = parser.parse_args(argv)
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     if args.from_json:
@@ -449,12 +492,16 @@ def main(argv: list[str] | None = None) -> int:
         return saved
 
     for keys in sizes:
-        report["results"][str(keys)] = run_size(keys, args.seed, systems, report["runs"], workdir, save(keys))
+        report["results"][str(keys)] = run_size(
+            keys, args.seed, systems, report["runs"], workdir, save(keys), args.first_round
+        )
     report["load_after"] = load_average()
     report["seconds"] = round(time.perf_counter() - started, 1)
+    if args.also:
+        report = merge_reports(json.loads(Path(args.also).read_text(encoding="utf-8")), report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
-    block = render(report, shown)
+    block = render(report, report["arguments"])
     if args.out != "-":
         publish(Path(args.out), block)
     print(block)
