@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import output
-from cli.jobs import choose_engine, execute, with_retries
+from cli.jobs import abort_unless_published, choose_engine, execute, with_retries
 from cli.options import (
     CleanEngineOption,
     ConfigOption,
@@ -103,8 +103,15 @@ def _ingest(
     taken = None
     if chosen is EngineChoice.spark:
         taken = claim(handle, stream)  # refuses an overlapping run in well under a second, before the JVM starts
-        request = IngestRequest(stream, tuple(sources), max_files, reingest_changed, instant=taken.time)
-    result = execute(handle, request, chosen, claim=taken)
+    try:
+        if taken is not None:
+            request = IngestRequest(stream, tuple(sources), max_files, reingest_changed, instant=taken.time)
+        result = execute(handle, request, chosen, claim=taken)
+    except BaseException:
+        # A signal can land between the claim and the job (`execute` undoes it from there on): undo it here.
+        if taken is not None:
+            abort_unless_published(handle, taken)
+        raise
     if not result.get("instant"):
         return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
     return Report(
