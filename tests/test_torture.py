@@ -34,6 +34,7 @@ from spark_fixtures import ended
 from tables import MODELS, THREE_STREAMS, batch, new_table
 
 from stitchlake.api import Table
+from stitchlake.checksums import seal
 from stitchlake.errors import BusyError, StitchError
 from stitchlake.layout.fsview import DataFile, FileSlice
 from stitchlake.services import compaction
@@ -290,6 +291,11 @@ def _archive_folder(work: Path) -> Path:
     return Path(torture.table_dir(work).uri) / torture.ARCHIVE_DIR
 
 
+def _resealed(content: dict[str, Any]) -> bytes:
+    """`content` written as the table writes it: sealed with the checksum of what it now says."""
+    return seal(json.dumps({k: v for k, v in content.items() if k != "checksum"}).encode())
+
+
 def _rewrite_batch_line(work: Path, requested: str, change: Any) -> None:
     """Apply `change` to the archived entry of `requested` (None drops the line)."""
     for path in _archive_folder(work).glob("*.archive.jsonl"):
@@ -299,7 +305,7 @@ def _rewrite_batch_line(work: Path, requested: str, change: Any) -> None:
             if entry is not None and entry["requested"] == requested:
                 entry = change(entry)
             if entry is not None:
-                lines.append(json.dumps(entry))
+                lines.append(_resealed(entry).decode())
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -308,7 +314,7 @@ def _rewrite_meta(work: Path, instant: Any, change: Any) -> None:
     history = torture.History.load(torture.table_dir(work))
     if instant.requested in history.active:
         path = Path(torture.table_dir(work).uri) / torture.TIMELINE_DIR / instant.file_name
-        path.write_text(json.dumps(change(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
+        path.write_bytes(_resealed(change(json.loads(path.read_text(encoding="utf-8")))))
     else:
         _rewrite_batch_line(work, instant.requested, lambda e: {**e, "metadata": change(e["metadata"])})
 
@@ -332,7 +338,7 @@ def test_an_instant_archived_beyond_the_horizon_is_a_violation(case: Path) -> No
     entry = next(iter(history.archived.values()))
     line = {"requested": "29991231000000000", "action": entry[0].action, "completed": "29991231000000001"}
     with (_archive_folder(case) / entry[2]).open("a", encoding="utf-8") as batch:
-        batch.write(json.dumps({**line, "metadata": entry[1]}) + "\n")
+        batch.write(_resealed({**line, "metadata": entry[1]}).decode() + "\n")
     violations = _check_history(case)
     assert any("29991231000000000" in v and "beyond the checkpoint horizon" in v for v in violations), violations
 
@@ -346,7 +352,7 @@ def test_a_checkpoint_that_forgot_a_consumed_landing_file_is_a_violation(case: P
     content = json.loads(path.read_text(encoding="utf-8"))
     stream = next(s for s, names in content["consumed"].items() if names)
     content["consumed"][stream] = content["consumed"][stream][1:]
-    path.write_text(json.dumps(content), encoding="utf-8")
+    path.write_bytes(_resealed(content))
     violations = _check_history(case)
     assert any(f"stream {stream} consumed" in v and "it lacks" in v for v in violations), violations
 
