@@ -49,7 +49,7 @@ READS = ("read_uncompacted", "read_compacted")
 #: Figures in seconds, as (name in the JSON, label in the table).
 FIGURES = (
     ("session_s", "session start (JVM, jars)"),
-    ("ingest_s", "ingest, 12 batches"),
+    ("ingest_s", "ingest, every batch"),
     ("read_uncompacted.noop_s", "snapshot read, uncompacted: all columns to `noop`"),
     ("read_uncompacted.query_s", "the same: one aggregation"),
     ("compaction_s", "compaction"),
@@ -270,17 +270,19 @@ def run_size(
     workdir: Path,
     saved: Callable[[dict[str, Any]], None],
     first_round: int = 0,
+    batches_per_stream: int = workload.BATCHES_PER_STREAM,
 ) -> dict[str, Any]:
     """Every system at one size, `runs` rounds; `saved` is called with the figures so far after each run."""
     folder = workdir / f"keys-{keys}"
     data = folder / "data"
-    marker = data / f".complete-{seed}"
+    marker = data / f".complete-{seed}-{batches_per_stream}"
     if not marker.exists():
-        say(f"generating the workload: {keys:,} keys")
+        say(f"generating the workload: {keys:,} keys, {batches_per_stream} batch(es) per stream")
         shutil.rmtree(data, ignore_errors=True)
-        generated = workload.generate(keys, seed)
+        generated = workload.generate(keys, seed, batches_per_stream)
         workload.save(generated, data)
-        (data / "stats.json").write_text(json.dumps(generated.stats), encoding="utf-8")
+        stats = {**generated.stats, "batches": len(generated.batches)}
+        (data / "stats.json").write_text(json.dumps(stats), encoding="utf-8")
         marker.write_text("ok", encoding="utf-8")
     stats = json.loads((data / "stats.json").read_text(encoding="utf-8"))
     truth = workload.load_truth(data)
@@ -383,7 +385,8 @@ def render(report: dict[str, Any], arguments: str) -> str:
         stats = report["results"][str(keys)]["workload"]
         lines.append(
             f"- workload {keys:,} keys: {stats['events_total']:,} events, {sum(stats['late'].values()):,} late, "
-            f"{sum(stats['duplicates'].values()):,} duplicates, 12 batches"
+            f"{sum(stats['duplicates'].values()):,} duplicates, "
+            f"{stats.get('batches', workload.BATCHES_PER_STREAM * len(workload.STREAMS))} batches"
         )
     for keys in sizes:
         got = report["results"][str(keys)]["systems"]
@@ -454,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", default=None, help="only write the Markdown of a saved --json report")
     parser.add_argument("--also", default=None, help="a saved --json report whose rounds this run's are added to")
     parser.add_argument("--first-round", type=int, default=0, help="rotate the systems' order as in this round")
+    parser.add_argument(
+        "--batches-per-stream",
+        type=int,
+        default=workload.BATCHES_PER_STREAM,
+        help="landing files per stream (the figures in docs use the default; fewer only for smoke runs)",
+    )
     args = parser.parse_args(argv)
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     if args.from_json:
@@ -493,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for keys in sizes:
         report["results"][str(keys)] = run_size(
-            keys, args.seed, systems, report["runs"], workdir, save(keys), args.first_round
+            keys, args.seed, systems, report["runs"], workdir, save(keys), args.first_round, args.batches_per_stream
         )
     report["load_after"] = load_average()
     report["seconds"] = round(time.perf_counter() - started, 1)

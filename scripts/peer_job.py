@@ -72,9 +72,8 @@ def table_columns() -> str:
 
 
 def landing_batches(data: Path) -> list[tuple[str, Path]]:
-    """The workload's 12 landing files in commit order (streams take turns, as `make bench` writes them)."""
-    files = {s: sorted((data / "landing" / s).glob("part-*.parquet")) for s in workload.STREAMS}
-    return [(s, files[s][n]) for n in range(workload.BATCHES_PER_STREAM) for s in workload.STREAMS]
+    """The workload's landing files in commit order (streams take turns, as `make bench` writes them)."""
+    return workload.landing_files(data)
 
 
 def latest_per_key(events: Any, stream: str, versions: bool = False) -> Any:
