@@ -29,6 +29,10 @@ class IngestRequest(JobRequest):
     reingest_changed: bool = False
     #: A claim (the stream's pending deltacommit) the caller took before starting the job.
     instant: str | None = None
+    #: Kafka sources: at most this many records, and `earliest`/`latest` for partitions whose recorded offset the
+    #: topic no longer holds.
+    max_records: int | None = None
+    reset_offsets: str | None = None
 
 
 @dataclass(frozen=True)
