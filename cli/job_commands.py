@@ -203,6 +203,10 @@ def stream_command(
         float | None,
         typer.Option("--trigger-interval", min=0.1, help="Seconds between micro-batches (default: the YAML's)."),
     ] = None,
+    records_per_trigger: Annotated[
+        int | None,
+        typer.Option("--records-per-trigger", min=1, help="Kafka: records per micro-batch (default: the YAML's)."),
+    ] = None,
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Ingest what is pending now, in micro-batches, then stop.")
     ] = False,
@@ -230,6 +234,7 @@ def stream_command(
         stream,
         files_per_trigger=files_per_trigger,
         trigger_interval_s=trigger_interval,
+        records_per_trigger=records_per_trigger,
         available_now=available_now,
         checkpoint=_location(checkpoint) if checkpoint else None,
     )
@@ -241,6 +246,7 @@ def stream_command(
         fields=[
             ("micro-batches", "batches"),
             ("source files", "source_files"),
+            ("records", "records"),
             ("rows", "rows"),
             ("bad rows", "bad_rows"),
             ("query", "query_id"),

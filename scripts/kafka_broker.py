@@ -254,9 +254,9 @@ def _wait_partitions(admin: Any, topic: str, partitions: int, timeout: float = 1
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
-        if found is not None and found.error is None and len(found.partitions) == partitions:
-            if all(p.leader >= 0 for p in found.partitions.values()):
-                return
+        ready = found is not None and found.error is None and len(found.partitions) == partitions
+        if ready and all(p.leader >= 0 for p in found.partitions.values()):
+            return
         time.sleep(0.2)
     raise KafkaBrokerError(f"topic {topic} did not get {partitions} partitions with leaders within {timeout:g}s")
 
@@ -302,7 +302,9 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    commands = Commands("kafka_broker.py", __doc__ or "", _start_options, _start_command, stop, status, KafkaBrokerError)
+    commands = Commands(
+        "kafka_broker.py", __doc__ or "", _start_options, _start_command, stop, status, KafkaBrokerError
+    )
     return command_line(commands, argv)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
 import signal
 import subprocess
@@ -25,7 +24,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 import yaml
 from script_modules import load_script
 from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, write_config
@@ -222,6 +220,76 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float = 300) -> 
         time.sleep(0.2)
 
 
+def pending_writes(table: Table) -> list[str]:
+    """Pending deltacommits (a micro-batch of `stitch stream` claims its stream like any ingest)."""
+    return [i.requested for i in table.timeline().pending([Action.DELTACOMMIT])]
+
+
+def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
+    demo_data: Path, kafka_broker: str, tmp_path: Path
+) -> None:
+    """`stitch stream` on a Kafka-fed stream (Spark micro-batches reading the topic in tasks), SIGKILLed while a
+    micro-batch is being written, restarted from its checkpoint, with records arriving meanwhile and a cron
+    `stitch ingest` taking a turn; then run to the end with --available-now."""
+    from demo_data import compare
+
+    topics = {s: new_topic(kafka_broker, s, PARTITIONS[s]) for s in PARTITIONS}
+    config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)
+    events = {s: keyed(read_landing(demo_data / "landing" / s), PARTITIONS[s]) for s in PARTITIONS}
+    orders = events["orders"]
+    broker.produce(kafka_broker, topics["orders"], orders[: len(orders) // 2])
+    args = ("stream", "-c", str(config), "--stream", "orders", "--records-per-trigger", "700", "--json")
+    kills = 0
+    for _round in range(2):
+        job = subprocess.Popen(
+            stitch(*args, "--trigger-interval", "1"),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            before = len(commits(table, "orders"))
+
+            def busy(job: subprocess.Popen[str] = job, before: int = before) -> bool:
+                if job.poll() is not None:
+                    raise AssertionError(f"the stream ended (exit {job.returncode}): {job.communicate()[1][-3000:]}")
+                return bool(pending_writes(table)) and len(commits(table, "orders")) > before
+
+            wait_for("a micro-batch being written after one committed", busy, timeout=900)
+            assert descendants(job.pid), "the JVM runs below the CLI"
+            kills += 1
+        finally:
+            kill_tree(job)
+        if _round == 0:
+            broker.produce(kafka_broker, topics["orders"], orders[len(orders) // 2 :])
+            wait_for(
+                "the killed batch's heartbeat to expire", lambda: _ingest_once(config, "orders", "--max-records", "200")
+            )
+    assert kills == 2
+    last = subprocess.run(stitch(*args, "--available-now"), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert last.returncode == 0, last.stderr[-3000:]
+    for stream in ("payments", "shipments"):
+        broker.produce(kafka_broker, topics[stream], events[stream])
+        ingest(config, stream)
+    assert run_stitch("rollback", "-c", str(config), "--failed").returncode == 0
+    assert not table.timeline().pending()
+    ends = {p: sum(1 for q, _ in orders if q == p) for p in range(PARTITIONS["orders"])}
+    assert_tiled(table, "orders", ends)
+    assert sum(c.rows for c in commits(table, "orders")) == len(orders), "an event was ingested twice"
+    assert any(c.stream_batch is not None and c.engine == "spark" for c in commits(table, "orders"))
+    assert compare(stitchlake.read(str(config)), demo_data / "truth.parquet") == []
+
+
+def _ingest_once(config: Path, stream: str, *more: str) -> bool:
+    """One `stitch ingest`; False while a killed writer's heartbeat still says busy (exit 4)."""
+    done = run_stitch("ingest", "-c", str(config), "--stream", stream, "--json", *more)
+    if done.returncode == 4:
+        return False
+    assert done.returncode == 0, done.stdout + done.stderr
+    return True
+
+
 def test_a_partition_added_to_the_topic_is_picked_up_from_its_start(kafka_broker: str, tmp_path: Path) -> None:
     topic = new_topic(kafka_broker, "orders", 1)
     config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
@@ -291,7 +359,9 @@ def test_bad_values_follow_bad_rows_with_topic_partition_and_offset(kafka_broker
     records: list[tuple[int, bytes | None]] = [(0, as_json(good)), (0, b"{not json"), (0, b"[1, 2]"), (0, None)]
     records.append((0, as_json({**good, "order_id": 2, "amount": "lots"})))
     broker.produce(kafka_broker, topic, records)
-    config, table = kafka_config(tmp_path / "fail", tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_config(
+        tmp_path / "fail", tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail"
+    )
     refused = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--json")
     assert refused.returncode == 5, refused.stdout + refused.stderr
     error = json.loads(refused.stdout)["error"]
@@ -343,7 +413,7 @@ def test_avro_values_with_the_configured_writer_schema(kafka_broker: str, tmp_pa
 
     topic = new_topic(kafka_broker, "orders", 1)
     broker.produce(kafka_broker, topic, [(0, encode(k)) for k in range(5)] + [(0, b"\x01")])
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic})
+    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic})
     document = yaml.safe_load(config.read_text())
     document["streams"]["orders"]["source"].update({"value_format": "avro", "avro_schema": schema})
     config.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -355,10 +425,13 @@ def test_avro_values_with_the_configured_writer_schema(kafka_broker: str, tmp_pa
 
 def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_broker: str, tmp_path: Path) -> None:
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
 
     def orders(keys: range, amount: float) -> list[tuple[int, bytes | None]]:
-        rows = [{"order_id": k, "order_date": "2026-11-20", "amount": amount, "order_ts": f"2026-11-20T10:00:{k % 60:02d}Z"} for k in keys]
+        rows = [
+            {"order_id": k, "order_date": "2026-11-20", "amount": amount, "order_ts": f"2026-11-20T10:00:{k % 60:02d}Z"}
+            for k in keys
+        ]
         return [(k % 2, as_json(row)) for k, row in zip(keys, rows, strict=True)]
 
     broker.produce(kafka_broker, topic, orders(range(10), 1.0))

@@ -97,6 +97,8 @@ class StreamRequest(JobRequest):
     #: Overrides of the stream's `source.files_per_trigger` and `source.trigger_interval_s`.
     files_per_trigger: int | None = None
     trigger_interval_s: float | None = None
+    #: Kafka sources: override of `source.records_per_trigger`.
+    records_per_trigger: int | None = None
     #: Ingest what is there now, in batches, then stop (Trigger.AvailableNow).
     available_now: bool = False
     #: The query's checkpoint folder (default: under the table's `.stitch/streams/`, or local state for S3).
