@@ -232,7 +232,7 @@ def _admin(bootstrap: str) -> Any:
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """A topic with `partitions` partitions, replication factor 1; returns once its leaders are known."""
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=60).values():
@@ -242,7 +242,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:
     """Grow `topic` to `total` partitions."""
-    from confluent_kafka.admin import NewPartitions
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     for future in admin.create_partitions([NewPartitions(topic, total)], operation_timeout=60).values():
