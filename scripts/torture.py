@@ -17,6 +17,12 @@ What runs, each as its own OS process on one table (DESIGN §4-§7):
 - two archivers (`services.archive.archive` and `stitch archive --keep K`, K drawn from 10..16 each run, so two
   of them race and the one with the smaller keep goes further).
 
+With `--kafka-rounds N` (the CI-sized run uses 3) a Kafka-fed stream follows, on a table of its own against a real
+broker this run starts (`scripts/kafka_broker.py`): each round produces records (late and duplicate events, a
+partition added halfway), runs two overlapping `stitch ingest` and SIGKILLs one at random; its checker holds the
+completed commits' offset ranges to tiling every partition exactly once and the table to the produced records'
+merge (`kafka_phase`).
+
 The landing data is `scripts/demo_data.py`'s seeded three-stream generator (late, out-of-order, duplicate
 events, deletes). Each round lands the next file of every stream and waits until the writers took it, while
 the supervisor SIGKILLs writers and services: at random moments, shortly after new files land (mid-ingest),
@@ -1962,6 +1968,188 @@ def check(work: Path, out: Callable[[str], None]) -> tuple[Report, dict[str, Any
     return report, commits, events
 
 
+# ============================================================================================ the Kafka phase
+
+
+@dataclass
+class KafkaPhase:
+    """What the Kafka-fed stream's rounds did, for the summary."""
+
+    rounds: int = 0
+    produced: int = 0
+    kills: int = 0
+    commits: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+def kafka_phase(work: Path, rounds: int, seed: int, out: Callable[[str], None]) -> KafkaPhase:
+    """A stream fed from a real Kafka topic (a broker this run starts, scripts/kafka_broker.py) on a table of its
+    own: each round produces records (late and duplicate events, three partitions, a fourth added halfway), starts
+    two overlapping `stitch ingest` runs and SIGKILLs one at a random moment; at the end the runs go on until nothing
+    is left. Checked: the completed commits' offset ranges tile every partition from 0 to its end (no gap, no
+    overlap), their rows add up to what was produced, the table equals a merge of the produced records, and
+    nothing is left pending."""
+    import kafka_broker
+
+    rng = random.Random(seed)
+    phase = KafkaPhase()
+    folder = work / "kafka"
+    folder.mkdir(exist_ok=True)
+    broker = kafka_broker.start(folder / "broker", watch_pid=os.getpid())
+    try:
+        bootstrap = broker.bootstrap
+        topic = f"torture-{seed}"
+        kafka_broker.create_topic(bootstrap, topic, 3)
+        config = _kafka_table(folder, bootstrap, topic)
+        produced: list[dict[str, Any]] = []
+        partitions = 3
+        for number in range(rounds):
+            if number == rounds // 2:
+                partitions = 4
+                kafka_broker.add_partitions(bootstrap, topic, partitions)
+            batch = _kafka_events(rng, number, 120)
+            kafka_broker.produce(bootstrap, topic, [(e["id"] % partitions, json.dumps(e).encode()) for e in batch])
+            produced += [{**e, "partition": e["id"] % partitions} for e in batch]
+            phase.kills += _kafka_round(config, rng)
+            phase.rounds += 1
+        deadline = time.monotonic() + 300
+        while not _kafka_ingest_done(config):
+            if time.monotonic() > deadline:
+                phase.violations.append("kafka: the ingest did not catch up within 300s after the rounds")
+                break
+            time.sleep(0.5)
+        rolled = _stitch(["rollback", "-c", str(config), "--failed"])
+        if rolled.returncode != 0:
+            phase.violations.append(
+                f"kafka: stitch rollback --failed exited {rolled.returncode}: {rolled.stderr[-300:]}"
+            )
+        phase.produced = len(produced)
+        phase.commits = _kafka_check(config, produced, phase.violations)
+    finally:
+        kafka_broker.stop(folder / "broker")
+    out(
+        f"kafka: {phase.rounds} rounds, {phase.produced} records, {phase.kills} ingests killed, {phase.commits} "
+        f"commits, violations {len(phase.violations)}"
+    )
+    return phase
+
+
+def _kafka_table(folder: Path, bootstrap: str, topic: str) -> Path:
+    document = {
+        "table": {"name": "kafka_torture", "path": str(folder / "table"), "key": {"id": "long"}, "buckets": 2},
+        "streams": {
+            "events": {
+                "columns": {"v": "long", "seq": "long"},
+                "ordering": "seq",
+                "source": {"format": "kafka", "topic": topic, "bootstrap_servers": bootstrap},
+            }
+        },
+        "bad_rows": "fail",
+        "concurrency": {"heartbeat": {"interval_s": 0.5, "expire_s": 3}},
+    }
+    config = folder / "kafka.yaml"
+    config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    done = _stitch(["init", "-c", str(config)])
+    if done.returncode != 0:
+        raise RuntimeError(f"stitch init of the Kafka table failed: {done.stderr}")
+    return config
+
+
+def _kafka_events(rng: random.Random, number: int, count: int) -> list[dict[str, Any]]:
+    """Events over 50 keys: `seq` orders them (late ones carry a smaller seq); some are sent twice."""
+    events = []
+    for index in range(count):
+        key = rng.randrange(50)
+        seq = number * 1000 + index - (rng.randrange(500) if rng.random() < 0.2 else 0)
+        events.append({"id": key, "v": number * 1000 + index, "seq": seq * 1000 + index})
+        if rng.random() < 0.1:
+            events.append(dict(events[-1]))
+    return events
+
+
+def _stitch(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "cli.app", *args]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _kafka_round(config: Path, rng: random.Random) -> int:
+    """Two overlapping ingests (cron overlap: one exits 4), one SIGKILLed at a random moment. Returns kills."""
+    argv = [sys.executable, "-m", "cli.app", "ingest", "-c", str(config), "--stream", "events", "--max-records", "90"]
+    jobs = [
+        subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(2)
+    ]
+    victim = rng.choice(jobs)
+    deadline = time.monotonic() + rng.uniform(0.5, 4.0)
+    while victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed = 0
+    if victim.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(victim.pid, signal.SIGKILL)
+        killed = 1
+    for job in jobs:
+        try:
+            job.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    return killed
+
+
+def _kafka_ingest_done(config: Path) -> bool:
+    done = _stitch(["ingest", "-c", str(config), "--stream", "events", "--json"])
+    if done.returncode in (3, 4):  # a killed run's heartbeat is still fresh, or a conflict: try again
+        return False
+    if done.returncode != 0:
+        raise RuntimeError(f"stitch ingest of the Kafka stream exited {done.returncode}: {done.stdout}{done.stderr}")
+    return bool(json.loads(done.stdout)["message"].startswith("nothing to ingest"))
+
+
+def _kafka_check(config: Path, produced: list[dict[str, Any]], violations: list[str]) -> int:
+    """The checker of the Kafka phase (reads the completed commit files and the table; see `kafka_phase`)."""
+    import stitchlake
+    from stitchlake.api import open as open_table
+    from stitchlake.timeline.instant import Action
+    from stitchlake.timeline.metadata import DeltaCommit
+
+    table = open_table(str(config))
+    timeline = table.timeline()
+    if timeline.pending():
+        violations.append(
+            f"kafka: pending instants after the final rollback: {[i.requested for i in timeline.pending()]}"
+        )
+    commits = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT])]
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    rows = 0
+    for commit in commits:
+        if isinstance(commit, DeltaCommit):
+            rows += commit.rows
+            for item in commit.offsets:
+                ranges.setdefault(item.partition, []).append((item.start, item.end))
+    ends = Counter(e["partition"] for e in produced)
+    for partition in sorted(set(ends) | set(ranges)):
+        at = 0
+        for start, end in sorted(ranges.get(partition, [])):
+            if start != at:
+                violations.append(f"kafka: partition {partition}: offsets recorded from {start}, expected {at}")
+            at = end
+        if at != ends.get(partition, 0):
+            violations.append(f"kafka: partition {partition}: recorded up to {at}, produced {ends.get(partition, 0)}")
+    if rows != len(produced):
+        violations.append(f"kafka: {rows} rows committed for {len(produced)} records produced (lost or repeated)")
+    want: dict[int, tuple[int, int]] = {}
+    for event in produced:
+        if event["id"] not in want or event["seq"] > want[event["id"]][1]:
+            want[event["id"]] = (event["v"], event["seq"])
+    got = {r["id"]: (r["v"], r["seq"]) for r in stitchlake.read(str(config)).to_pylist()}
+    if got != want:
+        wrong = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+        violations.append(f"kafka: the table differs from the produced records' merge for keys {wrong[:5]}")
+    return len(commits)
+
+
 # ================================================================================================== main
 
 
@@ -2008,6 +2196,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=("lock_free", "optimistic"),
         default="lock_free",
         help="concurrency.mode; optimistic lets the writers of a stream run at once (they conflict by file group)",
+    )
+    parser.add_argument(
+        "--kafka-rounds",
+        type=int,
+        default=0,
+        help="rounds of a Kafka-fed stream on a table of its own, against a broker this run starts (0: none)",
     )
     parser.add_argument("--check-only", action="store_true", help="only check an existing --workdir")
     parser.add_argument("--keep", action="store_true", help="keep the temp workdir even when all is well")
@@ -2086,6 +2280,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         if stats.owed:
             out(f"duties never done (the last round timed out first): {', '.join(stats.owed)}")
+        if args.kafka_rounds:
+            kafka = kafka_phase(work, args.kafka_rounds, args.seed, out)
+            report.violations += kafka.violations
+            summary["kafka"] = {k: v for k, v in kafka.__dict__.items() if k != "violations"}
     kills = sum(stats.kills.values())
     during = sum(n for cause, n in stats.kills.items() if not cause.startswith("at_stop"))
     summary.update(
