@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, wri
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
+from stitchlake.paths import TIMELINE_DIR
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
 
@@ -167,10 +169,15 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
     orders = events["orders"]
     rng = random.Random(29)
     chunks = [orders[i : i + len(orders) // 5 + 1] for i in range(0, len(orders), len(orders) // 5 + 1)]
-    killed = finished = 0
+    timeline = Path(table.storage.describe(TIMELINE_DIR))
+    killed_mid_instant = finished = 0
     for chunk in chunks:
         broker.produce(kafka_broker, topics["orders"], chunk)
         for _attempt in range(2):
+            # Where to kill is chosen by progress, not by the clock: as soon as its instant is requested (records
+            # read, nothing written), or once it is inflight (files being written).
+            phase = rng.choice([".deltacommit.requested", ".deltacommit.inflight"])
+            before = set(os.listdir(timeline))
             job = subprocess.Popen(
                 stitch("ingest", "-c", str(config), "--stream", "orders", "--max-records", "700", "--json"),
                 cwd=ROOT,
@@ -178,19 +185,21 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
                 stderr=subprocess.PIPE,
                 text=True,
             )
+            started: str | None = None
             try:
-                deadline = time.monotonic() + rng.uniform(1.0, 4.0)  # the CLI starts in ~1-2 s on this machine
-                while job.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                if job.poll() is None:
-                    killed += 1
+                while job.poll() is None and started is None:
+                    started = next((n for n in set(os.listdir(timeline)) - before if n.endswith(phase)), None)
+                    time.sleep(0.002)
             finally:
                 kill_tree(job)
             if job.returncode == 0:
                 finished += 1
             else:
                 assert job.returncode == -signal.SIGKILL or job.returncode == 4, job.stderr.read() if job.stderr else ""
-    assert killed >= 3, f"the ingest always finished before it could be killed ({finished} finished)"
+                requested = (started or "").split(".")[0]
+                if requested and not any(n.startswith(f"{requested}_") for n in os.listdir(timeline)):
+                    killed_mid_instant += 1
+    assert killed_mid_instant >= 3, f"{killed_mid_instant} ingest(s) killed inside an instant, {finished} finished"
     wait_for("the killed ingests' heartbeats to expire", lambda: _ingest_until_done(config, "orders"))
     for stream in ("payments", "shipments"):
         ingest(config, stream)
