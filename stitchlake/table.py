@@ -230,18 +230,13 @@ class Table:
 
     def lock(self) -> TableLock:
         """The table lock (short critical sections only; see `transaction`)."""
-        from stitchlake.concurrency.providers import make_lock
+        from stitchlake.concurrency.providers import LockRequest, make_lock
 
         spec = self.config.concurrency.lock
-        return make_lock(
-            self.storage,
-            provider=spec.provider,
-            wait_s=spec.wait_s,
-            expire_s=spec.expire_s,
-            hosts=spec.hosts,
-            zk_path=spec.zk_path,
-            table_id=self.table_id,
+        request = LockRequest(
+            wait_s=spec.wait_s, expire_s=spec.expire_s, hosts=spec.hosts, zk_path=spec.zk_path, table_id=self.table_id
         )
+        return make_lock(self.storage, spec.provider, request)
 
     def timeline(self) -> Timeline:
         from stitchlake.timeline.timeline import Timeline

@@ -20,7 +20,8 @@ import pytest
 
 import stitchlake
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock, TableLock
-from stitchlake.concurrency.providers import make_lock
+from stitchlake.concurrency.providers import PROVIDERS, LockRequest, make_lock
+from stitchlake.config import LockProvider
 from stitchlake.errors import ConfigError, LockLost, LockTimeout, StitchError
 from stitchlake.storage import LocalStorage
 
@@ -36,15 +37,8 @@ def _env() -> dict[str, str]:
 
 
 def _make(kind: str, root: str, hosts: str | None, *, owner: str, wait_s: float, expire_s: float) -> TableLock:
-    return make_lock(
-        LocalStorage(root),
-        provider=kind,
-        hosts=hosts,
-        wait_s=wait_s,
-        expire_s=expire_s,
-        owner=owner,
-        table_id="t-" + Path(root).name,
-    )
+    request = LockRequest(hosts=hosts, wait_s=wait_s, expire_s=expire_s, owner=owner, table_id="t-" + Path(root).name)
+    return make_lock(LocalStorage(root), kind, request)
 
 
 # -- exclusivity under contention (both providers) --------------------------------------------------
@@ -358,18 +352,19 @@ def test_unreadable_lock_file_blocks_for_one_lease_only(tmp_path: Path) -> None:
 
 def test_make_lock_validates_and_imports_kazoo_lazily(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
-    assert isinstance(make_lock(storage, provider="filesystem"), FileSystemLock)
+    assert isinstance(make_lock(storage, "filesystem"), FileSystemLock)
     with pytest.raises(ConfigError, match=r"concurrency\.lock\.provider"):
-        make_lock(storage, provider="etcd")
+        make_lock(storage, "etcd")
     with pytest.raises(ConfigError, match=r"concurrency\.lock\.hosts"):
-        make_lock(storage, provider="zookeeper")
+        make_lock(storage, "zookeeper")
     with pytest.raises(ConfigError):
         FileSystemLock(storage, name="../escape")
+    assert set(PROVIDERS) == set(LockProvider), "every provider the config accepts can be built"
     code = (
         "import sys\n"
         "from stitchlake.storage import LocalStorage\n"
         "from stitchlake.concurrency.providers import make_lock\n"
-        f"lock = make_lock(LocalStorage({str(tmp_path)!r}), provider='filesystem')\n"
+        f"lock = make_lock(LocalStorage({str(tmp_path)!r}), 'filesystem')\n"
         "lock.acquire(); lock.release()\n"
         "assert 'kazoo' not in sys.modules, 'kazoo imported for the filesystem lock'\n"
     )
