@@ -24,7 +24,7 @@ from stitchlake.config.evolution import changes, names_ever_used, same_schema, s
 from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
-from stitchlake.storage.registry import scheme_of
+from stitchlake.storage.registry import absolute
 
 if TYPE_CHECKING:
     from stitchlake.concurrency.lock import TableLock
@@ -284,7 +284,7 @@ def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Tabl
     path = Path(target)
     if path.is_file():
         return cls(load_config(path))
-    location = str(target) if scheme_of(str(target)) else str(Path(target).resolve())
+    location = absolute(str(target))
     storage = storage_for(location)
     try:
         properties = parse_properties(storage.read_bytes(TABLE_JSON), storage.describe(TABLE_JSON))

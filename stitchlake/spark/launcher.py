@@ -35,7 +35,6 @@ from stitchlake.paths import LOGS_DIR
 from stitchlake.spark.session import DEFAULT_CONF as SESSION_CONF
 from stitchlake.spark.session import REQUIRED_CONF
 from stitchlake.spark.submit import PROGRESS_PREFIX, die_with_parent
-from stitchlake.storage import LocalStorage
 
 if TYPE_CHECKING:
     from stitchlake.config import TableConfig
@@ -181,8 +180,9 @@ def job_files(table: Table, job: str) -> JobFiles:
 
 def log_folder(table: Table) -> Path:
     """Where spark-submit's own log goes: the table's `.stitch/logs` on local disk, else a local state folder."""
-    if isinstance(table.storage, LocalStorage):
-        return Path(table.storage.describe(LOGS_DIR))
+    local = table.storage.local_path(LOGS_DIR)
+    if local is not None:
+        return Path(local)
     base = os.environ.get("STITCH_LOG_DIR") or str(Path.home() / ".local" / "state" / "stitchlake" / "logs")
     return Path(base) / table.config.table.name
 

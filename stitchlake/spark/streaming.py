@@ -194,10 +194,10 @@ def checkpoint_folder(table: Table, stream: str) -> str:
     """The query's checkpoint: beside the table on local disk; in local state for a table on an object store
     (Spark would need Hadoop's s3a to write there, and losing it costs nothing: the table knows what it has)."""
     from stitchlake.paths import STREAMS_DIR
-    from stitchlake.storage import LocalStorage
 
-    if isinstance(table.storage, LocalStorage):
-        return table.storage.describe(f"{STREAMS_DIR}/{stream}/checkpoint")
+    local = table.storage.local_path(f"{STREAMS_DIR}/{stream}/checkpoint")
+    if local is not None:
+        return local
     base = os.environ.get("STITCH_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state", "stitchlake")
     return os.path.join(base, "streams", table.config.table.name, stream, "checkpoint")
 
