@@ -113,7 +113,7 @@ def abort_unless_published(table: Table, claim: Transaction) -> None:
 def _on_spark(
     table: Table, request: JobRequest, started: float, graceful_stop_s: float | None = None
 ) -> dict[str, Any]:
-    from stitchlake.spark.launcher import run_job
+    from stitchlake.jobs.spark_submit import run_job
 
     json_mode = output.json_mode()
     console = output.stderr_console()

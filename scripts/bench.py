@@ -226,7 +226,8 @@ def measure_spark_ingest(data: str, work: str, runs: int) -> dict[str, Any]:
 def _spark(cores: int) -> Any:
     from pyspark.sql import SparkSession
 
-    from stitchlake.spark.session import DEFAULT_CONF, register
+    from stitchlake.jobs.spark_conf import DEFAULT_CONF
+    from stitchlake.spark.session import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need our packages
     builder = SparkSession.builder.master(f"local[{cores}]").appName("stitch-bench")

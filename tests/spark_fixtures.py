@@ -35,7 +35,8 @@ def spark() -> Iterator[Any]:
     """One in-process Spark session for the whole run, with the stitchlake data source registered."""
     from pyspark.sql import SparkSession
 
-    from stitchlake.spark.session import DEFAULT_CONF, register
+    from stitchlake.jobs.spark_conf import DEFAULT_CONF
+    from stitchlake.spark.session import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master("local[1]").appName("stitchlake-tests")
@@ -116,7 +117,7 @@ def descendants(pid: int) -> list[int]:
 
 def alive(pids: list[int]) -> list[int]:
     """The processes of `pids` that still run (the launcher's own test of it)."""
-    from stitchlake.spark.launcher import still_running
+    from stitchlake.concurrency.processes import still_running
 
     return still_running(pids)
 

@@ -20,8 +20,7 @@ from tables import THREE_STREAMS, config
 
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
-from stitchlake.spark.errors import unwrap
-from stitchlake.spark.launcher import (
+from stitchlake.jobs.spark_submit import (
     JOB_MARK,
     LEFTOVER_GRACE_S,
     JobFiles,
@@ -32,6 +31,7 @@ from stitchlake.spark.launcher import (
     spark_properties,
     write_properties,
 )
+from stitchlake.spark.errors import unwrap
 
 
 def _files(tmp_path: Path) -> JobFiles:
