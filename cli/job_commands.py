@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli import output
-from cli.jobs import abort_unless_published, choose_engine, execute, with_retries
+from cli.jobs import choose_engine, execute, progress_display, with_retries
 from cli.options import (
     CleanEngineOption,
     ConfigOption,
@@ -30,7 +30,8 @@ from cli.options import (
     open_target,
 )
 from cli.output import Report
-from stitchlake.errors import BusyError, UsageError
+from stitchlake.errors import UsageError
+from stitchlake.jobs import launch
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -105,43 +106,36 @@ def _ingest(
     engine: EngineChoice,
     kafka: tuple[int | None, str | None] = (None, None),
 ) -> Report:
-    from stitchlake.jobs.requests import IngestRequest
-    from stitchlake.services.ingest import claim, nothing_to_do, preflight
-
     handle = open_target(config, table)
     spec = handle.config.stream(stream)
-    if spec.source is not None and spec.source.is_kafka:
-        if source or max_files or reingest_changed:
-            raise UsageError(
-                f"stream {stream} reads Kafka topic {spec.source.topic}: --source, --max-files and "
-                "--reingest-changed apply to landing files"
-            )
-        return _ingest_topic(handle, stream, engine, *kafka)
-    if kafka != (None, None):
+    is_kafka = spec.source is not None and spec.source.is_kafka
+    if is_kafka and (source or max_files or reingest_changed):
+        raise UsageError(
+            f"stream {stream} reads Kafka topic {spec.source.topic if spec.source else ''}: --source, --max-files "
+            "and --reingest-changed apply to landing files"
+        )
+    if not is_kafka and kafka != (None, None):
         raise UsageError(f"--max-records and --reset-offsets apply to Kafka sources; stream {stream} reads files")
-    sources = [_location(s) for s in source or []]
-    request = IngestRequest(stream, tuple(sources), max_files, reingest_changed)
-    # Checked before any JVM: busy (exit 4), changed files (exit 5), nothing pending (exit 0).
-    pending = preflight(handle, stream, sources or None, max_files, reingest_changed)
-    if not pending:
-        result: dict[str, Any] = nothing_to_do(stream, "none").to_json()
-        return Report(result, message=result["message"])
-    chosen = choose_engine(handle, request, engine, sum(f.size for f in pending))
-    taken = None
-    if chosen is EngineChoice.spark:
-        taken = claim(handle, stream)  # refuses an overlapping run in well under a second, before the JVM starts
-    try:
-        if taken is not None:
-            request = IngestRequest(stream, tuple(sources), max_files, reingest_changed, instant=taken.time)
-        result = execute(handle, request, chosen, claim=taken)
-    except BaseException:
-        # A signal can land between the claim and the job (`execute` undoes it from there on): undo it here.
-        if taken is not None:
-            abort_unless_published(handle, taken)
-        raise
+    with progress_display("ingest") as progress:
+        result = launch.ingest(
+            handle,
+            stream,
+            sources=tuple(_location(s) for s in source or []),
+            max_files=max_files,
+            reingest_changed=reingest_changed,
+            max_records=kafka[0],
+            reset_offsets=kafka[1],
+            engine=engine,
+            progress=progress,
+        )
     if not result.get("instant"):
         return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
-    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=_INGEST_FIELDS)
+    fields = _INGEST_FIELDS
+    if is_kafka:
+        kafka_fields = [*_INGEST_FIELDS[:2], ("records", "records"), ("offsets", "offsets")]
+        kafka_fields.append(("offset resets", "offset_resets"))
+        fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
+    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=fields)
 
 
 class ResetChoice(enum.StrEnum):
@@ -164,38 +158,6 @@ _INGEST_FIELDS = [
     ("seconds", "seconds"),
     ("Spark log", "log"),
 ]
-
-
-def _ingest_topic(
-    handle: Table, stream: str, engine: EngineChoice, max_records: int | None, reset_offsets: str | None
-) -> Report:
-    """`stitch ingest` of a Kafka-fed stream: the same pre-checks before any JVM (busy, records the topic lost,
-    nothing pending), then one job."""
-    from stitchlake.jobs.requests import IngestRequest
-    from stitchlake.services.ingest import claim, nothing_to_do, preflight_topic
-    from stitchlake.services.offsets import estimate_bytes
-
-    request = IngestRequest(stream, max_records=max_records, reset_offsets=reset_offsets)
-    pending = preflight_topic(handle, stream, max_records, reset_offsets)
-    if not pending:
-        result: dict[str, Any] = nothing_to_do(stream, "none").to_json()
-        return Report(result, message=result["message"])
-    chosen = choose_engine(handle, request, engine, estimate_bytes(pending.ranges))
-    taken = None
-    if chosen is EngineChoice.spark:
-        taken = claim(handle, stream)
-        request = IngestRequest(stream, max_records=max_records, reset_offsets=reset_offsets, instant=taken.time)
-    result = execute(handle, request, chosen, claim=taken)
-    if not result.get("instant"):
-        return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
-    kafka_fields = [
-        *_INGEST_FIELDS[:2],
-        ("records", "records"),
-        ("offsets", "offsets"),
-        ("offset resets", "offset_resets"),
-    ]
-    fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
-    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=fields)
 
 
 def stream_command(
@@ -300,71 +262,31 @@ def _compact(
     strategy: str | None,
     engine: EngineChoice,
 ) -> Report:
-    from stitchlake.jobs.requests import CompactRequest
-    from stitchlake.services import compaction
-
-    if schedule_only and run_only:
-        raise UsageError("--schedule and --run together is plain `stitch compact`; give one or neither")
-    if instant and not run_only:
-        raise UsageError("--instant only goes with --run")
-    if strategy and run_only:
-        raise UsageError("--strategy chooses what a new plan compacts; --run runs plans already scheduled, as planned")
-    if strategy is not None:
-        compaction.check_strategy(strategy)
     handle = open_target(config, table)
-    planned = instant
-    resumed: list[dict[str, Any]] = []
-    if not run_only and not schedule_only:
-        # Plans left pending (an interrupted or crashed run, or `--schedule`) run first, oldest first: a plan
-        # nobody runs would keep its file groups out of every new plan, and cron would compact nothing for good.
-        resumed = _resume_pending(handle, engine)
-    if not run_only:
-        planned = compaction.schedule(handle, strategy)  # metadata only: never needs Spark
-        if planned is None and not schedule_only:
-            if resumed:  # nothing new qualified: the summary is the last resumed plan's
-                return _compaction_report({**resumed[-1], "resumed": resumed[:-1]}, resumed[:-1], pending=True)
-            # Nothing new to compact; a configured format a failed publish left behind catches up now.
-            data: dict[str, Any] = {
-                "scheduled": None,
-                "result": None,
-                "resumed": [],
-                "published": compaction.publish_caught_up(handle),
-            }
-            return Report(data, message=output.with_published("nothing to compact", data))
-        if schedule_only:
-            data = {"scheduled": planned, "result": None}
-            message = (
-                f"scheduled compaction {planned} (run it with `stitch compact --run`)"
-                if planned
-                else "nothing to compact"
-            )
-            return Report(data, message=message)
-    elif instant is None and not compaction.pending_plans(handle):
-        return Report({"scheduled": None, "result": None}, message="nothing to compact")
-    request = CompactRequest(instant=planned)
-    result = execute(handle, request, choose_engine(handle, request, engine, compaction.plan_bytes(handle, planned)))
-    result["scheduled"] = None if run_only else planned
-    result["resumed"] = resumed
+    with progress_display("compact") as progress:
+        result = launch.compact(
+            handle,
+            schedule_only=schedule_only,
+            run_only=run_only,
+            instant=instant,
+            strategy=strategy,
+            engine=engine,
+            progress=progress,
+        )
+    resumed = result.get("resumed") or []
+    if result.pop("last_resumed", False):
+        return _compaction_report(result, resumed, pending=True)
+    if "published" in result:
+        return Report(result, message=output.with_published("nothing to compact", result))
+    if schedule_only:
+        planned = result["scheduled"]
+        message = (
+            f"scheduled compaction {planned} (run it with `stitch compact --run`)" if planned else "nothing to compact"
+        )
+        return Report(result, message=message)
+    if "engine" not in result:
+        return Report(result, message="nothing to compact")
     return _compaction_report(result, resumed)
-
-
-def _resume_pending(handle: Table, engine: EngineChoice) -> list[dict[str, Any]]:
-    """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
-    process takes over meanwhile is left to it."""
-    from stitchlake.jobs.requests import CompactRequest
-    from stitchlake.services import compaction
-
-    done = []
-    for plan in compaction.runnable_plans(handle):
-        request = CompactRequest(instant=plan.requested)
-        chosen = choose_engine(handle, request, engine, compaction.plan_bytes(handle, plan.requested))
-        try:
-            result = execute(handle, request, chosen)
-        except BusyError:
-            continue
-        if result.get("result"):
-            done.append({**result, "scheduled": None})
-    return done
 
 
 def _compaction_report(result: dict[str, Any], resumed: list[dict[str, Any]], pending: bool = False) -> Report:

@@ -14,15 +14,10 @@ import typer
 
 from cli import output
 from stitchlake.errors import UsageError
+from stitchlake.jobs.launch import EngineChoice as EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.api import Table
-
-
-class EngineChoice(StrEnum):
-    auto = "auto"
-    local = "local"
-    spark = "spark"
 
 
 ConfigOption = Annotated[

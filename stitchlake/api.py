@@ -85,16 +85,53 @@ class Table(CoreTable):
         sources: list[str] | None = None,
         max_files: int | None = None,
         reingest_changed: bool = False,
-        engine: Engine | None = None,
+        engine: Engine | str | None = None,
+        max_records: int | None = None,
+        reset_offsets: str | None = None,
     ) -> Any:
-        """Ingest the stream's new landing files exactly once (see `stitchlake.services.ingest`)."""
+        """Ingest the stream's new landing files (or Kafka records) exactly once.
+
+        `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
+        the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns its result as
+        the CLI's `--json` shows it; errors are the `stitchlake.errors` classes of the CLI's exit codes. An
+        `Engine` object (or None: this process) runs the service directly and returns its result object.
+        """
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.ingest(
+                self,
+                stream,
+                sources=tuple(sources or ()),
+                max_files=max_files,
+                reingest_changed=reingest_changed,
+                max_records=max_records,
+                reset_offsets=reset_offsets,
+                engine=engine,
+            )
         from stitchlake.services.ingest import ingest
 
-        return ingest(self, _engine(engine), stream, sources, max_files, reingest_changed)
+        return ingest(
+            self,
+            _engine(engine),
+            stream,
+            sources,
+            max_files,
+            reingest_changed,
+            max_records=max_records,
+            reset_offsets=reset_offsets,
+        )
 
-    def compact(self, strategy: str | None = None, engine: Engine | None = None) -> Any:
-        """Schedule and run a compaction; None when nothing needs compacting (as `stitch compact`, a configured
-        format that a failed publish left behind then catches up)."""
+    def compact(self, strategy: str | None = None, engine: Engine | str | None = None) -> Any:
+        """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
+        (as `stitch compact`, a configured format that a failed publish left behind then catches up).
+
+        `engine="auto"`, `"local"` or `"spark"` launches it as `stitch compact --engine ...` does and returns the
+        CLI's `--json` result (`stitchlake.jobs.launch.compact`)."""
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.compact(self, strategy=strategy, engine=engine)
         from stitchlake.services.compaction import compact, publish_caught_up
 
         done = compact(self, strategy, _engine(engine))

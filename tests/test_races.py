@@ -197,7 +197,7 @@ def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them
 
     with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
         ingest(table, FreezingEngine(), "orders", txn=frozen)
-    frozen.abort()  # a claim handed to a job is undone by whoever took it, as `cli.jobs.execute` does
+    frozen.abort()  # a claim handed to a job is undone by whoever took it, as `stitchlake.jobs.launch.execute` does
     timeline = table.timeline()
     assert len(timeline.completed([Action.DELTACOMMIT])) == 1 and not timeline.pending()
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]

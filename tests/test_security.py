@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 import stitchlake
-from cli.jobs import target_args
 from stitchlake.config import parse_config
 from stitchlake.errors import ConfigError, StitchError
+from stitchlake.jobs.launch import target_args
 from stitchlake.jobs.spark_submit import JobFiles, build_argv, spark_properties, write_properties
 from stitchlake.storage import LocalStorage
 

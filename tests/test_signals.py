@@ -193,9 +193,8 @@ def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
 ) -> None:
     from demo_data import generate
 
-    import cli.job_commands
-    import cli.jobs
     from cli.app import _terminate, app
+    from stitchlake.jobs import launch
 
     generate(tmp_path / "data", orders=200, days=1, seed=3, files_per_stream=2)
     config, table = new_table(tmp_path, tmp_path / "data" / "landing")
@@ -206,14 +205,14 @@ def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
         monkeypatch.setattr(LocalStorage, "put_if_absent", _raise_sigterm_after_creating(".deltacommit.inflight"))
     else:
         engine = "spark"  # claimed by the command before spark-submit; the signal lands before the job starts
-        real_execute = cli.jobs.execute  # what `cli.job_commands` imported
+        real_execute = launch.execute  # what `launch.ingest` calls
 
         def execute(*args: Any, **kwargs: Any) -> Any:
             assert claimed(table), "the claim was taken before the job"
             signal.raise_signal(signal.SIGTERM)
             return real_execute(*args, **kwargs)
 
-        monkeypatch.setattr(cli.job_commands, "execute", execute)
+        monkeypatch.setattr(launch, "execute", execute)
     previous = signal.signal(signal.SIGTERM, _terminate)  # as `stitch` installs it (cli.app.main)
     try:
         done = CliRunner().invoke(app, ["ingest", "-c", str(config), "-s", "orders", "--engine", engine, "--json"])
