@@ -114,7 +114,9 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
         for i in chosen
     ]
     schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
-    return ArchivePlan(chosen, horizon, Checkpoint(horizon, tuple(files), consumed, schemas), lines)
+    # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
+    rescales = tuple(r for r in view.rescales if r.completed <= horizon)
+    return ArchivePlan(chosen, horizon, Checkpoint(horizon, tuple(files), consumed, schemas, rescales), lines)
 
 
 def archive(table: Table, keep: int | None = None) -> ArchiveResult:
