@@ -332,9 +332,11 @@ def finish(txn: Transaction, files: list[DataFile], plan: RescalePlan) -> Rescal
 def rescale(
     table: Table, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
 ) -> RescaleResult | None:
-    """Run the pending rescales nobody runs, then plan and run one to `buckets`; None when nothing needed it."""
+    """Run the pending rescales nobody runs, then plan and run one to `buckets`. Returns the last one run (the
+    pending one a crash left, when that already made the count `buckets`); None when nothing needed it."""
     check_buckets(buckets)
-    for instant in runnable_plans(table):
-        run(table, instant.requested, engine)
+    done = [run(table, instant.requested, engine) for instant in runnable_plans(table)]
     planned = schedule(table, buckets, partitions)
-    return None if planned is None else run(table, planned, engine)
+    if planned is not None:
+        done.append(run(table, planned, engine))
+    return done[-1] if done else None
