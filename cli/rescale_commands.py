@@ -57,6 +57,7 @@ def rescale_command(
     if not resume and buckets is None:
         raise UsageError("give --buckets N (the new bucket count), or --resume to finish a pending rescale")
     handle = open_target(config, table, must_exist=False)
+    said = handle.config.table.buckets  # what the YAML says: no reminder to edit it when it has the new count
     if buckets is not None and not partition and handle.config.table.buckets == buckets:
         # The config says the new count already (edited first, as for `stitch alter`): rescale the table to it.
         handle.follow_buckets()
@@ -66,7 +67,7 @@ def rescale_command(
         if not resumed:
             return Report({"result": None, "resumed": []}, message="no pending rescale to run")
         last = resumed[-1]
-        return _report(handle, {**last, "resumed": resumed[:-1]}, resumed[:-1])
+        return _report(handle, {**last, "resumed": resumed[:-1]}, resumed[:-1], said)
     from stitchlake.jobs.requests import RescaleRequest
     from stitchlake.services import rescale
 
@@ -74,14 +75,14 @@ def rescale_command(
     planned = rescale.schedule(handle, buckets, list(partition or []) or None)
     if planned is None:
         if resumed:  # the rescale a crash left behind was this one: its run is the answer
-            return _report(handle, {**resumed[-1], "resumed": resumed[:-1]}, resumed[:-1])
+            return _report(handle, {**resumed[-1], "resumed": resumed[:-1]}, resumed[:-1], said)
         where = f"partition(s) {', '.join(partition)}" if partition else "every partition"
         data: dict[str, Any] = {"result": None, "resumed": resumed}
         return Report(data, message=f"nothing to rescale: {where} already has {buckets} buckets")
     request = RescaleRequest(instant=planned)
     result = execute(handle, request, choose_engine(handle, request, engine, rescale.plan_bytes(handle, planned)))
     result["resumed"] = resumed
-    return _report(handle, result, resumed)
+    return _report(handle, result, resumed, said)
 
 
 def _resume_pending(handle: Table, engine: EngineChoice) -> list[dict[str, Any]]:
@@ -102,7 +103,7 @@ def _resume_pending(handle: Table, engine: EngineChoice) -> list[dict[str, Any]]
     return done
 
 
-def _report(handle: Table, result: dict[str, Any], resumed: list[dict[str, Any]]) -> Report:
+def _report(handle: Table, result: dict[str, Any], resumed: list[dict[str, Any]], said: int) -> Report:
     done = result.get("result") or {}
     scope = "every partition" if done.get("whole_table") else f"{done.get('partitions')} partition(s)"
     message = (
@@ -114,7 +115,7 @@ def _report(handle: Table, result: dict[str, Any], resumed: list[dict[str, Any]]
     if resumed:
         message = f"ran pending rescale(s) {', '.join(r['result']['instant'] for r in resumed)} first; {message}"
     source = handle.config.source_file
-    if done.get("whole_table") and source and Path(source).is_file():
+    if done.get("whole_table") and said != done["buckets"] and source and Path(source).is_file():
         message += f"\nset `buckets: {done['buckets']}` under `table:` in {source}: commands refuse the old count"
     flat = {**result, **{f"result_{k}": v for k, v in done.items()}}
     return Report(
