@@ -9,13 +9,14 @@ status) always run in this process and never start a JVM.
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli import output
-from cli.jobs import choose_engine, execute, with_retries
+from cli.jobs import abort_unless_published, choose_engine, execute, with_retries
 from cli.options import (
     CleanEngineOption,
     ConfigOption,
@@ -70,12 +71,28 @@ def ingest_command(
         bool,
         typer.Option("--reingest-changed", help="Ingest landing files that changed since they were ingested, again."),
     ] = False,
+    max_records: Annotated[
+        int | None,
+        typer.Option("--max-records", min=1, help="Kafka: ingest at most N records (shared over the partitions)."),
+    ] = None,
+    reset_offsets: Annotated[
+        ResetChoice | None,
+        typer.Option(
+            "--reset-offsets",
+            help="Kafka: where partitions whose recorded offset the topic no longer holds go on from (recorded in "
+            "the commit).",
+        ),
+    ] = None,
     engine: EngineOption = EngineChoice.auto,
     retries: RetriesOption = 0,
     as_json: JsonOption = False,
 ) -> Report:
-    """Ingest a stream's new landing files exactly once (exit 4 if another live writer has the stream)."""
-    return with_retries(retries, lambda: _ingest(stream, config, table, source, max_files, reingest_changed, engine))
+    """Ingest a stream's new landing files (or new Kafka records) exactly once (exit 4 if another live writer has
+    the stream)."""
+    kafka = (max_records, reset_offsets.value if reset_offsets else None)
+    return with_retries(
+        retries, lambda: _ingest(stream, config, table, source, max_files, reingest_changed, engine, kafka)
+    )
 
 
 def _ingest(
@@ -86,12 +103,22 @@ def _ingest(
     max_files: int | None,
     reingest_changed: bool,
     engine: EngineChoice,
+    kafka: tuple[int | None, str | None] = (None, None),
 ) -> Report:
     from stitchlake.jobs.requests import IngestRequest
     from stitchlake.services.ingest import claim, nothing_to_do, preflight
 
     handle = open_target(config, table)
-    handle.config.stream(stream)
+    spec = handle.config.stream(stream)
+    if spec.source is not None and spec.source.is_kafka:
+        if source or max_files or reingest_changed:
+            raise UsageError(
+                f"stream {stream} reads Kafka topic {spec.source.topic}: --source, --max-files and "
+                "--reingest-changed apply to landing files"
+            )
+        return _ingest_topic(handle, stream, engine, *kafka)
+    if kafka != (None, None):
+        raise UsageError(f"--max-records and --reset-offsets apply to Kafka sources; stream {stream} reads files")
     sources = [_location(s) for s in source or []]
     request = IngestRequest(stream, tuple(sources), max_files, reingest_changed)
     # Checked before any JVM: busy (exit 4), changed files (exit 5), nothing pending (exit 0).
@@ -103,29 +130,72 @@ def _ingest(
     taken = None
     if chosen is EngineChoice.spark:
         taken = claim(handle, stream)  # refuses an overlapping run in well under a second, before the JVM starts
-        request = IngestRequest(stream, tuple(sources), max_files, reingest_changed, instant=taken.time)
+    try:
+        if taken is not None:
+            request = IngestRequest(stream, tuple(sources), max_files, reingest_changed, instant=taken.time)
+        result = execute(handle, request, chosen, claim=taken)
+    except BaseException:
+        # A signal can land between the claim and the job (`execute` undoes it from there on): undo it here.
+        if taken is not None:
+            abort_unless_published(handle, taken)
+        raise
+    if not result.get("instant"):
+        return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
+    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=_INGEST_FIELDS)
+
+
+class ResetChoice(enum.StrEnum):
+    earliest = "earliest"
+    latest = "latest"
+
+
+#: What the summary of an ingest shows (landing files or Kafka records).
+_INGEST_FIELDS = [
+    ("instant", "instant"),
+    ("completed", "completed"),
+    ("source files", "source_files"),
+    ("rows", "rows"),
+    ("bad rows", "bad_rows"),
+    ("quarantined files", "quarantined_files"),
+    ("quarantine", "quarantine"),
+    ("log files", "files"),
+    ("bytes", "bytes"),
+    ("engine", "engine"),
+    ("seconds", "seconds"),
+    ("Spark log", "log"),
+]
+
+
+def _ingest_topic(
+    handle: Table, stream: str, engine: EngineChoice, max_records: int | None, reset_offsets: str | None
+) -> Report:
+    """`stitch ingest` of a Kafka-fed stream: the same pre-checks before any JVM (busy, records the topic lost,
+    nothing pending), then one job."""
+    from stitchlake.jobs.requests import IngestRequest
+    from stitchlake.services.ingest import claim, nothing_to_do, preflight_topic
+    from stitchlake.services.offsets import estimate_bytes
+
+    request = IngestRequest(stream, max_records=max_records, reset_offsets=reset_offsets)
+    pending = preflight_topic(handle, stream, max_records, reset_offsets)
+    if not pending:
+        result: dict[str, Any] = nothing_to_do(stream, "none").to_json()
+        return Report(result, message=result["message"])
+    chosen = choose_engine(handle, request, engine, estimate_bytes(pending.ranges))
+    taken = None
+    if chosen is EngineChoice.spark:
+        taken = claim(handle, stream)
+        request = IngestRequest(stream, max_records=max_records, reset_offsets=reset_offsets, instant=taken.time)
     result = execute(handle, request, chosen, claim=taken)
     if not result.get("instant"):
         return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
-    return Report(
-        result,
-        message=str(result.get("message")),
-        title=f"ingest {stream}",
-        fields=[
-            ("instant", "instant"),
-            ("completed", "completed"),
-            ("source files", "source_files"),
-            ("rows", "rows"),
-            ("bad rows", "bad_rows"),
-            ("quarantined files", "quarantined_files"),
-            ("quarantine", "quarantine"),
-            ("log files", "files"),
-            ("bytes", "bytes"),
-            ("engine", "engine"),
-            ("seconds", "seconds"),
-            ("Spark log", "log"),
-        ],
-    )
+    kafka_fields = [
+        *_INGEST_FIELDS[:2],
+        ("records", "records"),
+        ("offsets", "offsets"),
+        ("offset resets", "offset_resets"),
+    ]
+    fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
+    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=fields)
 
 
 def stream_command(
@@ -139,6 +209,10 @@ def stream_command(
     trigger_interval: Annotated[
         float | None,
         typer.Option("--trigger-interval", min=0.1, help="Seconds between micro-batches (default: the YAML's)."),
+    ] = None,
+    records_per_trigger: Annotated[
+        int | None,
+        typer.Option("--records-per-trigger", min=1, help="Kafka: records per micro-batch (default: the YAML's)."),
     ] = None,
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Ingest what is pending now, in micro-batches, then stop.")
@@ -167,6 +241,7 @@ def stream_command(
         stream,
         files_per_trigger=files_per_trigger,
         trigger_interval_s=trigger_interval,
+        records_per_trigger=records_per_trigger,
         available_now=available_now,
         checkpoint=_location(checkpoint) if checkpoint else None,
     )
@@ -178,6 +253,7 @@ def stream_command(
         fields=[
             ("micro-batches", "batches"),
             ("source files", "source_files"),
+            ("records", "records"),
             ("rows", "rows"),
             ("bad rows", "bad_rows"),
             ("query", "query_id"),

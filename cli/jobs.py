@@ -81,10 +81,11 @@ def execute(
     happens to the job, this process stops beating for it, and a job that died without a word has its leftovers
     removed here.
     """
-    from stitchlake.jobs.run import run
+    started = 0.0
+    try:  # from the first statement: a signal landing anywhere below must reach the abort
+        from stitchlake.jobs.run import run
 
-    started = time.time()
-    try:
+        started = time.time()
         if engine is EngineChoice.spark:
             result = _on_spark(table, request, started, graceful_stop_s)
         else:
@@ -92,8 +93,8 @@ def execute(
 
             result = {**run(table, request, LocalEngine()), "engine": "local"}
     except BaseException:
-        if claim is not None and not _published(table, claim):
-            claim.abort()
+        if claim is not None:
+            abort_unless_published(table, claim)
         raise
     finally:
         if claim is not None:
@@ -101,9 +102,12 @@ def execute(
     return {**result, "seconds": round(time.time() - started, 2)}
 
 
-def _published(table: Table, claim: Transaction) -> bool:
+def abort_unless_published(table: Table, claim: Transaction) -> None:
+    """Undo a claim whose job failed or was interrupted, unless the job's driver published it meanwhile (this
+    process's handle does not know: the timeline does). Undoing twice is harmless (`Transaction.abort`)."""
     current = table.timeline().get(claim.time)
-    return current is not None and current.is_completed
+    if current is None or not current.is_completed:
+        claim.abort()
 
 
 def _on_spark(

@@ -19,6 +19,7 @@ import pyarrow as pa
 from stitchlake.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
+from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
 from stitchlake.paths import quarantine_folder
 from stitchlake.storage import Storage
 from stitchlake.timeline.metadata import QuarantinedFile
@@ -107,6 +108,8 @@ def _example(row: dict[str, Any]) -> str:
     if column and column in row:  # show what could not be parsed: the fix is in the data, not here
         value = str(row[column])
         reason = f"unparsable value {value[:40] + '...' if len(value) > 40 else value!r} in {column}"
+    if row.get(KAFKA_OFFSET) is not None:  # a Kafka record is named by its offset
+        return f"{row[SOURCE]} offset {row[ROW]} ({reason})"
     return f"{row[SOURCE]} row {row[ROW]} ({reason})"
 
 

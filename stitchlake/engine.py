@@ -19,8 +19,7 @@ from stitchlake.badrows import FAIL, BadRows, quarantine_rows
 from stitchlake.batch import Batch
 from stitchlake.concurrency.markers import create_marker
 from stitchlake.config import StreamSpec
-from stitchlake.events import LandingEvents, from_landing
-from stitchlake.io.landing import LandingFile
+from stitchlake.events import Input, LandingEvents, read_input
 from stitchlake.timeline.metadata import DataFile
 from stitchlake.write import write_file_groups
 
@@ -55,8 +54,9 @@ class Engine(ABC):
         """`fn` applied to every item (as tasks), results in item order. `fn` must not touch the driver's state."""
 
     @abstractmethod
-    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
-        """Read, validate and write landing files as log files of `instant` (one per touched file group).
+    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
+        """Read, validate and write landing files (or Kafka offset ranges) as log files of `instant` (one per
+        touched file group).
 
         Under `bad_rows: fail` a bad row or file raises InputRejected (the caller aborts the instant, which removes
         anything written); under `quarantine` they are set aside and reported.
@@ -79,11 +79,11 @@ class LocalEngine(Engine):
         with ThreadPoolExecutor(max_workers=min(LOCAL_THREADS, len(items))) as pool:
             return list(pool.map(fn, items))
 
-    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
+    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
         mark = marker_for(table, instant)
         started = time.perf_counter()
         read: list[LandingEvents] = self.map(
-            lambda item: from_landing(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
+            lambda item: read_input(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
         )
         bad = BadRows()
         batches = []

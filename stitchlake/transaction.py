@@ -84,6 +84,7 @@ class Transaction:
         self.started = time.time()
         #: A check for whoever publishes through a helper that takes none (ingest's exactly-once check).
         self.conflict_check: ConflictCheck | None = None
+        self.aborted = False
 
     @property
     def time(self) -> str:
@@ -139,6 +140,7 @@ class Transaction:
             assert isinstance(body, DeltaCommitPlan), "only a deltacommit claims a stream"
             body = replace(body, stream=exclusive_stream)
         instant: Instant | None = None
+        requested_here: Instant | None = None
         beat: Heartbeat | None = None
         try:
             with table.lock() as lock:
@@ -158,6 +160,7 @@ class Transaction:
                         return None
                     body = planned
                 body = replace(body, writer=writer_info())
+                requested_here = Instant(requested, action, State.REQUESTED)
                 # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
                 instant = write_requested(storage, requested, action, body, ready=lock.fence)
                 # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the
@@ -173,6 +176,10 @@ class Transaction:
         except BaseException:
             # Interrupted (SIGTERM, Ctrl-C) or failed before the caller holds a handle that could abort: nothing
             # was written but the instant itself, so take it back now rather than leave it pending for recovery.
+            # A signal can land inside the create, after the file exists but before `write_requested` returns it:
+            # then the file on the timeline is what says whether it is ours (its writer record is this run's).
+            if instant is None:
+                instant = _created_by(storage, requested_here, body)
             if instant is not None:
                 _take_back(storage, instant, beat)
             raise
@@ -332,6 +339,9 @@ class Transaction:
         Never after the publish: a failure that comes later (tidying, an interrupt) leaves the commit standing.
         """
         storage = self.table.storage
+        if self.aborted:  # an interrupted caller and the code it called may both undo it
+            return
+        self.aborted = True
         if self.instant.is_completed:
             log.warning("instant %s was already published; not aborting it", self.time)
             self._finish(delete_markers_too=False)
@@ -504,6 +514,21 @@ def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None
             f"(host {writer.host}, pid {writer.pid if writer.pid is not None else '?'}); its heartbeat is alive, "
             "so this run stops here instead of ingesting twice — run again after it finishes"
         )
+
+
+def _created_by(storage: Storage, requested: Instant | None, body: Plan) -> Instant | None:
+    """`requested` if its requested file exists and was written by this run (its writer record is `body`'s:
+    host, pid and start time), else None. Another run may have drawn the same time after our lease lapsed."""
+    if requested is None:
+        return None
+    try:
+        current = Timeline.load(storage)
+        if current.get(requested.requested) is None:
+            return None
+        return requested if current.plan(requested).writer == body.writer else None
+    except Exception:  # cannot tell: leave it to the lazy rollback of dead writers' instants
+        log.exception("could not tell whether instant %s is ours to take back", requested.requested)
+        return None
 
 
 def _take_back(storage: Storage, instant: Instant, beat: Heartbeat | None) -> None:

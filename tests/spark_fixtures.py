@@ -89,7 +89,7 @@ def stitch(*args: str) -> list[str]:
     return [sys.executable, "-m", "cli.app", *args]
 
 
-def run_stitch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_stitch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run(stitch(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -126,4 +126,15 @@ def kill_tree(process: subprocess.Popen[Any]) -> None:
     for pid in [process.pid, *descendants(process.pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    process.wait(timeout=30)
+    process.wait(timeout=120)
+
+
+@contextlib.contextmanager
+def ended(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """`process` for the body of a `with`; on the way out, however the test went, SIGKILL it and every process
+    below it (its JVM, its Python workers) if it still runs, so a failed test leaves nothing running."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            kill_tree(process)

@@ -48,7 +48,7 @@ def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> sub
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         env={**os.environ, **(env or {})},
         check=False,
     )
@@ -112,7 +112,7 @@ def test_version_and_help_from_the_console_script(tmp_path: Path) -> None:
     version = run_process("--version", cwd=tmp_path)
     assert (version.returncode, version.stdout.strip()) == (0, f"stitch {stitchlake.__version__}")
     helped = subprocess.run(
-        [sys.executable, "-m", "cli.app", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "cli.app", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
     assert helped.returncode == 0, helped.stderr
     for command in ("init", "read", "timeline"):
@@ -135,7 +135,7 @@ def test_help_imports_neither_pyspark_nor_pyarrow() -> None:
         "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
@@ -151,7 +151,7 @@ def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]
         "print('pyspark' in sys.modules)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]

@@ -60,7 +60,7 @@ def test_a_missing_config_is_one_json_failure(command: tuple[str, ...], tmp_path
         [*STITCH, *command, "--json", "-c", str(missing)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
         stdin=subprocess.DEVNULL,
     )

@@ -175,7 +175,7 @@ def test_a_crashed_writer_expires_and_clean_rolls_its_files_back(place: Place) -
     script = place.root / "crash.py"
     script.write_text(CRASHING_WRITER)
     done = subprocess.run(
-        [sys.executable, str(script), place.table], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(script), place.table], capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 1, done.stderr
     pending = table.timeline().pending()
@@ -226,9 +226,9 @@ def test_the_storage_lock_is_exclusive_across_processes(place: Place) -> None:
     for proc in procs:
         proc.start()
     start.set()
-    assert sum(results.get(timeout=180) for _ in procs) == 32
+    assert sum(results.get(timeout=900) for _ in procs) == 32
     for proc in procs:
-        proc.join(timeout=60)
+        proc.join(timeout=600)
         assert proc.exitcode == 0
     assert storage_for(location).read_bytes("counter") == b"32"
 

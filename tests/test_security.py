@@ -55,7 +55,7 @@ def stitch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproce
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         check=False,
     )

@@ -111,6 +111,7 @@ def discover(
     source: SourceSpec, paths: list[str] | None = None, options: Mapping[str, str] | None = None
 ) -> list[LandingFile]:
     """Landing files of a stream, sorted by name (= arrival order). `paths` overrides the configured folder."""
+    assert source.path is not None, "a file source has a path (validated)"
     base = source.path.rstrip("/")
     found: list[LandingFile] = []
     for root in paths or [base]:

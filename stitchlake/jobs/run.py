@@ -69,6 +69,8 @@ def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Prog
         request.reingest_changed,
         claim,
         progress,
+        max_records=request.max_records,
+        reset_offsets=request.reset_offsets,
     )
     return result.to_json()
 

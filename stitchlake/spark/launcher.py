@@ -117,7 +117,9 @@ def executor_environment(config: TableConfig) -> dict[str, str]:
 
     if is_local(config.spark.master):
         return {}
-    locations = [config.table.path] + [s.source.path for s in config.streams.values() if s.source is not None]
+    locations = [config.table.path] + [
+        s.source.path for s in config.streams.values() if s.source is not None and s.source.path
+    ]
     if not any(scheme_of(location) == "s3" for location in locations):
         return {}
     from stitchlake.storage.s3 import environment

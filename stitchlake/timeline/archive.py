@@ -19,7 +19,7 @@ from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.instant import Instant, State
-from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, kind_of, load
+from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, kind_of, load
 
 #: The single, rewritten checkpoint of versions before checkpoints became immutable (still read).
 LEGACY_CHECKPOINT = f"{ARCHIVE_DIR}/checkpoint.json"
@@ -61,6 +61,9 @@ class Checkpoint:
     #: Rescales archived by then (the bucket layout, and which files at the horizon left their slices).
     rescales: tuple[RescaleRecord, ...] = ()
     format_version: int = 1
+    #: stream -> per Kafka topic partition, the last offset range consumed up to the horizon (its `end` is the
+    #: stream's next offset there).
+    offsets: dict[str, tuple[OffsetRange, ...]] = field(default_factory=dict)
 
     @property
     def horizon(self) -> str:

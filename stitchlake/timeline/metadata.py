@@ -123,6 +123,44 @@ class LandingRecord:
 
 
 @dataclass(frozen=True)
+class OffsetRange:
+    """Records of one Kafka topic partition a deltacommit consumed: offsets `start` (first) to `end` (exclusive).
+
+    The Kafka analogue of a landing file (DESIGN §6): the stream's next offset per partition is the `end` of the
+    range the latest completed commit recorded for it. An empty range (`start == end`) records a position
+    without records: a `--reset-offsets` skip.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        """Records in the range (an engine balances its tasks by it)."""
+        return self.end - self.start
+
+    def overlaps(self, other: OffsetRange) -> bool:
+        return self.key == other.key and self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """A `--reset-offsets` a deltacommit made: the partition's recorded next offset, and where it went instead."""
+
+    topic: str
+    partition: int
+    recorded: int
+    to: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class QuarantinedFile:
     """A landing file set aside whole (unreadable, or lacking a column): consumed, with why."""
 
@@ -314,6 +352,10 @@ class DeltaCommit(Commit):
     quarantine_files: tuple[str, ...] = ()
     quarantined_files: tuple[QuarantinedFile, ...] = ()
     sources: tuple[LandingRecord, ...] = ()
+    #: Kafka records consumed (a stream with a `format: kafka` source), per topic partition.
+    offsets: tuple[OffsetRange, ...] = ()
+    #: Partitions whose recorded offset the topic no longer held, moved on by `--reset-offsets`.
+    offset_resets: tuple[OffsetReset, ...] = ()
     engine: str | None = None
     stream_batch: StreamBatch | None = None
     schema_version: int | None = None
