@@ -156,12 +156,16 @@ class Table:
         where = self.config.source_file or "config"
         if self.config.source_file is None or self.config.source_file.endswith(TABLE_JSON):
             proposed = {**schema_of(current.properties), "buckets": routing.default}  # the table itself is the truth
-        elif proposed.get("buckets") != routing.default:
-            raise ConfigError(_buckets_differ(where, self.path, int(proposed.get("buckets", 0)), routing, rescales))
 
         def schema(version: SchemaVersion) -> dict[str, Any]:
             return {**schema_of(version.properties), "buckets": routing.default}
 
+        if proposed.get("buckets") != routing.default and same_schema(
+            schema(current), {**proposed, "buckets": routing.default}
+        ):
+            # Only the count differs: say which count is right now, and what changes it (with other differences,
+            # the listing below names this one among them).
+            raise ConfigError(_buckets_differ(where, self.path, int(proposed.get("buckets", 0)), routing, rescales))
         if not same_schema(schema(current), proposed):
             for older in reversed(versions[:-1]):
                 if same_schema(schema(older), proposed):
@@ -312,8 +316,9 @@ def _buckets_differ(where: str, path: str, said: int, layout: BucketLayout, resc
     whole = [r for r in rescales if r.whole_table]
     since = f" since rescale {whole[-1].requested}" if whole else ""
     return (
-        f"{where}: table.buckets is {said}, but the table at {path} has {layout.default} buckets per partition"
-        f"{since}; nothing was done. Set `buckets: {layout.default}` in the config, or rescale the table to {said} "
+        f"{where} contradicts the table at {path}: table.buckets: table has {layout.default}, config says {said} "
+        f"(the table has {layout.default} buckets per partition{since}); nothing was done. Set "
+        f"`buckets: {layout.default}` in the config, or rescale the table to {said} "
         f"(`stitch rescale -c {where} --buckets {said}` rewrites its file groups; `stitch alter` cannot)"
     )
 
