@@ -23,7 +23,7 @@ import typer
 from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperGroup
 
-from cli import job_commands, output, table_commands
+from cli import job_commands, output, rescale_commands, table_commands
 from stitchlake import __version__
 from stitchlake.errors import DEBUG_ENV, DETAILS_NOTE, StitchError, Terminated, debugging, describe_os_error
 
@@ -202,6 +202,7 @@ def _root_options(
 
 table_commands.register(_root)
 job_commands.register(_root)
+rescale_commands.register(_root)
 #: The root app with every command registered.
 app = _root
 

@@ -484,7 +484,7 @@ def print_status(report: Mapping[str, Any]) -> None:
     partitions = report.get("partitions") or {}
     if partitions:
         grid = compact_table(title="partitions (latest file slices)")
-        columns = ("file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
+        columns = ("buckets", "file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
         grid.add_column("partition")
         for name in columns:
             # `rows` counts rows in base files only: log rows are not known per key until merged.

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 #: The choices typer offers; tests check they equal the library's `Action.ALL` and `State`
 #: (spelled out here because importing those would import pyarrow for `--help`).
 ActionName = Literal[
-    "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish"
+    "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish", "rescale"
 ]
 StateName = Literal["requested", "inflight", "completed"]
 

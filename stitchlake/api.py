@@ -139,6 +139,13 @@ class Table(CoreTable):
             publish_caught_up(self)
         return done
 
+    def rescale(self, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None) -> Any:
+        """Rewrite every file group of the table (or of `partitions`, by path) into `buckets` buckets, as one
+        instant (pending rescales nobody runs go first); None when they already have that count."""
+        from stitchlake.services.rescale import rescale
+
+        return rescale(self, buckets, partitions, _engine(engine))
+
     def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> Any:
         """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`)."""
         from stitchlake.jobs.requests import CleanRequest

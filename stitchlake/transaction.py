@@ -24,7 +24,17 @@ from stitchlake.config import ConcurrencyMode
 from stitchlake.errors import BusyError, ConflictError, CorruptFileError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
-from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
+from stitchlake.timeline.metadata import (
+    Commit,
+    DataFile,
+    DeltaCommit,
+    DeltaCommitPlan,
+    Plan,
+    RescalePlan,
+    UndoPlan,
+    WriterInfo,
+    kind_of,
+)
 from stitchlake.timeline.timeline import (
     Timeline,
     decode_metadata,
@@ -137,6 +147,8 @@ class Transaction:
                 timeline = Timeline.load(storage)
                 if action != Action.ROLLBACK:
                     refuse_while_undoing(timeline, PLANNING.get(action, f"begin a {action}"))
+                if action == Action.DELTACOMMIT:
+                    refuse_while_rescaling(timeline)
                 if exclusive_stream:
                     refuse_if_stream_busy(table, timeline, exclusive_stream)
                 if busy_check is not None:
@@ -252,6 +264,8 @@ class Transaction:
                         "it chose (e.g. the landing files it took) may no longer follow the table's history; nothing "
                         "was published — run again"
                     )
+            if isinstance(metadata, DeltaCommit):
+                refuse_if_rescaled(self.table, timeline, self.time, metadata.added)
             if isinstance(metadata, DeltaCommit) and self.table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:
                 footprint = conflicts.DEFAULT_RULE.footprint(conflicts.groups_of(metadata.added))
                 conflicts.check_completed_and_planned(timeline, self.time, metadata.stream or "", footprint)
@@ -382,6 +396,7 @@ PLANNING = {
     Action.CLEAN: "clean",
     Action.ALTER: "alter the table",
     Action.PUBLISH: "publish the table",
+    Action.RESCALE: "rescale the table",
 }
 
 
@@ -421,6 +436,61 @@ def undone_by(timeline: Timeline, requested: str) -> str | None:
         if isinstance(plan, UndoPlan) and plan.covers(requested):
             return f"{instant.action} {instant.requested}"
     return None
+
+
+def pending_rescales(timeline: Timeline) -> list[tuple[Instant, RescalePlan]]:
+    """Rescales requested and not completed, with their plans."""
+    out = []
+    for instant in timeline.pending([Action.RESCALE]):
+        plan = timeline.plan(instant)
+        if isinstance(plan, RescalePlan):
+            out.append((instant, plan))
+    return out
+
+
+def refuse_while_rescaling(timeline: Timeline) -> None:
+    """A write begun while a whole-table rescale runs could only be refused at its publish: refuse it now (exit 4).
+
+    (A rescale of named partitions refuses only the writes that touch them, at their publish.)
+    """
+    for instant, plan in pending_rescales(timeline):
+        if plan.whole_table:
+            raise BusyError(
+                f"rescale {instant.requested} is rewriting every partition into {plan.buckets} buckets, so nothing "
+                "can be written right now (writers are fenced until it completes); run again when it has finished "
+                "(if its process died, `stitch rescale --resume` finishes it)"
+            )
+
+
+def refuse_if_rescaled(table: Table, timeline: Timeline, requested: str, files: tuple[DataFile, ...]) -> None:
+    """A deltacommit publishes only into partitions laid out as it routed them (DESIGN §6, rescale): refused (exit
+    4, nothing published; the next run routes by the new count) while a rescale of one of its partitions is pending,
+    or when one completed meanwhile, so the partition's count is no longer the one its files were written with.
+
+    Its logs would otherwise complete after the rescale's cut under file group ids of the old count, where reads of
+    the new layout would look for other keys. Each file records the count it was routed with (`DataFile.buckets`).
+    """
+    partitions = {f.partition for f in files}
+    if not partitions:
+        return
+    for instant, plan in pending_rescales(timeline):
+        touched = sorted(partitions if plan.whole_table else partitions & set(plan.partitions))
+        if touched:
+            raise BusyError(
+                f"rescale {instant.requested} is rewriting partition {touched[0] or '(unpartitioned)'} into "
+                f"{plan.buckets} buckets while instant {requested} wrote it; nothing was published — run again when "
+                "the rescale has finished (writers of the old layout are fenced)"
+            )
+    if not any(f.buckets for f in files):
+        return
+    layout = table.layout(timeline)
+    for item in files:
+        if item.buckets and item.buckets != layout.buckets(item.partition):
+            raise BusyError(
+                f"partition {item.partition or '(unpartitioned)'} was rescaled to {layout.buckets(item.partition)} "
+                f"buckets while instant {requested} wrote it with {item.buckets}; nothing was published — run again "
+                "(the next run routes by the new count)"
+            )
 
 
 def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:

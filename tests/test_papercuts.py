@@ -140,7 +140,7 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
     job_of |= {"savepoint restore": "savepoint"}
     choices = engine_choices()
     assert set(choices) == {
-        *("ingest", "compact", "clean", "delete", "rollback", "archive"),
+        *("ingest", "compact", "clean", "delete", "rescale", "rollback", "archive"),
         *("savepoint create", "savepoint delete", "savepoint restore"),
     }
     for command, offered in choices.items():

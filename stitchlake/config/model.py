@@ -611,7 +611,8 @@ class StreamSpec(Spec):
 
 
 class TableSpec(Spec):
-    """The `table:` section. Key, partitioning, buckets and log format are fixed when the table is created."""
+    """The `table:` section. Key and partitioning are fixed when the table is created; the bucket count changes
+    only through `stitch rescale`, the log format through `stitch alter`."""
 
     name: TableName
     """Table name, recorded in .stitch/table.json."""
@@ -622,7 +623,8 @@ class TableSpec(Spec):
     partition_by: Annotated[Columns, Field(json_schema_extra=schema.named_mapping(schema.COLUMN_TYPE, 0))] = ()
     """Hive-style partition columns: column -> type (int, long, string, date)."""
     buckets: Annotated[int, Strict(), Ge(1), Le(65536), WHOLE] = 4
-    """File groups per partition: bucket = stable_hash(key) mod buckets."""
+    """File groups per partition: bucket = stable_hash(key) mod buckets (the table's count now; `stitch rescale`
+    changes it)."""
     log_format: LogFormat = LogFormat.PARQUET
     """Format of log files (one stream's rows from one commit)."""
 

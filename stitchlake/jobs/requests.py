@@ -45,6 +45,15 @@ class CompactRequest(JobRequest):
 
 
 @dataclass(frozen=True)
+class RescaleRequest(JobRequest):
+    """Run a planned rescale (`instant`, else the oldest pending). Planning is metadata only: the caller does it
+    first (`services.rescale.schedule`), so it can size the plan to choose the engine."""
+
+    job: ClassVar[str] = "rescale"
+    instant: str | None = None
+
+
+@dataclass(frozen=True)
 class CleanRequest(JobRequest):
     job: ClassVar[str] = "clean"
     policy: str | None = None
@@ -112,6 +121,7 @@ REQUESTS: dict[str, type[JobRequest]] = {
     for cls in (
         IngestRequest,
         CompactRequest,
+        RescaleRequest,
         CleanRequest,
         EraseRequest,
         RollbackRequest,

@@ -115,8 +115,12 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
         for i in chosen
     ]
     schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
+    # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
+    rescales = tuple(r for r in view.rescales if r.completed <= horizon)
     offsets = {name: offsets_until(table, timeline, name, horizon) for name in table.config.streams}
-    checkpoint = Checkpoint(horizon, tuple(files), consumed, schemas, offsets={k: v for k, v in offsets.items() if v})
+    checkpoint = Checkpoint(
+        horizon, tuple(files), consumed, schemas, rescales, offsets={k: v for k, v in offsets.items() if v}
+    )
     return ArchivePlan(chosen, horizon, checkpoint, lines)
 
 

@@ -44,7 +44,7 @@ def create(table: Table, instant_time: str | None = None, name: str | None = Non
         if timeline.pending([Action.CLEAN]):
             raise BusyError("a clean is running; create the savepoint after it finishes")
         if instant_time is None:
-            target = timeline.latest_completed([Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE])
+            target = timeline.latest_completed([Action.DELTACOMMIT, *Action.REWRITES])
             if target is None:
                 raise UsageError("the table has no completed commit to savepoint yet")
         else:

@@ -133,7 +133,7 @@ class SparkEngine(Engine):
                 rows = batch.to_table()
                 routed = [
                     ((partition, group), to_ipc(rows.take(pa.array(members)), compression))
-                    for partition, group, members in route(table.config, batch.rows)
+                    for partition, group, members in route(table.config, batch.rows, table.routing)
                 ]
                 clock.lap("route_task_s")
                 yield from routed

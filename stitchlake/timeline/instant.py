@@ -21,10 +21,11 @@ class Action:
     ERASE = "erase"
     ALTER = "alter"
     PUBLISH = "publish"
+    RESCALE = "rescale"
 
-    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE, ALTER, PUBLISH)
+    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE, ALTER, PUBLISH, RESCALE)
     #: Actions whose completion writes base files: they start new file slices.
-    REWRITES = (COMPACTION, ERASE)
+    REWRITES = (COMPACTION, ERASE, RESCALE)
 
 
 #: A completed compaction is a `commit`, as in Hudi.

@@ -43,6 +43,9 @@ class DataFile:
     completed: str = ""
     #: The table schema version it was written under (its columns and types); the view fills it in.
     schema_version: int = 0
+    #: The bucket count its partition was routed with (0: not recorded, before rescales existed). A deltacommit
+    #: publishes only while it is still the partition's count (DESIGN §6, rescale).
+    buckets: int = 0
 
     @property
     def group(self) -> tuple[str, str]:
@@ -228,6 +231,17 @@ class ErasePlan(RewritePlan):
 
 
 @dataclass(frozen=True)
+class RescalePlan(RewritePlan):
+    """Rewrite every file group of some partitions into `buckets` new ones (`operations`: their latest slices)."""
+
+    buckets: int = 0
+    #: The partitions rewritten, each with the bucket count it had.
+    partitions: dict[str, int] = field(default_factory=dict)
+    #: Every partition: the count partitions created from now on get changes too (the table's count).
+    whole_table: bool = False
+
+
+@dataclass(frozen=True)
 class CleanPlan(Plan):
     policy: str | None = None
     retain: int | None = None
@@ -407,6 +421,15 @@ class EraseCommit(RewriteCommit):
 
 
 @dataclass(frozen=True)
+class RescaleCommit(RewriteCommit):
+    """A rescale's base files (`operations`: the new file groups written), and the layout it leaves."""
+
+    buckets: int = 0
+    partitions: dict[str, int] = field(default_factory=dict)
+    whole_table: bool = False
+
+
+@dataclass(frozen=True)
 class CleanCommit(Commit):
     policy: str | None = None
     deleted: tuple[str, ...] = ()
@@ -488,6 +511,7 @@ ACTIONS: dict[str, ActionKind] = {
     Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True),
     Action.ALTER: ActionKind(AlterPlan, AlterCommit),
     Action.PUBLISH: ActionKind(PublishPlan, PublishCommit),
+    Action.RESCALE: ActionKind(RescalePlan, RescaleCommit, writes_data=True, rewrites=True),
 }
 
 
