@@ -467,13 +467,13 @@ def child_env() -> dict[str, str]:
 
 def stitch(*args: str) -> list[str]:
     """argv of this environment's `stitch` CLI (a list, never a shell string)."""
-    return [sys.executable, "-m", "cli.app", *args]
+    return [sys.executable, "-m", "stitchlake", *args]
 
 
 def stitch_in_process(*args: str) -> tuple[int, str, str]:
     """Run the real `stitch` CLI inside this process (so the fault hook and the freezes reach it too):
     (exit code, stdout, stderr)."""
-    from cli.app import app  # type: ignore[attr-defined, unused-ignore]
+    from stitchlake.cli.app import app  # type: ignore[attr-defined, unused-ignore]
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -2068,13 +2068,24 @@ def _kafka_events(rng: random.Random, number: int, count: int) -> list[dict[str,
 
 
 def _stitch(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "cli.app", *args]
+    argv = [sys.executable, "-m", "stitchlake", *args]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _kafka_round(config: Path, rng: random.Random) -> int:
     """Two overlapping ingests (cron overlap: one exits 4), one SIGKILLed at a random moment. Returns kills."""
-    argv = [sys.executable, "-m", "cli.app", "ingest", "-c", str(config), "--stream", "events", "--max-records", "90"]
+    argv = [
+        sys.executable,
+        "-m",
+        "stitchlake",
+        "ingest",
+        "-c",
+        str(config),
+        "--stream",
+        "events",
+        "--max-records",
+        "90",
+    ]
     jobs = [
         subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         for _ in range(2)

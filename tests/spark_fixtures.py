@@ -87,7 +87,7 @@ def write_config(
 
 def stitch(*args: str) -> list[str]:
     """argv of the `stitch` CLI in this environment."""
-    return [sys.executable, "-m", "cli.app", *args]
+    return [sys.executable, "-m", "stitchlake", *args]
 
 
 def run_stitch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:

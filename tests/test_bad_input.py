@@ -816,7 +816,7 @@ ahead = int(os.environ.get("STITCH_TEST_AHEAD_S", "3600"))
 real_time, real_time_ns = time.time, time.time_ns
 time.time = lambda: real_time() + ahead
 time.time_ns = lambda: real_time_ns() + ahead * 1_000_000_000
-from cli.app import main
+from stitchlake.cli.app import main
 sys.argv = ["stitch", *sys.argv[1:]]
 main()
 """
@@ -968,7 +968,7 @@ def rollback_meanwhile(*args, **kwargs):
     rollback(table, table.timeline().completed([Action.DELTACOMMIT])[-1].requested)
     return original(*args, **kwargs)
 engine.write_file_groups = rollback_meanwhile
-from cli.app import main
+from stitchlake.cli.app import main
 sys.argv = ["stitch", *sys.argv[1:]]
 main()
 """

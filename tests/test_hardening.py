@@ -392,7 +392,7 @@ def test_disk_full_and_permission_errors_name_the_file_and_what_to_do(
 ) -> None:
     import typer
 
-    from cli import app as cli_app
+    from stitchlake.cli import app as cli_app
 
     def fail() -> None:
         raise OSError(code, os.strerror(code), "/data/table/x.parquet")

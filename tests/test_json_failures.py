@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import typer
 
-from cli.app import app
+from stitchlake.cli.app import app
 
-STITCH = [sys.executable, "-m", "cli.app"]
+STITCH = [sys.executable, "-m", "stitchlake"]
 
 
 def leaf_commands() -> list[tuple[str, ...]]:

@@ -39,8 +39,8 @@ from tables import MODELS, THREE_STREAMS, as_rows, batch, instant_at, partition_
 from typer.testing import CliRunner, Result
 
 import stitchlake
-from cli.app import app
 from stitchlake.api import Table
+from stitchlake.cli.app import app
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSlice

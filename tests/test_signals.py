@@ -193,7 +193,7 @@ def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
 ) -> None:
     from demo_data import generate
 
-    from cli.app import _terminate, app
+    from stitchlake.cli.app import _terminate, app
     from stitchlake.jobs import launch
 
     generate(tmp_path / "data", orders=200, days=1, seed=3, files_per_stream=2)
@@ -213,7 +213,7 @@ def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
             return real_execute(*args, **kwargs)
 
         monkeypatch.setattr(launch, "execute", execute)
-    previous = signal.signal(signal.SIGTERM, _terminate)  # as `stitch` installs it (cli.app.main)
+    previous = signal.signal(signal.SIGTERM, _terminate)  # as `stitch` installs it (stitchlake.cli.app.main)
     try:
         done = CliRunner().invoke(app, ["ingest", "-c", str(config), "-s", "orders", "--engine", engine, "--json"])
     finally:

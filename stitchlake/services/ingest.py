@@ -215,7 +215,7 @@ def ingest(
     A failed ingest is undone by whoever took the claim: here when we did, else by the caller. A Spark job's
     driver must not undo the claim of the `stitch` command that started it: interrupted, the driver would delete
     the markers while a task is still writing, and the file that task finishes would be left behind unnamed; the
-    command undoes it once every process of the job has ended (`cli.jobs.execute`).
+    command undoes it once every process of the job has ended (`stitchlake.cli.jobs.execute`).
     """
     started = time.time()
     table.require()

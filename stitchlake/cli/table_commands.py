@@ -1,7 +1,7 @@
 """Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read` and `sql` (DESIGN §7, §8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
-`timeline show` stay fast. Rendering lives in `cli.output`; these functions gather data into a report.
+`timeline show` stay fast. Rendering lives in `stitchlake.cli.output`; these functions gather data into a report.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from cli import output
-from cli.options import (
+from stitchlake.cli import output
+from stitchlake.cli.options import (
     AsOfOption,
     BeforeImagesOption,
     ConfigOption,
@@ -31,7 +31,7 @@ from cli.options import (
     WhereOption,
     open_target,
 )
-from cli.output import Report
+from stitchlake.cli.output import Report
 from stitchlake.errors import StitchError, UsageError
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import output
-from cli.jobs import choose_engine, execute
-from cli.options import ConfigOption, EngineChoice, EngineOption, JsonOption, TableOption, open_target
-from cli.output import Report
+from stitchlake.cli import output
+from stitchlake.cli.jobs import choose_engine, execute
+from stitchlake.cli.options import ConfigOption, EngineChoice, EngineOption, JsonOption, TableOption, open_target
+from stitchlake.cli.output import Report
 from stitchlake.errors import UsageError
 
 if TYPE_CHECKING:

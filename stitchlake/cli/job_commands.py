@@ -1,10 +1,10 @@
 """Commands that change the table: ingest, compact, clean, delete (erase), rollback, savepoint, archive, publish,
 status.
 
-Each builds one job request and runs it (`cli.jobs.execute`) in this process or on Spark; each returns one report
-that `cli.output` prints for a person or as one JSON object, and exits with the DESIGN §8 code, so cron and
-Airflow can act on it. Jobs with heavy work take `--engine`; metadata-only ones (rollback, savepoints, archive,
-status) always run in this process and never start a JVM.
+Each builds one job request and runs it (`stitchlake.jobs.launch`, through `stitchlake.cli.jobs`) in this process or
+on Spark; each returns one report that `stitchlake.cli.output` prints for a person or as one JSON object, and exits
+with the DESIGN §8 code, so cron and Airflow can act on it. Jobs with heavy work take `--engine`; metadata-only
+ones (rollback, savepoints, archive, status) always run in this process and never start a JVM.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import output
-from cli.jobs import choose_engine, execute, progress_display, with_retries
-from cli.options import (
+from stitchlake.cli import output
+from stitchlake.cli.jobs import choose_engine, execute, progress_display, with_retries
+from stitchlake.cli.options import (
     CleanEngineOption,
     ConfigOption,
     EngineChoice,
@@ -29,7 +29,7 @@ from cli.options import (
     TableOption,
     open_target,
 )
-from cli.output import Report
+from stitchlake.cli.output import Report
 from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from cli import output
+from stitchlake.cli import output
 from stitchlake.jobs import launch
 from stitchlake.jobs.launch import EngineChoice, abort_unless_published, choose_engine
 
