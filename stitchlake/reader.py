@@ -29,7 +29,7 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.timeline.clock import parse_user_time
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import EraseCommit, UndoPlan
+from stitchlake.timeline.metadata import IN_CHANGE_FEED, EraseCommit, UndoPlan
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import undoes_history
@@ -373,7 +373,7 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
                 f"the range contains rollback {instant.requested} of a completed commit, which rewrote history; "
                 "read changes from after it instead"
             )
-    return [i for i in span if i.action in (Action.DELTACOMMIT, Action.ERASE)]
+    return [i for i in span if i.action in IN_CHANGE_FEED]
 
 
 def _undoes_commits(plan: object) -> bool:

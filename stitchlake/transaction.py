@@ -387,7 +387,7 @@ def inflight_attempt(table: Table, instant: Instant) -> str | None:
 
 
 #: What an action that plans on history is refused while a restore or rollback undoes it ("nothing can ...").
-PLANNING = {
+PLANNING: dict[str, str] = {
     Action.DELTACOMMIT: "ingest or write",
     Action.COMPACTION: "schedule a compaction",
     Action.ERASE: "erase",

@@ -25,6 +25,7 @@ from stitchlake.timeline.instant import (
 )
 from stitchlake.timeline.metadata import (
     METADATA_VERSION,
+    REWRITES,
     CompactionCommit,
     CompactionPlan,
     DataFile,
@@ -123,7 +124,7 @@ def test_parse_user_time() -> None:
 # ------------------------------------------------------------------------------------------ file names
 
 
-@pytest.mark.parametrize("action", Action.ALL)
+@pytest.mark.parametrize("action", [a.value for a in Action])
 @pytest.mark.parametrize("state", list(State))
 def test_instant_file_names_round_trip(action: str, state: State) -> None:
     completed = "20261121103000900" if state is State.COMPLETED else None
@@ -235,7 +236,7 @@ def test_filters(tmp_path: Path) -> None:
     assert req(timeline.completed([Action.DELTACOMMIT])) == ["100", "120"]
     assert req(timeline.completed([Action.COMPACTION, Action.CLEAN])) == ["110", "130"]
     assert req(timeline.pending([Action.COMPACTION])) == ["160"]
-    assert req(timeline.pending(Action.REWRITES)) == ["160", "400"]
+    assert req(timeline.pending(REWRITES)) == ["160", "400"]
     # (since, until] by completion time: 150 excluded, 250 included
     assert req(timeline.completed(since="20260101000000150", until="20260101000000250")) == ["100", "130"]
     assert req(timeline.completed(since="20260101000000150")) == ["100", "130", "120"]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from stitchlake.timeline.metadata import Commit, Plan
     from stitchlake.timeline.timeline import Timeline
 
-#: The choices typer offers; tests check they equal the library's `Action.ALL` and `State`
+#: The choices typer offers; tests check they equal the library's `Action` and `State`
 #: (spelled out here because importing those would import pyarrow for `--help`).
 ActionName = Literal[
     "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish", "rescale"

@@ -22,7 +22,7 @@ from stitchlake.paths import TABLE_JSON, is_meta
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import CleanCommit, CleanPlan, RewritePlan
+from stitchlake.timeline.metadata import REWRITES, CleanCommit, CleanPlan, RewritePlan
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
@@ -124,7 +124,7 @@ def protected(timeline: Timeline, view: FileSystemView, publishes: bool = True) 
 def pending_rewrite_files(timeline: Timeline) -> set[str]:
     """Every file a pending compaction or erase plan will merge."""
     out: set[str] = set()
-    for instant in timeline.pending(Action.REWRITES):
+    for instant in timeline.pending(REWRITES):
         plan = timeline.plan(instant)
         if isinstance(plan, RewritePlan):
             out |= plan.planned_files

@@ -33,6 +33,7 @@ from stitchlake.storage import storage_for
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
+    REWRITES,
     DataFile,
     EraseCommit,
     ErasePlan,
@@ -138,7 +139,7 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
     """Compactions/erases other than `me` that completed after `since` or are pending, on the same groups."""
     out = []
     for instant in timeline.instants:
-        if instant.action not in Action.REWRITES or instant.requested == me:
+        if instant.action not in REWRITES or instant.requested == me:
             continue
         if instant.is_completed and (instant.completed or "") <= since:
             continue

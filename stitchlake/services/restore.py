@@ -13,23 +13,13 @@ from stitchlake.errors import BusyError, UsageError
 from stitchlake.services.publish import publish_after
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import RestoreCommit, RestorePlan
+from stitchlake.timeline.metadata import UNDONE_BY_RESTORE, RestoreCommit, RestorePlan
 from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
-
-#: Instants a restore undoes: they change data (or pin states that will no longer exist).
-UNDONE_BY_RESTORE = (
-    Action.DELTACOMMIT,
-    Action.COMPACTION,
-    Action.ERASE,
-    Action.RESCALE,
-    Action.SAVEPOINT,
-    Action.ALTER,
-)
 
 
 @dataclass

@@ -9,6 +9,7 @@ knowing other actions' private files.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -499,24 +500,70 @@ class ActionKind:
     finished_not_undone: bool = False
     #: Its plan depends on history that an undo requested meanwhile changes (it must not publish after one).
     undo_sensitive: bool = False
+    #: A restore to an earlier savepoint undoes it: it changes data, or pins a state that will no longer exist.
+    undone_by_restore: bool = False
+    #: Its completion changes what a read-optimized read shows: a published copy older than it is stale.
+    changes_published_rows: bool = False
+    #: An incremental read (`--since`) reports the keys it changed.
+    in_change_feed: bool = False
 
 
-ACTIONS: dict[str, ActionKind] = {
-    Action.DELTACOMMIT: ActionKind(DeltaCommitPlan, DeltaCommit, writes_data=True, undo_sensitive=True),
-    Action.COMPACTION: ActionKind(CompactionPlan, CompactionCommit, writes_data=True, rewrites=True),
-    Action.ERASE: ActionKind(ErasePlan, EraseCommit, writes_data=True, rewrites=True),
+#: Every action and what it means: the one place services learn it from.
+ACTIONS: dict[Action, ActionKind] = {
+    Action.DELTACOMMIT: ActionKind(
+        DeltaCommitPlan, DeltaCommit, writes_data=True, undo_sensitive=True, undone_by_restore=True, in_change_feed=True
+    ),
+    Action.COMPACTION: ActionKind(
+        CompactionPlan,
+        CompactionCommit,
+        writes_data=True,
+        rewrites=True,
+        undone_by_restore=True,
+        changes_published_rows=True,
+    ),
+    Action.ERASE: ActionKind(
+        ErasePlan,
+        EraseCommit,
+        writes_data=True,
+        rewrites=True,
+        undone_by_restore=True,
+        changes_published_rows=True,
+        in_change_feed=True,
+    ),
     Action.CLEAN: ActionKind(CleanPlan, CleanCommit, finished_not_undone=True),
     Action.ROLLBACK: ActionKind(RollbackPlan, RollbackCommit, finished_not_undone=True),
-    Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True),
-    Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True),
-    Action.ALTER: ActionKind(AlterPlan, AlterCommit),
+    Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True, changes_published_rows=True),
+    Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True, undone_by_restore=True),
+    Action.ALTER: ActionKind(AlterPlan, AlterCommit, undone_by_restore=True, changes_published_rows=True),
     Action.PUBLISH: ActionKind(PublishPlan, PublishCommit),
-    Action.RESCALE: ActionKind(RescalePlan, RescaleCommit, writes_data=True, rewrites=True),
+    Action.RESCALE: ActionKind(
+        RescalePlan,
+        RescaleCommit,
+        writes_data=True,
+        rewrites=True,
+        undone_by_restore=True,
+        changes_published_rows=True,
+    ),
 }
 
 
 def kind_of(action: str) -> ActionKind:
-    return ACTIONS[action]
+    return ACTIONS[Action(action)]
+
+
+def actions_where(predicate: Callable[[ActionKind], bool]) -> tuple[Action, ...]:
+    """The actions whose meaning satisfies `predicate`, in declaration order."""
+    return tuple(action for action, kind in ACTIONS.items() if predicate(kind))
+
+
+#: Actions whose completion writes base files: they start new file slices.
+REWRITES = actions_where(lambda kind: kind.rewrites)
+#: Instants a restore undoes.
+UNDONE_BY_RESTORE = actions_where(lambda kind: kind.undone_by_restore)
+#: Completed actions after which a published copy is stale.
+CHANGES_PUBLISHED_ROWS = actions_where(lambda kind: kind.changes_published_rows)
+#: Actions whose changed keys an incremental read reports.
+IN_CHANGE_FEED = actions_where(lambda kind: kind.in_change_feed)
 
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
