@@ -81,6 +81,12 @@ class BadRows:
             parts.append(f"{len(self.rejected)} unreadable landing file(s): {shown}")
         return "; ".join(parts)
 
+    def enforce(self, policy: str) -> None:
+        """The `bad_rows` policy, before anything is written: `fail` refuses the whole batch when it has a bad
+        row or an unreadable file (exit 5); `quarantine` lets it through, the bad ones set aside."""
+        if self and policy == FAIL:
+            raise self.rejection()
+
     def rejection(self) -> InputRejected:
         """`bad_rows: fail`: one error naming the first bad row's file and column (for `--json` too)."""
         first = self.sample[0] if self.sample else None

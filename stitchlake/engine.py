@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from stitchlake.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.badrows import BadRows, quarantine_rows
 from stitchlake.batch import Batch
 from stitchlake.concurrency.markers import create_marker
 from stitchlake.config import StreamSpec
@@ -93,8 +93,7 @@ class LocalEngine(Engine):
             if events.batch is not None:
                 bad.add_rows(events.batch.bad)
                 batches.append(events.batch)
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
+        bad.enforce(table.config.bad_rows)
         if not batches:
             return StreamWrite(bad=bad)
         batch = Batch.concat(batches)

@@ -7,7 +7,7 @@ batch; each Spark task calls it with its share. Nothing here takes the table loc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.badrows import BadRows, quarantine_rows
 from stitchlake.batch import Batch, prepare
 from stitchlake.concurrency import conflicts
 from stitchlake.concurrency import heartbeat as heartbeats
@@ -179,6 +179,33 @@ def write_file_groups(
         return list(pool.map(write_one, groups))
 
 
+def deltacommit(
+    table: Table,
+    stream: str,
+    instant: str,
+    files: Sequence[DataFile],
+    rows: int,
+    bad: BadRows,
+    engine: str,
+    **fields: Any,
+) -> DeltaCommit:
+    """The commit of one write of `stream`: its files, rows and bad rows, and the quarantine folder when anything was
+    set aside (bad rows, or whole landing files that could not be read). `fields` are the source's own (landing
+    files read, Kafka offsets, a micro-batch, ...). Every writer builds its commit here."""
+    return DeltaCommit(
+        schema_version=table.schema_version,
+        stream=stream,
+        added=tuple(files),
+        rows=rows,
+        bad_rows=bad.count,
+        quarantine=quarantine_folder(instant) if (bad.files or bad.rejected) else None,
+        quarantine_files=tuple(bad.files),
+        quarantined_files=tuple(bad.rejected),
+        engine=engine,
+        **fields,
+    )
+
+
 def write(
     table: Table,
     stream_name: str,
@@ -209,8 +236,7 @@ def write(
         )
         bad = BadRows()
         bad.add_rows(batch.bad)
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
+        bad.enforce(table.config.bad_rows)
         if bad:
             bad.files.append(quarantine_rows(table.storage, txn.time, batch.bad, "api", txn.mark))
         files = write_file_groups(table, stream, batch, txn.time, txn.mark)

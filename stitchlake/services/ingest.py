@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.badrows import FAIL
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.paths import quarantine_folder
@@ -24,6 +23,7 @@ from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord, StreamBatch
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
+from stitchlake.write import deltacommit
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
@@ -240,21 +240,17 @@ def ingest(
         progress(f"writing {len(todo)} landing file(s) of stream {stream} as instant {txn.time}")
         written = engine.write_stream(table, spec, todo, txn.time)
         bad = written.bad
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
-        quarantined = bool(bad.files or bad.rejected)
+        bad.enforce(table.config.bad_rows)
         instant = txn.complete(
-            DeltaCommit(
-                schema_version=table.schema_version,
-                stream=stream,
-                added=tuple(written.files),
-                rows=written.rows,
-                bad_rows=bad.count,
-                quarantine=quarantine_folder(txn.time) if quarantined else None,
-                quarantine_files=tuple(bad.files),
-                quarantined_files=tuple(bad.rejected),
+            deltacommit(
+                table,
+                stream,
+                txn.time,
+                written.files,
+                written.rows,
+                bad,
+                engine.name,
                 sources=tuple(f.record() for f in todo),
-                engine=engine.name,
                 stream_batch=stream_batch,
                 timings=written.timings,
             )
@@ -275,7 +271,7 @@ def ingest(
         source_files=len(todo),
         rows=written.rows,
         bad_rows=bad.count,
-        quarantine=quarantine_folder(instant.requested) if quarantined else None,
+        quarantine=quarantine_folder(instant.requested) if (bad.files or bad.rejected) else None,
         quarantined_files=len(bad.rejected),
         reingested=reingested,
         files=len(written.files),
@@ -318,21 +314,18 @@ def _ingest_topic(
         progress(f"reading {todo.records} record(s) of stream {stream} in {len(todo.reads)} range(s) as {txn.time}")
         written = engine.write_stream(table, spec, todo.reads, txn.time)
         bad = written.bad
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
-        quarantined = bool(bad.files)
+        bad.enforce(table.config.bad_rows)
         instant = txn.complete(
-            DeltaCommit(
-                schema_version=table.schema_version,
-                stream=stream,
-                added=tuple(written.files),
-                rows=written.rows,
-                bad_rows=bad.count,
-                quarantine=quarantine_folder(txn.time) if quarantined else None,
-                quarantine_files=tuple(bad.files),
+            deltacommit(
+                table,
+                stream,
+                txn.time,
+                written.files,
+                written.rows,
+                bad,
+                engine.name,
                 offsets=tuple(todo.ranges),
                 offset_resets=tuple(todo.resets),
-                engine=engine.name,
                 stream_batch=stream_batch,
                 timings=written.timings,
             )
@@ -352,7 +345,7 @@ def _ingest_topic(
         completed=instant.completed,
         rows=written.rows,
         bad_rows=bad.count,
-        quarantine=quarantine_folder(instant.requested) if quarantined else None,
+        quarantine=quarantine_folder(instant.requested) if (bad.files or bad.rejected) else None,
         records=todo.records,
         offsets=[f"{r.topic}/{r.partition}:{r.start}-{r.end}" for r in todo.ranges],
         offset_resets=resets,
