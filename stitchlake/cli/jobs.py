@@ -18,7 +18,6 @@ from stitchlake.jobs.launch import EngineChoice, abort_unless_published, choose_
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.table import Table
-    from stitchlake.transaction import Transaction
 
 __all__ = ["EngineChoice", "abort_unless_published", "choose_engine", "execute", "progress_display", "with_retries"]
 
@@ -55,9 +54,8 @@ def execute(
     table: Table,
     request: JobRequest,
     engine: EngineChoice,
-    claim: Transaction | None = None,
     graceful_stop_s: float | None = None,
 ) -> dict[str, Any]:
-    """`launch.execute` with the CLI's progress display."""
+    """`launch.execute` with the CLI's progress display (claims are taken by `launch`'s own jobs)."""
     with progress_display(request.job) as progress:
-        return launch.execute(table, request, engine, claim, graceful_stop_s, progress)
+        return launch.execute(table, request, engine, None, graceful_stop_s, progress)

@@ -320,9 +320,9 @@ def human_count(count: int | None) -> str:
 
 
 def instant_datetime(instant_time: str) -> dt.datetime:
-    from stitchlake.timeline.clock import to_datetime
+    from stitchlake.services.history import instant_datetime as parsed
 
-    return to_datetime(instant_time)
+    return parsed(instant_time)
 
 
 def human_time(instant_time: str | None) -> str:
