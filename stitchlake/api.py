@@ -7,7 +7,7 @@ Spark engine given as `engine=`), exactly as `stitch ... --engine local` does.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from stitchlake.errors import UsageError
 from stitchlake.table import Table as CoreTable
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
     from stitchlake.engine import Engine
+    from stitchlake.services.archive import ArchiveResult
+    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.erase import EraseResult
+    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.publish import PublishResult
+    from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.restore import RestoreResult
+    from stitchlake.services.rollback import RollbackResult
+    from stitchlake.services.savepoint import Savepoint
     from stitchlake.write import WriteResult
 
 
@@ -61,7 +70,7 @@ class Table(CoreTable):
 
         return read(self, mode, as_of, since, until, columns, filter, before_images)
 
-    def publish(self, format: str) -> Any:
+    def publish(self, format: str) -> PublishResult:
         """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""
         from stitchlake.services.publish import publish
 
@@ -79,6 +88,31 @@ class Table(CoreTable):
 
         return run_query(self, query, **read_options)
 
+    @overload
+    def ingest(
+        self,
+        stream: str,
+        sources: list[str] | None = None,
+        max_files: int | None = None,
+        reingest_changed: bool = False,
+        engine: Engine | None = None,
+        max_records: int | None = None,
+        reset_offsets: str | None = None,
+    ) -> IngestResult: ...
+
+    @overload
+    def ingest(
+        self,
+        stream: str,
+        sources: list[str] | None = None,
+        max_files: int | None = None,
+        reingest_changed: bool = False,
+        *,
+        engine: str,
+        max_records: int | None = None,
+        reset_offsets: str | None = None,
+    ) -> dict[str, Any]: ...
+
     def ingest(
         self,
         stream: str,
@@ -88,7 +122,7 @@ class Table(CoreTable):
         engine: Engine | str | None = None,
         max_records: int | None = None,
         reset_offsets: str | None = None,
-    ) -> Any:
+    ) -> IngestResult | dict[str, Any]:
         """Ingest the stream's new landing files (or Kafka records) exactly once.
 
         `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
@@ -122,7 +156,15 @@ class Table(CoreTable):
             reset_offsets=reset_offsets,
         )
 
-    def compact(self, strategy: str | None = None, engine: Engine | str | None = None) -> Any:
+    @overload
+    def compact(self, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None: ...
+
+    @overload
+    def compact(self, strategy: str | None = None, *, engine: str) -> dict[str, Any]: ...
+
+    def compact(
+        self, strategy: str | None = None, engine: Engine | str | None = None
+    ) -> CompactionResult | dict[str, Any] | None:
         """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
         (as `stitch compact`, a configured format that a failed publish left behind then catches up).
 
@@ -139,39 +181,41 @@ class Table(CoreTable):
             publish_caught_up(self)
         return done
 
-    def rescale(self, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None) -> Any:
+    def rescale(
+        self, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
+    ) -> RescaleResult | None:
         """Rewrite every file group of the table (or of `partitions`, by path) into `buckets` buckets, as one
         instant (pending rescales nobody runs go first); None when they already have that count."""
         from stitchlake.services.rescale import rescale
 
         return rescale(self, buckets, partitions, _engine(engine))
 
-    def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> Any:
+    def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> dict[str, Any]:
         """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`)."""
         from stitchlake.jobs.requests import CleanRequest
         from stitchlake.jobs.run import run
 
         return run(self, CleanRequest(policy, retain, dry_run), _engine(None))
 
-    def erase(self, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> Any:
+    def erase(self, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> EraseResult:
         """Key-level erase of the given keys (see `stitchlake.services.erase`)."""
         from stitchlake.services.erase import erase
 
         return erase(self, keys, purge, _engine(engine))
 
-    def savepoint(self, name: str | None = None, instant: str | None = None) -> Any:
+    def savepoint(self, name: str | None = None, instant: str | None = None) -> Savepoint:
         """Pin the state as of a completed instant (default: the latest)."""
         from stitchlake.services.savepoint import create
 
         return create(self, instant, name)
 
-    def restore(self, savepoint: str, force: bool = False) -> Any:
+    def restore(self, savepoint: str, force: bool = False) -> RestoreResult:
         """Bring the table back to a savepoint's state."""
         from stitchlake.services.restore import restore
 
         return restore(self, savepoint, force)
 
-    def rollback(self, instant: str | None = None, stream: str | None = None) -> Any:
+    def rollback(self, instant: str | None = None, stream: str | None = None) -> RollbackResult:
         """Roll back one instant, or one stream's latest deltacommit, or (neither) every failed write."""
         from stitchlake.services.recovery import rollback_failed
         from stitchlake.services.rollback import rollback, rollback_stream
@@ -182,7 +226,7 @@ class Table(CoreTable):
             return rollback_stream(self, stream)
         return rollback(self, instant) if instant else rollback_failed(self)
 
-    def archive(self, keep: int | None = None) -> Any:
+    def archive(self, keep: int | None = None) -> ArchiveResult:
         from stitchlake.services.archive import archive
 
         return archive(self, keep)

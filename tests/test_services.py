@@ -1015,6 +1015,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     d1 = write_spec(table, {"stream": "orders", "seed": 1, **small})
     write_spec(table, {"stream": "payments", "seed": 2, **small})
     c1 = table.compact()
+    assert c1 is not None
     d3 = write_spec(table, {"stream": "shipments", "seed": 3, **small})
     nowhere = "20000101000000000"
 
