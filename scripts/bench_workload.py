@@ -175,7 +175,8 @@ def ground_truth(ids: np.ndarray, events: dict[str, pa.Table]) -> pa.Table:
     return pa.table([out[f.name] for f in TRUTH_SCHEMA], schema=TRUTH_SCHEMA)
 
 
-def generate(keys: int, seed: int = 6) -> Workload:
+def generate(keys: int, seed: int = 6, batches_per_stream: int = BATCHES_PER_STREAM) -> Workload:
+    """`keys` keys' events, cut into `batches_per_stream` landing files per stream (fewer only for smoke runs)."""
     rng = np.random.default_rng(seed)
     ids = (1_000_000_000 + np.cumsum(rng.integers(1, 4, keys))).astype(np.int64)
     t0 = START_US + rng.integers(0, 48 * HOUR, keys)
@@ -188,11 +189,11 @@ def generate(keys: int, seed: int = 6) -> Workload:
         stats["duplicates"][stream] = dups
     stats["events_total"] = sum(stats["events"].values())
     batches: list[tuple[str, pa.Table]] = []
-    for number in range(BATCHES_PER_STREAM):
+    for number in range(batches_per_stream):
         for stream in STREAMS:
             table = events[stream]
-            start = table.num_rows * number // BATCHES_PER_STREAM
-            end = table.num_rows * (number + 1) // BATCHES_PER_STREAM
+            start = table.num_rows * number // batches_per_stream
+            end = table.num_rows * (number + 1) // batches_per_stream
             batches.append((stream, table.slice(start, end - start)))
     return Workload(keys, seed, batches, ground_truth(ids, events), stats)
 
@@ -356,9 +357,17 @@ def save(workload: Workload, folder: Path) -> None:
 
 def load(folder: Path, keys: int, seed: int) -> Workload:
     """The saved workload, in commit order (streams take turns)."""
-    per_stream = {s: sorted((folder / "landing" / s).glob("part-*.parquet")) for s in STREAMS}
-    batches = [(s, pq.read_table(per_stream[s][i])) for i in range(BATCHES_PER_STREAM) for s in STREAMS]
+    batches = [(s, pq.read_table(path)) for s, path in landing_files(folder)]
     return Workload(keys, seed, batches, pq.read_table(folder / "truth.parquet"), {})
+
+
+def landing_files(folder: Path) -> list[tuple[str, Path]]:
+    """The saved landing files in commit order: streams take turns, batch by batch."""
+    per_stream = {s: sorted((folder / "landing" / s).glob("part-*.parquet")) for s in STREAMS}
+    count = len(per_stream[STREAMS[0]])
+    if any(len(files) != count for files in per_stream.values()):
+        raise ValueError(f"{folder}: the streams have different numbers of landing files")
+    return [(s, per_stream[s][n]) for n in range(count) for s in STREAMS]
 
 
 def load_truth(folder: Path) -> pa.Table:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 def stitch(*args: str) -> list[str]:
     """argv for the `stitch` CLI of this environment (a list: never a shell string)."""
-    return [sys.executable, "-m", "cli.app", *args]
+    return [sys.executable, "-m", "stitchlake", *args]
 
 
 def step(title: str) -> None:

@@ -17,6 +17,12 @@ What runs, each as its own OS process on one table (DESIGN §4-§7):
 - two archivers (`services.archive.archive` and `stitch archive --keep K`, K drawn from 10..16 each run, so two
   of them race and the one with the smaller keep goes further).
 
+With `--kafka-rounds N` (the CI-sized run uses 3) a Kafka-fed stream follows, on a table of its own against a real
+broker this run starts (`scripts/kafka_broker.py`): each round produces records (late and duplicate events, a
+partition added halfway), runs two overlapping `stitch ingest` and SIGKILLs one at random; its checker holds the
+completed commits' offset ranges to tiling every partition exactly once and the table to the produced records'
+merge (`kafka_phase`).
+
 The landing data is `scripts/demo_data.py`'s seeded three-stream generator (late, out-of-order, duplicate
 events, deletes). Each round lands the next file of every stream and waits until the writers took it, while
 the supervisor SIGKILLs writers and services: at random moments, shortly after new files land (mid-ingest),
@@ -54,6 +60,12 @@ harness, independently of stitchlake's own timeline code):
   the checkpoint's consumed files are those of the live instants it covers; the horizon never moved backwards;
 - no pending instant, no orphan or missing data file, no leftover marker, and no worker failed other than
   "busy/conflict, retry" or a zombie's refusal to publish.
+
+The run leaves nothing to chance that the check relies on: the last round lasts until every kind of actor did its
+work at least once (DUTIES: a commit, a clean, a savepoint made and a restore tried, an archive, horizons seen), the
+restorer tries what it still owes first, and a kill is forced if chance gave none during the rounds. A round that
+makes no progress for `--round-timeout` seconds is given up and reported (a machine too busy, or a hang): it says the
+run tortured less than asked, not that the table broke, so it is not a violation.
 
 It prints rounds, kills, freezes, commits, reads checked and violations; the exit code is 1 on any violation.
 """
@@ -136,6 +148,16 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
 REARMED = ("restorer", "archiver")
 #: Seconds a re-armed point stays quiet after it fired.
 REARM_QUIET_S = 6.0
+#: What each kind of actor must have logged at least once before the storm may end (`Supervisor.owed`): a run in
+#: which chance gave a kind nothing to do tortured less than it says. The restorer is steered towards what it
+#: still owes (`Worker.restore`), and the last round lasts until every duty is done.
+DUTIES: dict[str, tuple[str, ...]] = {
+    "writer": ("commit",),
+    "cleaner": ("clean",),
+    "restorer": ("savepoint", "restoring"),
+    "archiver": ("archive", "horizon"),
+    "reader": ("horizon",),
+}
 
 
 def log_line(path: Path, record: dict[str, Any]) -> None:
@@ -445,13 +467,13 @@ def child_env() -> dict[str, str]:
 
 def stitch(*args: str) -> list[str]:
     """argv of this environment's `stitch` CLI (a list, never a shell string)."""
-    return [sys.executable, "-m", "cli.app", *args]
+    return [sys.executable, "-m", "stitchlake", *args]
 
 
 def stitch_in_process(*args: str) -> tuple[int, str, str]:
     """Run the real `stitch` CLI inside this process (so the fault hook and the freezes reach it too):
     (exit code, stdout, stderr)."""
-    from cli.app import app  # type: ignore[attr-defined, unused-ignore]
+    from stitchlake.cli.app import app  # type: ignore[attr-defined, unused-ignore]
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -729,6 +751,7 @@ class Worker:
         self.table = open_torture_table(work)
         self.table_dir = table_dir(work)
         self.config = str(work / CONFIG_NAME)
+        self.parent = os.getppid()
         self.done = 0
         expire = self.table.config.concurrency.heartbeat.expire_s
         lease = self.table.config.concurrency.lock.expire_s
@@ -739,7 +762,12 @@ class Worker:
         log_line(self.log_path, {"role": self.role, "pid": os.getpid(), **record})
 
     def stopping(self) -> bool:
-        return (self.work / STOP_FILE).exists()
+        """The STOP file, or the supervisor gone (killed with its run): a worker never outlives the run."""
+        return (self.work / STOP_FILE).exists() or os.getppid() != self.parent
+
+    def owes(self, event: str) -> bool:
+        """Whether no process of this role has logged `event` yet (its log outlives kills and restarts)."""
+        return not any(record.get("event") == event for record in read_lines(self.log_path))
 
     def nap(self, low: float, high: float) -> None:
         time.sleep(self.rng.uniform(low, high))
@@ -883,7 +911,11 @@ class Worker:
         points = self.savepoints()
         via_cli = self.rng.random() < 0.3
         draw = self.rng.random()
-        if len(points) > 2:
+        if points and self.owes("restoring"):
+            draw = 0.6  # a restore is owed (DUTIES): try one now rather than hope a later draw gives it
+        elif not points or self.owes("savepoint"):
+            draw = 0.0
+        if len(points) > 2 and not (0.45 <= draw < 0.8):
             seen, meta = points[0]
             which = str(meta.get("name") or seen.requested)
             self.log({"event": "savepoint_delete", "instant": seen.requested, "name": which})
@@ -1083,6 +1115,8 @@ class Stats:
     pauses: Counter[str] = field(default_factory=Counter)
     exits: Counter[str] = field(default_factory=Counter)
     rounds_timed_out: int = 0
+    #: Duties (DUTIES) still undone when the last round gave up waiting for them.
+    owed: list[str] = field(default_factory=list)
 
 
 class Watcher:
@@ -1141,6 +1175,8 @@ class Supervisor:
         self.next_kill = self._draw_kill(time.monotonic())
         self.next_pause = self._draw_pause(time.monotonic())
         self.watcher = Watcher(self.work, table_dir(self.work))
+        self.duties_done: set[str] = set()
+        self.duties_read_at = 0.0
 
     def _draw_kill(self, now: float) -> float:
         if self.settings.kill_every <= 0:
@@ -1254,6 +1290,39 @@ class Supervisor:
         """What the table says it consumed (None while a restore or archive moves things under the look)."""
         return consumed_on_disk(table_dir(self.work))
 
+    def owed(self) -> list[str]:
+        """The duties (DUTIES) that no process of a kind has done yet, as `kind: event` (a second writer of a
+        stream may never win its stream: one of the kind doing it is the duty). Logs are read at most twice a
+        second, and a duty once done stays done."""
+        now = time.monotonic()
+        if now >= self.duties_read_at:
+            self.duties_read_at = now + 0.5
+            for slot in self.slots:
+                kind = slot.role.split(":")[0]
+                if any(f"{kind}: {event}" not in self.duties_done for event in DUTIES.get(kind, ())):
+                    log = self.work / "logs" / f"{slot.role.replace(':', '-')}.jsonl"
+                    events = {record.get("event") for record in read_lines(log)}
+                    self.duties_done |= {f"{kind}: {event}" for event in DUTIES[kind] if event in events}
+        kinds = dict.fromkeys(slot.role.split(":")[0] for slot in self.slots)
+        return [f"{k}: {e}" for k in kinds for e in DUTIES.get(k, ()) if f"{k}: {e}" not in self.duties_done]
+
+    def progress(self, last: bool) -> tuple[int, int]:
+        """What a round waits for, as a value that changes while the run gets there: the landing files the table
+        consumed (a restore may lower it: that is movement too) and, in the last round, the duties left."""
+        consumed = self.consumed()
+        return sum(len(files) for files in consumed.values()) if consumed else -1, len(self.owed()) if last else 0
+
+    def kill_one_if_none_yet(self) -> bool:
+        """Make "processes were killed during the rounds" certain: kill a working process if chance killed none.
+        True once some kill during the rounds has happened."""
+        if any(not cause.startswith("at_stop") for cause in self.stats.kills):
+            return True
+        victims = [s for s in self.slots if s.killable and s.paused_until is None and self.working(s)]
+        if victims and self.settings.kill_every > 0:
+            self.kill(self.rng.choice(victims), "forced")
+            return True
+        return self.settings.kill_every <= 0
+
     def run_rounds(self) -> None:
         """Land one file per stream per round; wait for the writers, except in the last round.
 
@@ -1274,6 +1343,9 @@ class Supervisor:
                 for slot in self.slots
                 if slot.role.startswith("writer") and self.settings.kill_every > 0 and self.rng.random() < 0.35
             }
+            # The timeout counts from the last progress, not from the round's start: a busy machine makes a
+            # round slow, not stuck. It only turns a hang into a report (a timed-out round is no violation).
+            seen, moved_at, looked_at = self.progress(last), started, started
             while True:
                 self.tick()
                 now = time.monotonic()
@@ -1285,12 +1357,20 @@ class Supervisor:
                 elapsed = now - started
                 if elapsed >= self.settings.round_seconds and not mid_ingest:
                     if last:
-                        break
-                    consumed = self.consumed()
-                    if consumed is not None and all(landed[s] <= consumed[s] for s in STREAMS):
-                        break
-                if elapsed >= self.settings.round_timeout:
+                        if self.kill_one_if_none_yet() and not self.owed():
+                            break
+                    else:
+                        consumed = self.consumed()
+                        if consumed is not None and all(landed[s] <= consumed[s] for s in STREAMS):
+                            break
+                if now - looked_at >= 1.0:  # (a look parses the timeline: once a second is enough)
+                    looked_at = now
+                    if (now_seen := self.progress(last)) != seen:
+                        seen, moved_at = now_seen, now
+                if now - moved_at >= self.settings.round_timeout:
                     self.stats.rounds_timed_out += 1
+                    if last:
+                        self.stats.owed = self.owed()
                     break
                 time.sleep(0.05)
             self.out(
@@ -1888,6 +1968,199 @@ def check(work: Path, out: Callable[[str], None]) -> tuple[Report, dict[str, Any
     return report, commits, events
 
 
+# ============================================================================================ the Kafka phase
+
+
+@dataclass
+class KafkaPhase:
+    """What the Kafka-fed stream's rounds did, for the summary."""
+
+    rounds: int = 0
+    produced: int = 0
+    kills: int = 0
+    commits: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+def kafka_phase(work: Path, rounds: int, seed: int, out: Callable[[str], None]) -> KafkaPhase:
+    """A stream fed from a real Kafka topic (a broker this run starts, scripts/kafka_broker.py) on a table of its
+    own: each round produces records (late and duplicate events, three partitions, a fourth added halfway), starts
+    two overlapping `stitch ingest` runs and SIGKILLs one at a random moment; at the end the runs go on until nothing
+    is left. Checked: the completed commits' offset ranges tile every partition from 0 to its end (no gap, no
+    overlap), their rows add up to what was produced, the table equals a merge of the produced records, and
+    nothing is left pending."""
+    import kafka_broker
+
+    rng = random.Random(seed)
+    phase = KafkaPhase()
+    folder = work / "kafka"
+    folder.mkdir(exist_ok=True)
+    broker = kafka_broker.start(folder / "broker", watch_pid=os.getpid())
+    try:
+        bootstrap = broker.bootstrap
+        topic = f"torture-{seed}"
+        kafka_broker.create_topic(bootstrap, topic, 3)
+        config = _kafka_table(folder, bootstrap, topic)
+        produced: list[dict[str, Any]] = []
+        partitions = 3
+        for number in range(rounds):
+            if number == rounds // 2:
+                partitions = 4
+                kafka_broker.add_partitions(bootstrap, topic, partitions)
+            batch = _kafka_events(rng, number, 120)
+            kafka_broker.produce(bootstrap, topic, [(e["id"] % partitions, json.dumps(e).encode()) for e in batch])
+            produced += [{**e, "partition": e["id"] % partitions} for e in batch]
+            phase.kills += _kafka_round(config, rng)
+            phase.rounds += 1
+        deadline = time.monotonic() + 300
+        while not _kafka_ingest_done(config):
+            if time.monotonic() > deadline:
+                phase.violations.append("kafka: the ingest did not catch up within 300s after the rounds")
+                break
+            time.sleep(0.5)
+        rolled = _stitch(["rollback", "-c", str(config), "--failed"])
+        if rolled.returncode != 0:
+            phase.violations.append(
+                f"kafka: stitch rollback --failed exited {rolled.returncode}: {rolled.stderr[-300:]}"
+            )
+        phase.produced = len(produced)
+        phase.commits = _kafka_check(config, produced, phase.violations)
+    finally:
+        kafka_broker.stop(folder / "broker")
+    out(
+        f"kafka: {phase.rounds} rounds, {phase.produced} records, {phase.kills} ingests killed, {phase.commits} "
+        f"commits, violations {len(phase.violations)}"
+    )
+    return phase
+
+
+def _kafka_table(folder: Path, bootstrap: str, topic: str) -> Path:
+    document = {
+        "table": {"name": "kafka_torture", "path": str(folder / "table"), "key": {"id": "long"}, "buckets": 2},
+        "streams": {
+            "events": {
+                "columns": {"v": "long", "seq": "long"},
+                "ordering": "seq",
+                "source": {"format": "kafka", "topic": topic, "bootstrap_servers": bootstrap},
+            }
+        },
+        "bad_rows": "fail",
+        "concurrency": {"heartbeat": {"interval_s": 0.5, "expire_s": 3}},
+    }
+    config = folder / "kafka.yaml"
+    config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    done = _stitch(["init", "-c", str(config)])
+    if done.returncode != 0:
+        raise RuntimeError(f"stitch init of the Kafka table failed: {done.stderr}")
+    return config
+
+
+def _kafka_events(rng: random.Random, number: int, count: int) -> list[dict[str, Any]]:
+    """Events over 50 keys: `seq` orders them (late ones carry a smaller seq); some are sent twice."""
+    events = []
+    for index in range(count):
+        key = rng.randrange(50)
+        seq = number * 1000 + index - (rng.randrange(500) if rng.random() < 0.2 else 0)
+        events.append({"id": key, "v": number * 1000 + index, "seq": seq * 1000 + index})
+        if rng.random() < 0.1:
+            events.append(dict(events[-1]))
+    return events
+
+
+def _stitch(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "stitchlake", *args]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _kafka_round(config: Path, rng: random.Random) -> int:
+    """Two overlapping ingests (cron overlap: one exits 4), one SIGKILLed at a random moment. Returns kills."""
+    argv = [
+        sys.executable,
+        "-m",
+        "stitchlake",
+        "ingest",
+        "-c",
+        str(config),
+        "--stream",
+        "events",
+        "--max-records",
+        "90",
+    ]
+    jobs = [
+        subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(2)
+    ]
+    victim = rng.choice(jobs)
+    deadline = time.monotonic() + rng.uniform(0.5, 4.0)
+    while victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed = 0
+    if victim.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(victim.pid, signal.SIGKILL)
+        killed = 1
+    for job in jobs:
+        try:
+            job.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+    return killed
+
+
+def _kafka_ingest_done(config: Path) -> bool:
+    done = _stitch(["ingest", "-c", str(config), "--stream", "events", "--json"])
+    if done.returncode in (3, 4):  # a killed run's heartbeat is still fresh, or a conflict: try again
+        return False
+    if done.returncode != 0:
+        raise RuntimeError(f"stitch ingest of the Kafka stream exited {done.returncode}: {done.stdout}{done.stderr}")
+    return bool(json.loads(done.stdout)["message"].startswith("nothing to ingest"))
+
+
+def _kafka_check(config: Path, produced: list[dict[str, Any]], violations: list[str]) -> int:
+    """The checker of the Kafka phase (reads the completed commit files and the table; see `kafka_phase`)."""
+    import stitchlake
+    from stitchlake.api import open as open_table
+    from stitchlake.timeline.instant import Action
+    from stitchlake.timeline.metadata import DeltaCommit
+
+    table = open_table(str(config))
+    timeline = table.timeline()
+    if timeline.pending():
+        violations.append(
+            f"kafka: pending instants after the final rollback: {[i.requested for i in timeline.pending()]}"
+        )
+    commits = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT])]
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    rows = 0
+    for commit in commits:
+        if isinstance(commit, DeltaCommit):
+            rows += commit.rows
+            for item in commit.offsets:
+                ranges.setdefault(item.partition, []).append((item.start, item.end))
+    ends = Counter(e["partition"] for e in produced)
+    for partition in sorted(set(ends) | set(ranges)):
+        at = 0
+        for start, end in sorted(ranges.get(partition, [])):
+            if start != at:
+                violations.append(f"kafka: partition {partition}: offsets recorded from {start}, expected {at}")
+            at = end
+        if at != ends.get(partition, 0):
+            violations.append(f"kafka: partition {partition}: recorded up to {at}, produced {ends.get(partition, 0)}")
+    if rows != len(produced):
+        violations.append(f"kafka: {rows} rows committed for {len(produced)} records produced (lost or repeated)")
+    want: dict[int, tuple[int, int]] = {}
+    for event in produced:
+        if event["id"] not in want or event["seq"] > want[event["id"]][1]:
+            want[event["id"]] = (event["v"], event["seq"])
+    got = {r["id"]: (r["v"], r["seq"]) for r in stitchlake.read(str(config)).to_pylist()}
+    if got != want:
+        wrong = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+        violations.append(f"kafka: the table differs from the produced records' merge for keys {wrong[:5]}")
+    return len(commits)
+
+
 # ================================================================================================== main
 
 
@@ -1918,7 +2191,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--fault-rate", type=float, default=0.5, help="share of worker starts armed with a fault")
     parser.add_argument("--round-seconds", type=float, default=2.5, help="minimum length of a round")
-    parser.add_argument("--round-timeout", type=float, default=60.0, help="maximum length of a round")
+    parser.add_argument(
+        "--round-timeout",
+        type=float,
+        default=300.0,
+        help="give a round up after this many seconds without progress (reported; not a violation)",
+    )
     parser.add_argument("--buckets", type=int, default=2, help="file groups per partition")
     parser.add_argument("--log-format", choices=("parquet", "avro"), default="parquet")
     parser.add_argument("--retain", type=int, default=8, help="clean.retain (keep_latest_commits)")
@@ -1929,6 +2207,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=("lock_free", "optimistic"),
         default="lock_free",
         help="concurrency.mode; optimistic lets the writers of a stream run at once (they conflict by file group)",
+    )
+    parser.add_argument(
+        "--kafka-rounds",
+        type=int,
+        default=0,
+        help="rounds of a Kafka-fed stream on a table of its own, against a broker this run starts (0: none)",
     )
     parser.add_argument("--check-only", action="store_true", help="only check an existing --workdir")
     parser.add_argument("--keep", action="store_true", help="keep the temp workdir even when all is well")
@@ -2000,8 +2284,17 @@ def main(argv: list[str] | None = None) -> int:
     report, commits, events = check(work, out)
     if not args.check_only:
         report.violations = finish_problems + report.violations
-        if stats.rounds_timed_out:
-            report.violations.append(f"{stats.rounds_timed_out} round(s) timed out before the writers caught up")
+        if stats.rounds_timed_out:  # the machine was too slow, or stuck: reported, but no safety violation
+            out(
+                f"{stats.rounds_timed_out} round(s) timed out: no progress for {settings.round_timeout:.0f}s "
+                "(--round-timeout); not a violation, but the run tortured less than asked"
+            )
+        if stats.owed:
+            out(f"duties never done (the last round timed out first): {', '.join(stats.owed)}")
+        if args.kafka_rounds:
+            kafka = kafka_phase(work, args.kafka_rounds, args.seed, out)
+            report.violations += kafka.violations
+            summary["kafka"] = {k: v for k, v in kafka.__dict__.items() if k != "violations"}
     kills = sum(stats.kills.values())
     during = sum(n for cause, n in stats.kills.items() if not cause.startswith("at_stop"))
     summary.update(
@@ -2010,6 +2303,8 @@ def main(argv: list[str] | None = None) -> int:
         kills=kills,
         kills_during_rounds=during,
         kills_by_cause=dict(stats.kills),
+        rounds_timed_out=stats.rounds_timed_out,
+        duties_owed=stats.owed,
         pauses=dict(stats.pauses),
         commits=commits,
         reads_checked=report.reads_checked,

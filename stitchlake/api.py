@@ -7,7 +7,7 @@ Spark engine given as `engine=`), exactly as `stitch ... --engine local` does.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from stitchlake.errors import UsageError
 from stitchlake.table import Table as CoreTable
@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from stitchlake.config import TableConfig
     from stitchlake.engine import Engine
     from stitchlake.reader import Scan
+    from stitchlake.services.archive import ArchiveResult
+    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.erase import EraseResult
+    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.publish import PublishResult
+    from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.restore import RestoreResult
+    from stitchlake.services.rollback import RollbackResult
+    from stitchlake.services.savepoint import Savepoint
     from stitchlake.write import WriteResult
 
 
@@ -80,7 +89,7 @@ class Table(CoreTable):
 
         return scan(self, mode, as_of, since, until, columns, filter, before_images)
 
-    def publish(self, format: str) -> Any:
+    def publish(self, format: str) -> PublishResult:
         """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""
         from stitchlake.services.publish import publish
 
@@ -100,6 +109,7 @@ class Table(CoreTable):
 
         return run_query(self, query, **read_options)
 
+    @overload
     def ingest(
         self,
         stream: str,
@@ -107,15 +117,84 @@ class Table(CoreTable):
         max_files: int | None = None,
         reingest_changed: bool = False,
         engine: Engine | None = None,
-    ) -> Any:
-        """Ingest the stream's new landing files exactly once (see `stitchlake.services.ingest`)."""
+        max_records: int | None = None,
+        reset_offsets: str | None = None,
+    ) -> IngestResult: ...
+
+    @overload
+    def ingest(
+        self,
+        stream: str,
+        sources: list[str] | None = None,
+        max_files: int | None = None,
+        reingest_changed: bool = False,
+        *,
+        engine: str,
+        max_records: int | None = None,
+        reset_offsets: str | None = None,
+    ) -> dict[str, Any]: ...
+
+    def ingest(
+        self,
+        stream: str,
+        sources: list[str] | None = None,
+        max_files: int | None = None,
+        reingest_changed: bool = False,
+        engine: Engine | str | None = None,
+        max_records: int | None = None,
+        reset_offsets: str | None = None,
+    ) -> IngestResult | dict[str, Any]:
+        """Ingest the stream's new landing files (or Kafka records) exactly once.
+
+        `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
+        the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns its result as
+        the CLI's `--json` shows it; errors are the `stitchlake.errors` classes of the CLI's exit codes. An
+        `Engine` object (or None: this process) runs the service directly and returns its result object.
+        """
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.ingest(
+                self,
+                stream,
+                sources=tuple(sources or ()),
+                max_files=max_files,
+                reingest_changed=reingest_changed,
+                max_records=max_records,
+                reset_offsets=reset_offsets,
+                engine=engine,
+            )
         from stitchlake.services.ingest import ingest
 
-        return ingest(self, _engine(engine), stream, sources, max_files, reingest_changed)
+        return ingest(
+            self,
+            _engine(engine),
+            stream,
+            sources,
+            max_files,
+            reingest_changed,
+            max_records=max_records,
+            reset_offsets=reset_offsets,
+        )
 
-    def compact(self, strategy: str | None = None, engine: Engine | None = None) -> Any:
-        """Schedule and run a compaction; None when nothing needs compacting (as `stitch compact`, a configured
-        format that a failed publish left behind then catches up)."""
+    @overload
+    def compact(self, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None: ...
+
+    @overload
+    def compact(self, strategy: str | None = None, *, engine: str) -> dict[str, Any]: ...
+
+    def compact(
+        self, strategy: str | None = None, engine: Engine | str | None = None
+    ) -> CompactionResult | dict[str, Any] | None:
+        """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
+        (as `stitch compact`, a configured format that a failed publish left behind then catches up).
+
+        `engine="auto"`, `"local"` or `"spark"` launches it as `stitch compact --engine ...` does and returns the
+        CLI's `--json` result (`stitchlake.jobs.launch.compact`)."""
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.compact(self, strategy=strategy, engine=engine)
         from stitchlake.services.compaction import compact, publish_caught_up
 
         done = compact(self, strategy, _engine(engine))
@@ -123,32 +202,41 @@ class Table(CoreTable):
             publish_caught_up(self)
         return done
 
-    def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> Any:
+    def rescale(
+        self, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
+    ) -> RescaleResult | None:
+        """Rewrite every file group of the table (or of `partitions`, by path) into `buckets` buckets, as one
+        instant (pending rescales nobody runs go first); None when they already have that count."""
+        from stitchlake.services.rescale import rescale
+
+        return rescale(self, buckets, partitions, _engine(engine))
+
+    def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> dict[str, Any]:
         """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`)."""
         from stitchlake.jobs.requests import CleanRequest
         from stitchlake.jobs.run import run
 
         return run(self, CleanRequest(policy, retain, dry_run), _engine(None))
 
-    def erase(self, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> Any:
+    def erase(self, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> EraseResult:
         """Key-level erase of the given keys (see `stitchlake.services.erase`)."""
         from stitchlake.services.erase import erase
 
         return erase(self, keys, purge, _engine(engine))
 
-    def savepoint(self, name: str | None = None, instant: str | None = None) -> Any:
+    def savepoint(self, name: str | None = None, instant: str | None = None) -> Savepoint:
         """Pin the state as of a completed instant (default: the latest)."""
         from stitchlake.services.savepoint import create
 
         return create(self, instant, name)
 
-    def restore(self, savepoint: str, force: bool = False) -> Any:
+    def restore(self, savepoint: str, force: bool = False) -> RestoreResult:
         """Bring the table back to a savepoint's state."""
         from stitchlake.services.restore import restore
 
         return restore(self, savepoint, force)
 
-    def rollback(self, instant: str | None = None, stream: str | None = None) -> Any:
+    def rollback(self, instant: str | None = None, stream: str | None = None) -> RollbackResult:
         """Roll back one instant, or one stream's latest deltacommit, or (neither) every failed write."""
         from stitchlake.services.recovery import rollback_failed
         from stitchlake.services.rollback import rollback, rollback_stream
@@ -159,7 +247,7 @@ class Table(CoreTable):
             return rollback_stream(self, stream)
         return rollback(self, instant) if instant else rollback_failed(self)
 
-    def archive(self, keep: int | None = None) -> Any:
+    def archive(self, keep: int | None = None) -> ArchiveResult:
         from stitchlake.services.archive import archive
 
         return archive(self, keep)

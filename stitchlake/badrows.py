@@ -19,6 +19,7 @@ import pyarrow as pa
 from stitchlake.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
+from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
 from stitchlake.paths import quarantine_folder
 from stitchlake.storage import Storage
 from stitchlake.timeline.metadata import QuarantinedFile
@@ -80,6 +81,12 @@ class BadRows:
             parts.append(f"{len(self.rejected)} unreadable landing file(s): {shown}")
         return "; ".join(parts)
 
+    def enforce(self, policy: str) -> None:
+        """The `bad_rows` policy, before anything is written: `fail` refuses the whole batch when it has a bad
+        row or an unreadable file (exit 5); `quarantine` lets it through, the bad ones set aside."""
+        if self and policy == FAIL:
+            raise self.rejection()
+
     def rejection(self) -> InputRejected:
         """`bad_rows: fail`: one error naming the first bad row's file and column (for `--json` too)."""
         first = self.sample[0] if self.sample else None
@@ -107,6 +114,8 @@ def _example(row: dict[str, Any]) -> str:
     if column and column in row:  # show what could not be parsed: the fix is in the data, not here
         value = str(row[column])
         reason = f"unparsable value {value[:40] + '...' if len(value) > 40 else value!r} in {column}"
+    if row.get(KAFKA_OFFSET) is not None:  # a Kafka record is named by its offset
+        return f"{row[SOURCE]} offset {row[ROW]} ({reason})"
     return f"{row[SOURCE]} row {row[ROW]} ({reason})"
 
 

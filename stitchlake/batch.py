@@ -170,9 +170,10 @@ def prepare(
     `fill`: columns the input may lack, with the value its events then carry (None: null) — a JSON field missing
     from every line, or a column `stitch alter` added after the producer was written (its default).
     """
+    specs = {c.name: c for c in required_columns(config, stream)}
     for name, value in (fill or {}).items():
-        if name not in data.column_names:
-            kind = arrow_type(next(c for c in required_columns(config, stream) if c.name == name).type)
+        if name not in data.column_names and name in specs:  # a delete marker left out means no deletes
+            kind = arrow_type(specs[name].type)
             data = data.append_column(name, pa.array([value] * data.num_rows, kind))
     missing = [c.name for c in required_columns(config, stream) if c.name not in data.column_names]
     if missing:

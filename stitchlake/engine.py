@@ -15,12 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from stitchlake.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.badrows import BadRows, quarantine_rows
 from stitchlake.batch import Batch
 from stitchlake.concurrency.markers import create_marker
 from stitchlake.config import StreamSpec
-from stitchlake.events import LandingEvents, from_landing
-from stitchlake.io.landing import LandingFile
+from stitchlake.events import Input, LandingEvents, read_input
 from stitchlake.reader import READ_AHEAD_BYTES, bounded
 from stitchlake.timeline.metadata import DataFile
 from stitchlake.write import write_file_groups
@@ -65,8 +64,9 @@ class Engine(ABC):
         """
 
     @abstractmethod
-    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
-        """Read, validate and write landing files as log files of `instant` (one per touched file group).
+    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
+        """Read, validate and write landing files (or Kafka offset ranges) as log files of `instant` (one per
+        touched file group).
 
         Under `bad_rows: fail` a bad row or file raises InputRejected (the caller aborts the instant, which removes
         anything written); under `quarantine` they are set aside and reported.
@@ -92,11 +92,11 @@ class LocalEngine(Engine):
             ran = bounded(fn, items, weight, LOCAL_BYTES_IN_FLIGHT, LOCAL_THREADS, pool)
             return [result for _item, result in ran]
 
-    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
+    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
         mark = marker_for(table, instant)
         started = time.perf_counter()
         read: list[LandingEvents] = self.map(
-            lambda item: from_landing(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
+            lambda item: read_input(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
         )
         bad = BadRows()
         batches = []
@@ -106,8 +106,7 @@ class LocalEngine(Engine):
             if events.batch is not None:
                 bad.add_rows(events.batch.bad)
                 batches.append(events.batch)
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
+        bad.enforce(table.config.bad_rows)
         if not batches:
             return StreamWrite(bad=bad)
         batch = Batch.concat(batches)

@@ -1,8 +1,9 @@
-"""From a landing file to a stream's events: read, validate, and judge the whole file — once, for every engine.
+"""From a landing file or a Kafka offset range to a stream's events: read, validate, and judge the whole input —
+once, for every engine.
 
-The in-process engine calls `from_landing` in a thread per file; Spark tasks call it on the executors. Rows carry
-their position (file ordinal, row), so "a later row counts as the later arrival" holds across the files of one
-ingest whichever engine reads them.
+The in-process engine calls `read_input` in a thread per input; Spark tasks call it on the executors. Rows carry
+their position (file ordinal and row, or partition and offset), so "a later row counts as the later arrival" holds
+across the inputs of one ingest whichever engine reads them.
 """
 
 from __future__ import annotations
@@ -11,23 +12,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from stitchlake.badrows import QUARANTINE, file_rejection, quarantine_file
-from stitchlake.batch import Batch, prepare, required_columns
+from stitchlake.batch import REASON, ROW, SOURCE, Batch, prepare, required_columns
 from stitchlake.config import SourceFormat, StreamSpec
 from stitchlake.errors import InputRejected
+from stitchlake.io import kafka
 from stitchlake.io.landing import LandingFile, describe, positions, read_landing
 from stitchlake.storage import storage_for
-from stitchlake.timeline.metadata import QuarantinedFile
+from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
 
 
+#: What an ingest reads: landing files, or offset ranges of a Kafka topic's partitions.
+Input = LandingFile | OffsetRange
+
+
 @dataclass
 class LandingEvents:
-    """A landing file's events (good rows, and bad rows with their reasons), or why the whole file was set aside."""
+    """An input's events (good rows, and bad rows with their reasons), or why a whole landing file was set aside."""
 
-    file: LandingFile
+    file: Input
     batch: Batch | None = None
     rejected: QuarantinedFile | None = None
 
@@ -71,3 +81,55 @@ def from_landing(
             raw = None
         return LandingEvents(file, rejected=quarantine_file(table.storage, instant, file.name, raw, str(exc), mark))
     return LandingEvents(file, batch=batch)
+
+
+def read_input(
+    table: Table, stream: StreamSpec, item: Input, ordinal: int, instant: str, mark: Callable[[str], None]
+) -> LandingEvents:
+    """One input of an ingest, whichever kind it is."""
+    if isinstance(item, OffsetRange):
+        return from_kafka(table, stream, item)
+    return from_landing(table, stream, item, ordinal, instant, mark)
+
+
+def from_kafka(table: Table, stream: StreamSpec, chunk: OffsetRange) -> LandingEvents:
+    """Read and validate one partition's offset range. A value that does not decode is a bad row (its raw value,
+    topic, partition and offset kept), so `bad_rows` decides, as for any row; a range the topic no longer holds
+    is refused whole (InputRejected), whatever the policy: skipping it is `--reset-offsets`, said out loud."""
+    source = stream.source
+    assert source is not None and source.is_kafka
+    data, undecodable = kafka.decode(source, chunk, kafka.read_range(source, chunk))
+    fill = dict.fromkeys(wanted_columns(table, stream)) if source.value_format == "json" else {}
+    fill.update(table.late_columns(stream.name))
+    origin = f"Kafka topic {chunk.topic} partition {chunk.partition}"
+    if data.num_rows:
+        positions_ = kafka.positions(chunk, data.column(kafka.OFFSET))
+        batch = prepare(table.config, stream, data, source=origin, pos=positions_, fill=fill)
+    else:  # nothing, or only values that did not decode
+        batch = Batch(rows=_empty(table, stream), pos=np.zeros(0, np.int64), deleted=np.zeros(0, bool))
+    bad = batch.bad
+    if bad is not None and bad.num_rows:  # a bad row is named by its offset, not by its place in this read
+        bad = bad.set_column(bad.schema.get_field_index(ROW), ROW, pc.cast(bad.column(kafka.OFFSET), pa.int64()))
+    if undecodable.num_rows:
+        rows = pa.table(
+            {
+                kafka.TOPIC: undecodable.column(kafka.TOPIC),
+                kafka.PARTITION: pc.cast(undecodable.column(kafka.PARTITION), pa.string()),
+                kafka.OFFSET: pc.cast(undecodable.column(kafka.OFFSET), pa.string()),
+                kafka.VALUE: undecodable.column(kafka.VALUE),
+                REASON: undecodable.column("reason"),
+                SOURCE: pa.array([origin] * undecodable.num_rows, pa.string()),
+                ROW: undecodable.column(kafka.OFFSET),
+            }
+        )
+        bad = rows if bad is None or not bad.num_rows else pa.concat_tables([bad, rows], promote_options="permissive")
+    batch.bad = bad
+    return LandingEvents(chunk, batch=batch)
+
+
+def _empty(table: Table, stream: StreamSpec) -> pa.Table:
+    """No rows, in the stream's table types (a range whose records were all undecodable)."""
+    from stitchlake.types import arrow_type
+
+    columns = required_columns(table.config, stream)
+    return pa.table({c.name: pa.array([], arrow_type(c.type)) for c in columns})

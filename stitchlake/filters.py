@@ -75,7 +75,12 @@ class Pruning:
     """What a filter lets us skip before reading, and what must still be checked row by row."""
 
     partition_conditions: tuple[Condition, ...] = ()
-    file_groups: set[str] | None = None
+    #: The keys an equality on every key column names (None: any): they prune file groups to their buckets, under
+    #: the bucket count of each partition at the read's time (a rescale changes it).
+    bucket_keys: tuple[tuple[Any, ...], ...] | None = None
+    key_types: tuple[pa.DataType, ...] = ()
+    #: The only (partition, file group) pairs to read, if the reader was handed them (a Spark task's share).
+    only: frozenset[tuple[str, str]] | None = None
     rows: pc.Expression | None = None
     #: Columns the row filter needs (None: possibly any, for an opaque expression).
     row_columns: tuple[str, ...] | None = ()
@@ -84,6 +89,28 @@ class Pruning:
     #: The part of `rows` on stream columns (null on a deleted row).
     values: pc.Expression | None = None
     partition_types: dict[str, str] = field(default_factory=dict)
+    _groups: dict[int, set[str]] = field(default_factory=dict, compare=False, repr=False)
+
+    def file_groups(self, buckets: int) -> set[str] | None:
+        """The file groups the key equalities leave, with `buckets` buckets (None: no pruning by key)."""
+        if self.bucket_keys is None:
+            return None
+        found = self._groups.get(buckets)
+        if found is None:
+            types = list(self.key_types)
+            found = self._groups[buckets] = {
+                file_group_id(bucket_for_values(list(key), types, buckets)) for key in self.bucket_keys
+            }
+        return found
+
+    def allows(self, key: tuple[str, str], buckets: int) -> bool:
+        """Whether file group `key` (partition, id) may hold matching rows when its partition has `buckets`."""
+        if self.only is not None and key not in self.only:
+            return False
+        if not self.matches_partition(key[0]):
+            return False
+        groups = self.file_groups(buckets)
+        return groups is None or key[1] in groups
 
     def matches_partition(self, path: str) -> bool:
         if not self.partition_conditions:
@@ -154,16 +181,15 @@ def prune(config: TableConfig, where: Filter) -> Pruning:
     partition_names = set(config.table.partition_names)
     common = {c.name for c in config.common_columns}
     equal = {c.column: list(c.values) for c in found if c.op == "="}
-    groups = None
+    combos = None
     if all(name in equal for name in config.table.key_names):
-        key_kinds = [arrow_type(c.type) for c in config.table.key]
-        combos = itertools.product(*(equal[n] for n in config.table.key_names))
-        groups = {file_group_id(bucket_for_values(list(c), key_kinds, config.table.buckets)) for c in combos}
+        combos = tuple(itertools.product(*(equal[n] for n in config.table.key_names)))
     on_keys = _conjunction([c.expression(kinds[c.column]) for c in found if c.column in common])
     on_values = _conjunction([c.expression(kinds[c.column]) for c in found if c.column not in common])
     return Pruning(
         partition_conditions=tuple(c for c in found if c.column in partition_names),
-        file_groups=groups,
+        bucket_keys=combos,
+        key_types=tuple(arrow_type(c.type) for c in config.table.key),
         rows=_conjunction([e for e in (on_keys, on_values) if e is not None]),
         row_columns=tuple(dict.fromkeys(c.column for c in found)),
         keys=on_keys,

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from math import gcd
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -25,13 +26,14 @@ from stitchlake.errors import DataFileMissing, HistoryMoved, StitchError, UsageE
 from stitchlake.filters import Condition, Filter, Pruning, parse_conditions, prune
 from stitchlake.io.datafiles import read_parquet, read_table_file
 from stitchlake.io.schemas import base_schema, evolve, key_schema, log_schema, table_schema
+from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
-from stitchlake.layout.names import BASE
+from stitchlake.layout.names import BASE, file_group_id
 from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.timeline.clock import parse_user_time
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import EraseCommit, UndoPlan
+from stitchlake.timeline.metadata import IN_CHANGE_FEED, EraseCommit, UndoPlan
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import undoes_history
@@ -84,10 +86,13 @@ def plan_slices(
     as_of: str | None,
     pruning: Pruning,
 ) -> list[FileSlice]:
+    """The slices a read as of `as_of` merges, of the partitions and file groups `pruning` allows (a key's file
+    group under its partition's bucket count then: a rescale changes it)."""
+    layout = view.layout(as_of) if pruning.bucket_keys is not None else None
     keys = [
         key
         for key in view.file_groups()
-        if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
+        if pruning.allows(key, layout.buckets(key[0]) if layout is not None else config.table.buckets)
     ]
     return view.latest_slices(as_of, file_groups=keys)
 
@@ -548,7 +553,7 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
                 f"the range contains rollback {instant.requested} of a completed commit, which rewrote history; "
                 "read changes from after it instead"
             )
-    return [i for i in span if i.action in (Action.DELTACOMMIT, Action.ERASE)]
+    return [i for i in span if i.action in IN_CHANGE_FEED]
 
 
 def _undoes_commits(plan: object) -> bool:
@@ -556,32 +561,34 @@ def _undoes_commits(plan: object) -> bool:
 
 
 def _touched_keys(
-    table: Table, timeline: Timeline, instants: list[Any], wanted_groups: set[tuple[str, str]] | None
-) -> dict[tuple[str, str], list[pa.Table]]:
-    """Key columns each file group received from the instants in the range, each with the commit's completion
-    time and stream (`COMMIT_TIME`, `STREAMS`)."""
+    table: Table, timeline: Timeline, view: FileSystemView, instants: list[Any], wanted: Callable[[str, str, int], bool]
+) -> dict[str, list[pa.Table]]:
+    """Key columns each partition received from the instants in the range, each with the commit's completion time
+    and stream (`COMMIT_TIME`, `STREAMS`). A file group's keys are read only if `wanted(partition, file group, its
+    bucket count then)` says they may be asked for."""
     config = table.config
     common = _common(config)
-    out: dict[tuple[str, str], list[pa.Table]] = {}
+    out: dict[str, list[pa.Table]] = {}
 
-    def add(group: tuple[str, str], keys: pa.Table, instant: Any, stream: str) -> None:
+    def add(partition: str, keys: pa.Table, instant: Any, stream: str) -> None:
         rows = keys.num_rows
         keys = keys.append_column(COMMIT_TIME, pa.array([instant.completed] * rows, pa.string()))
-        out.setdefault(group, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
+        out.setdefault(partition, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
 
     for instant in instants:
         commit = timeline.commit(instant)
+        layout = view.layout(instant.completed)  # the count its files were routed with (writers are fenced)
         if isinstance(commit, EraseCommit):
-            for key, keys in erased_keys(table, commit).items():
-                if wanted_groups is None or key in wanted_groups:
-                    add(key, keys, instant, ERASE_LABEL)
+            for (partition, group), keys in erased_keys(table, commit).items():
+                if wanted(partition, group, layout.buckets(partition)):
+                    add(partition, keys, instant, ERASE_LABEL)
             continue
         stream = getattr(commit, "stream", None) or ""
         for entry in commit.added_files:
-            if wanted_groups is not None and entry.group not in wanted_groups:
+            if not wanted(entry.partition, entry.file_group, entry.buckets or layout.buckets(entry.partition)):
                 continue
             add(
-                entry.group,
+                entry.partition,
                 read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum),
                 instant,
                 stream,
@@ -644,21 +651,49 @@ def change_parts(
         until = latest.completed if latest else None
     if until is None:
         return
-    groups = {
-        key
-        for key in view.file_groups()
-        if pruning.matches_partition(key[0]) and (pruning.file_groups is None or key[1] in pruning.file_groups)
-    }
-    touched = _touched_keys(table, timeline, changed_instants(timeline, since, until), groups)
+    after_layout = view.layout(until)
+    before_layout = view.layout(since) if since else None
+
+    def allowed(partition: str) -> set[int] | None:
+        """The file groups (ids under the count as of `until`) of a partition the read may return keys of."""
+        ids = pruning.file_groups(after_layout.buckets(partition))
+        found = None if ids is None else {int(i) for i in ids}
+        if pruning.only is not None:
+            handed = {int(group) for place, group in pruning.only if place == partition}
+            found = handed if found is None else found & handed
+        return found
+
+    def may_hold(partition: str, group: str, buckets: int) -> bool:
+        """Whether a file group laid out by `buckets` may hold keys of an allowed group as of `until`: a key in
+        group i of b buckets is in group j of n only if i = j modulo gcd(b, n)."""
+        if not pruning.matches_partition(partition):
+            return False
+        ids = allowed(partition)
+        if ids is None:
+            return True
+        step = gcd(buckets, after_layout.buckets(partition))
+        return any(int(group) % step == j % step for j in ids)
+
+    touched = _touched_keys(table, timeline, view, changed_instants(timeline, since, until), may_hold)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
-    for key, keys in sorted(touched.items()):
-        carried = pa.concat_tables(keys)
-        candidates = carried.select(common).group_by(common).aggregate([])
-        after = _state(table, view, key, until, every, candidates)
-        before = _state(table, view, key, since, every, candidates) if since else _empty(config, every)
-        changed = _diff(config, before, after, common, every, before_images)
-        changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
-        yield changes.select([*wanted, *CHANGE_COLUMNS])
+    for partition, keys in sorted(touched.items()):
+        carried_all = pa.concat_tables(keys)
+        groups = _groups_of(config, carried_all, after_layout.buckets(partition))
+        ids = allowed(partition)
+        for group in np.unique(groups):
+            if ids is not None and int(group) not in ids:
+                continue
+            carried = carried_all.filter(pa.array(groups == group))
+            candidates = carried.select(common).group_by(common).aggregate([])
+            after = _state(table, view, (partition, file_group_id(int(group))), until, every, candidates)
+            before = (
+                _before(table, view, partition, since, every, candidates, before_layout.buckets(partition))
+                if since and before_layout is not None
+                else _empty(config, every)
+            )
+            changed = _diff(config, before, after, common, every, before_images)
+            changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
+            yield changes.select([*wanted, *CHANGE_COLUMNS])
 
 
 def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:
@@ -723,6 +758,32 @@ def _evaluate(rows: pa.Table, expression: Any) -> np.ndarray:
     out = np.zeros(rows.num_rows, dtype=bool)
     out[matched] = True
     return out
+
+
+def _groups_of(config: TableConfig, keys: pa.Table, buckets: int) -> np.ndarray:
+    """Each row's file group number with `buckets` buckets."""
+    return bucket_of([keys.column(n) for n in config.table.key_names], buckets)
+
+
+def _before(
+    table: Table,
+    view: FileSystemView,
+    partition: str,
+    since: str,
+    columns: list[str],
+    candidates: pa.Table,
+    buckets: int,
+) -> pa.Table:
+    """The candidates' rows as of `since`, from the file groups they had then (a rescale in the range moved them)."""
+    groups = _groups_of(table.config, candidates, buckets)
+    found = [
+        _state(
+            table, view, (partition, file_group_id(int(g))), since, columns, candidates.filter(pa.array(groups == g))
+        )
+        for g in np.unique(groups)
+    ]
+    found = [f for f in found if f.num_rows]
+    return pa.concat_tables(found) if found else _empty(table.config, columns)
 
 
 def _state(

@@ -24,12 +24,13 @@ from stitchlake.config.evolution import changes, names_ever_used, same_schema, s
 from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
-from stitchlake.storage.registry import scheme_of
+from stitchlake.storage.registry import absolute
 
 if TYPE_CHECKING:
     from stitchlake.concurrency.lock import TableLock
     from stitchlake.layout.fsview import FileSystemView
-    from stitchlake.timeline.archive import SchemaVersion
+    from stitchlake.layout.rescales import BucketLayout
+    from stitchlake.timeline.archive import RescaleRecord, SchemaVersion
     from stitchlake.timeline.timeline import Timeline
 
 
@@ -48,6 +49,7 @@ class Table:
         self._versions: dict[int, TableConfig] = {}
         self._history: list[SchemaVersion] = []
         self._origins: dict[str, tuple[int, Any]] | None = None
+        self._routing: BucketLayout | None = None
 
     def __repr__(self) -> str:
         return f"Table({self.config.table.name!r} at {self.config.table.path!r})"
@@ -93,34 +95,86 @@ class Table:
         return history(timeline or self.timeline(), schema_of(self.properties), load_checkpoint(self.storage))
 
     def config_for(self, version: SchemaVersion) -> TableConfig:
-        """This table's runtime settings with the columns and streams of one schema version."""
+        """This table's runtime settings with the columns and streams of one schema version (and, once `require`
+        has seen the timeline, the table's bucket count now: a rescale changes it, not an alter)."""
         found = self._versions.get(version.version)
         if found is None:
+            properties = version.properties
+            if self._routing is not None:
+                properties = {**properties, "buckets": self._routing.default}
             found = self._versions[version.version] = in_stored_order(
-                with_schema(self.config, version.properties), version.properties
+                with_schema(self.config, properties), version.properties
             )
         return found
+
+    @property
+    def base_buckets(self) -> int:
+        """The bucket count the table was created with (`table.json`); rescales change it (`layout`)."""
+        return int(self.properties.get("buckets", self.config.table.buckets))
+
+    def layout(self, timeline: Timeline | None = None) -> BucketLayout:
+        """The bucket count of each partition now, from the timeline (`layout.rescales`)."""
+        from stitchlake.layout.rescales import layout_at, records
+        from stitchlake.timeline.archive import load_checkpoint
+
+        return layout_at(self.base_buckets, records(timeline or self.timeline(), load_checkpoint(self.storage)))
+
+    @property
+    def routing(self) -> BucketLayout:
+        """The layout this process routes new files with, read by `require` (each file records its partition's
+        count, and a deltacommit publishes only while that is still the count: DESIGN §6)."""
+        if self._routing is None:
+            self._routing = self.layout()
+        return self._routing
+
+    def follow_buckets(self, buckets: int | None = None) -> None:
+        """Give this handle's config the table's bucket count now (or `buckets`), when this process changed it (a
+        rescale, a restore that undid one) and must go on working, e.g. to publish. Its YAML file keeps the old
+        count, and commands started from it refuse until it says the new one."""
+        count = self.layout().default if buckets is None else buckets
+        if count != self.config.table.buckets:
+            table = self.config.table.model_copy(update={"buckets": count})
+            self.config = self.config.model_copy(update={"table": table})
 
     def require(self) -> None:
         """Refuse to work on a missing table, or with a config behind, ahead of or contradicting its schema.
 
-        A table opened from its folder (no YAML) takes the current schema as it is.
+        A table opened from its folder (no YAML) takes the current schema as it is. The config's `buckets` must be
+        the table's count now: `stitch rescale` changes it, and then the YAML must say so.
         """
-        versions = self.schema_history()
+        from stitchlake.layout.rescales import layout_at, records
+        from stitchlake.timeline.archive import load_checkpoint
+        from stitchlake.timeline.schemas import history
+
+        timeline = self.timeline()
+        checkpoint = load_checkpoint(self.storage)
+        versions = history(timeline, schema_of(self.properties), checkpoint)
+        rescales = records(timeline, checkpoint)
+        routing = layout_at(self.base_buckets, rescales)
         current = versions[-1]
         proposed = schema_properties(self.config)
         where = self.config.source_file or "config"
         if self.config.source_file is None or self.config.source_file.endswith(TABLE_JSON):
-            proposed = schema_of(current.properties)  # opened from the table itself: its schema is the truth
-        if not same_schema(schema_of(current.properties), proposed):
+            proposed = {**schema_of(current.properties), "buckets": routing.default}  # the table itself is the truth
+
+        def schema(version: SchemaVersion) -> dict[str, Any]:
+            return {**schema_of(version.properties), "buckets": routing.default}
+
+        if proposed.get("buckets") != routing.default and same_schema(
+            schema(current), {**proposed, "buckets": routing.default}
+        ):
+            # Only the count differs: say which count is right now, and what changes it (with other differences,
+            # the listing below names this one among them).
+            raise ConfigError(_buckets_differ(where, self.path, int(proposed.get("buckets", 0)), routing, rescales))
+        if not same_schema(schema(current), proposed):
             for older in reversed(versions[:-1]):
-                if same_schema(schema_of(older.properties), proposed):
+                if same_schema(schema(older), proposed):
                     raise ConfigError(
                         f"{where} describes schema version {older.version} of the table at {self.path}, which "
                         f"is at version {current.version} now (altered at {current.since}); nothing was done. "
                         "Deploy the config that matches the table (the one `stitch alter` applied)"
                     )
-            found = changes(schema_of(current.properties), proposed, names_ever_used(v.properties for v in versions))
+            found = changes(schema(current), proposed, names_ever_used(v.properties for v in versions))
             if all(change.allowed for change in found):
                 raise ConfigError(
                     f"{where} is ahead of the table at {self.path} (schema version {current.version}); run "
@@ -133,6 +187,7 @@ class Table:
         self._versions.clear()
         self._history = versions
         self._origins = None
+        self._routing = routing
         self.config = self.config_for(current)
         self.schema_version = current.version
 
@@ -230,18 +285,13 @@ class Table:
 
     def lock(self) -> TableLock:
         """The table lock (short critical sections only; see `transaction`)."""
-        from stitchlake.concurrency.providers import make_lock
+        from stitchlake.concurrency.providers import LockRequest, make_lock
 
         spec = self.config.concurrency.lock
-        return make_lock(
-            self.storage,
-            provider=spec.provider,
-            wait_s=spec.wait_s,
-            expire_s=spec.expire_s,
-            hosts=spec.hosts,
-            zk_path=spec.zk_path,
-            table_id=self.table_id,
+        request = LockRequest(
+            wait_s=spec.wait_s, expire_s=spec.expire_s, hosts=spec.hosts, zk_path=spec.zk_path, table_id=self.table_id
         )
+        return make_lock(self.storage, spec.provider, request)
 
     def timeline(self) -> Timeline:
         from stitchlake.timeline.timeline import Timeline
@@ -253,7 +303,19 @@ class Table:
         from stitchlake.timeline.archive import load_checkpoint
 
         timeline = timeline or self.timeline()
-        return FileSystemView.build(timeline, load_checkpoint(self.storage))
+        return FileSystemView.build(timeline, load_checkpoint(self.storage), self.base_buckets)
+
+
+def _buckets_differ(where: str, path: str, said: int, layout: BucketLayout, rescales: list[RescaleRecord]) -> str:
+    """A config whose `buckets` is not the table's count: which count is right, and what changes it."""
+    whole = [r for r in rescales if r.whole_table]
+    since = f" since rescale {whole[-1].requested}" if whole else ""
+    return (
+        f"{where} contradicts the table at {path}: table.buckets: table has {layout.default}, config says {said} "
+        f"(the table has {layout.default} buckets per partition{since}); nothing was done. Set "
+        f"`buckets: {layout.default}` in the config, or rescale the table to {said} "
+        f"(`stitch rescale -c {where} --buckets {said}` rewrites its file groups; `stitch alter` cannot)"
+    )
 
 
 def _lost_properties(path: str) -> str:
@@ -289,7 +351,7 @@ def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Tabl
     path = Path(target)
     if path.is_file():
         return cls(load_config(path))
-    location = str(target) if scheme_of(str(target)) else str(Path(target).resolve())
+    location = absolute(str(target))
     storage = storage_for(location)
     try:
         properties = parse_properties(storage.read_bytes(TABLE_JSON), storage.describe(TABLE_JSON))

@@ -24,7 +24,17 @@ from stitchlake.config import ConcurrencyMode
 from stitchlake.errors import BusyError, ConflictError, CorruptFileError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
-from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, Plan, UndoPlan, WriterInfo, kind_of
+from stitchlake.timeline.metadata import (
+    Commit,
+    DataFile,
+    DeltaCommit,
+    DeltaCommitPlan,
+    Plan,
+    RescalePlan,
+    UndoPlan,
+    WriterInfo,
+    kind_of,
+)
 from stitchlake.timeline.timeline import (
     Timeline,
     decode_metadata,
@@ -74,6 +84,7 @@ class Transaction:
         self.started = time.time()
         #: A check for whoever publishes through a helper that takes none (ingest's exactly-once check).
         self.conflict_check: ConflictCheck | None = None
+        self.aborted = False
 
     @property
     def time(self) -> str:
@@ -129,12 +140,15 @@ class Transaction:
             assert isinstance(body, DeltaCommitPlan), "only a deltacommit claims a stream"
             body = replace(body, stream=exclusive_stream)
         instant: Instant | None = None
+        requested_here: Instant | None = None
         beat: Heartbeat | None = None
         try:
             with table.lock() as lock:
                 timeline = Timeline.load(storage)
                 if action != Action.ROLLBACK:
                     refuse_while_undoing(timeline, PLANNING.get(action, f"begin a {action}"))
+                if action == Action.DELTACOMMIT:
+                    refuse_while_rescaling(timeline)
                 if exclusive_stream:
                     refuse_if_stream_busy(table, timeline, exclusive_stream)
                 if busy_check is not None:
@@ -146,6 +160,7 @@ class Transaction:
                         return None
                     body = planned
                 body = replace(body, writer=writer_info())
+                requested_here = Instant(requested, action, State.REQUESTED)
                 # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
                 instant = write_requested(storage, requested, action, body, ready=lock.fence)
                 # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the
@@ -161,6 +176,10 @@ class Transaction:
         except BaseException:
             # Interrupted (SIGTERM, Ctrl-C) or failed before the caller holds a handle that could abort: nothing
             # was written but the instant itself, so take it back now rather than leave it pending for recovery.
+            # A signal can land inside the create, after the file exists but before `write_requested` returns it:
+            # then the file on the timeline is what says whether it is ours (its writer record is this run's).
+            if instant is None:
+                instant = _created_by(storage, requested_here, body)
             if instant is not None:
                 _take_back(storage, instant, beat)
             raise
@@ -245,6 +264,8 @@ class Transaction:
                         "it chose (e.g. the landing files it took) may no longer follow the table's history; nothing "
                         "was published — run again"
                     )
+            if isinstance(metadata, DeltaCommit):
+                refuse_if_rescaled(self.table, timeline, self.time, metadata.added)
             if isinstance(metadata, DeltaCommit) and self.table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:
                 footprint = conflicts.DEFAULT_RULE.footprint(conflicts.groups_of(metadata.added))
                 conflicts.check_completed_and_planned(timeline, self.time, metadata.stream or "", footprint)
@@ -318,6 +339,9 @@ class Transaction:
         Never after the publish: a failure that comes later (tidying, an interrupt) leaves the commit standing.
         """
         storage = self.table.storage
+        if self.aborted:  # an interrupted caller and the code it called may both undo it
+            return
+        self.aborted = True
         if self.instant.is_completed:
             log.warning("instant %s was already published; not aborting it", self.time)
             self._finish(delete_markers_too=False)
@@ -363,7 +387,7 @@ def inflight_attempt(table: Table, instant: Instant) -> str | None:
 
 
 #: What an action that plans on history is refused while a restore or rollback undoes it ("nothing can ...").
-PLANNING = {
+PLANNING: dict[str, str] = {
     Action.DELTACOMMIT: "ingest or write",
     Action.COMPACTION: "schedule a compaction",
     Action.ERASE: "erase",
@@ -372,6 +396,7 @@ PLANNING = {
     Action.CLEAN: "clean",
     Action.ALTER: "alter the table",
     Action.PUBLISH: "publish the table",
+    Action.RESCALE: "rescale the table",
 }
 
 
@@ -413,6 +438,61 @@ def undone_by(timeline: Timeline, requested: str) -> str | None:
     return None
 
 
+def pending_rescales(timeline: Timeline) -> list[tuple[Instant, RescalePlan]]:
+    """Rescales requested and not completed, with their plans."""
+    out = []
+    for instant in timeline.pending([Action.RESCALE]):
+        plan = timeline.plan(instant)
+        if isinstance(plan, RescalePlan):
+            out.append((instant, plan))
+    return out
+
+
+def refuse_while_rescaling(timeline: Timeline) -> None:
+    """A write begun while a whole-table rescale runs could only be refused at its publish: refuse it now (exit 4).
+
+    (A rescale of named partitions refuses only the writes that touch them, at their publish.)
+    """
+    for instant, plan in pending_rescales(timeline):
+        if plan.whole_table:
+            raise BusyError(
+                f"rescale {instant.requested} is rewriting every partition into {plan.buckets} buckets, so nothing "
+                "can be written right now (writers are fenced until it completes); run again when it has finished "
+                "(if its process died, `stitch rescale --resume` finishes it)"
+            )
+
+
+def refuse_if_rescaled(table: Table, timeline: Timeline, requested: str, files: tuple[DataFile, ...]) -> None:
+    """A deltacommit publishes only into partitions laid out as it routed them (DESIGN §6, rescale): refused (exit
+    4, nothing published; the next run routes by the new count) while a rescale of one of its partitions is pending,
+    or when one completed meanwhile, so the partition's count is no longer the one its files were written with.
+
+    Its logs would otherwise complete after the rescale's cut under file group ids of the old count, where reads of
+    the new layout would look for other keys. Each file records the count it was routed with (`DataFile.buckets`).
+    """
+    partitions = {f.partition for f in files}
+    if not partitions:
+        return
+    for instant, plan in pending_rescales(timeline):
+        touched = sorted(partitions if plan.whole_table else partitions & set(plan.partitions))
+        if touched:
+            raise BusyError(
+                f"rescale {instant.requested} is rewriting partition {touched[0] or '(unpartitioned)'} into "
+                f"{plan.buckets} buckets while instant {requested} wrote it; nothing was published — run again when "
+                "the rescale has finished (writers of the old layout are fenced)"
+            )
+    if not any(f.buckets for f in files):
+        return
+    layout = table.layout(timeline)
+    for item in files:
+        if item.buckets and item.buckets != layout.buckets(item.partition):
+            raise BusyError(
+                f"partition {item.partition or '(unpartitioned)'} was rescaled to {layout.buckets(item.partition)} "
+                f"buckets while instant {requested} wrote it with {item.buckets}; nothing was published — run again "
+                "(the next run routes by the new count)"
+            )
+
+
 def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:
     """Whether a pending instant's heartbeat is still fresh."""
     expire = table.config.concurrency.heartbeat.expire_s
@@ -434,6 +514,21 @@ def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None
             f"(host {writer.host}, pid {writer.pid if writer.pid is not None else '?'}); its heartbeat is alive, "
             "so this run stops here instead of ingesting twice — run again after it finishes"
         )
+
+
+def _created_by(storage: Storage, requested: Instant | None, body: Plan) -> Instant | None:
+    """`requested` if its requested file exists and was written by this run (its writer record is `body`'s:
+    host, pid and start time), else None. Another run may have drawn the same time after our lease lapsed."""
+    if requested is None:
+        return None
+    try:
+        current = Timeline.load(storage)
+        if current.get(requested.requested) is None:
+            return None
+        return requested if current.plan(requested).writer == body.writer else None
+    except Exception:  # cannot tell: leave it to the lazy rollback of dead writers' instants
+        log.exception("could not tell whether instant %s is ours to take back", requested.requested)
+        return None
 
 
 def _take_back(storage: Storage, instant: Instant, beat: Heartbeat | None) -> None:

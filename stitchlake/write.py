@@ -7,7 +7,7 @@ batch; each Spark task calls it with its share. Nothing here takes the table loc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.badrows import BadRows, quarantine_rows
 from stitchlake.batch import Batch, prepare
 from stitchlake.concurrency import conflicts
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.config import ConcurrencyMode, StreamSpec, TableConfig
 from stitchlake.io.datafiles import write_table_file
-from stitchlake.layout.bucket import bucket_of
+from stitchlake.layout.bucket import stable_hash
 from stitchlake.layout.names import LOG, file_group_id, join, log_name
 from stitchlake.layout.partition import partition_path
+from stitchlake.layout.rescales import BucketLayout
 from stitchlake.merge.keys import key_index
 from stitchlake.merge.rules import events, merge
 from stitchlake.merge.stitch import to_log
@@ -58,17 +59,26 @@ class WriteResult:
         return sum(f.bytes for f in self.files)
 
 
-def route(config: TableConfig, rows: pa.Table) -> list[tuple[str, str, np.ndarray]]:
-    """Group row indices by (partition path, file group id), in a deterministic order."""
+def route(config: TableConfig, rows: pa.Table, layout: BucketLayout | None = None) -> list[tuple[str, str, np.ndarray]]:
+    """Group row indices by (partition path, file group id), in a deterministic order.
+
+    Each partition's keys go to `stable_hash(key) mod` its bucket count in `layout` (the table's `buckets` when
+    none is given: a table never rescaled).
+    """
     if rows.num_rows == 0:
         return []
-    buckets = bucket_of([rows.column(n) for n in config.table.key_names], config.table.buckets)
+    hashes = stable_hash([rows.column(n) for n in config.table.key_names])
     names = config.table.partition_names
+    layout = layout or BucketLayout(config.table.buckets)
     if names:
         parts = key_index([rows.column(n) for n in names])
-        code = parts.ids * config.table.buckets + buckets
+        paths = [partition_path(names, tuple(rows.column(n)[int(i)].as_py() for n in names)) for i in parts.first]
+        counts = np.array([layout.buckets(path) for path in paths], dtype=np.uint64)
+        buckets = (hashes % counts[parts.ids]).astype(np.int64)
+        code = parts.ids * int(counts.max()) + buckets
     else:
-        parts = None
+        paths = [""]
+        buckets = (hashes % np.uint64(layout.buckets(""))).astype(np.int64)
         code = buckets
     order = np.argsort(code, kind="stable")
     sorted_code = code[order]
@@ -78,9 +88,8 @@ def route(config: TableConfig, rows: pa.Table) -> list[tuple[str, str, np.ndarra
     for start, end in zip(starts, ends, strict=True):
         members = order[start:end]
         first = int(members[0])
-        values = tuple(rows.column(n)[first].as_py() for n in names)
-        bucket = int(buckets[first])
-        out.append((partition_path(names, values) if parts is not None else "", file_group_id(bucket), members))
+        part = int(parts.ids[first]) if names else 0
+        out.append((paths[part], file_group_id(int(buckets[first])), members))
     return out
 
 
@@ -126,7 +135,10 @@ def write_file_group(
     path = join(partition, log_name(file_group, instant, config.table.log_format))
     mark(path)
     written = write_table_file(table.storage, path, rows, config.table.log_format)
-    return DataFile(path, partition, file_group, LOG, stream.name, rows.num_rows, written.size, written.checksum)
+    routed = table.routing.buckets(partition)  # what `route` used: the same layout, travelling with the table
+    return DataFile(
+        path, partition, file_group, LOG, stream.name, rows.num_rows, written.size, written.checksum, buckets=routed
+    )
 
 
 def before_writing(table: Table, stream: StreamSpec, instant: str, groups: list[tuple[str, str]]) -> None:
@@ -159,12 +171,39 @@ def write_file_groups(
         rows = Batch(batch.rows.take(pa.array(members)), batch.pos[members], batch.deleted[members])
         return write_file_group(table, stream, partition, file_group, rows, instant, mark)
 
-    groups = route(table.config, batch.rows)
+    groups = route(table.config, batch.rows, table.routing)
     before_writing(table, stream, instant, [(partition, file_group) for partition, file_group, _ in groups])
     if len(groups) <= 1:
         return [write_one(g) for g in groups]
     with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(groups))) as pool:
         return list(pool.map(write_one, groups))
+
+
+def deltacommit(
+    table: Table,
+    stream: str,
+    instant: str,
+    files: Sequence[DataFile],
+    rows: int,
+    bad: BadRows,
+    engine: str,
+    **fields: Any,
+) -> DeltaCommit:
+    """The commit of one write of `stream`: its files, rows and bad rows, and the quarantine folder when anything was
+    set aside (bad rows, or whole landing files that could not be read). `fields` are the source's own (landing
+    files read, Kafka offsets, a micro-batch, ...). Every writer builds its commit here."""
+    return DeltaCommit(
+        schema_version=table.schema_version,
+        stream=stream,
+        added=tuple(files),
+        rows=rows,
+        bad_rows=bad.count,
+        quarantine=quarantine_folder(instant) if (bad.files or bad.rejected) else None,
+        quarantine_files=tuple(bad.files),
+        quarantined_files=tuple(bad.rejected),
+        engine=engine,
+        **fields,
+    )
 
 
 def write(
@@ -197,8 +236,7 @@ def write(
         )
         bad = BadRows()
         bad.add_rows(batch.bad)
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
+        bad.enforce(table.config.bad_rows)
         if bad:
             bad.files.append(quarantine_rows(table.storage, txn.time, batch.bad, "api", txn.mark))
         files = write_file_groups(table, stream, batch, txn.time, txn.mark)

@@ -4,4 +4,4 @@ session."""
 
 from __future__ import annotations
 
-pytest_plugins = ["zookeeper_server", "spark_fixtures", "s3_server", "spark_cluster", "trino_server"]
+pytest_plugins = ["zookeeper_server", "spark_fixtures", "s3_server", "spark_cluster", "trino_server", "kafka_server"]

@@ -35,7 +35,8 @@ def spark() -> Iterator[Any]:
     """One in-process Spark session for the whole run, with the stitchlake data source registered."""
     from pyspark.sql import SparkSession
 
-    from stitchlake.spark.session import DEFAULT_CONF, register
+    from stitchlake.jobs.spark_conf import DEFAULT_CONF
+    from stitchlake.spark.session import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master("local[1]").appName("stitchlake-tests")
@@ -86,10 +87,10 @@ def write_config(
 
 def stitch(*args: str) -> list[str]:
     """argv of the `stitch` CLI in this environment."""
-    return [sys.executable, "-m", "cli.app", *args]
+    return [sys.executable, "-m", "stitchlake", *args]
 
 
-def run_stitch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_stitch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run(stitch(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -116,7 +117,7 @@ def descendants(pid: int) -> list[int]:
 
 def alive(pids: list[int]) -> list[int]:
     """The processes of `pids` that still run (the launcher's own test of it)."""
-    from stitchlake.spark.launcher import still_running
+    from stitchlake.concurrency.processes import still_running
 
     return still_running(pids)
 
@@ -126,4 +127,15 @@ def kill_tree(process: subprocess.Popen[Any]) -> None:
     for pid in [process.pid, *descendants(process.pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    process.wait(timeout=30)
+    process.wait(timeout=120)
+
+
+@contextlib.contextmanager
+def ended(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """`process` for the body of a `with`; on the way out, however the test went, SIGKILL it and every process
+    below it (its JVM, its Python workers) if it still runs, so a failed test leaves nothing running."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            kill_tree(process)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +101,47 @@ def instant_at(table: Any, requested: str) -> Instant:
     found: Instant | None = table.timeline().get(requested)
     assert found is not None, f"no instant {requested} on the timeline"
     return found
+
+
+# ------------------------------------------------------------------------------- pausing a process mid-instant
+
+
+def lock_holder_pid(table: Table) -> int | None:
+    """The pid holding the table lock right now, if any (read from the lock files, as an operator would; a
+    generation released and tidied while we look means nobody holds that one)."""
+    folder = Path(table.path) / ".stitch" / "locks"
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    generations = [n for n in names if not n.endswith(".released")]
+    if not generations or f"{generations[-1]}.released" in names:
+        return None
+    try:
+        record = json.loads((folder / generations[-1]).read_text())
+    except FileNotFoundError:
+        return None
+    return None if record["expires_at"] <= time.time() else int(record["pid"])
+
+
+def pause_when_inflight(table: Table, process: subprocess.Popen[Any], action: str, limit_s: float = 600) -> Instant:
+    """SIGSTOP `process` once its `action` instant is inflight (past the lock, doing its work): the moment a race
+    needs it held, made certain instead of hoped for. Stopped while it held the table lock (a busy machine can
+    stretch that moment), it is let go and stopped again a moment later. The limit only turns a hang into a
+    failure."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        pending = table.timeline().pending([action])
+        if pending and pending[0].state.label == "inflight":
+            instant = pending[0]
+            break
+        assert process.poll() is None, f"the {action} ended (exit {process.returncode}) before it was inflight"
+        assert time.monotonic() < deadline, f"gave up waiting for an inflight {action}"
+        time.sleep(0.001)
+    for _attempt in range(1000):
+        os.kill(process.pid, signal.SIGSTOP)
+        assert process.poll() is None, f"the {action} finished before it could be paused"
+        current = table.timeline().get(instant.requested)
+        assert current is not None and not current.is_completed, f"the {action} published before it could be paused"
+        if lock_holder_pid(table) != process.pid:
+            return instant
+        os.kill(process.pid, signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError(f"the {action} held the table lock at every pause; the race is not the one meant")

@@ -12,6 +12,7 @@ private properties file), so this also proves that nothing reached them by pickl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from spark_cluster import CLUSTER_APP_CONF
-from spark_fixtures import ROOT, stitch, write_config
+from spark_fixtures import ROOT, ended, stitch, write_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.cluster]
 STREAMS = ("orders", "payments", "shipments")
@@ -93,7 +94,10 @@ def cluster_table(
         )
         for s in STREAMS
     }
-    outputs = {s: job.communicate(timeout=900) for s, job in jobs.items()}
+    with contextlib.ExitStack() as running:  # however it goes, no job is left running
+        for job in jobs.values():
+            running.enter_context(ended(job))
+        outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
     for stream, job in jobs.items():
         assert job.returncode == 0, f"ingest {stream} exited {job.returncode}:\n{outputs[stream][1][-3000:]}"
     yield {

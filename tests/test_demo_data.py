@@ -339,7 +339,7 @@ def test_same_seed_same_data_and_cli(tmp_path: Path, generated: tuple[Path, dict
         capture_output=True,
         text=True,
         check=True,
-        timeout=120,
+        timeout=600,
     )
     assert "truth:" in result.stdout
     assert pq.read_table(tmp_path / "truth.parquet").equals(pq.read_table(out / "truth.parquet"))

@@ -309,3 +309,17 @@ def test_csv_options_quote_escape_and_null_values_are_used(tmp_path: Path) -> No
     [file] = discover(source)
     rows = read_landing(source, file, ["k", "note", "other"]).to_pylist()
     assert rows == [{"k": "1", "note": "a|b", "other": None}, {"k": "2", "note": "x|y", "other": None}]
+
+
+def test_every_landing_format_has_a_reader_and_a_stream_without_one_is_refused(tmp_path: Path) -> None:
+    """A format name reaches a reader of its own or an error: never another format's reader by default."""
+    from stitchlake.config import SourceFormat, SourceSpec
+    from stitchlake.errors import UsageError
+    from stitchlake.io.landing import FORMATS, LandingFile, is_landing_name, read_landing
+
+    assert set(FORMATS) == {f.value for f in SourceFormat} - {"kafka"}
+    (tmp_path / "a.avro").write_bytes(b"not read")
+    kafka = SourceSpec.model_validate({"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:9"})
+    assert not is_landing_name("a.avro", "kafka")
+    with pytest.raises(UsageError, match="format kafka has no landing files"):
+        read_landing(kafka, LandingFile(str(tmp_path), "a.avro", "a.avro", 8, "8-1"), ["k"])

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import typer
 
-from cli.app import app
+from stitchlake.cli.app import app
 
-STITCH = [sys.executable, "-m", "cli.app"]
+STITCH = [sys.executable, "-m", "stitchlake"]
 
 
 def leaf_commands() -> list[tuple[str, ...]]:
@@ -60,7 +60,7 @@ def test_a_missing_config_is_one_json_failure(command: tuple[str, ...], tmp_path
         [*STITCH, *command, "--json", "-c", str(missing)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
         stdin=subprocess.DEVNULL,
     )

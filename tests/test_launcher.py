@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -18,8 +20,7 @@ from tables import THREE_STREAMS, config
 
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
-from stitchlake.spark.errors import unwrap
-from stitchlake.spark.launcher import (
+from stitchlake.jobs.spark_submit import (
     JOB_MARK,
     LEFTOVER_GRACE_S,
     JobFiles,
@@ -30,6 +31,7 @@ from stitchlake.spark.launcher import (
     spark_properties,
     write_properties,
 )
+from stitchlake.spark.errors import unwrap
 
 
 def _files(tmp_path: Path) -> JobFiles:
@@ -137,14 +139,18 @@ def test_what_a_finished_job_leaves_in_its_process_group_is_ended(tmp_path: Path
     job = subprocess.Popen(
         ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 0"], start_new_session=True, stdin=subprocess.DEVNULL
     )
-    assert job.wait(timeout=30) == 0
-    child = int(pid_file.read_text())
-    assert alive([child]), "the leftover runs after its parent exited"
-    started = time.monotonic()
-    end_leftovers(job.pid)
-    assert not alive([child]), "the leftover ended"
-    assert time.monotonic() - started < LEFTOVER_GRACE_S, "ended by SIGTERM, and seen as ended though nobody reaps it"
-    end_leftovers(job.pid)  # an empty group: nothing to do
+    try:
+        assert job.wait(timeout=300) == 0
+        child = int(pid_file.read_text())
+        assert alive([child]), "the leftover runs after its parent exited"
+        started = time.monotonic()
+        end_leftovers(job.pid)
+        assert not alive([child]), "the leftover ended"
+        assert time.monotonic() - started < LEFTOVER_GRACE_S, "ended by SIGTERM, seen as ended though nobody reaps it"
+        end_leftovers(job.pid)  # an empty group: nothing to do
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
 
 
 def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) -> None:
@@ -153,19 +159,31 @@ def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) 
     SIGTERM (a worker busy writing) is still ended, and waited for, before the launcher returns."""
     pid_file = tmp_path / "child.pid"
     mark = uuid.uuid4().hex
+    # The child names itself only once it has left the group and ignores SIGTERM, and the job exits only once it
+    # has: the test never guesses how long a busy machine takes to start an interpreter.
+    inner = (
+        "import os, signal, sys, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); os.rename(sys.argv[1] + '.tmp', sys.argv[1]); "
+        "time.sleep(60)"
+    )
     script = (
-        "import os, signal, subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import os, signal, time; os.setpgid(0, 0); "
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
-        "time.sleep(0.5)\n"
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {inner!r}, {str(pid_file)!r}])\n"
+        f"while not os.path.exists({str(pid_file)!r}):\n"
+        "    time.sleep(0.01)\n"
     )
     env = {**os.environ, JOB_MARK: mark}
     job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env, stdin=subprocess.DEVNULL)
-    assert job.wait(timeout=30) == 0
-    child = int(pid_file.read_text())
-    assert alive([child]) and os.getpgid(child) != job.pid, "the leftover runs outside the job's group"
-    end_leftovers(job.pid)  # the group alone misses it
-    assert alive([child])
-    end_leftovers(job.pid, mark)
-    assert not alive([child]), "the marked leftover ended (SIGKILL after the grace: it ignores SIGTERM)"
+    child = None
+    try:
+        assert job.wait(timeout=600) == 0
+        child = int(pid_file.read_text())
+        assert alive([child]) and os.getpgid(child) != job.pid, "the leftover runs outside the job's group"
+        end_leftovers(job.pid)  # the group alone misses it
+        assert alive([child])
+        end_leftovers(job.pid, mark)
+        assert not alive([child]), "the marked leftover ended (SIGKILL after the grace: it ignores SIGTERM)"
+    finally:  # (only what still runs: a pid that ended may be another process's by now)
+        for pid in ([job.pid] if job.poll() is None else []) + alive([child] if child else []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -75,10 +75,10 @@ def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
         else:
             commit += 1
             keys = pa.table({"k": pa.array(arg, pa.int64())})
-            result = table.erase(keys)
+            erased = table.erase(keys)
             erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
-            assert result.completed is not None
-            times.append((commit, result.completed))
+            assert erased.completed is not None
+            times.append((commit, erased.completed))
 
     key_names = ("k", "p")
     expected = expected_rows(MODELS, events, erases, key_names)

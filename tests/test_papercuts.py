@@ -25,8 +25,8 @@ from spark_fixtures import ROOT, run_stitch, stitch, write_config
 from typer.testing import CliRunner
 
 import stitchlake
-from cli.app import app
 from stitchlake.api import Table
+from stitchlake.cli.app import app
 from stitchlake.jobs.requests import REQUESTS
 from stitchlake.timeline.instant import Action
 
@@ -140,7 +140,7 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
     job_of |= {"savepoint restore": "savepoint"}
     choices = engine_choices()
     assert set(choices) == {
-        *("ingest", "compact", "clean", "delete", "rollback", "archive"),
+        *("ingest", "compact", "clean", "delete", "rescale", "rollback", "archive"),
         *("savepoint create", "savepoint delete", "savepoint restore"),
     }
     for command, offered in choices.items():
@@ -268,7 +268,7 @@ import sys
 sys.path[:0] = [{scripts!r}, {root!r}]
 import torture
 assert torture.install_fault("mid_restore:0", lambda event: None, 0.0)
-from cli.app import main
+from stitchlake.cli.app import main
 sys.argv = ["stitch", *{args!r}]
 main()
 """

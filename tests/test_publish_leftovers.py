@@ -75,7 +75,7 @@ def test_a_publish_interrupted_after_its_commit_says_that_the_version_exists(tmp
     code = (
         "import os, signal, sys\n"
         "import stitchlake.services.publish as publish\n"
-        "from cli.app import main\n"
+        "from stitchlake.cli.app import main\n"
         f"name = 'write_{fmt}'\n"
         "original = getattr(publish, name)\n"
         "def then_terminated(*args, **kwargs):\n"

@@ -87,10 +87,14 @@ def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
     _dead(writer)  # presumed dead, but only frozen
 
     original = getattr(transaction_module, "write_requested")  # noqa: B009 - patched where it is used
+    stalling, published = threading.Event(), threading.Event()
 
     def stalled(*args: Any, **kwargs: Any) -> Any:
         if args[2] == Action.ROLLBACK:
-            time.sleep(2)  # the rollback stalls inside its critical section, past its 1 s lease
+            # The rollback stalls inside its critical section until the writer has taken the lock over (past the
+            # 1 s lease) and published: events, not sleeps, so a busy machine cannot reorder them.
+            stalling.set()
+            assert published.wait(timeout=600), "the writer never published"
         return original(*args, **kwargs)
 
     monkeypatch.setattr(transaction_module, "write_requested", stalled)
@@ -104,9 +108,12 @@ def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
 
     racing = threading.Thread(target=run_rollback)
     racing.start()
-    time.sleep(1.3)
-    writer.complete(DeltaCommit(stream="orders", added=tuple(files), rows=4))  # the writer wakes up and publishes
-    racing.join()
+    try:
+        assert stalling.wait(timeout=600), "the rollback never reached its request"
+        writer.complete(DeltaCommit(stream="orders", added=tuple(files), rows=4))  # the writer wakes up, publishes
+    finally:
+        published.set()
+        racing.join(timeout=600)
     assert isinstance(outcome.get("error"), LockLost), outcome
     assert not table.timeline().pending([Action.ROLLBACK])
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
@@ -190,7 +197,7 @@ def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them
 
     with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
         ingest(table, FreezingEngine(), "orders", txn=frozen)
-    frozen.abort()  # a claim handed to a job is undone by whoever took it, as `cli.jobs.execute` does
+    frozen.abort()  # a claim handed to a job is undone by whoever took it, as `stitchlake.jobs.launch.execute` does
     timeline = table.timeline()
     assert len(timeline.completed([Action.DELTACOMMIT])) == 1 and not timeline.pending()
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]

@@ -95,10 +95,10 @@ def apply(table: Table, plan: list[tuple[str, Any]]) -> History:
             table.compact()
         else:
             commit += 1
-            result = table.erase(pa.table({"k": pa.array(arg, pa.int64())}))
+            erased = table.erase(pa.table({"k": pa.array(arg, pa.int64())}))
             history.erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
-            assert result.completed is not None
-            history.times.append((commit, result.completed))
+            assert erased.completed is not None
+            history.times.append((commit, erased.completed))
     return history
 
 

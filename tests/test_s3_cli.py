@@ -17,7 +17,7 @@ from tables import MODELS, THREE_STREAMS, batch
 from test_write import orders_rows
 from typer.testing import CliRunner, Result
 
-from cli.app import app
+from stitchlake.cli.app import app
 from stitchlake.storage import storage_for
 
 pytestmark = pytest.mark.s3

@@ -25,7 +25,7 @@ from counting_storage import SCHEME, install, uninstall
 from tables import MODELS, batch, new_table
 from typer.testing import CliRunner
 
-from cli.app import app
+from stitchlake.cli.app import app
 from stitchlake.storage import LocalStorage, storage_for
 
 pytestmark = pytest.mark.s3

@@ -175,7 +175,7 @@ def test_a_crashed_writer_expires_and_clean_rolls_its_files_back(place: Place) -
     script = place.root / "crash.py"
     script.write_text(CRASHING_WRITER)
     done = subprocess.run(
-        [sys.executable, str(script), place.table], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(script), place.table], capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 1, done.stderr
     pending = table.timeline().pending()
@@ -201,12 +201,12 @@ def _lock_worker(location: str, env: dict[str, str], rounds: int, start: Any, re
     import os
 
     os.environ.update(env)
-    from stitchlake.concurrency.providers import make_lock
+    from stitchlake.concurrency.providers import LockRequest, make_lock
 
     storage = storage_for(location)
     start.wait()
     for _ in range(rounds):
-        lock = make_lock(storage, provider="storage", wait_s=60, expire_s=30)
+        lock = make_lock(storage, "storage", LockRequest(wait_s=60, expire_s=30))
         with lock:
             count = int(storage.read_bytes("counter")) if storage.exists("counter") else 0
             storage.write_atomic("counter", str(count + 1).encode())
@@ -226,9 +226,9 @@ def test_the_storage_lock_is_exclusive_across_processes(place: Place) -> None:
     for proc in procs:
         proc.start()
     start.set()
-    assert sum(results.get(timeout=180) for _ in procs) == 32
+    assert sum(results.get(timeout=900) for _ in procs) == 32
     for proc in procs:
-        proc.join(timeout=60)
+        proc.join(timeout=600)
         assert proc.exitcode == 0
     assert storage_for(location).read_bytes("counter") == b"32"
 

@@ -246,7 +246,9 @@ def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Non
 
 
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(plan=histories())
 def test_reads_across_alters_equal_the_reference_under_each_version(
     tmp_path_factory: pytest.TempPathFactory, log_format: str, plan: list[tuple[str, Any]]
@@ -258,7 +260,7 @@ def test_reads_across_alters_equal_the_reference_under_each_version(
 
 
 def stitch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(STITCH), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([str(STITCH), *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
 
 
 def digest(root: Path) -> dict[str, str]:

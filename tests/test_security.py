@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 import stitchlake
-from cli.jobs import target_args
 from stitchlake.config import parse_config
 from stitchlake.errors import ConfigError, StitchError
-from stitchlake.spark.launcher import JobFiles, build_argv, spark_properties, write_properties
+from stitchlake.jobs.launch import target_args
+from stitchlake.jobs.spark_submit import JobFiles, build_argv, spark_properties, write_properties
 from stitchlake.storage import LocalStorage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def stitch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproce
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         check=False,
     )
@@ -227,7 +227,7 @@ def test_no_process_is_ever_started_through_a_shell() -> None:
         starters += [(path.relative_to(ROOT).as_posix(), name) for _, name, _ in process_calls(path)]
     assert problems == []
     # The scan really sees the process starters (so an empty result above means something).
-    assert ("stitchlake/spark/launcher.py", ("subprocess", "Popen")) in starters
+    assert ("stitchlake/jobs/spark_submit.py", ("subprocess", "Popen")) in starters
     assert len(starters) >= 5
 
 

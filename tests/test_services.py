@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,12 +35,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from reference import Erase, Event, expected_rows
-from tables import MODELS, THREE_STREAMS, as_rows, batch, instant_at, partition_of
+from tables import MODELS, THREE_STREAMS, as_rows, batch, instant_at, partition_of, pause_when_inflight
 from typer.testing import CliRunner, Result
 
 import stitchlake
-from cli.app import app
 from stitchlake.api import Table
+from stitchlake.cli.app import app
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSlice
@@ -194,15 +194,23 @@ def all_paths(root: Path, beats: bool = True) -> Files:
     heartbeats of live processes (rewritten through temporary files all the time)."""
     skip = {("locks",)} if beats else {("locks",), ("heartbeats",)}
     out = set()
-    for path in root.rglob("*"):
-        relative = path.relative_to(root)
-        if path.is_file() and not (relative.parts[0] == ".stitch" and relative.parts[1:2] in skip):
+    for relative in walk_files(root):
+        if not (relative.parts[0] == ".stitch" and relative.parts[1:2] in skip):
             out.add(relative.as_posix())
     return out
 
 
-def wait_for(what: str, condition: Callable[[], Any], limit_s: float = 120, every_s: float = 0.01) -> Any:
-    """Poll until `condition()` is truthy; the limit only turns a hang into a clear failure."""
+def walk_files(root: Path) -> Iterable[Path]:
+    """Every file under `root`, relative to it, listed while services run: os.walk, not rglob, because markers,
+    heartbeats and their folders are deleted under a listing (rglob raises then; the product tolerates it too)."""
+    for folder, _subfolders, names in os.walk(root):
+        relative = Path(folder).relative_to(root)
+        yield from (relative / name for name in names)
+
+
+def wait_for(what: str, condition: Callable[[], Any], limit_s: float = 600, every_s: float = 0.01) -> Any:
+    """Poll until `condition()` is truthy; the limit only turns a hang into a clear failure (generous: at load 30
+    on two cores a fresh Python process takes a minute to import its way to a first commit)."""
     deadline = time.monotonic() + limit_s
     while True:
         value = condition()
@@ -216,7 +224,7 @@ def wait_for(what: str, condition: Callable[[], Any], limit_s: float = 120, ever
 def stitch(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real console script, as cron would run it."""
     return subprocess.run(
-        [str(STITCH), *map(str, args)], capture_output=True, text=True, timeout=300, check=False, input=stdin
+        [str(STITCH), *map(str, args)], capture_output=True, text=True, timeout=900, check=False, input=stdin
     )
 
 
@@ -246,6 +254,18 @@ def refused(result: Result | subprocess.CompletedProcess[str], code: int, *phras
 # ----------------------------------------------------------------------------------------- processes
 
 
+#: The processes `spawn` started during the running test (`_end_spawned` ends them however the test went).
+SPAWNED: list[subprocess.Popen[Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def _end_spawned() -> Iterator[None]:
+    """A test that fails while its writers run (or are stopped with SIGSTOP) must not leave them running."""
+    yield
+    while SPAWNED:
+        end_process(SPAWNED.pop())
+
+
 def spawn(tmp_path: Path, function: str, **kwargs: Any) -> subprocess.Popen[str]:
     """Run `function(**kwargs)` of this module in a fresh Python process (a writer on another host, say)."""
     code = (
@@ -253,13 +273,15 @@ def spawn(tmp_path: Path, function: str, **kwargs: Any) -> subprocess.Popen[str]
         f"t.{function}(**json.loads(sys.argv[1]))"
     )
     with (tmp_path / f"{function}-{time.time_ns()}.log").open("w") as log:  # its stderr, for post-mortems
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-c", code, json.dumps(kwargs)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
         )
+    SPAWNED.append(process)
+    return process
 
 
 def writer_main(config: str, spec: dict[str, Any], stop: str | None = None, pause_s: float = 0.0) -> None:
@@ -313,12 +335,19 @@ def crashed_restore_main(config: str, savepoint: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def end_process(process: subprocess.Popen[Any] | None) -> None:
+    """SIGKILL `process` if it still runs (stopped or not): a failed test must leave nothing running."""
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait(timeout=120)
+
+
 def stop_writers(stop: Path, writers: list[subprocess.Popen[str]]) -> None:
     stop.touch()
     for writer in writers:
         if writer.poll() is None:
             try:
-                writer.wait(timeout=120)
+                writer.wait(timeout=600)
             except subprocess.TimeoutExpired:
                 writer.kill()
                 writer.wait()
@@ -336,36 +365,6 @@ def commits_after(table: Table, after: str) -> dict[str, int]:
 def every_stream_wrote_after(table: Table, after: str, times: int = 1) -> bool:
     counts = commits_after(table, after)
     return all(counts[s] >= times for s in STREAMS)
-
-
-def lock_holder_pid(table: Table) -> int | None:
-    """The pid holding the table lock right now, if any (read from the lock files, as an operator would)."""
-    folder = table_root(table) / ".stitch" / "locks"
-    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    generations = [n for n in names if not n.endswith(".released")]
-    if not generations:
-        return None
-    top = generations[-1]
-    if f"{top}.released" in names:
-        return None
-    record = json.loads((folder / top).read_text())
-    return None if record["expires_at"] <= time.time() else int(record["pid"])
-
-
-def pause_when_inflight(table: Table, process: subprocess.Popen[str], action: str) -> Instant:
-    """SIGSTOP `process` once its `action` instant is inflight (past the lock, doing its work)."""
-    timeline = wait_for(
-        f"an inflight {action}",
-        lambda: (t := table.timeline()).pending([action]) and t.pending([action])[0].state.label == "inflight" and t,
-        every_s=0.001,
-    )
-    os.kill(process.pid, signal.SIGSTOP)
-    instant = timeline.pending([action])[0]
-    assert process.poll() is None, f"the {action} finished before it could be paused"
-    current = table.timeline().get(instant.requested)
-    assert current is not None and not current.is_completed
-    assert lock_holder_pid(table) != process.pid, "paused while holding the table lock; the race is not the one meant"
-    return instant
 
 
 # ------------------------------------------------------------------------------------ file bookkeeping
@@ -493,6 +492,7 @@ def test_compaction_while_three_writers_ingest_and_a_killed_run_is_completed(tmp
         killed = subprocess.Popen(
             [str(STITCH), *map(str, compact), "--run", "--instant", third], stderr=subprocess.DEVNULL
         )
+        SPAWNED.append(killed)  # ended by `_end_spawned` if the wait below fails
         partial = wait_for("a base file of the third compaction", lambda: files_of_instant(root, third), every_s=0.001)
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait()
@@ -723,7 +723,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
     assert live["instant"] in done["undone"]
     writer.stdin.write("go\n")
     writer.stdin.flush()
-    assert writer.wait(timeout=60) == 1, "the writer rolled back by the forced restore must not publish"
+    assert writer.wait(timeout=600) == 1, "the writer rolled back by the forced restore must not publish"
     assert "rolled back" in json.loads(writer.stdout.readline())["error"]
 
     after = sort(table.read())
@@ -750,7 +750,7 @@ def test_a_crashed_restore_blocks_rewrites_until_it_is_finished(tmp_path: Path) 
     write_spec(table, {"stream": "payments", "seed": 6, **wide})
 
     crash = spawn(tmp_path, "crashed_restore_main", config=str(config), savepoint="sp")
-    assert crash.wait(timeout=60) == -signal.SIGKILL
+    assert crash.wait(timeout=600) == -signal.SIGKILL
     [pending] = table.timeline().pending([Action.RESTORE])
     # Planning on a half-taken-back history would merge files about to vanish or bring undone rows back.
     why = f"restore {pending.requested} is undoing commits"
@@ -929,6 +929,7 @@ def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_with
     spec = {"stream": "payments", "seed": 9, "number": 0, "lo": 0, "hi": 3300, "size": 100, "avoid3": True}
     writer = spawn(tmp_path, "writer_main", config=str(config), stop=str(stop), pause_s=0.05, spec=spec)
     erase: list[str | Path] = ["delete", "-c", config, "--json", "--keys"]
+    winner: subprocess.Popen[str] | None = None
     try:
         wait_for("the writer's first commits", lambda: commits_after(table, "0")["payments"] >= 4)
         winner = subprocess.Popen(
@@ -951,12 +952,16 @@ def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_with
         # the timeline, so a heartbeat can be seen before its instant's requested file (which stays for good).
         writers = deltacommit_times(before | after | all_paths(root))
         assert not writer_traces_only(before ^ after, writers), "the racer left a trace"
-        out, err = winner.communicate(timeout=120)
+        out, err = winner.communicate(timeout=600)
         assert winner.returncode == 0, err
         result = json.loads(out)
         assert (result["requested_keys"], result["erased_keys"]) == (1000, 1000)
-        wait_for("writes on top of the erase", lambda: commits_after(table, result["completed"])["payments"] >= 2)
+        wait_for(
+            "writes on top of the erase",
+            lambda: commits_after(table, result["completed"])["payments"] >= 2,
+        )
     finally:
+        end_process(winner)
         stop_writers(stop, [writer])
     assert writer.returncode == 0
 
@@ -974,22 +979,24 @@ def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_with
         stderr=subprocess.PIPE,
         text=True,
     )
-    loser = pause_when_inflight(table, slow, Action.ERASE)
     try:
-        late = write_spec(table, {"stream": "orders", "seed": 99, "keys": [3003], "deletes": 0})
+        loser = pause_when_inflight(table, slow, Action.ERASE)
+        try:
+            late = write_spec(table, {"stream": "orders", "seed": 99, "keys": [3003], "deletes": 0})
+        finally:
+            os.kill(slow.pid, signal.SIGCONT)
+        _, slow_err = slow.communicate(timeout=600)
     finally:
-        os.kill(slow.pid, signal.SIGCONT)
-    slow.wait(timeout=120)
-    assert slow.stderr is not None
+        end_process(slow)
     message = refused(
-        subprocess.CompletedProcess(slow.args, slow.returncode, "", slow.stderr.read()),
+        subprocess.CompletedProcess(slow.args, slow.returncode, "", slow_err),
         3,
         f"deltacommit {late.instant} wrote an erased key while the erase ran",
         "nothing was changed",
         "retry the erase",
     )
     assert loser.requested in message
-    trace = {p.relative_to(root).as_posix() for p in root.rglob("*") if loser.requested in p.name}
+    trace = {p.as_posix() for p in walk_files(root) if loser.requested in p.name}
     assert not trace, f"the conflicting erase left {sorted(trace)}"
     assert not writer_traces_only(all_paths(root) ^ pristine, {late.instant})
     assert as_rows(table.read()) == truth(table, [cut])
@@ -1008,6 +1015,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     d1 = write_spec(table, {"stream": "orders", "seed": 1, **small})
     write_spec(table, {"stream": "payments", "seed": 2, **small})
     c1 = table.compact()
+    assert c1 is not None
     d3 = write_spec(table, {"stream": "shipments", "seed": 3, **small})
     nowhere = "20000101000000000"
 
@@ -1108,7 +1116,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     assert stitch_json("rollback", *target, "--failed", "--engine", "local")["rolled_back"] == []
     writer.stdin.write("go\n")
     writer.stdin.flush()
-    assert writer.wait(timeout=60) == 0 and instant_at(table, live).is_completed
+    assert writer.wait(timeout=600) == 0 and instant_at(table, live).is_completed
 
     # a crashed clean can only be finished, not undone
     crashed = Transaction.begin(table, Action.CLEAN, CleanPlan(policy="keep_latest_commits"))
@@ -1133,7 +1141,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     write_spec(table, {"stream": "orders", "seed": 6, **small})
     c3 = stitch_json("compact", *target, "--schedule", "--engine", "local")["scheduled"]
     crash = spawn(tmp_path, "crashed_compaction_main", config=str(config), instant=c3)
-    assert crash.wait(timeout=60) == -signal.SIGKILL
+    assert crash.wait(timeout=600) == -signal.SIGKILL
     assert instant_at(table, c3).state.label == "inflight"
     resumed = stitch_json("compact", *target, "--run", "--engine", "local")
     assert resumed["result"]["instant"] == c3 and instant_at(table, c3).is_completed

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, stitch, write_config
 from tables import instant_at
 
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
+from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
 
@@ -52,7 +53,10 @@ def concurrent(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
         )
         for s in STREAMS
     }
-    outputs = {s: job.communicate(timeout=600) for s, job in jobs.items()}
+    with contextlib.ExitStack() as running:  # however it goes, no job is left running
+        for job in jobs.values():
+            running.enter_context(ended(job))
+        outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
     results = {}
     for stream, job in jobs.items():
         assert job.returncode == 0, f"ingest {stream} exited {job.returncode}:\n{outputs[stream][1][-3000:]}"
@@ -110,7 +114,7 @@ def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, A
     assert compare(stitchlake.read(str(config)), demo_data / "truth.parquet") == []
 
 
-def _wait_for_write(table: Table, process: subprocess.Popen[Any], timeout: float = 300) -> str | None:
+def _wait_for_write(table: Table, process: subprocess.Popen[Any], timeout: float = 900) -> str | None:
     """The pending deltacommit of the job once it has started writing data files; None if it finished first."""
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
@@ -137,7 +141,7 @@ def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tm
         try:
             instant = _wait_for_write(table, writer)
             if instant is None:
-                writer.wait(timeout=300)
+                writer.wait(timeout=1800)
                 continue
             # Hold the job mid-write (the CLI keeps beating for its claim), so the overlap meets a live writer.
             for pid in descendants(writer.pid):
@@ -157,7 +161,11 @@ def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tm
     assert killed, "the job was killed after writing files: they stay on disk until clean"
 
     # Until its heartbeat expires a killed writer looks alive; afterwards a re-run takes over.
-    time.sleep(table.config.concurrency.heartbeat.expire_s + 1)
+    expire_s = table.config.concurrency.heartbeat.expire_s
+    deadline = time.monotonic() + 600
+    while not heartbeats.is_expired(table.storage, instant, expire_s):  # the killed job's claim is dead
+        assert time.monotonic() < deadline, "the killed job's heartbeat never expired"
+        time.sleep(0.1)
     rerun = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json")
     assert rerun.returncode == 0, rerun.stderr
     assert one_json(rerun.stdout)["source_files"] == 3

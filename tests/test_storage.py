@@ -6,13 +6,15 @@ raced by real processes (spawned, never forked: obstore hangs in a child forked 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
 import time
 import uuid
-from collections.abc import Iterator
-from multiprocessing.synchronize import Barrier, Event
+from collections.abc import Iterator, Sequence
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,20 @@ def storage(location: tuple[str, dict[str, str]]) -> Storage:
     return storage_for(*location)
 
 
+@contextlib.contextmanager
+def ended(procs: Sequence[BaseProcess]) -> Iterator[None]:
+    """Start `procs`; on the way out, however the test went, kill those still running."""
+    for proc in procs:
+        proc.start()
+    try:
+        yield
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=120)
+
+
 def _race_put_if_absent(uri: str, options: dict[str, str], index: int, barrier: Barrier, results: Any) -> None:
     storage = storage_for(uri, options)
     for round_no in range(ROUNDS):
@@ -55,15 +71,14 @@ def _race_put_if_absent(uri: str, options: dict[str, str], index: int, barrier: 
 
 def test_put_if_absent_exactly_one_winner_across_processes(location: tuple[str, dict[str, str]]) -> None:
     ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(RACERS)
+    barrier = ctx.Barrier(RACERS, timeout=600)
     results = ctx.Queue()
     procs = [ctx.Process(target=_race_put_if_absent, args=(*location, i, barrier, results)) for i in range(RACERS)]
-    for proc in procs:
-        proc.start()
-    outcomes = [results.get(timeout=120) for _ in range(RACERS * ROUNDS)]
-    for proc in procs:
-        proc.join(timeout=30)
-        assert proc.exitcode == 0
+    with ended(procs):
+        outcomes = [results.get(timeout=900) for _ in range(RACERS * ROUNDS)]
+        for proc in procs:
+            proc.join(timeout=600)
+            assert proc.exitcode == 0
     storage = storage_for(*location)
     for round_no in range(ROUNDS):
         winners = [index for r, index, won in outcomes if r == round_no and won]
@@ -82,21 +97,21 @@ def _check_whole(data: bytes) -> bool:
     return len(data) == BIG and data.count(data[:1]) == BIG
 
 
-def _writer_atomic(uri: str, options: dict[str, str], versions: int, start: Event) -> None:
+def _writer_atomic(uri: str, options: dict[str, str], versions: int, start: Barrier) -> None:
     storage = storage_for(uri, options)
     start.wait()
     for version in range(1, versions + 1):
         storage.write_atomic("shared/file.bin", _payload(version))
 
 
-def _writer_put(uri: str, options: dict[str, str], count: int, start: Event) -> None:
+def _writer_put(uri: str, options: dict[str, str], count: int, start: Barrier) -> None:
     storage = storage_for(uri, options)
     start.wait()
     for index in range(count):
         assert storage.put_if_absent(f"puts/file-{index}", _payload(index))
 
 
-def _reader(uri: str, options: dict[str, str], seconds: float, start: Event, results: Any) -> None:
+def _reader(uri: str, options: dict[str, str], seconds: float, start: Barrier, results: Any) -> None:
     """Read the shared file and every published put as fast as possible; report (reads, torn reads)."""
     storage = storage_for(uri, options)
     start.wait()
@@ -121,21 +136,21 @@ def test_readers_never_see_a_half_written_file(location: tuple[str, dict[str, st
     ctx = mp.get_context("spawn")
     uri, options = location
     storage_for(uri, options).write_atomic("shared/file.bin", _payload(0))
-    start = ctx.Event()
+    # Everyone, this process too, waits at the barrier: the race starts once every spawned interpreter has
+    # imported (however long a busy machine takes), not after a guessed half second.
+    start = ctx.Barrier(3 + 2 + 1, timeout=600)
     results = ctx.Queue()
     readers = [ctx.Process(target=_reader, args=(uri, options, 3.0, start, results)) for _ in range(3)]
     writers = [
         ctx.Process(target=_writer_atomic, args=(uri, options, 40, start)),
         ctx.Process(target=_writer_put, args=(uri, options, 25, start)),
     ]
-    for proc in readers + writers:
-        proc.start()
-    time.sleep(0.5)  # let the spawned interpreters import before the race starts
-    start.set()
-    outcomes = [results.get(timeout=120) for _ in readers]
-    for proc in readers + writers:
-        proc.join(timeout=120)
-        assert proc.exitcode == 0
+    with ended(readers + writers):
+        start.wait()
+        outcomes = [results.get(timeout=900) for _ in readers]
+        for proc in readers + writers:
+            proc.join(timeout=600)
+            assert proc.exitcode == 0
     reads = sum(r for r, _ in outcomes)
     torn = sum(t for _, t in outcomes)
     assert reads > 20, "the readers did not overlap with the writers"

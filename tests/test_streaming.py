@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, alive, descendants, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, alive, descendants, ended, kill_tree, run_stitch, stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
@@ -45,7 +46,9 @@ def new_table(folder: Path, landing: Path, **changes: Any) -> tuple[Path, Table]
     return config, table
 
 
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = 240, process: Any = None) -> None:
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = 900, process: Any = None) -> None:
+    """Poll `condition`; fail at once if `process` ends. The deadline only turns a hang into a failure, and is
+    generous: a JVM starts slowly on a machine at load 30."""
     deadline = time.monotonic() + timeout
     while not condition():
         if process is not None and process.poll() is not None:
@@ -84,6 +87,27 @@ def query(config: Path, stream: str, landing: Path, checkpoint: Path, mode: str)
     )
 
 
+def held_back(data: Path, folder: Path, stream: str) -> tuple[Path, list[Path]]:
+    """A copy of `data`'s landing folder in `folder` with `stream`'s files held back: the test lands them one
+    by one (`land`), so a job always has work when the test needs it to, and never waits for a batch that
+    cannot come because an earlier one took every file."""
+    landing = folder / "landing"
+    shutil.copytree(data / "landing", landing)
+    files = sorted((landing / stream).iterdir())
+    held = folder / "held-back"
+    held.mkdir()
+    for path in files:
+        path.rename(held / path.name)
+    return landing, [held / path.name for path in files]
+
+
+def land(source: Path, folder: Path) -> None:
+    """Land one file as a producer does: written under a hidden name, then renamed into place."""
+    hidden = folder / f".{source.name}.landing"
+    shutil.copyfile(source, hidden)
+    hidden.rename(folder / source.name)
+
+
 def ingest_the_rest(config: Path, *streams: str) -> None:
     for stream in streams:
         done = run_stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "local")
@@ -93,27 +117,29 @@ def ingest_the_rest(config: Path, *streams: str) -> None:
 def test_a_streaming_query_killed_mid_batch_and_restarted_gives_the_ground_truth(
     many_files: Path, tmp_path: Path
 ) -> None:
-    """`df.writeStream.format("stitchlake")`: SIGKILLed while a micro-batch is being written, three times, and
-    restarted from its checkpoint each time; then run to the end. No event lost, none doubled."""
+    """`df.writeStream.format("stitchlake")`: SIGKILLed while a micro-batch is being written, twice, and
+    restarted from its checkpoint each time; then run to the end. No event lost, none doubled.
+
+    Files land one at a time, so each start has a batch to write: the kill waits for that batch's instant, and a
+    batch that finished before the kill reached it (the machine is busy) is not counted; the next file lands."""
     from demo_data import compare
 
-    config, table = new_table(tmp_path, many_files / "landing")
-    landing, checkpoint = many_files / "landing" / "orders", tmp_path / "checkpoint"
+    landing_root, files = held_back(many_files, tmp_path, "orders")
+    config, table = new_table(tmp_path, landing_root)
+    landing, checkpoint = landing_root / "orders", tmp_path / "checkpoint"
     kills_mid_batch = 0
-    for _round in range(3):
-        job = query(config, "orders", landing, checkpoint, "continuous")
-        try:
-            before = len(completed(table, "orders"))
-            wait_for("a micro-batch being written", lambda: bool(pending_batches(table)), process=job)
-            if len(completed(table, "orders")) >= 6:
-                break
-            kills_mid_batch += 1
-        finally:
+    while kills_mid_batch < 2:
+        assert len(files) > 1, "every batch finished before its kill reached it (one file is kept for the end)"
+        land(files.pop(0), landing)
+        killed = set(pending_batches(table))  # an earlier kill's batch: the restart re-runs it first
+        with ended(query(config, "orders", landing, checkpoint, "continuous")) as job:
+            wait_for("the new file's micro-batch", lambda: bool(set(pending_batches(table)) - killed), process=job)  # noqa: B023
             kill_tree(job)  # SIGKILL, as a crash would: no abort, no commit, the instant stays pending
-        assert len(completed(table, "orders")) >= before
-    assert kills_mid_batch >= 2, "the query kept finishing its batches before it could be killed mid-write"
-    last = query(config, "orders", landing, checkpoint, "available_now")
-    _, err = last.communicate(timeout=600)
+        kills_mid_batch += bool(set(pending_batches(table)) - killed)
+    for path in files:
+        land(path, landing)
+    with ended(query(config, "orders", landing, checkpoint, "available_now")) as last:
+        _, err = last.communicate(timeout=1800)
     assert last.returncode == 0, err[-3000:]
 
     commits = completed(table, "orders")
@@ -140,8 +166,8 @@ def test_a_micro_batch_replayed_after_its_commit_adds_nothing(many_files: Path, 
             (checkpoint / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
             before = [(c.stream_batch, c.rows) for c in completed(table, "orders")]
             rows_before = table.read().num_rows
-        job = query(config, "orders", landing, checkpoint, "available_now")
-        _, err = job.communicate(timeout=600)
+        with ended(query(config, "orders", landing, checkpoint, "available_now")) as job:
+            _, err = job.communicate(timeout=1800)
         assert job.returncode == 0, err[-3000:]
     assert [(c.stream_batch, c.rows) for c in completed(table, "orders")] == before
     assert table.read().num_rows == rows_before
@@ -151,11 +177,16 @@ def test_a_micro_batch_replayed_after_its_commit_adds_nothing(many_files: Path, 
 def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_truth(
     many_files: Path, tmp_path: Path
 ) -> None:
+    """SIGTERM reaches `stitch stream` while it has work: a micro-batch in progress, or a file landed that no
+    batch has taken yet. Files land one at a time, so the test never waits for a batch that cannot come."""
     from demo_data import compare
 
-    config, table = new_table(tmp_path, many_files / "landing")
+    landing_root, files = held_back(many_files, tmp_path, "shipments")
+    config, table = new_table(tmp_path, landing_root)
+    landing = landing_root / "shipments"
     args = ("stream", "-c", str(config), "--stream", "shipments", "--files-per-trigger", "1", "--json")
     for _round in range(2):
+        land(files.pop(0), landing)
         want = len(completed(table, "shipments")) + 1
         job = subprocess.Popen(
             stitch(*args, "--trigger-interval", "2"),
@@ -164,18 +195,21 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
             stderr=subprocess.PIPE,
             text=True,
         )
-        target = want
-        wait_for(f"{target} micro-batch(es)", lambda: len(completed(table, "shipments")) >= target, process=job)  # noqa: B023
-        below = descendants(job.pid)
-        assert below, "the JVM runs below the CLI"
-        job.send_signal(signal.SIGTERM)
-        out, err = job.communicate(timeout=300)
+        with ended(job):
+            wait_for(f"micro-batch {want}", lambda: len(completed(table, "shipments")) >= want, process=job)  # noqa: B023
+            below = descendants(job.pid)
+            assert below, "the JVM runs below the CLI"
+            land(files.pop(0), landing)  # work for the job when the signal comes: in a batch, or about to be
+            job.send_signal(signal.SIGTERM)
+            out, err = job.communicate(timeout=900)
         assert job.returncode == 0, err[-3000:]
         result = json.loads(out)
         assert result["ok"] and "stopped on request" in result["stopped"]
         assert not alive(below), "a process of the job survived"
         assert not table.timeline().pending(), "a graceful stop finishes the batch it is in"
-    finished = run_stitch(*args, "--available-now")
+    for path in files:
+        land(path, landing)
+    finished = run_stitch(*args, "--available-now", timeout=1800)
     assert finished.returncode == 0, finished.stderr
     assert sum(len(c.consumed()) for c in completed(table, "shipments")) == 6
     ingest_the_rest(config, "orders", "payments")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stitchlake.concurrency.providers import make_lock
+from stitchlake.concurrency.providers import LockRequest, make_lock
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import LocalStorage
@@ -25,6 +25,7 @@ from stitchlake.timeline.instant import (
 )
 from stitchlake.timeline.metadata import (
     METADATA_VERSION,
+    REWRITES,
     CompactionCommit,
     CompactionPlan,
     DataFile,
@@ -54,7 +55,7 @@ DRAWS = 200
 def _draw_many(root: str, count: int) -> list[str]:
     """One writer process: draw `count` times exactly as a transaction does (lock, draw, publish, unlock)."""
     storage = LocalStorage(root)
-    lock = make_lock(storage, provider="filesystem", wait_s=120)
+    lock = make_lock(storage, "filesystem", LockRequest(wait_s=120))
     drawn: list[str] = []
     for _ in range(count):
         with lock:
@@ -123,7 +124,7 @@ def test_parse_user_time() -> None:
 # ------------------------------------------------------------------------------------------ file names
 
 
-@pytest.mark.parametrize("action", Action.ALL)
+@pytest.mark.parametrize("action", [a.value for a in Action])
 @pytest.mark.parametrize("state", list(State))
 def test_instant_file_names_round_trip(action: str, state: State) -> None:
     completed = "20261121103000900" if state is State.COMPLETED else None
@@ -235,7 +236,7 @@ def test_filters(tmp_path: Path) -> None:
     assert req(timeline.completed([Action.DELTACOMMIT])) == ["100", "120"]
     assert req(timeline.completed([Action.COMPACTION, Action.CLEAN])) == ["110", "130"]
     assert req(timeline.pending([Action.COMPACTION])) == ["160"]
-    assert req(timeline.pending(Action.REWRITES)) == ["160", "400"]
+    assert req(timeline.pending(REWRITES)) == ["160", "400"]
     # (since, until] by completion time: 150 excluded, 250 included
     assert req(timeline.completed(since="20260101000000150", until="20260101000000250")) == ["100", "130"]
     assert req(timeline.completed(since="20260101000000150")) == ["100", "130", "120"]

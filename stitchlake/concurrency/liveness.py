@@ -15,34 +15,18 @@ import os
 import socket
 from functools import cache
 
+from stitchlake.concurrency.processes import exited, stat
+
 
 @cache
 def this_host() -> str:
     return socket.gethostname()
 
 
-def _stat(pid: int) -> list[str]:
-    """Linux `/proc/<pid>/stat` from field 3 (the state) on; empty where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-    except OSError:
-        return []
-    # The command name (field 2) is in parentheses and may hold spaces: count fields after its closing one.
-    return stat[stat.rfind(")") + 2 :].split()
-
-
 def start_time(pid: int) -> str | None:
     """When `pid` started, as the kernel counts it (field 22); None where unknown."""
-    fields = _stat(pid)
+    fields = stat(pid)
     return fields[19] if len(fields) > 19 else None
-
-
-def exited(pid: int) -> bool:
-    """Whether `pid` has exited but was not reaped yet (a zombie). An init that does not reap orphans keeps them
-    for good: a Spark job's Python driver, orphaned when its JVM ends, stays a zombie holding its pid."""
-    fields = _stat(pid)
-    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def identity() -> dict[str, object]:

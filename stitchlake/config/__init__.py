@@ -31,10 +31,12 @@ from .model import (
     SourceFormat,
     SourceSpec,
     SparkSpec,
+    StartingOffsets,
     StorageSpec,
     StreamSpec,
     TableConfig,
     TableSpec,
+    ValueFormat,
 )
 from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_config
 from .properties import (
@@ -72,10 +74,12 @@ __all__ = [
     "SourceFormat",
     "SourceSpec",
     "SparkSpec",
+    "StartingOffsets",
     "StorageSpec",
     "StreamSpec",
     "TableConfig",
     "TableSpec",
+    "ValueFormat",
     "_unique_key_loader",
     "config_from_properties",
     "in_stored_order",

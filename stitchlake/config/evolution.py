@@ -86,7 +86,8 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any], history: Mapping[str
                     f"table.{name}",
                     f"table has {_show(old.get(name))}, config says {_show(new.get(name))}",
                     False,
-                    "stored data is laid out by it (files, buckets, keys)",
+                    "stored data is laid out by it (files, buckets, keys)"
+                    + ("; `stitch rescale --buckets N` rewrites the table into N buckets" if name == "buckets" else ""),
                 )
             )
     if old.get("log_format") != new.get("log_format"):

@@ -19,7 +19,7 @@ from pydantic_core import ErrorDetails
 
 from stitchlake.errors import ConfigError
 
-from .model import StorageSpec, TableConfig, kind
+from .model import KAFKA_SECRET_OPTION, StorageSpec, TableConfig, kind
 from .secrets import SECRET_PLACEHOLDER, declared_secrets, is_secret_name, redact
 
 #: A config with more values than this once YAML aliases are expanded is refused (an "alias bomb").
@@ -60,7 +60,7 @@ def parse_config(data: Any, *, file: str | None = None, base: Path | None = None
         declared = frozenset(declared_secrets(data.get("secrets")))
     except ValueError as exc:
         raise _error(file, "secrets", str(exc)) from None
-    _refuse_written_secrets(file, data.get("storage"))
+    _refuse_written_secrets(file, data.get("storage"), data.get("streams"))
     env = _Environment(file, declared)
     document = env.expand(data)
     config = validate(document, file=file, base=base, yaml=True, secret_paths=env.paths, secret_values=env.values)
@@ -204,19 +204,36 @@ def _count_values(file: str | None, document: Any) -> None:
 
 #: YAML paths whose `${VAR}` value is a secret whatever the variable is called (object-store credentials).
 SECRET_FIELD_PATHS = frozenset(f"storage.{name}" for name in StorageSpec.secret_fields)
+#: A Kafka source's client option (`streams.S.source.options.sasl.password`): its key may say it is a secret.
+_SOURCE_OPTION = re.compile(r"^streams\.[^.]+\.source\.options\.(.+)$")
 
 
-def _refuse_written_secrets(file: str | None, storage: Any) -> None:
+def is_secret_field(path: str) -> bool:
+    """A YAML path whose value is a credential whatever the variable is called: written only as `${VAR}`, kept as
+    that reference (each process reads the environment), never printed."""
+    if path in SECRET_FIELD_PATHS:
+        return True
+    option = _SOURCE_OPTION.match(path)
+    return option is not None and KAFKA_SECRET_OPTION.search(option.group(1)) is not None
+
+
+def _refuse_written_secrets(file: str | None, storage: Any, streams: Any = None) -> None:
     """Credentials are read from the environment: a secret written into the file would be copied and printed."""
-    if not isinstance(storage, dict):
-        return
-    for name in StorageSpec.secret_fields:
-        value = storage.get(name)
-        if isinstance(value, str) and value and not _ENV.fullmatch(value.strip()):
+    fields: list[tuple[str, Any]] = []
+    if isinstance(storage, dict):
+        fields += [(f"storage.{name}", storage.get(name)) for name in StorageSpec.secret_fields]
+    for stream, spec in (streams or {}).items() if isinstance(streams, dict) else ():
+        source = spec.get("source") if isinstance(spec, dict) else None
+        options = source.get("options") if isinstance(source, dict) else None
+        if isinstance(options, dict):
+            for key, value in options.items():
+                path = f"streams.{stream}.source.options.{key}"
+                if is_secret_field(path):
+                    fields.append((path, value))
+    for path, value in fields:
+        if value is not None and not (isinstance(value, str) and _ENV.fullmatch(value.strip())):
             raise _error(
-                file,
-                f"storage.{name}",
-                "write ${VAR} and put the secret in the environment; a secret in the file is not accepted",
+                file, path, "write ${VAR} and put the secret in the environment; a secret in the file is not accepted"
             )
 
 
@@ -241,7 +258,7 @@ class _Environment:
         def substitute(match: re.Match[str]) -> str:
             name, fallback = match.group(1), match.group(2)
             if name in os.environ:
-                if is_secret_name(name, self.declared) or path in SECRET_FIELD_PATHS:
+                if is_secret_name(name, self.declared) or is_secret_field(path):
                     self.values.add(os.environ[name])
                     self.paths.add(path)
                 return os.environ[name]
@@ -250,7 +267,7 @@ class _Environment:
             raise _error(self.file, path, f"environment variable {name} is not set", self.values)
 
         expanded = _ENV.sub(substitute, value)
-        if path in SECRET_FIELD_PATHS:
+        if is_secret_field(path):
             # Checked and masked like any secret, but kept as the `${VAR}` reference: each process (a Spark
             # executor too) reads the value from its own environment, so no pickled config or storage holds it.
             return value

@@ -68,6 +68,7 @@ DELETE_VALUES: JsonDict = {"type": "array", "items": _SCALAR, "minItems": 1}
 TEXT_MAPPING: JsonDict = {"type": "object", "additionalProperties": _SCALAR}
 SPARK_CONF: JsonDict = {**TEXT_MAPPING, "propertyNames": {"pattern": r"^spark\."}}
 ENV_NAMES: JsonDict = {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}}
+AVRO_SCHEMA: JsonDict = {"anyOf": [{"type": "string"}, {"type": "object"}]}
 
 
 def named_mapping(shorthand: JsonDict | None, min_entries: int) -> Callable[[JsonDict], None]:

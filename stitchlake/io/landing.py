@@ -20,7 +20,7 @@ import io
 import json
 import posixpath
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,28 @@ from stitchlake.storage import storage_for
 from stitchlake.storage.registry import scheme_of
 from stitchlake.timeline.metadata import LandingRecord
 
-EXTENSIONS = {
-    "parquet": (".parquet", ".parq"),
-    "json": (".json", ".jsonl", ".ndjson"),
-    "csv": (".csv", ".tsv"),
-    "avro": (".avro",),
-}
+
+@dataclass(frozen=True)
+class LandingFormat:
+    """What stitch knows about one landing file format: the names it has and how one file is read.
+
+    `read(source, name, data, columns, where)` turns a whole (decompressed) file into a table; adding a format is
+    one entry in `FORMATS` plus its name in `config.SourceFormat` (docs/architecture.md walks through it)."""
+
+    extensions: tuple[str, ...]
+    read: Callable[[SourceSpec, str, bytes, list[str], str], pa.Table]
+
+
+def _format_of(source: SourceSpec) -> LandingFormat:
+    """The stream's landing format; a format without a reader is an error, never a fallback to another reader."""
+    found = FORMATS.get(str(source.format))
+    if found is None:
+        raise UsageError(
+            f"format {source.format!s} has no landing files to read (landing formats: {', '.join(sorted(FORMATS))})"
+        )
+    return found
+
+
 #: Whole-file compressions by suffix, decompressed before the file is read (any format).
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
 #: Compressions stitch cannot read: files with these suffixes are refused by name, not skipped.
@@ -90,7 +106,8 @@ def is_landing_name(name: str, file_format: str) -> bool:
     lower = name.lower()
     if compression_of(lower):
         lower = posixpath.splitext(lower)[0]
-    return lower.endswith(EXTENSIONS[file_format])
+    found = FORMATS.get(file_format)
+    return found is not None and lower.endswith(found.extensions)
 
 
 def _visible(path: str) -> bool:
@@ -111,6 +128,7 @@ def discover(
     source: SourceSpec, paths: list[str] | None = None, options: Mapping[str, str] | None = None
 ) -> list[LandingFile]:
     """Landing files of a stream, sorted by name (= arrival order). `paths` overrides the configured folder."""
+    assert source.path is not None, "a file source has a path (validated)"
     base = source.path.rstrip("/")
     found: list[LandingFile] = []
     for root in paths or [base]:
@@ -121,7 +139,7 @@ def discover(
                 # A file named explicitly must not be skipped in silence (the run would say "nothing to ingest").
                 raise UsageError(
                     f"source file {root} is not a {source.format} file: the stream reads {source.format} "
-                    f"({', '.join(EXTENSIONS[source.format])}, optionally .gz/.bz2/.zst)"
+                    f"({', '.join(_format_of(source).extensions)}, optionally .gz/.bz2/.zst)"
                 )
             info = storage_for(folder, options).stat(name)
             found.append(LandingFile(folder, name, _identity(base, folder, name), info.size, info.version))
@@ -176,20 +194,12 @@ def read_landing(
     `stitch alter` added it after the stream existed. A file that cannot be read whole is refused naming it
     (InputRejected), so the bad-row policy decides: never a half-read file, never an unexplained error.
     """
+    landing_format = _format_of(source)
     storage = storage_for(file.root, options)
     where = storage.describe(file.path)
     try:
         data = decompressed(storage.read_bytes(file.path), file.path, where)
-        if source.format == "parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(pa.BufferReader(data))
-        elif source.format == "csv":
-            table = _read_csv(source, file.path, data, columns, where)
-        elif source.format == "json":
-            table = _read_json(data, where)
-        else:
-            table = _read_avro(data, where)
+        table = landing_format.read(source, file.path, data, columns, where)
     except InputRejected:
         raise
     except FileNotFoundError:
@@ -246,7 +256,13 @@ def _require_valid(table: pa.Table, columns: list[str], where: str) -> None:
 _AVRO_DAMAGE: tuple[type[Exception], ...] = (KeyError, TypeError, IndexError, zlib.error)
 
 
-def _read_avro(data: bytes, where: str) -> pa.Table:
+def _read_parquet(_source: SourceSpec, _name: str, data: bytes, _columns: list[str], _where: str) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(pa.BufferReader(data))
+
+
+def _read_avro(_source: SourceSpec, _name: str, data: bytes, _columns: list[str], where: str) -> pa.Table:
     """An Avro container file of records; any decoding failure is the file's damage, named as such."""
     import fastavro
     from fastavro.schema import SchemaParseException
@@ -301,7 +317,7 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
     return table
 
 
-def _read_json(data: bytes, where: str) -> pa.Table:
+def _read_json(_source: SourceSpec, _name: str, data: bytes, _columns: list[str], where: str) -> pa.Table:
     """Newline-delimited JSON. Columns whose JSON type varies become text, so bad values become bad rows."""
     import pyarrow.json as pajson
 
@@ -331,3 +347,12 @@ def _json_column(values: list[Any]) -> pa.Array:
         return pa.array(
             [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values], pa.string()
         )
+
+
+#: Every landing format by its `format:` name (Kafka streams read a topic, not files, and have no entry).
+FORMATS: dict[str, LandingFormat] = {
+    "parquet": LandingFormat((".parquet", ".parq"), _read_parquet),
+    "json": LandingFormat((".json", ".jsonl", ".ndjson"), _read_json),
+    "csv": LandingFormat((".csv", ".tsv"), _read_csv),
+    "avro": LandingFormat((".avro",), _read_avro),
+}

@@ -29,6 +29,10 @@ class IngestRequest(JobRequest):
     reingest_changed: bool = False
     #: A claim (the stream's pending deltacommit) the caller took before starting the job.
     instant: str | None = None
+    #: Kafka sources: at most this many records, and `earliest`/`latest` for partitions whose recorded offset the
+    #: topic no longer holds.
+    max_records: int | None = None
+    reset_offsets: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,15 @@ class CompactRequest(JobRequest):
     caller does it first (`services.compaction.schedule`), so it can size the plan to choose the engine."""
 
     job: ClassVar[str] = "compact"
+    instant: str | None = None
+
+
+@dataclass(frozen=True)
+class RescaleRequest(JobRequest):
+    """Run a planned rescale (`instant`, else the oldest pending). Planning is metadata only: the caller does it
+    first (`services.rescale.schedule`), so it can size the plan to choose the engine."""
+
+    job: ClassVar[str] = "rescale"
     instant: str | None = None
 
 
@@ -93,6 +106,8 @@ class StreamRequest(JobRequest):
     #: Overrides of the stream's `source.files_per_trigger` and `source.trigger_interval_s`.
     files_per_trigger: int | None = None
     trigger_interval_s: float | None = None
+    #: Kafka sources: override of `source.records_per_trigger`.
+    records_per_trigger: int | None = None
     #: Ingest what is there now, in batches, then stop (Trigger.AvailableNow).
     available_now: bool = False
     #: The query's checkpoint folder (default: under the table's `.stitch/streams/`, or local state for S3).
@@ -106,6 +121,7 @@ REQUESTS: dict[str, type[JobRequest]] = {
     for cls in (
         IngestRequest,
         CompactRequest,
+        RescaleRequest,
         CleanRequest,
         EraseRequest,
         RollbackRequest,

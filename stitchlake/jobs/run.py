@@ -18,10 +18,22 @@ from stitchlake.jobs.requests import (
     EraseRequest,
     IngestRequest,
     JobRequest,
+    RescaleRequest,
     RollbackRequest,
     SavepointRequest,
 )
-from stitchlake.services import archive, clean, compaction, erase, ingest, recovery, restore, rollback, savepoint
+from stitchlake.services import (
+    archive,
+    clean,
+    compaction,
+    erase,
+    ingest,
+    recovery,
+    rescale,
+    restore,
+    rollback,
+    savepoint,
+)
 from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -57,6 +69,8 @@ def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Prog
         request.reingest_changed,
         claim,
         progress,
+        max_records=request.max_records,
+        reset_offsets=request.reset_offsets,
     )
     return result.to_json()
 
@@ -67,6 +81,14 @@ def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Pro
         return {"result": None}  # nothing to run is exit 0
     progress(f"running compaction {request.instant or '(oldest pending)'}")
     return {"result": asdict(compaction.run(table, request.instant, engine))}
+
+
+def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+    assert isinstance(request, RescaleRequest)
+    if request.instant is None and not rescale.runnable_plans(table):
+        return {"result": None}  # nothing to run is exit 0
+    progress(f"running rescale {request.instant or '(oldest pending)'}")
+    return {"result": asdict(rescale.run(table, request.instant, engine))}
 
 
 def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
@@ -134,6 +156,7 @@ def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Pro
 JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], dict[str, Any]]] = {
     IngestRequest: run_ingest,
     CompactRequest: run_compact,
+    RescaleRequest: run_rescale,
     CleanRequest: run_clean,
     EraseRequest: run_erase,
     RollbackRequest: run_rollback,

@@ -4,7 +4,9 @@ A file no completed instant names is invisible, so a crashed writer's half-writt
 a read, and reads need no directory listing on object stores (DESIGN §3).
 
 File slices follow the completion-time rule (DESIGN §5): a log belongs to the slice whose base instant is the
-greatest rewrite (compaction or erase) *requested* before the log's commit *completed*.
+greatest rewrite (compaction or erase) *requested* before the log's commit *completed*. A completed rescale of a
+partition starts a new slice in every file group of it at its requested time, whether it wrote a base file there
+or not: the partition's older files are laid out by another bucket count (`layout.rescales`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import StitchError, UsageError
 from stitchlake.layout.names import BASE, LOG
+from stitchlake.layout.rescales import BucketLayout, RescaleRecord, layout_at, records, resets
 from stitchlake.timeline.archive import Checkpoint
 from stitchlake.timeline.metadata import CleanCommit, DataFile, EraseCommit, FileSlice, RewritePlan, kind_of
 from stitchlake.timeline.timeline import Timeline
@@ -35,6 +38,8 @@ class FileSystemView:
         pending_rewrites: dict[FileGroupKey, str] | None = None,
         horizon: str | None = None,
         purged: dict[str, tuple[str, str]] | None = None,
+        rescales: list[RescaleRecord] | None = None,
+        buckets: int = 0,
     ) -> None:
         self.groups: dict[FileGroupKey, list[DataFile]] = defaultdict(list)
         for item in files:
@@ -48,10 +53,19 @@ class FileSystemView:
         #: Deleted files that an erase's purge removed (not the retention): path -> that erase's requested and
         #: completion times (empty if it is no longer on the active timeline).
         self.purged = purged or {}
+        #: Completed rescales, oldest first, and per partition the (requested, completed) times of those that
+        #: rewrote it: each starts a new slice in every file group of the partition.
+        self.rescales = rescales or []
+        self.resets = resets(self.rescales)
+        #: The table's own bucket count (`table.json`); 0 when the view was built without it.
+        self.buckets = buckets
 
     @classmethod
-    def build(cls, timeline: Timeline, checkpoint: Checkpoint | None = None) -> FileSystemView:
-        """The view from an (optional) archive checkpoint plus the active timeline's completed instants."""
+    def build(cls, timeline: Timeline, checkpoint: Checkpoint | None = None, buckets: int = 0) -> FileSystemView:
+        """The view from an (optional) archive checkpoint plus the active timeline's completed instants.
+
+        `buckets` is the table's own count (`table.json`), needed only to ask for `layout`.
+        """
         files: dict[str, DataFile] = {}
         horizon = None
         if checkpoint:
@@ -83,7 +97,7 @@ class FileSystemView:
             if isinstance(plan, RewritePlan):
                 for group in plan.groups:
                     pending[group] = instant.requested
-        return cls(files.values(), deleted, pending, horizon, purged)
+        return cls(files.values(), deleted, pending, horizon, purged, records(timeline, checkpoint), buckets)
 
     # ------------------------------------------------------------------------------------------ queries
 
@@ -98,18 +112,34 @@ class FileSystemView:
         """Files named by a completed instant and not yet removed by cleaning."""
         return [f for items in self.groups.values() for f in items if f.path not in self.deleted]
 
+    def layout(self, as_of: str | None = None) -> BucketLayout:
+        """The bucket count of each partition as of a completion time (None: now)."""
+        if not self.buckets:
+            raise StitchError("internal: this file-system view was built without the table's bucket count")
+        return layout_at(self.buckets, self.rescales, as_of)
+
+    def reset_of(self, partition: str, as_of: str | None = None) -> str:
+        """The requested time of the latest rescale of `partition` completed by `as_of` ('' if none): older files of
+        the partition are laid out by another bucket count and belong to no slice from then on."""
+        found = [
+            requested for requested, completed in self.resets.get(partition, ()) if as_of is None or completed <= as_of
+        ]
+        return max(found, default="")
+
     def latest_slice(self, key: FileGroupKey, as_of: str | None = None) -> FileSlice | None:
         """What a read as of `as_of` merges for one file group: the newest completed base and every log after it.
 
         A pending rewrite only splits the logs into two slices; reading both together gives the same rows,
-        so readers simply take every log newer than the last completed base.
+        so readers simply take every log newer than the last completed base. A completed rescale of the partition
+        starts a slice of its own, with its base file here if it wrote one.
         """
         items = [f for f in self.groups.get(key, []) if as_of is None or f.completed <= as_of]
         if not items:
             return None
-        bases = [f for f in items if f.kind == BASE]
+        reset = self.reset_of(key[0], as_of)
+        bases = [f for f in items if f.kind == BASE and f.instant >= reset]
         base = max(bases, key=lambda f: f.instant) if bases else None
-        base_instant = base.instant if base else ""
+        base_instant = base.instant if base else reset
         logs = tuple(f for f in items if f.kind == LOG and f.completed > base_instant)
         if base is None and not logs:
             return None
@@ -156,7 +186,7 @@ class FileSystemView:
         """Every slice of a file group by base instant, the newest (possibly pending) last."""
         items = self.groups.get(key, [])
         bases = sorted((f for f in items if f.kind == BASE), key=lambda f: f.instant)
-        instants = [b.instant for b in bases]
+        instants = [b.instant for b in bases] + [requested for requested, _ in self.resets.get(key[0], ())]
         pending = self.pending_rewrites.get(key)
         if include_pending and pending and pending not in instants:
             instants.append(pending)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from stitchlake.checksums import seal
 from stitchlake.errors import BusyError
 from stitchlake.paths import ARCHIVE_DIR
+from stitchlake.services.offsets import offsets_until
 from stitchlake.timeline.archive import (
     BATCH_SUFFIX,
     LEGACY_CHECKPOINT,
@@ -114,7 +115,13 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
         for i in chosen
     ]
     schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
-    return ArchivePlan(chosen, horizon, Checkpoint(horizon, tuple(files), consumed, schemas), lines)
+    # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
+    rescales = tuple(r for r in view.rescales if r.completed <= horizon)
+    offsets = {name: offsets_until(table, timeline, name, horizon) for name in table.config.streams}
+    checkpoint = Checkpoint(
+        horizon, tuple(files), consumed, schemas, rescales, offsets={k: v for k, v in offsets.items() if v}
+    )
+    return ArchivePlan(chosen, horizon, checkpoint, lines)
 
 
 def archive(table: Table, keep: int | None = None) -> ArchiveResult:

@@ -8,7 +8,7 @@ read that would need a cleaned file says so instead of returning less data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ from stitchlake.paths import TABLE_JSON, is_meta
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import CleanCommit, CleanPlan, RewritePlan
+from stitchlake.timeline.metadata import REWRITES, CleanCommit, CleanPlan, RewritePlan
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from stitchlake.table import Table
 
 POLICIES = ("keep_latest_commits", "keep_latest_file_versions", "keep_latest_hours")
-DATA_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE)
+DATA_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.RESCALE)
 
 #: Deletes paths (the Spark engine distributes this; in-process it is a plain loop).
 Deleter = Callable[[list[str]], int]
@@ -83,18 +83,21 @@ def _by_group(files: Iterable[DataFile]) -> dict[tuple[str, str], list[DataFile]
     return groups
 
 
-def _expendable_since(files: list[DataFile], cut: str) -> list[DataFile]:
-    """Files older than the slice in force at `cut`: bases superseded by then and logs that base absorbed."""
-    bases = [f for f in files if f.kind == BASE and f.completed <= cut]
-    if not bases:
+def _expendable_since(files: list[DataFile], cut: str, resets: Sequence[tuple[str, str]] = ()) -> list[DataFile]:
+    """Files older than the slice in force at `cut`: bases superseded by then and logs that base absorbed. A
+    rescale of the partition completed by then (`resets`: its requested and completed times) starts a slice too,
+    with or without a base file in this group."""
+    starts = [f.instant for f in files if f.kind == BASE and f.completed <= cut]
+    starts += [requested for requested, completed in resets if completed <= cut]
+    if not starts:
         return []
-    current = max(bases, key=lambda f: f.instant).instant
+    current = max(starts)
     return [f for f in files if (f.kind == BASE and f.instant < current) or (f.kind == LOG and f.completed < current)]
 
 
-def _expendable_versions(files: list[DataFile], keep: int) -> list[DataFile]:
-    """Files of all but the latest `keep` slices (versions) of a file group."""
-    bases = sorted({f.instant for f in files if f.kind == BASE})
+def _expendable_versions(files: list[DataFile], keep: int, resets: Sequence[tuple[str, str]] = ()) -> list[DataFile]:
+    """Files of all but the latest `keep` slices (versions) of a file group (a rescale of its partition starts one)."""
+    bases = sorted({f.instant for f in files if f.kind == BASE} | {requested for requested, _ in resets})
     if len(bases) < keep:
         return []
     oldest_kept = bases[len(bases) - keep]
@@ -121,7 +124,7 @@ def protected(timeline: Timeline, view: FileSystemView, publishes: bool = True) 
 def pending_rewrite_files(timeline: Timeline) -> set[str]:
     """Every file a pending compaction or erase plan will merge."""
     out: set[str] = set()
-    for instant in timeline.pending(Action.REWRITES):
+    for instant in timeline.pending(REWRITES):
         plan = timeline.plan(instant)
         if isinstance(plan, RewritePlan):
             out |= plan.planned_files
@@ -135,13 +138,13 @@ def plan(table: Table, timeline: Timeline, view: FileSystemView, policy: str, re
     groups = _by_group(view.live_files())
     doomed: list[DataFile] = []
     if policy == "keep_latest_file_versions":
-        for files in groups.values():
-            doomed += _expendable_versions(files, retain)
+        for key, files in groups.items():
+            doomed += _expendable_versions(files, retain, view.resets.get(key[0], []))
     else:
         cut = retention_start(timeline, policy, retain)
         if cut is not None:
-            for files in groups.values():
-                doomed += _expendable_since(files, cut)
+            for key, files in groups.items():
+                doomed += _expendable_since(files, cut, view.resets.get(key[0], []))
     keep = protected(timeline, view)
     return sorted({f.path for f in doomed} - keep)
 
@@ -195,7 +198,11 @@ def _tidy(table: Table, timeline: Timeline) -> None:
 def superseded_in(view: FileSystemView, groups: set[tuple[str, str]]) -> set[str]:
     """Files of the given file groups older than each group's latest slice."""
     by_group = _by_group(f for f in view.live_files() if (f.partition, f.file_group) in groups)
-    return {f.path for files in by_group.values() for f in _expendable_since(files, "9" * 17)}
+    return {
+        f.path
+        for key, files in by_group.items()
+        for f in _expendable_since(files, "9" * 17, view.resets.get(key[0], []))
+    }
 
 
 def purge_file_groups(table: Table, groups: set[tuple[str, str]]) -> CleanResult:

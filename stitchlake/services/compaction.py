@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
+from stitchlake.config import CompactionStrategy
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
@@ -31,7 +32,7 @@ from stitchlake.transaction import Transaction
 if TYPE_CHECKING:
     from stitchlake.table import Table
 
-STRATEGIES = ("all", "log_files", "log_bytes")
+STRATEGIES = tuple(s.value for s in CompactionStrategy)
 
 
 @dataclass
@@ -67,9 +68,9 @@ def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_byte
         fslice = view.latest_slice(key)
         if fslice is None or not fslice.logs:
             continue
-        if strategy == "log_files" and len(fslice.logs) < min_log_files:
+        if strategy == CompactionStrategy.LOG_FILES and len(fslice.logs) < min_log_files:
             continue
-        if strategy == "log_bytes" and fslice.log_bytes < min_log_bytes:
+        if strategy == CompactionStrategy.LOG_BYTES and fslice.log_bytes < min_log_bytes:
             continue
         chosen.append(fslice)
     return chosen

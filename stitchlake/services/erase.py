@@ -33,6 +33,7 @@ from stitchlake.storage import storage_for
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
+    REWRITES,
     DataFile,
     EraseCommit,
     ErasePlan,
@@ -103,19 +104,25 @@ def _keys_table(table: Table, keys: pa.Table) -> pa.Table:
 
 
 def _targets(table: Table, view: FileSystemView, keys: pa.Table) -> set[tuple[str, str]]:
-    """File groups that may hold the keys: their bucket, in their partition or in every partition."""
+    """File groups that may hold the keys: their bucket, in their partition or in every partition (under each
+    partition's bucket count now: a rescale changes it)."""
     config = table.config
-    buckets = bucket_of([keys.column(n) for n in config.table.key_names], config.table.buckets)
-    groups = {file_group_id(int(b)) for b in np.unique(buckets)}
+    layout = view.layout()
+    key_columns = [keys.column(n) for n in config.table.key_names]
     names = config.table.partition_names
+    partitions = view.partitions()
     if names and all(n in keys.column_names for n in names):
         rows = keys.select(list(names)).to_pylist()
-        wanted = {
-            (partition_path(names, tuple(r[n] for n in names)), file_group_id(int(b)))
-            for r, b in zip(rows, buckets, strict=True)
-        }
+        places = [partition_path(names, tuple(r[n] for n in names)) for r in rows]
+        counts = {place: layout.buckets(place) for place in set(places)}
+        rows_of = {count: bucket_of(key_columns, count) for count in set(counts.values())}
+        wanted = {(place, file_group_id(int(rows_of[counts[place]][row]))) for row, place in enumerate(places)}
         return {k for k in view.file_groups() if k in wanted}
-    return {k for k in view.file_groups() if k[1] in groups}
+    ids = {
+        count: {file_group_id(int(b)) for b in np.unique(bucket_of(key_columns, count))}
+        for count in {layout.buckets(p) for p in partitions}
+    }
+    return {k for k in view.file_groups() if k[1] in ids.get(layout.buckets(k[0]), set())}
 
 
 def _match(candidates: pa.Table, keys: pa.Table) -> np.ndarray:
@@ -132,7 +139,7 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
     """Compactions/erases other than `me` that completed after `since` or are pending, on the same groups."""
     out = []
     for instant in timeline.instants:
-        if instant.action not in Action.REWRITES or instant.requested == me:
+        if instant.action not in REWRITES or instant.requested == me:
             continue
         if instant.is_completed and (instant.completed or "") <= since:
             continue
@@ -193,7 +200,7 @@ def _erase(table: Table, keys: pa.Table, engine: Engine, purge: bool = False) ->
     groups: set[tuple[str, str]] = set()
 
     def plan(timeline: Timeline, requested: str) -> ErasePlan | None:
-        view = FileSystemView.build(timeline, load_checkpoint(table.storage))
+        view = FileSystemView.build(timeline, load_checkpoint(table.storage), table.base_buckets)
         groups.update(_targets(table, view, wanted))
         busy = _rewrites_touching(timeline, groups, requested, requested)
         if busy:

@@ -10,20 +10,20 @@ per stream runs at a time (`lock_free`): the claim is the stream's pending delta
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.badrows import FAIL
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.paths import quarantine_folder
-from stitchlake.services import compaction
+from stitchlake.services import compaction, offsets
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord, StreamBatch
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
+from stitchlake.write import deltacommit
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
@@ -44,6 +44,10 @@ class IngestResult:
     quarantine: str | None = None
     quarantined_files: int = 0
     reingested: int = 0
+    #: Kafka: records read, and the offset ranges consumed ("topic/partition:start-end").
+    records: int = 0
+    offsets: list[str] = field(default_factory=list)
+    offset_resets: list[str] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -172,6 +176,20 @@ def preflight(
     return pending_files(table, stream, paths, max_files, reingest_changed)[0]
 
 
+def preflight_topic(
+    table: Table,
+    stream: str,
+    max_records: int | None = None,
+    reset_offsets: str | None = None,
+    until: Mapping[int, int] | None = None,
+) -> offsets.TopicPlan:
+    """The same cheap checks for a Kafka-fed stream: busy (exit 4), records the topic no longer holds (exit 5),
+    and what is pending (nothing: no claim, no JVM)."""
+    table.require()
+    refuse_if_stream_busy(table, table.timeline(), stream)
+    return offsets.plan(table, stream, max_records, reset_offsets, until)
+
+
 def nothing_to_do(stream: str, engine: str) -> IngestResult:
     return IngestResult(stream=stream, engine=engine, message=f"nothing to ingest for stream {stream}")
 
@@ -186,18 +204,28 @@ def ingest(
     txn: Transaction | None = None,
     progress: Callable[[str], None] = lambda _message: None,
     stream_batch: StreamBatch | None = None,
+    max_records: int | None = None,
+    reset_offsets: str | None = None,
+    until: Mapping[int, int] | None = None,
 ) -> IngestResult:
-    """Ingest the stream's pending landing files as one deltacommit. `txn` is a claim taken by the caller;
-    `stream_batch` the `stitch stream` micro-batch this ingest is (recorded in the commit).
+    """Ingest the stream's pending landing files (or, for a Kafka source, the records from its recorded offsets
+    to the topic's end now, or `until`, at most `max_records`) as one deltacommit. `txn` is a claim taken by the
+    caller; `stream_batch` the `stitch stream` micro-batch this ingest is (recorded in the commit).
 
     A failed ingest is undone by whoever took the claim: here when we did, else by the caller. A Spark job's
     driver must not undo the claim of the `stitch` command that started it: interrupted, the driver would delete
     the markers while a task is still writing, and the file that task finishes would be left behind unnamed; the
-    command undoes it once every process of the job has ended (`cli.jobs.execute`).
+    command undoes it once every process of the job has ended (`stitchlake.cli.jobs.execute`).
     """
     started = time.time()
     table.require()
     spec = table.config.stream(stream)
+    if spec.source is not None and spec.source.is_kafka:
+        return _ingest_topic(
+            table, engine, stream, txn, progress, stream_batch, max_records, reset_offsets, until, started
+        )
+    if max_records is not None or reset_offsets is not None:
+        raise UsageError(f"--max-records and --reset-offsets apply to Kafka sources; stream {stream} reads files")
     own_claim = txn is None
     if txn is None:
         if not preflight(table, stream, paths, max_files, reingest_changed):
@@ -212,21 +240,17 @@ def ingest(
         progress(f"writing {len(todo)} landing file(s) of stream {stream} as instant {txn.time}")
         written = engine.write_stream(table, spec, todo, txn.time)
         bad = written.bad
-        if bad and table.config.bad_rows == FAIL:
-            raise bad.rejection()
-        quarantined = bool(bad.files or bad.rejected)
+        bad.enforce(table.config.bad_rows)
         instant = txn.complete(
-            DeltaCommit(
-                schema_version=table.schema_version,
-                stream=stream,
-                added=tuple(written.files),
-                rows=written.rows,
-                bad_rows=bad.count,
-                quarantine=quarantine_folder(txn.time) if quarantined else None,
-                quarantine_files=tuple(bad.files),
-                quarantined_files=tuple(bad.rejected),
+            deltacommit(
+                table,
+                stream,
+                txn.time,
+                written.files,
+                written.rows,
+                bad,
+                engine.name,
                 sources=tuple(f.record() for f in todo),
-                engine=engine.name,
                 stream_batch=stream_batch,
                 timings=written.timings,
             )
@@ -247,7 +271,7 @@ def ingest(
         source_files=len(todo),
         rows=written.rows,
         bad_rows=bad.count,
-        quarantine=quarantine_folder(instant.requested) if quarantined else None,
+        quarantine=quarantine_folder(instant.requested) if (bad.files or bad.rejected) else None,
         quarantined_files=len(bad.rejected),
         reingested=reingested,
         files=len(written.files),
@@ -257,6 +281,82 @@ def ingest(
         timings=written.timings,
     )
     if compaction.inline_due(table):  # every ingest: `stitch ingest`, `Table.ingest`, a `stitch stream` batch
+        result.extra["compaction"] = compact_inline(table, engine, result, progress)
+    return result
+
+
+def _ingest_topic(
+    table: Table,
+    engine: Engine,
+    stream: str,
+    txn: Transaction | None,
+    progress: Callable[[str], None],
+    stream_batch: StreamBatch | None,
+    max_records: int | None,
+    reset_offsets: str | None,
+    until: Mapping[int, int] | None,
+    started: float,
+) -> IngestResult:
+    """`ingest` for a Kafka-fed stream: claim, plan the offset ranges from the table's recorded offsets, read and
+    write them, and publish one deltacommit recording them, refused if another commit took them meanwhile."""
+    spec = table.config.stream(stream)
+    own_claim = txn is None
+    if txn is None:
+        if not preflight_topic(table, stream, max_records, reset_offsets, until):
+            return nothing_to_do(stream, engine.name)
+        txn = claim(table, stream)
+    try:
+        todo = offsets.plan(table, stream, max_records, reset_offsets, until)  # again, under the claim
+        if not todo:
+            txn.abort()
+            return nothing_to_do(stream, engine.name)
+        txn.conflict_check = offsets.still_unconsumed(stream, todo.ranges)
+        progress(f"reading {todo.records} record(s) of stream {stream} in {len(todo.reads)} range(s) as {txn.time}")
+        written = engine.write_stream(table, spec, todo.reads, txn.time)
+        bad = written.bad
+        bad.enforce(table.config.bad_rows)
+        instant = txn.complete(
+            deltacommit(
+                table,
+                stream,
+                txn.time,
+                written.files,
+                written.rows,
+                bad,
+                engine.name,
+                offsets=tuple(todo.ranges),
+                offset_resets=tuple(todo.resets),
+                stream_batch=stream_batch,
+                timings=written.timings,
+            )
+        )
+    except BaseException as exc:
+        refused = txn.refusal_after(exc)
+        if own_claim:
+            txn.abort()
+        if refused is not None:
+            raise refused from exc
+        raise
+    resets = [f"{r.topic}/{r.partition}: {r.recorded} -> {r.to} ({r.reason})" for r in todo.resets]
+    result = IngestResult(
+        stream=stream,
+        engine=engine.name,
+        instant=instant.requested,
+        completed=instant.completed,
+        rows=written.rows,
+        bad_rows=bad.count,
+        quarantine=quarantine_folder(instant.requested) if (bad.files or bad.rejected) else None,
+        records=todo.records,
+        offsets=[f"{r.topic}/{r.partition}:{r.start}-{r.end}" for r in todo.ranges],
+        offset_resets=resets,
+        files=len(written.files),
+        bytes=sum(f.bytes for f in written.files),
+        seconds=round(time.time() - started, 3),
+        message=f"ingested {todo.records} record(s) of {spec.source.topic if spec.source else '?'}, {written.rows} "
+        f"rows into stream {stream}" + (f"; reset {len(resets)} partition(s)" if resets else ""),
+        timings=written.timings,
+    )
+    if compaction.inline_due(table):
         result.extra["compaction"] = compact_inline(table, engine, result, progress)
     return result
 

@@ -45,7 +45,7 @@ from stitchlake.io.published import (
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reader import READ_OPTIMIZED, read
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
+from stitchlake.timeline.metadata import CHANGES_PUBLISHED_ROWS, REWRITES, EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
@@ -53,9 +53,6 @@ if TYPE_CHECKING:
     from stitchlake.table import Table
 
 log = logging.getLogger(__name__)
-
-#: Completed actions that change what a read-optimized read shows: a published copy older than one is stale.
-CHANGES_PUBLISHED_ROWS = (Action.COMPACTION, Action.ERASE, Action.ALTER, Action.RESTORE)
 
 
 @dataclass
@@ -150,7 +147,7 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
                     f"publish {other.requested} of {chosen.value} is running; run again when it is done (two "
                     "publishes at once could leave the older state as the newest version)"
                 )
-        source = timeline.latest_completed([Action.COMPACTION, Action.ERASE])
+        source = timeline.latest_completed(REWRITES)
         last = last_publish(timeline, chosen)
         if source is None and last is None and not _has_base_files(table, timeline):
             raise UsageError("nothing is compacted yet: run `stitch compact` first (a publish shows base files)")
@@ -286,7 +283,7 @@ def stale_formats(table: Table, formats: list[PublishFormat], timeline: Timeline
     for fmt in formats:
         last = last_publish(timeline, fmt)
         if last is None:
-            compacted = timeline.latest_completed([Action.COMPACTION, Action.ERASE]) is not None
+            compacted = timeline.latest_completed(REWRITES) is not None
             if compacted or _has_base_files(table, timeline):
                 out.append(fmt)
             continue

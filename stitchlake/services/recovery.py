@@ -22,6 +22,10 @@ from stitchlake.transaction import undone_by
 if TYPE_CHECKING:
     from stitchlake.table import Table
 
+#: Actions run again from their plan after a crash (reset: partial files deleted, plan kept), never undone: a
+#: compaction, and a rescale (`stitch rescale --resume` runs it; writers of its partitions are fenced until then).
+RESUMABLE = (Action.COMPACTION, Action.RESCALE)
+
 #: How a crashed instant of an action that is finished rather than undone is finished.
 FINISHERS: dict[str, Callable[[Table, Instant], object]] = {
     Action.ROLLBACK: finish_rollback,
@@ -48,7 +52,7 @@ def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], li
     for instant in timeline.pending():
         if instant.requested in leftovers or not expired(table, instant):
             continue
-        if instant.action == Action.COMPACTION:
+        if instant.action in RESUMABLE:
             if instant.state is State.INFLIGHT:
                 resets.append(instant)
         elif kind_of(instant.action).finished_not_undone:

@@ -13,16 +13,13 @@ from stitchlake.errors import BusyError, UsageError
 from stitchlake.services.publish import publish_after
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import RestoreCommit, RestorePlan
+from stitchlake.timeline.metadata import UNDONE_BY_RESTORE, RestoreCommit, RestorePlan
 from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
-
-#: Instants a restore undoes: they change data (or pin states that will no longer exist).
-UNDONE_BY_RESTORE = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.SAVEPOINT, Action.ALTER)
 
 
 @dataclass
@@ -74,6 +71,7 @@ def _execute(table: Table, txn: Transaction) -> RestoreResult:
     deleted = sum(undo(table, target) for target in plan.targets)
     undone = tuple(t.requested for t in plan.targets)
     done = txn.complete(RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone))
+    table.follow_buckets()  # a rescale it undid gives the table its old bucket count back
     # What was published after the savepoint shows undone rows: every published format shows the restored state.
     published = publish_after(table, f"restore {done.requested}")
     return RestoreResult(

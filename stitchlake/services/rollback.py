@@ -19,6 +19,7 @@ from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.paths import erase_folder
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import (
+    REWRITES,
     DeltaCommit,
     EraseCommit,
     RewritePlan,
@@ -208,7 +209,7 @@ def _refuse_completed(table: Table, timeline: Timeline, target: Instant, per_str
             )
     files = set(files_of(table, timeline, target))
     for other in timeline.instants:
-        if other.action not in Action.REWRITES:
+        if other.action not in REWRITES:
             continue
         # The plan lists the logs a rewrite merges, whether it is pending or completed.
         plan = timeline.plan(other)

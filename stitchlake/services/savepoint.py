@@ -15,7 +15,7 @@ from stitchlake.services.clean import needed_as_of
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import SavepointCommit, SavepointPlan
+from stitchlake.timeline.metadata import REWRITES, SavepointCommit, SavepointPlan
 from stitchlake.timeline.savepoints import Savepoint, find, savepoints, summary
 from stitchlake.timeline.timeline import Timeline, delete_instant
 from stitchlake.transaction import Transaction
@@ -44,7 +44,7 @@ def create(table: Table, instant_time: str | None = None, name: str | None = Non
         if timeline.pending([Action.CLEAN]):
             raise BusyError("a clean is running; create the savepoint after it finishes")
         if instant_time is None:
-            target = timeline.latest_completed([Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE])
+            target = timeline.latest_completed([Action.DELTACOMMIT, *REWRITES])
             if target is None:
                 raise UsageError("the table has no completed commit to savepoint yet")
         else:

@@ -37,15 +37,24 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
 
     partitions: dict[str, dict[str, Any]] = {}
+    layout = view.layout()
     for key in view.file_groups():
         fslice = view.latest_slice(key)
+        if fslice is None:
+            continue  # a file group of an older bucket count, kept only for time travel until cleaned
         entry = partitions.setdefault(
             key[0] or "(unpartitioned)",
-            {"file_groups": 0, "base_files": 0, "log_files": 0, "max_logs_per_slice": 0, "bytes": 0, "rows": 0},
+            {
+                "buckets": layout.buckets(key[0]),
+                "file_groups": 0,
+                "base_files": 0,
+                "log_files": 0,
+                "max_logs_per_slice": 0,
+                "bytes": 0,
+                "rows": 0,
+            },
         )
         entry["file_groups"] += 1
-        if fslice is None:
-            continue
         entry["base_files"] += 1 if fslice.base else 0
         entry["log_files"] += len(fslice.logs)
         entry["max_logs_per_slice"] = max(entry["max_logs_per_slice"], len(fslice.logs))
@@ -80,6 +89,13 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             warnings.append(
                 f"compaction plan {instant.requested} has been pending for {pending_s / 3600:.1f} h and nothing is "
                 "running it (over compaction.stale_plan_minutes): run `stitch compact`"
+            )
+
+        if instant.action == Action.RESCALE and not alive:
+            # Writers of its partitions are fenced (exit 4) until it completes.
+            warnings.append(
+                f"rescale {instant.requested} is pending and nothing is running it; writers of its partitions are "
+                "refused until it completes: run `stitch rescale --resume`"
             )
 
     limit = table.config.compaction.max_file_group_mb * MIB
@@ -134,6 +150,8 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
         "timeline": {
             "active_instants": len(timeline),
             "archived_until": checkpoint.horizon if checkpoint else None,
+            "buckets": layout.default,
+            "last_rescale": view.rescales[-1].completed if view.rescales else None,
             "last_compaction": last_compaction.completed if last_compaction else None,
             "last_clean": last_clean.completed if last_clean else None,
             "deltacommits_since_compaction": len(since_compaction),

@@ -20,8 +20,7 @@ from stitchlake.badrows import FAIL, BadRows, quarantine_rows
 from stitchlake.batch import Batch
 from stitchlake.config import StreamSpec
 from stitchlake.engine import Engine, StreamWrite, marker_for
-from stitchlake.events import from_landing
-from stitchlake.io.landing import LandingFile
+from stitchlake.events import Input, read_input
 from stitchlake.spark.errors import recovered
 from stitchlake.timeline.metadata import DataFile, QuarantinedFile
 from stitchlake.write import before_writing, route, write_file_group
@@ -80,9 +79,10 @@ def from_ipc(blobs: list[bytes]) -> pa.Table:
     return pa.concat_tables([pa.ipc.open_stream(blob).read_all() for blob in blobs])
 
 
-def balanced(files: list[LandingFile], tasks: int) -> list[list[tuple[int, LandingFile]]]:
-    """Landing files (with their ordinal in the batch) dealt to `tasks` read tasks, largest first to the lightest."""
-    bins: list[list[tuple[int, LandingFile]]] = [[] for _ in range(tasks)]
+def balanced(files: Sequence[Input], tasks: int) -> list[list[tuple[int, Input]]]:
+    """Inputs (with their ordinal in the batch) dealt to `tasks` read tasks, largest first to the lightest (a landing
+    file's size is bytes, an offset range's records: a batch holds one kind)."""
+    bins: list[list[tuple[int, Input]]] = [[] for _ in range(tasks)]
     loads = [0] * tasks
     for ordinal, file in sorted(enumerate(files), key=lambda item: -item[1].size):
         lightest = loads.index(min(loads))
@@ -110,18 +110,18 @@ class SparkEngine(Engine):
         slices = min(len(items), self.cores * TASKS_PER_CORE * 4)
         return _collect(lambda: self.spark.sparkContext.parallelize(list(items), slices).map(fn).collect())
 
-    def write_stream(self, table: Table, stream: StreamSpec, files: list[LandingFile], instant: str) -> StreamWrite:
+    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
         context = self.spark.sparkContext
         shares = balanced(files, max(1, min(len(files), self.cores * TASKS_PER_CORE)))
         writers = max(1, self.cores * TASKS_PER_CORE)
         fail = table.config.bad_rows == FAIL
         compression = self.shuffle_compression
 
-        def read(share: Iterable[list[tuple[int, LandingFile]]]) -> Iterator[tuple[Any, Any]]:
+        def read(share: Iterable[list[tuple[int, Input]]]) -> Iterator[tuple[Any, Any]]:
             mark = marker_for(table, instant)
             clock = Clock()
             for ordinal, file in (item for items in share for item in items):
-                events = from_landing(table, stream, file, ordinal, instant, mark)
+                events = read_input(table, stream, file, ordinal, instant, mark)
                 clock.lap("read_task_s")
                 if events.rejected is not None:
                     yield REJECTED, events.rejected
@@ -135,7 +135,7 @@ class SparkEngine(Engine):
                 rows = batch.to_table()
                 routed = [
                     ((partition, group), to_ipc(rows.take(pa.array(members)), compression))
-                    for partition, group, members in route(table.config, batch.rows)
+                    for partition, group, members in route(table.config, batch.rows, table.routing)
                 ]
                 clock.lap("route_task_s")
                 yield from routed

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from stitchlake.jobs.spark_conf import DEFAULT_CONF, REQUIRED_CONF
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from stitchlake.config import TableConfig
-
-#: Settings every stitchlake job needs whatever the user configures: UTC timestamps, Arrow transfer, and
-#: pushdown into Python data sources (without it the reader's pushFilters is refused).
-REQUIRED_CONF = {
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.python.filterPushdown.enabled": "true",
-}
-DEFAULT_CONF = {
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.adaptive.enabled": "true",
-}
-
 
 #: Spark's settings for packing file reads, which the data source follows for file slices (option name -> conf).
 PACKING_CONF = {

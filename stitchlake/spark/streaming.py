@@ -1,4 +1,4 @@
-"""`stitch stream`: a stream's landing folder as one long-running Structured Streaming query.
+"""`stitch stream`: a stream's landing folder (or Kafka topic) as one long-running Structured Streaming query.
 
 The query's source lists the stream's landing files the table has not consumed yet, at most
 `source.files_per_trigger` per micro-batch, every `source.trigger_interval_s` (or all there is now, in batches, with
@@ -10,6 +10,13 @@ Exactly once: a micro-batch's offset names its files, and the ingest skips files
 batch re-run after a crash adds nothing twice; its commit also records the query and batch ids. The checkpoint is
 Spark's bookkeeping only: deleting it starts a new query that ingests whatever is pending.
 
+A Kafka-fed stream works the same way: the source plans each micro-batch from the offsets the table recorded (the
+next offset per partition) up to the topic's end offsets now, at most `source.records_per_trigger` records, and its
+offset names the batch's end per partition; the micro-batch runs `stitch ingest`'s Kafka ingest up to that end, the
+records read in Spark tasks with the Python Kafka client. The table, not the checkpoint, holds the offsets, so a
+restart, a cron `stitch ingest` in between, a rollback or a restore are all followed (DESIGN §6 says why this is
+not Spark's own Kafka source).
+
 Stopping: the CLI asks for a graceful stop (a stop file) on SIGTERM or Ctrl-C; the query then finishes the batch it
 is in and stops, and the job reports success. A SIGTERM to the job itself stops at once (the running ingest
 aborts its instant).
@@ -17,6 +24,7 @@ aborts its instant).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +41,7 @@ try:  # admission control for Python streaming sources arrived in PySpark 4.2; b
         ReadAllAvailable,
         ReadLimit,
         ReadMaxFiles,
+        ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - depends on the installed PySpark
@@ -115,14 +124,80 @@ class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [f.name for f in files]
 
 
+#: The Kafka source's short name.
+KAFKA_SOURCE_NAME = "stitchlake_kafka"
+
+
+class KafkaOffsets(DataSource):
+    """The records of one Kafka-fed stream (`option("stream", S)`) past the offsets the table recorded."""
+
+    @classmethod
+    def name(cls) -> str:
+        return KAFKA_SOURCE_NAME
+
+    def schema(self) -> str:
+        return "until string"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaOffsetsReader(dict(self.options))
+
+
+class KafkaOffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are `{"batch": n, "until": {"<partition>": end, ...}}`: the end of each partition's range in the
+    micro-batch; where a range starts is the table's business (its recorded offsets when the batch runs)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.table = open_for_spark(options)
+        self.stream = options["stream"]
+        spec = self.table.config.stream(self.stream)
+        assert spec.source is not None and spec.source.is_kafka
+        self.source = spec.source
+        self.per_trigger = int(options.get("records_per_trigger") or spec.source.records_per_trigger)
+        #: With Trigger.AvailableNow: the topic's end offsets when the query started.
+        self.target: dict[int, int] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"batch": 0, "until": {}}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        from stitchlake.io.kafka import topic_offsets
+
+        self.target = {partition: high for partition, (_low, high) in topic_offsets(self.source).items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        from stitchlake.services.offsets import plan
+
+        most = None
+        if not isinstance(limit, ReadAllAvailable):
+            most = limit.max_rows if isinstance(limit, ReadMaxRows) else self.per_trigger
+        todo = plan(self.table, self.stream, max_records=most, until=self.target)
+        if not todo:
+            return start
+        until = {str(r.partition): r.end for r in todo.ranges}
+        if until == start.get("until"):
+            return start
+        return {"batch": int(start.get("batch", 0)) + 1, "until": until}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == end or not end.get("until"):
+            return []
+        return [InputPartition(json.dumps(end["until"], sort_keys=True))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
+        yield (str(partition.value),)
+
+
 def checkpoint_folder(table: Table, stream: str) -> str:
     """The query's checkpoint: beside the table on local disk; in local state for a table on an object store
     (Spark would need Hadoop's s3a to write there, and losing it costs nothing: the table knows what it has)."""
     from stitchlake.paths import STREAMS_DIR
-    from stitchlake.storage import LocalStorage
 
-    if isinstance(table.storage, LocalStorage):
-        return table.storage.describe(f"{STREAMS_DIR}/{stream}/checkpoint")
+    local = table.storage.local_path(f"{STREAMS_DIR}/{stream}/checkpoint")
+    if local is not None:
+        return local
     base = os.environ.get("STITCH_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state", "stitchlake")
     return os.path.join(base, "streams", table.config.table.name, stream, "checkpoint")
 
@@ -141,28 +216,41 @@ def run_stream(
     spec = table.config.stream(request.stream)
     if spec.source is None:
         raise UsageError(f"stream {request.stream} has no `source:` in the config; `stitch stream` reads it")
-    spark.dataSource.register(LandingFiles)
+    kafka = spec.source.is_kafka
+    if kafka and request.files_per_trigger is not None:
+        raise UsageError(
+            f"stream {request.stream} reads a Kafka topic: use --records-per-trigger, not --files-per-trigger"
+        )
+    if not kafka and request.records_per_trigger is not None:
+        raise UsageError(f"stream {request.stream} reads landing files: use --files-per-trigger")
+    spark.dataSource.register(KafkaOffsets if kafka else LandingFiles)
     interval = request.trigger_interval_s or spec.source.trigger_interval_s
-    per_trigger = request.files_per_trigger or spec.source.files_per_trigger
+    per_trigger = (
+        request.records_per_trigger or spec.source.records_per_trigger
+        if kafka
+        else request.files_per_trigger or spec.source.files_per_trigger
+    )
     checkpoint = request.checkpoint or checkpoint_folder(table, request.stream)
     engine = SparkEngine(spark)
-    totals = {"batches": 0, "source_files": 0, "rows": 0, "bad_rows": 0}
+    totals = {"batches": 0, "source_files": 0, "records": 0, "rows": 0, "bad_rows": 0}
     query_id: list[str] = []
     frame = (
-        spark.readStream.format(SOURCE_NAME)
+        spark.readStream.format(KAFKA_SOURCE_NAME if kafka else SOURCE_NAME)
         .option("path", table.path)
         .option("config", table.config.source_file or "")
         .option("stream", request.stream)
-        .option("files_per_trigger", str(per_trigger))
+        .option("records_per_trigger" if kafka else "files_per_trigger", str(per_trigger))
         .load()
     )
 
     def each_batch(batch: Any, batch_id: int) -> None:
+        if kafka:
+            return each_kafka_batch(batch, batch_id)
         names = [row["name"] for row in batch.collect()]
         if not names:
             return
         source = spec.source
-        assert source is not None
+        assert source is not None and source.path is not None
         paths = [f"{source.path.rstrip('/')}/{name}" for name in names]
         done = ingest(
             table,
@@ -176,6 +264,23 @@ def run_stream(
             totals[key] += int(getattr(done, key) or 0)
         progress(f"micro-batch {batch_id}: {done.message}")
 
+    def each_kafka_batch(batch: Any, batch_id: int) -> None:
+        ends = [json.loads(row["until"]) for row in batch.collect()]
+        if not ends:
+            return
+        until = {int(partition): int(end) for partition, end in ends[-1].items()}
+        done = ingest(
+            table,
+            engine,
+            request.stream,
+            until=until,
+            stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
+        )
+        totals["batches"] += 1
+        for key in ("records", "rows", "bad_rows"):
+            totals[key] += int(getattr(done, key) or 0)
+        progress(f"micro-batch {batch_id}: {done.message}")
+
     writer = frame.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     writer = (
         writer.trigger(availableNow=True)
@@ -184,7 +289,8 @@ def run_stream(
     )
     query = writer.queryName(f"stitch-stream-{table.config.table.name}-{request.stream}").start()
     query_id.append(str(query.id))
-    progress(f"streaming {request.stream}: {per_trigger} file(s) per micro-batch, checkpoint {checkpoint}")
+    unit = "record(s)" if kafka else "file(s)"
+    progress(f"streaming {request.stream}: {per_trigger} {unit} per micro-batch, checkpoint {checkpoint}")
     stopped_by = _await(query, request.stop_file)
     return {
         "stream": request.stream,
@@ -192,8 +298,9 @@ def run_stream(
         "checkpoint": checkpoint,
         "stopped": stopped_by,
         **totals,
-        "message": f"stream {request.stream}: {totals['batches']} micro-batch(es), {totals['source_files']} file(s), "
-        f"{totals['rows']} rows; {stopped_by}",
+        "message": f"stream {request.stream}: {totals['batches']} micro-batch(es), "
+        + (f"{totals['records']} record(s), " if kafka else f"{totals['source_files']} file(s), ")
+        + f"{totals['rows']} rows; {stopped_by}",
     }
 
 

@@ -18,7 +18,8 @@ import sys
 import traceback
 from typing import Any
 
-PROGRESS_PREFIX = "STITCH-PROGRESS: "
+from stitchlake.concurrency.processes import die_with_parent
+from stitchlake.jobs.spark_submit import PROGRESS_PREFIX
 
 
 def progress(message: str) -> None:
@@ -33,28 +34,6 @@ def quiet_lock_client_logs() -> None:
 
     if not debugging():
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
-
-    A `stitch` command that is itself killed cannot stop its spark-submit job any more: without this the JVM and
-    the job's Python driver live on, and could publish after the command was reported dead. The launcher starts
-    spark-submit with it, and the job's Python driver calls it for itself.
-    """
-    import ctypes
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-
-
-#: prctl(2) option: the signal sent to this process when its parent thread dies.
-PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -168,7 +168,7 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from stitchlake.badrows import FAIL, quarantine_rows
+    from stitchlake.badrows import quarantine_rows
     from stitchlake.batch import prepare
     from stitchlake.engine import marker_for
     from stitchlake.io.landing import positions
@@ -192,8 +192,7 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
     mark = marker_for(table, instant)
     bad = BadRows()
     bad.add_rows(batch.bad)
-    if bad and table.config.bad_rows == FAIL:
-        raise bad.rejection()
+    bad.enforce(table.config.bad_rows)
     if bad:
         bad.files.append(quarantine_rows(table.storage, instant, batch.bad, f"spark-{partition}", mark))
     _beat(table, instant)
@@ -212,30 +211,18 @@ def publish(
     conflict_check: ConflictCheck | None = None,
 ) -> None:
     """The driver's commit: one deltacommit naming every file the tasks wrote."""
-    from stitchlake.paths import quarantine_folder
-    from stitchlake.timeline.metadata import DeltaCommit
     from stitchlake.transaction import Transaction
+    from stitchlake.write import deltacommit
 
     written = [m for m in messages if isinstance(m, FilesWritten)]
     bad = BadRows()
     for message in written:
         bad.merge(message.bad)
     txn = Transaction.attach(table, instant)
-    txn.complete(
-        DeltaCommit(
-            schema_version=table.schema_version,
-            stream=stream,
-            added=tuple(sorted((f for m in written for f in m.files), key=lambda f: f.path)),
-            rows=sum(m.rows for m in written),
-            bad_rows=bad.count,
-            quarantine=quarantine_folder(instant) if bad.files else None,
-            quarantine_files=tuple(bad.files),
-            engine="spark",
-            stream_batch=batch,
-            extra=extra,
-        ),
-        conflict_check,
-    )
+    files = sorted((f for m in written for f in m.files), key=lambda f: f.path)
+    rows = sum(m.rows for m in written)
+    commit = deltacommit(table, stream, instant, files, rows, bad, "spark", stream_batch=batch, extra=extra)
+    txn.complete(commit, conflict_check)
 
 
 def discard(table: Table, instant: str, messages: list[WriterCommitMessage | None], abort_instant: bool) -> None:

@@ -60,6 +60,11 @@ class Storage(ABC):
     def describe(self, path: str = "") -> str:
         """The full location of `path`, for messages (the reader has a cron log, not the table path)."""
 
+    def local_path(self, path: str = "") -> str | None:
+        """`path` as a path on this machine's disk, or None on an object store: callers that need a real folder
+        (Spark's own logs, a streaming checkpoint) ask this rather than testing the storage's class."""
+        return None
+
     @abstractmethod
     def read_bytes(self, path: str) -> bytes:
         """The whole content of a file; FileNotFoundError if absent."""

@@ -33,6 +33,9 @@ class LocalStorage(Storage):
     def describe(self, path: str = "") -> str:
         return self._full(path)
 
+    def local_path(self, path: str = "") -> str | None:
+        return self._full(path)
+
     def read_bytes(self, path: str) -> bytes:
         try:
             with open(self._full(path), "rb") as handle:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from stitchlake.errors import ConfigError
@@ -40,6 +41,11 @@ def scheme_of(uri: str) -> str:
     if len(parsed.scheme) == 1 and os.name == "nt":  # C:\...
         return ""
     return parsed.scheme.lower()
+
+
+def absolute(location: str) -> str:
+    """A location as every process sees it: a local path made absolute, a URI as written."""
+    return str(location) if scheme_of(str(location)) else str(Path(location).resolve())
 
 
 def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:

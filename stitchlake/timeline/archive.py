@@ -19,7 +19,7 @@ from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.instant import Instant, State
-from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, kind_of, load
+from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, kind_of, load
 
 #: The single, rewritten checkpoint of versions before checkpoints became immutable (still read).
 LEGACY_CHECKPOINT = f"{ARCHIVE_DIR}/checkpoint.json"
@@ -37,6 +37,18 @@ class SchemaVersion:
 
 
 @dataclass(frozen=True)
+class RescaleRecord:
+    """A completed rescale (DESIGN §3): from `completed` on, the `partitions` it rewrote have `buckets` file groups
+    and their files older than `requested` are out of their slices; `whole_table` changed the table's count."""
+
+    requested: str
+    completed: str
+    buckets: int
+    partitions: dict[str, int] = field(default_factory=dict)
+    whole_table: bool = False
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """The file-system view at the archive horizon: live files, and what each stream had consumed by then."""
 
@@ -46,7 +58,12 @@ class Checkpoint:
     consumed: dict[str, tuple[LandingRecord | str, ...]] = field(default_factory=dict)
     #: Schema versions made by archived alters (files at the horizon may have been written under any of them).
     schemas: tuple[SchemaVersion, ...] = ()
+    #: Rescales archived by then (the bucket layout, and which files at the horizon left their slices).
+    rescales: tuple[RescaleRecord, ...] = ()
     format_version: int = 1
+    #: stream -> per Kafka topic partition, the last offset range consumed up to the horizon (its `end` is the
+    #: stream's next offset there).
+    offsets: dict[str, tuple[OffsetRange, ...]] = field(default_factory=dict)
 
     @property
     def horizon(self) -> str:

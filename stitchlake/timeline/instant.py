@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
-class Action:
+class Action(StrEnum):
+    """Every action the timeline records. What each one means (what it writes, whether a restore undoes it, ...)
+    is written once, in `timeline.metadata.ACTIONS`; services ask that table, never list actions themselves."""
+
     DELTACOMMIT = "deltacommit"
     COMPACTION = "compaction"
     CLEAN = "clean"
@@ -21,14 +24,15 @@ class Action:
     ERASE = "erase"
     ALTER = "alter"
     PUBLISH = "publish"
+    RESCALE = "rescale"
 
-    ALL = (DELTACOMMIT, COMPACTION, CLEAN, ROLLBACK, SAVEPOINT, RESTORE, ERASE, ALTER, PUBLISH)
-    #: Actions whose completion writes base files: they start new file slices.
-    REWRITES = (COMPACTION, ERASE)
+
+#: Every action's name, for parsing file names.
+ACTION_NAMES = frozenset(a.value for a in Action)
 
 
 #: A completed compaction is a `commit`, as in Hudi.
-COMPLETED_NAME = {Action.COMPACTION: "commit"}
+COMPLETED_NAME: dict[str, str] = {Action.COMPACTION: "commit"}
 _ACTION_OF_COMPLETED = {value: key for key, value in COMPLETED_NAME.items()}
 
 
@@ -83,13 +87,13 @@ def parse_file_name(name: str) -> Instant | None:
     match = _PENDING.match(name)
     if match:
         action = match.group(2)
-        if action not in Action.ALL:
+        if action not in ACTION_NAMES:
             return None
         return Instant(match.group(1), action, State[match.group(3).upper()])
     match = _COMPLETED.match(name)
     if match:
         action = _ACTION_OF_COMPLETED.get(match.group(3), match.group(3))
-        if action not in Action.ALL or (action == Action.COMPACTION and match.group(3) != "commit"):
+        if action not in ACTION_NAMES or (action == Action.COMPACTION and match.group(3) != "commit"):
             return None
         return Instant(match.group(1), action, State.COMPLETED, match.group(2))
     return None

@@ -9,6 +9,7 @@ knowing other actions' private files.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,6 +44,9 @@ class DataFile:
     completed: str = ""
     #: The table schema version it was written under (its columns and types); the view fills it in.
     schema_version: int = 0
+    #: The bucket count its partition was routed with (0: not recorded, before rescales existed). A deltacommit
+    #: publishes only while it is still the partition's count (DESIGN §6, rescale).
+    buckets: int = 0
 
     @property
     def group(self) -> tuple[str, str]:
@@ -125,6 +129,44 @@ class LandingRecord:
 
 
 @dataclass(frozen=True)
+class OffsetRange:
+    """Records of one Kafka topic partition a deltacommit consumed: offsets `start` (first) to `end` (exclusive).
+
+    The Kafka analogue of a landing file (DESIGN §6): the stream's next offset per partition is the `end` of the
+    range the latest completed commit recorded for it. An empty range (`start == end`) records a position
+    without records: a `--reset-offsets` skip.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        """Records in the range (an engine balances its tasks by it)."""
+        return self.end - self.start
+
+    def overlaps(self, other: OffsetRange) -> bool:
+        return self.key == other.key and self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """A `--reset-offsets` a deltacommit made: the partition's recorded next offset, and where it went instead."""
+
+    topic: str
+    partition: int
+    recorded: int
+    to: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class QuarantinedFile:
     """A landing file set aside whole (unreadable, or lacking a column): consumed, with why."""
 
@@ -192,6 +234,17 @@ class CompactionPlan(RewritePlan):
 @dataclass(frozen=True)
 class ErasePlan(RewritePlan):
     keys_file: str | None = None
+
+
+@dataclass(frozen=True)
+class RescalePlan(RewritePlan):
+    """Rewrite every file group of some partitions into `buckets` new ones (`operations`: their latest slices)."""
+
+    buckets: int = 0
+    #: The partitions rewritten, each with the bucket count it had.
+    partitions: dict[str, int] = field(default_factory=dict)
+    #: Every partition: the count partitions created from now on get changes too (the table's count).
+    whole_table: bool = False
 
 
 @dataclass(frozen=True)
@@ -305,6 +358,10 @@ class DeltaCommit(Commit):
     quarantine_files: tuple[str, ...] = ()
     quarantined_files: tuple[QuarantinedFile, ...] = ()
     sources: tuple[LandingRecord, ...] = ()
+    #: Kafka records consumed (a stream with a `format: kafka` source), per topic partition.
+    offsets: tuple[OffsetRange, ...] = ()
+    #: Partitions whose recorded offset the topic no longer held, moved on by `--reset-offsets`.
+    offset_resets: tuple[OffsetReset, ...] = ()
     engine: str | None = None
     stream_batch: StreamBatch | None = None
     schema_version: int | None = None
@@ -367,6 +424,15 @@ class EraseCommit(RewriteCommit):
     purge: bool = False
 
     OWN_FIELDS: ClassVar[tuple[str, ...]] = ("keys_file", "erased_file")
+
+
+@dataclass(frozen=True)
+class RescaleCommit(RewriteCommit):
+    """A rescale's base files (`operations`: the new file groups written), and the layout it leaves."""
+
+    buckets: int = 0
+    partitions: dict[str, int] = field(default_factory=dict)
+    whole_table: bool = False
 
 
 @dataclass(frozen=True)
@@ -439,23 +505,70 @@ class ActionKind:
     finished_not_undone: bool = False
     #: Its plan depends on history that an undo requested meanwhile changes (it must not publish after one).
     undo_sensitive: bool = False
+    #: A restore to an earlier savepoint undoes it: it changes data, or pins a state that will no longer exist.
+    undone_by_restore: bool = False
+    #: Its completion changes what a read-optimized read shows: a published copy older than it is stale.
+    changes_published_rows: bool = False
+    #: An incremental read (`--since`) reports the keys it changed.
+    in_change_feed: bool = False
 
 
-ACTIONS: dict[str, ActionKind] = {
-    Action.DELTACOMMIT: ActionKind(DeltaCommitPlan, DeltaCommit, writes_data=True, undo_sensitive=True),
-    Action.COMPACTION: ActionKind(CompactionPlan, CompactionCommit, writes_data=True, rewrites=True),
-    Action.ERASE: ActionKind(ErasePlan, EraseCommit, writes_data=True, rewrites=True),
+#: Every action and what it means: the one place services learn it from.
+ACTIONS: dict[Action, ActionKind] = {
+    Action.DELTACOMMIT: ActionKind(
+        DeltaCommitPlan, DeltaCommit, writes_data=True, undo_sensitive=True, undone_by_restore=True, in_change_feed=True
+    ),
+    Action.COMPACTION: ActionKind(
+        CompactionPlan,
+        CompactionCommit,
+        writes_data=True,
+        rewrites=True,
+        undone_by_restore=True,
+        changes_published_rows=True,
+    ),
+    Action.ERASE: ActionKind(
+        ErasePlan,
+        EraseCommit,
+        writes_data=True,
+        rewrites=True,
+        undone_by_restore=True,
+        changes_published_rows=True,
+        in_change_feed=True,
+    ),
     Action.CLEAN: ActionKind(CleanPlan, CleanCommit, finished_not_undone=True),
     Action.ROLLBACK: ActionKind(RollbackPlan, RollbackCommit, finished_not_undone=True),
-    Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True),
-    Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True),
-    Action.ALTER: ActionKind(AlterPlan, AlterCommit),
+    Action.RESTORE: ActionKind(RestorePlan, RestoreCommit, finished_not_undone=True, changes_published_rows=True),
+    Action.SAVEPOINT: ActionKind(SavepointPlan, SavepointCommit, undo_sensitive=True, undone_by_restore=True),
+    Action.ALTER: ActionKind(AlterPlan, AlterCommit, undone_by_restore=True, changes_published_rows=True),
     Action.PUBLISH: ActionKind(PublishPlan, PublishCommit),
+    Action.RESCALE: ActionKind(
+        RescalePlan,
+        RescaleCommit,
+        writes_data=True,
+        rewrites=True,
+        undone_by_restore=True,
+        changes_published_rows=True,
+    ),
 }
 
 
 def kind_of(action: str) -> ActionKind:
-    return ACTIONS[action]
+    return ACTIONS[Action(action)]
+
+
+def actions_where(predicate: Callable[[ActionKind], bool]) -> tuple[Action, ...]:
+    """The actions whose meaning satisfies `predicate`, in declaration order."""
+    return tuple(action for action, kind in ACTIONS.items() if predicate(kind))
+
+
+#: Actions whose completion writes base files: they start new file slices.
+REWRITES = actions_where(lambda kind: kind.rewrites)
+#: Instants a restore undoes.
+UNDONE_BY_RESTORE = actions_where(lambda kind: kind.undone_by_restore)
+#: Completed actions after which a published copy is stale.
+CHANGES_PUBLISHED_ROWS = actions_where(lambda kind: kind.changes_published_rows)
+#: Actions whose changed keys an incremental read reports.
+IN_CHANGE_FEED = actions_where(lambda kind: kind.in_change_feed)
 
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}

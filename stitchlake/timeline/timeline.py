@@ -28,7 +28,7 @@ from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import (
-    Action,
+    ACTION_NAMES,
     Instant,
     State,
     completed_file_name,
@@ -343,7 +343,7 @@ def write_requested(
     `ready` runs right before the create (see `Storage.put_if_absent`): the lock fence, since a plan checked
     under the lock is only valid while the lease lasts.
     """
-    if action not in Action.ALL:
+    if action not in ACTION_NAMES:
         raise ValueError(f"unknown action {action!r}")
     name = pending_file_name(requested, action, State.REQUESTED)
     if not storage.put_if_absent(timeline_path(name), encode_metadata(plan_json(content)), ready):

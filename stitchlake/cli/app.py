@@ -1,7 +1,8 @@
 """The `stitch` command line: the root app, and one guard through which every command runs.
 
-Command modules (`cli/table_commands.py`, `cli/job_commands.py`) expose `register(app)`; their commands take the
-shared options from `cli.options`, return a `cli.output.Report`, and simply raise `StitchError`s. The guard
+Command modules (`table_commands.py`, `job_commands.py`, `rescale_commands.py` beside this one) expose
+`register(app)`; their commands take the shared options from `stitchlake.cli.options`, return a
+`stitchlake.cli.output.Report`, and simply raise `StitchError`s. The guard
 prints the report (human or `--json`), and turns errors into a message, one JSON object on stdout with `--json`,
 and the DESIGN §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C, 143 on SIGTERM.
 
@@ -23,8 +24,8 @@ import typer
 from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperGroup
 
-from cli import job_commands, output, table_commands
 from stitchlake import __version__
+from stitchlake.cli import job_commands, output, rescale_commands, table_commands
 from stitchlake.errors import DEBUG_ENV, DETAILS_NOTE, StitchError, Terminated, debugging, describe_os_error
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class _OutputFormatter(logging.Formatter):
 
 
 class _OutputHandler(logging.Handler):
-    """Log records as dimmed lines on stderr through `cli.output`, so secrets are masked there too."""
+    """Log records as dimmed lines on stderr through `stitchlake.cli.output`, so secrets are masked there too."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -67,7 +68,8 @@ class _OutputHandler(logging.Handler):
 
 
 def configure_logging() -> None:
-    """Route library logging through `cli.output` (warnings and up; everything with STITCH_DEBUG=1). Idempotent."""
+    """Route library logging through `stitchlake.cli.output` (warnings and up; everything with STITCH_DEBUG=1).
+    Idempotent."""
     root = logging.getLogger()
     if any(isinstance(handler, _OutputHandler) for handler in root.handlers):
         return
@@ -99,8 +101,8 @@ def run_command(fn: Callable[[], R]) -> R | None:
     - anything else -> a one-line `error: unexpected ...` and exit 1; the traceback only with `STITCH_DEBUG=1`.
     - typer/click exits and aborts pass through to typer; click usage errors too, after a JSON failure object when
       `--json` was asked for.
-    - a closed stdout or stderr (`stitch status | head -1`) changes nothing: `cli.output` stops writing to it, and
-      the command exits with its own code.
+    - a closed stdout or stderr (`stitch status | head -1`) changes nothing: `stitchlake.cli.output` stops writing
+      to it, and the command exits with its own code.
 
     With `--json`, stdout carries exactly one JSON object, on success and on failure.
     """
@@ -126,7 +128,7 @@ def run_command(fn: Callable[[], R]) -> R | None:
     except Terminated as exc:
         output.failure(f"{exc}; the running instant was aborted" + _noted(exc), Terminated.exit_code)
         raise typer.Exit(Terminated.exit_code) from None
-    except OSError as exc:  # a closed stdout or stderr is not one: `cli.output` silences those and goes on
+    except OSError as exc:  # a closed stdout or stderr is not one: `stitchlake.cli.output` silences those and goes on
         if debugging():
             traceback.print_exception(exc)
         details = {"file": exc.filename} if exc.filename else {}
@@ -202,6 +204,7 @@ def _root_options(
 
 table_commands.register(_root)
 job_commands.register(_root)
+rescale_commands.register(_root)
 #: The root app with every command registered.
 app = _root
 

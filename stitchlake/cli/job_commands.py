@@ -1,22 +1,23 @@
 """Commands that change the table: ingest, compact, clean, delete (erase), rollback, savepoint, archive, publish,
 status.
 
-Each builds one job request and runs it (`cli.jobs.execute`) in this process or on Spark; each returns one report
-that `cli.output` prints for a person or as one JSON object, and exits with the DESIGN §8 code, so cron and
-Airflow can act on it. Jobs with heavy work take `--engine`; metadata-only ones (rollback, savepoints, archive,
-status) always run in this process and never start a JVM.
+Each builds one job request and runs it (`stitchlake.jobs.launch`, through `stitchlake.cli.jobs`) in this process or
+on Spark; each returns one report that `stitchlake.cli.output` prints for a person or as one JSON object, and exits
+with the DESIGN §8 code, so cron and Airflow can act on it. Jobs with heavy work take `--engine`; metadata-only
+ones (rollback, savepoints, archive, status) always run in this process and never start a JVM.
 """
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli import output
-from cli.jobs import choose_engine, execute, with_retries
-from cli.options import (
+from stitchlake.cli import output
+from stitchlake.cli.jobs import choose_engine, execute, progress_display, with_retries
+from stitchlake.cli.options import (
     CleanEngineOption,
     ConfigOption,
     EngineChoice,
@@ -28,8 +29,9 @@ from cli.options import (
     TableOption,
     open_target,
 )
-from cli.output import Report
-from stitchlake.errors import BusyError, UsageError
+from stitchlake.cli.output import Report
+from stitchlake.errors import UsageError
+from stitchlake.jobs import launch
 
 if TYPE_CHECKING:
     from stitchlake.table import Table
@@ -70,12 +72,28 @@ def ingest_command(
         bool,
         typer.Option("--reingest-changed", help="Ingest landing files that changed since they were ingested, again."),
     ] = False,
+    max_records: Annotated[
+        int | None,
+        typer.Option("--max-records", min=1, help="Kafka: ingest at most N records (shared over the partitions)."),
+    ] = None,
+    reset_offsets: Annotated[
+        ResetChoice | None,
+        typer.Option(
+            "--reset-offsets",
+            help="Kafka: where partitions whose recorded offset the topic no longer holds go on from (recorded in "
+            "the commit).",
+        ),
+    ] = None,
     engine: EngineOption = EngineChoice.auto,
     retries: RetriesOption = 0,
     as_json: JsonOption = False,
 ) -> Report:
-    """Ingest a stream's new landing files exactly once (exit 4 if another live writer has the stream)."""
-    return with_retries(retries, lambda: _ingest(stream, config, table, source, max_files, reingest_changed, engine))
+    """Ingest a stream's new landing files (or new Kafka records) exactly once (exit 4 if another live writer has
+    the stream)."""
+    kafka = (max_records, reset_offsets.value if reset_offsets else None)
+    return with_retries(
+        retries, lambda: _ingest(stream, config, table, source, max_files, reingest_changed, engine, kafka)
+    )
 
 
 def _ingest(
@@ -86,46 +104,60 @@ def _ingest(
     max_files: int | None,
     reingest_changed: bool,
     engine: EngineChoice,
+    kafka: tuple[int | None, str | None] = (None, None),
 ) -> Report:
-    from stitchlake.jobs.requests import IngestRequest
-    from stitchlake.services.ingest import claim, nothing_to_do, preflight
-
     handle = open_target(config, table)
-    handle.config.stream(stream)
-    sources = [_location(s) for s in source or []]
-    request = IngestRequest(stream, tuple(sources), max_files, reingest_changed)
-    # Checked before any JVM: busy (exit 4), changed files (exit 5), nothing pending (exit 0).
-    pending = preflight(handle, stream, sources or None, max_files, reingest_changed)
-    if not pending:
-        result: dict[str, Any] = nothing_to_do(stream, "none").to_json()
-        return Report(result, message=result["message"])
-    chosen = choose_engine(handle, request, engine, sum(f.size for f in pending))
-    taken = None
-    if chosen is EngineChoice.spark:
-        taken = claim(handle, stream)  # refuses an overlapping run in well under a second, before the JVM starts
-        request = IngestRequest(stream, tuple(sources), max_files, reingest_changed, instant=taken.time)
-    result = execute(handle, request, chosen, claim=taken)
+    spec = handle.config.stream(stream)
+    is_kafka = spec.source is not None and spec.source.is_kafka
+    if is_kafka and (source or max_files or reingest_changed):
+        raise UsageError(
+            f"stream {stream} reads Kafka topic {spec.source.topic if spec.source else ''}: --source, --max-files "
+            "and --reingest-changed apply to landing files"
+        )
+    if not is_kafka and kafka != (None, None):
+        raise UsageError(f"--max-records and --reset-offsets apply to Kafka sources; stream {stream} reads files")
+    with progress_display("ingest") as progress:
+        result = launch.ingest(
+            handle,
+            stream,
+            sources=tuple(_location(s) for s in source or []),
+            max_files=max_files,
+            reingest_changed=reingest_changed,
+            max_records=kafka[0],
+            reset_offsets=kafka[1],
+            engine=engine,
+            progress=progress,
+        )
     if not result.get("instant"):
         return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
-    return Report(
-        result,
-        message=str(result.get("message")),
-        title=f"ingest {stream}",
-        fields=[
-            ("instant", "instant"),
-            ("completed", "completed"),
-            ("source files", "source_files"),
-            ("rows", "rows"),
-            ("bad rows", "bad_rows"),
-            ("quarantined files", "quarantined_files"),
-            ("quarantine", "quarantine"),
-            ("log files", "files"),
-            ("bytes", "bytes"),
-            ("engine", "engine"),
-            ("seconds", "seconds"),
-            ("Spark log", "log"),
-        ],
-    )
+    fields = _INGEST_FIELDS
+    if is_kafka:
+        kafka_fields = [*_INGEST_FIELDS[:2], ("records", "records"), ("offsets", "offsets")]
+        kafka_fields.append(("offset resets", "offset_resets"))
+        fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
+    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=fields)
+
+
+class ResetChoice(enum.StrEnum):
+    earliest = "earliest"
+    latest = "latest"
+
+
+#: What the summary of an ingest shows (landing files or Kafka records).
+_INGEST_FIELDS = [
+    ("instant", "instant"),
+    ("completed", "completed"),
+    ("source files", "source_files"),
+    ("rows", "rows"),
+    ("bad rows", "bad_rows"),
+    ("quarantined files", "quarantined_files"),
+    ("quarantine", "quarantine"),
+    ("log files", "files"),
+    ("bytes", "bytes"),
+    ("engine", "engine"),
+    ("seconds", "seconds"),
+    ("Spark log", "log"),
+]
 
 
 def stream_command(
@@ -139,6 +171,10 @@ def stream_command(
     trigger_interval: Annotated[
         float | None,
         typer.Option("--trigger-interval", min=0.1, help="Seconds between micro-batches (default: the YAML's)."),
+    ] = None,
+    records_per_trigger: Annotated[
+        int | None,
+        typer.Option("--records-per-trigger", min=1, help="Kafka: records per micro-batch (default: the YAML's)."),
     ] = None,
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Ingest what is pending now, in micro-batches, then stop.")
@@ -167,6 +203,7 @@ def stream_command(
         stream,
         files_per_trigger=files_per_trigger,
         trigger_interval_s=trigger_interval,
+        records_per_trigger=records_per_trigger,
         available_now=available_now,
         checkpoint=_location(checkpoint) if checkpoint else None,
     )
@@ -178,6 +215,7 @@ def stream_command(
         fields=[
             ("micro-batches", "batches"),
             ("source files", "source_files"),
+            ("records", "records"),
             ("rows", "rows"),
             ("bad rows", "bad_rows"),
             ("query", "query_id"),
@@ -224,71 +262,31 @@ def _compact(
     strategy: str | None,
     engine: EngineChoice,
 ) -> Report:
-    from stitchlake.jobs.requests import CompactRequest
-    from stitchlake.services import compaction
-
-    if schedule_only and run_only:
-        raise UsageError("--schedule and --run together is plain `stitch compact`; give one or neither")
-    if instant and not run_only:
-        raise UsageError("--instant only goes with --run")
-    if strategy and run_only:
-        raise UsageError("--strategy chooses what a new plan compacts; --run runs plans already scheduled, as planned")
-    if strategy is not None:
-        compaction.check_strategy(strategy)
     handle = open_target(config, table)
-    planned = instant
-    resumed: list[dict[str, Any]] = []
-    if not run_only and not schedule_only:
-        # Plans left pending (an interrupted or crashed run, or `--schedule`) run first, oldest first: a plan
-        # nobody runs would keep its file groups out of every new plan, and cron would compact nothing for good.
-        resumed = _resume_pending(handle, engine)
-    if not run_only:
-        planned = compaction.schedule(handle, strategy)  # metadata only: never needs Spark
-        if planned is None and not schedule_only:
-            if resumed:  # nothing new qualified: the summary is the last resumed plan's
-                return _compaction_report({**resumed[-1], "resumed": resumed[:-1]}, resumed[:-1], pending=True)
-            # Nothing new to compact; a configured format a failed publish left behind catches up now.
-            data: dict[str, Any] = {
-                "scheduled": None,
-                "result": None,
-                "resumed": [],
-                "published": compaction.publish_caught_up(handle),
-            }
-            return Report(data, message=output.with_published("nothing to compact", data))
-        if schedule_only:
-            data = {"scheduled": planned, "result": None}
-            message = (
-                f"scheduled compaction {planned} (run it with `stitch compact --run`)"
-                if planned
-                else "nothing to compact"
-            )
-            return Report(data, message=message)
-    elif instant is None and not compaction.pending_plans(handle):
-        return Report({"scheduled": None, "result": None}, message="nothing to compact")
-    request = CompactRequest(instant=planned)
-    result = execute(handle, request, choose_engine(handle, request, engine, compaction.plan_bytes(handle, planned)))
-    result["scheduled"] = None if run_only else planned
-    result["resumed"] = resumed
+    with progress_display("compact") as progress:
+        result = launch.compact(
+            handle,
+            schedule_only=schedule_only,
+            run_only=run_only,
+            instant=instant,
+            strategy=strategy,
+            engine=engine,
+            progress=progress,
+        )
+    resumed = result.get("resumed") or []
+    if result.pop("last_resumed", False):
+        return _compaction_report(result, resumed, pending=True)
+    if "published" in result:
+        return Report(result, message=output.with_published("nothing to compact", result))
+    if schedule_only:
+        planned = result["scheduled"]
+        message = (
+            f"scheduled compaction {planned} (run it with `stitch compact --run`)" if planned else "nothing to compact"
+        )
+        return Report(result, message=message)
+    if "engine" not in result:
+        return Report(result, message="nothing to compact")
     return _compaction_report(result, resumed)
-
-
-def _resume_pending(handle: Table, engine: EngineChoice) -> list[dict[str, Any]]:
-    """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
-    process takes over meanwhile is left to it."""
-    from stitchlake.jobs.requests import CompactRequest
-    from stitchlake.services import compaction
-
-    done = []
-    for plan in compaction.runnable_plans(handle):
-        request = CompactRequest(instant=plan.requested)
-        chosen = choose_engine(handle, request, engine, compaction.plan_bytes(handle, plan.requested))
-        try:
-            result = execute(handle, request, chosen)
-        except BusyError:
-            continue
-        if result.get("result"):
-            done.append({**result, "scheduled": None})
-    return done
 
 
 def _compaction_report(result: dict[str, Any], resumed: list[dict[str, Any]], pending: bool = False) -> Report:

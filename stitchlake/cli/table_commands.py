@@ -1,23 +1,21 @@
 """Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read` and `sql` (DESIGN §7, §8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
-`timeline show` stay fast. Rendering lives in `cli.output`; these functions gather data into a report.
+`timeline show` stay fast. Rendering lives in `stitchlake.cli.output`; these functions gather data into a report.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from cli import output
-from cli.options import (
+from stitchlake.cli import output
+from stitchlake.cli.options import (
     AsOfOption,
     BeforeImagesOption,
     ConfigOption,
@@ -31,21 +29,18 @@ from cli.options import (
     WhereOption,
     open_target,
 )
-from cli.output import Report
+from stitchlake.cli.output import Report
 from stitchlake.errors import StitchError, UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from stitchlake.table import Table
-    from stitchlake.timeline.instant import Instant
-    from stitchlake.timeline.metadata import Commit, Plan
-    from stitchlake.timeline.timeline import Timeline
 
-#: The choices typer offers; tests check they equal the library's `Action.ALL` and `State`
+#: The choices typer offers; tests check they equal the library's `Action` and `State`
 #: (spelled out here because importing those would import pyarrow for `--help`).
 ActionName = Literal[
-    "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish"
+    "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish", "rescale"
 ]
 StateName = Literal["requested", "inflight", "completed"]
 
@@ -151,98 +146,12 @@ def timeline_show_command(
     as_json: JsonOption = False,
 ) -> Report:
     """List instants (newest first) with their state, timings, stream, rows and files."""
-    from stitchlake.timeline.archive import archived_instants
+    from stitchlake.services.history import list_instants
 
     handle = open_target(config, table)
-    if stream is not None:
-        handle.config.stream(stream)  # an unknown stream is a usage error that lists the streams
-    content: Callable[[Instant], InstantSummary]
-    if archived:
-        found = {entry.instant: entry.commit for entry in archived_instants(handle.storage)}
-        instants = sorted(found, key=lambda instant: instant.requested)
-        content = lambda instant: summarize(found[instant])  # noqa: E731 - a lookup, named by its use
-    else:
-        timeline = handle.timeline()
-        instants = timeline.instants
-        content = functools.partial(instant_summary, timeline)
-    candidates = [
-        instant
-        for instant in reversed(instants)
-        if (action is None or instant.action == action) and (state is None or instant.state.label == state)
-    ]
-    picked, stopped = select_instants(candidates, limit, stream, content)
-    # Without --stream the filters need no file reads, so the number of matches is known.
-    matched = len(candidates) if stream is None else (None if stopped else len(picked))
-    records = [timeline_record(instant, summary) for instant, summary in picked]
-    return _timeline_report(handle, records, limit, matched, stopped, archived, (action, state, stream))
-
-
-@dataclass(frozen=True)
-class InstantSummary:
-    """What `timeline show` says of an instant: its stream, rows and files (when it has them)."""
-
-    stream: str | None = None
-    rows: int | None = None
-    files: int | None = None
-
-
-def summarize(record: Plan | Commit) -> InstantSummary:
-    from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, PublishCommit
-
-    if isinstance(record, DeltaCommit):
-        return InstantSummary(record.stream, record.rows, len(record.added))
-    if isinstance(record, PublishCommit):
-        return InstantSummary(None, record.rows)
-    if isinstance(record, DeltaCommitPlan):
-        return InstantSummary(record.stream)
-    if isinstance(record, Commit) and record.added_files:
-        return InstantSummary(None, sum(f.rows for f in record.added_files), len(record.added_files))
-    return InstantSummary()
-
-
-def instant_summary(timeline: Timeline, instant: Instant) -> InstantSummary:
-    """An instant's summary: from its commit once completed, from its plan before."""
-    return summarize(timeline.commit(instant) if instant.is_completed else timeline.plan(instant))
-
-
-def select_instants(
-    newest_first: Iterable[Instant],
-    limit: int,
-    stream: str | None,
-    content: Callable[[Instant], InstantSummary],
-) -> tuple[list[tuple[Instant, InstantSummary]], bool]:
-    """The first `limit` instants (0: all) of `stream`, reading each one's content only when it is examined.
-
-    Returns the picked instants with their summaries, and whether candidates were left unexamined. Content is
-    read lazily so showing the newest 20 of 10,000 instants reads 20 files (with `--stream`, only until 20
-    matches are found).
-    """
-    picked: list[tuple[Instant, InstantSummary]] = []
-    for instant in newest_first:
-        if limit and len(picked) >= limit:
-            return picked, True
-        found = content(instant)
-        if stream is None or found.stream == stream:
-            picked.append((instant, found))
-    return picked, False
-
-
-def timeline_record(instant: Instant, summary: InstantSummary) -> dict[str, Any]:
-    """One instant as `--json` prints it and `output.timeline_table` shows it."""
-    from stitchlake.timeline.clock import seconds_between
-
-    return {
-        "instant": instant.requested,
-        "action": instant.action,
-        "state": instant.state.label,
-        "requested_at": output.iso_time(instant.requested),
-        "completed": instant.completed,
-        "completed_at": output.iso_time(instant.completed),
-        "duration_s": seconds_between(instant.requested, instant.completed) if instant.completed else None,
-        "stream": summary.stream,
-        "rows": summary.rows,
-        "files": summary.files,
-    }
+    listing = list_instants(handle, limit, action, state, stream, archived)
+    records = [record.to_json() for record in listing.records]
+    return _timeline_report(handle, records, limit, listing.matched, listing.more, archived, (action, state, stream))
 
 
 def _timeline_report(

@@ -320,9 +320,9 @@ def human_count(count: int | None) -> str:
 
 
 def instant_datetime(instant_time: str) -> dt.datetime:
-    from stitchlake.timeline.clock import to_datetime
+    from stitchlake.services.history import instant_datetime as parsed
 
-    return to_datetime(instant_time)
+    return parsed(instant_time)
 
 
 def human_time(instant_time: str | None) -> str:
@@ -484,7 +484,7 @@ def print_status(report: Mapping[str, Any]) -> None:
     partitions = report.get("partitions") or {}
     if partitions:
         grid = compact_table(title="partitions (latest file slices)")
-        columns = ("file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
+        columns = ("buckets", "file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
         grid.add_column("partition")
         for name in columns:
             # `rows` counts rows in base files only: log rows are not known per key until merged.

@@ -1,6 +1,6 @@
 """Options every command shares, spelled once, and how they name a table.
 
-Kept apart from `cli.app` so command modules import their helpers from here and the app imports the command
+Kept apart from `stitchlake.cli.app` so command modules import their helpers from here and the app imports the command
 modules: imports point one way.
 """
 
@@ -12,17 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from cli import output
+from stitchlake.cli import output
 from stitchlake.errors import UsageError
+from stitchlake.jobs.launch import EngineChoice as EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.api import Table
-
-
-class EngineChoice(StrEnum):
-    auto = "auto"
-    local = "local"
-    spark = "spark"
 
 
 ConfigOption = Annotated[

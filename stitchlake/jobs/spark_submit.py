@@ -24,18 +24,17 @@ import tempfile
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stitchlake import errors
+from stitchlake.concurrency.processes import die_with_parent, running_in_group, still_running, with_environment
 from stitchlake.errors import StitchError
+from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
+from stitchlake.jobs.spark_conf import REQUIRED_CONF
 from stitchlake.paths import LOGS_DIR
-from stitchlake.spark.session import DEFAULT_CONF as SESSION_CONF
-from stitchlake.spark.session import REQUIRED_CONF
-from stitchlake.spark.submit import PROGRESS_PREFIX, die_with_parent
-from stitchlake.storage import LocalStorage
 
 if TYPE_CHECKING:
     from stitchlake.config import TableConfig
@@ -51,6 +50,8 @@ JOB_CONF = {
 }
 
 
+#: What a job's driver prints before a progress line on stderr; the launcher relays those lines.
+PROGRESS_PREFIX = "STITCH-PROGRESS: "
 #: Environment variable naming the job in every process it starts (PySpark's workers leave its process group).
 JOB_MARK = "STITCHLAKE_SPARK_JOB"
 #: Seconds an interrupted job gets to end after SIGTERM before its process group is SIGKILLed.
@@ -85,7 +86,9 @@ def spark_submit() -> str:
 
 
 def submit_script() -> str:
-    return str(Path(__file__).resolve().parent / "submit.py")
+    """The driver program spark-submit runs: `stitchlake/spark/submit.py` (found by path, not imported: importing
+    the engine layer from here would point an import upwards)."""
+    return str(Path(__file__).resolve().parent.parent / "spark" / "submit.py")
 
 
 def is_local(master: str) -> bool:
@@ -117,7 +120,9 @@ def executor_environment(config: TableConfig) -> dict[str, str]:
 
     if is_local(config.spark.master):
         return {}
-    locations = [config.table.path] + [s.source.path for s in config.streams.values() if s.source is not None]
+    locations = [config.table.path] + [
+        s.source.path for s in config.streams.values() if s.source is not None and s.source.path
+    ]
     if not any(scheme_of(location) == "s3" for location in locations):
         return {}
     from stitchlake.storage.s3 import environment
@@ -179,8 +184,9 @@ def job_files(table: Table, job: str) -> JobFiles:
 
 def log_folder(table: Table) -> Path:
     """Where spark-submit's own log goes: the table's `.stitch/logs` on local disk, else a local state folder."""
-    if isinstance(table.storage, LocalStorage):
-        return Path(table.storage.describe(LOGS_DIR))
+    local = table.storage.local_path(LOGS_DIR)
+    if local is not None:
+        return Path(local)
     base = os.environ.get("STITCH_LOG_DIR") or str(Path.home() / ".local" / "state" / "stitchlake" / "logs")
     return Path(base) / table.config.table.name
 
@@ -350,7 +356,7 @@ def end_leftovers(group: int, mark: str | None = None) -> None:
     group every process carrying the job's `mark` in its environment is ended, and waited for. Those are
     followed by pid once found: a killed process loses its environment before it has finished exiting."""
     marked = set(_marked(mark))
-    if not _running_in(group) and not marked:
+    if not running_in_group(group) and not marked:
         return
     for signum in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
@@ -361,63 +367,14 @@ def end_leftovers(group: int, mark: str | None = None) -> None:
         deadline = time.monotonic() + LEFTOVER_GRACE_S
         while time.monotonic() < deadline:
             marked |= set(_marked(mark))  # the daemon may have forked one more meanwhile
-            if not _running_in(group) and not still_running(marked):
+            if not running_in_group(group) and not still_running(marked):
                 return
             time.sleep(0.05)
 
 
-def still_running(pids: Iterable[int]) -> list[int]:
-    """The processes of `pids` still running: an exited one nobody reaped yet (a zombie: an init that does not reap
-    orphans leaves them for good) has ended."""
-    out = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            out.append(pid)
-    return out
-
-
 def _marked(mark: str | None) -> list[int]:
-    """The running processes whose environment holds the job's mark (none without /proc, or without a mark)."""
-    proc = Path("/proc")
-    if mark is None or not proc.is_dir():
-        return []
-    wanted = f"{JOB_MARK}={mark}".encode()
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return still_running(found)
-
-
-def _running_in(group: int) -> bool:
-    """Whether a process of `group` still runs. Exited ones that nobody reaped yet (zombies: an init that does not
-    reap orphans leaves them for good) do not count; without /proc, any member does."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    """The running processes carrying the job's mark in their environment (none without a mark)."""
+    return with_environment(f"{JOB_MARK}={mark}") if mark is not None else []
 
 
 def _relay(log: Path, position: int, progress: Callable[[str], None] | None) -> int:

@@ -1,0 +1,531 @@
+"""`make bench-peers`: stitchlake next to Hudi, Paimon, Delta and Iceberg on Spark, the same job for each (issue 25).
+
+    python scripts/bench_peers.py [--sizes 200000,1000000] [--runs 1] [--systems stitchlake,hudi,...]
+                                  [--json PATH] [--out docs/benchmarks.md] [--workdir bench-data/peers]
+
+The workload is `make bench`'s (scripts/bench_workload.py: three streams, per-stream event-time ordering, 10% late,
+2% duplicates, 2% null cells, `nulls: ignore` on payments, 12 batches), generated once per size. Each system runs
+in a fresh process of its own under its Spark environment (scripts/spark_envs.py; scripts/peer_job.py says what is
+measured, scripts/peer_<system>.py how each system is set up). This process samples the resident memory of each
+run's whole process tree (Python driver, JVM, Python workers) and counts the wrong cells of every read against the
+ground truth. A system whose answer is wrong is reported with its figures and its count, never dropped. With
+`--runs N` the systems take turns N times (the order rotating each round) and every figure is the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_workload as workload  # noqa: E402
+import spark_envs  # noqa: E402
+from peer_job import QUERY, SYSTEMS  # noqa: E402
+
+BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
+#: The Spark environment each system runs in (docs/benchmarks.md says why two).
+ENVIRONMENTS = {
+    "stitchlake": spark_envs.SPARK_4_1,
+    "delta": spark_envs.SPARK_4_1,
+    "iceberg": spark_envs.SPARK_4_1,
+    "hudi": spark_envs.SPARK_3_5,
+    "paimon": spark_envs.SPARK_3_5,
+}
+READS = ("read_uncompacted", "read_compacted")
+#: Figures in seconds, as (name in the JSON, label in the table).
+FIGURES = (
+    ("session_s", "session start (JVM, jars)"),
+    ("ingest_s", "ingest, every batch"),
+    ("read_uncompacted.noop_s", "snapshot read, uncompacted: all columns to `noop`"),
+    ("read_uncompacted.query_s", "the same: one aggregation"),
+    ("compaction_s", "compaction"),
+    ("read_compacted.noop_s", "read after compaction: all columns to `noop`"),
+    ("read_compacted.query_s", "the same: one aggregation"),
+)
+JOB_TIMEOUT_S = 4 * 3600.0
+SAMPLE_EVERY_S = 0.25
+
+
+def say(message: str) -> None:
+    print(f"[bench-peers {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------- memory of a tree
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident bytes of a process and all its descendants (read from /proc; vanished processes count 0)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total, todo, seen = 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+                total += int(statm.read().split()[1]) * page
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                    todo.extend(int(c) for c in children.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class PeakSampler:
+    """Samples a process tree's resident memory until stopped; `peak` is the largest sum seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(SAMPLE_EVERY_S):
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        return self.peak
+
+
+# --------------------------------------------------------------------------------------------- wrong cells
+
+
+def wrong_cells(actual: Any, truth: Any) -> dict[str, int]:
+    """Cells of the wide table (key x column) that differ from the ground truth. A key missing from `actual`, or
+    present only in it, counts every one of its cells (the key's included); so does a key read more than once,
+    for each extra copy. Returns the count per column (`rows` for whole rows) and its `total`."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = [f.name for f in workload.TRUTH_SCHEMA]
+    width = len(names)
+    keys = actual.column("order_id").to_numpy(zero_copy_only=False) if actual.num_rows else np.array([], np.int64)
+    unique, first = np.unique(keys, return_index=True)
+    duplicates = len(keys) - len(unique)
+    expected_keys = truth.column("order_id").to_numpy()
+    both = np.intersect1d(unique, expected_keys, assume_unique=True)
+    counts = {"rows": (len(unique) - len(both) + len(expected_keys) - len(both) + duplicates) * width}
+    mine = actual.take(pa.array(first[np.searchsorted(unique, both)]))
+    theirs = truth.take(pa.array(np.searchsorted(expected_keys, both)))
+    for name in names[1:]:
+        kind = workload.TRUTH_SCHEMA.field(name).type
+        left = mine.column(name)
+        left = left if left.type == kind else left.cast(kind)
+        right = theirs.column(name)
+        same = pc.fill_null(pc.equal(left, right), False).to_numpy(zero_copy_only=False)
+        both_null = pc.is_null(left).to_numpy(zero_copy_only=False) & pc.is_null(right).to_numpy(zero_copy_only=False)
+        counts[name] = int((~(same | both_null)).sum())
+    return {**{k: v for k, v in counts.items() if v}, "total": sum(counts.values())}
+
+
+def expected_query(truth: Any) -> list[tuple[Any, ...]]:
+    import bench
+
+    result: list[tuple[Any, ...]] = bench.expected_answer(truth)
+    return result
+
+
+def canonical_query(rows: list[list[Any]]) -> list[tuple[Any, ...]]:
+    import bench
+
+    result: list[tuple[Any, ...]] = bench._canonical(tuple(r) for r in rows)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- running
+
+
+def run_system(system: str, data: Path, work: Path, installed: spark_envs.Installed) -> dict[str, Any]:
+    """One system's whole job in a fresh process under its environment; its figures and its peak memory."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    out = work / "result.json"
+    log = work / "job.log"
+    argv = [sys.executable, str(ROOT / "scripts" / "peer_job.py"), system, str(data), str(work), str(out)]
+    started = time.perf_counter()
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(argv, env=installed.environ(), stdout=sink, stderr=subprocess.STDOUT)
+        sampler = PeakSampler(process.pid)
+        try:
+            code = process.wait(timeout=JOB_TIMEOUT_S)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            peak = sampler.stop()
+    wall = time.perf_counter() - started
+    if code != 0 or not out.exists():
+        tail = log.read_text(encoding="utf-8", errors="replace")[-4000:]
+        raise RuntimeError(f"{system} failed (exit {code}); the end of {log}:\n{tail}")
+    result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    result["process_s"] = wall
+    result["peak_rss_mib"] = peak / 2**20
+    return result
+
+
+def check_answers(result: dict[str, Any], work: Path, truth: Any, want: list[tuple[Any, ...]]) -> None:
+    """Wrong cells of each read's rows, and whether its aggregation matched."""
+    import pyarrow.parquet as pq
+
+    for read in READS:
+        actual = pq.read_table(work / "answers" / read.removeprefix("read_"))
+        cells = wrong_cells(actual, truth)
+        result[read]["wrong_cells"] = cells["total"]
+        result[read]["wrong_by_column"] = cells
+        result[read]["query_correct"] = canonical_query(result[read]["query_rows"]) == want
+        del result[read]["query_rows"]
+    shutil.rmtree(work / "answers")
+
+
+def figure(result: dict[str, Any], name: str) -> float:
+    value: Any = result
+    for part in name.split("."):
+        value = value[part]
+    return float(value)
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure the median over runs; wrong cells the largest count seen; the rest from the first run."""
+    first = runs[0]
+    out: dict[str, Any] = {
+        "runs": len(runs),
+        "versions": first["versions"],
+        "seconds": {name: statistics.median(figure(r, name) for r in runs) for name, _ in FIGURES},
+        "all_seconds": {name: [round(figure(r, name), 3) for r in runs] for name, _ in FIGURES},
+        "process_s": statistics.median(r["process_s"] for r in runs),
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "bytes_uncompacted": first["bytes_uncompacted"],
+        "bytes_compacted": first["bytes_compacted"],
+        "batches_s": first["batches_s"],
+        "wrong_cells": {read: max(r[read]["wrong_cells"] for r in runs) for read in READS},
+        "query_correct": {read: all(r[read]["query_correct"] for r in runs) for read in READS},
+        "wrong_by_column": {
+            read: max((r[read]["wrong_by_column"] for r in runs), key=lambda c: c["total"]) for read in READS
+        },
+    }
+    return out
+
+
+def combined(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """One system's figures at one size from two reports' rounds: medians over all their runs, the largest wrong-cell
+    counts and peak memory, bytes from the earlier."""
+    out = dict(earlier)
+    out["runs"] = earlier["runs"] + later["runs"]
+    out["all_seconds"] = {name: earlier["all_seconds"][name] + later["all_seconds"][name] for name, _ in FIGURES}
+    out["seconds"] = {name: statistics.median(out["all_seconds"][name]) for name, _ in FIGURES}
+    out["process_s"] = statistics.median([earlier["process_s"], later["process_s"]])
+    out["peak_rss_mib"] = max(earlier["peak_rss_mib"], later["peak_rss_mib"])
+    out["wrong_cells"] = {r: max(earlier["wrong_cells"][r], later["wrong_cells"][r]) for r in READS}
+    out["query_correct"] = {r: earlier["query_correct"][r] and later["query_correct"][r] for r in READS}
+    out["wrong_by_column"] = {
+        r: max((earlier["wrong_by_column"][r], later["wrong_by_column"][r]), key=lambda c: c["total"]) for r in READS
+    }
+    return out
+
+
+def merge_reports(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """`later`'s rounds added to `earlier`'s (`--also`), size by size and system by system."""
+    out = dict(later)
+    out["runs"] = earlier["runs"] + later["runs"]
+    out["load_before"] = f"{earlier['load_before']} (first round), {later['load_before']} (last round)"
+    out["arguments"] = f"{earlier.get('arguments', '')} ; then {later.get('arguments', '')}"
+    out["results"] = {}
+    for size, got in later["results"].items():
+        before = earlier["results"].get(size, {"systems": {}})["systems"]
+        systems = got["systems"]
+        out["results"][size] = {
+            "workload": got["workload"],
+            "systems": {s: combined(before[s], v) if s in before else v for s, v in systems.items()},
+        }
+    return out
+
+
+def run_size(
+    keys: int,
+    seed: int,
+    systems: Sequence[str],
+    runs: int,
+    workdir: Path,
+    saved: Callable[[dict[str, Any]], None],
+    first_round: int = 0,
+    batches_per_stream: int = workload.BATCHES_PER_STREAM,
+) -> dict[str, Any]:
+    """Every system at one size, `runs` rounds; `saved` is called with the figures so far after each run."""
+    folder = workdir / f"keys-{keys}"
+    data = folder / "data"
+    marker = data / f".complete-{seed}-{batches_per_stream}"
+    if not marker.exists():
+        say(f"generating the workload: {keys:,} keys, {batches_per_stream} batch(es) per stream")
+        shutil.rmtree(data, ignore_errors=True)
+        generated = workload.generate(keys, seed, batches_per_stream)
+        workload.save(generated, data)
+        stats = {**generated.stats, "batches": len(generated.batches)}
+        (data / "stats.json").write_text(json.dumps(stats), encoding="utf-8")
+        marker.write_text("ok", encoding="utf-8")
+    stats = json.loads((data / "stats.json").read_text(encoding="utf-8"))
+    truth = workload.load_truth(data)
+    want = expected_query(truth)
+    installed = {name: spark_envs.install(env) for name, env in {e.name: e for e in ENVIRONMENTS.values()}.items()}
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for round_number in range(runs):
+        turn = (first_round + round_number) % len(systems)
+        order = list(systems[turn:]) + list(systems[:turn])
+        for system in order:
+            say(f"{keys:,} keys, run {round_number + 1}/{runs}: {system}")
+            work = folder / system
+            result = run_system(system, data, work, installed[ENVIRONMENTS[system].name])
+            check_answers(result, work, truth, want)
+            say(
+                f"  {system}: ingest {result['ingest_s']:.1f} s, read {result['read_uncompacted']['noop_s']:.1f} s, "
+                f"compaction {result['compaction_s']:.1f} s, wrong cells "
+                f"{result['read_uncompacted']['wrong_by_column']} / {result['read_compacted']['wrong_cells']:,}"
+            )
+            results[system].append(result)
+            saved({"workload": stats, "systems": {s: median_of(r) for s, r in results.items() if r}})
+    return {"workload": stats, "systems": {s: median_of(r) for s, r in results.items()}}
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    def first(path: str, prefix: str) -> str:
+        try:
+            for line in Path(path).read_text(encoding="utf-8").splitlines():
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "unknown"
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT
+    )
+    return {
+        "date": f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        "commit": (commit.stdout.strip() or "?") + (" with uncommitted changes" if dirty.stdout.strip() else ""),
+        "cpu": first("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "memory": first("/proc/meminfo", "MemTotal"),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "java": java[0] if java else "unknown",
+    }
+
+
+def versions() -> dict[str, Any]:
+    """What ran: each system's Spark and connector, and the environments' pinned packages and jars."""
+    import peer_delta
+    import peer_hudi
+    import peer_iceberg
+    import peer_paimon
+
+    return {
+        "environments": {
+            env.name: {"packages": list(env.packages), "jars": list(env.jars)}
+            for env in {e.name: e for e in ENVIRONMENTS.values()}.values()
+        },
+        "systems": {
+            "stitchlake": {"spark": spark_envs.SPARK_4_1.spark_version},
+            "delta": {"spark": spark_envs.SPARK_4_1.spark_version, "delta": peer_delta.DELTA_VERSION},
+            "iceberg": {"spark": spark_envs.SPARK_4_1.spark_version, "iceberg": peer_iceberg.ICEBERG_VERSION},
+            "hudi": {"spark": spark_envs.SPARK_3_5.spark_version, "hudi": peer_hudi.HUDI_VERSION},
+            "paimon": {"spark": spark_envs.SPARK_3_5.spark_version, "paimon": peer_paimon.PAIMON_VERSION},
+        },
+    }
+
+
+def render(report: dict[str, Any], arguments: str) -> str:
+    sizes = [k for k in report["sizes"] if str(k) in report["results"]]
+    systems: list[str] = report["systems"]
+    host = report["machine"]
+    lines = [
+        BEGIN,
+        "",
+        f"- date: {host['date']}; stitchlake commit {host['commit']}",
+        f"- machine: {host['cpu']}, {host['cores']} cores, {host['memory']} RAM, {host['os']}; {host['java']}; "
+        f"load average {report['load_before']} before the run, {report['load_after']} after (the machine is "
+        "shared: other engineers' tests ran meanwhile)",
+        "- Spark: " + ", ".join(f"{s} on PySpark {report['versions']['systems'][s]['spark']}" for s in systems),
+        f"- each system in a fresh process, `local[2]`, driver memory 4g, 4 shuffle partitions; median of "
+        f"{report['runs']} run(s), the systems taking turns; command: `python scripts/bench_peers.py {arguments}`",
+    ]
+    for keys in sizes:
+        stats = report["results"][str(keys)]["workload"]
+        lines.append(
+            f"- workload {keys:,} keys: {stats['events_total']:,} events, {sum(stats['late'].values()):,} late, "
+            f"{sum(stats['duplicates'].values()):,} duplicates, "
+            f"{stats.get('batches', workload.BATCHES_PER_STREAM * len(workload.STREAMS))} batches"
+        )
+    for keys in sizes:
+        got = report["results"][str(keys)]["systems"]
+        shown = [s for s in systems if s in got]
+        lines += [
+            "",
+            f"#### {keys:,} keys",
+            "",
+            "| figure | " + " | ".join(shown) + " |",
+            "|---|" + "---|" * len(shown),
+        ]
+        for name, label in FIGURES:
+            lines.append(f"| {label} | " + " | ".join(f"{got[s]['seconds'][name]:.1f} s" for s in shown) + " |")
+        lines.append(
+            "| bytes on disk, uncompacted / compacted | "
+            + " | ".join(
+                f"{got[s]['bytes_uncompacted'] / 2**20:.0f} / {got[s]['bytes_compacted'] / 2**20:.0f} MiB"
+                for s in shown
+            )
+            + " |"
+        )
+        lines.append(
+            "| peak resident memory of the process tree | "
+            + " | ".join(f"{got[s]['peak_rss_mib']:,.0f} MiB" for s in shown)
+            + " |"
+        )
+        for read, label in (("read_uncompacted", "uncompacted"), ("read_compacted", "after compaction")):
+            lines.append(
+                f"| **wrong cells**, {label} read (aggregation right?) | "
+                + " | ".join(
+                    f"**{got[s]['wrong_cells'][read]:,}** ({'yes' if got[s]['query_correct'][read] else 'no'})"
+                    for s in shown
+                )
+                + " |"
+            )
+    lines += [
+        "",
+        f"The aggregation: `{QUERY.format(view='t')}`. Delta's all-column read hashes every column into one value "
+        "instead of the `noop` sink, which refuses Delta scans over deletion vectors (`peer_delta.py`). Bytes on disk "
+        "are the table's whole folder: after compaction, the files it replaced stay unless the system removed them on "
+        "its own (none was asked to clean). The ground truth has 11 cells per key.",
+        "",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def publish(out: Path, block: str) -> None:
+    """Replace the peers block in `out`, keeping the hand-written text around it (appended when absent)."""
+    text = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        before, rest = text.split(BEGIN, 1)
+        text = before + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n## Peers on Spark\n\n" + block + "\n"
+    out.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="200000,1000000", help="comma-separated key counts")
+    parser.add_argument("--runs", type=int, default=1, help="rounds of all systems (figures are medians)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, of: " + ", ".join(SYSTEMS))
+    parser.add_argument("--seed", type=int, default=6)
+    parser.add_argument("--workdir", default=str(ROOT / "bench-data" / "peers"))
+    parser.add_argument("--json", default=None, help="write the figures as one JSON object to this path")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="'-' to write no Markdown")
+    parser.add_argument("--from-json", default=None, help="only write the Markdown of a saved --json report")
+    parser.add_argument("--also", default=None, help="a saved --json report whose rounds this run's are added to")
+    parser.add_argument("--first-round", type=int, default=0, help="rotate the systems' order as in this round")
+    parser.add_argument(
+        "--batches-per-stream",
+        type=int,
+        default=workload.BATCHES_PER_STREAM,
+        help="landing files per stream (the figures in docs use the default; fewer only for smoke runs)",
+    )
+    args = parser.parse_args(argv)
+    shown = " ".join(argv if argv is not None else sys.argv[1:])
+    if args.from_json:
+        saved_report = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        block = render(saved_report, saved_report.get("arguments", shown))
+        if args.out != "-":
+            publish(Path(args.out), block)
+        print(block)
+        return 0
+    sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"unknown system(s): {', '.join(unknown)}")
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "sizes": sizes,
+        "systems": systems,
+        "runs": max(1, args.runs),
+        "machine": machine(),
+        "load_before": load_average(),
+        "versions": versions(),
+        "arguments": shown,
+        "results": {},
+    }
+    started = time.perf_counter()
+
+    def save(keys: int) -> Callable[[dict[str, Any]], None]:
+        def saved(so_far: dict[str, Any]) -> None:
+            report["results"][str(keys)] = so_far
+            report["load_after"] = load_average()
+            if args.json:
+                Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+        return saved
+
+    for keys in sizes:
+        report["results"][str(keys)] = run_size(
+            keys, args.seed, systems, report["runs"], workdir, save(keys), args.first_round, args.batches_per_stream
+        )
+    report["load_after"] = load_average()
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    if args.also:
+        report = merge_reports(json.loads(Path(args.also).read_text(encoding="utf-8")), report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
+    block = render(report, report["arguments"])
+    if args.out != "-":
+        publish(Path(args.out), block)
+    print(block)
+    say(f"done in {report['seconds']:.0f} s")
+    wrong = [
+        f"stitchlake at {keys:,} keys: {report['results'][str(keys)]['systems']['stitchlake']['wrong_cells']}"
+        for keys in sizes
+        if "stitchlake" in systems
+        and any(report["results"][str(keys)]["systems"]["stitchlake"]["wrong_cells"].values())
+    ]
+    if wrong:
+        print("FAILED: stitchlake's answers differ from the ground truth: " + "; ".join(wrong), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""A throw-away single-node Kafka (KRaft: one process is broker and controller) on 127.0.0.1, from Maven Central.
+
+The tests and the torture run feed streams from real topics. Kafka ships as jars on Maven Central, so the broker
+is `org.apache.kafka:kafka_2.13` with its runtime dependencies (`maven_jars.fetch_tree`), run with the machine's
+Java 17 as `kafka.Kafka` after `kafka.tools.StorageTool format`. Sized for a busy 2-core box: a small heap, one
+network and two I/O threads, replication factor 1 everywhere. Logs, data and the state file live in one private
+directory. Stdlib only (plus the sibling `maven_jars`).
+
+    python scripts/kafka_broker.py start --dir /tmp/kafka [--watch-pid PID]
+    python scripts/kafka_broker.py status --dir /tmp/kafka
+    python scripts/kafka_broker.py stop --dir /tmp/kafka
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
+import local_daemons
+import maven_jars
+from local_daemons import (
+    Commands,
+    command_line,
+    free_port,
+    kill_in_order,
+    log_tail,
+    pid_alive,
+    pid_is_ours,
+    spawn,
+    spawn_watchdog,
+    wait_for,
+    write_state,
+)
+
+#: The broker, pinned. Kafka 4 runs in KRaft mode only (no ZooKeeper).
+KAFKA = "org.apache.kafka:kafka_2.13:4.3.1"
+START_TIMEOUT_S = 120.0
+FORMAT_TIMEOUT_S = 120.0
+HEAP = "-Xmx384m"
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaBroker:
+    """How to reach a running broker, and which processes to stop."""
+
+    bootstrap: str  # 127.0.0.1:PORT
+    controller_port: int
+    dir: str
+    pids: dict[str, int]
+
+
+class KafkaBrokerError(RuntimeError):
+    """The broker could not be started; the message carries the log tail."""
+
+
+def jars() -> list[Path]:
+    """The broker's jars (fetched once into .venv/maven)."""
+    try:
+        return maven_jars.fetch_tree(KAFKA)
+    except RuntimeError as exc:
+        raise KafkaBrokerError(f"could not fetch {KAFKA} from Maven Central: {exc}") from exc
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise KafkaBrokerError("java is not on PATH (Kafka needs Java 17+)")
+    return java
+
+
+def _log_tails(workdir: Path) -> str:
+    return "\n".join(f"--- {p} ---\n{log_tail(p)}" for p in sorted((workdir / "log").glob("*"))) or "(no logs)"
+
+
+def _serves(port: int) -> bool:
+    """The broker answers a Kafka ApiVersions request (a listening socket alone may still be the controller)."""
+    request = (
+        (18).to_bytes(2, "big")  # ApiVersions
+        + (0).to_bytes(2, "big")  # version 0
+        + (1).to_bytes(4, "big")  # correlation id
+        + (-1).to_bytes(2, "big", signed=True)  # no client id
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0) as sock:
+            sock.sendall(len(request).to_bytes(4, "big") + request)
+            size = int.from_bytes(sock.recv(4), "big")
+            return size > 6
+    except OSError:
+        return False
+
+
+def _properties(workdir: Path, port: int, controller_port: int) -> Path:
+    path = workdir / "server.properties"
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(workdir / "data"),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "1",
+        "num.io.threads": "2",
+        "background.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "log.cleaner.enable": "false",
+        "log.retention.check.interval.ms": "5000",
+        "delete.topic.enable": "true",
+    }
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    return path
+
+
+def read_state(workdir: Path) -> KafkaBroker | None:
+    found = local_daemons.read_state(workdir)
+    try:
+        return KafkaBroker(**found) if found else None
+    except TypeError:
+        return None
+
+
+def status(workdir: Path | str) -> KafkaBroker | None:
+    """The running broker of `workdir`, or None."""
+    workdir = Path(workdir).resolve()
+    state = read_state(workdir)
+    if state is None or "kafka" not in state.pids:
+        return None
+    pid = state.pids["kafka"]
+    if not (pid_alive(pid) and pid_is_ours(pid, workdir)):
+        return None
+    return state if _serves(int(state.bootstrap.rsplit(":", 1)[1])) else None
+
+
+def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = START_TIMEOUT_S) -> KafkaBroker:
+    """Start a broker under `workdir` (or return the one running there); returns once it answers requests.
+
+    With `watch_pid`, a watchdog process stops the broker when that process is gone.
+    """
+    workdir = Path(workdir).resolve()
+    running = status(workdir)
+    if running is not None:
+        return running
+    java = _java()
+    classpath = os.pathsep.join(str(p) for p in jars())
+    stop(workdir)
+    for sub in ("log", "data"):
+        shutil.rmtree(workdir / sub, ignore_errors=True)
+        (workdir / sub).mkdir(parents=True)
+    port, controller_port = free_port(), free_port()
+    config = _properties(workdir, port, controller_port)
+    jvm = [java, HEAP, "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1"]
+    jvm += [f"-Dstitchlake.kafka.dir={workdir}", f"-Dkafka.logs.dir={workdir / 'log'}", "-cp", classpath]
+    formatted = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=FORMAT_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+    if formatted.returncode != 0:
+        raise KafkaBrokerError(f"formatting the KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
+    broker = KafkaBroker(bootstrap=f"127.0.0.1:{port}", controller_port=controller_port, dir=str(workdir), pids={})
+    pids: dict[str, int] = {}
+    try:
+        pids["kafka"] = spawn([*jvm, "kafka.Kafka", str(config)], workdir, "kafka")
+        write_state(workdir, dataclasses.replace(broker, pids=dict(pids)))
+        deadline = time.monotonic() + timeout
+        wait_for("the broker", lambda: _serves(port), pids, deadline, lambda: _log_tails(workdir), KafkaBrokerError)
+    except BaseException:
+        _kill(workdir, pids)
+        raise
+    broker = dataclasses.replace(broker, pids=dict(pids))
+    if watch_pid is not None:
+        broker = dataclasses.replace(broker, pids={**pids, "watchdog": spawn_watchdog(__file__, workdir, watch_pid)})
+    write_state(workdir, broker)
+    return broker
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what `random-uuid` prints)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 20.0) -> None:
+    kill_in_order(workdir, pids, lambda name: 0 if name == "watchdog" else 1, grace_s=grace_s)
+
+
+def stop(workdir: Path | str) -> None:
+    """Stop the broker of `workdir` (a controlled shutdown on SIGTERM, SIGKILL after the grace time)."""
+    workdir = Path(workdir).resolve()
+    state = read_state(workdir)
+    if state is None:
+        return
+    _kill(workdir, dict(state.pids))
+    write_state(workdir, dataclasses.replace(state, pids={}))
+
+
+# ------------------------------------------------------------------ what tests and the torture run do to topics
+# (these use the confluent-kafka client, a dependency of stitchlake; the rest of this script is stdlib only)
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic with `partitions` partitions, replication factor 1; returns once its leaders are known."""
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    admin = _admin(bootstrap)
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=60).values():
+        future.result(timeout=120)
+    _wait_partitions(admin, topic, partitions)
+
+
+def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    """Grow `topic` to `total` partitions."""
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
+
+    admin = _admin(bootstrap)
+    for future in admin.create_partitions([NewPartitions(topic, total)], operation_timeout=60).values():
+        future.result(timeout=120)
+    _wait_partitions(admin, topic, total)
+
+
+def _wait_partitions(admin: Any, topic: str, partitions: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        ready = found is not None and found.error is None and len(found.partitions) == partitions
+        if ready and all(p.leader >= 0 for p in found.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise KafkaBrokerError(f"topic {topic} did not get {partitions} partitions with leaders within {timeout:g}s")
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None]]) -> None:
+    """(partition, value) records, in order, acknowledged by the broker before returning."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    failures: list[str] = []
+
+    def report(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    for partition, value in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=partition, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.5)
+    left = producer.flush(120)
+    if left or failures:
+        raise KafkaBrokerError(f"producing to {topic}: {left} record(s) unsent, failures: {failures[:3]}")
+
+
+def delete_records_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    """Move the partition's start to `offset`, as retention would (the records before it are gone)."""
+    from confluent_kafka import TopicPartition
+
+    admin = _admin(bootstrap)
+    for future in admin.delete_records([TopicPartition(topic, partition, offset)], operation_timeout=60).values():
+        future.result(timeout=120)
+
+
+def _start_command(args: argparse.Namespace) -> KafkaBroker:
+    return start(args.dir, args.watch_pid, args.timeout)
+
+
+def _start_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=START_TIMEOUT_S)
+
+
+def main(argv: list[str] | None = None) -> int:
+    commands = Commands(
+        "kafka_broker.py", __doc__ or "", _start_options, _start_command, stop, status, KafkaBrokerError
+    )
+    return command_line(commands, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

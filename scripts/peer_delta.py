@@ -1,0 +1,57 @@
+"""Delta Lake's part of `make bench-peers`: one `MERGE INTO` per batch, with deletion vectors.
+
+Delta has no merge rule of its own beyond "the MERGE says what happens": each batch is deduplicated by the stream's
+rule (`peer_job.latest_per_key`), then merged with conditions that honour the stream's ordering and null rule
+(`peer_job.merge_sql`). The `nulls: ignore` stream needs one extra column per value column (`_v_<column>`, the
+ordering value it came from); reads select the wide table's columns. Deletion vectors (`delta.enableDeletionVectors`)
+make a MERGE mark replaced rows instead of rewriting their files: Delta's merge-on-read. `OPTIMIZE` then
+`REORG ... APPLY (PURGE)` is the compaction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from peer_job import WIDE, hash_every_column, latest_per_key, merge_sql, table_columns, version_columns
+
+DELTA_VERSION = "4.4.0"
+CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def versions(spark: Any) -> dict[str, str]:
+    return {"delta": DELTA_VERSION}
+
+
+class Job:
+    def __init__(self, spark: Any, work: Path, data: Path) -> None:
+        self.spark = spark
+        self.table = work / "delta"
+        self.name = f"delta.`{self.table}`"
+        extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
+        spark.sql(
+            f"CREATE TABLE {self.name} ({table_columns()}, {extra}) USING delta "
+            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+        )
+
+    def path(self) -> Path:
+        return self.table
+
+    def ingest_batch(self, stream: str, file: Path) -> None:
+        latest_per_key(self.spark.read.parquet(str(file)), stream, versions=True).createOrReplaceTempView("batch")
+        self.spark.sql(merge_sql(self.name, "batch", stream)).collect()
+
+    def frame(self) -> Any:
+        return self.spark.read.format("delta").load(str(self.table)).select(*WIDE)
+
+    def drain(self, frame: Any) -> None:
+        """Delta 4.4 on Spark 4.1 refuses the `noop` sink over a table with deletion vectors ("Cannot work with a
+        non-pinned table snapshot of the TahoeFileIndex"), time travel included: every column is hashed instead."""
+        hash_every_column(frame)
+
+    def compact(self) -> None:
+        self.spark.sql(f"OPTIMIZE {self.name}").collect()
+        self.spark.sql(f"REORG TABLE {self.name} APPLY (PURGE)").collect()

@@ -1,0 +1,230 @@
+"""One system's part of `make bench-peers`, run in a process of its own under its Spark environment.
+
+    python scripts/peer_job.py SYSTEM DATA WORK OUT.json
+
+`bench_peers.py` starts this with the pinned PySpark of the system's environment first on the path
+(`spark_envs.Installed.environ`). It builds one fresh `local[2]` session with the settings every system shares
+(`COMMON_CONF`) plus the system's own, then measures, in this order: the ingest of the workload's 12 batches
+(streams taking turns, as `make bench` commits them), the snapshot read of the uncompacted table (every column into
+Spark's `noop` sink, then one aggregation), the compaction, and the same two reads after it. Each read's rows are
+also written as Parquet (untimed) under WORK/answers/, for the driver to count wrong cells against the ground truth.
+
+Each system is a module `peer_<system>.py` with `CONF` (its session settings) and a class `Job` with `ingest_batch`,
+`frame` (the table as a DataFrame of the wide table's columns), `compact` and `path`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_workload as workload
+
+SYSTEMS = ("stitchlake", "hudi", "paimon", "delta", "iceberg")
+#: The settings every system's session shares (the issue: same driver memory and shuffle partitions).
+MASTER = "local[2]"
+COMMON_CONF = {
+    "spark.driver.memory": "4g",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "true",
+    # The answers written for the ground-truth check: microsecond timestamps, not Spark 3's INT96.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+#: The wide table's columns, in the ground truth's order.
+WIDE = [f.name for f in workload.TRUTH_SCHEMA]
+#: The aggregation of `make bench` (scripts/bench.py QUERY), asked of every table.
+QUERY = (
+    "SELECT currency, count(*) AS orders, sum(paid_amount) AS paid, "
+    "sum(CASE WHEN ship_status = 'delivered' THEN 1 ELSE 0 END) AS delivered FROM {view} GROUP BY currency"
+)
+SQL_TYPES = {"long": "BIGINT", "double": "DOUBLE", "string": "STRING", "timestamp": "TIMESTAMP"}
+
+
+class Job(Protocol):
+    def ingest_batch(self, stream: str, file: Path) -> None: ...
+    def frame(self) -> Any: ...
+    def compact(self) -> None: ...
+    def path(self) -> Path: ...
+
+
+def sql_type(column: str) -> str:
+    """The SQL type of a wide-table column."""
+    for stream in workload.STREAMS:
+        if column in workload.COLUMNS[stream]:
+            return SQL_TYPES[workload._type_name(workload.COLUMNS[stream][column][0])]
+    return "BIGINT"  # the key
+
+
+def table_columns() -> str:
+    """The wide table's columns as a SQL column list."""
+    return ", ".join(f"{c} {sql_type(c)}" for c in WIDE)
+
+
+def landing_batches(data: Path) -> list[tuple[str, Path]]:
+    """The workload's landing files in commit order (streams take turns, as `make bench` writes them)."""
+    return workload.landing_files(data)
+
+
+def latest_per_key(events: Any, stream: str, versions: bool = False) -> Any:
+    """A batch deduplicated the way the stream's rule merges it: one row per key.
+
+    `nulls: overwrite`: the event with the greatest ordering value. `nulls: ignore`: per column the newest non-null
+    value, the ordering column its maximum; with `versions`, also `_v_<column>`, the ordering value each column's
+    value came from (what a MERGE needs to honour the rule against the table)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ordering = workload.ORDERING[stream]
+    columns = list(workload.COLUMNS[stream])
+    if workload.NULLS[stream] == "overwrite":
+        rank = F.row_number().over(Window.partitionBy("order_id").orderBy(F.col(ordering).desc()))
+        return events.withColumn("_rank", rank).where("_rank = 1").select("order_id", *columns)
+    aggregates = []
+    for column in columns:
+        if column == ordering:
+            aggregates.append(F.max(ordering).alias(ordering))
+            continue
+        seen = F.when(F.col(column).isNotNull(), F.col(ordering))
+        aggregates.append(F.max_by(column, seen).alias(column))
+        if versions:
+            aggregates.append(F.max(seen).alias(f"_v_{column}"))
+    return events.groupBy("order_id").agg(*aggregates)
+
+
+def version_columns() -> list[str]:
+    """The extra columns a MERGE-based table keeps for `nulls: ignore` streams: per column, the ordering value its
+    value came from (without them a late non-null value could not be placed against a newer null)."""
+    return [
+        f"_v_{c}"
+        for s in workload.STREAMS
+        if workload.NULLS[s] == "ignore"
+        for c in workload.COLUMNS[s]
+        if c != workload.ORDERING[s]
+    ]
+
+
+def merge_sql(target: str, source: str, stream: str) -> str:
+    """One `MERGE INTO` of a deduplicated batch (`latest_per_key(..., versions=True)`) that honours the stream's
+    ordering and null rule and touches only the stream's columns."""
+    ordering = workload.ORDERING[stream]
+    columns = list(workload.COLUMNS[stream])
+    inserted = ["order_id", *columns]
+    if workload.NULLS[stream] == "overwrite":
+        newer = f"(t.{ordering} IS NULL OR s.{ordering} > t.{ordering})"
+        sets = ", ".join(f"t.{c} = s.{c}" for c in columns)
+    else:
+        wins = {
+            c: f"(s.{c} IS NOT NULL AND (t._v_{c} IS NULL OR s._v_{c} > t._v_{c}))" for c in columns if c != ordering
+        }
+        newer = "(" + " OR ".join([f"t.{ordering} IS NULL OR s.{ordering} > t.{ordering}", *wins.values()]) + ")"
+        parts = [f"t.{ordering} = greatest(t.{ordering}, s.{ordering})"]
+        for c, won in wins.items():
+            parts.append(f"t.{c} = CASE WHEN {won} THEN s.{c} ELSE t.{c} END")
+            parts.append(f"t._v_{c} = CASE WHEN {won} THEN s._v_{c} ELSE t._v_{c} END")
+        sets = ", ".join(parts)
+        inserted += [f"_v_{c}" for c in wins]
+    return (
+        f"MERGE INTO {target} t USING {source} s ON t.order_id = s.order_id "
+        f"WHEN MATCHED AND {newer} THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(inserted)}) VALUES ({', '.join('s.' + c for c in inserted)})"
+    )
+
+
+def widened(frame: Any, stream: str) -> Any:
+    """A stream's rows with every wide-table column: the other streams' columns as typed nulls."""
+    from pyspark.sql import functions as F
+
+    own = set(workload.COLUMNS[stream]) | {"order_id"}
+    return frame.select(*[F.col(c) if c in own else F.lit(None).cast(sql_type(c)).alias(c) for c in WIDE])
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def timed(action: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def session(conf: dict[str, str], app: str) -> Any:
+    import os
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(MASTER).appName(app)
+    jars = os.environ.get("STITCH_SPARK_JARS")
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    for key, value in {**COMMON_CONF, **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def drain(frame: Any) -> None:
+    """Materialise every row and column without collecting them: Spark's `noop` sink."""
+    frame.write.format("noop").mode("overwrite").save()
+
+
+def hash_every_column(frame: Any) -> None:
+    """Materialise every column by hashing all of them, the hashes folded with `bit_xor`: for a table whose scans
+    the `noop` sink refuses (Delta with deletion vectors, `peer_delta.py`)."""
+    from pyspark.sql import functions as F
+
+    frame.agg(F.bit_xor(F.xxhash64(*frame.columns))).collect()
+
+
+def measure_read(spark: Any, job: Job, answer: Path) -> dict[str, Any]:
+    """Every column into the `noop` sink, then the aggregation; the rows written untimed for the check."""
+    frame = job.frame()
+    noop = timed(lambda: getattr(job, "drain", drain)(frame))
+    frame.createOrReplaceTempView("peer_read")
+    rows: list[Any] = []
+    query = timed(lambda: rows.extend(spark.sql(QUERY.format(view="peer_read")).collect()))
+    job.frame().write.mode("overwrite").parquet(str(answer))
+    return {"noop_s": noop, "query_s": query, "query_rows": [list(r) for r in rows]}
+
+
+def run(system: str, data: Path, work: Path) -> dict[str, Any]:
+    module = importlib.import_module(f"peer_{system}")
+    started = time.perf_counter()
+    spark = session(module.CONF, f"bench-peers-{system}")
+    import pyspark
+
+    out: dict[str, Any] = {"system": system, "session_s": time.perf_counter() - started}
+    out["versions"] = {"spark": pyspark.__version__, **module.versions(spark)}
+    job: Job = module.Job(spark, work, data)
+    batches = []
+    for stream, file in landing_batches(data):
+        batches.append(timed(lambda stream=stream, file=file: job.ingest_batch(stream, file)))  # type: ignore[misc]
+    out["batches_s"] = batches
+    out["ingest_s"] = sum(batches)
+    out["bytes_uncompacted"] = folder_bytes(job.path())
+    out["read_uncompacted"] = measure_read(spark, job, work / "answers" / "uncompacted")
+    out["compaction_s"] = timed(job.compact)
+    out["bytes_compacted"] = folder_bytes(job.path())
+    out["read_compacted"] = measure_read(spark, job, work / "answers" / "compacted")
+    spark.stop()
+    return out
+
+
+if __name__ == "__main__":
+    name, data_folder, work_folder, target = sys.argv[1:5]
+    Path(work_folder).mkdir(parents=True, exist_ok=True)
+    result = run(name, Path(data_folder), Path(work_folder))
+    Path(target).write_text(json.dumps(result, indent=1), encoding="utf-8")

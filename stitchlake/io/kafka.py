@@ -1,0 +1,257 @@
+"""Kafka topics as a stream's source: the topic's offsets, and one partition's records read and decoded.
+
+The table, not the broker, keeps a stream's offsets (DESIGN §6): each deltacommit records the offset range it
+consumed per partition, so the consumer here never joins a group's offset bookkeeping and commits nothing; it is
+assigned an explicit range and reads exactly it. Both engines read through this module (Spark tasks call
+`read_range` on the executors), so they accept and reject the same records.
+
+Values are JSON objects or Avro records (binary encoding, the writer schema given in the config; no schema
+registry). A value that does not decode is a bad row whose reason, topic, partition and offset go to quarantine.
+Records carry `_kafka_topic`, `_kafka_partition` and `_kafka_offset` on their way to `batch.prepare`, so a bad
+row names where it came from.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from stitchlake.errors import ConfigError, InputRejected, StitchError, UsageError
+from stitchlake.timeline.metadata import OffsetRange
+
+if TYPE_CHECKING:
+    from stitchlake.config import SourceSpec
+
+#: Columns every decoded record carries (dropped by `batch.prepare`, kept with bad rows in quarantine).
+TOPIC = "_kafka_topic"
+PARTITION = "_kafka_partition"
+OFFSET = "_kafka_offset"
+#: The raw value of a record that did not decode (quarantine keeps it as evidence).
+VALUE = "_value"
+UNDECODABLE = "undecodable record value"
+#: A record's position in its batch: partition << OFFSET_BITS | (offset - the range's first offset), so it is
+#: unique in the commit and the same however often the range is read (DESIGN §2).
+OFFSET_BITS = 40
+#: Records a consumer hands over per call.
+BATCH = 5000
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def where(source: SourceSpec) -> str:
+    """The topic and brokers, for messages."""
+    return f"Kafka topic {source.topic} at {source.bootstrap_servers}"
+
+
+def client_settings(source: SourceSpec) -> dict[str, str | int | float | bool]:
+    """The consumer's settings: the brokers, the config's client options (`${VAR}` secrets read from this
+    process's environment now), and what stitch sets itself: explicit assignment, nothing committed."""
+    settings: dict[str, str | int | float | bool] = {"bootstrap.servers": str(source.bootstrap_servers)}
+    for key, value in source.options.items():
+        match = _ENV.fullmatch(value.strip())
+        if match is not None:
+            found = os.environ.get(match.group(1), match.group(2))
+            if found is None:
+                raise ConfigError(
+                    f"source.options.{key}: environment variable {match.group(1)} is not set in this process"
+                )
+            value = found
+        settings[key] = value
+    settings.update(
+        {
+            "group.id": "stitchlake",
+            "client.id": "stitchlake",
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "enable.partition.eof": "true",
+            "auto.offset.reset": "error",
+        }
+    )
+    return settings
+
+
+def _kafka_error(source: SourceSpec, what: str, error: Any) -> StitchError:
+    return StitchError(f"{where(source)}: {what} failed ({error}); is the broker reachable, and the topic there?")
+
+
+def topic_offsets(source: SourceSpec) -> dict[int, tuple[int, int]]:
+    """Per partition of the topic, the earliest offset it still holds and its end (the last stable offset: what a
+    read_committed consumer can read now)."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._listoffsets import OffsetSpec
+
+    settings = client_settings(source)
+    for key in ("group.id", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof"):
+        settings.pop(key)
+    settings.pop("auto.offset.reset")
+    admin = AdminClient(settings)
+    timeout = source.read_timeout_s
+    try:
+        metadata = admin.list_topics(topic=source.topic, timeout=timeout)
+    except KafkaException as exc:
+        raise _kafka_error(source, "reading the topic's metadata", exc.args[0]) from None
+    topic = metadata.topics.get(str(source.topic))
+    if topic is None or topic.error is not None:
+        why = f" ({topic.error})" if topic is not None and topic.error is not None else ""
+        raise UsageError(
+            f"{where(source)} does not exist{why}: create it, or fix the stream's source.topic in the config"
+        )
+    partitions = sorted(topic.partitions)
+    found: dict[int, list[int]] = {p: [0, 0] for p in partitions}
+    for index, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):  # type: ignore[no-untyped-call]
+        asked = {TopicPartition(str(source.topic), p): spec for p in partitions}
+        try:
+            futures = admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
+            for tp, future in futures.items():
+                found[tp.partition][index] = int(future.result().offset)
+        except KafkaException as exc:
+            raise _kafka_error(source, "listing the topic's offsets", exc.args[0]) from None
+    return {p: (low, high) for p, (low, high) in found.items()}
+
+
+def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes | None]]:
+    """The (offset, value) of every record of `chunk` (transaction markers and aborted records skipped, so there
+    may be fewer than its size). Raises InputRejected when the topic no longer holds the range's start."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(client_settings(source))
+    records: list[tuple[int, bytes | None]] = []
+    try:
+        consumer.assign([TopicPartition(chunk.topic, chunk.partition, chunk.start)])
+        last_progress = time.monotonic()
+        done = chunk.start >= chunk.end
+        while not done:
+            messages = consumer.consume(num_messages=min(BATCH, max(1, chunk.end - chunk.start)), timeout=1.0)
+            if messages:
+                last_progress = time.monotonic()
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done = done or int(message.offset() or 0) >= chunk.end
+                        continue
+                    if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        raise InputRejected(
+                            f"{where(source)}: partition {chunk.partition} no longer holds offset {chunk.start} "
+                            f"(retention deleted it while it was read: {error.str()}); run the ingest again",
+                            file=f"kafka:{chunk.topic}/{chunk.partition}",
+                        )
+                    if error.fatal() or not error.retriable():
+                        raise _kafka_error(source, f"reading partition {chunk.partition}", error.str())
+                    continue
+                offset = int(message.offset() or 0)
+                if offset >= chunk.end:
+                    done = True
+                    break
+                records.append((offset, message.value()))
+                done = offset + 1 >= chunk.end
+            if not done and time.monotonic() - last_progress > source.read_timeout_s:
+                raise StitchError(
+                    f"{where(source)}: partition {chunk.partition} sent nothing for {source.read_timeout_s:g}s while "
+                    f"offsets {records[-1][0] + 1 if records else chunk.start} to {chunk.end - 1} were still to be "
+                    "read; is the broker up? (source.read_timeout_s)"
+                )
+    finally:
+        consumer.close()
+    return records
+
+
+def positions(chunk: OffsetRange, offsets: pa.Array) -> Any:
+    """Each record's position in its commit, from its partition and offset alone."""
+    import numpy as np
+
+    rel = offsets.to_numpy(zero_copy_only=False).astype(np.int64) - np.int64(chunk.start)
+    return (np.int64(chunk.partition) << OFFSET_BITS) | rel
+
+
+def decode(
+    source: SourceSpec, chunk: OffsetRange, records: list[tuple[int, bytes | None]]
+) -> tuple[pa.Table, pa.Table]:
+    """The records as rows (one column per field, with the topic, partition and offset), and the records whose
+    value did not decode (with the raw value and the reason)."""
+    rows: list[dict[str, Any]] = []
+    offsets: list[int] = []
+    bad: list[tuple[int, bytes | None, str]] = []
+    parse = _avro_decoder(source) if source.value_format == "avro" else _json_value
+    for offset, value in records:
+        if value is None:
+            bad.append((offset, value, f"{UNDECODABLE} (a record without a value: a tombstone)"))
+            continue
+        try:
+            rows.append(parse(value))
+            offsets.append(offset)
+        except _Undecodable as exc:
+            bad.append((offset, value, f"{UNDECODABLE} ({exc})"))
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    columns = {name: _column([row.get(name) for row in rows]) for name in names}
+    meta = {
+        TOPIC: pa.array([chunk.topic] * len(rows), pa.string()),
+        PARTITION: pa.array([chunk.partition] * len(rows), pa.int32()),
+        OFFSET: pa.array(offsets, pa.int64()),
+    }
+    good = pa.table({**{k: v for k, v in columns.items() if k not in meta}, **meta})
+    undecodable = pa.table(
+        {
+            TOPIC: pa.array([chunk.topic] * len(bad), pa.string()),
+            PARTITION: pa.array([chunk.partition] * len(bad), pa.int32()),
+            OFFSET: pa.array([b[0] for b in bad], pa.int64()),
+            VALUE: pa.array([None if b[1] is None else b[1].decode("utf-8", "replace") for b in bad], pa.string()),
+        }
+    )
+    return good, undecodable.append_column("reason", pa.array([b[2] for b in bad], pa.string()))
+
+
+class _Undecodable(ValueError):
+    """A value that is not one event of the configured format."""
+
+
+def _json_value(value: bytes) -> dict[str, Any]:
+    try:
+        found = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Undecodable(f"not JSON: {exc}") from None
+    if not isinstance(found, dict):
+        raise _Undecodable(f"a JSON {type(found).__name__}, not an object")
+    return found
+
+
+def _avro_decoder(source: SourceSpec) -> Any:
+    import fastavro
+
+    schema = fastavro.parse_schema(json.loads(str(source.avro_schema)))
+
+    def parse(value: bytes) -> dict[str, Any]:
+        buffer = io.BytesIO(value)
+        try:
+            found = fastavro.schemaless_reader(buffer, schema, None)
+        except Exception as exc:  # fastavro raises many kinds on damaged input
+            raise _Undecodable(f"not an Avro record of the configured schema: {type(exc).__name__}: {exc}") from None
+        if buffer.tell() != len(value):
+            raise _Undecodable(
+                f"not an Avro record of the configured schema ({len(value) - buffer.tell()} bytes left over; a "
+                "schema-registry header is not supported)"
+            )
+        if not isinstance(found, Mapping):
+            raise _Undecodable("not an Avro record")
+        return dict(found)
+
+    return parse
+
+
+def _column(values: list[Any]) -> pa.Array:
+    """A column of decoded values; one whose values do not share a type becomes text, so bad values become bad
+    rows (as in JSON landing files)."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array(
+            [None if v is None else v if isinstance(v, str) else json.dumps(v, default=str) for v in values],
+            pa.string(),
+        )

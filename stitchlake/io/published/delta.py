@@ -1,0 +1,144 @@
+"""Publishing as a Delta Lake table with delta-rs: one version per publish, older versions cut by a full vacuum."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from stitchlake.errors import ConflictError, StitchError, UsageError
+from stitchlake.io.published.target import (
+    OWNER_MARK,
+    Publication,
+    Published,
+    Target,
+    without_file_scheme,
+)
+
+#: Delta operations that are a publish (the others, e.g. VACUUM, are bookkeeping versions).
+_DELTA_WRITES = ("WRITE", "CREATE TABLE", "CREATE OR REPLACE TABLE")
+
+
+#: Our S3 settings (`storage.s3.client_settings`) as delta-rs and pyiceberg's FileIO name them.
+_DELTA_S3 = {
+    "endpoint": "AWS_ENDPOINT_URL",
+    "region": "AWS_REGION",
+    "access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "session_token": "AWS_SESSION_TOKEN",
+    "allow_http": "AWS_ALLOW_HTTP",
+}
+
+
+def delta_options(target: Target) -> dict[str, str] | None:
+    """delta-rs `storage_options` for the target (None on local disk). delta-rs commits a version with S3's
+    conditional PUT, so publishes racing for the same version cannot overwrite each other's log entry."""
+    settings = target.s3_settings()
+    return {_DELTA_S3[name]: value for name, value in settings.items()} if target.on_s3 else None
+
+
+def write_delta(publication: Publication, target: Target) -> Published:
+    """Overwrite the Delta table at the target with the rows (their schema replaces the old one: an alter may have
+    added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
+    delete the files only versions older than the last `retain` publishes need, and the files no version lists
+    (a crashed writer's)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    options = delta_options(target)
+    current = (
+        DeltaTable(target.location, storage_options=options)
+        if DeltaTable.is_deltatable(target.location, storage_options=options)
+        else None
+    )
+    owned = current is None or _owner_of(current, target, publication)
+    publication.before_commit()
+    before = _data_files(target)
+    try:
+        write_deltalake(
+            current if current is not None else target.location,
+            publication.rows,
+            mode="overwrite",
+            schema_mode="overwrite",
+            name=publication.name,
+            description=f"{OWNER_MARK}{publication.table_id}",
+            partition_by=list(publication.partition_by) or None,
+            storage_options=options if current is None else None,
+        )
+    except Exception as exc:
+        loaded = current.version() if current is not None else None
+        if loaded is not None and not target.storage().exists(f"_delta_log/{loaded:020d}.json"):
+            raise ConflictError(
+                f"the published Delta table at {target.location} had its history cut (an erase with --purge) after "
+                f"this publish loaded version {loaded}; nothing was published"
+            ) from exc
+        raise
+    table = DeltaTable(target.location, storage_options=options)
+    publication.committed(table.version())
+    if publication.fresh and current is not None:
+        return _cut_history(table, target, before)
+    if not owned:  # published before tables recorded their owner: record it once
+        table.alter.set_table_description(f"{OWNER_MARK}{publication.table_id}")
+    writes = sorted(int(h["version"]) for h in table.history() if h.get("operation") in _DELTA_WRITES)
+    version, kept = writes[-1], writes[-publication.retain :]
+    # `full`: also the files no version lists, which a publish that crashed before its commit wrote (one presumed
+    # dead that commits later conflicts with this commit). vacuum names every file the log has ever removed,
+    # deleted by an earlier vacuum or not: count what went.
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept, full=True)
+    return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _cut_history(table: Any, target: Target, before: set[str]) -> Published:
+    """After `erase --purge`: the version just written becomes the table's only one. It is checkpointed, then
+    every older log entry and checkpoint and every data file it does not read are deleted, so no statistic, log
+    line or file holds an erased value any more.
+
+    The version numbers go on (they never start again at 0): a publish presumed dead that loaded an older version
+    and commits late finds that number taken, and the log it would check its commit against gone, and fails; a
+    table recreated at version 0 would take its commit as the next version."""
+    version = int(table.version())
+    table.create_checkpoint()
+    storage = target.storage()
+    kept = {_relative(uri, target.location) for uri in table.file_uris()}
+    doomed = []
+    for info in storage.list_files(""):
+        if info.path.startswith("_delta_log/"):
+            name = info.path.removeprefix("_delta_log/")
+            number = name.split(".", 1)[0]
+            if number.isdigit() and int(number) < version:
+                doomed.append(info.path)
+        elif info.path not in kept:
+            doomed.append(info.path)
+    storage.delete_many(doomed)
+    return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def _relative(uri: str, location: str) -> str:
+    """A data file's URI as a path under the table's location (refused if it is not under it: deleting by a
+    wrong name would delete the file a version reads)."""
+    base = without_file_scheme(location).rstrip("/")
+    base = base if "://" in base else os.path.abspath(base)
+    found = without_file_scheme(uri)
+    if not found.startswith(base + "/"):
+        raise StitchError(f"the Delta table at {location} lists {uri}, which is not under it; nothing was deleted")
+    return found[len(base) + 1 :]
+
+
+def _owner_of(current: Any, target: Target, publication: Publication) -> bool:
+    """Whether the Delta table at the target records this stitched table as its owner (False: it records none);
+    another owner, or another table name, is refused: it is never overwritten."""
+    metadata = current.metadata()
+    owner = (metadata.description or "").removeprefix(OWNER_MARK) if metadata.description else ""
+    if (owner and owner != publication.table_id) or (metadata.name and metadata.name != publication.name):
+        raise UsageError(
+            f"{target.location} holds the published Delta table of another stitched table ({metadata.name!r}, "
+            f"table id {owner or 'unknown'}): give this table its own publish.location"
+        )
+    return bool(owner)
+
+
+def _data_files(target: Target) -> set[str]:
+    """The Parquet files under a Delta table's folder (relative paths), its log left out."""
+    try:
+        listed = target.storage().list_files("")
+    except FileNotFoundError:
+        return set()
+    return {f.path for f in listed if f.path.endswith(".parquet") and not f.path.startswith("_delta_log/")}

@@ -1,0 +1,342 @@
+"""Rescale (DESIGN §5, §9): rewrite every file group of some partitions, or of the whole table, into N buckets.
+
+A table that grows keeps its bucket count, and every compaction rewrites each file group whole in one task. A
+rescale changes the count, as one instant on the timeline, like a compaction of a different shape (many old file
+groups into many new ones):
+
+- **Plan** (metadata only, under the lock, at time T): per rewritten partition, the latest slice of every file
+  group (the base file and exactly the logs completed before T), the partition's old count B and the new N.
+  Refused (exit 4) while another rescale, or a compaction or erase of those partitions, is pending.
+- **Run** (resumable, like a compaction run): the merge is a CRDT (DESIGN §2), so a rescale only re-partitions the
+  merged summaries by key: new file group j of a partition is every key of the old slices whose
+  `stable_hash(key) mod N` is j, with its versions and tombstones. A key of old group i can land in new group j only
+  when i = j modulo gcd(B, N), so the work splits into gcd(B, N) independent units per partition: each merges its
+  old slices one at a time and writes its new groups' base files (`<j>_<T>_<token>.parquet`). With N a multiple
+  of B (4 -> 32) a unit is one old file group; with N a divisor of B (4 -> 2) one new file group's inputs; with
+  coprime counts (2 -> 5) the whole partition.
+- **Publish** `<T>_<C>.rescale`: from then on the rewritten partitions have N buckets (a whole-table rescale also
+  gives N to partitions created later), and their files older than T belong to no slice (`layout.fsview`).
+
+Writers are fenced, not carried over (DESIGN §6): a deltacommit publishes only while no rescale of a partition it
+wrote is pending and each of its files was routed with the partition's count in force (exit 4 otherwise, nothing
+published; the next run routes by the new count), and while a whole-table rescale is pending no write begins.
+So no log completes after T under an old file group id, and no log a writer finishes late is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from math import gcd
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.concurrency.markers import delete_markers, marked_files
+from stitchlake.engine import Engine, LocalEngine, marker_for
+from stitchlake.errors import BusyError, NotFoundError, StitchError, UsageError
+from stitchlake.io.datafiles import write_table_file
+from stitchlake.layout.bucket import bucket_of
+from stitchlake.layout.fsview import FileSystemView
+from stitchlake.layout.names import BASE, base_name, file_group_id, join
+from stitchlake.merge.stitch import to_base
+from stitchlake.reader import merge_slice
+from stitchlake.services.publish import publish_after
+from stitchlake.timeline.archive import load_checkpoint
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import (
+    DataFile,
+    FileGroupRef,
+    FileSlice,
+    RescaleCommit,
+    RescalePlan,
+    RewritePlan,
+)
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.transaction import Transaction, pending_rescales
+
+if TYPE_CHECKING:
+    from stitchlake.table import Table
+
+#: The bucket counts a table may have (as `table.buckets` in the config).
+MIN_BUCKETS, MAX_BUCKETS = 1, 65536
+
+
+@dataclass
+class RescaleResult:
+    """What a rescale did, for summaries and `--json` (counts, never a list per file)."""
+
+    instant: str
+    completed: str | None
+    buckets: int
+    #: Partitions rewritten, and the bucket counts they had (count -> how many partitions had it).
+    partitions: int
+    previous: dict[str, int]
+    whole_table: bool
+    file_groups: int
+    rows: int
+    bytes: int
+    merged_files: int = 0
+    #: What `publish.formats` published after the rescale (`services.publish.PublishResult` as JSON).
+    published: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One task's share of a rescale: old slices of a partition, and the new file groups their keys go to."""
+
+    partition: str
+    buckets: int
+    inputs: tuple[FileSlice, ...]
+    targets: tuple[int, ...]
+
+
+def check_buckets(buckets: int) -> int:
+    if not MIN_BUCKETS <= buckets <= MAX_BUCKETS:
+        raise UsageError(f"--buckets {buckets}: a table has {MIN_BUCKETS} to {MAX_BUCKETS} buckets per partition")
+    return buckets
+
+
+# ------------------------------------------------------------------------------------------------- plan
+
+
+def schedule(table: Table, buckets: int, partitions: list[str] | None = None) -> str | None:
+    """Plan a rescale of `partitions` (None: the whole table) to `buckets`; its instant time, or None when every
+    partition named already has that count (nothing to do)."""
+    table.require()
+    check_buckets(buckets)
+    named = sorted(set(partitions or []))
+    if named and not table.config.table.partition_names:
+        raise UsageError("--partition: the table has no partition columns; rescale the whole table instead")
+
+    def plan(timeline: Timeline, _requested: str) -> RescalePlan | None:
+        for instant, other in pending_rescales(timeline):
+            raise BusyError(
+                f"rescale {instant.requested} (to {other.buckets} buckets) is pending; one rescale runs at a time. "
+                "Run again when it has finished (if its process died, `stitch rescale --resume` finishes it)"
+            )
+        view = FileSystemView.build(timeline, load_checkpoint(table.storage), table.base_buckets)
+        layout = view.layout()
+        existing = view.partitions()
+        unknown = [p for p in named if p not in existing]
+        if unknown:
+            shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
+            raise UsageError(
+                f"--partition {unknown[0]}: the table holds no such partition (give its path as `stitch status` "
+                f"shows it; partitions: {shown or 'none yet'})"
+            )
+        scope = named or existing
+        rewritten = {p: layout.buckets(p) for p in scope if layout.buckets(p) != buckets}
+        if not rewritten and (named or layout.default == buckets):
+            return None
+        _refuse_pending_rewrites(timeline, set(rewritten))
+        slices = [s for s in (view.latest_slice(k) for k in view.file_groups(rewritten)) if s is not None]
+        return RescalePlan(operations=tuple(slices), buckets=buckets, partitions=rewritten, whole_table=not named)
+
+    txn = Transaction.begin_planned(table, Action.RESCALE, plan=plan, heartbeat=False, inflight=False)
+    return txn.time if txn is not None else None
+
+
+def _refuse_pending_rewrites(timeline: Timeline, partitions: set[str]) -> None:
+    """A compaction or erase still pending on a partition to rescale would write old-layout files after it: refuse
+    (exit 4) and say how to finish it."""
+    for instant in timeline.pending([Action.COMPACTION, Action.ERASE]):
+        plan = timeline.plan(instant)
+        touched = sorted({p for p, _ in plan.groups} & partitions) if isinstance(plan, RewritePlan) else []
+        if touched:
+            how = (
+                f"run it first (`stitch compact --run --instant {instant.requested}`)"
+                if instant.action == Action.COMPACTION
+                else "wait for it"
+            )
+            raise BusyError(
+                f"{instant.action} {instant.requested} is pending on partition {touched[0] or '(unpartitioned)'}, "
+                f"which the rescale would rewrite; {how}, then rescale (nothing was changed)"
+            )
+
+
+def plan_bytes(table: Table, instant_time: str | None = None) -> int:
+    """Bytes a rescale run reads: of one pending plan, or of the oldest (to pick an engine)."""
+    timeline = table.timeline()
+    pending = [i for i, _ in pending_rescales(timeline)]
+    chosen = [i for i in pending if i.requested == instant_time] if instant_time else pending[:1]
+    total = 0
+    for instant in chosen:
+        plan = timeline.plan(instant)
+        if isinstance(plan, RescalePlan):
+            total += sum(f.bytes for op in plan.operations for f in op.files)
+    return total
+
+
+def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
+    """Pending rescales nobody runs (never started, or whose process died), oldest first."""
+    expire = table.config.concurrency.heartbeat.expire_s
+    return [
+        instant
+        for instant, _ in pending_rescales(timeline or table.timeline())
+        if heartbeats.is_expired(table.storage, instant.requested, expire)
+    ]
+
+
+# -------------------------------------------------------------------------------------------------- run
+
+
+def units(plan: RescalePlan) -> list[Unit]:
+    """The plan's work, split where keys cannot cross: per partition, per class of file groups modulo gcd(B, N)."""
+    out = []
+    for partition, old in sorted(plan.partitions.items()):
+        step = gcd(old, plan.buckets)
+        ops = [op for op in plan.operations if op.partition == partition]
+        for rest in range(step):
+            inputs = tuple(op for op in ops if int(op.file_group) % step == rest)
+            if inputs:
+                out.append(Unit(partition, plan.buckets, inputs, tuple(range(rest, plan.buckets, step))))
+    return out
+
+
+def rescale_unit(table: Table, unit: Unit, instant: str, mark: Callable[[str], None]) -> list[DataFile]:
+    """Merge a unit's old slices one at a time and write each new file group's base file (one task's work).
+
+    Old file groups hold disjoint keys, so a new group's rows are the union of each old slice's merged rows that
+    hash there: no merge across slices is needed, only a split by the new bucket.
+    """
+    config = table.config
+    parts: dict[int, list[pa.Table]] = {j: [] for j in unit.targets}
+    for fslice in unit.inputs:
+        rows = to_base(config, merge_slice(table, fslice))
+        if not rows.num_rows:
+            continue
+        groups = bucket_of([rows.column(n) for n in config.table.key_names], unit.buckets)
+        for j in np.unique(groups):
+            parts[int(j)].append(rows.filter(pa.array(groups == j)))
+    out = []
+    for j in unit.targets:
+        if not parts[j]:
+            continue
+        rows = pa.concat_tables(parts.pop(j))
+        group = file_group_id(j)
+        path = join(unit.partition, base_name(group, instant))
+        mark(path)
+        written = write_table_file(table.storage, path, rows)
+        out.append(
+            DataFile(
+                path,
+                unit.partition,
+                group,
+                BASE,
+                None,
+                rows.num_rows,
+                written.size,
+                written.checksum,
+                buckets=unit.buckets,
+            )
+        )
+    return out
+
+
+def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, RescalePlan]:
+    """Take a pending rescale (the oldest if none is named), clear a crashed attempt's files, and return its plan."""
+    timeline = table.timeline()
+    pending = [i for i, _ in pending_rescales(timeline)]
+    if instant_time is None:
+        if not pending:
+            raise NotFoundError("no pending rescale to run")
+        instant = pending[0]
+    else:
+        found = timeline.get(instant_time)
+        if found is None or found.action != Action.RESCALE:
+            listed = ", ".join(i.requested for i in pending) or "none"
+            raise NotFoundError(f"{instant_time} is not a rescale on the timeline (pending rescales: {listed})")
+        if found.is_completed:
+            raise UsageError(f"rescale {instant_time} already completed at {found.completed}; nothing to run")
+        instant = found
+    txn = Transaction.resume(table, instant, "rescale")
+    for path in marked_files(table.storage, instant.requested):
+        table.storage.delete(path)
+    delete_markers(table.storage, instant.requested)
+    assert isinstance(txn.plan, RescalePlan)
+    return txn, txn.plan
+
+
+def run(table: Table, instant_time: str | None = None, engine: Engine | None = None) -> RescaleResult:
+    """Execute a pending rescale: one task per unit on the engine (in-process by default)."""
+    table.require()
+    txn, plan = start_run(table, instant_time)
+    time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
+    try:
+        done = (engine or LocalEngine()).map(lambda unit: rescale_unit(table, unit, time, mark), units(plan))
+        return finish(txn, [f for files in done for f in files], plan)
+    except BaseException as exc:
+        refused = txn.refusal_after(exc)
+        if txn.heartbeat is not None:
+            txn.heartbeat.stop(delete=refused is None)
+            txn.heartbeat = None
+        if refused is not None:
+            raise refused from exc
+        raise
+
+
+def _no_late_writes(plan: RescalePlan) -> Callable[[Timeline, Instant], None]:
+    """Under the lock at publish: no deltacommit wrote a rescaled partition after the plan's cut. Writers are fenced
+    (`transaction.refuse_if_rescaled`), so this holds unless a writer without the fence (an older stitchlake)
+    wrote; its logs would be laid out by the old count, so the rescale must not publish over them."""
+
+    def check(timeline: Timeline, instant: Instant) -> None:
+        for other in timeline.completed([Action.DELTACOMMIT], since=instant.requested):
+            for item in timeline.commit(other).added_files:
+                if plan.whole_table or item.partition in plan.partitions:
+                    raise StitchError(
+                        f"deltacommit {other.requested} wrote partition {item.partition or '(unpartitioned)'} after "
+                        f"rescale {instant.requested} was planned, so the rescale would hide it; nothing was "
+                        f"published. Roll the rescale back (`stitch rollback --instant {instant.requested}`) and "
+                        "rescale again"
+                    )
+
+    return check
+
+
+def finish(txn: Transaction, files: list[DataFile], plan: RescalePlan) -> RescaleResult:
+    """Publish the rescale, then the configured published formats (the base files now hold every log)."""
+    groups = tuple(FileGroupRef(p, file_group_id(j)) for p in sorted(plan.partitions) for j in range(plan.buckets))
+    commit = RescaleCommit(
+        added=tuple(sorted(files, key=lambda f: f.path)),
+        operations=groups,
+        schema_version=txn.table.schema_version,
+        buckets=plan.buckets,
+        partitions=dict(plan.partitions),
+        whole_table=plan.whole_table,
+    )
+    instant = txn.complete(commit, conflict_check=_no_late_writes(plan))
+    if plan.whole_table:
+        txn.table.follow_buckets(plan.buckets)
+    previous: dict[str, int] = {}
+    for old in plan.partitions.values():
+        previous[str(old)] = previous.get(str(old), 0) + 1
+    return RescaleResult(
+        instant=instant.requested,
+        completed=instant.completed,
+        buckets=plan.buckets,
+        partitions=len(plan.partitions),
+        previous=previous,
+        whole_table=plan.whole_table,
+        file_groups=len(files),
+        rows=sum(f.rows for f in files),
+        bytes=sum(f.bytes for f in files),
+        merged_files=sum(len(op.files) for op in plan.operations),
+        published=publish_after(txn.table, f"rescale {instant.requested}", list(txn.table.config.publish.formats)),
+    )
+
+
+def rescale(
+    table: Table, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
+) -> RescaleResult | None:
+    """Run the pending rescales nobody runs, then plan and run one to `buckets`. Returns the last one run (the
+    pending one a crash left, when that already made the count `buckets`); None when nothing needed it."""
+    check_buckets(buckets)
+    done = [run(table, instant.requested, engine) for instant in runnable_plans(table)]
+    planned = schedule(table, buckets, partitions)
+    if planned is not None:
+        done.append(run(table, planned, engine))
+    return done[-1] if done else None
