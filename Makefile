@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup check-tools demo test lint bench bench-peers torture clean
+.PHONY: help setup check-tools demo test lint bench bench-peers bench-scale torture clean
 
 help:
 	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
@@ -13,6 +13,7 @@ help:
 	@echo "make test   - set up .venv, lint, run the whole test suite"
 	@echo "make lint   - ruff check + format check, import layers (lint-imports), types (mypy)"
 	@echo "make bench  - benchmarks -> docs/benchmarks.md (BENCH_ARGS='--sizes 200000')"
+	@echo "make bench-scale - the bench workload at 30M keys on Spark, every process's memory (~20 min on 2 cores, ~15 GB disk)"
 	@echo "make bench-peers - stitchlake, Hudi, Paimon, Delta, Iceberg on Spark, same job -> docs/benchmarks.md (PEERS_ARGS='--sizes 200000 --json peers.json')"
 	@echo "make torture- the long crash/concurrency torture run (TORTURE_ARGS='--rounds 50')"
 
@@ -49,6 +50,9 @@ demo: setup
 
 bench: setup
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+bench-scale: setup
+	$(BIN)/python scripts/bench_scale.py $(BENCH_SCALE_ARGS)
 
 bench-peers: setup
 	$(BIN)/python scripts/bench_peers.py $(PEERS_ARGS)

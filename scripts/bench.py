@@ -223,7 +223,7 @@ def measure_spark_ingest(data: str, work: str, runs: int) -> dict[str, Any]:
     return {"wall": walls, "job": inside, "problems": problems}
 
 
-def _spark(cores: int) -> Any:
+def _spark(cores: int, conf: dict[str, str] | None = None) -> Any:
     from pyspark.sql import SparkSession
 
     from stitchlake.jobs.spark_conf import DEFAULT_CONF
@@ -236,6 +236,7 @@ def _spark(cores: int) -> Any:
         "spark.driver.memory": "4g",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": str(4 * cores),
+        **(conf or {}),
     }.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -12,6 +12,7 @@ uncompacted table has 12 logs. The ground truth is computed here with numpy alon
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,152 @@ def generate(keys: int, seed: int = 6, batches_per_stream: int = BATCHES_PER_STR
             end = table.num_rows * (number + 1) // batches_per_stream
             batches.append((stream, table.slice(start, end - start)))
     return Workload(keys, seed, batches, ground_truth(ids, events), stats)
+
+
+# ------------------------------------------------------------------------------ chunked, for tables that grow
+
+#: Keys per chunk of the chunked workload: one chunk's events (~6 per key) and truth are all it holds at once.
+CHUNK_KEYS = 1_000_000
+FIRST_ID = 1_000_000_000
+#: The fingerprint's weight of a row, `order_id % WEIGHT_MODULUS + 1`: ties every value to its key, so values
+#: swapped between keys change it (a plain sum would not notice).
+WEIGHT_MODULUS = 1009
+FINGERPRINT_BITS = 64
+
+
+@dataclass
+class Chunk:
+    """One key range of the chunked workload: its keys' events (per stream, in arrival order) and their truth."""
+
+    index: int
+    events: dict[str, pa.Table]
+    truth: pa.Table
+    last_id: int
+    stats: dict[str, Any]
+
+    def batches(self, stream: str) -> list[pa.Table]:
+        """The stream's events cut into BATCHES_PER_STREAM batches by arrival, as `generate` cuts them."""
+        table = self.events[stream]
+        cuts = [table.num_rows * number // BATCHES_PER_STREAM for number in range(BATCHES_PER_STREAM + 1)]
+        return [table.slice(start, end - start) for start, end in itertools.pairwise(cuts)]
+
+
+def generate_chunk(keys: int, seed: int, index: int, first_id: int = FIRST_ID) -> Chunk:
+    """The `index`th key range of a chunked workload: `keys` keys after `first_id`, with their own seeded generator.
+
+    Same distributions as `generate` (keys 1-3 apart, 1-3 events per key and stream, 10% late, 2% duplicates,
+    2% null cells, start times over 48 hours); every chunk's arrivals span the same hours, so batch b of every
+    chunk together is batch b of the whole workload, cut by arrival as `generate` cuts it.
+    """
+    rng = np.random.default_rng([seed, index])
+    ids = (first_id + np.cumsum(rng.integers(1, 4, keys))).astype(np.int64)
+    t0 = START_US + rng.integers(0, 48 * HOUR, keys)
+    events: dict[str, pa.Table] = {}
+    stats: dict[str, Any] = {"events": {}, "late": {}, "duplicates": {}}
+    for stream in STREAMS:
+        events[stream], late, dups = _events(rng, stream, ids, t0)
+        stats["events"][stream] = events[stream].num_rows
+        stats["late"][stream] = late
+        stats["duplicates"][stream] = dups
+    return Chunk(index, events, ground_truth(ids, events), int(ids[-1]), stats)
+
+
+def chunk_sizes(keys: int, chunk_keys: int = CHUNK_KEYS) -> list[int]:
+    return [min(chunk_keys, keys - start) for start in range(0, keys, chunk_keys)]
+
+
+def landing_name(batch: int, chunk: int) -> str:
+    """Landing files of the chunked workload sort by batch, then chunk: `stitch ingest --max-files <chunks>`
+    takes exactly one batch."""
+    return f"part-{batch + 1:04d}-{chunk:05d}.parquet"
+
+
+def save_chunked(keys: int, seed: int, folder: Path, chunk_keys: int = CHUNK_KEYS) -> dict[str, Any]:
+    """Write the chunked workload one chunk at a time (bounded memory, whatever `keys` is): landing files
+    `landing/<stream>/part-<batch>-<chunk>.parquet`, the truth as `truth/part-<chunk>.parquet`, and return its
+    stats with the truth's `fingerprint` (see `fingerprint`), summed over chunks."""
+    stats: dict[str, Any] = {"keys": keys, "seed": seed, "chunks": 0, "events": {}, "late": {}, "duplicates": {}}
+    totals: dict[str, int] = {}
+    first_id = FIRST_ID
+    (folder / "truth").mkdir(parents=True, exist_ok=True)
+    for stream in STREAMS:
+        (folder / "landing" / stream).mkdir(parents=True, exist_ok=True)
+    for index, size in enumerate(chunk_sizes(keys, chunk_keys)):
+        chunk = generate_chunk(size, seed, index, first_id)
+        first_id = chunk.last_id
+        for stream in STREAMS:
+            for batch, rows in enumerate(chunk.batches(stream)):
+                pq.write_table(rows, folder / "landing" / stream / landing_name(batch, index))
+            for kind in ("events", "late", "duplicates"):
+                stats[kind][stream] = stats[kind].get(stream, 0) + chunk.stats[kind][stream]
+        pq.write_table(chunk.truth, folder / "truth" / f"part-{index:05d}.parquet")
+        for name, value in fingerprint(chunk.truth).items():
+            totals[name] = (totals.get(name, 0) + value) % (1 << FINGERPRINT_BITS)
+        stats["chunks"] += 1
+        del chunk
+    stats["events_total"] = sum(stats["events"].values())
+    stats["fingerprint"] = totals
+    return stats
+
+
+def _image(name: str, column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A column's exact integer image and its validity: longs as they are, doubles in cents, timestamps in µs
+    from START_US, strings as their 1-based position in the column's dictionary."""
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    kind, dictionary = next(spec for stream in STREAMS for n, spec in COLUMNS[stream].items() if n == name)
+    if dictionary is not None:
+        codes = pc.index_in(column, value_set=pa.array(dictionary)).to_numpy(zero_copy_only=False)
+        return np.nan_to_num(codes, nan=-1).astype(np.int64) + 1, valid
+    if pa.types.is_floating(kind):
+        values = pc.fill_null(column, 0.0).to_numpy(zero_copy_only=False)
+        return np.round(values * 100).astype(np.int64), valid
+    if pa.types.is_timestamp(kind):
+        return pc.fill_null(column.cast(pa.int64()), 0).to_numpy(zero_copy_only=False) - START_US, valid
+    return pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64), valid
+
+
+def fingerprint(truth: pa.Table) -> dict[str, int]:
+    """Exact integer aggregates of every cell (mod 2^64): the row count, the key sum, and per value column its
+    count, the sum of its integer image and that sum weighted by the row's key (`FINGERPRINT_SQL` computes the same
+    over a stitched table). Equal fingerprints mean equal tables but for a negligible chance; unlike a sample,
+    they need neither table in memory, so a 30M-key answer is checked in bounded memory."""
+    mask = (1 << FINGERPRINT_BITS) - 1
+    keys = truth.column("order_id").to_numpy()
+    weights = keys % WEIGHT_MODULUS + 1
+    out = {"rows": truth.num_rows, "keys": int(keys.sum(dtype=np.uint64)) & mask}
+    for name in (f.name for f in TRUTH_SCHEMA if f.name != "order_id"):
+        values, valid = _image(name, truth.column(name))
+        kept, weight = values[valid].astype(np.uint64), weights[valid].astype(np.uint64)
+        out[f"{name}_count"] = int(valid.sum())
+        out[f"{name}_sum"] = int(kept.sum(dtype=np.uint64)) & mask
+        out[f"{name}_weighted"] = int((kept * weight).sum(dtype=np.uint64)) & mask
+    return out
+
+
+def fingerprint_sql(view: str = "t") -> str:
+    """The query computing `fingerprint` over a stitched table (DuckDB; HUGEINT sums, reduced mod 2^64 after)."""
+    weight = f"CAST(order_id % {WEIGHT_MODULUS} + 1 AS HUGEINT)"
+    parts = ["count(*) AS rows", "sum(CAST(order_id AS HUGEINT)) AS keys"]
+    for name in (f.name for f in TRUTH_SCHEMA if f.name != "order_id"):
+        kind, dictionary = next(spec for stream in STREAMS for n, spec in COLUMNS[stream].items() if n == name)
+        if dictionary is not None:
+            values = ", ".join(f"'{v}'" for v in dictionary)
+            image = f"CAST(list_position([{values}], {name}) AS HUGEINT)"
+        elif pa.types.is_floating(kind):
+            image = f"CAST(round({name} * 100) AS HUGEINT)"
+        elif pa.types.is_timestamp(kind):
+            image = f"CAST(epoch_us({name}) - {START_US} AS HUGEINT)"
+        else:
+            image = f"CAST({name} AS HUGEINT)"
+        parts += [f"count({name}) AS {name}_count", f"sum({image}) AS {name}_sum"]
+        parts.append(f"sum({image} * {weight}) AS {name}_weighted")
+    return f"SELECT {', '.join(parts)} FROM {view}"
+
+
+def fingerprint_of_row(row: dict[str, Any]) -> dict[str, int]:
+    """A `fingerprint_sql` result row, reduced as `fingerprint` reduces (mod 2^64; a sum of no rows is 0)."""
+    mask = (1 << FINGERPRINT_BITS) - 1
+    return {name: int(value or 0) & mask for name, value in row.items()}
 
 
 def save(workload: Workload, folder: Path) -> None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
     from stitchlake.engine import Engine
+    from stitchlake.reader import Scan
     from stitchlake.services.archive import ArchiveResult
     from stitchlake.services.compaction import CompactionResult
     from stitchlake.services.erase import EraseResult
@@ -65,10 +66,28 @@ class Table(CoreTable):
         filter: Any = None,
         before_images: bool = False,
     ) -> pa.Table:
-        """Read the table (see `stitchlake.reader`)."""
+        """Read the table into one Arrow table (see `stitchlake.reader`): the whole result in memory, which is the
+        caller's choice; `scan` streams the same rows one file slice at a time."""
         from stitchlake.reader import read
 
         return read(self, mode, as_of, since, until, columns, filter, before_images)
+
+    def scan(
+        self,
+        mode: str = "snapshot",
+        as_of: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+        before_images: bool = False,
+    ) -> Scan:
+        """The rows `read` returns, as a stream of Arrow record batches one file slice at a time (memory bounded by
+        the largest file groups, not the table): iterate it, take `.reader()`, or hand it to anything that reads
+        the Arrow C stream interface (DuckDB, Polars, `pyarrow.parquet.ParquetWriter` via the reader)."""
+        from stitchlake.reader import scan
+
+        return scan(self, mode, as_of, since, until, columns, filter, before_images)
 
     def publish(self, format: str) -> PublishResult:
         """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""
@@ -77,13 +96,15 @@ class Table(CoreTable):
         return publish(self, format)
 
     def to_duckdb(self, connection: Any = None, name: str | None = None, **read_options: Any) -> Any:
-        """Register the table, read as `read` reads it, in a DuckDB connection (see `stitchlake.sql`)."""
+        """Register the table, read as `read` reads it, in a DuckDB connection (see `stitchlake.sql`): each query
+        streams it one file slice at a time."""
         from stitchlake.sql import to_duckdb
 
         return to_duckdb(self, connection, name, **read_options)
 
     def sql(self, query: str, **read_options: Any) -> pa.Table:
-        """Run SQL over the table, named `t` or by its own name, with DuckDB (see `stitchlake.sql`)."""
+        """Run SQL over the table, named `t` or by its own name, with DuckDB (see `stitchlake.sql`). The table is
+        streamed through DuckDB; the result is returned whole."""
         from stitchlake.sql import query as run_query
 
         return run_query(self, query, **read_options)

@@ -20,6 +20,7 @@ from stitchlake.batch import Batch
 from stitchlake.concurrency.markers import create_marker
 from stitchlake.config import StreamSpec
 from stitchlake.events import Input, LandingEvents, read_input
+from stitchlake.reader import READ_AHEAD_BYTES, bounded
 from stitchlake.timeline.metadata import DataFile
 from stitchlake.write import write_file_groups
 
@@ -30,6 +31,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 #: Threads of the in-process engine: reading and encoding release the GIL, so a few help.
 LOCAL_THREADS = 4
+#: Bytes of input the in-process engine's weighted tasks (compaction and erase: one file slice each) read at once,
+#: one task always: small tables use every thread, a large file group is merged alone (a merge holds its whole
+#: slice, ~8x its file bytes: docs/operations.md, "Sizing file groups").
+LOCAL_BYTES_IN_FLIGHT = READ_AHEAD_BYTES
 
 
 @dataclass
@@ -50,8 +55,13 @@ class Engine(ABC):
     name: str
 
     @abstractmethod
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """`fn` applied to every item (as tasks), results in item order. `fn` must not touch the driver's state."""
+    def map(self, fn: Callable[[T], R], items: Sequence[T], weight: Callable[[T], int] | None = None) -> list[R]:
+        """`fn` applied to every item (as tasks), results in item order. `fn` must not touch the driver's state.
+
+        `weight` is what an item's task reads, in bytes (a file slice's files): the in-process engine then runs at
+        once only tasks whose weights add up to `LOCAL_BYTES_IN_FLIGHT` (and always one), so a compaction or erase
+        holds a few file groups in memory, not the table. A Spark task is one item whatever its weight.
+        """
 
     @abstractmethod
     def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
@@ -73,11 +83,14 @@ class LocalEngine(Engine):
 
     name = "local"
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], weight: Callable[[T], int] | None = None) -> list[R]:
         if len(items) <= 1:
             return [fn(item) for item in items]
         with ThreadPoolExecutor(max_workers=min(LOCAL_THREADS, len(items))) as pool:
-            return list(pool.map(fn, items))
+            if weight is None:
+                return list(pool.map(fn, items))
+            ran = bounded(fn, items, weight, LOCAL_BYTES_IN_FLIGHT, LOCAL_THREADS, pool)
+            return [result for _item, result in ran]
 
     def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
         mark = marker_for(table, instant)

@@ -1,17 +1,21 @@
 """Readers (DESIGN §7): snapshot (merge-on-read), read-optimized, time travel and incremental.
 
 Every mode plans file slices from the file-system view, reads each slice's files once, and merges them with
-`merge.stitch`; a Spark task reading one slice calls the same `read_slice`.
+`merge.stitch`; a Spark task reading one slice calls the same `read_slice`. `scan` streams a read one file slice
+(one file group, for changes) at a time, a few slices ahead, so its memory is bounded by the largest slices, not by
+the table; `read` gathers a scan into one Arrow table, which is the caller's choice (DESIGN §7).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from math import gcd
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +52,17 @@ STREAMS = "_streams"
 CHANGE_COLUMNS = (OP, COMMIT_TIME, STREAMS)
 ERASE_LABEL = "erase"
 READ_THREADS = 4
+#: A scan merges slices ahead of its consumer while their files add up to at most this many bytes (and always one
+#: slice, however large), as a Spark read task packs slices up to `maxPartitionBytes`: a small table's slices are
+#: all merged at once, as fast as before, while a large table holds about one slice being merged and one being
+#: consumed. Merging a slice needs all its files at once, so the largest file group, not the table, sets a read's
+#: peak memory (docs/operations.md, "Sizing file groups").
+READ_AHEAD_BYTES = 128 * 1024 * 1024
+#: Rows per record batch a scan hands on (a slice's rows are cut into batches of at most this many).
+BATCH_ROWS = 128 * 1024
 log = logging.getLogger(__name__)
+U = TypeVar("U")
+R = TypeVar("R")
 
 # ------------------------------------------------------------------------------------------------ planning
 
@@ -219,19 +233,192 @@ def _slice_pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _gather(table: Table, slices: list[FileSlice], columns: list[str], mode: str, pruning: Pruning) -> pa.Table:
-    """Read slices (a few at a time: Parquet decoding releases the GIL) in a stable order."""
-    rows_filter = pruning.rows
+def bounded(
+    fn: Callable[[U], R],
+    items: Sequence[U],
+    weight: Callable[[U], int],
+    max_bytes: int | None = None,
+    max_count: int = READ_THREADS,
+    pool: ThreadPoolExecutor | None = None,
+) -> Iterator[tuple[U, R]]:
+    """`fn` over `items` in `pool` (the shared read pool by default), results in item order, with at most
+    `max_count` calls in flight whose `weight`s add up to at most `max_bytes` (one call always runs, whatever its
+    weight).
+
+    A result is handed on and dropped before the next call starts, so at most the calls in flight plus the one
+    result the consumer holds are alive: an unbounded `pool.map` would buffer the whole table. A consumer that
+    stops early (a closed generator) cancels the calls not started yet.
+    """
+    limit = READ_AHEAD_BYTES if max_bytes is None else max_bytes
+    pending: deque[tuple[U, int, Future[R]]] = deque()
+    in_flight = 0
+    position = 0
+    pool = pool or _slice_pool()
+    try:
+        while position < len(items) or pending:
+            while position < len(items) and len(pending) < max_count:
+                cost = weight(items[position])
+                if pending and in_flight + cost > limit:
+                    break
+                pending.append((items[position], cost, pool.submit(fn, items[position])))
+                in_flight += cost
+                position += 1
+            item, cost, future = pending.popleft()
+            result = future.result()
+            in_flight -= cost
+            yield item, result
+            del result  # the consumer had its turn: never keep a slice alive while the next one is merged
+    finally:
+        for _item, _cost, future in pending:
+            future.cancel()
+
+
+@dataclass
+class Scan:
+    """A planned read as a stream of Arrow record batches, one part at a time (a file slice, or for changes a file
+    group), merged a few parts ahead (`bounded`): memory is bounded by the largest parts, never by the table.
+
+    Each pass (`batches`, `reader`, iterating, or a consumer of the Arrow C stream interface such as DuckDB, which
+    asks once per scan of the view) reads what was planned when the scan was made, so two passes see the same
+    state. A slice cleaned under a pass (a compaction replaced it) makes the pass plan the file groups it has not
+    read yet once more, from the new timeline, as `read` plans again.
+    """
+
+    schema: pa.Schema
+    #: One pass over the planned parts, in order; its argument is `resume` (see `batches`).
+    parts: Callable[[bool], Iterator[pa.Table]]
+    #: The error that ended the last pass: DuckDB passes on only its text, `stitchlake.sql` re-raises this instead.
+    error: BaseException | None = None
+
+    def batches(self, resume: bool = True) -> Iterator[pa.RecordBatch]:
+        """One pass. `resume=False`: a slice cleaned under the pass is an error (`read` then plans the whole read
+        again, so its rows are one state of the table)."""
+        self.error = None
+        try:
+            for rows in self.parts(resume):
+                yield from self._conform(rows).to_batches(max_chunksize=BATCH_ROWS)
+                del rows  # never hold a part while the next one is merged
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _conform(self, rows: pa.Table) -> pa.Table:
+        rows = rows.select(self.schema.names)
+        return rows if rows.schema.equals(self.schema) else rows.cast(self.schema)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.batches()
+
+    def reader(self) -> pa.RecordBatchReader:
+        """One pass as a RecordBatchReader (Parquet writers, DuckDB, Polars, `pa.dataset` take one)."""
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches())
+
+    def read_all(self, resume: bool = True) -> pa.Table:
+        """The whole result as one Arrow table: memory proportional to the result, the caller's choice."""
+        return pa.Table.from_batches(list(self.batches(resume)), self.schema)
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self.reader().__arrow_c_stream__(requested_schema)
+
+    def __arrow_c_schema__(self) -> object:
+        return self.schema.__arrow_c_schema__()
+
+
+def _slice_weight(mode: str) -> Callable[[FileSlice], int]:
+    def weight(fslice: FileSlice) -> int:
+        return fslice.bytes if mode == SNAPSHOT else fslice.base.bytes if fslice.base else 0
+
+    return weight
+
+
+def _snapshot_scan(
+    table: Table, view: FileSystemView, at: str | None, columns: list[str], mode: str, filter: Filter
+) -> Scan:
+    """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at`."""
+    pruning = prune(table.config, filter)
     needed = _wanted_columns(table.config, None) if pruning.row_columns is None else pruning.row_columns
     read_columns = columns + [n for n in needed if n not in columns]
-    if len(slices) <= 1:
-        parts = [read_slice(table, s, read_columns, mode, rows_filter) for s in slices]
-    else:
-        parts = list(_slice_pool().map(lambda s: read_slice(table, s, read_columns, mode, rows_filter), slices))
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        return _empty(table.config, columns)
-    return pa.concat_tables(parts).select(columns)
+    weight = _slice_weight(mode)
+    slices = plan_slices(table.config, view, at, pruning)
+
+    def read_unit(fslice: FileSlice) -> pa.Table:
+        return read_slice(table, fslice, read_columns, mode, pruning.rows)
+
+    def parts(resume: bool) -> Iterator[pa.Table]:
+        done = 0
+        try:
+            for _slice, rows in bounded(read_unit, slices, weight):
+                done += 1
+                yield rows
+                del rows
+            return
+        except (DataFileMissing, HistoryMoved):
+            if not resume:
+                raise
+        # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
+        # the file groups not read yet again; a file still missing then is damage, and that error says so.
+        fresh = table.view(table.timeline())
+        left = fresh.latest_slices(at, file_groups=[s.group for s in slices[done:]])
+        for _slice, rows in bounded(read_unit, left, weight):
+            yield rows
+            del rows
+
+    return Scan(_empty(table.config, columns).schema, parts)
+
+
+def _change_scan(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool,
+    on_changes: Sequence[Condition],
+    asked: list[str] | None,
+) -> Scan:
+    """An incremental read, planned: `change_parts` of (since, until], one file group at a time."""
+    schema = _no_changes(table.config, wanted).schema
+    if asked is not None:
+        schema = pa.schema([schema.field(name) for name in asked])
+
+    def parts(_resume: bool) -> Iterator[pa.Table]:
+        for out in change_parts(table, timeline, view, since, until, wanted, pruning, before_images):
+            for condition in on_changes:
+                out = out.filter(condition.expression(pa.string()))
+            yield out if asked is None else out.select(asked)
+
+    return Scan(schema, parts)
+
+
+def scan(
+    table: Table,
+    mode: str = SNAPSHOT,
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Filter = None,
+    before_images: bool = False,
+) -> Scan:
+    """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
+    (one file group for changes) at a time: memory bounded by the largest slices, not the table (DESIGN §7).
+
+    Planning happens now (a bad argument or time is refused here); rows are read when the scan is iterated, and
+    every pass reads the same planned files."""
+    if mode not in MODES:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    table.require()
+    if as_of is not None and (since is not None or until is not None):
+        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    if before_images and since is None and until is None:
+        raise UsageError("before_images is for change reads: give since and/or until")
+    try:
+        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
+    except (DataFileMissing, HistoryMoved):
+        # An archive or restore removed the instants we listed (or a clean a file planning reads): plan again.
+        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
 
 
 def read(
@@ -244,26 +431,19 @@ def read(
     filter: Filter = None,
     before_images: bool = False,
 ) -> pa.Table:
-    """Read the table. See DESIGN §7 for the modes; `since`/`until` give the incremental view (with
-    `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
-    deleted values)."""
-    if mode not in MODES:
-        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
-    table.require()
-    if as_of is not None and (since is not None or until is not None):
-        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
-    if before_images and since is None and until is None:
-        raise UsageError("before_images is for change reads: give since and/or until")
+    """Read the table into one Arrow table. See DESIGN §7 for the modes; `since`/`until` give the incremental view
+    (with `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
+    deleted values). The result is whole in memory: `scan` streams the same rows slice by slice."""
     try:
-        return _read_once(table, mode, as_of, since, until, columns, filter, before_images)
+        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
     except (DataFileMissing, HistoryMoved):
         # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
-        # or restore the instants we listed: plan again from the new timeline. A file still missing then is damage,
-        # and the second error says so.
-        return _read_once(table, mode, as_of, since, until, columns, filter, before_images)
+        # or restore the instants we listed: plan the whole read again from the new timeline, so the rows are one
+        # state of the table. A file still missing then is damage, and the second error says so.
+        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
 
 
-def _read_once(
+def _plan(
     table: Table,
     mode: str,
     as_of: str | None,
@@ -272,16 +452,19 @@ def _read_once(
     columns: Sequence[str] | None,
     filter: Filter,
     before_images: bool = False,
-) -> pa.Table:
+) -> Scan:
     timeline = table.timeline()
     view = table.view(timeline)
     _warn_if_undoing(timeline)
     if since is not None or until is not None:
         end = resolve_time(table, timeline, until)
+        if end is None:
+            latest = timeline.latest_completed()
+            end = latest.completed if latest else None
         table = table.at_time(end)  # changes are shown with the columns of their end
         table_filter, on_changes = _split_change_filter(filter)
         asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
-        out = read_changes(
+        return _change_scan(
             table,
             timeline,
             view,
@@ -290,16 +473,13 @@ def _read_once(
             _wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns),
             prune(table.config, table_filter),
             before_images,
+            on_changes,
+            asked,
         )
-        for condition in on_changes:
-            out = out.filter(condition.expression(pa.string()))
-        return out if asked is None else out.select(asked)
     _refuse_change_columns(columns, filter, as_of)
     at = resolve_time(table, timeline, as_of)
     table = table.at_time(at)  # time travel shows the columns of its time
-    pruning = prune(table.config, filter)
-    slices = plan_slices(table.config, view, at, pruning)
-    return _gather(table, slices, _wanted_columns(table.config, columns), mode, pruning)
+    return _snapshot_scan(table, view, at, _wanted_columns(table.config, columns), mode, filter)
 
 
 def _warn_if_undoing(timeline: Timeline) -> None:
@@ -448,13 +628,29 @@ def read_changes(
 ) -> pa.Table:
     """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
     change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`."""
+    parts = [p for p in change_parts(table, timeline, view, since, until, wanted, pruning, before_images) if p.num_rows]
+    return pa.concat_tables(parts) if parts else _no_changes(table.config, wanted)
+
+
+def change_parts(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool = False,
+) -> Iterator[pa.Table]:
+    """`read_changes` one file group at a time: the keys the range touched are read first (keys only), then each
+    file group's two states are merged, diffed and handed on before the next one's."""
     config = table.config
     common = _common(config)
     if until is None:
         latest = timeline.latest_completed()
         until = latest.completed if latest else None
     if until is None:
-        return _no_changes(config, wanted)
+        return
     after_layout = view.layout(until)
     before_layout = view.layout(since) if since else None
 
@@ -480,7 +676,6 @@ def read_changes(
 
     touched = _touched_keys(table, timeline, view, changed_instants(timeline, since, until), may_hold)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
-    parts = []
     for partition, keys in sorted(touched.items()):
         carried_all = pa.concat_tables(keys)
         groups = _groups_of(config, carried_all, after_layout.buckets(partition))
@@ -497,23 +692,26 @@ def read_changes(
                 else _empty(config, every)
             )
             changed = _diff(config, before, after, common, every, before_images)
-            parts.append(_with_commits(changed, carried, common))
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        return _no_changes(config, wanted)
-    out = pa.concat_tables(parts)
+            changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
+            yield changes.select([*wanted, *CHANGE_COLUMNS])
+
+
+def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:
+    """The read's filter on change rows: `D` rows stay whatever the value conditions say; with `before_images` an
+    update's two rows are kept or dropped together, by its new values."""
+    if not out.num_rows:
+        return out
     if pruning.row_columns is None and pruning.rows is not None:
         # An opaque expression may name value columns, which a deleted row no longer has.
-        out = out.filter(pruning.rows | (pc.field(OP) == "D"))
-    else:
-        if pruning.keys is not None:
-            out = out.filter(pruning.keys)
-        if pruning.values is not None:
-            kept = pruning.values | (pc.field(OP) == "D")
-            if before_images:  # an update is kept or dropped as a pair, by its new values
-                kept = _pairs_kept(out, pruning.values)
-            out = out.filter(kept)
-    return out.select([*wanted, *CHANGE_COLUMNS])
+        return out.filter(pruning.rows | (pc.field(OP) == "D"))
+    if pruning.keys is not None:
+        out = out.filter(pruning.keys)
+    if pruning.values is not None:
+        kept = pruning.values | (pc.field(OP) == "D")
+        if before_images:  # an update is kept or dropped as a pair, by its new values
+            kept = _pairs_kept(out, pruning.values)
+        out = out.filter(kept)
+    return out
 
 
 def _no_changes(config: TableConfig, wanted: list[str]) -> pa.Table:

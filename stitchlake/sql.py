@@ -2,25 +2,32 @@
 
 A stitched table is only right once merged: DuckDB reading its Parquet files directly would see every log row and
 the internal `_sl__*` columns. So the table is read here exactly as `stitchlake.read` reads it (snapshot, as-of,
-changes, read-optimized, filters pushed into the merge), and the merged Arrow table is handed to DuckDB, which
-scans Arrow memory in place: no copy into Python objects, no temporary files.
+changes, read-optimized, filters pushed into the merge), as a stream: DuckDB pulls merged record batches one file
+slice at a time through the Arrow C stream interface (`reader.Scan`), so a query's memory is DuckDB's own plus a
+few slices, never the whole merged table. A query reads only the columns it names (found from DuckDB's own parse
+of it), plus the key; no copy into Python objects, no temporary files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import StitchError, UsageError
 
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
+    from stitchlake.reader import Scan
     from stitchlake.table import Table
 
 #: The short name every table also has in `stitch sql`, whatever its own name.
 SHORT_NAME = "t"
+#: Rows per record batch of a streamed query result.
+RESULT_BATCH_ROWS = 64 * 1024
 
 
 def to_duckdb(
@@ -39,13 +46,15 @@ def to_duckdb(
     """Register the table, read as `stitchlake.read` reads it, as view `name` (default: the table's name) in a
     DuckDB connection (a new in-memory one if none is given), and return the connection.
 
-    What is registered is the merged Arrow table, which DuckDB scans in place; it is read once, now: a view made
-    before a commit does not see that commit (register again to refresh)."""
+    The read is planned now (the files of the state as of now, or of `as_of`/`until`) and streamed through DuckDB
+    one file slice at a time each time a query scans the view: memory stays bounded by the largest file slices,
+    and a view made before a commit does not see that commit (register again to refresh). A query after `stitch
+    clean` removed a file of that state plans those file groups again from the newer state."""
     import duckdb
 
-    from stitchlake.reader import read
+    from stitchlake.reader import scan
 
-    rows = read(table, mode, as_of, since, until, columns, filter, before_images)
+    rows = scan(table, mode, as_of, since, until, columns, filter, before_images)
     connection = connection if connection is not None else duckdb.connect()
     connection.register(name or table.config.table.name, rows)
     return connection
@@ -64,39 +73,160 @@ def query(
 ) -> pa.Table:
     """Run `sql` over the table (visible as its own name and as `t`) and return the result as Arrow.
 
+    The table is streamed through DuckDB; the result is whole in memory (`results` streams it).
     A query DuckDB refuses (syntax, unknown column, type error) is a UsageError (exit 2) with DuckDB's message."""
+    with results(
+        table, sql, mode=mode, as_of=as_of, since=since, until=until, filter=filter, before_images=before_images
+    ) as reader:
+        return reader.read_all()
+
+
+@contextmanager
+def results(
+    table: Table,
+    sql: str,
+    *,
+    mode: str = "snapshot",
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    filter: Any = None,
+    before_images: bool = False,
+    batch_rows: int = RESULT_BATCH_ROWS,
+) -> Iterator[pa.RecordBatchReader]:
+    """Run `sql` over the table and stream its result: a RecordBatchReader, valid inside the `with` block.
+
+    Both ends stream: the table into DuckDB slice by slice, the result out of it batch by batch, so `stitch sql
+    --out` of a large result holds neither whole. Errors of the read (a cleaned or damaged file) keep their own
+    type and exit code; errors of the query are UsageError (exit 2)."""
     import duckdb
+    import pyarrow as pa
+
+    from stitchlake.reader import scan
 
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
     _refuse_non_queries(sql)
+    wanted = referenced_columns(sql, table)
+    source = scan(table, mode, as_of, since, until, wanted, filter, before_images)
+    try:
+        try:
+            connection, result = _execute(table, sql, source, batch_rows)
+        except duckdb.BinderException:
+            if wanted is None:
+                raise
+            # A column the parse did not show us (a construct `referenced_columns` does not know): read them all.
+            source = scan(table, mode, as_of, since, until, None, filter, before_images)
+            connection, result = _execute(table, sql, source, batch_rows)
+    except duckdb.BinderException as exc:
+        raise UsageError(f"SQL: {exc}") from None
+    try:
+        yield pa.RecordBatchReader.from_batches(result.schema, _guarded(result, source))
+    finally:
+        connection.close()
+
+
+def _execute(
+    table: Table, sql: str, source: Scan, batch_rows: int
+) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
+    """Run the query over `source` in an isolated connection; its result as a stream (errors raised as ours)."""
+    import duckdb
+
     # No file system for the query: `stitch sql` reads the table, it never writes, attaches or reads other files
     # (a COPY inside EXPLAIN ANALYZE would otherwise still write one).
-    isolated = duckdb.connect(config={"enable_external_access": False})
-    connection = to_duckdb(
-        table,
-        isolated,
-        SHORT_NAME,
-        mode=mode,
-        as_of=as_of,
-        since=since,
-        until=until,
-        filter=filter,
-        before_images=before_images,
-    )
+    connection = duckdb.connect(config={"enable_external_access": False})
     try:
+        connection.register(SHORT_NAME, source)
         connection.execute("SET TimeZone = 'UTC'")  # timestamps come back as the table's own `UTC`, not `Etc/UTC`
         if table.config.table.name != SHORT_NAME:
             connection.execute(f'CREATE VIEW "{_identifier(table.config.table.name)}" AS SELECT * FROM {SHORT_NAME}')
-        result = connection.sql(sql)
-        if result is None:  # a statement without rows
+        relation = connection.sql(sql)
+        if relation is None:  # a statement without rows
             raise UsageError("SQL: the statement returns no rows; stitch sql runs queries (SELECT, WITH ...)")
-        # The rows as one Arrow table, never through Python objects (DuckDB 1.x: `arrow()`; 1.4+: `to_arrow_table()`).
-        return result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
-    except duckdb.Error as exc:
-        raise UsageError(f"SQL: {exc}") from None
-    finally:
+        # A relation's reader streams (a cursor's result would be materialised whole first).
+        return connection, relation.to_arrow_reader(batch_rows)
+    except duckdb.BinderException:
         connection.close()
+        raise
+    except BaseException as exc:
+        connection.close()
+        raise _read_error(source, exc) from None
+
+
+def _guarded(result: pa.RecordBatchReader, source: Scan) -> Iterator[pa.RecordBatch]:
+    """The result's batches; an error while DuckDB pulled the table is raised as the read's own error."""
+    while True:
+        try:
+            batch = result.read_next_batch()
+        except StopIteration:
+            return
+        except BaseException as exc:
+            raise _read_error(source, exc) from None
+        yield batch
+
+
+def _read_error(source: Scan, exc: BaseException) -> BaseException:
+    """DuckDB passes on only the text of an error raised while it pulled the table: give back the read's own
+    error (a cleaned or damaged file, exit 1 or 4), and make DuckDB's own errors a UsageError (exit 2)."""
+    import duckdb
+
+    if isinstance(source.error, StitchError | KeyboardInterrupt | MemoryError):
+        return source.error
+    if isinstance(exc, StitchError | KeyboardInterrupt):
+        return exc
+    if isinstance(exc, duckdb.Error):
+        return UsageError(f"SQL: {exc}")
+    return exc
+
+
+def referenced_columns(sql: str, table: Table) -> list[str] | None:
+    """The table's columns a query may use, from DuckDB's parse of it (`json_serialize_sql`), so only those are
+    read and merged; None (every column) when it cannot tell: a statement it does not serialize, `*`, `COLUMNS`,
+    positional references, NATURAL joins, or the table's rows used whole (`SELECT t FROM t`).
+
+    Deliberately generous: every identifier that names a column counts, whatever it refers to. The key columns
+    are always read (a row needs them; `count(*)` reads nothing else). A column missed all the same would make
+    DuckDB refuse to bind the query, never answer differently, and `results` then reads every column."""
+    import duckdb
+
+    names = [c.name for c in table.config.all_columns()]
+    by_lower = {name.lower(): name for name in names}
+    try:
+        with duckdb.connect() as parser:
+            found = parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    except duckdb.Error:
+        return None
+    tree = json.loads(found[0]) if found else {"error": True}
+    if tree.get("error"):
+        return None
+    relations = {SHORT_NAME, table.config.table.name.lower()}
+    used: set[str] = set()
+    refs: list[list[str]] = []
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("class")
+        if kind in ("STAR", "POSITIONAL_REFERENCE") or node.get("ref_type") == "NATURAL":
+            return None
+        if kind == "COLUMN_REF":
+            refs.append([str(part) for part in node.get("column_names") or []])
+        if node.get("type") == "BASE_TABLE" and node.get("alias"):
+            relations.add(str(node["alias"]).lower())
+        for part in node.get("using_columns") or []:
+            used.add(str(part).lower())
+        stack.extend(node.values())
+    for parts in refs:
+        lowered = [part.lower() for part in parts]
+        if len(lowered) == 1 and lowered[0] not in by_lower and lowered[0] in relations:
+            return None  # a table's rows as one value
+        used.update(lowered)
+    keys = set(table.config.table.key_names)
+    return [name for name in names if name in keys or name.lower() in used]
 
 
 def _refuse_non_queries(sql: str) -> None:

@@ -447,12 +447,12 @@ def _completed_time(requested: str | None, completed: str | None) -> str:
     return shown
 
 
-def rows_table(data: pa.Table, limit: int | None) -> RichTable:
-    """The first `limit` rows of a read result (all when None), with a `shown of total` caption."""
+def rows_table(shown: pa.Table, total: int) -> RichTable:
+    """The rows shown of a read result of `total` rows, with a `shown of total` caption."""
     import pyarrow.types as pat
 
-    shown = data if limit is None else data.slice(0, limit)
-    caption = f"{shown.num_rows:,} of {data.num_rows:,} rows"
+    data = shown
+    caption = f"{shown.num_rows:,} of {total:,} rows"
     table = compact_table(caption=caption)
     table.min_width = len(caption)  # a caption wraps to its table's width: one narrow column would fold it
     for field in data.schema:
@@ -492,6 +492,21 @@ def print_status(report: Mapping[str, Any]) -> None:
         for partition, entry in partitions.items():
             values = [human_size(entry.get(n)) if n == "bytes" else human_count(entry.get(n)) for n in columns]
             grid.add_row(text(str(partition)), *(text(v) for v in values))
+        print_table(grid)
+
+    large = report.get("large_file_groups") or []
+    if large:
+        grid = compact_table(title="large file groups (latest slice over compaction.max_file_group_mb)")
+        for name in ("partition", "file group", "bytes", "base file", "log files"):
+            grid.add_column(name, justify="left" if name in ("partition", "file group") else "right")
+        for group in large:
+            grid.add_row(
+                text(str(group.get("partition") or "(unpartitioned)")),
+                text(str(group.get("file_group"))),
+                text(human_size(group.get("bytes"))),
+                text(human_size(group.get("base_bytes"))),
+                text(human_count(group.get("log_files"))),
+            )
         print_table(grid)
 
     streams = report.get("streams") or {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -217,13 +218,13 @@ def read_command(
     out: OutOption = None,
     as_json: JsonOption = False,
 ) -> Report:
-    """Read the table: print a sample, or write the whole result to a file."""
+    """Read the table: print a sample, or write the whole result to a file (one file slice at a time)."""
     # Refuse bad arguments before reading anything.
     wanted = split_columns(columns)
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    data = handle.read(mode, as_of, since, until, wanted, where or None, before_images)
-    return result_report(data, limit, target)
+    rows = handle.scan(mode, as_of, since, until, wanted, where or None, before_images)
+    return result_report(rows.schema, rows.batches(), limit, target)
 
 
 def sql_command(
@@ -241,37 +242,63 @@ def sql_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes)."""
+    from stitchlake.sql import results
+
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    data = handle.sql(
-        query, mode=mode, as_of=as_of, since=since, until=until, filter=where or None, before_images=before_images
-    )
-    return result_report(data, limit, target)
+    with results(
+        handle,
+        query,
+        mode=mode,
+        as_of=as_of,
+        since=since,
+        until=until,
+        filter=where or None,
+        before_images=before_images,
+    ) as reader:
+        return result_report(reader.schema, reader, limit, target)
 
 
-def result_report(data: pa.Table, limit: int, target: tuple[Path, str] | None) -> Report:
-    """Rows read or queried: a sample on the terminal (or in `--json`), or all of them written to `--out`."""
+def result_report(
+    schema: pa.Schema, batches: Iterable[pa.RecordBatch], limit: int, target: tuple[Path, str] | None
+) -> Report:
+    """Rows read or queried, as they stream in: a sample on the terminal (or in `--json`) with the count of all of
+    them, or all of them written to `--out` batch by batch. Only `--limit 0` on the terminal holds every row."""
     if target is None:
-        shown = limit or None
-        sample = data if shown is None else data.slice(0, shown)
-        records = {"rows": data.num_rows, "shown": sample.num_rows, "columns": data.column_names}
+        sample, total = take_sample(schema, batches, limit or None)
+        records = {"rows": total, "shown": sample.num_rows, "columns": sample.column_names}
         return Report(
             {**records, "records": sample.to_pylist()},
-            human=lambda: output.print_table(output.rows_table(data, shown)),
+            human=lambda: output.print_table(output.rows_table(sample, total)),
         )
     path, out_format = target
-    size = write_result(data, path, out_format)
+    rows, size = write_result(schema, batches, path, out_format)
     return Report(
-        {"rows": data.num_rows, "path": str(path), "format": out_format, "bytes": size},
+        {"rows": rows, "path": str(path), "format": out_format, "bytes": size},
         title="wrote",
         fields=[("rows", "rows"), ("path", "path"), ("format", "format"), ("size", "size")],
         summary={
-            "rows": output.human_count(data.num_rows),
+            "rows": output.human_count(rows),
             "path": path,
             "format": out_format,
             "size": output.human_size(size),
         },
     )
+
+
+def take_sample(schema: pa.Schema, batches: Iterable[pa.RecordBatch], limit: int | None) -> tuple[pa.Table, int]:
+    """The first `limit` rows (all when None) and the number of rows in all: the rest is counted, not kept."""
+    import pyarrow as pa
+
+    kept: list[pa.RecordBatch] = []
+    held = total = 0
+    for batch in batches:
+        total += batch.num_rows
+        if limit is None or held < limit:
+            part = batch if limit is None else batch.slice(0, limit - held)
+            kept.append(part)
+            held += part.num_rows
+    return pa.Table.from_batches(kept, schema), total
 
 
 def split_columns(text: str | None) -> list[str] | None:
@@ -295,32 +322,43 @@ def check_out_path(path: Path) -> str:
     return out_format
 
 
-def write_result(data: pa.Table, path: Path, out_format: str) -> int:
-    """Write `data` to `path` through a temporary file, so a failed write never leaves half a file. Returns bytes."""
+def write_result(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: Path, out_format: str) -> tuple[int, int]:
+    """Write rows to `path` batch by batch through a temporary file, so a failed write never leaves half a file and
+    no more than a batch is held. Returns rows and bytes."""
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    rows = 0
     try:
         if out_format == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(data, str(temp))
+            with pq.ParquetWriter(str(temp), schema) as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
         elif out_format == "csv":
             import pyarrow.csv as pacsv
             import pyarrow.types as patypes
 
-            nested = [f.name for f in data.schema if patypes.is_nested(f.type)]
+            nested = [f.name for f in schema if patypes.is_nested(f.type)]
             if nested:
                 raise UsageError(
                     f"--out {path}: CSV cannot hold nested values ({', '.join(nested)}); write .parquet or .json, "
                     "or leave those columns out with --columns"
                 )
-            pacsv.write_csv(data, str(temp))
+            with pacsv.CSVWriter(str(temp), schema) as csv_writer:
+                for batch in batches:
+                    csv_writer.write_batch(batch)
+                    rows += batch.num_rows
         else:
             with temp.open("w", encoding="utf-8") as handle:
-                for batch in data.to_batches(max_chunksize=JSON_BATCH_ROWS):
-                    handle.writelines(output.json_line(row) + "\n" for row in batch.to_pylist())
+                for batch in batches:
+                    for start in range(0, batch.num_rows, JSON_BATCH_ROWS):
+                        part = batch.slice(start, JSON_BATCH_ROWS)
+                        handle.writelines(output.json_line(row) + "\n" for row in part.to_pylist())
+                    rows += batch.num_rows
         os.replace(temp, path)
     except OSError as exc:
         raise StitchError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
     finally:
         temp.unlink(missing_ok=True)
-    return path.stat().st_size
+    return rows, path.stat().st_size

@@ -732,6 +732,9 @@ class CompactionSpec(Spec):
     """Threshold for log_bytes."""
     stale_plan_minutes: Annotated[int, Strict(), Ge(1), WHOLE] = 60
     """`stitch status` warns about a plan pending this long that no live process runs."""
+    max_file_group_mb: Annotated[int, Strict(), Ge(1), WHOLE] = 256
+    """`stitch status` warns about file groups whose latest slice (base file and logs) is larger than this many
+    MiB: merging a slice, in a read, a compaction or a Spark task, holds all of it, at about 8x its bytes."""
 
 
 class CleanSpec(Spec):

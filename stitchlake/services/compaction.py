@@ -168,7 +168,9 @@ def run(table: Table, instant_time: str | None = None, engine: Engine | None = N
     txn, operations = start_run(table, instant_time)
     time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
     try:
-        files = (engine or LocalEngine()).map(lambda op: compact_file_group(table, op, time, mark), operations)
+        files = (engine or LocalEngine()).map(
+            lambda op: compact_file_group(table, op, time, mark), operations, weight=lambda op: op.bytes
+        )
         return finish(txn, files, operations)
     except BaseException as exc:
         run_failed(txn, exc)

@@ -252,7 +252,11 @@ def _execute(
     txn.mark(plan.keys_file)
     write_parquet(storage, plan.keys_file, keys)
     time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
-    done = engine.map(lambda fslice: erase_file_group(table, fslice, keys, time, mark), list(plan.operations))
+    done = engine.map(
+        lambda fslice: erase_file_group(table, fslice, keys, time, mark),
+        list(plan.operations),
+        weight=lambda s: s.bytes,
+    )
     files = [file for file, _gone in done]
     erased_path = f"{erase_folder(txn.time)}/erased.parquet"
     erased_rows = pa.concat_tables([gone for _file, gone in done]) if done else None

@@ -13,8 +13,16 @@ from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit
 
 if TYPE_CHECKING:
+    from stitchlake.layout.fsview import FileSystemView
     from stitchlake.table import Table
     from stitchlake.timeline.timeline import Timeline
+
+MIB = 1024 * 1024
+#: Large file groups listed in `stitch status --json` (`large_file_groups`), largest first.
+LARGE_SHOWN = 10
+#: Memory a merge of a file slice takes, as a multiple of the slice's file bytes: about 7x for a read and 8x for
+#: a compaction, measured on the benchmark workload (docs/operations.md, "Sizing file groups").
+MEMORY_FACTOR = 8
 
 
 def status(table: Table, now: float | None = None) -> dict[str, Any]:
@@ -90,6 +98,11 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
                 "refused until it completes: run `stitch rescale --resume`"
             )
 
+    limit = table.config.compaction.max_file_group_mb * MIB
+    large, largest = _slice_sizes(view, limit)
+    if large:
+        warnings.append(_large_file_groups(table, large, limit))
+
     streams: dict[str, Any] = {name: None for name in table.config.streams}
     for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
         if all(streams.values()):
@@ -125,7 +138,11 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "log_files": sum(1 for f in live if f.kind == LOG),
             "bytes": sum(f.bytes for f in live),
             "latest_slice_bytes": sum(p["bytes"] for p in partitions.values()),
+            "largest_file_group_bytes": largest,
         },
+        #: File groups whose latest slice exceeds `compaction.max_file_group_mb`, largest first (at most
+        #: LARGE_SHOWN of them; `warnings` counts them all).
+        "large_file_groups": large[:LARGE_SHOWN],
         "pending_compactions": [w for w in writers if w["action"] == Action.COMPACTION],
         "writers": [w for w in writers if w["action"] != Action.COMPACTION],
         "streams": streams,
@@ -140,6 +157,48 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
             "deltacommits_since_compaction": len(since_compaction),
         },
     }
+
+
+def _slice_sizes(view: FileSystemView, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """File groups whose latest slice is over `limit` bytes (largest first), and the largest slice's bytes."""
+    large: list[dict[str, Any]] = []
+    largest = 0
+    for key in view.file_groups():
+        fslice = view.latest_slice(key)
+        if fslice is None:
+            continue
+        largest = max(largest, fslice.bytes)
+        if fslice.bytes > limit:
+            base = fslice.base.bytes if fslice.base else 0
+            group = {"partition": key[0], "file_group": key[1], "bytes": fslice.bytes, "base_bytes": base}
+            large.append({**group, "log_files": len(fslice.logs)})
+    large.sort(key=lambda group: (-group["bytes"], group["partition"], group["file_group"]))
+    return large, largest
+
+
+def _large_file_groups(table: Table, large: list[dict[str, Any]], limit: int) -> str:
+    """The warning for file groups over `compaction.max_file_group_mb`: what it costs, and which remedy fits.
+
+    A slice is over the limit because its logs piled up (compacting shrinks it back to its base file) or because
+    its base file alone is (the file group holds too many keys: more buckets, `stitch rescale`)."""
+    largest = large[0]
+    where = f"{largest['partition']}/{largest['file_group']}" if largest["partition"] else largest["file_group"]
+    too_big = [g for g in large if g["base_bytes"] > limit]
+    buckets = table.config.table.buckets
+    message = (
+        f"{len(large)} file group(s) hold more than compaction.max_file_group_mb ({limit // MIB} MiB) in their latest "
+        f"slice, the largest {largest['bytes'] / MIB:,.0f} MiB ({where}): reading, compacting or erasing it merges "
+        f"all of it at once, at about {MEMORY_FACTOR}x its bytes of memory in one process or Spark task"
+    )
+    if too_big:
+        # Aim at half the limit, so the file groups have room to grow before the next warning.
+        wanted = buckets * -(-max(g["base_bytes"] for g in too_big) * 2 // limit)
+        return (
+            f"{message}; {len(too_big)} of them exceed it in their base file alone: the file groups hold too many "
+            f"keys for {buckets} bucket(s), rescale (`stitch rescale --buckets {wanted}`; docs/operations.md, "
+            '"Sizing file groups")'
+        )
+    return f"{message}; their logs piled up: run `stitch compact` (or compact more often)"
 
 
 def _latest_services(

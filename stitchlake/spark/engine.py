@@ -102,7 +102,9 @@ class SparkEngine(Engine):
     def cores(self) -> int:
         return max(1, int(self.spark.sparkContext.defaultParallelism))
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], weight: Callable[[T], int] | None = None) -> list[R]:
+        """One Spark task per item at most (a task's memory is its item's: a file slice's merge for a compaction or
+        an erase); `weight` is not needed, the executors run as many tasks as they have cores."""
         if not items:
             return []
         slices = min(len(items), self.cores * TASKS_PER_CORE * 4)

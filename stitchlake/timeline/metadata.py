@@ -104,6 +104,11 @@ class FileSlice:
     def log_bytes(self) -> int:
         return sum(f.bytes for f in self.logs)
 
+    @property
+    def bytes(self) -> int:
+        """Every file's bytes: what merging the slice reads (its memory grows with it: docs/operations.md)."""
+        return sum(f.bytes for f in self.files)
+
 
 @dataclass(frozen=True)
 class WriterInfo:

@@ -1,0 +1,96 @@
+"""`make bench-scale` (issue 27 point 4): the script runs end to end in its small mode and reports wrong answers.
+
+The benchmark itself (30M keys on Spark) takes an hour; this runs every step of it at a few thousand keys with
+ingest and compaction in-process (`--engine local`), the Spark read of the uncompacted table on a real Spark, so the
+script cannot rot between real runs. Speed is never asserted (figures come from `make bench-scale`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from script_modules import load_script
+
+ROOT = Path(__file__).resolve().parent.parent
+
+bench_scale = load_script("bench_scale")
+bench_workload = load_script("bench_workload")
+
+
+def test_bench_scale_runs_end_to_end_checks_the_truth_and_publishes_between_its_markers(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks.md"
+    kept = f"# Kept\n\n{bench_scale.bench.BEGIN}\nbench figures\n{bench_scale.bench.END}\n\n## Analysis kept\n"
+    out.write_text(kept, encoding="utf-8")
+    work = tmp_path / "work"
+    argv = [sys.executable, str(ROOT / "scripts" / "bench_scale.py"), "--keys", "1500,3000", "--chunk-keys", "1000"]
+    argv += ["--engine", "local", "--workdir", str(work), "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Kept") and "bench figures" in text and text.rstrip().endswith("## Analysis kept")
+    block = text.split(bench_scale.BEGIN, 1)[1].split(bench_scale.END, 1)[0]
+    assert "**Every answer matched the ground truth**" in block
+    for figure in (
+        "workload generated in chunks of 1,000 keys",
+        "ingest in-process, 12 deltacommits",
+        f'`stitch sql "{bench_scale.ACCEPTANCE_SQL}"`, uncompacted',
+        "Spark read of the uncompacted table",
+        "compaction in-process",
+        "`stitch sql --mode read_optimized`",
+        "growth, 2x the keys",
+    ):
+        assert figure in block, figure
+    if bench_scale.rescale_available():
+        assert f"`stitch sql` fingerprint after the rescale ({bench_scale.RESCALED_BUCKETS} buckets)" in block
+    else:
+        assert "**not available in this build**" in block
+
+    results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    assert [r["keys"] for r in results] == [1500, 3000]
+    for figures in results:
+        assert figures["stats"]["chunks"] == -(-figures["keys"] // 1000)  # generated in chunks
+        assert figures["problems"] == []
+        spark = figures["steps"]["spark_read"]["roles"]
+        assert spark["JVM"]["peak_mib"] > 0 and "Python worker" in spark  # every process of the tree watched
+        assert figures["steps"]["sql_acceptance"]["json"]["records"][0]["count_star()"] == figures["keys"]
+    # The generated workload is reused by the next run; publishing again replaces the block, nothing else.
+    assert bench_scale.generate(work / "keys-1500-seed-6", 1500, 6, 1000)["reused"] is True
+    bench_scale.publish(out, f"{bench_scale.BEGIN}\nnew figures\n{bench_scale.END}")
+    text = out.read_text(encoding="utf-8")
+    assert text.count(bench_scale.BEGIN) == 1 and "new figures" in text and "3,000 keys" not in text
+    assert "bench figures" in text and text.rstrip().endswith("## Analysis kept")
+
+
+def test_a_wrong_answer_is_reported_against_the_truth() -> None:
+    truth = bench_workload.generate(400, seed=3).truth
+    expected = bench_workload.fingerprint(truth)
+    rows = truth.num_rows
+    amount = sum(round(v * 100) for v in truth.column("amount").to_pylist() if v is not None) / 100
+    right = {"json": {"records": [{"count_star()": rows, "sum(amount)": amount}]}}
+    assert bench_scale.check_acceptance(right, expected, "sql") == []
+    off_by_a_cent = {"json": {"records": [{"count_star()": rows, "sum(amount)": amount + 0.01}]}}
+    assert bench_scale.check_acceptance(off_by_a_cent, expected, "sql")
+    one_row_short = {"json": {"records": [{"count_star()": rows - 1, "sum(amount)": amount}]}}
+    assert bench_scale.check_acceptance(one_row_short, expected, "sql")
+
+    rows_of_truth = truth.to_pylist()
+    first, second = next(
+        (i, j)
+        for i in range(len(rows_of_truth))
+        for j in range(i + 1, len(rows_of_truth))
+        if None not in (rows_of_truth[i]["carrier"], rows_of_truth[j]["carrier"])
+        and rows_of_truth[i]["carrier"] != rows_of_truth[j]["carrier"]
+    )
+    rows_of_truth[first]["carrier"], rows_of_truth[second]["carrier"] = (
+        rows_of_truth[second]["carrier"],
+        rows_of_truth[first]["carrier"],
+    )
+    swapped = bench_workload.fingerprint(truth.from_pylist(rows_of_truth, schema=truth.schema))
+    assert swapped["carrier_sum"] == expected["carrier_sum"]  # a plain sum would not notice values moved
+    assert bench_scale.check_sql({"json": {"records": [expected]}}, expected, "sql") == []
+    problems = bench_scale.check_sql({"json": {"records": [swapped]}}, expected, "sql")
+    assert problems and "carrier_weighted" in problems[0]  # the weighted sum ties each value to its key
