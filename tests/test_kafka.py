@@ -168,7 +168,7 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
         broker.produce(kafka_broker, topics[stream], events[stream])
     orders = events["orders"]
     rng = random.Random(29)
-    chunks = [orders[i : i + len(orders) // 5 + 1] for i in range(0, len(orders), len(orders) // 5 + 1)]
+    chunks = [orders[i : i + len(orders) // 4 + 1] for i in range(0, len(orders), len(orders) // 4 + 1)]
     timeline = Path(table.storage.describe(TIMELINE_DIR))
     killed_mid_instant = finished = 0
     for chunk in chunks:
