@@ -4,18 +4,17 @@
                                   [--out docs/benchmarks.md]
 
 `--keys` takes one size or several, comma-separated (`--keys 1000000,10000000`: the growth from the first to the
-last is measured in the same run). Per size: the workload generated in chunks of `--chunk-keys` keys (bounded memory,
-whatever the size), Spark ingest of the three streams (`stitch ingest --engine spark`, one batch of one stream per
-deltacommit, 12 in all, as `make bench` commits them), `stitch status` and `stitch sql` over the uncompacted table
-(snapshot), a Spark read of it, a compaction on Spark (`stitch compact --engine spark`), `stitch sql`
-read-optimized, then `stitch rescale` from 4 to 32 buckets and `stitch sql` again, when this build has `stitch
-rescale` (said skipped otherwise). Each step is a new process; its wall time and the peak resident memory of every
-process of its tree (the `stitch` CLI, the JVM, PySpark's daemon and Python workers) are sampled from /proc. Every
-answer is checked against the ground truth: exactly, through an integer fingerprint of every cell
-(`bench_workload.fingerprint`) computed from the truth chunk by chunk, never by loading the table whole. A wrong
-answer fails the run (exit 1). The figures replace the block between the `bench-scale` markers in the output.
-`--engine local` runs ingest and compaction in-process: the small mode tests/test_bench_scale.py runs.
-"""
+last is measured in the same run). Per size: the workload generated in chunks of `--chunk-keys` keys (bounded
+memory, whatever the size), Spark ingest of the three streams (`stitch ingest --engine spark`, one batch of one
+stream per deltacommit, 12 in all, as `make bench` commits them), `stitch status` and `stitch sql` over the
+uncompacted table (snapshot), a Spark read of it, a compaction on Spark (`stitch compact --engine spark`), `stitch
+sql` read-optimized, then `stitch rescale` from 4 to 32 buckets and `stitch sql` again. Each step is a new process;
+its wall time and the peak resident memory of every process of its tree (the `stitch` CLI, the JVM, PySpark's daemon
+and Python workers) are sampled from /proc. Every answer is checked against the ground truth: exactly, through an
+integer fingerprint of every cell (`bench_workload.fingerprint`) computed from the truth chunk by chunk, never by
+loading the table whole. A wrong answer fails the run (exit 1). The figures replace the block between the `bench-
+scale` markers in the output. `--engine local` runs ingest and compaction in-process: the small mode
+tests/test_bench_scale.py runs."""
 
 from __future__ import annotations
 
@@ -309,12 +308,6 @@ def spark_read(
     return step, [f"Spark read: {', '.join(wrong)} differ from the truth"] if wrong else []
 
 
-def rescale_available() -> bool:
-    """Whether this build has `stitch rescale` (issue 27 point 1, built on its own branch)."""
-    done = subprocess.run([STITCH, "rescale", "--help"], capture_output=True, text=True, check=False)
-    return done.returncode == 0
-
-
 def run_size(keys: int, args: argparse.Namespace, cores: int) -> dict[str, Any]:
     workdir = Path(args.workdir)
     data = workdir / f"keys-{keys}-seed-{args.seed}"
@@ -370,19 +363,16 @@ def run_size(keys: int, args: argparse.Namespace, cores: int) -> dict[str, Any]:
     steps["sql_acceptance_compacted"] = stitch("sql", "-c", str(config), ACCEPTANCE_SQL)
     figures["problems"] += check_acceptance(steps["sql_acceptance_compacted"], expected, "stitch sql (compacted)")
 
-    if not rescale_available():
-        figures["rescale"] = "not available: this build has no `stitch rescale` (issue 27 point 1, another branch)"
-        say(f"{keys:,} keys: rescale {START_BUCKETS} -> {RESCALED_BUCKETS} buckets NOT AVAILABLE in this build")
-    else:
-        say(f"{keys:,} keys: stitch rescale {START_BUCKETS} -> {RESCALED_BUCKETS} buckets, {ENGINES[args.engine]}")
-        rescaled = write_config(workdir / f"table-{keys}-32.yaml", table, data / "landing", RESCALED_BUCKETS, conf)
-        steps["rescale"] = stitch(
-            "rescale", "-c", str(rescaled), "--buckets", str(RESCALED_BUCKETS), "--engine", args.engine
-        )
-        steps["status_rescaled"] = stitch("status", "-c", str(rescaled))
-        steps["sql_rescaled"] = stitch("sql", "-c", str(rescaled), workload.fingerprint_sql())
-        figures["problems"] += check_sql(steps["sql_rescaled"], expected, "stitch sql after the rescale")
-        figures["rescale"] = "done"
+    say(f"{keys:,} keys: stitch rescale {START_BUCKETS} -> {RESCALED_BUCKETS} buckets, {ENGINES[args.engine]}")
+    rescaled = write_config(workdir / f"table-{keys}-32.yaml", table, data / "landing", RESCALED_BUCKETS, conf)
+    steps["rescale"] = stitch(
+        "rescale", "-c", str(rescaled), "--buckets", str(RESCALED_BUCKETS), "--engine", args.engine
+    )
+    steps["status_rescaled"] = stitch("status", "-c", str(rescaled))
+    steps["sql_rescaled"] = stitch("sql", "-c", str(rescaled), workload.fingerprint_sql())
+    figures["problems"] += check_sql(steps["sql_rescaled"], expected, "stitch sql after the rescale")
+    figures["rescale"] = "done"
+
     if not args.keep_tables:
         shutil.rmtree(table, ignore_errors=True)
     for problem in figures["problems"]:
@@ -446,8 +436,8 @@ def rows_of(figures: dict[str, Any]) -> list[tuple[str, str, str, float | None]]
     ):
         step = steps.get(name)
         if step is None:
-            if name == "rescale" and figures.get("rescale", "").startswith("not available"):
-                out.append((label, "**not available in this build**", "-", None))
+            if name == "rescale" and figures.get("rescale", "").startswith("not available"):  # a report saved
+                out.append((label, "**not available in this build**", "-", None))  # before rescale existed
             continue
         rate = ""
         if name.startswith("sql") or name == "spark_read":
