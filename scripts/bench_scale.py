@@ -12,8 +12,8 @@ sql` read-optimized, then `stitch rescale` from 4 to 32 buckets and `stitch sql`
 its wall time and the peak resident memory of every process of its tree (the `stitch` CLI, the JVM, PySpark's daemon
 and Python workers) are sampled from /proc. Every answer is checked against the ground truth: exactly, through an
 integer fingerprint of every cell (`bench_workload.fingerprint`) computed from the truth chunk by chunk, never by
-loading the table whole. A wrong answer fails the run (exit 1). The figures replace the block between the `bench-
-scale` markers in the output. `--engine local` runs ingest and compaction in-process: the small mode
+loading the table whole. A wrong answer fails the run (exit 1). The figures replace the block between the
+`bench-scale` markers in the output. `--engine local` runs ingest and compaction in-process: the small mode
 tests/test_bench_scale.py runs."""
 
 from __future__ import annotations
