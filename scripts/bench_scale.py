@@ -309,7 +309,7 @@ def spark_read(
 
 
 def run_size(keys: int, args: argparse.Namespace, cores: int) -> dict[str, Any]:
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()  # configs written there name paths that must not resolve twice
     data = workdir / f"keys-{keys}-seed-{args.seed}"
     table = workdir / f"table-{keys}"
     say(f"{keys:,} keys: generating the workload in chunks of {args.chunk_keys:,} keys")
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-spark-read", action="store_true", help="skip the Spark read of the uncompacted table")
     args = parser.parse_args(argv)
     sizes = sorted(int(s.replace("_", "")) for s in args.keys.split(","))
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     needed = DISK_PER_KEY * max(sizes)
     free = shutil.disk_usage(workdir).free
