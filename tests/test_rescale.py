@@ -513,6 +513,11 @@ def test_rescale_runs_on_spark(landing: Path, tmp_path: Path) -> None:
     assert after.read().sort_by("order_id").equals(before)
     commit = rescale_commit(after, done["result"]["instant"])
     assert {int(f.file_group) for f in commit.added} <= set(range(6)) and len(commit.added) == 12
+    # The config edited first (as for `stitch alter`): the Spark job opens the table from that YAML too.
+    set_buckets(config, 9)
+    again = cli_json("rescale", "-c", str(config), "--buckets", "9", "--engine", "spark")
+    assert again["engine"] == "spark" and again["result"]["buckets"] == 9, again
+    assert stitchlake.open(str(config)).read().sort_by("order_id").equals(before)
 
 
 def test_spark_change_reads_across_a_rescale_equal_stitchlake_read(spark: Any, tmp_path: Path) -> None:

@@ -183,6 +183,16 @@ def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Insta
 # -------------------------------------------------------------------------------------------------- run
 
 
+def _follow_a_config_edited_first(table: Table, instant_time: str | None) -> None:
+    """A config that already says the new count of the whole-table rescale about to run (edited first, as
+    `stitch rescale` allows) opens the table at its count now: the job (a spark-submit driver opens the table from
+    the same YAML) runs the rescale the command planned instead of refusing the config."""
+    pending = pending_rescales(table.timeline())
+    chosen = [plan for instant, plan in pending if instant_time in (None, instant.requested)][:1]
+    if chosen and chosen[0].whole_table and chosen[0].buckets == table.config.table.buckets:
+        table.follow_buckets()
+
+
 def units(plan: RescalePlan) -> list[Unit]:
     """The plan's work, split where keys cannot cross: per partition, per class of file groups modulo gcd(B, N)."""
     out = []
@@ -262,6 +272,7 @@ def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, Resc
 
 def run(table: Table, instant_time: str | None = None, engine: Engine | None = None) -> RescaleResult:
     """Execute a pending rescale: one task per unit on the engine (in-process by default)."""
+    _follow_a_config_edited_first(table, instant_time)
     table.require()
     txn, plan = start_run(table, instant_time)
     time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
