@@ -174,7 +174,7 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
     jvm = [java, HEAP, "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1"]
     jvm += [f"-Dstitchlake.kafka.dir={workdir}", f"-Dkafka.logs.dir={workdir / 'log'}", "-cp", classpath]
     formatted = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],
         capture_output=True,
         text=True,
         timeout=FORMAT_TIMEOUT_S,
@@ -199,11 +199,15 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
     return broker
 
 
-def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what `random-uuid` prints)."""
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding, never starting with `-` (which the
+    storage tool would read as an option), as Kafka's own `random-uuid` draws them."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        drawn = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not drawn.startswith("-"):
+            return drawn
 
 
 def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 20.0) -> None:

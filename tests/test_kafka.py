@@ -464,3 +464,10 @@ def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_br
     assert archived.returncode == 0 and json.loads(archived.stdout)["archived"] > 0, archived.stdout + archived.stderr
     assert ingest(config, "orders")["message"].startswith("nothing to ingest"), "the checkpoint keeps the offsets"
     assert len(stitchlake.read(str(config))) == 32
+
+
+def test_a_drawn_cluster_id_is_never_read_as_an_option() -> None:
+    """One id in 64 would start with `-`, which kafka-storage reads as an option (a broker that never starts)."""
+    drawn = [broker.cluster_id() for _ in range(2000)]
+    assert not [d for d in drawn if d.startswith("-")]
+    assert all(len(d) == 22 for d in drawn) and len(set(drawn)) == len(drawn)
