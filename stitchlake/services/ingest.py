@@ -10,13 +10,13 @@ per stream runs at a time (`lock_free`): the claim is the stream's pending delta
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
-from stitchlake.paths import quarantine_folder
 from stitchlake.services import compaction, offsets
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -26,7 +26,8 @@ from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_
 from stitchlake.write import deltacommit
 
 if TYPE_CHECKING:
-    from stitchlake.engine import Engine
+    from stitchlake.config import StreamSpec
+    from stitchlake.engine import Engine, StreamWrite
     from stitchlake.table import Table
 
 
@@ -231,37 +232,16 @@ def ingest(
         if not preflight(table, stream, paths, max_files, reingest_changed):
             return nothing_to_do(stream, engine.name)
         txn = claim(table, stream)
-    try:
+    with _undone_on_failure(txn, own_claim):
         todo, reingested = pending_files(table, stream, paths, max_files, reingest_changed)
         if not todo:
             txn.abort()  # whoever's claim it is: nothing was written, so no task can still be writing
             return nothing_to_do(stream, engine.name)
         txn.conflict_check = still_pending(stream, [f.name for f in todo])
         progress(f"writing {len(todo)} landing file(s) of stream {stream} as instant {txn.time}")
-        written = engine.write_stream(table, spec, todo, txn.time)
-        bad = written.bad
-        bad.enforce(table.config.bad_rows)
-        instant = txn.complete(
-            deltacommit(
-                table,
-                stream,
-                txn.time,
-                written.files,
-                written.rows,
-                bad,
-                engine.name,
-                sources=tuple(f.record() for f in todo),
-                stream_batch=stream_batch,
-                timings=written.timings,
-            )
-        )
-    except BaseException as exc:
-        refused = txn.refusal_after(exc)
-        if own_claim:
-            txn.abort()
-        if refused is not None:
-            raise refused from exc
-        raise
+        sources = tuple(f.record() for f in todo)
+        written, instant, commit = _write_and_commit(table, engine, spec, txn, todo, stream_batch, sources=sources)
+    bad = written.bad
     skipped = f", {len(bad.rejected)} unreadable file(s) quarantined" if bad.rejected else ""
     result = IngestResult(
         stream=stream,
@@ -271,7 +251,7 @@ def ingest(
         source_files=len(todo),
         rows=written.rows,
         bad_rows=bad.count,
-        quarantine=quarantine_folder(instant.requested) if (bad.files or bad.rejected) else None,
+        quarantine=commit.quarantine,
         quarantined_files=len(bad.rejected),
         reingested=reingested,
         files=len(written.files),
@@ -305,38 +285,18 @@ def _ingest_topic(
         if not preflight_topic(table, stream, max_records, reset_offsets, until):
             return nothing_to_do(stream, engine.name)
         txn = claim(table, stream)
-    try:
+    with _undone_on_failure(txn, own_claim):
         todo = offsets.plan(table, stream, max_records, reset_offsets, until)  # again, under the claim
         if not todo:
             txn.abort()
             return nothing_to_do(stream, engine.name)
         txn.conflict_check = offsets.still_unconsumed(stream, todo.ranges)
         progress(f"reading {todo.records} record(s) of stream {stream} in {len(todo.reads)} range(s) as {txn.time}")
-        written = engine.write_stream(table, spec, todo.reads, txn.time)
-        bad = written.bad
-        bad.enforce(table.config.bad_rows)
-        instant = txn.complete(
-            deltacommit(
-                table,
-                stream,
-                txn.time,
-                written.files,
-                written.rows,
-                bad,
-                engine.name,
-                offsets=tuple(todo.ranges),
-                offset_resets=tuple(todo.resets),
-                stream_batch=stream_batch,
-                timings=written.timings,
-            )
+        ranges, resets_done = tuple(todo.ranges), tuple(todo.resets)
+        written, instant, commit = _write_and_commit(
+            table, engine, spec, txn, todo.reads, stream_batch, offsets=ranges, offset_resets=resets_done
         )
-    except BaseException as exc:
-        refused = txn.refusal_after(exc)
-        if own_claim:
-            txn.abort()
-        if refused is not None:
-            raise refused from exc
-        raise
+    bad = written.bad
     resets = [f"{r.topic}/{r.partition}: {r.recorded} -> {r.to} ({r.reason})" for r in todo.resets]
     result = IngestResult(
         stream=stream,
@@ -345,7 +305,7 @@ def _ingest_topic(
         completed=instant.completed,
         rows=written.rows,
         bad_rows=bad.count,
-        quarantine=quarantine_folder(instant.requested) if (bad.files or bad.rejected) else None,
+        quarantine=commit.quarantine,
         records=todo.records,
         offsets=[f"{r.topic}/{r.partition}:{r.start}-{r.end}" for r in todo.ranges],
         offset_resets=resets,
@@ -359,6 +319,49 @@ def _ingest_topic(
     if compaction.inline_due(table):
         result.extra["compaction"] = compact_inline(table, engine, result, progress)
     return result
+
+
+@contextmanager
+def _undone_on_failure(txn: Transaction, own_claim: bool) -> Iterator[None]:
+    """A failure undoes our own claim (a caller's claim is the caller's to undo), and a refusal the failure came
+    from (history moved, the input taken meanwhile) is raised in its place."""
+    try:
+        yield
+    except BaseException as exc:
+        refused = txn.refusal_after(exc)
+        if own_claim:
+            txn.abort()
+        if refused is not None:
+            raise refused from exc
+        raise
+
+
+def _write_and_commit(
+    table: Table,
+    engine: Engine,
+    spec: StreamSpec,
+    txn: Transaction,
+    inputs: Sequence[Any],
+    stream_batch: StreamBatch | None,
+    **source: Any,
+) -> tuple[StreamWrite, Instant, DeltaCommit]:
+    """Write the stream's inputs (landing files or Kafka ranges) on the engine under the bad-row policy, and
+    publish them as one deltacommit recording `source` (what was consumed)."""
+    written = engine.write_stream(table, spec, inputs, txn.time)
+    written.bad.enforce(table.config.bad_rows)
+    commit = deltacommit(
+        table,
+        spec.name,
+        txn.time,
+        written.files,
+        written.rows,
+        written.bad,
+        engine.name,
+        stream_batch=stream_batch,
+        timings=written.timings,
+        **source,
+    )
+    return written, txn.complete(commit), commit
 
 
 def compact_inline(
