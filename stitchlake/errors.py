@@ -10,6 +10,8 @@ import os
 DEBUG_ENV = "STITCH_DEBUG"
 #: How a StitchError's locations are noted in its traceback (parsed back by `spark.errors`).
 DETAILS_NOTE = "stitchlake-details: "
+#: Starts the note an interrupt carries when the job had published its instant before the stop reached it.
+PUBLISHED_BEFORE_STOP = "published before the stop reached the job"
 
 
 def debugging() -> bool:

@@ -63,3 +63,34 @@ def test_refusals_arrive_as_the_errors_of_the_cli_exit_codes(demo_data: Path, tm
         table.ingest("orders", engine="sparkle")
     assert not table.timeline().pending(), "a refused launch leaves no instant behind"
     assert table.compact(engine="local") == {"scheduled": None, "result": None, "resumed": [], "published": []}
+
+
+def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    """A stop can reach the CLI while its job commits: the commit stands, and the message must not say "aborted"
+    (an operator would re-run and find nothing to do)."""
+    from stitchlake.cli.app import _interrupted
+    from stitchlake.engine import LocalEngine
+    from stitchlake.errors import Terminated
+    from stitchlake.jobs.launch import abort_unless_published
+    from stitchlake.jobs.requests import IngestRequest
+    from stitchlake.jobs.run import run
+
+    table = _table(tmp_path, demo_data / "landing")
+    held = claim(table, "orders")
+    try:
+        run(table, IngestRequest("orders", instant=held.time), LocalEngine())  # the job's driver publishes it
+        stop = Terminated("terminated by SIGTERM")
+        assert abort_unless_published(table, held, stop) is False
+    finally:
+        held.finish_here()
+    published = table.timeline().get(held.time)
+    assert published is not None and published.is_completed, "the published instant stands"
+    assert "aborted" not in _interrupted(stop) and held.time in _interrupted(stop), _interrupted(stop)
+
+    pending = claim(table, "payments")
+    stop = Terminated("terminated by SIGTERM")
+    assert abort_unless_published(table, pending, stop) is True
+    assert _interrupted(stop) == "; the running instant was aborted"
+    assert table.timeline().get(pending.time) is None or not table.timeline().pending()

@@ -65,6 +65,39 @@ def wait_until(condition: Any, process: subprocess.Popen[str], timeout: float = 
     raise AssertionError("timed out")
 
 
+def sigterm_pending(pid: int) -> bool:
+    """SIGTERM waits for `pid` (stopped), or `pid` is gone: what the kernel shows in /proc/PID/status."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields.get("State", "").strip().startswith(("Z", "X")):
+        return True
+    pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+    return bool(pending & (1 << (signal.SIGTERM - 1)))
+
+
+def signalled_by(cli: int, below: list[int]) -> list[int]:
+    """The processes of `below` the CLI stops with one signal: the process group of the job it started (PySpark's
+    worker daemon leaves it for a group of its own, and the CLI reaches that one through the JVM)."""
+
+    def group(pid: int) -> int | None:
+        try:
+            return os.getpgid(pid)
+        except ProcessLookupError:
+            return None
+
+    def parent(pid: int) -> int | None:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    leaders = {pid for pid in below if parent(pid) == cli and group(pid) == pid}
+    return [pid for pid in below if group(pid) in leaders]
+
+
 def data_files(table: Table) -> set[str]:
     root = Path(table.path)
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and ".stitch" not in p.parts}
@@ -91,6 +124,10 @@ def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Pat
                 current = table.timeline().get(instant) if instant else None
                 unpublished = current is not None and not current.is_completed
                 job.send_signal(signal.SIGTERM)
+                # The CLI alone wakes first and passes the signal on; the job wakes only once it is pending there.
+                # Woken together, a driver about to commit could publish before the CLI's signal reached it.
+                os.kill(job.pid, signal.SIGCONT)
+                wait_until(lambda: all(sigterm_pending(pid) for pid in signalled_by(job.pid, below)), job)  # noqa: B023
             finally:
                 for pid in tree:
                     with contextlib.suppress(ProcessLookupError):

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stitchlake.errors import BusyError, ConflictError, UsageError
+from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, UsageError
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
@@ -119,9 +119,9 @@ def execute(
             from stitchlake.engine import LocalEngine
 
             result = {**run(table, request, LocalEngine()), "engine": "local"}
-    except BaseException:
+    except BaseException as exc:
         if claim is not None:
-            abort_unless_published(table, claim)
+            abort_unless_published(table, claim, exc)
         raise
     finally:
         if claim is not None:
@@ -129,12 +129,19 @@ def execute(
     return {**result, "seconds": round(time.time() - started, 2)}
 
 
-def abort_unless_published(table: Table, claim: Transaction) -> None:
+def abort_unless_published(table: Table, claim: Transaction, failure: BaseException | None = None) -> bool:
     """Undo a claim whose job failed or was interrupted, unless the job's driver published it meanwhile (this
-    process's handle does not know: the timeline does). Undoing twice is harmless (`Transaction.abort`)."""
+    process's handle does not know: the timeline does). Undoing twice is harmless (`Transaction.abort`).
+
+    True when it undid the claim. A published instant stands, and `failure` says so in a note, so an operator is
+    never told "aborted" about a commit that a re-run will then find done."""
     current = table.timeline().get(claim.time)
     if current is None or not current.is_completed:
         claim.abort()
+        return True
+    if failure is not None:
+        failure.add_note(f"{PUBLISHED_BEFORE_STOP}: instant {claim.time} stands")
+    return False
 
 
 # ------------------------------------------------------------------------------------------------ ingest
@@ -192,10 +199,10 @@ def ingest(
         if taken is not None:
             request = replace(request, instant=taken.time)
         return execute(table, request, chosen, claim=taken, progress=progress)
-    except BaseException:
+    except BaseException as exc:
         # A signal can land between the claim and the job (`execute` undoes it from there on): undo it here.
         if taken is not None:
-            abort_unless_published(table, taken)
+            abort_unless_published(table, taken, exc)
         raise
 
 
