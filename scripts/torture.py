@@ -548,8 +548,8 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
     import stitchlake.services.clean as clean_module
     import stitchlake.services.compaction as compaction_module
     import stitchlake.services.rollback as rollback_module
-    import stitchlake.transaction as txn_module
-    import stitchlake.write as write_module
+    import stitchlake.table.transaction as txn_module
+    import stitchlake.writing.writer as write_module
     from stitchlake.storage import LocalStorage
     from stitchlake.storage.s3 import S3Storage
 

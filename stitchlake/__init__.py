@@ -36,8 +36,8 @@ def read(
     mode: str = "snapshot",
 ) -> pa.Table:
     """Read a table into a pyarrow.Table (DESIGN §7)."""
-    from stitchlake.reader import read as read_table
-    from stitchlake.table import Table as CoreTable
+    from stitchlake.reading.reader import read as read_table
+    from stitchlake.table.handle import Table as CoreTable
 
     table = target if isinstance(target, CoreTable) else open(target)
     return read_table(table, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)

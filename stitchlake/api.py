@@ -10,8 +10,8 @@ import os
 from typing import TYPE_CHECKING, Any, overload
 
 from stitchlake.errors import UsageError
-from stitchlake.table import Table as CoreTable
-from stitchlake.table import open_table
+from stitchlake.table.handle import Table as CoreTable
+from stitchlake.table.handle import open_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
     from stitchlake.engine import Engine
-    from stitchlake.reader import Scan
+    from stitchlake.reading.scan import Scan
     from stitchlake.services.archive import ArchiveResult
     from stitchlake.services.compaction import CompactionResult
     from stitchlake.services.erase import EraseResult
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from stitchlake.services.restore import RestoreResult
     from stitchlake.services.rollback import RollbackResult
     from stitchlake.services.savepoint import Savepoint
-    from stitchlake.write import WriteResult
+    from stitchlake.writing.writer import WriteResult
 
 
 def _engine(engine: Engine | None) -> Engine:
@@ -51,8 +51,8 @@ class Table(CoreTable):
         exclusive: bool = False,
         metadata: dict[str, Any] | None = None,
     ) -> WriteResult:
-        """Write one batch of `stream` as one deltacommit (see `stitchlake.write`); `metadata` is kept with it."""
-        from stitchlake.write import write
+        """Write one batch of `stream` as one deltacommit (`stitchlake.writing.writer`); `metadata` is kept with it."""
+        from stitchlake.writing.writer import write
 
         return write(self, stream, data, source=source, exclusive=exclusive, metadata=metadata)
 
@@ -66,9 +66,9 @@ class Table(CoreTable):
         filter: Any = None,
         before_images: bool = False,
     ) -> pa.Table:
-        """Read the table into one Arrow table (see `stitchlake.reader`): the whole result in memory, which is the
+        """Read the table into one Arrow table (see `stitchlake.reading`): the whole result in memory, which is the
         caller's choice; `scan` streams the same rows one file slice at a time."""
-        from stitchlake.reader import read
+        from stitchlake.reading.reader import read
 
         return read(self, mode, as_of, since, until, columns, filter, before_images)
 
@@ -85,7 +85,7 @@ class Table(CoreTable):
         """The rows `read` returns, as a stream of Arrow record batches one file slice at a time (memory bounded by
         the largest file groups, not the table): iterate it, take `.reader()`, or hand it to anything that reads
         the Arrow C stream interface (DuckDB, Polars, `pyarrow.parquet.ParquetWriter` via the reader)."""
-        from stitchlake.reader import scan
+        from stitchlake.reading.reader import scan
 
         return scan(self, mode, as_of, since, until, columns, filter, before_images)
 
@@ -96,16 +96,16 @@ class Table(CoreTable):
         return publish(self, format)
 
     def to_duckdb(self, connection: Any = None, name: str | None = None, **read_options: Any) -> Any:
-        """Register the table, read as `read` reads it, in a DuckDB connection (see `stitchlake.sql`): each query
+        """Register the table, read as `read` reads it, in a DuckDB connection (`stitchlake.reading.sql`): each query
         streams it one file slice at a time."""
-        from stitchlake.sql import to_duckdb
+        from stitchlake.reading.sql import to_duckdb
 
         return to_duckdb(self, connection, name, **read_options)
 
     def sql(self, query: str, **read_options: Any) -> pa.Table:
-        """Run SQL over the table, named `t` or by its own name, with DuckDB (see `stitchlake.sql`). The table is
+        """Run SQL over the table, named `t` or by its own name, with DuckDB (`stitchlake.reading.sql`). The table is
         streamed through DuckDB; the result is returned whole."""
-        from stitchlake.sql import query as run_query
+        from stitchlake.reading.sql import query as run_query
 
         return run_query(self, query, **read_options)
 

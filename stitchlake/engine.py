@@ -15,17 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from stitchlake.badrows import BadRows, quarantine_rows
-from stitchlake.batch import Batch
 from stitchlake.concurrency.markers import create_marker
 from stitchlake.config import StreamSpec
-from stitchlake.events import Input, LandingEvents, read_input
-from stitchlake.reader import READ_AHEAD_BYTES, bounded
+from stitchlake.reading.scan import READ_AHEAD_BYTES, bounded
 from stitchlake.timeline.metadata import DataFile
-from stitchlake.write import write_file_groups
+from stitchlake.writing.badrows import BadRows, quarantine_rows
+from stitchlake.writing.batch import Batch
+from stitchlake.writing.events import Input, LandingEvents, read_input
+from stitchlake.writing.writer import write_file_groups
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 T = TypeVar("T")
 R = TypeVar("R")

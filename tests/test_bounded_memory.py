@@ -31,7 +31,7 @@ from tables import MODELS, THREE_STREAMS, as_rows, batch, new_table
 
 from stitchlake.api import Table
 from stitchlake.engine import LocalEngine
-from stitchlake.reader import bounded
+from stitchlake.reading.scan import bounded
 
 MODEL = {m.name: m for m in MODELS}
 KEYS = 400
@@ -265,8 +265,8 @@ def test_the_local_engine_runs_file_groups_heavier_than_its_budget_one_at_a_time
 PEAK_SCRIPT = """
 import json, sys
 import pyarrow as pa
-import stitchlake, stitchlake.reader
-stitchlake.reader.READ_AHEAD_BYTES = 1  # one slice merged ahead of the consumer, as on a table of large slices
+import stitchlake, stitchlake.reading.scan
+stitchlake.reading.scan.READ_AHEAD_BYTES = 1  # one slice merged ahead of the consumer, as on a table of large slices
 table = stitchlake.open(sys.argv[1])
 how = sys.argv[2]
 if how == "whole":

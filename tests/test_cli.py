@@ -164,7 +164,7 @@ def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]
 
 def test_option_choices_match_the_library() -> None:
     """The CLI spells the choices out (to keep pyarrow out of `--help`); they must not drift."""
-    from stitchlake.reader import MODES
+    from stitchlake.reading.snapshot import MODES
 
     assert get_args(ActionName) == tuple(a.value for a in Action)
     assert get_args(StateName) == tuple(state.label for state in State)

@@ -28,10 +28,10 @@ from stitchlake.services.archive import archive
 from stitchlake.services.restore import begin_restore
 from stitchlake.services.rollback import rollback
 from stitchlake.services.savepoint import create
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from stitchlake.transaction import Transaction
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -335,7 +335,7 @@ def test_an_instant_far_ahead_of_the_clock_is_refused(tmp_path: Path, monkeypatc
 def test_a_read_retries_once_when_clean_removed_a_slice_under_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stitchlake.reader as reader
+    import stitchlake.reading.snapshot as reader
 
     table, config = make(tmp_path)
     for value in range(3):

@@ -21,11 +21,11 @@ from stitchlake.api import Table
 from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
 from stitchlake.services import compaction
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
-from stitchlake.transaction import Transaction
 from stitchlake.types import arrow_type
-from stitchlake.write import write as write_batch
+from stitchlake.writing.writer import write as write_batch
 
 UTC = dt.UTC
 CONCURRENCY = {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}}

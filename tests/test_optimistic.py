@@ -26,9 +26,9 @@ from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.errors import ConflictError
 from stitchlake.storage import LocalStorage
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
-from stitchlake.transaction import Transaction
 
 OPTIMISTIC = {"mode": "optimistic", "heartbeat": {"interval_s": 1, "expire_s": 8}}
 #: For a writer the test holds stopped while another runs (`overlapping`): it must not be presumed dead meanwhile.
@@ -192,8 +192,8 @@ def test_early_conflict_detection_stops_a_doomed_write_before_it_writes_data(
     config, _ = optimistic_table(tmp_path, demo_data, early_conflict_detection=early)
     first = open_table(str(config))
     txn = Transaction.begin(first, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
-    from stitchlake.batch import prepare
-    from stitchlake.write import write_file_groups
+    from stitchlake.writing.batch import prepare
+    from stitchlake.writing.writer import write_file_groups
 
     stream = first.config.stream("orders")
     files = write_file_groups(first, stream, prepare(first.config, stream, rows([1, 2, 3])), txn.time, txn.mark)
@@ -224,10 +224,10 @@ def test_spark_ingest_tasks_detect_an_early_conflict_before_writing(
     """The Spark engine's write tasks run the same early check as the in-process writer: with a live writer
     holding day 2026-11-20, a Spark ingest of the orders (which cover that day) stops with exit 3 before any task
     writes a data file of its own, and leaves no instant behind."""
-    from stitchlake.batch import prepare
     from stitchlake.services.ingest import ingest as run_ingest
     from stitchlake.spark.engine import SparkEngine
-    from stitchlake.write import write_file_groups
+    from stitchlake.writing.batch import prepare
+    from stitchlake.writing.writer import write_file_groups
 
     config, table = optimistic_table(tmp_path, demo_data)
     txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))

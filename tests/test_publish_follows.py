@@ -27,9 +27,9 @@ from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConflictError, StitchError
 from stitchlake.io.published import iceberg_catalog
 from stitchlake.services.alter import alter
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishCommit, PublishPlan
-from stitchlake.transaction import Transaction
 
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
 

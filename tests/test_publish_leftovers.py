@@ -23,8 +23,8 @@ from stitchlake.api import Table
 from stitchlake.concurrency.heartbeat import is_expired
 from stitchlake.errors import ConflictError
 from stitchlake.io.published import iceberg_catalog
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
-from stitchlake.transaction import Transaction
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}

@@ -17,18 +17,18 @@ import pyarrow.parquet as pq
 import pytest
 from tables import MODELS, THREE_STREAMS, batch, new_table
 
-import stitchlake.transaction as transaction_module
-from stitchlake.batch import prepare
+import stitchlake.table.transaction as transaction_module
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import ConflictError, LockLost, UsageError
 from stitchlake.services import compaction, restore, savepoint
 from stitchlake.services.recovery import rollback_failed
 from stitchlake.services.rollback import rollback
 from stitchlake.spark.write import FilesWritten, StitchWriter
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, RollbackPlan
-from stitchlake.transaction import Transaction
-from stitchlake.write import write, write_file_groups
+from stitchlake.writing.batch import prepare
+from stitchlake.writing.writer import write, write_file_groups
 
 FAST = copy.deepcopy(THREE_STREAMS)
 FAST["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}

@@ -37,12 +37,12 @@ from stitchlake.layout.bucket import bucket_of
 from stitchlake.services import rescale as rescaling
 from stitchlake.services.clean import orphans
 from stitchlake.services.savepoint import delete as delete_savepoint
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan, RescaleCommit
 from stitchlake.timeline.savepoints import savepoints
-from stitchlake.transaction import Transaction
-from stitchlake.write import write
+from stitchlake.writing.writer import write
 
 MODEL = {m.name: m for m in MODELS}
 KEYS = 80

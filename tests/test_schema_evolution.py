@@ -385,7 +385,7 @@ def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path
     add_extra(document)
     widen_v(document)
     alter(stitchlake.open(write_yaml(tmp_path, document)))
-    from stitchlake.write import write
+    from stitchlake.writing.writer import write
 
     result = write(table, "a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 7, "s": "p", "ts": "a"}]), txn=txn)
     assert table.timeline().commit(instant_at(table, result.instant)).schema_version == 0  # type: ignore[attr-defined]

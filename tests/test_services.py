@@ -45,12 +45,12 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSlice
 from stitchlake.layout.names import BASE, LOG, file_group_id
-from stitchlake.reader import read_slice
+from stitchlake.reading.snapshot import read_slice
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline import clock
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CleanCommit, CleanPlan, CompactionPlan, DeltaCommit, DeltaCommitPlan
-from stitchlake.transaction import Transaction
-from stitchlake.write import WriteResult, write
+from stitchlake.writing.writer import WriteResult, write
 
 TESTS = Path(__file__).resolve().parent
 STITCH = Path(sys.executable).parent / "stitch"
@@ -298,8 +298,8 @@ def writer_main(config: str, spec: dict[str, Any], stop: str | None = None, paus
 def paused_writer_main(config: str, spec: dict[str, Any]) -> None:
     """A live writer caught mid-ingest: it has begun its deltacommit and written its log files, then waits
     for a line on stdin before publishing. Its heartbeat stays fresh all along, like a slow Spark job's."""
-    from stitchlake.batch import prepare
-    from stitchlake.write import write_file_groups
+    from stitchlake.writing.batch import prepare
+    from stitchlake.writing.writer import write_file_groups
 
     table = stitchlake.open(config)
     stream = table.config.stream(spec["stream"])

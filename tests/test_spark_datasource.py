@@ -43,8 +43,8 @@ def spark_rows(frame: Any) -> pa.Table:
 
 
 def slice_count(table: Table, partition: str | None = None) -> int:
-    from stitchlake.filters import prune
-    from stitchlake.reader import plan_slices
+    from stitchlake.reading.filters import prune
+    from stitchlake.reading.snapshot import plan_slices
 
     slices = plan_slices(table.config, table.view(), None, prune(table.config, None))
     return sum(1 for s in slices if partition is None or s.partition == partition)
@@ -404,8 +404,8 @@ def test_packed_read_returns_the_rows_of_the_per_slice_read_with_partition_and_k
 ) -> None:
     """Issue 15: several file slices per task. The packed read, the per-slice read (`maxPartitionBytes` 1: every
     slice its own partition, as before) and `stitchlake.read` return the same rows, and filters still prune."""
-    from stitchlake.filters import prune
-    from stitchlake.reader import plan_slices
+    from stitchlake.reading.filters import prune
+    from stitchlake.reading.snapshot import plan_slices
 
     table, _ = history
     every_slice = slice_count(table)

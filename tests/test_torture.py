@@ -41,11 +41,11 @@ from stitchlake.services import compaction
 from stitchlake.services import rollback as rollback_module
 from stitchlake.services.clean import clean
 from stitchlake.services.recovery import failed_instants, rollback_failed
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from stitchlake.timeline.timeline import delete_instant
-from stitchlake.transaction import Transaction
-from stitchlake.write import write
+from stitchlake.writing.writer import write
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "torture.py"

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from tables import MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of
 
-import stitchlake.write
+import stitchlake.writing.writer
 from stitchlake.api import Table
 from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
@@ -72,7 +72,7 @@ def test_a_write_failing_half_way_changes_nothing_and_is_cleaned_up(
     before_files = files_of(root)
     before_timeline = timeline_names(root)
 
-    real = getattr(stitchlake.write, "write_table_file")  # noqa: B009 - patched where write uses it
+    real = getattr(stitchlake.writing.writer, "write_table_file")  # noqa: B009 - patched where write uses it
     guard = threading.Lock()
     attempted: list[str] = []
     written: list[str] = []
@@ -90,7 +90,7 @@ def test_a_write_failing_half_way_changes_nothing_and_is_cleaned_up(
             raise OSError("simulated: connection lost after the write")
         return size
 
-    monkeypatch.setattr(stitchlake.write, "write_table_file", failing)
+    monkeypatch.setattr(stitchlake.writing.writer, "write_table_file", failing)
     with pytest.raises(OSError, match="simulated"):
         table.write("orders", batch(ORDERS, orders_rows(range(20), ots=9)))
     monkeypatch.undo()
@@ -122,7 +122,7 @@ CRASHING_WRITER = textwrap.dedent(
     import pyarrow as pa
 
     import stitchlake
-    import stitchlake.write as write_module
+    import stitchlake.writing.writer as write_module
 
     table = stitchlake.open(sys.argv[1])
     real = write_module.write_table_file

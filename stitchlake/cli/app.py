@@ -6,7 +6,7 @@ Command modules (`table_commands.py`, `job_commands.py`, `rescale_commands.py` b
 prints the report (human or `--json`), and turns errors into a message, one JSON object on stdout with `--json`,
 and the DESIGN §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C, 143 on SIGTERM.
 
-Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reader imports
+Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reading imports
 (import them inside the command function): `stitch --help` must stay fast and metadata commands run without
 a JVM. `tests/test_cli.py` checks that `--help` imports neither pyspark nor pyarrow.
 """

@@ -34,7 +34,7 @@ from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,7 @@ from stitchlake.jobs.launch import EngineChoice, abort_unless_published, choose_
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 __all__ = ["EngineChoice", "abort_unless_published", "choose_engine", "execute", "progress_display", "with_retries"]
 

@@ -125,7 +125,7 @@ def open_target(config: Path | None, table: str | None, *, must_exist: bool = Tr
         raise UsageError("name the table with either -c/--config CONFIG.yaml or --table PATH (exactly one)")
     from stitchlake.api import Table
     from stitchlake.config import load_config
-    from stitchlake.table import open_table
+    from stitchlake.table.handle import open_table
 
     if config is not None:
         loaded = load_config(config)

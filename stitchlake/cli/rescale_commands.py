@@ -19,7 +19,7 @@ from stitchlake.cli.output import Report
 from stitchlake.errors import UsageError
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 def register(app: typer.Typer) -> None:

@@ -35,7 +35,7 @@ from stitchlake.errors import StitchError, UsageError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: The choices typer offers; tests check they equal the library's `Action` and `State`
 #: (spelled out here because importing those would import pyarrow for `--help`).
@@ -242,7 +242,7 @@ def sql_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes)."""
-    from stitchlake.sql import results
+    from stitchlake.reading.sql import results
 
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)

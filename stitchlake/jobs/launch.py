@@ -19,8 +19,8 @@ from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, U
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
-    from stitchlake.table import Table
-    from stitchlake.transaction import Transaction
+    from stitchlake.table.handle import Table
+    from stitchlake.table.transaction import Transaction
 
 #: Retries after a conflict: the first wait, and the longest.
 RETRY_FIRST_WAIT_S = 1.0

@@ -34,11 +34,11 @@ from stitchlake.services import (
     rollback,
     savepoint,
 )
-from stitchlake.transaction import Transaction
+from stitchlake.table.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 Progress = Callable[[str], None]
 #: Files a delete task takes (object stores delete one key per request: many tasks help).

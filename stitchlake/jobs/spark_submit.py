@@ -39,7 +39,7 @@ from stitchlake.paths import LOGS_DIR
 if TYPE_CHECKING:
     from stitchlake.config import TableConfig
     from stitchlake.jobs.requests import JobRequest
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: Defaults for spark-submit jobs: a session's, and no web UI (a job is a batch run, and its port could clash with
 #: another job's) and the throughput collector (the config's spark.conf overrides them; REQUIRED_CONF everything).

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.config.evolution import Change, changes, names_ever_used, schema_of, schema_properties
 from stitchlake.errors import ConfigError, ConflictError
 from stitchlake.services.publish import publish_after
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import AlterCommit, AlterPlan
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 @dataclass

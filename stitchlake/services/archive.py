@@ -24,6 +24,7 @@ from stitchlake.checksums import seal
 from stitchlake.errors import BusyError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.offsets import offsets_until
+from stitchlake.table.transaction import refuse_while_undoing
 from stitchlake.timeline.archive import (
     BATCH_SUFFIX,
     LEGACY_CHECKPOINT,
@@ -38,11 +39,10 @@ from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, commit_json, dump
 from stitchlake.timeline.savepoints import pinned_since
 from stitchlake.timeline.timeline import Timeline, delete_instant
-from stitchlake.transaction import refuse_while_undoing
 
 if TYPE_CHECKING:
     from stitchlake.storage.base import Storage
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: Older checkpoints kept besides the newest (a reader that listed just before a new one appeared).
 KEEP_OLD_CHECKPOINTS = 1

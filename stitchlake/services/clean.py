@@ -19,16 +19,16 @@ from stitchlake.layout.fsview import DataFile, FileSystemView
 from stitchlake.layout.names import BASE, LOG, parse_name
 from stitchlake.layout.partition import in_layout
 from stitchlake.paths import TABLE_JSON, is_meta
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import REWRITES, CleanCommit, CleanPlan, RewritePlan
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 POLICIES = ("keep_latest_commits", "keep_latest_file_versions", "keep_latest_hours")
 DATA_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.RESCALE)

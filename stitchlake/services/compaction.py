@@ -21,16 +21,16 @@ from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
-from stitchlake.reader import merge_slice
+from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import publish_after
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CompactionCommit, CompactionPlan, DataFile, FileGroupRef, FileSlice
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 STRATEGIES = tuple(s.value for s in CompactionStrategy)
 

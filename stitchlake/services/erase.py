@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.batch import cast_column
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import ConflictError, InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
@@ -26,10 +25,12 @@ from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.layout.partition import partition_path
 from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
-from stitchlake.reader import ERASED_GROUP, ERASED_PARTITION, merge_slice
+from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
+from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import publish_after
 from stitchlake.services.purge import purge as purge_copies
 from stitchlake.storage import storage_for
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
@@ -43,10 +44,10 @@ from stitchlake.timeline.metadata import (
     RewritePlan,
 )
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
+from stitchlake.writing.batch import cast_column
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 @dataclass

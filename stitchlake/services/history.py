@@ -16,7 +16,7 @@ from stitchlake.timeline.clock import seconds_between, to_datetime
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, Plan, PublishCommit
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
     from stitchlake.timeline.instant import Instant
     from stitchlake.timeline.timeline import Timeline
 

@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.services import compaction, offsets
+from stitchlake.table.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord, StreamBatch
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
-from stitchlake.write import deltacommit
+from stitchlake.writing.writer import deltacommit
 
 if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
     from stitchlake.engine import Engine, StreamWrite
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 @dataclass

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING
 
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, UsageError
 from stitchlake.io import kafka
+from stitchlake.table.transaction import ConflictCheck
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange, OffsetReset
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import ConflictCheck
 
 if TYPE_CHECKING:
     from stitchlake.config import SourceSpec
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: `--reset-offsets` choices: where a partition whose recorded offset the topic no longer holds goes on from.
 RESETS = ("earliest", "latest")

@@ -43,14 +43,15 @@ from stitchlake.io.published import (
     write_iceberg,
 )
 from stitchlake.paths import PUBLISHED_DIR
-from stitchlake.reader import READ_OPTIMIZED, read
+from stitchlake.reading.reader import read
+from stitchlake.reading.snapshot import READ_OPTIMIZED
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CHANGES_PUBLISHED_ROWS, REWRITES, EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.batch import cast_column
 from stitchlake.errors import InputRejected, NotFoundError
 from stitchlake.io.datafiles import read_parquet, write_parquet
 from stitchlake.io.landing import LandingFile, decompressed, read_landing
@@ -37,10 +36,11 @@ from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.metadata import DeltaCommit, EraseCommit
 from stitchlake.timeline.savepoints import savepoints
+from stitchlake.writing.batch import cast_column
 
 if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: Landing formats whose bytes hold values as text (a copy that does not read can still be searched).
 TEXT_FORMATS = ("json", "csv")

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from stitchlake.services.clean import finish_clean
 from stitchlake.services.restore import finish_restore
 from stitchlake.services.rollback import RollbackResult, expired, finish_rollback, run_rollback
+from stitchlake.table.transaction import undone_by
 from stitchlake.timeline.archive import horizon_of
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import kind_of
 from stitchlake.timeline.timeline import Timeline, delete_instant
-from stitchlake.transaction import undone_by
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: Actions run again from their plan after a crash (reset: partial files deleted, plan kept), never undone: a
 #: compaction, and a rescale (`stitch rescale --resume` runs it; writers of its partitions are fenced until then).

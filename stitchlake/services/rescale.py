@@ -42,8 +42,9 @@ from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.merge.stitch import to_base
-from stitchlake.reader import merge_slice
+from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import publish_after
+from stitchlake.table.transaction import Transaction, pending_rescales
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
@@ -55,10 +56,9 @@ from stitchlake.timeline.metadata import (
     RewritePlan,
 )
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction, pending_rescales
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: The bucket counts a table may have (as `table.buckets` in the config).
 MIN_BUCKETS, MAX_BUCKETS = 1, 65536

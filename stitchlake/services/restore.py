@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.errors import BusyError, UsageError
 from stitchlake.services.publish import publish_after
 from stitchlake.services.rollback import expired, target_of, undo
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import UNDONE_BY_RESTORE, RestoreCommit, RestorePlan
 from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 @dataclass

@@ -17,6 +17,7 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.paths import erase_folder
+from stitchlake.table.transaction import Transaction, refuse_while_undoing
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import (
     REWRITES,
@@ -30,10 +31,9 @@ from stitchlake.timeline.metadata import (
 )
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline, delete_instant, timeline_path
-from stitchlake.transaction import Transaction, refuse_while_undoing
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 @dataclass

@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.services.clean import needed_as_of
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import REWRITES, SavepointCommit, SavepointPlan
 from stitchlake.timeline.savepoints import Savepoint, find, savepoints, summary
 from stitchlake.timeline.timeline import Timeline, delete_instant
-from stitchlake.transaction import Transaction
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 __all__ = ["Savepoint", "create", "delete", "list_savepoints"]
 

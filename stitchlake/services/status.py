@@ -14,7 +14,7 @@ from stitchlake.timeline.metadata import DeltaCommit
 
 if TYPE_CHECKING:
     from stitchlake.layout.fsview import FileSystemView
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
     from stitchlake.timeline.timeline import Timeline
 
 MIB = 1024 * 1024

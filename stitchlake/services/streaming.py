@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import ConflictError
+from stitchlake.table.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, StreamBatch
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 class BatchAlreadyCommitted(ConflictError):

@@ -49,7 +49,8 @@ class StitchDataSource(DataSource):
         `until` and `_op`). When the session catalog creates a table, it also carries the read options."""
         from pyspark.sql.types import StringType, StructField, StructType
 
-        from stitchlake.reader import CHANGE_COLUMNS, resolve_time
+        from stitchlake.reading.changes import CHANGE_COLUMNS
+        from stitchlake.reading.snapshot import resolve_time
 
         options = dict(self.options)
         table = open_for_spark(options)

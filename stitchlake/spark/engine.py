@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from stitchlake.badrows import FAIL, BadRows, quarantine_rows
-from stitchlake.batch import Batch
 from stitchlake.config import StreamSpec
 from stitchlake.engine import Engine, StreamWrite, marker_for
-from stitchlake.events import Input, read_input
 from stitchlake.spark.errors import recovered
 from stitchlake.timeline.metadata import DataFile, QuarantinedFile
-from stitchlake.write import before_writing, route, write_file_group
+from stitchlake.writing.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.writing.batch import Batch
+from stitchlake.writing.events import Input, read_input
+from stitchlake.writing.writer import before_writing, route, write_file_group
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 T = TypeVar("T")
 R = TypeVar("R")

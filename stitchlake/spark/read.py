@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from stitchlake.filters import Pruning
     from stitchlake.layout.fsview import FileSlice, FileSystemView
+    from stitchlake.reading.filters import Pruning
     from stitchlake.timeline.timeline import Timeline
 
 T = TypeVar("T")
@@ -171,7 +171,8 @@ class StitchReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str], schema: StructType, defaults: Mapping[str, str] | None = None) -> None:
         from stitchlake.errors import UsageError
-        from stitchlake.reader import CHANGE_COLUMNS, MODES, OP, SNAPSHOT, resolve_time
+        from stitchlake.reading.changes import CHANGE_COLUMNS, OP
+        from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time
 
         options = read_options(options, schema)
         self.options = options
@@ -237,8 +238,8 @@ class StitchReader(DataSourceReader):
             yield item
 
     def partitions(self) -> list[InputPartition]:
-        from stitchlake.filters import prune
-        from stitchlake.reader import plan_slices
+        from stitchlake.reading.filters import prune
+        from stitchlake.reading.snapshot import plan_slices
         from stitchlake.timeline.metadata import dump
 
         table = self.table
@@ -254,7 +255,7 @@ class StitchReader(DataSourceReader):
 
     def _weight(self, fslice: FileSlice) -> int:
         """What a task pays to read a slice: its files' bytes plus the cost of opening each (as Spark counts)."""
-        from stitchlake.reader import SNAPSHOT
+        from stitchlake.reading.snapshot import SNAPSHOT
 
         files = fslice.files if self.mode == SNAPSHOT else [fslice.base] if fslice.base else []
         return sum(f.bytes + self.packing.open_cost for f in files) or self.packing.open_cost
@@ -265,7 +266,7 @@ class StitchReader(DataSourceReader):
         from math import gcd
 
         from stitchlake.layout.names import file_group_id
-        from stitchlake.reader import changed_instants
+        from stitchlake.reading.changes import changed_instants
         from stitchlake.timeline.metadata import EraseCommit
 
         if self.until is None:
@@ -293,7 +294,7 @@ class StitchReader(DataSourceReader):
         if isinstance(partition, ChangesInput):
             yield from self._read_changes(partition.value)
             return
-        from stitchlake.reader import read_slice
+        from stitchlake.reading.snapshot import read_slice
         from stitchlake.timeline.metadata import FileSlice, load
 
         def rows(value: dict[str, Any]) -> pa.Table:
@@ -306,7 +307,7 @@ class StitchReader(DataSourceReader):
         import pyarrow as pa
 
         from stitchlake.io.schemas import table_schema
-        from stitchlake.reader import CHANGE_COLUMNS, read_changes
+        from stitchlake.reading.changes import CHANGE_COLUMNS, read_changes
 
         if not groups:
             return
@@ -332,8 +333,8 @@ class StitchReader(DataSourceReader):
 
     def _pruning(self, partition: str, group: str) -> Pruning:
         """The read's filters, narrowed to one file group: its partition's values and its bucket."""
-        from stitchlake.filters import prune
         from stitchlake.layout.partition import parse_partition_path
+        from stitchlake.reading.filters import prune
 
         where: dict[str, Any] = dict(self.where)
         where.update(parse_partition_path(partition))

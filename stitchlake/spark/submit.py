@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         from stitchlake.jobs.run import run
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
-        from stitchlake.table import Table, open_table
+        from stitchlake.table.handle import Table, open_table
 
         with open(args.request, encoding="utf-8") as handle:
             request = from_json(json.load(handle))

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from stitchlake.badrows import BadRows
 from stitchlake.spark.tables import open_for_spark
+from stitchlake.writing.badrows import BadRows
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
+    from stitchlake.table.transaction import ConflictCheck
     from stitchlake.timeline.metadata import DataFile, StreamBatch
-    from stitchlake.transaction import ConflictCheck
 
 #: Task-local properties Spark sets on the jobs of a streaming query's micro-batch.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -168,11 +168,11 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from stitchlake.badrows import quarantine_rows
-    from stitchlake.batch import prepare
     from stitchlake.engine import marker_for
     from stitchlake.io.landing import positions
-    from stitchlake.write import write_file_groups
+    from stitchlake.writing.badrows import quarantine_rows
+    from stitchlake.writing.batch import prepare
+    from stitchlake.writing.writer import write_file_groups
 
     stream = table.config.stream(stream_name)
     batches = list(iterator)
@@ -211,8 +211,8 @@ def publish(
     conflict_check: ConflictCheck | None = None,
 ) -> None:
     """The driver's commit: one deltacommit naming every file the tasks wrote."""
-    from stitchlake.transaction import Transaction
-    from stitchlake.write import deltacommit
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.writing.writer import deltacommit
 
     written = [m for m in messages if isinstance(m, FilesWritten)]
     bad = BadRows()
@@ -227,7 +227,7 @@ def publish(
 
 def discard(table: Table, instant: str, messages: list[WriterCommitMessage | None], abort_instant: bool) -> None:
     """Spark's abort: remove what the tasks wrote (and the instant we began), unless it was published."""
-    from stitchlake.transaction import Transaction
+    from stitchlake.table.transaction import Transaction
 
     current = table.timeline().get(instant)
     if current is not None and current.is_completed:

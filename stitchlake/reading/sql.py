@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from stitchlake.reader import Scan
-    from stitchlake.table import Table
+    from stitchlake.reading.scan import Scan
+    from stitchlake.table.handle import Table
 
 #: The short name every table also has in `stitch sql`, whatever its own name.
 SHORT_NAME = "t"
@@ -52,7 +52,7 @@ def to_duckdb(
     clean` removed a file of that state plans those file groups again from the newer state."""
     import duckdb
 
-    from stitchlake.reader import scan
+    from stitchlake.reading.reader import scan
 
     rows = scan(table, mode, as_of, since, until, columns, filter, before_images)
     connection = connection if connection is not None else duckdb.connect()
@@ -102,7 +102,7 @@ def results(
     import duckdb
     import pyarrow as pa
 
-    from stitchlake.reader import scan
+    from stitchlake.reading.reader import scan
 
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")

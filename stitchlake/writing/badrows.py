@@ -16,13 +16,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from stitchlake.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
 from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
 from stitchlake.paths import quarantine_folder
 from stitchlake.storage import Storage
 from stitchlake.timeline.metadata import QuarantinedFile
+from stitchlake.writing.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
 
 #: Rows shown in a message (and carried back from Spark tasks) besides the counts.
 SAMPLE_ROWS = 3

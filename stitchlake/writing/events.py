@@ -16,17 +16,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stitchlake.badrows import QUARANTINE, file_rejection, quarantine_file
-from stitchlake.batch import REASON, ROW, SOURCE, Batch, prepare, required_columns
 from stitchlake.config import SourceFormat, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io import kafka
 from stitchlake.io.landing import LandingFile, describe, positions, read_landing
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
+from stitchlake.writing.badrows import QUARANTINE, file_rejection, quarantine_file
+from stitchlake.writing.batch import REASON, ROW, SOURCE, Batch, prepare, required_columns
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 
 #: What an ingest reads: landing files, or offset ranges of a Kafka topic's partitions.

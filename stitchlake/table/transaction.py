@@ -47,7 +47,7 @@ from stitchlake.timeline.timeline import (
 
 if TYPE_CHECKING:
     from stitchlake.storage import Storage
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 log = logging.getLogger(__name__)
 

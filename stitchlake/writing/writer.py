@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.badrows import BadRows, quarantine_rows
-from stitchlake.batch import Batch, prepare
 from stitchlake.concurrency import conflicts
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.config import ConcurrencyMode, StreamSpec, TableConfig
@@ -30,13 +28,15 @@ from stitchlake.merge.rules import events, merge
 from stitchlake.merge.stitch import to_log
 from stitchlake.merge.version import constant, encode_ordering, encode_rank, rank_dictionary
 from stitchlake.paths import quarantine_folder
+from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DataFile, DeltaCommit, DeltaCommitPlan
-from stitchlake.transaction import Transaction
 from stitchlake.types import orders_by_rank
+from stitchlake.writing.badrows import BadRows, quarantine_rows
+from stitchlake.writing.batch import Batch, prepare
 
 if TYPE_CHECKING:
-    from stitchlake.table import Table
+    from stitchlake.table.handle import Table
 
 #: Writing a file group is mostly Parquet encoding, which releases the GIL: a few threads help.
 WRITE_THREADS = 4

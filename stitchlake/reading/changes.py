@@ -1,0 +1,437 @@
+"""The change feed (DESIGN §7): which keys' merged rows changed in (since, until], and how (`_op` I/U/D).
+
+The keys the range's commits carried are read first (keys only); then each file group's two states, as of `since`
+and as of `until`, are merged with the snapshot reader's `merge_slice`, diffed and handed on one group at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from math import gcd
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stitchlake.config import TableConfig
+from stitchlake.errors import UsageError
+from stitchlake.io.datafiles import read_parquet, read_table_file
+from stitchlake.io.schemas import key_schema
+from stitchlake.layout.bucket import bucket_of
+from stitchlake.layout.fsview import FileSystemView
+from stitchlake.layout.names import file_group_id
+from stitchlake.merge.stitch import to_rows
+from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditions
+from stitchlake.reading.scan import Scan
+from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import IN_CHANGE_FEED, EraseCommit, UndoPlan
+from stitchlake.timeline.timeline import Timeline
+
+if TYPE_CHECKING:
+    from stitchlake.table.handle import Table
+
+OP = "_op"
+#: Change-feed columns after `_op`: the completion time of the last commit in the range that carried the key, and
+#: the streams whose commits carried it (comma-separated, sorted; "erase" for an erase).
+COMMIT_TIME = "_commit_time"
+STREAMS = "_streams"
+CHANGE_COLUMNS = (OP, COMMIT_TIME, STREAMS)
+ERASE_LABEL = "erase"
+
+
+def change_scan(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool,
+    on_changes: Sequence[Condition],
+    asked: list[str] | None,
+) -> Scan:
+    """An incremental read, planned: `change_parts` of (since, until], one file group at a time."""
+    schema = _no_changes(table.config, wanted).schema
+    if asked is not None:
+        schema = pa.schema([schema.field(name) for name in asked])
+
+    def parts(_resume: bool) -> Iterator[pa.Table]:
+        for out in change_parts(table, timeline, view, since, until, wanted, pruning, before_images):
+            for condition in on_changes:
+                out = out.filter(condition.expression(pa.string()))
+            yield out if asked is None else out.select(asked)
+
+    return Scan(schema, parts)
+
+
+def split_change_filter(where: Filter) -> tuple[Filter, list[Condition]]:
+    """An incremental read's filter: (the part on table columns, conditions on the change columns `_op`,
+    `_commit_time`, `_streams`, which hold only in the change rows and are checked on them)."""
+    if where is None or isinstance(where, pc.Expression):
+        return where, []  # an expression is checked on the change rows as it is, `_op` included
+    if isinstance(where, Mapping):
+        changes = [
+            Condition(name, "=", tuple(str(v) for v in (value if isinstance(value, list | tuple | set) else [value])))
+            for name, value in where.items()
+            if name in CHANGE_COLUMNS
+        ]
+        return {k: v for k, v in where.items() if k not in CHANGE_COLUMNS}, changes
+    rest, changes = [], []
+    for name, op, value in parse_conditions(where):
+        if name in CHANGE_COLUMNS:
+            changes.append(Condition(name, op, (value,)))
+        else:
+            rest.append(f"{name}{op}{value}")
+    return rest, changes
+
+
+def refuse_change_columns(columns: Sequence[str] | None, where: Filter, as_of: str | None) -> None:
+    """`_op` and the other change columns exist only in incremental reads: say so, instead of "unknown column"."""
+    named = [c for c in columns or () if c in CHANGE_COLUMNS]
+    if isinstance(where, Mapping):
+        named += [c for c in where if c in CHANGE_COLUMNS]
+    elif isinstance(where, str) or (isinstance(where, Sequence) and all(isinstance(w, str) for w in where)):
+        named += [name for name, _op, _value in parse_conditions(where) if name in CHANGE_COLUMNS]
+    if named:
+        read = "a time-travel read (as of a time)" if as_of is not None else "a snapshot read"
+        raise UsageError(
+            f"{', '.join(dict.fromkeys(named))}: only incremental reads have the change columns "
+            f"{', '.join(CHANGE_COLUMNS)} (give --since and/or --until); {read} returns rows, not changes"
+        )
+
+
+def changed_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Any]:
+    """The deltacommits and erases whose changes an incremental read of (since, until] reports.
+
+    Refused when the range holds an undo of a completed commit (a restore, or a rollback of a commit that had
+    completed): rows that were reported as changed would silently come back or vanish without a change row.
+    """
+    span = timeline.completed(since=since, until=until)
+    for instant in span:
+        if instant.action == Action.RESTORE:
+            raise UsageError(
+                f"the range contains restore {instant.requested}, which rewrote history; read changes from after "
+                "it instead"
+            )
+        if instant.action == Action.ROLLBACK and _undoes_commits(timeline.plan(instant)):
+            raise UsageError(
+                f"the range contains rollback {instant.requested} of a completed commit, which rewrote history; "
+                "read changes from after it instead"
+            )
+    return [i for i in span if i.action in IN_CHANGE_FEED]
+
+
+def _undoes_commits(plan: object) -> bool:
+    return isinstance(plan, UndoPlan) and plan.undoes_commits
+
+
+def _touched_keys(
+    table: Table, timeline: Timeline, view: FileSystemView, instants: list[Any], wanted: Callable[[str, str, int], bool]
+) -> dict[str, list[pa.Table]]:
+    """Key columns each partition received from the instants in the range, each with the commit's completion time
+    and stream (`COMMIT_TIME`, `STREAMS`). A file group's keys are read only if `wanted(partition, file group, its
+    bucket count then)` says they may be asked for."""
+    config = table.config
+    common = common_names(config)
+    out: dict[str, list[pa.Table]] = {}
+
+    def add(partition: str, keys: pa.Table, instant: Any, stream: str) -> None:
+        rows = keys.num_rows
+        keys = keys.append_column(COMMIT_TIME, pa.array([instant.completed] * rows, pa.string()))
+        out.setdefault(partition, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
+
+    for instant in instants:
+        commit = timeline.commit(instant)
+        layout = view.layout(instant.completed)  # the count its files were routed with (writers are fenced)
+        if isinstance(commit, EraseCommit):
+            for (partition, group), keys in erased_keys(table, commit).items():
+                if wanted(partition, group, layout.buckets(partition)):
+                    add(partition, keys, instant, ERASE_LABEL)
+            continue
+        stream = getattr(commit, "stream", None) or ""
+        for entry in commit.added_files:
+            if not wanted(entry.partition, entry.file_group, entry.buckets or layout.buckets(entry.partition)):
+                continue
+            add(
+                entry.partition,
+                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum),
+                instant,
+                stream,
+            )
+    return out
+
+
+#: Columns of an erase's `erased_file` besides the key and partition columns: where each erased key lived.
+ERASED_GROUP = "_file_group"
+ERASED_PARTITION = "_partition"
+
+
+def erased_keys(table: Table, commit: EraseCommit) -> dict[tuple[str, str], pa.Table]:
+    """The keys a completed erase removed, by file group (the incremental view reports them deleted)."""
+    if not commit.erased_file:
+        return {}
+    rows = read_parquet(table.storage, commit.erased_file, checksum=commit.erased_checksum or None)
+    common = common_names(table.config)
+    out: dict[tuple[str, str], pa.Table] = {}
+    places = [ERASED_PARTITION, ERASED_GROUP]
+    for place in rows.select(places).group_by(places).aggregate([]).to_pylist():  # a few file groups
+        partition, group = place[ERASED_PARTITION], place[ERASED_GROUP]
+        mask = pc.and_(pc.equal(rows.column(ERASED_PARTITION), partition), pc.equal(rows.column(ERASED_GROUP), group))
+        out[(partition, group)] = rows.filter(mask).select(common)
+    return out
+
+
+def read_changes(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool = False,
+) -> pa.Table:
+    """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
+    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`."""
+    parts = [p for p in change_parts(table, timeline, view, since, until, wanted, pruning, before_images) if p.num_rows]
+    return pa.concat_tables(parts) if parts else _no_changes(table.config, wanted)
+
+
+def change_parts(
+    table: Table,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    wanted: list[str],
+    pruning: Pruning,
+    before_images: bool = False,
+) -> Iterator[pa.Table]:
+    """`read_changes` one file group at a time: the keys the range touched are read first (keys only), then each
+    file group's two states are merged, diffed and handed on before the next one's."""
+    config = table.config
+    common = common_names(config)
+    if until is None:
+        latest = timeline.latest_completed()
+        until = latest.completed if latest else None
+    if until is None:
+        return
+    after_layout = view.layout(until)
+    before_layout = view.layout(since) if since else None
+
+    def allowed(partition: str) -> set[int] | None:
+        """The file groups (ids under the count as of `until`) of a partition the read may return keys of."""
+        ids = pruning.file_groups(after_layout.buckets(partition))
+        found = None if ids is None else {int(i) for i in ids}
+        if pruning.only is not None:
+            handed = {int(group) for place, group in pruning.only if place == partition}
+            found = handed if found is None else found & handed
+        return found
+
+    def may_hold(partition: str, group: str, buckets: int) -> bool:
+        """Whether a file group laid out by `buckets` may hold keys of an allowed group as of `until`: a key in
+        group i of b buckets is in group j of n only if i = j modulo gcd(b, n)."""
+        if not pruning.matches_partition(partition):
+            return False
+        ids = allowed(partition)
+        if ids is None:
+            return True
+        step = gcd(buckets, after_layout.buckets(partition))
+        return any(int(group) % step == j % step for j in ids)
+
+    touched = _touched_keys(table, timeline, view, changed_instants(timeline, since, until), may_hold)
+    every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
+    for partition, keys in sorted(touched.items()):
+        carried_all = pa.concat_tables(keys)
+        groups = _groups_of(config, carried_all, after_layout.buckets(partition))
+        ids = allowed(partition)
+        for group in np.unique(groups):
+            if ids is not None and int(group) not in ids:
+                continue
+            carried = carried_all.filter(pa.array(groups == group))
+            candidates = carried.select(common).group_by(common).aggregate([])
+            after = _state(table, view, (partition, file_group_id(int(group))), until, every, candidates)
+            before = (
+                _before(table, view, partition, since, every, candidates, before_layout.buckets(partition))
+                if since and before_layout is not None
+                else empty_rows(config, every)
+            )
+            changed = _diff(config, before, after, common, every, before_images)
+            changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
+            yield changes.select([*wanted, *CHANGE_COLUMNS])
+
+
+def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:
+    """The read's filter on change rows: `D` rows stay whatever the value conditions say; with `before_images` an
+    update's two rows are kept or dropped together, by its new values."""
+    if not out.num_rows:
+        return out
+    if pruning.row_columns is None and pruning.rows is not None:
+        # An opaque expression may name value columns, which a deleted row no longer has.
+        return out.filter(pruning.rows | (pc.field(OP) == "D"))
+    if pruning.keys is not None:
+        out = out.filter(pruning.keys)
+    if pruning.values is not None:
+        kept = pruning.values | (pc.field(OP) == "D")
+        if before_images:  # an update is kept or dropped as a pair, by its new values
+            kept = _pairs_kept(out, pruning.values)
+        out = out.filter(kept)
+    return out
+
+
+def _no_changes(config: TableConfig, wanted: list[str]) -> pa.Table:
+    return (
+        empty_rows(config, wanted)
+        .append_column(OP, pa.array([], pa.string()))
+        .append_column(COMMIT_TIME, pa.array([], pa.string()))
+        .append_column(STREAMS, pa.array([], pa.string()))
+    )
+
+
+def _with_commits(changed: pa.Table, carried: pa.Table, common: list[str]) -> pa.Table:
+    """`changed` with, per key, the last commit time and the streams of the commits that carried it."""
+    # Each key's distinct streams, in name order (sorted first, then listed by a single-threaded group-by, which
+    # keeps input order) and joined in Arrow: no string built per row in Python.
+    pairs = carried.select([*common, STREAMS]).group_by([*common, STREAMS]).aggregate([])
+    listed = pairs.sort_by([(STREAMS, "ascending")]).group_by(common, use_threads=False).aggregate([(STREAMS, "list")])
+    named = listed.select(common).append_column(STREAMS, pc.binary_join(listed.column(f"{STREAMS}_list"), ","))
+    summary = carried.group_by(common).aggregate([(COMMIT_TIME, "max")]).join(named, common)
+    found, at = _match_keys(changed, summary, common, "left outer")
+    order = np.argsort(found, kind="stable")  # the join may reorder rows: back to `changed`'s order
+    at = pa.array(at[order])
+    times = summary.column(f"{COMMIT_TIME}_max").take(at)
+    streams = summary.column(STREAMS).take(at)
+    return changed.append_column(COMMIT_TIME, times).append_column(STREAMS, streams)
+
+
+def _pairs_kept(rows: pa.Table, values: Any) -> pa.Array:
+    """Which rows a value filter keeps when updates come as `-U`/`+U` pairs: a `-U` row goes with its `+U`."""
+    matches = _evaluate(rows, values)
+    ops = np.asarray(rows.column(OP).to_pylist())
+    keep = matches | (ops == "D")
+    minus = np.flatnonzero(ops == "-U")
+    keep[minus] = matches[minus + 1]  # a -U row is always right before its +U row
+    return pa.array(keep)
+
+
+def _evaluate(rows: pa.Table, expression: Any) -> np.ndarray:
+    """A filter expression evaluated to one boolean per row (null counts as false)."""
+    import pyarrow.dataset as ds
+
+    marked = rows.append_column("_row", pa.array(np.arange(rows.num_rows), pa.int64()))
+    matched = ds.dataset(marked).to_table(filter=expression, columns=["_row"]).column("_row").to_numpy()
+    out = np.zeros(rows.num_rows, dtype=bool)
+    out[matched] = True
+    return out
+
+
+def _groups_of(config: TableConfig, keys: pa.Table, buckets: int) -> np.ndarray:
+    """Each row's file group number with `buckets` buckets."""
+    return bucket_of([keys.column(n) for n in config.table.key_names], buckets)
+
+
+def _before(
+    table: Table,
+    view: FileSystemView,
+    partition: str,
+    since: str,
+    columns: list[str],
+    candidates: pa.Table,
+    buckets: int,
+) -> pa.Table:
+    """The candidates' rows as of `since`, from the file groups they had then (a rescale in the range moved them)."""
+    groups = _groups_of(table.config, candidates, buckets)
+    found = [
+        _state(
+            table, view, (partition, file_group_id(int(g))), since, columns, candidates.filter(pa.array(groups == g))
+        )
+        for g in np.unique(groups)
+    ]
+    found = [f for f in found if f.num_rows]
+    return pa.concat_tables(found) if found else empty_rows(table.config, columns)
+
+
+def _state(
+    table: Table,
+    view: FileSystemView,
+    key: tuple[str, str],
+    as_of: str | None,
+    columns: list[str],
+    candidates: pa.Table,
+) -> pa.Table:
+    fslice = view.latest_slices(as_of, file_groups=[key])
+    if not fslice:
+        return empty_rows(table.config, columns)
+    rows = to_rows(table.config, merge_slice(table, fslice[0], columns, versions=False), columns)
+    found, _ = _match_keys(rows, candidates, common_names(table.config), "left semi")
+    return rows.take(np.sort(found))
+
+
+def _match_keys(left: pa.Table, right: pa.Table, keys: list[str], how: str) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions in `left` and `right` (-1: no match) of a join on `keys` alone.
+
+    Arrow joins refuse nested non-key columns, so only the keys and positions go through the join.
+    """
+    positions = left.select(keys).append_column("_left", pa.array(np.arange(left.num_rows), pa.int64()))
+    other = right.select(keys)
+    if how != "left semi":
+        other = other.append_column("_right", pa.array(np.arange(right.num_rows), pa.int64()))
+    joined = positions.join(other, keys=keys, join_type=how)
+    taken = pc.fill_null(joined.column("_left"), -1).to_numpy()
+    if how == "left semi":
+        return taken, np.full(len(taken), -1)
+    return taken, pc.fill_null(joined.column("_right"), -1).to_numpy()
+
+
+def _same(now: pa.ChunkedArray, then: pa.ChunkedArray) -> np.ndarray:
+    """Per row: both null, or equal values (nested values compared whole)."""
+    if pa.types.is_nested(now.type):
+        return np.array([a == b for a, b in zip(now.to_pylist(), then.to_pylist(), strict=True)], dtype=bool)
+    same = pc.fill_null(pc.equal(now, then), False)
+    return pc.or_(same, pc.and_(pc.is_null(now), pc.is_null(then))).to_numpy(zero_copy_only=False)
+
+
+def _diff(
+    config: TableConfig,
+    before: pa.Table,
+    after: pa.Table,
+    common: list[str],
+    every: list[str],
+    before_images: bool = False,
+) -> pa.Table:
+    """Compare two states of the same keys: inserted, updated (values differ) or deleted. With `before_images`
+    an update is two rows, `-U` (before) then `+U` (after), and a delete keeps its values."""
+    values = [c for c in every if c not in common]
+    in_after, in_before = _match_keys(after, before, common, "full outer")
+    both = np.flatnonzero((in_after >= 0) & (in_before >= 0))
+    changed = np.zeros(len(in_after), dtype=bool)
+    if len(both):
+        now, then = after.take(in_after[both]), before.take(in_before[both])
+        for name in values:
+            changed[both] |= ~_same(now.column(name), then.column(name))
+    inserted = (in_after >= 0) & (in_before < 0)
+    kept = np.flatnonzero(inserted | changed)
+    upserts = after.take(in_after[kept]).select(every)
+    updated = "+U" if before_images else "U"
+    upserts = upserts.append_column(OP, pa.array(np.where(inserted[kept], "I", updated), pa.string()))
+    gone = in_before[(in_after < 0) & (in_before >= 0)]
+    deletes = before.take(gone).select(every)
+    if not before_images:
+        deletes = pa.table(
+            {
+                n: (deletes.column(n) if n in common else pa.nulls(len(gone), deletes.schema.field(n).type))
+                for n in every
+            }
+        )
+    deletes = deletes.append_column(OP, pa.array(["D"] * len(gone), pa.string()))
+    parts = [upserts, deletes.cast(upserts.schema)]
+    if before_images:
+        old = before.take(in_before[kept[~inserted[kept]]]).select(every)
+        parts.append(old.append_column(OP, pa.array(["-U"] * old.num_rows, pa.string())).cast(upserts.schema))
+    out = pa.concat_tables(parts)
+    # By key; a key's -U row right before its +U row ("+U" sorts before "-U", so sort on the op descending).
+    order = [(k, "ascending") for k in common] + ([(OP, "descending")] if before_images else [])
+    return out.take(pc.sort_indices(out.select([*common, OP]) if before_images else out.select(common), order))

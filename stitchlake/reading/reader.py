@@ -1,0 +1,132 @@
+"""The reader: one entry for every kind of read (`scan` streams it, `read` gathers it).
+
+It checks the arguments, resolves the times and sends the read to the snapshot reader (`read.snapshot`) or the change
+feed (`read.changes`); both stream through a `read.scan.Scan`, so memory is bounded by the largest file slices, not
+by the table. Gathering a scan into one Arrow table (`read`) is the caller's choice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
+from stitchlake.reading.changes import CHANGE_COLUMNS, change_scan, refuse_change_columns, split_change_filter
+from stitchlake.reading.filters import Filter, prune
+from stitchlake.reading.scan import Scan
+from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time, snapshot_scan, wanted_columns
+from stitchlake.table.transaction import undoes_history
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.timeline import Timeline
+
+if TYPE_CHECKING:
+    from stitchlake.table.handle import Table
+
+log = logging.getLogger(__name__)
+
+
+def scan(
+    table: Table,
+    mode: str = SNAPSHOT,
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Filter = None,
+    before_images: bool = False,
+) -> Scan:
+    """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
+    (one file group for changes) at a time: memory bounded by the largest slices, not the table (DESIGN §7).
+
+    Planning happens now (a bad argument or time is refused here); rows are read when the scan is iterated, and
+    every pass reads the same planned files."""
+    if mode not in MODES:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    table.require()
+    if as_of is not None and (since is not None or until is not None):
+        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    if before_images and since is None and until is None:
+        raise UsageError("before_images is for change reads: give since and/or until")
+    try:
+        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
+    except (DataFileMissing, HistoryMoved):
+        # An archive or restore removed the instants we listed (or a clean a file planning reads): plan again.
+        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
+
+
+def read(
+    table: Table,
+    mode: str = SNAPSHOT,
+    as_of: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Filter = None,
+    before_images: bool = False,
+) -> pa.Table:
+    """Read the table into one Arrow table. See DESIGN §7 for the modes; `since`/`until` give the incremental view
+    (with `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
+    deleted values). The result is whole in memory: `scan` streams the same rows slice by slice."""
+    try:
+        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
+    except (DataFileMissing, HistoryMoved):
+        # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
+        # or restore the instants we listed: plan the whole read again from the new timeline, so the rows are one
+        # state of the table. A file still missing then is damage, and the second error says so.
+        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
+
+
+def _plan(
+    table: Table,
+    mode: str,
+    as_of: str | None,
+    since: str | None,
+    until: str | None,
+    columns: Sequence[str] | None,
+    filter: Filter,
+    before_images: bool = False,
+) -> Scan:
+    timeline = table.timeline()
+    view = table.view(timeline)
+    _warn_if_undoing(timeline)
+    if since is not None or until is not None:
+        end = resolve_time(table, timeline, until)
+        if end is None:
+            latest = timeline.latest_completed()
+            end = latest.completed if latest else None
+        table = table.at_time(end)  # changes are shown with the columns of their end
+        table_filter, on_changes = split_change_filter(filter)
+        asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
+        return change_scan(
+            table,
+            timeline,
+            view,
+            resolve_time(table, timeline, since),
+            end,
+            wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns),
+            prune(table.config, table_filter),
+            before_images,
+            on_changes,
+            asked,
+        )
+    refuse_change_columns(columns, filter, as_of)
+    at = resolve_time(table, timeline, as_of)
+    table = table.at_time(at)  # time travel shows the columns of its time
+    return snapshot_scan(table, view, at, wanted_columns(table.config, columns), mode, filter)
+
+
+def _warn_if_undoing(timeline: Timeline) -> None:
+    """Say so when a restore (or a rollback of commits) is pending: the rows read are a state partway through it,
+    and the next read after it finishes will differ. A read never finishes it; its own process, or `stitch
+    rollback --failed` after a crash, does."""
+    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
+        if undoes_history(timeline, instant):
+            log.warning(
+                "%s %s is undoing commits and has not finished: this read shows the table partway through it "
+                "(if its process died, `stitch rollback --failed` finishes it)",
+                instant.action,
+                instant.requested,
+            )
