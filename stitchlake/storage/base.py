@@ -48,12 +48,20 @@ class FileInfo:
 
 
 class Storage(ABC):
-    """Files under one root (a table, or a landing folder), addressed by root-relative paths."""
+    """Files under one root (a table, or a landing folder), addressed by root-relative paths.
+
+    Callers ask a backend what it can do rather than test its class or its URL's scheme: `local_path()` (a
+    folder on this machine, or None), `remote` (every request, a listing page included, is a round trip: batch
+    and cache) and `client_settings()` (how delta-rs or pyiceberg reach the same store). Atomic create
+    (`put_if_absent`) is not a capability but the contract: the lock and the timeline rest on it, so a store
+    without conditional puts cannot hold a table and has no backend.
+    """
 
     #: Where the root is, as the user wrote it (a local path or a URI).
     uri: str
-    #: Whether each request is a network round trip (object stores): readers of many small files then issue
-    #: their requests in parallel, and immutable files (completed instants) are cached in-process.
+    #: Whether each request is a network round trip (object stores; a listing costs one per page): readers of
+    #: many small files then issue their requests in parallel, and immutable files (completed instants) are
+    #: cached in-process.
     remote: bool = False
 
     @abstractmethod

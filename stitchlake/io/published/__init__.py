@@ -51,7 +51,7 @@ def published_table_exists(
         from deltalake import DeltaTable
 
         return bool(DeltaTable.is_deltatable(target.location, storage_options=delta_options(target)))
-    if not catalog_properties and (target.on_s3 or not os.path.exists(default_catalog_file(target))):
+    if not catalog_properties and (target.local_folder is None or not os.path.exists(default_catalog_file(target))):
         return False
     return bool(iceberg_catalog(target, catalog_properties).table_exists((namespace, name)))
 

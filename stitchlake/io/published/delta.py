@@ -32,8 +32,9 @@ _DELTA_S3 = {
 def delta_options(target: Target) -> dict[str, str] | None:
     """delta-rs `storage_options` for the target (None on local disk). delta-rs commits a version with S3's
     conditional PUT, so publishes racing for the same version cannot overwrite each other's log entry."""
-    settings = target.s3_settings()
-    return {_DELTA_S3[name]: value for name, value in settings.items()} if target.on_s3 else None
+    if target.local_folder is not None:
+        return None
+    return {_DELTA_S3[name]: value for name, value in target.client_settings().items()}
 
 
 def write_delta(publication: Publication, target: Target) -> Published:

@@ -18,7 +18,6 @@ from stitchlake.io.published.target import (
     Target,
     without_file_scheme,
 )
-from stitchlake.storage.registry import scheme_of
 
 #: pyiceberg writes through pyarrow's S3 client (the AWS C++ SDK), whose default request checksums S3-compatible
 #: stores such as Ceph's gateway refuse (411 MissingContentLength on every upload). Checksums only where an API
@@ -45,12 +44,12 @@ def iceberg_catalog(target: Target | str, properties: Mapping[str, str] | None =
     from pyiceberg.catalog import load_catalog
 
     target = target if isinstance(target, Target) else Target(target)
-    if not target.on_s3 and scheme_of(target.location) in ("", "file"):
-        target = Target(os.path.abspath(target.location.removeprefix("file://")), target.storage_options)
+    if target.local_folder is not None:
+        target = Target(target.local_folder, target.storage_options)
     chosen = dict(properties or {})
-    io = {_ICEBERG_S3[name]: value for name, value in target.s3_settings().items() if name in _ICEBERG_S3}
+    io = {_ICEBERG_S3[name]: value for name, value in target.client_settings().items() if name in _ICEBERG_S3}
     check_iceberg_catalog(target, chosen)
-    if target.on_s3:
+    if target.local_folder is None:
         for name, value in _SDK_CHECKSUMS.items():
             os.environ.setdefault(name, value)
     if chosen.get("type", "sql") != "sql":
@@ -63,25 +62,27 @@ def iceberg_catalog(target: Target | str, properties: Mapping[str, str] | None =
 def _sql_defaults(target: Target) -> dict[str, str]:
     """The default SQL catalog: a SQLite file in the target folder, which is also the warehouse (on S3, the
     warehouse alone: the catalog's database must be given)."""
-    if target.on_s3:
+    if target.local_folder is None:
         return {"type": "sql", "warehouse": target.location.rstrip("/")}
-    Path(target.location).mkdir(parents=True, exist_ok=True)
+    Path(target.local_folder).mkdir(parents=True, exist_ok=True)
     return {
         "type": "sql",
         "uri": f"sqlite:///{default_catalog_file(target)}",
-        "warehouse": Path(target.location).as_uri(),
+        "warehouse": Path(target.local_folder).as_uri(),
     }
 
 
 def default_catalog_file(target: Target) -> str:
-    return os.path.join(os.path.abspath(target.location), "catalog.db")
+    """The default catalog's SQLite file, in the target folder (a target on disk only)."""
+    assert target.local_folder is not None, "the default catalog is a file on disk"
+    return os.path.join(target.local_folder, "catalog.db")
 
 
 def catalog_location(target: Target, properties: Mapping[str, str]) -> str:
     """Where a reader finds the published Iceberg table by name: the catalog's URI, credentials left out."""
     uri = properties.get("uri")
     if uri is None:
-        return "" if target.on_s3 else f"sqlite:///{default_catalog_file(target)}"
+        return "" if target.local_folder is None else f"sqlite:///{default_catalog_file(target)}"
     parts = urlsplit(uri)
     if parts.password is None and parts.username is None:
         return uri
@@ -92,7 +93,7 @@ def catalog_location(target: Target, properties: Mapping[str, str]) -> str:
 
 def check_iceberg_catalog(target: Target, properties: Mapping[str, str]) -> None:
     """Refuse the default SQLite catalog for a target on an object store: SQLite needs a file on a disk."""
-    if target.on_s3 and "uri" not in properties and properties.get("type", "sql") == "sql":
+    if target.local_folder is None and "uri" not in properties and properties.get("type", "sql") == "sql":
         raise UsageError(
             f"publishing Iceberg to {target.location} needs a catalog that is not a file on the object store: "
             "set publish.iceberg_catalog (a REST catalog, or type: sql with a database uri)"

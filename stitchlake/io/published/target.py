@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from stitchlake.storage import Storage, storage_for
-from stitchlake.storage.registry import scheme_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,14 +26,17 @@ class Target:
     location: str
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def on_s3(self) -> bool:
-        return scheme_of(self.location) == "s3"
+    @cached_property
+    def local_folder(self) -> str | None:
+        """The target as an absolute folder on this machine, or None on an object store: the storage says which,
+        so a new backend needs no branch here."""
+        return self.storage().local_path()
 
     def storage(self, location: str | None = None) -> Storage:
         return storage_for(location or self.location, self.storage_options)
 
-    def s3_settings(self) -> dict[str, str]:
+    def client_settings(self) -> dict[str, str]:
+        """What delta-rs and pyiceberg need to reach the target as the table's own client does (none on disk)."""
         return self.storage().client_settings()
 
 
