@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from stitchlake.services.restore import RestoreResult
     from stitchlake.services.rollback import RollbackResult
     from stitchlake.services.savepoint import Savepoint
+    from stitchlake.services.status import StatusReport
     from stitchlake.writing.writer import WriteResult
 
 
@@ -252,7 +253,8 @@ class Table(CoreTable):
 
         return archive(self, keep)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusReport:
+        """The health report of `stitch status` (`to_json()` is its `--json`)."""
         from stitchlake.services.status import status
 
         return status(self)

@@ -340,23 +340,23 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     )
     table.write("orders", orders)
     report = status(table)
-    [group] = report["large_file_groups"]
-    assert (group["partition"], group["file_group"], group["base_bytes"], group["log_files"]) == (
+    [group] = report.large_file_groups
+    assert (group.partition, group.file_group, group.base_bytes, group.log_files) == (
         "p=even",
         "00000",
         0,
         1,
     )
-    assert group["bytes"] > 1024 * 1024 and report["totals"]["largest_file_group_bytes"] == group["bytes"]
-    [warning] = report["warnings"]
+    assert group.bytes > 1024 * 1024 and report.totals.largest_file_group_bytes == group.bytes
+    [warning] = report.warnings
     assert "compaction.max_file_group_mb (1 MiB)" in warning and "p=even/00000" in warning
     assert "run `stitch compact`" in warning and "rescale" not in warning
 
     table.compact()  # the base file alone is still over 1 MiB: only more buckets help
     report = status(table)
-    [group] = report["large_file_groups"]
-    assert group["base_bytes"] == group["bytes"] > 1024 * 1024 and group["log_files"] == 0
-    [warning] = report["warnings"]
+    [group] = report.large_file_groups
+    assert group.base_bytes == group.bytes > 1024 * 1024 and group.log_files == 0
+    [warning] = report.warnings
     assert "stitch rescale --buckets" in warning and "Sizing file groups" in warning
 
     config = tmp_path / "t.yaml"
@@ -369,4 +369,4 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     document["compaction"] = {"max_file_group_mb": 64}
     roomy = Table(parse_config(document, file=str(config), base=tmp_path))
     report = status(roomy)
-    assert report["large_file_groups"] == [] and report["warnings"] == []
+    assert report.large_file_groups == [] and report.warnings == []

@@ -735,39 +735,60 @@ def test_human_values() -> None:
 
 
 def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) -> None:
-    report = {
-        "table": "wide",
-        "path": "/data/wide",
-        "partitions": {
-            "p=odd": {
-                "file_groups": 2,
-                "base_files": 1,
-                "log_files": 3,
-                "max_logs_per_slice": 2,
-                "bytes": 2048,
-                "rows": 10,
-            }
+    from stitchlake.services.status import (
+        LastCommit,
+        PartitionHealth,
+        PendingInstant,
+        StatusReport,
+        TimelineHealth,
+        Totals,
+    )
+
+    report = StatusReport(
+        table="wide",
+        path="/data/wide",
+        partitions={
+            "p=odd": PartitionHealth(
+                buckets=2, file_groups=2, base_files=1, log_files=3, max_logs_per_slice=2, bytes=2048, rows=10
+            )
         },
-        "totals": {"partitions": 1, "bytes": 4096},
-        "pending_compactions": [],
-        "writers": [
-            {
-                "instant": "20261122221609807",
-                "action": "deltacommit",
-                "state": "inflight",
-                "stream": "orders",
-                "alive": False,
-                "heartbeat_age_s": 75.0,
-                "host": "etl-1",
-                "pid": 4242,
-            }
+        totals=Totals(
+            partitions=1,
+            file_groups=2,
+            live_files=4,
+            base_files=1,
+            log_files=3,
+            bytes=4096,
+            latest_slice_bytes=2048,
+            largest_file_group_bytes=1024,
+        ),
+        large_file_groups=[],
+        pending_compactions=[],
+        writers=[
+            PendingInstant(
+                instant="20261122221609807",
+                action="deltacommit",
+                state="inflight",
+                stream="orders",
+                alive=False,
+                heartbeat_age_s=75.0,
+                pending_s=80.0,
+                host="etl-1",
+                pid=4242,
+            )
         ],
-        "streams": {
-            "orders": {"instant": "20261122221609807", "completed": "20261122221610000", "rows": 7, "files": 2},
-            "payments": None,
-        },
-        "timeline": {"active_instants": 12, "last_compaction": None},
-    }
+        streams={"orders": LastCommit("20261122221609807", "20261122221610000", 7, 2), "payments": None},
+        warnings=[],
+        timeline=TimelineHealth(
+            active_instants=12,
+            archived_until=None,
+            buckets=2,
+            last_rescale=None,
+            last_compaction=None,
+            last_clean=None,
+            deltacommits_since_compaction=3,
+        ),
+    )
     output.print_status(report)
     out = capsys.readouterr().out
     assert out.startswith("table wide at /data/wide")

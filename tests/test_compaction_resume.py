@@ -174,14 +174,14 @@ def test_status_warns_about_a_plan_that_waited_too_long(landing: Path, tmp_path:
     planned = compaction.schedule(table)
     assert planned is not None
     now = time.time()
-    assert status(table, now=now)["warnings"] == [], "a fresh plan is no news"
+    assert status(table, now=now).warnings == [], "a fresh plan is no news"
     later = status(table, now=now + 61 * 60)
-    [warning] = later["warnings"]
+    [warning] = later.warnings
     assert planned in warning and "stitch compact" in warning
-    [entry] = later["pending_compactions"]
-    assert entry["instant"] == planned and entry["alive"] is False and entry["pending_s"] > 3600
+    [entry] = later.pending_compactions
+    assert entry.instant == planned and entry.alive is False and entry.pending_s > 3600
     # The human report shows it (here the plan is not late, so no warning line, but its age and state).
     shown = run_stitch("status", "-c", str(config))
     assert shown.returncode == 0 and "no (not running)" in shown.stdout
     table.compact()
-    assert status(table, now=now + 61 * 60)["warnings"] == []
+    assert status(table, now=now + 61 * 60).warnings == []

@@ -211,7 +211,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     assert_keys_in_their_buckets(table, commit)
     assert as_rows(table.read()) == before
     assert as_rows(table.read(mode="read_optimized")) == before, "the rescale's base files hold every log"
-    assert {p["buckets"] for p in table.status()["partitions"].values()} == {5}
+    assert {p.buckets for p in table.status().partitions.values()} == {5}
 
     with pytest.raises(BusyError, match="was rescaled to 5 buckets") as refused:
         write(writer, "orders", orders_batch(list(range(0, KEYS, 7))), txn=txn)
@@ -246,7 +246,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     # Restore across it: the savepoint's state and its layout come back.
     table.restore("before")
     assert as_rows(table.read()) == pinned
-    assert table.config.table.buckets == 2 and {p["buckets"] for p in table.status()["partitions"].values()} == {2}
+    assert table.config.table.buckets == 2 and {p.buckets for p in table.status().partitions.values()} == {2}
     fresh = table.write("orders", orders_batch([1, 2]))
     assert {b for _p, _g, b in routed_by(table, fresh.instant)} == {2}
     restored = History(list(history.events), list(history.erases), [t for t in history.times if t[0] <= pinned_at])
@@ -271,7 +271,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     assert checkpoint is not None and [r.requested for r in checkpoint.rescales][-1] == again.instant
     reopened = stitchlake.open(place.table)
     assert as_rows(reopened.read()) == more.expected()
-    assert reopened.status()["timeline"]["buckets"] == 3
+    assert reopened.status().timeline.buckets == 3
     late = reopened.write("orders", orders_batch([5, 6, 7]))
     assert {b for _p, _g, b in routed_by(reopened, late.instant)} == {3}
 
@@ -313,8 +313,8 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
     done = table.rescale(4, ["p=even"])  # runs the pending plan first: nothing more to plan
     assert done is not None and done.instant == planned and not done.whole_table
     status = table.status()
-    assert (status["partitions"]["p=even"]["buckets"], status["partitions"]["p=odd"]["buckets"]) == (4, 2)
-    assert status["timeline"]["buckets"] == 2, "a rescale of some partitions leaves the table's count"
+    assert (status.partitions["p=even"].buckets, status.partitions["p=odd"].buckets) == (4, 2)
+    assert status.timeline.buckets == 2, "a rescale of some partitions leaves the table's count"
     mixed = table.write("orders", orders_batch(even + odd, ots=10))
     assert {(p, b) for p, _g, b in routed_by(table, mixed.instant)} == {("p=even", 4), ("p=odd", 2)}
     for pos, k in enumerate(even + odd):
@@ -330,7 +330,7 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
     with pytest.raises(BusyError, match="nothing can be written right now"):
         table.write("orders", orders_batch([1]))
     assert table.rescale(4) is not None
-    assert table.status()["timeline"]["buckets"] == 4
+    assert table.status().timeline.buckets == 4
     assert as_rows(table.read()) == history.expected()
     with pytest.raises(UsageError, match="no such partition"):
         rescaling.schedule(table, 2, ["p=neither"])

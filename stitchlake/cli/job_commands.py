@@ -630,4 +630,4 @@ def status_command(config: ConfigOption = None, table: TableOption = None, as_js
 
     handle = open_target(config, table)
     report = status(handle)
-    return Report(report, human=lambda: output.print_status(report))
+    return Report(report.to_json(), human=lambda: output.print_status(report))

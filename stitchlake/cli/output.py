@@ -20,7 +20,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from stitchlake.config import TableConfig
+    from stitchlake.services.status import StatusReport
 
 #: What a secret config value (one that came from `${ENV}`) is shown as (= stitchlake.config.SECRET_PLACEHOLDER,
 #: spelled out so `--help` does not import the config module).
@@ -463,94 +464,86 @@ def rows_table(shown: pa.Table, total: int) -> RichTable:
     return table
 
 
-def print_status(report: Mapping[str, Any]) -> None:
-    """`stitch status` (the dict `stitchlake.services.status.status` returns): totals, then the tables an
-    operator scans: partitions, streams, live writers and pending compactions. Missing sections are skipped.
-    """
-    info(f"table {report.get('table')} at {report.get('path')}")
-    totals = dict(report.get("totals") or {})
-    timeline = dict(report.get("timeline") or {})
+def print_status(report: StatusReport) -> None:
+    """`stitch status`: totals, then the tables an operator scans: partitions, large file groups, streams, the
+    warnings, live writers and pending compactions. Empty sections are skipped."""
+    info(f"table {report.table} at {report.path}")
     pairs: list[tuple[str, object]] = [
         (name.replace("_", " "), human_size(value) if "bytes" in name else human_count(value))
-        for name, value in totals.items()
+        for name, value in asdict(report.totals).items()
     ]
     pairs += [
         (name.replace("_", " "), human_time(value) if isinstance(value, str) else human_count(value))
-        for name, value in timeline.items()
+        for name, value in asdict(report.timeline).items()
     ]
-    if pairs:
-        key_values(pairs)
+    key_values(pairs)
 
-    partitions = report.get("partitions") or {}
-    if partitions:
+    if report.partitions:
         grid = compact_table(title="partitions (latest file slices)")
         columns = ("buckets", "file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
         grid.add_column("partition")
         for name in columns:
             # `rows` counts rows in base files only: log rows are not known per key until merged.
             grid.add_column("base rows" if name == "rows" else name.replace("_", " "), justify="right")
-        for partition, entry in partitions.items():
-            values = [human_size(entry.get(n)) if n == "bytes" else human_count(entry.get(n)) for n in columns]
+        for partition, health in report.partitions.items():
+            cells = asdict(health)
+            values = [human_size(cells[n]) if n == "bytes" else human_count(cells[n]) for n in columns]
             grid.add_row(text(str(partition)), *(text(v) for v in values))
         print_table(grid)
 
-    large = report.get("large_file_groups") or []
-    if large:
+    if report.large_file_groups:
         grid = compact_table(title="large file groups (latest slice over compaction.max_file_group_mb)")
         for name in ("partition", "file group", "bytes", "base file", "log files"):
             grid.add_column(name, justify="left" if name in ("partition", "file group") else "right")
-        for group in large:
+        for group in report.large_file_groups:
             grid.add_row(
-                text(str(group.get("partition") or "(unpartitioned)")),
-                text(str(group.get("file_group"))),
-                text(human_size(group.get("bytes"))),
-                text(human_size(group.get("base_bytes"))),
-                text(human_count(group.get("log_files"))),
+                text(group.partition or "(unpartitioned)"),
+                text(group.file_group),
+                text(human_size(group.bytes)),
+                text(human_size(group.base_bytes)),
+                text(human_count(group.log_files)),
             )
         print_table(grid)
 
-    streams = report.get("streams") or {}
-    if streams:
+    if report.streams:
         grid = compact_table(title="streams (latest deltacommit)")
         for name in ("stream", "instant", "completed", "rows", "files"):
             grid.add_column(name, justify="right" if name in ("rows", "files") else "left")
-        for name, last in streams.items():
-            if not last:
-                grid.add_row(text(str(name)), text("never written", "dim"), text("-"), text("-"), text("-"))
+        for name, last in report.streams.items():
+            if last is None:
+                grid.add_row(text(name), text("never written", "dim"), text("-"), text("-"), text("-"))
                 continue
             grid.add_row(
-                text(str(name)),
-                text(str(last.get("instant"))),
-                text(human_time(last.get("completed"))),
-                text(human_count(last.get("rows"))),
-                text(human_count(last.get("files"))),
+                text(name),
+                text(last.instant),
+                text(human_time(last.completed)),
+                text(human_count(last.rows)),
+                text(human_count(last.files)),
             )
         print_table(grid)
 
-    for warning in report.get("warnings") or []:
+    for warning in report.warnings:
         stdout_console().print(text(f"warning: {warning}", "yellow"), soft_wrap=True)
-    for section, title, dead_label in (
-        ("writers", "pending writers", "no (failed write)"),
-        ("pending_compactions", "pending compactions", "no (not running)"),
+    for entries, title, dead_label in (
+        (report.writers, "pending writers", "no (failed write)"),
+        (report.pending_compactions, "pending compactions", "no (not running)"),
     ):
-        entries = report.get(section) or []
         if not entries:
             continue
         grid = compact_table(title=title)
         for name in ("instant", "action", "state", "stream", "alive", "pending", "heartbeat age", "host", "pid"):
             grid.add_column(name, justify="right" if name in ("pending", "heartbeat age", "pid") else "left")
         for entry in entries:
-            age = entry.get("heartbeat_age_s")
-            pending = entry.get("pending_s")
+            age = entry.heartbeat_age_s
             grid.add_row(
-                text(str(entry.get("instant"))),
-                text(str(entry.get("action"))),
-                text(str(entry.get("state"))),
-                text(entry.get("stream") or "-"),
-                text("yes", "green") if entry.get("alive") else text(dead_label, "red"),
-                text(human_duration(pending) if pending is not None else "-"),
+                text(entry.instant),
+                text(str(entry.action)),
+                text(entry.state),
+                text(entry.stream or "-"),
+                text("yes", "green") if entry.alive else text(dead_label, "red"),
+                text(human_duration(entry.pending_s)),
                 text(human_duration(age) if age is not None else "-"),
-                text(str(entry.get("host") or "-")),
-                text(str(entry.get("pid") or "-")),
+                text(entry.host or "-"),
+                text(str(entry.pid or "-")),
             )
         print_table(grid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency import heartbeat as heartbeats
@@ -25,7 +26,100 @@ LARGE_SHOWN = 10
 MEMORY_FACTOR = 8
 
 
-def status(table: Table, now: float | None = None) -> dict[str, Any]:
+@dataclass
+class PartitionHealth:
+    """One partition's latest file slices (`rows` counts base-file rows: log rows are not known per key unmerged)."""
+
+    buckets: int
+    file_groups: int = 0
+    base_files: int = 0
+    log_files: int = 0
+    max_logs_per_slice: int = 0
+    bytes: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class PendingInstant:
+    """A pending instant and whether a live process still runs it (its heartbeat)."""
+
+    instant: str
+    action: str
+    state: str
+    stream: str | None
+    alive: bool
+    heartbeat_age_s: float | None
+    pending_s: float
+    host: str | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class LargeFileGroup:
+    """A file group whose latest slice is over `compaction.max_file_group_mb`."""
+
+    partition: str
+    file_group: str
+    bytes: int
+    base_bytes: int
+    log_files: int
+
+
+@dataclass(frozen=True)
+class LastCommit:
+    """A stream's latest deltacommit."""
+
+    instant: str
+    completed: str | None
+    rows: int
+    files: int
+
+
+@dataclass(frozen=True)
+class Totals:
+    partitions: int
+    file_groups: int
+    live_files: int
+    base_files: int
+    log_files: int
+    bytes: int
+    latest_slice_bytes: int
+    largest_file_group_bytes: int
+
+
+@dataclass(frozen=True)
+class TimelineHealth:
+    active_instants: int
+    archived_until: str | None
+    buckets: int
+    last_rescale: str | None
+    last_compaction: str | None
+    last_clean: str | None
+    deltacommits_since_compaction: int
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """`stitch status`: typed for Python callers and the CLI's tables; `to_json` is `stitch status --json`."""
+
+    table: str
+    path: str
+    partitions: dict[str, PartitionHealth]
+    totals: Totals
+    #: File groups over `compaction.max_file_group_mb`, largest first (at most LARGE_SHOWN; `warnings` counts all).
+    large_file_groups: list[LargeFileGroup]
+    pending_compactions: list[PendingInstant]
+    writers: list[PendingInstant]
+    #: Each stream's latest deltacommit, None for a stream never written.
+    streams: dict[str, LastCommit | None]
+    warnings: list[str]
+    timeline: TimelineHealth
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def status(table: Table, now: float | None = None) -> StatusReport:
     """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams.
 
     `now` (epoch seconds) is when ages are measured from: this moment unless given.
@@ -36,33 +130,22 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
     expire = table.config.concurrency.heartbeat.expire_s
     now = time.time() if now is None else now
 
-    partitions: dict[str, dict[str, Any]] = {}
+    partitions: dict[str, PartitionHealth] = {}
     layout = view.layout()
     for key in view.file_groups():
         fslice = view.latest_slice(key)
         if fslice is None:
             continue  # a file group of an older bucket count, kept only for time travel until cleaned
-        entry = partitions.setdefault(
-            key[0] or "(unpartitioned)",
-            {
-                "buckets": layout.buckets(key[0]),
-                "file_groups": 0,
-                "base_files": 0,
-                "log_files": 0,
-                "max_logs_per_slice": 0,
-                "bytes": 0,
-                "rows": 0,
-            },
-        )
-        entry["file_groups"] += 1
-        entry["base_files"] += 1 if fslice.base else 0
-        entry["log_files"] += len(fslice.logs)
-        entry["max_logs_per_slice"] = max(entry["max_logs_per_slice"], len(fslice.logs))
-        entry["bytes"] += sum(f.bytes for f in fslice.files)
-        entry["rows"] += fslice.base.rows if fslice.base else 0
+        entry = partitions.setdefault(key[0] or "(unpartitioned)", PartitionHealth(layout.buckets(key[0])))
+        entry.file_groups += 1
+        entry.base_files += 1 if fslice.base else 0
+        entry.log_files += len(fslice.logs)
+        entry.max_logs_per_slice = max(entry.max_logs_per_slice, len(fslice.logs))
+        entry.bytes += sum(f.bytes for f in fslice.files)
+        entry.rows += fslice.base.rows if fslice.base else 0
 
-    writers = []
-    warnings = []
+    writers: list[PendingInstant] = []
+    warnings: list[str] = []
     stale_after_s = table.config.compaction.stale_plan_minutes * 60
     for instant in timeline.pending():
         record = heartbeats.read_beat(table.storage, instant.requested)
@@ -71,17 +154,17 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
         writer = timeline.plan(instant).writer
         pending_s = round(now - clock.to_millis(instant.requested) / 1000, 1)
         writers.append(
-            {
-                "instant": instant.requested,
-                "action": instant.action,
-                "state": instant.state.label,
-                "stream": timeline.stream_of(instant),
-                "alive": alive,
-                "heartbeat_age_s": None if beat is None else round(now - beat, 1),
-                "pending_s": pending_s,
-                "host": writer.host,
-                "pid": writer.pid,
-            }
+            PendingInstant(
+                instant=instant.requested,
+                action=instant.action,
+                state=instant.state.label,
+                stream=timeline.stream_of(instant),
+                alive=alive,
+                heartbeat_age_s=None if beat is None else round(now - beat, 1),
+                pending_s=pending_s,
+                host=writer.host,
+                pid=writer.pid,
+            )
         )
         if instant.action == Action.COMPACTION and not alive and pending_s > stale_after_s:
             # Its file groups stay out of every new plan until it runs: logs pile up, reads slow down, read-optimized
@@ -103,7 +186,7 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
     if large:
         warnings.append(_large_file_groups(table, large, limit))
 
-    streams: dict[str, Any] = {name: None for name in table.config.streams}
+    streams: dict[str, LastCommit | None] = {name: None for name in table.config.streams}
     for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
         if all(streams.values()):
             break
@@ -111,12 +194,7 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
         if not isinstance(commit, DeltaCommit) or commit.stream is None:
             continue
         if commit.stream in streams and streams[commit.stream] is None:
-            streams[commit.stream] = {
-                "instant": instant.requested,
-                "completed": instant.completed,
-                "rows": commit.rows,
-                "files": len(commit.added),
-            }
+            streams[commit.stream] = LastCommit(instant.requested, instant.completed, commit.rows, len(commit.added))
 
     live = view.live_files()
     checkpoint = load_checkpoint(table.storage)
@@ -126,42 +204,40 @@ def status(table: Table, now: float | None = None) -> dict[str, Any]:
     since_compaction = [
         i for i in deltas.values() if last_compaction is None or (i.completed or "") > (last_compaction.requested or "")
     ]
-    return {
-        "table": table.config.table.name,
-        "path": table.path,
-        "partitions": partitions,
-        "totals": {
-            "partitions": len(partitions),
-            "file_groups": sum(p["file_groups"] for p in partitions.values()),
-            "live_files": len(live),
-            "base_files": sum(1 for f in live if f.kind == BASE),
-            "log_files": sum(1 for f in live if f.kind == LOG),
-            "bytes": sum(f.bytes for f in live),
-            "latest_slice_bytes": sum(p["bytes"] for p in partitions.values()),
-            "largest_file_group_bytes": largest,
-        },
-        #: File groups whose latest slice exceeds `compaction.max_file_group_mb`, largest first (at most
-        #: LARGE_SHOWN of them; `warnings` counts them all).
-        "large_file_groups": large[:LARGE_SHOWN],
-        "pending_compactions": [w for w in writers if w["action"] == Action.COMPACTION],
-        "writers": [w for w in writers if w["action"] != Action.COMPACTION],
-        "streams": streams,
-        "warnings": warnings,
-        "timeline": {
-            "active_instants": len(timeline),
-            "archived_until": checkpoint.horizon if checkpoint else None,
-            "buckets": layout.default,
-            "last_rescale": view.rescales[-1].completed if view.rescales else None,
-            "last_compaction": last_compaction.completed if last_compaction else None,
-            "last_clean": last_clean.completed if last_clean else None,
-            "deltacommits_since_compaction": len(since_compaction),
-        },
-    }
+    return StatusReport(
+        table=table.config.table.name,
+        path=table.path,
+        partitions=partitions,
+        totals=Totals(
+            partitions=len(partitions),
+            file_groups=sum(p.file_groups for p in partitions.values()),
+            live_files=len(live),
+            base_files=sum(1 for f in live if f.kind == BASE),
+            log_files=sum(1 for f in live if f.kind == LOG),
+            bytes=sum(f.bytes for f in live),
+            latest_slice_bytes=sum(p.bytes for p in partitions.values()),
+            largest_file_group_bytes=largest,
+        ),
+        large_file_groups=large[:LARGE_SHOWN],
+        pending_compactions=[w for w in writers if w.action == Action.COMPACTION],
+        writers=[w for w in writers if w.action != Action.COMPACTION],
+        streams=streams,
+        warnings=warnings,
+        timeline=TimelineHealth(
+            active_instants=len(timeline),
+            archived_until=checkpoint.horizon if checkpoint else None,
+            buckets=layout.default,
+            last_rescale=view.rescales[-1].completed if view.rescales else None,
+            last_compaction=last_compaction.completed if last_compaction else None,
+            last_clean=last_clean.completed if last_clean else None,
+            deltacommits_since_compaction=len(since_compaction),
+        ),
+    )
 
 
-def _slice_sizes(view: FileSystemView, limit: int) -> tuple[list[dict[str, Any]], int]:
+def _slice_sizes(view: FileSystemView, limit: int) -> tuple[list[LargeFileGroup], int]:
     """File groups whose latest slice is over `limit` bytes (largest first), and the largest slice's bytes."""
-    large: list[dict[str, Any]] = []
+    large: list[LargeFileGroup] = []
     largest = 0
     for key in view.file_groups():
         fslice = view.latest_slice(key)
@@ -170,29 +246,28 @@ def _slice_sizes(view: FileSystemView, limit: int) -> tuple[list[dict[str, Any]]
         largest = max(largest, fslice.bytes)
         if fslice.bytes > limit:
             base = fslice.base.bytes if fslice.base else 0
-            group = {"partition": key[0], "file_group": key[1], "bytes": fslice.bytes, "base_bytes": base}
-            large.append({**group, "log_files": len(fslice.logs)})
-    large.sort(key=lambda group: (-group["bytes"], group["partition"], group["file_group"]))
+            large.append(LargeFileGroup(key[0], key[1], fslice.bytes, base, len(fslice.logs)))
+    large.sort(key=lambda group: (-group.bytes, group.partition, group.file_group))
     return large, largest
 
 
-def _large_file_groups(table: Table, large: list[dict[str, Any]], limit: int) -> str:
+def _large_file_groups(table: Table, large: list[LargeFileGroup], limit: int) -> str:
     """The warning for file groups over `compaction.max_file_group_mb`: what it costs, and which remedy fits.
 
     A slice is over the limit because its logs piled up (compacting shrinks it back to its base file) or because
     its base file alone is (the file group holds too many keys: more buckets, `stitch rescale`)."""
     largest = large[0]
-    where = f"{largest['partition']}/{largest['file_group']}" if largest["partition"] else largest["file_group"]
-    too_big = [g for g in large if g["base_bytes"] > limit]
+    where = f"{largest.partition}/{largest.file_group}" if largest.partition else largest.file_group
+    too_big = [g for g in large if g.base_bytes > limit]
     buckets = table.config.table.buckets
     message = (
         f"{len(large)} file group(s) hold more than compaction.max_file_group_mb ({limit // MIB} MiB) in their latest "
-        f"slice, the largest {largest['bytes'] / MIB:,.0f} MiB ({where}): reading, compacting or erasing it merges "
+        f"slice, the largest {largest.bytes / MIB:,.0f} MiB ({where}): reading, compacting or erasing it merges "
         f"all of it at once, at about {MEMORY_FACTOR}x its bytes of memory in one process or Spark task"
     )
     if too_big:
         # Aim at half the limit, so the file groups have room to grow before the next warning.
-        wanted = buckets * -(-max(g["base_bytes"] for g in too_big) * 2 // limit)
+        wanted = buckets * -(-max(g.base_bytes for g in too_big) * 2 // limit)
         return (
             f"{message}; {len(too_big)} of them exceed it in their base file alone: the file groups hold too many "
             f"keys for {buckets} bucket(s), rescale (`stitch rescale --buckets {wanted}`; docs/operations.md, "
