@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
     from stitchlake.engine import Engine
+    from stitchlake.jobs.results import JobRun, PlannedRuns
     from stitchlake.reading.scan import Scan
     from stitchlake.services.archive import ArchiveResult
+    from stitchlake.services.clean import CleanResult
     from stitchlake.services.compaction import CompactionResult
     from stitchlake.services.erase import EraseResult
     from stitchlake.services.ingest import IngestResult
@@ -133,7 +135,7 @@ class Table(CoreTable):
         engine: str,
         max_records: int | None = None,
         reset_offsets: str | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> JobRun[IngestResult]: ...
 
     def ingest(
         self,
@@ -144,13 +146,14 @@ class Table(CoreTable):
         engine: Engine | str | None = None,
         max_records: int | None = None,
         reset_offsets: str | None = None,
-    ) -> IngestResult | dict[str, Any]:
+    ) -> IngestResult | JobRun[IngestResult]:
         """Ingest the stream's new landing files (or Kafka records) exactly once.
 
         `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
-        the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns its result as
-        the CLI's `--json` shows it; errors are the `stitchlake.errors` classes of the CLI's exit codes. An
-        `Engine` object (or None: this process) runs the service directly and returns its result object.
+        the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns the run: its
+        result, where it ran and how long it took (`to_json()` is the CLI's `--json`); errors are the
+        `stitchlake.errors` classes of the CLI's exit codes. An `Engine` object (or None: this process) runs the
+        service directly and returns its result.
         """
         if isinstance(engine, str):
             from stitchlake.jobs import launch
@@ -182,16 +185,16 @@ class Table(CoreTable):
     def compact(self, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None: ...
 
     @overload
-    def compact(self, strategy: str | None = None, *, engine: str) -> dict[str, Any]: ...
+    def compact(self, strategy: str | None = None, *, engine: str) -> PlannedRuns[CompactionResult]: ...
 
     def compact(
         self, strategy: str | None = None, engine: Engine | str | None = None
-    ) -> CompactionResult | dict[str, Any] | None:
+    ) -> CompactionResult | PlannedRuns[CompactionResult] | None:
         """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
         (as `stitch compact`, a configured format that a failed publish left behind then catches up).
 
         `engine="auto"`, `"local"` or `"spark"` launches it as `stitch compact --engine ...` does and returns the
-        CLI's `--json` result (`stitchlake.jobs.launch.compact`)."""
+        runs: the pending plans run first, the plan made and its run (`stitchlake.jobs.launch.compact`)."""
         if isinstance(engine, str):
             from stitchlake.jobs import launch
 
@@ -203,27 +206,79 @@ class Table(CoreTable):
             publish_caught_up(self)
         return done
 
+    @overload
     def rescale(
         self, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
-    ) -> RescaleResult | None:
+    ) -> RescaleResult | None: ...
+
+    @overload
+    def rescale(
+        self, buckets: int, partitions: list[str] | None = None, *, engine: str
+    ) -> PlannedRuns[RescaleResult]: ...
+
+    def rescale(
+        self, buckets: int, partitions: list[str] | None = None, engine: Engine | str | None = None
+    ) -> RescaleResult | PlannedRuns[RescaleResult] | None:
         """Rewrite every file group of the table (or of `partitions`, by path) into `buckets` buckets, as one
-        instant (pending rescales nobody runs go first); None when they already have that count."""
+        instant (pending rescales nobody runs go first); None when they already have that count. An engine name
+        launches it as `stitch rescale --engine ...` does (`stitchlake.jobs.launch.rescale`)."""
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.rescale(self, buckets, partitions=tuple(partitions or ()), engine=engine)
         from stitchlake.services.rescale import rescale
 
         return rescale(self, buckets, partitions, _engine(engine))
 
-    def clean(self, policy: str | None = None, retain: int | None = None, dry_run: bool = False) -> dict[str, Any]:
-        """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`)."""
+    @overload
+    def clean(
+        self, policy: str | None = None, retain: int | None = None, dry_run: bool = False, engine: Engine | None = None
+    ) -> CleanResult: ...
+
+    @overload
+    def clean(
+        self, policy: str | None = None, retain: int | None = None, dry_run: bool = False, *, engine: str
+    ) -> JobRun[CleanResult]: ...
+
+    def clean(
+        self,
+        policy: str | None = None,
+        retain: int | None = None,
+        dry_run: bool = False,
+        engine: Engine | str | None = None,
+    ) -> CleanResult | JobRun[CleanResult]:
+        """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`). An engine
+        name launches it as `stitch clean --engine ...` does (`stitchlake.jobs.launch.clean`)."""
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.clean(self, policy=policy, retain=retain, dry_run=dry_run, engine=engine)
         from stitchlake.jobs.requests import CleanRequest
         from stitchlake.jobs.run import run
 
-        return run(self, CleanRequest(policy, retain, dry_run), _engine(None))
+        done: CleanResult = run(self, CleanRequest(policy, retain, dry_run), _engine(engine))
+        return done
 
-    def erase(self, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> EraseResult:
-        """Key-level erase of the given keys (see `stitchlake.services.erase`)."""
-        from stitchlake.services.erase import erase
+    @overload
+    def erase(self, keys: pa.Table | str, purge: bool = False, engine: Engine | None = None) -> EraseResult: ...
 
-        return erase(self, keys, purge, _engine(engine))
+    @overload
+    def erase(self, keys: pa.Table | str, purge: bool = False, *, engine: str) -> JobRun[EraseResult]: ...
+
+    def erase(
+        self, keys: pa.Table | str, purge: bool = False, engine: Engine | str | None = None
+    ) -> EraseResult | JobRun[EraseResult]:
+        """Key-level erase of the given keys (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines
+        file; see `stitchlake.services.erase`). An engine name launches it as `stitch delete --engine ...` does
+        (`stitchlake.jobs.launch.erase`)."""
+        if isinstance(engine, str):
+            from stitchlake.jobs import launch
+
+            return launch.erase(self, keys, purge=purge, engine=engine)
+        from stitchlake.services.erase import erase, load_keys
+
+        wanted = load_keys(keys, self.storage_options) if isinstance(keys, str) else keys
+        return erase(self, wanted, purge, _engine(engine))
 
     def savepoint(self, name: str | None = None, instant: str | None = None) -> Savepoint:
         """Pin the state as of a completed instant (default: the latest)."""

@@ -217,7 +217,7 @@ def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Pa
     os.rename(elsewhere / "inner", tmp_path / "table" / "inner")
     copied = sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file())
     result = outer.clean()
-    assert not result["orphans"]
+    assert not result.orphans
     assert sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file()) == copied
     with pytest.raises(ConfigError, match="inside"):
         stitchlake.open(outer_config).init()  # and the outer table says so when asked

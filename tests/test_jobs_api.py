@@ -3,15 +3,25 @@ without the CLI. A real spark-submit runs; refusals arrive as the error classes 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import yaml
 from spark_fixtures import write_config
 
 import stitchlake
 from stitchlake.errors import BusyError, UsageError
-from stitchlake.services.ingest import claim
+from stitchlake.jobs.requests import CleanRequest, CompactRequest, IngestRequest, SavepointRequest
+from stitchlake.jobs.results import decode, plain
+from stitchlake.services.clean import CleanResult
+from stitchlake.services.compaction import CompactionResult
+from stitchlake.services.erase import EraseResult
+from stitchlake.services.ingest import IngestResult, claim
+from stitchlake.services.restore import RestoreResult
+from stitchlake.timeline.savepoints import Savepoint
 
 pytestmark = pytest.mark.spark
 
@@ -31,20 +41,25 @@ def test_ingest_on_spark_and_auto_from_python_match_the_in_process_table(demo_da
     landing = demo_data / "landing"
     reference = _table(tmp_path / "reference", landing)
     for stream in ("orders", "payments"):
-        assert reference.ingest(stream, engine="local")["engine"] == "local"
+        assert reference.ingest(stream, engine="local").engine == "local"
 
     table = _table(tmp_path / "launched", landing, auto_local_max_mb=0)  # any work is "large": auto picks Spark
     on_spark = table.ingest("orders", engine="spark")
-    assert on_spark["engine"] == "spark" and on_spark["instant"] and on_spark["rows"] > 0, on_spark
-    assert Path(on_spark["log"]).is_file(), "the Spark log of the job is named"
+    # The spark-submit job's result file is read back into the service's own type.
+    assert isinstance(on_spark.result, IngestResult), on_spark
+    assert on_spark.engine == "spark" and on_spark.result.instant and on_spark.result.rows > 0, on_spark
+    assert on_spark.log is not None and Path(on_spark.log).is_file(), "the Spark log of the job is named"
+    assert on_spark.job_seconds is not None and 0 < on_spark.job_seconds <= on_spark.seconds
+    shown = on_spark.to_json()  # the CLI's --json: the result's fields beside where and how long
+    assert shown["instant"] == on_spark.result.instant and shown["engine"] == "spark" and shown["log"] == on_spark.log
     auto = table.ingest("payments", engine="auto")
-    assert auto["engine"] == "spark" and auto["instant"], auto
+    assert auto.engine == "spark" and auto.result.instant, auto
     again = table.ingest("orders", engine="auto")
-    assert again["instant"] is None and again["message"] == "nothing to ingest for stream orders", again
+    assert again.result.instant is None and again.result.message == "nothing to ingest for stream orders", again
     assert table.read().sort_by("order_id").equals(reference.read().sort_by("order_id"))
 
     small = _table(tmp_path / "small", landing)  # the default limit: the demo's few kB run in this process
-    assert small.ingest("shipments", engine="auto")["engine"] == "local"
+    assert small.ingest("shipments", engine="auto").engine == "local"
 
 
 def test_refusals_arrive_as_the_errors_of_the_cli_exit_codes(demo_data: Path, tmp_path: Path) -> None:
@@ -62,7 +77,53 @@ def test_refusals_arrive_as_the_errors_of_the_cli_exit_codes(demo_data: Path, tm
     with pytest.raises(UsageError, match="unknown engine 'sparkle'"):
         table.ingest("orders", engine="sparkle")
     assert not table.timeline().pending(), "a refused launch leaves no instant behind"
-    assert table.compact(engine="local") == {"scheduled": None, "result": None, "resumed": [], "published": []}
+    nothing = table.compact(engine="local")
+    assert nothing.last is None and nothing.scheduled is None and nothing.published == [], nothing
+    assert nothing.to_json() == {"result": None, "scheduled": None, "resumed": [], "published": []}
+
+
+def test_erase_clean_compact_and_rescale_launch_from_python_by_engine_name(demo_data: Path, tmp_path: Path) -> None:
+    """The other heavy jobs take engine names too; an erase given Arrow keys reaches a spark-submit job."""
+    table = _table(tmp_path, demo_data / "landing")
+    for stream in ("orders", "payments", "shipments"):
+        table.ingest(stream, engine="local")
+    before = table.read()
+    gone = before.column("order_id").to_pylist()[:3]
+    erased = table.erase(pa.table({"order_id": pa.array(gone, pa.int64())}), engine="spark")
+    assert isinstance(erased.result, EraseResult) and erased.engine == "spark", erased
+    assert erased.result.erased_keys == 3 and erased.result.completed, erased
+    assert set(gone).isdisjoint(table.read().column("order_id").to_pylist())
+    assert table.read().num_rows == before.num_rows - 3
+
+    compacted = table.compact(engine="local")
+    assert isinstance(compacted.done, CompactionResult) and compacted.scheduled == compacted.done.instant
+    assert compacted.to_json()["result"]["instant"] == compacted.done.instant
+    rescaled = table.rescale(2, engine="auto")
+    assert rescaled.done is not None and rescaled.done.buckets == 2 and rescaled.done.whole_table, rescaled
+    assert table.layout().default == 2, "a whole-table rescale makes the handle route by the new count"
+    cleaned = table.clean(retain=1, engine="auto")
+    assert isinstance(cleaned.result, CleanResult) and cleaned.engine == "local" and cleaned.result.deleted
+    assert (
+        table.read()
+        .sort_by("order_id")
+        .equals(before.filter(pc.invert(pc.is_in(before["order_id"], pa.array(gone)))).sort_by("order_id"))
+    )
+
+
+def test_job_results_survive_the_trip_through_the_result_file() -> None:
+    """What a spark-submit job writes (`plain`) reads back (`decode`) as the very object, nested results too."""
+    inner = CompactionResult("1", "2", 1, 10, 100, published=[{"format": "delta", "version": 3}])
+    cases = [
+        (CompactRequest(), CompactionResult("3", "4", 2, 20, 200, merged_files=5, resumed=[inner])),
+        (CompactRequest(), None),
+        (IngestRequest("orders"), IngestResult("orders", "spark", "5", "6", offsets=["t/0:1-2"], timings={"x": 1.5})),
+        (CleanRequest(), CleanResult("7", "keep_latest_commits", deleted=["a"], finished=["restore 1"])),
+        (SavepointRequest("create"), Savepoint("8", "before", "2", "1", 4)),
+        (SavepointRequest("restore"), RestoreResult("9", "2", undone=["3"], deleted_files=1)),
+    ]
+    for request, result in cases:
+        trip = json.loads(json.dumps(plain(result)))
+        assert decode(request, trip) == result, request
 
 
 def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted(

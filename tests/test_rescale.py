@@ -236,7 +236,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     cleaned = table.clean(retain=1)
     pinned_files = {path for _instant, saved in savepoints(table.timeline()) for path in saved.files}
     old = {f.path for f in table.view().live_files() if f.completed < cut and f.path not in pinned_files}
-    assert cleaned["deleted"] and not old
+    assert cleaned.deleted and not old
     assert as_rows(table.read()) == history.expected()
     between = [t for n, t in history.times if pinned_at < n and t < cut]
     with pytest.raises(UsageError, match="clean removed"):

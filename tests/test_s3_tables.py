@@ -104,7 +104,7 @@ def test_clean_savepoint_and_restore(place: Place) -> None:
     data_before = {p for p in storage.walk_files() if not p.startswith(".stitch/")}
     cleaned = table.clean(retain=1)
     data_after = {p for p in storage.walk_files() if not p.startswith(".stitch/")}
-    assert cleaned["deleted"] and data_after < data_before
+    assert cleaned.deleted and data_after < data_before
     assert as_rows(table.read()) == latest
     assert as_rows(table.read(as_of="before-fix")) == pinned  # a savepoint's files are never cleaned
     table.restore("before-fix")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -34,7 +34,8 @@ from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.jobs.results import PlannedRuns
+    from stitchlake.services.compaction import CompactionResult
 
 
 def register(app: typer.Typer) -> None:
@@ -128,14 +129,15 @@ def _ingest(
             engine=engine,
             progress=progress,
         )
-    if not result.get("instant"):
-        return Report(result, message=str(result.get("message") or f"nothing to ingest for stream {stream}"))
+    done, data = result.result, result.to_json()
+    if not done.instant:
+        return Report(data, message=done.message or f"nothing to ingest for stream {stream}")
     fields = _INGEST_FIELDS
     if is_kafka:
         kafka_fields = [*_INGEST_FIELDS[:2], ("records", "records"), ("offsets", "offsets")]
         kafka_fields.append(("offset resets", "offset_resets"))
         fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
-    return Report(result, message=str(result.get("message")), title=f"ingest {stream}", fields=fields)
+    return Report(data, message=done.message, title=f"ingest {stream}", fields=fields)
 
 
 class ResetChoice(enum.StrEnum):
@@ -209,8 +211,8 @@ def stream_command(
     )
     result = execute(handle, request, EngineChoice.spark, graceful_stop_s=stop_timeout)
     return Report(
-        result,
-        message=str(result.get("message")),
+        result.to_json(),
+        message=result.result.message,
         title=f"stream {stream}",
         fields=[
             ("micro-batches", "batches"),
@@ -273,54 +275,35 @@ def _compact(
             engine=engine,
             progress=progress,
         )
-    resumed = result.get("resumed") or []
-    if result.pop("last_resumed", False):
-        return _compaction_report(result, resumed, pending=True)
-    if "published" in result:
-        return Report(result, message=output.with_published("nothing to compact", result))
+    data = result.to_json()
+    if result.last_resumed:
+        return _compaction_report(result, pending=True)
+    if result.published is not None:
+        return Report(data, message=output.with_published("nothing to compact", result.published))
     if schedule_only:
-        planned = result["scheduled"]
+        planned = result.scheduled
         message = (
             f"scheduled compaction {planned} (run it with `stitch compact --run`)" if planned else "nothing to compact"
         )
-        return Report(result, message=message)
-    if "engine" not in result:
-        return Report(result, message="nothing to compact")
-    return _compaction_report(result, resumed)
+        return Report(data, message=message)
+    if result.last is None:
+        return Report(data, message="nothing to compact")
+    return _compaction_report(result)
 
 
-def _compaction_report(result: dict[str, Any], resumed: list[dict[str, Any]], pending: bool = False) -> Report:
-    """`result` is the last compaction run; `resumed`, the pending plans run before it; `pending`, whether the
-    last one was a pending plan too."""
-    done = result.get("result") or {}
+def _compaction_report(runs: PlannedRuns[CompactionResult], pending: bool = False) -> Report:
+    """The last compaction run, after the pending plans run before it; `pending`, whether the last one was a
+    pending plan too."""
+    done = runs.done
     what = "pending compaction" if pending else "compaction"
     message = (
         output.with_published(
-            f"{what} {done['instant']} completed: {done['file_groups']} file group(s), {done['rows']} rows", done
+            f"{what} {done.instant} completed: {done.file_groups} file group(s), {done.rows} rows", done.published
         )
         if done
         else "nothing to compact"
     )
-    if resumed:
-        earlier = ", ".join(r["result"]["instant"] for r in resumed)
-        message = f"ran pending compaction plan(s) {earlier} first; {message}"
-    flat = {**result, **{f"result_{k}": v for k, v in done.items()}}
-    return Report(
-        result,
-        message=message,
-        title="compaction",
-        fields=[
-            ("instant", "result_instant"),
-            ("completed", "result_completed"),
-            ("file groups", "result_file_groups"),
-            ("rows", "result_rows"),
-            ("bytes", "result_bytes"),
-            ("engine", "engine"),
-            ("seconds", "seconds"),
-            ("Spark log", "log"),
-        ],
-        summary=flat,
-    )
+    return output.rewrite_report("compaction", runs, message, [], "compaction plan(s)")
 
 
 # ------------------------------------------------------------------------------------------------- clean
@@ -340,21 +323,20 @@ def clean_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Roll back failed writes and delete file slices outside the retention (never savepointed files)."""
-    from stitchlake.jobs.requests import CleanRequest
-
     handle = open_target(config, table)
-    request = CleanRequest(policy, retain, dry_run)
-    result = execute(handle, request, choose_engine(handle, request, engine, 0))
-    paths = list(result.get("deleted", [])) + list(result.get("orphans", []))
-    result["deleted_files"] = len(result.get("deleted", []))
-    result["orphan_files"] = len(result.get("orphans", []))
+    ran = launch.clean(handle, policy=policy, retain=retain, dry_run=dry_run, engine=engine)
+    done = ran.result
+    paths = [*done.deleted, *done.orphans]
+    result = ran.to_json()
+    result["deleted_files"] = len(done.deleted)
+    result["orphan_files"] = len(done.orphans)
     if not list_files:
         result.pop("deleted", None)
         result.pop("orphans", None)
 
     return Report(
         result,
-        message=result.get("message"),
+        message=done.message,
         title="clean",
         fields=[
             ("instant", "instant"),
@@ -390,21 +372,19 @@ def delete_command(
 
 
 def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engine: EngineChoice) -> Report:
-    from stitchlake.jobs.requests import EraseRequest
-
     handle = open_target(config, table)
-    request = EraseRequest(_location(keys), purge)
-    result = execute(handle, request, choose_engine(handle, request, engine, _table_bytes(handle)))
-    message = f"erased {result['erased_keys']} of {result['requested_keys']} key(s)"
+    with progress_display("erase") as progress:
+        ran = launch.erase(handle, _location(keys), purge=purge, engine=engine, progress=progress)
+    done = ran.result
+    message = f"erased {done.erased_keys} of {done.requested_keys} key(s)"
     if purge:
         message += (
-            f"; purged {result['purged_files']} older file(s), {len(result['purged_savepoints'])} savepoint(s), "
-            f"{len(result.get('purged_quarantine') or [])} quarantine file(s) and "
-            f"{len(result.get('purged_logs') or [])} Spark job log(s)"
+            f"; purged {done.purged_files} older file(s), {len(done.purged_savepoints)} savepoint(s), "
+            f"{len(done.purged_quarantine)} quarantine file(s) and {len(done.purged_logs)} Spark job log(s)"
         )
     return Report(
-        result,
-        message=output.with_published(message, result),
+        ran.to_json(),
+        message=output.with_published(message, done.published),
         title="erase",
         fields=[
             ("instant", "instant"),
@@ -414,11 +394,6 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
             ("engine", "engine"),
         ],
     )
-
-
-def _table_bytes(table: Table) -> int:
-    view = table.view()
-    return sum(f.bytes for f in view.live_files())
 
 
 # ---------------------------------------------------------------------------------------------- rollback
@@ -462,10 +437,10 @@ def rollback_command(
         raise UsageError("give exactly one of --instant T, --stream S or --failed")
     handle = open_target(config, table)
     request = RollbackRequest(instant, failed, stream)
-    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
-        result,
-        message=result.get("message"),
+        ran.to_json(),
+        message=ran.result.message,
         title="rollback",
         fields=[
             ("instant", "instant"),
@@ -493,10 +468,11 @@ def savepoint_create_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("create", name=name, instant=instant)
-    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    pinned = ran.result
     return Report(
-        result,
-        message=f"savepoint {result.get('name') or result['instant']} pins the state as of {result['savepoint_of']}",
+        ran.to_json(),
+        message=f"savepoint {pinned.name or pinned.instant} pins the state as of {pinned.savepoint_of}",
         title="savepoint",
         fields=[("instant", "instant"), ("name", "name"), ("as of", "savepoint_of"), ("files pinned", "files")],
     )
@@ -509,7 +485,7 @@ def savepoint_list_command(
     from stitchlake.services.savepoint import list_savepoints
 
     handle = open_target(config, table)
-    found = [s.to_json() for s in list_savepoints(handle)]
+    found = list_savepoints(handle)
 
     def human() -> None:
         if not found:
@@ -520,15 +496,11 @@ def savepoint_list_command(
             grid.add_column(column)
         for item in found:
             grid.add_row(
-                item["instant"],
-                item["name"] or "-",
-                output.human_time(item["savepoint_of"]),
-                item["of_instant"],
-                str(item["files"]),
+                item.instant, item.name or "-", output.human_time(item.savepoint_of), item.of_instant, str(item.files)
             )
         output.print_table(grid)
 
-    return Report({"savepoints": found}, human=human)
+    return Report({"savepoints": [s.to_json() for s in found]}, human=human)
 
 
 def savepoint_delete_command(
@@ -543,8 +515,8 @@ def savepoint_delete_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("delete", savepoint=name)
-    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
-    return Report(result, message=f"deleted savepoint {name}")
+    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    return Report(ran.to_json(), message=f"deleted savepoint {name}")
 
 
 def savepoint_restore_command(
@@ -560,10 +532,10 @@ def savepoint_restore_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("restore", savepoint=name, force=force)
-    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
-        result,
-        message=output.with_published(str(result.get("message")), result),
+        ran.to_json(),
+        message=output.with_published(ran.result.message, ran.result.published),
         title="restore",
         fields=[
             ("instant", "instant"),
@@ -591,10 +563,10 @@ def archive_command(
 
     handle = open_target(config, table)
     request = ArchiveRequest(keep)
-    result = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
-        result,
-        message=result.get("message"),
+        ran.to_json(),
+        message=ran.result.message,
         title="archive",
         fields=[("archived", "archived"), ("horizon", "horizon"), ("active", "kept")],
     )

@@ -17,6 +17,7 @@ from stitchlake.jobs.launch import EngineChoice, abort_unless_published, choose_
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
+    from stitchlake.jobs.results import JobRun
     from stitchlake.table.handle import Table
 
 __all__ = ["EngineChoice", "abort_unless_published", "choose_engine", "execute", "progress_display", "with_retries"]
@@ -55,7 +56,7 @@ def execute(
     request: JobRequest,
     engine: EngineChoice,
     graceful_stop_s: float | None = None,
-) -> dict[str, Any]:
+) -> JobRun[Any]:
     """`launch.execute` with the CLI's progress display (claims are taken by `launch`'s own jobs)."""
     with progress_display(request.job) as progress:
         return launch.execute(table, request, engine, None, graceful_stop_s, progress)

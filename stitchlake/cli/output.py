@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from stitchlake.config import TableConfig
+    from stitchlake.jobs.results import PlannedRuns
     from stitchlake.services.status import StatusReport
 
 #: What a secret config value (one that came from `${ENV}`) is shown as (= stitchlake.config.SECRET_PLACEHOLDER,
@@ -186,9 +187,37 @@ def published_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def with_published(message: str, data: Mapping[str, Any]) -> str:
+def with_published(message: str, published: Sequence[Mapping[str, Any]]) -> str:
     """`message`, then what the action published (compaction, erase, restore and alter republish)."""
-    return "\n".join([message, *published_lines(data.get("published") or [])])
+    return "\n".join([message, *published_lines(published)])
+
+
+def rewrite_report(
+    title: str, runs: PlannedRuns[Any], message: str, fields: Sequence[tuple[str, str]], resumed: str
+) -> Report:
+    """The report of a planned rewrite (compaction, rescale): `message` led by the pending plans that ran first
+    (`resumed` names them), its last run's own `fields` (label, result field) between its instant and its counts,
+    then where and how long it ran."""
+    data = runs.to_json()
+    done = data.get("result") or {}
+    earlier = [run.result.instant for run in runs.resumed if run.result is not None]
+    return Report(
+        data,
+        message=f"ran pending {resumed} {', '.join(earlier)} first; {message}" if earlier else message,
+        title=title,
+        fields=[
+            ("instant", "result_instant"),
+            ("completed", "result_completed"),
+            *[(label, f"result_{key}") for label, key in fields],
+            ("file groups", "result_file_groups"),
+            ("rows", "result_rows"),
+            ("bytes", "result_bytes"),
+            ("engine", "engine"),
+            ("seconds", "seconds"),
+            ("Spark log", "log"),
+        ],
+        summary={**data, **{f"result_{key}": value for key, value in done.items()}},
+    )
 
 
 def show(report: Report) -> None:

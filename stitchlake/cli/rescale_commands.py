@@ -8,18 +8,15 @@ resumable: a rescale whose process died is run by `stitch rescale --resume` (or 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from stitchlake.cli import output
-from stitchlake.cli.jobs import choose_engine, execute
+from stitchlake.cli.jobs import progress_display
 from stitchlake.cli.options import ConfigOption, EngineChoice, EngineOption, JsonOption, TableOption, open_target
 from stitchlake.cli.output import Report
-from stitchlake.errors import UsageError
-
-if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+from stitchlake.jobs import launch
 
 
 def register(app: typer.Typer) -> None:
@@ -52,87 +49,25 @@ def rescale_command(
     A whole-table rescale changes the table's count: set `buckets: N` in the config, before (then this command
     takes it) or after; other commands refuse a config with another count.
     """
-    if resume and (buckets is not None or partition):
-        raise UsageError("--resume runs a pending rescale as planned; it takes no --buckets or --partition")
-    if not resume and buckets is None:
-        raise UsageError("give --buckets N (the new bucket count), or --resume to finish a pending rescale")
     handle = open_target(config, table, must_exist=False)
     said = handle.config.table.buckets  # what the YAML says: no reminder to edit it when it has the new count
-    if buckets is not None and not partition and handle.config.table.buckets == buckets:
-        # The config says the new count already (edited first, as for `stitch alter`): rescale the table to it.
-        handle.follow_buckets()
-    handle.require()
-    resumed = _resume_pending(handle, engine)
-    if resume:
-        if not resumed:
-            return Report({"result": None, "resumed": []}, message="no pending rescale to run")
-        last = resumed[-1]
-        return _report(handle, {**last, "resumed": resumed[:-1]}, resumed[:-1], said)
-    from stitchlake.jobs.requests import RescaleRequest
-    from stitchlake.services import rescale
-
-    assert buckets is not None
-    planned = rescale.schedule(handle, buckets, list(partition or []) or None)
-    if planned is None:
-        if resumed:  # the rescale a crash left behind was this one: its run is the answer
-            return _report(handle, {**resumed[-1], "resumed": resumed[:-1]}, resumed[:-1], said)
-        where = f"partition(s) {', '.join(partition)}" if partition else "every partition"
-        data: dict[str, Any] = {"result": None, "resumed": resumed}
-        return Report(data, message=f"nothing to rescale: {where} already has {buckets} buckets")
-    request = RescaleRequest(instant=planned)
-    result = execute(handle, request, choose_engine(handle, request, engine, rescale.plan_bytes(handle, planned)))
-    result["resumed"] = resumed
-    return _report(handle, result, resumed, said)
-
-
-def _resume_pending(handle: Table, engine: EngineChoice) -> list[dict[str, Any]]:
-    """Run each pending rescale nobody runs (its process died, or it was only planned), oldest first."""
-    from stitchlake.jobs.requests import RescaleRequest
-    from stitchlake.services import rescale
-
-    done = []
-    for plan in rescale.runnable_plans(handle):
-        request = RescaleRequest(instant=plan.requested)
-        chosen = choose_engine(handle, request, engine, rescale.plan_bytes(handle, plan.requested))
-        result = execute(handle, request, chosen)
-        done_now = result.get("result")
-        if done_now:
-            done.append(result)
-            if done_now.get("whole_table"):
-                handle.follow_buckets(int(done_now["buckets"]))  # what the job did in its own process
-    return done
-
-
-def _report(handle: Table, result: dict[str, Any], resumed: list[dict[str, Any]], said: int) -> Report:
-    done = result.get("result") or {}
-    scope = "every partition" if done.get("whole_table") else f"{done.get('partitions')} partition(s)"
+    with progress_display("rescale") as progress:
+        runs = launch.rescale(
+            handle, buckets, partitions=tuple(partition or ()), resume=resume, engine=engine, progress=progress
+        )
+    done = runs.done
+    if done is None:
+        if resume:
+            return Report(runs.to_json(), message="no pending rescale to run")
+        where = f"partition(s) {', '.join(partition or ())}" if partition else "every partition"
+        return Report(runs.to_json(), message=f"nothing to rescale: {where} already has {buckets} buckets")
+    scope = "every partition" if done.whole_table else f"{done.partitions} partition(s)"
     message = (
-        f"rescale {done['instant']} completed: {scope} into {done['buckets']} buckets, "
-        f"{done['file_groups']} file group(s), {done['rows']} rows"
-        if done
-        else "nothing to rescale"
+        f"rescale {done.instant} completed: {scope} into {done.buckets} buckets, "
+        f"{done.file_groups} file group(s), {done.rows} rows"
     )
-    if resumed:
-        message = f"ran pending rescale(s) {', '.join(r['result']['instant'] for r in resumed)} first; {message}"
     source = handle.config.source_file
-    if done.get("whole_table") and said != done["buckets"] and source and Path(source).is_file():
-        message += f"\nset `buckets: {done['buckets']}` under `table:` in {source}: commands refuse the old count"
-    flat = {**result, **{f"result_{k}": v for k, v in done.items()}}
-    return Report(
-        result,
-        message=output.with_published(message, done) if done else message,
-        title="rescale",
-        fields=[
-            ("instant", "result_instant"),
-            ("completed", "result_completed"),
-            ("buckets", "result_buckets"),
-            ("partitions", "result_partitions"),
-            ("file groups", "result_file_groups"),
-            ("rows", "result_rows"),
-            ("bytes", "result_bytes"),
-            ("engine", "engine"),
-            ("seconds", "seconds"),
-            ("Spark log", "log"),
-        ],
-        summary=flat,
-    )
+    if done.whole_table and said != done.buckets and source and Path(source).is_file():
+        message += f"\nset `buckets: {done.buckets}` under `table:` in {source}: commands refuse the old count"
+    fields = [("buckets", "buckets"), ("partitions", "partitions")]
+    return output.rewrite_report("rescale", runs, output.with_published(message, done.published), fields, "rescale(s)")

@@ -125,9 +125,8 @@ def alter_command(
         "dry_run": result.dry_run,
         "published": result.published,
     }
-    return Report(
-        data, lines=[f"  {change}" for change in result.changes], message=output.with_published(result.message, data)
-    )
+    message = output.with_published(result.message, result.published)
+    return Report(data, lines=[f"  {change}" for change in result.changes], message=message)
 
 
 # ---------------------------------------------------------------------------------------------- timeline

@@ -16,9 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, UsageError
+from stitchlake.jobs.results import JobRun, PlannedRuns
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from stitchlake.jobs.requests import JobRequest
+    from stitchlake.services.clean import CleanResult
+    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.erase import EraseResult
+    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.rescale import RescaleResult
     from stitchlake.table.handle import Table
     from stitchlake.table.transaction import Transaction
 
@@ -94,8 +102,8 @@ def execute(
     claim: Transaction | None = None,
     graceful_stop_s: float | None = None,
     progress: Progress = None,
-) -> dict[str, Any]:
-    """Run `request`; return its result as plain data with `engine` and `seconds` (the wall time waited).
+) -> JobRun[Any]:
+    """Run `request`; its service's result, where it ran and the wall time waited (`seconds`).
 
     `claim` is an instant the caller took before the job (so an overlapping run is refused at once): whatever
     happens to the job, this process stops beating for it, and a job that died without a word has its leftovers
@@ -109,16 +117,13 @@ def execute(
         if engine is EngineChoice.spark:
             from stitchlake.jobs.spark_submit import run_job
 
-            result = run_job(table, request, target_args(table), progress, graceful_stop_s)
-            result.pop("ok", None)
-            # `seconds` will be the wall time waited; `job_seconds` the job's own part, after JVM start-up.
-            if "seconds" in result:
-                result["job_seconds"] = round(float(result["seconds"]), 2)
-            result["engine"] = "spark"
+            submitted = run_job(table, request, target_args(table), progress, graceful_stop_s)
+            ran = JobRun(request.job, submitted.result, "spark", job_seconds=submitted.job_seconds)
+            ran.log = str(submitted.log)
         else:
             from stitchlake.engine import LocalEngine
 
-            result = {**run(table, request, LocalEngine()), "engine": "local"}
+            ran = JobRun(request.job, run(table, request, LocalEngine()), "local")
     except BaseException as exc:
         if claim is not None:
             abort_unless_published(table, claim, exc)
@@ -126,7 +131,8 @@ def execute(
     finally:
         if claim is not None:
             claim.finish_here()
-    return {**result, "seconds": round(time.time() - started, 2)}
+    ran.seconds = round(time.time() - started, 2)
+    return ran
 
 
 def abort_unless_published(table: Table, claim: Transaction, failure: BaseException | None = None) -> bool:
@@ -158,12 +164,12 @@ def ingest(
     reset_offsets: str | None = None,
     engine: EngineChoice | str = EngineChoice.auto,
     progress: Progress = None,
-) -> dict[str, Any]:
+) -> JobRun[IngestResult]:
     """Ingest a stream's new landing files (or new Kafka records) exactly once, on the engine chosen.
 
     Checked before any JVM starts: busy (BusyError, exit 4), changed landing files (exit 5), nothing pending (a
-    result whose `instant` is None). On Spark the instant is claimed first, so an overlapping run is refused in
-    well under a second, and undone if the job fails or is interrupted.
+    result whose `instant` is None, engine `none`). On Spark the instant is claimed first, so an overlapping run
+    is refused in well under a second, and undone if the job fails or is interrupted.
     """
     from stitchlake.jobs.requests import IngestRequest
     from stitchlake.services.ingest import claim, nothing_to_do, preflight, preflight_topic
@@ -190,7 +196,7 @@ def ingest(
         pending = preflight(table, stream, list(sources) or None, max_files, reingest_changed)
         work = sum(f.size for f in pending)
     if not pending:
-        return nothing_to_do(stream, "none").to_json()
+        return JobRun(request.job, nothing_to_do(stream, "none"), "none")
     chosen = choose_engine(table, request, engine, work)
     taken = None
     if chosen is EngineChoice.spark:
@@ -218,13 +224,11 @@ def compact(
     strategy: str | None = None,
     engine: EngineChoice | str = EngineChoice.auto,
     progress: Progress = None,
-) -> dict[str, Any]:
+) -> PlannedRuns[CompactionResult]:
     """Run pending compaction plans nobody runs (oldest first), then schedule and run a new one.
 
-    The result: `scheduled` (the new plan), `result` (the last run's commit, or None), `resumed` (the pending
-    plans run before it), `engine`/`seconds` of the last run, and `published` when nothing was compacted but a
-    configured format caught up. `run_only` runs a pending plan (`instant`, default the oldest); `schedule_only`
-    only writes a plan.
+    `run_only` runs a pending plan (`instant`, default the oldest); `schedule_only` only writes a plan. When
+    nothing was compacted, a configured format that a failed publish left behind catches up (`published`).
     """
     from stitchlake.jobs.requests import CompactRequest
     from stitchlake.services import compaction
@@ -239,7 +243,7 @@ def compact(
     if strategy is not None:
         compaction.check_strategy(strategy)
     planned = instant
-    resumed: list[dict[str, Any]] = []
+    resumed: list[JobRun[CompactionResult | None]] = []
     if not run_only and not schedule_only:
         # Plans left pending (an interrupted or crashed run, or `--schedule`) run first, oldest first: a plan
         # nobody runs would keep its file groups out of every new plan, and cron would compact nothing for good.
@@ -248,22 +252,20 @@ def compact(
         planned = compaction.schedule(table, strategy)  # metadata only: never needs Spark
         if planned is None and not schedule_only:
             if resumed:  # nothing new qualified: the summary is the last resumed plan's
-                return {**resumed[-1], "resumed": resumed[:-1], "last_resumed": True}
+                return PlannedRuns(None, resumed[-1], resumed[:-1], last_resumed=True)
             # Nothing new to compact; a configured format a failed publish left behind catches up now.
-            return {"scheduled": None, "result": None, "resumed": [], "published": compaction.publish_caught_up(table)}
+            return PlannedRuns(published=compaction.publish_caught_up(table))
         if schedule_only:
-            return {"scheduled": planned, "result": None}
+            return PlannedRuns(planned)
     elif instant is None and not compaction.pending_plans(table):
-        return {"scheduled": None, "result": None}
+        return PlannedRuns()
     request = CompactRequest(instant=planned)
     chosen = choose_engine(table, request, engine, compaction.plan_bytes(table, planned))
-    result = execute(table, request, chosen, progress=progress)
-    result["scheduled"] = None if run_only else planned
-    result["resumed"] = resumed
-    return result
+    last = execute(table, request, chosen, progress=progress)
+    return PlannedRuns(None if run_only else planned, last, resumed)
 
 
-def _resume_pending(table: Table, engine: EngineChoice | str, progress: Progress) -> list[dict[str, Any]]:
+def _resume_pending(table: Table, engine: EngineChoice, progress: Progress) -> list[JobRun[CompactionResult | None]]:
     """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
     process takes over meanwhile is left to it."""
     from stitchlake.jobs.requests import CompactRequest
@@ -274,9 +276,122 @@ def _resume_pending(table: Table, engine: EngineChoice | str, progress: Progress
         request = CompactRequest(instant=plan.requested)
         chosen = choose_engine(table, request, engine, compaction.plan_bytes(table, plan.requested))
         try:
-            result = execute(table, request, chosen, progress=progress)
+            ran = execute(table, request, chosen, progress=progress)
         except BusyError:
             continue
-        if result.get("result"):
-            done.append({**result, "scheduled": None})
+        if ran.result is not None:
+            done.append(ran)
     return done
+
+
+# ----------------------------------------------------------------------------------------------- rescale
+
+
+def rescale(
+    table: Table,
+    buckets: int | None,
+    *,
+    partitions: tuple[str, ...] = (),
+    resume: bool = False,
+    engine: EngineChoice | str = EngineChoice.auto,
+    progress: Progress = None,
+) -> PlannedRuns[RescaleResult]:
+    """Run pending rescales nobody runs (oldest first), then plan and run one to `buckets` (of `partitions`, by
+    path; none: the whole table). `resume` only runs the pending ones. A whole-table rescale makes the handle
+    route by the new count at once."""
+    from stitchlake.jobs.requests import RescaleRequest
+    from stitchlake.services import rescale as rescales
+
+    engine = engine_choice(engine)
+    if resume and (buckets is not None or partitions):
+        raise UsageError("--resume runs a pending rescale as planned; it takes no --buckets or --partition")
+    if not resume and buckets is None:
+        raise UsageError("give --buckets N (the new bucket count), or --resume to finish a pending rescale")
+    if buckets is not None and not partitions and table.config.table.buckets == buckets:
+        # The config says the new count already (edited first, as for `stitch alter`): rescale the table to it.
+        table.follow_buckets()
+    table.require()
+    resumed = _resume_rescales(table, engine, progress)
+    if resume:
+        return PlannedRuns(None, resumed[-1], resumed[:-1], last_resumed=True) if resumed else PlannedRuns()
+    assert buckets is not None
+    planned = rescales.schedule(table, buckets, list(partitions) or None)
+    if planned is None:  # nothing to do, or the rescale a crash left behind was this one: its run is the answer
+        return PlannedRuns(None, resumed[-1], resumed[:-1], last_resumed=True) if resumed else PlannedRuns()
+    request = RescaleRequest(instant=planned)
+    chosen = choose_engine(table, request, engine, rescales.plan_bytes(table, planned))
+    last = execute(table, request, chosen, progress=progress)
+    _follow(table, last.result)
+    return PlannedRuns(planned, last, resumed)
+
+
+def _resume_rescales(table: Table, engine: EngineChoice, progress: Progress) -> list[JobRun[RescaleResult | None]]:
+    """Run each pending rescale nobody runs (its process died, or it was only planned), oldest first."""
+    from stitchlake.jobs.requests import RescaleRequest
+    from stitchlake.services import rescale as rescales
+
+    done = []
+    for plan in rescales.runnable_plans(table):
+        request = RescaleRequest(instant=plan.requested)
+        chosen = choose_engine(table, request, engine, rescales.plan_bytes(table, plan.requested))
+        ran = execute(table, request, chosen, progress=progress)
+        if ran.result is not None:
+            done.append(ran)
+            _follow(table, ran.result)
+    return done
+
+
+def _follow(table: Table, done: RescaleResult | None) -> None:
+    """A whole-table rescale run elsewhere (a spark-submit job) changed the count: route by it here too."""
+    if done is not None and done.whole_table:
+        table.follow_buckets(done.buckets)
+
+
+# ------------------------------------------------------------------------------------------ clean, erase
+
+
+def clean(
+    table: Table,
+    *,
+    policy: str | None = None,
+    retain: int | None = None,
+    dry_run: bool = False,
+    engine: EngineChoice | str = EngineChoice.auto,
+    progress: Progress = None,
+) -> JobRun[CleanResult]:
+    """Roll back failed writes, then delete what the retention policy allows. `auto` runs it here: its work is
+    deletes, which Spark only spreads over tasks (`spark` for object stores with very many files)."""
+    from stitchlake.jobs.requests import CleanRequest
+
+    request = CleanRequest(policy, retain, dry_run)
+    return execute(table, request, choose_engine(table, request, engine, 0), progress=progress)
+
+
+def erase(
+    table: Table,
+    keys: pa.Table | str,
+    *,
+    purge: bool = False,
+    engine: EngineChoice | str = EngineChoice.auto,
+    progress: Progress = None,
+) -> JobRun[EraseResult]:
+    """Erase `keys` (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines file by path or URI) from
+    every file group committed before the erase; `purge` also from savepoints, older slices, quarantine and job
+    logs. `auto` picks the engine by the size of the table."""
+    import tempfile
+
+    from stitchlake.jobs.requests import EraseRequest
+
+    if isinstance(keys, str):
+        return _erase(table, EraseRequest(keys, purge), engine, progress)
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory(prefix="stitch-erase-") as folder:  # the job reads its keys from a file
+        path = str(Path(folder) / "keys.parquet")
+        pq.write_table(keys, path)
+        return _erase(table, EraseRequest(path, purge), engine, progress)
+
+
+def _erase(table: Table, request: JobRequest, engine: EngineChoice | str, progress: Progress) -> JobRun[EraseResult]:
+    size = sum(f.bytes for f in table.view().live_files())
+    return execute(table, request, choose_engine(table, request, engine, size), progress=progress)

@@ -1,13 +1,13 @@
 """Run a job request on an engine: each job is written once here, over `stitchlake.engine.Engine`.
 
 The CLI runs requests in-process (`LocalEngine`) or hands them, as JSON, to `stitchlake/spark/submit.py`, which runs
-the very same function with a `SparkEngine`. Results are plain dicts (what `--json` prints).
+the very same function with a `SparkEngine`. Each returns its service's typed result (`stitchlake.jobs.results`
+says which type each job's is, and reads it back from the spark-submit result file).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import UsageError
@@ -49,15 +49,15 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = _quiet) -> dict[str, Any]:
-    """Run `request` and return its result as plain data."""
+def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = _quiet) -> Any:
+    """Run `request` and return its service's result (of the type `stitchlake.jobs.results.result_type` names)."""
     handler = JOBS.get(type(request))
     if handler is None:
         raise UsageError(f"the {request.job} job runs only on Spark (a spark-submit job)")
     return handler(table, request, engine, progress)
 
 
-def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, IngestRequest)
     claim = Transaction.attach(table, request.instant) if request.instant else None
     result = ingest.ingest(
@@ -72,26 +72,26 @@ def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Prog
         max_records=request.max_records,
         reset_offsets=request.reset_offsets,
     )
-    return result.to_json()
+    return result
 
 
-def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, CompactRequest)
     if request.instant is None and not compaction.pending_plans(table):
-        return {"result": None}  # nothing to run is exit 0
+        return None  # nothing to run is exit 0
     progress(f"running compaction {request.instant or '(oldest pending)'}")
-    return {"result": asdict(compaction.run(table, request.instant, engine))}
+    return compaction.run(table, request.instant, engine)
 
 
-def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, RescaleRequest)
     if request.instant is None and not rescale.runnable_plans(table):
-        return {"result": None}  # nothing to run is exit 0
+        return None  # nothing to run is exit 0
     progress(f"running rescale {request.instant or '(oldest pending)'}")
-    return {"result": asdict(rescale.run(table, request.instant, engine))}
+    return rescale.run(table, request.instant, engine)
 
 
-def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, CleanRequest)
     clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
     if request.dry_run:
@@ -103,7 +103,7 @@ def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progr
             f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
             "failed write(s)"
         )
-        return asdict(result)
+        return result
     rolled = recovery.rollback_failed(table)
     progress(rolled.message)
 
@@ -118,42 +118,43 @@ def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progr
     result.message += f"; rolled back {len(rolled.rolled_back)} failed write(s)"
     if rolled.finished:
         result.message += f"; finished crashed {', '.join(rolled.finished)}"
-    return {**asdict(result), "finished": rolled.finished}
+    result.finished = rolled.finished
+    return result
 
 
-def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, EraseRequest)
     keys = erase.load_keys(request.keys, table.storage_options)
     progress(f"erasing {keys.num_rows} key(s)")
-    return asdict(erase.erase(table, keys, request.purge, engine))
+    return erase.erase(table, keys, request.purge, engine)
 
 
-def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, RollbackRequest)
     if request.failed:
-        return asdict(recovery.rollback_failed(table))
+        return recovery.rollback_failed(table)
     if request.stream is not None:
-        return asdict(rollback.rollback_stream(table, request.stream))
-    return asdict(rollback.rollback(table, request.instant or ""))
+        return rollback.rollback_stream(table, request.stream)
+    return rollback.rollback(table, request.instant or "")
 
 
-def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, SavepointRequest)
     if request.action == "create":
-        return asdict(savepoint.create(table, request.instant, request.name))
+        return savepoint.create(table, request.instant, request.name)
     if request.action == "delete":
-        return asdict(savepoint.delete(table, request.savepoint or ""))
+        return savepoint.delete(table, request.savepoint or "")
     if request.action == "restore":
-        return asdict(restore.restore(table, request.savepoint or "", request.force))
+        return restore.restore(table, request.savepoint or "", request.force)
     raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete, restore")
 
 
-def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> dict[str, Any]:
+def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
     assert isinstance(request, ArchiveRequest)
-    return asdict(archive.archive(table, request.keep))
+    return archive.archive(table, request.keep)
 
 
-JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], dict[str, Any]]] = {
+JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], Any]] = {
     IngestRequest: run_ingest,
     CompactRequest: run_compact,
     RescaleRequest: run_rescale,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from stitchlake import errors
 from stitchlake.concurrency.processes import die_with_parent, running_in_group, still_running, with_environment
 from stitchlake.errors import StitchError
+from stitchlake.jobs.results import decode
 from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
 from stitchlake.jobs.spark_conf import REQUIRED_CONF
 from stitchlake.paths import LOGS_DIR
@@ -66,6 +67,16 @@ class JobFiles:
     result: Path
     properties: Path
     request: Path
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """A finished spark-submit job: its result (the type its job returns), the seconds its driver spent on the job
+    once Spark was up, and its Spark log."""
+
+    result: Any
+    job_seconds: float
+    log: Path
 
 
 def spark_home() -> str:
@@ -221,8 +232,8 @@ def run_job(
     target_args: list[str],
     progress: Callable[[str], None] | None = None,
     graceful_stop_s: float | None = None,
-) -> dict[str, Any]:
-    """Run a job request under spark-submit; return its result or raise its error again.
+) -> SubmittedJob:
+    """Run a job request under spark-submit; return its result (the type its job returns) or raise its error again.
 
     Interrupted (SIGTERM, Ctrl-C), the whole job is stopped: SIGTERM to its process group, then SIGKILL after
     `STOP_GRACE_S`. A job that can stop gracefully (`graceful_stop_s`: `stitch stream`) is first asked to, through
@@ -273,25 +284,24 @@ def run_job(
                 with contextlib.suppress(OSError):
                     leftover.unlink()
     code = process.returncode
-    result: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
     if files.result.exists():
-        result = json.loads(files.result.read_text(encoding="utf-8"))
+        outcome = json.loads(files.result.read_text(encoding="utf-8"))
         files.result.unlink()
     with contextlib.suppress(OSError):
         files.result.parent.rmdir()
-    if result is None:
+    if outcome is None:
         raise StitchError(
             f"spark-submit for {job} exited with code {code} before reporting a result; "
             f"last lines of {files.log}:\n{_tail(files.log)}"
         )
-    if not result.get("ok"):
+    if not outcome.get("ok"):
         raise error_for(
-            str(result.get("error_type", "StitchError")),
-            f"{result.get('error')} (Spark log: {files.log})",
-            result.get("details"),
+            str(outcome.get("error_type", "StitchError")),
+            f"{outcome.get('error')} (Spark log: {files.log})",
+            outcome.get("details"),
         )
-    result["log"] = str(files.log)
-    return result
+    return SubmittedJob(decode(request, outcome["result"]), round(float(outcome["job_seconds"]), 2), files.log)
 
 
 def _follow(

@@ -47,6 +47,8 @@ class CleanResult:
     reset_compactions: list[str] = field(default_factory=list)
     dry_run: bool = False
     message: str = ""
+    #: Crashed restores, rollbacks and cleans the clean finished from their recorded plans first.
+    finished: list[str] = field(default_factory=list)
 
 
 def local_delete(table: Table) -> Deleter:

@@ -12,6 +12,7 @@ records them (`stream_batch`), and:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import ConflictError
@@ -22,6 +23,23 @@ from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
+
+
+@dataclass
+class StreamResult:
+    """What a `stitch stream` query did until it stopped, for summaries and `--json`."""
+
+    stream: str
+    query_id: str
+    checkpoint: str
+    #: Why it stopped (asked to, or nothing left with `--available-now`).
+    stopped: str
+    batches: int = 0
+    source_files: int = 0
+    records: int = 0
+    rows: int = 0
+    bad_rows: int = 0
+    message: str = ""
 
 
 class BatchAlreadyCommitted(ConflictError):

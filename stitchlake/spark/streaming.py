@@ -34,6 +34,7 @@ import pyspark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from stitchlake.errors import UsageError
+from stitchlake.services.streaming import StreamResult
 from stitchlake.spark.tables import open_for_spark
 
 try:  # admission control for Python streaming sources arrived in PySpark 4.2; batch reads and writes need 4.1
@@ -207,7 +208,7 @@ def run_stream(
     table: Table,
     request: StreamRequest,
     progress: Callable[[str], None],
-) -> dict[str, Any]:
+) -> StreamResult:
     """Run the query until it is asked to stop (or, with available_now, until nothing is pending)."""
     from stitchlake.services.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
@@ -232,7 +233,7 @@ def run_stream(
     )
     checkpoint = request.checkpoint or checkpoint_folder(table, request.stream)
     engine = SparkEngine(spark)
-    totals = {"batches": 0, "source_files": 0, "records": 0, "rows": 0, "bad_rows": 0}
+    totals = StreamResult(request.stream, query_id="", checkpoint=checkpoint, stopped="")
     query_id: list[str] = []
     frame = (
         spark.readStream.format(KAFKA_SOURCE_NAME if kafka else SOURCE_NAME)
@@ -259,9 +260,10 @@ def run_stream(
             paths,
             stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
         )
-        totals["batches"] += 1
-        for key in ("source_files", "rows", "bad_rows"):
-            totals[key] += int(getattr(done, key) or 0)
+        totals.batches += 1
+        totals.source_files += done.source_files
+        totals.rows += done.rows
+        totals.bad_rows += done.bad_rows
         progress(f"micro-batch {batch_id}: {done.message}")
 
     def each_kafka_batch(batch: Any, batch_id: int) -> None:
@@ -276,9 +278,10 @@ def run_stream(
             until=until,
             stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
         )
-        totals["batches"] += 1
-        for key in ("records", "rows", "bad_rows"):
-            totals[key] += int(getattr(done, key) or 0)
+        totals.batches += 1
+        totals.records += done.records
+        totals.rows += done.rows
+        totals.bad_rows += done.bad_rows
         progress(f"micro-batch {batch_id}: {done.message}")
 
     writer = frame.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
@@ -292,16 +295,12 @@ def run_stream(
     unit = "record(s)" if kafka else "file(s)"
     progress(f"streaming {request.stream}: {per_trigger} {unit} per micro-batch, checkpoint {checkpoint}")
     stopped_by = _await(query, request.stop_file)
-    return {
-        "stream": request.stream,
-        "query_id": str(query.id),
-        "checkpoint": checkpoint,
-        "stopped": stopped_by,
-        **totals,
-        "message": f"stream {request.stream}: {totals['batches']} micro-batch(es), "
-        + (f"{totals['records']} record(s), " if kafka else f"{totals['source_files']} file(s), ")
-        + f"{totals['rows']} rows; {stopped_by}",
-    }
+    totals.query_id, totals.stopped = str(query.id), stopped_by
+    read = f"{totals.records} record(s)" if kafka else f"{totals.source_files} file(s)"
+    totals.message = (
+        f"stream {request.stream}: {totals.batches} micro-batch(es), {read}, {totals.rows} rows; {stopped_by}"
+    )
+    return totals
 
 
 def _await(query: Any, stop_file: str | None) -> str:

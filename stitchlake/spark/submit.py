@@ -1,4 +1,5 @@
-"""The spark-submit entry of every job: a request (JSON) in, a result (JSON) out.
+"""The spark-submit entry of every job: a request (JSON) in, a result (JSON) out: the job's typed result as
+plain data, which the launcher reads back into the same type (`stitchlake.jobs.results`).
 
 It opens the table, builds the session, and runs the request with `stitchlake.jobs.run.run` on a `SparkEngine`:
 the very function the in-process engine runs. Errors raised inside Spark tasks arrive wrapped in Java and Python
@@ -15,6 +16,7 @@ import json
 import logging
 import signal
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         from pyspark.sql import SparkSession
 
         from stitchlake.jobs.requests import StreamRequest, from_json
+        from stitchlake.jobs.results import plain
         from stitchlake.jobs.run import run
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
@@ -71,12 +74,14 @@ def main(argv: list[str] | None = None) -> None:
         secrets = table.config.secret_values
         spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate())
         spark.sparkContext.setLogLevel("WARN")
+        started = time.monotonic()  # the job's own part: the JVM and the session are up
         if isinstance(request, StreamRequest):
             from stitchlake.spark.streaming import run_stream  # PySpark 4.2+: the rest runs on 4.1
 
-            outcome: dict[str, Any] = {"ok": True, **run_stream(spark, table, request, progress)}
+            result: Any = run_stream(spark, table, request, progress)
         else:
-            outcome = {"ok": True, **run(table, request, SparkEngine(spark), progress)}
+            result = run(table, request, SparkEngine(spark), progress)
+        outcome: dict[str, Any] = {"ok": True, "result": plain(result), "job_seconds": time.monotonic() - started}
         code = 0
     except BaseException as error:  # report every failure as a result the launcher can raise again
         from stitchlake.config import redact

@@ -21,14 +21,15 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
-from stitchlake.errors import BusyError, ConflictError, CorruptFileError, StitchError, Terminated
+from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
-from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
+from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import (
     Commit,
     DataFile,
     DeltaCommit,
     DeltaCommitPlan,
+    InflightMark,
     Plan,
     RescalePlan,
     UndoPlan,
@@ -37,9 +38,8 @@ from stitchlake.timeline.metadata import (
 )
 from stitchlake.timeline.timeline import (
     Timeline,
-    decode_metadata,
     delete_instant,
-    timeline_path,
+    read_inflight,
     write_completed,
     write_inflight,
     write_requested,
@@ -171,7 +171,7 @@ class Transaction:
             attempt = None
             if inflight:
                 attempt = new_attempt()
-                instant = write_inflight(storage, instant, {"attempt": attempt})
+                instant = write_inflight(storage, instant, InflightMark(attempt))
             return cls(table, instant, beat, attempt, body)
         except BaseException:
             # Interrupted (SIGTERM, Ctrl-C) or failed before the caller holds a handle that could abort: nothing
@@ -224,7 +224,7 @@ class Transaction:
                 )
             lock.fence()  # the checks above hold only while our lease does
             attempt = new_attempt()
-            inflight = write_inflight(storage, instant, {"attempt": attempt}, replace=True)
+            inflight = write_inflight(storage, instant, InflightMark(attempt), replace=True)
             beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
             beat.start()
         return cls(table, inflight, beat, attempt, timeline.plan(instant))
@@ -378,12 +378,8 @@ def new_attempt() -> str:
 
 def inflight_attempt(table: Table, instant: Instant) -> str | None:
     """The attempt token in an instant's inflight file; None when there is none (not inflight, or reset)."""
-    path = timeline_path(pending_file_name(instant.requested, instant.action, State.INFLIGHT))
-    try:
-        content = decode_metadata(table.storage.read_bytes(path), table.storage.describe(path))
-    except (FileNotFoundError, CorruptFileError):
-        return None
-    return content.get("attempt") if isinstance(content, dict) else None
+    mark = read_inflight(table.storage, instant)
+    return mark.attempt if mark is not None else None
 
 
 #: What an action that plans on history is refused while a restore or rollback undoes it ("nothing can ...").

@@ -194,6 +194,22 @@ class StreamBatch:
     batch_id: int
 
 
+@dataclass(frozen=True)
+class InflightMark:
+    """What an inflight file holds: the token of the run (attempt) that marked the instant inflight, so a run that
+    froze past its heartbeat finds that another took its instant over (None: a mark without one)."""
+
+    attempt: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt} if self.attempt is not None else {}
+
+    @classmethod
+    def from_json(cls, data: Any) -> InflightMark:
+        attempt = data.get("attempt") if isinstance(data, dict) else None
+        return cls(attempt if isinstance(attempt, str) else None)
+
+
 # ------------------------------------------------------------------------------------------------ plans
 
 

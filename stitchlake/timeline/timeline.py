@@ -39,6 +39,7 @@ from stitchlake.timeline.metadata import (
     METADATA_VERSION,
     Commit,
     DeltaCommitPlan,
+    InflightMark,
     Plan,
     commit_json,
     kind_of,
@@ -352,15 +353,25 @@ def write_requested(
 
 
 def write_inflight(
-    storage: Storage, instant: Instant, content: dict[str, Any] | None = None, replace: bool = False
+    storage: Storage, instant: Instant, mark: InflightMark | None = None, replace: bool = False
 ) -> Instant:
     """Mark the instant inflight. `replace` rewrites an existing inflight file (a resumed run's new attempt)."""
     name = pending_file_name(instant.requested, instant.action, State.INFLIGHT)
+    content = encode_metadata((mark or InflightMark()).to_json())
     if replace:
-        storage.write_atomic(timeline_path(name), encode_metadata(content or {}))
+        storage.write_atomic(timeline_path(name), content)
     else:
-        storage.put_if_absent(timeline_path(name), encode_metadata(content or {}))
+        storage.put_if_absent(timeline_path(name), content)
     return Instant(instant.requested, instant.action, State.INFLIGHT)
+
+
+def read_inflight(storage: Storage, instant: Instant) -> InflightMark | None:
+    """An instant's inflight mark; None when it has none (not inflight, or reset) or it cannot be read."""
+    path = timeline_path(pending_file_name(instant.requested, instant.action, State.INFLIGHT))
+    try:
+        return InflightMark.from_json(decode_metadata(storage.read_bytes(path), storage.describe(path)))
+    except (FileNotFoundError, CorruptFileError):
+        return None
 
 
 def write_completed(

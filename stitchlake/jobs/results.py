@@ -1,0 +1,120 @@
+"""What a launched job hands back: the service's own typed result, where it ran and how long it took.
+
+Results stay objects from the service to whoever launched the job (the CLI, `Table.ingest(engine=...)`, a
+scheduler's Python operator). They become JSON only at the two edges: the spark-submit result file, read back into
+the same type by `decode`, and the CLI's `--json`, written by `to_json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
+
+if TYPE_CHECKING:
+    from stitchlake.jobs.requests import JobRequest
+
+R = TypeVar("R")
+
+#: Jobs whose result may be None (nothing was pending): `--json` nests it under `result`.
+NESTED_RESULTS = frozenset({"compact", "rescale"})
+
+
+def plain(value: Any) -> Any:
+    """`value` (dataclasses, lists, dicts of them) as JSON-ready data."""
+    return to_jsonable_python(value)
+
+
+@dataclass
+class JobRun(Generic[R]):
+    """One job's run: `result` is what its service returned; `engine` where it ran (`local`, `spark`; `none`
+    when nothing was pending); `seconds` the wall time waited, `job_seconds` the job's own part after the JVM
+    started and `log` its Spark log (on Spark only)."""
+
+    job: str
+    result: R
+    engine: str
+    seconds: float = 0.0
+    job_seconds: float | None = None
+    log: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's `--json`: the result's fields, with where and how long beside them."""
+        body = plain(self.result)
+        data: dict[str, Any] = {"result": body} if self.job in NESTED_RESULTS else dict(body)
+        data["engine"] = self.engine
+        data["seconds"] = self.seconds
+        if self.job_seconds is not None:
+            data["job_seconds"] = self.job_seconds
+        if self.log is not None:
+            data["log"] = self.log
+        return data
+
+
+@dataclass
+class PlannedRuns(Generic[R]):
+    """A service that plans, then runs its plan (compaction, rescale): the plans left pending that ran first
+    (`resumed`, oldest first), the plan this call made (`scheduled`) and the last run. `last_resumed`: nothing new
+    was planned and the last run was a pending plan too. `published`: nothing was run, and these configured
+    formats caught up with the table (compaction only)."""
+
+    scheduled: str | None = None
+    last: JobRun[R | None] | None = None
+    resumed: list[JobRun[R | None]] = field(default_factory=list)
+    last_resumed: bool = False
+    published: list[dict[str, Any]] | None = None
+
+    @property
+    def done(self) -> R | None:
+        """What the last run did; None when nothing ran."""
+        return self.last.result if self.last is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.last.to_json() if self.last is not None else {"result": None}
+        data["scheduled"] = self.scheduled
+        data["resumed"] = [run.to_json() for run in self.resumed]
+        if self.published is not None:
+            data["published"] = self.published
+        return data
+
+
+def result_type(request: JobRequest) -> Any:
+    """The type a job's run returns, to read it back from a spark-submit result file."""
+    from stitchlake.jobs import requests
+    from stitchlake.services.archive import ArchiveResult
+    from stitchlake.services.clean import CleanResult
+    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.erase import EraseResult
+    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.restore import RestoreResult
+    from stitchlake.services.rollback import RollbackResult
+    from stitchlake.services.streaming import StreamResult
+    from stitchlake.timeline.savepoints import Savepoint
+
+    if isinstance(request, requests.SavepointRequest):
+        return RestoreResult if request.action == "restore" else Savepoint
+    types: dict[type[JobRequest], Any] = {
+        requests.IngestRequest: IngestResult,
+        requests.CompactRequest: CompactionResult | None,
+        requests.RescaleRequest: RescaleResult | None,
+        requests.CleanRequest: CleanResult,
+        requests.EraseRequest: EraseResult,
+        requests.RollbackRequest: RollbackResult,
+        requests.ArchiveRequest: ArchiveResult,
+        requests.StreamRequest: StreamResult,
+    }
+    return types[type(request)]
+
+
+@cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+def decode(request: JobRequest, data: Any) -> Any:
+    """A job's result from its JSON form, as the type its run returned."""
+    return _adapter(result_type(request)).validate_python(data)
