@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,15 @@ import pytest
 import yaml
 
 from stitchlake.config import (
+    StoredColumn,
+    StoredSchema,
+    StoredStream,
     TableConfig,
-    config_from_properties,
+    TableProperties,
+    config_from_schema,
     load_config,
     parse_config,
-    table_properties,
+    stored_schema,
 )
 from stitchlake.config.evolution import changes, same_schema
 from stitchlake.errors import ConfigError
@@ -527,10 +532,15 @@ def _full_config(tmp_path: Path) -> TableConfig:
 
 def test_table_properties_round_trip(tmp_path: Path) -> None:
     config = _full_config(tmp_path)
-    properties = json.loads(json.dumps(table_properties(config)))  # as stored in table.json
+    stored = TableProperties(stored_schema(config), "id-1", "2026-01-01T00:00:00Z").to_json()
+    assert next(iter(stored)) == "format_version", "readers check the version before anything else"
+    where = str(tmp_path / "tbl" / ".stitch" / "table.json")
+    properties = TableProperties.from_json(json.loads(json.dumps(stored)), where)  # as stored in table.json
+    assert (properties.table_id, properties.created) == ("id-1", "2026-01-01T00:00:00Z")
+    assert properties.to_json() == stored and properties.schema == stored_schema(config)
     table_dir = tmp_path / "tbl"
-    again = config_from_properties(properties, str(table_dir))
-    assert table_properties(again) == table_properties(config)
+    again = config_from_schema(properties.schema, str(table_dir))
+    assert stored_schema(again) == stored_schema(config)
     assert again.table.path == str(table_dir.resolve())
     assert again.table == config.with_path(again.table.path).table
     for name, stream in config.streams.items():
@@ -541,26 +551,35 @@ def test_table_properties_round_trip(tmp_path: Path) -> None:
             stream.nulls,
             stream.deletes,
         )
-    assert same_schema(properties, table_properties(again))
+    assert same_schema(properties.schema, stored_schema(again))
 
 
-def test_config_from_properties_refuses_other_format_version(tmp_path: Path) -> None:
-    properties = table_properties(_full_config(tmp_path))
-    properties["format_version"] = 99
+def test_table_properties_refuse_another_format_version_and_damage(tmp_path: Path) -> None:
+    stored = stored_schema(_full_config(tmp_path)).to_json()
+    where = str(tmp_path / "tbl" / ".stitch" / "table.json")
     with pytest.raises(ConfigError) as info:
-        config_from_properties(properties, str(tmp_path / "tbl"))
+        StoredSchema.from_json({**stored, "format_version": 99}, where)
     assert "table.json" in str(info.value) and "99" in str(info.value)
+    damaged = {**stored, "streams": {"orders": {"columns": [{"name": "x"}], "ordering": [], "nulls": "ignore"}}}
+    with pytest.raises(ConfigError, match=r"table.json: damaged table properties \(missing or malformed 'streams"):
+        StoredSchema.from_json(damaged, where)
 
 
 def test_a_config_that_contradicts_the_table_lists_every_difference(tmp_path: Path) -> None:
-    existing = table_properties(_full_config(tmp_path))
-    proposed = copy.deepcopy(existing)
-    proposed["buckets"] = 16
-    proposed["key"] = [{"name": "order_id", "type": "string"}]
-    proposed["streams"]["orders"]["ordering"] = []
-    proposed["streams"]["payments"]["nulls"] = "overwrite"
-    dropped = proposed["streams"]["payments"]["columns"].pop(0)["name"]
-    proposed["streams"]["returns"] = {"columns": [{"name": "reason", "type": "string"}]}
+    existing = stored_schema(_full_config(tmp_path))
+    payments = existing.streams["payments"]
+    dropped = payments.columns[0].name
+    proposed = replace(
+        existing,
+        buckets=16,
+        key=(StoredColumn("order_id", "string"),),
+        streams={
+            **existing.streams,
+            "orders": replace(existing.streams["orders"], ordering=()),
+            "payments": replace(payments, nulls="overwrite", columns=payments.columns[1:]),
+            "returns": StoredStream((StoredColumn("reason", "string"),), (), "ignore"),
+        },
+    )
     found = {c.path: c for c in changes(existing, proposed, set())}
     assert set(found) == {
         "table.buckets",
@@ -572,6 +591,8 @@ def test_a_config_that_contradicts_the_table_lists_every_difference(tmp_path: Pa
     }
     assert str(found["table.buckets"]).startswith("table.buckets: table has 8, config says 16 — refused")
     assert found["table.key"].what == "table has {order_id: long}, config says {order_id: string}"
+    assert found["streams.orders.ordering"].what.startswith('table has ["'), found["streams.orders.ordering"]
+    assert found["streams.orders.ordering"].what.endswith("config says []")
     refused = {path for path, change in found.items() if not change.allowed}
     assert refused == {"table.buckets", "table.key", "streams.orders.ordering", "streams.payments.nulls"}
     assert changes(existing, copy.deepcopy(existing), set()) == []
@@ -594,7 +615,7 @@ def test_configs_survive_pickling_and_secret_values_do_not_count(
     assert config.model_copy(update={"secret_values": frozenset()}) == config
     assert "secret_values" not in repr(config)  # the values are kept out of repr (the conf is the caller's to mask)
     assert config.streams["orders"].nulls == "overwrite" and f"{config.bad_rows}" == "fail"
-    assert json.dumps(table_properties(config)) == json.dumps(table_properties(again))
+    assert json.dumps(stored_schema(config).to_json()) == json.dumps(stored_schema(again).to_json())
 
 
 def test_a_short_secret_is_masked_by_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,9 @@
 
 - `model`: the frozen pydantic models; every default is written there, once.
 - `parse`: YAML text -> model (safe loading, `${ENV}`, alias-bomb guard), errors naming file and YAML path.
-- `properties`: the stored `.stitch/table.json` properties: to and from the model, diff, stored order.
+- `stored`: the stored schema and table properties (`.stitch/table.json`, alters, the archive), typed.
+- `properties`: a config's stored schema, a config from one, and the stored column order.
+- `evolution`: how a stored schema may change (`stitch alter`).
 - `secrets`: which environment values are secrets, and masking them.
 - `values`: typed column defaults and their JSON form.
 - `jsonschema`: the JSON Schema of the YAML, shipped as `configs/table.schema.json`.
@@ -39,13 +41,9 @@ from .model import (
     ValueFormat,
 )
 from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_config
-from .properties import (
-    FORMAT_VERSION,
-    config_from_properties,
-    in_stored_order,
-    table_properties,
-)
+from .properties import config_from_schema, in_stored_order, stored_schema
 from .secrets import MIN_SECRET_LENGTH, SECRET_NAME, SECRET_PLACEHOLDER, is_secret_name, redact
+from .stored import FORMAT_VERSION, StoredColumn, StoredDeletes, StoredSchema, StoredStream, TableProperties
 from .values import parse_default
 
 __all__ = [
@@ -76,17 +74,22 @@ __all__ = [
     "SparkSpec",
     "StartingOffsets",
     "StorageSpec",
+    "StoredColumn",
+    "StoredDeletes",
+    "StoredSchema",
+    "StoredStream",
     "StreamSpec",
     "TableConfig",
+    "TableProperties",
     "TableSpec",
     "ValueFormat",
     "_unique_key_loader",
-    "config_from_properties",
+    "config_from_schema",
     "in_stored_order",
     "is_secret_name",
     "load_config",
     "parse_config",
     "parse_default",
     "redact",
-    "table_properties",
+    "stored_schema",
 ]

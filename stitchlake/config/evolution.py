@@ -1,6 +1,6 @@
 """How a table's schema may change (`stitch alter`): compatible changes, and why the others are refused.
 
-Pure functions over stored schemas (the `table.json` shape), so the rules live in one place: the alter service
+Pure functions over stored schemas (`config.stored.StoredSchema`), so the rules live in one place: the alter service
 applies them, `Table.require` uses them to say whether a config is behind the table, ahead of it (run `stitch
 alter`), or contradicts it.
 
@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .model import TableConfig
-from .properties import FORMAT_VERSION, config_from_properties, table_properties
+from .properties import config_from_schema
+from .stored import StoredColumn, StoredSchema, StoredStream
 
-#: Keys of `table.json` that are not the schema (identity and bookkeeping).
-NOT_SCHEMA = frozenset({"table_id", "created"})
 #: Table fields no alter may change.
 FIXED = ("name", "key", "partition_by", "buckets")
 #: (from, to) simple type changes that read every old value exactly.
@@ -45,14 +44,9 @@ class Change:
         return f"{self.path}: {self.what}" + ("" if self.allowed else f" — refused: {self.why}")
 
 
-def schema_of(properties: Mapping[str, Any]) -> dict[str, Any]:
-    """The schema part of stored properties."""
-    return {k: v for k, v in properties.items() if k not in NOT_SCHEMA}
-
-
-def with_schema(config: TableConfig, properties: Mapping[str, Any]) -> TableConfig:
+def with_schema(config: TableConfig, schema: StoredSchema) -> TableConfig:
     """`config`'s runtime settings (sources, locks, spark, ...) with the columns and streams of a stored schema."""
-    stored = config_from_properties({**schema_of(properties), "format_version": FORMAT_VERSION}, config.table.path)
+    stored = config_from_schema(schema, config.table.path)
     streams = {
         name: spec.model_copy(update={"source": config.streams[name].source if name in config.streams else None})
         for name, spec in stored.streams.items()
@@ -61,79 +55,74 @@ def with_schema(config: TableConfig, properties: Mapping[str, Any]) -> TableConf
     return config.model_copy(update={"table": table, "streams": streams})
 
 
-def same_schema(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def same_schema(old: StoredSchema, new: StoredSchema) -> bool:
     return not changes(old, new, set())
 
 
-def names_ever_used(schemas: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+def names_ever_used(schemas: Iterable[StoredSchema]) -> dict[str, str]:
     """Column name -> the stream it belonged to, in any schema version (a name must never change owner)."""
     out: dict[str, str] = {}
     for schema in schemas:
-        for stream, spec in schema.get("streams", {}).items():
-            for column in spec.get("columns", []):
-                out.setdefault(column["name"], stream)
+        for stream, spec in schema.streams.items():
+            for column in spec.columns:
+                out.setdefault(column.name, stream)
     return out
 
 
-def changes(old: Mapping[str, Any], new: Mapping[str, Any], history: Mapping[str, str] | set[str]) -> list[Change]:
+def changes(old: StoredSchema, new: StoredSchema, history: Mapping[str, str] | set[str]) -> list[Change]:
     """Every difference from schema `old` to `new`; `history` maps every column name ever used to its stream."""
     owners = history if isinstance(history, Mapping) else {}
     out: list[Change] = []
     for name in FIXED:
-        if old.get(name) != new.get(name):
+        before, after = getattr(old, name), getattr(new, name)
+        if before != after:
             out.append(
                 Change(
                     f"table.{name}",
-                    f"table has {_show(old.get(name))}, config says {_show(new.get(name))}",
+                    f"table has {_show(before)}, config says {_show(after)}",
                     False,
                     "stored data is laid out by it (files, buckets, keys)"
                     + ("; `stitch rescale --buckets N` rewrites the table into N buckets" if name == "buckets" else ""),
                 )
             )
-    if old.get("log_format") != new.get("log_format"):
-        out.append(Change("table.log_format", f"{old.get('log_format')} -> {new.get('log_format')}", True))
-    old_streams, new_streams = old.get("streams", {}), new.get("streams", {})
+    if old.log_format != new.log_format:
+        out.append(Change("table.log_format", f"{old.log_format} -> {new.log_format}", True))
+    old_streams, new_streams = old.streams, new.streams
     for stream in sorted(set(old_streams) | set(new_streams)):
         path = f"streams.{stream}"
         if stream not in new_streams:
             out.append(Change(path, "drop the stream (hidden from reads from then on)", True))
         elif stream not in old_streams:
-            reused = [c["name"] for c in new_streams[stream]["columns"] if c["name"] in owners]
+            reused = [name for name in new_streams[stream].column_names if name in owners]
             if reused:
                 out.append(Change(path, "add the stream", False, _reuse(reused[0], owners[reused[0]])))
             else:
-                out.append(Change(path, f"add the stream ({_columns(new_streams[stream]['columns'])})", True))
+                out.append(Change(path, f"add the stream ({_columns(new_streams[stream].columns)})", True))
         else:
             out += _stream_changes(path, old_streams[stream], new_streams[stream], owners, stream)
     return out
 
 
 def _stream_changes(
-    path: str, old: Mapping[str, Any], new: Mapping[str, Any], owners: Mapping[str, str], stream: str
+    path: str, old: StoredStream, new: StoredStream, owners: Mapping[str, str], stream: str
 ) -> list[Change]:
     out: list[Change] = []
-    if list(old.get("ordering") or []) != list(new.get("ordering") or []):
+    if old.ordering != new.ordering:
         out.append(
             Change(
                 f"{path}.ordering",
-                f"table has {_show(old.get('ordering'))}, config says {_show(new.get('ordering'))}",
+                f"table has {_show(old.ordering)}, config says {_show(new.ordering)}",
                 False,
                 "versions already merged were compared by the old ordering",
             )
         )
-    if old.get("nulls") != new.get("nulls"):
-        out.append(
-            Change(
-                f"{path}.nulls",
-                f"table has {old.get('nulls')}, config says {new.get('nulls')}",
-                False,
-                "merged groups depend on it",
-            )
-        )
-    if old.get("deletes") != new.get("deletes"):
-        out.append(Change(f"{path}.deletes", f"{_show(old.get('deletes'))} -> {_show(new.get('deletes'))}", True))
-    before = {c["name"]: c for c in old.get("columns", [])}
-    after = {c["name"]: c for c in new.get("columns", [])}
+    if old.nulls != new.nulls:
+        what = f"table has {old.nulls}, config says {new.nulls}"
+        out.append(Change(f"{path}.nulls", what, False, "merged groups depend on it"))
+    if old.deletes != new.deletes:
+        out.append(Change(f"{path}.deletes", f"{_show(old.deletes)} -> {_show(new.deletes)}", True))
+    before = {c.name: c for c in old.columns}
+    after = {c.name: c for c in new.columns}
     for name in sorted(set(before) | set(after)):
         where = f"{path}.columns.{name}"
         if name not in after:
@@ -142,22 +131,23 @@ def _stream_changes(
             if name in owners:
                 out.append(Change(where, "add the column", False, _reuse(name, owners[name], stream)))
             else:
-                default = f", default {after[name]['default']!r}" if "default" in after[name] else ""
-                out.append(Change(where, f"add the column ({after[name]['type']}{default})", True))
+                added = after[name]
+                default = f", default {added.default!r}" if added.default is not None else ""
+                out.append(Change(where, f"add the column ({added.type}{default})", True))
         else:
             out += _column_changes(where, before[name], after[name])
     return out
 
 
-def _column_changes(where: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def _column_changes(where: str, old: StoredColumn, new: StoredColumn) -> list[Change]:
     out: list[Change] = []
-    if old["type"] != new["type"]:
-        allowed = widens(old["type"], new["type"])
+    if old.type != new.type:
+        allowed = widens(old.type, new.type)
         why = "" if allowed else "only widening is safe (int -> long, float -> double, decimal precision up)"
-        what = f"{old['type']} -> {new['type']}" if allowed else f"table has {old['type']}, config says {new['type']}"
+        what = f"{old.type} -> {new.type}" if allowed else f"table has {old.type}, config says {new.type}"
         out.append(Change(f"{where}.type", what, allowed, why))
-    if old.get("default") != new.get("default"):
-        out.append(Change(f"{where}.default", f"{_show(old.get('default'))} -> {_show(new.get('default'))}", True))
+    if old.default != new.default:
+        out.append(Change(f"{where}.default", f"{_show(old.default)} -> {_show(new.default)}", True))
     return out
 
 
@@ -184,18 +174,16 @@ def _reuse(name: str, owner: str, stream: str | None = None) -> str:
     )
 
 
-def _columns(columns: list[Mapping[str, Any]]) -> str:
-    return ", ".join(f"{c['name']}: {c['type']}" for c in columns)
+def _columns(columns: Iterable[StoredColumn]) -> str:
+    return ", ".join(f"{c.name}: {c.type}" for c in columns)
 
 
 def _show(value: Any) -> str:
+    """A stored value as the message shows it: columns as `{name: type}`, the rest as JSON."""
     import json
 
-    if isinstance(value, list) and value and isinstance(value[0], dict) and "name" in value[0]:
+    if isinstance(value, tuple) and value and isinstance(value[0], StoredColumn):
         return "{" + _columns(value) + "}"
-    return json.dumps(value)
-
-
-def schema_properties(config: TableConfig) -> dict[str, Any]:
-    """The stored schema a config describes (what an alter to it records)."""
-    return schema_of(table_properties(config))
+    if isinstance(value, tuple):
+        value = list(value)
+    return json.dumps(value.to_json() if hasattr(value, "to_json") else value)

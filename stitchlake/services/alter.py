@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.config.evolution import Change, changes, names_ever_used, schema_of, schema_properties
+from stitchlake.config import stored_schema
+from stitchlake.config.evolution import Change, changes, names_ever_used
 from stitchlake.errors import ConfigError, ConflictError
 from stitchlake.services.publish import publish_after
 from stitchlake.table.transaction import Transaction
@@ -41,8 +42,8 @@ def planned_changes(table: Table) -> tuple[int, list[Change]]:
     """The current schema version, and every change from it to what `table.config` describes."""
     versions = table.schema_history()
     current = versions[-1]
-    now = {**schema_of(current.properties), "buckets": table.layout().default}  # a rescale changes it, not alter
-    found = changes(now, schema_properties(table.config), names_ever_used(v.properties for v in versions))
+    now = current.properties.with_buckets(table.layout().default)  # a rescale changes it, not alter
+    found = changes(now, stored_schema(table.config), names_ever_used(v.properties for v in versions))
     return current.version, found
 
 
@@ -66,7 +67,7 @@ def alter(table: Table, dry_run: bool = False) -> AlterResult:
         return AlterResult(
             None, None, target, lines, True, f"would make schema version {target}: {len(lines)} change(s)"
         )
-    proposed = schema_properties(table.config)
+    proposed = stored_schema(table.config)
 
     def plan(timeline: Timeline, _requested: str) -> AlterPlan:
         latest = table.schema_history(timeline)[-1].version

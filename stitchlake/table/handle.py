@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.checksums import seal, unseal
 from stitchlake.config import (
+    StoredSchema,
     TableConfig,
-    config_from_properties,
+    TableProperties,
+    config_from_schema,
     in_stored_order,
     load_config,
-    table_properties,
+    stored_schema,
 )
-from stitchlake.config.evolution import changes, names_ever_used, same_schema, schema_of, schema_properties, with_schema
+from stitchlake.config.evolution import changes, names_ever_used, same_schema, with_schema
 from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
@@ -43,7 +45,7 @@ class Table:
     def __init__(self, config: TableConfig, storage: Storage | None = None) -> None:
         self.config = config
         self.storage = storage or storage_for(config.table.path, config.storage.options)
-        self._properties: dict[str, Any] | None = None
+        self._properties: TableProperties | None = None
         #: The schema version `config` describes (set by `require`; new files record it).
         self.schema_version = 0
         self._versions: dict[int, TableConfig] = {}
@@ -69,8 +71,8 @@ class Table:
         return self.storage.exists(TABLE_JSON)
 
     @property
-    def properties(self) -> dict[str, Any]:
-        """The stored `.stitch/table.json`."""
+    def properties(self) -> TableProperties:
+        """The stored `.stitch/table.json`: the schema the table was created with, and its identity."""
         if self._properties is None:
             try:
                 data = self.storage.read_bytes(TABLE_JSON)
@@ -85,32 +87,32 @@ class Table:
 
     @property
     def table_id(self) -> str:
-        return str(self.properties.get("table_id", self.config.table.name))
+        return self.properties.table_id
 
     def schema_history(self, timeline: Timeline | None = None) -> list[SchemaVersion]:
         """Every version of the table's schema, oldest first (`table.json`, then each completed `alter`)."""
         from stitchlake.timeline.archive import load_checkpoint
         from stitchlake.timeline.schemas import history
 
-        return history(timeline or self.timeline(), schema_of(self.properties), load_checkpoint(self.storage))
+        return history(timeline or self.timeline(), self.properties.schema, load_checkpoint(self.storage))
 
     def config_for(self, version: SchemaVersion) -> TableConfig:
         """This table's runtime settings with the columns and streams of one schema version (and, once `require`
         has seen the timeline, the table's bucket count now: a rescale changes it, not an alter)."""
         found = self._versions.get(version.version)
         if found is None:
-            properties = version.properties
+            schema = version.properties
             if self._routing is not None:
-                properties = {**properties, "buckets": self._routing.default}
+                schema = schema.with_buckets(self._routing.default)
             found = self._versions[version.version] = in_stored_order(
-                with_schema(self.config, properties), version.properties
+                with_schema(self.config, schema), version.properties
             )
         return found
 
     @property
     def base_buckets(self) -> int:
         """The bucket count the table was created with (`table.json`); rescales change it (`layout`)."""
-        return int(self.properties.get("buckets", self.config.table.buckets))
+        return self.properties.schema.buckets
 
     def layout(self, timeline: Timeline | None = None) -> BucketLayout:
         """The bucket count of each partition now, from the timeline (`layout.rescales`)."""
@@ -148,24 +150,22 @@ class Table:
 
         timeline = self.timeline()
         checkpoint = load_checkpoint(self.storage)
-        versions = history(timeline, schema_of(self.properties), checkpoint)
+        versions = history(timeline, self.properties.schema, checkpoint)
         rescales = records(timeline, checkpoint)
         routing = layout_at(self.base_buckets, rescales)
         current = versions[-1]
-        proposed = schema_properties(self.config)
+        proposed = stored_schema(self.config)
         where = self.config.source_file or "config"
         if self.config.source_file is None or self.config.source_file.endswith(TABLE_JSON):
-            proposed = {**schema_of(current.properties), "buckets": routing.default}  # the table itself is the truth
+            proposed = current.properties.with_buckets(routing.default)  # the table itself is the truth
 
-        def schema(version: SchemaVersion) -> dict[str, Any]:
-            return {**schema_of(version.properties), "buckets": routing.default}
+        def schema(version: SchemaVersion) -> StoredSchema:
+            return version.properties.with_buckets(routing.default)
 
-        if proposed.get("buckets") != routing.default and same_schema(
-            schema(current), {**proposed, "buckets": routing.default}
-        ):
+        if proposed.buckets != routing.default and same_schema(schema(current), proposed.with_buckets(routing.default)):
             # Only the count differs: say which count is right now, and what changes it (with other differences,
             # the listing below names this one among them).
-            raise ConfigError(_buckets_differ(where, self.path, int(proposed.get("buckets", 0)), routing, rescales))
+            raise ConfigError(_buckets_differ(where, self.path, proposed.buckets, routing, rescales))
         if not same_schema(schema(current), proposed):
             for older in reversed(versions[:-1]):
                 if same_schema(schema(older), proposed):
@@ -264,12 +264,8 @@ class Table:
             self.storage.makedirs(TIMELINE_DIR)
         except OSError as exc:
             raise ConfigError(f"table.path: cannot create the table at {self.path}: {exc.strerror or exc}") from None
-        properties = {
-            **table_properties(self.config),
-            "table_id": uuid.uuid4().hex,
-            "created": from_millis(now_millis()),
-        }
-        data = seal(json.dumps(properties, indent=1).encode())
+        properties = TableProperties(stored_schema(self.config), uuid.uuid4().hex, from_millis(now_millis()))
+        data = seal(json.dumps(properties.to_json(), indent=1).encode())
         if not self.storage.put_if_absent(TABLE_JSON, data):
             self._properties = None
             self.require()
@@ -357,12 +353,12 @@ def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Tabl
         properties = parse_properties(storage.read_bytes(TABLE_JSON), storage.describe(TABLE_JSON))
     except FileNotFoundError:
         raise NotFoundError(f"{target}: neither a config file nor a stitchlake table (no {TABLE_JSON})") from None
-    table = cls(config_from_properties(properties, location), storage)
+    table = cls(config_from_schema(properties.schema, location), storage)
     table._properties = properties
     return table
 
 
-def parse_properties(data: bytes, where: str) -> dict[str, Any]:
+def parse_properties(data: bytes, where: str) -> TableProperties:
     """`table.json`, its checksum verified (one written before checksums is read as it is): a flipped bit in the
     buckets or a key type would send keys to the wrong file groups without a word."""
     try:
@@ -371,4 +367,4 @@ def parse_properties(data: bytes, where: str) -> dict[str, Any]:
         raise CorruptFileError(f"{where}: not valid JSON ({exc})", file=where) from None
     if not isinstance(properties, dict):
         raise CorruptFileError(f"{where}: does not hold a JSON object", file=where)
-    return properties
+    return TableProperties.from_json(properties, where)

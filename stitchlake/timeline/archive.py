@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitchlake.checksums import unseal
+from stitchlake.config.stored import StoredSchema
 from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
@@ -29,11 +30,12 @@ BATCH_SUFFIX = ".archive.jsonl"
 
 @dataclass(frozen=True)
 class SchemaVersion:
-    """One version of the table's stored schema (the `table.json` shape), and when its alter completed."""
+    """One version of the table's stored schema, and when its alter completed (version 0: `table.json`)."""
 
     version: int
     since: str
-    properties: dict[str, Any] = field(default_factory=dict)
+    #: The schema (named as archives store it).
+    properties: StoredSchema
 
 
 @dataclass(frozen=True)

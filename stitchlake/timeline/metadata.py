@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from stitchlake.config.stored import StoredSchema
 from stitchlake.timeline.instant import Action
 
 if TYPE_CHECKING:
@@ -306,10 +307,11 @@ class RestorePlan(UndoPlan):
 
 @dataclass(frozen=True)
 class AlterPlan(Plan):
-    """A new schema version: the whole stored schema (`table.json` shape) and the changes, in words."""
+    """A new schema version: the whole stored schema and the changes, in words."""
 
     schema_version: int = 0
-    properties: dict[str, Any] = field(default_factory=dict)
+    #: The whole new schema (None only in a damaged record).
+    properties: StoredSchema | None = None
     changes: tuple[str, ...] = ()
 
 
@@ -477,7 +479,8 @@ class RestoreCommit(Commit):
 @dataclass(frozen=True)
 class AlterCommit(Commit):
     schema_version: int = 0
-    properties: dict[str, Any] = field(default_factory=dict)
+    #: The whole new schema (None only in a damaged record).
+    properties: StoredSchema | None = None
     changes: tuple[str, ...] = ()
 
 

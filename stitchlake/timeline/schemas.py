@@ -7,9 +7,7 @@ at its time. Archived alters live on in the archive checkpoint, with every versi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from stitchlake.config.stored import StoredSchema
 from stitchlake.errors import StitchError
 from stitchlake.timeline.archive import Checkpoint, SchemaVersion
 from stitchlake.timeline.instant import Action
@@ -19,16 +17,16 @@ from stitchlake.timeline.timeline import Timeline
 __all__ = ["SchemaVersion", "at_time", "history"]
 
 
-def history(timeline: Timeline, base: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> list[SchemaVersion]:
+def history(timeline: Timeline, base: StoredSchema, checkpoint: Checkpoint | None = None) -> list[SchemaVersion]:
     """Every schema version, oldest first: version 0 (`table.json`), archived alters, then active ones."""
-    versions = {0: SchemaVersion(0, "", dict(base))}
+    versions = {0: SchemaVersion(0, "", base)}
     if checkpoint is not None:
         versions.update({v.version: v for v in checkpoint.schemas})
     for instant in timeline.completed([Action.ALTER]):
         if checkpoint is not None and (instant.completed or "") <= checkpoint.horizon:
             continue
         commit = timeline.commit(instant)
-        assert isinstance(commit, AlterCommit)
+        assert isinstance(commit, AlterCommit) and commit.properties is not None
         version = SchemaVersion(commit.schema_version, instant.completed or "", commit.properties)
         versions[version.version] = version
     return [versions[number] for number in sorted(versions)]
