@@ -97,16 +97,13 @@ def run_stitch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (spark-submit starts its JVM in a new session, so a process group is
     not enough to find it)."""
+    from stitchlake.concurrency.processes import parent
+
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
+        above = parent(int(entry.name)) if entry.name.isdigit() else None
+        if above is not None:
+            children.setdefault(above, []).append(int(entry.name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):

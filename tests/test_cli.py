@@ -892,3 +892,13 @@ def test_every_table_command_names_its_table_and_options_the_same_way() -> None:
             assert "--engine" in options, path
         if path[0] == "savepoint" and path[1] != "list":
             assert "--name" in options, path
+
+
+def test_kafka_options_on_a_stream_of_files_are_refused_naming_the_flags(table: Table, config_file: Path) -> None:
+    """One check for the CLI and the library: its message names the flags and the Python parameters."""
+    refused = run("ingest", "-c", str(config_file), "-s", "orders", "--max-records", "5", "--json")
+    assert refused.exit_code == 2, refused.output
+    failure = json.loads(refused.stdout)
+    assert "--max-records" in failure["error"] and "max_records" in failure["error"], failure
+    assert "stream orders reads files" in failure["error"]
+    assert not table.timeline().instants, "refused before anything was claimed"

@@ -20,6 +20,7 @@ from stitchlake.services.clean import CleanResult
 from stitchlake.services.compaction import CompactionResult
 from stitchlake.services.erase import EraseResult
 from stitchlake.services.ingest import IngestResult, claim
+from stitchlake.services.publish import PublishDeferred, PublishResult
 from stitchlake.services.restore import RestoreResult
 from stitchlake.timeline.savepoints import Savepoint
 
@@ -112,7 +113,8 @@ def test_erase_clean_compact_and_rescale_launch_from_python_by_engine_name(demo_
 
 def test_job_results_survive_the_trip_through_the_result_file() -> None:
     """What a spark-submit job writes (`plain`) reads back (`decode`) as the very object, nested results too."""
-    inner = CompactionResult("1", "2", 1, 10, 100, published=[{"format": "delta", "version": 3}])
+    published = PublishResult("1", "2", "delta", "/p", "1", 3, "", 10, 0, "/p", "")
+    inner = CompactionResult("1", "2", 1, 10, 100, published=[published, PublishDeferred("iceberg", "publish 5 runs")])
     cases = [
         (CompactRequest(), CompactionResult("3", "4", 2, 20, 200, merged_files=5, resumed=[inner])),
         (CompactRequest(), None),
@@ -131,7 +133,7 @@ def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted
 ) -> None:
     """A stop can reach the CLI while its job commits: the commit stands, and the message must not say "aborted"
     (an operator would re-run and find nothing to do)."""
-    from stitchlake.cli.app import _interrupted
+    from stitchlake.cli.app import interruption_note
     from stitchlake.engine import LocalEngine
     from stitchlake.errors import Terminated
     from stitchlake.jobs.launch import abort_unless_published
@@ -148,10 +150,10 @@ def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted
         held.finish_here()
     published = table.timeline().get(held.time)
     assert published is not None and published.is_completed, "the published instant stands"
-    assert "aborted" not in _interrupted(stop) and held.time in _interrupted(stop), _interrupted(stop)
+    assert "aborted" not in interruption_note(stop) and held.time in interruption_note(stop), interruption_note(stop)
 
     pending = claim(table, "payments")
     stop = Terminated("terminated by SIGTERM")
     assert abort_unless_published(table, pending, stop) is True
-    assert _interrupted(stop) == "; the running instant was aborted"
+    assert interruption_note(stop) == "; the running instant was aborted"
     assert table.timeline().get(pending.time) is None or not table.timeline().pending()

@@ -31,6 +31,7 @@ from trino_server import Trino, quote
 
 from stitchlake.api import Table
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
+from stitchlake.jobs.results import plain
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def publish_twice(
     table.write("orders", more.append_column("coupon", pa.array(["BACK"])))
     assert table.compact() is not None
     erased = table.erase(erase_keys(3))
-    second = {result["format"]: result for result in erased.published}
+    second = {result.format: plain(result) for result in erased.published}
     assert set(second) == set(formats), "the erase republished every published format"
     sources = {second[fmt]["source"] for fmt in formats} | {first[fmt]["source"] for fmt in formats}
     assert len(sources) == 2

@@ -26,7 +26,9 @@ import stitchlake
 from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConflictError, StitchError
 from stitchlake.io.published import iceberg_catalog
+from stitchlake.jobs.results import plain
 from stitchlake.services.alter import alter
+from stitchlake.services.publish import PublishDeferred
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishCommit, PublishPlan
@@ -82,14 +84,14 @@ def test_an_erase_republishes_every_published_format_and_purge_leaves_no_trace_o
     assert all(secret in files_text(folder) for folder in folders), "the test must see the value before"
 
     erased = table.erase(erase_keys(1))
-    assert {r["format"] for r in erased.published} == {"delta", "iceberg"}
-    again = {r["format"]: r for r in erased.published}
+    assert {r.format for r in erased.published} == {"delta", "iceberg"}
+    again = {r.format: plain(r) for r in erased.published}
     assert delta_rows(again["delta"]) == current_rows(table) == rows_of(iceberg_table(again["iceberg"]).scan())
     assert 1 not in {row["k"] for row in current_rows(table)}
     assert 1 in {row["k"] for row in delta_rows(first["delta"], first["delta"]["version"])}, "time travel, no purge"
 
     purged = table.erase(erase_keys(3), purge=True)
-    last = {r["format"]: r for r in purged.published}
+    last = {r.format: plain(r) for r in purged.published}
     assert delta_rows(last["delta"]) == current_rows(table) == rows_of(iceberg_table(last["iceberg"]).scan())
     # The Delta table's history was cut at the purge's version (the numbers go on, see the zombie test below):
     # no older version is readable, and no older log entry is left.
@@ -135,7 +137,8 @@ def test_an_erase_while_a_publish_runs_leaves_it_to_that_publish(
     result = table.publish("delta").to_json()
     (erased,) = erasures
     (deferred,) = erased.published
-    assert deferred["format"] == "delta" and deferred["deferred"].startswith("publish ")
+    assert isinstance(deferred, PublishDeferred), deferred
+    assert deferred.format == "delta" and deferred.deferred.startswith("publish ")
     assert history_cut_at(result["location"], result["version"]) and delta_rows(result) == current_rows(table)
     assert 1 not in keys_in_files(result["location"])
     data_files = [p for p in Path(table.path).rglob("*.parquet") if ".stitch" not in p.parts]
@@ -154,7 +157,7 @@ def test_an_erase_finds_a_published_format_whose_publishes_were_archived(tmp_pat
     assert table.archive(keep=2).archived
     assert not table.timeline().completed([Action.PUBLISH]), "the publish is archived"
     erased = table.erase(erase_keys(2))
-    assert [r["format"] for r in erased.published] == ["delta"]
+    assert [r.format for r in erased.published] == ["delta"]
     assert delta_rows(result) == current_rows(table)
 
 
@@ -165,10 +168,10 @@ def test_a_restore_republishes_the_restored_state(tmp_path: Path) -> None:
     more = batch(MODEL["orders"], [{"k": 8, "amount": 80, "status": "new", "ots": 9}])
     table.write("orders", more.append_column("coupon", pa.array(["LATER"])))
     compacted = table.compact()
-    assert compacted is not None and delta_rows(compacted.published[0]) != before
+    assert compacted is not None and delta_rows(plain(compacted.published[0])) != before
     restored = table.restore("before")
     (published,) = restored.published
-    assert current_rows(table) == before == delta_rows(published)
+    assert current_rows(table) == before == delta_rows(plain(published))
 
 
 def test_an_alter_republishes_its_schema_and_defaults_without_waiting_for_a_compaction(tmp_path: Path) -> None:
@@ -183,7 +186,7 @@ def test_an_alter_republishes_its_schema_and_defaults_without_waiting_for_a_comp
     del streams["payments"]["columns"]["note"]
     altered = Table(config(root, document))
     result = alter(altered)
-    published = {r["format"]: r for r in result.published}
+    published = {r.format: plain(r) for r in result.published}
     assert set(published) == {"delta", "iceberg"}
     expected = current_rows(altered)
     assert expected and all(row["tip"] == 0 and "note" not in row for row in expected)

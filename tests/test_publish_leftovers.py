@@ -23,6 +23,7 @@ from stitchlake.api import Table
 from stitchlake.concurrency.heartbeat import is_expired
 from stitchlake.errors import ConflictError
 from stitchlake.io.published import iceberg_catalog
+from stitchlake.services.publish import PublishResult
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 
@@ -183,8 +184,9 @@ def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recre
         table.publish(fmt)
     monkeypatch.undo()
     (erased,) = purged
-    (republished,) = [r for r in erased.published if r["format"] == fmt]
-    assert "deferred" not in republished, "the zombie looked dead: the purge republished at once"
+    (done,) = [r for r in erased.published if r.format == fmt]
+    assert isinstance(done, PublishResult), "the zombie looked dead: the purge republished at once"
+    republished = done.to_json()
     assert published_version(fmt, first) == republished["version"], "the zombie committed nothing"
     assert published_rows(fmt, republished) == current_rows(table)
     assert 1 not in {row["k"] for row in current_rows(table)}

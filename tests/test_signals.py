@@ -81,17 +81,12 @@ def sigterm_pending(pid: int) -> bool:
 def signalled_by(cli: int, below: list[int]) -> list[int]:
     """The processes of `below` the CLI stops with one signal: the process group of the job it started (PySpark's
     worker daemon leaves it for a group of its own, and the CLI reaches that one through the JVM)."""
+    from stitchlake.concurrency.processes import parent
 
     def group(pid: int) -> int | None:
         try:
             return os.getpgid(pid)
         except ProcessLookupError:
-            return None
-
-    def parent(pid: int) -> int | None:
-        try:
-            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
             return None
 
     leaders = {pid for pid in below if parent(pid) == cli and group(pid) == pid}

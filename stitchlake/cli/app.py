@@ -98,7 +98,7 @@ def _noted(exc: BaseException) -> str:
     return "".join(f"; {note}" for note in notes)
 
 
-def _interrupted(exc: BaseException) -> str:
+def interruption_note(exc: BaseException) -> str:
     """The rest of an interrupt's message: the running instant was aborted, unless the job had published it first."""
     published = any(note.startswith(PUBLISHED_BEFORE_STOP) for note in getattr(exc, "__notes__", []))
     return ("" if published else "; the running instant was aborted") + _noted(exc)
@@ -137,10 +137,10 @@ def run_command(fn: Callable[[], R]) -> R | None:
         output.failure(str(exc) or type(exc).__name__, exc.exit_code, details)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
-        output.failure("interrupted" + _interrupted(exc), EXIT_INTERRUPTED)
+        output.failure("interrupted" + interruption_note(exc), EXIT_INTERRUPTED)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Terminated as exc:
-        output.failure(str(exc) + _interrupted(exc), Terminated.exit_code)
+        output.failure(str(exc) + interruption_note(exc), Terminated.exit_code)
         raise typer.Exit(Terminated.exit_code) from None
     except OSError as exc:  # a closed stdout or stderr is not one: `stitchlake.cli.output` silences those and goes on
         if debugging():

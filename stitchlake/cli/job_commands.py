@@ -109,14 +109,6 @@ def _ingest(
 ) -> Report:
     handle = open_target(config, table)
     spec = handle.config.stream(stream)
-    is_kafka = spec.source is not None and spec.source.is_kafka
-    if is_kafka and (source or max_files or reingest_changed):
-        raise UsageError(
-            f"stream {stream} reads Kafka topic {spec.source.topic if spec.source else ''}: --source, --max-files "
-            "and --reingest-changed apply to landing files"
-        )
-    if not is_kafka and kafka != (None, None):
-        raise UsageError(f"--max-records and --reset-offsets apply to Kafka sources; stream {stream} reads files")
     with progress_display("ingest") as progress:
         result = launch.ingest(
             handle,
@@ -133,7 +125,7 @@ def _ingest(
     if not done.instant:
         return Report(data, message=done.message or f"nothing to ingest for stream {stream}")
     fields = _INGEST_FIELDS
-    if is_kafka:
+    if spec.source is not None and spec.source.is_kafka:
         kafka_fields = [*_INGEST_FIELDS[:2], ("records", "records"), ("offsets", "offsets")]
         kafka_fields.append(("offset resets", "offset_resets"))
         fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
@@ -585,6 +577,7 @@ def publish_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Publish the compacted state as a new version of a Delta Lake and/or Iceberg table (in this process)."""
+    from stitchlake.jobs.results import plain
     from stitchlake.services.publish import parse_format, publish_each
 
     handle = open_target(config, table)
@@ -593,7 +586,7 @@ def publish_command(
     if not chosen:
         raise UsageError("give --format delta or --format iceberg (or list publish.formats in the config)")
     results = publish_each(handle, chosen)  # one format failing does not stop the others
-    return Report({"published": results}, lines=output.published_lines(results))
+    return Report({"published": plain(results)}, lines=output.published_lines(results))
 
 
 def status_command(config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False) -> Report:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
     from stitchlake.jobs.results import PlannedRuns
+    from stitchlake.services.publish import Published
     from stitchlake.services.status import StatusReport
 
 #: What a secret config value (one that came from `${ENV}`) is shown as (= stitchlake.config.SECRET_PLACEHOLDER,
@@ -173,21 +174,23 @@ class Report:
     summary: Mapping[str, Any] | None = None
 
 
-def published_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per published table version (`services.publish.PublishResult` as JSON)."""
+def published_lines(results: Sequence[Published]) -> list[str]:
+    """One line per published table version, or per format left to a publish already running."""
+    from stitchlake.services.publish import PublishResult
+
     lines = []
     for r in results:
-        if "deferred" in r:
-            lines.append(f"{r['format']}: left to the publish already running ({r['deferred']})")
+        if not isinstance(r, PublishResult):
+            lines.append(f"{r.format}: left to the publish already running ({r.deferred})")
             continue
-        version = f"snapshot {r['version']}" if r["format"] == "iceberg" else f"version {r['version']}"
-        found = f" as {r['identifier']}" if r["identifier"] else ""
-        found += f" in {r['catalog']}" if r.get("catalog") else ""
-        lines.append(f"published {r['format']} {version} ({r['rows']:,} rows) at {r['table_location']}{found}")
+        version = f"snapshot {r.version}" if r.format == "iceberg" else f"version {r.version}"
+        found = f" as {r.identifier}" if r.identifier else ""
+        found += f" in {r.catalog}" if r.catalog else ""
+        lines.append(f"published {r.format} {version} ({r.rows:,} rows) at {r.table_location}{found}")
     return lines
 
 
-def with_published(message: str, published: Sequence[Mapping[str, Any]]) -> str:
+def with_published(message: str, published: Sequence[Published]) -> str:
     """`message`, then what the action published (compaction, erase, restore and alter republish)."""
     return "\n".join([message, *published_lines(published)])
 

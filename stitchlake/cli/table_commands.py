@@ -112,6 +112,7 @@ def alter_command(
     Alter first, then roll the new config out to the writers: a config behind the table is refused, and so is
     one ahead of it until it is applied here.
     """
+    from stitchlake.jobs.results import plain
     from stitchlake.services.alter import alter
 
     table = open_target(config, None, must_exist=False)
@@ -123,7 +124,7 @@ def alter_command(
         "schema_version": result.schema_version,
         "changes": result.changes,
         "dry_run": result.dry_run,
-        "published": result.published,
+        "published": plain(result.published),
     }
     message = output.with_published(result.message, result.published)
     return Report(data, lines=[f"  {change}" for change in result.changes], message=message)

@@ -29,6 +29,12 @@ def stat(pid: int) -> list[str]:
     return text[text.rfind(")") + 2 :].split()
 
 
+def parent(pid: int) -> int | None:
+    """The parent of `pid`; None when it is gone."""
+    fields = stat(pid)
+    return int(fields[1]) if len(fields) > 1 else None
+
+
 def exited(pid: int) -> bool:
     """Whether `pid` has exited but was not reaped yet (a zombie)."""
     fields = stat(pid)

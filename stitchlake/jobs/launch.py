@@ -172,19 +172,22 @@ def ingest(
     is refused in well under a second, and undone if the job fails or is interrupted.
     """
     from stitchlake.jobs.requests import IngestRequest
-    from stitchlake.services.ingest import claim, nothing_to_do, preflight, preflight_topic
+    from stitchlake.services.ingest import (
+        claim,
+        nothing_to_do,
+        preflight,
+        preflight_topic,
+        refuse_other_source_options,
+    )
     from stitchlake.services.offsets import estimate_bytes
 
     engine = engine_choice(engine)
-    spec = table.config.stream(stream)
-    kafka = spec.source is not None and spec.source.is_kafka
-    if kafka and (sources or max_files or reingest_changed):
-        raise UsageError(
-            f"stream {stream} reads Kafka topic {spec.source.topic if spec.source else ''}: sources, max_files "
-            "and reingest_changed apply to landing files"
-        )
-    if not kafka and (max_records is not None or reset_offsets is not None):
-        raise UsageError(f"max_records and reset_offsets apply to Kafka sources; stream {stream} reads files")
+    kafka = refuse_other_source_options(
+        table,
+        stream,
+        file_options=bool(sources or max_files or reingest_changed),
+        kafka_options=max_records is not None or reset_offsets is not None,
+    )
     request = IngestRequest(
         stream, sources, max_files, reingest_changed, max_records=max_records, reset_offsets=reset_offsets
     )

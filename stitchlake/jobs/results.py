@@ -16,6 +16,7 @@ from pydantic_core import to_jsonable_python
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
+    from stitchlake.services.publish import Published
 
 R = TypeVar("R")
 
@@ -65,7 +66,7 @@ class PlannedRuns(Generic[R]):
     last: JobRun[R | None] | None = None
     resumed: list[JobRun[R | None]] = field(default_factory=list)
     last_resumed: bool = False
-    published: list[dict[str, Any]] | None = None
+    published: list[Published] | None = None
 
     @property
     def done(self) -> R | None:
@@ -77,7 +78,7 @@ class PlannedRuns(Generic[R]):
         data["scheduled"] = self.scheduled
         data["resumed"] = [run.to_json() for run in self.resumed]
         if self.published is not None:
-            data["published"] = self.published
+            data["published"] = plain(self.published)
         return data
 
 

@@ -9,12 +9,12 @@ to a savepoint before the alter takes the alter back too. What may change, and w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchlake.config import stored_schema
 from stitchlake.config.evolution import Change, changes, names_ever_used
 from stitchlake.errors import ConfigError, ConflictError
-from stitchlake.services.publish import publish_after
+from stitchlake.services.publish import Published, publish_after
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import AlterCommit, AlterPlan
@@ -34,8 +34,8 @@ class AlterResult:
     changes: list[str] = field(default_factory=list)
     dry_run: bool = False
     message: str = ""
-    #: `publish.formats` published again with the new schema (`services.publish.PublishResult` as JSON).
-    published: list[dict[str, Any]] = field(default_factory=list)
+    #: `publish.formats` published again with the new schema.
+    published: list[Published] = field(default_factory=list)
 
 
 def planned_changes(table: Table) -> tuple[int, list[Change]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
@@ -22,7 +22,7 @@ from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
-from stitchlake.services.publish import publish_after
+from stitchlake.services.publish import Published, publish_after
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -45,8 +45,8 @@ class CompactionResult:
     rows: int
     bytes: int
     merged_files: int = 0
-    #: What `publish.formats` published after the compaction (`services.publish.PublishResult` as JSON).
-    published: list[dict[str, Any]] = field(default_factory=list)
+    #: What `publish.formats` published after the compaction.
+    published: list[Published] = field(default_factory=list)
     #: Plans left pending (interrupted, crashed or only scheduled) that the same call ran first, oldest first.
     resumed: list[CompactionResult] = field(default_factory=list)
 
@@ -208,7 +208,7 @@ def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice])
     )
 
 
-def publish_caught_up(table: Table) -> list[dict[str, Any]]:
+def publish_caught_up(table: Table) -> list[Published]:
     """With nothing to compact: publish the configured formats still behind the newest compaction (a publish
     that failed after it)."""
     return publish_after(table, "the last compaction", list(table.config.publish.formats))

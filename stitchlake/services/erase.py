@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
 from stitchlake.reading.snapshot import merge_slice
-from stitchlake.services.publish import publish_after
+from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction
@@ -63,8 +63,8 @@ class EraseResult:
     purged_files: int = 0
     purged_quarantine: list[str] = field(default_factory=list)
     purged_logs: list[str] = field(default_factory=list)
-    #: The published tables brought up to date (`services.publish.PublishResult` as JSON).
-    published: list[dict[str, Any]] = field(default_factory=list)
+    #: The published tables brought up to date.
+    published: list[Published] = field(default_factory=list)
 
 
 KEY_FILE_FORMATS = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}

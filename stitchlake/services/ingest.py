@@ -195,6 +195,26 @@ def nothing_to_do(stream: str, engine: str) -> IngestResult:
     return IngestResult(stream=stream, engine=engine, message=f"nothing to ingest for stream {stream}")
 
 
+def refuse_other_source_options(
+    table: Table, stream: str, *, file_options: bool = False, kafka_options: bool = False
+) -> bool:
+    """Whether `stream` reads a Kafka topic; options of the other kind of source are a usage error (exit 2),
+    named as the CLI spells them and as Python does."""
+    spec = table.config.stream(stream)
+    kafka = spec.source is not None and spec.source.is_kafka
+    if kafka and file_options:
+        raise UsageError(
+            f"stream {stream} reads Kafka topic {spec.source.topic if spec.source else ''}: --source, --max-files "
+            "and --reingest-changed (sources, max_files, reingest_changed) apply to landing files"
+        )
+    if not kafka and kafka_options:
+        raise UsageError(
+            "--max-records and --reset-offsets (max_records, reset_offsets) apply to Kafka sources; "
+            f"stream {stream} reads files"
+        )
+    return kafka
+
+
 def ingest(
     table: Table,
     engine: Engine,
@@ -225,8 +245,7 @@ def ingest(
         return _ingest_topic(
             table, engine, stream, txn, progress, stream_batch, max_records, reset_offsets, until, started
         )
-    if max_records is not None or reset_offsets is not None:
-        raise UsageError(f"--max-records and --reset-offsets apply to Kafka sources; stream {stream} reads files")
+    refuse_other_source_options(table, stream, kafka_options=max_records is not None or reset_offsets is not None)
     own_claim = txn is None
     if txn is None:
         if not preflight(table, stream, paths, max_files, reingest_changed):

@@ -78,6 +78,19 @@ class PublishResult:
         return asdict(self)
 
 
+@dataclass
+class PublishDeferred:
+    """A format left to the publish of it that another live process was running (it publishes again if the table
+    moved on meanwhile)."""
+
+    format: str
+    deferred: str
+
+
+#: What each format's publish did.
+Published = PublishResult | PublishDeferred
+
+
 def published_location(table: Table, fmt: PublishFormat) -> str:
     """Where `fmt` is published: by default `.stitch/published/<format>` inside the table; with
     `publish.location`, `<location>/<table name>/<format>`, so tables sharing a location never share a published
@@ -316,33 +329,33 @@ def published_formats(table: Table, timeline: Timeline | None = None) -> list[Pu
     return [*configured, *extra]
 
 
-def publish_each(table: Table, formats: Sequence[PublishFormat], defer_busy: bool = False) -> list[dict[str, Any]]:
+def publish_each(table: Table, formats: Sequence[PublishFormat], defer_busy: bool = False) -> list[Published]:
     """Publish each of `formats`, trying them all: one failing never stops the others. The failures are reported
     together, as their own kind when they share one (a busy format exits 4, a conflict 3), else as StitchError.
 
     With `defer_busy`, a format another live publish runs is left to it (`deferred`): that publish finds its
     format stale when it completes and publishes again."""
-    done: list[dict[str, Any]] = []
+    done: list[Published] = []
     failed: dict[str, StitchError] = {}
     for fmt in formats:
         try:
-            done.append(publish(table, fmt).to_json())
+            done.append(publish(table, fmt))
         except BusyError as exc:
             if not defer_busy:
                 failed[fmt.value] = exc
                 continue
-            done.append({"format": fmt.value, "deferred": str(exc)})
+            done.append(PublishDeferred(fmt.value, str(exc)))
         except StitchError as exc:
             failed[fmt.value] = exc
     if failed:
-        shown = ", ".join(r["format"] for r in done if "deferred" not in r)
+        shown = ", ".join(r.format for r in done if isinstance(r, PublishResult))
         message = "; ".join(f"{fmt}: {error}" for fmt, error in failed.items())
         kinds = {type(error) for error in failed.values()}
         raise (kinds.pop() if len(kinds) == 1 else StitchError)(message + (f" (published: {shown})" if shown else ""))
     return done
 
 
-def publish_after(table: Table, what: str, formats: list[PublishFormat] | None = None) -> list[dict[str, Any]]:
+def publish_after(table: Table, what: str, formats: list[PublishFormat] | None = None) -> list[Published]:
     """Republish the stale formats of `formats` (default: every format the table has published) after `what`
     completed. A failure says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or
     waiting for it (exit 4) is not what would help."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import gcd
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +43,7 @@ from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
-from stitchlake.services.publish import publish_after
+from stitchlake.services.publish import Published, publish_after
 from stitchlake.table.transaction import Transaction, pending_rescales
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -79,8 +79,8 @@ class RescaleResult:
     rows: int
     bytes: int
     merged_files: int = 0
-    #: What `publish.formats` published after the rescale (`services.publish.PublishResult` as JSON).
-    published: list[dict[str, Any]] = field(default_factory=list)
+    #: What `publish.formats` published after the rescale.
+    published: list[Published] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ one `restore` instant whose plan is recorded first, so a crashed restore is fini
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchlake.errors import BusyError, UsageError
-from stitchlake.services.publish import publish_after
+from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
@@ -29,8 +29,8 @@ class RestoreResult:
     undone: list[str] = field(default_factory=list)
     deleted_files: int = 0
     message: str = ""
-    #: The published tables brought back too (`services.publish.PublishResult` as JSON).
-    published: list[dict[str, Any]] = field(default_factory=list)
+    #: The published tables brought back too.
+    published: list[Published] = field(default_factory=list)
 
 
 def restore(table: Table, which: str, force: bool = False) -> RestoreResult:
