@@ -16,6 +16,7 @@ from stitchlake.table.handle import open_table
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import duckdb
     import pyarrow as pa
 
     from stitchlake.config import TableConfig
@@ -98,7 +99,9 @@ class Table(CoreTable):
 
         return publish(self, format)
 
-    def to_duckdb(self, connection: Any = None, name: str | None = None, **read_options: Any) -> Any:
+    def to_duckdb(
+        self, connection: duckdb.DuckDBPyConnection | None = None, name: str | None = None, **read_options: Any
+    ) -> duckdb.DuckDBPyConnection:
         """Register the table, read as `read` reads it, in a DuckDB connection (`stitchlake.reading.sql`): each query
         streams it one file slice at a time."""
         from stitchlake.reading.sql import to_duckdb

@@ -38,7 +38,19 @@ from stitchlake.table.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
+    from stitchlake.services.archive import ArchiveResult
+    from stitchlake.services.clean import CleanResult
+    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.erase import EraseResult
+    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.restore import RestoreResult
+    from stitchlake.services.rollback import RollbackResult
     from stitchlake.table.handle import Table
+    from stitchlake.timeline.savepoints import Savepoint
+
+#: What a job returns: its service's result (`stitchlake.jobs.results.result_type` says which for each job).
+JobResult = Any
 
 Progress = Callable[[str], None]
 #: Files a delete task takes (object stores delete one key per request: many tasks help).
@@ -49,7 +61,7 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = _quiet) -> Any:
+def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = _quiet) -> JobResult:
     """Run `request` and return its service's result (of the type `stitchlake.jobs.results.result_type` names)."""
     handler = JOBS.get(type(request))
     if handler is None:
@@ -57,7 +69,7 @@ def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = 
     return handler(table, request, engine, progress)
 
 
-def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> IngestResult:
     assert isinstance(request, IngestRequest)
     claim = Transaction.attach(table, request.instant) if request.instant else None
     result = ingest.ingest(
@@ -75,7 +87,7 @@ def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Prog
     return result
 
 
-def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> CompactionResult | None:
     assert isinstance(request, CompactRequest)
     if request.instant is None and not compaction.pending_plans(table):
         return None  # nothing to run is exit 0
@@ -83,7 +95,7 @@ def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Pro
     return compaction.run(table, request.instant, engine)
 
 
-def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> RescaleResult | None:
     assert isinstance(request, RescaleRequest)
     if request.instant is None and not rescale.runnable_plans(table):
         return None  # nothing to run is exit 0
@@ -91,7 +103,7 @@ def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Pro
     return rescale.run(table, request.instant, engine)
 
 
-def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> CleanResult:
     assert isinstance(request, CleanRequest)
     clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
     if request.dry_run:
@@ -122,14 +134,14 @@ def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progr
     return result
 
 
-def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> EraseResult:
     assert isinstance(request, EraseRequest)
     keys = erase.load_keys(request.keys, table.storage_options)
     progress(f"erasing {keys.num_rows} key(s)")
     return erase.erase(table, keys, request.purge, engine)
 
 
-def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> RollbackResult:
     assert isinstance(request, RollbackRequest)
     if request.failed:
         return recovery.rollback_failed(table)
@@ -138,7 +150,7 @@ def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Pr
     return rollback.rollback(table, request.instant or "")
 
 
-def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Savepoint | RestoreResult:
     assert isinstance(request, SavepointRequest)
     if request.action == "create":
         return savepoint.create(table, request.instant, request.name)
@@ -149,12 +161,12 @@ def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: P
     raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete, restore")
 
 
-def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Any:
+def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> ArchiveResult:
     assert isinstance(request, ArchiveRequest)
     return archive.archive(table, request.keep)
 
 
-JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], Any]] = {
+JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], JobResult]] = {
     IngestRequest: run_ingest,
     CompactRequest: run_compact,
     RescaleRequest: run_rescale,
