@@ -316,7 +316,8 @@ def clean_command(
 ) -> Report:
     """Roll back failed writes and delete file slices outside the retention (never savepointed files)."""
     handle = open_target(config, table)
-    ran = launch.clean(handle, policy=policy, retain=retain, dry_run=dry_run, engine=engine)
+    with progress_display("clean") as progress:
+        ran = launch.clean(handle, policy=policy, retain=retain, dry_run=dry_run, engine=engine, progress=progress)
     done = ran.result
     paths = [*done.deleted, *done.orphans]
     result = ran.to_json()
