@@ -154,9 +154,9 @@ class Table(CoreTable):
 
         `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
         the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns the run: its
-        result, where it ran and how long it took (`to_json()` is the CLI's `--json`); errors are the
-        `stitchlake.errors` classes of the CLI's exit codes. An `Engine` object (or None: this process) runs the
-        service directly and returns its result.
+        result, where it ran and how long it took (`to_json()` is what the CLI's `--json` prints it from); errors
+        are the `stitchlake.errors` classes of the CLI's exit codes. An `Engine` object (or None: this process)
+        runs the service directly and returns its result.
         """
         if isinstance(engine, str):
             from stitchlake.jobs import launch

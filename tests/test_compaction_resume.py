@@ -155,7 +155,7 @@ def test_table_compact_and_inline_compaction_resume_pending_plans(landing: Path,
     # new one.
     done = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "local", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["extra"]["compaction"]["instant"] == first
+    assert json.loads(done.stdout)["compaction"]["instant"] == first
     assert not table.timeline().pending()
 
     second = compaction.schedule(table)

@@ -763,3 +763,19 @@ def _schema_errors(schema: dict[str, Any], value: Any, node: dict[str, Any] | No
         else:
             raise AssertionError(f"the schema uses {keyword!r}, which this checker does not know")
     return errors
+
+
+def test_alter_commits_and_the_archive_hold_a_schema_in_its_stored_form(tmp_path: Path) -> None:
+    """Every file holds one shape of a schema (a column's default only when it has one), and reads it back."""
+    from stitchlake.timeline.archive import Checkpoint, SchemaVersion
+    from stitchlake.timeline.metadata import AlterCommit, dump, load
+
+    schema = stored_schema(_full_config(tmp_path))
+    stored = schema.to_json()
+    commit = dump(AlterCommit(schema_version=1, properties=schema, changes=("x",)))
+    checkpoint = dump(Checkpoint("20260101000000000", schemas=(SchemaVersion(1, "20260101000000000", schema),)))
+    assert commit["properties"] == stored == checkpoint["schemas"][0]["properties"]
+    assert any("default" in c for s in stored["streams"].values() for c in s["columns"]), "the config has defaults"
+    assert all("default" not in c for c in stored["key"]), "no `default: null` where there is none"
+    assert load(AlterCommit, json.loads(json.dumps(commit))).properties == schema
+    assert load(Checkpoint, json.loads(json.dumps(checkpoint))).schemas[0].properties == schema

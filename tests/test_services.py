@@ -789,12 +789,13 @@ def test_inline_compaction_runs_after_every_kind_of_ingest(tmp_path: Path) -> No
     write_spec(table, {"stream": "payments", "seed": 74, "lo": 0, "hi": 12, "size": 5})
     assert compactions() == 0, "a write is not an ingest: it never compacts, even when one is due"
     land(0)
-    assert table.ingest("orders").extra["compaction"]["instant"] and compactions() == 1  # 3 deltacommits: due
+    inline = table.ingest("orders").compaction
+    assert inline is not None and inline.instant and compactions() == 1  # 3 deltacommits: due
     land(1)
-    assert "compaction" not in stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")["extra"]
+    assert stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")["compaction"] is None
     land(2)
     done = stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
-    assert done["extra"]["compaction"]["file_groups"] >= 1 and compactions() == 2
+    assert done["compaction"]["file_groups"] >= 1 and compactions() == 2
     assert not any(s.logs for s in table.view().latest_slices(None)), "the compaction merged every log"
     assert sort(table.read(mode="read_optimized")).equals(sort(table.read()))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import PlainSerializer
 
 from stitchlake.errors import ConfigError
 
@@ -110,6 +112,11 @@ class StoredSchema:
         except ValidationError as exc:
             missing = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "schema"
             raise ConfigError(f"{where}: damaged table properties (missing or malformed {missing!r})") from None
+
+
+#: A schema inside another record (an alter's plan and commit, the archive checkpoint): written in the stored form
+#: too, so every file holds one shape of it.
+SchemaRecord = Annotated[StoredSchema, PlainSerializer(lambda schema: schema.to_json(), return_type=dict)]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.services import compaction, offsets
+from stitchlake.services.compaction import CompactionResult
 from stitchlake.table.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -55,7 +56,8 @@ class IngestResult:
     message: str = ""
     #: The engine's profile (see `StreamWrite.timings`).
     timings: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: The inline compaction run after the ingest (`compaction.inline`), if one ran.
+    compaction: CompactionResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -280,7 +282,7 @@ def ingest(
         timings=written.timings,
     )
     if compaction.inline_due(table):  # every ingest: `stitch ingest`, `Table.ingest`, a `stitch stream` batch
-        result.extra["compaction"] = compact_inline(table, engine, result, progress)
+        result.compaction = compact_inline(table, engine, result, progress)
     return result
 
 
@@ -336,7 +338,7 @@ def _ingest_topic(
         timings=written.timings,
     )
     if compaction.inline_due(table):
-        result.extra["compaction"] = compact_inline(table, engine, result, progress)
+        result.compaction = compact_inline(table, engine, result, progress)
     return result
 
 
@@ -385,7 +387,7 @@ def _write_and_commit(
 
 def compact_inline(
     table: Table, engine: Engine, ingested: IngestResult, progress: Callable[[str], None]
-) -> dict[str, Any] | None:
+) -> CompactionResult | None:
     """`compaction.inline`, after an ingest committed. A failure says the ingest stands (exit 1, never the
     compaction's own exit 3 or 4: retrying the ingest would find nothing to ingest, and hide the failure)."""
     progress("compacting inline (compaction.inline)")
@@ -403,4 +405,4 @@ def compact_inline(
             f"ingest {ingested.instant} committed ({ingested.message}), but the inline compaction after it failed: "
             f"{exc}{hint}"
         ) from exc
-    return asdict(done) if done is not None else None
+    return done

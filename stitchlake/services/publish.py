@@ -86,6 +86,9 @@ class PublishDeferred:
     format: str
     deferred: str
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 #: What each format's publish did.
 Published = PublishResult | PublishDeferred

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitchlake.checksums import unseal
-from stitchlake.config.stored import StoredSchema
+from stitchlake.config.stored import SchemaRecord
 from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
@@ -35,7 +35,7 @@ class SchemaVersion:
     version: int
     since: str
     #: The schema (named as archives store it).
-    properties: StoredSchema
+    properties: SchemaRecord
 
 
 @dataclass(frozen=True)

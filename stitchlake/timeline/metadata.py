@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stitchlake.config.stored import StoredSchema
+from stitchlake.config.stored import SchemaRecord
 from stitchlake.timeline.instant import Action
 
 if TYPE_CHECKING:
@@ -311,7 +311,7 @@ class AlterPlan(Plan):
 
     schema_version: int = 0
     #: The whole new schema (None only in a damaged record).
-    properties: StoredSchema | None = None
+    properties: SchemaRecord | None = None
     changes: tuple[str, ...] = ()
 
 
@@ -480,7 +480,7 @@ class RestoreCommit(Commit):
 class AlterCommit(Commit):
     schema_version: int = 0
     #: The whole new schema (None only in a damaged record).
-    properties: StoredSchema | None = None
+    properties: SchemaRecord | None = None
     changes: tuple[str, ...] = ()
 
 

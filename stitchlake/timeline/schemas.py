@@ -8,7 +8,7 @@ at its time. Archived alters live on in the archive checkpoint, with every versi
 from __future__ import annotations
 
 from stitchlake.config.stored import StoredSchema
-from stitchlake.errors import StitchError
+from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.timeline.archive import Checkpoint, SchemaVersion
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import AlterCommit
@@ -26,7 +26,8 @@ def history(timeline: Timeline, base: StoredSchema, checkpoint: Checkpoint | Non
         if checkpoint is not None and (instant.completed or "") <= checkpoint.horizon:
             continue
         commit = timeline.commit(instant)
-        assert isinstance(commit, AlterCommit) and commit.properties is not None
+        if not isinstance(commit, AlterCommit) or commit.properties is None:
+            raise CorruptFileError(f"alter {instant.requested}: its completed instant file holds no schema")
         version = SchemaVersion(commit.schema_version, instant.completed or "", commit.properties)
         versions[version.version] = version
     return [versions[number] for number in sorted(versions)]
