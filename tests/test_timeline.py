@@ -406,3 +406,14 @@ def test_a_pending_instant_that_vanishes_after_the_listing_has_no_content(tmp_pa
     storage.delete(timeline_path(done.file_name))  # a completed instant vanishing is not normal: say so
     with pytest.raises(StitchError, match="vanished"):
         timeline.commit(done)
+
+
+def test_an_alter_record_without_its_schema_is_refused_as_damage(tmp_path: Path) -> None:
+    from stitchlake.config import StoredSchema
+    from stitchlake.timeline.schemas import history
+
+    storage = _storage(tmp_path)
+    _complete(storage, "20260101000000100", "20260101000000200", Action.ALTER)  # its commit holds no schema
+    base = StoredSchema(1, "t", (), (), 4, "parquet", {})
+    with pytest.raises(CorruptFileError, match="alter 20260101000000100: its completed instant file holds no schema"):
+        history(Timeline.load(storage), base)

@@ -255,7 +255,7 @@ def compact(
         planned = compaction.schedule(table, strategy)  # metadata only: never needs Spark
         if planned is None and not schedule_only:
             if resumed:  # nothing new qualified: the summary is the last resumed plan's
-                return PlannedRuns(None, resumed[-1], resumed[:-1], last_resumed=True)
+                return PlannedRuns.of_resumed(resumed)
             # Nothing new to compact; a configured format a failed publish left behind catches up now.
             return PlannedRuns(published=compaction.publish_caught_up(table))
         if schedule_only:
@@ -315,12 +315,9 @@ def rescale(
         table.follow_buckets()
     table.require()
     resumed = _resume_rescales(table, engine, progress)
-    if resume:
-        return PlannedRuns(None, resumed[-1], resumed[:-1], last_resumed=True) if resumed else PlannedRuns()
-    assert buckets is not None
-    planned = rescales.schedule(table, buckets, list(partitions) or None)
-    if planned is None:  # nothing to do, or the rescale a crash left behind was this one: its run is the answer
-        return PlannedRuns(None, resumed[-1], resumed[:-1], last_resumed=True) if resumed else PlannedRuns()
+    planned = None if buckets is None else rescales.schedule(table, buckets, list(partitions) or None)
+    if planned is None:  # `resume`, nothing to do, or the rescale a crash left behind was this one
+        return PlannedRuns.of_resumed(resumed)
     request = RescaleRequest(instant=planned)
     chosen = choose_engine(table, request, engine, rescales.plan_bytes(table, planned))
     last = execute(table, request, chosen, progress=progress)

@@ -68,6 +68,11 @@ class PlannedRuns(Generic[R]):
     last_resumed: bool = False
     published: list[Published] | None = None
 
+    @classmethod
+    def of_resumed(cls, resumed: list[JobRun[R | None]]) -> PlannedRuns[R]:
+        """Nothing new was planned: the last pending plan run is the answer (none: nothing ran)."""
+        return cls(None, resumed[-1], resumed[:-1], last_resumed=True) if resumed else cls()
+
     @property
     def done(self) -> R | None:
         """What the last run did; None when nothing ran."""
