@@ -521,10 +521,10 @@ def savepoint_restore_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Bring the table back to a savepoint (refused while writers are alive, unless --force)."""
-    from stitchlake.jobs.requests import SavepointRequest
+    from stitchlake.jobs.requests import RestoreRequest
 
     handle = open_target(config, table)
-    request = SavepointRequest("restore", savepoint=name, force=force)
+    request = RestoreRequest(name, force)
     ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
     return Report(
         ran.to_json(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.cli import output
 from stitchlake.jobs import launch
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.jobs.results import JobRun
     from stitchlake.table.handle import Table
+
+T = TypeVar("T")
 
 __all__ = ["EngineChoice", "abort_unless_published", "choose_engine", "execute", "progress_display", "with_retries"]
 
@@ -53,10 +55,10 @@ def progress_display(job: str) -> Iterator[Callable[[str], None]]:
 
 def execute(
     table: Table,
-    request: JobRequest,
+    request: JobRequest[T],
     engine: EngineChoice,
     graceful_stop_s: float | None = None,
-) -> JobRun[Any]:
+) -> JobRun[T]:
     """`launch.execute` with the CLI's progress display (claims are taken by `launch`'s own jobs)."""
     with progress_display(request.job) as progress:
         return launch.execute(table, request, engine, None, graceful_stop_s, progress)

@@ -21,7 +21,7 @@ from stitchlake.jobs.results import JobRun, PlannedRuns
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from stitchlake.jobs.requests import JobRequest
+    from stitchlake.jobs.requests import EraseRequest, JobRequest
     from stitchlake.services.clean import CleanResult
     from stitchlake.services.compaction import CompactionResult
     from stitchlake.services.erase import EraseResult
@@ -56,7 +56,7 @@ def engine_choice(name: EngineChoice | str) -> EngineChoice:
         raise UsageError(f"unknown engine {name!r}: use one of {known}") from None
 
 
-def choose_engine(table: Table, request: JobRequest, choice: EngineChoice | str, work_bytes: int) -> EngineChoice:
+def choose_engine(table: Table, request: JobRequest[Any], choice: EngineChoice | str, work_bytes: int) -> EngineChoice:
     """The engine a request runs on (`auto`: by the size of the work). Metadata-only jobs always run here."""
     choice = engine_choice(choice)
     if request.metadata_only:
@@ -97,12 +97,12 @@ def target_args(table: Table) -> list[str]:
 
 def execute(
     table: Table,
-    request: JobRequest,
+    request: JobRequest[T],
     engine: EngineChoice,
     claim: Transaction | None = None,
     graceful_stop_s: float | None = None,
     progress: Progress = None,
-) -> JobRun[Any]:
+) -> JobRun[T]:
     """Run `request`; its service's result, where it ran and the wall time waited (`seconds`).
 
     `claim` is an instant the caller took before the job (so an overlapping run is refused at once): whatever
@@ -392,6 +392,6 @@ def erase(
         return _erase(table, EraseRequest(path, purge), engine, progress)
 
 
-def _erase(table: Table, request: JobRequest, engine: EngineChoice | str, progress: Progress) -> JobRun[EraseResult]:
+def _erase(table: Table, request: EraseRequest, engine: EngineChoice | str, progress: Progress) -> JobRun[EraseResult]:
     size = sum(f.bytes for f in table.view().live_files())
     return execute(table, request, choose_engine(table, request, engine, size), progress=progress)

@@ -4,14 +4,32 @@ spark-submit job as JSON. The same record on both sides means the job's options 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from stitchlake.errors import UsageError
 
+if TYPE_CHECKING:
+    from stitchlake.services.archive import ArchiveResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.clean import CleanResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.compaction import CompactionResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.erase import EraseResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.ingest import IngestResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.rescale import RescaleResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.restore import RestoreResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.rollback import RollbackResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.streaming import StreamResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.timeline.savepoints import Savepoint  # noqa: F401 (named in the type arguments below)
+
+#: The service result a request's job returns (its class's type argument, read by `jobs.results.result_type`).
+R = TypeVar("R", covariant=True)
+
 
 @dataclass(frozen=True)
-class JobRequest:
-    """Base of every request. `metadata_only` jobs never start Spark: they read and write a few small files."""
+class JobRequest(Generic[R]):
+    """Base of every request. `metadata_only` jobs never start Spark: they read and write a few small files.
+
+    A request's type argument is its job's result type, so `launch.execute(table, IngestRequest(...))` is a
+    `JobRun[IngestResult]` to the type checker, and the spark-submit result file is read back into that type."""
 
     job: ClassVar[str] = ""
     metadata_only: ClassVar[bool] = False
@@ -21,7 +39,7 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
-class IngestRequest(JobRequest):
+class IngestRequest(JobRequest["IngestResult"]):
     job: ClassVar[str] = "ingest"
     stream: str = ""
     sources: tuple[str, ...] = ()
@@ -36,7 +54,7 @@ class IngestRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class CompactRequest(JobRequest):
+class CompactRequest(JobRequest["CompactionResult | None"]):
     """Run a scheduled compaction plan (`instant`, else the oldest pending). Scheduling is metadata only: the
     caller does it first (`services.compaction.schedule`), so it can size the plan to choose the engine."""
 
@@ -45,7 +63,7 @@ class CompactRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class RescaleRequest(JobRequest):
+class RescaleRequest(JobRequest["RescaleResult | None"]):
     """Run a planned rescale (`instant`, else the oldest pending). Planning is metadata only: the caller does it
     first (`services.rescale.schedule`), so it can size the plan to choose the engine."""
 
@@ -54,7 +72,7 @@ class RescaleRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class CleanRequest(JobRequest):
+class CleanRequest(JobRequest["CleanResult"]):
     job: ClassVar[str] = "clean"
     policy: str | None = None
     retain: int | None = None
@@ -62,7 +80,7 @@ class CleanRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class EraseRequest(JobRequest):
+class EraseRequest(JobRequest["EraseResult"]):
     job: ClassVar[str] = "erase"
     #: A Parquet, CSV or JSON-lines file with the key columns (read by the job).
     keys: str = ""
@@ -70,7 +88,7 @@ class EraseRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class RollbackRequest(JobRequest):
+class RollbackRequest(JobRequest["RollbackResult"]):
     job: ClassVar[str] = "rollback"
     metadata_only: ClassVar[bool] = True
     instant: str | None = None
@@ -80,25 +98,36 @@ class RollbackRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class SavepointRequest(JobRequest):
+class SavepointRequest(JobRequest["Savepoint"]):
+    """Create (`action="create"`) or delete (`"delete"`) a savepoint."""
+
     job: ClassVar[str] = "savepoint"
     metadata_only: ClassVar[bool] = True
     action: str = "create"
     name: str | None = None
     instant: str | None = None
     savepoint: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreRequest(JobRequest["RestoreResult"]):
+    """Bring the table back to a savepoint (by name or instant)."""
+
+    job: ClassVar[str] = "restore"
+    metadata_only: ClassVar[bool] = True
+    savepoint: str = ""
     force: bool = False
 
 
 @dataclass(frozen=True)
-class ArchiveRequest(JobRequest):
+class ArchiveRequest(JobRequest["ArchiveResult"]):
     job: ClassVar[str] = "archive"
     metadata_only: ClassVar[bool] = True
     keep: int | None = None
 
 
 @dataclass(frozen=True)
-class StreamRequest(JobRequest):
+class StreamRequest(JobRequest["StreamResult"]):
     """`stitch stream`: a stream's landing folder as a long-running Structured Streaming query (Spark only)."""
 
     job: ClassVar[str] = "stream"
@@ -116,7 +145,7 @@ class StreamRequest(JobRequest):
     stop_file: str | None = None
 
 
-REQUESTS: dict[str, type[JobRequest]] = {
+REQUESTS: dict[str, type[JobRequest[Any]]] = {
     cls.job: cls
     for cls in (
         IngestRequest,
@@ -126,13 +155,14 @@ REQUESTS: dict[str, type[JobRequest]] = {
         EraseRequest,
         RollbackRequest,
         SavepointRequest,
+        RestoreRequest,
         ArchiveRequest,
         StreamRequest,
     )
 }
 
 
-def from_json(data: dict[str, Any]) -> JobRequest:
+def from_json(data: dict[str, Any]) -> JobRequest[Any]:
     """A request from its JSON form (as written by `JobRequest.to_json`)."""
     cls = REQUESTS.get(str(data.get("job")))
     if cls is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ForwardRef, Generic, TypeVar, cast, get_args, get_origin
 
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
@@ -87,9 +87,13 @@ class PlannedRuns(Generic[R]):
         return data
 
 
-def result_type(request: JobRequest) -> Any:
-    """The type a job's run returns, to read it back from a spark-submit result file."""
-    from stitchlake.jobs import requests
+def result_type(request: JobRequest[Any]) -> Any:
+    """The type a job's run returns, to read it back from a spark-submit result file: the request class's type
+    argument (`IngestRequest(JobRequest["IngestResult"])`), resolved here where the services may be imported."""
+    from functools import reduce
+    from operator import or_
+
+    from stitchlake.jobs.requests import JobRequest
     from stitchlake.services.archive import ArchiveResult
     from stitchlake.services.clean import CleanResult
     from stitchlake.services.compaction import CompactionResult
@@ -101,19 +105,26 @@ def result_type(request: JobRequest) -> Any:
     from stitchlake.services.streaming import StreamResult
     from stitchlake.timeline.savepoints import Savepoint
 
-    if isinstance(request, requests.SavepointRequest):
-        return RestoreResult if request.action == "restore" else Savepoint
-    types: dict[type[JobRequest], Any] = {
-        requests.IngestRequest: IngestResult,
-        requests.CompactRequest: CompactionResult | None,
-        requests.RescaleRequest: RescaleResult | None,
-        requests.CleanRequest: CleanResult,
-        requests.EraseRequest: EraseResult,
-        requests.RollbackRequest: RollbackResult,
-        requests.ArchiveRequest: ArchiveResult,
-        requests.StreamRequest: StreamResult,
+    known: dict[str, Any] = {
+        kind.__name__: kind
+        for kind in (
+            ArchiveResult,
+            CleanResult,
+            CompactionResult,
+            EraseResult,
+            IngestResult,
+            RescaleResult,
+            RestoreResult,
+            RollbackResult,
+            Savepoint,
+            StreamResult,
+        )
     }
-    return types[type(request)]
+    known["None"] = type(None)
+    base = next(b for b in type(request).__orig_bases__ if get_origin(b) is JobRequest)  # type: ignore[attr-defined]
+    (argument,) = get_args(base)
+    names = argument.__forward_arg__ if isinstance(argument, ForwardRef) else argument.__name__
+    return reduce(or_, (known[name.strip()] for name in names.split("|")))
 
 
 @cache
@@ -121,6 +132,6 @@ def _adapter(kind: Any) -> TypeAdapter[Any]:
     return TypeAdapter(kind)
 
 
-def decode(request: JobRequest, data: Any) -> Any:
+def decode(request: JobRequest[R], data: Any) -> R:
     """A job's result from its JSON form, as the type its run returned."""
-    return _adapter(result_type(request)).validate_python(data)
+    return cast("R", _adapter(result_type(request)).validate_python(data))

@@ -8,7 +8,7 @@ says which type each job's is, and reads it back from the spark-submit result fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stitchlake.errors import UsageError
 from stitchlake.jobs.requests import (
@@ -19,6 +19,7 @@ from stitchlake.jobs.requests import (
     IngestRequest,
     JobRequest,
     RescaleRequest,
+    RestoreRequest,
     RollbackRequest,
     SavepointRequest,
 )
@@ -49,9 +50,7 @@ if TYPE_CHECKING:
     from stitchlake.table.handle import Table
     from stitchlake.timeline.savepoints import Savepoint
 
-#: What a job returns: its service's result (`stitchlake.jobs.results.result_type` says which for each job).
-JobResult = Any
-
+R = TypeVar("R")
 Progress = Callable[[str], None]
 #: Files a delete task takes (object stores delete one key per request: many tasks help).
 DELETES_PER_TASK = 64
@@ -61,16 +60,16 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def run(table: Table, request: JobRequest, engine: Engine, progress: Progress = _quiet) -> JobResult:
-    """Run `request` and return its service's result (of the type `stitchlake.jobs.results.result_type` names)."""
+def run(table: Table, request: JobRequest[R], engine: Engine, progress: Progress = _quiet) -> R:
+    """Run `request` and return its service's result: the request's type argument (`IngestRequest` is a
+    `JobRequest[IngestResult]`), which each handler below returns."""
     handler = JOBS.get(type(request))
     if handler is None:
         raise UsageError(f"the {request.job} job runs only on Spark (a spark-submit job)")
-    return handler(table, request, engine, progress)
+    return cast("R", handler(table, request, engine, progress))
 
 
-def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> IngestResult:
-    assert isinstance(request, IngestRequest)
+def run_ingest(table: Table, request: IngestRequest, engine: Engine, progress: Progress) -> IngestResult:
     claim = Transaction.attach(table, request.instant) if request.instant else None
     result = ingest.ingest(
         table,
@@ -87,24 +86,21 @@ def run_ingest(table: Table, request: JobRequest, engine: Engine, progress: Prog
     return result
 
 
-def run_compact(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> CompactionResult | None:
-    assert isinstance(request, CompactRequest)
+def run_compact(table: Table, request: CompactRequest, engine: Engine, progress: Progress) -> CompactionResult | None:
     if request.instant is None and not compaction.pending_plans(table):
         return None  # nothing to run is exit 0
     progress(f"running compaction {request.instant or '(oldest pending)'}")
     return compaction.run(table, request.instant, engine)
 
 
-def run_rescale(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> RescaleResult | None:
-    assert isinstance(request, RescaleRequest)
+def run_rescale(table: Table, request: RescaleRequest, engine: Engine, progress: Progress) -> RescaleResult | None:
     if request.instant is None and not rescale.runnable_plans(table):
         return None  # nothing to run is exit 0
     progress(f"running rescale {request.instant or '(oldest pending)'}")
     return rescale.run(table, request.instant, engine)
 
 
-def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> CleanResult:
-    assert isinstance(request, CleanRequest)
+def run_clean(table: Table, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
     clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
     if request.dry_run:
         targets, resets, _ = recovery.failed_instants(table, table.timeline())
@@ -134,15 +130,13 @@ def run_clean(table: Table, request: JobRequest, engine: Engine, progress: Progr
     return result
 
 
-def run_erase(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> EraseResult:
-    assert isinstance(request, EraseRequest)
+def run_erase(table: Table, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
     keys = erase.load_keys(request.keys, table.storage_options)
     progress(f"erasing {keys.num_rows} key(s)")
     return erase.erase(table, keys, request.purge, engine)
 
 
-def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> RollbackResult:
-    assert isinstance(request, RollbackRequest)
+def run_rollback(table: Table, request: RollbackRequest, engine: Engine, progress: Progress) -> RollbackResult:
     if request.failed:
         return recovery.rollback_failed(table)
     if request.stream is not None:
@@ -150,23 +144,24 @@ def run_rollback(table: Table, request: JobRequest, engine: Engine, progress: Pr
     return rollback.rollback(table, request.instant or "")
 
 
-def run_savepoint(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> Savepoint | RestoreResult:
-    assert isinstance(request, SavepointRequest)
+def run_savepoint(table: Table, request: SavepointRequest, engine: Engine, progress: Progress) -> Savepoint:
     if request.action == "create":
         return savepoint.create(table, request.instant, request.name)
     if request.action == "delete":
         return savepoint.delete(table, request.savepoint or "")
-    if request.action == "restore":
-        return restore.restore(table, request.savepoint or "", request.force)
-    raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete, restore")
+    raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete")
 
 
-def run_archive(table: Table, request: JobRequest, engine: Engine, progress: Progress) -> ArchiveResult:
-    assert isinstance(request, ArchiveRequest)
+def run_restore(table: Table, request: RestoreRequest, engine: Engine, progress: Progress) -> RestoreResult:
+    return restore.restore(table, request.savepoint, request.force)
+
+
+def run_archive(table: Table, request: ArchiveRequest, engine: Engine, progress: Progress) -> ArchiveResult:
     return archive.archive(table, request.keep)
 
 
-JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], JobResult]] = {
+#: Each request class's handler; a handler takes its own request class and returns that request's result type.
+JOBS: dict[type[JobRequest[Any]], Callable[[Table, Any, Engine, Progress], Any]] = {
     IngestRequest: run_ingest,
     CompactRequest: run_compact,
     RescaleRequest: run_rescale,
@@ -174,5 +169,6 @@ JOBS: dict[type[JobRequest], Callable[[Table, JobRequest, Engine, Progress], Job
     EraseRequest: run_erase,
     RollbackRequest: run_rollback,
     SavepointRequest: run_savepoint,
+    RestoreRequest: run_restore,
     ArchiveRequest: run_archive,
 }

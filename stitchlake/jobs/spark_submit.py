@@ -228,7 +228,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def run_job(
     table: Table,
-    request: JobRequest,
+    request: JobRequest[Any],
     target_args: list[str],
     progress: Callable[[str], None] | None = None,
     graceful_stop_s: float | None = None,
