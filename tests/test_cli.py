@@ -99,6 +99,34 @@ def stdout_json(result: Result) -> dict[str, Any]:
     return document
 
 
+def _summary(result: Result) -> dict[str, str]:
+    """The key/value summary a command printed for a person: label -> value (labels are two words at most)."""
+    assert result.exit_code == 0, result.output
+    shown = {}
+    for line in result.output.splitlines():
+        for label in ("instant", "file groups", "rows", "engine", "files pinned", "archived", "undone", "policy"):
+            if line.strip().startswith(label + " "):
+                shown[label] = line.strip()[len(label) :].strip()
+    return shown
+
+
+def test_job_summaries_show_the_fields_of_typed_results(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """The human summaries read each job's typed result by attribute (`result.instant`, `done.rows`, ...): a
+    renamed or moved field shows up here as a missing line, not as a silently empty summary."""
+    table, _ = written
+    compacted = _summary(run("compact", "-c", str(config_file)))
+    done = table.timeline().latest_completed([Action.COMPACTION])
+    assert done is not None and compacted["instant"] == done.requested, compacted
+    assert compacted["rows"] == "4" and int(compacted["file groups"]) >= 2 and compacted["engine"] == "local", compacted
+    pinned = _summary(run("savepoint", "create", "--name", "s1", "-c", str(config_file)))
+    assert pinned["files pinned"] == compacted["file groups"], (pinned, compacted)  # one base file per group
+    later = table.write("orders", batch(ORDERS, [{"k": 5, "amount": 50, "status": "new", "ots": 1}]))
+    restored = _summary(run("savepoint", "restore", "--name", "s1", "-c", str(config_file)))
+    assert restored["instant"] and later.instant in restored["undone"], (restored, later)
+    cleaned = _summary(run("clean", "-c", str(config_file)))
+    assert cleaned["policy"] == table.config.clean.policy, cleaned
+
+
 # ----------------------------------------------------------------------------------------- app basics
 
 

@@ -126,10 +126,11 @@ def _ingest(
         return Report(data, message=done.message or f"nothing to ingest for stream {stream}")
     fields = _INGEST_FIELDS
     if spec.source is not None and spec.source.is_kafka:
-        kafka_fields = [*_INGEST_FIELDS[:2], ("records", "records"), ("offsets", "offsets")]
-        kafka_fields.append(("offset resets", "offset_resets"))
-        fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in ("source_files", "quarantined_files")]
-    return Report(data, message=done.message, title=f"ingest {stream}", fields=fields)
+        kafka_fields = [*_INGEST_FIELDS[:2], ("records", "result.records"), ("offsets", "result.offsets")]
+        kafka_fields.append(("offset resets", "result.offset_resets"))
+        files = ("result.source_files", "result.quarantined_files")
+        fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in files]
+    return Report(data, message=done.message, title=f"ingest {stream}", fields=fields, source=result)
 
 
 class ResetChoice(enum.StrEnum):
@@ -138,16 +139,16 @@ class ResetChoice(enum.StrEnum):
 
 
 #: What the summary of an ingest shows (landing files or Kafka records).
-_INGEST_FIELDS = [
-    ("instant", "instant"),
-    ("completed", "completed"),
-    ("source files", "source_files"),
-    ("rows", "rows"),
-    ("bad rows", "bad_rows"),
-    ("quarantined files", "quarantined_files"),
-    ("quarantine", "quarantine"),
-    ("log files", "files"),
-    ("bytes", "bytes"),
+_INGEST_FIELDS: list[output.Field] = [
+    ("instant", "result.instant"),
+    ("completed", "result.completed"),
+    ("source files", "result.source_files"),
+    ("rows", "result.rows"),
+    ("bad rows", "result.bad_rows"),
+    ("quarantined files", "result.quarantined_files"),
+    ("quarantine", "result.quarantine"),
+    ("log files", "result.files"),
+    ("bytes", "result.bytes"),
     ("engine", "engine"),
     ("seconds", "seconds"),
     ("Spark log", "log"),
@@ -207,16 +208,17 @@ def stream_command(
         message=result.result.message,
         title=f"stream {stream}",
         fields=[
-            ("micro-batches", "batches"),
-            ("source files", "source_files"),
-            ("records", "records"),
-            ("rows", "rows"),
-            ("bad rows", "bad_rows"),
-            ("query", "query_id"),
-            ("checkpoint", "checkpoint"),
+            ("micro-batches", "result.batches"),
+            ("source files", "result.source_files"),
+            ("records", "result.records"),
+            ("rows", "result.rows"),
+            ("bad rows", "result.bad_rows"),
+            ("query", "result.query_id"),
+            ("checkpoint", "result.checkpoint"),
             ("seconds", "seconds"),
             ("Spark log", "log"),
         ],
+        source=result,
     )
 
 
@@ -332,15 +334,16 @@ def clean_command(
         message=done.message,
         title="clean",
         fields=[
-            ("instant", "instant"),
-            ("policy", "policy"),
-            ("deleted files", "deleted_files"),
-            ("orphans", "orphan_files"),
-            ("finished", "finished"),
-            ("rolled back", "rolled_back"),
-            ("reset compactions", "reset_compactions"),
+            ("instant", "result.instant"),
+            ("policy", "result.policy"),
+            ("deleted files", lambda run: len(run.result.deleted)),
+            ("orphans", lambda run: len(run.result.orphans)),
+            ("finished", "result.finished"),
+            ("rolled back", "result.rolled_back"),
+            ("reset compactions", "result.reset_compactions"),
             ("seconds", "seconds"),
         ],
+        source=ran,
         lines=[f"would delete {path}" for path in paths] if dry_run else (),
     )
 
@@ -380,12 +383,13 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
         message=output.with_published(message, done.published),
         title="erase",
         fields=[
-            ("instant", "instant"),
-            ("completed", "completed"),
-            ("file groups", "file_groups"),
-            ("purged savepoints", "purged_savepoints"),
+            ("instant", "result.instant"),
+            ("completed", "result.completed"),
+            ("file groups", "result.file_groups"),
+            ("purged savepoints", "result.purged_savepoints"),
             ("engine", "engine"),
         ],
+        source=ran,
     )
 
 
@@ -436,12 +440,13 @@ def rollback_command(
         message=ran.result.message,
         title="rollback",
         fields=[
-            ("instant", "instant"),
-            ("finished", "finished"),
-            ("rolled back", "rolled_back"),
-            ("reset compactions", "reset_compactions"),
-            ("deleted files", "deleted_files"),
+            ("instant", "result.instant"),
+            ("finished", "result.finished"),
+            ("rolled back", "result.rolled_back"),
+            ("reset compactions", "result.reset_compactions"),
+            ("deleted files", "result.deleted_files"),
         ],
+        source=ran,
     )
 
 
@@ -467,7 +472,13 @@ def savepoint_create_command(
         ran.to_json(),
         message=f"savepoint {pinned.name or pinned.instant} pins the state as of {pinned.savepoint_of}",
         title="savepoint",
-        fields=[("instant", "instant"), ("name", "name"), ("as of", "savepoint_of"), ("files pinned", "files")],
+        fields=[
+            ("instant", "result.instant"),
+            ("name", "result.name"),
+            ("as of", "result.savepoint_of"),
+            ("files pinned", "result.files"),
+        ],
+        source=ran,
     )
 
 
@@ -531,11 +542,12 @@ def savepoint_restore_command(
         message=output.with_published(ran.result.message, ran.result.published),
         title="restore",
         fields=[
-            ("instant", "instant"),
-            ("as of", "savepoint_of"),
-            ("undone", "undone"),
-            ("deleted files", "deleted_files"),
+            ("instant", "result.instant"),
+            ("as of", "result.savepoint_of"),
+            ("undone", "result.undone"),
+            ("deleted files", "result.deleted_files"),
         ],
+        source=ran,
     )
 
 
@@ -561,7 +573,8 @@ def archive_command(
         ran.to_json(),
         message=ran.result.message,
         title="archive",
-        fields=[("archived", "archived"), ("horizon", "horizon"), ("active", "kept")],
+        fields=[("archived", "result.archived"), ("horizon", "result.horizon"), ("active", "result.kept")],
+        source=ran,
     )
 
 

@@ -155,23 +155,42 @@ def json_mode() -> bool:
     return _json_mode[0]
 
 
+#: A summary line: its label, and the value's attribute path on the report's source (`result.instant`), or a
+#: function of the source for a value the result does not hold as such (a count of a list).
+Field = tuple[str, "str | Callable[[Any], Any]"]
+
+
 @dataclass
 class Report:
     """What a command found or did: `data` is the `--json` object; the rest says how a person sees it.
 
-    `message` is one line; `fields` a key/value summary of `data` (label, key), shown when the value is there;
-    `human` replaces both with custom rendering (tables).
+    `message` is one line; `fields` a key/value summary read from `source` (the command's typed result, such as a
+    `JobRun`; `data` when there is none), shown where the value is there; `human` replaces both with custom
+    rendering (tables).
     """
 
     data: dict[str, Any]
     message: str | None = None
     title: str | None = None
-    fields: Sequence[tuple[str, str]] = ()
+    fields: Sequence[Field] = ()
     human: Callable[[], None] | None = None
     #: Lines printed before the message (e.g. what a dry run would do).
     lines: Sequence[str] = ()
-    #: What the key/value summary reads, when it is not `data` itself.
-    summary: Mapping[str, Any] | None = None
+    #: What the summary reads: the typed result (by attribute), or a mapping (by key); default `data`.
+    source: Any = None
+
+
+def field_value(source: Any, key: str | Callable[[Any], Any]) -> Any:
+    """A summary value: `key` applied to `source`, or followed attribute by attribute (a mapping by key); None
+    where a link is missing (a job that ran nothing has no `last.result`)."""
+    if callable(key):
+        return key(source)
+    value = source
+    for name in key.split("."):
+        if value is None:
+            return None
+        value = value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
+    return value
 
 
 def published_lines(results: Sequence[Published]) -> list[str]:
@@ -195,31 +214,27 @@ def with_published(message: str, published: Sequence[Published]) -> str:
     return "\n".join([message, *published_lines(published)])
 
 
-def rewrite_report(
-    title: str, runs: PlannedRuns[Any], message: str, fields: Sequence[tuple[str, str]], resumed: str
-) -> Report:
+def rewrite_report(title: str, runs: PlannedRuns[Any], message: str, fields: Sequence[Field], resumed: str) -> Report:
     """The report of a planned rewrite (compaction, rescale): `message` led by the pending plans that ran first
-    (`resumed` names them), its last run's own `fields` (label, result field) between its instant and its counts,
-    then where and how long it ran."""
-    data = runs.to_json()
-    done = data.get("result") or {}
+    (`resumed` names them), its last run's own `fields` (label, attribute of its result) between its instant and
+    its counts, then where and how long it ran."""
     earlier = [run.result.instant for run in runs.resumed if run.result is not None]
     return Report(
-        data,
+        runs.to_json(),
         message=f"ran pending {resumed} {', '.join(earlier)} first; {message}" if earlier else message,
         title=title,
         fields=[
-            ("instant", "result_instant"),
-            ("completed", "result_completed"),
-            *[(label, f"result_{key}") for label, key in fields],
-            ("file groups", "result_file_groups"),
-            ("rows", "result_rows"),
-            ("bytes", "result_bytes"),
-            ("engine", "engine"),
-            ("seconds", "seconds"),
-            ("Spark log", "log"),
+            ("instant", "done.instant"),
+            ("completed", "done.completed"),
+            *[(label, f"done.{key}") for label, key in fields if isinstance(key, str)],
+            ("file groups", "done.file_groups"),
+            ("rows", "done.rows"),
+            ("bytes", "done.bytes"),
+            ("engine", "last.engine"),
+            ("seconds", "last.seconds"),
+            ("Spark log", "last.log"),
         ],
-        summary={**data, **{f"result_{key}": value for key, value in done.items()}},
+        source=runs,
     )
 
 
@@ -236,8 +251,8 @@ def show(report: Report) -> None:
         info(line)
     if report.message:
         info(report.message)
-    values = report.summary if report.summary is not None else report.data
-    pairs = [(label, values.get(key)) for label, key in report.fields]
+    source = report.source if report.source is not None else report.data
+    pairs = [(label, field_value(source, key)) for label, key in report.fields]
     shown = [(label, _plain(value)) for label, value in pairs if value not in (None, [], {}, "")]
     if shown:
         key_values(shown, report.title)

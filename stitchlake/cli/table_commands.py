@@ -277,7 +277,7 @@ def result_report(
         {"rows": rows, "path": str(path), "format": out_format, "bytes": size},
         title="wrote",
         fields=[("rows", "rows"), ("path", "path"), ("format", "format"), ("size", "size")],
-        summary={
+        source={
             "rows": output.human_count(rows),
             "path": path,
             "format": out_format,
