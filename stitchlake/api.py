@@ -7,14 +7,14 @@ Spark engine given as `engine=`), exactly as `stitch ... --engine local` does.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from stitchlake.errors import UsageError
 from stitchlake.table.handle import Table as CoreTable
 from stitchlake.table.handle import open_table
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import duckdb
     import pyarrow as pa
@@ -37,10 +37,26 @@ if TYPE_CHECKING:
     from stitchlake.writing.writer import WriteResult
 
 
+T = TypeVar("T")
+
+
 def _engine(engine: Engine | None) -> Engine:
     from stitchlake.engine import LocalEngine
 
     return engine or LocalEngine()
+
+
+def _retried(retries: int, attempt: Callable[[], T]) -> T:
+    """A launched job, run again after a conflict (exit 3: nothing was published) up to `retries` times, as the
+    CLI's `--retries` does (`stitchlake.jobs.launch.with_retries`: waits doubling, with jitter)."""
+    from stitchlake.jobs import launch
+
+    return launch.with_retries(retries, attempt)[0]
+
+
+def _no_retries(retries: int) -> None:
+    if retries:
+        raise UsageError("retries go with an engine name (engine='auto', 'local' or 'spark'), which launches a job")
 
 
 class Table(CoreTable):
@@ -138,6 +154,7 @@ class Table(CoreTable):
         engine: str,
         max_records: int | None = None,
         reset_offsets: str | None = None,
+        retries: int = 0,
     ) -> JobRun[IngestResult]: ...
 
     def ingest(
@@ -149,28 +166,34 @@ class Table(CoreTable):
         engine: Engine | str | None = None,
         max_records: int | None = None,
         reset_offsets: str | None = None,
+        retries: int = 0,
     ) -> IngestResult | JobRun[IngestResult]:
         """Ingest the stream's new landing files (or Kafka records) exactly once.
 
         `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
         the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns the run: its
         result, where it ran and how long it took (`to_json()` is what the CLI's `--json` prints it from); errors
-        are the `stitchlake.errors` classes of the CLI's exit codes. An `Engine` object (or None: this process)
-        runs the service directly and returns its result.
+        are the `stitchlake.errors` classes of the CLI's exit codes; `retries` runs it again after a conflict (exit
+        3) as `--retries` does. An `Engine` object (or None: this process) runs the service directly and returns its
+        result.
         """
         if isinstance(engine, str):
             from stitchlake.jobs import launch
 
-            return launch.ingest(
-                self,
-                stream,
-                sources=tuple(sources or ()),
-                max_files=max_files,
-                reingest_changed=reingest_changed,
-                max_records=max_records,
-                reset_offsets=reset_offsets,
-                engine=engine,
+            return _retried(
+                retries,
+                lambda: launch.ingest(
+                    self,
+                    stream,
+                    sources=tuple(sources or ()),
+                    max_files=max_files,
+                    reingest_changed=reingest_changed,
+                    max_records=max_records,
+                    reset_offsets=reset_offsets,
+                    engine=engine,
+                ),
             )
+        _no_retries(retries)
         from stitchlake.services.ingest import ingest
 
         return ingest(
@@ -188,20 +211,24 @@ class Table(CoreTable):
     def compact(self, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None: ...
 
     @overload
-    def compact(self, strategy: str | None = None, *, engine: str) -> PlannedRuns[CompactionResult]: ...
+    def compact(
+        self, strategy: str | None = None, *, engine: str, retries: int = 0
+    ) -> PlannedRuns[CompactionResult]: ...
 
     def compact(
-        self, strategy: str | None = None, engine: Engine | str | None = None
+        self, strategy: str | None = None, engine: Engine | str | None = None, retries: int = 0
     ) -> CompactionResult | PlannedRuns[CompactionResult] | None:
         """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
         (as `stitch compact`, a configured format that a failed publish left behind then catches up).
 
         `engine="auto"`, `"local"` or `"spark"` launches it as `stitch compact --engine ...` does and returns the
-        runs: the pending plans run first, the plan made and its run (`stitchlake.jobs.launch.compact`)."""
+        runs: the pending plans run first, the plan made and its run (`stitchlake.jobs.launch.compact`), again
+        after a conflict up to `retries` times."""
         if isinstance(engine, str):
             from stitchlake.jobs import launch
 
-            return launch.compact(self, strategy=strategy, engine=engine)
+            return _retried(retries, lambda: launch.compact(self, strategy=strategy, engine=engine))
+        _no_retries(retries)
         from stitchlake.services.compaction import compact, publish_caught_up
 
         done = compact(self, strategy, _engine(engine))
@@ -266,18 +293,21 @@ class Table(CoreTable):
     def erase(self, keys: pa.Table | str, purge: bool = False, engine: Engine | None = None) -> EraseResult: ...
 
     @overload
-    def erase(self, keys: pa.Table | str, purge: bool = False, *, engine: str) -> JobRun[EraseResult]: ...
+    def erase(
+        self, keys: pa.Table | str, purge: bool = False, *, engine: str, retries: int = 0
+    ) -> JobRun[EraseResult]: ...
 
     def erase(
-        self, keys: pa.Table | str, purge: bool = False, engine: Engine | str | None = None
+        self, keys: pa.Table | str, purge: bool = False, engine: Engine | str | None = None, retries: int = 0
     ) -> EraseResult | JobRun[EraseResult]:
         """Key-level erase of the given keys (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines
         file; see `stitchlake.services.erase`). An engine name launches it as `stitch delete --engine ...` does
-        (`stitchlake.jobs.launch.erase`)."""
+        (`stitchlake.jobs.launch.erase`), again after a conflict up to `retries` times."""
         if isinstance(engine, str):
             from stitchlake.jobs import launch
 
-            return launch.erase(self, keys, purge=purge, engine=engine)
+            return _retried(retries, lambda: launch.erase(self, keys, purge=purge, engine=engine))
+        _no_retries(retries)
         from stitchlake.services.erase import erase, load_keys
 
         wanted = load_keys(keys, self.storage_options) if isinstance(keys, str) else keys

@@ -14,7 +14,8 @@ import yaml
 from spark_fixtures import write_config
 
 import stitchlake
-from stitchlake.errors import BusyError, UsageError
+from stitchlake.errors import BusyError, ConflictError, UsageError
+from stitchlake.jobs import launch
 from stitchlake.jobs.requests import (
     REQUESTS,
     CleanRequest,
@@ -136,6 +137,27 @@ def test_job_results_survive_the_trip_through_the_result_file() -> None:
     for request, result in cases:
         trip = json.loads(json.dumps(plain(result)))
         assert decode(request, trip) == result, request
+
+
+def test_a_conflict_is_run_again_up_to_the_retries_given(demo_data: Path, tmp_path: Path) -> None:
+    """`retries` (the CLI's `--retries`) runs a job again after a conflict, which published nothing; once spent,
+    the conflict is raised (exit 3). Retries go only with a launched job (an engine name)."""
+    outcomes: list[BaseException | str] = [ConflictError("first"), ConflictError("second"), "done"]
+
+    def attempt() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    assert launch.with_retries(2, attempt) == ("done", 2)
+    outcomes[:] = [ConflictError("only")]
+    with pytest.raises(ConflictError, match="only"):
+        launch.with_retries(0, attempt)
+    table = _table(tmp_path, demo_data / "landing")
+    assert table.ingest("orders", engine="local", retries=2).result.instant, "no conflict: one run"
+    with pytest.raises(UsageError, match="retries go with an engine name"):
+        table.ingest("payments", retries=1)
 
 
 def test_each_request_names_the_result_its_handler_returns() -> None:
