@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from stitchlake.config import TableConfig
     from stitchlake.jobs.results import PlannedRuns
+    from stitchlake.services.history import InstantRecord
     from stitchlake.services.publish import Published
     from stitchlake.services.status import StatusReport
 
@@ -464,25 +465,24 @@ TIMELINE_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
 _STATE_STYLE = {"completed": "green", "inflight": "yellow", "requested": "cyan"}
 
 
-def timeline_table(records: Sequence[Mapping[str, Any]], title: str, caption: str | None = None) -> RichTable:
-    """Instants as `timeline show` lists them; `records` are the same dicts `--json` prints."""
+def timeline_table(records: Sequence[InstantRecord], title: str, caption: str | None = None) -> RichTable:
+    """Instants as `timeline show` lists them."""
     table = compact_table(title=title, caption=caption)
     for name, justify in TIMELINE_COLUMNS:
         # The instant is the id people copy into other commands, and action and state are short words:
         # never cut those in a narrow terminal; let the rest fold.
         table.add_column(name, justify=justify, no_wrap=name in ("instant", "action", "state"), overflow="fold")
     for record in records:
-        state = str(record["state"])
         table.add_row(
-            text(str(record["instant"])),
-            text(str(record["action"])),
-            text(state, _STATE_STYLE.get(state, "")),
-            text(human_time(record.get("instant"))),
-            text(_completed_time(record.get("instant"), record.get("completed"))),
-            text(human_duration(record.get("duration_s"))),
-            text(record.get("stream") or "-"),
-            text(human_count(record.get("rows"))),
-            text(human_count(record.get("files"))),
+            text(record.instant),
+            text(record.action),
+            text(record.state, _STATE_STYLE.get(record.state, "")),
+            text(human_time(record.instant)),
+            text(_completed_time(record.instant, record.completed)),
+            text(human_duration(record.duration_s)),
+            text(record.stream or "-"),
+            text(human_count(record.rows)),
+            text(human_count(record.files)),
         )
     return table
 

@@ -10,7 +10,7 @@ import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -35,6 +35,7 @@ from stitchlake.errors import StitchError, UsageError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from stitchlake.services.history import InstantListing
     from stitchlake.table.handle import Table
 
 #: The choices typer offers; tests check they equal the library's `Action` and `State`
@@ -150,21 +151,19 @@ def timeline_show_command(
 
     handle = open_target(config, table)
     listing = list_instants(handle, limit, action, state, stream, archived)
-    records = [record.to_json() for record in listing.records]
-    return _timeline_report(handle, records, limit, listing.matched, listing.more, archived, (action, state, stream))
+    return _timeline_report(handle, listing, limit, archived, (action, state, stream))
 
 
 def _timeline_report(
     handle: Table,
-    records: list[dict[str, Any]],
+    listing: InstantListing,
     limit: int,
-    matched: int | None,
-    more: bool,
     archived: bool,
     filters: tuple[str | None, str | None, str | None],
 ) -> Report:
     name = output.table_name(handle.config)
     action, state, stream = filters
+    records, matched, more = listing.records, listing.matched, listing.more
     data = {
         "table": name,
         "path": output.table_path(handle.config),
@@ -173,7 +172,7 @@ def _timeline_report(
         "limit": limit,
         "matched": matched,
         "more": more,
-        "instants": records,
+        "instants": [record.to_json() for record in records],
     }
 
     def human() -> None:
