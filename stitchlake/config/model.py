@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, NamedTuple, Self
@@ -35,6 +36,7 @@ from pydantic_core import PydanticCustomError
 
 from stitchlake.errors import ConfigError
 from stitchlake.paths import PUBLISHED_DIR
+from stitchlake.storage.registry import absolute, is_local, is_uri
 from stitchlake.types import KEY_TYPES, can_order, normalize_type, ordering_type_names
 
 from . import yaml_schema as schema
@@ -142,10 +144,28 @@ class LogFormat(StrEnum):
 
 def _within(location: str, folder: str) -> bool:
     """Whether `location` is `folder` or under it (local paths compared absolute, URIs as text)."""
-    if "://" not in location and "://" not in folder:
+    if not is_uri(location) and not is_uri(folder):
         location, folder = os.path.abspath(location), os.path.abspath(folder)
     location, folder = location.rstrip("/"), folder.rstrip("/")
     return location == folder or location.startswith(folder + "/")
+
+
+def given_location(value: str) -> str:
+    """A location given outside the YAML (a command-line flag) as every process sees it: a path made absolute
+    against the working folder, a URI as written. The CLI asks here: it may not import storage."""
+    return absolute(value)
+
+
+def iceberg_catalog_refusal(location: str, catalog: Mapping[str, Any]) -> str | None:
+    """Why publishing Iceberg to `location` with `catalog` cannot work, or None: the default catalog is a SQLite
+    file beside the published tables, which needs a disk. The one rule: the config checks it for the formats it
+    publishes (naming the YAML path), `stitch publish -f iceberg` and `iceberg_catalog()` for the others."""
+    if is_local(location) or "uri" in catalog or catalog.get("type", "sql") != "sql":
+        return None
+    return (
+        f"publishing Iceberg to {location} needs a catalog that is not a file on the object store: set "
+        "publish.iceberg_catalog to a REST catalog, or to type: sql with a database uri"
+    )
 
 
 def refuse(message: str, at: str = "") -> PydanticCustomError:
@@ -223,7 +243,7 @@ def _column_type(value: Any) -> str:
 
 def _resolve(value: str, info: ValidationInfo) -> str:
     """Relative paths resolve against the config's folder (the context's `base`); URLs are kept as written."""
-    if "://" in value:
+    if is_uri(value):
         return value
     candidate = Path(value).expanduser()
     if not candidate.is_absolute():
@@ -906,18 +926,9 @@ class TableConfig(Spec):
         """The default Iceberg catalog is a SQLite file beside the published tables: not on an object store."""
         catalog = self.publish.iceberg_catalog
         where = self.publish.location or self.table.path
-        if (
-            PublishFormat.ICEBERG in self.publish.formats
-            and "://" in where
-            and not where.startswith("file://")
-            and "uri" not in catalog
-            and catalog.get("type", "sql") == "sql"
-        ):
-            raise refuse(
-                f"publishing Iceberg to {where} needs a catalog that is not a file on the object store: give "
-                "a REST catalog or a SQL one with a database uri",
-                "publish.iceberg_catalog",
-            )
+        refused = iceberg_catalog_refusal(where, catalog)
+        if PublishFormat.ICEBERG in self.publish.formats and refused:
+            raise refuse(refused, "publish.iceberg_catalog")
         return self
 
     @model_validator(mode="after")

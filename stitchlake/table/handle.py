@@ -45,6 +45,9 @@ class Table:
     def __init__(self, config: TableConfig, storage: Storage | None = None) -> None:
         self.config = config
         self.storage = storage or storage_for(config.table.path, config.storage.options)
+        # Every instant, table.json and the default lock are created with `put_if_absent`: without an atomic
+        # create, two writers could both commit the same instant time.
+        self.storage.require_conditional_put("a stitchlake table (its timeline and its lock)")
         self._properties: TableProperties | None = None
         #: The schema version `config` describes (set by `require`; new files record it).
         self.schema_version = 0
