@@ -23,7 +23,8 @@ from stitchlake.table.handle import Table
 
 
 def test_a_location_is_a_uri_when_it_starts_with_a_scheme_and_slashes() -> None:
-    assert [scheme_of(x) for x in ("s3://b/p", "S3://b", "file:///tmp/x", "hdfs://nn/x")] == ["s3", "s3", "file", "hdfs"]
+    schemes = [scheme_of(x) for x in ("s3://b/p", "S3://b", "file:///tmp/x", "hdfs://nn/x")]
+    assert schemes == ["s3", "s3", "file", "hdfs"]
     assert not any(is_uri(x) for x in ("/tmp/x", "rel/x", "C:\\data", "C://data", "a/b://c", "data:v1/x"))
     assert is_local("/tmp/x") and is_local("rel") and is_local("file:///tmp/x")
     assert not is_local("s3://b/p") and not is_local("hdfs://nn/x")
@@ -95,7 +96,7 @@ def test_a_table_refuses_a_storage_without_conditional_puts(tmp_path: Path) -> N
     assert LocalStorage(str(tmp_path)).conditional_put and S3Storage("s3://bucket/t").conditional_put
     assert storage_for(f"file://{tmp_path}").conditional_put
     spec = config(tmp_path)
-    with pytest.raises(ConfigError, match="creates a file only if it is absent.*_NoConditionalPuts cannot"):
+    with pytest.raises(ConfigError, match=r"creates a file only if it is absent.*_NoConditionalPuts cannot"):
         Table(spec, _NoConditionalPuts(spec.table.path))
     assert Table(spec).storage.conditional_put
 
@@ -106,7 +107,8 @@ def test_the_iceberg_catalog_rule_is_one_rule_at_config_time_and_at_publish_time
         assert iceberg_catalog_refusal(local, {}) is None
         check_iceberg_catalog(Target(local), {})
     for remote in ("s3://b/wide", "hdfs://nn/wide"):
-        assert iceberg_catalog_refusal(remote, sql) is None and iceberg_catalog_refusal(remote, {"type": "rest"}) is None
+        assert iceberg_catalog_refusal(remote, sql) is None
+        assert iceberg_catalog_refusal(remote, {"type": "rest"}) is None
         refused = iceberg_catalog_refusal(remote, {})
         assert refused is not None and "needs a catalog that is not a file on the object store" in refused
     with pytest.raises(UsageError, match="s3://b/wide needs a catalog that is not a file on the object store"):

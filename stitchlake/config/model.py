@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, NamedTuple, Self
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self
 
 from annotated_types import Ge, Gt, Le
 from pydantic import (
@@ -28,7 +28,9 @@ from pydantic import (
     Field,
     Strict,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     WithJsonSchema,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -680,7 +682,8 @@ class TableSpec(Spec):
 
 
 class LockSpec(Spec):
-    """The short table lock, held only to draw instant times and publish."""
+    """The short table lock, held only to draw instant times and publish: what every provider takes. Each provider
+    has its own settings class below (`LOCK_SPECS`); the YAML's `provider` says which one reads the section."""
 
     provider: LockProvider = LockProvider.FILESYSTEM
     """filesystem or its other name storage (lock objects under .stitch/locks/, created with the storage's
@@ -689,18 +692,74 @@ class LockSpec(Spec):
     """Seconds to wait for the lock before giving up (exit code 4)."""
     expire_s: Seconds = 30.0
     """Seconds after which a lock whose holder stopped renewing it may be taken over."""
-    hosts: Text | None = None
+
+
+def _provider_schema(*names: LockProvider) -> WithJsonSchema:
+    """The names one provider's settings answer to, or a `${VAR}` holding one (as every enum in the schema)."""
+    return WithJsonSchema(
+        {"anyOf": [{"enum": [n.value for n in names]}, {"type": "string", "pattern": schema.ENV_REFERENCE}]}
+    )
+
+
+class FileSystemLockSpec(LockSpec):
+    """`provider: filesystem` (or `storage`): lock objects created with the storage's atomic create."""
+
+    provider: Annotated[
+        Literal[LockProvider.FILESYSTEM, LockProvider.STORAGE],
+        _provider_schema(LockProvider.FILESYSTEM, LockProvider.STORAGE),
+    ] = LockProvider.FILESYSTEM
+    """filesystem, or its other name storage: lock objects under .stitch/locks/, created with the storage's atomic
+    create (local disk and S3 alike). The default."""
+
+
+class ZooKeeperLockSpec(LockSpec):
+    """`provider: zookeeper`: an ephemeral znode per lock, for writers on many hosts."""
+
+    provider: Annotated[Literal[LockProvider.ZOOKEEPER], _provider_schema(LockProvider.ZOOKEEPER)]
+    """zookeeper: writers on many hosts."""
+    hosts: Text
     """ZooKeeper connect string (h1:2181,h2:2181); required for zookeeper, refused for the others."""
     zk_path: Annotated[str, Field(pattern="^/"), BeforeValidator(_zk_path)] = "/stitchlake"
-    """Znode under which the ZooKeeper locks live."""
+    """Znode under which the ZooKeeper locks live; refused for the other providers."""
 
-    @model_validator(mode="after")
-    def _hosts_for_zookeeper(self) -> Self:
-        if self.provider == LockProvider.ZOOKEEPER and self.hosts is None:
+    @model_validator(mode="before")
+    @classmethod
+    def _hosts_given(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("hosts") is None:
             raise refuse("is required with provider: zookeeper (a connect string, e.g. h1:2181,h2:2181)", "hosts")
-        if self.provider != LockProvider.ZOOKEEPER and self.hosts is not None:
-            raise refuse("only applies to provider: zookeeper", at="hosts")
-        return self
+        return data
+
+
+#: Each provider's own settings (`concurrency.providers` maps the same names to the lock each builds).
+LOCK_SPECS: dict[LockProvider, type[FileSystemLockSpec | ZooKeeperLockSpec]] = {
+    LockProvider.FILESYSTEM: FileSystemLockSpec,
+    LockProvider.STORAGE: FileSystemLockSpec,
+    LockProvider.ZOOKEEPER: ZooKeeperLockSpec,
+}
+
+
+def _lock_by_provider(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    """Read a `lock:` section with its provider's settings class; a key of another provider's is refused
+    naming that provider, so the YAML keeps one flat shape whatever the provider."""
+    if isinstance(value, LockSpec):
+        return value
+    if not isinstance(value, dict):  # an empty section, or not a mapping: the default provider says what is wrong
+        return FileSystemLockSpec.model_validate(value, context=info.context)
+    written = value.get("provider", LockProvider.FILESYSTEM.value)
+    try:
+        spec = LOCK_SPECS[LockProvider(written)]
+    except (ValueError, TypeError):
+        choices = ", ".join(p.value for p in LockProvider)
+        raise refuse(f"{written!r} is not one of: {choices}", "provider") from None
+    for key in value:
+        owners = [p.value for p, other in LOCK_SPECS.items() if key in other.yaml_keys()]
+        if key not in spec.yaml_keys() and owners:
+            raise refuse(f"only applies to provider: {', '.join(owners)}", at=str(key))
+    return spec.model_validate(value, context=info.context)
+
+
+#: `concurrency.lock`: the settings of the provider it names.
+AnyLockSpec = Annotated[FileSystemLockSpec | ZooKeeperLockSpec, WrapValidator(_lock_by_provider)]
 
 
 class HeartbeatSpec(Spec):
@@ -731,7 +790,7 @@ class ConcurrencySpec(Spec):
     early_conflict_detection: Flag = True
     """optimistic mode: before writing file groups, check live writers' and completed writes' file groups, so a
     doomed write stops before writing its data (false: only the check at publish)."""
-    lock: LockSpec = Field(default_factory=LockSpec)
+    lock: AnyLockSpec = Field(default_factory=FileSystemLockSpec)
     heartbeat: HeartbeatSpec = Field(default_factory=HeartbeatSpec)
     max_clock_skew_s: Seconds = 86400.0
     """How far the timeline's newest time may be ahead of this host's clock before writers refuse."""

@@ -286,11 +286,7 @@ class Table:
         """The table lock (short critical sections only; see `transaction`)."""
         from stitchlake.concurrency.providers import LockRequest, make_lock
 
-        spec = self.config.concurrency.lock
-        request = LockRequest(
-            wait_s=spec.wait_s, expire_s=spec.expire_s, hosts=spec.hosts, zk_path=spec.zk_path, table_id=self.table_id
-        )
-        return make_lock(self.storage, spec.provider, request)
+        return make_lock(self.storage, self.config.concurrency.lock, LockRequest(table_id=self.table_id))
 
     def timeline(self) -> Timeline:
         from stitchlake.timeline.timeline import Timeline
