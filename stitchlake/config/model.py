@@ -685,6 +685,8 @@ class LockSpec(Spec):
     """The short table lock, held only to draw instant times and publish: what every provider takes. Each provider
     has its own settings class below (`LOCK_SPECS`); the YAML's `provider` says which one reads the section."""
 
+    tolerated: ClassVar[frozenset[str]] = frozenset()
+
     provider: LockProvider = LockProvider.FILESYSTEM
     """filesystem or its other name storage (lock objects under .stitch/locks/, created with the storage's
     atomic create: local disk and S3 alike), or zookeeper (writers on many hosts)."""
@@ -701,8 +703,32 @@ def _provider_schema(*names: LockProvider) -> WithJsonSchema:
     )
 
 
+ZkPath = Annotated[str, Field(pattern="^/"), BeforeValidator(_zk_path)]
+
+
+class _UnusedZooKeeperKeys(Spec):
+    """ZooKeeper settings a `filesystem` lock section may carry (`FileSystemLockSpec.tolerated`): checked, unused."""
+
+    zk_path: ZkPath = "/stitchlake"
+
+
+def _with_unused_zk_path(body: dict[str, Any], model: type[Any]) -> None:
+    schema.yaml_keys_only(body, model)
+    body["properties"]["zk_path"] = {
+        "type": "string",
+        "pattern": f"(?:^/)|{schema.ENV_REFERENCE}",
+        "description": "The zookeeper provider's setting, accepted and unused here (configs written before each "
+        "provider had its own settings give it).",
+    }
+
+
 class FileSystemLockSpec(LockSpec):
     """`provider: filesystem` (or `storage`): lock objects created with the storage's atomic create."""
+
+    model_config = ConfigDict(json_schema_extra=_with_unused_zk_path)
+    #: Another provider's keys this one accepts and ignores: `zk_path` was a setting of every provider before each
+    #: had its own, and configs written then give it here (configs/full_example.yaml does). Still checked.
+    tolerated: ClassVar[frozenset[str]] = frozenset({"zk_path"})
 
     provider: Annotated[
         Literal[LockProvider.FILESYSTEM, LockProvider.STORAGE],
@@ -719,8 +745,8 @@ class ZooKeeperLockSpec(LockSpec):
     """zookeeper: writers on many hosts."""
     hosts: Text
     """ZooKeeper connect string (h1:2181,h2:2181); required for zookeeper, refused for the others."""
-    zk_path: Annotated[str, Field(pattern="^/"), BeforeValidator(_zk_path)] = "/stitchlake"
-    """Znode under which the ZooKeeper locks live; refused for the other providers."""
+    zk_path: ZkPath = "/stitchlake"
+    """Znode under which the ZooKeeper locks live."""
 
     @model_validator(mode="before")
     @classmethod
@@ -753,9 +779,12 @@ def _lock_by_provider(value: Any, handler: ValidatorFunctionWrapHandler, info: V
         raise refuse(f"{written!r} is not one of: {choices}", "provider") from None
     for key in value:
         owners = [p.value for p, other in LOCK_SPECS.items() if key in other.yaml_keys()]
-        if key not in spec.yaml_keys() and owners:
+        if key not in spec.yaml_keys() and key not in spec.tolerated and owners:
             raise refuse(f"only applies to provider: {', '.join(owners)}", at=str(key))
-    return spec.model_validate(value, context=info.context)
+    if spec.tolerated & value.keys():  # checked as they always were, then dropped
+        _UnusedZooKeeperKeys.model_validate({k: value[k] for k in spec.tolerated & value.keys()}, context=info.context)
+    kept = {key: setting for key, setting in value.items() if key not in spec.tolerated}
+    return spec.model_validate(kept, context=info.context)
 
 
 #: `concurrency.lock`: the settings of the provider it names.
