@@ -713,6 +713,7 @@ class _UnusedZooKeeperKeys(Spec):
 
 
 def _with_unused_zk_path(body: dict[str, Any], model: type[Any]) -> None:
+    """The schema of a filesystem lock section lets editors accept the `zk_path` the loader tolerates."""
     schema.yaml_keys_only(body, model)
     body["properties"]["zk_path"] = {
         "type": "string",
@@ -764,7 +765,7 @@ LOCK_SPECS: dict[LockProvider, type[FileSystemLockSpec | ZooKeeperLockSpec]] = {
 }
 
 
-def _lock_by_provider(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+def _lock_by_provider(value: Any, _handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
     """Read a `lock:` section with its provider's settings class; a key of another provider's is refused
     naming that provider, so the YAML keeps one flat shape whatever the provider."""
     if isinstance(value, LockSpec):

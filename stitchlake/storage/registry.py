@@ -22,8 +22,7 @@ Factory = Callable[[str, Mapping[str, str]], Storage]
 def _local(uri: str, _options: Mapping[str, str]) -> Storage:
     from stitchlake.storage.local import LocalStorage
 
-    parsed = urlparse(uri)
-    return LocalStorage(unquote(parsed.path) if parsed.scheme == "file" else uri)
+    return LocalStorage(unquote(urlparse(uri).path) if scheme_of(uri) == "file" else uri)
 
 
 def _s3(uri: str, options: Mapping[str, str]) -> Storage:
