@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from stitchlake.config import (
+    LockProvider,
     StoredColumn,
     StoredSchema,
     StoredStream,
@@ -32,6 +33,7 @@ from stitchlake.config import (
     stored_schema,
 )
 from stitchlake.config.evolution import changes, same_schema
+from stitchlake.config.model import ZooKeeperLockSpec
 from stitchlake.errors import ConfigError
 
 #: The example of DESIGN §10, verbatim.
@@ -401,8 +403,9 @@ def test_zookeeper_provider_with_hosts(tmp_path: Path) -> None:
     document = _base()
     document["concurrency"] = {"lock": {"provider": "zookeeper", "hosts": "h1:2181,h2:2181"}}
     config = load_config(_write(tmp_path, document))
-    assert config.concurrency.lock.provider == "zookeeper"
-    assert config.concurrency.lock.hosts == "h1:2181,h2:2181"
+    lock = config.concurrency.lock
+    assert isinstance(lock, ZooKeeperLockSpec) and lock.provider == LockProvider.ZOOKEEPER
+    assert lock.hosts == "h1:2181,h2:2181" and lock.zk_path == "/stitchlake"
 
 
 def test_env_expansion_and_secret_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -420,7 +423,7 @@ def test_env_expansion_and_secret_paths(tmp_path: Path, monkeypatch: pytest.Monk
     assert config.table.path == str((tmp_path / "wh" / "orders").resolve())
     source = config.streams["orders"].source
     assert source is not None and source.path == str((tmp_path / "landing" / "default").resolve())
-    assert config.concurrency.lock.hosts == "zk1:2181"
+    assert isinstance(config.concurrency.lock, ZooKeeperLockSpec) and config.concurrency.lock.hosts == "zk1:2181"
     # Plain settings from the environment are not secrets: nothing is masked.
     assert not config.secret_paths and not config.secret_values
     monkeypatch.setenv("STITCH_TEST_ZK_TOKEN", "zk1:2181")

@@ -20,7 +20,7 @@ import pytest
 
 import stitchlake
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock, TableLock
-from stitchlake.concurrency.providers import PROVIDERS, LockRequest, make_lock
+from stitchlake.concurrency.providers import PROVIDERS, LockRequest, lock_spec, make_lock
 from stitchlake.config import LockProvider
 from stitchlake.errors import ConfigError, LockLost, LockTimeout, StitchError
 from stitchlake.storage import LocalStorage
@@ -37,8 +37,9 @@ def _env() -> dict[str, str]:
 
 
 def _make(kind: str, root: str, hosts: str | None, *, owner: str, wait_s: float, expire_s: float) -> TableLock:
-    request = LockRequest(hosts=hosts, wait_s=wait_s, expire_s=expire_s, owner=owner, table_id="t-" + Path(root).name)
-    return make_lock(LocalStorage(root), kind, request)
+    settings = {"provider": kind, "wait_s": wait_s, "expire_s": expire_s, **({"hosts": hosts} if hosts else {})}
+    request = LockRequest(owner=owner, table_id="t-" + Path(root).name)
+    return make_lock(LocalStorage(root), lock_spec(settings), request)
 
 
 # -- exclusivity under contention (both providers) --------------------------------------------------

@@ -201,12 +201,12 @@ def _lock_worker(location: str, env: dict[str, str], rounds: int, start: Any, re
     import os
 
     os.environ.update(env)
-    from stitchlake.concurrency.providers import LockRequest, make_lock
+    from stitchlake.concurrency.providers import lock_spec, make_lock
 
     storage = storage_for(location)
     start.wait()
     for _ in range(rounds):
-        lock = make_lock(storage, "storage", LockRequest(wait_s=60, expire_s=30))
+        lock = make_lock(storage, lock_spec({"provider": "storage", "wait_s": 60, "expire_s": 30}))
         with lock:
             count = int(storage.read_bytes("counter")) if storage.exists("counter") else 0
             storage.write_atomic("counter", str(count + 1).encode())

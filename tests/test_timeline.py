@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stitchlake.concurrency.providers import LockRequest, make_lock
+from stitchlake.concurrency.providers import lock_spec, make_lock
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import LocalStorage
@@ -55,7 +55,7 @@ DRAWS = 200
 def _draw_many(root: str, count: int) -> list[str]:
     """One writer process: draw `count` times exactly as a transaction does (lock, draw, publish, unlock)."""
     storage = LocalStorage(root)
-    lock = make_lock(storage, "filesystem", LockRequest(wait_s=120))
+    lock = make_lock(storage, lock_spec({"provider": "filesystem", "wait_s": 120}))
     drawn: list[str] = []
     for _ in range(count):
         with lock:

@@ -224,7 +224,9 @@ def stream_command(
 
 def _location(source: str) -> str:
     """A --source as the job sees it: local paths made absolute, URIs as they are."""
-    return source if "://" in source else str(Path(source).resolve())
+    from stitchlake.config.model import given_location
+
+    return given_location(source)
 
 
 # ----------------------------------------------------------------------------------------------- compact

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, NamedTuple, Self
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self
 
 from annotated_types import Ge, Gt, Le
 from pydantic import (
@@ -27,7 +28,9 @@ from pydantic import (
     Field,
     Strict,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     WithJsonSchema,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -35,6 +38,7 @@ from pydantic_core import PydanticCustomError
 
 from stitchlake.errors import ConfigError
 from stitchlake.paths import PUBLISHED_DIR
+from stitchlake.storage.registry import absolute, is_local, is_uri
 from stitchlake.types import KEY_TYPES, can_order, normalize_type, ordering_type_names
 
 from . import yaml_schema as schema
@@ -142,10 +146,28 @@ class LogFormat(StrEnum):
 
 def _within(location: str, folder: str) -> bool:
     """Whether `location` is `folder` or under it (local paths compared absolute, URIs as text)."""
-    if "://" not in location and "://" not in folder:
+    if not is_uri(location) and not is_uri(folder):
         location, folder = os.path.abspath(location), os.path.abspath(folder)
     location, folder = location.rstrip("/"), folder.rstrip("/")
     return location == folder or location.startswith(folder + "/")
+
+
+def given_location(value: str) -> str:
+    """A location given outside the YAML (a command-line flag) as every process sees it: a path made absolute
+    against the working folder, a URI as written. The CLI asks here: it may not import storage."""
+    return absolute(value)
+
+
+def iceberg_catalog_refusal(location: str, catalog: Mapping[str, Any]) -> str | None:
+    """Why publishing Iceberg to `location` with `catalog` cannot work, or None: the default catalog is a SQLite
+    file beside the published tables, which needs a disk. The one rule: the config checks it for the formats it
+    publishes (naming the YAML path), `stitch publish -f iceberg` and `iceberg_catalog()` for the others."""
+    if is_local(location) or "uri" in catalog or catalog.get("type", "sql") != "sql":
+        return None
+    return (
+        f"publishing Iceberg to {location} needs a catalog that is not a file on the object store: set "
+        "publish.iceberg_catalog to a REST catalog, or to type: sql with a database uri"
+    )
 
 
 def refuse(message: str, at: str = "") -> PydanticCustomError:
@@ -223,7 +245,7 @@ def _column_type(value: Any) -> str:
 
 def _resolve(value: str, info: ValidationInfo) -> str:
     """Relative paths resolve against the config's folder (the context's `base`); URLs are kept as written."""
-    if "://" in value:
+    if is_uri(value):
         return value
     candidate = Path(value).expanduser()
     if not candidate.is_absolute():
@@ -660,7 +682,10 @@ class TableSpec(Spec):
 
 
 class LockSpec(Spec):
-    """The short table lock, held only to draw instant times and publish."""
+    """The short table lock, held only to draw instant times and publish: what every provider takes. Each provider
+    has its own settings class below (`LOCK_SPECS`); the YAML's `provider` says which one reads the section."""
+
+    tolerated: ClassVar[frozenset[str]] = frozenset()
 
     provider: LockProvider = LockProvider.FILESYSTEM
     """filesystem or its other name storage (lock objects under .stitch/locks/, created with the storage's
@@ -669,18 +694,102 @@ class LockSpec(Spec):
     """Seconds to wait for the lock before giving up (exit code 4)."""
     expire_s: Seconds = 30.0
     """Seconds after which a lock whose holder stopped renewing it may be taken over."""
-    hosts: Text | None = None
+
+
+def _provider_schema(*names: LockProvider) -> WithJsonSchema:
+    """The names one provider's settings answer to, or a `${VAR}` holding one (as every enum in the schema)."""
+    return WithJsonSchema(
+        {"anyOf": [{"enum": [n.value for n in names]}, {"type": "string", "pattern": schema.ENV_REFERENCE}]}
+    )
+
+
+ZkPath = Annotated[str, Field(pattern="^/"), BeforeValidator(_zk_path)]
+
+
+class _UnusedZooKeeperKeys(Spec):
+    """ZooKeeper settings a `filesystem` lock section may carry (`FileSystemLockSpec.tolerated`): checked, unused."""
+
+    zk_path: ZkPath = "/stitchlake"
+
+
+def _with_unused_zk_path(body: dict[str, Any], model: type[Any]) -> None:
+    """The schema of a filesystem lock section lets editors accept the `zk_path` the loader tolerates."""
+    schema.yaml_keys_only(body, model)
+    body["properties"]["zk_path"] = {
+        "type": "string",
+        "pattern": f"(?:^/)|{schema.ENV_REFERENCE}",
+        "description": "The zookeeper provider's setting, accepted and unused here (configs written before each "
+        "provider had its own settings give it).",
+    }
+
+
+class FileSystemLockSpec(LockSpec):
+    """`provider: filesystem` (or `storage`): lock objects created with the storage's atomic create."""
+
+    model_config = ConfigDict(json_schema_extra=_with_unused_zk_path)
+    #: Another provider's keys this one accepts and ignores: `zk_path` was a setting of every provider before each
+    #: had its own, and configs written then give it here (configs/full_example.yaml does). Still checked.
+    tolerated: ClassVar[frozenset[str]] = frozenset({"zk_path"})
+
+    provider: Annotated[
+        Literal[LockProvider.FILESYSTEM, LockProvider.STORAGE],
+        _provider_schema(LockProvider.FILESYSTEM, LockProvider.STORAGE),
+    ] = LockProvider.FILESYSTEM
+    """filesystem, or its other name storage: lock objects under .stitch/locks/, created with the storage's atomic
+    create (local disk and S3 alike). The default."""
+
+
+class ZooKeeperLockSpec(LockSpec):
+    """`provider: zookeeper`: an ephemeral znode per lock, for writers on many hosts."""
+
+    provider: Annotated[Literal[LockProvider.ZOOKEEPER], _provider_schema(LockProvider.ZOOKEEPER)]
+    """zookeeper: writers on many hosts."""
+    hosts: Text
     """ZooKeeper connect string (h1:2181,h2:2181); required for zookeeper, refused for the others."""
-    zk_path: Annotated[str, Field(pattern="^/"), BeforeValidator(_zk_path)] = "/stitchlake"
+    zk_path: ZkPath = "/stitchlake"
     """Znode under which the ZooKeeper locks live."""
 
-    @model_validator(mode="after")
-    def _hosts_for_zookeeper(self) -> Self:
-        if self.provider == LockProvider.ZOOKEEPER and self.hosts is None:
+    @model_validator(mode="before")
+    @classmethod
+    def _hosts_given(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("hosts") is None:
             raise refuse("is required with provider: zookeeper (a connect string, e.g. h1:2181,h2:2181)", "hosts")
-        if self.provider != LockProvider.ZOOKEEPER and self.hosts is not None:
-            raise refuse("only applies to provider: zookeeper", at="hosts")
-        return self
+        return data
+
+
+#: Each provider's own settings (`concurrency.providers` maps the same names to the lock each builds).
+LOCK_SPECS: dict[LockProvider, type[FileSystemLockSpec | ZooKeeperLockSpec]] = {
+    LockProvider.FILESYSTEM: FileSystemLockSpec,
+    LockProvider.STORAGE: FileSystemLockSpec,
+    LockProvider.ZOOKEEPER: ZooKeeperLockSpec,
+}
+
+
+def _lock_by_provider(value: Any, _handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    """Read a `lock:` section with its provider's settings class; a key of another provider's is refused
+    naming that provider, so the YAML keeps one flat shape whatever the provider."""
+    if isinstance(value, LockSpec):
+        return value
+    if not isinstance(value, dict):  # an empty section, or not a mapping: the default provider says what is wrong
+        return FileSystemLockSpec.model_validate(value, context=info.context)
+    written = value.get("provider", LockProvider.FILESYSTEM.value)
+    try:
+        spec = LOCK_SPECS[LockProvider(written)]
+    except (ValueError, TypeError):
+        choices = ", ".join(p.value for p in LockProvider)
+        raise refuse(f"{written!r} is not one of: {choices}", "provider") from None
+    for key in value:
+        owners = [p.value for p, other in LOCK_SPECS.items() if key in other.yaml_keys()]
+        if key not in spec.yaml_keys() and key not in spec.tolerated and owners:
+            raise refuse(f"only applies to provider: {', '.join(owners)}", at=str(key))
+    if spec.tolerated & value.keys():  # checked as they always were, then dropped
+        _UnusedZooKeeperKeys.model_validate({k: value[k] for k in spec.tolerated & value.keys()}, context=info.context)
+    kept = {key: setting for key, setting in value.items() if key not in spec.tolerated}
+    return spec.model_validate(kept, context=info.context)
+
+
+#: `concurrency.lock`: the settings of the provider it names.
+AnyLockSpec = Annotated[FileSystemLockSpec | ZooKeeperLockSpec, WrapValidator(_lock_by_provider)]
 
 
 class HeartbeatSpec(Spec):
@@ -711,7 +820,7 @@ class ConcurrencySpec(Spec):
     early_conflict_detection: Flag = True
     """optimistic mode: before writing file groups, check live writers' and completed writes' file groups, so a
     doomed write stops before writing its data (false: only the check at publish)."""
-    lock: LockSpec = Field(default_factory=LockSpec)
+    lock: AnyLockSpec = Field(default_factory=FileSystemLockSpec)
     heartbeat: HeartbeatSpec = Field(default_factory=HeartbeatSpec)
     max_clock_skew_s: Seconds = 86400.0
     """How far the timeline's newest time may be ahead of this host's clock before writers refuse."""
@@ -906,18 +1015,9 @@ class TableConfig(Spec):
         """The default Iceberg catalog is a SQLite file beside the published tables: not on an object store."""
         catalog = self.publish.iceberg_catalog
         where = self.publish.location or self.table.path
-        if (
-            PublishFormat.ICEBERG in self.publish.formats
-            and "://" in where
-            and not where.startswith("file://")
-            and "uri" not in catalog
-            and catalog.get("type", "sql") == "sql"
-        ):
-            raise refuse(
-                f"publishing Iceberg to {where} needs a catalog that is not a file on the object store: give "
-                "a REST catalog or a SQL one with a database uri",
-                "publish.iceberg_catalog",
-            )
+        refused = iceberg_catalog_refusal(where, catalog)
+        if PublishFormat.ICEBERG in self.publish.formats and refused:
+            raise refuse(refused, "publish.iceberg_catalog")
         return self
 
     @model_validator(mode="after")

@@ -31,7 +31,7 @@ import pyarrow as pa
 from stitchlake.config import SourceSpec
 from stitchlake.errors import InputRejected, UsageError
 from stitchlake.storage import storage_for
-from stitchlake.storage.registry import scheme_of
+from stitchlake.storage.registry import absolute, is_uri
 from stitchlake.timeline.metadata import LandingRecord
 
 
@@ -117,11 +117,11 @@ def _visible(path: str) -> bool:
 def split_location(location: str) -> tuple[str, str]:
     """A file location as (folder, file name), for a local path or a URI."""
     text = str(location).rstrip("/")
-    folder, _, name = text.rpartition("/")
-    if not scheme_of(text):
-        resolved = Path(text)
-        return str(resolved.parent), resolved.name
-    return folder, name
+    if is_uri(text):
+        folder, _, name = text.rpartition("/")
+        return folder, name
+    path = Path(text)
+    return str(path.parent), path.name
 
 
 def discover(
@@ -158,8 +158,9 @@ def discover(
 
 
 def _is_file(root: str, options: Mapping[str, str] | None) -> bool:
-    if not scheme_of(root):
-        return Path(root).is_file()
+    local = storage_for(root, options).local_path()
+    if local is not None:  # a folder on this machine is not a file, though it has a size and a version
+        return Path(local).is_file()
     folder, name = split_location(root)
     try:
         storage_for(folder, options).stat(name)
@@ -170,10 +171,7 @@ def _is_file(root: str, options: Mapping[str, str] | None) -> bool:
 
 def _identity(base: str, folder: str, path: str) -> str:
     """A landing file's name relative to the stream's source folder (its full location when outside it)."""
-    full = f"{folder.rstrip('/')}/{path}"
-    if not scheme_of(full):
-        full = str(Path(full).resolve())
-        base = str(Path(base).resolve())
+    full, base = absolute(f"{folder.rstrip('/')}/{path}"), absolute(base)
     prefix = base.rstrip("/") + "/"
     return full[len(prefix) :] if full.startswith(prefix) else full
 

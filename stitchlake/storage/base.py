@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
-from stitchlake.errors import StitchError
+from stitchlake.errors import ConfigError, StitchError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,17 +52,28 @@ class Storage(ABC):
 
     Callers ask a backend what it can do rather than test its class or its URL's scheme: `local_path()` (a
     folder on this machine, or None), `remote` (every request, a listing page included, is a round trip: batch
-    and cache) and `client_settings()` (how delta-rs or pyiceberg reach the same store). Atomic create
-    (`put_if_absent`) is not a capability but the contract: the lock and the timeline rest on it, so a store
-    without conditional puts cannot hold a table and has no backend.
+    and cache), `conditional_put` (whether `put_if_absent` is atomic) and `client_settings()` (how delta-rs or
+    pyiceberg reach the same store). How a location is written (a path or a URI) is `registry`'s to say.
     """
 
     #: Where the root is, as the user wrote it (a local path or a URI).
     uri: str
+    #: Whether `put_if_absent` is an atomic create-if-absent (a hard link on disk, a conditional PUT on S3). The
+    #: timeline and the `filesystem` lock rest on it, so a table refuses a storage without it
+    #: (`require_conditional_put`); a backend says True only when its store decides the race, not the client.
+    conditional_put: bool = False
     #: Whether each request is a network round trip (object stores; a listing costs one per page): readers of
     #: many small files then issue their requests in parallel, and immutable files (completed instants) are
     #: cached in-process.
     remote: bool = False
+
+    def require_conditional_put(self, needed_by: str) -> None:
+        """Refuse, naming `needed_by`, a storage whose creates are not atomic: two writers could both win."""
+        if not self.conditional_put:
+            raise ConfigError(
+                f"{self.uri}: {needed_by} needs a storage that creates a file only if it is absent, atomically "
+                f"(a hard link on disk, a conditional PUT on S3); {type(self).__name__} cannot"
+            )
 
     @abstractmethod
     def describe(self, path: str = "") -> str:

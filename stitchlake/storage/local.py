@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 
 class LocalStorage(Storage):
+    #: A hard link never overwrites: exactly one racing creator wins (a filesystem without links is refused
+    #: when the create is tried).
+    conditional_put = True
+
     def __init__(self, root: str) -> None:
         self.uri = root
         self.root = os.path.abspath(root)

@@ -1,8 +1,13 @@
-"""One registry of storage backends keyed by URL scheme: a local path (or `file://`) or an object store."""
+"""One registry of storage backends keyed by URL scheme: a local path (or `file://`) or an object store.
+
+It is also the one place that knows how a location is written: `scheme://...` is a URI (kept as written),
+anything else a path on this machine (made absolute). The config, the landing files and the published formats ask
+these functions rather than look for `://` themselves, so a location means the same thing everywhere.
+"""
 
 from __future__ import annotations
 
-import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -17,8 +22,7 @@ Factory = Callable[[str, Mapping[str, str]], Storage]
 def _local(uri: str, _options: Mapping[str, str]) -> Storage:
     from stitchlake.storage.local import LocalStorage
 
-    parsed = urlparse(uri)
-    return LocalStorage(unquote(parsed.path) if parsed.scheme == "file" else uri)
+    return LocalStorage(unquote(urlparse(uri).path) if scheme_of(uri) == "file" else uri)
 
 
 def _s3(uri: str, options: Mapping[str, str]) -> Storage:
@@ -36,16 +40,37 @@ HINTS = {
 }
 
 
-def scheme_of(uri: str) -> str:
-    parsed = urlparse(str(uri))
-    if len(parsed.scheme) == 1 and os.name == "nt":  # C:\...
-        return ""
-    return parsed.scheme.lower()
+#: A URI names its scheme and `://` first; a scheme has two characters at least, so `C:\\` or `C://` is a path.
+_URI = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+def scheme_of(location: str) -> str:
+    """The scheme of a location written as a URI (lower case), "" for a path."""
+    found = _URI.match(str(location))
+    return found.group(1).lower() if found else ""
+
+
+def is_uri(location: str) -> bool:
+    """Whether a location is written as a URI (`s3://...`, `file:///...`), not as a path on this machine."""
+    return bool(scheme_of(location))
 
 
 def absolute(location: str) -> str:
     """A location as every process sees it: a local path made absolute, a URI as written."""
-    return str(location) if scheme_of(str(location)) else str(Path(location).resolve())
+    return str(location) if is_uri(location) else str(Path(location).resolve())
+
+
+def is_local(location: str) -> bool:
+    """Whether a location is on this machine's disk (a path, or a `file://` URI), asked before any storage is
+    built (a config being checked): the registry knows which backends are local."""
+    return BACKENDS.get(scheme_of(location)) is _local
+
+
+def without_file_scheme(location: str) -> str:
+    """A `file://` URI as the path it names, as written (delta-rs and pyiceberg list the files they wrote under a
+    folder this way); any other location unchanged."""
+    text = str(location)
+    return text[len("file://") :] if scheme_of(text) == "file" else text
 
 
 def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:

@@ -197,6 +197,8 @@ class S3Storage(Storage):
 
     #: Requests are network round trips: readers of many small files issue them in parallel.
     remote = True
+    #: `If-None-Match: *`: the server refuses an existing key, so exactly one racing creator wins.
+    conditional_put = True
 
     def __init__(self, uri: str, options: Mapping[str, str] | None = None) -> None:
         parsed = urlparse(str(uri))

@@ -45,6 +45,9 @@ class Table:
     def __init__(self, config: TableConfig, storage: Storage | None = None) -> None:
         self.config = config
         self.storage = storage or storage_for(config.table.path, config.storage.options)
+        # Every instant, table.json and the default lock are created with `put_if_absent`: without an atomic
+        # create, two writers could both commit the same instant time.
+        self.storage.require_conditional_put("a stitchlake table (its timeline and its lock)")
         self._properties: TableProperties | None = None
         #: The schema version `config` describes (set by `require`; new files record it).
         self.schema_version = 0
@@ -283,11 +286,7 @@ class Table:
         """The table lock (short critical sections only; see `transaction`)."""
         from stitchlake.concurrency.providers import LockRequest, make_lock
 
-        spec = self.config.concurrency.lock
-        request = LockRequest(
-            wait_s=spec.wait_s, expire_s=spec.expire_s, hosts=spec.hosts, zk_path=spec.zk_path, table_id=self.table_id
-        )
-        return make_lock(self.storage, spec.provider, request)
+        return make_lock(self.storage, self.config.concurrency.lock, LockRequest(table_id=self.table_id))
 
     def timeline(self) -> Timeline:
         from stitchlake.timeline.timeline import Timeline

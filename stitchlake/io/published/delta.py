@@ -6,13 +6,8 @@ import os
 from typing import Any
 
 from stitchlake.errors import ConflictError, StitchError, UsageError
-from stitchlake.io.published.target import (
-    OWNER_MARK,
-    Publication,
-    Published,
-    Target,
-    without_file_scheme,
-)
+from stitchlake.io.published.target import OWNER_MARK, Publication, Published, Target
+from stitchlake.storage.registry import is_uri, without_file_scheme
 
 #: Delta operations that are a publish (the others, e.g. VACUUM, are bookkeeping versions).
 _DELTA_WRITES = ("WRITE", "CREATE TABLE", "CREATE OR REPLACE TABLE")
@@ -116,7 +111,7 @@ def _relative(uri: str, location: str) -> str:
     """A data file's URI as a path under the table's location (refused if it is not under it: deleting by a
     wrong name would delete the file a version reads)."""
     base = without_file_scheme(location).rstrip("/")
-    base = base if "://" in base else os.path.abspath(base)
+    base = base if is_uri(base) else os.path.abspath(base)
     found = without_file_scheme(uri)
     if not found.startswith(base + "/"):
         raise StitchError(f"the Delta table at {location} lists {uri}, which is not under it; nothing was deleted")

@@ -10,14 +10,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from stitchlake.config.model import iceberg_catalog_refusal
 from stitchlake.errors import ConflictError, UsageError
-from stitchlake.io.published.target import (
-    OWNER_PROPERTY,
-    Publication,
-    Published,
-    Target,
-    without_file_scheme,
-)
+from stitchlake.io.published.target import OWNER_PROPERTY, Publication, Published, Target
+from stitchlake.storage.registry import without_file_scheme
 
 #: pyiceberg writes through pyarrow's S3 client (the AWS C++ SDK), whose default request checksums S3-compatible
 #: stores such as Ceph's gateway refuse (411 MissingContentLength on every upload). Checksums only where an API
@@ -92,12 +88,11 @@ def catalog_location(target: Target, properties: Mapping[str, str]) -> str:
 
 
 def check_iceberg_catalog(target: Target, properties: Mapping[str, str]) -> None:
-    """Refuse the default SQLite catalog for a target on an object store: SQLite needs a file on a disk."""
-    if target.local_folder is None and "uri" not in properties and properties.get("type", "sql") == "sql":
-        raise UsageError(
-            f"publishing Iceberg to {target.location} needs a catalog that is not a file on the object store: "
-            "set publish.iceberg_catalog (a REST catalog, or type: sql with a database uri)"
-        )
+    """Refuse the default SQLite catalog for a target on an object store (the config's rule, for a format it does
+    not list: `stitch publish -f iceberg`, or `iceberg_catalog()` called directly)."""
+    refused = iceberg_catalog_refusal(target.location, properties)
+    if refused:
+        raise UsageError(refused)
 
 
 def write_iceberg(

@@ -67,7 +67,3 @@ class Publication:
     #: Told the version right after the format's commit, before the bookkeeping that follows it (expiry, vacuum):
     #: from then on the version exists, whatever interrupts the publish.
     committed: Callable[[int], None] = field(default=lambda version: None)
-
-
-def without_file_scheme(location: str) -> str:
-    return location[len("file://") :] if location.startswith("file://") else location
