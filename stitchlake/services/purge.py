@@ -4,7 +4,9 @@ An erase hides the keys from reads; GDPR wants the bytes gone. Besides older fil
 pin them (the data files), the table holds copies in three more places, each handled here:
 
 - **quarantined rows** (`.stitch/quarantine/<instant>/rows-*.parquet`): bad rows are kept as text; a row whose key
-  (cast as ingest casts it) is an erased key is removed, and a file left empty is deleted.
+  (cast as ingest casts it) is an erased key is removed, and a file left empty is deleted. A row whose key is not
+  known (a Kafka value that did not decode has no key column, only its raw `_value`; a null or unparsable key) is
+  removed when its values hold the keys' text, as a quarantined text file is: the purge errs on removal there.
 - **quarantined landing files** (`.../files/<name>`): copies of whole files an ingest could not take. A copy that
   reads (a file set aside for a missing column) is checked for the keys; one that does not read cannot be shown
   free of them, so a text copy is searched for the keys' text and a binary one is deleted. Their names and reasons
