@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from spark_fixtures import run_stitch
+from script_modules import load_script
+from spark_fixtures import SPARK_CONF, run_stitch
 
 import stitchlake
+
+broker = load_script("kafka_broker")
 
 DOCUMENT: dict[str, Any] = {
     "table": {"name": "rides", "path": "table", "key": {"ride_id": "long"}, "buckets": 2},
@@ -165,3 +169,74 @@ def test_table_write_accepts_inputs_without_an_added_column(tmp_path: Path) -> N
     table = stitchlake.open(str(config))
     table.write("trips", pa.table({"ride_id": [7], "fare": [1.0], "trip_ts": [1]}))
     assert rows(config)[7]["tip"] == 1.5
+
+
+#: Ratings after `city` was added with the default Lyon: a bad row first (quarantined: the rows after it must keep
+#: their own defaults), old-shaped, new-shaped, an explicit null, and a line without an original field, in one input.
+MIXED: list[dict[str, Any]] = [
+    {"ride_id": 9, "stars": 1, "rating_ts": "soon", "city": "Bad"},
+    {"ride_id": 2, "stars": 4, "rating_ts": 1},
+    {"ride_id": 4, "stars": 3, "rating_ts": 1, "city": "Paris"},
+    {"ride_id": 5, "stars": 2, "rating_ts": 1, "city": None},
+    {"ride_id": 6, "rating_ts": 1, "city": "Nice"},
+]
+
+
+def mixed_after_alter(root: Path, engine: str) -> dict[int, dict[str, Any]]:
+    """`ratings` (nulls overwrite) gains `city` with a default, then old-shaped and new-shaped lines arrive in the
+    same JSON file, beside a file of old-shaped lines only."""
+    document = copy.deepcopy(DOCUMENT)
+    document["streams"]["ratings"].pop("nulls")
+    document["bad_rows"] = "quarantine"
+    document["spark"] = {"master": "local[1]", "conf": dict(SPARK_CONF)}
+    config = write_config(root, document)
+    stitch_ok("init", "-c", str(config))
+    config = write_config(root, altered(document, None, "Lyon"))
+    stitch_ok("alter", "-c", str(config))
+    land_ratings(root, "a.json", [{"ride_id": 1, "stars": 5, "rating_ts": 1}])
+    land_ratings(root, "b.json", MIXED)
+    done = run_stitch("ingest", "-c", str(config), "--stream", "ratings", "--engine", engine, "--json", timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["engine"] == engine
+    return rows(config)
+
+
+def assert_defaults_per_record(got: dict[int, dict[str, Any]]) -> None:
+    assert got[1]["city"] == "Lyon", "an old-shaped line alone in its file: the default"
+    assert got[2]["city"] == "Lyon", "an old-shaped line beside new-shaped ones: the default, record by record"
+    assert got[4]["city"] == "Paris"
+    assert got[5]["city"] is None, "a line that says null keeps null"
+    assert got[6]["city"] == "Nice" and got[6]["stars"] is None, "a missing original field still reads null"
+    assert 9 not in got, "the bad row was quarantined"
+
+
+def test_an_added_column_defaults_record_by_record_in_a_mixed_json_file(tmp_path: Path) -> None:
+    assert_defaults_per_record(mixed_after_alter(tmp_path, "local"))
+
+
+def test_an_added_column_defaults_record_by_record_in_a_mixed_json_file_on_spark(tmp_path: Path) -> None:
+    assert_defaults_per_record(mixed_after_alter(tmp_path, "spark"))
+
+
+def test_an_added_column_defaults_record_by_record_in_a_kafka_range(kafka_broker: str, tmp_path: Path) -> None:
+    """JSON values of one offset range build their columns from the union of their fields, as JSON lines do."""
+    topic = f"ratings-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(kafka_broker, topic, 1)
+    document = copy.deepcopy(DOCUMENT)
+    document["streams"]["ratings"].pop("nulls")
+    document["bad_rows"] = "quarantine"
+    document["streams"]["ratings"]["source"] = {
+        "format": "kafka",
+        "topic": topic,
+        "bootstrap_servers": kafka_broker,
+        "read_timeout_s": 120,
+    }
+    config = write_config(tmp_path, document)
+    stitch_ok("init", "-c", str(config))
+    config = write_config(tmp_path, altered(document, None, "Lyon"))
+    stitch_ok("alter", "-c", str(config))
+    broker.produce(kafka_broker, topic, [(0, json.dumps({"ride_id": 1, "stars": 5, "rating_ts": 1}).encode())])
+    assert stitch_ok("ingest", "-c", str(config), "--stream", "ratings")["rows"] == 1
+    broker.produce(kafka_broker, topic, [(0, json.dumps(r).encode()) for r in MIXED])
+    assert stitch_ok("ingest", "-c", str(config), "--stream", "ratings")["rows"] == len(MIXED) - 1
+    assert_defaults_per_record(rows(config))

@@ -12,16 +12,20 @@ import contextlib
 import gzip
 import io
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from script_modules import load_script
 from spark_fixtures import run_stitch
 
 import stitchlake
 from stitchlake.paths import QUARANTINE_DIR
+
+broker = load_script("kafka_broker")
 
 #: Values only key 7 (the person erased) ever had.
 SECRETS = ("SECRET-ORDER-7", "SECRET-PAY-7", "SECRET-SHIP-7", "SECRET-MISSING-7", "SECRET-LATE-7")
@@ -82,7 +86,7 @@ def land(root: Path) -> None:
     (shipments / "s-2.csv.gz").write_bytes(gzip.compress(f"k,carrier,sno\n7,{SECRETS[2]},1,extra\n".encode()))
 
 
-def found_secrets(folder: Path) -> dict[str, list[str]]:
+def found_secrets(folder: Path, secrets: tuple[str, ...] = SECRETS) -> dict[str, list[str]]:
     """Every marker of key 7 found in any file under `folder`, by file."""
     found: dict[str, list[str]] = {}
     for path in folder.rglob("*"):
@@ -90,7 +94,7 @@ def found_secrets(folder: Path) -> dict[str, list[str]]:
             continue
         texts = [path.read_bytes()]
         texts += _decoded(path)
-        hits = sorted({s for s in SECRETS for t in texts if s.encode() in t})
+        hits = sorted({s for s in secrets for t in texts if s.encode() in t})
         hits += ["amount"] if any(str(SECRET_AMOUNT).encode() in t for t in texts[1:]) else []
         if hits:
             found[str(path.relative_to(folder))] = hits
@@ -164,3 +168,65 @@ def test_purge_leaves_no_erased_value_anywhere_under_the_table_or_the_published_
     assert 7 not in rows and rows[8]["note"] == "note-8" and rows[2]["note"] == "n"
     bad_left = pq.read_table(next((tmp_path / "table" / QUARANTINE_DIR).rglob("rows-*.parquet")))
     assert bad_left.column("k").to_pylist() == ["9"], "the other bad row is kept"
+
+
+#: Kafka values of key 7 that do not decode (kept raw in `_value`) or decode into a bad row.
+KAFKA_SECRETS = ("SECRET-RAW-7", "SECRET-CLICK-7", "SECRET-BAD-7")
+
+
+def test_purge_removes_the_erased_keys_undecodable_kafka_values(kafka_broker: str, tmp_path: Path) -> None:
+    """A Kafka value that does not decode is quarantined raw, without a key column (or with a null key beside
+    decoded bad rows): the purge finds the key's text in it, as in a quarantined text file, and removes the row."""
+    topics = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in ("events", "clicks")}
+    for topic in topics.values():
+        broker.create_topic(kafka_broker, topic, 1)
+
+    def kafka(name: str) -> dict[str, Any]:
+        return {"format": "kafka", "topic": topics[name], "bootstrap_servers": kafka_broker, "read_timeout_s": 120}
+
+    document: dict[str, Any] = {
+        "table": {"name": "people", "path": "table", "key": {"k": "long"}, "buckets": 2},
+        "streams": {
+            "events": {"columns": {"note": "string", "ets": "long"}, "ordering": "ets", "source": kafka("events")},
+            "clicks": {"columns": {"page": "string", "cts": "long"}, "ordering": "cts", "source": kafka("clicks")},
+        },
+        "bad_rows": "quarantine",
+    }
+    cfg = tmp_path / "table.yaml"
+    cfg.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    good = [json.dumps({"k": k, "note": f"n-{k}", "ets": 1}).encode() for k in (1, 2, 7)]
+    # `events`: a decoded bad row of key 7 beside undecodable values, so the quarantined rows have a key column
+    # that is null for the undecodable ones.
+    events = [*good, json.dumps({"k": 7, "note": KAFKA_SECRETS[2], "ets": "soon"}).encode()]
+    events += [b'{"k": 7, "note": "' + KAFKA_SECRETS[0].encode() + b'"', b'{"k": 8, "note": "EVIDENCE-8"']
+    broker.produce(kafka_broker, topics["events"], [(0, value) for value in events])
+    # `clicks`: only undecodable values are bad, so the quarantined rows have no key column at all.
+    clicks = [json.dumps({"k": 1, "page": "home", "cts": 1}).encode(), b'{"k": 7, "page": "SECRET-CLICK-7", "cts"']
+    clicks.append(b'{"k": 8, "page": "EVIDENCE-CLICK-8"')
+    broker.produce(kafka_broker, topics["clicks"], [(0, value) for value in clicks])
+    assert run_stitch("init", "-c", str(cfg)).returncode == 0
+    for stream in ("events", "clicks"):
+        done = run_stitch("ingest", "-c", str(cfg), "--stream", stream, "--engine", "local", "--json")
+        assert done.returncode == 0, done.stderr
+    quarantine = tmp_path / "table" / QUARANTINE_DIR
+    assert set(found_secrets(quarantine, KAFKA_SECRETS)) == {
+        str(p.relative_to(quarantine)) for p in quarantine.rglob("rows-*.parquet")
+    }, "the test must see both quarantined row files hold key 7's values first"
+    shapes = sorted("k" in pq.read_schema(p).names for p in quarantine.rglob("rows-*.parquet"))
+    assert shapes == [False, True], "one row file without a key column, one with a key null for undecodable values"
+
+    keys = tmp_path / "erase.csv"
+    keys.write_text("k\n7\n")
+    done = run_stitch("delete", "-c", str(cfg), "--keys", str(keys), "--purge", "--json", "--engine", "local")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["erased_keys"] == 1 and len(result["purged_quarantine"]) == 2, result
+
+    left = found_secrets(tmp_path / "table", KAFKA_SECRETS)
+    assert not left, f"erased values left under the table: {left}"
+    kept = pa.concat_tables(
+        [pq.read_table(p) for p in quarantine.rglob("rows-*.parquet")], promote_options="permissive"
+    ).to_pylist()
+    assert sorted(r["_value"] for r in kept) == sorted(b.decode() for b in (events[-1], clicks[-1])), (
+        "another key's undecodable values are evidence, and stay"
+    )

@@ -18,9 +18,10 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from stitchlake.errors import ConfigError, InputRejected, StitchError, UsageError
@@ -165,17 +166,30 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
 
 def positions(chunk: OffsetRange, offsets: pa.Array) -> Any:
     """Each record's position in its commit, from its partition and offset alone."""
-    import numpy as np
-
     rel = offsets.to_numpy(zero_copy_only=False).astype(np.int64) - np.int64(chunk.start)
     return (np.int64(chunk.partition) << OFFSET_BITS) | rel
 
 
+class Decoded(NamedTuple):
+    """An offset range's records decoded."""
+
+    #: One column per field any record has (null where a record lacks it), with the topic, partition and offset.
+    rows: pa.Table
+    #: The records whose value did not decode, with the raw value and the reason.
+    undecodable: pa.Table
+    #: Per field asked about (`decode`'s `track`): which rows' records lack it, where some records have it and
+    #: some do not (JSON values name their own fields; Avro values all have the writer schema's).
+    absent: dict[str, np.ndarray]
+
+
 def decode(
-    source: SourceSpec, chunk: OffsetRange, records: list[tuple[int, bytes | None]]
-) -> tuple[pa.Table, pa.Table]:
-    """The records as rows (one column per field, with the topic, partition and offset), and the records whose
-    value did not decode (with the raw value and the reason)."""
+    source: SourceSpec,
+    chunk: OffsetRange,
+    records: list[tuple[int, bytes | None]],
+    track: Collection[str] = (),
+) -> Decoded:
+    """The records as rows, the records whose value did not decode, and which rows lack a field of `track`: a
+    column `stitch alter` added with a default is the default there, and null where a value says null."""
     rows: list[dict[str, Any]] = []
     offsets: list[int] = []
     bad: list[tuple[int, bytes | None, str]] = []
@@ -205,7 +219,13 @@ def decode(
             VALUE: pa.array([None if b[1] is None else b[1].decode("utf-8", "replace") for b in bad], pa.string()),
         }
     )
-    return good, undecodable.append_column("reason", pa.array([b[2] for b in bad], pa.string()))
+    absent = {}
+    for name in track:
+        if name in columns:
+            mask = np.array([name not in row for row in rows], dtype=bool)
+            if mask.any():
+                absent[name] = mask
+    return Decoded(good, undecodable.append_column("reason", pa.array([b[2] for b in bad], pa.string())), absent)
 
 
 class _Undecodable(ValueError):

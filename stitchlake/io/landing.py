@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import re
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ class LandingFormat:
 
     extensions: tuple[str, ...]
     read: Callable[[SourceSpec, str, bytes, list[str], str], pa.Table]
+    #: For formats whose records each name their own fields (JSON lines): `absent(data, table, names, where)`
+    #: says, per column of `names`, which rows' records lack the field (only where some do and some do not), so
+    #: a missing field is told from a written null. Formats that name their columns once per file have none.
+    absent: Callable[[bytes, pa.Table, list[str], str], dict[str, np.ndarray]] | None = None
 
 
 def _format_of(source: SourceSpec) -> LandingFormat:
@@ -181,17 +186,38 @@ def describe(file: LandingFile, options: Mapping[str, str] | None = None) -> str
     return storage_for(file.root, options).describe(file.path)
 
 
+@dataclass(frozen=True)
+class LandingRows:
+    """A landing file's rows, and for each column asked about, which rows' records lack the field (a JSON line
+    without it), where some records have it and some do not."""
+
+    table: pa.Table
+    absent: dict[str, np.ndarray]
+
+
 def read_landing(
     source: SourceSpec, file: LandingFile, columns: list[str], options: Mapping[str, str] | None = None
 ) -> pa.Table:
     """Read one landing file. Text formats keep the wanted columns as text.
 
-    JSON is read row by row: a field missing from a line is a null value (each line is one event, not a schema);
-    one missing from every line is left out, and the caller fills it (`events.from_landing`). Other formats name
+    JSON is read row by row: a field missing from a line reads null (each line is one event, not a schema); one
+    missing from every line is left out, and the caller fills it (`events.from_landing`). Other formats name
     their columns once per file: a missing one is refused later with the file's name (`batch.prepare`), unless
     `stitch alter` added it after the stream existed. A file that cannot be read whole is refused naming it
     (InputRejected), so the bad-row policy decides: never a half-read file, never an unexplained error.
     """
+    return read_landing_rows(source, file, columns, options).table
+
+
+def read_landing_rows(
+    source: SourceSpec,
+    file: LandingFile,
+    columns: list[str],
+    options: Mapping[str, str] | None = None,
+    track: list[str] | None = None,
+) -> LandingRows:
+    """`read_landing`, also saying which records lack a field of `track` that other records of the file have:
+    a column `stitch alter` added with a default is the default there and null where a record says null."""
     landing_format = _format_of(source)
     storage = storage_for(file.root, options)
     where = storage.describe(file.path)
@@ -205,7 +231,8 @@ def read_landing(
     except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
         raise InputRejected(f"{where}: cannot read {source.format} file ({_one_line(exc)})", file=where) from None
     _require_valid(table, columns, where)
-    return table
+    absent = landing_format.absent(data, table, track, where) if track and landing_format.absent else {}
+    return LandingRows(table, absent)
 
 
 def _one_line(error: BaseException) -> str:
@@ -338,6 +365,46 @@ def _read_json(_source: SourceSpec, _name: str, data: bytes, _columns: list[str]
     return pa.table({name: _json_column([r.get(name) for r in records]) for name in names})
 
 
+def _json_absent(data: bytes, table: pa.Table, names: list[str], where: str) -> dict[str, np.ndarray]:
+    """Which records lack each field of `names` that some records of the file have. Only a column holding nulls
+    is checked (a null is a missing field or a written null): the file is parsed again value by value, in the
+    reader's order (whitespace-separated objects, as pyarrow reads them)."""
+    names = [n for n in names if n in table.column_names and table.column(n).null_count]
+    if not names:
+        return {}
+    text = data.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    present: dict[str, list[bool]] = {n: [] for n in names}
+    at = _skip_space(text, 0)
+    while at < len(text):
+        try:
+            record, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise InputRejected(f"{where}: not valid JSON at character {exc.pos} ({exc.msg})", file=where) from None
+        for name in names:
+            present[name].append(isinstance(record, dict) and name in record)
+        at = _skip_space(text, at)
+    out = {}
+    for name, found in present.items():
+        if len(found) != table.num_rows:  # never seen: the reader and this scan disagree on what a record is
+            raise InputRejected(
+                f"{where}: {len(found)} JSON values, but the reader found {table.num_rows} records", file=where
+            )
+        mask = ~np.array(found, dtype=bool)
+        if mask.any():
+            out[name] = mask
+    return out
+
+
+#: What separates JSON values: whitespace (JSON's own, and the line breaks the line-by-line reader splits on).
+_JSON_SPACE = re.compile(r"\s*")
+
+
+def _skip_space(text: str, at: int) -> int:
+    match = _JSON_SPACE.match(text, at)
+    return match.end() if match else at
+
+
 def _json_column(values: list[Any]) -> pa.Array:
     try:
         return pa.array(values)
@@ -350,7 +417,7 @@ def _json_column(values: list[Any]) -> pa.Array:
 #: Every landing format by its `format:` name (Kafka streams read a topic, not files, and have no entry).
 FORMATS: dict[str, LandingFormat] = {
     "parquet": LandingFormat((".parquet", ".parq"), _read_parquet),
-    "json": LandingFormat((".json", ".jsonl", ".ndjson"), _read_json),
+    "json": LandingFormat((".json", ".jsonl", ".ndjson"), _read_json, absent=_json_absent),
     "csv": LandingFormat((".csv", ".tsv"), _read_csv),
     "avro": LandingFormat((".avro",), _read_avro),
 }

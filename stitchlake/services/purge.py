@@ -4,7 +4,9 @@ An erase hides the keys from reads; GDPR wants the bytes gone. Besides older fil
 pin them (the data files), the table holds copies in three more places, each handled here:
 
 - **quarantined rows** (`.stitch/quarantine/<instant>/rows-*.parquet`): bad rows are kept as text; a row whose key
-  (cast as ingest casts it) is an erased key is removed, and a file left empty is deleted.
+  (cast as ingest casts it) is an erased key is removed, and a file left empty is deleted. A row whose key is not
+  known (a Kafka value that did not decode has no key column, only its raw `_value`; a null or unparsable key) is
+  removed when its values hold the keys' text, as a quarantined text file is: the purge errs on removal there.
 - **quarantined landing files** (`.../files/<name>`): copies of whole files an ingest could not take. A copy that
   reads (a file set aside for a missing column) is checked for the keys; one that does not read cannot be shown
   free of them, so a text copy is searched for the keys' text and a binary one is deleted. Their names and reasons
@@ -25,8 +27,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stitchlake.errors import InputRejected, NotFoundError
+from stitchlake.io import kafka
 from stitchlake.io.datafiles import read_parquet, write_parquet
 from stitchlake.io.landing import LandingFile, decompressed, read_landing
 from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR
@@ -36,7 +40,7 @@ from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.metadata import DeltaCommit, EraseCommit
 from stitchlake.timeline.savepoints import savepoints
-from stitchlake.writing.batch import cast_column
+from stitchlake.writing.batch import REASON, ROW, SOURCE, cast_column
 
 if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
@@ -124,6 +128,10 @@ def _copy_streams(table: Table) -> dict[str, StreamSpec]:
     return out
 
 
+#: Columns stitch adds to a quarantined row to say why and where it came from: never the row's own values.
+ROW_ORIGIN = (REASON, SOURCE, ROW, kafka.TOPIC, kafka.PARTITION, kafka.OFFSET)
+
+
 def _typed_keys(table: Table, rows: pa.Table, keys: pa.Table) -> pa.Table | None:
     """`rows`' columns that `keys` has, cast as ingest casts them (unparsable values become null)."""
     columns = {}
@@ -138,14 +146,31 @@ def _typed_keys(table: Table, rows: pa.Table, keys: pa.Table) -> pa.Table | None
 
 
 def _rows_hit(table: Table, rows: pa.Table, keys: pa.Table) -> np.ndarray:
+    """Rows of an erased key. A row whose key is not known (no key column: a Kafka value that did not decode;
+    a null or unparsable key) cannot be shown free of the keys, so its values are searched for the keys' text, as
+    a quarantined text file is: the purge errs on the side of removing it."""
+    mask = np.zeros(rows.num_rows, dtype=bool)
     typed = _typed_keys(table, rows, keys)
     if typed is None:
-        return np.zeros(rows.num_rows, dtype=bool)
-    indexed = typed.append_column("_row", pa.array(np.arange(typed.num_rows)))
-    hits = indexed.join(keys, keys=keys.column_names, join_type="left semi").column("_row").to_numpy()
-    mask = np.zeros(rows.num_rows, dtype=bool)
-    mask[hits] = True
+        unknown = np.ones(rows.num_rows, dtype=bool)
+    else:
+        indexed = typed.append_column("_row", pa.array(np.arange(typed.num_rows)))
+        mask[indexed.join(keys, keys=keys.column_names, join_type="left semi").column("_row").to_numpy()] = True
+        unknown = np.zeros(rows.num_rows, dtype=bool)
+        for column in typed.itercolumns():
+            unknown |= pc.is_null(column).to_numpy(zero_copy_only=False)
+    if unknown.any():
+        wanted = [_key_texts(row) for row in keys.to_pylist()]
+        values = rows.drop_columns([name for name in ROW_ORIGIN if name in rows.column_names])
+        where = np.flatnonzero(unknown)
+        for index, row in zip(where, values.take(pa.array(where)).to_pylist(), strict=True):
+            text = b"\0".join(_text(value) for value in row.values() if value is not None)
+            mask[index] = any(all(part in text for part in texts) for texts in wanted)
     return mask
+
+
+def _key_texts(key: dict[str, object]) -> list[bytes]:
+    return [_text(value) for value in key.values()]
 
 
 def _copy_may_hold(table: Table, stream: StreamSpec | None, path: str, keys: pa.Table) -> bool:
@@ -166,11 +191,13 @@ def _copy_may_hold(table: Table, stream: StreamSpec | None, path: str, keys: pa.
         text = decompressed(table.storage.read_bytes(path), path, path)
     except InputRejected:
         return True
-    return any(all(_text(value) in text for value in row.values()) for row in keys.to_pylist())
+    return any(all(part in text for part in _key_texts(row)) for row in keys.to_pylist())
 
 
 def _text(value: object) -> bytes:
-    """A key value as a text file would spell it."""
+    """A value as a text file would spell it."""
+    if isinstance(value, bytes):
+        return value
     isoformat = getattr(value, "isoformat", None)
     return (isoformat() if callable(isoformat) else str(value)).encode()
 

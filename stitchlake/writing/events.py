@@ -8,9 +8,9 @@ across the inputs of one ingest whichever engine reads them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from stitchlake.config import SourceFormat, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io import kafka
-from stitchlake.io.landing import LandingFile, describe, positions, read_landing
+from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
 from stitchlake.writing.badrows import QUARANTINE, file_rejection, quarantine_file
@@ -59,11 +59,14 @@ def from_landing(
     options = table.storage_options
     wanted = wanted_columns(table, stream)
     # A JSON line is one event, not a schema: a field missing from every line reads null. Columns `stitch alter`
-    # added may be missing from any input: its events carry the column's default.
+    # added may be missing from any input, or any record: its events carry the column's default.
+    late = table.late_columns(stream.name)
     fill = dict.fromkeys(wanted) if stream.source.format == SourceFormat.JSON else {}
-    fill.update(table.late_columns(stream.name))
+    fill.update(late)
+    defaults = _write_defaults(late)
     try:
-        data = read_landing(stream.source, file, wanted, options)
+        read = read_landing_rows(stream.source, file, wanted, options, track=list(defaults))
+        data = read.table
         batch = prepare(
             table.config,
             stream,
@@ -72,6 +75,7 @@ def from_landing(
             pos=positions(ordinal, data.num_rows),
             fill=fill,
         )
+        batch = _carry_defaults(batch, read.absent, defaults)
     except InputRejected as exc:
         if table.config.bad_rows != QUARANTINE:
             raise file_rejection(exc) from None
@@ -98,13 +102,16 @@ def from_kafka(table: Table, stream: StreamSpec, chunk: OffsetRange) -> LandingE
     is refused whole (InputRejected), whatever the policy: skipping it is `--reset-offsets`, said out loud."""
     source = stream.source
     assert source is not None and source.is_kafka
-    data, undecodable = kafka.decode(source, chunk, kafka.read_range(source, chunk))
+    late = table.late_columns(stream.name)
+    defaults = _write_defaults(late)
+    data, undecodable, absent = kafka.decode(source, chunk, kafka.read_range(source, chunk), track=list(defaults))
     fill = dict.fromkeys(wanted_columns(table, stream)) if source.value_format == "json" else {}
-    fill.update(table.late_columns(stream.name))
+    fill.update(late)
     origin = f"Kafka topic {chunk.topic} partition {chunk.partition}"
     if data.num_rows:
         positions_ = kafka.positions(chunk, data.column(kafka.OFFSET))
         batch = prepare(table.config, stream, data, source=origin, pos=positions_, fill=fill)
+        batch = _carry_defaults(batch, absent, defaults)
     else:  # nothing, or only values that did not decode
         batch = Batch(rows=_empty(table, stream), pos=np.zeros(0, np.int64), deleted=np.zeros(0, bool))
     bad = batch.bad
@@ -125,6 +132,30 @@ def from_kafka(table: Table, stream: StreamSpec, chunk: OffsetRange) -> LandingE
         bad = rows if bad is None or not bad.num_rows else pa.concat_tables([bad, rows], promote_options="permissive")
     batch.bad = bad
     return LandingEvents(chunk, batch=batch)
+
+
+def _write_defaults(late: Mapping[str, Any]) -> dict[str, Any]:
+    """Added columns that have a default: the ones a record without the field reads differently from null."""
+    return {name: value for name, value in late.items() if value is not None}
+
+
+def _carry_defaults(batch: Batch, absent: Mapping[str, np.ndarray], defaults: Mapping[str, Any]) -> Batch:
+    """Records that lack an added column's field carry its default, record by record (Iceberg's write-default);
+    a record that says null keeps null. `absent` masks the input's rows (`io.landing`, `io.kafka` tell which
+    records lack the field where others have it); bad rows, named by their row in the input, are not in `batch`."""
+    if not absent:
+        return batch
+    good = np.ones(len(next(iter(absent.values()))), dtype=bool)
+    if batch.bad is not None and batch.bad.num_rows:
+        good[batch.bad.column(ROW).to_numpy()] = False
+    rows = batch.rows
+    for name, mask in absent.items():
+        index = rows.schema.get_field_index(name)
+        column = rows.column(index)
+        value = pa.scalar(defaults[name], column.type)
+        rows = rows.set_column(index, name, pc.if_else(pa.array(mask[good]), value, column))
+    batch.rows = rows
+    return batch
 
 
 def _empty(table: Table, stream: StreamSpec) -> pa.Table:
