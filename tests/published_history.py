@@ -1,5 +1,6 @@
-"""A table whose history holds much that a correct reader must not show, for the publishing tests: late events, an
-update, a stream delete, an erase, a column default and an alter, then a compaction."""
+"""Tables whose history holds much that a correct reader must not show, for the publishing tests: late events, an
+update, a stream delete, an erase, a column default and an alter, then a compaction (`history`); and the native
+readers' table (`typed_history`), with more types, published before and after an alter, and optionally purged."""
 
 from __future__ import annotations
 
@@ -112,11 +113,12 @@ def typed_orders(rows: list[dict[str, Any]], coupon: bool = False) -> pa.Table:
 
 
 def typed_values(k: int) -> dict[str, Any]:
-    """Values no reader can get right by accident: cents, microseconds past the millisecond, days either side
-    of the epoch, a double that is not a short decimal, both booleans."""
+    """Values no reader can get right by accident: cents, a negative decimal, microseconds past the millisecond
+    (half a millisecond and more: a reader keeping milliseconds rounds them up to the next second), days either
+    side of the epoch, a double that is not a short decimal, both booleans."""
     return {
         "price": decimal.Decimal(f"{k * 1234}.{k:02d}") * (-1 if k == 3 else 1),
-        "placed_at": datetime.datetime(2026, 3, 29, 1, 30, k, 123456 + k, tzinfo=datetime.UTC),
+        "placed_at": datetime.datetime(2026, 3, 29, 1, 30, k, 999_500 + k, tzinfo=datetime.UTC),
         "due": datetime.date(1969, 12, 31) + datetime.timedelta(days=(k - 4) * 400),
         "weight": k / 3,
         "gift": k % 2 == 0,
@@ -152,8 +154,8 @@ def typed_history(
 ) -> TypedHistory:
     """Late events, an update, a stream delete and an erase, compacted and published (explicitly: `formats` are
     not configured yet); an alter adding `coupon` with a default, which republishes (now `publish.formats`);
-    a late update, `coupon` set and a compaction, which publishes; an erase, which republishes; and, with
-    `purge`, an erase with `--purge`, which republishes and cuts the published history."""
+    newer updates of keys 2 and 7 setting `coupon`, and a compaction, which publishes; an erase, which
+    republishes; and, with `purge`, an erase with `--purge`, which republishes and cuts the published history."""
     table = new_table(root, typed_document(place, False, **publish))
     payments, shipments = MODEL["payments"], MODEL["shipments"]
     first = [{"k": k, "amount": k * 10, "status": "new", "ots": 5, **typed_values(k)} for k in range(1, 8)]

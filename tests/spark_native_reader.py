@@ -28,9 +28,9 @@ from typing import Any, TypedDict
 from script_modules import load_script
 
 #: One Iceberg catalog of the session: `type` jdbc (with `uri` jdbc:sqlite:... and `warehouse`) or rest (`uri`);
-#: `io-impl` names the FileIO (a REST catalog's default, ResolvingFileIO, would pick Iceberg's own S3 client for
-#: `s3://` files, which knows none of the `fs.s3a.*` settings: HadoopFileIO reads them through S3A as the JDBC
-#: catalog's default does).
+#: `io-impl` names the FileIO: HadoopFileIO reads `s3://` files through S3A with the `fs.s3a.*` settings, as the
+#: JDBC catalog does by default (a REST catalog's default, ResolvingFileIO, hands them to Iceberg's own S3FileIO,
+#: which takes `s3.*` catalog properties instead).
 IcebergCatalog = TypedDict(
     "IcebergCatalog", {"name": str, "type": str, "uri": str, "warehouse": str, "io-impl": str}, total=False
 )

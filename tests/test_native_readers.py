@@ -3,13 +3,13 @@ and Trino's Delta Lake and Iceberg connectors, on local disk and on S3, with a S
 
 Each table (tests/published_history.py `typed_history`: long, string, decimal, timestamp, date, double and boolean
 columns) goes through late events, an update, a stream delete and an erase, is compacted and published; then an
-alter adds a column with a default (and republishes), a late update and a compaction publish again, and an erase
-republishes. Every engine reads the current version, each version on either side of the alter (time travel) and
-one partition, and each answer must equal `stitch read --mode read_optimized --as-of` that publish, cell by cell
-and in column order. One table in each place ends with an erase with `--purge`: the engines read the new version,
-and time travel to the version before it is refused (its log entries and snapshots are gone, as
-docs/operations.md says). Spark runs in a process of its own (tests/spark_native_reader.py), one per place; Trino
-is one server for the session (tests/trino_server.py), each check making its own catalogs.
+alter adds a column with a default (and republishes), newer updates (setting the new column) and a compaction
+publish again, and an erase republishes. Every engine reads the current version, each version on either side of
+the alter (time travel) and one partition, and each answer must equal `stitch read --mode read_optimized --as-of`
+that publish, cell by cell and in column order. One table in each place ends with an erase with `--purge`: the
+engines read the new version, and time travel to the version before it is refused (its log entries and snapshots
+are gone, as docs/operations.md says). Spark runs in a process of its own (tests/spark_native_reader.py), one per
+place; Trino is one server for the session (tests/trino_server.py), each check making its own catalogs.
 """
 
 from __future__ import annotations
@@ -34,14 +34,17 @@ from trino_server import Trino, quote
 
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
 
-#: How Spark refuses time travel to a version a purge cut away: Delta names the versions it has left, Iceberg
-#: the snapshot it cannot find (the table was created anew).
+#: How Spark refuses time travel to a version a purge cut away (`{version}`: the one asked for): Delta names the
+#: versions it has left (the purge's alone), Iceberg the snapshot it cannot find (the table was created anew).
 SPARK_REFUSED = {
-    "delta": r"Cannot time travel Delta table to version \d+\. Available versions: \[\d+, \d+\]",
-    "iceberg": r"Cannot find snapshot with ID \d+",
+    "delta": r"Cannot time travel Delta table to version {version}\. Available versions: \[(\d+), \1\]",
+    "iceberg": r"Cannot find snapshot with ID {version}\b",
 }
 #: How Trino refuses the same.
-TRINO_REFUSED = {"delta": r"does not exist|not found", "iceberg": r"does not exist|not found|Invalid snapshot"}
+TRINO_REFUSED = {
+    "delta": r"Delta Lake snapshot ID does not exists: {version}\b",
+    "iceberg": r"Iceberg snapshot ID does not exists: {version}\b",
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,11 @@ class Read:
     sql: str
     fmt: str
     expected: list[dict[str, Any]] | None
+    version: int | None = None  # the version a time travel asks for
+
+    def refused(self, patterns: dict[str, str]) -> str:
+        """The message this read must be refused with, as a pattern."""
+        return patterns[self.fmt].format(version=self.version)
 
 
 def reads(name: str, ref: str, history: TypedHistory, fmt: str, as_of: str) -> dict[str, Read]:
@@ -67,8 +75,9 @@ def reads(name: str, ref: str, history: TypedHistory, fmt: str, as_of: str) -> d
         f"{name}/odd": Read(f"SELECT * FROM {ref} WHERE p = 'odd'", fmt, odd),
     }
     for step in ("current",) if purged else ("before_alter", "altered"):
-        sql = f"SELECT * FROM {ref} {as_of} {history.version(step, fmt)}"
-        found[f"{name}@{step}"] = Read(sql, fmt, None if purged else history.expected[step])
+        version = history.version(step, fmt)
+        sql = f"SELECT * FROM {ref} {as_of} {version}"
+        found[f"{name}@{step}"] = Read(sql, fmt, None if purged else history.expected[step], version)
     return found
 
 
@@ -146,7 +155,7 @@ def check_spark(seen: dict[str, Any], wanted: dict[str, Read]) -> None:
         answer = results[name]
         if read.expected is None:
             assert "error" in answer, f"Spark {name}: time travel past the purge was answered: {answer}"
-            assert re.search(SPARK_REFUSED[read.fmt], answer["error"]), f"Spark {name}: {answer['error']}"
+            assert re.search(read.refused(SPARK_REFUSED), answer["error"]), f"Spark {name}: {answer['error']}"
             continue
         assert "error" not in answer, f"Spark {name}: {answer.get('error')}"
         same_rows(answer["columns"], answer["rows"], read.expected, f"Spark {name}")
@@ -247,12 +256,14 @@ def trino_rest_catalog(trino: Trino, uri: str, files: dict[str, str]) -> str:
 
 def millis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows as Trino's Delta Lake connector gives a Delta `timestamp`: `timestamp(3) with time zone`, the instant
-    cut to the millisecond (its documented type mapping; every other reader keeps the microseconds)."""
-    cut = [{**row} for row in rows]
-    for row in cut:
+    rounded to the nearest millisecond, half up (its type mapping; every other reader keeps the microseconds)."""
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    rounded = [{**row} for row in rows]
+    for row in rounded:
         if isinstance(row.get("placed_at"), datetime.datetime):
-            row["placed_at"] = row["placed_at"].replace(microsecond=row["placed_at"].microsecond // 1000 * 1000)
-    return cut
+            micros = (row["placed_at"] - epoch) // datetime.timedelta(microseconds=1)
+            row["placed_at"] = epoch + datetime.timedelta(milliseconds=(micros + 500) // 1000)
+    return rounded
 
 
 def check_trino(trino: Trino, table: str, history: TypedHistory, fmt: str, data_files: dict[str, int]) -> None:
@@ -262,7 +273,7 @@ def check_trino(trino: Trino, table: str, history: TypedHistory, fmt: str, data_
     wanted = reads(table, table, history, fmt, "FOR VERSION AS OF")
     for name, read in wanted.items():
         if read.expected is None:
-            with pytest.raises(Exception, match=TRINO_REFUSED[fmt]):
+            with pytest.raises(Exception, match=read.refused(TRINO_REFUSED)):
                 trino.query(read.sql)
             continue
         answer = trino.query(read.sql)
