@@ -11,8 +11,9 @@ expires the published table through the REST client alone, and readers of that c
 from __future__ import annotations
 
 import json
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,12 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.table import CommitTableRequest
 
+#: The AWS SDK inside pyarrow sends checksums Ceph's gateway refuses unless told to send them only when required
+#: (stitchlake.io.published.iceberg sets the same for its own writes).
+S3_CHECKSUMS = {
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+}
 #: pyiceberg's default separator of a multi-level namespace in a URL path.
 SEPARATOR = "\x1f"
 #: Catalog errors as the REST spec's error responses.
@@ -44,12 +51,20 @@ _STATUS = {
 
 
 class RestCatalogServer:
-    """`uri` serves the REST catalog; its tables live under `warehouse` (the server chooses their locations)."""
+    """`uri` serves the REST catalog; its tables live under `warehouse` (the server chooses their locations): a
+    folder under `root` by default, or an `s3://` prefix with `io` (pyiceberg's FileIO properties, `s3.endpoint`,
+    `s3.access-key-id`..., with which the server writes the tables' metadata files there, as a real server with
+    an object-store warehouse does). The catalog's database is a SQLite file under `root` either way."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, warehouse: str | None = None, io: Mapping[str, str] | None = None) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        self.warehouse = root / "warehouse"
-        self.catalog = SqlCatalog("served", uri=f"sqlite:///{root / 'served.db'}", warehouse=self.warehouse.as_uri())
+        self.warehouse = warehouse or (root / "warehouse").as_uri()
+        if self.warehouse.startswith("s3://"):
+            for name, value in S3_CHECKSUMS.items():  # pyarrow's S3 client and Ceph's gateway, as stitch sets them
+                os.environ.setdefault(name, value)
+        self.catalog = SqlCatalog(
+            "served", uri=f"sqlite:///{root / 'served.db'}", warehouse=self.warehouse, **dict(io or {})
+        )
         self.requests: list[tuple[str, str]] = []
         #: Query strings as sent (e.g. the `warehouse` a client asks the config endpoint for).
         self.queries: list[str] = []
@@ -153,9 +168,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def rest_catalog(root: Path) -> Iterator[RestCatalogServer]:
-    """A REST catalog serving on loopback until the block ends."""
-    server = RestCatalogServer(root)
+def rest_catalog(
+    root: Path, warehouse: str | None = None, io: Mapping[str, str] | None = None
+) -> Iterator[RestCatalogServer]:
+    """A REST catalog serving on loopback until the block ends (`warehouse`, `io`: see `RestCatalogServer`)."""
+    server = RestCatalogServer(root, warehouse, io)
     thread = threading.Thread(target=server.http.serve_forever, name="iceberg-rest", daemon=True)
     thread.start()
     try:

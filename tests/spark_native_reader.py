@@ -5,14 +5,17 @@ The reader is a Spark user's session, not stitchlake: PySpark 4.1.4 with `delta-
 Spark both runtimes exist for), the SQLite JDBC driver for Iceberg's JDBC catalog over the SQLite file `stitch
 publish` keeps, and Hadoop's S3 connector (`spark_envs.S3A`) when the tables are on S3. The test process never
 imports this PySpark: it writes a request (catalogs, S3 settings, queries), runs this file under the side
-environment, and reads back one JSON object with what each query returned. `session_conf` is the whole Spark
-configuration the session gets; docs/operations.md shows the same properties.
+environment, and reads back one JSON object with what each query returned (its rows, or the error it was refused
+with). `session_conf` is the whole Spark configuration the session gets; docs/operations.md shows the same
+properties.
 
 Run as a script: `python spark_native_reader.py <request.json>`
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import os
 import subprocess
@@ -24,14 +27,13 @@ from typing import Any, TypedDict
 
 from script_modules import load_script
 
-
-class IcebergCatalog(TypedDict, total=False):
-    """One Iceberg catalog of the session: `type` jdbc (with `uri` jdbc:sqlite:... and `warehouse`) or rest."""
-
-    name: str
-    type: str
-    uri: str
-    warehouse: str
+#: One Iceberg catalog of the session: `type` jdbc (with `uri` jdbc:sqlite:... and `warehouse`) or rest (`uri`);
+#: `io-impl` names the FileIO: HadoopFileIO reads `s3://` files through S3A with the `fs.s3a.*` settings, as the
+#: JDBC catalog does by default (a REST catalog's default, ResolvingFileIO, hands them to Iceberg's own S3FileIO,
+#: which takes `s3.*` catalog properties instead).
+IcebergCatalog = TypedDict(
+    "IcebergCatalog", {"name": str, "type": str, "uri": str, "warehouse": str, "io-impl": str}, total=False
+)
 
 
 class S3Settings(TypedDict):
@@ -57,6 +59,7 @@ def session_conf(request: Request) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "1",
+        "spark.sql.session.timeZone": "UTC",
         # Delta: SQL on paths (delta.`...`, VERSION AS OF) and its catalog; one task per log replay, not 50.
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -94,7 +97,7 @@ def read_with_spark(request: Request, timeout_s: float = 900) -> dict[str, Any]:
     try:
         done = subprocess.run(
             [sys.executable, __file__, handle.name],
-            env=installed.environ(),
+            env={**installed.environ(), "TZ": "UTC"},
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -105,7 +108,35 @@ def read_with_spark(request: Request, timeout_s: float = 900) -> dict[str, Any]:
     if done.returncode != 0:
         raise AssertionError(f"Spark's reader failed (exit {done.returncode}):\n{done.stderr[-6000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    for answer in result["results"].values():
+        answer["rows"] = [{key: decode(value) for key, value in row.items()} for row in answer.get("rows", [])]
     return result
+
+
+def encode(value: Any) -> Any:
+    """A cell as JSON without losing what it is: decimals as their exact text, timestamps as the UTC instant
+    (PySpark hands a naive datetime in the process's local time, which `astimezone` reads as such), dates as ISO
+    days; `decode` turns them back."""
+    if isinstance(value, decimal.Decimal):
+        return {"decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"timestamp": value.astimezone(datetime.UTC).isoformat()}
+    if isinstance(value, datetime.date):
+        return {"date": value.isoformat()}
+    return value
+
+
+def decode(value: Any) -> Any:
+    """The inverse of `encode`: Decimal, aware datetime (UTC), date."""
+    if isinstance(value, dict):
+        ((kind, text),) = value.items()
+        if kind == "decimal":
+            return decimal.Decimal(text)
+        if kind == "timestamp":
+            return datetime.datetime.fromisoformat(text)
+        assert kind == "date", value
+        return datetime.date.fromisoformat(text)
+    return value
 
 
 def _main(path: str) -> None:
@@ -119,10 +150,15 @@ def _main(path: str) -> None:
     try:
         results: dict[str, Mapping[str, Any]] = {}
         for name, sql in request.get("queries", {}).items():
-            frame = spark.sql(sql)
+            try:
+                frame = spark.sql(sql)
+                rows = frame.collect()
+            except Exception as exc:  # a refused query (time travel past a purge) is an answer too
+                results[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+                continue
             results[name] = {
                 "columns": frame.columns,
-                "rows": [row.asDict() for row in frame.collect()],
+                "rows": [{key: encode(value) for key, value in row.asDict().items()} for row in rows],
                 "files": sorted(frame.inputFiles()),
             }
         print(json.dumps({"spark": spark.version, "results": results}))

@@ -1,17 +1,22 @@
 """Every engine reads the published tables natively (issue 26): Spark's own Delta and Iceberg readers on Spark 4.1,
-and Trino's Delta Lake and Iceberg connectors, on local disk and on S3.
+and Trino's Delta Lake and Iceberg connectors, on local disk and on S3, with a SQLite (JDBC) and a REST catalog.
 
-Each table goes through late events, an update, a stream delete, an erase, a column default and an alter, is
-published, changes again (a late update, a compaction, an erase that republishes), and is published again. Every
-engine then reads the current version, the version before (time travel) and one partition, and each answer must
-equal `stitch read --mode read_optimized` as of the source the publish read, cell by cell and in column order.
-Spark runs in a process of its own (tests/spark_native_reader.py), one per check; Trino is one server for the
-session (tests/trino_server.py), each check making its own catalogs.
+Each table (tests/published_history.py `typed_history`: long, string, decimal, timestamp, date, double and boolean
+columns) goes through late events, an update, a stream delete and an erase, is compacted and published; then an
+alter adds a column with a default (and republishes), newer updates (setting the new column) and a compaction
+publish again, and an erase republishes. Every engine reads the current version, each version on either side of
+the alter (time travel) and one partition, and each answer must equal `stitch read --mode read_optimized --as-of`
+that publish, cell by cell and in column order. One table in each place ends with an erase with `--purge`: the
+engines read the new version, and time travel to the version before it is refused (its log entries and snapshots
+are gone, as docs/operations.md says). Spark runs in a process of its own (tests/spark_native_reader.py), one per
+place; Trino is one server for the session (tests/trino_server.py), each check making its own catalogs.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -19,69 +24,74 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from iceberg_rest_catalog import RestCatalogServer, rest_catalog
-from published_history import MODEL, expected_rows, history, rows_of
+from published_history import TypedHistory, typed_history
 from s3_server import S3Server, rgw
 from spark_native_reader import IcebergCatalog, Request, S3Settings, read_with_spark
-from tables import batch
 from trino_server import Trino, quote
 
-from stitchlake.api import Table
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
-from stitchlake.jobs.results import plain
+
+#: How Spark refuses time travel to a version a purge cut away (`{version}`: the one asked for): Delta names the
+#: versions it has left (the purge's alone), Iceberg the snapshot it cannot find (the table was created anew).
+SPARK_REFUSED = {
+    "delta": r"Cannot time travel Delta table to version {version}\. Available versions: \[(\d+), \1\]",
+    "iceberg": r"Cannot find snapshot with ID {version}\b",
+}
+#: How Trino refuses the same.
+TRINO_REFUSED = {
+    "delta": r"Delta Lake snapshot ID does not exists: {version}\b",
+    "iceberg": r"Iceberg snapshot ID does not exists: {version}\b",
+}
 
 
 @dataclass(frozen=True)
-class Published:
-    """A table published twice: `first` and `second` are what each publish reported (by format), `before` and
-    `after` what `stitch read --mode read_optimized` showed as of each one's source."""
+class Read:
+    """One query and what it must answer: `expected` rows, or None when it must be refused (with `fmt`'s
+    message)."""
 
-    table: Table
-    first: dict[str, dict[str, Any]]
-    second: dict[str, dict[str, Any]]
-    before: list[dict[str, Any]]
-    after: list[dict[str, Any]]
+    sql: str
+    fmt: str
+    expected: list[dict[str, Any]] | None
+    version: int | None = None  # the version a time travel asks for
 
-    @property
-    def odd(self) -> list[dict[str, Any]]:
-        """The current rows of partition p=odd (the partition filter every engine is asked for)."""
-        rows = [row for row in self.after if row["p"] == "odd"]
-        assert rows and len(rows) < len(self.after)
-        return rows
+    def refused(self, patterns: dict[str, str]) -> str:
+        """The message this read must be refused with, as a pattern."""
+        return patterns[self.fmt].format(version=self.version)
 
 
-def erase_keys(*keys: int) -> pa.Table:
-    return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
+def reads(name: str, ref: str, history: TypedHistory, fmt: str, as_of: str) -> dict[str, Read]:
+    """The reads of one published table (`ref` as the engine names it; `as_of` its time-travel clause): the
+    current version, partition p=odd, and time travel to either side of the alter — or, after a purge, to the
+    version before it (refused)."""
+    purged = "purged" in history.published
+    current = history.expected["purged" if purged else "current"]
+    odd = [row for row in current if row["p"] == "odd"]
+    assert odd and len(odd) < len(current)
+    found = {
+        name: Read(f"SELECT * FROM {ref}", fmt, current),
+        f"{name}/odd": Read(f"SELECT * FROM {ref} WHERE p = 'odd'", fmt, odd),
+    }
+    for step in ("current",) if purged else ("before_alter", "altered"):
+        version = history.version(step, fmt)
+        sql = f"SELECT * FROM {ref} {as_of} {version}"
+        found[f"{name}@{step}"] = Read(sql, fmt, None if purged else history.expected[step], version)
+    return found
 
 
-def publish_twice(
-    root: Path, formats: tuple[str, ...], place: dict[str, Any] | None = None, **publish: Any
-) -> Published:
-    """The history table, published; then a late update and a compaction, and an erase that republishes."""
-    table = history(root, place, retain_versions=3, **publish)
-    first = {fmt: table.publish(fmt).to_json() for fmt in formats}
-    more = batch(MODEL["orders"], [{"k": 2, "amount": 2000, "status": "refund", "ots": 20}])
-    table.write("orders", more.append_column("coupon", pa.array(["BACK"])))
-    assert table.compact() is not None
-    erased = table.erase(erase_keys(3))
-    second = {result.format: plain(result) for result in erased.published}
-    assert set(second) == set(formats), "the erase republished every published format"
-    sources = {second[fmt]["source"] for fmt in formats} | {first[fmt]["source"] for fmt in formats}
-    assert len(sources) == 2
-    before = expected_rows(table, first[formats[0]]["source"])
-    after = expected_rows(table, second[formats[0]]["source"])
-    assert before != after and 3 in {r["k"] for r in before} and 3 not in {r["k"] for r in after}
-    assert {r["k"]: r["amount"] for r in after}[2] == 2000 and {r["k"]: r["coupon"] for r in after}[7] == "XMAS"
-    return Published(table, first, second, before, after)
-
-
-def same_rows(answer: dict[str, Any], expected: list[dict[str, Any]], what: str) -> None:
-    """An engine's answer (`columns`, `rows` as dicts) equals `expected` cell by cell, columns in order."""
-    assert answer["columns"] == list(expected[0]), f"{what}: columns {answer['columns']}"
-    assert rows_of(pa.Table.from_pylist(answer["rows"])) == expected, what
+def same_rows(columns: list[str], rows: list[dict[str, Any]], expected: list[dict[str, Any]], what: str) -> None:
+    """An engine's answer equals `expected` cell by cell, columns in order: equal Python values of the same kind
+    (a Decimal of the same exact value, an aware datetime of the same instant, a date, a float, a bool)."""
+    assert columns == list(expected[0]), f"{what}: columns {columns}"
+    got = sorted(rows, key=lambda row: row["k"])
+    for found, wanted in zip(got, expected, strict=False):
+        for column, value in wanted.items():
+            cell = found[column]
+            assert type(cell) is type(value), f"{what}: k={wanted['k']} {column}: {cell!r} is not a {type(value)}"
+            assert cell == value, f"{what}: k={wanted['k']} {column}: {cell!r} != {value!r}"
+    assert len(got) == len(expected), f"{what}: {len(got)} rows, expected {len(expected)}"
 
 
 def jdbc_sqlite(catalog: str) -> str:
@@ -90,10 +100,26 @@ def jdbc_sqlite(catalog: str) -> str:
     return "jdbc:sqlite:" + catalog.removeprefix("sqlite:///")
 
 
+def s3a(location: str) -> str:
+    return "s3a://" + location.removeprefix("s3://")
+
+
+def sanity(history: TypedHistory) -> None:
+    """The history is the one meant: time travel crosses a schema change and an erase."""
+    assert "coupon" not in history.expected["before_alter"][0], "published before the alter"
+    assert {r["k"]: r["coupon"] for r in history.expected["altered"]}[2] == "none", "the default filled in"
+    current = {r["k"]: r for r in history.expected["current"]}
+    assert current[7]["coupon"] == "XMAS" and current[2]["amount"] == 2000 and 3 not in current
+    assert 3 in {r["k"] for r in history.expected["before_alter"]}
+    if "purged" in history.published:
+        assert 4 in current and 4 not in {r["k"] for r in history.expected["purged"]}
+
+
 @dataclass(frozen=True)
 class LocalTables:
-    disk: Published  # Delta, and Iceberg in the default SQLite catalog
-    rest: Published  # Iceberg in a REST catalog
+    disk: TypedHistory  # Delta, and Iceberg in the default SQLite catalog
+    rest: TypedHistory  # Iceberg in a REST catalog
+    purged: TypedHistory  # Delta, and Iceberg in the REST catalog (`wide_purged`), ending with an erase --purge
     server: RestCatalogServer
 
 
@@ -101,47 +127,66 @@ class LocalTables:
 def local_tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTables]:
     root = tmp_path_factory.mktemp("native")
     with rest_catalog(root / "rest-server") as server:
-        disk = publish_twice(root / "disk", ("delta", "iceberg"))
-        rest = publish_twice(root / "rest", ("iceberg",), iceberg_catalog={"type": "rest", "uri": server.uri})
-        yield LocalTables(disk, rest, server)
+        rest = {"type": "rest", "uri": server.uri}
+        tables = LocalTables(
+            typed_history(root / "disk", ("delta", "iceberg"), retain_versions=5),
+            typed_history(root / "rest", ("iceberg",), iceberg_catalog=rest, retain_versions=5),
+            typed_history(
+                root / "purged",
+                ("delta", "iceberg"),
+                {"table": {"name": "wide_purged"}},
+                purge=True,
+                iceberg_catalog=rest,
+                retain_versions=5,
+            ),
+            server,
+        )
+        for history in (tables.disk, tables.rest, tables.purged):
+            sanity(history)
+        yield tables
 
 
-def spark_queries(delta: str, iceberg: dict[str, str], published: dict[str, Published]) -> dict[str, str]:
-    """Current, time travel and partition queries: Delta by path, Iceberg by catalog name (`iceberg`: catalog ->
-    which `published` table it holds)."""
-    disk = published["delta"]
-    queries = {
-        "delta": f"SELECT * FROM delta.`{delta}`",
-        "delta@first": f"SELECT * FROM delta.`{delta}` VERSION AS OF {disk.first['delta']['version']}",
-        "delta/odd": f"SELECT * FROM delta.`{delta}` WHERE p = 'odd'",
-    }
-    for catalog, key in iceberg.items():
-        table = f"{catalog}.stitchlake.wide"
-        snapshot = published[key].first["iceberg"]["version"]
-        queries[catalog] = f"SELECT * FROM {table}"
-        queries[f"{catalog}@first"] = f"SELECT * FROM {table} VERSION AS OF {snapshot}"
-        queries[f"{catalog}/odd"] = f"SELECT * FROM {table} WHERE p = 'odd'"
-    return queries
-
-
-def check_spark(seen: dict[str, Any], published: dict[str, Published]) -> None:
+def check_spark(seen: dict[str, Any], wanted: dict[str, Read]) -> None:
+    """Every query answered: each read equals its expected rows, each refusal is the format's."""
     assert seen["spark"] == "4.1.4", "the Spark both Delta's and Iceberg's runtimes exist for"
     results = seen["results"]
-    for name, answer in results.items():
-        source = published[name.split("@")[0].split("/")[0]]
-        expected = source.before if "@first" in name else source.odd if "/odd" in name else source.after
-        same_rows(answer, expected, f"Spark {name}")
+    assert set(results) == set(wanted), "every query answered"
+    for name, read in wanted.items():
+        answer = results[name]
+        if read.expected is None:
+            assert "error" in answer, f"Spark {name}: time travel past the purge was answered: {answer}"
+            assert re.search(read.refused(SPARK_REFUSED), answer["error"]), f"Spark {name}: {answer['error']}"
+            continue
+        assert "error" not in answer, f"Spark {name}: {answer.get('error')}"
+        same_rows(answer["columns"], answer["rows"], read.expected, f"Spark {name}")
     # Spark's Delta reader prunes the other partition's files by the log's partition values.
-    assert results["delta"]["files"] and any("/p=even/" in f for f in results["delta"]["files"])
-    assert results["delta/odd"]["files"] and all("/p=odd/" in f for f in results["delta/odd"]["files"])
+    for name in [n for n, read in wanted.items() if read.fmt == "delta" and "/" not in n and "@" not in n]:
+        files, odd = results[name]["files"], results[f"{name}/odd"]["files"]
+        assert files and any("/p=even/" in f for f in files), name
+        assert odd and all("/p=odd/" in f for f in odd), name
+
+
+def spark_delta(name: str, location: str, history: TypedHistory) -> dict[str, Read]:
+    return reads(name, f"delta.`{location}`", history, "delta", "VERSION AS OF")
+
+
+def spark_iceberg(catalog: str, history: TypedHistory) -> dict[str, Read]:
+    table = history.published["current"]["iceberg"]["identifier"]
+    return reads(catalog + ":" + table, f"{catalog}.{table}", history, "iceberg", "VERSION AS OF")
+
+
+def last(history: TypedHistory, fmt: str) -> dict[str, Any]:
+    """What the newest publish of `fmt` reported."""
+    published: dict[str, Any] = history.published["purged" if "purged" in history.published else "current"][fmt]
+    return published
 
 
 @pytest.mark.spark
 def test_spark_reads_the_published_tables_with_its_own_delta_and_iceberg_readers(local_tables: LocalTables) -> None:
-    """delta-spark on the Delta table by path; Iceberg's Spark runtime through its JDBC catalog on the SQLite file
-    `stitch publish` keeps, and through the REST catalog the other table was published to."""
-    disk, rest = local_tables.disk, local_tables.rest
-    iceberg = disk.second["iceberg"]
+    """delta-spark on the Delta tables by path; Iceberg's Spark runtime through its JDBC catalog on the SQLite file
+    `stitch publish` keeps, and through the REST catalog the other tables were published to."""
+    disk, rest, purged = local_tables.disk, local_tables.rest, local_tables.purged
+    iceberg = last(disk, "iceberg")
     catalogs: list[IcebergCatalog] = [
         # Iceberg's JDBC catalog keys its rows by the Spark catalog's name: it must be `stitchlake`.
         {
@@ -150,12 +195,18 @@ def test_spark_reads_the_published_tables_with_its_own_delta_and_iceberg_readers
             "uri": jdbc_sqlite(iceberg["catalog"]),
             "warehouse": iceberg["location"],
         },
-        {"name": "rest", "type": "rest", "uri": rest.second["iceberg"]["catalog"]},
+        {"name": "rest", "type": "rest", "uri": last(rest, "iceberg")["catalog"]},
     ]
-    assert rest.second["iceberg"]["catalog"] == local_tables.server.uri
-    published = {"delta": disk, "stitchlake": disk, "rest": rest}
-    queries = spark_queries(disk.second["delta"]["location"], {"stitchlake": "stitchlake", "rest": "rest"}, published)
-    check_spark(read_with_spark(Request(iceberg=catalogs, s3=None, queries=queries)), published)
+    assert last(rest, "iceberg")["catalog"] == last(purged, "iceberg")["catalog"] == local_tables.server.uri
+    wanted = {
+        **spark_delta("delta", last(disk, "delta")["location"], disk),
+        **spark_delta("delta-purged", last(purged, "delta")["location"], purged),
+        **spark_iceberg("stitchlake", disk),
+        **spark_iceberg("rest", rest),
+        **spark_iceberg("rest", purged),
+    }
+    queries = {name: read.sql for name, read in wanted.items()}
+    check_spark(read_with_spark(Request(iceberg=catalogs, s3=None, queries=queries)), wanted)
 
 
 LOCAL_FILES = {"fs.native-local.enabled": "true", "local.location": "/"}
@@ -176,12 +227,12 @@ def trino_delta_catalog(trino: Trino, metastore: Path, files: dict[str, str]) ->
     return catalog
 
 
-def register_delta(trino: Trino, catalog: str, location: str) -> str:
+def register_delta(trino: Trino, catalog: str, name: str, location: str) -> str:
     trino.query(
-        f"CALL {catalog}.system.register_table(schema_name => 'published', table_name => 'wide', "
+        f"CALL {catalog}.system.register_table(schema_name => 'published', table_name => {quote(name)}, "
         f"table_location => {quote(location)})"
     )
-    return f"{catalog}.published.wide"
+    return f"{catalog}.published.{name}"
 
 
 def trino_jdbc_catalog(trino: Trino, published: dict[str, Any], files: dict[str, str]) -> str:
@@ -199,18 +250,40 @@ def trino_jdbc_catalog(trino: Trino, published: dict[str, Any], files: dict[str,
     return trino.create_catalog("iceberg", properties, "iceberg")
 
 
-def check_trino(trino: Trino, table: str, published: Published, fmt: str, data_files: dict[str, int]) -> None:
-    """Current, time travel and partition reads of `table` equal `stitch read`; the partition read takes only
-    that partition's splits (`data_files`: how many data files the current version has in each partition)."""
-    current = trino.query(f"SELECT * FROM {table}")
-    same_rows(current.__dict__, published.after, f"Trino {table}")
-    version = published.first[fmt]["version"]
-    same_rows(trino.query(f"SELECT * FROM {table} FOR VERSION AS OF {version}").__dict__, published.before, table)
-    odd = trino.query(f"SELECT * FROM {table} WHERE p = 'odd'")
-    same_rows(odd.__dict__, published.odd, f"Trino {table} WHERE p = 'odd'")
+def trino_rest_catalog(trino: Trino, uri: str, files: dict[str, str]) -> str:
+    return trino.create_catalog("iceberg", {"iceberg.catalog.type": "rest", "iceberg.rest-catalog.uri": uri, **files})
+
+
+def millis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as Trino's Delta Lake connector gives a Delta `timestamp`: `timestamp(3) with time zone`, the instant
+    rounded to the nearest millisecond, half up (its type mapping; every other reader keeps the microseconds)."""
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    rounded = [{**row} for row in rows]
+    for row in rounded:
+        if isinstance(row.get("placed_at"), datetime.datetime):
+            micros = (row["placed_at"] - epoch) // datetime.timedelta(microseconds=1)
+            row["placed_at"] = epoch + datetime.timedelta(milliseconds=(micros + 500) // 1000)
+    return rounded
+
+
+def check_trino(trino: Trino, table: str, history: TypedHistory, fmt: str, data_files: dict[str, int]) -> None:
+    """Current, time travel and partition reads of `table` equal `stitch read` (or, past a purge, are refused);
+    the partition read takes only that partition's splits (`data_files`: how many data files the current version
+    has in each partition)."""
+    wanted = reads(table, table, history, fmt, "FOR VERSION AS OF")
+    for name, read in wanted.items():
+        if read.expected is None:
+            with pytest.raises(Exception, match=read.refused(TRINO_REFUSED)):
+                trino.query(read.sql)
+            continue
+        answer = trino.query(read.sql)
+        expected = millis(read.expected) if fmt == "delta" else read.expected
+        same_rows(answer.columns, answer.rows, expected, f"Trino {name}")
+    current = trino.query(wanted[table].sql)
+    odd = trino.query(wanted[f"{table}/odd"].sql)
     assert current.stats["totalSplits"] == sum(data_files.values()), current.stats
     assert odd.stats["totalSplits"] == data_files["odd"] < current.stats["totalSplits"], "p=even pruned"
-    assert odd.stats["processedRows"] == len(published.odd), odd.stats
+    assert odd.stats["processedRows"] == len(odd.rows), odd.stats
 
 
 def delta_files(location: str, storage_options: dict[str, str] | None = None) -> dict[str, int]:
@@ -230,37 +303,50 @@ def iceberg_files(table: Any) -> dict[str, int]:
 def test_trino_reads_the_published_tables_through_its_delta_lake_and_iceberg_catalogs(
     local_tables: LocalTables, trino_server: Trino, tmp_path: Path
 ) -> None:
-    """Trino 476: the Delta table registered in a Delta Lake catalog (file metastore), the Iceberg tables through
+    """Trino 476: the Delta tables registered in a Delta Lake catalog (file metastore), the Iceberg tables through
     a JDBC catalog on the SQLite file `stitch publish` keeps and through the REST catalog."""
-    disk, rest = local_tables.disk, local_tables.rest
-    delta = disk.second["delta"]["location"]
+    disk, rest, purged = local_tables.disk, local_tables.rest, local_tables.purged
     catalog = trino_delta_catalog(trino_server, tmp_path / "metastore", {})
-    table = register_delta(trino_server, catalog, Path(delta).as_uri())
-    check_trino(trino_server, table, disk, "delta", delta_files(delta))
+    for name, history in (("wide", disk), ("wide_purged", purged)):
+        delta = last(history, "delta")["location"]
+        table = register_delta(trino_server, catalog, name, Path(delta).as_uri())
+        check_trino(trino_server, table, history, "delta", delta_files(delta))
 
-    iceberg = disk.second["iceberg"]
+    iceberg = last(disk, "iceberg")
     jdbc = trino_jdbc_catalog(trino_server, iceberg, {})
     found = iceberg_catalog(iceberg["location"]).load_table(iceberg["identifier"])
-    check_trino(trino_server, f"{jdbc}.stitchlake.wide", disk, "iceberg", iceberg_files(found))
+    check_trino(trino_server, f"{jdbc}.{iceberg['identifier']}", disk, "iceberg", iceberg_files(found))
 
-    properties = {"iceberg.catalog.type": "rest", "iceberg.rest-catalog.uri": local_tables.server.uri, **LOCAL_FILES}
-    served = trino_server.create_catalog("iceberg", properties, "rest")
-    reader = iceberg_catalog(rest.second["iceberg"]["location"], {"type": "rest", "uri": local_tables.server.uri})
-    found = reader.load_table(rest.second["iceberg"]["identifier"])
-    check_trino(trino_server, f"{served}.stitchlake.wide", rest, "iceberg", iceberg_files(found))
+    served = trino_rest_catalog(trino_server, local_tables.server.uri, LOCAL_FILES)
+    for history in (rest, purged):
+        published = last(history, "iceberg")
+        reader = iceberg_catalog(published["location"], {"type": "rest", "uri": local_tables.server.uri})
+        found = reader.load_table(published["identifier"])
+        check_trino(trino_server, f"{served}.{published['identifier']}", history, "iceberg", iceberg_files(found))
 
 
 @dataclass(frozen=True)
 class S3Tables:
-    published: Published
+    rest: TypedHistory  # Delta on S3, and Iceberg in a REST catalog whose warehouse is on S3
+    purged: TypedHistory  # Delta on S3, and Iceberg on S3 in a SQLite catalog on local disk, ending with a purge
     server: S3Server
+    catalog: RestCatalogServer
     bucket: str
-    storage: dict[str, str]
+
+
+def pyiceberg_s3(server: S3Server) -> dict[str, str]:
+    return {
+        "s3.endpoint": server.endpoint,
+        "s3.region": server.region,
+        "s3.access-key-id": server.access_key,
+        "s3.secret-access-key": server.secret_key,
+    }
 
 
 @pytest.fixture(scope="module")
 def s3_tables(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Tables]:
-    """A table on the S3 server published to S3 (Delta; Iceberg with its SQLite catalog on local disk)."""
+    """Two tables on the S3 server published to S3: Iceberg through a REST catalog keeping its warehouse on S3,
+    and through a SQLite catalog on local disk (that one ends with a purge)."""
     bucket = f"t-native-{uuid.uuid4().hex[:10]}"
     gateway = s3_server._rgw()
     rgw.create_bucket(gateway, bucket)
@@ -268,12 +354,35 @@ def s3_tables(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> 
     secret = "STITCH_TEST_NATIVE_S3_SECRET"
     os.environ[secret] = s3_server.secret_key
     storage = {**s3_server.options(), "secret_access_key": f"${{{secret}}}"}
-    place = {"table": {"path": f"s3://{bucket}/warehouse/wide"}, "storage": storage}
-    catalog = {"type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}"}
+    sqlite = {"type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}"}
     try:
-        yield S3Tables(
-            publish_twice(root, ("delta", "iceberg"), place, iceberg_catalog=catalog), s3_server, bucket, storage
-        )
+        with rest_catalog(root / "rest-server", f"s3://{bucket}/rest-warehouse", pyiceberg_s3(s3_server)) as served:
+            tables = S3Tables(
+                typed_history(
+                    root / "rest",
+                    ("delta", "iceberg"),
+                    {"table": {"path": f"s3://{bucket}/warehouse/wide"}, "storage": storage},
+                    iceberg_catalog={"type": "rest", "uri": served.uri},
+                    retain_versions=5,
+                ),
+                typed_history(
+                    root / "purged",
+                    ("delta", "iceberg"),
+                    {
+                        "table": {"path": f"s3://{bucket}/warehouse/wide_purged", "name": "wide_purged"},
+                        "storage": storage,
+                    },
+                    purge=True,
+                    iceberg_catalog=sqlite,
+                    retain_versions=5,
+                ),
+                s3_server,
+                served,
+                bucket,
+            )
+            for history in (tables.rest, tables.purged):
+                sanity(history)
+            yield tables
     finally:
         os.environ.pop(secret, None)
         try:
@@ -285,19 +394,28 @@ def s3_tables(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.mark.s3
 @pytest.mark.spark
 def test_spark_reads_the_published_tables_on_s3_through_hadoop_aws(s3_tables: S3Tables) -> None:
-    """hadoop-aws 3.4.2 (`s3a://`, path-style, the test server's endpoint): the Delta table by its `s3a://` path,
-    the Iceberg table through the JDBC catalog, whose metadata names `s3://` files (mapped to S3A)."""
-    published, server = s3_tables.published, s3_tables.server
-    delta = published.second["delta"]["location"]
-    iceberg = published.second["iceberg"]
-    assert delta.startswith("s3://") and iceberg["table_location"].startswith("s3://")
+    """hadoop-aws 3.4.2 (`s3a://`, path-style, the test server's endpoint): the Delta tables by their `s3a://`
+    paths; the Iceberg tables through the JDBC catalog (its warehouse given as `s3a://`) and through the REST
+    catalog (with HadoopFileIO), whose metadata names `s3://` files (mapped to S3A)."""
+    rest, purged, server = s3_tables.rest, s3_tables.purged, s3_tables.server
+    iceberg = last(purged, "iceberg")
+    for history in (rest, purged):
+        assert last(history, "delta")["location"].startswith(f"s3://{s3_tables.bucket}/")
+        assert last(history, "iceberg")["table_location"].startswith(f"s3://{s3_tables.bucket}/")
+    assert last(rest, "iceberg")["table_location"].startswith(s3_tables.catalog.warehouse + "/")
     catalogs: list[IcebergCatalog] = [
         {
             "name": "stitchlake",
             "type": "jdbc",
             "uri": jdbc_sqlite(iceberg["catalog"]),
-            "warehouse": "s3a://" + iceberg["location"].removeprefix("s3://"),
-        }
+            "warehouse": s3a(iceberg["location"]),
+        },
+        {
+            "name": "rest",
+            "type": "rest",
+            "uri": s3_tables.catalog.uri,
+            "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
+        },
     ]
     s3: S3Settings = {
         "endpoint": server.endpoint,
@@ -305,10 +423,15 @@ def test_spark_reads_the_published_tables_on_s3_through_hadoop_aws(s3_tables: S3
         "access_key": server.access_key,
         "secret_key": server.secret_key,
     }
-    published_by = {"delta": published, "stitchlake": published}
-    queries = spark_queries("s3a://" + delta.removeprefix("s3://"), {"stitchlake": "stitchlake"}, published_by)
+    wanted = {
+        **spark_delta("delta", s3a(last(rest, "delta")["location"]), rest),
+        **spark_delta("delta-purged", s3a(last(purged, "delta")["location"]), purged),
+        **spark_iceberg("stitchlake", purged),
+        **spark_iceberg("rest", rest),
+    }
+    queries = {name: read.sql for name, read in wanted.items()}
     seen = read_with_spark(Request(iceberg=catalogs, s3=s3, queries=queries))
-    check_spark(seen, published_by)
+    check_spark(seen, wanted)
     assert all(f.startswith("s3a://") for f in seen["results"]["delta"]["files"])
 
 
@@ -329,17 +452,26 @@ def trino_s3(server: S3Server) -> dict[str, str]:
 def test_trino_reads_the_published_tables_on_s3_through_its_native_s3_file_system(
     s3_tables: S3Tables, trino_server: Trino, tmp_path: Path
 ) -> None:
-    published, server = s3_tables.published, s3_tables.server
-    delta = published.second["delta"]["location"]
+    """The Delta tables by their `s3://` locations; Iceberg through the JDBC catalog and through the REST catalog
+    whose warehouse is on S3."""
+    rest, purged, server = s3_tables.rest, s3_tables.purged, s3_tables.server
     catalog = trino_delta_catalog(trino_server, tmp_path / "metastore", trino_s3(server))
-    table = register_delta(trino_server, catalog, delta)
-    storage = published.table.config.storage.options
-    options = delta_options(Target(delta, storage))
-    check_trino(trino_server, table, published, "delta", delta_files(delta, options))
+    for name, history in (("wide", rest), ("wide_purged", purged)):
+        delta = last(history, "delta")["location"]
+        table = register_delta(trino_server, catalog, name, delta)
+        options = delta_options(Target(delta, history.table.config.storage.options))
+        check_trino(trino_server, table, history, "delta", delta_files(delta, options))
 
-    iceberg = published.second["iceberg"]
+    storage = purged.table.config.storage.options
+    iceberg = last(purged, "iceberg")
     jdbc = trino_jdbc_catalog(trino_server, iceberg, trino_s3(server))
     reader = iceberg_catalog(Target(iceberg["location"], storage), {"type": "sql", "uri": iceberg["catalog"]})
     found = reader.load_table(iceberg["identifier"])
     assert found.location().startswith(f"s3://{s3_tables.bucket}/")
-    check_trino(trino_server, f"{jdbc}.stitchlake.wide", published, "iceberg", iceberg_files(found))
+    check_trino(trino_server, f"{jdbc}.{iceberg['identifier']}", purged, "iceberg", iceberg_files(found))
+
+    served = trino_rest_catalog(trino_server, s3_tables.catalog.uri, trino_s3(server))
+    iceberg = last(rest, "iceberg")
+    reader = iceberg_catalog(Target(iceberg["location"], storage), {"type": "rest", "uri": s3_tables.catalog.uri})
+    found = reader.load_table(iceberg["identifier"])
+    check_trino(trino_server, f"{served}.{iceberg['identifier']}", rest, "iceberg", iceberg_files(found))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -52,8 +54,19 @@ def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Tab
     assert rows_of(found.to_pyarrow_table()) == expected
     assert rows_of(pl.read_delta(location)) == expected
     connection = duckdb.connect()
-    connection.register("published", found.to_pyarrow_dataset())
+    dataset = found.to_pyarrow_dataset()
+    connection.register("published", dataset)
     assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == expected
+    # docs/operations.md's DuckDB example: a filter on the partition column goes down into the dataset's scan
+    # (DuckDB's plan shows it there), where the dataset keeps only that partition's files.
+    odd_rows = [row for row in expected if row["p"] == "odd"]
+    odd_sql = "SELECT * FROM published WHERE p = 'odd'"
+    assert rows_of(connection.sql(odd_sql).to_arrow_table()) == odd_rows and odd_rows
+    plan = connection.sql(f"EXPLAIN {odd_sql}").fetchall()[0][1]
+    assert re.search(r"ARROW_SCAN.*Filters: \"p\" = 'odd'", plan, re.S), plan
+    scanned = [fragment.path for fragment in dataset.get_fragments(filter=pc.field("p") == "odd")]
+    assert scanned and all(path.split("/")[-2] == "p=odd" for path in scanned), scanned
+    assert len(list(dataset.get_fragments())) > len(scanned)
     # The data files the Delta log lists hold the published rows and nothing else.
     files = found.file_uris()
     assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
@@ -84,6 +97,11 @@ def test_iceberg_readers_see_exactly_the_read_optimized_table(published: tuple[T
         assert rows_of(pl.scan_iceberg(found).collect()) == expected
     connection = found.scan().to_duckdb("published")
     assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == expected
+    # docs/operations.md's DuckDB example: pyiceberg plans the partition's files alone and hands DuckDB their rows.
+    odd = found.scan(row_filter="p = 'odd'")
+    assert {task.file.partition[0] for task in odd.plan_files()} == {"odd"}, "other partitions' files pruned"
+    odd_rows = [row for row in expected if row["p"] == "odd"]
+    assert rows_of(odd.to_duckdb("t").sql("SELECT * FROM t").to_arrow_table()) == odd_rows and odd_rows
     files = [task.file.file_path for task in found.scan().plan_files()]
     assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
     assert found.metadata.format_version == 2, "the format version Spark, Trino and every Iceberg reader read"
@@ -232,6 +250,9 @@ def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
     found = DeltaTable(target.location, storage_options=options)
     assert rows_of(found.to_pyarrow_table()) == after
     assert rows_of(pl.read_delta(target.location, storage_options=options)) == after
+    connection = duckdb.connect()  # DuckDB as docs/operations.md shows it, on S3
+    connection.register("published", found.to_pyarrow_dataset())
+    assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == after
     objects = [info.path for info in target.storage().list_files("") if not info.path.startswith("_delta_log/")]
     assert sorted(f"{target.location}/{path}" for path in objects) == sorted(found.file_uris()), (
         "the objects of the version no kept one reads are gone"
@@ -242,6 +263,9 @@ def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
     assert second["iceberg"]["table_location"] == published.location()
     assert second["delta"]["table_location"] == second["delta"]["location"]
     assert rows_of(published.scan().to_arrow()) == after
+    odd = [row for row in after if row["p"] == "odd"]
+    connection = published.scan(row_filter="p = 'odd'").to_duckdb("t")
+    assert rows_of(connection.sql("SELECT * FROM t").to_arrow_table()) == odd and odd
     data = [task.file.file_path for task in published.scan().plan_files()]
     listed = Target(published.location(), storage).storage().list_files("data")
     assert sorted(f"{published.location()}/{info.path}" for info in listed) == sorted(data)
@@ -279,7 +303,7 @@ def test_a_rest_catalog_holds_the_published_iceberg_table_and_its_versions(tmp_p
     with rest_catalog(tmp_path / "rest") as server:
         table = history(tmp_path / "t", iceberg_catalog={"type": "rest", "uri": server.uri}, retain_versions=1)
         first = table.publish("iceberg").to_json()
-        assert first["table_location"].startswith(server.warehouse.as_uri()), "where the REST catalog put it"
+        assert first["table_location"].startswith(server.warehouse), "where the REST catalog put it"
         assert first["catalog"] == server.uri
         assert not [q for q in server.queries if "warehouse" in q], "a REST catalog is not sent a local warehouse"
         assert not (Path(first["location"]) / "catalog.db").exists(), "no SQLite catalog of our own"
