@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import alive
+from spark_fixtures import alive, descendants, ended
 from tables import THREE_STREAMS, config
 
 from stitchlake.concurrency.processes import exited, parent
@@ -214,3 +214,19 @@ def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) 
         for pid in ([job.pid] if job.poll() is None else []) + alive([child] if child else []):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_ended_ends_a_job_process_that_outlived_its_cli(tmp_path: Path) -> None:
+    """The tests' own guard (`spark_fixtures.ended`): a process of a Spark job orphaned when its CLI died (here one
+    carrying a job mark, whose parent exits at once) is ended with the CLI, although no process tree reaches it."""
+    pid_file = tmp_path / "orphan.pid"
+    cli = subprocess.Popen(
+        ["sh", "-c", f"sleep 600 & echo $! > {pid_file}; exit 0"],
+        env={**os.environ, JOB_MARK: uuid.uuid4().hex},
+        stdin=subprocess.DEVNULL,
+    )
+    with ended(cli):
+        assert cli.wait(timeout=300) == 0
+        orphan = int(pid_file.read_text())
+        assert alive([orphan]) and orphan not in descendants(os.getpid()), "outside every tree of this process"
+    assert not alive([orphan]), "ended with its CLI"

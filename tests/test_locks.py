@@ -111,14 +111,17 @@ def test_never_two_holders_at_once(kind: str, tmp_path: Path, request: pytest.Fi
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     procs = [ctx.Process(target=_contend, args=(kind, root, hosts, log_path, start)) for _ in range(WORKERS)]
-    for proc in procs:
-        proc.start()
-    start.set()
-    for proc in procs:
-        proc.join(timeout=600)
-        if proc.is_alive():  # hung: do not leak it, the exit code assertion below reports it
-            proc.kill()
-            proc.join()
+    try:
+        for proc in procs:
+            proc.start()
+        start.set()
+        for proc in procs:
+            proc.join(timeout=1800)  # (only turns a hang into a failure: the exit codes below report it)
+    finally:  # however it went, no worker is left running
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                proc.kill()
+                proc.join()
 
     lines = Path(log_path).read_text().splitlines()
     inside: str | None = None
