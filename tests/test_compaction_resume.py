@@ -7,6 +7,7 @@ scheduled command must run it first, and `stitch status` must say when one waits
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -87,6 +88,7 @@ def hold_back(table: Table, plan: str, driver: int) -> FileSystemLock:
     gate = FileSystemLock(table.storage, owner="the test holding the compaction back", expire_s=3600)
     deadline = time.monotonic() + 600  # (only turns a driver that keeps the lock for good into a failure)
     while True:
+        assert alive([driver]), "the driver ended before the test could hold it back"
         os.kill(driver, signal.SIGSTOP)
         try:
             current = table.timeline().get(plan)
@@ -95,7 +97,8 @@ def hold_back(table: Table, plan: str, driver: int) -> FileSystemLock:
                 gate.acquire(wait_s=600)
                 return gate
         finally:
-            os.kill(driver, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(driver, signal.SIGCONT)
         assert time.monotonic() < deadline, "the driver held the table lock at every look"
         time.sleep(0.001)
 
