@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+
+#: A fresh value in the environment of this test session, so every process it starts carries it, as every process of
+#: a spark-submit job carries the launcher's JOB_MARK. Together they find a job's processes that outlived the CLI
+#: that started them (a JVM or Python worker orphaned when the CLI died), which no process tree reaches any more.
+SESSION_MARK = "STITCHLAKE_TEST_SESSION"
+os.environ[SESSION_MARK] = uuid.uuid4().hex  # never inherited: a nested session must not take the outer's for its own
 
 SPARK_CONF = {
     "spark.driver.memory": "768m",
@@ -119,20 +127,57 @@ def alive(pids: list[int]) -> list[int]:
     return still_running(pids)
 
 
-def kill_tree(process: subprocess.Popen[Any]) -> None:
-    """SIGKILL a process and everything it started, as a machine crash would."""
-    for pid in [process.pid, *descendants(process.pid)]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    process.wait(timeout=120)
+def stray_job_processes() -> list[int]:
+    """Running processes of Spark jobs this session started that no longer run below it: they carry this session's
+    mark and a launcher's job mark, and their parent chain does not reach this process (their CLI died). Session
+    servers that detach on purpose carry no job mark; other sessions' jobs carry another session mark."""
+    from stitchlake.concurrency.processes import parent, with_environment
+    from stitchlake.jobs.spark_submit import JOB_MARK
+
+    job_entry = f"{JOB_MARK}=".encode()
+    found = []
+    for pid in with_environment(f"{SESSION_MARK}={os.environ[SESSION_MARK]}"):
+        above: int | None = pid
+        while above is not None and above > 1 and above != os.getpid():
+            above = parent(above)
+        if above == os.getpid():
+            continue
+        try:
+            entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(entry.startswith(job_entry) for entry in entries):
+            found.append(pid)
+    return found
+
+
+def kill_tree(process: subprocess.Popen[Any], limit_s: float = 600) -> None:
+    """SIGKILL a process and everything it started, as a machine crash would, and wait until none of it runs: its
+    process tree while it runs, and the processes of its Spark jobs that outlived it (found by their marks) whether
+    it runs or not. An ended, reaped process is never signalled (its pid may be another process's by now). The limit
+    only turns a process that survives SIGKILL into a failure."""
+    from stitchlake.concurrency.processes import still_running
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        running = process.poll() is None
+        targets = still_running(([process.pid, *descendants(process.pid)] if running else []) + stray_job_processes())
+        if not targets and not running:
+            break
+        assert time.monotonic() < deadline, f"processes {targets} of {process.args!r} survived SIGKILL"
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    process.wait(timeout=limit_s)
 
 
 @contextlib.contextmanager
 def ended(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
-    """`process` for the body of a `with`; on the way out, however the test went, SIGKILL it and every process
-    below it (its JVM, its Python workers) if it still runs, so a failed test leaves nothing running."""
+    """`process` for the body of a `with`; on the way out, however the test went, SIGKILL it, every process below
+    it (its JVM, its Python workers) and every process of its Spark jobs that outlived it, whether or not it still
+    runs, so a failed test leaves nothing running."""
     try:
         yield process
     finally:
-        if process.poll() is None:
-            kill_tree(process)
+        kill_tree(process)

@@ -83,20 +83,21 @@ def cluster_table(
         )
 
     assert cli("init", "-c", str(config)).returncode == 0
-    jobs = {
-        s: subprocess.Popen(
-            stitch("ingest", "-c", str(config), "--stream", s, "--engine", "spark", "--json"),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for s in STREAMS
-    }
-    with contextlib.ExitStack() as running:  # however it goes, no job is left running
-        for job in jobs.values():
-            running.enter_context(ended(job))
+    jobs: dict[str, subprocess.Popen[str]] = {}
+    with contextlib.ExitStack() as running:  # however it goes (a later job failing to start too), none is left running
+        for stream in STREAMS:
+            jobs[stream] = running.enter_context(
+                ended(
+                    subprocess.Popen(
+                        stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "spark", "--json"),
+                        cwd=ROOT,
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            )
         outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
     for stream, job in jobs.items():
         assert job.returncode == 0, f"ingest {stream} exited {job.returncode}:\n{outputs[stream][1][-3000:]}"

@@ -7,20 +7,25 @@ scheduled command must run it first, and `stitch status` must say when one waits
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from spark_fixtures import ROOT, alive, descendants, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, alive, descendants, ended, run_stitch, stitch, write_config
+from tables import lock_holder_pid
 
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.concurrency import heartbeat
+from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.services import compaction
 from stitchlake.services.status import status
 from stitchlake.timeline.instant import Action
@@ -53,42 +58,80 @@ def compact_json(config: Path, *args: str) -> dict[str, Any]:
     return result
 
 
-def running_plan(table: Table) -> str | None:
-    """A pending compaction whose run has begun (the job took it over: inflight, with a heartbeat)."""
+def running_plan(table: Table) -> tuple[str, int] | None:
+    """A pending compaction whose run has begun (the job's driver took it over: inflight, with a heartbeat): the
+    plan and the pid of the driver, which its beat names."""
     for instant in table.timeline().pending([Action.COMPACTION]):
-        if instant.state.label == "inflight" and heartbeat.read_beat(table.storage, instant.requested):
-            return instant.requested
+        beat = heartbeat.read_beat(table.storage, instant.requested)
+        if instant.state.label == "inflight" and beat:
+            return instant.requested, int(beat["pid"])
     return None
+
+
+def wait_until(condition: Callable[[], Any], process: subprocess.Popen[str], timeout: float = 1800) -> Any:
+    """`condition()` once truthy, or whatever it gives when `process` ended; the deadline only turns a hang into a
+    failure (generous: a JVM starts slowly on a machine at load 30)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found or process.poll() is not None:
+            return found
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def hold_back(table: Table, plan: str, driver: int) -> FileSystemLock:
+    """Take the table lock while the driver runs `plan`, so that it cannot publish until the test lets go: an
+    interrupt then lands on a running compaction for certain, however fast or slow the machine. The driver is
+    frozen (SIGSTOP) while the test looks; frozen inside the lock (a busy machine can stretch that moment), it is
+    let go and frozen again a moment later. The lease outlasts anything the test does meanwhile."""
+    gate = FileSystemLock(table.storage, owner="the test holding the compaction back", expire_s=3600)
+    deadline = time.monotonic() + 600  # (only turns a driver that keeps the lock for good into a failure)
+    while True:
+        assert alive([driver]), "the driver ended before the test could hold it back"
+        os.kill(driver, signal.SIGSTOP)
+        try:
+            current = table.timeline().get(plan)
+            assert current is not None and not current.is_completed, "the plan completed before it could be held"
+            if lock_holder_pid(table) != driver:
+                gate.acquire(wait_s=600)
+                return gate
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(driver, signal.SIGCONT)
+        assert time.monotonic() < deadline, "the driver held the table lock at every look"
+        time.sleep(0.001)
 
 
 def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compact(
     landing: Path, tmp_path: Path
 ) -> None:
-    for attempt in range(4):  # a compaction that completes before the signal lands proves nothing: again
-        config, table = ingested_table(tmp_path / f"attempt-{attempt}", landing)
-        before = table.read().sort_by("order_id")
-        job = subprocess.Popen(
-            stitch("compact", "-c", str(config), "--engine", "spark", "--json"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    # The driver may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
+    lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
+    config, table = ingested_table(tmp_path, landing, concurrency={"lock": lock})
+    before = table.read().sort_by("order_id")
+    job = subprocess.Popen(
+        stitch("compact", "-c", str(config), "--engine", "spark", "--json"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with ended(job):
+        taken = wait_until(lambda: running_plan(table), job)
+        assert taken is not None, f"the compaction ended (exit {job.poll()}) before its job took the plan over"
+        plan, driver = taken
+        # Held back: the job runs its Spark tasks but cannot publish, so the signal lands inside the compaction.
+        gate = hold_back(table, plan, driver)
         try:
-            plan = None
-            while job.poll() is None and plan is None:  # progress: the job itself ends the wait
-                plan = running_plan(table)
-                time.sleep(0.02)
             below = descendants(job.pid)
+            assert driver in below, "the plan's runner is the CLI's Spark job"
             job.send_signal(signal.SIGTERM)
-            out, err = job.communicate(timeout=600)
+            wait_until(lambda: not alive(below), job)  # the job is gone (the CLI ends it before it returns)
         finally:
-            if job.poll() is None:
-                kill_tree(job)
-        if plan is not None and job.returncode == 143:
-            break
-    else:
-        pytest.fail("four Spark compactions completed before SIGTERM reached them")
+            gate.release()
+        out, err = job.communicate(timeout=600)
+    assert job.returncode == 143, err
     assert json.loads(out)["exit_code"] == 143, err
     assert not alive(below), "a process of the compaction job outlived the CLI"
     pending = [i.requested for i in table.timeline().pending([Action.COMPACTION])]
@@ -100,7 +143,9 @@ def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compa
     # What cron or the next Airflow run does: plain `stitch compact`, which used to say "nothing to compact".
     result = compact_json(config, "--engine", "spark")
     assert result["result"]["instant"] == plan, result
-    assert "ran" not in result["message"] or plan in result["message"]
+    # Nothing new qualified after the resumed plan, so the report is that plan's own run.
+    assert result["scheduled"] is None and result["resumed"] == [], result
+    assert result["message"].startswith(f"pending compaction {plan} completed: "), result["message"]
     assert not table.timeline().pending(), "no plan is left behind"
     completed = table.timeline().get(plan)
     assert completed is not None and completed.is_completed

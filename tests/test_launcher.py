@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import stat
 import subprocess
 import sys
-import time
+import threading
 import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import alive
+from spark_fixtures import alive, descendants, ended
 from tables import THREE_STREAMS, config
 
+from stitchlake.concurrency.processes import exited, parent
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
+from stitchlake.jobs import spark_submit
 from stitchlake.jobs.spark_submit import (
     JOB_MARK,
-    LEFTOVER_GRACE_S,
     JobFiles,
     build_argv,
     end_leftovers,
@@ -32,6 +34,9 @@ from stitchlake.jobs.spark_submit import (
     write_properties,
 )
 from stitchlake.spark.errors import unwrap
+
+#: prctl(2) option: orphans of our descendants become our children (and zombies until we reap them).
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _files(tmp_path: Path) -> JobFiles:
@@ -132,25 +137,47 @@ def test_executors_on_a_cluster_get_the_s3_settings_by_environment_only(
     assert not [k for k in spark_properties(parse_config(document, file="t.yaml")) if "executorEnv" in k]
 
 
-def test_what_a_finished_job_leaves_in_its_process_group_is_ended(tmp_path: Path) -> None:
+def test_what_a_finished_job_leaves_in_its_process_group_is_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A job's JVM can exit while Python workers it started are still on their way out: when the launcher returns,
-    nothing of the job runs (here a shell that exits at once, leaving a child that would sleep for a minute)."""
+    nothing of the job runs (here a shell that exits at once, leaving a child that would sleep for a minute).
+
+    A leftover ended by SIGTERM counts as ended although nobody reaps it (an init that does not reap orphans keeps
+    it a zombie for good): that is made certain here by adopting the orphan (a child subreaper) and reaping it only
+    afterwards. And the launcher must not wait out its grace for it: the grace is an hour here, so returning at all
+    shows it did not."""
+    monkeypatch.setattr(spark_submit, "LEFTOVER_GRACE_S", 3600)
     pid_file = tmp_path / "child.pid"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
     job = subprocess.Popen(
         ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 0"], start_new_session=True, stdin=subprocess.DEVNULL
     )
+    child = None
     try:
         assert job.wait(timeout=300) == 0
         child = int(pid_file.read_text())
+        assert parent(child) == os.getpid(), "the orphan is ours to reap"
         assert alive([child]), "the leftover runs after its parent exited"
-        started = time.monotonic()
-        end_leftovers(job.pid)
-        assert not alive([child]), "the leftover ended"
-        assert time.monotonic() - started < LEFTOVER_GRACE_S, "ended by SIGTERM, seen as ended though nobody reaps it"
+        ending = threading.Thread(target=end_leftovers, args=(job.pid,), daemon=True)
+        ending.start()
+        ending.join(timeout=600)  # (only turns a wait for the grace into a failure; no machine is that slow)
+        assert not ending.is_alive(), "the launcher waited out its grace for a leftover SIGTERM had ended"
+        assert exited(child), "ended, and still unreaped when the launcher saw it as ended"
+        _pid, status = os.waitpid(child, 0)
+        child = None
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, "ended by SIGTERM"
         end_leftovers(job.pid)  # an empty group: nothing to do
     finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
+        if child is not None:  # adopted: ours to reap, whatever happened
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
 
 
 def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) -> None:
@@ -187,3 +214,19 @@ def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) 
         for pid in ([job.pid] if job.poll() is None else []) + alive([child] if child else []):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_ended_ends_a_job_process_that_outlived_its_cli(tmp_path: Path) -> None:
+    """The tests' own guard (`spark_fixtures.ended`): a process of a Spark job orphaned when its CLI died (here one
+    carrying a job mark, whose parent exits at once) is ended with the CLI, although no process tree reaches it."""
+    pid_file = tmp_path / "orphan.pid"
+    cli = subprocess.Popen(
+        ["sh", "-c", f"sleep 600 & echo $! > {pid_file}; exit 0"],
+        env={**os.environ, JOB_MARK: uuid.uuid4().hex},
+        stdin=subprocess.DEVNULL,
+    )
+    with ended(cli):
+        assert cli.wait(timeout=300) == 0
+        orphan = int(pid_file.read_text())
+        assert alive([orphan]) and orphan not in descendants(os.getpid()), "outside every tree of this process"
+    assert not alive([orphan]), "ended with its CLI"

@@ -15,10 +15,12 @@ import time
 from collections.abc import Iterator
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import stitchlake
+from stitchlake.concurrency import lock as lock_module
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock, TableLock
 from stitchlake.concurrency.providers import PROVIDERS, LockRequest, lock_spec, make_lock
 from stitchlake.config import LockProvider
@@ -36,6 +38,44 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=REPO + (os.pathsep + path if path else ""))
 
 
+class Clock:
+    """The lock module's clock, driven by the test: wall and monotonic time move only when the test moves them or
+    when the lock sleeps (a sleep moves them by its length, at once). What a lease test proves then follows from the
+    order of events, never from how fast a busy machine runs the test. The other side of a lease (a holder in
+    another process) keeps the real clock: the test sets this one relative to the expiry that holder recorded."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.ticks = 1_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.ticks
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.ticks += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Every lock in this process runs on a `Clock` for the test, starting at the real time."""
+    driven = Clock(time.time())
+    monkeypatch.setattr(lock_module, "time", driven)
+    return driven
+
+
+def _record(root: str, generation: int) -> dict[str, Any]:
+    """A lease as the lock itself recorded it (a generation file)."""
+    record: dict[str, Any] = json.loads(LocalStorage(root).read_bytes(f"{LOCKS_FOLDER}/table.{generation:020d}"))
+    return record
+
+
 def _make(kind: str, root: str, hosts: str | None, *, owner: str, wait_s: float, expire_s: float) -> TableLock:
     settings = {"provider": kind, "wait_s": wait_s, "expire_s": expire_s, **({"hosts": hosts} if hosts else {})}
     request = LockRequest(owner=owner, table_id="t-" + Path(root).name)
@@ -47,7 +87,9 @@ def _make(kind: str, root: str, hosts: str | None, *, owner: str, wait_s: float,
 
 def _contend(kind: str, root: str, hosts: str | None, log_path: str, start: Event) -> None:
     pid = os.getpid()
-    lock = _make(kind, root, hosts, owner=f"worker-{pid}", wait_s=60, expire_s=20)
+    # Leases far longer than a busy machine can stall a holder between two lines: exclusivity is the point here,
+    # not expiry (the tests below prove that), and a worker may wait long for its turns.
+    lock = _make(kind, root, hosts, owner=f"worker-{pid}", wait_s=600, expire_s=600)
     start.wait()
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -70,14 +112,17 @@ def test_never_two_holders_at_once(kind: str, tmp_path: Path, request: pytest.Fi
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     procs = [ctx.Process(target=_contend, args=(kind, root, hosts, log_path, start)) for _ in range(WORKERS)]
-    for proc in procs:
-        proc.start()
-    start.set()
-    for proc in procs:
-        proc.join(timeout=600)
-        if proc.is_alive():  # hung: do not leak it, the exit code assertion below reports it
-            proc.kill()
-            proc.join()
+    try:
+        for proc in procs:
+            proc.start()
+        start.set()
+        for proc in procs:
+            proc.join(timeout=1800)  # (only turns a hang into a failure: the exit codes below report it)
+    finally:  # however it went, no worker is left running
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                proc.kill()
+                proc.join()
 
     lines = Path(log_path).read_text().splitlines()
     inside: str | None = None
@@ -139,43 +184,64 @@ def test_sigkilled_holder_is_taken_over_after_expiry_and_not_before(
     root = str(tmp_path)
     expire_s = 1.5
     pid, line = _spawn_holder(HOLDER, [root, str(expire_s)], killed_later)
-    expires_at = float(line.split()[1])
+    generation, expires_at = int(line.split()[0]), float(line.split()[1])
     os.kill(pid, signal.SIGKILL)
     killed_later[0].wait(timeout=120)
+    record = _record(root, generation)
+    assert record["pid"] == pid and record["expires_at"] == expires_at, "the dead holder's lease, as the lock has it"
+    assert not LocalStorage(root).exists(f"{LOCKS_FOLDER}/table.{generation:020d}.released")
 
     waiter = FileSystemLock(LocalStorage(root), expire_s=expire_s, owner="successor")
-    with pytest.raises(LockTimeout) as caught:
-        waiter.acquire(wait_s=0)
-    message = str(caught.value)
-    assert "'victim'" in message and f"pid {pid}" in message and socket.gethostname() in message
-    assert "since" in message and "lease until" in message
+    # Not before: on a clock the test sets, the lease of the dead holder is refused at any moment before it ends,
+    # however long the machine took to get here.
+    with pytest.MonkeyPatch.context() as frozen:
+        clock = Clock(expires_at)
+        frozen.setattr(lock_module, "time", clock)
+        for before_end in (expire_s, 0.5, 0.001):
+            clock.now = expires_at - before_end
+            with pytest.raises(LockTimeout) as caught:
+                waiter.acquire(wait_s=0)
+            message = str(caught.value)
+            assert "'victim'" in message and f"pid {pid}" in message and socket.gethostname() in message
+            assert "since" in message and "lease until" in message
+        assert not waiter.held
 
-    refused = 0
+    # After: on the real clock, polled until taken over. Each refusal began before the lease ended (a refusal of an
+    # ended lease would be the bug) and the takeover ended after it, however slowly the attempts ran.
+    deadline = time.monotonic() + 600  # (only turns a lock never taken over into a failure)
     while True:
+        began = time.time()
         try:
             waiter.acquire(wait_s=0)
-            taken_at = time.time()
+            taken_by = time.time()
             break
         except LockTimeout:
-            refused += 1
-            assert time.time() < expires_at + 1.0, "the expired lease was never taken over"
+            assert began < expires_at, "refused although the dead holder's lease had ended before the attempt"
+            assert time.monotonic() < deadline, "the expired lease was never taken over"
             time.sleep(0.02)
-    assert taken_at >= expires_at, "the lock was taken over before the holder's lease expired"
-    assert refused > 10
+    assert taken_by >= expires_at, "the lock was taken over before the holder's lease expired"
+    assert waiter.generation == generation + 1
     waiter.check()
     waiter.release()
 
 
 def test_waiting_acquire_takes_over_promptly_after_expiry(
-    tmp_path: Path, killed_later: list[subprocess.Popen[str]]
+    tmp_path: Path, killed_later: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = str(tmp_path)
     pid, line = _spawn_holder(HOLDER, [root, "1.0"], killed_later)
-    expires_at = float(line.split()[1])
+    generation, expires_at = int(line.split()[0]), float(line.split()[1])
     os.kill(pid, signal.SIGKILL)
+    killed_later[0].wait(timeout=120)
+    # The waiter starts a second before the dead holder's lease ends, on a clock only its own polling moves.
+    clock = Clock(expires_at - 1.0)
+    monkeypatch.setattr(lock_module, "time", clock)
     waiter = FileSystemLock(LocalStorage(root), expire_s=5, owner="successor")
     waiter.acquire(wait_s=10)
-    assert expires_at <= time.time() < expires_at + 1.0
+    # Not before the lease ended, and promptly after: within one poll (the longest is _MAX_POLL_S with 1.5x jitter).
+    assert expires_at <= clock.now < expires_at + 1.5 * lock_module._MAX_POLL_S
+    assert waiter.generation == generation + 1
+    assert _record(root, generation + 1)["acquired_at"] == clock.now
     waiter.release()
 
 
@@ -197,12 +263,14 @@ def test_non_owner_cannot_release(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     intruder.release()
 
 
-def test_release_after_takeover_is_a_noop_with_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_release_after_takeover_is_a_noop_with_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, clock: Clock
+) -> None:
     storage = LocalStorage(str(tmp_path))
     slow = FileSystemLock(storage, owner="slow", expire_s=0.2)
     fast = FileSystemLock(storage, owner="fast", expire_s=30)
     slow.acquire(wait_s=0)
-    time.sleep(0.3)
+    clock.advance(0.3)
     slow.check()  # expired but nobody took over: still ours
     fast.acquire(wait_s=0)
     with caplog.at_level(logging.WARNING, logger="stitchlake.concurrency.lock"):
@@ -216,13 +284,16 @@ def test_release_after_takeover_is_a_noop_with_warning(tmp_path: Path, caplog: p
     fast.release()
 
 
-def test_check_raises_lock_lost_after_takeover(tmp_path: Path) -> None:
+def test_check_raises_lock_lost_after_takeover(tmp_path: Path, clock: Clock) -> None:
     storage = LocalStorage(str(tmp_path))
     first = FileSystemLock(storage, owner="first", expire_s=0.2)
     second = FileSystemLock(storage, owner="second")
     first.acquire(wait_s=0)
+    first_expires = first.expires_at
+    assert first_expires is not None
     first.check()
-    second.acquire(wait_s=2)  # waits for the lease to run out
+    second.acquire(wait_s=2)  # waits for the lease to run out (on the test's clock: its polls move it)
+    assert clock.now >= first_expires
     with pytest.raises(LockLost, match="taken over by owner 'second'"):
         first.check()
     assert not first.held
@@ -251,27 +322,28 @@ def test_timeout_message_names_the_holder(tmp_path: Path) -> None:
     holder.release()
 
 
-def test_renew_extends_the_lease(tmp_path: Path) -> None:
+def test_renew_extends_the_lease(tmp_path: Path, clock: Clock) -> None:
     storage = LocalStorage(str(tmp_path))
-    # A lease of 2 s renewed every 0.2 s: a renewal that a busy machine delays by more than the lease would lose it,
-    # which is what a lease is for; 2 s keeps that out of this test.
     holder = FileSystemLock(storage, owner="long-runner", expire_s=2.0)
     other = FileSystemLock(storage, owner="other")
-    before = time.time()
     holder.acquire()
-    first_generation = holder.generation
-    started = time.time()
-    while time.time() - started < 4.5:  # well past the original lease
-        time.sleep(0.2)
+    acquired_at = clock.now
+    first_generation, first_expiry = holder.generation, holder.expires_at
+    assert first_generation is not None and first_expiry == acquired_at + 2.0
+    for _ in range(5):  # a renewal 1.5 s into each 2 s lease: 7.5 s in all, well past the first lease
+        clock.advance(1.5)
         holder.renew()
+        assert holder.expires_at == clock.now + 2.0
         with pytest.raises(LockTimeout, match="long-runner"):
             other.acquire(wait_s=0)
+    assert clock.now > first_expiry
     holder.check()
-    assert holder.generation is not None and first_generation is not None
-    assert holder.generation > first_generation
+    assert holder.generation is not None and holder.generation > first_generation
     record = json.loads(storage.read_bytes(f"{LOCKS_FOLDER}/table.{holder.generation:020d}"))
-    assert before <= record["acquired_at"] <= started  # "since" survives renewals
-    other.acquire(wait_s=3)  # stops renewing -> expires -> taken over
+    assert record["acquired_at"] == acquired_at  # "since" survives renewals
+    last_expiry = holder.expires_at
+    other.acquire(wait_s=3)  # stops renewing -> expires -> taken over (the wait moves the clock)
+    assert last_expiry is not None and clock.now >= last_expiry
     with pytest.raises(LockLost):
         holder.renew()
     other.release()
@@ -340,13 +412,15 @@ def test_stale_listing_cannot_resurrect_a_cleaned_generation(tmp_path: Path) -> 
     busy.release()
 
 
-def test_unreadable_lock_file_blocks_for_one_lease_only(tmp_path: Path) -> None:
+def test_unreadable_lock_file_blocks_for_one_lease_only(tmp_path: Path, clock: Clock) -> None:
     storage = LocalStorage(str(tmp_path))
     storage.put_if_absent(f"{LOCKS_FOLDER}/table.{1:020d}", b"{not json")
     lock = FileSystemLock(storage, expire_s=0.3)
     with pytest.raises(LockTimeout, match="unreadable"):
         lock.acquire(wait_s=0)
-    lock.acquire(wait_s=2)
+    seen = clock.ticks
+    lock.acquire(wait_s=2)  # (its polls move the clock: taken over once it has seen the file unchanged for 0.3 s)
+    assert clock.ticks - seen >= 0.3
     assert lock.generation == 2
     lock.release()
 
@@ -378,7 +452,7 @@ ZK_HOLDER = """
 import sys, time
 from stitchlake.concurrency.zookeeper import ZooKeeperLock
 lock = ZooKeeperLock(sys.argv[1], table_id=sys.argv[2], expire_s=float(sys.argv[3]), owner="zk-victim")
-lock.acquire(wait_s=10)
+lock.acquire(wait_s=600)
 print("acquired", flush=True)
 time.sleep(600)
 """
@@ -391,7 +465,9 @@ def test_zookeeper_sigkilled_holder_goes_with_its_session(
     from stitchlake.concurrency.zookeeper import ZooKeeperLock
 
     table_id = "kill-" + tmp_path.name
-    pid, _line = _spawn_holder(ZK_HOLDER, [zookeeper_hosts, table_id, "2"], killed_later)
+    # A 10 s session: its lease outlives a holder a busy machine stalls for seconds before the kill, so the waiter
+    # meets a live holder first, and a session ended by the kill (not by a stall) after it.
+    pid, _line = _spawn_holder(ZK_HOLDER, [zookeeper_hosts, table_id, "10"], killed_later)
     waiter = ZooKeeperLock(zookeeper_hosts, table_id=table_id, owner="zk-successor", expire_s=5)
     with pytest.raises(LockTimeout) as caught:
         waiter.acquire(wait_s=0)
@@ -400,9 +476,9 @@ def test_zookeeper_sigkilled_holder_goes_with_its_session(
 
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    waiter.acquire(wait_s=15)
+    waiter.acquire(wait_s=600)  # (the session's expiry is the progress waited for; the limit only ends a hang)
     waited = time.monotonic() - killed_at
-    assert waited >= 1.0, f"taken over {waited:.2f}s after the kill, before the 2s session could expire"
+    assert waited >= 1.0, f"taken over {waited:.2f}s after the kill, before the 10s session could expire"
     waiter.check()
     waiter.release()
 

@@ -25,12 +25,23 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from reference import Erase, Event
-from spark_fixtures import ROOT, kill_tree, run_stitch, stitch, write_config
-from tables import MODELS, THREE_STREAMS, as_rows, batch, config, new_table, partition_of
+from spark_fixtures import ROOT, ended, kill_tree, run_stitch, stitch, write_config
+from tables import (
+    MODELS,
+    THREE_STREAMS,
+    as_rows,
+    batch,
+    config,
+    instant_at,
+    new_table,
+    partition_of,
+    pause_when_inflight,
+)
 from test_read import ALL_COLUMNS, History, changes, expected_changes
 
 import stitchlake
 from stitchlake.api import Table
+from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import BusyError, ConfigError, UsageError
 from stitchlake.layout.bucket import bucket_of
@@ -442,38 +453,39 @@ def test_the_cli_rescales_fences_ingest_and_refuses_the_old_count(
 def test_a_rescale_killed_midway_is_resumed_and_writers_wait_for_it(landing: Path, tmp_path: Path) -> None:
     """SIGKILL while the rescale writes its files: the plan stays pending, ingest is fenced (exit 4), and
     `stitch rescale --resume` runs it once its heartbeat expired; nothing the killed run wrote is left behind."""
-    for attempt in range(5):  # a rescale that completes before the kill lands proves nothing: again
-        config = write_config(tmp_path / f"attempt-{attempt}", landing)
-        assert run_stitch("init", "-c", str(config)).returncode == 0
-        ingest_all(config, "--max-files", "3")
-        table = stitchlake.open(str(config))
-        before = table.read().sort_by("order_id")
+    # The run may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
+    lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
+    config = write_config(tmp_path / "t", landing, concurrency={"lock": lock})
+    assert run_stitch("init", "-c", str(config)).returncode == 0
+    ingest_all(config, "--max-files", "3")
+    table = stitchlake.open(str(config))
+    before = table.read().sort_by("order_id")
+    with (tmp_path / "rescale.stderr").open("w") as stderr:
         job = subprocess.Popen(
             stitch("rescale", "-c", str(config), "--buckets", "7", "--engine", "local", "--json"),
             cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
         )
-        marked: list[str] = []
+    with ended(job):
+        # Frozen once inflight (out of the lock, not published); the test then takes the table lock, so the run
+        # writes its files but cannot publish, and the kill lands while it writes, however fast or slow it runs.
+        running = pause_when_inflight(table, job, Action.RESCALE)
+        gate = FileSystemLock(table.storage, owner="the test holding the rescale back", expire_s=3600)
         try:
-            running = None
-            while job.poll() is None and not marked:  # progress: the job itself ends the wait
-                pending = table.timeline().pending([Action.RESCALE])
-                running = pending[0] if pending and pending[0].state.label == "inflight" else None
-                marked = list(marked_files(table.storage, running.requested)) if running else []
+            gate.acquire(wait_s=600)
+            os.kill(job.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 1800  # (only turns a hang into a failure)
+            while not marked_files(table.storage, running.requested):
+                assert job.poll() is None, f"the rescale ended (exit {job.returncode}) before it wrote a file"
+                assert time.monotonic() < deadline, "the rescale never began writing"
                 time.sleep(0.01)
-            if job.poll() is None:
-                os.kill(job.pid, signal.SIGKILL)
+            kill_tree(job)
         finally:
-            if job.poll() is None:
-                kill_tree(job)
-            job.communicate(timeout=60)
-        if marked and job.returncode == -signal.SIGKILL:
-            break
-    else:
-        pytest.fail("five rescales completed before SIGKILL reached them")
-    assert running is not None
+            gate.release()
+    assert job.returncode == -signal.SIGKILL
+    marked = list(marked_files(table.storage, running.requested))
+    assert marked and not instant_at(table, running.requested).is_completed
     pending = table.timeline().pending([Action.RESCALE])
     assert [i.requested for i in pending] == [running.requested], "the killed rescale stays pending"
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, stitch, write_config
-from tables import instant_at
+from spark_fixtures import ROOT, descendants, ended, run_stitch, stitch, write_config
+from tables import instant_at, pause_when_inflight
 
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
 
@@ -43,19 +44,20 @@ def concurrent(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     """A table whose three streams were ingested by three `stitch ingest` spark-submit jobs at once."""
     config = write_config(tmp_path_factory.mktemp("concurrent"), demo_data / "landing")
     assert run_stitch("init", "-c", str(config)).returncode == 0
-    jobs = {
-        s: subprocess.Popen(
-            stitch("ingest", "-c", str(config), "--stream", s, "--engine", "spark", "--json"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for s in STREAMS
-    }
-    with contextlib.ExitStack() as running:  # however it goes, no job is left running
-        for job in jobs.values():
-            running.enter_context(ended(job))
+    jobs: dict[str, subprocess.Popen[str]] = {}
+    with contextlib.ExitStack() as running:  # however it goes (a later job failing to start too), none is left running
+        for stream in STREAMS:
+            jobs[stream] = running.enter_context(
+                ended(
+                    subprocess.Popen(
+                        stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "spark", "--json"),
+                        cwd=ROOT,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            )
         outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
     results = {}
     for stream, job in jobs.items():
@@ -114,45 +116,42 @@ def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, A
     assert compare(stitchlake.read(str(config)), demo_data / "truth.parquet") == []
 
 
-def _wait_for_write(table: Table, process: subprocess.Popen[Any], timeout: float = 900) -> str | None:
-    """The pending deltacommit of the job once it has started writing data files; None if it finished first."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None:
-        pending = table.timeline().pending([Action.DELTACOMMIT])
-        if pending and any(table.storage.exists(p) for p in marked_files(table.storage, pending[0].requested)):
-            return pending[0].requested
-        time.sleep(0.02)
-    return None
-
-
 def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tmp_path: Path) -> None:
     from demo_data import compare
 
-    for attempt in range(3):  # the write phase is short; a job that finishes before we kill it is retried
-        config = write_config(tmp_path / f"attempt-{attempt}", demo_data / "landing")
-        table = open_table(str(config))
-        table.init()
-        writer = subprocess.Popen(
-            stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark"),
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
+    lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
+    config = write_config(tmp_path, demo_data / "landing", concurrency={"lock": lock})
+    table = open_table(str(config))
+    table.init()
+    writer = subprocess.Popen(
+        stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with ended(writer):
+        # The CLI claims the stream (inflight) before spark-submit starts; frozen there, out of the lock, it lets the
+        # test take the table lock. The job then writes its files but cannot publish, however fast or slow it runs.
+        instant = pause_when_inflight(table, writer, Action.DELTACOMMIT).requested
+        gate = FileSystemLock(table.storage, owner="the test holding the ingest back", expire_s=3600)
         try:
-            instant = _wait_for_write(table, writer)
-            if instant is None:
-                writer.wait(timeout=1800)
-                continue
-            # Hold the job mid-write (the CLI keeps beating for its claim), so the overlap meets a live writer.
+            gate.acquire(wait_s=600)
+            os.kill(writer.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 1800  # (only turns a hang into a failure)
+            while not any(table.storage.exists(p) for p in marked_files(table.storage, instant)):
+                assert writer.poll() is None, f"the ingest ended (exit {writer.returncode}) before it wrote a file"
+                assert time.monotonic() < deadline, "the ingest never began writing data files"
+                time.sleep(0.02)
+            # Hold the job mid-write (the CLI keeps beating for its claim), so the overlap meets a live writer; its
+            # driver, frozen, cannot publish once the test lets go of the lock, which the overlap needs.
             for pid in descendants(writer.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGSTOP)
-            overlap = run_stitch("ingest", "-c", str(config), "--stream", "orders")
         finally:
-            kill_tree(writer)
-        break
-    else:
-        pytest.fail("three ingest jobs finished before they could be killed mid-write")
+            gate.release()
+        overlap = run_stitch("ingest", "-c", str(config), "--stream", "orders")
+    # (`ended` SIGKILLed the CLI and its whole job, frozen or not)
 
     assert overlap.returncode == 4, overlap.stderr
     assert f"stream orders is already being written by instant {instant}" in overlap.stderr

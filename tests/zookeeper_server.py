@@ -108,19 +108,22 @@ def _start_server(java: str, classpath: str, workdir: Path) -> tuple[subprocess.
     ]
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"ZooKeeper exited with code {proc.returncode} (port {port}); log:\n{_log_tail(log_path)}"
-            )
-        if "Mode:" in four_letter_word(port, "srvr"):
-            return proc, port, log_path
-        time.sleep(0.1)
-    _stop(proc)
-    raise RuntimeError(
-        f"ZooKeeper did not serve on port {port} within {START_TIMEOUT_S:g}s; log:\n{_log_tail(log_path)}"
-    )
+    try:  # however the wait ends but serving (an interrupt too), the server is not left running
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"ZooKeeper exited with code {proc.returncode} (port {port}); log:\n{_log_tail(log_path)}"
+                )
+            if "Mode:" in four_letter_word(port, "srvr"):
+                return proc, port, log_path
+            time.sleep(0.1)
+        raise RuntimeError(
+            f"ZooKeeper did not serve on port {port} within {START_TIMEOUT_S:g}s; log:\n{_log_tail(log_path)}"
+        )
+    except BaseException:
+        _stop(proc)
+        raise
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
