@@ -313,9 +313,15 @@ def test_a_streamed_read_peaks_at_a_few_slices_where_the_whole_read_holds_the_ta
     assert sql["arrow_peak"] * 4 < whole["arrow_peak"], (sql, whole)
 
 
+def _halving(base_bytes: int, limit: int = 1024 * 1024) -> int:
+    """How many times more file groups bring a base file of `base_bytes` under half of `limit`."""
+    return -(-2 * base_bytes // limit)
+
+
 def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb(tmp_path: Path) -> None:
     """Point 3: a file group whose latest slice is over the limit is named, with the remedy that fits: compacting
-    when logs piled up, more buckets when the base file alone is over it."""
+    when logs piled up, more buckets when the base file alone is over it: from each partition's own count (a
+    partition rescaled on its own differs from the table's), naming the partitions when not all of them need it."""
     import numpy as np
 
     from stitchlake.config import parse_config
@@ -326,7 +332,7 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     document["compaction"] = {"max_file_group_mb": 1}
     table = Table(parse_config(document, file=str(tmp_path / "t.yaml"), base=tmp_path))
     table.init()
-    rows = 150_000
+    rows = 200_000
     generator = np.random.default_rng(3)
     orders = pa.table(
         {
@@ -355,9 +361,11 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     table.compact()  # the base file alone is still over 1 MiB: only more buckets help
     report = status(table)
     [group] = report.large_file_groups
-    assert group.base_bytes == group.bytes > 1024 * 1024 and group.log_files == 0
+    assert group.base_bytes == group.bytes > 2 * 1024 * 1024 and group.log_files == 0
     [warning] = report.warnings
-    assert "stitch rescale --buckets" in warning and "Sizing file groups" in warning
+    assert "Sizing file groups" in warning and "(p=even: 1)" in warning
+    # Every partition needs it and has one count: the whole table, to the count that halves the largest base file.
+    assert f"(`stitch rescale --buckets {_halving(group.base_bytes)}`;" in warning
 
     config = tmp_path / "t.yaml"
     config.write_text(json.dumps(document), encoding="utf-8")
@@ -365,6 +373,26 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     assert shown.returncode == 0, shown.stderr
     assert "large file groups" in shown.stdout and "warning:" in shown.stdout
     assert "max_file_group_mb" in " ".join(shown.stdout.split())
+
+    # A small partition beside it: only p=even needs more buckets, and the command names it.
+    odd = orders.slice(0, 10).set_column(0, "k", pa.array(range(1, 20, 2), pa.int64()))
+    table.write("orders", odd.set_column(1, "p", pa.array(["odd"] * 10)))
+    [warning] = status(table).warnings
+    assert f"(`stitch rescale --buckets {_halving(group.base_bytes)} --partition p=even`;" in warning
+
+    # p=even rescaled on its own to 2 buckets, each base file still over the limit: the remedy starts from the
+    # partition's 2 (a multiple of it, each old file group split whole), not from the table's count of 1.
+    assert table.rescale(2, partitions=["p=even"]) is not None
+    report = status(table)
+    assert report.partitions["p=even"].buckets == 2 and report.partitions["p=odd"].buckets == 1
+    assert report.timeline.buckets == 1
+    largest_base = max(g.base_bytes for g in report.large_file_groups)
+    assert len(report.large_file_groups) == 2 and largest_base > 1024 * 1024
+    wanted = 2 * _halving(largest_base)
+    [warning] = report.warnings
+    assert "(p=even: 2)" in warning
+    assert f"(`stitch rescale --buckets {wanted} --partition p=even`;" in warning, warning
+    assert f"--buckets {_halving(largest_base)}`" not in warning  # what the table-wide count of 1 gives
 
     document["compaction"] = {"max_file_group_mb": 64}
     roomy = Table(parse_config(document, file=str(config), base=tmp_path))
