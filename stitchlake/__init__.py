@@ -35,7 +35,10 @@ def read(
     filter: Any = None,
     mode: str = "snapshot",
 ) -> pa.Table:
-    """Read a table into a pyarrow.Table (DESIGN §7)."""
+    """Read a table into one pyarrow.Table (DESIGN §7): the whole result in memory, which is the caller's choice.
+
+    To stream the same rows one file slice at a time (memory bounded by the largest file group, not the table), use
+    `stitchlake.open(target).scan(...)`; `Table.sql` and `Table.to_duckdb` stream the table into DuckDB."""
     from stitchlake.reading.reader import read as read_table
     from stitchlake.table.handle import Table as CoreTable
 

@@ -17,8 +17,10 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -34,6 +36,7 @@ from stitchlake.engine import LocalEngine
 from stitchlake.reading.scan import bounded
 
 MODEL = {m.name: m for m in MODELS}
+R = TypeVar("R")
 KEYS = 400
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -262,6 +265,84 @@ def test_the_local_engine_runs_file_groups_heavier_than_its_budget_one_at_a_time
     assert engine.map(task, list(range(12))) == [i * 2 for i in range(12)]
 
 
+class WatchedPool(ThreadPoolExecutor):
+    """The in-process engine's thread pool, counting the tasks submitted and not finished yet (a task counts as
+    finished before its result is handed back, so a task submitted after `result()` of the last never overlaps)."""
+
+    made: list[WatchedPool] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+        self.submitted = self.outstanding = self.most = 0
+        WatchedPool.made.append(self)
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        def task() -> R:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.outstanding -= 1
+
+        with self.lock:
+            self.submitted += 1
+            self.outstanding += 1
+            self.most = max(self.most, self.outstanding)
+        return super().submit(task)
+
+
+def _service_table(root: Path) -> Table:
+    """16 file groups (2 partitions x 8 buckets), each with a log of every stream: a few KiB per file group."""
+    table = new_table(root, buckets=8)
+    rng = random.Random(9)
+    for stream in ("orders", "payments", "shipments"):
+        model = MODEL[stream]
+        rows = []
+        for key in range(1, 321):
+            row: dict[str, Any] = {"k": key}
+            for column in model.columns:
+                row[column] = rng.randrange(0, 10**6) if column not in ("status", "note", "carrier") else f"v{key}"
+            rows.append(row)
+        table.write(stream, batch(model, rows))
+    return table
+
+
+@pytest.mark.parametrize("service", ["compaction", "erase", "rescale"])
+def test_compaction_erase_and_rescale_run_file_groups_heavier_than_the_budget_one_at_a_time(
+    service: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each service hands the in-process engine its tasks' bytes (`weight=`): with a budget smaller than a file
+    group, the engine never has two of them in flight; with the default budget it runs them side by side (so the
+    watch does see concurrency when it happens). The answer is the same either way."""
+    import stitchlake.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "ThreadPoolExecutor", WatchedPool)
+    default = engine_module.LOCAL_BYTES_IN_FLIGHT  # 128 MiB: the file groups of these tables fit it together
+
+    def run(budget: int, root: Path) -> tuple[WatchedPool, list[dict[str, Any]]]:
+        table = _service_table(root)
+        monkeypatch.setattr(engine_module, "LOCAL_BYTES_IN_FLIGHT", budget)
+        WatchedPool.made.clear()
+        if service == "compaction":
+            assert table.compact() is not None
+        elif service == "erase":
+            erased = table.erase(pa.table({"k": pa.array(range(1, 321, 7), pa.int64())}))
+            assert erased.erased_keys > 0
+        else:
+            result = table.rescale(16)
+            assert result is not None and result.file_groups == 32
+        [pool] = WatchedPool.made  # the service's one map over its file groups
+        return pool, _sorted(table.read())
+
+    bounded_pool, bounded_rows = run(1, tmp_path / "tiny")
+    assert bounded_pool.submitted >= 12, bounded_pool.submitted  # one task per file group (or rescale unit)
+    assert bounded_pool.most == 1, bounded_pool.most
+    free_pool, free_rows = run(default, tmp_path / "default")
+    assert free_pool.submitted == bounded_pool.submitted and free_pool.most > 1, free_pool.most
+    assert bounded_rows == free_rows
+
+
 PEAK_SCRIPT = """
 import json, sys
 import pyarrow as pa
@@ -273,6 +354,19 @@ if how == "whole":
     rows = table.read().num_rows
 elif how == "sql":
     rows = table.sql("SELECT count(*) AS n, sum(amount) AS a, max(note) AS b, min(carrier) AS c FROM t")["n"][0].as_py()
+elif how == "duckdb":
+    connection = table.to_duckdb()
+    rows = connection.sql("SELECT count(*), sum(amount), max(note), min(carrier) FROM wide").fetchall()[0][0]
+elif how == "out":  # `stitch read --out`, the command's own code in this process
+    import pyarrow.parquet as pq
+    from stitchlake.cli.app import main
+    out = sys.argv[3]
+    sys.argv = ["stitch", "read", "--table", sys.argv[1], "--out", out, "--json"]
+    try:
+        main()
+    except SystemExit as done:
+        assert done.code in (0, None), done.code
+    rows = pq.read_metadata(out).num_rows
 else:
     rows = sum(batch.num_rows for batch in table.scan())
 print(json.dumps({"rows": rows, "arrow_peak": pa.default_memory_pool().max_memory()}))
@@ -280,8 +374,9 @@ print(json.dumps({"rows": rows, "arrow_peak": pa.default_memory_pool().max_memor
 
 
 def test_a_streamed_read_peaks_at_a_few_slices_where_the_whole_read_holds_the_table(tmp_path: Path) -> None:
-    """Arrow's own allocation peak in a fresh process: the streamed paths stay near a few of the 64 slices, the
-    whole read holds all of them (it is the caller's choice)."""
+    """Arrow's own allocation peak in a fresh process: the streamed paths (`Table.scan`, `Table.sql`,
+    `Table.to_duckdb`, `stitch read --out`) stay near a few of the 64 slices, the whole read holds all of them (it
+    is the caller's choice)."""
     table = new_table(tmp_path, buckets=32)
     rng = random.Random(5)
     keys = list(range(1, 40_001))
@@ -297,7 +392,7 @@ def test_a_streamed_read_peaks_at_a_few_slices_where_the_whole_read_holds_the_ta
 
     def peak(how: str) -> dict[str, int]:
         done = subprocess.run(
-            [sys.executable, "-c", PEAK_SCRIPT, table.path, how],
+            [sys.executable, "-c", PEAK_SCRIPT, table.path, how, str(tmp_path / f"{how}.parquet")],
             capture_output=True,
             text=True,
             timeout=600,
@@ -307,15 +402,25 @@ def test_a_streamed_read_peaks_at_a_few_slices_where_the_whole_read_holds_the_ta
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
     whole, streamed, sql = peak("whole"), peak("scan"), peak("sql")
-    assert whole["rows"] == streamed["rows"] == sql["rows"] == len(keys)
+    duck, out = peak("duckdb"), peak("out")
+    assert whole["rows"] == streamed["rows"] == sql["rows"] == duck["rows"] == out["rows"] == len(keys)
     # 64 slices: the whole read holds all of them, a stream one being merged and one handed on.
     assert streamed["arrow_peak"] * 4 < whole["arrow_peak"], (streamed, whole)
     assert sql["arrow_peak"] * 4 < whole["arrow_peak"], (sql, whole)
+    # Table.to_duckdb streams the table into each query; `stitch read --out` writes it batch by batch.
+    assert duck["arrow_peak"] * 4 < whole["arrow_peak"], (duck, whole)
+    assert out["arrow_peak"] * 4 < whole["arrow_peak"], (out, whole)
+
+
+def _halving(base_bytes: int, limit: int = 1024 * 1024) -> int:
+    """How many times more file groups bring a base file of `base_bytes` under half of `limit`."""
+    return -(-2 * base_bytes // limit)
 
 
 def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb(tmp_path: Path) -> None:
     """Point 3: a file group whose latest slice is over the limit is named, with the remedy that fits: compacting
-    when logs piled up, more buckets when the base file alone is over it."""
+    when logs piled up, more buckets when the base file alone is over it: from each partition's own count (a
+    partition rescaled on its own differs from the table's), naming the partitions when not all of them need it."""
     import numpy as np
 
     from stitchlake.config import parse_config
@@ -326,7 +431,7 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     document["compaction"] = {"max_file_group_mb": 1}
     table = Table(parse_config(document, file=str(tmp_path / "t.yaml"), base=tmp_path))
     table.init()
-    rows = 150_000
+    rows = 200_000
     generator = np.random.default_rng(3)
     orders = pa.table(
         {
@@ -355,9 +460,11 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     table.compact()  # the base file alone is still over 1 MiB: only more buckets help
     report = status(table)
     [group] = report.large_file_groups
-    assert group.base_bytes == group.bytes > 1024 * 1024 and group.log_files == 0
+    assert group.base_bytes == group.bytes > 2 * 1024 * 1024 and group.log_files == 0
     [warning] = report.warnings
-    assert "stitch rescale --buckets" in warning and "Sizing file groups" in warning
+    assert "Sizing file groups" in warning and "(p=even: 1)" in warning
+    # Every partition needs it and has one count: the whole table, to the count that halves the largest base file.
+    assert f"(`stitch rescale --buckets {_halving(group.base_bytes)}`;" in warning
 
     config = tmp_path / "t.yaml"
     config.write_text(json.dumps(document), encoding="utf-8")
@@ -365,6 +472,26 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     assert shown.returncode == 0, shown.stderr
     assert "large file groups" in shown.stdout and "warning:" in shown.stdout
     assert "max_file_group_mb" in " ".join(shown.stdout.split())
+
+    # A small partition beside it: only p=even needs more buckets, and the command names it.
+    odd = orders.slice(0, 10).set_column(0, "k", pa.array(range(1, 20, 2), pa.int64()))
+    table.write("orders", odd.set_column(1, "p", pa.array(["odd"] * 10)))
+    [warning] = status(table).warnings
+    assert f"(`stitch rescale --buckets {_halving(group.base_bytes)} --partition p=even`;" in warning
+
+    # p=even rescaled on its own to 2 buckets, each base file still over the limit: the remedy starts from the
+    # partition's 2 (a multiple of it, each old file group split whole), not from the table's count of 1.
+    assert table.rescale(2, partitions=["p=even"]) is not None
+    report = status(table)
+    assert report.partitions["p=even"].buckets == 2 and report.partitions["p=odd"].buckets == 1
+    assert report.timeline.buckets == 1
+    largest_base = max(g.base_bytes for g in report.large_file_groups)
+    assert len(report.large_file_groups) == 2 and largest_base > 1024 * 1024
+    wanted = 2 * _halving(largest_base)
+    [warning] = report.warnings
+    assert "(p=even: 2)" in warning
+    assert f"(`stitch rescale --buckets {wanted} --partition p=even`;" in warning, warning
+    assert f"--buckets {_halving(largest_base)}`" not in warning  # what the table-wide count of 1 gives
 
     document["compaction"] = {"max_file_group_mb": 64}
     roomy = Table(parse_config(document, file=str(config), base=tmp_path))

@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from stitchlake.checksums import digest
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, StitchError, UsageError
-from stitchlake.io.datafiles import write_table_file
+from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, file_group_id, join
@@ -206,30 +208,68 @@ def units(plan: RescalePlan) -> list[Unit]:
     return out
 
 
+class _BaseFileBuffer:
+    """One new file group's base file, encoded as its rows arrive (one old slice's share at a time): a unit holds
+    its new files' compressed bytes, not their rows, until each is written in one put as `write_table_file` does."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.sink = pa.BufferOutputStream()
+        self.writer = pq.ParquetWriter(
+            self.sink,
+            schema,
+            compression=PARQUET_COMPRESSION,
+            compression_level=1,
+            write_statistics=False,
+            write_page_checksum=True,
+            **parquet_encodings(schema),
+        )
+        self.rows = 0
+
+    def append(self, rows: pa.Table) -> None:
+        self.writer.write_table(rows)
+        self.rows += rows.num_rows
+
+    def finish(self) -> pa.Buffer:
+        self.writer.close()
+        return self.sink.getvalue()
+
+
+def unit_bytes(unit: Unit) -> int:
+    """What a unit's task reads: the in-process engine runs units under its byte budget by it."""
+    return sum(fslice.bytes for fslice in unit.inputs)
+
+
 def rescale_unit(table: Table, unit: Unit, instant: str, mark: Callable[[str], None]) -> list[DataFile]:
     """Merge a unit's old slices one at a time and write each new file group's base file (one task's work).
 
     Old file groups hold disjoint keys, so a new group's rows are the union of each old slice's merged rows that
-    hash there: no merge across slices is needed, only a split by the new bucket.
+    hash there: no merge across slices is needed, only a split by the new bucket. Each slice's share is encoded
+    into its new file as soon as it is split, so the task holds one merged slice and the new files' compressed
+    bytes (about the unit's input bytes once compacted), never the unit's rows.
     """
     config = table.config
-    parts: dict[int, list[pa.Table]] = {j: [] for j in unit.targets}
+    files: dict[int, _BaseFileBuffer] = {}
     for fslice in unit.inputs:
         rows = to_base(config, merge_slice(table, fslice))
         if not rows.num_rows:
             continue
         groups = bucket_of([rows.column(n) for n in config.table.key_names], unit.buckets)
         for j in np.unique(groups):
-            parts[int(j)].append(rows.filter(pa.array(groups == j)))
+            part = rows.filter(pa.array(groups == j))
+            if int(j) not in files:
+                files[int(j)] = _BaseFileBuffer(part.schema)
+            files[int(j)].append(part)
+        del rows, groups
     out = []
     for j in unit.targets:
-        if not parts[j]:
+        if j not in files:
             continue
-        rows = pa.concat_tables(parts.pop(j))
+        buffer = files.pop(j)
+        data = buffer.finish()
         group = file_group_id(j)
         path = join(unit.partition, base_name(group, instant))
         mark(path)
-        written = write_table_file(table.storage, path, rows)
+        table.storage.write_bytes(path, data.to_pybytes())
         out.append(
             DataFile(
                 path,
@@ -237,9 +277,9 @@ def rescale_unit(table: Table, unit: Unit, instant: str, mark: Callable[[str], N
                 group,
                 BASE,
                 None,
-                rows.num_rows,
-                written.size,
-                written.checksum,
+                buffer.rows,
+                data.size,
+                digest(memoryview(data)),
                 buckets=unit.buckets,
             )
         )
@@ -277,7 +317,9 @@ def run(table: Table, instant_time: str | None = None, engine: Engine | None = N
     txn, plan = start_run(table, instant_time)
     time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction
     try:
-        done = (engine or LocalEngine()).map(lambda unit: rescale_unit(table, unit, time, mark), units(plan))
+        done = (engine or LocalEngine()).map(
+            lambda unit: rescale_unit(table, unit, time, mark), units(plan), weight=unit_bytes
+        )
         return finish(txn, [f for files in done for f in files], plan)
     except BaseException as exc:
         refused = txn.refusal_after(exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,12 +16,15 @@ from stitchlake.timeline.metadata import DeltaCommit
 
 if TYPE_CHECKING:
     from stitchlake.layout.fsview import FileSystemView
+    from stitchlake.layout.rescales import BucketLayout
     from stitchlake.table.handle import Table
     from stitchlake.timeline.timeline import Timeline
 
 MIB = 1024 * 1024
 #: Large file groups listed in `stitch status --json` (`large_file_groups`), largest first.
 LARGE_SHOWN = 10
+#: Partitions named in the warning's rescale commands; `stitch status --json` lists the large file groups.
+SHOWN = 5
 #: Memory a merge of a file slice takes, as a multiple of the slice's file bytes: about 7x for a read and 8x for
 #: a compaction, measured on the benchmark workload (docs/operations.md, "Sizing file groups").
 MEMORY_FACTOR = 8
@@ -131,11 +135,13 @@ def status(table: Table, now: float | None = None) -> StatusReport:
     now = time.time() if now is None else now
 
     partitions: dict[str, PartitionHealth] = {}
+    with_data: set[str] = set()
     layout = view.layout()
     for key in view.file_groups():
         fslice = view.latest_slice(key)
         if fslice is None:
             continue  # a file group of an older bucket count, kept only for time travel until cleaned
+        with_data.add(key[0])
         entry = partitions.setdefault(key[0] or "(unpartitioned)", PartitionHealth(layout.buckets(key[0])))
         entry.file_groups += 1
         entry.base_files += 1 if fslice.base else 0
@@ -184,7 +190,7 @@ def status(table: Table, now: float | None = None) -> StatusReport:
     limit = table.config.compaction.max_file_group_mb * MIB
     large, largest = _slice_sizes(view, limit)
     if large:
-        warnings.append(_large_file_groups(table, large, limit))
+        warnings.append(_large_file_groups(large, limit, layout, with_data))
 
     streams: dict[str, LastCommit | None] = {name: None for name in table.config.streams}
     for instant in reversed(timeline.completed([Action.DELTACOMMIT])):
@@ -251,29 +257,55 @@ def _slice_sizes(view: FileSystemView, limit: int) -> tuple[list[LargeFileGroup]
     return large, largest
 
 
-def _large_file_groups(table: Table, large: list[LargeFileGroup], limit: int) -> str:
+def _large_file_groups(large: list[LargeFileGroup], limit: int, layout: BucketLayout, partitions: set[str]) -> str:
     """The warning for file groups over `compaction.max_file_group_mb`: what it costs, and which remedy fits.
 
     A slice is over the limit because its logs piled up (compacting shrinks it back to its base file) or because
-    its base file alone is (the file group holds too many keys: more buckets, `stitch rescale`)."""
+    its base file alone is (the file group holds too many keys: more buckets, `stitch rescale`). `partitions` are
+    the table's partitions with data, to tell whether every one of them needs the rescale."""
     largest = large[0]
     where = f"{largest.partition}/{largest.file_group}" if largest.partition else largest.file_group
     too_big = [g for g in large if g.base_bytes > limit]
-    buckets = table.config.table.buckets
     message = (
         f"{len(large)} file group(s) hold more than compaction.max_file_group_mb ({limit // MIB} MiB) in their latest "
         f"slice, the largest {largest.bytes / MIB:,.0f} MiB ({where}): reading, compacting or erasing it merges "
         f"all of it at once, at about {MEMORY_FACTOR}x its bytes of memory in one process or Spark task"
     )
-    if too_big:
-        # Aim at half the limit, so the file groups have room to grow before the next warning.
-        wanted = buckets * -(-max(g.base_bytes for g in too_big) * 2 // limit)
-        return (
-            f"{message}; {len(too_big)} of them exceed it in their base file alone: the file groups hold too many "
-            f"keys for {buckets} bucket(s), rescale (`stitch rescale --buckets {wanted}`; docs/operations.md, "
-            '"Sizing file groups")'
-        )
-    return f"{message}; their logs piled up: run `stitch compact` (or compact more often)"
+    if not too_big:
+        return f"{message}; their logs piled up: run `stitch compact` (or compact more often)"
+    named = sorted({g.partition for g in too_big})
+    counts = ", ".join(f"{p or '(unpartitioned)'}: {layout.buckets(p)}" for p in named[:SHOWN])
+    counts += ", ..." if len(named) > SHOWN else ""
+    return (
+        f"{message}; {len(too_big)} of them exceed it in their base file alone: the file groups hold too many keys "
+        f"for the bucket count of their partition ({counts}), rescale "
+        f"({'; '.join(rescale_commands(too_big, limit, layout, partitions))}; docs/operations.md, "
+        '"Sizing file groups")'
+    )
+
+
+def rescale_commands(
+    too_big: list[LargeFileGroup], limit: int, layout: BucketLayout, partitions: set[str]
+) -> list[str]:
+    """The `stitch rescale` commands that bring base files back under half of `limit` (room to grow before the next
+    warning), each partition from the count it has now to a multiple of it (each old file group splits into whole
+    new ones: one rescale task per old file group, docs/operations.md, "Rescaling a table's buckets").
+
+    One whole-table command when every partition needs it and all have one count (the largest target, so the
+    partitions created later get it too); otherwise one command per target count, naming its partitions."""
+    wanted: dict[str, int] = {}
+    for group in too_big:
+        factor = -(-group.base_bytes * 2 // limit)
+        wanted[group.partition] = max(wanted.get(group.partition, 0), layout.buckets(group.partition) * factor)
+    if set(wanted) >= partitions and len({layout.buckets(p) for p in partitions}) == 1:
+        return [f"`stitch rescale --buckets {max(wanted.values())}`"]
+    commands = []
+    for buckets in sorted(set(wanted.values())):
+        named = sorted(p for p, n in wanted.items() if n == buckets)
+        flags = " ".join(f"--partition {shlex.quote(p)}" for p in named[:SHOWN])
+        more = f" (and {len(named) - SHOWN} more partitions)" if len(named) > SHOWN else ""
+        commands.append(f"`stitch rescale --buckets {buckets} {flags}`{more}")
+    return commands
 
 
 def _latest_services(
