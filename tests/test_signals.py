@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 from spark_fixtures import ROOT, alive, descendants, ended, run_stitch, stitch, write_config
+from tables import lock_holder_pid
 from typer.testing import CliRunner
 
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
+from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.storage.local import LocalStorage
 from stitchlake.timeline.instant import Action
@@ -37,8 +39,8 @@ def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def new_table(folder: Path, landing: Path) -> tuple[Path, Table]:
-    config = write_config(folder, landing)
+def new_table(folder: Path, landing: Path, **changes: Any) -> tuple[Path, Table]:
+    config = write_config(folder, landing, **changes)
     table = open_table(str(config))
     table.init()
     return config, table
@@ -102,36 +104,65 @@ def live_files(table: Table) -> set[str]:
     return {f.path for f in table.view().live_files()}
 
 
+def hold_back(table: Table, instant: str, job: subprocess.Popen[str]) -> FileSystemLock:
+    """Take the table lock while `instant` is claimed and unpublished, so the job cannot publish until the test
+    lets go: the signal then lands on a job that is writing, however fast or slow the machine. The job's
+    processes are frozen (SIGSTOP) while the test looks; if one of them holds the lock (its claim), they are let
+    go and looked at again a moment later. The lease outlasts anything the test does meanwhile."""
+    gate = FileSystemLock(table.storage, owner="the test holding the ingest back", expire_s=3600)
+    deadline = time.monotonic() + 600  # (only turns a job that keeps the lock for good into a failure)
+    while True:
+        tree = [job.pid, *descendants(job.pid)]
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        try:
+            current = table.timeline().get(instant)
+            assert current is not None and not current.is_completed, "the ingest published before it was held"
+            if lock_holder_pid(table) not in tree:
+                gate.acquire(wait_s=600)
+                return gate
+        finally:
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        assert job.poll() is None, "the ingest ended before the test could hold it back"
+        assert time.monotonic() < deadline, "the ingest held the table lock at every look"
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Path, tmp_path: Path, engine: str) -> None:
-    for attempt in range(4):  # a run that published before the signal could be sent proves nothing: again
-        config, table = new_table(tmp_path / f"attempt-{attempt}", bigger / "landing")
-        with ended(start("ingest", "-c", str(config), "--stream", "orders", "--engine", engine, "--json")) as job:
-            instant = wait_until(lambda: claimed(table), job)  # noqa: B023 - waited for before the next iteration
+    # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
+    lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
+    config, table = new_table(tmp_path, bigger / "landing", concurrency={"lock": lock})
+    with ended(start("ingest", "-c", str(config), "--stream", "orders", "--engine", engine, "--json")) as job:
+        instant = wait_until(lambda: claimed(table), job)
+        assert instant, f"the ingest ended (exit {job.poll()}) before it claimed an instant"
+        # Held back from its claim on: the job writes but cannot publish, so the signal lands inside the ingest.
+        gate = hold_back(table, instant, job)
+        try:
             # The signal must reach a job that is writing, not only the CLI: once the first marker shows, the whole
-            # job is frozen (SIGSTOP) so the test knows it has not published, and the signal waits for it there.
-            writing = instant and wait_until(lambda: marked_files(table.storage, instant), job)  # noqa: B023
+            # job is frozen (SIGSTOP), and the signal waits for it there.
+            assert wait_until(lambda: marked_files(table.storage, instant), job), "the ingest ended before writing"
             below = descendants(job.pid)
-            tree = [job.pid, *below] if writing else []
+            tree = [job.pid, *below]
             for pid in tree:
                 os.kill(pid, signal.SIGSTOP)
             try:
-                current = table.timeline().get(instant) if instant else None
-                unpublished = current is not None and not current.is_completed
+                current = table.timeline().get(instant)
+                assert current is not None and not current.is_completed, "held back, the ingest cannot publish"
                 job.send_signal(signal.SIGTERM)
                 # The CLI alone wakes first and passes the signal on; the job wakes only once it is pending there.
-                # Woken together, a driver about to commit could publish before the CLI's signal reached it.
                 os.kill(job.pid, signal.SIGCONT)
-                wait_until(lambda: all(sigterm_pending(pid) for pid in signalled_by(job.pid, below)), job)  # noqa: B023
+                wait_until(lambda: all(sigterm_pending(pid) for pid in signalled_by(job.pid, below)), job)
             finally:
                 for pid in tree:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGCONT)
-            out, err = job.communicate(timeout=600)
-        if unpublished:
-            break
-    else:
-        pytest.fail("four ingests published before SIGTERM reached them")
+        finally:
+            gate.release()  # the signal is pending everywhere: the job stops before it could take the lock
+        out, err = job.communicate(timeout=600)
     assert job.returncode == 143, err
     failure = json.loads(out)
     assert failure["ok"] is False and failure["exit_code"] == 143 and "SIGTERM" in failure["error"]
