@@ -19,7 +19,7 @@ from stitchlake.concurrency.markers import create_marker
 from stitchlake.config import StreamSpec
 from stitchlake.reading.scan import READ_AHEAD_BYTES, bounded
 from stitchlake.timeline.metadata import DataFile
-from stitchlake.writing.badrows import BadRows, quarantine_rows
+from stitchlake.writing.badrows import Rejected
 from stitchlake.writing.batch import Batch
 from stitchlake.writing.events import Input, LandingEvents, read_input
 from stitchlake.writing.writer import write_file_groups
@@ -43,7 +43,7 @@ class StreamWrite:
 
     files: list[DataFile] = field(default_factory=list)
     rows: int = 0
-    bad: BadRows = field(default_factory=BadRows)
+    bad: Rejected = field(default_factory=Rejected)
     #: Where the time went (seconds; for Spark, summed over tasks): recorded in the commit's `timings` and in
     #: `stitch ingest --json`; the profile `make bench` reports.
     timings: dict[str, float] = field(default_factory=dict)
@@ -98,20 +98,12 @@ class LocalEngine(Engine):
         read: list[LandingEvents] = self.map(
             lambda item: read_input(table, stream, item[1], item[0], instant, mark), list(enumerate(files))
         )
-        bad = BadRows()
-        batches = []
-        for events in read:
-            if events.rejected is not None:
-                bad.rejected.append(events.rejected)
-            if events.batch is not None:
-                bad.add_rows(events.batch.bad)
-                batches.append(events.batch)
-        bad.enforce(table.config.bad_rows)
+        bad = Rejected(rejected=[events.rejected for events in read if events.rejected is not None])
+        batches = [events.batch for events in read if events.batch is not None]
+        bad.apply_policy(table.config.bad_rows, [b.bad for b in batches], table.storage, instant, "local", mark)
         if not batches:
             return StreamWrite(bad=bad)
         batch = Batch.concat(batches)
-        if batch.bad is not None and batch.bad.num_rows:
-            bad.files.append(quarantine_rows(table.storage, instant, batch.bad, "local", mark))
         read_s = time.perf_counter() - started
         written = write_file_groups(table, stream, batch, instant, mark)
         timings = {"read_s": round(read_s, 3), "write_s": round(time.perf_counter() - started - read_s, 3)}

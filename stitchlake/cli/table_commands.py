@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from stitchlake.services.history import InstantListing
     from stitchlake.table.handle import Table
 
-#: The choices typer offers; tests check they equal the library's `Action` and `State`
-#: (spelled out here because importing those would import pyarrow for `--help`).
+#: The choices typer offers; tests check they equal the library's `Action` and `State`. Spelled out because the
+#: CLI imports no `stitchlake.timeline` module (an import-linter contract); typer would take the enums themselves.
 ActionName = Literal[
     "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish", "rescale"
 ]

@@ -28,7 +28,7 @@ from stitchlake.errors import ConflictError
 from stitchlake.paths import MARKERS_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import DataFile, DeltaCommit, DeltaCommitPlan, RewritePlan
+from stitchlake.timeline.metadata import HOLDS_FILE_GROUPS, DataFile, DeltaCommit, DeltaCommitPlan, RewritePlan
 from stitchlake.timeline.timeline import Timeline
 
 #: A file group: (partition path, file group id).
@@ -86,7 +86,7 @@ def check_completed_and_planned(
                 f"deltacommit {other.requested} of stream {stream} completed while this write ran and wrote {where} "
                 "too (concurrency.mode: optimistic); nothing was published — run again"
             )
-    for other in timeline.pending([Action.COMPACTION, Action.ERASE]):
+    for other in timeline.pending(HOLDS_FILE_GROUPS):
         plan = timeline.plan(other)
         if not isinstance(plan, RewritePlan):
             continue

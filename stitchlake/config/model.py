@@ -64,7 +64,8 @@ class NullsMode(StrEnum):
 
 
 class BadRows(StrEnum):
-    """What a bad row does: stop the batch, or set the row aside in `.stitch/quarantine/`."""
+    """What a bad row does: stop the batch, or set the row aside in `.stitch/quarantine/` (the policy's names, defined
+    here only; `writing.badrows` applies them)."""
 
     FAIL = "fail"
     QUARANTINE = "quarantine"

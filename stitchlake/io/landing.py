@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.config import SourceSpec
+from stitchlake.config import SourceFormat, SourceSpec
 from stitchlake.errors import InputRejected, UsageError
 from stitchlake.storage import storage_for
 from stitchlake.storage.registry import absolute, is_uri
@@ -416,8 +416,8 @@ def _json_column(values: list[Any]) -> pa.Array:
 
 #: Every landing format by its `format:` name (Kafka streams read a topic, not files, and have no entry).
 FORMATS: dict[str, LandingFormat] = {
-    "parquet": LandingFormat((".parquet", ".parq"), _read_parquet),
-    "json": LandingFormat((".json", ".jsonl", ".ndjson"), _read_json, absent=_json_absent),
-    "csv": LandingFormat((".csv", ".tsv"), _read_csv),
-    "avro": LandingFormat((".avro",), _read_avro),
+    SourceFormat.PARQUET: LandingFormat((".parquet", ".parq"), _read_parquet),
+    SourceFormat.JSON: LandingFormat((".json", ".jsonl", ".ndjson"), _read_json, absent=_json_absent),
+    SourceFormat.CSV: LandingFormat((".csv", ".tsv"), _read_csv),
+    SourceFormat.AVRO: LandingFormat((".avro",), _read_avro),
 }

@@ -26,7 +26,7 @@ from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditi
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import IN_CHANGE_FEED, EraseCommit, UndoPlan
+from stitchlake.timeline.metadata import IN_CHANGE_FEED, UNDOES_HISTORY, EraseCommit, UndoPlan
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -111,15 +111,12 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
     """
     span = timeline.completed(since=since, until=until)
     for instant in span:
-        if instant.action == Action.RESTORE:
+        if instant.action in UNDOES_HISTORY and _undoes_commits(timeline.plan(instant)):
+            # A restore always takes commits back; a rollback only when it undid a completed one.
+            what = "" if instant.action == Action.RESTORE else " of a completed commit"
             raise UsageError(
-                f"the range contains restore {instant.requested}, which rewrote history; read changes from after "
-                "it instead"
-            )
-        if instant.action == Action.ROLLBACK and _undoes_commits(timeline.plan(instant)):
-            raise UsageError(
-                f"the range contains rollback {instant.requested} of a completed commit, which rewrote history; "
-                "read changes from after it instead"
+                f"the range contains {instant.action} {instant.requested}{what}, which rewrote history; read changes "
+                "from after it instead"
             )
     return [i for i in span if i.action in IN_CHANGE_FEED]
 

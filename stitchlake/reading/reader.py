@@ -19,7 +19,7 @@ from stitchlake.reading.filters import Filter, prune
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time, snapshot_scan, wanted_columns
 from stitchlake.table.transaction import undoes_history
-from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def _warn_if_undoing(timeline: Timeline) -> None:
     """Say so when a restore (or a rollback of commits) is pending: the rows read are a state partway through it,
     and the next read after it finishes will differ. A read never finishes it; its own process, or `stitch
     rollback --failed` after a crash, does."""
-    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
+    for instant in timeline.pending(UNDOES_HISTORY):
         if undoes_history(timeline, instant):
             log.warning(
                 "%s %s is undoing commits and has not finished: this read shows the table partway through it "

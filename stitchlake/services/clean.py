@@ -23,7 +23,7 @@ from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import REWRITES, CleanCommit, CleanPlan, RewritePlan
+from stitchlake.timeline.metadata import REWRITES, WRITES_DATA, CleanCommit, CleanPlan, RewritePlan
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from stitchlake.table.handle import Table
 
 POLICIES = ("keep_latest_commits", "keep_latest_file_versions", "keep_latest_hours")
-DATA_ACTIONS = (Action.DELTACOMMIT, Action.COMPACTION, Action.ERASE, Action.RESCALE)
 
 #: Deletes paths (the Spark engine distributes this; in-process it is a plain loop).
 Deleter = Callable[[list[str]], int]
@@ -62,7 +61,7 @@ def retention_start(timeline: Timeline, policy: str, retain: int, now_ms: int | 
     """The earliest time reads must still work at, for the time-based policies (None: keep everything)."""
     if policy == "keep_latest_hours":
         return from_millis((now_millis() if now_ms is None else now_ms) - retain * 3_600_000)
-    done = timeline.completed(DATA_ACTIONS)
+    done = timeline.completed(WRITES_DATA)
     if len(done) <= retain:
         return None
     return done[-retain].completed

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from stitchlake.config import SourceFormat
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import ConflictError, InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
+from stitchlake.io.landing import FORMATS as LANDING_FORMATS
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
@@ -67,7 +69,12 @@ class EraseResult:
     published: list[Published] = field(default_factory=list)
 
 
-KEY_FILE_FORMATS = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+#: Key files (Parquet, CSV or JSON lines) are read by the landing readers, under the names those readers take.
+KEY_FILE_FORMATS = {
+    extension: str(name)
+    for name in (SourceFormat.PARQUET, SourceFormat.CSV, SourceFormat.JSON)
+    for extension in LANDING_FORMATS[name].extensions
+}
 
 
 def load_keys(location: str, options: Mapping[str, str] | None = None) -> pa.Table:

@@ -1,8 +1,9 @@
 """Recovery of failed work: instants whose process died (expired heartbeat) are rolled back or finished.
 
-What to do with a dead instant depends on its action, in one registry: crashed compactions are reset to run
-again, crashed rollbacks, cleans and restores are finished from their recorded plans (half a deletion cannot
-be taken back), every other failed write is rolled back. Never a live writer's.
+What to do with a dead instant depends on its action, in the action registry (`ActionKind.recovery`): crashed
+compactions and rescales are reset to run again, crashed rollbacks, cleans and restores are finished from their
+recorded plans (half a deletion cannot be taken back), every other failed write is rolled back. Never a live
+writer's.
 """
 
 from __future__ import annotations
@@ -16,17 +17,14 @@ from stitchlake.services.rollback import RollbackResult, expired, finish_rollbac
 from stitchlake.table.transaction import undone_by
 from stitchlake.timeline.archive import horizon_of
 from stitchlake.timeline.instant import Action, Instant, State
-from stitchlake.timeline.metadata import kind_of
+from stitchlake.timeline.metadata import Recovery, kind_of
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
 
-#: Actions run again from their plan after a crash (reset: partial files deleted, plan kept), never undone: a
-#: compaction, and a rescale (`stitch rescale --resume` runs it; writers of its partitions are fenced until then).
-RESUMABLE = (Action.COMPACTION, Action.RESCALE)
-
-#: How a crashed instant of an action that is finished rather than undone is finished.
+#: How a crashed instant is finished, for each action whose `ActionKind.recovery` is `Recovery.FINISH` (a test keeps
+#: the keys equal to those actions).
 FINISHERS: dict[str, Callable[[Table, Instant], object]] = {
     Action.ROLLBACK: finish_rollback,
     Action.CLEAN: finish_clean,
@@ -46,16 +44,18 @@ def archive_leftovers(table: Table, timeline: Timeline) -> list[Instant]:
 
 
 def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], list[Instant], list[Instant]]:
-    """Pending instants whose writer is dead: (to roll back, crashed compactions to reset, ones to finish)."""
+    """Pending instants whose writer is dead: (to roll back, crashed compactions and rescales to reset,
+    ones to finish)."""
     targets, resets, unfinished = [], [], []
     leftovers = {i.requested for i in archive_leftovers(table, timeline)}
     for instant in timeline.pending():
         if instant.requested in leftovers or not expired(table, instant):
             continue
-        if instant.action in RESUMABLE:
+        recovery = kind_of(instant.action).recovery
+        if recovery is Recovery.RERUN:
             if instant.state is State.INFLIGHT:
                 resets.append(instant)
-        elif kind_of(instant.action).finished_not_undone:
+        elif recovery is Recovery.FINISH:
             unfinished.append(instant)
         else:
             targets.append(instant)

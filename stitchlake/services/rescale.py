@@ -50,6 +50,7 @@ from stitchlake.table.transaction import Transaction, pending_rescales
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
+    HOLDS_FILE_GROUPS,
     DataFile,
     FileGroupRef,
     FileSlice,
@@ -144,7 +145,7 @@ def schedule(table: Table, buckets: int, partitions: list[str] | None = None) ->
 def _refuse_pending_rewrites(timeline: Timeline, partitions: set[str]) -> None:
     """A compaction or erase still pending on a partition to rescale would write old-layout files after it: refuse
     (exit 4) and say how to finish it."""
-    for instant in timeline.pending([Action.COMPACTION, Action.ERASE]):
+    for instant in timeline.pending(HOLDS_FILE_GROUPS):
         plan = timeline.plan(instant)
         touched = sorted({p for p, _ in plan.groups} & partitions) if isinstance(plan, RewritePlan) else []
         if touched:

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from stitchlake.config import StreamSpec
+from stitchlake.config import BadRows, StreamSpec
 from stitchlake.engine import Engine, StreamWrite, marker_for
 from stitchlake.spark.errors import recovered
 from stitchlake.timeline.metadata import DataFile, QuarantinedFile
-from stitchlake.writing.badrows import FAIL, BadRows, quarantine_rows
+from stitchlake.writing.badrows import Rejected
 from stitchlake.writing.batch import Batch
 from stitchlake.writing.events import Input, read_input
 from stitchlake.writing.writer import before_writing, route, write_file_group
@@ -114,7 +114,8 @@ class SparkEngine(Engine):
         context = self.spark.sparkContext
         shares = balanced(files, max(1, min(len(files), self.cores * TASKS_PER_CORE)))
         writers = max(1, self.cores * TASKS_PER_CORE)
-        fail = table.config.bad_rows == FAIL
+        policy = table.config.bad_rows
+        fail = policy == BadRows.FAIL
         compression = self.shuffle_compression
 
         def read(share: Iterable[list[tuple[int, Input]]]) -> Iterator[tuple[Any, Any]]:
@@ -160,14 +161,11 @@ class SparkEngine(Engine):
                 else:
                     groups.setdefault(key, []).append(value)
             clock.lap("shuffle_read_s")
-            bad = BadRows(rejected=rejected)
-            if bad_parts:
-                rows = pa.concat_tables(bad_parts, promote_options="permissive")
-                bad.add_rows(rows)
-                if not fail:
-                    task = TaskContext.get()
-                    tag = f"spark-{task.partitionId() if task else 0}"
-                    bad.files.append(quarantine_rows(table.storage, instant, rows, tag, mark))
+            bad = Rejected(rejected=rejected)
+            task = TaskContext.get()
+            tag = f"spark-{task.partitionId() if task else 0}"
+            # `fail` is enforced on the driver, whose one message counts every task's bad rows.
+            bad.apply_policy(policy, bad_parts, table.storage, instant, tag, mark, enforce=False)
             yield "bad", bad
             if fail and bad:
                 return
@@ -194,8 +192,7 @@ class SparkEngine(Engine):
             else:
                 assert isinstance(value, DataFile)
                 out.files.append(value)
-        if fail and out.bad:
-            raise out.bad.rejection()
+        out.bad.enforce(policy)
         out.files.sort(key=lambda f: f.path)
         return out
 

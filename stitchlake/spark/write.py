@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from stitchlake.spark.tables import open_for_spark
-from stitchlake.writing.badrows import BadRows
+from stitchlake.writing.badrows import Rejected
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,7 +36,7 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 class FilesWritten(WriterCommitMessage):
     files: list[DataFile] = field(default_factory=list)
     rows: int = 0
-    bad: BadRows = field(default_factory=BadRows)
+    bad: Rejected = field(default_factory=Rejected)
     #: The instant the task wrote into (streaming: found per micro-batch by the task), None if it wrote nothing.
     instant: str | None = None
 
@@ -170,7 +170,6 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
 
     from stitchlake.engine import marker_for
     from stitchlake.io.landing import positions
-    from stitchlake.writing.badrows import quarantine_rows
     from stitchlake.writing.batch import prepare
     from stitchlake.writing.writer import write_file_groups
 
@@ -190,11 +189,8 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
         fill=table.late_columns(stream_name),
     )
     mark = marker_for(table, instant)
-    bad = BadRows()
-    bad.add_rows(batch.bad)
-    bad.enforce(table.config.bad_rows)
-    if bad:
-        bad.files.append(quarantine_rows(table.storage, instant, batch.bad, f"spark-{partition}", mark))
+    bad = Rejected()
+    bad.apply_policy(table.config.bad_rows, [batch.bad], table.storage, instant, f"spark-{partition}", mark)
     _beat(table, instant)
     files = write_file_groups(table, stream, batch, instant, mark)
     _beat(table, instant)
@@ -215,7 +211,7 @@ def publish(
     from stitchlake.writing.writer import deltacommit
 
     written = [m for m in messages if isinstance(m, FilesWritten)]
-    bad = BadRows()
+    bad = Rejected()
     for message in written:
         bad.merge(message.bad)
     txn = Transaction.attach(table, instant)

@@ -25,6 +25,7 @@ from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import (
+    UNDOES_HISTORY,
     Commit,
     DataFile,
     DeltaCommit,
@@ -145,8 +146,9 @@ class Transaction:
         try:
             with table.lock() as lock:
                 timeline = Timeline.load(storage)
-                if action != Action.ROLLBACK:
-                    refuse_while_undoing(timeline, PLANNING.get(action, f"begin a {action}"))
+                planning = kind_of(action).refused_while_undoing
+                if planning is not None:
+                    refuse_while_undoing(timeline, planning)
                 if action == Action.DELTACOMMIT:
                     refuse_while_rescaling(timeline)
                 if exclusive_stream:
@@ -382,20 +384,6 @@ def inflight_attempt(table: Table, instant: Instant) -> str | None:
     return mark.attempt if mark is not None else None
 
 
-#: What an action that plans on history is refused while a restore or rollback undoes it ("nothing can ...").
-PLANNING: dict[str, str] = {
-    Action.DELTACOMMIT: "ingest or write",
-    Action.COMPACTION: "schedule a compaction",
-    Action.ERASE: "erase",
-    Action.SAVEPOINT: "create a savepoint",
-    Action.RESTORE: "restore",
-    Action.CLEAN: "clean",
-    Action.ALTER: "alter the table",
-    Action.PUBLISH: "publish the table",
-    Action.RESCALE: "rescale the table",
-}
-
-
 def undoes_history(timeline: Timeline, instant: Instant) -> bool:
     """A restore, or a rollback that takes back a completed commit (not one that only clears failed writes)."""
     plan = timeline.plan(instant)
@@ -409,7 +397,7 @@ def refuse_while_undoing(timeline: Timeline, what: str) -> None:
     their landing files. An ingest begun meanwhile would take later files first (a state that never existed);
     a compaction or erase would merge files about to vanish; a savepoint would pin a state that is going away.
     """
-    for instant in timeline.pending([Action.RESTORE, Action.ROLLBACK]):
+    for instant in timeline.pending(UNDOES_HISTORY):
         if undoes_history(timeline, instant):
             raise BusyError(
                 f"{instant.action} {instant.requested} is undoing commits, so nothing can {what} right now; "
@@ -419,7 +407,7 @@ def refuse_while_undoing(timeline: Timeline, what: str) -> None:
 
 def undone_since(timeline: Timeline, requested: str) -> Instant | None:
     """A restore or a rollback of a commit requested after `requested`, pending or completed."""
-    for instant in timeline.filter([Action.RESTORE, Action.ROLLBACK]):
+    for instant in timeline.filter(UNDOES_HISTORY):
         if instant.requested > requested and undoes_history(timeline, instant):
             return instant
     return None
@@ -427,7 +415,7 @@ def undone_since(timeline: Timeline, requested: str) -> Instant | None:
 
 def undone_by(timeline: Timeline, requested: str) -> str | None:
     """The pending rollback or restore whose plan undoes or resets `requested`, if any."""
-    for instant in timeline.pending([Action.ROLLBACK, Action.RESTORE]):
+    for instant in timeline.pending(UNDOES_HISTORY):
         plan = timeline.plan(instant)
         if isinstance(plan, UndoPlan) and plan.covers(requested):
             return f"{instant.action} {instant.requested}"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from stitchlake.config import BadRows
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
 from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
@@ -26,8 +27,6 @@ from stitchlake.writing.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
 
 #: Rows shown in a message (and carried back from Spark tasks) besides the counts.
 SAMPLE_ROWS = 3
-FAIL = "fail"
-QUARANTINE = "quarantine"
 TO_CHANGE_POLICY = "set bad_rows: quarantine to set bad rows aside and keep the rest"
 FILE_TO_DO = (
     "fix or replace the file (or move it out of the landing folder), or set bad_rows: quarantine to set such "
@@ -36,7 +35,7 @@ FILE_TO_DO = (
 
 
 @dataclass
-class BadRows:
+class Rejected:
     """What was rejected in one write: counts per reason, a few examples, and what was set aside where."""
 
     by_reason: Counter[str] = field(default_factory=Counter)
@@ -61,7 +60,7 @@ class BadRows:
         if room > 0:
             self.sample += bad.slice(0, room).to_pylist()
 
-    def merge(self, other: BadRows) -> None:
+    def merge(self, other: Rejected) -> None:
         self.by_reason.update(other.by_reason)
         self.sample = (self.sample + other.sample)[:SAMPLE_ROWS]
         self.files += other.files
@@ -81,11 +80,39 @@ class BadRows:
             parts.append(f"{len(self.rejected)} unreadable landing file(s): {shown}")
         return "; ".join(parts)
 
-    def enforce(self, policy: str) -> None:
+    def enforce(self, policy: BadRows) -> None:
         """The `bad_rows` policy, before anything is written: `fail` refuses the whole batch when it has a bad
         row or an unreadable file (exit 5); `quarantine` lets it through, the bad ones set aside."""
-        if self and policy == FAIL:
+        if self and policy == BadRows.FAIL:
             raise self.rejection()
+
+    def apply_policy(
+        self,
+        policy: BadRows,
+        rows: Sequence[pa.Table | None],
+        storage: Storage,
+        instant: str,
+        tag: str,
+        mark: Callable[[str], None],
+        *,
+        enforce: bool = True,
+    ) -> None:
+        """One writer's bad rows (a table per file or batch it read, in order) under the policy, before it writes:
+        counted, then `fail` refuses the write (exit 5) and `quarantine` sets them aside as one file of this writer
+        (`tag`). Every writer, in every engine, calls this.
+
+        `enforce=False` counts without refusing: a Spark task leaves that to the driver, whose one message then
+        counts every task's rows (`enforce` there)."""
+        for part in rows:
+            self.add_rows(part)
+        if policy == BadRows.FAIL:
+            if enforce:
+                self.enforce(policy)
+            return
+        present = [part for part in rows if part is not None and part.num_rows]
+        if present:
+            aside = present[0] if len(present) == 1 else pa.concat_tables(present, promote_options="permissive")
+            self.files.append(quarantine_rows(storage, instant, aside, tag, mark))
 
     def rejection(self) -> InputRejected:
         """`bad_rows: fail`: one error naming the first bad row's file and column (for `--json` too)."""

@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stitchlake.config import SourceFormat, StreamSpec
+from stitchlake.config import BadRows, SourceFormat, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io import kafka
 from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
-from stitchlake.writing.badrows import QUARANTINE, file_rejection, quarantine_file
+from stitchlake.writing.badrows import file_rejection, quarantine_file
 from stitchlake.writing.batch import REASON, ROW, SOURCE, Batch, prepare, required_columns
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def from_landing(
         )
         batch = _carry_defaults(batch, read.absent, defaults)
     except InputRejected as exc:
-        if table.config.bad_rows != QUARANTINE:
+        if table.config.bad_rows != BadRows.QUARANTINE:
             raise file_rejection(exc) from None
         try:
             raw: bytes | None = storage_for(file.root, options).read_bytes(file.path)

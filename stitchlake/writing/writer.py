@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DataFile, DeltaCommit, DeltaCommitPlan
 from stitchlake.types import orders_by_rank
-from stitchlake.writing.badrows import BadRows, quarantine_rows
+from stitchlake.writing.badrows import Rejected
 from stitchlake.writing.batch import Batch, prepare
 
 if TYPE_CHECKING:
@@ -185,13 +185,14 @@ def deltacommit(
     instant: str,
     files: Sequence[DataFile],
     rows: int,
-    bad: BadRows,
-    engine: str,
+    bad: Rejected,
+    engine: str | None,
     **fields: Any,
 ) -> DeltaCommit:
     """The commit of one write of `stream`: its files, rows and bad rows, and the quarantine folder when anything was
-    set aside (bad rows, or whole landing files that could not be read). `fields` are the source's own (landing
-    files read, Kafka offsets, a micro-batch, ...). Every writer builds its commit here."""
+    set aside (bad rows, or whole landing files that could not be read). `engine` is the job engine whose tasks wrote
+    the files (None for `write`, which is no job). `fields` are the source's own (landing files read, Kafka offsets,
+    a micro-batch, `extra`, ...). Every writer builds its commit here, `write` included."""
     return DeltaCommit(
         schema_version=table.schema_version,
         stream=stream,
@@ -212,7 +213,6 @@ def write(
     data: pa.Table | Batch,
     *,
     source: str = "input",
-    commit: DeltaCommit | None = None,
     metadata: dict[str, Any] | None = None,
     exclusive: bool = False,
     txn: Transaction | None = None,
@@ -234,25 +234,13 @@ def write(
             if isinstance(data, Batch)
             else prepare(table.config, stream, data, source=source, fill=table.late_columns(stream_name))
         )
-        bad = BadRows()
-        bad.add_rows(batch.bad)
-        bad.enforce(table.config.bad_rows)
-        if bad:
-            bad.files.append(quarantine_rows(table.storage, txn.time, batch.bad, "api", txn.mark))
+        bad = Rejected()
+        bad.apply_policy(table.config.bad_rows, [batch.bad], table.storage, txn.time, "api", txn.mark)
         files = write_file_groups(table, stream, batch, txn.time, txn.mark)
-        instant: Instant = txn.complete(
-            replace(
-                commit or DeltaCommit(),
-                schema_version=table.schema_version,
-                extra={**(commit.extra if commit else {}), **(metadata or {})},
-                stream=stream_name,
-                added=tuple(files),
-                rows=batch.rows.num_rows,
-                bad_rows=batch.bad_count,
-                quarantine=quarantine_folder(txn.time) if bad else None,
-                quarantine_files=tuple(bad.files),
-            )
+        commit = deltacommit(
+            table, stream_name, txn.time, files, batch.rows.num_rows, bad, None, extra=dict(metadata or {})
         )
+        instant: Instant = txn.complete(commit)
     except BaseException:
         if own:
             txn.abort()
