@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from stitchlake.services.rollback import RollbackResult
     from stitchlake.services.savepoint import Savepoint
     from stitchlake.services.status import StatusReport
+    from stitchlake.services.streaming import StreamResult
     from stitchlake.writing.writer import WriteResult
 
 
@@ -205,6 +206,31 @@ class Table(CoreTable):
             reingest_changed,
             max_records=max_records,
             reset_offsets=reset_offsets,
+        )
+
+    def stream(
+        self,
+        stream: str,
+        *,
+        available_now: bool = False,
+        files_per_trigger: int | None = None,
+        trigger_interval_s: float | None = None,
+        records_per_trigger: int | None = None,
+        checkpoint: str | None = None,
+    ) -> JobRun[StreamResult]:
+        """Follow the stream's source with a Structured Streaming job on Spark, as `stitch stream` does
+        (`stitchlake.jobs.launch.stream`): it runs until the process is stopped, or with `available_now` until
+        what is there now is ingested."""
+        from stitchlake.jobs import launch
+
+        return launch.stream(
+            self,
+            stream,
+            files_per_trigger=files_per_trigger,
+            trigger_interval_s=trigger_interval_s,
+            records_per_trigger=records_per_trigger,
+            available_now=available_now,
+            checkpoint=checkpoint,
         )
 
     @overload

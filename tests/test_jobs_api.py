@@ -14,7 +14,7 @@ import yaml
 from spark_fixtures import write_config
 
 import stitchlake
-from stitchlake.errors import BusyError, ConflictError, UsageError
+from stitchlake.errors import BusyError, ConfigError, ConflictError, UsageError
 from stitchlake.jobs import launch
 from stitchlake.jobs.requests import (
     REQUESTS,
@@ -32,6 +32,7 @@ from stitchlake.services.erase import EraseResult
 from stitchlake.services.ingest import IngestResult, claim
 from stitchlake.services.publish import PublishDeferred, PublishResult
 from stitchlake.services.restore import RestoreResult
+from stitchlake.services.streaming import StreamResult
 from stitchlake.timeline.savepoints import Savepoint
 
 pytestmark = pytest.mark.spark
@@ -137,6 +138,21 @@ def test_job_results_survive_the_trip_through_the_result_file() -> None:
     for request, result in cases:
         trip = json.loads(json.dumps(plain(result)))
         assert decode(request, trip) == result, request
+
+
+def test_a_stream_is_followed_from_python_as_stitch_stream_does(demo_data: Path, tmp_path: Path) -> None:
+    """`Table.stream` launches the Structured Streaming job (`stitch stream`); `available_now` ingests what is there
+    in micro-batches and stops, each batch exactly once, so the table equals an in-process ingest."""
+    landing = demo_data / "landing"
+    reference = _table(tmp_path / "reference", landing)
+    ingested = reference.ingest("orders", engine="local").result
+    table = _table(tmp_path / "streamed", landing)
+    run = table.stream("orders", available_now=True, files_per_trigger=1)
+    assert isinstance(run.result, StreamResult) and run.engine == "spark", run
+    assert run.result.batches >= 2 and run.result.rows == ingested.rows, (run, ingested)
+    assert table.read().sort_by("order_id").equals(reference.read().sort_by("order_id"))
+    with pytest.raises(ConfigError, match="unknown stream"):
+        table.stream("nope", available_now=True)
 
 
 def test_a_conflict_is_run_again_up_to_the_retries_given(demo_data: Path, tmp_path: Path) -> None:

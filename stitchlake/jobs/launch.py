@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from stitchlake.services.erase import EraseResult
     from stitchlake.services.ingest import IngestResult
     from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.streaming import StreamResult
     from stitchlake.table.handle import Table
     from stitchlake.table.transaction import Transaction
 
@@ -213,6 +214,39 @@ def ingest(
         if taken is not None:
             abort_unless_published(table, taken, exc)
         raise
+
+
+# ------------------------------------------------------------------------------------------------ stream
+
+
+def stream(
+    table: Table,
+    stream: str,
+    *,
+    files_per_trigger: int | None = None,
+    trigger_interval_s: float | None = None,
+    records_per_trigger: int | None = None,
+    available_now: bool = False,
+    checkpoint: str | None = None,
+    graceful_stop_s: float | None = None,
+    progress: Progress = None,
+) -> JobRun[StreamResult]:
+    """Follow a stream's source (landing folder or Kafka topic) with one Structured Streaming job under
+    spark-submit, each micro-batch one exactly-once ingest; `available_now` ingests what is there, then stops.
+    It runs until stopped: SIGTERM (or `graceful_stop_s` after it) ends it after the running batch."""
+    from stitchlake.jobs.requests import StreamRequest
+
+    if table.config.stream(stream).source is None:
+        raise UsageError(f"stream {stream} has no `source:` in the config; `stitch stream` follows that source")
+    request = StreamRequest(
+        stream,
+        files_per_trigger=files_per_trigger,
+        trigger_interval_s=trigger_interval_s,
+        records_per_trigger=records_per_trigger,
+        available_now=available_now,
+        checkpoint=checkpoint,
+    )
+    return execute(table, request, EngineChoice.spark, graceful_stop_s=graceful_stop_s, progress=progress)
 
 
 # ----------------------------------------------------------------------------------------------- compact
