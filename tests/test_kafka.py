@@ -32,7 +32,7 @@ from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, wri
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
-from stitchlake.paths import TIMELINE_DIR
+from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
 
@@ -210,6 +210,90 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
     ends = {p: sum(1 for q, _ in orders if q == p) for p in range(PARTITIONS["orders"])}
     assert_tiled(table, "orders", ends)
     assert sum(c.rows for c in commits(table, "orders")) == len(orders), "an event was ingested twice"
+
+
+def test_an_ingest_frozen_past_its_heartbeat_cannot_publish_offsets_another_run_consumed(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """Retries and overlapping cron runs: a real `stitch ingest` is frozen (SIGSTOP) once it has planned its offset
+    ranges and started writing; its heartbeat expires, so a second run, presumed alone, reads and publishes the
+    same offsets. Resumed, the first one must refuse to publish (exit 3, `offsets.still_unconsumed`): publishing
+    would ingest every one of those records twice."""
+    topic = new_topic(kafka_broker, "orders", 2)
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    markers = Path(table.storage.describe(MARKERS_DIR))
+    produced = 0
+    frozen: subprocess.Popen[str] | None = None
+    instant = ""
+    for attempt in range(5):
+        more = 20_000 * (attempt + 1)
+        broker.produce(kafka_broker, topic, [(k % 2, _order(k)) for k in range(produced, produced + more)])
+        produced += more
+        job = subprocess.Popen(
+            stitch("ingest", "-c", str(config), "--stream", "orders", "--json"),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # Frozen by progress: once its first data file is marked, its ranges are planned under its claim.
+            while job.poll() is None and not (markers.is_dir() and os.listdir(markers)):
+                time.sleep(0.002)
+            os.kill(job.pid, signal.SIGSTOP)
+            for pid in descendants(job.pid):
+                os.kill(pid, signal.SIGSTOP)
+            pending = pending_writes(table)
+            if job.poll() is None and pending and not _holds_the_lock(table):
+                frozen, instant = job, pending[0]
+                break
+            # It got to its publish first (a fast machine): let it finish; more records, and again.
+            for pid in [job.pid, *descendants(job.pid)]:
+                os.kill(pid, signal.SIGCONT)
+            job.communicate(timeout=600)
+        except BaseException:
+            kill_tree(job)
+            raise
+    assert frozen is not None and instant, "every ingest finished before it could be frozen"
+    try:
+        wait_for("the frozen ingest's heartbeat to expire", lambda: _ingest_once(config, "orders"))
+        taken = commits(table, "orders")[-1]
+        assert taken.rows + sum(c.rows for c in commits(table, "orders")[:-1]) == produced, "it read them all"
+        for pid in [frozen.pid, *descendants(frozen.pid)]:
+            os.kill(pid, signal.SIGCONT)
+        _out, err = frozen.communicate(timeout=900)
+    finally:
+        if frozen.poll() is None:
+            kill_tree(frozen)
+    assert frozen.returncode == 3, err[-3000:]
+    assert f"were ingested by instant {taken_instant(table)} of another process while it ran" in err, err[-3000:]
+    assert not any(i == instant for i in pending_writes(table)), "the refused run undid its claim"
+    assert instant not in [i.requested for i in table.timeline().completed([Action.DELTACOMMIT])]
+    assert_tiled(table, "orders", {0: produced // 2, 1: produced // 2})
+    assert sum(c.rows for c in commits(table, "orders")) == produced, "an event was ingested twice"
+    assert len(stitchlake.read(str(config))) == produced
+
+
+def _holds_the_lock(table: Table) -> bool:
+    """Whether someone holds the table lock now (a writer frozen there was publishing)."""
+    from stitchlake.errors import BusyError
+
+    probe = table.lock()
+    try:
+        probe.acquire(wait_s=0)
+    except BusyError:
+        return True
+    probe.release()
+    return False
+
+
+def taken_instant(table: Table) -> str:
+    """The newest completed deltacommit's requested time."""
+    return table.timeline().completed([Action.DELTACOMMIT])[-1].requested
+
+
+def _order(key: int) -> bytes:
+    return as_json({"order_id": key, "order_date": "2026-11-20", "amount": 1.0, "order_ts": "2026-11-20T10:00:00Z"})
 
 
 def _ingest_until_done(config: Path, stream: str) -> bool:
@@ -434,7 +518,7 @@ def test_avro_values_with_the_configured_writer_schema(kafka_broker: str, tmp_pa
 
 def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_broker: str, tmp_path: Path) -> None:
     topic = new_topic(kafka_broker, "orders", 2)
-    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
 
     def orders(keys: range, amount: float) -> list[tuple[int, bytes | None]]:
         rows = [
@@ -456,14 +540,29 @@ def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_br
     rolled = run_stitch("rollback", "-c", str(config), "--stream", "orders")
     assert rolled.returncode == 0, rolled.stderr
     assert ingest(config, "orders")["records"] == 10, "the rollback rewound them too"
-    for _ in range(12):  # enough instants to archive
-        broker.produce(kafka_broker, topic, orders(range(100 + _, 101 + _), 2.0))
+
+    def on(partition: int, keys: range) -> list[tuple[int, bytes | None]]:
+        return [(partition, value) for _p, value in orders(keys, 2.0)]
+
+    # Partition 1 is written once more, then only partition 0, in enough instants that the archive takes every
+    # commit that recorded partition 1: where it goes on is then known from the archive's checkpoint alone.
+    broker.produce(kafka_broker, topic, on(1, range(99, 100)))
+    last_of_1 = ingest(config, "orders")["offsets"]
+    assert last_of_1 == [f"{topic}/1:10-11"], last_of_1
+    for n in range(12):
+        broker.produce(kafka_broker, topic, on(0, range(100 + n, 101 + n)))
         ingest(config, "orders")
     assert run_stitch("savepoint", "delete", "-c", str(config), "--name", "before").returncode == 0
     archived = run_stitch("archive", "-c", str(config), "--keep", "10", "--json")
     assert archived.returncode == 0 and json.loads(archived.stdout)["archived"] > 0, archived.stdout + archived.stderr
+    still_active = [c for c in commits(table, "orders") if any(r.partition == 1 for r in c.offsets)]
+    assert not still_active, "partition 1's offsets must live only in archived instants"
     assert ingest(config, "orders")["message"].startswith("nothing to ingest"), "the checkpoint keeps the offsets"
-    assert len(stitchlake.read(str(config))) == 32
+    broker.produce(kafka_broker, topic, on(1, range(200, 203)) + on(0, range(203, 205)))
+    done = ingest(config, "orders")
+    assert done["records"] == 5, done
+    assert sorted(done["offsets"]) == [f"{topic}/0:22-24", f"{topic}/1:11-14"], "partition 1 goes on exactly"
+    assert len(stitchlake.read(str(config))) == 20 + 1 + 12 + 5
 
 
 def test_a_drawn_cluster_id_is_never_read_as_an_option() -> None:
