@@ -10,6 +10,7 @@ lost, none repeated" means for a log.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -25,9 +26,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from script_modules import load_script
-from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
@@ -360,6 +362,9 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
                 "the killed batch's heartbeat to expire", lambda: _ingest_once(config, "orders", "--max-records", "200")
             )
     assert kills == 2
+    # A restart must not count on Spark starting slower than the killed batch's heartbeat expires (its beats from
+    # Spark tasks name no process): wait for the expiry, read from the heartbeat, as docs/operations.md says.
+    wait_for("the killed batch's heartbeat to expire", lambda: writers_presumed_dead(table))
     last = subprocess.run(stitch(*args, "--available-now"), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert last.returncode == 0, last.stderr[-3000:]
     for stream in ("payments", "shipments"):
@@ -372,6 +377,14 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
     assert sum(c.rows for c in commits(table, "orders")) == len(orders), "an event was ingested twice"
     assert any(c.stream_batch is not None and c.engine == "spark" for c in commits(table, "orders"))
     assert compare(stitchlake.read(str(config)), demo_data / "truth.parquet") == []
+
+
+def writers_presumed_dead(table: Table) -> bool:
+    """Whether every pending deltacommit's heartbeat says its writer is dead (expired, or its process gone)."""
+    from stitchlake.concurrency.heartbeat import is_expired
+
+    expire = table.config.concurrency.heartbeat.expire_s
+    return all(is_expired(table.storage, instant, expire) for instant in pending_writes(table))
 
 
 def _ingest_once(config: Path, stream: str, *more: str) -> bool:
@@ -563,6 +576,90 @@ def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_br
     assert done["records"] == 5, done
     assert sorted(done["offsets"]) == [f"{topic}/0:22-24", f"{topic}/1:11-14"], "partition 1 goes on exactly"
     assert len(stitchlake.read(str(config))) == 20 + 1 + 12 + 5
+
+
+#: A Kafka client secret: given only to the `stitch` processes a test starts (never to this pytest process, so
+#: never to the Spark cluster's worker), as `${STITCH_TEST_KAFKA_SASL_PASSWORD}` in the config.
+KAFKA_SECRET = "kafka-S3cr3t-29-value"
+SECRET_VARIABLE = "STITCH_TEST_KAFKA_SASL_PASSWORD"
+
+
+@pytest.mark.spark
+@pytest.mark.cluster
+def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_nowhere(
+    kafka_broker: str, spark_master: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`sasl.password: ${VAR}` on a SASL-free broker (the client accepts and ignores it), the variable set only in
+    the `stitch` commands' environment. A Spark ingest on a standalone cluster works, so its executors (started by a
+    worker that never had the variable) got it from the launcher, or `client_settings` would have failed there
+    ("environment variable ... is not set"). The secret's value is nowhere: not in `validate`/`status`/`ingest`
+    output (--json or not) nor an error, not in the job's request, properties or result files or spark-submit's
+    argv (watched while the job runs), not under the table (Spark's log included) nor in the executors' logs."""
+    from session_servers import shared_root
+    from spark_cluster import CLUSTER_APP_CONF
+
+    assert SECRET_VARIABLE not in os.environ
+    topic = new_topic(kafka_broker, "orders", 2)
+    broker.produce(kafka_broker, topic, [(k % 2, _order(k)) for k in range(40)])
+    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    document = yaml.safe_load(config.read_text())
+    document["streams"]["orders"]["source"]["options"] = {"sasl.password": f"${{{SECRET_VARIABLE}}}"}
+    document["spark"] = {"master": spark_master, "conf": dict(CLUSTER_APP_CONF)}
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    private = tmp_path / "tmp"  # TMPDIR of the commands: the job's private files are made here
+    private.mkdir()
+    env = {**os.environ, SECRET_VARIABLE: KAFKA_SECRET, "TMPDIR": str(private), "COLUMNS": "200"}
+    outputs: list[str] = []
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(stitch(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        outputs.append(done.stdout + done.stderr)
+        return done
+
+    for args in (("validate", "-c", str(config)), ("validate", "-c", str(config), "--json")):
+        assert cli(*args).returncode == 0, outputs[-1]
+    seen: dict[str, str] = {}  # what the job's private files and processes' argv held while it ran
+    job = subprocess.Popen(
+        stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with ended(job):
+        while job.poll() is None:
+            for path in private.rglob("*"):
+                with contextlib.suppress(OSError):
+                    if path.is_file():
+                        seen[str(path)] = path.read_text(errors="replace")
+            for pid in descendants(job.pid):
+                with contextlib.suppress(OSError):
+                    seen[f"argv of {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            time.sleep(0.05)
+        out, err = job.communicate()
+    outputs.append(out + err)
+    assert job.returncode == 0, err[-3000:]
+    done = json.loads(out)
+    assert done["engine"] == "spark" and done["records"] == 40 and done["rows"] == 40, done
+    assert any(name.endswith("request.json") for name in seen) and any("spark-submit" in v for v in seen.values())
+    assert any(name.endswith("spark.properties") for name in seen), sorted(seen)
+    for args in (("status", "-c", str(config)), ("status", "-c", str(config), "--json")):
+        assert cli(*args).returncode == 0, outputs[-1]
+    document["streams"]["orders"]["source"]["topic"] = "no-such-topic"
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    refused = cli("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")
+    assert refused.returncode != 0 and "no-such-topic" in refused.stderr, refused.stderr
+
+    for text in [*outputs, *seen.values()]:
+        assert KAFKA_SECRET not in text and "S3cr3t" not in text
+    root, _shared = shared_root(tmp_path_factory)
+    executor_logs = root / "spark-cluster" / "work"
+    written = [p for folder in (tmp_path, executor_logs) for p in folder.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" and ".stitch" in p.parts for p in written), "Spark's log is under the table"
+    for path in written:
+        with contextlib.suppress(OSError):
+            assert b"S3cr3t" not in path.read_bytes(), path
 
 
 def test_a_drawn_cluster_id_is_never_read_as_an_option() -> None:
