@@ -19,9 +19,10 @@ What runs, each as its own OS process on one table (DESIGN §4-§7):
 
 With `--kafka-rounds N` (the CI-sized run uses 3) a Kafka-fed stream follows, on a table of its own against a real
 broker this run starts (`scripts/kafka_broker.py`): each round produces records (late and duplicate events, a
-partition added halfway), runs two overlapping `stitch ingest` and SIGKILLs one at random; its checker holds the
-completed commits' offset ranges to tiling every partition exactly once and the table to the produced records'
-merge (`kafka_phase`).
+partition added halfway), runs two overlapping `stitch ingest` and SIGKILLs the one that claimed the stream at a
+point of its progress (instant requested, or files being written), adding rounds until one was killed; its
+checker holds the completed commits' offset ranges to tiling every partition exactly once and the table to the
+produced records' merge (`kafka_phase`).
 
 The landing data is `scripts/demo_data.py`'s seeded three-stream generator (late, out-of-order, duplicate
 events, deletes). Each round lands the next file of every stream and waits until the writers took it, while

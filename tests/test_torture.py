@@ -7,8 +7,9 @@ ingests and `stitch archive`, every read checked against the reference merge. Th
 of that run's workdir (a read with a row too many or too few, a read that saw a commit its snapshot did not
 have or a state that never existed, a rogue row in the table, an orphan file, a pending instant, an instant
 that vanished from timeline and archive, one archived beyond the checkpoint horizon, a checkpoint that forgot
-a consumed file, a horizon that moved backwards, a landing file ingested twice or out of arrival order) and
-expect a violation, so a checker that cannot fail would fail here.
+a consumed file, a horizon that moved backwards, a landing file ingested twice or out of arrival order, a
+Kafka-fed stream's lost or repeated event or overlapping offset ranges) and expect a violation, so a checker that
+cannot fail would fail here.
 
 The race tests replay, in-process and deterministically, the interleavings the torture run found: a process
 frozen past its heartbeat's expiry (a "zombie") is presumed dead and rolled back or reset, and must then never
