@@ -619,6 +619,7 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
     for args in (("validate", "-c", str(config)), ("validate", "-c", str(config), "--json")):
         assert cli(*args).returncode == 0, outputs[-1]
     seen: dict[str, str] = {}  # what the job's private files and processes' argv held while it ran
+    modes: dict[str, int] = {}
     job = subprocess.Popen(
         stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json"),
         cwd=ROOT,
@@ -633,6 +634,7 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
                 with contextlib.suppress(OSError):
                     if path.is_file():
                         seen[str(path)] = path.read_text(errors="replace")
+                        modes[str(path)] = path.stat().st_mode & 0o777
             for pid in descendants(job.pid):
                 with contextlib.suppress(OSError):
                     seen[f"argv of {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -642,8 +644,11 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
     assert job.returncode == 0, err[-3000:]
     done = json.loads(out)
     assert done["engine"] == "spark" and done["records"] == 40 and done["rows"] == 40, done
-    assert any(name.endswith("request.json") for name in seen) and any("spark-submit" in v for v in seen.values())
-    assert any(name.endswith("spark.properties") for name in seen), sorted(seen)
+    assert any(name.endswith("request.json") for name in seen) and any("--properties-file" in v for v in seen.values())
+    # The one place the value is: the private properties file, for the executors (0600, gone after the job).
+    properties = next(name for name in seen if name.endswith("spark.properties"))
+    assert f"spark.executorEnv.{SECRET_VARIABLE}={KAFKA_SECRET}" in seen.pop(properties).splitlines()
+    assert modes[properties] == 0o600 and not [p for p in private.rglob("*") if p.is_file()]
     for args in (("status", "-c", str(config)), ("status", "-c", str(config), "--json")):
         assert cli(*args).returncode == 0, outputs[-1]
     document["streams"]["orders"]["source"]["topic"] = "no-such-topic"

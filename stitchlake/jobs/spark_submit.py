@@ -308,7 +308,7 @@ def run_job(
                 # would leave a file after the caller aborted the instant and deleted what its markers name.
                 end_leftovers(process.pid, mark)
     finally:
-        for leftover in (files.properties, files.request, stop_file):
+        for leftover in (files.properties, files.request, stop_file, Path(py_files) if py_files else None):
             if leftover is not None:
                 with contextlib.suppress(OSError):
                     leftover.unlink()
