@@ -630,8 +630,8 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
     )
     with ended(job):
         while job.poll() is None:
-            for path in private.rglob("*"):
-                with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # the job deletes them as it ends: read again next time
+                for path in private.rglob("*"):
                     if path.is_file():
                         seen[str(path)] = path.read_text(errors="replace")
                         modes[str(path)] = path.stat().st_mode & 0o777
