@@ -19,9 +19,10 @@ What runs, each as its own OS process on one table (DESIGN §4-§7):
 
 With `--kafka-rounds N` (the CI-sized run uses 3) a Kafka-fed stream follows, on a table of its own against a real
 broker this run starts (`scripts/kafka_broker.py`): each round produces records (late and duplicate events, a
-partition added halfway), runs two overlapping `stitch ingest` and SIGKILLs one at random; its checker holds the
-completed commits' offset ranges to tiling every partition exactly once and the table to the produced records'
-merge (`kafka_phase`).
+partition added halfway), runs two overlapping `stitch ingest` and SIGKILLs the one that claimed the stream at a
+point of its progress (instant requested, or files being written), adding rounds until one was killed; its
+checker holds the completed commits' offset ranges to tiling every partition exactly once and the table to the
+produced records' merge (`kafka_phase`).
 
 The landing data is `scripts/demo_data.py`'s seeded three-stream generator (late, out-of-order, duplicate
 events, deletes). Each round lands the next file of every stream and waits until the writers took it, while
@@ -1976,7 +1977,10 @@ class KafkaPhase:
     """What the Kafka-fed stream's rounds did, for the summary."""
 
     rounds: int = 0
+    #: Rounds added after the last one because none of the rounds had killed an ingest inside its instant.
+    extra_rounds: int = 0
     produced: int = 0
+    #: Ingests SIGKILLed inside their instant (requested, or writing files), never completed.
     kills: int = 0
     commits: int = 0
     violations: list[str] = field(default_factory=list)
@@ -1985,10 +1989,12 @@ class KafkaPhase:
 def kafka_phase(work: Path, rounds: int, seed: int, out: Callable[[str], None]) -> KafkaPhase:
     """A stream fed from a real Kafka topic (a broker this run starts, scripts/kafka_broker.py) on a table of its
     own: each round produces records (late and duplicate events, three partitions, a fourth added halfway), starts
-    two overlapping `stitch ingest` runs and SIGKILLs one at a random moment; at the end the runs go on until nothing
-    is left. Checked: the completed commits' offset ranges tile every partition from 0 to its end (no gap, no
-    overlap), their rows add up to what was produced, the table equals a merge of the produced records, and
-    nothing is left pending."""
+    two overlapping `stitch ingest` runs and SIGKILLs the one that claimed the stream at a point chosen by its
+    progress (its instant just requested, or its files being written); a round is added until a kill happened.
+    At the end the runs go on until nothing is left. Checked (`_kafka_check`): the completed commits' offset ranges
+    tile every partition from 0 to its end (no gap, no overlap), their rows add up to what was produced, the table
+    equals a merge of the produced records, and nothing is left pending. The produced records are kept in
+    `kafka/produced.jsonl` for the checker's own tests."""
     import kafka_broker
 
     rng = random.Random(seed)
@@ -2003,15 +2009,22 @@ def kafka_phase(work: Path, rounds: int, seed: int, out: Callable[[str], None]) 
         config = _kafka_table(folder, bootstrap, topic)
         produced: list[dict[str, Any]] = []
         partitions = 3
-        for number in range(rounds):
+        number = 0
+        while number < rounds or (phase.kills == 0 and phase.extra_rounds < 5):
             if number == rounds // 2:
                 partitions = 4
                 kafka_broker.add_partitions(bootstrap, topic, partitions)
             batch = _kafka_events(rng, number, 120)
             kafka_broker.produce(bootstrap, topic, [(e["id"] % partitions, json.dumps(e).encode()) for e in batch])
             produced += [{**e, "partition": e["id"] % partitions} for e in batch]
-            phase.kills += _kafka_round(config, rng)
-            phase.rounds += 1
+            phase.kills += _kafka_round(config, folder / "table", rng)
+            if number < rounds:
+                phase.rounds += 1
+            else:
+                phase.extra_rounds += 1
+            number += 1
+        with open(folder / "produced.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(event) + "\n" for event in produced)
         deadline = time.monotonic() + 300
         while not _kafka_ingest_done(config):
             if time.monotonic() > deadline:
@@ -2028,7 +2041,8 @@ def kafka_phase(work: Path, rounds: int, seed: int, out: Callable[[str], None]) 
     finally:
         kafka_broker.stop(folder / "broker")
     out(
-        f"kafka: {phase.rounds} rounds, {phase.produced} records, {phase.kills} ingests killed, {phase.commits} "
+        f"kafka: {phase.rounds} rounds (+{phase.extra_rounds} until a kill), {phase.produced} records, {phase.kills} "
+        f"ingests killed inside their instant, {phase.commits} "
         f"commits, violations {len(phase.violations)}"
     )
     return phase
@@ -2072,8 +2086,10 @@ def _stitch(args: list[str], timeout: float = 300) -> subprocess.CompletedProces
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def _kafka_round(config: Path, rng: random.Random) -> int:
-    """Two overlapping ingests (cron overlap: one exits 4), one SIGKILLed at a random moment. Returns kills."""
+def _kafka_round(config: Path, table: Path, rng: random.Random) -> int:
+    """Two overlapping ingests (cron overlap: one exits 4); the one that claims the stream is SIGKILLed by its
+    progress, not by the clock: as soon as its instant is requested, or once it marks its first data file. Returns
+    1 if it was killed inside its instant (which then never completed), else 0 (it finished first)."""
     argv = [
         sys.executable,
         "-m",
@@ -2086,19 +2102,34 @@ def _kafka_round(config: Path, rng: random.Random) -> int:
         "--max-records",
         "90",
     ]
+    timeline, markers = table / TIMELINE_DIR, table / ".stitch" / "markers"
+    before, marked = set(_names(timeline)), set(_names(markers))
+    point = rng.choice(["requested", "writing"])
     jobs = [
         subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         for _ in range(2)
     ]
-    victim = rng.choice(jobs)
-    deadline = time.monotonic() + rng.uniform(0.5, 4.0)
-    while victim.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    by_pid = {job.pid: job for job in jobs}
+    victim: subprocess.Popen[bytes] | None = None
+    requested = ""
+    deadline = time.monotonic() + 300
+    while victim is None and any(job.poll() is None for job in jobs) and time.monotonic() < deadline:
+        if point == "requested":
+            started = [n.split(".")[0] for n in set(_names(timeline)) - before if n.endswith(".deltacommit.requested")]
+        else:
+            started = [n for n in set(_names(markers)) - marked]
+        for name in started:
+            pid = _writer_pid(timeline, name)
+            if pid is not None and pid in by_pid:
+                victim, requested = by_pid[pid], name
+                break
+        time.sleep(0.002)
     killed = 0
-    if victim.poll() is None:
+    if victim is not None and victim.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(victim.pid, signal.SIGKILL)
-        killed = 1
+        victim.wait(timeout=60)
+        killed = 0 if any(n.startswith(f"{requested}_") for n in _names(timeline)) else 1
     for job in jobs:
         try:
             job.wait(timeout=300)
@@ -2106,7 +2137,28 @@ def _kafka_round(config: Path, rng: random.Random) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=30)
+    # The next cron run, retried while the killed one still looks alive (exit 4): it goes on from the table's
+    # offsets with the killed instant still pending.
+    deadline = time.monotonic() + 120
+    while _stitch(argv[3:]).returncode in (3, 4) and time.monotonic() < deadline:
+        time.sleep(0.5)
     return killed
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return [n for n in os.listdir(folder) if not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+
+
+def _writer_pid(timeline: Path, requested: str) -> int | None:
+    """The pid of the process that requested an instant (its plan's writer), or None if unreadable yet."""
+    try:
+        plan = json.loads((timeline / f"{requested}.deltacommit.requested").read_text(encoding="utf-8"))
+        return int(plan["writer"]["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _kafka_ingest_done(config: Path) -> bool:

@@ -601,6 +601,87 @@ def test_a_config_that_contradicts_the_table_lists_every_difference(tmp_path: Pa
     assert changes(existing, copy.deepcopy(existing), set()) == []
 
 
+def _kafka(**source: Any) -> dict[str, Any]:
+    """The base document with stream orders reading a Kafka topic (`source` changes that source)."""
+    document = _base()
+    document["streams"]["orders"]["source"] = {"format": "kafka", "topic": "orders", "bootstrap_servers": "h:9092"}
+    document["streams"]["orders"]["source"].update(source)
+    return document
+
+
+KAFKA_MISTAKES = [
+    ({"topic": None}, "streams.orders.source.topic: is required for format: kafka"),
+    ({"bootstrap_servers": None}, "streams.orders.source.bootstrap_servers: is required for format: kafka"),
+    ({"path": "landing"}, "streams.orders.source.path: does not apply to format: kafka"),
+    ({"options": {"group.id": "mine"}}, "streams.orders.source.options.group.id: is set by stitch"),
+    ({"options": {"bootstrap.servers": "h:1"}}, "streams.orders.source.options.bootstrap.servers: is set by"),
+    ({"value_format": "avro"}, "streams.orders.source.avro_schema: is required for value_format: avro"),
+    ({"value_format": "xml"}, "streams.orders.source.value_format:"),
+    ({"read_timeout_s": 0}, "streams.orders.source.read_timeout_s:"),
+]
+#: Client options that hold secrets, whether or not their names say so.
+KAFKA_SECRET_OPTIONS = [
+    "sasl.password",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "sasl.jaas.config",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.config",
+    "ssl.key.pem",
+    "sasl.oauthbearer.assertion.private.key.pem",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+]
+
+
+@pytest.mark.parametrize(("change", "message"), KAFKA_MISTAKES)
+def test_a_kafka_source_mistake_names_its_yaml_path(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    document = _kafka(**change)
+    source = document["streams"]["orders"]["source"]
+    for key in [k for k, v in change.items() if v is None]:
+        del source[key]
+    error = str(_load_error(_write(tmp_path, document)))
+    assert f"table.yaml: {message}" in error, error
+
+
+@pytest.mark.parametrize("option", KAFKA_SECRET_OPTIONS)
+def test_a_kafka_secret_written_in_the_file_is_refused_by_its_path(tmp_path: Path, option: str) -> None:
+    literal = "-----BEGIN PRIVATE KEY----- hunter2"
+    error = str(_load_error(_write(tmp_path, _kafka(options={"security.protocol": "SASL_SSL", option: literal}))))
+    assert f"streams.orders.source.options.{option}: write ${{VAR}} and put the secret in the environment" in error
+    assert "hunter2" not in error
+
+
+def test_kafka_secrets_stay_references_and_are_resolved_in_each_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret option keeps its `${VAR}` (each process, an executor too, reads its own environment) and is masked
+    by value and path; a plain option from the environment is expanded; a process without the variable is told
+    which YAML path needs it."""
+    from stitchlake.io.kafka import client_settings, environment
+
+    monkeypatch.setenv("STITCH_TEST_KAFKA_KEY", "pem-s3cr3t-body")
+    monkeypatch.setenv("STITCH_TEST_KAFKA_PROTOCOL", "SSL")
+    options = {"ssl.key.pem": "${STITCH_TEST_KAFKA_KEY}", "security.protocol": "${STITCH_TEST_KAFKA_PROTOCOL}"}
+    config = load_config(_write(tmp_path, _kafka(options=options)))
+    source = config.streams["orders"].source
+    assert source is not None and source.yaml_path == "streams.orders.source"
+    assert source.options == {"ssl.key.pem": "${STITCH_TEST_KAFKA_KEY}", "security.protocol": "SSL"}
+    assert config.secret_paths == {"streams.orders.source.options.ssl.key.pem"}
+    assert config.secret_values == {"pem-s3cr3t-body"}
+    assert "pem-s3cr3t-body" not in repr(config)
+    assert client_settings(source)["ssl.key.pem"] == "pem-s3cr3t-body"
+    assert environment(source) == {"STITCH_TEST_KAFKA_KEY": "pem-s3cr3t-body"}
+    travelled = pickle.loads(pickle.dumps(config)).streams["orders"].source
+    assert travelled is not None and travelled.yaml_path == "streams.orders.source"
+    monkeypatch.delenv("STITCH_TEST_KAFKA_KEY")  # an executor whose environment lacks it
+    with pytest.raises(ConfigError) as missing:
+        client_settings(travelled)
+    assert str(missing.value) == (
+        "streams.orders.source.options.ssl.key.pem: environment variable STITCH_TEST_KAFKA_KEY is not set in this "
+        "process"
+    )
+
+
 # ------------------------------------------------------------------------------------------ the model
 
 

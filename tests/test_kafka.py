@@ -10,6 +10,7 @@ lost, none repeated" means for a log.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -25,14 +26,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from script_modules import load_script
-from spark_fixtures import ROOT, descendants, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
-from stitchlake.paths import TIMELINE_DIR
+from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
 
@@ -212,6 +214,90 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
     assert sum(c.rows for c in commits(table, "orders")) == len(orders), "an event was ingested twice"
 
 
+def test_an_ingest_frozen_past_its_heartbeat_cannot_publish_offsets_another_run_consumed(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """Retries and overlapping cron runs: a real `stitch ingest` is frozen (SIGSTOP) once it has planned its offset
+    ranges and started writing; its heartbeat expires, so a second run, presumed alone, reads and publishes the
+    same offsets. Resumed, the first one must refuse to publish (exit 3, `offsets.still_unconsumed`): publishing
+    would ingest every one of those records twice."""
+    topic = new_topic(kafka_broker, "orders", 2)
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    markers = Path(table.storage.describe(MARKERS_DIR))
+    produced = 0
+    frozen: subprocess.Popen[str] | None = None
+    instant = ""
+    for attempt in range(5):
+        more = 20_000 * (attempt + 1)
+        broker.produce(kafka_broker, topic, [(k % 2, _order(k)) for k in range(produced, produced + more)])
+        produced += more
+        job = subprocess.Popen(
+            stitch("ingest", "-c", str(config), "--stream", "orders", "--json"),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # Frozen by progress: once its first data file is marked, its ranges are planned under its claim.
+            while job.poll() is None and not (markers.is_dir() and os.listdir(markers)):
+                time.sleep(0.002)
+            os.kill(job.pid, signal.SIGSTOP)
+            for pid in descendants(job.pid):
+                os.kill(pid, signal.SIGSTOP)
+            pending = pending_writes(table)
+            if job.poll() is None and pending and not _holds_the_lock(table):
+                frozen, instant = job, pending[0]
+                break
+            # It got to its publish first (a fast machine): let it finish; more records, and again.
+            for pid in [job.pid, *descendants(job.pid)]:
+                os.kill(pid, signal.SIGCONT)
+            job.communicate(timeout=600)
+        except BaseException:
+            kill_tree(job)
+            raise
+    assert frozen is not None and instant, "every ingest finished before it could be frozen"
+    try:
+        wait_for("the frozen ingest's heartbeat to expire", lambda: _ingest_once(config, "orders"))
+        taken = commits(table, "orders")[-1]
+        assert taken.rows + sum(c.rows for c in commits(table, "orders")[:-1]) == produced, "it read them all"
+        for pid in [frozen.pid, *descendants(frozen.pid)]:
+            os.kill(pid, signal.SIGCONT)
+        _out, err = frozen.communicate(timeout=900)
+    finally:
+        if frozen.poll() is None:
+            kill_tree(frozen)
+    assert frozen.returncode == 3, err[-3000:]
+    assert f"were ingested by instant {taken_instant(table)} of another process while it ran" in err, err[-3000:]
+    assert not any(i == instant for i in pending_writes(table)), "the refused run undid its claim"
+    assert instant not in [i.requested for i in table.timeline().completed([Action.DELTACOMMIT])]
+    assert_tiled(table, "orders", {0: produced // 2, 1: produced // 2})
+    assert sum(c.rows for c in commits(table, "orders")) == produced, "an event was ingested twice"
+    assert len(stitchlake.read(str(config))) == produced
+
+
+def _holds_the_lock(table: Table) -> bool:
+    """Whether someone holds the table lock now (a writer frozen there was publishing)."""
+    from stitchlake.errors import BusyError
+
+    probe = table.lock()
+    try:
+        probe.acquire(wait_s=0)
+    except BusyError:
+        return True
+    probe.release()
+    return False
+
+
+def taken_instant(table: Table) -> str:
+    """The newest completed deltacommit's requested time."""
+    return table.timeline().completed([Action.DELTACOMMIT])[-1].requested
+
+
+def _order(key: int) -> bytes:
+    return as_json({"order_id": key, "order_date": "2026-11-20", "amount": 1.0, "order_ts": "2026-11-20T10:00:00Z"})
+
+
 def _ingest_until_done(config: Path, stream: str) -> bool:
     """One more ingest; True once it says nothing is left (a killed run's fresh heartbeat says busy, exit 4)."""
     done = run_stitch("ingest", "-c", str(config), "--stream", stream, "--json")
@@ -276,6 +362,9 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
                 "the killed batch's heartbeat to expire", lambda: _ingest_once(config, "orders", "--max-records", "200")
             )
     assert kills == 2
+    # A restart must not count on Spark starting slower than the killed batch's heartbeat expires (its beats from
+    # Spark tasks name no process): wait for the expiry, read from the heartbeat, as docs/operations.md says.
+    wait_for("the killed batch's heartbeat to expire", lambda: writers_presumed_dead(table))
     last = subprocess.run(stitch(*args, "--available-now"), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert last.returncode == 0, last.stderr[-3000:]
     for stream in ("payments", "shipments"):
@@ -288,6 +377,14 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
     assert sum(c.rows for c in commits(table, "orders")) == len(orders), "an event was ingested twice"
     assert any(c.stream_batch is not None and c.engine == "spark" for c in commits(table, "orders"))
     assert compare(stitchlake.read(str(config)), demo_data / "truth.parquet") == []
+
+
+def writers_presumed_dead(table: Table) -> bool:
+    """Whether every pending deltacommit's heartbeat says its writer is dead (expired, or its process gone)."""
+    from stitchlake.concurrency.heartbeat import is_expired
+
+    expire = table.config.concurrency.heartbeat.expire_s
+    return all(is_expired(table.storage, instant, expire) for instant in pending_writes(table))
 
 
 def _ingest_once(config: Path, stream: str, *more: str) -> bool:
@@ -434,7 +531,7 @@ def test_avro_values_with_the_configured_writer_schema(kafka_broker: str, tmp_pa
 
 def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_broker: str, tmp_path: Path) -> None:
     topic = new_topic(kafka_broker, "orders", 2)
-    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
 
     def orders(keys: range, amount: float) -> list[tuple[int, bytes | None]]:
         rows = [
@@ -456,14 +553,118 @@ def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_br
     rolled = run_stitch("rollback", "-c", str(config), "--stream", "orders")
     assert rolled.returncode == 0, rolled.stderr
     assert ingest(config, "orders")["records"] == 10, "the rollback rewound them too"
-    for _ in range(12):  # enough instants to archive
-        broker.produce(kafka_broker, topic, orders(range(100 + _, 101 + _), 2.0))
+
+    def on(partition: int, keys: range) -> list[tuple[int, bytes | None]]:
+        return [(partition, value) for _p, value in orders(keys, 2.0)]
+
+    # Partition 1 is written once more, then only partition 0, in enough instants that the archive takes every
+    # commit that recorded partition 1: where it goes on is then known from the archive's checkpoint alone.
+    broker.produce(kafka_broker, topic, on(1, range(99, 100)))
+    last_of_1 = ingest(config, "orders")["offsets"]
+    assert last_of_1 == [f"{topic}/1:10-11"], last_of_1
+    for n in range(12):
+        broker.produce(kafka_broker, topic, on(0, range(100 + n, 101 + n)))
         ingest(config, "orders")
     assert run_stitch("savepoint", "delete", "-c", str(config), "--name", "before").returncode == 0
     archived = run_stitch("archive", "-c", str(config), "--keep", "10", "--json")
     assert archived.returncode == 0 and json.loads(archived.stdout)["archived"] > 0, archived.stdout + archived.stderr
+    still_active = [c for c in commits(table, "orders") if any(r.partition == 1 for r in c.offsets)]
+    assert not still_active, "partition 1's offsets must live only in archived instants"
     assert ingest(config, "orders")["message"].startswith("nothing to ingest"), "the checkpoint keeps the offsets"
-    assert len(stitchlake.read(str(config))) == 32
+    broker.produce(kafka_broker, topic, on(1, range(200, 203)) + on(0, range(203, 205)))
+    done = ingest(config, "orders")
+    assert done["records"] == 5, done
+    assert sorted(done["offsets"]) == [f"{topic}/0:22-24", f"{topic}/1:11-14"], "partition 1 goes on exactly"
+    assert len(stitchlake.read(str(config))) == 20 + 1 + 12 + 5
+
+
+#: A Kafka client secret: given only to the `stitch` processes a test starts (never to this pytest process, so
+#: never to the Spark cluster's worker), as `${STITCH_TEST_KAFKA_SASL_PASSWORD}` in the config.
+KAFKA_SECRET = "kafka-S3cr3t-29-value"
+SECRET_VARIABLE = "STITCH_TEST_KAFKA_SASL_PASSWORD"
+
+
+@pytest.mark.spark
+@pytest.mark.cluster
+def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_nowhere(
+    kafka_broker: str, spark_master: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`sasl.password: ${VAR}` on a SASL-free broker (the client accepts and ignores it), the variable set only in
+    the `stitch` commands' environment. A Spark ingest on a standalone cluster works, so its executors (started by a
+    worker that never had the variable) got it from the launcher, or `client_settings` would have failed there
+    ("environment variable ... is not set"). The secret's value is nowhere: not in `validate`/`status`/`ingest`
+    output (--json or not) nor an error, not in the job's request, properties or result files or spark-submit's
+    argv (watched while the job runs), not under the table (Spark's log included) nor in the executors' logs."""
+    from session_servers import shared_root
+    from spark_cluster import CLUSTER_APP_CONF
+
+    assert SECRET_VARIABLE not in os.environ
+    topic = new_topic(kafka_broker, "orders", 2)
+    broker.produce(kafka_broker, topic, [(k % 2, _order(k)) for k in range(40)])
+    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    document = yaml.safe_load(config.read_text())
+    document["streams"]["orders"]["source"]["options"] = {"sasl.password": f"${{{SECRET_VARIABLE}}}"}
+    document["spark"] = {"master": spark_master, "conf": dict(CLUSTER_APP_CONF)}
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    private = tmp_path / "tmp"  # TMPDIR of the commands: the job's private files are made here
+    private.mkdir()
+    env = {**os.environ, SECRET_VARIABLE: KAFKA_SECRET, "TMPDIR": str(private), "COLUMNS": "200"}
+    outputs: list[str] = []
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(stitch(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        outputs.append(done.stdout + done.stderr)
+        return done
+
+    for args in (("validate", "-c", str(config)), ("validate", "-c", str(config), "--json")):
+        assert cli(*args).returncode == 0, outputs[-1]
+    seen: dict[str, str] = {}  # what the job's private files and processes' argv held while it ran
+    modes: dict[str, int] = {}
+    job = subprocess.Popen(
+        stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with ended(job):
+        while job.poll() is None:
+            with contextlib.suppress(OSError):  # the job deletes them as it ends: read again next time
+                for path in private.rglob("*"):
+                    if path.is_file():
+                        seen[str(path)] = path.read_text(errors="replace")
+                        modes[str(path)] = path.stat().st_mode & 0o777
+            for pid in descendants(job.pid):
+                with contextlib.suppress(OSError):
+                    seen[f"argv of {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            time.sleep(0.05)
+        out, err = job.communicate()
+    outputs.append(out + err)
+    assert job.returncode == 0, err[-3000:]
+    done = json.loads(out)
+    assert done["engine"] == "spark" and done["records"] == 40 and done["rows"] == 40, done
+    assert any(name.endswith("request.json") for name in seen) and any("--properties-file" in v for v in seen.values())
+    # The one place the value is: the private properties file, for the executors (0600, gone after the job).
+    properties = next(name for name in seen if name.endswith("spark.properties"))
+    assert f"spark.executorEnv.{SECRET_VARIABLE}={KAFKA_SECRET}" in seen.pop(properties).splitlines()
+    assert modes[properties] == 0o600 and not [p for p in private.rglob("*") if p.is_file()]
+    for args in (("status", "-c", str(config)), ("status", "-c", str(config), "--json")):
+        assert cli(*args).returncode == 0, outputs[-1]
+    document["streams"]["orders"]["source"]["topic"] = "no-such-topic"
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    refused = cli("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")
+    assert refused.returncode != 0 and "no-such-topic" in refused.stderr, refused.stderr
+
+    for text in [*outputs, *seen.values()]:
+        assert KAFKA_SECRET not in text and "S3cr3t" not in text
+    root, _shared = shared_root(tmp_path_factory)
+    executor_logs = root / "spark-cluster" / "work"
+    written = [p for folder in (tmp_path, executor_logs) for p in folder.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" and ".stitch" in p.parts for p in written), "Spark's log is under the table"
+    for path in written:
+        with contextlib.suppress(OSError):
+            assert b"S3cr3t" not in path.read_bytes(), path
 
 
 def test_a_drawn_cluster_id_is_never_read_as_an_option() -> None:

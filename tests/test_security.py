@@ -11,6 +11,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -262,6 +263,53 @@ def test_spark_submit_argv_keeps_hostile_config_values_whole(tmp_path: Path) -> 
     write_properties(files.properties, spark_properties(table.config))
     assert "spark.stitchtest.note=a b; $(touch PWNED3) | cat" in files.properties.read_text()
     assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_executors_on_a_cluster_get_the_kafka_secrets_by_name_in_the_private_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kafka source's secret options stay `${VAR}` and every process resolves them, so executors on other hosts
+    need the variables: they go as `spark.executorEnv.*` into the 0600 properties file (never the argv), Spark is
+    told to redact them by name, and a variable the config gives executors itself (a Kubernetes secret) is left to
+    it. A local master forwards nothing (its workers inherit the environment)."""
+    monkeypatch.setenv("STITCH_TEST_KAFKA_PASS", SECRET)
+    monkeypatch.setenv("STITCH_TEST_KAFKA_OAUTH", "clientSecret=oauth-S3cr3t")
+    document = json.loads(json.dumps(BASE))
+    document["streams"]["orders"]["source"] = {
+        "format": "kafka",
+        "topic": "orders",
+        "bootstrap_servers": "127.0.0.1:9",
+        "options": {
+            "sasl.password": "${STITCH_TEST_KAFKA_PASS}",
+            "sasl.oauthbearer.config": "${STITCH_TEST_KAFKA_OAUTH}",
+        },
+    }
+    document["spark"] = {"master": "spark://host:7077"}
+    table = stitchlake.open(write_config(tmp_path, document))
+    properties = spark_properties(table.config)
+    forwarded = {k: v for k, v in properties.items() if k.startswith("spark.executorEnv.")}
+    assert forwarded == {
+        "spark.executorEnv.STITCH_TEST_KAFKA_PASS": SECRET,
+        "spark.executorEnv.STITCH_TEST_KAFKA_OAUTH": "clientSecret=oauth-S3cr3t",
+    }
+    redaction = re.compile(properties["spark.redaction.regex"].replace("(?i)", ""), re.IGNORECASE)
+    assert all(redaction.search(key) for key in forwarded)
+    assert redaction.search("spark.hadoop.fs.s3a.secret.key"), "Spark's own default is kept"
+    files = JobFiles(tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "r.json")
+    argv = build_argv(table.config, "ingest", target_args(table), files)
+    assert not [part for part in argv if "S3cr3t" in part]
+    write_properties(files.properties, properties)
+    assert files.properties.stat().st_mode & 0o777 == 0o600
+
+    document["spark"]["conf"] = {"spark.kubernetes.executor.secretKeyRef.STITCH_TEST_KAFKA_PASS": "kafka:password"}
+    table = stitchlake.open(write_config(tmp_path, document))
+    assert [k for k in spark_properties(table.config) if k.startswith("spark.executorEnv.")] == [
+        "spark.executorEnv.STITCH_TEST_KAFKA_OAUTH"
+    ]
+    document["spark"] = {"master": "local[2]"}
+    table = stitchlake.open(write_config(tmp_path, document))
+    local = spark_properties(table.config)
+    assert not [k for k in local if "executorEnv" in k] and "spark.redaction.regex" not in local
 
 
 # ------------------------------------------------------------------------------ staying inside the table

@@ -7,8 +7,9 @@ ingests and `stitch archive`, every read checked against the reference merge. Th
 of that run's workdir (a read with a row too many or too few, a read that saw a commit its snapshot did not
 have or a state that never existed, a rogue row in the table, an orphan file, a pending instant, an instant
 that vanished from timeline and archive, one archived beyond the checkpoint horizon, a checkpoint that forgot
-a consumed file, a horizon that moved backwards, a landing file ingested twice or out of arrival order) and
-expect a violation, so a checker that cannot fail would fail here.
+a consumed file, a horizon that moved backwards, a landing file ingested twice or out of arrival order, a
+Kafka-fed stream's lost or repeated event or overlapping offset ranges) and expect a violation, so a checker that
+cannot fail would fail here.
 
 The race tests replay, in-process and deterministically, the interleavings the torture run found: a process
 frozen past its heartbeat's expiry (a "zombie") is presumed dead and rolled back or reset, and must then never
@@ -29,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from script_modules import load_script
 from spark_fixtures import ended
 from tables import MODELS, THREE_STREAMS, batch, new_table
@@ -105,8 +107,10 @@ def test_ci_sized_torture_run_has_no_violation_and_really_tortured(
     assert events.get("savepoint", 0) > 0 and events.get("restoring", 0) > 0, events
     assert commits["archived"] > 0 and commits["horizon"], commits
     assert events.get("horizon", 0) > 0, events  # readers and archivers recorded the horizons they saw
-    # The Kafka-fed stream (its own table, a real broker): rounds ran and records went in, exactly once (checked).
-    assert summary["kafka"]["rounds"] == 3 and summary["kafka"]["produced"] > 0, summary["kafka"]
+    # The Kafka-fed stream (its own table, a real broker): rounds ran, ingests were SIGKILLed inside their instant
+    # (chosen by their progress, a round added if none was), and records went in exactly once (checked).
+    kafka = summary["kafka"]
+    assert kafka["rounds"] == 3 and kafka["produced"] > 0 and kafka["kills"] > 0, kafka
 
 
 def test_optimistic_mode_torture_run_has_no_violation_in_ten_rounds(tmp_path: Path) -> None:
@@ -406,6 +410,53 @@ def test_landing_files_taken_out_of_arrival_order_are_a_violation(case: Path) ->
     _rewrite_meta(case, second, lambda m: {**m, "sources": early["sources"]})
     violations = _check_table(case)
     assert any("out of arrival order" in v and str(second) in v for v in violations), violations
+
+
+def _kafka_case(case: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The copied run's Kafka-fed table (its config pointed at the copy) and the records its rounds produced."""
+    folder = case / "kafka"
+    config = folder / "kafka.yaml"
+    document = yaml.safe_load(config.read_text(encoding="utf-8"))
+    document["table"]["path"] = str(folder / "table")
+    config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    produced = [json.loads(line) for line in (folder / "produced.jsonl").read_text(encoding="utf-8").splitlines()]
+    return config, produced
+
+
+def _kafka_violations(config: Path, produced: list[dict[str, Any]]) -> list[str]:
+    violations: list[str] = []
+    torture._kafka_check(config, produced, violations)
+    return violations
+
+
+def test_the_kafka_checker_finds_a_lost_or_a_repeated_event(case: Path) -> None:
+    """The Kafka phase's checker on the run's own table: clean as it is; an event the table never got (one more
+    produced than ingested), an event it got twice (one fewer produced), and a commit whose offset range overlaps
+    the one before it (a range ingested twice) are each a violation."""
+    config, produced = _kafka_case(case)
+    assert produced and _kafka_violations(config, produced) == []
+    lost = _kafka_violations(config, [*produced, {**produced[-1], "seq": produced[-1]["seq"] + 1}])
+    partition = produced[-1]["partition"]
+    assert any("lost or repeated" in v for v in lost), lost
+    assert any(f"partition {partition}: recorded up to" in v for v in lost), lost
+    assert any("differs from the produced records' merge" in v for v in lost), lost
+    repeated = _kafka_violations(config, produced[:-1])
+    assert any("lost or repeated" in v for v in repeated) and any("recorded up to" in v for v in repeated), repeated
+
+    timeline = config.parent / "table" / torture.TIMELINE_DIR
+    shifted = None
+    for path in sorted(timeline.glob("*.deltacommit")):
+        content = json.loads(path.read_text(encoding="utf-8"))
+        ranges = [r for r in content.get("offsets", []) if r["start"] > 0 and r["end"] > r["start"]]
+        if ranges:
+            ranges[0]["start"] -= 1  # as if this commit had read the previous commit's last record again
+            path.write_bytes(_resealed(content))
+            shifted = ranges[0]
+            break
+    assert shifted is not None, "no commit went on from an offset above 0"
+    overlap = _kafka_violations(config, produced)
+    expected = f"partition {shifted['partition']}: offsets recorded from {shifted['start']}, expected"
+    assert any(expected in v for v in overlap), overlap
 
 
 def test_a_read_of_a_state_that_never_existed_is_a_violation(case: Path) -> None:

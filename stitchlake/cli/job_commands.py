@@ -156,7 +156,9 @@ _INGEST_FIELDS: list[output.Field] = [
 
 
 def stream_command(
-    stream: Annotated[str, typer.Option("--stream", "-s", help="The stream whose landing folder to follow.")],
+    stream: Annotated[
+        str, typer.Option("--stream", "-s", help="The stream to follow: its landing folder or its Kafka topic.")
+    ],
     config: ConfigOption = None,
     table: TableOption = None,
     files_per_trigger: Annotated[
@@ -183,17 +185,21 @@ def stream_command(
     ] = 120.0,
     as_json: JsonOption = False,
 ) -> Report:
-    """Follow a stream's landing folder with one long-running Structured Streaming job (always on Spark).
+    """Follow a stream's landing folder or Kafka topic with one long-running Structured Streaming job (always on
+    Spark).
 
-    Each micro-batch is an ingest of the files that arrived, exactly once; SIGTERM or Ctrl-C stops it after the
-    running batch (exit 0).
+    Each micro-batch is an ingest of the files or records that arrived, exactly once; SIGTERM or Ctrl-C stops it
+    after the running batch (exit 0).
     """
     from stitchlake.jobs.requests import StreamRequest
 
     handle = open_target(config, table)
     spec = handle.config.stream(stream)
     if spec.source is None:
-        raise UsageError(f"stream {stream} has no `source:` in the config; `stitch stream` follows that folder")
+        raise UsageError(
+            f"stream {stream} has no `source:` in the config; `stitch stream` follows it (a landing folder or a "
+            "Kafka topic)"
+        )
     request = StreamRequest(
         stream,
         files_per_trigger=files_per_trigger,

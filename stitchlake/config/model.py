@@ -26,6 +26,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     Strict,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -458,7 +459,10 @@ KAFKA_OWN_OPTIONS = frozenset(
     }
 )
 #: Kafka client settings that hold secrets: written only as `${VAR}`, never printed, resolved in each process.
-KAFKA_SECRET_OPTION = re.compile(r"(password|secret|jaas)", re.IGNORECASE)
+#: Besides names that say so (sasl.password, ssl.keystore.password, sasl.oauthbearer.client.secret,
+#: sasl.jaas.config), a private key inline (ssl.key.pem, sasl.oauthbearer.assertion.private.key.pem), its
+#: passphrase, and sasl.oauthbearer.config (it may carry a client secret).
+KAFKA_SECRET_OPTION = re.compile(r"(password|secret|jaas|passphrase|key\.pem|oauthbearer\.config)", re.IGNORECASE)
 #: Keys of a file source that a Kafka source refuses, and the other way round.
 FILE_ONLY_KEYS = ("path", "files_per_trigger")
 KAFKA_ONLY_KEYS = (
@@ -536,10 +540,16 @@ class SourceSpec(Spec):
     """Kafka, `stitch stream`: records ingested per micro-batch at most."""
     read_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     """Kafka: seconds an ingest waits for the broker (metadata, offsets, the next records) before it fails."""
+    #: The stream it belongs to (set by the stream), so messages name the YAML path: `streams.S.source`.
+    _stream: str = PrivateAttr(default="")
 
     @property
     def is_kafka(self) -> bool:
         return self.format == SourceFormat.KAFKA
+
+    @property
+    def yaml_path(self) -> str:
+        return f"streams.{self._stream}.source" if self._stream else "source"
 
     @model_validator(mode="after")
     def _known_options(self) -> Self:
@@ -609,6 +619,8 @@ class StreamSpec(Spec):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         """Ordering and the delete marker refer to the stream's own columns."""
+        if self.source is not None:
+            self.source._stream = self.name
         if not self.columns:
             raise refuse(f"stream {self.name} needs at least one column of its own", at="columns")
         names = self.column_names

@@ -60,7 +60,8 @@ def client_settings(source: SourceSpec) -> dict[str, str | int | float | bool]:
             found = os.environ.get(match.group(1), match.group(2))
             if found is None:
                 raise ConfigError(
-                    f"source.options.{key}: environment variable {match.group(1)} is not set in this process"
+                    f"{source.yaml_path}.options.{key}: environment variable {match.group(1)} is not set in this "
+                    "process"
                 )
             value = found
         settings[key] = value
@@ -75,6 +76,17 @@ def client_settings(source: SourceSpec) -> dict[str, str | int | float | bool]:
         }
     )
     return settings
+
+
+def environment(source: SourceSpec) -> dict[str, str]:
+    """The variables the source's options refer to (`${VAR}`: its secrets) that are set in this process: what a
+    process on another host (a Spark executor) needs in its environment for `client_settings` to work there."""
+    found: dict[str, str] = {}
+    for value in source.options.values():
+        match = _ENV.fullmatch(value.strip())
+        if match is not None and match.group(1) in os.environ:
+            found[match.group(1)] = os.environ[match.group(1)]
+    return found
 
 
 def _kafka_error(source: SourceSpec, what: str, error: Any) -> StitchError:

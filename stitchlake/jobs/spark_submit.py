@@ -6,9 +6,10 @@ us — secrets from `${ENV}` must not show in `ps` — and Spark's own log goes 
 thing stitchlake keeps on local disk), while the terminal gets the job's progress lines and one summary.
 
 On a cluster (any master but `local[...]`) the executors run on other hosts: they get the stitchlake package as
-`--py-files`, and, when the table or a landing folder is on S3, the AWS_* variables of this process and the
-variables the config's `storage:` block refers to (`${VAR}`) as `spark.executorEnv.*` in the private properties
-file. They reach S3 through stitchlake's own storage (obstore), never through Hadoop's s3a connector.
+`--py-files`, and as `spark.executorEnv.*` in the private properties file (redacted in Spark's UI and event log):
+when the table or a landing folder is on S3, the AWS_* variables of this process and the variables the config's
+`storage:` block refers to (`${VAR}`); for a Kafka source, the variables its client options refer to (its
+secrets). They reach S3 through stitchlake's own storage (obstore), never through Hadoop's s3a connector.
 """
 
 from __future__ import annotations
@@ -109,36 +110,64 @@ def is_local(master: str) -> bool:
 def spark_properties(config: TableConfig) -> dict[str, str]:
     """The job's Spark settings. Executors run this Python unless the config names the workers' own
     (`spark.pyspark.python`: on a cluster whose hosts keep the environment at another path)."""
-    return {
+    forwarded = executor_environment(config)
+    properties = {
         **JOB_CONF,
-        **executor_environment(config),
+        **forwarded,
         "spark.pyspark.python": sys.executable,
         **config.spark.conf,
         **REQUIRED_CONF,
         "spark.pyspark.driver.python": sys.executable,
     }
+    names = sorted(key.removeprefix(EXECUTOR_ENV) for key in forwarded)
+    if names:
+        # Spark shows executorEnv values in its UI and event log unless this matches their names or values.
+        mine = "|".join(names)
+        theirs = properties.get("spark.redaction.regex", SPARK_REDACTION_REGEX)
+        properties["spark.redaction.regex"] = f"(?:{theirs})|(?:{mine})"
+    return properties
+
+
+#: The settings that give executors environment variables (`spark.executorEnv.VAR`).
+EXECUTOR_ENV = "spark.executorEnv."
+#: Settings in `spark.conf` that give executors a variable another way: stitch then does not forward it.
+PROVIDED_ENV = (EXECUTOR_ENV, "spark.kubernetes.executor.secretKeyRef.")
+#: Spark's default `spark.redaction.regex`, kept when ours is added to it.
+SPARK_REDACTION_REGEX = "(?i)secret|password|token|access[.]?key"
 
 
 def executor_environment(config: TableConfig) -> dict[str, str]:
-    """`spark.executorEnv.*` (AWS_* and the `storage:` block's `${VAR}`s) for executors on other hosts, when the
-    table or a landing folder is on S3.
+    """`spark.executorEnv.*` for executors on other hosts: AWS_* and the `storage:` block's `${VAR}`s when the
+    table or a landing folder is on a remote store, and the variables Kafka sources' options refer to (`${VAR}`:
+    their secrets, which every process reads from its own environment).
 
-    Spark masks these in its UI and event log (`spark.redaction.regex` covers secret, token and access key);
-    they live only in the 0600 properties file, never on a command line. Local masters need none: their Python
-    workers inherit this process's environment and the config.
+    They live only in the 0600 properties file, never on a command line; `spark_properties` makes Spark redact
+    them in its UI and event log. A variable `spark.conf` already gives executors (`spark.executorEnv.VAR`, a
+    Kubernetes secret by `spark.kubernetes.executor.secretKeyRef.VAR`) is left to it. Local masters need none:
+    their Python workers inherit this process's environment and the config.
     """
-    from stitchlake.storage.registry import scheme_of
+    from stitchlake.storage.registry import storage_for
 
     if is_local(config.spark.master):
         return {}
+    env: dict[str, str] = {}
     locations = [config.table.path] + [
         s.source.path for s in config.streams.values() if s.source is not None and s.source.path
     ]
-    if not any(scheme_of(location) == "s3" for location in locations):
-        return {}
-    from stitchlake.storage.s3 import environment
+    if any(storage_for(location, config.storage.options).remote for location in locations):
+        from stitchlake.storage.s3 import environment
 
-    return {f"spark.executorEnv.{name}": value for name, value in environment(config.storage.options).items()}
+        env.update(environment(config.storage.options))
+    kafka_sources = [s.source for s in config.streams.values() if s.source is not None and s.source.is_kafka]
+    if kafka_sources:
+        from stitchlake.io.kafka import environment as kafka_environment
+
+        for source in kafka_sources:
+            env.update(kafka_environment(source))
+    provided = {
+        key.removeprefix(prefix) for key in config.spark.conf for prefix in PROVIDED_ENV if key.startswith(prefix)
+    }
+    return {f"{EXECUTOR_ENV}{name}": value for name, value in env.items() if name not in provided}
 
 
 def write_properties(path: Path, properties: dict[str, str]) -> None:
@@ -279,7 +308,7 @@ def run_job(
                 # would leave a file after the caller aborted the instant and deleted what its markers name.
                 end_leftovers(process.pid, mark)
     finally:
-        for leftover in (files.properties, files.request, stop_file):
+        for leftover in (files.properties, files.request, stop_file, Path(py_files) if py_files else None):
             if leftover is not None:
                 with contextlib.suppress(OSError):
                     leftover.unlink()
