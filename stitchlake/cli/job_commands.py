@@ -191,24 +191,19 @@ def stream_command(
     Each micro-batch is an ingest of the files or records that arrived, exactly once; SIGTERM or Ctrl-C stops it
     after the running batch (exit 0).
     """
-    from stitchlake.jobs.requests import StreamRequest
-
     handle = open_target(config, table)
-    spec = handle.config.stream(stream)
-    if spec.source is None:
-        raise UsageError(
-            f"stream {stream} has no `source:` in the config; `stitch stream` follows it (a landing folder or a "
-            "Kafka topic)"
+    with progress_display("stream") as progress:
+        result = launch.stream(
+            handle,
+            stream,
+            files_per_trigger=files_per_trigger,
+            trigger_interval_s=trigger_interval,
+            records_per_trigger=records_per_trigger,
+            available_now=available_now,
+            checkpoint=_location(checkpoint) if checkpoint else None,
+            graceful_stop_s=stop_timeout,
+            progress=progress,
         )
-    request = StreamRequest(
-        stream,
-        files_per_trigger=files_per_trigger,
-        trigger_interval_s=trigger_interval,
-        records_per_trigger=records_per_trigger,
-        available_now=available_now,
-        checkpoint=_location(checkpoint) if checkpoint else None,
-    )
-    result = execute(handle, request, EngineChoice.spark, graceful_stop_s=stop_timeout)
     return Report(
         result.to_json(),
         message=result.result.message,

@@ -237,7 +237,10 @@ def stream(
     from stitchlake.jobs.requests import StreamRequest
 
     if table.config.stream(stream).source is None:
-        raise UsageError(f"stream {stream} has no `source:` in the config; `stitch stream` follows that source")
+        raise UsageError(
+            f"stream {stream} has no `source:` in the config; `stitch stream` follows it (a landing folder or a "
+            "Kafka topic)"
+        )
     request = StreamRequest(
         stream,
         files_per_trigger=files_per_trigger,
