@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +181,71 @@ def ended(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
         yield process
     finally:
         kill_tree(process)
+
+
+def wait_until(condition: Callable[[], Any], process: subprocess.Popen[Any], timeout: float = 1800) -> Any:
+    """`condition()` once truthy, or whatever it gives when `process` ended; the deadline only turns a hang into a
+    failure (generous: a JVM starts slowly on a machine at load 30)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found or process.poll() is not None:
+            return found
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def hold_back(table: Any, instant: str, job: Callable[[], list[int]], what: str) -> Any:
+    """Take the table lock while `instant` is claimed and unpublished, so the job (the processes `job()` lists)
+    cannot publish until the test lets go: an interrupt then lands on a running job for certain, however fast or
+    slow the machine. The job is frozen (SIGSTOP) while the test looks; if one of its processes holds the lock (a
+    claim, a plan), it is let go and looked at again a moment later. The lease outlasts anything the test does
+    meanwhile; the job's config must let it wait that long for the lock (`concurrency.lock.wait_s`)."""
+    from tables import lock_holder_pid
+
+    from stitchlake.concurrency.lock import FileSystemLock
+
+    gate = FileSystemLock(table.storage, owner=f"the test holding the {what} back", expire_s=3600)
+    deadline = time.monotonic() + 600  # (only turns a job that keeps the lock for good into a failure)
+    while True:
+        tree = job()
+        assert alive(tree), f"the {what} ended before the test could hold it back"
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        try:
+            current = table.timeline().get(instant)
+            assert current is not None and not current.is_completed, f"the {what} published before it was held"
+            if lock_holder_pid(table) not in tree:
+                gate.acquire(wait_s=600)
+                return gate
+        finally:
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, f"the {what} held the table lock at every look"
+        time.sleep(0.001)
+
+
+def concurrent_ingests(
+    config: Path, streams: Iterable[str], env: dict[str, str] | None = None
+) -> dict[str, tuple[int, str, str]]:
+    """Each stream ingested by its own `stitch ingest --engine spark` job, all started at once: (exit code, stdout,
+    stderr) per stream. However it goes (a later job failing to start too), none is left running."""
+    jobs: dict[str, subprocess.Popen[str]] = {}
+    with contextlib.ExitStack() as running:
+        for stream in streams:
+            jobs[stream] = running.enter_context(
+                ended(
+                    subprocess.Popen(
+                        stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "spark", "--json"),
+                        cwd=ROOT,
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            )
+        outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
+    return {s: (jobs[s].returncode, *outputs[s]) for s in jobs}

@@ -12,7 +12,6 @@ private properties file), so this also proves that nothing reached them by pickl
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from spark_cluster import CLUSTER_APP_CONF
-from spark_fixtures import ROOT, ended, stitch, write_config
+from spark_fixtures import ROOT, concurrent_ingests, stitch, write_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.cluster]
 STREAMS = ("orders", "payments", "shipments")
@@ -83,30 +82,15 @@ def cluster_table(
         )
 
     assert cli("init", "-c", str(config)).returncode == 0
-    jobs: dict[str, subprocess.Popen[str]] = {}
-    with contextlib.ExitStack() as running:  # however it goes (a later job failing to start too), none is left running
-        for stream in STREAMS:
-            jobs[stream] = running.enter_context(
-                ended(
-                    subprocess.Popen(
-                        stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "spark", "--json"),
-                        cwd=ROOT,
-                        env=env,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                )
-            )
-        outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
-    for stream, job in jobs.items():
-        assert job.returncode == 0, f"ingest {stream} exited {job.returncode}:\n{outputs[stream][1][-3000:]}"
+    ran = concurrent_ingests(config, STREAMS, env)
+    for stream, (code, _out, err) in ran.items():
+        assert code == 0, f"ingest {stream} exited {code}:\n{err[-3000:]}"
     yield {
         "bucket": bucket,
         "config": config,
         "env": env,
         "cli": cli,
-        "results": {s: json.loads(out.strip()) for s, (out, _err) in outputs.items()},
+        "results": {s: json.loads(out.strip()) for s, (_code, out, _err) in ran.items()},
         "logs": folder / "logs",
     }
     rgw.delete_bucket(s3_server._rgw(), bucket.name)

@@ -7,25 +7,20 @@ scheduled command must run it first, and `stitch status` must say when one waits
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from spark_fixtures import ROOT, alive, descendants, ended, run_stitch, stitch, write_config
-from tables import lock_holder_pid
+from spark_fixtures import ROOT, alive, descendants, ended, hold_back, run_stitch, stitch, wait_until, write_config
 
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.concurrency import heartbeat
-from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.services import compaction
 from stitchlake.services.status import status
 from stitchlake.timeline.instant import Action
@@ -68,41 +63,6 @@ def running_plan(table: Table) -> tuple[str, int] | None:
     return None
 
 
-def wait_until(condition: Callable[[], Any], process: subprocess.Popen[str], timeout: float = 1800) -> Any:
-    """`condition()` once truthy, or whatever it gives when `process` ended; the deadline only turns a hang into a
-    failure (generous: a JVM starts slowly on a machine at load 30)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found or process.poll() is not None:
-            return found
-        time.sleep(0.01)
-    raise AssertionError("timed out")
-
-
-def hold_back(table: Table, plan: str, driver: int) -> FileSystemLock:
-    """Take the table lock while the driver runs `plan`, so that it cannot publish until the test lets go: an
-    interrupt then lands on a running compaction for certain, however fast or slow the machine. The driver is
-    frozen (SIGSTOP) while the test looks; frozen inside the lock (a busy machine can stretch that moment), it is
-    let go and frozen again a moment later. The lease outlasts anything the test does meanwhile."""
-    gate = FileSystemLock(table.storage, owner="the test holding the compaction back", expire_s=3600)
-    deadline = time.monotonic() + 600  # (only turns a driver that keeps the lock for good into a failure)
-    while True:
-        assert alive([driver]), "the driver ended before the test could hold it back"
-        os.kill(driver, signal.SIGSTOP)
-        try:
-            current = table.timeline().get(plan)
-            assert current is not None and not current.is_completed, "the plan completed before it could be held"
-            if lock_holder_pid(table) != driver:
-                gate.acquire(wait_s=600)
-                return gate
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(driver, signal.SIGCONT)
-        assert time.monotonic() < deadline, "the driver held the table lock at every look"
-        time.sleep(0.001)
-
-
 def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compact(
     landing: Path, tmp_path: Path
 ) -> None:
@@ -122,7 +82,7 @@ def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compa
         assert taken is not None, f"the compaction ended (exit {job.poll()}) before its job took the plan over"
         plan, driver = taken
         # Held back: the job runs its Spark tasks but cannot publish, so the signal lands inside the compaction.
-        gate = hold_back(table, plan, driver)
+        gate = hold_back(table, plan, lambda: [driver], "compaction")
         try:
             below = descendants(job.pid)
             assert driver in below, "the plan's runner is the CLI's Spark job"

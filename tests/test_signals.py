@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, alive, descendants, ended, run_stitch, stitch, write_config
-from tables import lock_holder_pid
+from spark_fixtures import ROOT, alive, descendants, ended, hold_back, run_stitch, stitch, wait_until, write_config
 from typer.testing import CliRunner
 
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
-from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.storage.local import LocalStorage
 from stitchlake.timeline.instant import Action
@@ -53,18 +51,6 @@ def claimed(table: Table) -> str | None:
 
 def start(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(stitch(*args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_until(condition: Any, process: subprocess.Popen[str], timeout: float = 900) -> Any:
-    """`condition()` once truthy, or whatever it gives when `process` ended; the deadline only turns a hang into a
-    failure (generous: a JVM starts slowly on a machine at load 30)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found or process.poll() is not None:
-            return found
-        time.sleep(0.01)
-    raise AssertionError("timed out")
 
 
 def sigterm_pending(pid: int) -> bool:
@@ -104,33 +90,6 @@ def live_files(table: Table) -> set[str]:
     return {f.path for f in table.view().live_files()}
 
 
-def hold_back(table: Table, instant: str, job: subprocess.Popen[str]) -> FileSystemLock:
-    """Take the table lock while `instant` is claimed and unpublished, so the job cannot publish until the test
-    lets go: the signal then lands on a job that is writing, however fast or slow the machine. The job's
-    processes are frozen (SIGSTOP) while the test looks; if one of them holds the lock (its claim), they are let
-    go and looked at again a moment later. The lease outlasts anything the test does meanwhile."""
-    gate = FileSystemLock(table.storage, owner="the test holding the ingest back", expire_s=3600)
-    deadline = time.monotonic() + 600  # (only turns a job that keeps the lock for good into a failure)
-    while True:
-        tree = [job.pid, *descendants(job.pid)]
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-        try:
-            current = table.timeline().get(instant)
-            assert current is not None and not current.is_completed, "the ingest published before it was held"
-            if lock_holder_pid(table) not in tree:
-                gate.acquire(wait_s=600)
-                return gate
-        finally:
-            for pid in tree:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-        assert job.poll() is None, "the ingest ended before the test could hold it back"
-        assert time.monotonic() < deadline, "the ingest held the table lock at every look"
-        time.sleep(0.001)
-
-
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Path, tmp_path: Path, engine: str) -> None:
     # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
@@ -140,7 +99,7 @@ def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Pat
         instant = wait_until(lambda: claimed(table), job)
         assert instant, f"the ingest ended (exit {job.poll()}) before it claimed an instant"
         # Held back from its claim on: the job writes but cannot publish, so the signal lands inside the ingest.
-        gate = hold_back(table, instant, job)
+        gate = hold_back(table, instant, lambda: [job.pid, *descendants(job.pid)], "ingest")
         try:
             # The signal must reach a job that is writing, not only the CLI: once the first marker shows, the whole
             # job is frozen (SIGSTOP), and the signal waits for it there.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, descendants, ended, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, concurrent_ingests, descendants, ended, run_stitch, stitch, write_config
 from tables import instant_at, pause_when_inflight
 
 import stitchlake
@@ -44,25 +44,11 @@ def concurrent(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     """A table whose three streams were ingested by three `stitch ingest` spark-submit jobs at once."""
     config = write_config(tmp_path_factory.mktemp("concurrent"), demo_data / "landing")
     assert run_stitch("init", "-c", str(config)).returncode == 0
-    jobs: dict[str, subprocess.Popen[str]] = {}
-    with contextlib.ExitStack() as running:  # however it goes (a later job failing to start too), none is left running
-        for stream in STREAMS:
-            jobs[stream] = running.enter_context(
-                ended(
-                    subprocess.Popen(
-                        stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "spark", "--json"),
-                        cwd=ROOT,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                )
-            )
-        outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
+    ran = concurrent_ingests(config, STREAMS)
     results = {}
-    for stream, job in jobs.items():
-        assert job.returncode == 0, f"ingest {stream} exited {job.returncode}:\n{outputs[stream][1][-3000:]}"
-        results[stream] = one_json(outputs[stream][0])
+    for stream, (code, out, err) in ran.items():
+        assert code == 0, f"ingest {stream} exited {code}:\n{err[-3000:]}"
+        results[stream] = one_json(out)
     return config, results
 
 
