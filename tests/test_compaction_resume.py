@@ -8,7 +8,9 @@ scheduled command must run it first, and `stitch status` must say when one waits
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -190,3 +192,18 @@ def test_status_warns_about_a_plan_that_waited_too_long(landing: Path, tmp_path:
     assert shown.returncode == 0 and "no (not running)" in shown.stdout
     table.compact()
     assert status(table, now=now + 61 * 60).warnings == []
+
+
+def test_status_warns_about_a_plan_a_live_process_has_run_too_long(landing: Path, tmp_path: Path) -> None:
+    """A run that still beats but has held its plan past `stale_plan_minutes` may be hung: named, with its process,
+    since nothing else would ever flag it (plain `stitch compact` leaves a live run's plan alone)."""
+    beats = {"interval_s": 1, "expire_s": 3 * 3600}  # a beat written now is still fresh an hour later
+    _config, table = ingested_table(tmp_path, landing, max_files=1, concurrency={"heartbeat": beats})
+    planned = compaction.schedule(table)
+    assert planned is not None
+    now = time.time()
+    with heartbeat.Heartbeat(table.storage, planned, interval_s=1, expire_s=3 * 3600, owner="a hung compaction"):
+        assert status(table, now=now).warnings == [], "a fresh run is no news"
+        [warning] = status(table, now=now + 61 * 60).warnings
+    assert planned in warning and f"process {os.getpid()} on {socket.gethostname()}" in warning, warning
+    assert "still beats" in warning and "if it is hung, stop it" in warning, warning

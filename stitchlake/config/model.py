@@ -853,7 +853,7 @@ class CompactionSpec(Spec):
     min_log_bytes: Annotated[int, Strict(), Ge(0), WHOLE] = 64 * 1024 * 1024
     """Threshold for log_bytes."""
     stale_plan_minutes: Annotated[int, Strict(), Ge(1), WHOLE] = 60
-    """`stitch status` warns about a plan pending this long that no live process runs."""
+    """`stitch status` warns about a plan pending this long: nobody runs it, or a live run may be hung."""
     max_file_group_mb: Annotated[int, Strict(), Ge(1), WHOLE] = 256
     """`stitch status` warns about file groups whose latest slice (base file and logs) is larger than this many
     MiB: merging a slice, in a read, a compaction or a Spark task, holds all of it, at about 8x its bytes."""

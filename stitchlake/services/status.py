@@ -172,13 +172,21 @@ def status(table: Table, now: float | None = None) -> StatusReport:
                 pid=writer.pid,
             )
         )
-        if instant.action == Action.COMPACTION and not alive and pending_s > stale_after_s:
-            # Its file groups stay out of every new plan until it runs: logs pile up, reads slow down, read-optimized
-            # reads and published tables go stale. Plain `stitch compact` runs it first.
-            warnings.append(
-                f"compaction plan {instant.requested} has been pending for {pending_s / 3600:.1f} h and nothing is "
-                "running it (over compaction.stale_plan_minutes): run `stitch compact`"
-            )
+        if instant.action == Action.COMPACTION and pending_s > stale_after_s:
+            # Its file groups stay out of every new plan until it completes: logs pile up, reads slow down,
+            # read-optimized reads and published tables go stale. Plain `stitch compact` runs one nobody runs; one
+            # that a live process has been running this long may be hung, and only its operator can tell.
+            age = f"compaction plan {instant.requested} has been pending for {pending_s / 3600:.1f} h"
+            if alive and record is not None:
+                where = f"process {record.get('pid', '?')} on {record.get('host', '?')}"
+                warnings.append(
+                    f"{age}, run by {where} that still beats (over compaction.stale_plan_minutes): if it is hung, "
+                    "stop it; the next `stitch compact` then runs the plan"
+                )
+            else:
+                warnings.append(
+                    f"{age} and nothing is running it (over compaction.stale_plan_minutes): run `stitch compact`"
+                )
 
         if instant.action == Action.RESCALE and not alive:
             # Writers of its partitions are fenced (exit 4) until it completes.
