@@ -127,6 +127,36 @@ def test_the_same_old_shaped_input_reads_the_same_before_or_after_the_alter(tmp_
         assert rows(config) == got
 
 
+def test_under_nulls_ignore_an_absent_added_field_is_the_default_and_a_null_leaves_it_alone(tmp_path: Path) -> None:
+    """`ratings` is `nulls: ignore`: a value written after the alter, then a newer old-shaped event, reads the
+    default whether that event arrived before the alter (its row reads the initial default) or after it (it
+    carries the write default); a newer event that writes null leaves the column alone."""
+    newer_old_shaped = {"ride_id": 1, "stars": 4, "rating_ts": 2}
+
+    def build_order(root: Path, old_first: bool) -> Path:
+        config = write_config(root, DOCUMENT)
+        stitch_ok("init", "-c", str(config))
+        if old_first:  # the old-shaped event is ingested before the alter
+            land_ratings(root, "old.json", [newer_old_shaped])
+            stitch_ok("ingest", "-c", str(config), "--stream", "ratings", "--engine", "local")
+        config = write_config(root, altered(DOCUMENT, None, "Lyon"))
+        stitch_ok("alter", "-c", str(config))
+        paris = {"ride_id": 1, "stars": 5, "rating_ts": 1, "city": "Paris"}
+        # After the alter: in the same file as a record that has the field.
+        land_ratings(root, "paris.json", [paris] if old_first else [paris, newer_old_shaped])
+        stitch_ok("ingest", "-c", str(config), "--stream", "ratings", "--engine", "local")
+        return config
+
+    before = build_order(tmp_path / "before", old_first=True)
+    after = build_order(tmp_path / "after", old_first=False)
+    assert rows(before)[1]["city"] == rows(after)[1]["city"] == "Lyon"
+    assert rows(before)[1]["stars"] == rows(after)[1]["stars"] == 4
+    for config in (before, after):
+        land_ratings(config.parent, "null.json", [{"ride_id": 1, "rating_ts": 3, "city": None, "stars": None}])
+        stitch_ok("ingest", "-c", str(config), "--stream", "ratings", "--engine", "local")
+        assert rows(config)[1]["city"] == "Lyon" and rows(config)[1]["stars"] == 4, "null: left alone"
+
+
 def test_a_changed_default_reaches_forward_never_back(tmp_path: Path) -> None:
     for alter_first in (False, True):
         root = tmp_path / f"alter-first-{alter_first}"
