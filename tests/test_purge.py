@@ -230,3 +230,42 @@ def test_purge_removes_the_erased_keys_undecodable_kafka_values(kafka_broker: st
     assert sorted(r["_value"] for r in kept) == sorted(b.decode() for b in (events[-1], clicks[-1])), (
         "another key's undecodable values are evidence, and stay"
     )
+
+
+def test_an_undecodable_avro_value_is_purged_though_its_key_is_no_text(tmp_path: Path) -> None:
+    """An Avro value keeps its numbers as varints, not text: a key's digits never show in it, so a quarantined
+    Avro value whose key is unknown is removed by any purge; a JSON value is searched for the key's text."""
+    import fastavro
+
+    from stitchlake.io import kafka
+    from stitchlake.services.purge import _rows_hit
+
+    document = {
+        "table": {"name": "people", "path": str(tmp_path / "table"), "key": {"k": "long"}, "buckets": 1},
+        "streams": {"events": {"columns": {"email": "string", "ets": "long"}, "ordering": "ets"}},
+    }
+    cfg = tmp_path / "table.yaml"
+    cfg.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    table = stitchlake.open(str(cfg))
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "e",
+            "fields": [{"name": "k", "type": "long"}, {"name": "email", "type": "string"}],
+        }
+    )
+    encoded = io.BytesIO()
+    fastavro.schemaless_writer(encoded, schema, {"k": 123456, "email": "person@example.org"})
+    truncated = encoded.getvalue()[:-3]  # what a consumer cannot decode
+    assert b"123456" not in truncated
+    rows = pa.table(
+        {
+            kafka.TOPIC: ["t", "t"],
+            kafka.PARTITION: ["0", "0"],
+            kafka.OFFSET: ["1", "2"],
+            kafka.VALUE: [truncated.decode("utf-8", "replace"), '{"k": 8, "email": "other@example.org"'],
+            "_reason": ["undecodable", "undecodable"],
+        }
+    )
+    hit = _rows_hit(table, rows, pa.table({"k": pa.array([123456], pa.int64())}))
+    assert hit.tolist() == [True, False], "the Avro value goes; another key's JSON text stays"

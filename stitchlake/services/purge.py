@@ -164,9 +164,20 @@ def _rows_hit(table: Table, rows: pa.Table, keys: pa.Table) -> np.ndarray:
         values = rows.drop_columns([name for name in ROW_ORIGIN if name in rows.column_names])
         where = np.flatnonzero(unknown)
         for index, row in zip(where, values.take(pa.array(where)).to_pylist(), strict=True):
+            if _binary(row.get(kafka.VALUE)):
+                mask[index] = True  # an Avro value: its numbers are not text, nothing short of removal is safe
+                continue
             text = b"\0".join(_text(value) for value in row.values() if value is not None)
             mask[index] = any(all(part in text for part in texts) for texts in wanted)
     return mask
+
+
+def _binary(value: object) -> bool:
+    """Whether a quarantined raw value is binary (an undecodable Avro record), not text a key can be searched in:
+    it has bytes that are not UTF-8 (kept as U+FFFD) or control characters that JSON text never holds raw."""
+    if not isinstance(value, str):
+        return False
+    return "\ufffd" in value or any(ord(c) < 32 and c not in "\t\n\r" for c in value)
 
 
 def _key_texts(key: dict[str, object]) -> list[bytes]:
