@@ -270,3 +270,20 @@ def test_an_added_column_defaults_record_by_record_in_a_kafka_range(kafka_broker
     broker.produce(kafka_broker, topic, [(0, json.dumps(r).encode()) for r in MIXED])
     assert stitch_ok("ingest", "-c", str(config), "--stream", "ratings")["rows"] == len(MIXED) - 1
     assert_defaults_per_record(rows(config))
+
+
+def test_a_json_file_with_a_byte_order_mark_still_defaults_record_by_record(tmp_path: Path) -> None:
+    """pyarrow reads a file that starts with a UTF-8 byte-order mark; the per-record scan must read it too."""
+    document = copy.deepcopy(DOCUMENT)
+    document["streams"]["ratings"].pop("nulls")
+    config = write_config(tmp_path, document)
+    stitch_ok("init", "-c", str(config))
+    config = write_config(tmp_path, altered(document, None, "Lyon"))
+    stitch_ok("alter", "-c", str(config))
+    folder = tmp_path / "landing" / "ratings"
+    folder.mkdir(parents=True)
+    lines = [{"ride_id": 1, "stars": 5, "rating_ts": 1}, {"ride_id": 2, "stars": 4, "rating_ts": 1, "city": "Paris"}]
+    (folder / "bom.json").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in lines).encode())
+    stitch_ok("ingest", "-c", str(config), "--stream", "ratings", "--engine", "local")
+    got = rows(config)
+    assert got[1]["city"] == "Lyon" and got[2]["city"] == "Paris", got

@@ -372,7 +372,7 @@ def _json_absent(data: bytes, table: pa.Table, names: list[str], where: str) -> 
     names = [n for n in names if n in table.column_names and table.column(n).null_count]
     if not names:
         return {}
-    text = data.decode("utf-8", "replace")
+    text = data.decode("utf-8-sig", "replace")  # a leading byte-order mark is not a record (pyarrow skips it)
     decoder = json.JSONDecoder()
     present: dict[str, list[bool]] = {n: [] for n in names}
     at = _skip_space(text, 0)
