@@ -275,22 +275,22 @@ def run_job(
         stop_file = files.request.parent / "stop"
         request = replace(request, stop_file=str(stop_file))  # type: ignore[call-arg]
     config = table.config
-    write_properties(files.properties, spark_properties(config))
-    write_private(files.request, json.dumps(request.to_json()))
-    job_args = target_args
-    py_files = None if is_local(config.spark.master) else package_zip(files.properties.parent)
-    argv = build_argv(config, job, job_args, files, py_files)
-    mark = uuid.uuid4().hex
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_HOME": spark_home(),
-        JOB_MARK: mark,  # every process of the job inherits it, whatever process group it moves to
-    }
-    if progress:
-        progress(f"starting spark-submit ({config.spark.master}); Spark log: {files.log}")
-    try:
+    py_files: str | None = None
+    try:  # from the first private file on: the properties may hold secrets, and go however this ends
+        write_properties(files.properties, spark_properties(config))
+        write_private(files.request, json.dumps(request.to_json()))
+        py_files = None if is_local(config.spark.master) else package_zip(files.properties.parent)
+        argv = build_argv(config, job, target_args, files, py_files)
+        mark = uuid.uuid4().hex
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_HOME": spark_home(),
+            JOB_MARK: mark,  # every process of the job inherits it, whatever process group it moves to
+        }
+        if progress:
+            progress(f"starting spark-submit ({config.spark.master}); Spark log: {files.log}")
         with open(files.log, "wb") as log:
             process = subprocess.Popen(
                 argv,
@@ -312,6 +312,9 @@ def run_job(
             if leftover is not None:
                 with contextlib.suppress(OSError):
                     leftover.unlink()
+        if not files.result.exists():  # the job never reported: nothing of the private folder is needed
+            with contextlib.suppress(OSError):
+                files.result.parent.rmdir()
     code = process.returncode
     outcome: dict[str, Any] | None = None
     if files.result.exists():
