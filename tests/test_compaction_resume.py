@@ -206,4 +206,4 @@ def test_status_warns_about_a_plan_a_live_process_has_run_too_long(landing: Path
         assert status(table, now=now).warnings == [], "a fresh run is no news"
         [warning] = status(table, now=now + 61 * 60).warnings
     assert planned in warning and f"process {os.getpid()} on {socket.gethostname()}" in warning, warning
-    assert "still beats" in warning and "if it is hung, stop it" in warning, warning
+    assert "still beats for it" in warning and "if it is hung, stop it" in warning, warning

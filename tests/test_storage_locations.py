@@ -113,3 +113,9 @@ def test_the_iceberg_catalog_rule_is_one_rule_at_config_time_and_at_publish_time
         assert refused is not None and "needs a catalog that is not a file on the object store" in refused
     with pytest.raises(UsageError, match="s3://b/wide needs a catalog that is not a file on the object store"):
         check_iceberg_catalog(Target("s3://b/wide"), {"type": "sql"})
+
+
+@pytest.mark.parametrize("location", ["file:/data/table", "s3:/bucket/table", "hdfs:/x"])
+def test_a_uri_written_with_one_slash_is_refused_not_taken_for_a_folder(location: str) -> None:
+    with pytest.raises(ConfigError, match="with two slashes"):
+        storage_for(location)

@@ -227,7 +227,7 @@ def rewrite_report(title: str, runs: PlannedRuns[Any], message: str, fields: Seq
         fields=[
             ("instant", "done.instant"),
             ("completed", "done.completed"),
-            *[(label, f"done.{key}") for label, key in fields if isinstance(key, str)],
+            *[(label, f"done.{key}" if isinstance(key, str) else _of_done(key)) for label, key in fields],
             ("file groups", "done.file_groups"),
             ("rows", "done.rows"),
             ("bytes", "done.bytes"),
@@ -237,6 +237,11 @@ def rewrite_report(title: str, runs: PlannedRuns[Any], message: str, fields: Seq
         ],
         source=runs,
     )
+
+
+def _of_done(key: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A field computed from the last run's result, read from the runs."""
+    return lambda runs: None if runs.done is None else key(runs.done)
 
 
 def show(report: Report) -> None:

@@ -180,8 +180,8 @@ def status(table: Table, now: float | None = None) -> StatusReport:
             if alive and record is not None:
                 where = f"process {record.get('pid', '?')} on {record.get('host', '?')}"
                 warnings.append(
-                    f"{age}, run by {where} that still beats (over compaction.stale_plan_minutes): if it is hung, "
-                    "stop it; the next `stitch compact` then runs the plan"
+                    f"{age} (over compaction.stale_plan_minutes) and {where} still beats for it: a long run, or "
+                    "a hung one; if it is hung, stop it, and the next `stitch compact` runs the plan"
                 )
             else:
                 warnings.append(

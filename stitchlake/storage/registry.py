@@ -42,6 +42,8 @@ HINTS = {
 
 #: A URI names its scheme and `://` first; a scheme has two characters at least, so `C:\\` or `C://` is a path.
 _URI = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+#: `file:/data`, `s3:/bucket`: a URI with one slash (Hadoop's spelling), refused rather than taken for a folder.
+_ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 
 
 def scheme_of(location: str) -> str:
@@ -76,6 +78,13 @@ def without_file_scheme(location: str) -> str:
 def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:
     """The storage backend for a location (a local path or a URI), with backend `options` (e.g. credentials)."""
     scheme = scheme_of(uri)
+    one_slash = _ONE_SLASH.match(str(uri))
+    if one_slash:
+        written = one_slash.group(1)
+        raise ConfigError(
+            f"{uri!r}: write {written}:// with two slashes (or a plain path): {written}:/ is not read as a URI, and "
+            "a folder of that name is surely not meant"
+        )
     factory = BACKENDS.get(scheme)
     if factory is None:
         known = ", ".join(sorted(f"{s}://" for s in BACKENDS if s)) + " and local paths"
