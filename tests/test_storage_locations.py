@@ -115,7 +115,13 @@ def test_the_iceberg_catalog_rule_is_one_rule_at_config_time_and_at_publish_time
         check_iceberg_catalog(Target("s3://b/wide"), {"type": "sql"})
 
 
-@pytest.mark.parametrize("location", ["file:/data/table", "s3:/bucket/table", "hdfs:/x"])
+@pytest.mark.parametrize("location", ["s3:/bucket/table", "hdfs:/x"])
 def test_a_uri_written_with_one_slash_is_refused_not_taken_for_a_folder(location: str) -> None:
     with pytest.raises(ConfigError, match="with two slashes"):
         storage_for(location)
+
+
+def test_hadoops_file_uri_with_one_slash_is_the_local_path(tmp_path: Path) -> None:
+    """Spark hands a data source `file:/tmp/t` for `LOCATION '/tmp/t'`: the same local folder."""
+    storage = storage_for(f"file:{tmp_path}")
+    assert isinstance(storage, LocalStorage) and storage.local_path("x") == str(tmp_path / "x")

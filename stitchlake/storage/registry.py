@@ -42,14 +42,21 @@ HINTS = {
 
 #: A URI names its scheme and `://` first; a scheme has two characters at least, so `C:\\` or `C://` is a path.
 _URI = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
-#: `file:/data`, `s3:/bucket`: a URI with one slash (Hadoop's spelling), refused rather than taken for a folder.
+#: `s3:/bucket`, `hdfs:/x`: a URI with one slash, refused rather than taken for a folder (`file:/` is a file URI).
 _ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
+
+
+#: `file:/tmp/t`: Hadoop's spelling of a file URI, which Spark hands a data source for `LOCATION '/tmp/t'`.
+_FILE_ONE_SLASH = re.compile(r"[Ff][Ii][Ll][Ee]:/(?!/)")
 
 
 def scheme_of(location: str) -> str:
     """The scheme of a location written as a URI (lower case), "" for a path."""
-    found = _URI.match(str(location))
-    return found.group(1).lower() if found else ""
+    text = str(location)
+    found = _URI.match(text)
+    if found:
+        return found.group(1).lower()
+    return "file" if _FILE_ONE_SLASH.match(text) else ""
 
 
 def is_uri(location: str) -> bool:
@@ -72,13 +79,15 @@ def without_file_scheme(location: str) -> str:
     """A `file://` URI as the path it names, as written (delta-rs and pyiceberg list the files they wrote under a
     folder this way); any other location unchanged."""
     text = str(location)
-    return text[len("file://") :] if scheme_of(text) == "file" else text
+    if scheme_of(text) != "file":
+        return text
+    return text[len("file://") :] if _URI.match(text) else text[len("file:") :]
 
 
 def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:
     """The storage backend for a location (a local path or a URI), with backend `options` (e.g. credentials)."""
     scheme = scheme_of(uri)
-    one_slash = _ONE_SLASH.match(str(uri))
+    one_slash = None if scheme else _ONE_SLASH.match(str(uri))
     if one_slash:
         written = one_slash.group(1)
         raise ConfigError(
