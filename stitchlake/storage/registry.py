@@ -47,7 +47,7 @@ _ONE_SLASH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 
 
 #: `file:/tmp/t`: Hadoop's spelling of a file URI, which Spark hands a data source for `LOCATION '/tmp/t'`.
-_FILE_ONE_SLASH = re.compile(r"[Ff][Ii][Ll][Ee]:/(?!/)")
+_FILE_ONE_SLASH = re.compile(r"file:/(?!/)", re.IGNORECASE)
 
 
 def scheme_of(location: str) -> str:
