@@ -230,3 +230,25 @@ def test_ended_ends_a_job_process_that_outlived_its_cli(tmp_path: Path) -> None:
         orphan = int(pid_file.read_text())
         assert alive([orphan]) and orphan not in descendants(os.getpid()), "outside every tree of this process"
     assert not alive([orphan]), "ended with its CLI"
+
+
+def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The properties file may hold secrets: it goes however the launch ends, also before the job ever started."""
+    import tempfile
+
+    from stitchlake.api import open as open_table
+    from stitchlake.jobs.launch import target_args
+    from stitchlake.jobs.requests import IngestRequest
+
+    table = open_table(_config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}))
+    private = tmp_path / "private"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    missing = tmp_path / "no-spark" / "spark-submit"
+    monkeypatch.setattr(spark_submit, "spark_submit", lambda: str(missing))
+    with pytest.raises(StitchError, match="could not start spark-submit") as raised:
+        spark_submit.run_job(table, IngestRequest(stream="orders"), target_args(table))
+    assert str(missing) in str(raised.value) and "SPARK_HOME" in str(raised.value)
+    assert list(private.iterdir()) == [], "a private file of the launch was left behind"

@@ -292,15 +292,21 @@ def run_job(
         if progress:
             progress(f"starting spark-submit ({config.spark.master}); Spark log: {files.log}")
         with open(files.log, "wb") as log:
-            process = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # its own process group: signals reach the JVM and its Python workers
-                preexec_fn=die_with_parent,  # and if we are SIGKILLed, the kernel ends the job for us
-            )
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # its own process group: signals reach the JVM and its Python workers
+                    preexec_fn=die_with_parent,  # and if we are SIGKILLed, the kernel ends the job for us
+                )
+            except OSError as error:
+                raise StitchError(
+                    f"could not start spark-submit ({argv[0]}): {error.strerror or error}; "
+                    "run `make setup`, or point SPARK_HOME at a Spark installation"
+                ) from error
             try:
                 _follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
             finally:
