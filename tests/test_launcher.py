@@ -252,3 +252,28 @@ def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private
         spark_submit.run_job(table, IngestRequest(stream="orders"), target_args(table))
     assert str(missing) in str(raised.value) and "SPARK_HOME" in str(raised.value)
     assert list(private.iterdir()) == [], "a private file of the launch was left behind"
+
+
+def test_a_launch_removes_the_private_folders_of_launchers_that_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGKILLed `stitch` cannot remove its private folder (its properties file may hold secrets): the next launch
+    does, once the pid the folder names is gone. A live launcher's folder, and anything else, stay."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()  # a pid that is gone (reaped)
+    with ended(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])) as running:
+        folders = {
+            "gone": tmp_path / f"stitch-job-{finished.pid}-abc_12",
+            "running": tmp_path / f"stitch-job-{running.pid}-def_34",
+            "older naming": tmp_path / "stitch-job-ghi_56",
+            "not ours": tmp_path / f"stitch-jobs-{finished.pid}-x",
+        }
+        for folder in folders.values():
+            folder.mkdir()
+            (folder / "spark.properties").write_text("spark.executorEnv.SECRET=s3cr3t\n")
+        spark_submit.sweep_private_folders()
+        assert not folders["gone"].exists()
+        assert all(folders[name].exists() for name in ("running", "older naming", "not ours"))

@@ -15,7 +15,7 @@ import os
 import socket
 from functools import cache
 
-from stitchlake.concurrency.processes import exited, stat
+from stitchlake.concurrency.processes import exists, exited, stat
 
 
 @cache
@@ -43,13 +43,9 @@ def gone(record: dict[str, object]) -> bool:
     started = record.get("started")
     if not isinstance(pid, int) or started is None:
         return False  # a beat that names no process (a Spark task's, or an older version's)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not exists(pid):
         return True
-    except PermissionError:
-        pass  # exists, owned by someone else: compare start times
-    if exited(pid):
+    if exited(pid):  # exists (perhaps someone else's): a zombie, or compare start times
         return True
     now = start_time(pid)
     return now is not None and now != started

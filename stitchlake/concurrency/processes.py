@@ -35,6 +35,17 @@ def parent(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
+def exists(pid: int) -> bool:
+    """Whether a process `pid` exists (running, a zombie, or another user's): the portable test, without /proc."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def exited(pid: int) -> bool:
     """Whether `pid` has exited but was not reaped yet (a zombie)."""
     fields = stat(pid)

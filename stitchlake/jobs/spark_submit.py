@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stitchlake import errors
-from stitchlake.concurrency.processes import die_with_parent, running_in_group, still_running, with_environment
+from stitchlake.concurrency.processes import (
+    die_with_parent,
+    exists,
+    running_in_group,
+    still_running,
+    with_environment,
+)
 from stitchlake.errors import StitchError
 from stitchlake.jobs.results import decode
 from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
@@ -216,10 +223,28 @@ def job_files(table: Table, job: str) -> JobFiles:
     folder = log_folder(table)
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{job}-{from_millis(now_millis())}-{os.getpid()}"
-    private = Path(tempfile.mkdtemp(prefix="stitch-job-"))
+    sweep_private_folders()
+    private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
     return JobFiles(
         folder / f"{stem}.log", private / "result.json", private / "spark.properties", private / "request.json"
     )
+
+
+#: A launch's private folder (request, properties, result) in the temporary folder: `stitch-job-<pid>-<random>`.
+PRIVATE_PREFIX = "stitch-job-"
+
+
+def sweep_private_folders() -> None:
+    """Remove the private folders of launchers that are gone: a SIGKILLed `stitch` cannot remove its own, and its
+    properties file may hold secrets. The folder names its launcher's pid; only our own user's are touched, and a
+    pid that runs (or was reused) keeps its folder."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_PREFIX}*-*"):
+        launcher = folder.name.removeprefix(PRIVATE_PREFIX).split("-", 1)[0]
+        if not launcher.isdigit() or exists(int(launcher)):
+            continue
+        with contextlib.suppress(OSError):
+            if folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def log_folder(table: Table) -> Path:
