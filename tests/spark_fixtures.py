@@ -132,7 +132,7 @@ def stray_job_processes() -> list[int]:
     mark and a launcher's job mark, and their parent chain does not reach this process (their CLI died). Session
     servers that detach on purpose carry no job mark; other sessions' jobs carry another session mark."""
     from stitchlake.concurrency.processes import parent, with_environment
-    from stitchlake.jobs.spark_submit import JOB_MARK
+    from stitchlake.jobs.job_process import JOB_MARK
 
     job_entry = f"{JOB_MARK}=".encode()
     found = []

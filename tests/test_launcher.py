@@ -22,12 +22,11 @@ from tables import THREE_STREAMS, config
 from stitchlake.concurrency.processes import exited, parent
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
-from stitchlake.jobs import spark_submit
+from stitchlake.jobs import job_process, spark_submit
+from stitchlake.jobs.job_process import JOB_MARK, end_leftovers
 from stitchlake.jobs.spark_submit import (
-    JOB_MARK,
     JobFiles,
     build_argv,
-    end_leftovers,
     error_for,
     package_zip,
     spark_properties,
@@ -147,7 +146,7 @@ def test_what_a_finished_job_leaves_in_its_process_group_is_ended(
     it a zombie for good): that is made certain here by adopting the orphan (a child subreaper) and reaping it only
     afterwards. And the launcher must not wait out its grace for it: the grace is an hour here, so returning at all
     shows it did not."""
-    monkeypatch.setattr(spark_submit, "LEFTOVER_GRACE_S", 3600)
+    monkeypatch.setattr(job_process, "LEFTOVER_GRACE_S", 3600)
     pid_file = tmp_path / "child.pid"
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())

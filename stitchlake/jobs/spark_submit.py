@@ -19,11 +19,9 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -32,14 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stitchlake import errors
-from stitchlake.concurrency.processes import (
-    die_with_parent,
-    exists,
-    running_in_group,
-    still_running,
-    with_environment,
-)
+from stitchlake.concurrency.processes import die_with_parent, exists
 from stitchlake.errors import StitchError
+from stitchlake.jobs.job_process import JOB_MARK, end_leftovers, follow
 from stitchlake.jobs.results import decode
 from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
 from stitchlake.jobs.spark_conf import REQUIRED_CONF
@@ -57,16 +50,6 @@ JOB_CONF = {
     "spark.ui.enabled": "false",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
-
-
-#: What a job's driver prints before a progress line on stderr; the launcher relays those lines.
-PROGRESS_PREFIX = "STITCH-PROGRESS: "
-#: Environment variable naming the job in every process it starts (PySpark's workers leave its process group).
-JOB_MARK = "STITCHLAKE_SPARK_JOB"
-#: Seconds an interrupted job gets to end after SIGTERM before its process group is SIGKILLed.
-STOP_GRACE_S = 20
-#: Seconds what a finished job left in its process group (Python workers) gets after SIGTERM, before SIGKILL.
-LEFTOVER_GRACE_S = 5
 
 
 @dataclass(frozen=True)
@@ -290,8 +273,8 @@ def run_job(
     """Run a job request under spark-submit; return its result (the type its job returns) or raise its error again.
 
     Interrupted (SIGTERM, Ctrl-C), the whole job is stopped: SIGTERM to its process group, then SIGKILL after
-    `STOP_GRACE_S`. A job that can stop gracefully (`graceful_stop_s`: `stitch stream`) is first asked to, through
-    a stop file named in its request, and given that long to finish the batch it is in.
+    `job_process.STOP_GRACE_S`. A job that can stop gracefully (`graceful_stop_s`: `stitch stream`) is first asked
+    to, through a stop file named in its request, and given that long to finish the batch it is in.
     """
     job = request.job
     files = job_files(table, job)
@@ -333,7 +316,7 @@ def run_job(
                     "run `make setup`, or point SPARK_HOME at a Spark installation"
                 ) from error
             try:
-                _follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
+                follow(process, files.log, progress, stop_file, graceful_stop_s or 0)
             finally:
                 # Finished or stopped, nothing of the job may run when we return: a Python worker still writing
                 # would leave a file after the caller aborted the instant and deleted what its markers name.
@@ -365,102 +348,3 @@ def run_job(
             outcome.get("details"),
         )
     return SubmittedJob(decode(request, outcome["result"]), round(float(outcome["job_seconds"]), 2), files.log)
-
-
-def _follow(
-    process: subprocess.Popen[bytes],
-    log: Path,
-    progress: Callable[[str], None] | None,
-    stop_file: Path | None = None,
-    graceful_s: float = 0,
-) -> None:
-    """Wait for the job, passing its progress lines on; stop the whole job if we are interrupted."""
-    position = 0
-    try:
-        while process.poll() is None:
-            time.sleep(0.3)
-            position = _relay(log, position, progress)
-        _relay(log, position, progress)
-    except BaseException:
-        if stop_file is not None and _stopped_gracefully(process, log, position, progress, stop_file, graceful_s):
-            return  # its result says how it ended
-        _stop(process)
-        raise
-
-
-def _stopped_gracefully(
-    process: subprocess.Popen[bytes],
-    log: Path,
-    position: int,
-    progress: Callable[[str], None] | None,
-    stop_file: Path,
-    graceful_s: float,
-) -> bool:
-    """Ask the job to stop after its running batch and wait up to `graceful_s`; a second interrupt stops waiting."""
-    stop_file.touch()
-    if progress:
-        progress(f"stopping after the running batch (up to {graceful_s:.0f}s; interrupt again to stop at once)")
-    deadline = time.monotonic() + graceful_s
-    try:
-        while process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.3)
-            position = _relay(log, position, progress)
-    except BaseException:
-        return False
-    _relay(log, position, progress)
-    return process.poll() is not None
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the job's process group (the JVM, its Python driver and workers), SIGKILL after the grace."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=STOP_GRACE_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def end_leftovers(group: int, mark: str | None = None) -> None:
-    """Once the JVM has exited the job is over, but Python workers it started may still be on their way out: end
-    them, so that nothing of the job runs when we return (a scheduler counts the task's processes as its own).
-
-    PySpark's worker daemon puts itself and its workers in a process group of their own, so besides the job's
-    group every process carrying the job's `mark` in its environment is ended, and waited for. Those are
-    followed by pid once found: a killed process loses its environment before it has finished exiting."""
-    marked = set(_marked(mark))
-    if not running_in_group(group) and not marked:
-        return
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signum)
-        for pid in still_running(marked):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
-        deadline = time.monotonic() + LEFTOVER_GRACE_S
-        while time.monotonic() < deadline:
-            marked |= set(_marked(mark))  # the daemon may have forked one more meanwhile
-            if not running_in_group(group) and not still_running(marked):
-                return
-            time.sleep(0.05)
-
-
-def _marked(mark: str | None) -> list[int]:
-    """The running processes carrying the job's mark in their environment (none without a mark)."""
-    return with_environment(f"{JOB_MARK}={mark}") if mark is not None else []
-
-
-def _relay(log: Path, position: int, progress: Callable[[str], None] | None) -> int:
-    if progress is None:
-        return position
-    try:
-        with open(log, "rb") as handle:
-            handle.seek(position)
-            chunk = handle.read()
-    except OSError:
-        return position
-    complete = chunk.rfind(b"\n") + 1
-    for line in chunk[:complete].decode("utf-8", errors="replace").splitlines():
-        if line.startswith(PROGRESS_PREFIX):
-            progress(line[len(PROGRESS_PREFIX) :])
-    return position + complete

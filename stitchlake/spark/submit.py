@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 from stitchlake.concurrency.processes import die_with_parent
-from stitchlake.jobs.spark_submit import PROGRESS_PREFIX
+from stitchlake.jobs.job_process import PROGRESS_PREFIX
 
 
 def progress(message: str) -> None:
