@@ -178,38 +178,38 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
     many_files: Path, tmp_path: Path
 ) -> None:
     """SIGTERM reaches `stitch stream` while it has work: a micro-batch in progress, or a file landed that no
-    batch has taken yet. Files land one at a time, so the test never waits for a batch that cannot come."""
+    batch has taken yet; then a new `stitch stream` resumes where it stopped. Files land one at a time, so the test
+    never waits for a batch that cannot come."""
     from demo_data import compare
 
     landing_root, files = held_back(many_files, tmp_path, "shipments")
     config, table = new_table(tmp_path, landing_root)
     landing = landing_root / "shipments"
     args = ("stream", "-c", str(config), "--stream", "shipments", "--files-per-trigger", "1", "--json")
-    for _round in range(2):
-        land(files.pop(0), landing)
-        want = len(completed(table, "shipments")) + 1
-        job = subprocess.Popen(
-            stitch(*args, "--trigger-interval", "2"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        with ended(job):
-            wait_for(f"micro-batch {want}", lambda: len(completed(table, "shipments")) >= want, process=job)  # noqa: B023
-            below = descendants(job.pid)
-            assert below, "the JVM runs below the CLI"
-            land(files.pop(0), landing)  # work for the job when the signal comes: in a batch, or about to be
-            job.send_signal(signal.SIGTERM)
-            out, err = job.communicate(timeout=900)
-        assert job.returncode == 0, err[-3000:]
-        result = json.loads(out)
-        assert result["ok"] and "stopped on request" in result["stopped"]
-        assert not alive(below), "a process of the job survived"
-        assert not table.timeline().pending(), "a graceful stop finishes the batch it is in"
+    land(files.pop(0), landing)
+    want = len(completed(table, "shipments")) + 1
+    job = subprocess.Popen(
+        stitch(*args, "--trigger-interval", "2"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with ended(job):
+        wait_for(f"micro-batch {want}", lambda: len(completed(table, "shipments")) >= want, process=job)
+        below = descendants(job.pid)
+        assert below, "the JVM runs below the CLI"
+        land(files.pop(0), landing)  # work for the job when the signal comes: in a batch, or about to be
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=900)
+    assert job.returncode == 0, err[-3000:]
+    result = json.loads(out)
+    assert result["ok"] and "stopped on request" in result["stopped"]
+    assert not alive(below), "a process of the job survived"
+    assert not table.timeline().pending(), "a graceful stop finishes the batch it is in"
     for path in files:
         land(path, landing)
-    finished = run_stitch(*args, "--available-now", timeout=1800)
+    finished = run_stitch(*args, "--available-now", timeout=1800)  # a second start resumes where it stopped
     assert finished.returncode == 0, finished.stderr
     assert sum(len(c.consumed()) for c in completed(table, "shipments")) == 6
     ingest_the_rest(config, "orders", "payments")
