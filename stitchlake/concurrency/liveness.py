@@ -43,9 +43,7 @@ def gone(record: dict[str, object]) -> bool:
     started = record.get("started")
     if not isinstance(pid, int) or started is None:
         return False  # a beat that names no process (a Spark task's, or an older version's)
-    if not exists(pid):
-        return True
-    if exited(pid):  # exists (perhaps someone else's): a zombie, or compare start times
+    if not exists(pid) or exited(pid):  # gone, or a zombie; else (perhaps someone else's) compare start times
         return True
     now = start_time(pid)
     return now is not None and now != started

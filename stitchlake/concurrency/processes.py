@@ -42,7 +42,7 @@ def exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # another user's
     return True
 
 
