@@ -253,8 +253,9 @@ def test_a_pending_compaction_plan_makes_an_overlapping_write_abort(demo_data: P
     planned = schedule(table)
     assert planned is not None
     before = table.timeline()
-    with pytest.raises(ConflictError, match=f"compaction {planned} is pending on file group"):
+    with pytest.raises(ConflictError, match=f"compaction {planned} is pending on file group") as err:
         table.write("orders", rows([2]))
+    assert "if its process died, `stitch compact` runs it" in str(err.value)  # a crashed plan blocks until run
     after = table.timeline()
     assert [i.requested for i in after.pending()] == [planned], "the aborted write left its instant"
     assert len(after.completed()) == len(before.completed())

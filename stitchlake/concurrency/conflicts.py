@@ -92,9 +92,11 @@ def check_completed_and_planned(
             continue
         where = rule.clash(mine, rule.footprint(plan.groups))
         if where is not None:
+            remedy = "`stitch compact` runs it" if other.action == Action.COMPACTION else "`stitch clean` undoes it"
             raise ConflictError(
                 f"{other.action} {other.requested} is pending on {where}, which this write touches too "
-                "(concurrency.mode: optimistic); nothing was published — run again after it completes"
+                f"(concurrency.mode: optimistic); nothing was published — run again after it completes (if its "
+                f"process died, {remedy})"
             )
 
 
