@@ -382,7 +382,7 @@ def _write_shipments(events: pd.DataFrame, folder: Path, files: int) -> None:
 
 
 def _winners(events: pd.DataFrame, ordering: str) -> pd.DataFrame:
-    """Per key, the event with the greatest (ordering value, arrival position): DESIGN §2's winning event."""
+    """Per key, the event with the greatest (ordering value, arrival position): design.md §2's winning event."""
     ranked = events.sort_values(["order_id", ordering, "pos"], kind="stable")
     return ranked.drop_duplicates("order_id", keep="last").set_index("order_id")
 
@@ -413,7 +413,7 @@ def _column(keys: np.ndarray, group: pd.DataFrame, name: str, kind: pa.DataType)
 
 
 def ground_truth(orders: pd.DataFrame, payments: pd.DataFrame, shipments: pd.DataFrame) -> pa.Table:
-    """The wide table DESIGN §2 promises for these events (each frame: the events with their arrival `pos`).
+    """The wide table design.md §2 promises for these events (each frame: the events with their arrival `pos`).
 
     orders: `nulls: overwrite` with deletes — the winner decides; a winning delete tombstones the group, so an
     older event cannot resurrect it and a newer one (the winner then) can. payments: `nulls: ignore`.

@@ -4,7 +4,7 @@
     python scripts/torture.py --rounds 7 --keys 600 --writers-per-stream 2    # CI-sized (tests/test_torture.py)
     python scripts/torture.py --check-only --workdir DIR      # re-check the reads and the table of a kept run
 
-What runs, each as its own OS process on one table (DESIGN §4-§7):
+What runs, each as its own OS process on one table (design.md §4-§7):
 
 - three stream writers (orders, payments, shipments), each ingesting its stream's landing files over and over
   with the in-process engine (`stitchlake.ingest.ingest_local`, what `stitch ingest --engine local` runs);
@@ -180,7 +180,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 # ================================================================================= the table's own files
 
-# The checker reads the timeline, the archive and the checkpoint from their files (DESIGN §4), not through
+# The checker reads the timeline, the archive and the checkpoint from their files (design.md §4), not through
 # stitchlake's timeline classes: a checker that shared the code under test would share its bugs.
 
 TIMELINE_DIR = ".stitch/timeline"

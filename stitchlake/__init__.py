@@ -35,7 +35,7 @@ def read(
     filter: Any = None,
     mode: str = "snapshot",
 ) -> pa.Table:
-    """Read a table into one pyarrow.Table (DESIGN §7): the whole result in memory, which is the caller's choice.
+    """Read a table into one pyarrow.Table (design.md §7): the whole result in memory, which is the caller's choice.
 
     To stream the same rows one file slice at a time (memory bounded by the largest file group, not the table), use
     `stitchlake.open(target).scan(...)`; `Table.sql` and `Table.to_duckdb` stream the table into DuckDB."""

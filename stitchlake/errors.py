@@ -1,4 +1,4 @@
-"""Errors that carry their DESIGN §8 exit code, so the CLI never guesses how to exit."""
+"""Errors that carry their design.md §8 exit code, so the CLI never guesses how to exit."""
 
 from __future__ import annotations
 

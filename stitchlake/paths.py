@@ -1,4 +1,4 @@
-"""Every path stitchlake keeps under a table's `.stitch/` folder (DESIGN §3), spelled in one place.
+"""Every path stitchlake keeps under a table's `.stitch/` folder (design.md §3), spelled in one place.
 
 All paths are relative to the table root, so they mean the same on local disk and in an object store.
 """

@@ -1,4 +1,4 @@
-"""A brute-force reference model of DESIGN §2, written independently of stitchlake's merge code.
+"""A brute-force reference model of design.md §2, written independently of stitchlake's merge code.
 
 Plain Python, one event at a time: for every key and stream, take the maximum by version. Tests compare the
 real table against this model; if the two ever disagree, one of them is wrong about the product's promise.

@@ -4,7 +4,7 @@ This module holds the config, the table, `--json` failures and the file system; 
 landing files (unreadable, incomplete, compressed, re-delivered) and the bad-row policy, on the same template.
 
 Each case runs the real `stitch` console script as a subprocess, as cron or Airflow would, and checks three
-things: the exit code (DESIGN §8), a message that says what is wrong and where (the file, the column, the
+things: the exit code (design.md §8), a message that says what is wrong and where (the file, the column, the
 YAML path), and that nothing changed — every file under the workspace (table, landing folders, configs) is
 compared by sha256 of its path and content, and every folder by name.
 

@@ -1,4 +1,4 @@
-"""The `stitch` CLI (DESIGN §7, §8): real config files and tables on disk, run through typer's CliRunner and,
+"""The `stitch` CLI (design.md §7, §8): real config files and tables on disk, run through typer's CliRunner and,
 where the process boundary matters (entry point, exit status, imports, stdout purity), as a real subprocess.
 """
 
@@ -836,7 +836,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table, list[Any]], config_file: Path) -> None:
-    """A cron `stitch compact --run` with nothing scheduled exits 0 (DESIGN §8), and starts no Spark job."""
+    """A cron `stitch compact --run` with nothing scheduled exits 0 (design.md §8), and starts no Spark job."""
     table, _ = written
     before = [i.file_name for i in table.timeline().instants]
     result = run("compact", "-c", str(config_file), "--run", "--json")

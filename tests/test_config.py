@@ -1,4 +1,4 @@
-"""Table config (DESIGN §10): every bad config is a ConfigError (exit 2) naming the file and the YAML path.
+"""Table config (design.md §10): every bad config is a ConfigError (exit 2) naming the file and the YAML path.
 
 Configs are real YAML files in `tmp_path`, loaded with `load_config` exactly as the CLI does.
 """
@@ -36,7 +36,7 @@ from stitchlake.config.evolution import changes, same_schema
 from stitchlake.config.model import ZooKeeperLockSpec
 from stitchlake.errors import ConfigError
 
-#: The example of DESIGN §10, verbatim.
+#: The example of design.md §10, verbatim.
 DESIGN_EXAMPLE = """\
 table:
   name: orders_wide

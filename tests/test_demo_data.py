@@ -97,7 +97,7 @@ def _read_events(out: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def _brute_force(events: dict[str, list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
-    """DESIGN §2, one event at a time: max version per key and stream, per column for `nulls: ignore`."""
+    """design.md §2, one event at a time: max version per key and stream, per column for `nulls: ignore`."""
     by_key: dict[str, dict[int, list[dict[str, Any]]]] = {s: defaultdict(list) for s in events}
     dates: dict[int, dt.date] = {}
     for stream, rows in events.items():

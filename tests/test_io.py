@@ -1,4 +1,4 @@
-"""Data files (DESIGN §3): every column type round-trips through Parquet and Avro files on disk, and a file
+"""Data files (design.md §3): every column type round-trips through Parquet and Avro files on disk, and a file
 that cannot be read whole is a CorruptFileError naming it — never partial rows."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Layout (DESIGN §3, §5): the pinned bucket hash, partition paths, data file names, and the file-system view
+"""Layout (design.md §3, §5): the pinned bucket hash, partition paths, data file names, and the file-system view
 built from a real timeline on disk (completion-time slicing, pending compactions, invisibility, time travel)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property test (DESIGN §2): random events, random batch order, random compactions and erases.
+"""Property test (design.md §2): random events, random batch order, random compactions and erases.
 
 Whatever the order batches arrive in and wherever compaction cuts, `read()` must equal the brute-force
 reference model — and time travel must equal the model over the instants completed by then.

@@ -1,4 +1,4 @@
-"""One test per merge rule of DESIGN §2, with hand-written expected rows.
+"""One test per merge rule of design.md §2, with hand-written expected rows.
 
 Every scenario runs three times: without compaction; with a compaction after every step; and with a compaction
 scheduled after every step but run only after the next one, so writes land while a plan is pending. Scheduling
@@ -57,7 +57,7 @@ DOC: dict[str, Any] = {
 EMPTY: dict[str, Any] = {"x": None, "y": None, "ts": None, "u": None, "v": None, "bts": None, "w": "none", "n": 0}
 
 #: never; a full compaction after every step; or a compaction *scheduled* after every step and run only after
-#: the next step, so every write lands while a plan is pending (DESIGN §5 file slicing).
+#: the next step, so every write lands while a plan is pending (design.md §5 file slicing).
 COMPACTION = ["never", "after_each_step", "pending_plan"]
 
 
@@ -127,7 +127,7 @@ class Scenario:
         return result
 
     def erase(self, keys: list[int]) -> Any:
-        self._run_pending()  # an erase conflicts with a pending compaction of its file groups (DESIGN §6)
+        self._run_pending()  # an erase conflicts with a pending compaction of its file groups (design.md §6)
         result = self.table.erase(pa.table({"k": pa.array(keys, pa.int64())}))
         self._after_step()
         return result
@@ -187,7 +187,7 @@ def test_equal_ordering_value_later_row_of_a_batch_wins(tmp_path: Path, when: st
 
 
 def test_equal_ordering_value_goes_to_the_later_completion_not_the_later_request(tmp_path: Path) -> None:
-    """Two writers overlap: the one that *completes* later is the later arrival (DESIGN §2, §4)."""
+    """Two writers overlap: the one that *completes* later is the later arrival (design.md §2, §4)."""
     table = make_table(tmp_path)
     early = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
     late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
@@ -227,7 +227,7 @@ def test_commit_time_ordering_follows_completion_order(tmp_path: Path) -> None:
 
 
 def test_a_write_overlapping_a_compaction_is_merged_on_top_of_its_base(tmp_path: Path) -> None:
-    """Writes begun before a compaction was planned, completing before or after it ran (DESIGN §5)."""
+    """Writes begun before a compaction was planned, completing before or after it ran (design.md §5)."""
     table = make_table(tmp_path)
     table.write("a", batch_for(table, "a", [{"k": 1, "x": 1, "y": "base", "ts": 1}, {"k": 2, "x": 2, "ts": 1}]))
     slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))

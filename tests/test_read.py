@@ -1,4 +1,4 @@
-"""Readers (DESIGN §7): incremental, time travel, column pruning, filters, log formats and entry points.
+"""Readers (design.md §7): incremental, time travel, column pruning, filters, log formats and entry points.
 
 Expected results come from the brute-force reference model (tests/reference.py) or from filtering/selecting
 the plain snapshot read, never from stitchlake's own merge code.

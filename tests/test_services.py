@@ -1,11 +1,11 @@
-"""Table services (issue 5; DESIGN §4-§6, §8): compaction, clean, rollback, savepoint/restore, archive, erase.
+"""Table services (issue 5; design.md §4-§6, §8): compaction, clean, rollback, savepoint/restore, archive, erase.
 
 Ground truth never comes from the service code under test:
 - table contents come from the brute-force reference model (tests/reference.py), fed with the labelled
   batches the timeline says were committed (every write in this file records its batch recipe in its commit
   metadata, so even the batches of a SIGKILLed writer are accounted for exactly);
 - what a compaction plan, a clean policy or a savepoint must hold is recomputed here from the completed
-  instants' file lists with the DESIGN §5 slice rule, written out again in this file.
+  instants' file lists with the design.md §5 slice rule, written out again in this file.
 
 Where an acceptance point is about concurrency or crashes, the actors are real processes: writer processes
 (`python -c`), `stitch ... --engine local` processes, SIGKILL (a crash) and SIGSTOP (a process that is slow at
@@ -240,7 +240,7 @@ def cli(*args: str | Path) -> Result:
 
 
 def refused(result: Result | subprocess.CompletedProcess[str], code: int, *phrases: str) -> str:
-    """Assert a refusal: the DESIGN §8 exit code and a message that names why and what would be safe."""
+    """Assert a refusal: the design.md §8 exit code and a message that names why and what would be safe."""
     status = result.exit_code if isinstance(result, Result) else result.returncode
     message = " ".join(result.stderr.split())
     assert status == code, f"expected exit {code}, got {status}: {message}"
@@ -391,7 +391,7 @@ def written_files(table: Table) -> list[Written]:
 
 
 def needed_at(files: list[Written], at: str) -> Files:
-    """DESIGN §5, restated: a read as of `at` merges, per file group, the newest base completed by then and
+    """design.md §5, restated: a read as of `at` merges, per file group, the newest base completed by then and
     every log completed by then after that base's requested time."""
     out: Files = set()
     for group in {f.group for f in files}:

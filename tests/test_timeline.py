@@ -1,4 +1,4 @@
-"""The timeline (DESIGN §4): unique increasing instant times under real multi-process contention, instant file
+"""The timeline (design.md §4): unique increasing instant times under real multi-process contention, instant file
 names, completion-time ordering from names alone, filters, metadata and state transitions. Real files only."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The write client (DESIGN §2, §3, §6): crashes leave no visible trace, input is validated and cast, log
+"""The write client (design.md §2, §3, §6): crashes leave no visible trace, input is validated and cast, log
 files are named, listed and routed as specified, and a batch is precombined to one row per key per file group.
 
 Crashes are simulated *around* the unit under test only: the data-file writer raises (or the whole process

@@ -4,7 +4,8 @@ Command modules (`table_commands.py`, `job_commands.py`, `rescale_commands.py` b
 `register(app)`; their commands take the shared options from `stitchlake.cli.options`, return a
 `stitchlake.cli.output.Report`, and simply raise `StitchError`s. The guard
 prints the report (human or `--json`), and turns errors into a message, one JSON object on stdout with `--json`,
-and the DESIGN §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C, 143 on SIGTERM.
+and the design.md §8 exit code, which comes from the error class (`StitchError.exit_code`); 130 on Ctrl-C, 143 on
+SIGTERM.
 
 Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reading imports
 (import them inside the command function): `stitch --help` must stay fast and metadata commands run without
@@ -105,7 +106,7 @@ def interruption_note(exc: BaseException) -> str:
 
 
 def run_command(fn: Callable[[], R]) -> R | None:
-    """Run `fn`, print the report it returns, and turn what it raises into a message and the DESIGN §8 exit code.
+    """Run `fn`, print the report it returns, and turn what it raises into a message and the design.md §8 exit code.
 
     - `StitchError` -> `error: <message>` and `exc.exit_code` (1 failure, 2 usage/config, 3 conflict, 4 busy,
       5 input rejected); no traceback unless `STITCH_DEBUG=1`.

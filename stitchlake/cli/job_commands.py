@@ -3,7 +3,7 @@ status.
 
 Each builds one job request and runs it (`stitchlake.jobs.launch`, through `stitchlake.cli.jobs`) in this process or
 on Spark; each returns one report that `stitchlake.cli.output` prints for a person or as one JSON object, and exits
-with the DESIGN §8 code, so cron and Airflow can act on it. Jobs with heavy work take `--engine`; metadata-only
+with the design.md §8 code, so cron and Airflow can act on it. Jobs with heavy work take `--engine`; metadata-only
 ones (rollback, savepoints, archive, status) always run in this process and never start a JVM.
 """
 

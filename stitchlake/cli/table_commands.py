@@ -1,4 +1,4 @@
-"""Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read` and `sql` (DESIGN §7, §8).
+"""Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read` and `sql` (design.md §7, §8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
 `timeline show` stay fast. Rendering lives in `stitchlake.cli.output`; these functions gather data into a report.

@@ -1,4 +1,4 @@
-"""Heartbeats: liveness of running writers and services (DESIGN §6).
+"""Heartbeats: liveness of running writers and services (design.md §6).
 
 A writer refreshes ``.stitch/heartbeats/<instant>`` while it works; an inflight instant whose heartbeat has
 expired is a failed write that `stitch clean` / `stitch rollback --failed` may roll back. Why this shape:
@@ -35,7 +35,7 @@ from stitchlake.storage import Storage
 
 log = logging.getLogger(__name__)
 
-#: Table-relative folder of heartbeat files (DESIGN §3).
+#: Table-relative folder of heartbeat files (design.md §3).
 HEARTBEATS_FOLDER = HEARTBEATS_DIR
 
 

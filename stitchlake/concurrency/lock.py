@@ -1,4 +1,4 @@
-"""Table locks: the short critical section around drawing instant times and publishing (DESIGN §4, §6).
+"""Table locks: the short critical section around drawing instant times and publishing (design.md §4, §6).
 
 The lock is held only for milliseconds (draw a time, publish one instant file), never while data is written,
 so a plain lease is enough and a crashed holder costs at most one lease of waiting.
@@ -64,7 +64,7 @@ from stitchlake.storage import Storage
 
 log = logging.getLogger(__name__)
 
-#: Table-relative folder of the filesystem lock provider (DESIGN §3).
+#: Table-relative folder of the filesystem lock provider (design.md §3).
 LOCKS_FOLDER = LOCKS_DIR
 RELEASED_SUFFIX = ".released"
 _GEN_DIGITS = 20

@@ -1,4 +1,4 @@
-"""ZooKeeper table lock (DESIGN §6): for writers on many hosts, or storage without conditional puts.
+"""ZooKeeper table lock (design.md §6): for writers on many hosts, or storage without conditional puts.
 
 It is kazoo's `Lock` recipe (ephemeral sequential znodes, fair FIFO queue) at ``{zk_path}/{table_id}/{name}``.
 Why these choices:

@@ -1,4 +1,4 @@
-"""Table config (DESIGN §10): YAML in, a typed and validated `TableConfig` out.
+"""Table config (design.md §10): YAML in, a typed and validated `TableConfig` out.
 
 - `model`: the frozen pydantic models; every default is written there, once.
 - `parse`: YAML text -> model (safe loading, `${ENV}`, alias-bomb guard), errors naming file and YAML path.

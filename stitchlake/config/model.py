@@ -1,4 +1,4 @@
-"""The typed table config (DESIGN §10): frozen pydantic models, every default written once, here.
+"""The typed table config (design.md §10): frozen pydantic models, every default written once, here.
 
 The models accept two shapes: the YAML a person writes (columns and streams as mappings `name: spec`, numbers
 and `true`/`false` possibly as text after `${ENV}` expansion) and the stored form of `.stitch/table.json`

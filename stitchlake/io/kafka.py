@@ -1,6 +1,6 @@
 """Kafka topics as a stream's source: the topic's offsets, and one partition's records read and decoded.
 
-The table, not the broker, keeps a stream's offsets (DESIGN §6): each deltacommit records the offset range it
+The table, not the broker, keeps a stream's offsets (design.md §6): each deltacommit records the offset range it
 consumed per partition, so the consumer here never joins a group's offset bookkeeping and commits nothing; it is
 assigned an explicit range and reads exactly it. Both engines read through this module (Spark tasks call
 `read_range` on the executors), so they accept and reject the same records.
@@ -38,7 +38,7 @@ OFFSET = "_kafka_offset"
 VALUE = "_value"
 UNDECODABLE = "undecodable record value"
 #: A record's position in its batch: partition << OFFSET_BITS | (offset - the range's first offset), so it is
-#: unique in the commit and the same however often the range is read (DESIGN §2).
+#: unique in the commit and the same however often the range is read (design.md §2).
 OFFSET_BITS = 40
 #: Records a consumer hands over per call.
 BATCH = 5000

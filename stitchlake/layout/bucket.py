@@ -1,4 +1,4 @@
-"""The bucket index: `bucket = stable_hash(key) mod buckets` (DESIGN §3).
+"""The bucket index: `bucket = stable_hash(key) mod buckets` (design.md §3).
 
 The hash is specified here and pinned by test vectors, so every engine path (in-process, Spark executors,
 any future engine) sends a key to the same file group without talking to anyone:

@@ -1,9 +1,9 @@
 """The file-system view: which data files exist, built from completed instants — never from listing.
 
 A file no completed instant names is invisible, so a crashed writer's half-written files can never leak into
-a read, and reads need no directory listing on object stores (DESIGN §3).
+a read, and reads need no directory listing on object stores (design.md §3).
 
-File slices follow the completion-time rule (DESIGN §5): a log belongs to the slice whose base instant is the
+File slices follow the completion-time rule (design.md §5): a log belongs to the slice whose base instant is the
 greatest rewrite (compaction or erase) *requested* before the log's commit *completed*. A completed rescale of a
 partition starts a new slice in every file group of it at its requested time, whether it wrote a base file there
 or not: the partition's older files are laid out by another bucket count (`layout.rescales`).
@@ -153,7 +153,7 @@ class FileSystemView:
     ) -> list[FileSlice]:
         keys = list(file_groups) if file_groups is not None else self.file_groups(partitions)
         if as_of is not None and self.horizon is not None and as_of < self.horizon:
-            # A refusal, not a failure: a later time or a savepoint answers it (DESIGN §8, exit 2).
+            # A refusal, not a failure: a later time or a savepoint answers it (design.md §8, exit 2).
             raise UsageError(
                 f"as of {as_of} is older than the archived timeline (its state is only kept from "
                 f"{self.horizon}); pick a later time or a savepoint"

@@ -1,4 +1,4 @@
-"""Data file names (DESIGN §3): `<file group>_<instant>_<write token>.parquet` for base files and
+"""Data file names (design.md §3): `<file group>_<instant>_<write token>.parquet` for base files and
 `<file group>_<instant>_<write token>.log.<parquet|avro>` for log files."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bucket counts over time (DESIGN §3): the `table.json` count, changed by completed rescales.
+"""Bucket counts over time (design.md §3): the `table.json` count, changed by completed rescales.
 
 A rescale (`services/rescale.py`) rewrites every file group of some partitions, or of every partition, into N
 buckets as one instant. From its completion on, a rewritten partition's keys live in `stable_hash(key) mod N` and

@@ -1,4 +1,4 @@
-"""The merge rules of DESIGN §2, per stream, as vectorised kernels. The only place they live.
+"""The merge rules of design.md §2, per stream, as vectorised kernels. The only place they live.
 
 Every file holds *summaries*: for each key, the winning version of the stream's group, whether that
 winner is a delete, and in `nulls: ignore` mode also the latest tombstone and the version each column's

@@ -1,4 +1,4 @@
-"""How stream summaries are stored as columns (DESIGN §3: base files carry the winning versions).
+"""How stream summaries are stored as columns (design.md §3: base files carry the winning versions).
 
 Meta columns are named `_sl__<stream>__<field>` — plain identifiers, so Parquet, Avro and Spark all accept
 them. Log files hold one commit of one stream, so their commit time is implicit (the instant's completion

@@ -1,4 +1,4 @@
-"""Event versions as tuples of int64 arrays, compared lexicographically (DESIGN §2).
+"""Event versions as tuples of int64 arrays, compared lexicographically (design.md §2).
 
 A version is `(ordering values..., commit completion time, position)`. Numbers, dates, timestamps and booleans
 map to an order-preserving int64 image. Text, binary and decimals have none, so they are compared by *rank*: each

@@ -1,4 +1,4 @@
-"""The change feed (DESIGN §7): which keys' merged rows changed in (since, until], and how (`_op` I/U/D).
+"""The change feed (design.md §7): which keys' merged rows changed in (since, until], and how (`_op` I/U/D).
 
 The keys the range's commits carried are read first (keys only); then each file group's two states, as of `since`
 and as of `until`, are merged with the snapshot reader's `merge_slice`, diffed and handed on one group at a time.

@@ -39,7 +39,7 @@ def scan(
     before_images: bool = False,
 ) -> Scan:
     """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
-    (one file group for changes) at a time: memory bounded by the largest slices, not the table (DESIGN §7).
+    (one file group for changes) at a time: memory bounded by the largest slices, not the table (design.md §7).
 
     Planning happens now (a bad argument or time is refused here); rows are read when the scan is iterated, and
     every pass reads the same planned files."""
@@ -67,7 +67,7 @@ def read(
     filter: Filter = None,
     before_images: bool = False,
 ) -> pa.Table:
-    """Read the table into one Arrow table. See DESIGN §7 for the modes; `since`/`until` give the incremental view
+    """Read the table into one Arrow table. See design.md §7 for the modes; `since`/`until` give the incremental view
     (with `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
     deleted values). The result is whole in memory: `scan` streams the same rows slice by slice."""
     try:

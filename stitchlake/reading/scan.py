@@ -1,7 +1,7 @@
 """A planned read as a stream of Arrow record batches (`Scan`), merged a few parts ahead (`bounded`).
 
 Both kinds of read hand their parts through here, a file slice (a snapshot) or a file group (changes) at a time, so
-a read's memory is bounded by its largest parts, never by the table (DESIGN §7).
+a read's memory is bounded by its largest parts, never by the table (design.md §7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Snapshot reads (DESIGN §7): merge-on-read, read-optimized and time travel, one file slice at a time.
+"""Snapshot reads (design.md §7): merge-on-read, read-optimized and time travel, one file slice at a time.
 
 Every mode plans file slices from the file-system view, reads each slice's files once, and merges them with
 `merge.stitch`; a Spark task reading one slice calls the same `read_slice`.

@@ -1,4 +1,4 @@
-"""Archival (DESIGN §4): keep the active timeline short with a checkpoint of the file-system view.
+"""Archival (design.md §4): keep the active timeline short with a checkpoint of the file-system view.
 
 Old completed instants move into `timeline/archive/` (one JSON-lines batch per run) and a checkpoint records
 what they leave behind: the files still live at the archive horizon, and the source files each stream has

@@ -1,4 +1,4 @@
-"""Cleaning (DESIGN §4, §5): delete file slices no reader within the retention can need.
+"""Cleaning (design.md §4, §5): delete file slices no reader within the retention can need.
 
 Never deleted: any file of a file group's latest slice, any file a savepoint's snapshot reads, any file a
 pending compaction or erase plan lists. The plan is computed under the table lock (so a savepoint cannot

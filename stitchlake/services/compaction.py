@@ -1,4 +1,4 @@
-"""Compaction (DESIGN §5): merge each chosen file slice into a new base file.
+"""Compaction (design.md §5): merge each chosen file slice into a new base file.
 
 Scheduling writes an immutable plan, `<T>.compaction.requested`, listing per file group the base file and
 exactly the logs whose commits completed before T (it is computed under the table lock, with T).

@@ -1,7 +1,7 @@
-"""Key-level erase (DESIGN §2): remove every group of the given keys committed before the erase's commit.
+"""Key-level erase (design.md §2): remove every group of the given keys committed before the erase's commit.
 
 An erase rewrites the file groups holding the keys — their current slices become new base files without the
-keys — under optimistic concurrency (DESIGN §6): it conflicts (exit 3, nothing left behind) with another
+keys — under optimistic concurrency (design.md §6): it conflicts (exit 3, nothing left behind) with another
 rewrite of the same file groups, and with a commit that wrote one of the erased keys while the erase ran,
 because that event was committed before the erase's commit too and would otherwise survive it.
 """

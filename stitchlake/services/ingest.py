@@ -1,4 +1,4 @@
-"""Ingest a stream's landing files exactly once (DESIGN §6): one job, written once, for every engine.
+"""Ingest a stream's landing files exactly once (design.md §6): one job, written once, for every engine.
 
 Each completed deltacommit records the landing files it consumed, with what they held (size, version); a run
 ingests only files no completed instant of the stream has consumed. A re-run after success finds nothing and

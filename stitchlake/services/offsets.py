@@ -1,4 +1,4 @@
-"""A Kafka-fed stream's offsets: what the table consumed, what is pending, and exactly once at publish (DESIGN §6).
+"""A Kafka-fed stream's offsets: what the table consumed, what is pending, and exactly once at publish (design.md §6).
 
 Offsets are the landing-file checkpoint's analogue. Each deltacommit of the stream records the offset range it
 consumed per topic partition; the stream's next offset in a partition is the `end` of the range that the latest

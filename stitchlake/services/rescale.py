@@ -1,4 +1,4 @@
-"""Rescale (DESIGN §5, §9): rewrite every file group of some partitions, or of the whole table, into N buckets.
+"""Rescale (design.md §5, §9): rewrite every file group of some partitions, or of the whole table, into N buckets.
 
 A table that grows keeps its bucket count, and every compaction rewrites each file group whole in one task. A
 rescale changes the count, as one instant on the timeline, like a compaction of a different shape (many old file
@@ -7,7 +7,7 @@ groups into many new ones):
 - **Plan** (metadata only, under the lock, at time T): per rewritten partition, the latest slice of every file
   group (the base file and exactly the logs completed before T), the partition's old count B and the new N.
   Refused (exit 4) while another rescale, or a compaction or erase of those partitions, is pending.
-- **Run** (resumable, like a compaction run): the merge is a CRDT (DESIGN §2), so a rescale only re-partitions the
+- **Run** (resumable, like a compaction run): the merge is a CRDT (design.md §2), so a rescale only re-partitions the
   merged summaries by key: new file group j of a partition is every key of the old slices whose
   `stable_hash(key) mod N` is j, with its versions and tombstones. A key of old group i can land in new group j only
   when i = j modulo gcd(B, N), so the work splits into gcd(B, N) independent units per partition: each merges its
@@ -17,7 +17,7 @@ groups into many new ones):
 - **Publish** `<T>_<C>.rescale`: from then on the rewritten partitions have N buckets (a whole-table rescale also
   gives N to partitions created later), and their files older than T belong to no slice (`layout.fsview`).
 
-Writers are fenced, not carried over (DESIGN §6): a deltacommit publishes only while no rescale of a partition it
+Writers are fenced, not carried over (design.md §6): a deltacommit publishes only while no rescale of a partition it
 wrote is pending and each of its files was routed with the partition's count in force (exit 4 otherwise, nothing
 published; the next run routes by the new count), and while a whole-table rescale is pending no write begins.
 So no log completes after T under an old file group id, and no log a writer finishes late is lost.

@@ -1,4 +1,4 @@
-"""Restore (DESIGN §4): bring the table back to a savepoint's state.
+"""Restore (design.md §4): bring the table back to a savepoint's state.
 
 Every data-changing instant completed after the savepoint (and every pending one) is undone, newest first, under
 one `restore` instant whose plan is recorded first, so a crashed restore is finished, never left half-way.

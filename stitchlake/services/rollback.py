@@ -1,4 +1,4 @@
-"""Rollback (DESIGN §6): undo failed writes through their markers, or on request the latest deltacommit of the
+"""Rollback (design.md §6): undo failed writes through their markers, or on request the latest deltacommit of the
 table, or of one stream.
 
 Order matters for crash safety: a completed instant's timeline file goes first (its files become invisible
@@ -174,9 +174,9 @@ def _refuse_completed(table: Table, timeline: Timeline, target: Instant, per_str
     (`per_stream`: its stream's latest), absorbed by no compaction or erase and pinned by no savepoint.
 
     Per stream is sound because each log file holds one stream's rows of one commit: removing a commit's logs
-    changes only that stream's groups, whatever other streams committed after it (DESIGN §2). What could have
+    changes only that stream's groups, whatever other streams committed after it (design.md §2). What could have
     taken those logs in, a rewrite or a savepoint, is checked below either way; incremental reads over the range
-    are refused once a commit is undone, and writers that began before refuse to publish (DESIGN §6).
+    are refused once a commit is undone, and writers that began before refuse to publish (design.md §6).
     """
     if target.action != Action.DELTACOMMIT:
         raise UsageError(

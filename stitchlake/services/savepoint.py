@@ -1,4 +1,4 @@
-"""Savepoints (DESIGN §4): pin the files a read as of one completed instant needs.
+"""Savepoints (design.md §4): pin the files a read as of one completed instant needs.
 
 Cleaning leaves pinned files alone and `as_of=<savepoint name>` keeps working; `services.restore` brings the
 table back to a savepoint's state. Creating and deleting one is metadata only: it never needs Spark.

@@ -14,7 +14,7 @@ A Kafka-fed stream works the same way: the source plans each micro-batch from th
 next offset per partition) up to the topic's end offsets now, at most `source.records_per_trigger` records, and its
 offset names the batch's end per partition; the micro-batch runs `stitch ingest`'s Kafka ingest up to that end, the
 records read in Spark tasks with the Python Kafka client. The table, not the checkpoint, holds the offsets, so a
-restart, a cron `stitch ingest` in between, a rollback or a restore are all followed (DESIGN §6 says why this is
+restart, a cron `stitch ingest` in between, a rollback or a restore are all followed (design.md §6 says why this is
 not Spark's own Kafka source).
 
 Stopping: the CLI asks for a graceful stop (a stop file) on SIGTERM or Ctrl-C; the query then finishes the batch it

@@ -127,7 +127,7 @@ class Table:
     @property
     def routing(self) -> BucketLayout:
         """The layout this process routes new files with, read by `require` (each file records its partition's
-        count, and a deltacommit publishes only while that is still the count: DESIGN §6)."""
+        count, and a deltacommit publishes only while that is still the count: design.md §6)."""
         if self._routing is None:
             self._routing = self.layout()
         return self._routing

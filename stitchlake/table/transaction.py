@@ -2,7 +2,7 @@
 
 The lock is held for two tiny critical sections — drawing the requested time (and creating the requested
 file with it), and drawing the completion time (and publishing the completed file with it). Writing data
-never holds it (DESIGN §4, §6).
+never holds it (design.md §4, §6).
 """
 
 from __future__ import annotations
@@ -447,7 +447,7 @@ def refuse_while_rescaling(timeline: Timeline) -> None:
 
 
 def refuse_if_rescaled(table: Table, timeline: Timeline, requested: str, files: tuple[DataFile, ...]) -> None:
-    """A deltacommit publishes only into partitions laid out as it routed them (DESIGN §6, rescale): refused (exit
+    """A deltacommit publishes only into partitions laid out as it routed them (design.md §6, rescale): refused (exit
     4, nothing published; the next run routes by the new count) while a rescale of one of its partitions is pending,
     or when one completed meanwhile, so the partition's count is no longer the one its files were written with.
 

@@ -1,4 +1,4 @@
-"""The archived part of the timeline (DESIGN §4): archived instants and the file-system-view checkpoint.
+"""The archived part of the timeline (design.md §4): archived instants and the file-system-view checkpoint.
 
 Reading them belongs with the timeline: the file-system view, exactly-once ingest and time travel all start from
 the newest checkpoint. Checkpoints are immutable, one file per horizon (`checkpoint.<horizon>.json`, created if
@@ -40,7 +40,7 @@ class SchemaVersion:
 
 @dataclass(frozen=True)
 class RescaleRecord:
-    """A completed rescale (DESIGN §3): from `completed` on, the `partitions` it rewrote have `buckets` file groups
+    """A completed rescale (design.md §3): from `completed` on, the `partitions` it rewrote have `buckets` file groups
     and their files older than `requested` are out of their slices; `whole_table` changed the table's count."""
 
     requested: str

@@ -1,4 +1,4 @@
-"""Instant times: UTC `yyyyMMddHHmmssSSS`, strictly increasing and never reused (DESIGN §4).
+"""Instant times: UTC `yyyyMMddHHmmssSSS`, strictly increasing and never reused (design.md §4).
 
 Times are drawn under the table lock from max(wall clock, greatest time on the timeline + 1 ms), so a wall
 clock that steps backwards can slow time down but never make it repeat or go back.

@@ -1,4 +1,4 @@
-"""Instants and their file names (DESIGN §4).
+"""Instants and their file names (design.md §4).
 
 `<requested>.<action>.requested|inflight` while pending, `<requested>_<completed>.<action>` once complete:
 the completion time is in the name, so ordering by completion needs no file reads.

@@ -48,7 +48,7 @@ class DataFile:
     #: The table schema version it was written under (its columns and types); the view fills it in.
     schema_version: int = 0
     #: The bucket count its partition was routed with (0: not recorded, before rescales existed). A deltacommit
-    #: publishes only while it is still the partition's count (DESIGN §6, rescale).
+    #: publishes only while it is still the partition's count (design.md §6, rescale).
     buckets: int = 0
 
     @property
@@ -80,7 +80,7 @@ class FileGroupRef:
 
 @dataclass(frozen=True)
 class FileSlice:
-    """A base file (or none) and the log files that belong to it, logs in completion order (DESIGN §5).
+    """A base file (or none) and the log files that belong to it, logs in completion order (design.md §5).
 
     Also what a compaction or erase plan lists per file group: exactly the files it merges.
     """
@@ -135,7 +135,7 @@ class LandingRecord:
 class OffsetRange:
     """Records of one Kafka topic partition a deltacommit consumed: offsets `start` (first) to `end` (exclusive).
 
-    The Kafka analogue of a landing file (DESIGN §6): the stream's next offset per partition is the `end` of the
+    The Kafka analogue of a landing file (design.md §6): the stream's next offset per partition is the `end` of the
     range the latest completed commit recorded for it. An empty range (`start == end`) records a position
     without records: a `--reset-offsets` skip.
     """

@@ -1,4 +1,4 @@
-"""The active timeline: loading, filtering and state transitions of instants (DESIGN §4).
+"""The active timeline: loading, filtering and state transitions of instants (design.md §4).
 
 Loading lists one folder and parses names; metadata is read only when asked for, and cached, so commands
 that show the newest instants stay fast however long the timeline is.
@@ -381,7 +381,7 @@ def write_completed(
     metadata: Commit,
     ready: Callable[[], None] | None = None,
 ) -> Instant:
-    """Publish the instant: one atomic create-if-absent of the completed file (DESIGN §4).
+    """Publish the instant: one atomic create-if-absent of the completed file (design.md §4).
 
     `ready` runs right before the create (see `Storage.put_if_absent`); raising there publishes nothing.
     """

@@ -1,4 +1,4 @@
-"""The write client: one batch of one stream becomes one `deltacommit` (DESIGN §2, §3, §6).
+"""The write client: one batch of one stream becomes one `deltacommit` (design.md §2, §3, §6).
 
 `write_file_groups` is the per-file-group core: it routes events by bucket, precombines each group's events
 into summaries and writes one log file per touched file group. The in-process engine calls it with the whole
