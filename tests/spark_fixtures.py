@@ -102,6 +102,11 @@ def run_stitch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess
     return subprocess.run(stitch(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def start_stitch(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`stitch ...` started in the background (to signal, kill or watch), its output captured as text."""
+    return subprocess.Popen(stitch(*args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (spark-submit starts its JVM in a new session, so a process group is
     not enough to find it)."""

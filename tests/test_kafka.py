@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from script_modules import load_script
-from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, start_stitch, stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
@@ -180,13 +180,7 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
             # read, nothing written), or once it is inflight (files being written).
             phase = rng.choice([".deltacommit.requested", ".deltacommit.inflight"])
             before = set(os.listdir(timeline))
-            job = subprocess.Popen(
-                stitch("ingest", "-c", str(config), "--stream", "orders", "--max-records", "700", "--json"),
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            job = start_stitch("ingest", "-c", str(config), "--stream", "orders", "--max-records", "700", "--json")
             started: str | None = None
             try:
                 while job.poll() is None and started is None:
@@ -231,13 +225,7 @@ def test_an_ingest_frozen_past_its_heartbeat_cannot_publish_offsets_another_run_
         more = 20_000 * (attempt + 1)
         broker.produce(kafka_broker, topic, [(k % 2, _order(k)) for k in range(produced, produced + more)])
         produced += more
-        job = subprocess.Popen(
-            stitch("ingest", "-c", str(config), "--stream", "orders", "--json"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        job = start_stitch("ingest", "-c", str(config), "--stream", "orders", "--json")
         try:
             # Frozen by progress: once its first data file is marked, its ranges are planned under its claim.
             while job.poll() is None and not (markers.is_dir() and os.listdir(markers)):
@@ -336,13 +324,7 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
     args = ("stream", "-c", str(config), "--stream", "orders", "--records-per-trigger", "700", "--json")
     kills = 0
     for _round in range(2):
-        job = subprocess.Popen(
-            stitch(*args, "--trigger-interval", "1"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        job = start_stitch(*args, "--trigger-interval", "1")
         try:
             before = len(commits(table, "orders"))
 
@@ -620,14 +602,7 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
         assert cli(*args).returncode == 0, outputs[-1]
     seen: dict[str, str] = {}  # what the job's private files and processes' argv held while it ran
     modes: dict[str, int] = {}
-    job = subprocess.Popen(
-        stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json"),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = start_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json", env=env)
     with ended(job):
         while job.poll() is None:
             with contextlib.suppress(OSError):  # the job deletes them as it ends: read again next time

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import ROOT, alive, descendants, ended, kill_tree, run_stitch, stitch, write_config
+from spark_fixtures import ROOT, alive, descendants, ended, kill_tree, run_stitch, start_stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
@@ -188,13 +188,7 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
     args = ("stream", "-c", str(config), "--stream", "shipments", "--files-per-trigger", "1", "--json")
     land(files.pop(0), landing)
     want = len(completed(table, "shipments")) + 1
-    job = subprocess.Popen(
-        stitch(*args, "--trigger-interval", "2"),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = start_stitch(*args, "--trigger-interval", "2")
     with ended(job):
         wait_for(f"micro-batch {want}", lambda: len(completed(table, "shipments")) >= want, process=job)
         below = descendants(job.pid)
