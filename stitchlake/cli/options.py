@@ -81,10 +81,18 @@ RetriesOption = Annotated[
 #: What a read returns, the same options for `stitch read` and `stitch sql`.
 AsOfOption = Annotated[
     str | None,
-    typer.Option("--as-of", help="Time travel: instant time, ISO timestamp (UTC) or savepoint name."),
+    typer.Option(
+        "--as-of",
+        help="Time travel: the table as it was right after an instant completed (its id, as `timeline show` lists "
+        "it), or at a time (yyyyMMddHHmmssSSS or ISO, UTC), or at a savepoint (its name).",
+    ),
 ]
 SinceOption = Annotated[
-    str | None, typer.Option("--since", help="Changes after this time (incremental read, adds _op).")
+    str | None,
+    typer.Option(
+        "--since",
+        help="Changes after a time, an instant id (once it completed) or a savepoint (incremental read, adds _op).",
+    ),
 ]
 BeforeImagesOption = Annotated[
     bool,
@@ -93,7 +101,12 @@ BeforeImagesOption = Annotated[
         help="With --since/--until: an update is a -U row (as of --since) then a +U row; a delete keeps its values.",
     ),
 ]
-UntilOption = Annotated[str | None, typer.Option("--until", help="Changes up to this time (incremental read).")]
+UntilOption = Annotated[
+    str | None,
+    typer.Option(
+        "--until", help="Changes up to a time, an instant id (its changes in) or a savepoint (incremental read)."
+    ),
+]
 WhereOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -455,12 +455,12 @@ def key_values(pairs: Iterable[tuple[str, object]], title: str | None = None) ->
     print_table(grid)
 
 
-#: (header, justify); times are UTC, which the title says once instead of in every header.
+#: (header, justify); times are UTC, which the title says once instead of in every header. The instant id is the
+#: requested time (`yyyyMMddHHmmssSSS`); the completion time is shown whole, date and time, as a day may lie between.
 TIMELINE_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
     ("instant", "left"),
     ("action", "left"),
     ("state", "left"),
-    ("requested", "left"),
     ("completed", "left"),
     ("duration", "right"),
     ("stream", "left"),
@@ -482,22 +482,13 @@ def timeline_table(records: Sequence[InstantRecord], title: str, caption: str | 
             text(record.instant),
             text(record.action),
             text(record.state, _STATE_STYLE.get(record.state, "")),
-            text(human_time(record.instant)),
-            text(_completed_time(record.instant, record.completed)),
+            text(human_time(record.completed)),
             text(human_duration(record.duration_s)),
             text(record.stream or "-"),
             text(human_count(record.rows)),
             text(human_count(record.files)),
         )
     return table
-
-
-def _completed_time(requested: str | None, completed: str | None) -> str:
-    """The completion time, without its date when that is the requested date (keeps the table narrow)."""
-    shown = human_time(completed)
-    if requested and completed and requested[:8] == completed[:8]:
-        return shown.split(" ")[1]
-    return shown
 
 
 def rows_table(shown: pa.Table, total: int) -> RichTable:

@@ -146,7 +146,11 @@ def timeline_show_command(
     archived: Annotated[bool, typer.Option("--archived", help="List archived instants instead.")] = False,
     as_json: JsonOption = False,
 ) -> Report:
-    """List instants (newest first) with their state, timings, stream, rows and files."""
+    """List instants (newest first) with their state, timings, stream, rows and files.
+
+    An instant's id is the time it was requested (yyyyMMddHHmmssSSS, UTC); `read --as-of <id>` shows the table right
+    after it completed (the completed column: date and time, UTC).
+    """
     from stitchlake.services.history import list_instants
 
     handle = open_target(config, table)

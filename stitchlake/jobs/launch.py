@@ -350,6 +350,9 @@ def rescale(
     if buckets is not None and not partitions and table.config.table.buckets == buckets:
         # The config says the new count already (edited first, as for `stitch alter`): rescale the table to it.
         table.follow_buckets()
+    elif resume:
+        # Edited first for the pending rescale `--resume` finishes: take it as `--buckets N` would.
+        rescales.follow_a_config_edited_first(table, None)
     table.require()
     resumed = _resume_rescales(table, engine, progress)
     planned = None if buckets is None else rescales.schedule(table, buckets, list(partitions) or None)

@@ -22,7 +22,7 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
-from stitchlake.timeline.clock import parse_user_time
+from stitchlake.timeline.clock import is_time, parse_user_time
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
 
@@ -37,16 +37,27 @@ MODES = (SNAPSHOT, READ_OPTIMIZED)
 
 
 def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | None:
-    """An `as_of`/`since`/`until` given as an instant time, an ISO timestamp or a savepoint name."""
+    """An `as_of`/`since`/`until` (an instant id, an instant time, an ISO timestamp or a savepoint name) as the
+    completion time it stands for (design.md §7).
+
+    An instant id is the instant's *requested* time (what `timeline show` lists first), and a read as of t sees the
+    commits *completed* by t: taken as a plain time, the id of a commit would leave that very commit out (it
+    completes after it is requested, and instants complete out of requested order). So the id of a completed
+    instant means the moment it completed: its changes are in (and a `since` of it starts right after them). Any
+    other 17-digit time, an ISO timestamp and the id of an instant not completed are the moment they say."""
     if value is None:
         return None
     named = savepoint_time(timeline, value)
     if named is not None:
         return named
     try:
-        return parse_user_time(str(value))
+        at = parse_user_time(str(value))
     except ValueError as exc:
         raise UsageError(f"{exc}, nor a savepoint name") from None
+    instant = timeline.get(at) if is_time(str(value).strip()) else None
+    if instant is not None and instant.is_completed and instant.completed:
+        return instant.completed
+    return at
 
 
 def plan_slices(

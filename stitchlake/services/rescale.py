@@ -186,7 +186,7 @@ def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Insta
 # -------------------------------------------------------------------------------------------------- run
 
 
-def _follow_a_config_edited_first(table: Table, instant_time: str | None) -> None:
+def follow_a_config_edited_first(table: Table, instant_time: str | None) -> None:
     """A config that already says the new count of the whole-table rescale about to run (edited first, as
     `stitch rescale` allows) opens the table at its count now: the job (a spark-submit driver opens the table from
     the same YAML) runs the rescale the command planned instead of refusing the config."""
@@ -313,7 +313,7 @@ def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, Resc
 
 def run(table: Table, instant_time: str | None = None, engine: Engine | None = None) -> RescaleResult:
     """Execute a pending rescale: one task per unit on the engine (in-process by default)."""
-    _follow_a_config_edited_first(table, instant_time)
+    follow_a_config_edited_first(table, instant_time)
     table.require()
     txn, plan = start_run(table, instant_time)
     time, mark = txn.time, marker_for(table, txn.time)  # tasks get plain values, never the transaction

@@ -1,0 +1,124 @@
+"""Papercuts of issue 34 (points 8 and 9), each through the real `stitch` CLI on a real table of demo data.
+
+1. `--as-of <instant id>` includes the instant it names (an id is a requested time; reads go by completion);
+2. `timeline show` prints completion times with their date;
+3. `rescale --resume` takes a config already edited to the new count;
+4. `savepoint restore` says which savepoints it removed, and why;
+5. a restore that undid a rescale says which `buckets` the config must say;
+6. progress on a console that is not a terminal is a plain line now and then, never a spinner;
+7. the example Airflow DAG takes its streams from the table config.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+from spark_fixtures import run_stitch, write_config
+
+import stitchlake
+from stitchlake.api import Table
+from stitchlake.services import rescale as rescaling
+from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.clock import to_datetime
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommitPlan
+from stitchlake.writing.writer import write
+
+
+def new_table(folder: Path, demo_data: Path, **changes: Any) -> tuple[str, Table]:
+    config = write_config(folder, demo_data / "landing", **changes)
+    done = run_stitch("init", "-c", str(config))
+    assert done.returncode == 0, done.stderr
+    return str(config), stitchlake.open(str(config))
+
+
+def ok(*args: str) -> dict[str, Any]:
+    """Run `stitch ARGS --json`, which must succeed; its JSON object."""
+    done = run_stitch(*args, "--json")
+    assert done.returncode == 0, f"stitch {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def keys_as_of(config: str, at: str) -> set[int]:
+    """The order ids `stitch read --as-of AT` returns."""
+    done = ok("read", "-c", config, "--as-of", at, "--columns", "order_id", "--limit", "0")
+    return {record["order_id"] for record in done["records"]}
+
+
+def set_buckets(config: str, buckets: int) -> None:
+    document = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
+    document["table"]["buckets"] = buckets
+    Path(config).write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------- 1. --as-of an instant
+
+
+def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_complete_in(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    config, table = new_table(tmp_path, demo_data)
+    first = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    first_keys = keys_as_of(config, first["completed"])
+    assert first_keys and keys_as_of(config, first["instant"]) == first_keys  # its own id: its rows are in
+    # Requested first, completed last: a write that began before the next ingest and finished after it.
+    late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    second = ok("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
+    row = {"order_id": [10**9], "order_date": [to_datetime(late.time).date()], "customer_id": [1], "amount": [1.0]}
+    row |= {"currency": ["EUR"], "order_ts": [to_datetime(late.time)]}
+    written = write(table, "orders", pa.table(row), txn=late)
+    assert written.instant < second["instant"] and written.completed and written.completed > second["completed"]
+
+    every = keys_as_of(config, second["completed"])
+    assert first_keys < every and 10**9 not in every
+    assert keys_as_of(config, second["instant"]) == every  # the later-requested one, completed first
+    assert keys_as_of(config, written.instant) == every | {10**9}  # requested before it, completed after it
+    # `since` an instant starts right after it: the changes of the instants completed later.
+    since_id = ok("read", "-c", config, "--since", first["instant"], "--columns", "order_id", "--limit", "0")
+    since_time = ok("read", "-c", config, "--since", first["completed"], "--columns", "order_id", "--limit", "0")
+    assert since_id["records"] == since_time["records"] and since_id["rows"] > 0
+    # A time that is no instant's id is the moment it says (the ISO form of an id, too).
+    iso = to_datetime(first["instant"]).isoformat()
+    assert keys_as_of(config, iso) == set() and keys_as_of(config, written.completed) == every | {10**9}
+    help_text = run_stitch("read", "--help").stdout
+    assert "right after" in help_text and "instant completed" in help_text
+
+
+# ------------------------------------------------------------------------------------------ 2. timeline show
+
+
+def test_timeline_show_prints_completion_times_with_their_date(demo_data: Path, tmp_path: Path) -> None:
+    config, _table = new_table(tmp_path, demo_data)
+    done = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    shown = run_stitch("timeline", "show", "-c", config).stdout
+    completed = to_datetime(done["completed"]).strftime("%Y-%m-%d %H:%M:%S")
+    header = next(line for line in shown.splitlines() if line.startswith("instant"))
+    assert header.split() == ["instant", "action", "state", "completed", "duration", "stream", "rows", "files"]
+    line = next(line for line in shown.splitlines() if line.startswith(done["instant"]))
+    assert re.match(rf"{done['instant']}\s+deltacommit\s+completed\s+{completed}\s+[\d.]+ m?s\s+orders\s", line), line
+
+
+# --------------------------------------------------------------------------------------- 3. rescale --resume
+
+
+def test_rescale_resume_takes_a_config_already_at_the_new_count(demo_data: Path, tmp_path: Path) -> None:
+    config, table = new_table(tmp_path, demo_data)
+    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    before = table.read().sort_by("order_id")
+    planned = rescaling.schedule(table, 8)  # its process died before running it
+    set_buckets(config, 8)  # the config edited first, as the help allows
+    assert "set `buckets: N` in the config, before (then this command takes it)" in " ".join(
+        run_stitch("rescale", "--help").stdout.split()
+    )
+    resumed = ok("rescale", "-c", config, "--resume", "--engine", "local")
+    assert resumed["result"]["instant"] == planned and resumed["result"]["buckets"] == 8
+    assert "set `buckets" not in resumed["message"]  # the config says 8 already
+    assert ok("status", "-c", config)["timeline"]["buckets"] == 8
+    assert stitchlake.open(config).read().sort_by("order_id").equals(before)
+    assert ok("rescale", "-c", config, "--resume")["message"] == "no pending rescale to run"
