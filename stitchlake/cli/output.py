@@ -280,12 +280,18 @@ def failure(message: str, exit_code: int, details: Mapping[str, Any] | None = No
 # -------------------------------------------------------------------------------------------------- JSON
 
 
+#: How `--json` writes the floats JSON has no number for: as the strings pandas and Spark JSON writers use, so a
+#: reader tells NaN and the infinities from null (and stitch reads them back into a double column).
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def jsonable(value: Any) -> Any:
-    """A value json.dumps can write: ISO times, exact decimals as text, bytes as base64, NaN/inf as null."""
+    """A value json.dumps can write: ISO times, exact decimals as text, bytes as base64, NaN and the infinities
+    as the strings "NaN", "Infinity" and "-Infinity" (null is reserved for null)."""
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return value if math.isfinite(value) else NON_FINITE[str(value)]
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -295,7 +301,9 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, decimal.Decimal):
-        return str(value) if value.is_finite() else None
+        if value.is_finite():
+            return str(value)
+        return NON_FINITE["nan" if value.is_nan() else "inf" if value > 0 else "-inf"]
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
     return str(value)
