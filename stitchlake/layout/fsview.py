@@ -74,6 +74,7 @@ class FileSystemView:
         deleted: dict[str, str] = {}
         purged: dict[str, tuple[str, str]] = {}
         latest_erase: dict[FileGroupKey, tuple[str, str]] = {}
+        last_erase = ("", "")
         for instant in timeline.completed():
             if horizon is not None and (instant.completed or "") <= horizon:
                 continue
@@ -82,13 +83,15 @@ class FileSystemView:
                 for item in commit.added_files:
                     files[item.path] = item.at(instant.requested, instant.completed or "", commit.written_under)
                 if isinstance(commit, EraseCommit):
+                    # The groups it rewrote, and (a purge also reaches older layouts' groups) any other.
                     latest_erase.update(dict.fromkeys(commit.groups, (instant.requested, instant.completed or "")))
+                    last_erase = (instant.requested, instant.completed or "")
             elif isinstance(commit, CleanCommit):
                 for path in commit.deleted:
                     deleted[path] = instant.completed or ""
                     if commit.policy == PURGE_POLICY:
                         removed = files.get(path)
-                        purged[path] = latest_erase.get(removed.group, ("", "")) if removed else ("", "")
+                        purged[path] = latest_erase.get(removed.group, last_erase) if removed else last_erase
         pending: dict[FileGroupKey, str] = {}
         for instant in timeline.pending():
             if not kind_of(instant.action).rewrites:
@@ -117,6 +120,11 @@ class FileSystemView:
         if not self.buckets:
             raise StitchError("internal: this file-system view was built without the table's bucket count")
         return layout_at(self.buckets, self.rescales, as_of)
+
+    def buckets_of(self, item: DataFile) -> int:
+        """The bucket count a data file was laid out by: the one its writer recorded, else the count in force when it
+        completed (a writer whose count a rescale changed is fenced, so the two agree)."""
+        return item.buckets or self.layout(item.completed).buckets(item.partition)
 
     def reset_of(self, partition: str, as_of: str | None = None) -> str:
         """The requested time of the latest rescale of `partition` completed by `as_of` ('' if none): older files of

@@ -196,25 +196,14 @@ def _tidy(table: Table, timeline: Timeline) -> None:
             heartbeats.delete(table.storage, beat)
 
 
-def superseded_in(view: FileSystemView, groups: set[tuple[str, str]]) -> set[str]:
-    """Files of the given file groups older than each group's latest slice."""
-    by_group = _by_group(f for f in view.live_files() if (f.partition, f.file_group) in groups)
-    return {
-        f.path
-        for key, files in by_group.items()
-        for f in _expendable_since(files, "9" * 17, view.resets.get(key[0], []))
-    }
-
-
-def purge_file_groups(table: Table, groups: set[tuple[str, str]]) -> CleanResult:
-    """A clean that removes every slice but the latest of some file groups, whatever the retention (erase purge).
-
-    Files a pending rewrite plan or a savepoint still needs stay: the caller deletes those savepoints first.
-    """
+def purge_files(table: Table, select: Callable[[FileSystemView], set[str]]) -> CleanResult:
+    """A clean that removes the files `select` picks from the view, whatever the retention (erase purge): the
+    latest slices and files a pending rewrite plan or a savepoint still needs stay (the caller deletes those
+    savepoints first)."""
 
     def make_plan(fresh: Timeline, _requested: str) -> CleanPlan | None:
-        view = FileSystemView.build(fresh, load_checkpoint(table.storage))
-        doomed = tuple(sorted(superseded_in(view, groups) - protected(fresh, view, publishes=False)))
+        view = FileSystemView.build(fresh, load_checkpoint(table.storage), table.base_buckets)
+        doomed = tuple(sorted(select(view) - protected(fresh, view, publishes=False)))
         return CleanPlan(policy="purge", retain=1, delete=doomed) if doomed else None
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)

@@ -21,10 +21,9 @@ from stitchlake.errors import ConflictError, InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
 from stitchlake.io.landing import FORMATS as LANDING_FORMATS
 from stitchlake.io.schemas import log_schema
-from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
-from stitchlake.layout.names import BASE, base_name, file_group_id, join
-from stitchlake.layout.partition import partition_path
+from stitchlake.layout.names import BASE, base_name, join
+from stitchlake.layout.placement import KeyPlacement
 from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
@@ -114,23 +113,9 @@ def _keys_table(table: Table, keys: pa.Table) -> pa.Table:
 def _targets(table: Table, view: FileSystemView, keys: pa.Table) -> set[tuple[str, str]]:
     """File groups that may hold the keys: their bucket, in their partition or in every partition (under each
     partition's bucket count now: a rescale changes it)."""
-    config = table.config
     layout = view.layout()
-    key_columns = [keys.column(n) for n in config.table.key_names]
-    names = config.table.partition_names
-    partitions = view.partitions()
-    if names and all(n in keys.column_names for n in names):
-        rows = keys.select(list(names)).to_pylist()
-        places = [partition_path(names, tuple(r[n] for n in names)) for r in rows]
-        counts = {place: layout.buckets(place) for place in set(places)}
-        rows_of = {count: bucket_of(key_columns, count) for count in set(counts.values())}
-        wanted = {(place, file_group_id(int(rows_of[counts[place]][row]))) for row, place in enumerate(places)}
-        return {k for k in view.file_groups() if k in wanted}
-    ids = {
-        count: {file_group_id(int(b)) for b in np.unique(bucket_of(key_columns, count))}
-        for count in {layout.buckets(p) for p in partitions}
-    }
-    return {k for k in view.file_groups() if k[1] in ids.get(layout.buckets(k[0]), set())}
+    placement = KeyPlacement(keys, table.config.table.key_names, table.config.table.partition_names)
+    return {k for k in view.file_groups() if k[1] in placement.file_groups(k[0], layout.buckets(k[0]))}
 
 
 def _match(candidates: pa.Table, keys: pa.Table) -> np.ndarray:

@@ -33,8 +33,9 @@ from stitchlake.errors import InputRejected, NotFoundError
 from stitchlake.io import kafka
 from stitchlake.io.datafiles import read_parquet, write_parquet
 from stitchlake.io.landing import LandingFile, decompressed, read_landing
+from stitchlake.layout.placement import KeyPlacement
 from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR
-from stitchlake.services.clean import purge_file_groups, superseded_in
+from stitchlake.services.clean import purge_files
 from stitchlake.services.savepoint import delete as delete_savepoint
 from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time
@@ -44,6 +45,7 @@ from stitchlake.writing.batch import REASON, ROW, SOURCE, cast_column
 
 if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
+    from stitchlake.layout.fsview import FileSystemView
     from stitchlake.table.handle import Table
 
 #: Landing formats whose bytes hold values as text (a copy that does not read can still be searched).
@@ -71,15 +73,28 @@ def purge(table: Table, erase_instant: str, keys: pa.Table) -> PurgeResult:
     if done is None or not isinstance(commit, EraseCommit):
         raise NotFoundError(f"erase {erase_instant} is not a completed erase on the timeline")
     result = PurgeResult()
-    older = superseded_in(table.view(timeline), commit.groups)
+    placement = KeyPlacement(keys, table.config.table.key_names, table.config.table.partition_names)
+    older = older_copies(table.view(timeline), placement)
     for savepoint, pinned in savepoints(timeline):
         if set(pinned.files) & older:
             delete_savepoint(table, savepoint.requested)
             result.savepoints.append(savepoint.requested)
-    result.files = len(purge_file_groups(table, commit.groups).deleted)
+    result.files = len(purge_files(table, lambda view: older_copies(view, placement)).deleted)
     result.quarantine = _purge_quarantine(table, keys)
     result.logs = _purge_job_logs(table, done.completed or erase_instant)
     return result
+
+
+def older_copies(view: FileSystemView, placement: KeyPlacement) -> set[str]:
+    """Data files outside the latest slices that may hold one of the keys: a file is laid out by the bucket count
+    in force when it was written, so each is judged by its own count. Before a rescale a key lived in another file
+    group than it does now, and an erase rewrites only the groups of today's count."""
+    latest = {f.path for key in view.groups for s in [view.latest_slice(key)] if s is not None for f in s.files}
+    return {
+        f.path
+        for f in view.live_files()
+        if f.path not in latest and f.file_group in placement.file_groups(f.partition, view.buckets_of(f))
+    }
 
 
 def _purge_quarantine(table: Table, keys: pa.Table) -> list[str]:
