@@ -86,15 +86,16 @@ def encode_metadata(content: dict[str, Any]) -> bytes:
 
 
 def decode_metadata(data: bytes, where: str, *, completed: bool = False) -> dict[str, Any]:
-    """Parse an instant file's JSON; garbage or a future format is an error that names the file.
+    """Parse an instant file's JSON; garbage, an empty file or a future format is an error that names the file.
 
-    A completed instant's file is never legitimately empty (it lists the files the commit added): an empty one
-    is damage, and reading it as "added nothing" would silently drop committed rows from every read.
+    Every instant file is written whole at once (a sealed JSON object, created atomically), so none is ever
+    legitimately empty: an empty completed file read as "added nothing" would drop committed rows from every read,
+    and an empty plan read as "nothing planned" would finish a crashed restore or rescale that did nothing, or stop
+    fencing writers. A plan that is gone (its writer aborted) is a missing file, not an empty one.
     """
     if not data:
-        if completed:
-            raise CorruptFileError(f"{where}: completed instant file is empty (damaged timeline)", file=where)
-        return {}
+        kind = "completed instant" if completed else "pending instant"
+        raise CorruptFileError(f"{where}: {kind} file is empty (damaged timeline)", file=where)
     try:
         content = json.loads(unseal(data, where, LEGACY_PREFIXES))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
