@@ -122,3 +122,71 @@ def test_rescale_resume_takes_a_config_already_at_the_new_count(demo_data: Path,
     assert ok("status", "-c", config)["timeline"]["buckets"] == 8
     assert stitchlake.open(config).read().sort_by("order_id").equals(before)
     assert ok("rescale", "-c", config, "--resume")["message"] == "no pending rescale to run"
+
+
+# ------------------------------------------------------------------------------------ 4. savepoints removed
+
+
+def test_savepoint_restore_names_the_savepoints_it_removes_and_why(demo_data: Path, tmp_path: Path) -> None:
+    config, _table = new_table(tmp_path, demo_data)
+    first = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    ok("savepoint", "create", "-c", config, "--name", "first")
+    ok("ingest", "-c", config, "--stream", "payments", "--engine", "local")
+    later = ok("savepoint", "create", "-c", config, "--name", "later")
+    same = ok("savepoint", "create", "-c", config, "--name", "same", "--instant", first["instant"])
+    kept = ok("savepoint", "list", "-c", config)
+    assert [s["name"] for s in kept["savepoints"]] == ["first", "later", "same"]
+
+    done = ok("savepoint", "restore", "-c", config, "--name", "first")
+    result = done
+    at = result["savepoint_of"]
+    assert result["removed_savepoints"] == [
+        {
+            "instant": same["instant"],
+            "name": "same",
+            "savepoint_of": at,
+            "reason": f"it pinned {at} and was taken after {at}: a restore undoes every later instant",
+        },
+        {
+            "instant": later["instant"],
+            "name": "later",
+            "savepoint_of": later["savepoint_of"],
+            "reason": f"it pinned {later['savepoint_of']}, a state this restore undid",
+        },
+    ]
+    assert {later["instant"], same["instant"]} <= set(result["undone"])
+    assert "removed 2 savepoint(s) taken after that state: same (it pinned" in done["message"]
+    assert [s["name"] for s in ok("savepoint", "list", "-c", config)["savepoints"]] == ["first"]
+    assert "savepoints taken since included" in " ".join(run_stitch("savepoint", "restore", "--help").stdout.split())
+
+
+# ---------------------------------------------------------------------------- 5. a restore across a rescale
+
+
+def test_a_restore_that_undid_a_rescale_says_which_buckets_the_config_must_say(demo_data: Path, tmp_path: Path) -> None:
+    config, table = new_table(tmp_path, demo_data)
+    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    ok("savepoint", "create", "-c", config, "--name", "four")
+    rescaled = ok("rescale", "-c", config, "--buckets", "8", "--engine", "local")
+    assert (
+        f"set `buckets: 8` under `table:` in {config}: commands refuse the count it says now (4)"
+        in (rescaled["message"])
+    )
+    set_buckets(config, 8)
+    ok("ingest", "-c", config, "--stream", "payments", "--engine", "local")
+
+    done = run_stitch("savepoint", "restore", "-c", config, "--name", "four")  # what a person reads
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stdout.split())
+    assert "the restore undid a rescale: the table has 4 buckets per partition again" in said
+    assert f"set `buckets: 4` under `table:` in {config}: commands refuse the count it says now (8)" in said
+    refused = run_stitch("status", "-c", config)
+    assert refused.returncode == 2 and "table has 4, config says 8" in refused.stderr  # so the reminder is needed
+    set_buckets(config, 4)
+    assert ok("status", "-c", config)["timeline"]["buckets"] == 4
+    # Through the API and --json: the count is a field; a restore that changed no count has none.
+    ok("savepoint", "create", "-c", config, "--name", "again")
+    ok("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
+    again = ok("savepoint", "restore", "-c", config, "--name", "again")
+    assert again["buckets"] is None and "buckets" not in again["message"]
+    assert table.timeline().latest_completed([Action.RESTORE]) is not None

@@ -534,7 +534,12 @@ def savepoint_restore_command(
     engine: InProcessEngineOption = InProcessChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
-    """Bring the table back to a savepoint (refused while writers are alive, unless --force)."""
+    """Bring the table back to a savepoint (refused while writers are alive, unless --force).
+
+    Every instant completed after the savepoint's state is undone, savepoints taken since included: the report
+    names each savepoint removed and why. A restore that undoes a whole-table rescale gives the table its old bucket
+    count back: the report says which `buckets` the config must then say.
+    """
     from stitchlake.jobs.requests import RestoreRequest
 
     handle = open_target(config, table)

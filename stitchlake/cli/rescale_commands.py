@@ -7,7 +7,6 @@ resumable: a rescale whose process died is run by `stitch rescale --resume` (or 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -66,8 +65,10 @@ def rescale_command(
         f"rescale {done.instant} completed: {scope} into {done.buckets} buckets, "
         f"{done.file_groups} file group(s), {done.rows} rows"
     )
-    source = handle.config.source_file
-    if done.whole_table and said != done.buckets and source and Path(source).is_file():
-        message += f"\nset `buckets: {done.buckets}` under `table:` in {source}: commands refuse the old count"
+    from stitchlake.services.rescale import buckets_reminder
+
+    reminder = buckets_reminder(handle, said)  # the handle follows a whole-table rescale's new count
+    if reminder:
+        message += f"\n{reminder}"
     fields = [("buckets", "buckets"), ("partitions", "partitions")]
     return output.rewrite_report("rescale", runs, output.with_published(message, done.published), fields, "rescale(s)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import gcd
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -194,6 +195,16 @@ def follow_a_config_edited_first(table: Table, instant_time: str | None) -> None
     chosen = [plan for instant, plan in pending if instant_time in (None, instant.requested)][:1]
     if chosen and chosen[0].whole_table and chosen[0].buckets == table.config.table.buckets:
         table.follow_buckets()
+
+
+def buckets_reminder(table: Table, said: int) -> str:
+    """What to edit once this process changed the table's bucket count (a whole-table rescale, a restore that undid
+    one; the handle follows it) while the YAML it was opened from says `said`: other commands refuse that YAML
+    until it says the count now. '' when it does already, or the table was opened without a YAML file."""
+    now, source = table.config.table.buckets, table.config.source_file
+    if now == said or not source or not Path(source).is_file():
+        return ""
+    return f"set `buckets: {now}` under `table:` in {source}: commands refuse the count it says now ({said})"
 
 
 def units(plan: RescalePlan) -> list[Unit]:

@@ -11,15 +11,28 @@ from typing import TYPE_CHECKING
 
 from stitchlake.errors import BusyError, UsageError
 from stitchlake.services.publish import Published, publish_after
+from stitchlake.services.rescale import buckets_reminder
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import UNDONE_BY_RESTORE, RestoreCommit, RestorePlan
+from stitchlake.timeline.metadata import UNDONE_BY_RESTORE, RestoreCommit, RestorePlan, SavepointCommit
 from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
+
+
+@dataclass
+class RemovedSavepoint:
+    """A savepoint a restore removed: it was taken after the state restored to, and a restore undoes every instant
+    completed after that state, savepoints included (one that pinned a later state pins nothing any more)."""
+
+    instant: str
+    name: str | None
+    #: The state it pinned; None when a crashed restore is finished and its record is already gone.
+    savepoint_of: str | None
+    reason: str
 
 
 @dataclass
@@ -31,6 +44,11 @@ class RestoreResult:
     message: str = ""
     #: The published tables brought back too.
     published: list[Published] = field(default_factory=list)
+    #: The savepoints it removed (among `undone`), and why: said, never silently.
+    removed_savepoints: list[RemovedSavepoint] = field(default_factory=list)
+    #: The table's bucket count when the restore changed it (it undid a whole-table rescale), else None: the
+    #: config must say it from now on.
+    buckets: int | None = None
 
 
 def restore(table: Table, which: str, force: bool = False) -> RestoreResult:
@@ -68,20 +86,54 @@ def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
 def _execute(table: Table, txn: Transaction) -> RestoreResult:
     plan = txn.plan
     assert isinstance(plan, RestorePlan)
+    said = table.config.table.buckets
+    removed = _removed_savepoints(table, plan)  # read before undoing: the savepoints' records go with them
     deleted = sum(undo(table, target) for target in plan.targets)
     undone = tuple(t.requested for t in plan.targets)
     done = txn.complete(RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone))
     table.follow_buckets()  # a rescale it undid gives the table its old bucket count back
     # What was published after the savepoint shows undone rows: every published format shows the restored state.
     published = publish_after(table, f"restore {done.requested}")
+    message = f"restored to {plan.savepoint_of}: undid {len(undone)} instant(s)"
+    if removed:
+        listed = "; ".join(f"{item.name or item.instant} ({item.reason})" for item in removed)
+        message += f"\nremoved {len(removed)} savepoint(s) taken after that state: {listed}"
+    now = table.config.table.buckets
+    reminder = buckets_reminder(table, said)
+    if now != said:
+        message += f"\nthe restore undid a rescale: the table has {now} buckets per partition again"
+        message += f"; {reminder}" if reminder else ""
     return RestoreResult(
         done.requested,
         plan.savepoint_of,
         list(undone),
         deleted,
-        f"restored to {plan.savepoint_of}: undid {len(undone)} instant(s)",
+        message,
         published,
+        removed,
+        now if now != said else None,
     )
+
+
+def _removed_savepoints(table: Table, plan: RestorePlan) -> list[RemovedSavepoint]:
+    """The savepoints among the instants the restore undoes, each with why it goes."""
+    timeline = table.timeline()
+    out = []
+    for target in plan.targets:
+        if target.action != Action.SAVEPOINT:
+            continue
+        instant = timeline.get(target.requested)
+        commit = timeline.commit(instant) if instant is not None and instant.is_completed else None
+        pinned = commit.savepoint_of if isinstance(commit, SavepointCommit) else None
+        if pinned is not None and pinned > plan.savepoint_of:
+            reason = f"it pinned {pinned}, a state this restore undid"
+        elif pinned is not None:
+            reason = f"it pinned {pinned} and was taken after {plan.savepoint_of}: a restore undoes every later instant"
+        else:
+            reason = f"taken after {plan.savepoint_of}: a restore undoes every later instant"
+        name = commit.name if isinstance(commit, SavepointCommit) else None
+        out.append(RemovedSavepoint(target.requested, name, pinned, reason))
+    return out
 
 
 def finish_restore(table: Table, instant: Instant) -> RestoreResult:
