@@ -12,13 +12,18 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import yaml
-from spark_fixtures import run_stitch, write_config
+from spark_fixtures import ROOT, run_stitch, write_config
 
 import stitchlake
 from stitchlake.api import Table
@@ -190,3 +195,86 @@ def test_a_restore_that_undid_a_rescale_says_which_buckets_the_config_must_say(d
     again = ok("savepoint", "restore", "-c", config, "--name", "again")
     assert again["buckets"] is None and "buckets" not in again["message"]
     assert table.timeline().latest_completed([Action.RESTORE]) is not None
+
+
+# ---------------------------------------------------------------------------------- 6. progress in a log
+
+#: A CLI job's progress display in a process of its own, fed one message per stdin line until `end`.
+PROGRESS = """
+import sys
+from stitchlake.cli import jobs
+jobs.PROGRESS_EVERY_S = {every}
+with jobs.progress_display("compact") as progress:
+    for line in sys.stdin:
+        if line.strip() == "end":
+            break
+        progress(line.strip())
+"""
+
+
+def start_progress(every: float, stderr: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", PROGRESS.format(every=every)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        env={**os.environ, **env},
+    )
+
+
+def send(process: subprocess.Popen[bytes], line: str) -> None:
+    assert process.stdin is not None
+    process.stdin.write(f"{line}\n".encode())
+    process.stdin.flush()
+
+
+def read_until(descriptor: int, seen: bytearray, wanted: Callable[[str], bool], *, terminal: bool = False) -> str:
+    """Read what the process writes until `wanted(text)`; a `\\r` (a status line redrawn) fails at once unless on
+    a terminal, where it is what is wanted."""
+    while not wanted(seen.decode(errors="replace")):
+        try:
+            chunk = os.read(descriptor, 4096)
+        except OSError:  # a pseudo-terminal whose other end closed
+            chunk = b""
+        assert chunk, f"the process ended first: {bytes(seen)!r}"
+        seen += chunk
+        assert terminal or b"\r" not in seen, f"a status line redrawn in a log: {bytes(seen)[:300]!r}"
+    return seen.decode(errors="replace")
+
+
+def test_progress_is_a_plain_line_now_and_then_unless_on_a_terminal() -> None:
+    # FORCE_COLOR (set by CI runners and schedulers) makes rich take any stream for a terminal: not us.
+    env = {"FORCE_COLOR": "1", "COLUMNS": "200"}
+    ticking = start_progress(0.05, subprocess.PIPE, env)
+    assert ticking.stderr is not None
+    seen = bytearray()
+    send(ticking, "stage 1 of 2")
+    read_until(ticking.stderr.fileno(), seen, lambda text: text.count("compact: stage 1 of 2 (") >= 2)
+    send(ticking, "stage 2 of 2")  # the tick after it says the latest message
+    read_until(ticking.stderr.fileno(), seen, lambda text: "compact: stage 2 of 2 (" in text)
+    send(ticking, "end")
+    rest = ticking.communicate()[1]
+    assert ticking.returncode == 0 and b"\r" not in seen + rest
+    assert all(line.endswith(b"s)\x1b[0m") for line in (bytes(seen) + rest).splitlines()), bytes(seen + rest)
+
+    # Messages closer together than the period: the first is said, the others wait for the next tick.
+    quiet = start_progress(3600, subprocess.PIPE, {})
+    for number in range(5):
+        send(quiet, f"stage {number}")
+    send(quiet, "end")
+    said = quiet.communicate()[1].decode()
+    assert quiet.returncode == 0 and said.splitlines() == ["compact: stage 0 (0s)"], said
+
+    # A terminal keeps its status line, redrawn in place.
+    leader, follower = pty.openpty()
+    on_terminal = start_progress(3600, follower, {"COLUMNS": "200"})
+    os.close(follower)
+    try:
+        send(on_terminal, "stage 1 of 2")
+        shown = read_until(leader, bytearray(), lambda text: "\r" in text and "stage 1 of 2" in text, terminal=True)
+        assert "compact: stage 1 of 2 (" in shown
+        send(on_terminal, "end")
+        assert on_terminal.wait() == 0
+    finally:
+        os.close(leader)

@@ -7,6 +7,8 @@ files or file slices — and on Spark otherwise, and says which it chose. Metada
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,24 +35,85 @@ def with_retries(retries: int, attempt: Callable[[], output.Report]) -> output.R
     return report
 
 
+#: Seconds between the plain progress lines of a job when stderr is not a terminal (a log file, a pipe).
+PROGRESS_EVERY_S = 10.0
+
+
 @contextlib.contextmanager
 def progress_display(job: str) -> Iterator[Callable[[str], None]]:
-    """A progress callback for a job: on a terminal a status line, started by the first message (jobs on Spark
-    send them; in-process jobs none), in a log hint lines."""
-    json_mode = output.json_mode()
+    """A progress callback for a job, started by its first message (jobs on Spark send them; in-process jobs none).
+
+    On a terminal a status line that updates in place. Anywhere else (a log, a pipe, a scheduler) a spinner
+    is a line of `\r` updates that never ends, so there it is a plain line now, then one every `PROGRESS_EVERY_S`
+    with the latest message (none with `--json`). Whether stderr is a terminal is asked of the stream itself: rich
+    takes FORCE_COLOR or TTY_COMPATIBLE (set by CI runners and schedulers for colours) for a terminal.
+    """
     console = output.stderr_console()
-    started = time.time()
+    if _on_terminal(console):
+        with _status_line(job, console) as progress:
+            yield progress
+    elif output.json_mode():
+        yield lambda _message: None
+    else:
+        with _progress_lines(job) as progress:
+            yield progress
+
+
+def _on_terminal(console: Any) -> bool:
+    try:
+        interactive = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # closed, or not a real stream
+        interactive = False
+    return bool(interactive and console.is_terminal and not console.is_dumb_terminal)
+
+
+@contextlib.contextmanager
+def _status_line(job: str, console: Any) -> Iterator[Callable[[str], None]]:
+    started = time.monotonic()
     with contextlib.ExitStack() as stack:
         status: list[Any] = []
 
         def progress(message: str) -> None:
             if not status:
                 status.append(stack.enter_context(console.status(f"{job}: starting Spark", spinner="dots")))
-            status[0].update(output.redact(f"{job}: {message} ({time.time() - started:.0f}s)"))
-            if not console.is_terminal and not json_mode:
-                output.hint(f"{job}: {message}")
+            status[0].update(output.redact(f"{job}: {message} ({time.monotonic() - started:.0f}s)"))
 
         yield progress
+
+
+@contextlib.contextmanager
+def _progress_lines(job: str) -> Iterator[Callable[[str], None]]:
+    """The first message at once, then the latest one every PROGRESS_EVERY_S (from a thread: a job may go quiet
+    for minutes, and the log should still show it is running) until the job ends."""
+    started = time.monotonic()
+    latest: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def say() -> None:
+        output.hint(output.redact(f"{job}: {latest[0]} ({time.monotonic() - started:.0f}s)"))
+
+    def every() -> None:
+        while not done.wait(PROGRESS_EVERY_S):
+            with lock:
+                say()
+
+    ticker = threading.Thread(target=every, name="stitch-progress", daemon=True)
+
+    def progress(message: str) -> None:
+        with lock:
+            first = not latest
+            latest[:] = [message]
+            if first:
+                say()
+                ticker.start()
+
+    try:
+        yield progress
+    finally:
+        done.set()
+        if ticker.is_alive():
+            ticker.join()
 
 
 def execute(
