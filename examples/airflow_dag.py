@@ -1,4 +1,7 @@
-"""An Airflow DAG for the orders_wide table: ingest three streams every 10 minutes, then compact.
+"""An Airflow DAG for one stitchlake table: ingest each of its streams every 10 minutes, then compact.
+
+The streams are the table config's (`STITCH_CONFIG`), so the file runs unchanged on any table: one `ingest_<stream>`
+task per stream the config lists, and the DAG is `stitch_<table name>`.
 
 The task states follow stitch's exit codes:
 
@@ -14,6 +17,9 @@ sends to stop or time out a task, makes `stitch` abort its instant and exit 143;
 
 Deploying it (docs/operations.md, "Airflow"): set `STITCH_CONFIG` (the table's YAML) and `STITCH_BIN` (the `stitch`
 executable) in the environment of the Airflow processes that parse DAGs and run tasks, or keep the defaults below.
+The DAG processor reads the config's table name and stream names when it parses this file (`table_streams`: plain
+YAML, no `stitch` process and none of the `${VAR}`s the config refers to, which the tasks get when they run); each
+task runs `stitch`, which checks the whole config.
 A table on S3 takes its credentials from the worker's environment (AWS_* variables, an instance profile) or from
 the Airflow connection `stitch_s3` when there is one (login: access key id, password: secret access key, extra
 `endpoint_url` and `region_name`): it is read when the task runs and passed as AWS_* variables, never rendered into
@@ -30,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
+import yaml
 from airflow import DAG
 
 try:  # Airflow 3
@@ -41,7 +48,23 @@ except ImportError:  # Airflow 2
 
 CONFIG = os.environ.get("STITCH_CONFIG", "/srv/stitch/configs/orders_wide.yaml")
 STITCH = os.environ.get("STITCH_BIN", "/srv/stitch/.venv/bin/stitch")
-STREAMS = ("orders", "payments", "shipments")
+
+
+def table_streams(config: str) -> tuple[str, tuple[str, ...]]:
+    """The table's name and its streams, in the order the config lists them (`stitch validate -c CONFIG --json`
+    says the same, `table` and `streams`). Read from the YAML itself: the file is parsed every few seconds, and
+    the `${VAR}`s a config refers to (secrets) need only be set where the tasks run. A config without them fails
+    the DAG's import, naming the file."""
+    with open(config, encoding="utf-8") as stream:
+        document = yaml.safe_load(stream)
+    table = document.get("table") if isinstance(document, dict) else None
+    streams = document.get("streams") if isinstance(document, dict) else None
+    if not isinstance(table, dict) or not table.get("name") or not isinstance(streams, dict) or not streams:
+        raise ValueError(f"{config}: not a stitchlake table config (no table.name or no streams)")
+    return str(table["name"]), tuple(str(name) for name in streams)
+
+
+TABLE, STREAMS = table_streams(CONFIG)
 #: The optional connection that holds S3 credentials (see the module docstring).
 S3_CONNECTION = "stitch_s3"
 
@@ -104,7 +127,7 @@ def report(ti: Any) -> None:
 
 
 with DAG(
-    dag_id="stitch_orders_wide",
+    dag_id=f"stitch_{TABLE}",
     schedule=timedelta(minutes=10),
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
