@@ -81,8 +81,8 @@ def ingest_command(
         ResetChoice | None,
         typer.Option(
             "--reset-offsets",
-            help="Kafka: where partitions whose recorded offset the topic no longer holds go on from (recorded in "
-            "the commit).",
+            help="Kafka: where partitions whose recorded offset the topic no longer holds go on from, and where a "
+            "topic deleted and created again starts over: its first offsets or its end (recorded in the commit).",
         ),
     ] = None,
     engine: EngineOption = EngineChoice.auto,

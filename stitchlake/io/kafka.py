@@ -8,13 +8,15 @@ assigned an explicit range and reads exactly it. Both engines read through this 
 Values are JSON objects or Avro records (binary encoding, the writer schema given in the config; no schema
 registry). A value that does not decode is a bad row whose reason, topic, partition and offset go to quarantine.
 Records carry `_kafka_topic`, `_kafka_partition` and `_kafka_offset` on their way to `batch.prepare`, so a bad
-row names where it came from.
+row names where it came from. The client's own log goes to `client_log`, each problem once (a down broker makes
+librdkafka log every reconnect).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import time
@@ -43,6 +45,37 @@ OFFSET_BITS = 40
 #: Records a consumer hands over per call.
 BATCH = 5000
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: A topic id of all zero bits: what a broker without topic ids (before Kafka 2.8) answers.
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+class _OncePerProblem(logging.Filter):
+    """Lets a client log line through once per facility and message shape: librdkafka retries a down broker every
+    few milliseconds and logs each failure (hundreds of `FAIL` lines before stitch's own error says the same)."""
+
+    #: Parts of a line that change from one retry to the next (timings, counts, addresses' numbers).
+    _VARYING = re.compile(r"\(after [^)]*\)|\d+")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        facility = str(args[0]) if args else ""
+        text = str(args[-1]) if args else record.getMessage()
+        key = (facility, self._VARYING.sub("", text))
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+#: The Kafka client's own log (librdkafka's, handed over by confluent-kafka when a client is polled): warnings and
+#: errors reach stderr the way stitchlake's other log lines do (debug lines with STITCH_DEBUG=1), each problem once;
+#: librdkafka would otherwise print every line itself, informational ones (`%6|...`) included.
+client_log = logging.getLogger(f"{__name__}.client")
+client_log.addFilter(_OncePerProblem())
 
 
 def where(source: SourceSpec) -> str:
@@ -50,10 +83,11 @@ def where(source: SourceSpec) -> str:
     return f"Kafka topic {source.topic} at {source.bootstrap_servers}"
 
 
-def client_settings(source: SourceSpec) -> dict[str, str | int | float | bool]:
+def client_settings(source: SourceSpec) -> dict[str, Any]:
     """The consumer's settings: the brokers, the config's client options (`${VAR}` secrets read from this
-    process's environment now), and what stitch sets itself: explicit assignment, nothing committed."""
-    settings: dict[str, str | int | float | bool] = {"bootstrap.servers": str(source.bootstrap_servers)}
+    process's environment now), and what stitch sets itself: explicit assignment, nothing committed, the client's
+    log to `client_log`."""
+    settings: dict[str, Any] = {"bootstrap.servers": str(source.bootstrap_servers)}
     for key, value in source.options.items():
         match = _ENV.fullmatch(value.strip())
         if match is not None:
@@ -73,6 +107,7 @@ def client_settings(source: SourceSpec) -> dict[str, str | int | float | bool]:
             "enable.auto.offset.store": "false",
             "enable.partition.eof": "true",
             "auto.offset.reset": "error",
+            "logger": client_log,
         }
     )
     return settings
@@ -93,9 +128,24 @@ def _kafka_error(source: SourceSpec, what: str, error: Any) -> StitchError:
     return StitchError(f"{where(source)}: {what} failed ({error}); is the broker reachable, and the topic there?")
 
 
+class TopicState(NamedTuple):
+    """What the broker says about a stream's topic now."""
+
+    #: The topic's id (None from a broker without topic ids): a topic deleted and created again has a new one.
+    topic_id: str | None
+    #: Per partition, the earliest offset it still holds and its end (the last stable offset).
+    offsets: dict[int, tuple[int, int]]
+
+
 def topic_offsets(source: SourceSpec) -> dict[int, tuple[int, int]]:
     """Per partition of the topic, the earliest offset it still holds and its end (the last stable offset: what a
     read_committed consumer can read now)."""
+    return topic_state(source).offsets
+
+
+def topic_state(source: SourceSpec) -> TopicState:
+    """The topic's id and, per partition, the earliest offset it still holds and its end (the last stable offset:
+    what a read_committed consumer can read now)."""
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import OffsetSpec
@@ -105,28 +155,53 @@ def topic_offsets(source: SourceSpec) -> dict[int, tuple[int, int]]:
         settings.pop(key)
     settings.pop("auto.offset.reset")
     admin = AdminClient(settings)
-    timeout = source.read_timeout_s
     try:
-        metadata = admin.list_topics(topic=source.topic, timeout=timeout)
+        topic_id, partitions = _describe(admin, source)
+        found: dict[int, list[int]] = {p: [0, 0] for p in partitions}
+        for index, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):  # type: ignore[no-untyped-call]
+            asked = {TopicPartition(str(source.topic), p): spec for p in partitions}
+            try:
+                futures = admin.list_offsets(
+                    asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=source.read_timeout_s
+                )
+                for tp, future in futures.items():
+                    found[tp.partition][index] = int(future.result().offset)
+            except KafkaException as exc:
+                raise _kafka_error(source, "listing the topic's offsets", exc.args[0]) from None
+    finally:
+        admin.poll(0)  # hands the client's queued log lines to `client_log`
+    return TopicState(topic_id, {p: (low, high) for p, (low, high) in found.items()})
+
+
+def _describe(admin: Any, source: SourceSpec) -> tuple[str | None, list[int]]:
+    """The topic's id and partitions (a broker that cannot describe topics: its partitions, no id)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+    timeout = source.read_timeout_s
+    topic = str(source.topic)
+    try:
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise _no_topic(source, f" ({error})") from None
+        if error.code() not in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION):
+            raise _kafka_error(source, "reading the topic's metadata", error) from None
+    else:
+        topic_id = str(described.topic_id)
+        return (None if topic_id == _NO_TOPIC_ID else topic_id), sorted(p.id for p in described.partitions)
+    try:
+        metadata = admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
         raise _kafka_error(source, "reading the topic's metadata", exc.args[0]) from None
-    topic = metadata.topics.get(str(source.topic))
-    if topic is None or topic.error is not None:
-        why = f" ({topic.error})" if topic is not None and topic.error is not None else ""
-        raise UsageError(
-            f"{where(source)} does not exist{why}: create it, or fix the stream's source.topic in the config"
-        )
-    partitions = sorted(topic.partitions)
-    found: dict[int, list[int]] = {p: [0, 0] for p in partitions}
-    for index, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):  # type: ignore[no-untyped-call]
-        asked = {TopicPartition(str(source.topic), p): spec for p in partitions}
-        try:
-            futures = admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
-            for tp, future in futures.items():
-                found[tp.partition][index] = int(future.result().offset)
-        except KafkaException as exc:
-            raise _kafka_error(source, "listing the topic's offsets", exc.args[0]) from None
-    return {p: (low, high) for p, (low, high) in found.items()}
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise _no_topic(source, f" ({found.error})" if found is not None and found.error is not None else "")
+    return None, sorted(found.partitions)
+
+
+def _no_topic(source: SourceSpec, why: str) -> UsageError:
+    return UsageError(f"{where(source)} does not exist{why}: create it, or fix the stream's source.topic in the config")
 
 
 def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes | None]]:

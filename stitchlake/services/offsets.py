@@ -9,13 +9,15 @@ offsets with it: a rollback or a restore that removes commits rewinds them, and 
 Pending work is, per partition, `[next offset, end offset now)`, or up to a bound (`until`: a `stitch stream`
 micro-batch's planned end) and at most `max_records` in all. A partition the topic no longer holds from the next
 offset on (retention deleted records never ingested) is refused (exit 5) until `--reset-offsets` moves it on, which
-the commit records.
+the commit records. Ranges carry the topic's id, so offsets of a topic since deleted and created again (and
+partitions it no longer has) are refused the same way. An undo whose commits were a partition's first reads records
+where they began (`rewound`), so the stream goes on from there and not from `starting_offsets` again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, UsageError
@@ -23,7 +25,14 @@ from stitchlake.io import kafka
 from stitchlake.table.transaction import ConflictCheck
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import DeltaCommit, OffsetRange, OffsetReset
+from stitchlake.timeline.metadata import (
+    Commit,
+    DeltaCommit,
+    OffsetRange,
+    OffsetReset,
+    RestoreCommit,
+    RollbackCommit,
+)
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -32,6 +41,10 @@ if TYPE_CHECKING:
 
 #: `--reset-offsets` choices: where a partition whose recorded offset the topic no longer holds goes on from.
 RESETS = ("earliest", "latest")
+#: Why a recorded partition the topic lacks is refused.
+_GONE = "the topic no longer has this partition (a topic never loses partitions: was it created again with fewer?)"
+#: The actions whose commits say where a stream's offsets are: ingests, and undos that rewind them.
+OFFSET_ACTIONS = (Action.DELTACOMMIT, Action.ROLLBACK, Action.RESTORE)
 #: `--engine auto` sizes a Kafka ingest at this many bytes per pending record (the broker does not say).
 RECORD_BYTES_ESTIMATE = 1024
 
@@ -54,15 +67,28 @@ class TopicPlan:
         return sum(r.size for r in self.ranges)
 
     def __bool__(self) -> bool:
-        return bool(self.ranges)
+        return bool(self.ranges or self.resets)
 
 
-def latest_ranges(commits: list[DeltaCommit], base: tuple[OffsetRange, ...] = ()) -> dict[tuple[str, int], OffsetRange]:
-    """Per topic partition, the range the last of `commits` (in completion order) recorded, over `base`."""
+def latest_ranges(
+    commits: list[Commit], base: tuple[OffsetRange, ...] = (), stream: str | None = None
+) -> dict[tuple[str, int], OffsetRange]:
+    """Per topic partition, the range the last of `commits` (in completion order) recorded, over `base`.
+
+    A deltacommit records the ranges it read; a reset of a partition the topic no longer has (its `offset_resets`
+    name it, its ranges do not) drops the partition. An undo (rollback, restore) of `stream`'s commits records
+    where they began reading the partitions no remaining commit records (`rewound`).
+    """
     found = {r.key: r for r in base}
     for commit in commits:
-        for item in commit.offsets:
-            found[item.key] = item
+        if isinstance(commit, DeltaCommit):
+            ranges = {item.key: item for item in commit.offsets}
+            found.update(ranges)
+            for reset in commit.offset_resets:
+                if (reset.topic, reset.partition) not in ranges:
+                    found.pop((reset.topic, reset.partition), None)
+        elif isinstance(commit, RollbackCommit | RestoreCommit) and stream is not None:
+            found.update({item.key: item for item in commit.positions.get(stream, ())})
     return found
 
 
@@ -83,23 +109,56 @@ def offsets_until(table: Table, timeline: Timeline, stream: str, horizon: str) -
     return tuple(found[key] for key in sorted(found))
 
 
-def _consumed(table: Table, timeline: Timeline, stream: str, until: str | None) -> dict[tuple[str, int], OffsetRange]:
+def rewound(table: Table, timeline: Timeline, undone: list[Instant]) -> dict[str, tuple[OffsetRange, ...]]:
+    """What an undo of `undone` records so that it rewinds every Kafka-fed stream exactly (design.md §6): per
+    stream, where the undone commits began reading each partition that no remaining commit records.
+
+    Without it, a partition that only undone commits recorded would start over as if never read: a
+    `starting_offsets: latest` stream at the topic's end (the records the undone commits read, and those after
+    them, never read again), an `earliest` one wherever the topic starts now (records retention took meanwhile
+    skipped without a word).
+    """
+    gone = {i.requested for i in undone if i.is_completed}
+    undone_commits = []
+    for instant in sorted((i for i in undone if i.is_completed), key=lambda i: i.completed or ""):
+        commit = timeline.commit(instant)
+        if isinstance(commit, DeltaCommit) and commit.stream is not None and commit.offsets:
+            undone_commits.append(commit)
+    out: dict[str, tuple[OffsetRange, ...]] = {}
+    for stream in dict.fromkeys(c.stream for c in undone_commits if c.stream is not None):
+        kept = _consumed(table, timeline, stream, None, skip=gone)
+        first: dict[tuple[str, int], OffsetRange] = {}
+        for commit in (c for c in undone_commits if c.stream == stream):
+            for item in commit.offsets:
+                if item.key not in kept:
+                    first.setdefault(item.key, replace(item, end=item.start))
+        if first:
+            out[stream] = tuple(first[key] for key in sorted(first))
+    return out
+
+
+def _consumed(
+    table: Table, timeline: Timeline, stream: str, until: str | None, skip: Collection[str] = ()
+) -> dict[tuple[str, int], OffsetRange]:
     checkpoint = load_checkpoint(table.storage)
     base = checkpoint.offsets.get(stream, ()) if checkpoint else ()
-    commits = []
-    for instant in timeline.completed([Action.DELTACOMMIT], until=until):
-        if checkpoint and (instant.completed or "") <= checkpoint.horizon:
+    commits: list[Commit] = []
+    for instant in timeline.completed(OFFSET_ACTIONS, until=until):
+        if (checkpoint and (instant.completed or "") <= checkpoint.horizon) or instant.requested in skip:
             continue
         commit = timeline.commit(instant)
-        if isinstance(commit, DeltaCommit) and commit.stream == stream and commit.offsets:
-            commits.append(commit)
-    return latest_ranges(commits, base)
+        recorded = isinstance(commit, DeltaCommit) and bool(commit.offsets or commit.offset_resets)
+        if isinstance(commit, DeltaCommit) and (commit.stream != stream or not recorded):
+            continue
+        commits.append(commit)
+    return latest_ranges(commits, base, stream)
 
 
-def next_offsets(table: Table, stream: str, topic: str) -> dict[int, int]:
-    """The stream's next offset per partition of `topic` (partitions it never read are absent)."""
+def next_offsets(table: Table, stream: str, topic: str) -> dict[int, OffsetRange]:
+    """The range the stream last recorded per partition of `topic` (partitions it never read are absent): each
+    partition goes on from its `end`."""
     found = consumed_ranges(table, table.timeline(), stream)
-    return {partition: r.end for (name, partition), r in found.items() if name == topic}
+    return {partition: r for (name, partition), r in found.items() if name == topic}
 
 
 def plan(
@@ -109,50 +168,91 @@ def plan(
     reset: str | None = None,
     until: Mapping[int, int] | None = None,
 ) -> TopicPlan:
-    """What an ingest of `stream` reads now: asks the broker for the topic's offsets (no lock held)."""
+    """What an ingest of `stream` reads now: asks the broker for the topic's offsets (no lock held).
+
+    The recorded offsets must still be the topic's: a partition recorded under another topic id (the topic was
+    deleted and created again), a recorded partition the topic no longer has, and a next offset outside what the
+    topic holds (retention, or a topic created again on a broker without ids) are refused (exit 5) until
+    `--reset-offsets` moves them on. A topic created again starts over as a whole: every partition of the new
+    topic from its first offset (`earliest`) or its end (`latest`).
+    """
     spec = table.config.stream(stream)
     source = spec.source
     if source is None or not source.is_kafka:
         raise UsageError(f"stream {stream} does not read a Kafka topic (source.format: kafka)")
     if reset is not None and reset not in RESETS:
         raise UsageError(f"--reset-offsets takes {' or '.join(RESETS)}, not {reset!r}")
-    recorded = next_offsets(table, stream, str(source.topic))
-    held = kafka.topic_offsets(source)
+    topic = str(source.topic)
+    recorded = next_offsets(table, stream, topic)
+    state = kafka.topic_state(source)
+    held, topic_id = state.offsets, state.topic_id
+    # Recorded under another id: the topic was deleted and created again, and every recorded offset (those recorded
+    # before ids were, too) belongs to the old topic.
+    recreated = topic_id is not None and any(r.topic_id not in (None, topic_id) for r in recorded.values())
     out = TopicPlan()
     lost: list[str] = []
+    if recreated and reset is None:
+        was = sorted({r.topic_id for r in recorded.values() if r.topic_id})
+        nexts = ", ".join(f"{p} (next offset {r.end})" for p, r in sorted(recorded.items()))
+        lost.append(
+            f"it was deleted and created again (the table's offsets were recorded under topic id {', '.join(was)}; "
+            f"its id is now {topic_id}): the offsets of partition(s) {nexts} mean nothing in the new topic"
+        )
+    for partition, item in sorted(recorded.items()):
+        if partition in held:
+            continue
+        why = _recreated(item.topic_id, topic_id) if recreated else _GONE
+        if reset is None:
+            if not recreated:
+                lost.append(f"partition {partition}: next offset {item.end}, but {why}")
+        else:  # dropped from the recorded offsets (`latest_ranges`); if it comes back, it is read from its start
+            out.resets.append(OffsetReset(topic, partition, item.end, 0, f"reset {reset}: {why}; not read any more"))
     for partition, (low, high) in sorted(held.items()):
-        if partition in recorded:
-            start = recorded[partition]
-        elif recorded or source.starting_offsets == "earliest":
-            start = low  # the topic's first read, or a partition added since: from its beginning
+        last = recorded.get(partition)
+        if recreated:
+            start = low if reset == "earliest" else high
+            moved = True
+            if last is not None:
+                why = _recreated(last.topic_id, topic_id)
+                out.resets.append(OffsetReset(topic, partition, last.end, start, f"reset {reset}: {why}"))
+        elif last is not None:
+            start, moved = last.end, False
         else:
-            start = high  # starting_offsets: latest, the first time: from now on (recorded as a position)
-        moved = not recorded and source.starting_offsets == "latest"
-        if start < low or start > high:
+            # The topic's first read, or a partition added since: from its beginning; `starting_offsets: latest`,
+            # the first time: from now on (recorded as a position).
+            moved = not recorded and source.starting_offsets == "latest"
+            start = high if moved else low
+        if not recreated and (start < low or start > high):
             if reset is None:
                 lost.append(_lost(partition, start, low, high))
                 continue
             to = low if reset == "earliest" else high
             why = "retention deleted them" if start < low else "the topic holds fewer offsets than were ingested"
             skipped = f"offsets {start} to {low - 1} ({why})" if start < low else f"offset {start} ({why})"
-            out.resets.append(OffsetReset(str(source.topic), partition, start, to, f"reset {reset}: {skipped}"))
+            out.resets.append(OffsetReset(topic, partition, start, to, f"reset {reset}: {skipped}"))
             start, moved = to, True
         end = high if until is None else min(high, max(start, until.get(partition, start)))
         if end > start or moved:
-            out.ranges.append(OffsetRange(str(source.topic), partition, start, end))
+            out.ranges.append(OffsetRange(topic, partition, start, end, topic_id))
     if lost:
         raise InputRejected(
             f"stream {stream}: {kafka.where(source)} no longer holds records the table has not ingested: "
             f"{'; '.join(lost)}. Nothing was ingested. Those records are gone from the topic (its retention passed "
             f"before they were ingested, or it was deleted and created again). To go on without them, run "
             f"`stitch ingest --stream {stream} --reset-offsets earliest` (carry on from the earliest offset the "
-            "topic holds) or `--reset-offsets latest` (skip to its end); the skip is recorded in that commit. To "
-            "keep this from happening, ingest more often than the topic's retention.ms",
+            "topic holds; a topic created again is read from its start) or `--reset-offsets latest` (skip to its "
+            "end); the skip is recorded in that commit. To keep this from happening, ingest more often than the "
+            "topic's retention.ms",
             file=f"kafka:{source.topic}",
         )
     if max_records is not None:
         out.ranges = _capped(out.ranges, max_records)
     return out
+
+
+def _recreated(recorded: str | None, now: str | None) -> str:
+    was = f"id {recorded}" if recorded else "an id not recorded"
+    return f"the topic was deleted and created again (its offsets were recorded under {was}; its id is now {now})"
 
 
 def _lost(partition: int, start: int, low: int, high: int) -> str:
@@ -180,7 +280,7 @@ def _capped(ranges: list[OffsetRange], budget: int) -> list[OffsetRange]:
     out = []
     for item in ranges:
         if item.size == 0 or give[item.key] > 0:
-            out.append(OffsetRange(item.topic, item.partition, item.start, item.start + give[item.key]))
+            out.append(replace(item, end=item.start + give[item.key]))
     return out
 
 

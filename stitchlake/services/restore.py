@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import BusyError, UsageError
+from stitchlake.services.offsets import rewound
 from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.rescale import buckets_reminder
 from stitchlake.services.rollback import expired, target_of, undo
@@ -76,7 +77,8 @@ def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
         ]
         undone.sort(key=lambda i: i.completed or i.requested, reverse=True)
         targets = tuple(target_of(table, fresh, i) for i in undone)
-        return RestorePlan(savepoint=which, savepoint_of=at, targets=targets)
+        positions = rewound(table, fresh, undone)
+        return RestorePlan(savepoint=which, savepoint_of=at, targets=targets, positions=positions)
 
     txn = Transaction.begin_planned(table, Action.RESTORE, plan=plan)
     assert txn is not None
@@ -90,7 +92,9 @@ def _execute(table: Table, txn: Transaction) -> RestoreResult:
     removed = _removed_savepoints(table, plan)  # read before undoing: the savepoints' records go with them
     deleted = sum(undo(table, target) for target in plan.targets)
     undone = tuple(t.requested for t in plan.targets)
-    done = txn.complete(RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone))
+    done = txn.complete(
+        RestoreCommit(savepoint=plan.savepoint, savepoint_of=plan.savepoint_of, undone=undone, positions=plan.positions)
+    )
     table.follow_buckets()  # a rescale it undid gives the table its old bucket count back
     # What was published after the savepoint shows undone rows: every published format shows the restored state.
     published = publish_after(table, f"restore {done.requested}")

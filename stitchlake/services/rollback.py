@@ -17,6 +17,7 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.paths import erase_folder
+from stitchlake.services.offsets import rewound
 from stitchlake.table.transaction import Transaction, refuse_while_undoing
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import (
@@ -109,6 +110,7 @@ def run_rollback(
         return RollbackResult(None, message="nothing to roll back")
     plan = RollbackPlan(
         targets=tuple(target_of(table, timeline, t) for t in targets),
+        positions=rewound(table, timeline, targets),
         reason=reason,
         reset_compactions=tuple(r.requested for r in resets),
     )
@@ -121,6 +123,7 @@ def run_rollback(
             reset_compactions=plan.reset_compactions,
             deleted_files=tuple(p for t in plan.targets for p in t.files),
             reason=reason,
+            positions=plan.positions,
         )
     )
     return RollbackResult(
@@ -139,7 +142,8 @@ def finish_rollback(table: Table, instant: Instant) -> None:
     assert isinstance(plan, RollbackPlan)
     for target in plan.targets:
         undo(table, target)
-    txn.complete(RollbackCommit(rolled_back=tuple(t.requested for t in plan.targets), resumed=True))
+    rolled_back = tuple(t.requested for t in plan.targets)
+    txn.complete(RollbackCommit(rolled_back=rolled_back, resumed=True, positions=plan.positions))
 
 
 def _unchanged(table: Table, chosen: list[Instant], per_stream: bool = False) -> Callable[[Timeline], None]:

@@ -137,13 +137,16 @@ class OffsetRange:
 
     The Kafka analogue of a landing file (design.md §6): the stream's next offset per partition is the `end` of the
     range the latest completed commit recorded for it. An empty range (`start == end`) records a position
-    without records: a `--reset-offsets` skip.
+    without records: a `--reset-offsets` skip, a `starting_offsets: latest` start, or where an undo rewound to.
+    `topic_id` is the topic's id when it was read (Kafka 2.8+; None from older brokers and older commits): offsets
+    of a topic deleted and created again under the same name mean nothing in the new one.
     """
 
     topic: str
     partition: int
     start: int
     end: int
+    topic_id: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -280,6 +283,9 @@ class UndoPlan(Plan):
     """Rollback and restore plans: everything they undo, recorded before the first file is deleted."""
 
     targets: tuple[UndoTarget, ...] = ()
+    #: Per Kafka-fed stream, where the undone commits began reading the partitions no remaining commit records
+    #: (empty ranges; `services.offsets.rewound`): recorded before their commits go, kept in the commit.
+    positions: dict[str, tuple[OffsetRange, ...]] = field(default_factory=dict)
 
     @property
     def undoes_commits(self) -> bool:
@@ -470,6 +476,8 @@ class RollbackCommit(Commit):
     deleted_files: tuple[str, ...] = ()
     reason: str = ""
     resumed: bool = False
+    #: The plan's `positions`: a stream's next offsets after the undo, where no remaining commit records them.
+    positions: dict[str, tuple[OffsetRange, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -477,6 +485,8 @@ class RestoreCommit(Commit):
     savepoint: str = ""
     savepoint_of: str = ""
     undone: tuple[str, ...] = ()
+    #: The plan's `positions`: a stream's next offsets after the undo, where no remaining commit records them.
+    positions: dict[str, tuple[OffsetRange, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
