@@ -23,6 +23,7 @@ from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, m
 from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
 from stitchlake.timeline.clock import is_time, parse_user_time
+from stitchlake.timeline.instant import Action
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
 
@@ -43,7 +44,8 @@ def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | N
     An instant id is the instant's *requested* time (what `timeline show` lists first), and a read as of t sees the
     commits *completed* by t: taken as a plain time, the id of a commit would leave that very commit out (it
     completes after it is requested, and instants complete out of requested order). So the id of a completed
-    instant means the moment it completed: its changes are in (and a `since` of it starts right after them). Any
+    instant means the moment it completed: its changes are in (and a `since` of it starts right after them). A
+    publish changes no rows and publishes the state as of its own id, so its id keeps meaning that state. Any
     other 17-digit time, an ISO timestamp and the id of an instant not completed are the moment they say."""
     if value is None:
         return None
@@ -55,7 +57,7 @@ def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | N
     except ValueError as exc:
         raise UsageError(f"{exc}, nor a savepoint name") from None
     instant = timeline.get(at) if is_time(str(value).strip()) else None
-    if instant is not None and instant.is_completed and instant.completed:
+    if instant is not None and instant.is_completed and instant.completed and instant.action != Action.PUBLISH:
         return instant.completed
     return at
 
