@@ -84,12 +84,15 @@ def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_compl
     assert first_keys < every and 10**9 not in every
     assert keys_as_of(config, second["instant"]) == every  # the later-requested one, completed first
     assert keys_as_of(config, written.instant) == every | {10**9}  # requested before it, completed after it
-    # `since` an instant starts right after it: the changes of the instants completed later.
-    since_id = ok("read", "-c", config, "--since", first["instant"], "--columns", "order_id", "--limit", "0")
-    since_time = ok("read", "-c", config, "--since", first["completed"], "--columns", "order_id", "--limit", "0")
-    assert since_id["records"] == since_time["records"] and since_id["rows"] > 0
-    # A time that is no instant's id is the moment it says (the ISO form of an id, too).
+    # An id as `until` is its completion too; as `since` it is the moment it names: its own changes are in.
+    changes = ["--columns", "order_id", "--limit", "0"]
+    until_id = ok("read", "-c", config, "--since", first["instant"], "--until", first["instant"], *changes)
+    assert {r["order_id"] for r in until_id["records"]} == first_keys
     iso = to_datetime(first["instant"]).isoformat()
+    since_id = ok("read", "-c", config, "--since", first["instant"], *changes)
+    assert since_id["records"] == ok("read", "-c", config, "--since", iso, *changes)["records"]
+    assert first_keys <= {r["order_id"] for r in since_id["records"]}
+    # A time that is no instant's id is the moment it says (the ISO form of an id, too).
     assert keys_as_of(config, iso) == set() and keys_as_of(config, written.completed) == every | {10**9}
     help_text = run_stitch("read", "--help").stdout
     assert "right after" in help_text and "instant completed" in help_text

@@ -25,7 +25,7 @@ from stitchlake.api import Table
 from stitchlake.config import load_config, parse_config
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.layout.bucket import bucket_of
-from stitchlake.timeline.clock import to_datetime
+from stitchlake.timeline.clock import from_millis, to_datetime, to_millis
 from stitchlake.timeline.instant import Action
 
 KEY = ("k", "p")
@@ -84,7 +84,8 @@ def apply(table: Table, plan: list[tuple[str, Any]]) -> History:
             commit += 1
             result = table.write(stream, batch(MODEL[stream], rows))
             if not history.times:
-                history.times.append((0, result.instant))  # requested before commit 1 completed
+                # A time before commit 1 completed: 1 ms before it was requested (its id means its completion).
+                history.times.append((0, from_millis(to_millis(result.instant) - 1)))
             for pos, row in enumerate(rows):
                 values = {c: row.get(c) for c in MODEL[stream].columns}
                 key = (row["k"], partition_of(row["k"]))

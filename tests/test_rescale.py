@@ -50,6 +50,7 @@ from stitchlake.services.clean import orphans
 from stitchlake.services.savepoint import delete as delete_savepoint
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
+from stitchlake.timeline.clock import from_millis, to_millis
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan, RescaleCommit
 from stitchlake.timeline.savepoints import savepoints
@@ -100,7 +101,8 @@ def run_steps(table: Table, steps: list[tuple[str, Any]], history: History) -> H
             commit += 1
             result = table.write(stream, batch(MODEL[stream], rows))
             if not history.times:
-                history.times.append((0, result.instant))
+                # A time before commit 1 completed: 1 ms before it was requested (its id means its completion).
+                history.times.append((0, from_millis(to_millis(result.instant) - 1)))
             for pos, row in enumerate(rows):
                 values = {c: row.get(c) for c in MODEL[stream].columns}
                 key = (row["k"], partition_of(row["k"]))

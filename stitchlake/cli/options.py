@@ -91,7 +91,8 @@ SinceOption = Annotated[
     str | None,
     typer.Option(
         "--since",
-        help="Changes after a time, an instant id (once it completed) or a savepoint (incremental read, adds _op).",
+        help="Changes after a time or a savepoint; an instant id: from its request on, its own changes in "
+        "(incremental read, adds _op).",
     ),
 ]
 BeforeImagesOption = Annotated[

@@ -104,7 +104,7 @@ def _plan(
             table,
             timeline,
             view,
-            resolve_time(table, timeline, since),
+            resolve_time(table, timeline, since, since=True),
             end,
             wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns),
             prune(table.config, table_filter),

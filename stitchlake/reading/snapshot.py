@@ -37,16 +37,17 @@ MODES = (SNAPSHOT, READ_OPTIMIZED)
 # ------------------------------------------------------------------------------------------------ planning
 
 
-def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | None:
+def resolve_time(table: Table, timeline: Timeline, value: str | None, *, since: bool = False) -> str | None:
     """An `as_of`/`since`/`until` (an instant id, an instant time, an ISO timestamp or a savepoint name) as the
     completion time it stands for (design.md §7).
 
     An instant id is the instant's *requested* time (what `timeline show` lists first), and a read as of t sees the
     commits *completed* by t: taken as a plain time, the id of a commit would leave that very commit out (it
     completes after it is requested, and instants complete out of requested order). So the id of a completed
-    instant means the moment it completed: its changes are in (and a `since` of it starts right after them). A
-    publish changes no rows and publishes the state as of its own id, so its id keeps meaning that state. Any
-    other 17-digit time, an ISO timestamp and the id of an instant not completed are the moment they say."""
+    instant means the moment it completed: its changes are in. A publish changes no rows and publishes the state as
+    of its own id, so its id keeps meaning that state. Any other 17-digit time, an ISO timestamp and the id of an
+    instant not completed are the moment they say, and so is any id as a `since`: changes since an instant are
+    those completed after it was requested, its own among them."""
     if value is None:
         return None
     named = savepoint_time(timeline, value)
@@ -56,7 +57,7 @@ def resolve_time(table: Table, timeline: Timeline, value: str | None) -> str | N
         at = parse_user_time(str(value))
     except ValueError as exc:
         raise UsageError(f"{exc}, nor a savepoint name") from None
-    instant = timeline.get(at) if is_time(str(value).strip()) else None
+    instant = timeline.get(at) if is_time(str(value).strip()) and not since else None
     if instant is not None and instant.is_completed and instant.completed and instant.action != Action.PUBLISH:
         return instant.completed
     return at

@@ -205,7 +205,7 @@ class StitchReader(DataSourceReader):
         timeline = table.timeline()
         if self.changes:
             end = resolve_time(table, timeline, until)
-            self.since = resolve_time(table, timeline, since)
+            self.since = resolve_time(table, timeline, since, since=True)
             latest = timeline.latest_completed()
             # Fixed here, so every task diffs the same two states whatever commits meanwhile.
             self.until = end if end is not None else (latest.completed if latest else None)
