@@ -431,7 +431,7 @@ def test_packed_read_returns_the_rows_of_the_per_slice_read_with_partition_and_k
 
 
 def test_slices_are_packed_by_size_as_spark_packs_files() -> None:
-    from stitchlake.spark.read import Packing, parse_bytes
+    from stitchlake.spark.packing import Packing, parse_bytes
 
     weights = [60, 50, 40, 30, 5]
     assert Packing(max_bytes=100, open_cost=10, min_partitions=1).pack(weights) == [[0], [1, 2], [3, 4]]

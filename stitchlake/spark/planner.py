@@ -1,0 +1,392 @@
+"""The planner process the JVM reader asks (docs/spark-reader.md): JSON requests in, plans out, one per line.
+
+The JVM reader merges file slices in its Spark tasks, but which slices a read merges is decided here, by the
+planner `stitch read` uses (`reading.snapshot.plan_slices`): one planner, so a Spark read and a `stitch read` of the
+same table at the same time always see the same files. The JVM driver starts `python -m stitchlake.spark.planner`
+once and keeps it; each request re-reads the timeline, so a plan is never stale. Nothing here imports pyspark: the
+process starts in about a second.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from stitchlake.errors import StitchError, UsageError
+from stitchlake.spark.packing import Packing
+
+if TYPE_CHECKING:
+    from stitchlake.config import ColumnSpec, TableConfig
+    from stitchlake.layout.fsview import DataFile, FileSlice
+    from stitchlake.table.handle import Table
+
+FORMAT = "stitchlake.plan/1"
+#: A plan larger than this goes to a file whose path is answered instead (a pipe line of megabytes is slow to parse
+#: on both sides; the JVM reads the file and deletes it).
+INLINE_PLAN_BYTES = 1024 * 1024
+#: Why a read is handed to the Python data source (`stitchlake_python`) instead.
+DELEGATE_CHANGES = "incremental reads (since/until) are read by the Python data source"
+#: Option values Spark hands over as text.
+TRUE = ("true", "1", "yes")
+
+
+# ------------------------------------------------------------------------------------------------ requests
+
+
+def handle(request: Mapping[str, Any]) -> dict[str, Any]:
+    """One request's response: `{"id", "ok": true, "result"}` or `{"id", "ok": false, "error"}`."""
+    ident = request.get("id")
+    try:
+        op = request.get("op")
+        options = {str(k).lower(): str(v) for k, v in dict(request.get("options") or {}).items() if v is not None}
+        if op == "schema":
+            result = schema(options)
+        elif op == "plan":
+            result = plan(options, request.get("columns"), request.get("filters") or [], request.get("conf") or {})
+        else:
+            raise UsageError(f"planner: unknown request {op!r} (schema, plan)")
+        return {"id": ident, "ok": True, "result": result}
+    except StitchError as exc:
+        return {"id": ident, "ok": False, "error": _error(exc, exc.exit_code)}
+    except Exception as exc:  # the JVM shows it; the planner itself keeps serving
+        return {"id": ident, "ok": False, "error": _error(exc, 1)}
+
+
+def _error(exc: BaseException, exit_code: int) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "exit_code": exit_code, "message": str(exc)}
+
+
+def schema(options: Mapping[str, str]) -> dict[str, Any]:
+    """The Spark schema a read with these options returns (as the Python data source's `schema()` says it)."""
+    from stitchlake.io.schemas import table_schema
+    from stitchlake.reading.changes import CHANGE_COLUMNS
+
+    read = _Read(options)
+    fields = [spark_field(f) for f in table_schema(read.table.config)]
+    if read.changes:
+        fields += [{"name": c, "type": "string", "nullable": True, "metadata": {}} for c in CHANGE_COLUMNS]
+    return {
+        "schema": {"type": "struct", "fields": fields},
+        "table": read.table.storage.describe(),
+        "delegate": DELEGATE_CHANGES if read.changes else None,
+    }
+
+
+def plan(
+    options: Mapping[str, str],
+    columns: Sequence[str] | None,
+    filters: Sequence[Mapping[str, Any]],
+    conf: Mapping[str, str],
+) -> dict[str, Any]:
+    """The plan document of one read (docs/spark-reader.md)."""
+    from stitchlake.io.schemas import table_schema
+    from stitchlake.reading.filters import prune
+    from stitchlake.reading.snapshot import READ_OPTIMIZED, plan_slices, wanted_columns
+
+    read = _Read(options)
+    table = read.table
+    config = table.config
+    wanted = wanted_columns(config, list(columns) if columns is not None else None)
+    document: dict[str, Any] = {
+        "format": FORMAT,
+        "table": table.storage.describe(),
+        "mode": read.mode,
+        "as_of": read.as_of,
+        "delegate": DELEGATE_CHANGES if read.changes else None,
+        "schema": {"type": "struct", "fields": [spark_field(f) for f in table_schema(config)]},
+        "columns": [name for name in (c.name for c in config.all_columns()) if name in wanted],
+        "merge": merge_spec(config),
+        "hadoop_conf": hadoop_conf(table),
+        "slices": [],
+        "partitions": [],
+        "filters_used": [],
+    }
+    if read.changes:
+        return document
+    where, used = _pruning_filter(config, filters)
+    timeline = table.timeline()
+    slices = plan_slices(config, table.view(timeline), read.as_of, prune(config, where))
+    if read.mode == READ_OPTIMIZED:
+        slices = [s for s in slices if s.base is not None]
+    packing = Packing.of(options, conf)
+    weights = [sum(f.bytes + packing.open_cost for f in _files(s, read.mode)) for s in slices]
+    document["slices"] = [slice_entry(table, s, read.mode) for s in slices]
+    document["partitions"] = packing.pack(weights)
+    document["filters_used"] = used
+    return document
+
+
+class _Read:
+    """A read's options checked and resolved, as the Python data source resolves them."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time
+        from stitchlake.spark.tables import open_for_spark
+
+        self.mode = options.get("mode", SNAPSHOT)
+        if self.mode not in MODES:
+            raise UsageError(f"mode {self.mode!r} is not one of: {', '.join(MODES)}")
+        as_of, since, until = options.get("as_of"), options.get("since"), options.get("until")
+        if as_of is not None and (since is not None or until is not None):
+            raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+        self.changes = since is not None or until is not None
+        if not options.get("path") and not options.get("config"):
+            raise UsageError(
+                "the stitchlake data source needs a table path: spark.read.format('stitchlake').load(path), or in "
+                "SQL CREATE TABLE t USING stitchlake OPTIONS (path '...') with no column list"
+            )
+        table = open_for_spark(dict(options))
+        table.require()
+        timeline = table.timeline()
+        self.as_of = None if self.changes else resolve_time(table, timeline, as_of)
+        at = resolve_time(table, timeline, until) if self.changes else self.as_of
+        self.table = table.at_time(at)
+
+
+def _pruning_filter(
+    config: TableConfig, filters: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, list[Any]], list[int]]:
+    """Equalities and IN lists on key and partition columns, as the Python source's `pushFilters` takes them
+    (they prune partitions and file groups); the indices of the filters used. Spark checks every row again."""
+    usable = {c.name for c in config.common_columns}
+    where: dict[str, list[Any]] = {}
+    used = []
+    for index, item in enumerate(filters):
+        name = item.get("column")
+        if name not in usable or item.get("op") not in ("eq", "in"):
+            continue
+        values = [item.get("value")] if item["op"] == "eq" else list(item.get("values") or [])
+        if any(v is None for v in values):
+            continue
+        where[name] = [v for v in values if v in where[name]] if name in where else values
+        used.append(index)
+    return where, used
+
+
+# ------------------------------------------------------------------------------------------------ documents
+
+
+def merge_spec(config: TableConfig) -> dict[str, Any]:
+    """What the JVM merge needs of the config: row identity, and per stream its ordering, nulls and defaults."""
+    from stitchlake.types import orders_by_rank
+
+    return {
+        "common": [{"name": c.name, "type": c.type} for c in config.common_columns],
+        "streams": [
+            {
+                "name": stream.name,
+                "nulls": stream.nulls,
+                "ordering": [
+                    {"type": stream.column(name).type, "ranked": orders_by_rank(stream.column(name).type)}
+                    for name in stream.ordering
+                ],
+                "columns": [_column(c) for c in stream.columns],
+            }
+            for stream in config.streams.values()
+        ],
+    }
+
+
+def _column(spec: ColumnSpec) -> dict[str, Any]:
+    return {"name": spec.name, "type": spec.type, "default": literal(spec.default, spec.type)}
+
+
+def _files(fslice: FileSlice, mode: str) -> list[DataFile]:
+    from stitchlake.reading.snapshot import SNAPSHOT
+
+    if mode == SNAPSHOT:
+        return list(fslice.files)
+    return [fslice.base] if fslice.base is not None else []
+
+
+def slice_entry(table: Table, fslice: FileSlice, mode: str) -> dict[str, Any]:
+    """One slice: its base file and (snapshot reads) its logs in commit order, dropped streams' logs left out."""
+    from stitchlake.reading.snapshot import SNAPSHOT
+
+    config = table.config
+    logs = []
+    if mode == SNAPSHOT:
+        for item in fslice.logs:
+            if item.stream not in config.streams:
+                if item.stream in table.config_of_file(item.schema_version).streams:
+                    continue  # a stream dropped by `stitch alter`: hidden from reads of later versions
+                raise StitchError(f"{item.path}: written by unknown stream {item.stream!r}")
+            logs.append(file_entry(table, item))
+    return {
+        "partition": fslice.partition,
+        "file_group": fslice.file_group,
+        "base": file_entry(table, fslice.base) if fslice.base is not None else None,
+        "logs": logs,
+    }
+
+
+def file_entry(table: Table, item: DataFile) -> dict[str, Any]:
+    """A data file as the JVM reads it: where, what to verify, and what its schema version lacks or stores
+    narrower than the table's schema (`io.schemas.evolve` in Python)."""
+    from stitchlake.io.schemas import base_schema, log_schema
+    from stitchlake.layout.names import BASE
+
+    config = table.config
+    base = item.kind == BASE
+    current = base_schema(config) if base else log_schema(config, config.streams[item.stream or ""])
+    absent: dict[str, Any] = {}
+    types: dict[str, str] = {}
+    if item.schema_version != table.schema_version:
+        written = table.config_of_file(item.schema_version)
+        own = base_schema(written) if base else log_schema(written, written.streams[item.stream or ""])
+        defaults = table.initial_defaults()
+        declared = {c.name: c.type for c in config.all_columns()}
+        old_types = {c.name: c.type for c in written.all_columns()}
+        for field in current:
+            if field.name not in own.names:
+                kind = declared.get(field.name)
+                absent[field.name] = literal(defaults.get(field.name), kind) if kind else None
+            elif field.name in declared and old_types.get(field.name) not in (None, declared[field.name]):
+                types[field.name] = old_types[field.name]
+    return {
+        "path": location(table, item.path),
+        "kind": item.kind,
+        "stream": item.stream,
+        "commit": int(item.completed) if item.completed else 0,
+        "checksum": item.checksum,
+        "bytes": item.bytes,
+        "rows": item.rows,
+        "format": "avro" if item.path.endswith(".avro") else "parquet",
+        "absent": absent,
+        "types": types,
+    }
+
+
+def location(table: Table, path: str) -> str:
+    """A file's full location as Hadoop's file systems name it: a local path, or `s3a://bucket/key`."""
+    where = table.storage.describe(path)
+    return "s3a://" + where[len("s3://") :] if where.startswith("s3://") else where
+
+
+def hadoop_conf(table: Table) -> dict[str, str]:
+    """Hadoop settings that reach the table's object store with the settings stitchlake uses (`fs.s3a.*`)."""
+    settings = getattr(table.storage, "client_settings", None)
+    if settings is None:
+        return {}
+    found = settings()
+    names = {
+        "endpoint": "fs.s3a.endpoint",
+        "region": "fs.s3a.endpoint.region",
+        "access_key_id": "fs.s3a.access.key",
+        "secret_access_key": "fs.s3a.secret.key",
+        "session_token": "fs.s3a.session.token",
+    }
+    out = {names[k]: v for k, v in found.items() if k in names}
+    out["fs.s3a.path.style.access"] = "true"
+    out["fs.s3a.connection.ssl.enabled"] = "false" if found.get("allow_http") == "true" else "true"
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ values
+
+
+def literal(value: Any, type_name: str | None) -> Any:
+    """A config value (a default) in Spark's internal form as JSON: dates as days, timestamps as microseconds,
+    decimals as text, binary as base64, nested values as JSON arrays and objects."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    if isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, Mapping):
+        return {str(k): literal(v, None) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [literal(v, None) for v in value]
+    return value
+
+
+def spark_type(kind: pa.DataType) -> Any:
+    """An Arrow type as Spark's schema JSON names it (what `pyspark.sql.pandas.types.from_arrow_type` makes)."""
+    if pa.types.is_timestamp(kind):
+        return "timestamp" if kind.tz is not None else "timestamp_ntz"
+    if pa.types.is_decimal(kind):
+        return f"decimal({kind.precision},{kind.scale})"
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        element = kind.value_field
+        return {"type": "array", "elementType": spark_type(element.type), "containsNull": element.nullable}
+    if pa.types.is_map(kind):
+        return {
+            "type": "map",
+            "keyType": spark_type(kind.key_type),
+            "valueType": spark_type(kind.item_type),
+            "valueContainsNull": kind.item_field.nullable,
+        }
+    if pa.types.is_struct(kind):
+        return {"type": "struct", "fields": [spark_field(kind.field(i)) for i in range(kind.num_fields)]}
+    simple = {
+        pa.int8(): "byte",
+        pa.int16(): "short",
+        pa.int32(): "integer",
+        pa.int64(): "long",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.bool_(): "boolean",
+        pa.string(): "string",
+        pa.large_string(): "string",
+        pa.binary(): "binary",
+        pa.large_binary(): "binary",
+        pa.date32(): "date",
+    }
+    if kind in simple:
+        return simple[kind]
+    raise UsageError(f"the JVM reader has no Spark type for {kind}")
+
+
+def spark_field(field: pa.Field) -> dict[str, Any]:
+    return {"name": field.name, "type": spark_type(field.type), "nullable": field.nullable, "metadata": {}}
+
+
+# ------------------------------------------------------------------------------------------------ the process
+
+
+def write_response(response: dict[str, Any], out: IO[str]) -> None:
+    """One line of JSON; a plan too large for a line goes to a private file named instead."""
+    text = json.dumps(response, separators=(",", ":"), allow_nan=False)
+    if len(text) > INLINE_PLAN_BYTES and response.get("ok"):
+        handle_fd, path = tempfile.mkstemp(prefix="stitchlake-plan-", suffix=".json")  # 0600: it may hold secrets
+        with os.fdopen(handle_fd, "w", encoding="utf-8") as file:
+            json.dump(response["result"], file, separators=(",", ":"), allow_nan=False)
+        text = json.dumps({"id": response.get("id"), "ok": True, "result": {"plan_file": path}})
+    out.write(text + "\n")
+    out.flush()
+
+
+def serve(source: IO[str], out: IO[str]) -> None:
+    """Answer requests until the input closes (the JVM that started us exited)."""
+    for line in source:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as exc:
+            write_response({"id": None, "ok": False, "error": _error(exc, 2)}, out)
+            continue
+        write_response(handle(request if isinstance(request, dict) else {}), out)
+
+
+def main() -> None:
+    serve(sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
