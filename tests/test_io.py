@@ -323,3 +323,25 @@ def test_every_landing_format_has_a_reader_and_a_stream_without_one_is_refused(t
     assert not is_landing_name("a.avro", "kafka")
     with pytest.raises(UsageError, match="format kafka has no landing files"):
         read_landing(kafka, LandingFile(str(tmp_path), "a.avro", "a.avro", 8, "8-1"), ["k"])
+
+
+def test_data_files_carry_row_group_statistics_of_the_tables_own_flat_columns(tmp_path: Path) -> None:
+    """Readers that push filters down (the JVM reader, Trino, DuckDB) skip row groups by these; the `_sl__` columns
+    carry none (nobody filters on versions)."""
+    import pyarrow.parquet as pq
+
+    storage = LocalStorage(str(tmp_path))
+    rows = pa.table(
+        {
+            "k": pa.array([3, 1, 2], pa.int64()),
+            "name": ["c", "a", "b"],
+            "tags": pa.array([["x"], [], None], pa.list_(pa.string())),
+            "_sl__s__pos": pa.array([0, 1, 2], pa.int64()),
+        }
+    )
+    write_table_file(storage, "p/00000_20261122080000000_abcdef0123.parquet", rows)
+    group = pq.ParquetFile(tmp_path / "p/00000_20261122080000000_abcdef0123.parquet").metadata.row_group(0)
+    stats = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+    assert stats["k"].is_stats_set and (stats["k"].statistics.min, stats["k"].statistics.max) == (1, 3)
+    assert stats["name"].is_stats_set and stats["name"].statistics.max == "c"
+    assert not stats["_sl__s__pos"].is_stats_set and not stats["tags.list.element"].is_stats_set

@@ -54,9 +54,16 @@ def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: 
         table,
         compression=LOG_COMPRESSION if log else PARQUET_COMPRESSION,
         compression_level=None if log else 1,
-        write_statistics=False,
+        write_statistics=statistics_columns(table.schema),
         **parquet_encodings(table.schema, delta_positions=log),
     )
+
+
+def statistics_columns(schema: pa.Schema) -> list[str]:
+    """Columns whose row-group statistics (min, max, nulls) are written: the table's own flat columns, so readers
+    that push filters down (Spark, Trino, DuckDB) skip row groups by key, partition or value ranges. stitchlake's
+    `_sl__` columns get none: nobody filters on versions, and they are most of a file's columns."""
+    return [f.name for f in schema if not summary.is_meta(f.name) and not pa.types.is_nested(f.type)]
 
 
 def write_parquet(storage: Storage, path: str, table: pa.Table, **options: Any) -> Written:
