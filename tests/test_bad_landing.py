@@ -184,7 +184,7 @@ LANDING = [
         landing("landing/shipments/0001.json", jsonl({"p": "odd", "carrier": "a"}, {"p": "odd", "carrier": "b"})),
         INGEST_SHIPMENTS,
         5,
-        ("2 bad rows (null key k: 2 rows)", "{ws}/landing/shipments/0001.json row 0 (null key k)"),
+        ("2 bad rows (null key k: 2 rows)", "{ws}/landing/shipments/0001.json line 1 (null key k)"),
         takes_lock=True,
     ),
     # ---- files that cannot be read whole: named, with what to do, never half-ingested
@@ -328,11 +328,11 @@ LANDING = [
         takes_lock=True,
     ),
     Case(
-        "json-boolean-key",  # was ingested as key 1
+        "json-boolean-key",  # was ingested as key 1, then refused the whole file; a bad row of its line (issue 34.6)
         landing("landing/shipments/0001.json", jsonl({"k": True, "p": "odd", "carrier": "a"})),
         INGEST_SHIPMENTS,
         5,
-        ("{ws}/landing/shipments/0001.json: column k has type bool, which cannot be converted to long",),
+        ("1 bad row (wrong JSON type in k: 1 row)", "{ws}/landing/shipments/0001.json line 1 (wrong JSON type"),
         takes_lock=True,
     ),
 ]

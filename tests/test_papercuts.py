@@ -254,8 +254,8 @@ def test_bad_row_counts_and_values_cannot_be_mistaken_for_each_other(demo_data: 
     done = run_stitch("ingest", "-c", config, "--stream", "payments", "--source", str(landing), "--json")
     assert done.returncode == 5, done.stderr
     message = json.loads(done.stdout)["error"]
-    assert "1 bad row (unparsable value in paid_amount: 1 row)" in message
-    assert f"{landing} row 0 (unparsable value '1,5' in paid_amount)" in message
+    assert "1 bad row (wrong JSON type in paid_amount: 1 row)" in message  # a JSON string, not a number (34.6)
+    assert f"{landing} line 1 (wrong JSON type '\"1,5\"' in paid_amount)" in message
     assert message in done.stderr
 
 

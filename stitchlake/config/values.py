@@ -9,16 +9,42 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from typing import Any
+
+#: Text booleans, one grammar wherever stitch reads a boolean from text (a CSV landing file, `--where`), in any case.
+TRUE_WORDS = ("true", "t", "yes", "y", "1")
+FALSE_WORDS = ("false", "f", "no", "n", "0")
+#: Whole numbers as text: ASCII digits and an optional sign (Python's int() would also take `1_0` and other
+#: scripts' digits, Arrow's cast `0x10`).
+WHOLE_TEXT = re.compile(r"[+-]?[0-9]+")
+#: Numbers as text: ASCII digits, an optional sign, point and exponent (no `1_0`, no other scripts' digits).
+NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: The doubles text may also name (what `--json` writes, and what Arrow's cast reads), in any case.
+NON_FINITE_TEXT = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+
+
+def parse_text(type_name: str, text: str) -> Any:
+    """A value written as text (`--where`, a partition folder) as the Python value of the column's type, in the
+    grammar CSV landing files are read with too; ValueError if it is not one."""
+    if type_name == "boolean":
+        word = text.strip().lower()
+        if word in TRUE_WORDS or word in FALSE_WORDS:
+            return word in TRUE_WORDS
+        raise ValueError(f"{text!r} is not a boolean ({'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)})")
+    return parse_default(type_name, text)
 
 
 def parse_default(type_name: str, value: Any) -> Any:
-    """Convert a YAML default to the Python value of the column's type; ValueError if it does not fit."""
+    """Convert a YAML default to the Python value of the column's type; ValueError if it does not fit. Numbers
+    written as text follow the strict grammar (`WHOLE_TEXT`, `NUMBER_TEXT`)."""
     if value is None:
         return None
     if type_name in ("int", "long"):
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError(f"{value!r} is not a whole number")
+        if isinstance(value, str) and not WHOLE_TEXT.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is not a whole number (ASCII digits, optionally signed)")
         number = int(value)
         limit = 2**31 if type_name == "int" else 2**63
         if not -limit <= number < limit:
@@ -27,6 +53,10 @@ def parse_default(type_name: str, value: Any) -> Any:
     if type_name in ("float", "double"):
         if isinstance(value, bool):
             raise ValueError(f"{value!r} is not a number")
+        if isinstance(value, str) and not (
+            NUMBER_TEXT.fullmatch(value.strip()) or NON_FINITE_TEXT.fullmatch(value.strip())
+        ):
+            raise ValueError(f"{value!r} is not a number (ASCII digits, optionally signed, a point, an exponent)")
         return float(value)
     if type_name == "boolean":
         if isinstance(value, bool):
@@ -47,6 +77,8 @@ def parse_default(type_name: str, value: Any) -> Any:
 
 
 def _decimal(type_name: str, value: Any) -> decimal.Decimal:
+    if isinstance(value, str) and not NUMBER_TEXT.fullmatch(value.strip()):
+        raise ValueError(f"{value!r} is not a decimal number (ASCII digits, optionally signed, a point)")
     try:
         number = decimal.Decimal(str(value))
     except decimal.InvalidOperation:

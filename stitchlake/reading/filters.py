@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stitchlake.config import TableConfig, parse_default
+from stitchlake.config import TableConfig
+from stitchlake.config.values import parse_text
 from stitchlake.errors import UsageError
 from stitchlake.layout.bucket import bucket_for_values
 from stitchlake.layout.names import file_group_id
@@ -118,7 +119,7 @@ class Pruning:
         found = parse_partition_path(path)
         for condition in self.partition_conditions:
             text = found.get(condition.column)
-            value = None if text is None else parse_default(self.partition_types[condition.column], text)
+            value = None if text is None else parse_text(self.partition_types[condition.column], text)
             if not condition.holds(value):
                 return False
         return True
@@ -143,8 +144,8 @@ def _typed(config: TableConfig, name: str, value: Any) -> Any:
         raise UsageError(f"filter: {name!r} is not a column (columns: {', '.join(columns)})")
     if not isinstance(value, str):
         return value
-    try:
-        return parse_default(columns[name].type, value)
+    try:  # the grammar CSV landing files are read with: `1_0` is no whole number, `yes` is true
+        return parse_text(columns[name].type, value)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"filter: {name}={value!r} is not a valid {columns[name].type}: {exc}") from None
 

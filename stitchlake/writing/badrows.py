@@ -20,10 +20,11 @@ from stitchlake.config import BadRows
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
 from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
+from stitchlake.io.landing import WRONG_JSON_TYPE
 from stitchlake.paths import quarantine_folder
 from stitchlake.storage import Storage
 from stitchlake.timeline.metadata import QuarantinedFile
-from stitchlake.writing.batch import REASON, ROW, SOURCE, UNPARSABLE, column_of
+from stitchlake.writing.batch import LINE, REASON, ROW, SOURCE, UNPARSABLE, column_of
 
 #: Rows shown in a message (and carried back from Spark tasks) besides the counts.
 SAMPLE_ROWS = 3
@@ -137,12 +138,16 @@ def _rows(count: int) -> str:
 
 def _example(row: dict[str, Any]) -> str:
     reason = str(row[REASON])
-    column = reason[len(UNPARSABLE) :] if reason.startswith(UNPARSABLE) else None
-    if column and column in row:  # show what could not be parsed: the fix is in the data, not here
+    prefix = next((p for p in (UNPARSABLE, WRONG_JSON_TYPE) if reason.startswith(p)), None)
+    column = reason[len(prefix) :] if prefix else None
+    if prefix and column and row.get(column) is not None:  # show the value: the fix is in the data, not here
         value = str(row[column])
-        reason = f"unparsable value {value[:40] + '...' if len(value) > 40 else value!r} in {column}"
+        shown = f"{value[:40] + '...' if len(value) > 40 else value!r}"
+        reason = f"{prefix.removesuffix(' in ')} {shown} in {column}"
     if row.get(KAFKA_OFFSET) is not None:  # a Kafka record is named by its offset
         return f"{row[SOURCE]} offset {row[ROW]} ({reason})"
+    if row.get(LINE) is not None:  # a JSON line by its line, as an editor shows it
+        return f"{row[SOURCE]} line {row[LINE]} ({reason})"
     return f"{row[SOURCE]} row {row[ROW]} ({reason})"
 
 

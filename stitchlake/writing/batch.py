@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
+from stitchlake.config.values import FALSE_WORDS, TRUE_WORDS, WHOLE_TEXT
 from stitchlake.errors import InputRejected
+from stitchlake.io.landing import WRONG_JSON_TYPE
 from stitchlake.layout.partition import escape
 from stitchlake.types import arrow_type, contiguous
 
@@ -27,6 +29,8 @@ POS = "_sl_pos"
 DELETED = "_sl_del"
 SOURCE = "_source"
 ROW = "_row"
+#: A bad row's line in its landing file, for formats whose records are lines (JSON lines).
+LINE = "_line"
 UNPARSABLE = "unparsable value in "
 NULL_KEY = "null key "
 NULL_PARTITION = "null partition value "
@@ -35,7 +39,16 @@ LONG_PARTITION = "partition value too long "
 NULL_ORDERING = "null ordering value "
 NAN_ORDERING = "NaN ordering value "
 #: Why a row is bad: one of these, then the column's name.
-REASONS = (UNPARSABLE, NULL_KEY, NULL_PARTITION, EMPTY_PARTITION, LONG_PARTITION, NULL_ORDERING, NAN_ORDERING)
+REASONS = (
+    UNPARSABLE,
+    WRONG_JSON_TYPE,
+    NULL_KEY,
+    NULL_PARTITION,
+    EMPTY_PARTITION,
+    LONG_PARTITION,
+    NULL_ORDERING,
+    NAN_ORDERING,
+)
 #: The longest folder name most file systems (and so a partition folder) allow.
 MAX_FOLDER_NAME_BYTES = 255
 
@@ -107,13 +120,16 @@ def _cast_rowwise(column: pa.Array, kind: pa.DataType) -> tuple[pa.Array, np.nda
 def _prepare_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
     """Text that Arrow's casts are strict about: trimmed, timestamps with a 'T' or a space, booleans in words."""
     column = pc.utf8_trim_whitespace(column)
-    if pa.types.is_boolean(kind):
+    if pa.types.is_boolean(kind):  # the words `--where` takes too (`config.values`: one grammar)
         lowered = pc.utf8_lower(column)
         return pc.if_else(
-            pc.is_in(lowered, pa.array(["1", "t", "yes", "y"])),
+            pc.is_in(lowered, pa.array(list(TRUE_WORDS))),
             "true",
-            pc.if_else(pc.is_in(lowered, pa.array(["0", "f", "no", "n"])), "false", lowered),
+            pc.if_else(pc.is_in(lowered, pa.array(list(FALSE_WORDS))), "false", "not a boolean"),
         )
+    if pa.types.is_integer(kind):  # ASCII digits and a sign: Arrow's cast alone also reads 0x10 as 16
+        whole = pc.match_substring_regex(column, f"^{WHOLE_TEXT.pattern}$")
+        return pc.if_else(whole, pc.replace_substring_regex(column, r"^\+", ""), "not a whole number")
     if pa.types.is_timestamp(kind):
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2}) ", r"\1T")
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2})$", r"\1T00:00:00")
@@ -164,11 +180,14 @@ def prepare(
     source: str = "input",
     pos: np.ndarray | None = None,
     fill: Mapping[str, Any] | None = None,
+    judged: np.ndarray | None = None,
 ) -> Batch:
     """Validate and convert rows arriving for `stream`. `pos` orders rows within the batch (default: row order).
 
     `fill`: columns the input may lack, with the value its events then carry (None: null) — a JSON field missing
     from every line, or a column `stitch alter` added after the producer was written (its default).
+    `judged`: reasons the reader already found rows bad for (None where a row is fine): a JSON value of the wrong
+    type (`io.landing.judge_json`); they come first, since the reader left such a value null.
     """
     specs = {c.name: c for c in required_columns(config, stream)}
     for name, value in (fill or {}).items():
@@ -194,7 +213,7 @@ def prepare(
             column=repeated[0],
         )
     length = data.num_rows
-    reasons = np.full(length, None, dtype=object)
+    reasons = np.full(length, None, dtype=object) if judged is None else np.array(judged, dtype=object)
     columns: dict[str, pa.Array] = {}
     for spec in required_columns(config, stream):
         _require_utf8(data.column(spec.name), spec.name, source)

@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 from stitchlake.config import BadRows, SourceFormat, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io import kafka
-from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows
+from stitchlake.io.landing import Judged, LandingFile, describe, positions, read_landing_rows
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
 from stitchlake.writing.badrows import file_rejection, quarantine_file
-from stitchlake.writing.batch import REASON, ROW, SOURCE, Batch, prepare, required_columns
+from stitchlake.writing.batch import LINE, REASON, ROW, SOURCE, Batch, prepare, required_columns
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
@@ -50,6 +50,37 @@ def wanted_columns(table: Table, stream: StreamSpec) -> list[str]:
     return columns
 
 
+def wanted_types(table: Table, stream: StreamSpec) -> dict[str, pa.DataType | None]:
+    """The table type of each column `wanted_columns` reads (the delete marker: None, any value, as text)."""
+    from stitchlake.types import arrow_type
+
+    types: dict[str, pa.DataType | None] = {c.name: arrow_type(c.type) for c in required_columns(table.config, stream)}
+    if stream.deletes:
+        types[stream.deletes.column] = None
+    return types
+
+
+def _show_written(bad: pa.Table, shown: Mapping[str, Mapping[int, str]]) -> pa.Table:
+    """Bad rows with each value of the wrong JSON type as it was written (the reader left it null)."""
+    rows = bad.column(ROW).to_pylist()
+    for name, written in shown.items():
+        if name not in bad.column_names or not any(row in written for row in rows):
+            continue
+        index = bad.schema.get_field_index(name)
+        values = bad.column(index).to_pylist()
+        text = [written.get(row, value) for row, value in zip(rows, values, strict=True)]
+        bad = bad.set_column(index, name, pa.array(text, pa.string()))
+    return bad
+
+
+def _with_lines(bad: pa.Table, judged: Judged) -> pa.Table:
+    """Bad rows with the line of the file each came from (1 for the first): what an editor shows."""
+    if judged.lines is None:
+        return bad
+    lines = judged.lines()
+    return bad.append_column(LINE, pa.array(lines[bad.column(ROW).to_numpy()], pa.int64()))
+
+
 def from_landing(
     table: Table, stream: StreamSpec, file: LandingFile, ordinal: int, instant: str, mark: Callable[[str], None]
 ) -> LandingEvents:
@@ -65,8 +96,10 @@ def from_landing(
     fill.update(late)
     defaults = _write_defaults(late)
     try:
-        read = read_landing_rows(stream.source, file, wanted, options, track=list(defaults))
+        types = wanted_types(table, stream)
+        read = read_landing_rows(stream.source, file, wanted, options, track=list(defaults), types=types)
         data = read.table
+        judged = read.judged
         batch = prepare(
             table.config,
             stream,
@@ -74,8 +107,11 @@ def from_landing(
             source=describe(file, options),
             pos=positions(ordinal, data.num_rows),
             fill=fill,
+            judged=judged.reasons if judged else None,
         )
         batch = _carry_defaults(batch, read.absent, defaults)
+        if judged is not None and batch.bad is not None and batch.bad.num_rows:
+            batch.bad = _with_lines(_show_written(batch.bad, judged.shown), judged)
     except InputRejected as exc:
         if table.config.bad_rows != BadRows.QUARANTINE:
             raise file_rejection(exc) from None
