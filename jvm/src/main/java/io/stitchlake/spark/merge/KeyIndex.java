@@ -1,0 +1,166 @@
+package io.stitchlake.spark.merge;
+
+import java.util.Arrays;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DateType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.LongType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * Dense key ids over the common columns of a slice's rows (as stitchlake/merge/keys.py): the merge then works on
+ * small integers. A slice is one partition's file group, so the partition columns are usually constant and the
+ * key is often one long: that case probes a primitive hash map on the first integer column and only checks the
+ * other columns against the key's first row; a mismatch (a real composite key) falls back to hashing every column.
+ */
+final class KeyIndex {
+  /** ids[segment][row]: the row's key id. */
+  final int[][] ids;
+  int count;
+  /** A row holding each key (its first): segment and row. */
+  int[] firstSeg;
+  int[] firstRow;
+
+  private final ColumnVector[][] cols; // [segment][common column]
+  private final int[] rows;
+  private final DataType[] types;
+
+  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types) {
+    this.cols = cols;
+    this.rows = rows;
+    this.types = types;
+    this.ids = new int[rows.length][];
+    for (int s = 0; s < rows.length; s++) ids[s] = new int[rows[s]];
+    int total = 0;
+    for (int r : rows) total += r;
+    firstSeg = new int[Math.max(16, total)];
+    firstRow = new int[Math.max(16, total)];
+    if (types.length == 0 || !(integral(types[0]) && byFirstColumn(total))) byAllColumns(total);
+  }
+
+  private static boolean integral(DataType t) {
+    return t instanceof LongType || t instanceof IntegerType || t instanceof DateType;
+  }
+
+  private static long mix(long h) {
+    h ^= h >>> 33;
+    h *= 0xff51afd7ed558ccdL;
+    h ^= h >>> 33;
+    h *= 0xc4ceb9fe1a85ec53L;
+    h ^= h >>> 33;
+    return h;
+  }
+
+  private long integer(int c, int s, int r) {
+    ColumnVector v = cols[s][c];
+    return types[c] instanceof LongType ? v.getLong(r) : v.getInt(r);
+  }
+
+  /** Open addressing on the first column's long value; false when another column tells two rows apart. */
+  private boolean byFirstColumn(int total) {
+    int cap = Integer.highestOneBit(Math.max(4, total) * 2 - 1) << 1;
+    int mask = cap - 1;
+    long[] keys = new long[cap];
+    int[] slots = new int[cap];
+    Arrays.fill(slots, -1);
+    count = 0;
+    boolean more = types.length > 1;
+    for (int s = 0; s < rows.length; s++) {
+      int[] out = ids[s];
+      ColumnVector first = cols[s][0];
+      boolean isLong = types[0] instanceof LongType;
+      for (int r = 0, n = rows[s]; r < n; r++) {
+        long k = isLong ? first.getLong(r) : first.getInt(r);
+        int slot = (int) mix(k) & mask;
+        int id;
+        while (true) {
+          id = slots[slot];
+          if (id < 0) {
+            id = count++;
+            slots[slot] = id;
+            keys[slot] = k;
+            firstSeg[id] = s;
+            firstRow[id] = r;
+            break;
+          }
+          if (keys[slot] == k) break;
+          slot = (slot + 1) & mask;
+        }
+        if (more && !sameOthers(s, r, firstSeg[id], firstRow[id])) return false;
+        out[r] = id;
+      }
+    }
+    return true;
+  }
+
+  private boolean sameOthers(int s, int r, int s2, int r2) {
+    for (int c = 1; c < types.length; c++) if (!same(c, s, r, s2, r2)) return false;
+    return true;
+  }
+
+  private boolean same(int c, int s, int r, int s2, int r2) {
+    ColumnVector a = cols[s][c];
+    ColumnVector b = cols[s2][c];
+    boolean na = a.isNullAt(r);
+    boolean nb = b.isNullAt(r2);
+    if (na || nb) return na == nb;
+    DataType t = types[c];
+    if (t instanceof StringType) return a.getUTF8String(r).equals(b.getUTF8String(r2));
+    if (integral(t)) return integer(c, s, r) == integer(c, s2, r2);
+    throw new IllegalArgumentException("key column of unsupported type " + t.simpleString());
+  }
+
+  private long hash(int s, int r) {
+    long h = 17;
+    for (int c = 0; c < types.length; c++) {
+      ColumnVector v = cols[s][c];
+      long x;
+      if (v.isNullAt(r)) x = 0x9e3779b97f4a7c15L;
+      else if (types[c] instanceof StringType) {
+        UTF8String u = v.getUTF8String(r);
+        x = u.hashCode();
+      } else if (integral(types[c])) x = integer(c, s, r);
+      else throw new IllegalArgumentException("key column of unsupported type " + types[c].simpleString());
+      h = mix(h * 31 + x);
+    }
+    return h;
+  }
+
+  private void byAllColumns(int total) {
+    int cap = Integer.highestOneBit(Math.max(4, total) * 2 - 1) << 1;
+    int mask = cap - 1;
+    int[] slots = new int[cap];
+    long[] hashes = new long[cap];
+    Arrays.fill(slots, -1);
+    count = 0;
+    for (int s = 0; s < rows.length; s++) {
+      int[] out = ids[s];
+      for (int r = 0, n = rows[s]; r < n; r++) {
+        long h = hash(s, r);
+        int slot = (int) h & mask;
+        int id;
+        while (true) {
+          id = slots[slot];
+          if (id < 0) {
+            id = count++;
+            slots[slot] = id;
+            hashes[slot] = h;
+            firstSeg[id] = s;
+            firstRow[id] = r;
+            break;
+          }
+          if (hashes[slot] == h && sameAll(s, r, firstSeg[id], firstRow[id])) break;
+          slot = (slot + 1) & mask;
+        }
+        out[r] = id;
+      }
+    }
+  }
+
+  private boolean sameAll(int s, int r, int s2, int r2) {
+    for (int c = 0; c < types.length; c++) if (!same(c, s, r, s2, r2)) return false;
+    return true;
+  }
+}

@@ -1,0 +1,569 @@
+package io.stitchlake.spark.merge;
+
+import io.stitchlake.spark.plan.ColumnSpec;
+import io.stitchlake.spark.plan.MergeSpec;
+import io.stitchlake.spark.plan.StreamSpec;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.NoSuchElementException;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * Merges one file slice (a base file and its logs) into the slice's live wide rows, with the rules of
+ * docs/spark-reader.md ("The merge rules"); stitchlake/merge (rules.py, summary.py, stitch.py) is the reference.
+ *
+ * <p>Keys get dense ids ({@link KeyIndex}); then per stream one pass over its candidates (the base rows where the
+ * stream has a group, then its logs, in slice order) keeps each key's greatest version, ties going to the later
+ * row; a {@code nulls: ignore} stream also keeps each key's latest tombstone, then picks per column the greatest
+ * eligible non-null value. Rows are emitted as views onto the chosen vectors ({@link MergedRow}).
+ */
+public final class SliceMerger {
+  private final MergeSpec spec;
+  private final StructType output;
+  private final DataType[] outTypes;
+  private final DataType[] commonTypes;
+  private final String[] commonNames;
+  /** Per output ordinal: a common column index, or -1. */
+  private final int[] outCommon;
+  /** Per output ordinal: a stream index and its column index, or -1. */
+  private final int[] outStream;
+  private final int[] outColumn;
+  private final Object[] outDefault;
+  /** Per stream: the value columns the output shows (indices into its columns), in stream order. */
+  private final int[][] selected;
+
+  public SliceMerger(MergeSpec spec, StructType output) {
+    this.spec = spec;
+    this.output = output;
+    int n = output.fields().length;
+    outTypes = new DataType[n];
+    outCommon = new int[n];
+    outStream = new int[n];
+    outColumn = new int[n];
+    outDefault = new Object[n];
+    commonNames = new String[spec.common.size()];
+    commonTypes = new DataType[spec.common.size()];
+    for (int c = 0; c < commonNames.length; c++) {
+      commonNames[c] = spec.common.get(c).name;
+      commonTypes[c] = Types.parse(spec.common.get(c).type);
+    }
+    List<List<Integer>> chosen = new ArrayList<>();
+    for (int s = 0; s < spec.streams.size(); s++) chosen.add(new ArrayList<>());
+    for (int o = 0; o < n; o++) {
+      StructField field = output.fields()[o];
+      outTypes[o] = field.dataType();
+      outCommon[o] = -1;
+      outStream[o] = -1;
+      for (int c = 0; c < commonNames.length; c++) if (commonNames[c].equals(field.name())) outCommon[o] = c;
+      for (int s = 0; s < spec.streams.size() && outCommon[o] < 0; s++) {
+        List<ColumnSpec> columns = spec.streams.get(s).columns;
+        for (int j = 0; j < columns.size(); j++) {
+          if (columns.get(j).name.equals(field.name())) {
+            outStream[o] = s;
+            outColumn[o] = j;
+            outDefault[o] = Types.literal(field.dataType(), columns.get(j).defaultJson);
+            chosen.get(s).add(j);
+          }
+        }
+      }
+      if (outCommon[o] < 0 && outStream[o] < 0) {
+        throw new IllegalArgumentException("column " + field.name() + " is neither a key, a partition column nor a"
+            + " stream's column");
+      }
+    }
+    selected = new int[spec.streams.size()][];
+    for (int s = 0; s < selected.length; s++) {
+      selected[s] = chosen.get(s).stream().mapToInt(Integer::intValue).sorted().distinct().toArray();
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------ columns to read
+
+  private static List<String> versionFields(StreamSpec stream, String prefix, boolean withCommit) {
+    List<String> out = new ArrayList<>();
+    for (int i = 0; i < stream.ordering.size(); i++) out.add(stream.meta(prefix + "o" + i));
+    if (withCommit) out.add(stream.meta(prefix + "commit"));
+    out.add(stream.meta(prefix + "pos"));
+    return out;
+  }
+
+  private List<String> metaFields(int s, boolean withCommit) {
+    StreamSpec stream = spec.streams.get(s);
+    List<String> out = versionFields(stream, "", withCommit);
+    out.add(stream.meta("del"));
+    if (stream.ignoresNulls()) {
+      out.addAll(versionFields(stream, "t__", withCommit));
+      for (int j : selected[s]) out.addAll(versionFields(stream, "c__" + stream.columns.get(j).name + "__", withCommit));
+    }
+    return out;
+  }
+
+  /** The columns to read from a base file for this output: common, shown values and every stream's meta. */
+  public List<String> baseColumns() {
+    List<String> out = new ArrayList<>(Arrays.asList(commonNames));
+    for (int s = 0; s < selected.length; s++) {
+      for (int j : selected[s]) out.add(spec.streams.get(s).columns.get(j).name);
+      out.addAll(metaFields(s, true));
+    }
+    return out;
+  }
+
+  /** The columns to read from a log of {@code stream} for this output (no commit: it is the file's). */
+  public List<String> logColumns(String stream) {
+    List<String> out = new ArrayList<>(Arrays.asList(commonNames));
+    int s = streamIndex(stream);
+    if (s < 0) return out;
+    for (int j : selected[s]) out.add(spec.streams.get(s).columns.get(j).name);
+    out.addAll(metaFields(s, false));
+    return out;
+  }
+
+  private int streamIndex(String name) {
+    for (int s = 0; s < spec.streams.size(); s++) if (spec.streams.get(s).name.equals(name)) return s;
+    return -1;
+  }
+
+  // ------------------------------------------------------------------------------------------ segments
+
+  /** One batch of one file: the unit the passes walk. */
+  private static final class Segment {
+    final FileData file;
+    final ColumnarBatch batch;
+    final int rows;
+    final Map<String, Integer> index;
+
+    Segment(FileData file, ColumnarBatch batch, Map<String, Integer> index) {
+      this.file = file;
+      this.batch = batch;
+      this.rows = batch.numRows();
+      this.index = index;
+    }
+
+    ColumnVector column(String name) {
+      Integer i = index.get(name);
+      return i == null ? null : batch.column(i);
+    }
+  }
+
+  /** A version's components in one segment: ordering values, commit (a column, or the log's constant), pos. */
+  private static final class Ver {
+    final ColumnVector[] v;
+    final long commit;
+
+    Ver(ColumnVector[] v, long commit) {
+      this.v = v;
+      this.commit = commit;
+    }
+  }
+
+  /** The greatest version so far per key: long components by value, ranked ones as Spark values. */
+  private static final class Best {
+    final long[][] longs;
+    final Object[][] ranked;
+
+    Best(boolean[] isRanked, int keys) {
+      longs = new long[isRanked.length][];
+      ranked = new Object[isRanked.length][];
+      for (int c = 0; c < isRanked.length; c++) {
+        if (isRanked[c]) ranked[c] = new Object[keys];
+        else longs[c] = new long[keys];
+      }
+    }
+  }
+
+  /** Per stream: its version shape, and the merge's outcome per key. */
+  private final class StreamMerge {
+    final StreamSpec stream;
+    final int k;
+    final boolean[] isRanked; // per component: k ordering, commit, pos
+    final int[] winSeg;
+    final int[] winRow;
+    boolean[] shows;
+    int[][] pickSeg; // ignore: per selected column
+    int[][] pickRow;
+
+    StreamMerge(StreamSpec stream, int keys) {
+      this.stream = stream;
+      this.k = stream.ordering.size();
+      isRanked = new boolean[k + 2];
+      for (int i = 0; i < k; i++) isRanked[i] = stream.ordering.get(i).ranked;
+      winSeg = new int[keys];
+      winRow = new int[keys];
+      Arrays.fill(winSeg, -1);
+    }
+
+    Ver ver(Segment seg, String prefix) {
+      ColumnVector[] v = new ColumnVector[k + 2];
+      for (int i = 0; i < k; i++) v[i] = seg.column(stream.meta(prefix + "o" + i));
+      boolean base = seg.file.kind == FileData.Kind.BASE;
+      v[k] = base ? seg.column(stream.meta(prefix + "commit")) : null;
+      v[k + 1] = seg.column(stream.meta(prefix + "pos"));
+      return new Ver(v, seg.file.commit);
+    }
+
+    Object rankedValue(ColumnVector v, int row) {
+      if (v.isNullAt(row)) return null;
+      DataType t = v.dataType();
+      if (t instanceof StringType) return v.getUTF8String(row);
+      if (t instanceof BinaryType) return v.getBinary(row);
+      if (t instanceof DecimalType) {
+        DecimalType d = (DecimalType) t;
+        return v.getDecimal(row, d.precision(), d.scale());
+      }
+      throw new IllegalArgumentException("ranked ordering of type " + t.simpleString());
+    }
+
+    long longValue(Ver a, int c, int row) {
+      ColumnVector v = a.v[c];
+      if (v == null) {
+        if (c == k) return a.commit;
+        throw new IllegalStateException("stream " + stream.name + ": a version column is missing");
+      }
+      return v.isNullAt(row) ? 0 : v.getLong(row); // as summary._numpy: a null component reads 0
+    }
+
+    /** Compares the version at {@code row} of {@code a} with the best of {@code key}. */
+    int compare(Ver a, int row, Best best, int key) {
+      for (int c = 0; c < isRanked.length; c++) {
+        if (isRanked[c]) {
+          int cmp = compareRanked(rankedValue(a.v[c], row), best.ranked[c][key]);
+          if (cmp != 0) return cmp;
+        } else {
+          long x = longValue(a, c, row);
+          long y = best.longs[c][key];
+          if (x != y) return x < y ? -1 : 1;
+        }
+      }
+      return 0;
+    }
+
+    /** Whether two versions of the same segment row are equal component by component. */
+    boolean equal(Ver a, Ver b, int row) {
+      if (a == b) return true;
+      for (int c = 0; c < isRanked.length; c++) {
+        if (isRanked[c]) {
+          if (compareRanked(rankedValue(a.v[c], row), rankedValue(b.v[c], row)) != 0) return false;
+        } else if (longValue(a, c, row) != longValue(b, c, row)) {
+          return false;
+        }
+      }
+      return true;
+    }
+
+    void keep(Ver a, int row, Best best, int key) {
+      for (int c = 0; c < isRanked.length; c++) {
+        if (isRanked[c]) best.ranked[c][key] = rankedValue(a.v[c], row);
+        else best.longs[c][key] = longValue(a, c, row);
+      }
+    }
+  }
+
+  @SuppressWarnings("unchecked")
+  private static int compareRanked(Object x, Object y) {
+    if (x == null || y == null) return x == null ? (y == null ? 0 : -1) : 1;
+    if (x instanceof UTF8String) return ((UTF8String) x).binaryCompare((UTF8String) y);
+    if (x instanceof byte[]) return Arrays.compareUnsigned((byte[]) x, (byte[]) y);
+    return ((Decimal) x).compare((Decimal) y);
+  }
+
+  // ------------------------------------------------------------------------------------------ the merge
+
+  /** The live wide rows of one slice (files: base first if any, then logs in slice order), in output's order. */
+  public Iterator<InternalRow> merge(List<FileData> files) {
+    List<Segment> segments = new ArrayList<>();
+    boolean anyLog = false;
+    for (FileData f : files) {
+      if (f.kind == FileData.Kind.LOG) {
+        // A log of a stream not in the config is a dropped stream's: hidden (the planner refuses unknown ones).
+        if (streamIndex(f.stream) < 0) continue;
+        anyLog = true;
+      }
+      Map<String, Integer> index = new HashMap<>();
+      String[] names = f.schema.fieldNames();
+      for (int i = 0; i < names.length; i++) index.put(names[i], i);
+      for (ColumnarBatch b : f.batches) if (b.numRows() > 0) segments.add(new Segment(f, b, index));
+    }
+    if (segments.isEmpty()) return Collections.emptyIterator();
+    return anyLog ? merged(segments) : baseRows(segments);
+  }
+
+  private ColumnVector[][] outputVectors(List<Segment> segments) {
+    ColumnVector[][] out = new ColumnVector[outTypes.length][segments.size()];
+    for (int o = 0; o < outTypes.length; o++) {
+      String name = output.fields()[o].name();
+      for (int g = 0; g < segments.size(); g++) out[o][g] = segments.get(g).column(name);
+    }
+    return out;
+  }
+
+  /** Rule 7: a base file alone holds one merged row per key; a stream shows where its del is false. */
+  private Iterator<InternalRow> baseRows(List<Segment> segments) {
+    int nStreams = spec.streams.size();
+    ColumnVector[][] vectors = outputVectors(segments);
+    MergedRow row = new MergedRow(outTypes);
+    return new Iterator<InternalRow>() {
+      int g = 0;
+      int r = -1;
+      final boolean[] shows = new boolean[nStreams];
+      ColumnVector[] dels = dels(segments.get(0));
+      boolean ready;
+
+      ColumnVector[] dels(Segment seg) {
+        ColumnVector[] out = new ColumnVector[nStreams];
+        for (int s = 0; s < nStreams; s++) out[s] = seg.column(spec.streams.get(s).meta("del"));
+        return out;
+      }
+
+      boolean advance() {
+        while (true) {
+          r++;
+          if (r >= segments.get(g).rows) {
+            g++;
+            r = 0;
+            if (g >= segments.size()) return false;
+            dels = dels(segments.get(g));
+          }
+          boolean alive = false;
+          for (int s = 0; s < nStreams; s++) {
+            ColumnVector d = dels[s];
+            shows[s] = d != null && !d.isNullAt(r) && !d.getBoolean(r);
+            alive |= shows[s];
+          }
+          if (alive) return true;
+        }
+      }
+
+      @Override public boolean hasNext() {
+        if (!ready) ready = g < segments.size() && advance();
+        return ready;
+      }
+
+      @Override public InternalRow next() {
+        if (!hasNext()) throw new NoSuchElementException();
+        ready = false;
+        for (int o = 0; o < outTypes.length; o++) {
+          if (outStream[o] >= 0 && !shows[outStream[o]]) row.constant(o, outDefault[o]);
+          else if (vectors[o][g] == null) row.constant(o, null);
+          else row.set(o, vectors[o][g], r);
+        }
+        return row;
+      }
+    };
+  }
+
+  private Iterator<InternalRow> merged(List<Segment> segments) {
+    int nSeg = segments.size();
+    ColumnVector[][] keyCols = new ColumnVector[nSeg][commonNames.length];
+    int[] rows = new int[nSeg];
+    for (int g = 0; g < nSeg; g++) {
+      Segment seg = segments.get(g);
+      rows[g] = seg.rows;
+      for (int c = 0; c < commonNames.length; c++) {
+        keyCols[g][c] = seg.column(commonNames[c]);
+        if (keyCols[g][c] == null) throw new IllegalArgumentException("a file of the slice lacks key column " + commonNames[c]);
+      }
+    }
+    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes);
+    int n = keys.count;
+    StreamMerge[] merges = new StreamMerge[spec.streams.size()];
+    for (int s = 0; s < merges.length; s++) merges[s] = mergeStream(s, segments, keys);
+
+    ColumnVector[][] vectors = outputVectors(segments);
+    MergedRow row = new MergedRow(outTypes);
+    return new Iterator<InternalRow>() {
+      int key = -1;
+      boolean ready;
+
+      boolean advance() {
+        while (++key < n) {
+          for (StreamMerge m : merges) if (m.shows != null && m.shows[key]) return true;
+        }
+        return false;
+      }
+
+      @Override public boolean hasNext() {
+        if (!ready) ready = key < n && advance();
+        return ready;
+      }
+
+      @Override public InternalRow next() {
+        if (!hasNext()) throw new NoSuchElementException();
+        ready = false;
+        for (int o = 0; o < outTypes.length; o++) {
+          int s = outStream[o];
+          int g;
+          int r;
+          if (s < 0) {
+            g = keys.firstSeg[key];
+            r = keys.firstRow[key];
+          } else {
+            StreamMerge m = merges[s];
+            if (m.shows == null || !m.shows[key]) {
+              row.constant(o, outDefault[o]);
+              continue;
+            }
+            if (m.pickSeg != null) {
+              int p = Arrays.binarySearch(selected[s], outColumn[o]);
+              g = m.pickSeg[p][key];
+              r = m.pickRow[p][key];
+            } else {
+              g = m.winSeg[key];
+              r = m.winRow[key];
+            }
+          }
+          if (g < 0 || vectors[o][g] == null) row.constant(o, null);
+          else row.set(o, vectors[o][g], r);
+        }
+        return row;
+      }
+    };
+  }
+
+  /** One stream's winners per key (and, nulls: ignore, its per-column picks). */
+  private StreamMerge mergeStream(int s, List<Segment> segments, KeyIndex keys) {
+    StreamSpec stream = spec.streams.get(s);
+    int n = keys.count;
+    StreamMerge m = new StreamMerge(stream, n);
+    boolean ignore = stream.ignoresNulls();
+    int nSeg = segments.size();
+    // The stream's candidates: base rows where its pos is not null, and every row of its own logs.
+    Ver[] own = new Ver[nSeg];
+    Ver[] tombs = new Ver[nSeg];
+    ColumnVector[] dels = new ColumnVector[nSeg];
+    for (int g = 0; g < nSeg; g++) {
+      Segment seg = segments.get(g);
+      boolean base = seg.file.kind == FileData.Kind.BASE;
+      if (!base && !stream.name.equals(seg.file.stream)) continue;
+      Ver v = m.ver(seg, "");
+      if (v.v[m.k + 1] == null) continue; // a base written before the stream existed: no groups
+      own[g] = v;
+      dels[g] = seg.column(stream.meta("del"));
+      if (ignore) tombs[g] = m.ver(seg, "t__");
+    }
+    Best best = new Best(m.isRanked, n);
+    Best tomb = ignore ? new Best(m.isRanked, n) : null;
+    boolean[] hasTomb = ignore ? new boolean[n] : null;
+    boolean anyTomb = false;
+    boolean any = false;
+    for (int g = 0; g < nSeg; g++) {
+      Ver v = own[g];
+      if (v == null) continue;
+      Segment seg = segments.get(g);
+      boolean base = seg.file.kind == FileData.Kind.BASE;
+      ColumnVector pos = v.v[m.k + 1];
+      int[] ids = keys.ids[g];
+      Ver t = ignore ? tombs[g] : null;
+      ColumnVector tpos = t == null ? null : t.v[m.k + 1];
+      for (int r = 0; r < seg.rows; r++) {
+        if (base && pos.isNullAt(r)) continue;
+        int key = ids[r];
+        any = true;
+        if (m.winSeg[key] < 0 || m.compare(v, r, best, key) >= 0) { // ties: the later row wins
+          m.winSeg[key] = g;
+          m.winRow[key] = r;
+          m.keep(v, r, best, key);
+        }
+        if (tpos != null && !tpos.isNullAt(r)) {
+          if (!hasTomb[key] || m.compare(t, r, tomb, key) > 0) {
+            hasTomb[key] = true;
+            anyTomb = true;
+            m.keep(t, r, tomb, key);
+          }
+        }
+      }
+    }
+    if (!any) return m;
+    boolean[] deleted = new boolean[n];
+    m.shows = new boolean[n];
+    for (int key = 0; key < n; key++) {
+      int g = m.winSeg[key];
+      if (g < 0) continue;
+      ColumnVector d = dels[g];
+      int r = m.winRow[key];
+      deleted[key] = d != null && !d.isNullAt(r) && d.getBoolean(r); // del null reads as false
+      m.shows[key] = !deleted[key];
+    }
+    if (!ignore) return m;
+
+    // nulls: ignore: per column, the greatest column version among non-null values newer than the tombstone.
+    int[] sel = selected[s];
+    m.pickSeg = new int[sel.length][];
+    m.pickRow = new int[sel.length][];
+    Best cbest = new Best(m.isRanked, n);
+    boolean[] settled = new boolean[n];
+    for (int p = 0; p < sel.length; p++) {
+      String name = stream.columns.get(sel[p]).name;
+      int[] pickSeg = new int[n];
+      int[] pickRow = new int[n];
+      Arrays.fill(pickSeg, -1);
+      m.pickSeg[p] = pickSeg;
+      m.pickRow[p] = pickRow;
+      ColumnVector[] values = new ColumnVector[nSeg];
+      Ver[] cver = new Ver[nSeg];
+      for (int g = 0; g < nSeg; g++) {
+        if (own[g] == null) continue;
+        Segment seg = segments.get(g);
+        values[g] = seg.column(name);
+        // A column the file predates carries the row's own version where its value is not null.
+        cver[g] = seg.file.predates.contains(name) ? own[g] : m.ver(seg, "c__" + name + "__");
+      }
+      // Where the row winner holds an eligible value of its own version, nothing can beat it (rules.py).
+      int open = 0;
+      for (int key = 0; key < n; key++) {
+        int g = m.winSeg[key];
+        settled[key] = false;
+        if (g < 0) continue;
+        int r = m.winRow[key];
+        ColumnVector vals = values[g];
+        boolean ok = vals != null && !vals.isNullAt(r)
+            && (!hasTomb[key] || m.compare(cver[g], r, tomb, key) > 0)
+            && m.equal(cver[g], own[g], r);
+        if (ok) {
+          settled[key] = true;
+          pickSeg[key] = g;
+          pickRow[key] = r;
+        } else {
+          open++;
+        }
+      }
+      if (open == 0) continue;
+      for (int g = 0; g < nSeg; g++) {
+        Ver v = own[g];
+        ColumnVector vals = values[g];
+        if (v == null || vals == null) continue;
+        Segment seg = segments.get(g);
+        boolean base = seg.file.kind == FileData.Kind.BASE;
+        ColumnVector pos = v.v[m.k + 1];
+        Ver c = cver[g];
+        int[] ids = keys.ids[g];
+        for (int r = 0; r < seg.rows; r++) {
+          if (base && pos.isNullAt(r)) continue;
+          int key = ids[r];
+          if (settled[key] || vals.isNullAt(r)) continue;
+          if (anyTomb && hasTomb[key] && m.compare(c, r, tomb, key) <= 0) continue;
+          if (pickSeg[key] < 0 || m.compare(c, r, cbest, key) >= 0) {
+            pickSeg[key] = g;
+            pickRow[key] = r;
+            m.keep(c, r, cbest, key);
+          }
+        }
+      }
+    }
+    return m;
+  }
+}
