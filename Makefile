@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup check-tools demo test lint bench bench-peers bench-scale torture clean
+.PHONY: help setup check-tools jvm demo test lint bench bench-peers bench-scale torture clean
 
 help:
 	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
+	@echo "make jvm    - build the Spark reader jar (jvm/, Maven) into $(VENV)/jars/stitchlake-spark.jar"
 	@echo "make demo   - set up .venv, generate a 3-stream dataset, ingest it with spark-submit, check it"
 	@echo "make test   - set up .venv, lint, run the whole test suite"
 	@echo "make lint   - ruff check + format check, import layers (lint-imports), types (mypy)"
@@ -34,7 +35,23 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-setup: check-tools $(STAMP)
+setup: check-tools $(STAMP) jvm
+
+# The JVM Spark reader (docs/spark-reader.md): rebuilt when a source under jvm/ is newer than the jar. Spark itself is
+# `provided`; the first build downloads its modules into ~/.m2 (about 300 MB, once per machine).
+JAR := $(VENV)/jars/stitchlake-spark.jar
+JVM_SOURCES := $(shell find jvm -type f -not -path 'jvm/target/*' 2>/dev/null)
+
+jvm: $(JAR)
+
+$(JAR): $(JVM_SOURCES)
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "error: building the Spark reader needs Maven; 'mvn' is not on PATH."; \
+	  echo "       Debian/Ubuntu: sudo apt-get install maven"; exit 1; }
+	@echo "building the Spark reader ($(JAR))"
+	@cd jvm && mvn -q -B package -DskipTests
+	@mkdir -p $(dir $(JAR))
+	@cp jvm/target/stitchlake-spark.jar $(JAR)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -61,4 +78,4 @@ torture: setup
 	$(BIN)/python scripts/torture.py $(TORTURE_ARGS)
 
 clean:
-	rm -rf demo bench-data .pytest_cache .ruff_cache
+	rm -rf demo bench-data .pytest_cache .ruff_cache jvm/target

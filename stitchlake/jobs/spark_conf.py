@@ -3,6 +3,11 @@ sessions built in-process (`stitchlake.spark.session`). Plain values: importing 
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
 #: Settings every stitchlake job needs whatever the user configures: UTC timestamps, Arrow transfer, and
 #: pushdown into Python data sources (without it the reader's pushFilters is refused).
 REQUIRED_CONF = {
@@ -14,3 +19,44 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "true",
 }
+
+#: The JVM Spark reader (docs/spark-reader.md), built by `make setup` into the environment's `jars/` folder.
+READER_JAR_NAME = "stitchlake-spark.jar"
+#: Where the reader jar is looked for instead, when set (a jar built elsewhere).
+READER_JAR_ENV = "STITCHLAKE_SPARK_JAR"
+#: "1" puts the JVM reader on the classpath of stitchlake's sessions and jobs, "0" keeps them on the Python data
+#: source; unset: `READER_DEFAULT`.
+READER_SWITCH_ENV = "STITCHLAKE_JVM_READER"
+#: Whether sessions and jobs get the JVM reader when the switch is unset. Off until the JVM merge passes the
+#: conformance suite (issue 35); the reader is then switched on here.
+READER_DEFAULT = False
+#: The Python the reader's planner runs with (`python -m stitchlake.spark.planner`).
+PLANNER_PYTHON_CONF = "spark.stitchlake.python"
+
+
+def reader_jar() -> Path:
+    """Where the JVM reader's jar is (or would be): `$STITCHLAKE_SPARK_JAR`, else `<sys.prefix>/jars/`."""
+    given = os.environ.get(READER_JAR_ENV)
+    return Path(given) if given else Path(sys.prefix) / "jars" / READER_JAR_NAME
+
+
+def reader_enabled() -> bool:
+    """Whether stitchlake's sessions and jobs put the JVM reader on their classpath."""
+    switch = os.environ.get(READER_SWITCH_ENV, "").strip().lower()
+    if switch in ("1", "true", "yes", "on"):
+        return True
+    if switch in ("0", "false", "no", "off"):
+        return False
+    return READER_DEFAULT
+
+
+def reader_conf(conf: Mapping[str, str] | None = None, enabled: bool | None = None) -> dict[str, str]:
+    """The settings that give a session or job the JVM reader: its jar added to `spark.jars` (kept: the jars `conf`
+    already lists) and the planner's Python. Empty when the reader is switched off or its jar is not built."""
+    jar = reader_jar()
+    if not (reader_enabled() if enabled is None else enabled) or not jar.is_file():
+        return {}
+    jars = [j for j in (conf or {}).get("spark.jars", "").split(",") if j.strip()]
+    if str(jar) not in jars:
+        jars.append(str(jar))
+    return {"spark.jars": ",".join(jars), PLANNER_PYTHON_CONF: sys.executable}

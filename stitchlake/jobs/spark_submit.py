@@ -35,7 +35,7 @@ from stitchlake.errors import StitchError
 from stitchlake.jobs.job_process import JOB_MARK, end_leftovers, follow
 from stitchlake.jobs.results import decode
 from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
-from stitchlake.jobs.spark_conf import REQUIRED_CONF
+from stitchlake.jobs.spark_conf import REQUIRED_CONF, reader_conf
 from stitchlake.paths import LOGS_DIR
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ def spark_properties(config: TableConfig) -> dict[str, str]:
         **REQUIRED_CONF,
         "spark.pyspark.driver.python": sys.executable,
     }
+    properties.update(reader_conf(properties))  # the JVM reader, when switched on (spark_conf.READER_DEFAULT)
     names = sorted(key.removeprefix(EXECUTOR_ENV) for key in forwarded)
     if names:
         # Spark shows executorEnv values in its UI and event log unless this matches their names or values.

@@ -1,10 +1,14 @@
-"""The `stitchlake` PySpark data source (PySpark 4 `pyspark.sql.datasource`), reader and writer.
+"""The `stitchlake_python` PySpark data source (PySpark 4 `pyspark.sql.datasource`), reader and writer.
+
+With the JVM reader's jar on the classpath, `format("stitchlake")` is the JVM source, which reads itself and hands
+writes and incremental reads to this one; without it this source is registered as `stitchlake` too (the fallback,
+`stitchlake.spark.session.register`). docs/spark-reader.md says who reads what.
 
 Both sides call the same core as the in-process engine: the reader plans file slices with `read.plan_slices`
 and each task merges one slice with `read.read_slice`; each writer task writes its file groups with
 `write.write_file_groups`, and the driver-side commit publishes one deltacommit (or abort removes every file).
 
-    spark.dataSource.register(StitchDataSource)     # or stitchlake.spark.session.register(spark)
+    stitchlake.spark.session.register(spark)        # `stitchlake_python`, and `stitchlake` without the jar
     spark.read.format("stitchlake").load("/path/to/table")
     df.write.format("stitchlake").option("stream", "orders").mode("append").save("/path/to/table")
     df.writeStream.format("stitchlake").option("stream", "orders").option("checkpointLocation", ck).start(path)
@@ -34,12 +38,20 @@ if TYPE_CHECKING:
 CATALOG_PROVIDER = "provider"
 
 
+#: The name this source always has, and the one users write (the JVM reader's when its jar is present).
+PYTHON_NAME = "stitchlake_python"
+SHORT_NAME = "stitchlake"
+
+
 class StitchDataSource(DataSource):
-    """`format("stitchlake")`."""
+    """`format("stitchlake_python")`, and `format("stitchlake")` when the JVM reader is absent."""
+
+    #: The name it registers under (`configured` makes a class per name).
+    source_name: ClassVar[str] = PYTHON_NAME
 
     @classmethod
     def name(cls) -> str:
-        return "stitchlake"
+        return cls.source_name
 
     #: The session's packing settings, recorded by `stitchlake.spark.session.register` (see `configured`).
     session_defaults: ClassVar[dict[str, str]] = {}
@@ -83,11 +95,13 @@ class StitchDataSource(DataSource):
         return StitchStreamWriter(dict(self.options))
 
 
-def configured(defaults: Mapping[str, str]) -> type[StitchDataSource]:
-    """`StitchDataSource` with a session's packing settings: a Python data source sees its options, never the
-    session's conf, so `register` bakes them into a class of its own (pickled by value, with them, to Spark)."""
+def configured(defaults: Mapping[str, str], name: str = PYTHON_NAME) -> type[StitchDataSource]:
+    """`StitchDataSource` with a session's packing settings, registered as `name`: a Python data source sees its
+    options, never the session's conf, so `register` bakes them into a class of its own (pickled by value, with
+    them, to Spark)."""
     attributes = {
         "session_defaults": dict(defaults),
+        "source_name": name,
         "__module__": __name__,
         "__qualname__": "configured.<locals>.StitchDataSource",
     }

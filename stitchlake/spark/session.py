@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
-from stitchlake.jobs.spark_conf import DEFAULT_CONF, REQUIRED_CONF
+from stitchlake.jobs.spark_conf import DEFAULT_CONF, REQUIRED_CONF, reader_conf, reader_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -19,17 +20,38 @@ PACKING_CONF = {
 }
 
 
+#: Spark's error when a name is a JVM data source already: the reader's jar is on the classpath.
+ALREADY_EXISTS = "DATA_SOURCE_ALREADY_EXISTS"
+
+
+def fallback_notice() -> str:
+    return f"stitchlake: the JVM reader is not on the classpath ({reader_jar()}); reading with the Python data source"
+
+
 def register(spark: SparkSession) -> SparkSession:
-    """Register the `stitchlake` data source on a session (and switch on filter pushdown).
+    """Register the Python data source on a session as `stitchlake_python` (and switch on filter pushdown).
+
+    When the JVM reader's jar is on the session's classpath, it owns `format("stitchlake")` and hands writes and
+    incremental reads to `stitchlake_python` (docs/spark-reader.md). Without it the Python source takes the name
+    `stitchlake` too, and a one-line notice says so. Spark itself tells the two apart (it refuses a Python source
+    under a JVM source's name), so this works on Spark Connect as well.
 
     The session's packing settings (`PACKING_CONF`, and its default parallelism as the minimum number of
     partitions) are read now: set them before registering, or pass them as options of a read.
     """
-    from stitchlake.spark.datasource import configured
+    from stitchlake.spark.datasource import SHORT_NAME, configured
 
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
-    spark.dataSource.register(configured(packing_defaults(spark)))
+    defaults = packing_defaults(spark)
+    spark.dataSource.register(configured(defaults))
+    try:
+        spark.dataSource.register(configured(defaults, SHORT_NAME))
+    except Exception as exc:  # AnalysisException (classic or Connect): which one depends on the session
+        if ALREADY_EXISTS not in str(exc):
+            raise
+    else:
+        print(fallback_notice(), file=sys.stderr)
     return spark
 
 
@@ -44,10 +66,15 @@ def packing_defaults(spark: SparkSession) -> dict[str, str]:
     return out
 
 
-def session(config: TableConfig | None = None, app_name: str = "stitchlake") -> SparkSession:
-    """A session for in-process use (tests, notebooks); under spark-submit the launcher sets master and conf."""
+def session(
+    config: TableConfig | None = None, app_name: str = "stitchlake", jvm_reader: bool | None = None
+) -> SparkSession:
+    """A session for in-process use (tests, notebooks); under spark-submit the launcher sets master and conf.
+
+    `jvm_reader`: put the JVM reader's jar on the session's classpath (None: as `spark_conf.reader_enabled`). It
+    only takes effect for a new session: a JVM's classpath is fixed when it starts.
+    """
     import os
-    import sys
 
     from pyspark.sql import SparkSession
 
@@ -62,5 +89,8 @@ def session(config: TableConfig | None = None, app_name: str = "stitchlake") -> 
         for key, value in {**DEFAULT_CONF, **config.spark.conf}.items():
             builder = builder.config(key, value)
     for key, value in REQUIRED_CONF.items():
+        builder = builder.config(key, value)
+    given = dict(config.spark.conf) if config is not None else {}
+    for key, value in reader_conf(given, jvm_reader).items():
         builder = builder.config(key, value)
     return register(builder.getOrCreate())

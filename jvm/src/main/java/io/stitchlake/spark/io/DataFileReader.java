@@ -1,0 +1,301 @@
+package io.stitchlake.spark.io;
+
+import io.stitchlake.spark.plan.PlanFile;
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapred.FileSplit;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.parquet.ParquetReadOptions;
+import org.apache.parquet.filter2.compat.FilterCompat;
+import org.apache.parquet.filter2.compat.RowGroupFilter;
+import org.apache.parquet.filter2.predicate.FilterPredicate;
+import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.metadata.BlockMetaData;
+import org.apache.parquet.hadoop.metadata.ParquetMetadata;
+import org.apache.parquet.hadoop.util.HadoopInputFile;
+import org.apache.parquet.io.SeekableInputStream;
+import org.apache.parquet.schema.MessageType;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.execution.datasources.parquet.ParquetReadSupport;
+import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import scala.Option;
+
+/**
+ * Reads a data file of a plan once: its bytes through Hadoop's FileSystem (local, s3a), checked against the XXH3
+ * and row count its commit recorded, then decoded from memory, so the check costs no second read. Parquet goes
+ * through Spark's own {@link VectorizedParquetRecordReader} (only the requested columns, row groups a predicate
+ * rules out skipped); Avro logs through {@link AvroLogReader}. Columns the file predates show their literal.
+ */
+public final class DataFileReader {
+  /** Row groups decoded in this JVM (tests read it to see key filters skip row groups). */
+  public static final AtomicLong ROW_GROUPS_READ = new AtomicLong();
+
+  public static final AtomicLong ROW_GROUPS_SKIPPED = new AtomicLong();
+
+  private final Configuration conf;
+  private final int batchSize;
+
+  public static long rowGroupsRead() {
+    return ROW_GROUPS_READ.get();
+  }
+
+  public static long rowGroupsSkipped() {
+    return ROW_GROUPS_SKIPPED.get();
+  }
+
+  public DataFileReader(Configuration conf, int batchSize) {
+    this.conf = conf;
+    this.batchSize = batchSize;
+  }
+
+  /** The whole file, verified against its commit's digest (none recorded: files from before checksums). */
+  public byte[] fetch(PlanFile file) throws IOException {
+    Path path = new Path(file.path);
+    FileSystem fs = path.getFileSystem(conf);
+    byte[] data;
+    try (FSDataInputStream in = fs.open(path)) {
+      data = readAll(in, file.bytes);
+    } catch (java.io.FileNotFoundException e) {
+      throw new CorruptFileException(file.path, file.path + ": data file is missing (named by a completed instant)");
+    }
+    if (file.checksum != null && !file.checksum.isEmpty()) {
+      String found = Xxh3.digest(data, 0, data.length);
+      if (!found.equals(file.checksum)) {
+        throw new CorruptFileException(file.path, file.path + ": checksum mismatch (its commit recorded "
+            + file.checksum + ", the file has " + found + "): changed or damaged after it was written");
+      }
+    }
+    return data;
+  }
+
+  private static byte[] readAll(InputStream in, long expected) throws IOException {
+    if (expected > 0 && expected < Integer.MAX_VALUE - 16) {
+      // One read of the recorded size, then a probe: a longer file is read whole so its digest reports it.
+      byte[] buf = new byte[(int) expected];
+      int n = in.readNBytes(buf, 0, buf.length);
+      int extra = in.read();
+      if (n == buf.length && extra < 0) return buf;
+      java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+      out.write(buf, 0, n);
+      if (extra >= 0) {
+        out.write(extra);
+        in.transferTo(out);
+      }
+      return out.toByteArray();
+    }
+    return in.readAllBytes();
+  }
+
+  /**
+   * The file's {@code columns} (table names and types). {@code perRowGroup}: every batch is a whole row group in
+   * vectors of its own, valid after the next one (the merge holds a file's batches together); otherwise batches
+   * reuse their vectors, as a scan streams them.
+   */
+  public FileBatches open(
+      PlanFile file, StructType columns, FilterPredicate rowGroups, Set<String> filterColumns, boolean perRowGroup)
+      throws IOException {
+    byte[] data = fetch(file);
+    if ("avro".equals(file.format) || file.path.endsWith(".avro")) {
+      ColumnarBatch batch = AvroLogReader.read(file, data, withoutAbsent(file, columns));
+      checkRows(file, batch.numRows());
+      return single(withAbsent(file, columns, batch));
+    }
+    return new ParquetBatches(file, data, columns, rowGroups, filterColumns, perRowGroup);
+  }
+
+  static void checkRows(PlanFile file, long rows) {
+    if (rows != file.rows) {
+      throw new CorruptFileException(
+          file.path, file.path + ": holds " + rows + " rows but its commit recorded " + file.rows);
+    }
+  }
+
+  /** The requested columns the file has (those it predates show their literal instead). */
+  static StructType withoutAbsent(PlanFile file, StructType columns) {
+    List<StructField> kept = new ArrayList<>();
+    for (StructField f : columns.fields()) if (!file.absent.containsKey(f.name())) kept.add(f);
+    return new StructType(kept.toArray(new StructField[0]));
+  }
+
+  /** {@code batch} (the file's own columns) with the absent ones added as constants, in {@code columns}' order. */
+  static ColumnarBatch withAbsent(PlanFile file, StructType columns, ColumnarBatch batch) {
+    if (file.absent.isEmpty()) return batch;
+    int rows = batch.numRows();
+    ColumnVector[] out = new ColumnVector[columns.length()];
+    int own = 0;
+    for (int i = 0; i < out.length; i++) {
+      StructField f = columns.fields()[i];
+      String literal = file.absent.get(f.name());
+      out[i] = literal != null ? Literals.constant(rows, f.dataType(), literal) : batch.column(own++);
+    }
+    return new ColumnarBatch(out, rows);
+  }
+
+  private static FileBatches single(ColumnarBatch batch) {
+    return new FileBatches() {
+      boolean done;
+
+      @Override
+      public boolean next() {
+        boolean more = !done;
+        done = true;
+        return more;
+      }
+
+      @Override
+      public ColumnarBatch get() {
+        return batch;
+      }
+
+      @Override
+      public void close() {
+        batch.close();
+      }
+    };
+  }
+
+  /** Parquet decoded from memory by Spark's vectorized reader, given the footer read here. */
+  private final class ParquetBatches implements FileBatches {
+    private final PlanFile file;
+    private final byte[] data;
+    private final StructType columns;
+    private final StructType own;
+    private final ParquetMetadata footer;
+    private final List<BlockMetaData> blocks;
+    private final boolean perRowGroup;
+    private final Configuration local;
+    private final List<VectorizedParquetRecordReader> open = new ArrayList<>();
+    private int nextBlock;
+    private ColumnarBatch current;
+
+    ParquetBatches(
+        PlanFile file,
+        byte[] data,
+        StructType columns,
+        FilterPredicate rowGroups,
+        Set<String> filterColumns,
+        boolean perRowGroup)
+        throws IOException {
+      this.file = file;
+      this.data = data;
+      this.columns = columns;
+      this.own = withoutAbsent(file, columns);
+      this.perRowGroup = perRowGroup;
+      // The reader takes the columns to decode from its conf: one copy per file.
+      local = new Configuration(conf);
+      local.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(), own.json());
+      local.set("org.apache.spark.sql.parquet.row.attributes", own.json());
+      InMemoryInputFile input = new InMemoryInputFile(data);
+      try (ParquetFileReader reader = ParquetFileReader.open(input, ParquetReadOptions.builder().build())) {
+        footer = reader.getFooter();
+      } catch (RuntimeException | IOException e) {
+        throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");
+      }
+      long rows = 0;
+      for (BlockMetaData block : footer.getBlocks()) rows += block.getRowCount();
+      checkRows(file, rows);
+      List<BlockMetaData> all = footer.getBlocks();
+      MessageType schema = footer.getFileMetaData().getSchema();
+      // Only the predicate's own columns decide, by statistics; Spark re-checks every row after the scan.
+      blocks = rowGroups == null || !hasColumns(schema, filterColumns)
+          ? all
+          : RowGroupFilter.filterRowGroups(FilterCompat.get(rowGroups), all, schema);
+      ROW_GROUPS_SKIPPED.addAndGet(all.size() - blocks.size());
+    }
+
+    private boolean hasColumns(MessageType schema, Set<String> columns) {
+      for (String column : columns) {
+        if (!schema.containsField(column)) return false;
+      }
+      return true;
+    }
+
+    private VectorizedParquetRecordReader reader(List<BlockMetaData> groups, int capacity) throws IOException {
+      // The in-memory stream and this footer (only the kept row groups) make ParquetFileReader read no file.
+      ParquetMetadata kept = new ParquetMetadata(footer.getFileMetaData(), groups);
+      Path path = new Path(file.path);
+      HadoopInputFile input = HadoopInputFile.fromStatus(new FileStatus(data.length, false, 1, 0, 0, path), local);
+      SeekableInputStream stream = new InMemoryInputFile(data).newStream();
+      VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(
+          null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, capacity);
+      try {
+        reader.initialize(
+            new FileSplit(path, 0, data.length, new String[0]),
+            new TaskAttemptContextImpl(local, new TaskAttemptID()),
+            Option.apply(input),
+            Option.apply(stream),
+            Option.apply(kept));
+        reader.initBatch(new StructType(), InternalRow.empty());
+        reader.enableReturningBatches();
+      } catch (InterruptedException e) {
+        reader.close();
+        Thread.currentThread().interrupt();
+        throw new java.io.InterruptedIOException("interrupted reading " + file.path);
+      } catch (RuntimeException | IOException e) {
+        reader.close();
+        throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");
+      }
+      open.add(reader);
+      return reader;
+    }
+
+    @Override
+    public boolean next() throws IOException {
+      if (perRowGroup) {
+        while (nextBlock < blocks.size()) {
+          BlockMetaData block = blocks.get(nextBlock++);
+          if (block.getRowCount() == 0) continue;
+          VectorizedParquetRecordReader reader = reader(List.of(block), (int) block.getRowCount());
+          ROW_GROUPS_READ.incrementAndGet();
+          if (!nextBatch(reader)) continue;
+          current = withAbsent(file, columns, reader.resultBatch());
+          return true;
+        }
+        return false;
+      }
+      if (open.isEmpty()) {
+        if (blocks.isEmpty()) return false;
+        reader(blocks, batchSize);
+        ROW_GROUPS_READ.addAndGet(blocks.size());
+      }
+      if (!nextBatch(open.get(0))) return false;
+      current = withAbsent(file, columns, open.get(0).resultBatch());
+      return true;
+    }
+
+    private boolean nextBatch(VectorizedParquetRecordReader reader) throws IOException {
+      try {
+        return reader.nextBatch();
+      } catch (RuntimeException | IOException e) {
+        throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");
+      }
+    }
+
+    @Override
+    public ColumnarBatch get() {
+      return current;
+    }
+
+    @Override
+    public void close() throws IOException {
+      for (VectorizedParquetRecordReader reader : open) {
+        reader.close();
+      }
+      open.clear();
+    }
+  }
+}
