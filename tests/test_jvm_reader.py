@@ -178,3 +178,87 @@ def test_without_the_jar_the_python_source_reads_with_a_one_line_notice(
     assert "(Python)" in frame._jdf.queryExecution().executedPlan().toString()
     assert sorted((r.asDict() for r in frame.collect()), key=lambda r: r["k"]) == expected(table)
     assert json.dumps(sorted(spark.read.format("stitchlake_python").load(location(table)).columns))
+
+
+def test_the_jvm_xxh3_is_pythons_for_every_length_to_300_and_large_inputs(tmp_path: Path) -> None:
+    import subprocess
+
+    import xxhash
+
+    chance = random.Random(35)
+    sizes = [*range(301), 1024, 4096, 65_537, 1_000_003]
+    paths, want = [], []
+    for size in sizes:
+        data = chance.randbytes(size)
+        path = tmp_path / str(size)
+        path.write_bytes(data)
+        paths.append(str(path))
+        want.append(f"xxh3:{xxhash.xxh3_64_hexdigest(data)}")
+    done = subprocess.run(
+        ["java", "-cp", str(reader_jar()), "io.stitchlake.spark.io.Xxh3", *paths],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert done.stdout.split() == want
+
+
+def test_avro_logs_are_read_and_merged_through_the_jvm(jvm: JvmSession, tmp_path: Path) -> None:
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"]["log_format"] = "avro"
+    table = new_table(tmp_path, document, buckets=1)
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS)):
+        table.write(model.name, batch(model, events(model, range(number * 3, 30), number)))
+    table.compact()
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 40), 9)))
+    assert any(Path(location(table)).rglob("*.avro"))
+    got, plan = through_jvm(jvm, table)
+    assert got == expected(table) and " merged" in plan
+
+
+def test_a_catalog_table_using_stitchlake_is_read_by_the_jvm(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path)
+    answer = jvm.run(
+        f"spark.sql(\"CREATE TABLE jvm_orders USING stitchlake OPTIONS (path '{location(table)}')\")\n"
+        "frame = spark.sql('SELECT k, amount, carrier FROM jvm_orders WHERE k < 20')\n"
+        "result = {'rows': rows(frame), 'plan': plan_text(frame)}\n"
+        "spark.sql('DROP TABLE jvm_orders')"
+    )
+    want = [{"k": r["k"], "amount": r["amount"], "carrier": r["carrier"]} for r in expected(table) if r["k"] < 20]
+    assert sorted(answer["rows"], key=lambda r: r["k"]) == want
+    assert "BatchScan stitchlake" in answer["plan"] and "columns=[k, amount, carrier]" in answer["plan"]
+
+
+def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import yaml
+
+    import stitchlake
+    from stitchlake.services.alter import alter
+
+    document: dict[str, Any] = {
+        "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
+        "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
+    }
+    config = tmp_path / "t.yaml"
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    table = stitchlake.open(config)
+    table.init()
+    table.write("a", pa.table({"k": [1, 2, 3], "v": pa.array([1, 2, None], pa.int32()), "s": ["x", "y", None]}))
+    table.write("gone", pa.table({"k": [1, 4], "g": [5, 6]}))
+    table.compact()
+    changed = copy.deepcopy(document)
+    changed["streams"]["a"]["columns"] = {"v": "long", "s": "string", "when": {"type": "date", "default": "2026-11-21"}}
+    del changed["streams"]["gone"]
+    config.write_text(yaml.safe_dump(changed, sort_keys=False))
+    alter(stitchlake.open(config))
+    table = stitchlake.open(config)
+    got, plan = through_jvm(jvm, table)  # the base, written before the alter: log-free
+    assert got == expected(table) and " columnar" in plan
+    assert {r["k"] for r in got} == {1, 2, 3} and {str(r["when"]) for r in got} == {"2026-11-21"}
+    table.write("a", pa.table({"k": [2, 5], "v": [2**40, 7], "s": ["z", None]}))
+    got, plan = through_jvm(jvm, table)
+    assert got == expected(table) and " merged" in plan and {r["k"] for r in got} == {1, 2, 3, 5}
