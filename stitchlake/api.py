@@ -126,11 +126,20 @@ class Table(CoreTable):
         return to_duckdb(self, connection, name, **read_options)
 
     def sql(self, query: str, **read_options: Any) -> pa.Table:
-        """Run SQL over the table, named `t` or by its own name, with DuckDB (`stitchlake.reading.sql`). The table is
-        streamed through DuckDB; the result is returned whole."""
+        """Run SQL over the table, named `t` or by its own name, with DuckDB (`stitchlake.reading.sql`), and over its
+        metadata tables (`t$files`, ...: `stitchlake.services.metadata_tables`). The table is streamed through
+        DuckDB; the result is returned whole."""
         from stitchlake.reading.sql import query as run_query
+        from stitchlake.services.metadata_tables import sql_tables
 
-        return run_query(self, query, **read_options)
+        return run_query(self, query, tables=sql_tables(self), **read_options)
+
+    def metadata_table(self, name: str) -> pa.Table:
+        """One metadata table (`timeline`, `files`, `file_groups`, `streams`, `savepoints`, `rescales`) as Arrow,
+        from metadata only (docs/operations.md, "Metadata tables")."""
+        from stitchlake.services.metadata_tables import build
+
+        return build(self, name)
 
     @overload
     def ingest(

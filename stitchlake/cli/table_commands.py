@@ -1,4 +1,5 @@
-"""Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read` and `sql` (design.md §7, §8).
+"""Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read`, `sql` and `report` (design.md §7,
+§8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
 `timeline show` stay fast. Rendering lives in `stitchlake.cli.output`; these functions gather data into a report.
@@ -7,6 +8,7 @@ They run in-process and never start a JVM. pyarrow is imported inside `read` onl
 from __future__ import annotations
 
 import os
+import shlex
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -57,6 +59,7 @@ def register(app: typer.Typer) -> None:
     app.command("alter")(alter_command)
     app.command("read")(read_command)
     app.command("sql")(sql_command)
+    app.command("report")(report_command)
     timeline = typer.Typer(
         help="Inspect the table's timeline of instants.", no_args_is_help=True, rich_markup_mode=None
     )
@@ -197,6 +200,50 @@ def _timeline_report(
     return Report(data, human=human)
 
 
+# ------------------------------------------------------------------------------------------------ report
+
+
+def report_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Write the report to FILE.html.", dir_okay=False)],
+    config: ConfigOption = None,
+    table: TableOption = None,
+    as_json: JsonOption = False,
+) -> Report:
+    """Write the operator's view of the table as one self-contained HTML file (metadata only): its shape, commits
+    over time per stream, compaction and clean history, Kafka lag, and `stitch status`'s warnings with their fixes."""
+    from stitchlake.services.report import report
+
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"--out {out}: give a .html file name")
+    if out.is_dir():
+        raise UsageError(f"--out {out}: is a folder; give a file name")
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {out}: folder {out.parent} does not exist")
+    handle = open_target(config, table)
+    target = f"-c {shlex.quote(str(config))}" if config is not None else f"--table {shlex.quote(str(table))}"
+    made = report(handle, target, progress=lambda step: output.hint(f"report: {step}"))
+    temp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        temp.write_text(made.html, encoding="utf-8")
+        os.replace(temp, out)
+    except OSError as exc:
+        raise StitchError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        temp.unlink(missing_ok=True)
+    size = out.stat().st_size
+    data = {"out": str(out), "bytes": size, **made.summary()}
+    return Report(
+        data,
+        title="wrote",
+        fields=[
+            ("report", "out"),
+            ("size", lambda d: output.human_size(d["bytes"])),
+            ("charts", lambda d: ", ".join(d["charts"])),
+            ("warnings", lambda d: len(d["warnings"])),
+        ],
+    )
+
+
 # -------------------------------------------------------------------------------------------------- read
 
 
@@ -231,7 +278,13 @@ def read_command(
 
 
 def sql_command(
-    query: Annotated[str, typer.Argument(help="The SQL; the table is `t` (and also its own name).")],
+    query: Annotated[
+        str,
+        typer.Argument(
+            help="The SQL; the table is `t` (and also its own name); its metadata tables are t$timeline, t$files, "
+            "t$file_groups, t$streams, t$savepoints and t$rescales."
+        ),
+    ],
     config: ConfigOption = None,
     table: TableOption = None,
     as_of: AsOfOption = None,
@@ -244,8 +297,10 @@ def sql_command(
     out: OutOption = None,
     as_json: JsonOption = False,
 ) -> Report:
-    """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes)."""
+    """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes), and over
+    its metadata tables (`SELECT * FROM t$files`: docs/operations.md, "Metadata tables"; always as of now)."""
     from stitchlake.reading.sql import results
+    from stitchlake.services.metadata_tables import sql_tables
 
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
@@ -258,6 +313,7 @@ def sql_command(
         until=until,
         filter=where or None,
         before_images=before_images,
+        tables=sql_tables(handle),
     ) as reader:
         return result_report(reader.schema, reader, limit, target)
 

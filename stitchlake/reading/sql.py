@@ -6,12 +6,16 @@ changes, read-optimized, filters pushed into the merge), as a stream: DuckDB pul
 slice at a time through the Arrow C stream interface (`reader.Scan`), so a query's memory is DuckDB's own plus a
 few slices, never the whole merged table. A query reads only the columns it names (found from DuckDB's own parse
 of it), plus the key; no copy into Python objects, no temporary files.
+
+A caller may offer more relations (`tables`: name -> a function building an Arrow table): the metadata tables
+`t$files`, `t$timeline`, ... (`stitchlake.services.metadata_tables`). Only those whose name the query's text
+mentions are built and registered, so a query of the table alone reads no more metadata than before.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -70,13 +74,22 @@ def query(
     until: str | None = None,
     filter: Any = None,
     before_images: bool = False,
+    tables: Mapping[str, Callable[[], pa.Table]] | None = None,
 ) -> pa.Table:
     """Run `sql` over the table (visible as its own name and as `t`) and return the result as Arrow.
 
     The table is streamed through DuckDB; the result is whole in memory (`results` streams it).
     A query DuckDB refuses (syntax, unknown column, type error) is a UsageError (exit 2) with DuckDB's message."""
     with results(
-        table, sql, mode=mode, as_of=as_of, since=since, until=until, filter=filter, before_images=before_images
+        table,
+        sql,
+        mode=mode,
+        as_of=as_of,
+        since=since,
+        until=until,
+        filter=filter,
+        before_images=before_images,
+        tables=tables,
     ) as reader:
         return reader.read_all()
 
@@ -93,6 +106,7 @@ def results(
     filter: Any = None,
     before_images: bool = False,
     batch_rows: int = RESULT_BATCH_ROWS,
+    tables: Mapping[str, Callable[[], pa.Table]] | None = None,
 ) -> Iterator[pa.RecordBatchReader]:
     """Run `sql` over the table and stream its result: a RecordBatchReader, valid inside the `with` block.
 
@@ -107,17 +121,18 @@ def results(
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
     _refuse_non_queries(sql)
-    wanted = referenced_columns(sql, table)
+    extra = {name: build() for name, build in (tables or {}).items() if _mentions(sql, name)}
+    wanted = referenced_columns(sql, table, set(extra))
     source = scan(table, mode, as_of, since, until, wanted, filter, before_images)
     try:
         try:
-            connection, result = _execute(table, sql, source, batch_rows)
+            connection, result = _execute(table, sql, source, batch_rows, extra)
         except duckdb.BinderException:
             if wanted is None:
                 raise
             # A column the parse did not show us (a construct `referenced_columns` does not know): read them all.
             source = scan(table, mode, as_of, since, until, None, filter, before_images)
-            connection, result = _execute(table, sql, source, batch_rows)
+            connection, result = _execute(table, sql, source, batch_rows, extra)
     except duckdb.BinderException as exc:
         raise UsageError(f"SQL: {exc}") from None
     try:
@@ -126,8 +141,15 @@ def results(
         connection.close()
 
 
+def _mentions(sql: str, name: str) -> bool:
+    """Whether the query's text names relation `name` (generously: inside a string too; case-insensitive)."""
+    import re
+
+    return re.search(rf"(?<![\w$]){re.escape(name.lower())}(?![\w$])", sql.lower()) is not None
+
+
 def _execute(
-    table: Table, sql: str, source: Scan, batch_rows: int
+    table: Table, sql: str, source: Scan, batch_rows: int, extra: Mapping[str, pa.Table] | None = None
 ) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
     """Run the query over `source` in an isolated connection; its result as a stream (errors raised as ours)."""
     import duckdb
@@ -137,6 +159,8 @@ def _execute(
     connection = duckdb.connect(config={"enable_external_access": False})
     try:
         connection.register(SHORT_NAME, source)
+        for name, rows in (extra or {}).items():
+            connection.register(name, rows)
         connection.execute("SET TimeZone = 'UTC'")  # timestamps come back as the table's own `UTC`, not `Etc/UTC`
         if table.config.table.name != SHORT_NAME:
             connection.execute(f'CREATE VIEW "{_identifier(table.config.table.name)}" AS SELECT * FROM {SHORT_NAME}')
@@ -179,14 +203,15 @@ def _read_error(source: Scan, exc: BaseException) -> BaseException:
     return exc
 
 
-def referenced_columns(sql: str, table: Table) -> list[str] | None:
+def referenced_columns(sql: str, table: Table, others: set[str] | None = None) -> list[str] | None:
     """The table's columns a query may use, from DuckDB's parse of it (`json_serialize_sql`), so only those are
     read and merged; None (every column) when it cannot tell: a statement it does not serialize, `*`, `COLUMNS`,
     positional references, NATURAL joins, or the table's rows used whole (`SELECT t FROM t`).
 
     Deliberately generous: every identifier that names a column counts, whatever it refers to. The key columns
     are always read (a row needs them; `count(*)` reads nothing else). A column missed all the same would make
-    DuckDB refuse to bind the query, never answer differently, and `results` then reads every column."""
+    DuckDB refuse to bind the query, never answer differently, and `results` then reads every column.
+    `others` are the query's other relations (metadata tables): a `*` of theirs needs none of the table's columns."""
     import duckdb
 
     names = [c.name for c in table.config.all_columns()]
@@ -200,26 +225,27 @@ def referenced_columns(sql: str, table: Table) -> list[str] | None:
     if tree.get("error"):
         return None
     relations = {SHORT_NAME, table.config.table.name.lower()}
+    nodes = list(_nodes(tree))
+    other_names = {name.lower() for name in others or ()}
+    for node in nodes:  # the other relations' aliases first, whatever order the walk meets them in
+        if node.get("type") == "BASE_TABLE" and node.get("alias"):
+            aliased = str(node["alias"]).lower()
+            if str(node.get("table_name") or "").lower() in other_names:
+                other_names.add(aliased)
+            else:
+                relations.add(aliased)
     used: set[str] = set()
     refs: list[list[str]] = []
-    stack: list[Any] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in nodes:
         kind = node.get("class")
-        if kind in ("STAR", "POSITIONAL_REFERENCE") or node.get("ref_type") == "NATURAL":
+        if kind == "STAR" and str(node.get("relation_name") or "").lower() in other_names:
+            pass  # `f.*` of a metadata table `f`: none of the table's columns
+        elif kind in ("STAR", "POSITIONAL_REFERENCE") or node.get("ref_type") == "NATURAL":
             return None
         if kind == "COLUMN_REF":
             refs.append([str(part) for part in node.get("column_names") or []])
-        if node.get("type") == "BASE_TABLE" and node.get("alias"):
-            relations.add(str(node["alias"]).lower())
         for part in node.get("using_columns") or []:
             used.add(str(part).lower())
-        stack.extend(node.values())
     for parts in refs:
         lowered = [part.lower() for part in parts]
         if len(lowered) == 1 and lowered[0] not in by_lower and lowered[0] in relations:
@@ -227,6 +253,18 @@ def referenced_columns(sql: str, table: Table) -> list[str] | None:
         used.update(lowered)
     keys = set(table.config.table.key_names)
     return [name for name in names if name in keys or name.lower() in used]
+
+
+def _nodes(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every object of a parse tree (`json_serialize_sql`)."""
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
 
 
 def _refuse_non_queries(sql: str) -> None:
