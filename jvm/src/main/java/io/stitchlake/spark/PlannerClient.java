@@ -62,7 +62,9 @@ public final class PlannerClient {
   /** {@code spark.stitchlake.python}, else the PySpark settings, else the environment's, else python3. */
   static String python() {
     List<String> candidates = new ArrayList<>();
-    SparkSession session = SparkSession.getActiveSession().getOrElse(() -> null);
+    // A py4j thread may have no active session: the default one has the same conf.
+    SparkSession session = SparkSession.getActiveSession().getOrElse(
+        () -> SparkSession.getDefaultSession().getOrElse(() -> null));
     if (session != null) {
       for (String key :
           new String[] {"spark.stitchlake.python", "spark.pyspark.driver.python", "spark.pyspark.python"}) {
