@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import bench_charts  # noqa: E402
 import bench_workload as workload  # noqa: E402
 
 BEGIN, END = "<!-- bench:figures:begin -->", "<!-- bench:figures:end -->"
@@ -1203,6 +1204,34 @@ def publish(out: Path, block: str) -> None:
     out.write_text("# Benchmarks\n\nRun `make bench` to reproduce.\n\n" + block + "\n", encoding="utf-8")
 
 
+def results_from_json(saved: dict[str, Any]) -> Results:
+    """`--json`'s results read back (JSON keys are text: the sizes become numbers again)."""
+
+    def by_size(found: dict[str, Any]) -> dict[int, Any]:
+        return {int(k): v for k, v in found.items()}
+
+    return Results(
+        sizes=[int(k) for k in saved["sizes"]],
+        runs=int(saved["runs"]),
+        figures=by_size(saved["figures"]),
+        metadata=saved["metadata"],
+        spark={k: by_size(v) if k in ("query", "speed") else v for k, v in saved["spark"].items()},
+        s3=saved["s3"],
+        problems=list(saved["problems"]),
+        workloads=by_size(saved["workloads"]),
+    )
+
+
+def with_charts(block: str, results: Results, args: argparse.Namespace) -> str:
+    """The block with PNG charts of the in-process figures (time and memory against size, ratios to the floor) in
+    `--charts` (default: bench/ beside `--out`), referenced before its end marker."""
+    if args.no_charts:
+        return block
+    out = Path(args.out)
+    folder = Path(args.charts) if args.charts else out.parent / "bench"
+    return bench_charts.with_charts(block, END, bench_charts.bench(results.figures, folder), out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="200000,1000000", help="comma-separated key counts (first: targets)")
@@ -1213,7 +1242,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-spark", action="store_true", help="skip the spark-submit and Spark-join figures")
     parser.add_argument("--no-metadata", action="store_true", help="skip the 10,000-instant timeline figures")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 figures (they start a local S3 server)")
+    parser.add_argument("--json", default=None, help="also write every figure as one JSON object to this path")
+    parser.add_argument(
+        "--from-json", default=None, help="only write the Markdown and charts of a saved --json report (no run)"
+    )
+    parser.add_argument("--charts", default=None, help="folder of the PNG charts (default: bench/ beside --out)")
+    parser.add_argument("--no-charts", action="store_true", help="draw no PNG charts")
     args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        loaded = results_from_json(saved["results"])
+        block = with_charts(render(loaded, saved["arguments"]), loaded, args)
+        publish(Path(args.out), block)
+        print(block)
+        return 0
     sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
     results = Results(sizes=sizes, runs=max(1, args.runs))
     workdir = Path(args.workdir)
@@ -1228,7 +1270,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_s3:
         run_s3(results, workdir, args.seed)
     shown = " ".join(argv if argv is not None else sys.argv[1:])
-    block = render(results, shown)
+    if args.json:
+        saved = {"arguments": shown, "results": asdict(results)}
+        Path(args.json).write_text(json.dumps(saved, indent=1, default=str), encoding="utf-8")
+    block = with_charts(render(results, shown), results, args)
     publish(Path(args.out), block)
     print(block)
     say(f"done in {time.perf_counter() - started:.0f} s; figures written to {args.out}")

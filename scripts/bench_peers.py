@@ -32,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import bench_charts  # noqa: E402
 import bench_workload as workload  # noqa: E402
 import spark_envs  # noqa: E402
 from peer_job import QUERY, SYSTEMS  # noqa: E402
@@ -445,6 +446,17 @@ def publish(out: Path, block: str) -> None:
     out.write_text(text, encoding="utf-8")
 
 
+def with_charts(block: str, report: dict[str, Any], args: argparse.Namespace) -> str:
+    """The block with PNG charts of its figures (ratios to stitchlake; time and memory against size) drawn into
+    `--charts` (default: bench/ beside `--out`) and referenced before its end marker; none with `--no-charts` or
+    `--out -` without `--charts`."""
+    if args.no_charts or (args.out == "-" and args.charts is None):
+        return block
+    out = Path(args.out) if args.out != "-" else Path(args.charts) / "charts.md"
+    folder = Path(args.charts) if args.charts else out.parent / "bench"
+    return bench_charts.with_charts(block, END, bench_charts.peers(report, FIGURES, folder), out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="200000,1000000", help="comma-separated key counts")
@@ -454,7 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=str(ROOT / "bench-data" / "peers"))
     parser.add_argument("--json", default=None, help="write the figures as one JSON object to this path")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="'-' to write no Markdown")
-    parser.add_argument("--from-json", default=None, help="only write the Markdown of a saved --json report")
+    parser.add_argument(
+        "--from-json", default=None, help="only write the Markdown (and charts) of a saved --json report"
+    )
+    parser.add_argument("--charts", default=None, help="folder of the PNG charts (default: bench/ beside --out)")
+    parser.add_argument("--no-charts", action="store_true", help="draw no PNG charts")
     parser.add_argument("--also", default=None, help="a saved --json report whose rounds this run's are added to")
     parser.add_argument("--first-round", type=int, default=0, help="rotate the systems' order as in this round")
     parser.add_argument(
@@ -467,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     if args.from_json:
         saved_report = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
-        block = render(saved_report, saved_report.get("arguments", shown))
+        block = with_charts(render(saved_report, saved_report.get("arguments", shown)), saved_report, args)
         if args.out != "-":
             publish(Path(args.out), block)
         print(block)
@@ -510,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         report = merge_reports(json.loads(Path(args.also).read_text(encoding="utf-8")), report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
-    block = render(report, report["arguments"])
+    block = with_charts(render(report, report["arguments"]), report, args)
     if args.out != "-":
         publish(Path(args.out), block)
     print(block)

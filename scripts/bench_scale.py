@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench  # noqa: E402
+import bench_charts  # noqa: E402
 import bench_workload as workload  # noqa: E402
 
 BEGIN, END = "<!-- bench-scale:figures:begin -->", "<!-- bench-scale:figures:end -->"
@@ -548,6 +549,16 @@ def publish(out: Path, block: str) -> None:
         out.write_text(text + "\n## Tables that grow (`make bench-scale`)\n\n" + block + "\n", encoding="utf-8")
 
 
+def with_charts(block: str, results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """The block with PNG charts of each step's time and memory per size (`--charts`, default bench/ beside
+    `--out`) referenced before its end marker."""
+    if args.no_charts:
+        return block
+    out = Path(args.out)
+    folder = Path(args.charts) if args.charts else out.parent / "bench"
+    return bench_charts.with_charts(block, END, bench_charts.scale(results, folder), out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", default="30000000", help="key count, or several comma-separated")
@@ -560,7 +571,18 @@ def main(argv: list[str] | None = None) -> int:
         "--engine", choices=sorted(ENGINES), default="spark", help="ingest, compaction, rescale: spark or in-process"
     )
     parser.add_argument("--no-spark-read", action="store_true", help="skip the Spark read of the uncompacted table")
+    parser.add_argument(
+        "--from-json", default=None, help="only write the Markdown and charts of a saved results.json (no run)"
+    )
+    parser.add_argument("--charts", default=None, help="folder of the PNG charts (default: bench/ beside --out)")
+    parser.add_argument("--no-charts", action="store_true", help="draw no PNG charts")
     args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        block = with_charts(render(saved, " ".join(argv if argv is not None else sys.argv[1:])), saved, args)
+        publish(Path(args.out), block)
+        print(block)
+        return 0
     sizes = sorted(int(s.replace("_", "")) for s in args.keys.split(","))
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -574,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_size(keys, args, cores) for keys in sizes]
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     (workdir / "results.json").write_text(json.dumps(results, default=str), encoding="utf-8")
-    block = render(results, shown)
+    block = with_charts(render(results, shown), results, args)
     publish(Path(args.out), block)
     print(block)
     say(f"done in {time.perf_counter() - started:.0f} s; figures written to {args.out}")

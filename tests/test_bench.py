@@ -7,6 +7,7 @@ benchmark measures a correct table and would report a wrong one.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,21 @@ def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp
         assert figure in text
     assert "From 2,000 to 4,000 keys" in text
     assert "### S3" in text and "200 active instants" in text  # next to the local figures of the same run
+    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0])
+    assert charts == ["bench/bench-time.png", "bench/bench-memory.png", "bench/bench-floor-ratios.png"], charts
+    for chart in charts:
+        assert_png(out.parent / chart)
+
+
+def assert_png(path: Path) -> None:
+    """A chart file that is a valid PNG image of a readable size."""
+    from PIL import Image
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+    with Image.open(path) as image:
+        image.verify()
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] >= 400 and image.size[1] >= 200, (path, image.size)
 
 
 def test_the_ground_truth_check_reports_wrong_cells_missing_rows_and_columns() -> None:

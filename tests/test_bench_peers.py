@@ -9,6 +9,7 @@ on tables with known faults.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,25 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     assert f"#### {KEYS:,} keys" in block
     assert "| figure | " + " | ".join(systems) + " |" in block
     assert "**wrong cells**, uncompacted read" in block
+
+
+def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_path: Path) -> None:
+    """`--from-json`: the Markdown and the charts of docs/benchmarks-peers.json (ratios to stitchlake per size; time
+    and memory against size), the charts referenced from the block."""
+    from test_bench import assert_png
+
+    out = tmp_path / "benchmarks.md"
+    out.write_text(f"# Kept\n\n{bench_peers.BEGIN}\nold\n{bench_peers.END}\n", encoding="utf-8")
+    argv = [sys.executable, str(ROOT / "scripts" / "bench_peers.py"), "--from-json"]
+    argv += [str(ROOT / "docs" / "benchmarks-peers.json"), "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = out.read_text(encoding="utf-8").split(bench_peers.BEGIN, 1)[1].split(bench_peers.END, 1)[0]
+    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", block)
+    assert "bench/bench-peers-ratios-200000.png" in charts and "bench/bench-peers-memory.png" in charts, charts
+    for chart in charts:
+        assert_png(out.parent / chart)
+    # docs/benchmarks.md references the same charts, drawn from the same report
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for chart in charts:
+        assert f"]({chart})" in docs and (ROOT / "docs" / chart).is_file(), chart

@@ -10,6 +10,7 @@ memory is checked against its limit, as the real run checks it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,13 @@ def test_bench_scale_runs_end_to_end_checks_the_truth_and_publishes_between_its_
         assert figure in block, figure
     assert f"`stitch rescale --buckets {bench_scale.RESCALED_BUCKETS}`" in block
     assert f"`stitch sql` fingerprint after the rescale ({bench_scale.RESCALED_BUCKETS} buckets)" in block
+
+    from test_bench import assert_png
+
+    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", block)
+    assert charts == ["bench/bench-scale-time.png", "bench/bench-scale-memory.png"], charts
+    for chart in charts:
+        assert_png(out.parent / chart)
 
     results = json.loads((work / "results.json").read_text(encoding="utf-8"))
     assert [r["keys"] for r in results] == [1500, 3000]
