@@ -5,11 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup check-tools jvm demo test lint bench bench-peers bench-scale torture clean
+.PHONY: help setup check-tools jvm conformance demo test lint bench bench-peers bench-scale torture clean
 
 help:
 	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
 	@echo "make jvm    - build the Spark reader jar (jvm/, Maven) into $(VENV)/jars/stitchlake-spark.jar"
+	@echo "make conformance - the JVM merge against the Python merge on many generated tables (CONFORMANCE_EXAMPLES=2000)"
 	@echo "make demo   - set up .venv, generate a 3-stream dataset, ingest it with spark-submit, check it"
 	@echo "make test   - set up .venv, lint, run the whole test suite"
 	@echo "make lint   - ruff check + format check, import layers (lint-imports), types (mypy)"
@@ -52,6 +53,10 @@ $(JAR): $(JVM_SOURCES)
 	@cd jvm && mvn -q -B package -DskipTests
 	@mkdir -p $(dir $(JAR))
 	@cp jvm/target/stitchlake-spark.jar $(JAR)
+
+# The JVM merge against the Python merge on many more generated tables than `make test` runs (CONFORMANCE_EXAMPLES).
+conformance: setup
+	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(BIN)/python -m pytest tests/test_jvm_conformance.py $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
