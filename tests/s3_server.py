@@ -22,6 +22,7 @@ import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +150,23 @@ def s3_bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Iterator[S
         rgw.delete_bucket(server, name)
     except (rgw.RgwError, OSError) as exc:  # a leftover bucket costs memory, not correctness
         warnings.warn(f"could not delete bucket {name}: {exc}", stacklevel=1)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a test's table lives: on local disk (`root/table`) or in a fresh bucket of the S3 server."""
+
+    backend: str
+    root: Path
+    table: str
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Place:
+    """A table location, once on local disk and once on S3 (the S3 server's settings in the environment)."""
+    if request.param == "local":
+        return Place("local", tmp_path, str(tmp_path / "table"))
+    bucket = request.getfixturevalue("s3_bucket")
+    for name, value in bucket.env.items():
+        monkeypatch.setenv(name, value)
+    return Place("s3", tmp_path, f"{bucket.url}/warehouse/wide")

@@ -14,13 +14,12 @@ import contextlib
 import copy
 import io
 import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from s3_server import Place
 from spark_fixtures import run_stitch
 from tables import THREE_STREAMS, new_table, partition_of
 
@@ -29,23 +28,6 @@ from stitchlake.errors import UsageError
 from stitchlake.layout.bucket import bucket_of
 
 KEYS = 48
-
-
-@dataclass(frozen=True)
-class Place:
-    backend: str
-    root: Path
-    table: str
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Place:
-    if request.param == "local":
-        return Place("local", tmp_path, str(tmp_path / "table"))
-    bucket = request.getfixturevalue("s3_bucket")
-    for name, value in bucket.env.items():
-        monkeypatch.setenv(name, value)
-    return Place("s3", tmp_path, f"{bucket.url}/warehouse/wide")
 
 
 def marker(key: int, what: str) -> str:

@@ -16,7 +16,6 @@ import random
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from reference import Erase, Event
+from s3_server import Place
 from spark_fixtures import ROOT, ended, kill_tree, run_stitch, stitch, write_config
 from tables import (
     MODELS,
@@ -179,23 +179,6 @@ def routed_by(table: Table, instant: str) -> set[tuple[str, int, int]]:
 
 
 # ------------------------------------------------------------------------------------------- the core path
-
-
-@dataclass(frozen=True)
-class Place:
-    backend: str
-    root: Path
-    table: str
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Place:
-    if request.param == "local":
-        return Place("local", tmp_path, str(tmp_path / "table"))
-    bucket = request.getfixturevalue("s3_bucket")
-    for name, value in bucket.env.items():
-        monkeypatch.setenv(name, value)
-    return Place("s3", tmp_path, f"{bucket.url}/warehouse/wide")
 
 
 def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_and_archive(place: Place) -> None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from stitchlake.errors import StitchError, UsageError
 from stitchlake.spark.packing import Packing
+from stitchlake.spark.read_request import ReadRequest
 
 if TYPE_CHECKING:
     from stitchlake.config import ColumnSpec, TableConfig
@@ -35,8 +36,6 @@ FORMAT = "stitchlake.plan/1"
 INLINE_PLAN_BYTES = 1024 * 1024
 #: Why a read is handed to the Python data source (`stitchlake_python`) instead.
 DELEGATE_CHANGES = "incremental reads (since/until) are read by the Python data source"
-#: Option values Spark hands over as text.
-TRUE = ("true", "1", "yes")
 
 
 # ------------------------------------------------------------------------------------------------ requests
@@ -70,7 +69,7 @@ def schema(options: Mapping[str, str]) -> dict[str, Any]:
     from stitchlake.io.schemas import table_schema
     from stitchlake.reading.changes import CHANGE_COLUMNS
 
-    read = _Read(options)
+    read = ReadRequest(options)
     fields = [spark_field(f) for f in table_schema(read.table.config)]
     if read.changes:
         fields += [{"name": c, "type": "string", "nullable": True, "metadata": {}} for c in CHANGE_COLUMNS]
@@ -92,7 +91,7 @@ def plan(
     from stitchlake.reading.filters import prune
     from stitchlake.reading.snapshot import READ_OPTIMIZED, plan_slices, wanted_columns
 
-    read = _Read(options)
+    read = ReadRequest(options)
     table = read.table
     config = table.config
     wanted = wanted_columns(config, list(columns) if columns is not None else None)
@@ -123,33 +122,6 @@ def plan(
     document["partitions"] = packing.pack(weights)
     document["filters_used"] = used
     return document
-
-
-class _Read:
-    """A read's options checked and resolved, as the Python data source resolves them."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time
-        from stitchlake.spark.tables import open_for_spark
-
-        self.mode = options.get("mode", SNAPSHOT)
-        if self.mode not in MODES:
-            raise UsageError(f"mode {self.mode!r} is not one of: {', '.join(MODES)}")
-        as_of, since, until = options.get("as_of"), options.get("since"), options.get("until")
-        if as_of is not None and (since is not None or until is not None):
-            raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
-        self.changes = since is not None or until is not None
-        if not options.get("path") and not options.get("config"):
-            raise UsageError(
-                "the stitchlake data source needs a table path: spark.read.format('stitchlake').load(path), or in "
-                "SQL CREATE TABLE t USING stitchlake OPTIONS (path '...') with no column list"
-            )
-        table = open_for_spark(dict(options))
-        table.require()
-        timeline = table.timeline()
-        self.as_of = None if self.changes else resolve_time(table, timeline, as_of)
-        at = resolve_time(table, timeline, until) if self.changes else self.as_of
-        self.table = table.at_time(at)
 
 
 def _pruning_filter(

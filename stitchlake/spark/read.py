@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
 
 from stitchlake.spark.packing import MAX_PARTITION_BYTES, MIN_PARTITIONS, OPEN_COST_IN_BYTES, Packing
-from stitchlake.spark.tables import open_for_spark
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,48 +103,22 @@ class StitchReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType, defaults: Mapping[str, str] | None = None) -> None:
         from stitchlake.errors import UsageError
         from stitchlake.reading.changes import CHANGE_COLUMNS, OP
-        from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time
+        from stitchlake.spark.read_request import ReadRequest
 
         options = read_options(options, schema)
         self.options = options
         self.columns = [f.name for f in schema.fields if f.name not in CHANGE_COLUMNS]
         self.where: dict[str, list[Any]] = {}
         self.packing = Packing.of(options, defaults or {})
-        self.mode = options.get("mode", SNAPSHOT)
-        if self.mode not in MODES:
-            raise UsageError(f"mode {self.mode!r} is not one of: {', '.join(MODES)}")
-        as_of, since, until = options.get("as_of"), options.get("since"), options.get("until")
-        if as_of is not None and (since is not None or until is not None):
-            raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
-        self.changes = since is not None or until is not None
-        self.before_images = str(options.get("before_images", "false")).lower() in ("true", "1", "yes")
-        if self.before_images and not self.changes:
-            raise UsageError("before_images is for change reads: give since and/or until")
-        if self.changes and OP not in schema.fieldNames():
+        if (options.get("since") is not None or options.get("until") is not None) and OP not in schema.fieldNames():
             raise UsageError(
                 "since/until add an _op column the table's schema lacks: a catalog table reads changes only when "
                 "created with them (CREATE TABLE ... USING stitchlake OPTIONS (path '...', since '...'))"
             )
-        if not options.get("path") and not options.get("config"):
-            raise UsageError(
-                "the stitchlake data source needs a table path: spark.read.format('stitchlake').load(path), or in "
-                "SQL CREATE TABLE t USING stitchlake OPTIONS (path '...') with no column list (the table has its "
-                "own schema, and the path is kept with it)"
-            )
-        table = open_for_spark(options)
-        table.require()
-        timeline = table.timeline()
-        if self.changes:
-            end = resolve_time(table, timeline, until)
-            self.since = resolve_time(table, timeline, since, since=True)
-            latest = timeline.latest_completed()
-            # Fixed here, so every task diffs the same two states whatever commits meanwhile.
-            self.until = end if end is not None else (latest.completed if latest else None)
-            self.as_of = None
-            self.table = table.at_time(end)
-        else:
-            self.as_of = resolve_time(table, timeline, as_of)
-            self.table = table.at_time(self.as_of)
+        request = ReadRequest(options)
+        self.mode, self.changes, self.before_images = request.mode, request.changes, request.before_images
+        self.as_of, self.since, self.until = request.as_of, request.since, request.until
+        self.table = request.table
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Equality/IN on partition columns prunes partitions exactly; on key columns prunes file groups.
