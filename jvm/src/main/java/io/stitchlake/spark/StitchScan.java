@@ -82,12 +82,61 @@ final class StitchScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     List<InputPartition> out = new ArrayList<>();
-    for (List<Integer> part : plan.partitions) {
+    for (List<Integer> part : balanced(plan, cores(), openCost())) {
       List<PlanSlice> slices = new ArrayList<>();
       for (int i : part) slices.add(plan.slices.get(i));
       out.add(new SliceInputPartition(slices));
     }
     return out.toArray(new InputPartition[0]);
+  }
+
+  private static int cores() {
+    try {
+      return Math.max(1, SparkSession.active().sparkContext().defaultParallelism());
+    } catch (RuntimeException e) {
+      return 1;
+    }
+  }
+
+  private static long openCost() {
+    try {
+      return Long.parseLong(SQLConf.get().getConfString("spark.sql.files.openCostInBytes", "4194304").trim());
+    } catch (RuntimeException e) {
+      return 4L << 20;
+    }
+  }
+
+  /**
+   * The planner's input partitions, re-balanced so that every wave of tasks keeps every core busy: their count
+   * rounded up to a multiple of the cores (at most one slice each), the slices dealt largest first to the lightest
+   * partition (bytes plus the open cost per file, as the planner weighs them). A slice is the unit of a merge and
+   * costs far more than a file does to Spark's own packing: four equal slices packed by size into three partitions
+   * on two cores ran as two waves of one slice and a third of two, a third longer than four single-slice tasks.
+   */
+  static List<List<Integer>> balanced(Plan plan, int cores, long openCost) {
+    List<List<Integer>> planned = plan.partitions;
+    int slices = 0;
+    for (List<Integer> part : planned) slices += part.size();
+    int target = Math.min(slices, ((planned.size() + cores - 1) / cores) * cores);
+    if (cores <= 1 || target <= planned.size()) return planned;
+    List<Integer> order = new ArrayList<>();
+    for (List<Integer> part : planned) order.addAll(part);
+    long[] weight = new long[plan.slices.size()];
+    for (int i : order) {
+      for (io.stitchlake.spark.plan.PlanFile f : plan.slices.get(i).files()) weight[i] += f.bytes + openCost;
+    }
+    order.sort((a, b) -> Long.compare(weight[b], weight[a]));
+    List<List<Integer>> out = new ArrayList<>();
+    long[] load = new long[target];
+    for (int p = 0; p < target; p++) out.add(new ArrayList<>());
+    for (int i : order) {
+      int lightest = 0;
+      for (int p = 1; p < target; p++) if (load[p] < load[lightest]) lightest = p;
+      out.get(lightest).add(i);
+      load[lightest] += weight[i];
+    }
+    for (List<Integer> part : out) part.sort(null);
+    return out;
   }
 
   @Override

@@ -48,6 +48,13 @@ public final class DataFileReader {
 
   private final Configuration conf;
   private final int batchSize;
+  /**
+   * The reader takes the columns to decode from its conf: one copy per requested column set, kept for the task
+   * (copying a Configuration per file, and above all letting Parquet make a {@code new Configuration()} that parses
+   * Hadoop's default XML resources, cost more than decoding the small files of a slice).
+   */
+  private final java.util.Map<String, Configuration> perColumns = new java.util.HashMap<>();
+  private ParquetReadOptions readOptions;
 
   public static long rowGroupsRead() {
     return ROW_GROUPS_READ.get();
@@ -168,6 +175,22 @@ public final class DataFileReader {
     };
   }
 
+  private Configuration confFor(StructType own) {
+    String json = own.json();
+    return perColumns.computeIfAbsent(json, k -> {
+      Configuration local = new Configuration(conf);
+      local.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(), k);
+      local.set("org.apache.spark.sql.parquet.row.attributes", k);
+      return local;
+    });
+  }
+
+  /** The footer's read options from the task's conf (ParquetReadOptions.builder() would build a new one). */
+  private ParquetReadOptions readOptions() {
+    if (readOptions == null) readOptions = org.apache.parquet.HadoopReadOptions.builder(conf).build();
+    return readOptions;
+  }
+
   /** Parquet decoded from memory by Spark's vectorized reader, given the footer read here. */
   private final class ParquetBatches implements FileBatches {
     private final PlanFile file;
@@ -195,12 +218,9 @@ public final class DataFileReader {
       this.columns = columns;
       this.own = withoutAbsent(file, columns);
       this.perRowGroup = perRowGroup;
-      // The reader takes the columns to decode from its conf: one copy per file.
-      local = new Configuration(conf);
-      local.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(), own.json());
-      local.set("org.apache.spark.sql.parquet.row.attributes", own.json());
+      local = confFor(own);
       InMemoryInputFile input = new InMemoryInputFile(data);
-      try (ParquetFileReader reader = ParquetFileReader.open(input, ParquetReadOptions.builder().build())) {
+      try (ParquetFileReader reader = ParquetFileReader.open(input, readOptions())) {
         footer = reader.getFooter();
       } catch (RuntimeException | IOException e) {
         throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");

@@ -160,15 +160,34 @@ public final class SliceMerger {
     }
   }
 
-  /** A version's components in one segment: ordering values, commit (a column, or the log's constant), pos. */
+  /**
+   * A version's components in one segment: ordering values, commit (a column, or the log's constant), pos. The
+   * long components are copied once into arrays ({@code longs[c]}, a null read as 0 as summary._numpy reads it;
+   * null for a ranked component or the log's constant commit): the passes compare each row's version several
+   * times, and a vector read per component (dictionary-decoded, through a virtual call) cost more than the copy.
+   */
   private static final class Ver {
     final ColumnVector[] v;
     final long commit;
+    final long[][] longs;
 
-    Ver(ColumnVector[] v, long commit) {
+    Ver(ColumnVector[] v, long commit, boolean[] isRanked, int rows) {
       this.v = v;
       this.commit = commit;
+      longs = new long[v.length][];
+      for (int c = 0; c < v.length; c++) {
+        if (isRanked[c] || v[c] == null) continue;
+        longs[c] = longsOf(v[c], rows);
+      }
     }
+  }
+
+  private static long[] longsOf(ColumnVector v, int rows) {
+    long[] out = v.getLongs(0, rows);
+    if (v.hasNull()) {
+      for (int r = 0; r < rows; r++) if (v.isNullAt(r)) out[r] = 0;
+    }
+    return out;
   }
 
   /** The greatest version so far per key: long components by value, ranked ones as Spark values. */
@@ -213,7 +232,7 @@ public final class SliceMerger {
       boolean base = seg.file.kind == FileData.Kind.BASE;
       v[k] = base ? seg.column(stream.meta(prefix + "commit")) : null;
       v[k + 1] = seg.column(stream.meta(prefix + "pos"));
-      return new Ver(v, seg.file.commit);
+      return new Ver(v, seg.file.commit, isRanked, seg.rows);
     }
 
     Object rankedValue(ColumnVector v, int row) {
@@ -229,12 +248,12 @@ public final class SliceMerger {
     }
 
     long longValue(Ver a, int c, int row) {
-      ColumnVector v = a.v[c];
-      if (v == null) {
+      long[] values = a.longs[c];
+      if (values == null) {
         if (c == k) return a.commit;
         throw new IllegalStateException("stream " + stream.name + ": a version column is missing");
       }
-      return v.isNullAt(row) ? 0 : v.getLong(row); // as summary._numpy: a null component reads 0
+      return values[row]; // as summary._numpy: a null component reads 0 (Ver copied it so)
     }
 
     /** Compares the version at {@code row} of {@code a} with the best of {@code key}. */
@@ -385,6 +404,11 @@ public final class SliceMerger {
 
     ColumnVector[][] vectors = outputVectors(segments);
     MergedRow row = new MergedRow(outTypes);
+    // Per output ordinal of a stream column: its index among the stream's selected columns (its picks).
+    int[] pick = new int[outTypes.length];
+    for (int o = 0; o < outTypes.length; o++) {
+      pick[o] = outStream[o] < 0 ? -1 : Arrays.binarySearch(selected[outStream[o]], outColumn[o]);
+    }
     return new Iterator<InternalRow>() {
       int key = -1;
       boolean ready;
@@ -418,7 +442,7 @@ public final class SliceMerger {
               continue;
             }
             if (m.pickSeg != null) {
-              int p = Arrays.binarySearch(selected[s], outColumn[o]);
+              int p = pick[o];
               g = m.pickSeg[p][key];
               r = m.pickRow[p][key];
             } else {
