@@ -38,9 +38,14 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private ColumnarBatch batch;
 
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices) {
+    this(factory, slices, new DataFileReader(factory.conf.value().value(), factory.batchSize));
+  }
+
+  /** {@code files}: the task's reader (its per-column-set Hadoop confs are kept for the task). */
+  LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices, DataFileReader files) {
     this.factory = factory;
     this.slices = slices;
-    this.files = new DataFileReader(factory.conf.value().value(), factory.batchSize);
+    this.files = files;
     MergeView merge = factory.merge;
     streams = merge.streams.size();
     List<StructField> fields = new ArrayList<>(List.of(factory.output.fields()));

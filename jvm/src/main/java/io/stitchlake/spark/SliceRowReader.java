@@ -59,7 +59,7 @@ final class SliceRowReader implements PartitionReader<InternalRow> {
       if (nextSlice >= slices.size()) return false;
       PlanSlice slice = slices.get(nextSlice++);
       if (slice.logFree()) {
-        logFree = new LogFreeReader(factory, List.of(slice));
+        logFree = new LogFreeReader(factory, List.of(slice), files);
       } else {
         rows = merge(slice);
       }

@@ -54,6 +54,7 @@ public final class DataFileReader {
    * Hadoop's default XML resources, cost more than decoding the small files of a slice).
    */
   private final java.util.Map<String, Configuration> perColumns = new java.util.HashMap<>();
+  private final java.util.Map<Configuration, TaskAttemptContextImpl> contexts = new java.util.IdentityHashMap<>();
   private ParquetReadOptions readOptions;
 
   public static long rowGroupsRead() {
@@ -178,7 +179,8 @@ public final class DataFileReader {
   private Configuration confFor(StructType own) {
     String json = own.json();
     return perColumns.computeIfAbsent(json, k -> {
-      Configuration local = new Configuration(conf);
+      // A JobConf: the task attempt context made of it per reader keeps it instead of copying it again.
+      Configuration local = new org.apache.hadoop.mapred.JobConf(conf);
       local.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(), k);
       local.set("org.apache.spark.sql.parquet.row.attributes", k);
       return local;
@@ -255,7 +257,7 @@ public final class DataFileReader {
       try {
         reader.initialize(
             new FileSplit(path, 0, data.length, new String[0]),
-            new TaskAttemptContextImpl(local, new TaskAttemptID()),
+            contexts.computeIfAbsent(local, c -> new TaskAttemptContextImpl(c, new TaskAttemptID())),
             Option.apply(input),
             Option.apply(stream),
             Option.apply(kept));
