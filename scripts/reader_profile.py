@@ -255,7 +255,8 @@ def task_cpu(folder: Path) -> None:
     for text, seconds in cpu.items():
         label, kind, n = text.split("|")
         reads.setdefault((label, kind), {})[int(n)] = seconds
-    print("task CPU time (all tasks of the read; first / warm median):")
+    print("task CPU time of the JVM's tasks (first / warm median; the Python source's merge runs in Python workers,")
+    print("whose CPU this leaves out):")
     for (label, kind), runs in reads.items():
         warm = statistics.median(v for k, v in runs.items() if k > 0) if len(runs) > 1 else float("nan")
         show(f"  {label}: {kind}", f"{runs.get(0, float('nan')):7.2f} s {warm:7.2f} s")
