@@ -404,10 +404,34 @@ public final class SliceMerger {
 
     ColumnVector[][] vectors = outputVectors(segments);
     MergedRow row = new MergedRow(outTypes);
-    // Per output ordinal of a stream column: its index among the stream's selected columns (its picks).
-    int[] pick = new int[outTypes.length];
-    for (int o = 0; o < outTypes.length; o++) {
-      pick[o] = outStream[o] < 0 ? -1 : Arrays.binarySearch(selected[outStream[o]], outColumn[o]);
+    // Per output ordinal: where each key's cell comes from (segment and row arrays by key), and the stream's
+    // shows-by-key (null for a common column); none: the stream never shows here, the cell is its default.
+    int outs = outTypes.length;
+    int[][] segOf = new int[outs][];
+    int[][] rowOf = new int[outs][];
+    boolean[][] showsOf = new boolean[outs][];
+    boolean[] none = new boolean[outs];
+    for (int o = 0; o < outs; o++) {
+      int s = outStream[o];
+      if (s < 0) {
+        segOf[o] = keys.firstSeg;
+        rowOf[o] = keys.firstRow;
+        continue;
+      }
+      StreamMerge m = merges[s];
+      if (m.shows == null) {
+        none[o] = true;
+        continue;
+      }
+      showsOf[o] = m.shows;
+      if (m.pickSeg != null) {
+        int p = Arrays.binarySearch(selected[s], outColumn[o]);
+        segOf[o] = m.pickSeg[p];
+        rowOf[o] = m.pickRow[p];
+      } else {
+        segOf[o] = m.winSeg;
+        rowOf[o] = m.winRow;
+      }
     }
     return new Iterator<InternalRow>() {
       int key = -1;
@@ -428,30 +452,16 @@ public final class SliceMerger {
       @Override public InternalRow next() {
         if (!hasNext()) throw new NoSuchElementException();
         ready = false;
-        for (int o = 0; o < outTypes.length; o++) {
-          int s = outStream[o];
-          int g;
-          int r;
-          if (s < 0) {
-            g = keys.firstSeg[key];
-            r = keys.firstRow[key];
-          } else {
-            StreamMerge m = merges[s];
-            if (m.shows == null || !m.shows[key]) {
-              row.constant(o, outDefault[o]);
-              continue;
-            }
-            if (m.pickSeg != null) {
-              int p = pick[o];
-              g = m.pickSeg[p][key];
-              r = m.pickRow[p][key];
-            } else {
-              g = m.winSeg[key];
-              r = m.winRow[key];
-            }
+        for (int o = 0; o < outs; o++) {
+          boolean[] shows = showsOf[o];
+          if (none[o] || (shows != null && !shows[key])) {
+            row.constant(o, outDefault[o]);
+            continue;
           }
-          if (g < 0 || vectors[o][g] == null) row.constant(o, null);
-          else row.set(o, vectors[o][g], r);
+          int g = segOf[o][key];
+          ColumnVector v = g < 0 ? null : vectors[o][g];
+          if (v == null) row.constant(o, null);
+          else row.set(o, v, rowOf[o][key]);
         }
         return row;
       }
