@@ -46,6 +46,9 @@ from stitchlake.table.handle import Table as TableHandle
 from stitchlake.timeline.metadata import DataFile
 from stitchlake.types import orders_by_rank
 
+#: Every test here starts a JVM (Spark or the merge harness).
+pytestmark = pytest.mark.spark
+
 ROOT = Path(__file__).resolve().parent.parent
 JAR = Path(os.environ.get("STITCHLAKE_JAR", ROOT / ".venv" / "jars" / "stitchlake-spark.jar"))
 #: Generated tables in all. The harness opens each file through a fresh Hadoop Configuration (about 20 ms a file),

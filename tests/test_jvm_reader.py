@@ -26,6 +26,9 @@ from stitchlake.jobs.spark_conf import reader_jar
 from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 
+#: Every test here starts a JVM (Spark or the merge harness).
+pytestmark = pytest.mark.spark
+
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
 
