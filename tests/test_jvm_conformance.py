@@ -38,13 +38,7 @@ import test_schema_evolution as evolution
 from hypothesis import HealthCheck, given, settings
 
 from stitchlake.api import Table
-from stitchlake.config import TableConfig
-from stitchlake.io.schemas import base_schema, log_schema
-from stitchlake.reading.filters import prune
-from stitchlake.reading.snapshot import plan_slices, resolve_time, wanted_columns
-from stitchlake.table.handle import Table as TableHandle
-from stitchlake.timeline.metadata import DataFile
-from stitchlake.types import orders_by_rank
+from stitchlake.spark import planner
 
 #: Every test here starts a JVM (Spark or the merge harness).
 pytestmark = pytest.mark.spark
@@ -121,108 +115,15 @@ def harness() -> Iterator[Harness]:
 # ------------------------------------------------------------------------------------------------ the plan
 
 
-def _literal(value: Any) -> Any:
-    """A default or absent-column value in Spark's internal form (docs/spark-reader.md)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return (
-            value
-            if math.isfinite(value)
-            else ("NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity"))
-        )
-    if isinstance(value, dt.datetime):
-        return (value - EPOCH) // dt.timedelta(microseconds=1)
-    if isinstance(value, dt.date):
-        return (value - EPOCH_DAY).days
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    raise TypeError(f"no literal for {value!r}")
-
-
-def _merge_object(config: TableConfig) -> dict[str, Any]:
-    streams = []
-    for stream in config.streams.values():
-        ordering = [
-            {"type": stream.column(name).type, "ranked": orders_by_rank(stream.column(name).type)}
-            for name in stream.ordering
-        ]
-        columns = [{"name": c.name, "type": c.type, "default": _literal(c.default)} for c in stream.columns]
-        streams.append(
-            {"name": stream.name, "nulls": str(stream.nulls.value), "ordering": ordering, "columns": columns}
-        )
-    return {"common": [{"name": c.name, "type": c.type} for c in config.common_columns], "streams": streams}
-
-
-def _file(table: TableHandle, item: DataFile, wanted: Sequence[str]) -> dict[str, Any]:
-    """A plan's file entry: the columns of the read it predates (with their initial default) and narrower types."""
-    absent: dict[str, Any] = {}
-    types: dict[str, str] = {}
-    if item.schema_version != table.schema_version:
-        written = table.config_of_file(item.schema_version)
-        own = base_schema(written) if item.kind == "base" else log_schema(written, written.streams[item.stream or ""])
-        initial = table.initial_defaults()
-        current = {c.name: c.type for c in table.config.all_columns()}
-        old = {c.name: c.type for c in written.all_columns()}
-        for name in wanted:
-            if name not in own.names:
-                absent[name] = _literal(initial.get(name))
-            elif name in old and old[name] != current[name]:
-                types[name] = old[name]
-    return {
-        "path": table.storage.local_path(item.path) or item.path,
-        "kind": item.kind,
-        "stream": item.stream,
-        "commit": int(item.completed),
-        "checksum": item.checksum,
-        "bytes": item.bytes,
-        "rows": item.rows,
-        "format": Path(item.path).suffix.lstrip("."),
-        "absent": absent,
-        "types": types,
-    }
-
-
 def build_plan(
     table: Table, mode: str = "snapshot", as_of: str | None = None, columns: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """A `stitchlake.plan/1` document for a snapshot or time-travel read, from the planner `read` uses."""
-    from stitchlake.spark.tables import spark_schema
-
-    table.require()
-    timeline = table.timeline()
-    view = table.view(timeline)
-    at = resolve_time(table, timeline, as_of)
-    then = table.at_time(at)
-    config = then.config
-    wanted = wanted_columns(config, columns)
-    slices = []
-    for fslice in plan_slices(config, view, at, prune(config, None)):
-        logs = [] if mode == "read_optimized" and fslice.base is not None else fslice.logs
-        slices.append(
-            {
-                "partition": fslice.partition,
-                "file_group": fslice.file_group,
-                "base": _file(then, fslice.base, wanted) if fslice.base is not None else None,
-                "logs": [_file(then, log, wanted) for log in logs if log.stream in config.streams],
-            }
-        )
-    return {
-        "format": "stitchlake.plan/1",
-        "table": str(table.path),
-        "mode": mode,
-        "as_of": at,
-        "delegate": None,
-        "schema": json.loads(spark_schema(then).json()),
-        "columns": list(wanted),
-        "merge": _merge_object(config),
-        "hadoop_conf": {},
-        "slices": slices,
-        "partitions": [[i] for i in range(len(slices))],
-        "filters_used": [],
-    }
+    """The `stitchlake.plan/1` document of a snapshot or time-travel read, from the planner process's own code
+    (`stitchlake.spark.planner.plan`): the JVM merges exactly what the JVM reader would be handed."""
+    options = {"path": str(table.storage.describe()), "mode": mode}
+    if as_of is not None:
+        options["as_of"] = as_of
+    return planner.plan(options, columns, [], {})
 
 
 # ------------------------------------------------------------------------------------------------ canonical rows
