@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup check-tools jvm conformance demo test lint bench bench-peers bench-scale torture clean
+.PHONY: help setup check-tools jvm conformance demo test lint bench bench-peers bench-scale torture partitions clean
 
 help:
 	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench-scale - the bench workload at 30M keys on Spark, every process's memory (~20 min on 2 cores, ~15 GB disk)"
 	@echo "make bench-peers - stitchlake, Hudi, Paimon, Delta, Iceberg on Spark, same job -> docs/benchmarks.md (PEERS_ARGS='--sizes 200000 --json peers.json')"
 	@echo "make torture- the long crash/concurrency torture run (TORTURE_ARGS='--rounds 50')"
+	@echo "make partitions - writers, ZooKeeper and S3 on network namespaces, cut apart mid-commit (root; ROUNDS=50, SEED=)"
 
 check-tools:
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -81,6 +82,11 @@ bench-peers: setup
 
 torture: setup
 	$(BIN)/python scripts/torture.py $(TORTURE_ARGS)
+
+# Issue 37: each round new writer hosts (network namespaces) and a random fault at a point of a commit; a failing
+# round prints the command that replays it. Needs root (namespaces, iptables).
+partitions: setup
+	$(BIN)/python scripts/partitions.py --rounds $(or $(ROUNDS),50) $(if $(SEED),--seed $(SEED)) $(PARTITIONS_ARGS)
 
 clean:
 	rm -rf demo bench-data .pytest_cache .ruff_cache jvm/target

@@ -1,0 +1,956 @@
+"""Partitions (issue 37): writers, the lock service and the object store on separate hosts, cut apart mid-commit.
+
+    python scripts/partitions.py --rounds 50 [--seed 7] [--providers filesystem,zookeeper,s3]   # make partitions
+    python scripts/partitions.py --rounds 3 --seed 1                                             # CI-sized
+
+Hosts are Linux network namespaces (root only; a clear error where they cannot be made): a bridge namespace with
+`br0`, and one namespace per host joined to it by a veth pair, each with a private address on 10.77.0.0/24 and its
+own hostname (a UTS namespace per command), so nothing leaves the machine and no host mistakes another's processes
+for its own. The S3 server (Ceph RGW, scripts/rgw.py, inside the `s3` host and reached at 10.77.0.2:80 through a
+DNAT rule) and ZooKeeper (the `zk` host, 10.77.0.3:2181) live for the whole run; every round gets new writer
+hosts, a new bucket (or local folder) and a new table.
+
+A round: land a few CSV files per stream, start `stitch ingest` on writer host w1 with a fault point armed (the
+hook below stops the process there with SIGSTOP), inject the round's fault while it is stopped, resume it, run
+contenders on w2 (the same stream) and w3 (another stream, then `stitch compact`), heal after a while, then from
+the `ctl` host: `stitch clean` once heartbeats expired, re-run the ingests until nothing is left ("retried"
+writes), compact, and check.
+
+Faults (iptables in the writer's namespace; this kernel has no netem, so delay is a `tbf` throttle and loss an
+iptables `statistic` rule): cut from S3, from ZooKeeper, from both; asymmetric (packets to S3 larger than 1000
+bytes dropped: requests and small writes pass, uploads of data files do not); loss and delay on the writer's link;
+a pause (SIGSTOP) past heartbeat expiry and lease while a contender takes over (a zombie); a clock ahead or behind
+(libfaketime `FAKETIME`); ZooKeeper or RGW killed and restarted while the writer is stopped at its point. Points:
+`begin` (requested instant written, lock held), `mark` (a marker written), `write` (a data file about to be
+written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to renew its beat).
+
+The checker knows the table only through the CLI a client has (`stitch timeline show`, `stitch read`): the
+operation history is every command with its exit code and JSON answer. After healing it checks that every
+acknowledged write (exit 0 with an instant) is completed in the timeline with its rows; that completed
+deltacommits nobody acknowledged are no more than the writes whose outcome the client could not know (exit 1,
+killed); that each landing file's rows are in the table exactly once (per stream, the rows of completed
+deltacommits add up to the rows landed, and the snapshot holds exactly the landed keys and values); that no two
+completed deltacommits of one stream overlap in time (two holders of one stream's claim); and that the snapshot,
+the read-optimized view after compaction, time travel to the last instant and the change feed agree. A violation
+prints the history. The exit code is 1 on any violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # rgw.py, a sibling
+import local_daemons  # noqa: E402
+import rgw  # noqa: E402
+
+SUBNET = "10.77.0"
+S3_ADDR = f"{SUBNET}.2"
+ZK_ADDR = f"{SUBNET}.3"
+CTL_ADDR = f"{SUBNET}.10"
+WRITERS = ("w1", "w2", "w3")
+S3_PORT = 80
+RGW_PORT = 7480
+ZK_PORT = 2181
+ZK_JAR = "/usr/share/java/zookeeper.jar"
+SLF4J = ("/usr/share/java/slf4j-simple.jar", "/usr/share/java/slf4j-log4j12.jar")
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+POINT_ENV = "STITCH_PARTITIONS_POINT"
+SIGNAL_DIR_ENV = "STITCH_PARTITIONS_DIR"
+PROVIDERS = ("filesystem", "zookeeper", "s3")
+POINTS = ("begin", "mark", "write", "publish", "heartbeat")
+NETWORK_FAULTS = ("cut_s3", "cut_zk", "cut_both", "asym_s3", "loss", "delay", "kill_zk", "kill_rgw")
+PROCESS_FAULTS = ("pause", "skew_ahead", "skew_behind")
+#: Which faults mean something for a provider: a table on local disk has no network path to cut.
+FAULTS: dict[str, tuple[str, ...]] = {
+    "filesystem": PROCESS_FAULTS,
+    "zookeeper": (*NETWORK_FAULTS, *PROCESS_FAULTS),
+    "s3": (*(f for f in NETWORK_FAULTS if f not in ("cut_zk", "kill_zk")), *PROCESS_FAULTS),
+}
+HEARTBEAT = {"interval_s": 1, "expire_s": 4}
+LOCK_EXPIRE_S = 5.0
+LOCK_WAIT_S = 15.0
+#: How long a network fault lasts: past the lease and the heartbeat's expiry.
+HOLD_S = 7.0
+#: A pause lasts past both too, and a contender runs meanwhile.
+PAUSE_S = 7.0
+SKEW = {"skew_ahead": "+5m", "skew_behind": "-5m"}
+OP_TIMEOUT_S = 120.0
+POINT_TIMEOUT_S = 40.0
+ROWS_PER_FILE = 20
+STREAMS = ("a", "b")
+#: Exit codes that say "nothing was published" (design.md §6, `stitch --help`): the write definitely failed.
+DEFINITE_FAILURES = (2, 3, 4, 5)
+
+
+class PartitionsError(RuntimeError):
+    """The harness could not build its hosts or servers (not a finding about the table)."""
+
+
+def _run(argv: Sequence[str], timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    if check and done.returncode != 0:
+        raise PartitionsError(f"{' '.join(argv)} failed ({done.returncode}): {(done.stderr or done.stdout).strip()}")
+    return done
+
+
+# ============================================================================================== hosts
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    name: str
+    ns: str
+    addr: str
+
+
+class Network:
+    """A bridge namespace and hosts joined to it; `close()` removes every namespace and kills what runs in them."""
+
+    def __init__(self, tag: str | None = None) -> None:
+        self.tag = tag or f"sl{os.getpid() % 100000}"
+        self.bridge = f"{self.tag}-br"
+        self.hosts: dict[str, Host] = {}
+        self._made: list[str] = []
+
+    def open(self) -> Network:
+        for tool in ("ip", "iptables", "unshare"):
+            if shutil.which(tool) is None:
+                raise PartitionsError(f"the partitions harness needs `{tool}` (Debian: iproute2, iptables, util-linux)")
+        try:
+            self._netns(self.bridge)
+        except PartitionsError as exc:
+            raise PartitionsError(
+                f"cannot create network namespaces (root and CAP_NET_ADMIN are needed): {exc}"
+            ) from None
+        _run(["ip", "-n", self.bridge, "link", "add", "br0", "type", "bridge"])
+        _run(["ip", "-n", self.bridge, "link", "set", "br0", "up"])
+        return self
+
+    def _netns(self, ns: str) -> None:
+        _run(["ip", "netns", "add", ns])
+        self._made.append(ns)
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def add(self, name: str, addr: str) -> Host:
+        host = Host(name, f"{self.tag}-{name}", addr)
+        self._netns(host.ns)
+        peer = f"v{self.tag}{name}"[-15:]
+        _run(
+            ["ip", "link", "add", "eth0", "netns", host.ns, "type", "veth", "peer", "name", peer, "netns", self.bridge]
+        )
+        _run(["ip", "-n", self.bridge, "link", "set", peer, "master", "br0", "up"])
+        _run(["ip", "-n", host.ns, "addr", "add", f"{addr}/24", "dev", "eth0"])
+        _run(["ip", "-n", host.ns, "link", "set", "eth0", "up"])
+        self.hosts[name] = host
+        return host
+
+    def remove(self, name: str) -> None:
+        host = self.hosts.pop(name, None)
+        if host is not None:
+            self._kill_all(host.ns)
+            _run(["ip", "netns", "del", host.ns], check=False)
+            with contextlib.suppress(ValueError):
+                self._made.remove(host.ns)
+
+    def argv(self, name: str, argv: Sequence[str]) -> list[str]:
+        """`argv` run on host `name`: in its network namespace, with a UTS namespace naming it."""
+        host = self.hosts[name]
+        script = 'hostname "$0" && exec "$@"'
+        return ["ip", "netns", "exec", host.ns, "unshare", "--uts", "sh", "-c", script, host.name, *argv]
+
+    def ns_run(self, name: str, argv: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
+        return _run(["ip", "netns", "exec", self.hosts[name].ns, *argv], timeout=timeout, check=check).stdout
+
+    def reachable(self, name: str, addr: str, port: int, timeout: float = 1.0) -> bool:
+        probe = f"exec 3<>/dev/tcp/{addr}/{port}"
+        try:
+            done = _run(
+                ["ip", "netns", "exec", self.hosts[name].ns, "timeout", str(timeout), "bash", "-c", probe],
+                timeout=timeout + 5,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0
+
+    @staticmethod
+    def _kill_all(ns: str) -> None:
+        done = _run(["ip", "netns", "pids", ns], check=False)
+        for pid in done.stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+
+    def close(self) -> None:
+        for ns in reversed(self._made):
+            self._kill_all(ns)
+        for ns in reversed(self._made):
+            _run(["ip", "netns", "del", ns], check=False)
+        self._made.clear()
+        self.hosts.clear()
+
+
+# ============================================================================================ servers
+
+
+@dataclasses.dataclass
+class Servers:
+    """RGW in host `s3` and ZooKeeper in host `zk`, with what it takes to kill and restart each."""
+
+    net: Network
+    workdir: Path
+    rgw: Any = None
+    zk_proc: subprocess.Popen[bytes] | None = None
+    rgw_proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{S3_ADDR}:{S3_PORT}"
+
+    def start(self) -> None:
+        self.start_rgw()
+        self.start_zk()
+
+    def start_rgw(self) -> None:
+        rgw.ensure_installed()
+        workdir = self.workdir / "rgw"
+        workdir.mkdir(parents=True, exist_ok=True)
+        script = Path(rgw.__file__).resolve()
+        argv = [sys.executable, str(script), "start", "--dir", str(workdir), "--port", str(RGW_PORT)]
+        out = self.net.ns_run("s3", [*argv, "--watch-pid", str(os.getpid())], timeout=rgw.START_TIMEOUT_S + 30)
+        self.rgw = json.loads(out)
+        self.net.ns_run("s3", ["sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1"])
+        dnat = ["-p", "tcp", "-d", S3_ADDR, "--dport", str(S3_PORT), "-j", "DNAT", "--to-destination"]
+        self.net.ns_run("s3", ["iptables", "-t", "nat", "-A", "PREROUTING", *dnat, f"127.0.0.1:{RGW_PORT}"])
+        self._wait("ctl", S3_ADDR, S3_PORT, "the S3 server")
+
+    def _wait(self, probe_host: str, addr: str, port: int, what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.net.reachable(probe_host, addr, port):
+                return
+            time.sleep(0.2)
+        raise PartitionsError(f"{what} did not answer at {addr}:{port} within {timeout:g}s")
+
+    def kill_rgw(self) -> None:
+        """SIGKILL the gateway (the monitor and OSD keep the data) and keep it down until `restart_rgw`."""
+        pid = int(self.rgw["pids"]["rgw"]) if self.rgw_proc is None else self.rgw_proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        if self.rgw_proc is not None:
+            self.rgw_proc.wait(timeout=10)
+
+    def restart_rgw(self) -> None:
+        workdir = self.workdir / "rgw"
+        base = ["--conf", str(workdir / "ceph.conf"), "--cluster", "ceph"]
+        argv = ["ip", "netns", "exec", self.net.hosts["s3"].ns, "radosgw", *base, "-f", "-n", "client.rgw.a"]
+        with open(workdir / "log" / "rgw-restarted.log", "ab") as log:
+            self.rgw_proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._wait("ctl", S3_ADDR, S3_PORT, "the restarted S3 server")
+
+    def stop_rgw(self) -> None:
+        if self.rgw is not None:
+            _run(
+                [sys.executable, str(Path(rgw.__file__).resolve()), "stop", "--dir", str(self.workdir / "rgw")],
+                timeout=60,
+                check=False,
+            )
+        if self.rgw_proc is not None and self.rgw_proc.poll() is None:
+            self.rgw_proc.kill()
+            self.rgw_proc.wait(timeout=10)
+
+    def start_zk(self) -> None:
+        java = shutil.which("java")
+        if java is None or not os.path.exists(ZK_JAR):
+            failed = local_daemons.apt_install(["zookeeper"], 600.0)
+            java = shutil.which("java")
+            if java is None or not os.path.exists(ZK_JAR):
+                raise PartitionsError(f"no ZooKeeper server: {failed or 'zookeeper or java missing'}")
+        workdir = self.workdir / "zk"
+        (workdir / "data").mkdir(parents=True, exist_ok=True)
+        config = workdir / "zoo.cfg"
+        settings = {
+            "tickTime": 500,
+            "dataDir": workdir / "data",
+            "clientPort": ZK_PORT,
+            "clientPortAddress": ZK_ADDR,
+            "maxClientCnxns": 0,
+            "minSessionTimeout": 1000,
+            "maxSessionTimeout": 60000,
+            "admin.enableServer": "false",
+            "4lw.commands.whitelist": "ruok,srvr",
+        }
+        config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        classpath = os.pathsep.join([ZK_JAR, *[jar for jar in SLF4J if os.path.exists(jar)][:1]])
+        argv = [
+            java,
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath,
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(config),
+        ]
+        with open(workdir / "zookeeper.log", "ab") as log:
+            self.zk_proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.net.hosts["zk"].ns, *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self._wait("ctl", ZK_ADDR, ZK_PORT, "ZooKeeper")
+
+    def kill_zk(self) -> None:
+        if self.zk_proc is not None and self.zk_proc.poll() is None:
+            self.zk_proc.kill()
+            self.zk_proc.wait(timeout=10)
+
+    def close(self) -> None:
+        self.kill_zk()
+        self.stop_rgw()
+
+    def create_bucket(self, name: str) -> None:
+        script = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import rgw; "
+            "rgw.create_bucket(rgw.RgwServer(sys.argv[2], sys.argv[3], sys.argv[4], 'us-east-1', '', {}), sys.argv[5])"
+        )
+        argv = [
+            sys.executable,
+            "-c",
+            script,
+            str(Path(rgw.__file__).resolve().parent),
+            f"http://127.0.0.1:{RGW_PORT}",
+            rgw.DEFAULT_ACCESS_KEY,
+            rgw.DEFAULT_SECRET_KEY,
+            name,
+        ]
+        self.net.ns_run("s3", argv)
+
+    def client_env(self) -> dict[str, str]:
+        return {
+            "AWS_ACCESS_KEY_ID": rgw.DEFAULT_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": rgw.DEFAULT_SECRET_KEY,
+            "AWS_REGION": rgw.REGION,
+            "AWS_DEFAULT_REGION": rgw.REGION,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ENDPOINT": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+        }
+
+
+# ============================================================================================ the hook
+
+
+def install_hook(point: str, signal_dir: str) -> None:
+    """Stop this process (SIGSTOP) the first time it reaches `point`, after saying so in `signal_dir`.
+
+    It wraps functions of the code under test and calls them unchanged; a wrapped name that moved is an
+    AttributeError here, never a point that silently tests nothing.
+    """
+    import stitchlake.table.transaction as txn
+    import stitchlake.writing.writer as writer
+    from stitchlake.concurrency.heartbeat import Heartbeat
+
+    fired = [False]
+
+    def stop_here() -> None:
+        if fired[0]:
+            return
+        fired[0] = True
+        Path(signal_dir, f"{os.getpid()}.at").write_text(point, encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def wrap(owner: Any, name: str, before: bool, skip: int = 0) -> None:
+        original = getattr(owner, name)
+        passes = [0]
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            passes[0] += 1
+            due = passes[0] > skip
+            if before and due:
+                stop_here()
+            out = original(*args, **kwargs)
+            if not before and due:
+                stop_here()
+            return out
+
+        setattr(owner, name, wrapped)
+
+    if point == "begin":  # the requested instant is written, the lock held
+        wrap(txn, "write_requested", before=False)
+    elif point == "mark":  # a marker is written, its data file not yet
+        wrap(txn.Transaction, "mark", before=False)
+    elif point == "write":  # a data file is about to be written
+        wrap(writer, "write_table_file", before=True)
+    elif point == "publish":  # every file written, the lock held, the completed instant not yet
+        wrap(txn, "write_completed", before=True)
+    elif point == "heartbeat":  # about to renew the beat (the first one is written when the instant begins)
+        wrap(Heartbeat, "_write", before=True, skip=1)
+    else:
+        raise SystemExit(f"unknown point {point!r}")
+
+
+def hooked_main(argv: list[str]) -> None:
+    """`partitions.py hooked -- <stitch args>`: the stitch CLI with the point of $STITCH_PARTITIONS_POINT armed."""
+    point = os.environ.get(POINT_ENV)
+    if point:
+        install_hook(point, os.environ[SIGNAL_DIR_ENV])
+    from stitchlake.cli.app import main
+
+    sys.argv = ["stitch", *argv]
+    main()
+
+
+# ========================================================================================= operations
+
+
+@dataclasses.dataclass
+class Op:
+    """One command as its client saw it: what ran where, when, and how it ended."""
+
+    id: int
+    round: int
+    host: str
+    command: str
+    stream: str | None
+    phase: str
+    start: float = 0.0
+    end: float = 0.0
+    exit: int | None = None
+    answer: dict[str, Any] = dataclasses.field(default_factory=dict)
+    note: str = ""
+    proc: subprocess.Popen[str] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def instant(self) -> str | None:
+        value = self.answer.get("instant")
+        return str(value) if value else None
+
+    @property
+    def outcome(self) -> str:
+        """ok (acknowledged), noop, failed (nothing was published, as the exit code says) or unknown."""
+        if self.exit == 0:
+            return "ok" if self.instant or self.command != "ingest" else "noop"
+        if self.exit in DEFINITE_FAILURES:
+            return "failed"
+        return "unknown"
+
+    def line(self) -> str:
+        what = f"{self.command}{' -s ' + self.stream if self.stream else ''}"
+        answer = {k: self.answer[k] for k in ("instant", "completed", "rows", "error") if self.answer.get(k)}
+        return (
+            f"  op {self.id:3d} r{self.round} {self.phase:5s} {self.host:3s} {what:14s} "
+            f"[{self.start:8.2f} .. {self.end:8.2f}] exit={self.exit} {self.outcome:7s} {json.dumps(answer)}"
+            f"{' ' + self.note if self.note else ''}"
+        )
+
+
+@dataclasses.dataclass
+class Stats:
+    rounds: int = 0
+    faults: Counter[str] = dataclasses.field(default_factory=Counter)
+    points: Counter[str] = dataclasses.field(default_factory=Counter)
+    missed: Counter[str] = dataclasses.field(default_factory=Counter)
+    outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
+    retried: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "faults": dict(sorted(self.faults.items())),
+            "points": dict(sorted(self.points.items())),
+            "points_not_reached": dict(sorted(self.missed.items())),
+            "writes": dict(sorted(self.outcomes.items())),
+            "retried_writes": self.retried,
+            "violations": len(self.violations),
+        }
+
+
+class Run:
+    """The hosts, servers and history of one `partitions` run."""
+
+    def __init__(self, workdir: Path, seed: int, log: Callable[[str], None] = print) -> None:
+        self.workdir = workdir
+        self.seed = seed
+        self.log = log
+        self.net = Network()
+        self.servers = Servers(self.net, workdir)
+        self.stats = Stats()
+        self.t0 = time.monotonic()
+        self._ids = 0
+
+    def __enter__(self) -> Run:
+        try:
+            self.net.open()
+            self.net.add("s3", S3_ADDR)
+            self.net.add("zk", ZK_ADDR)
+            self.net.add("ctl", CTL_ADDR)
+            self.servers.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.servers.close()
+        finally:
+            self.net.close()
+
+    # ------------------------------------------------------------------------------------------ commands
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "STITCH_", "FAKETIME", "LD_PRELOAD"))}
+        env.update(self.servers.client_env())
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env["STITCH_LOG_DIR"] = str(self.workdir / "stitch-logs")
+        env.update(extra or {})
+        return env
+
+    def start(self, round_no: int, host: str, phase: str, args: list[str], extra: dict[str, str] | None = None) -> Op:
+        self._ids += 1
+        stream = args[args.index("-s") + 1] if "-s" in args else None
+        op = Op(self._ids, round_no, host, args[0], stream, phase, start=time.monotonic() - self.t0)
+        argv = [sys.executable, str(Path(__file__).resolve()), "hooked", "--", *args, "--json"]
+        op.proc = subprocess.Popen(
+            self.net.argv(host, argv), env=self.env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        return op
+
+    def finish(self, op: Op, timeout: float = OP_TIMEOUT_S) -> Op:
+        assert op.proc is not None
+        if op.exit is not None:  # finished already
+            return op
+        try:
+            out, err = op.proc.communicate(timeout=max(timeout - (time.monotonic() - self.t0 - op.start), 1.0))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(op.proc.pid, signal.SIGCONT)
+            op.proc.kill()
+            out, err = op.proc.communicate()
+            op.note = f"killed after {timeout:g}s"
+        op.end = time.monotonic() - self.t0
+        op.exit = op.proc.returncode
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        with contextlib.suppress(ValueError):
+            op.answer = json.loads(lines[-1]) if lines else {}
+        if not op.answer and err.strip():
+            op.answer = {"error": err.strip().splitlines()[-1][:300]}
+        return op
+
+    def run(self, round_no: int, host: str, phase: str, args: list[str]) -> Op:
+        return self.finish(self.start(round_no, host, phase, args))
+
+    def query(self, config: Path, args: list[str]) -> dict[str, Any]:
+        """A read-only command on the ctl host whose answer the checker needs (an error if it fails)."""
+        argv = [sys.executable, "-m", "stitchlake", *args, "-c", str(config), "--json"]
+        done = subprocess.run(self.net.argv("ctl", argv), env=self.env(), capture_output=True, text=True, timeout=120)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        if done.returncode != 0 or not answer.get("ok"):
+            raise PartitionsError(f"stitch {' '.join(args)} failed ({done.returncode}): {answer or done.stderr[-500:]}")
+        return answer
+
+
+# ============================================================================================== rounds
+
+
+@dataclasses.dataclass
+class Round:
+    index: int
+    seed: int
+    provider: str
+    fault: str
+    point: str
+    dir: Path
+    config: Path
+    landed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    ops: list[Op] = dataclasses.field(default_factory=list)
+    events: list[str] = dataclasses.field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"round {self.index} (seed {self.seed}): provider {self.provider}, {self.fault} at {self.point}"
+
+
+def draw(seed: int, index: int, providers: Sequence[str]) -> tuple[int, str, str, str]:
+    """A round's seed, provider, fault and point: the same for the same run seed and round, so a round replays."""
+    round_seed = random.Random(f"{seed}:{index}").randrange(1 << 31)
+    rng = random.Random(round_seed)
+    provider = providers[index % len(providers)]
+    return round_seed, provider, rng.choice(FAULTS[provider]), rng.choice(POINTS)
+
+
+def write_config(round_: Round, table: str, lock: dict[str, Any]) -> None:
+    document = {
+        "table": {"name": "parts", "path": table, "key": {"k": "long"}, "buckets": 2},
+        "streams": {
+            stream: {
+                "columns": {f"v{stream}": "string"},
+                "source": {"format": "csv", "path": str(round_.dir / "landing" / stream)},
+            }
+            for stream in STREAMS
+        },
+        "concurrency": {"heartbeat": HEARTBEAT, "lock": lock},
+        "compaction": {"inline": False},
+    }
+    round_.config.write_text(json.dumps(document, indent=1), encoding="utf-8")  # JSON is YAML
+
+
+def land(round_: Round, stream: str) -> None:
+    """The next landing file of `stream`: keys i*1000 + r, the value names the stream and file."""
+    files = round_.landed.setdefault(stream, [])
+    index = len(files)
+    folder = round_.dir / "landing" / stream
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"k,v{stream}"] + [f"{index * 1000 + r},{stream}{index}" for r in range(ROWS_PER_FILE)]
+    temp = folder / f".{index:04d}.tmp"
+    temp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    temp.rename(folder / f"{index:04d}.csv")  # whole or absent, as landing files arrive
+    files.append(index)
+
+
+def expected_rows(round_: Round) -> dict[int, dict[str, str | None]]:
+    rows: dict[int, dict[str, str | None]] = {}
+    for stream, files in round_.landed.items():
+        for index in files:
+            for r in range(ROWS_PER_FILE):
+                rows.setdefault(index * 1000 + r, {f"v{s}": None for s in STREAMS})[f"v{stream}"] = f"{stream}{index}"
+    return rows
+
+
+class Faults:
+    """Inject and heal one round's fault on writer host `host`."""
+
+    def __init__(self, run: Run, round_: Round, host: str) -> None:
+        self.run, self.round, self.host = run, round_, host
+        self.healers: list[Callable[[], None]] = []
+
+    def _iptables(self, *rule: str) -> None:
+        self.run.net.ns_run(self.host, ["iptables", "-A", *rule])
+
+    def inject(self) -> None:
+        fault = self.round.fault
+        self.round.events.append(f"{time.monotonic() - self.run.t0:8.2f} inject {fault} on {self.host}")
+        targets = {"cut_s3": [S3_ADDR], "cut_zk": [ZK_ADDR], "cut_both": [S3_ADDR, ZK_ADDR]}.get(fault, [])
+        for addr in targets:
+            self._iptables("OUTPUT", "-d", addr, "-j", "DROP")
+            self._iptables("INPUT", "-s", addr, "-j", "DROP")
+        if fault == "asym_s3":  # small requests pass, packets of uploads do not
+            self._iptables("OUTPUT", "-d", S3_ADDR, "-m", "length", "--length", "1000:65535", "-j", "DROP")
+        elif fault == "loss":
+            for chain in ("OUTPUT", "INPUT"):
+                self._iptables(chain, "-m", "statistic", "--mode", "random", "--probability", "0.3", "-j", "DROP")
+        elif fault == "delay":  # no netem in this kernel: a throttle that queues packets for seconds
+            tbf = ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "64kbit", "burst", "1600"]
+            self.run.net.ns_run(self.host, [*tbf, "latency", "10s"])
+        elif fault == "kill_zk":
+            self.run.servers.kill_zk()
+            self.healers.append(self.run.servers.start_zk)
+        elif fault == "kill_rgw":
+            self.run.servers.kill_rgw()
+            self.healers.append(self.run.servers.restart_rgw)
+        if fault in NETWORK_FAULTS and not fault.startswith("kill_"):
+            self.healers.append(self._flush)
+
+    def _flush(self) -> None:
+        if self.host in self.run.net.hosts:
+            self.run.net.ns_run(self.host, ["iptables", "-F"])
+            self.run.net.ns_run(self.host, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+
+    def heal(self) -> None:
+        while self.healers:
+            self.healers.pop()()
+        self.round.events.append(f"{time.monotonic() - self.run.t0:8.2f} healed {self.round.fault}")
+
+
+def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -> bool:
+    """True once the hooked process stopped at its point; False if it ended first (the point was not reached)."""
+    assert op.proc is not None
+    marker = signal_dir / f"{op.proc.pid}.at"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if marker.exists():
+            return True
+        if op.proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def resume(op: Op) -> None:
+    if op.proc is not None and op.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(op.proc.pid, signal.SIGCONT)
+
+
+def play_round(run: Run, index: int, providers: Sequence[str]) -> Round:
+    """Build the round's hosts and table, run its commands with its fault, heal, settle; the ops are recorded."""
+    round_seed, provider, fault, point = draw(run.seed, index, providers)
+    folder = run.workdir / f"round-{index:03d}"
+    folder.mkdir(parents=True)
+    round_ = Round(index, round_seed, provider, fault, point, folder, folder / "parts.yaml")
+    if provider == "filesystem":
+        table, lock = str(folder / "table"), {"provider": "filesystem"}
+    else:
+        bucket = f"r{index}-{uuid.uuid4().hex[:8]}"
+        run.servers.create_bucket(bucket)
+        table = f"s3://{bucket}/parts"
+        lock = {"provider": "zookeeper", "hosts": f"{ZK_ADDR}:{ZK_PORT}", "zk_path": f"/r{index}"}
+        if provider == "s3":
+            lock = {"provider": "filesystem"}
+    write_config(round_, table, {**lock, "wait_s": LOCK_WAIT_S, "expire_s": LOCK_EXPIRE_S})
+    for offset, name in enumerate(WRITERS):
+        run.net.add(name, f"{SUBNET}.{11 + offset}")
+    try:
+        _play(run, round_)
+    finally:
+        for name in WRITERS:
+            run.net.remove(name)
+    return round_
+
+
+def _play(run: Run, round_: Round) -> None:
+    cfg = ["-c", str(round_.config)]
+    init = run.run(round_.index, "ctl", "setup", ["init", *cfg])
+    if init.exit != 0:
+        raise PartitionsError(f"stitch init failed: {init.line()}")
+    for stream in ("a", "a", "b"):
+        land(round_, stream)
+    signal_dir = round_.dir / "signals"
+    signal_dir.mkdir()
+    extra: dict[str, str] = {SIGNAL_DIR_ENV: str(signal_dir)}
+    skewed = round_.fault in SKEW
+    if skewed:
+        extra.update({"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": SKEW[round_.fault], "FAKETIME_DONT_RESET": "1"})
+    else:
+        extra[POINT_ENV] = round_.point
+    faults = Faults(run, round_, "w1")
+    target = run.start(round_.index, "w1", "round", ["ingest", *cfg, "-s", "a", "--engine", "local"], extra)
+    round_.ops.append(target)
+    reached = skewed or wait_for_point(target, signal_dir)
+    run.stats.faults[round_.fault] += 1
+    run.stats.points[round_.point if not skewed else "whole_run"] += 1
+    if not reached:
+        run.stats.missed[round_.point] += 1
+        round_.events.append(f"point {round_.point} not reached")
+    contenders: list[Op] = []
+    try:
+        if reached and round_.fault != "pause":
+            faults.inject()
+            resume(target)
+        land(round_, "a")
+        land(round_, "b")
+        if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
+            time.sleep(HEARTBEAT["expire_s"] + 1.0)
+        contenders.append(run.start(round_.index, "w2", "round", ["ingest", *cfg, "-s", "a", "--engine", "local"]))
+        contenders.append(run.start(round_.index, "w3", "round", ["ingest", *cfg, "-s", "b", "--engine", "local"]))
+        if round_.fault == "pause" and reached:
+            run.finish(contenders[0])
+            clean = run.run(round_.index, "w3", "round", ["clean", *cfg])
+            round_.ops.append(clean)
+            time.sleep(max(0.0, PAUSE_S - HEARTBEAT["expire_s"] - 1.0))
+            resume(target)
+            round_.events.append(f"{time.monotonic() - run.t0:8.2f} resumed the paused writer")
+        elif reached:
+            time.sleep(HOLD_S)
+    finally:
+        faults.heal()
+        resume(target)
+    for op in contenders:
+        run.finish(op)
+    run.finish(target)
+    round_.ops.extend(contenders)
+    round_.ops.append(run.run(round_.index, "w3", "round", ["compact", *cfg]))
+    settle(run, round_)
+
+
+def settle(run: Run, round_: Round) -> None:
+    """After healing: failed writes are rolled back, what is left to ingest is ingested, everything compacted."""
+    cfg = ["-c", str(round_.config)]
+    time.sleep(HEARTBEAT["expire_s"] + 1.0)
+    round_.ops.append(run.run(round_.index, "ctl", "heal", ["clean", *cfg]))
+    for stream in STREAMS:
+        for _attempt in range(4):
+            op = run.run(round_.index, "ctl", "heal", ["ingest", *cfg, "-s", stream, "--engine", "local"])
+            round_.ops.append(op)
+            if op.outcome == "ok":
+                run.stats.retried += 1
+            if op.outcome == "noop":
+                break
+            if op.outcome != "ok":
+                time.sleep(HEARTBEAT["expire_s"] + 1.0)
+                round_.ops.append(run.run(round_.index, "ctl", "heal", ["clean", *cfg]))
+    round_.ops.append(run.run(round_.index, "ctl", "heal", ["compact", *cfg]))
+
+
+# ============================================================================================= checker
+
+
+def _rows(answer: dict[str, Any]) -> dict[int, dict[str, str | None]]:
+    out: dict[int, dict[str, str | None]] = {}
+    for record in answer.get("records", []):
+        if record.get("_op") == "D":
+            continue
+        out[int(record["k"])] = {f"v{s}": record.get(f"v{s}") for s in STREAMS}
+    return out
+
+
+def _diff(name: str, got: dict[int, dict[str, str | None]], want: dict[int, dict[str, str | None]]) -> list[str]:
+    if got == want:
+        return []
+    missing = sorted(set(want) - set(got))[:5]
+    extra = sorted(set(got) - set(want))[:5]
+    wrong = [(k, got[k], want[k]) for k in sorted(set(got) & set(want)) if got[k] != want[k]][:3]
+    return [f"{name}: {len(got)} rows, expected {len(want)}; missing keys {missing}, unexpected {extra}, wrong {wrong}"]
+
+
+def check(run: Run, round_: Round) -> list[str]:
+    """What a client may rely on after healing, judged from the operation history and the CLI's answers only."""
+    violations: list[str] = []
+    timeline = run.query(round_.config, ["timeline", "show", "-n", "0"])["instants"]
+    completed = [i for i in timeline if i.get("state") == "completed"]
+    deltas = [i for i in completed if i.get("action") == "deltacommit"]
+    pending = [i for i in timeline if i.get("state") != "completed"]
+    if pending:
+        violations.append(f"instants still pending after healing: {[(i['instant'], i['action']) for i in pending]}")
+    by_instant = {str(i["instant"]): i for i in deltas}
+    ingests = [op for op in round_.ops if op.command == "ingest"]
+    acknowledged = [op for op in ingests if op.outcome == "ok"]
+    seen: Counter[str] = Counter(str(op.instant) for op in acknowledged)
+    for instant, count in seen.items():
+        if count > 1:
+            violations.append(f"instant {instant} acknowledged to {count} writers")
+    for op in acknowledged:
+        found = by_instant.get(str(op.instant))
+        if found is None:
+            violations.append(f"acknowledged write lost: op {op.id} instant {op.instant} is not completed")
+        elif found.get("stream") != op.stream or found.get("rows") != op.answer.get("rows"):
+            violations.append(f"op {op.id} was told {op.answer.get('rows')} rows of {op.stream}, the timeline {found}")
+    for stream in STREAMS:
+        unowned = [i for i in deltas if i.get("stream") == stream and str(i["instant"]) not in seen]
+        unknown = [op for op in ingests if op.stream == stream and op.outcome == "unknown"]
+        if len(unowned) > len(unknown):
+            violations.append(
+                f"stream {stream}: {len(unowned)} completed deltacommits nobody was told of "
+                f"({[i['instant'] for i in unowned]}) but only {len(unknown)} writes ended without an answer: "
+                "a write that was told it failed is visible"
+            )
+        landed = len(round_.landed.get(stream, [])) * ROWS_PER_FILE
+        committed = sum(int(i.get("rows") or 0) for i in deltas if i.get("stream") == stream)
+        if committed != landed:
+            violations.append(f"stream {stream}: completed deltacommits hold {committed} rows, {landed} landed")
+        ordered = sorted((i for i in deltas if i.get("stream") == stream), key=lambda i: str(i["instant"]))
+        for first, second in itertools.pairwise(ordered):
+            if str(second["instant"]) < str(first["completed"]):
+                violations.append(
+                    f"stream {stream}: deltacommits {first['instant']}..{first['completed']} and "
+                    f"{second['instant']}..{second['completed']} overlap: two holders of the stream's claim committed"
+                )
+    want = expected_rows(round_)
+    snapshot = _rows(run.query(round_.config, ["read", "-n", "0"]))
+    violations += _diff("snapshot", snapshot, want)
+    violations += _diff(
+        "read_optimized", _rows(run.query(round_.config, ["read", "-n", "0", "--mode", "read_optimized"])), want
+    )
+    if completed:
+        newest = max(str(i["instant"]) for i in completed)
+        violations += _diff(
+            f"as of {newest}", _rows(run.query(round_.config, ["read", "-n", "0", "--as-of", newest])), want
+        )
+    feed = run.query(round_.config, ["read", "-n", "0", "--since", "20000101000000000"])
+    violations += _diff("change feed", _rows(feed), want)
+    return violations
+
+
+def history(run: Run, round_: Round) -> str:
+    lines = [round_.describe(), *("  " + e for e in round_.events), *(op.line() for op in round_.ops)]
+    return "\n".join(lines)
+
+
+# ================================================================================================ main
+
+
+def play(
+    rounds: int,
+    seed: int,
+    providers: Sequence[str] = PROVIDERS,
+    workdir: Path | None = None,
+    only: Sequence[int] = (),
+    log: Callable[[str], None] = print,
+) -> Stats:
+    """Run the rounds (or only the listed ones) and check each; the stats hold every violation with its history."""
+    base = workdir or Path(tempfile.mkdtemp(prefix="partitions-"))
+    base.mkdir(parents=True, exist_ok=True)
+    log(f"partitions: seed {seed}, {rounds} rounds, providers {','.join(providers)}, workdir {base}")
+    with Run(base, seed, log) as run:
+        for index in only or range(rounds):
+            started = time.monotonic()
+            round_ = play_round(run, index, providers)
+            run.stats.rounds += 1
+            for op in round_.ops:
+                if op.command == "ingest":
+                    run.stats.outcomes[f"{op.phase}:{op.outcome}"] += 1
+            found = check(run, round_)
+            (round_.dir / "history.txt").write_text(history(run, round_) + "\n", encoding="utf-8")
+            outcome = "ok" if not found else f"{len(found)} VIOLATION(S)"
+            log(f"{round_.describe()}: {outcome} ({time.monotonic() - started:.0f}s)")
+            if found:
+                replay = f"python scripts/partitions.py --seed {seed} --round {index} --providers {','.join(providers)}"
+                text = "\n".join([*(f"  ! {v}" for v in found), history(run, round_), f"  replay: {replay}"])
+                log(text)
+                run.stats.violations.append(text)
+        return run.stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["hooked"]:
+        hooked_main(args[2:] if args[1:2] == ["--"] else args[1:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=None, help="default: a new one, printed")
+    parser.add_argument("--round", type=int, action="append", default=[], help="replay only this round (repeat)")
+    parser.add_argument("--providers", default=",".join(PROVIDERS), help="filesystem (local disk), zookeeper, s3")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the summary here")
+    options = parser.parse_args(args)
+    seed = options.seed if options.seed is not None else random.randrange(1 << 20)
+    providers = [p for p in options.providers.split(",") if p]
+    unknown = set(providers) - set(PROVIDERS)
+    if unknown:
+        parser.error(f"unknown providers {sorted(unknown)}")
+    stats = play(options.rounds, seed, providers, options.workdir, options.round)
+    summary = {"seed": seed, **stats.summary()}
+    print(json.dumps(summary, indent=1))
+    if options.json:
+        options.json.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return 1 if stats.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Partitions (issue 37): writers, ZooKeeper and the S3 server on hosts of their own (network namespaces), cut
+apart mid-commit; a checker that knows only what clients were told. The long run is `make partitions`; this is its
+CI-sized run plus checks that the hosts are really apart and that the checker can fail.
+
+It needs root (network namespaces, iptables): where they cannot be made the tests fail, saying so, never skip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from script_modules import load_script
+
+partitions = load_script("partitions")
+
+pytestmark = [pytest.mark.s3, pytest.mark.zookeeper]
+
+#: A seed whose first rounds cover every provider (the CI-sized run: one round each).
+CI_SEED = 11
+
+
+def _namespaces() -> set[str]:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
+    before = _namespaces()
+    net = partitions.Network(tag="slt").open()
+    try:
+        net.add("x", "10.77.0.50")
+        net.add("y", "10.77.0.51")
+        server = ["python3", "-m", "http.server", "--bind", "10.77.0.51", "8000"]
+        listener = subprocess.Popen(net.argv("y", server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert _eventually(lambda: net.reachable("x", "10.77.0.51", 8000))
+            named = subprocess.run(net.argv("x", ["hostname"]), capture_output=True, text=True, check=True)
+            assert named.stdout.strip() == "x"  # each host has a name of its own
+            net.ns_run("x", ["iptables", "-A", "OUTPUT", "-d", "10.77.0.51", "-j", "DROP"])
+            assert not net.reachable("x", "10.77.0.51", 8000)
+            net.ns_run("x", ["iptables", "-F"])
+            assert net.reachable("x", "10.77.0.51", 8000)
+        finally:
+            listener.kill()
+            listener.wait()
+        assert f"{net.tag}-x" in _namespaces()
+    finally:
+        net.close()
+    assert _namespaces() == before  # nothing left behind
+
+
+def test_where_namespaces_cannot_be_made_the_harness_fails_and_says_why() -> None:
+    """Not root (here: the same harness run as nobody): a clear error, never a skip."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import partitions\n"
+        "try:\n    partitions.Network(tag='sln').open()\n"
+        "except partitions.PartitionsError as exc:\n    print(exc); sys.exit(3)\n"
+    )
+    scripts = str(Path(str(partitions.__file__)).resolve().parent)
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, scripts]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 3, done.stderr
+    assert "cannot create network namespaces (root and CAP_NET_ADMIN are needed)" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with partitions.Run(tmp_path_factory.mktemp("partitions"), CI_SEED) as started:
+        yield started
+
+
+def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any) -> None:
+    providers = partitions.PROVIDERS
+    for index in range(len(providers)):
+        round_ = partitions.play_round(run, index, providers)
+        found = partitions.check(run, round_)
+        assert not found, "\n".join([*found, partitions.history(run, round_)])
+        assert any(op.outcome == "ok" for op in round_.ops if op.command == "ingest"), partitions.history(run, round_)
+    assert sum(run.stats.faults.values()) == len(providers)
+
+
+def test_the_checker_sees_a_lost_write_a_visible_failed_write_and_a_double_ingest(run: Any) -> None:
+    round_ = partitions.play_round(run, 100, ("filesystem",))
+    assert partitions.check(run, round_) == [], partitions.history(run, round_)
+    ok = next(op for op in round_.ops if op.outcome == "ok" and op.command == "ingest")
+    lost = dataclasses.replace(ok, id=999, answer={**ok.answer, "instant": "20990101000000000"}, proc=None)
+    told_failed = dataclasses.replace(ok, id=998, exit=3, proc=None)
+    round_.ops = [*[op for op in round_.ops if op is not ok], lost, told_failed]
+    round_.landed["a"].append(len(round_.landed["a"]))  # a landing file the table never got
+    found = "\n".join(partitions.check(run, round_))
+    assert "acknowledged write lost: op 999" in found
+    assert "a write that was told it failed is visible" in found
+    assert "stream a: completed deltacommits hold" in found
+    assert "snapshot:" in found and "change feed:" in found
