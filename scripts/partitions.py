@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import io
 import itertools
 import json
 import os
@@ -84,13 +85,13 @@ FAULTS: dict[str, tuple[str, ...]] = {
     "zookeeper": (*NETWORK_FAULTS, *PROCESS_FAULTS),
     "s3": (*(f for f in NETWORK_FAULTS if f not in ("cut_zk", "kill_zk")), *PROCESS_FAULTS),
 }
-HEARTBEAT = {"interval_s": 1, "expire_s": 4}
-LOCK_EXPIRE_S = 5.0
+HEARTBEAT = {"interval_s": 1, "expire_s": 3}
+LOCK_EXPIRE_S = 4.0
 LOCK_WAIT_S = 15.0
 #: How long a network fault lasts: past the lease and the heartbeat's expiry.
-HOLD_S = 7.0
+HOLD_S = 5.0
 #: A pause lasts past both too, and a contender runs meanwhile.
-PAUSE_S = 7.0
+PAUSE_S = 6.0
 SKEW = {"skew_ahead": "+5m", "skew_behind": "-5m"}
 OP_TIMEOUT_S = 120.0
 POINT_TIMEOUT_S = 40.0
@@ -421,6 +422,28 @@ def hooked_main(argv: list[str]) -> None:
     main()
 
 
+def batch_main(argv: list[str]) -> None:
+    """`partitions.py batch '<json list of stitch argument lists>'`: run them one after the other in this process.
+
+    The same CLI a client runs, without a new interpreter per command; prints one JSON list of
+    {args, exit, out, start, end} (monotonic clock, comparable between processes).
+    """
+    from stitchlake.cli.app import app
+
+    results = []
+    for args in json.loads(argv[0]):
+        buffer = io.StringIO()
+        start = time.monotonic()
+        code = 0
+        with contextlib.redirect_stdout(buffer):
+            try:
+                app(args=args, prog_name="stitch", standalone_mode=True)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        results.append({"args": args, "exit": code, "out": buffer.getvalue(), "start": start, "end": time.monotonic()})
+    print(json.dumps(results))
+
+
 # ========================================================================================= operations
 
 
@@ -565,15 +588,37 @@ class Run:
     def run(self, round_no: int, host: str, phase: str, args: list[str]) -> Op:
         return self.finish(self.start(round_no, host, phase, args))
 
-    def query(self, config: Path, args: list[str]) -> dict[str, Any]:
-        """A read-only command on the ctl host whose answer the checker needs (an error if it fails)."""
-        argv = [sys.executable, "-m", "stitchlake", *args, "-c", str(config), "--json"]
-        done = subprocess.run(self.net.argv("ctl", argv), env=self.env(), capture_output=True, text=True, timeout=120)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-        if done.returncode != 0 or not answer.get("ok"):
-            raise PartitionsError(f"stitch {' '.join(args)} failed ({done.returncode}): {answer or done.stderr[-500:]}")
-        return answer
+    def batch(self, round_no: int, host: str, phase: str, commands: list[list[str]]) -> list[Op]:
+        """`commands` run one after the other in one process on `host`, each recorded as an operation."""
+        argv = [sys.executable, str(Path(__file__).resolve()), "batch", json.dumps([[*c, "--json"] for c in commands])]
+        done = subprocess.run(
+            self.net.argv(host, argv), env=self.env(), capture_output=True, text=True, timeout=OP_TIMEOUT_S
+        )
+        lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+        if done.returncode != 0 or not lines:
+            raise PartitionsError(f"batch {commands} on {host} failed ({done.returncode}): {done.stderr[-800:]}")
+        ops = []
+        for result in json.loads(lines[-1]):
+            args = list(result["args"][:-1])
+            self._ids += 1
+            stream = args[args.index("-s") + 1] if "-s" in args else None
+            op = Op(
+                self._ids, round_no, host, args[0], stream, phase, result["start"] - self.t0, result["end"] - self.t0
+            )
+            op.exit = int(result["exit"])
+            answers = [line for line in str(result["out"]).splitlines() if line.startswith("{")]
+            with contextlib.suppress(ValueError):
+                op.answer = json.loads(answers[-1]) if answers else {}
+            ops.append(op)
+        return ops
+
+    def query(self, config: Path, commands: list[list[str]]) -> list[dict[str, Any]]:
+        """Read-only commands on the ctl host whose answers the checker needs (an error if one fails)."""
+        ops = self.batch(-1, "ctl", "check", [[*c, "-c", str(config)] for c in commands])
+        for op in ops:
+            if op.exit != 0 or not op.answer.get("ok"):
+                raise PartitionsError(f"stitch {op.command} failed ({op.exit}): {op.answer}")
+        return [op.answer for op in ops]
 
 
 # ============================================================================================== rounds
@@ -791,20 +836,14 @@ def _play(run: Run, round_: Round) -> None:
 def settle(run: Run, round_: Round) -> None:
     """After healing: failed writes are rolled back, what is left to ingest is ingested, everything compacted."""
     cfg = ["-c", str(round_.config)]
-    time.sleep(HEARTBEAT["expire_s"] + 1.0)
-    round_.ops.append(run.run(round_.index, "ctl", "heal", ["clean", *cfg]))
-    for stream in STREAMS:
-        for _attempt in range(4):
-            op = run.run(round_.index, "ctl", "heal", ["ingest", *cfg, "-s", stream, "--engine", "local"])
-            round_.ops.append(op)
-            if op.outcome == "ok":
-                run.stats.retried += 1
-            if op.outcome == "noop":
-                break
-            if op.outcome != "ok":
-                time.sleep(HEARTBEAT["expire_s"] + 1.0)
-                round_.ops.append(run.run(round_.index, "ctl", "heal", ["clean", *cfg]))
-    round_.ops.append(run.run(round_.index, "ctl", "heal", ["compact", *cfg]))
+    ingests = [["ingest", *cfg, "-s", stream, "--engine", "local"] for stream in STREAMS]
+    for _attempt in range(3):
+        time.sleep(HEARTBEAT["expire_s"] + 1.0)  # a failed writer's beat has expired: clean rolls it back
+        ops = run.batch(round_.index, "ctl", "heal", [["clean", *cfg], *ingests, ["compact", *cfg]])
+        round_.ops.extend(ops)
+        run.stats.retried += sum(1 for op in ops if op.command == "ingest" and op.outcome == "ok")
+        if all(op.outcome in ("ok", "noop") for op in ops):
+            return
 
 
 # ============================================================================================= checker
@@ -831,7 +870,16 @@ def _diff(name: str, got: dict[int, dict[str, str | None]], want: dict[int, dict
 def check(run: Run, round_: Round) -> list[str]:
     """What a client may rely on after healing, judged from the operation history and the CLI's answers only."""
     violations: list[str] = []
-    timeline = run.query(round_.config, ["timeline", "show", "-n", "0"])["instants"]
+    answers = run.query(
+        round_.config,
+        [
+            ["timeline", "show", "-n", "0"],
+            ["read", "-n", "0"],
+            ["read", "-n", "0", "--mode", "read_optimized"],
+            ["read", "-n", "0", "--since", "20000101000000000"],
+        ],
+    )
+    timeline = answers[0]["instants"]
     completed = [i for i in timeline if i.get("state") == "completed"]
     deltas = [i for i in completed if i.get("action") == "deltacommit"]
     pending = [i for i in timeline if i.get("state") != "completed"]
@@ -871,18 +919,13 @@ def check(run: Run, round_: Round) -> list[str]:
                     f"{second['instant']}..{second['completed']} overlap: two holders of the stream's claim committed"
                 )
     want = expected_rows(round_)
-    snapshot = _rows(run.query(round_.config, ["read", "-n", "0"]))
-    violations += _diff("snapshot", snapshot, want)
-    violations += _diff(
-        "read_optimized", _rows(run.query(round_.config, ["read", "-n", "0", "--mode", "read_optimized"])), want
-    )
+    violations += _diff("snapshot", _rows(answers[1]), want)
+    violations += _diff("read_optimized", _rows(answers[2]), want)
     if completed:
         newest = max(str(i["instant"]) for i in completed)
-        violations += _diff(
-            f"as of {newest}", _rows(run.query(round_.config, ["read", "-n", "0", "--as-of", newest])), want
-        )
-    feed = run.query(round_.config, ["read", "-n", "0", "--since", "20000101000000000"])
-    violations += _diff("change feed", _rows(feed), want)
+        as_of = run.query(round_.config, [["read", "-n", "0", "--as-of", newest]])[0]
+        violations += _diff(f"as of {newest}", _rows(as_of), want)
+    violations += _diff("change feed", _rows(answers[3]), want)
     return violations
 
 
@@ -930,6 +973,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["hooked"]:
         hooked_main(args[2:] if args[1:2] == ["--"] else args[1:])
+        return 0
+    if args[:1] == ["batch"]:
+        batch_main(args[1:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=50)
