@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from stitchlake.errors import UsageError
 from stitchlake.table.handle import Table as CoreTable
 from stitchlake.table.handle import open_table
+from stitchlake.vocabulary import CompactionStrategy, EngineChoice, PublishFormat, ReadMode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -79,7 +80,7 @@ class Table(CoreTable):
 
     def read(
         self,
-        mode: str = "snapshot",
+        mode: ReadMode | str = ReadMode.SNAPSHOT,
         as_of: str | None = None,
         since: str | None = None,
         until: str | None = None,
@@ -95,7 +96,7 @@ class Table(CoreTable):
 
     def scan(
         self,
-        mode: str = "snapshot",
+        mode: ReadMode | str = ReadMode.SNAPSHOT,
         as_of: str | None = None,
         since: str | None = None,
         until: str | None = None,
@@ -110,7 +111,7 @@ class Table(CoreTable):
 
         return scan(self, mode, as_of, since, until, columns, filter, before_images)
 
-    def publish(self, format: str) -> PublishResult:
+    def publish(self, format: PublishFormat | str) -> PublishResult:
         """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""
         from stitchlake.services.publish import publish
 
@@ -161,7 +162,7 @@ class Table(CoreTable):
         max_files: int | None = None,
         reingest_changed: bool = False,
         *,
-        engine: str,
+        engine: EngineChoice | str,
         max_records: int | None = None,
         reset_offsets: str | None = None,
         retries: int = 0,
@@ -173,7 +174,7 @@ class Table(CoreTable):
         sources: list[str] | None = None,
         max_files: int | None = None,
         reingest_changed: bool = False,
-        engine: Engine | str | None = None,
+        engine: Engine | EngineChoice | str | None = None,
         max_records: int | None = None,
         reset_offsets: str | None = None,
         retries: int = 0,
@@ -243,15 +244,20 @@ class Table(CoreTable):
         )
 
     @overload
-    def compact(self, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None: ...
+    def compact(
+        self, strategy: CompactionStrategy | str | None = None, engine: Engine | None = None
+    ) -> CompactionResult | None: ...
 
     @overload
     def compact(
-        self, strategy: str | None = None, *, engine: str, retries: int = 0
+        self, strategy: CompactionStrategy | str | None = None, *, engine: EngineChoice | str, retries: int = 0
     ) -> PlannedRuns[CompactionResult]: ...
 
     def compact(
-        self, strategy: str | None = None, engine: Engine | str | None = None, retries: int = 0
+        self,
+        strategy: CompactionStrategy | str | None = None,
+        engine: Engine | EngineChoice | str | None = None,
+        retries: int = 0,
     ) -> CompactionResult | PlannedRuns[CompactionResult] | None:
         """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
         (as `stitch compact`, a configured format that a failed publish left behind then catches up).
@@ -278,11 +284,11 @@ class Table(CoreTable):
 
     @overload
     def rescale(
-        self, buckets: int, partitions: list[str] | None = None, *, engine: str
+        self, buckets: int, partitions: list[str] | None = None, *, engine: EngineChoice | str
     ) -> PlannedRuns[RescaleResult]: ...
 
     def rescale(
-        self, buckets: int, partitions: list[str] | None = None, engine: Engine | str | None = None
+        self, buckets: int, partitions: list[str] | None = None, engine: Engine | EngineChoice | str | None = None
     ) -> RescaleResult | PlannedRuns[RescaleResult] | None:
         """Rewrite every file group of the table (or of `partitions`, by path) into `buckets` buckets, as one
         instant (pending rescales nobody runs go first); None when they already have that count. An engine name
@@ -302,7 +308,7 @@ class Table(CoreTable):
 
     @overload
     def clean(
-        self, policy: str | None = None, retain: int | None = None, dry_run: bool = False, *, engine: str
+        self, policy: str | None = None, retain: int | None = None, dry_run: bool = False, *, engine: EngineChoice | str
     ) -> JobRun[CleanResult]: ...
 
     def clean(
@@ -310,7 +316,7 @@ class Table(CoreTable):
         policy: str | None = None,
         retain: int | None = None,
         dry_run: bool = False,
-        engine: Engine | str | None = None,
+        engine: Engine | EngineChoice | str | None = None,
     ) -> CleanResult | JobRun[CleanResult]:
         """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`). An engine
         name launches it as `stitch clean --engine ...` does (`stitchlake.jobs.launch.clean`)."""
@@ -329,11 +335,15 @@ class Table(CoreTable):
 
     @overload
     def erase(
-        self, keys: pa.Table | str, purge: bool = False, *, engine: str, retries: int = 0
+        self, keys: pa.Table | str, purge: bool = False, *, engine: EngineChoice | str, retries: int = 0
     ) -> JobRun[EraseResult]: ...
 
     def erase(
-        self, keys: pa.Table | str, purge: bool = False, engine: Engine | str | None = None, retries: int = 0
+        self,
+        keys: pa.Table | str,
+        purge: bool = False,
+        engine: Engine | EngineChoice | str | None = None,
+        retries: int = 0,
     ) -> EraseResult | JobRun[EraseResult]:
         """Key-level erase of the given keys (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines
         file; see `stitchlake.services.erase`). An engine name launches it as `stitch delete --engine ...` does

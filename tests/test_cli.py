@@ -7,10 +7,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -25,8 +26,6 @@ import stitchlake
 from stitchlake.api import Table
 from stitchlake.cli import output
 from stitchlake.cli.app import app, guarded, run_command
-from stitchlake.cli.options import ReadMode
-from stitchlake.cli.table_commands import ActionName, StateName
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, NotFoundError, StitchError
 from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
@@ -190,13 +189,20 @@ def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]
     assert done.stdout.split() == ["False"]
 
 
-def test_option_choices_match_the_library() -> None:
-    """The CLI spells the choices out (to keep pyarrow out of `--help`); they must not drift."""
-    from stitchlake.reading.snapshot import MODES
+def test_option_choices_are_the_vocabulary() -> None:
+    """The CLI offers the library's own names (`stitchlake.vocabulary`), so its choices cannot drift from them."""
+    from stitchlake.vocabulary import ReadMode
 
-    assert get_args(ActionName) == tuple(a.value for a in Action)
-    assert get_args(StateName) == tuple(state.label for state in State)
-    assert get_args(ReadMode) == MODES
+    def choices(option: str, *command: str) -> list[str]:
+        shown = CliRunner().invoke(app, [*command, "--help"], terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        match = re.search(rf"{option} <([a-z_|]+)>", shown.output)
+        assert match, shown.output
+        return match.group(1).split("|")
+
+    assert choices("--action", "timeline", "show") == [a.value for a in Action]
+    assert choices("--state", "timeline", "show") == [s.value for s in State] == ["requested", "inflight", "completed"]
+    assert choices("--mode", "read") == [m.value for m in ReadMode]
 
 
 # ---------------------------------------------------------------------------------------------- guard

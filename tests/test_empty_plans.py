@@ -29,7 +29,7 @@ def filled(tmp_path: Path) -> Table:
     return table
 
 
-def left_pending(table: Table, action: str, plan: RestorePlan | RescalePlan) -> Path:
+def left_pending(table: Table, action: Action, plan: RestorePlan | RescalePlan) -> Path:
     """A real pending instant of `action` whose writer is gone, its requested file truncated to 0 bytes."""
     txn = Transaction.begin(table, action, plan, heartbeat=False)  # a writer that is gone: no beat claims it
     path = Path(table.path) / ".stitch" / "timeline" / f"{txn.time}.{action}.requested"

@@ -389,7 +389,7 @@ def test_a_publish_killed_after_its_delta_commit_is_superseded_by_the_next(tmp_p
         "from pathlib import Path\n"
         "from tables import config\n"
         "from published_history import altered_document\n"
-        "import stitchlake.services.publish as publish\n"
+        "import stitchlake.io.published.delta as publish\n"
         "from stitchlake.api import Table\n"
         "original = publish.write_delta\n"
         "def then_die(*args, **kwargs):\n"

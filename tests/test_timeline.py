@@ -128,7 +128,7 @@ def test_parse_user_time() -> None:
 @pytest.mark.parametrize("state", list(State))
 def test_instant_file_names_round_trip(action: str, state: State) -> None:
     completed = "20261121103000900" if state is State.COMPLETED else None
-    instant = Instant("20261121103000500", action, state, completed)
+    instant = Instant("20261121103000500", Action(action), state, completed)
     name = instant.file_name
     if state is State.COMPLETED:
         suffix = "commit" if action == Action.COMPACTION else action

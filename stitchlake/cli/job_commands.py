@@ -20,9 +20,7 @@ from stitchlake.cli.jobs import choose_engine, execute, progress_display, with_r
 from stitchlake.cli.options import (
     CleanEngineOption,
     ConfigOption,
-    EngineChoice,
     EngineOption,
-    InProcessChoice,
     InProcessEngineOption,
     JsonOption,
     RetriesOption,
@@ -32,6 +30,7 @@ from stitchlake.cli.options import (
 from stitchlake.cli.output import Report
 from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
+from stitchlake.vocabulary import EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.jobs.results import PlannedRuns
@@ -419,7 +418,7 @@ def rollback_command(
         ),
     ] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Roll back every write whose heartbeat expired.")] = False,
-    engine: InProcessEngineOption = InProcessChoice.auto,
+    engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Undo failed writes (--failed), a dead writer's pending instant, or a completed deltacommit.
@@ -461,7 +460,7 @@ def savepoint_create_command(
     table: TableOption = None,
     name: Annotated[str | None, typer.Option("--name", help="A name to read and restore it by.")] = None,
     instant: Annotated[str | None, typer.Option("--instant", help="Completed instant (default: latest).")] = None,
-    engine: InProcessEngineOption = InProcessChoice.auto,
+    engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Pin the table's state as of a completed instant against cleaning."""
@@ -514,7 +513,7 @@ def savepoint_delete_command(
     name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")],
     config: ConfigOption = None,
     table: TableOption = None,
-    engine: InProcessEngineOption = InProcessChoice.auto,
+    engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Unpin a savepoint (its files become cleanable)."""
@@ -531,7 +530,7 @@ def savepoint_restore_command(
     config: ConfigOption = None,
     table: TableOption = None,
     force: Annotated[bool, typer.Option("--force", help="Also roll back live writers.")] = False,
-    engine: InProcessEngineOption = InProcessChoice.auto,
+    engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Bring the table back to a savepoint (refused while writers are alive, unless --force).
@@ -568,7 +567,7 @@ def archive_command(
     keep: Annotated[
         int | None, typer.Option("--keep", min=1, help="Instants to keep active (default: archive.keep_instants).")
     ] = None,
-    engine: InProcessEngineOption = InProcessChoice.auto,
+    engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
     """Move old completed instants to the archive (keeps the active timeline short)."""

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.cli import output
 from stitchlake.jobs import launch
-from stitchlake.jobs.launch import EngineChoice, abort_unless_published, choose_engine
+from stitchlake.jobs.launch import abort_unless_published, choose_engine
+from stitchlake.vocabulary import EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest

@@ -6,7 +6,6 @@ modules: imports point one way.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -14,7 +13,7 @@ import typer
 
 from stitchlake.cli import output
 from stitchlake.errors import UsageError
-from stitchlake.jobs.launch import EngineChoice as EngineChoice
+from stitchlake.vocabulary import EngineChoice, ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.api import Table
@@ -36,13 +35,6 @@ JsonOption = Annotated[
 ]
 
 
-class InProcessChoice(StrEnum):
-    """What a command that always runs in this process accepts for `--engine` (kept so scripts that pass it work)."""
-
-    auto = "auto"
-    local = "local"
-
-
 EngineOption = Annotated[
     EngineChoice,
     typer.Option(
@@ -60,8 +52,9 @@ CleanEngineOption = Annotated[
     ),
 ]
 #: Metadata-only commands (rollback, savepoint, archive): they never run on Spark, so `spark` is not offered.
+#: What a command that always runs in this process accepts for `--engine` (kept so scripts that pass it work).
 InProcessEngineOption = Annotated[
-    InProcessChoice,
+    Literal[EngineChoice.auto, EngineChoice.local],
     typer.Option(
         "--engine",
         help="Metadata only: always runs in this process (auto and local both mean that; never Spark).",
@@ -116,9 +109,6 @@ WhereOption = Annotated[
         "to add more (all must hold; equalities on one column combine as IN).",
     ),
 ]
-#: The choices typer offers; tests check they equal the library's `reader.MODES` (spelled out here because
-#: importing it would import pyarrow for `--help`).
-ReadMode = Literal["snapshot", "read_optimized"]
 ModeOption = Annotated[ReadMode, typer.Option("--mode", help="snapshot merges logs; read_optimized: base files.")]
 LimitOption = Annotated[int, typer.Option("--limit", "-n", min=0, help="Rows to print (0: all); --out writes all.")]
 OutOption = Annotated[

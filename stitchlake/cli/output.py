@@ -196,14 +196,16 @@ def field_value(source: Any, key: str | Callable[[Any], Any]) -> Any:
 
 def published_lines(results: Sequence[Published]) -> list[str]:
     """One line per published table version, or per format left to a publish already running."""
+    from stitchlake.io.published import PUBLISHERS
     from stitchlake.services.publish import PublishResult
+    from stitchlake.vocabulary import PublishFormat
 
     lines = []
     for r in results:
         if not isinstance(r, PublishResult):
             lines.append(f"{r.format}: left to the publish already running ({r.deferred})")
             continue
-        version = f"snapshot {r.version}" if r.format == "iceberg" else f"version {r.version}"
+        version = f"{PUBLISHERS[PublishFormat(r.format)].version_word} {r.version}"
         found = f" as {r.identifier}" if r.identifier else ""
         found += f" in {r.catalog}" if r.catalog else ""
         lines.append(f"published {r.format} {version} ({r.rows:,} rows) at {r.table_location}{found}")

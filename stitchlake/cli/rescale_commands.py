@@ -13,9 +13,10 @@ import typer
 
 from stitchlake.cli import output
 from stitchlake.cli.jobs import progress_display
-from stitchlake.cli.options import ConfigOption, EngineChoice, EngineOption, JsonOption, TableOption, open_target
+from stitchlake.cli.options import ConfigOption, EngineOption, JsonOption, TableOption, open_target
 from stitchlake.cli.output import Report
 from stitchlake.jobs import launch
+from stitchlake.vocabulary import EngineChoice
 
 
 def register(app: typer.Typer) -> None:

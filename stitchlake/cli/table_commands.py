@@ -12,7 +12,7 @@ import shlex
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -33,19 +33,13 @@ from stitchlake.cli.options import (
 )
 from stitchlake.cli.output import Report
 from stitchlake.errors import StitchError, UsageError
+from stitchlake.vocabulary import Action, ReadMode, State
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from stitchlake.services.history import InstantListing
     from stitchlake.table.handle import Table
-
-#: The choices typer offers; tests check they equal the library's `Action` and `State`. Spelled out because the
-#: CLI imports no `stitchlake.timeline` module (an import-linter contract); typer would take the enums themselves.
-ActionName = Literal[
-    "deltacommit", "compaction", "clean", "rollback", "savepoint", "restore", "erase", "alter", "publish", "rescale"
-]
-StateName = Literal["requested", "inflight", "completed"]
 
 #: `--out` file extension -> format.
 OUT_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
@@ -143,8 +137,8 @@ def timeline_show_command(
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=0, help="Show at most this many instants, newest first (0: all).")
     ] = 20,
-    action: Annotated[ActionName | None, typer.Option("--action", help="Only this action.")] = None,
-    state: Annotated[StateName | None, typer.Option("--state", help="Only this state.")] = None,
+    action: Annotated[Action | None, typer.Option("--action", help="Only this action.")] = None,
+    state: Annotated[State | None, typer.Option("--state", help="Only this state.")] = None,
     stream: Annotated[str | None, typer.Option("--stream", help="Only instants of this stream.")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="List archived instants instead.")] = False,
     as_json: JsonOption = False,
@@ -263,7 +257,7 @@ def read_command(
         ),
     ] = None,
     where: WhereOption = None,
-    mode: ModeOption = "snapshot",
+    mode: ModeOption = ReadMode.SNAPSHOT,
     limit: LimitOption = 20,
     out: OutOption = None,
     as_json: JsonOption = False,
@@ -292,7 +286,7 @@ def sql_command(
     until: UntilOption = None,
     before_images: BeforeImagesOption = False,
     where: WhereOption = None,
-    mode: ModeOption = "snapshot",
+    mode: ModeOption = ReadMode.SNAPSHOT,
     limit: LimitOption = 20,
     out: OutOption = None,
     as_json: JsonOption = False,

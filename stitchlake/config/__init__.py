@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from stitchlake.vocabulary import CompactionStrategy, PublishFormat, SourceFormat
+
 from .model import (
     ArchiveSpec,
     BadRows,
@@ -19,7 +21,6 @@ from .model import (
     CleanSpec,
     ColumnSpec,
     CompactionSpec,
-    CompactionStrategy,
     ConcurrencyMode,
     ConcurrencySpec,
     DeleteSpec,
@@ -28,9 +29,7 @@ from .model import (
     LockSpec,
     LogFormat,
     NullsMode,
-    PublishFormat,
     PublishSpec,
-    SourceFormat,
     SourceSpec,
     SparkSpec,
     StartingOffsets,

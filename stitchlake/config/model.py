@@ -41,6 +41,7 @@ from stitchlake.errors import ConfigError
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.storage.registry import absolute, is_local, is_uri
 from stitchlake.types import KEY_TYPES, can_order, normalize_type, ordering_type_names
+from stitchlake.vocabulary import CompactionStrategy, PublishFormat, SourceFormat
 
 from . import yaml_schema as schema
 from .secrets import declared_secrets
@@ -80,13 +81,6 @@ class ConcurrencyMode(StrEnum):
     OPTIMISTIC = "optimistic"
 
 
-class PublishFormat(StrEnum):
-    """Table formats other engines read: `stitch publish` writes the compacted state as one of them."""
-
-    DELTA = "delta"
-    ICEBERG = "iceberg"
-
-
 class LockProvider(StrEnum):
     """Where the short table lock lives: lock objects under `.stitch/locks/` created with the storage's atomic
     create (`storage`, also called `filesystem`: local disk and S3 alike), or ZooKeeper."""
@@ -102,24 +96,6 @@ class CleanPolicy(StrEnum):
     KEEP_LATEST_COMMITS = "keep_latest_commits"
     KEEP_LATEST_FILE_VERSIONS = "keep_latest_file_versions"
     KEEP_LATEST_HOURS = "keep_latest_hours"
-
-
-class CompactionStrategy(StrEnum):
-    """Which file slices a compaction takes."""
-
-    ALL = "all"
-    LOG_FILES = "log_files"
-    LOG_BYTES = "log_bytes"
-
-
-class SourceFormat(StrEnum):
-    """Format of a stream's landing files, or `kafka`: the stream reads a Kafka topic instead."""
-
-    PARQUET = "parquet"
-    JSON = "json"
-    CSV = "csv"
-    AVRO = "avro"
-    KAFKA = "kafka"
 
 
 class ValueFormat(StrEnum):

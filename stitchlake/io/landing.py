@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.config import SourceFormat, SourceSpec
+from stitchlake.config import SourceSpec
 from stitchlake.errors import InputRejected, UsageError
 from stitchlake.storage import storage_for
 from stitchlake.storage.registry import absolute, is_uri
 from stitchlake.timeline.metadata import LandingRecord
+from stitchlake.vocabulary import SourceFormat
 
 
 @dataclass(frozen=True)

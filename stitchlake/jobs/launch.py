@@ -11,12 +11,12 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, UsageError
 from stitchlake.jobs.results import JobRun, PlannedRuns
+from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,15 +37,6 @@ RETRY_MAX_WAIT_S = 30.0
 #: Where progress lines go (a terminal's status line, a log); None: nowhere.
 Progress = Callable[[str], None] | None
 T = TypeVar("T")
-
-
-class EngineChoice(StrEnum):
-    """Where a job runs: `local` in this process, `spark` under spark-submit, `auto` by the size of the work
-    (at most `spark.auto_local_max_mb` in this process)."""
-
-    auto = "auto"
-    local = "local"
-    spark = "spark"
 
 
 def engine_choice(name: EngineChoice | str) -> EngineChoice:
@@ -261,7 +252,7 @@ def compact(
     schedule_only: bool = False,
     run_only: bool = False,
     instant: str | None = None,
-    strategy: str | None = None,
+    strategy: CompactionStrategy | str | None = None,
     engine: EngineChoice | str = EngineChoice.auto,
     progress: Progress = None,
 ) -> PlannedRuns[CompactionResult]:

@@ -17,10 +17,11 @@ from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
 from stitchlake.reading.changes import CHANGE_COLUMNS, change_scan, refuse_change_columns, split_change_filter
 from stitchlake.reading.filters import Filter, prune
 from stitchlake.reading.scan import Scan
-from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time, snapshot_scan, wanted_columns
+from stitchlake.reading.snapshot import read_mode, resolve_time, snapshot_scan, wanted_columns
 from stitchlake.table.transaction import undoes_history
 from stitchlake.timeline.metadata import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def scan(
     table: Table,
-    mode: str = SNAPSHOT,
+    mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -43,8 +44,7 @@ def scan(
 
     Planning happens now (a bad argument or time is refused here); rows are read when the scan is iterated, and
     every pass reads the same planned files."""
-    if mode not in MODES:
-        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    mode = read_mode(mode)
     table.require()
     if as_of is not None and (since is not None or until is not None):
         raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
@@ -59,7 +59,7 @@ def scan(
 
 def read(
     table: Table,
-    mode: str = SNAPSHOT,
+    mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -81,7 +81,7 @@ def read(
 
 def _plan(
     table: Table,
-    mode: str,
+    mode: ReadMode,
     as_of: str | None,
     since: str | None,
     until: str | None,

@@ -26,13 +26,19 @@ from stitchlake.timeline.clock import is_time, parse_user_time
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.savepoints import savepoint_time
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
 
-SNAPSHOT = "snapshot"
-READ_OPTIMIZED = "read_optimized"
-MODES = (SNAPSHOT, READ_OPTIMIZED)
+
+def read_mode(mode: str) -> ReadMode:
+    """A read mode named by a caller (the API, Spark's options), or UsageError naming the modes."""
+    try:
+        return ReadMode(mode)
+    except ValueError:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(ReadMode)}") from None
+
 
 # ------------------------------------------------------------------------------------------------ planning
 
@@ -124,7 +130,7 @@ def merge_slice(
     table: Table,
     fslice: FileSlice,
     wanted: Sequence[str] | None = None,
-    mode: str = SNAPSHOT,
+    mode: ReadMode = ReadMode.SNAPSHOT,
     versions: bool = True,
 ) -> Merged:
     """Read one file slice's files once each and merge them (read-optimized: the base file alone).
@@ -135,7 +141,7 @@ def merge_slice(
     per_stream = _stream_columns(config, wanted_columns(config, wanted))
     base = _read_base(table, fslice, _base_columns(config, per_stream)) if fslice.base is not None else None
     logs = []
-    if mode == SNAPSHOT:
+    if mode == ReadMode.SNAPSHOT:
         for item in fslice.logs:
             stream = config.streams.get(item.stream or "")
             if stream is None:
@@ -173,7 +179,7 @@ def read_slice(
     table: Table,
     fslice: FileSlice,
     columns: Sequence[str] | None = None,
-    mode: str = SNAPSHOT,
+    mode: ReadMode = ReadMode.SNAPSHOT,
     rows_filter: pc.Expression | None = None,
 ) -> pa.Table:
     """The live wide rows of one file slice.
@@ -184,9 +190,9 @@ def read_slice(
     config = table.config
     wanted = wanted_columns(config, columns)
     # On an object store, fetch the slice's files together: one round trip, not one per log file.
-    ahead = fslice.files if mode == SNAPSHOT else [fslice.base] if fslice.base else []
+    ahead = fslice.files if mode == ReadMode.SNAPSHOT else [fslice.base] if fslice.base else []
     table.storage.prefetch((f.path, f.bytes) for f in ahead)
-    if fslice.base is not None and (mode == READ_OPTIMIZED or not fslice.logs):
+    if fslice.base is not None and (mode == ReadMode.READ_OPTIMIZED or not fslice.logs):
         out = base_rows(config, _read_base(table, fslice, base_columns(config, wanted)), wanted)
     else:
         out = to_rows(config, merge_slice(table, fslice, wanted, mode, versions=False), wanted)
@@ -200,15 +206,15 @@ def empty_rows(config: TableConfig, columns: Sequence[str]) -> pa.Table:
     return pa.schema([schema.field(c) for c in columns]).empty_table()
 
 
-def _slice_weight(mode: str) -> Callable[[FileSlice], int]:
+def _slice_weight(mode: ReadMode) -> Callable[[FileSlice], int]:
     def weight(fslice: FileSlice) -> int:
-        return fslice.bytes if mode == SNAPSHOT else fslice.base.bytes if fslice.base else 0
+        return fslice.bytes if mode == ReadMode.SNAPSHOT else fslice.base.bytes if fslice.base else 0
 
     return weight
 
 
 def snapshot_scan(
-    table: Table, view: FileSystemView, at: str | None, columns: list[str], mode: str, filter: Filter
+    table: Table, view: FileSystemView, at: str | None, columns: list[str], mode: ReadMode, filter: Filter
 ) -> Scan:
     """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at`."""
     pruning = prune(table.config, filter)

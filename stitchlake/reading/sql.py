@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import StitchError, UsageError
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     import duckdb
@@ -39,7 +40,7 @@ def to_duckdb(
     connection: duckdb.DuckDBPyConnection | None = None,
     name: str | None = None,
     *,
-    mode: str = "snapshot",
+    mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -68,7 +69,7 @@ def query(
     table: Table,
     sql: str,
     *,
-    mode: str = "snapshot",
+    mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -99,7 +100,7 @@ def results(
     table: Table,
     sql: str,
     *,
-    mode: str = "snapshot",
+    mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
     until: str | None = None,

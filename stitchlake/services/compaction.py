@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, marked_files
-from stitchlake.config import CompactionStrategy
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
@@ -28,11 +27,17 @@ from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CompactionCommit, CompactionPlan, DataFile, FileGroupRef, FileSlice
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import CompactionStrategy
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
 
-STRATEGIES = tuple(s.value for s in CompactionStrategy)
+#: Whether a strategy takes a file slice with logs, given the table's thresholds (min log files, min log bytes).
+TAKES: dict[CompactionStrategy, Callable[[FileSlice, int, int], bool]] = {
+    CompactionStrategy.ALL: lambda _fslice, _files, _bytes: True,
+    CompactionStrategy.LOG_FILES: lambda fslice, files, _bytes: len(fslice.logs) >= files,
+    CompactionStrategy.LOG_BYTES: lambda fslice, _files, bytes_: fslice.log_bytes >= bytes_,
+}
 
 
 @dataclass
@@ -51,16 +56,20 @@ class CompactionResult:
     resumed: list[CompactionResult] = field(default_factory=list)
 
 
-def check_strategy(strategy: str) -> str:
+def check_strategy(strategy: CompactionStrategy | str) -> CompactionStrategy:
     """Refuse an unknown strategy before any work (a plain compact runs pending plans before it plans)."""
-    if strategy not in STRATEGIES:
-        raise UsageError(f"compaction strategy {strategy!r} is not one of: {', '.join(STRATEGIES)}")
-    return strategy
+    try:
+        return CompactionStrategy(strategy)
+    except ValueError:
+        known = ", ".join(CompactionStrategy)
+        raise UsageError(f"compaction strategy {strategy!r} is not one of: {known}") from None
 
 
-def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_bytes: int) -> list[FileSlice]:
+def choose(
+    view: FileSystemView, strategy: CompactionStrategy | str, min_log_files: int, min_log_bytes: int
+) -> list[FileSlice]:
     """The latest slices worth compacting; file groups with a pending rewrite are left alone."""
-    check_strategy(strategy)
+    takes = TAKES[check_strategy(strategy)]
     chosen = []
     for key in view.file_groups():
         if key in view.pending_rewrites:
@@ -68,19 +77,16 @@ def choose(view: FileSystemView, strategy: str, min_log_files: int, min_log_byte
         fslice = view.latest_slice(key)
         if fslice is None or not fslice.logs:
             continue
-        if strategy == CompactionStrategy.LOG_FILES and len(fslice.logs) < min_log_files:
-            continue
-        if strategy == CompactionStrategy.LOG_BYTES and fslice.log_bytes < min_log_bytes:
-            continue
-        chosen.append(fslice)
+        if takes(fslice, min_log_files, min_log_bytes):
+            chosen.append(fslice)
     return chosen
 
 
-def schedule(table: Table, strategy: str | None = None) -> str | None:
+def schedule(table: Table, strategy: CompactionStrategy | str | None = None) -> str | None:
     """Write a compaction plan; returns its instant time, or None when no file group qualifies."""
     table.require()
     spec = table.config.compaction
-    chosen_strategy = strategy or spec.strategy
+    chosen_strategy = check_strategy(strategy or spec.strategy)
 
     def plan(timeline: Timeline, _requested: str) -> CompactionPlan | None:
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
@@ -246,7 +252,9 @@ def resume_pending(table: Table, engine: Engine | None = None) -> list[Compactio
     return done
 
 
-def compact(table: Table, strategy: str | None = None, engine: Engine | None = None) -> CompactionResult | None:
+def compact(
+    table: Table, strategy: CompactionStrategy | str | None = None, engine: Engine | None = None
+) -> CompactionResult | None:
     """Run the pending plans nobody runs, then schedule and run a new plan. Returns the new plan's result (the
     resumed ones in its `resumed`), or the last resumed one when nothing new qualified; None when nothing ran."""
     if strategy is not None:
@@ -263,7 +271,9 @@ def compact_inline(table: Table, engine: Engine | None = None) -> CompactionResu
     )
 
 
-def _schedule_and_run(table: Table, strategy: str | None, engine: Engine | None) -> CompactionResult | None:
+def _schedule_and_run(
+    table: Table, strategy: CompactionStrategy | str | None, engine: Engine | None
+) -> CompactionResult | None:
     instant = schedule(table, strategy)
     return None if instant is None else run(table, instant, engine)
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from stitchlake.config import SourceFormat
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import ConflictError, InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
@@ -45,6 +44,7 @@ from stitchlake.timeline.metadata import (
     RewritePlan,
 )
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import SourceFormat
 from stitchlake.writing.batch import cast_column
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.timeline.clock import seconds_between, to_datetime
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, Plan, PublishCommit
+from stitchlake.vocabulary import Action, State
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
@@ -35,8 +36,8 @@ class InstantRecord:
     """One listed instant."""
 
     instant: str
-    action: str
-    state: str
+    action: Action
+    state: State
     requested_at: str
     completed: str | None
     completed_at: str | None
@@ -103,8 +104,8 @@ def select_instants(
 def record_of(instant: Instant, summary: InstantSummary) -> InstantRecord:
     return InstantRecord(
         instant=instant.requested,
-        action=str(instant.action),
-        state=instant.state.label,
+        action=instant.action,
+        state=instant.state,
         requested_at=iso_time(instant.requested),
         completed=instant.completed,
         completed_at=iso_time(instant.completed) if instant.completed else None,
@@ -118,8 +119,8 @@ def record_of(instant: Instant, summary: InstantSummary) -> InstantRecord:
 def list_instants(
     table: Table,
     limit: int = 20,
-    action: str | None = None,
-    state: str | None = None,
+    action: Action | None = None,
+    state: State | None = None,
     stream: str | None = None,
     archived: bool = False,
 ) -> InstantListing:
@@ -140,7 +141,7 @@ def list_instants(
     candidates = [
         instant
         for instant in reversed(instants)
-        if (action is None or instant.action == action) and (state is None or instant.state.label == state)
+        if (action is None or instant.action == action) and (state is None or instant.state == state)
     ]
     picked, stopped = select_instants(candidates, limit, stream, content)
     # Without a stream filter the filters need no file reads, so the number of matches is known.

@@ -30,25 +30,21 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency.heartbeat import is_expired
-from stitchlake.config import PublishFormat
 from stitchlake.errors import BusyError, ConflictError, StitchError, UsageError
 from stitchlake.io.published import (
+    PUBLISHERS,
     Publication,
     Target,
-    catalog_location,
-    check_iceberg_catalog,
     commit_conflicts,
     published_table_exists,
-    write_delta,
-    write_iceberg,
 )
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reading.reader import read
-from stitchlake.reading.snapshot import READ_OPTIMIZED
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CHANGES_PUBLISHED_ROWS, REWRITES, EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import PublishFormat, ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
@@ -151,8 +147,8 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
     location = published_location(table, chosen)
     target = Target(location, table.config.storage.options)
     spec = table.config.publish
-    if chosen == PublishFormat.ICEBERG:
-        check_iceberg_catalog(target, spec.iceberg_catalog)
+    publisher = PUBLISHERS[chosen]
+    publisher.check(target, spec.iceberg_catalog)
     fresh = False
 
     def plan(timeline: Timeline, requested: str) -> PublishPlan:
@@ -176,7 +172,7 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
     source = txn.plan.source
     committed: list[int] = []
     try:
-        rows = read(table, mode=READ_OPTIMIZED, as_of=txn.time)
+        rows = read(table, mode=ReadMode.READ_OPTIMIZED, as_of=txn.time)
         publication = Publication(
             rows=rows,
             name=table.config.table.name,
@@ -188,10 +184,7 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
             committed=committed.append,
         )
         with commit_conflicts(f"another writer committed to the published {chosen.value} table meanwhile"):
-            if chosen == PublishFormat.DELTA:
-                made = write_delta(publication, target)
-            else:
-                made = write_iceberg(publication, target, spec.iceberg_catalog, spec.iceberg_namespace)
+            made = publisher.write(publication, target, spec.iceberg_catalog, spec.iceberg_namespace)
         commit = PublishCommit(
             format=chosen.value,
             location=location,
@@ -221,7 +214,7 @@ def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
         if exists and isinstance(exc, StitchError):
             raise type(exc)(f"{exc}; {exists}") from exc
         raise
-    catalog = catalog_location(target, spec.iceberg_catalog) if chosen == PublishFormat.ICEBERG else ""
+    catalog = publisher.catalog(target, spec.iceberg_catalog)
     return PublishResult(
         done.requested,
         done.completed,
@@ -322,7 +315,7 @@ def published_formats(table: Table, timeline: Timeline | None = None) -> list[Pu
             continue
         location = Target(published_location(table, fmt), table.config.storage.options)
         if last_publish(timeline, fmt) is not None or published_table_exists(
-            fmt.value,
+            fmt,
             location,
             table.config.publish.iceberg_catalog,
             table.config.publish.iceberg_namespace,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: How a crashed instant is finished, for each action whose `ActionKind.recovery` is `Recovery.FINISH` (a test keeps
 #: the keys equal to those actions).
-FINISHERS: dict[str, Callable[[Table, Instant], object]] = {
+FINISHERS: dict[Action, Callable[[Table, Instant], object]] = {
     Action.ROLLBACK: finish_rollback,
     Action.CLEAN: finish_clean,
     Action.RESTORE: finish_restore,

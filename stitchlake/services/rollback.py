@@ -74,7 +74,7 @@ def target_of(table: Table, timeline: Timeline, instant: Instant) -> UndoTarget:
 def undo(table: Table, target: UndoTarget) -> int:
     """Remove one instant and its files (idempotent: a re-run after a crash finishes the job)."""
     storage = table.storage
-    instant = Instant(target.requested, target.action, State[target.state.upper()], target.completed)
+    instant = Instant(target.requested, Action(target.action), State(target.state), target.completed)
     if instant.completed:
         storage.delete(timeline_path(instant.file_name))
     deleted = sum(1 for path in target.files if storage.delete(path))

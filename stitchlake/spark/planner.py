@@ -24,6 +24,7 @@ import pyarrow as pa
 from stitchlake.errors import StitchError, UsageError
 from stitchlake.spark.packing import Packing
 from stitchlake.spark.read_request import ReadRequest
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.config import ColumnSpec, TableConfig
@@ -89,7 +90,7 @@ def plan(
     """The plan document of one read (docs/spark-reader.md)."""
     from stitchlake.io.schemas import table_schema
     from stitchlake.reading.filters import prune
-    from stitchlake.reading.snapshot import READ_OPTIMIZED, plan_slices, wanted_columns
+    from stitchlake.reading.snapshot import plan_slices, wanted_columns
 
     read = ReadRequest(options)
     table = read.table
@@ -114,7 +115,7 @@ def plan(
     where, used = _pruning_filter(config, filters)
     timeline = table.timeline()
     slices = plan_slices(config, table.view(timeline), read.as_of, prune(config, where))
-    if read.mode == READ_OPTIMIZED:
+    if read.mode == ReadMode.READ_OPTIMIZED:
         slices = [s for s in slices if s.base is not None]
     packing = Packing.of(options, conf)
     weights = [sum(f.bytes + packing.open_cost for f in _files(s, read.mode)) for s in slices]
@@ -173,20 +174,16 @@ def _column(spec: ColumnSpec) -> dict[str, Any]:
 
 
 def _files(fslice: FileSlice, mode: str) -> list[DataFile]:
-    from stitchlake.reading.snapshot import SNAPSHOT
-
-    if mode == SNAPSHOT:
+    if mode == ReadMode.SNAPSHOT:
         return list(fslice.files)
     return [fslice.base] if fslice.base is not None else []
 
 
 def slice_entry(table: Table, fslice: FileSlice, mode: str) -> dict[str, Any]:
     """One slice: its base file and (snapshot reads) its logs in commit order, dropped streams' logs left out."""
-    from stitchlake.reading.snapshot import SNAPSHOT
-
     config = table.config
     logs = []
-    if mode == SNAPSHOT:
+    if mode == ReadMode.SNAPSHOT:
         for item in fslice.logs:
             if item.stream not in config.streams:
                 if item.stream in table.config_of_file(item.schema_version).streams:

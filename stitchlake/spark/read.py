@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
 
 from stitchlake.spark.packing import MAX_PARTITION_BYTES, MIN_PARTITIONS, OPEN_COST_IN_BYTES, Packing
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -160,9 +161,7 @@ class StitchReader(DataSourceReader):
 
     def _weight(self, fslice: FileSlice) -> int:
         """What a task pays to read a slice: its files' bytes plus the cost of opening each (as Spark counts)."""
-        from stitchlake.reading.snapshot import SNAPSHOT
-
-        files = fslice.files if self.mode == SNAPSHOT else [fslice.base] if fslice.base else []
+        files = fslice.files if self.mode == ReadMode.SNAPSHOT else [fslice.base] if fslice.base else []
         return sum(f.bytes + self.packing.open_cost for f in files) or self.packing.open_cost
 
     def _change_partitions(self, timeline: Timeline, view: FileSystemView, pruning: Pruning) -> list[InputPartition]:

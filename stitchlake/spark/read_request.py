@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import UsageError
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import Table
@@ -23,12 +24,10 @@ class ReadRequest:
     read (`since`, `until`; `until` fixed here so every task diffs the same two states whatever commits meanwhile)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        from stitchlake.reading.snapshot import MODES, SNAPSHOT, resolve_time
+        from stitchlake.reading.snapshot import read_mode, resolve_time
         from stitchlake.spark.tables import open_for_spark
 
-        self.mode = options.get("mode", SNAPSHOT)
-        if self.mode not in MODES:
-            raise UsageError(f"mode {self.mode!r} is not one of: {', '.join(MODES)}")
+        self.mode = read_mode(options.get("mode", ReadMode.SNAPSHOT))
         as_of, since, until = options.get("as_of"), options.get("since"), options.get("until")
         if as_of is not None and (since is not None or until is not None):
             raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")

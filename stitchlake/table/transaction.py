@@ -95,7 +95,7 @@ class Transaction:
     def begin(
         cls,
         table: Table,
-        action: str,
+        action: Action,
         content: Plan | None = None,
         *,
         exclusive_stream: str | None = None,
@@ -118,7 +118,7 @@ class Transaction:
     def begin_planned(
         cls,
         table: Table,
-        action: str,
+        action: Action,
         content: Plan | None = None,
         *,
         exclusive_stream: str | None = None,

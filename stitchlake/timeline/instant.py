@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import IntEnum, StrEnum
 
+from stitchlake.vocabulary import Action, State
 
-class Action(StrEnum):
-    """Every action the timeline records. What each one means (what it writes, whether a restore undoes it, ...)
-    is written once, in `timeline.metadata.ACTIONS`; services ask that table, never list actions themselves."""
-
-    DELTACOMMIT = "deltacommit"
-    COMPACTION = "compaction"
-    CLEAN = "clean"
-    ROLLBACK = "rollback"
-    SAVEPOINT = "savepoint"
-    RESTORE = "restore"
-    ERASE = "erase"
-    ALTER = "alter"
-    PUBLISH = "publish"
-    RESCALE = "rescale"
+__all__ = [
+    "ACTION_NAMES",
+    "COMPLETED_NAME",
+    "Action",
+    "Instant",
+    "State",
+    "completed_file_name",
+    "parse_file_name",
+    "pending_file_name",
+]
 
 
 #: Every action's name, for parsing file names.
@@ -36,16 +32,6 @@ COMPLETED_NAME: dict[str, str] = {Action.COMPACTION: "commit"}
 _ACTION_OF_COMPLETED = {value: key for key, value in COMPLETED_NAME.items()}
 
 
-class State(IntEnum):
-    REQUESTED = 0
-    INFLIGHT = 1
-    COMPLETED = 2
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
 _PENDING = re.compile(r"^(\d{17})\.([a-z]+)\.(requested|inflight)$")
 _COMPLETED = re.compile(r"^(\d{17})_(\d{17})\.([a-z]+)$")
 
@@ -55,7 +41,7 @@ class Instant:
     """One action on the table's timeline, in its most advanced state."""
 
     requested: str
-    action: str
+    action: Action
     state: State
     completed: str | None = None
 
@@ -89,11 +75,11 @@ def parse_file_name(name: str) -> Instant | None:
         action = match.group(2)
         if action not in ACTION_NAMES:
             return None
-        return Instant(match.group(1), action, State[match.group(3).upper()])
+        return Instant(match.group(1), Action(action), State(match.group(3)))
     match = _COMPLETED.match(name)
     if match:
         action = _ACTION_OF_COMPLETED.get(match.group(3), match.group(3))
         if action not in ACTION_NAMES or (action == Action.COMPACTION and match.group(3) != "commit"):
             return None
-        return Instant(match.group(1), action, State.COMPLETED, match.group(2))
+        return Instant(match.group(1), Action(action), State.COMPLETED, match.group(2))
     return None

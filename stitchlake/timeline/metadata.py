@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stitchlake.config import CompactionStrategy
 from stitchlake.config.stored import SchemaRecord
 from stitchlake.timeline.instant import Action
+from stitchlake.vocabulary import CompactionStrategy
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -250,8 +250,7 @@ class RewritePlan(Plan):
 
 @dataclass(frozen=True)
 class CompactionPlan(RewritePlan):
-    #: A `CompactionStrategy` name (kept a plain string: a plan written by a newer version still loads).
-    strategy: str = CompactionStrategy.ALL.value
+    strategy: CompactionStrategy = CompactionStrategy.ALL
 
 
 @dataclass(frozen=True)
@@ -646,7 +645,7 @@ ACTIONS: dict[Action, ActionKind] = {
 }
 
 
-def kind_of(action: str) -> ActionKind:
+def kind_of(action: Action | str) -> ActionKind:
     return ACTIONS[Action(action)]
 
 

@@ -29,6 +29,7 @@ from stitchlake.storage import Storage
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import (
     ACTION_NAMES,
+    Action,
     Instant,
     State,
     completed_file_name,
@@ -133,7 +134,7 @@ class Timeline:
                 continue
             self._names.add(name)
             known = self._instants.get(instant.requested)
-            if known is None or instant.state > known.state:
+            if known is None or instant.state.rank > known.state.rank:
                 self._instants[instant.requested] = instant
 
     @classmethod
@@ -336,7 +337,7 @@ def draw_time(storage: Storage, now_ms: int | None = None) -> str:
 def write_requested(
     storage: Storage,
     requested: str,
-    action: str,
+    action: Action | str,
     content: Plan,
     ready: Callable[[], None] | None = None,
 ) -> Instant:
@@ -350,7 +351,7 @@ def write_requested(
     name = pending_file_name(requested, action, State.REQUESTED)
     if not storage.put_if_absent(timeline_path(name), encode_metadata(plan_json(content)), ready):
         raise StitchError(f"instant {requested} already exists on the timeline")
-    return Instant(requested, action, State.REQUESTED)
+    return Instant(requested, Action(action), State.REQUESTED)
 
 
 def write_inflight(

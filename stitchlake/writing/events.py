@@ -16,12 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stitchlake.config import BadRows, SourceFormat, StreamSpec
+from stitchlake.config import BadRows, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io import kafka
 from stitchlake.io.landing import Judged, LandingFile, describe, positions, read_landing_rows
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
+from stitchlake.vocabulary import SourceFormat
 from stitchlake.writing.badrows import file_rejection, quarantine_file
 from stitchlake.writing.batch import LINE, REASON, ROW, SOURCE, Batch, prepare, required_columns
 
