@@ -33,7 +33,7 @@ from stitchlake.config import (
     stored_schema,
 )
 from stitchlake.config.evolution import changes, same_schema
-from stitchlake.config.model import ZooKeeperLockSpec
+from stitchlake.config.locks import ZooKeeperLockSpec
 from stitchlake.errors import ConfigError
 
 #: The example of design.md §10, verbatim.

@@ -14,7 +14,7 @@ from tables import THREE_STREAMS
 from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.providers import PROVIDERS, LockRequest, lock_spec, make_lock
 from stitchlake.config import LockProvider, parse_config
-from stitchlake.config.model import LOCK_SPECS, FileSystemLockSpec, ZooKeeperLockSpec
+from stitchlake.config.locks import LOCK_SPECS, FileSystemLockSpec, ZooKeeperLockSpec
 from stitchlake.errors import ConfigError
 from stitchlake.storage import LocalStorage
 

@@ -12,7 +12,7 @@ import pytest
 from tables import config
 
 from stitchlake.config import SourceSpec
-from stitchlake.config.model import given_location, iceberg_catalog_refusal
+from stitchlake.config.fields import given_location, iceberg_catalog_refusal
 from stitchlake.errors import ConfigError, UsageError
 from stitchlake.io.landing import _identity, discover, split_location
 from stitchlake.io.published import Target, check_iceberg_catalog

@@ -224,7 +224,7 @@ def stream_command(
 
 def _location(source: str) -> str:
     """A --source as the job sees it: local paths made absolute, URIs as they are."""
-    from stitchlake.config.model import given_location
+    from stitchlake.config.fields import given_location
 
     return given_location(source)
 

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from stitchlake.concurrency.lock import FileSystemLock, TableLock
 from stitchlake.config import LockProvider
-from stitchlake.config.model import LOCK_SPECS, AnyLockSpec, FileSystemLockSpec, LockSpec, ZooKeeperLockSpec
+from stitchlake.config.locks import LOCK_SPECS, AnyLockSpec, FileSystemLockSpec, LockSpec, ZooKeeperLockSpec
 from stitchlake.config.parse import explain
 from stitchlake.errors import ConfigError
 from stitchlake.storage import Storage

@@ -14,34 +14,36 @@ from __future__ import annotations
 
 from stitchlake.vocabulary import CompactionStrategy, PublishFormat, SourceFormat
 
-from .model import (
-    ArchiveSpec,
+from .choices import (
     BadRows,
     CleanPolicy,
+    ConcurrencyMode,
+    LockProvider,
+    LogFormat,
+    NullsMode,
+    StartingOffsets,
+    ValueFormat,
+)
+from .locks import LockSpec
+from .model import (
+    ArchiveSpec,
     CleanSpec,
     ColumnSpec,
     CompactionSpec,
-    ConcurrencyMode,
     ConcurrencySpec,
     DeleteSpec,
     HeartbeatSpec,
-    LockProvider,
-    LockSpec,
-    LogFormat,
-    NullsMode,
     PublishSpec,
-    SourceSpec,
     SparkSpec,
-    StartingOffsets,
     StorageSpec,
     StreamSpec,
     TableConfig,
     TableSpec,
-    ValueFormat,
 )
 from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_config
 from .properties import config_from_schema, in_stored_order, stored_schema
 from .secrets import MIN_SECRET_LENGTH, SECRET_NAME, SECRET_PLACEHOLDER, is_secret_name, redact
+from .sources import SourceSpec
 from .stored import FORMAT_VERSION, StoredColumn, StoredDeletes, StoredSchema, StoredStream, TableProperties
 from .values import parse_default
 

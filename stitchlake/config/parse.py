@@ -19,8 +19,10 @@ from pydantic_core import ErrorDetails
 
 from stitchlake.errors import ConfigError
 
-from .model import KAFKA_SECRET_OPTION, StorageSpec, TableConfig, kind
+from .fields import kind
+from .model import StorageSpec, TableConfig
 from .secrets import SECRET_PLACEHOLDER, declared_secrets, is_secret_name, redact
+from .sources import KAFKA_SECRET_OPTION
 
 #: A config with more values than this once YAML aliases are expanded is refused (an "alias bomb").
 MAX_CONFIG_VALUES = 100_000

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from stitchlake.config.model import iceberg_catalog_refusal
+from stitchlake.config.fields import iceberg_catalog_refusal
 from stitchlake.errors import ConflictError, UsageError
 from stitchlake.io.published.target import OWNER_PROPERTY, Publication, Published, Target
 from stitchlake.storage.registry import without_file_scheme
