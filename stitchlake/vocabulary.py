@@ -12,7 +12,7 @@ from enum import StrEnum
 
 class Action(StrEnum):
     """Every action the timeline records. What each one means (what it writes, whether a restore undoes it, ...)
-    is written once, in `timeline.metadata.ACTIONS`; services ask that table, never list actions themselves."""
+    is written once, in `timeline.actions.ACTIONS`; services ask that table, never list actions themselves."""
 
     DELTACOMMIT = "deltacommit"
     COMPACTION = "compaction"

@@ -1,4 +1,4 @@
-"""The action registry (`timeline.metadata.ACTIONS`) is the one place that says what an action means: the tables
+"""The action registry (`timeline.actions.ACTIONS`) is the one place that says what an action means: the tables
 services keep beside it (recovery's finishers) must follow it, and its flags must agree with the records they
 describe. Plus the bad-row helper every writer calls (`badrows.Rejected.apply_policy`), on real files."""
 
@@ -17,20 +17,17 @@ from stitchlake.errors import InputRejected
 from stitchlake.paths import quarantine_folder
 from stitchlake.services.recovery import FINISHERS
 from stitchlake.storage import LocalStorage
-from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import (
+from stitchlake.timeline.actions import (
     ACTIONS,
     HOLDS_FILE_GROUPS,
     REWRITES,
     UNDOES_HISTORY,
     WRITES_DATA,
-    Commit,
-    DeltaCommit,
     Recovery,
-    RewritePlan,
-    UndoPlan,
     actions_where,
 )
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import Commit, DeltaCommit, RewritePlan, UndoPlan
 from stitchlake.writing.badrows import Rejected
 from stitchlake.writing.batch import REASON, ROW, SOURCE
 

@@ -29,8 +29,9 @@ from stitchlake.layout.names import (
 )
 from stitchlake.layout.partition import escape, format_value, parse_partition_path, partition_path
 from stitchlake.storage import LocalStorage, clean_relpath
+from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import dump, kind_of, load
+from stitchlake.timeline.metadata import dump, load
 from stitchlake.timeline.timeline import Timeline, write_completed, write_inflight, write_requested
 
 # ----------------------------------------------------------------------- independent reference hash

@@ -14,6 +14,7 @@ from stitchlake.concurrency.providers import lock_spec, make_lock
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import LocalStorage
+from stitchlake.timeline.actions import REWRITES, kind_of
 from stitchlake.timeline.clock import from_millis, is_time, next_time, parse_user_time, to_millis
 from stitchlake.timeline.instant import (
     Action,
@@ -25,7 +26,6 @@ from stitchlake.timeline.instant import (
 )
 from stitchlake.timeline.metadata import (
     METADATA_VERSION,
-    REWRITES,
     CompactionCommit,
     CompactionPlan,
     DataFile,
@@ -33,7 +33,6 @@ from stitchlake.timeline.metadata import (
     DeltaCommitPlan,
     ErasePlan,
     FileSlice,
-    kind_of,
 )
 from stitchlake.timeline.timeline import (
     Timeline,

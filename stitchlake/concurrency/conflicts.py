@@ -27,8 +27,9 @@ from collections.abc import Callable, Hashable, Iterable
 from stitchlake.errors import ConflictError
 from stitchlake.paths import MARKERS_DIR
 from stitchlake.storage import Storage
+from stitchlake.timeline.actions import HOLDS_FILE_GROUPS
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import HOLDS_FILE_GROUPS, DataFile, DeltaCommit, DeltaCommitPlan, RewritePlan
+from stitchlake.timeline.metadata import DataFile, DeltaCommit, DeltaCommitPlan, RewritePlan
 from stitchlake.timeline.timeline import Timeline
 
 #: A file group: (partition path, file group id).

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from stitchlake.errors import StitchError, UsageError
 from stitchlake.layout.names import BASE, LOG
 from stitchlake.layout.rescales import BucketLayout, RescaleRecord, layout_at, records, resets
+from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.archive import Checkpoint
-from stitchlake.timeline.metadata import CleanCommit, DataFile, EraseCommit, FileSlice, RewritePlan, kind_of
+from stitchlake.timeline.metadata import CleanCommit, DataFile, EraseCommit, FileSlice, RewritePlan
 from stitchlake.timeline.timeline import Timeline
 
 __all__ = ["DataFile", "FileGroupKey", "FileSlice", "FileSystemView"]

@@ -25,8 +25,9 @@ from stitchlake.merge.stitch import to_rows
 from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditions
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
+from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import IN_CHANGE_FEED, UNDOES_HISTORY, EraseCommit, UndoPlan
+from stitchlake.timeline.metadata import EraseCommit, UndoPlan
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:

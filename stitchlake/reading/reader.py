@@ -18,8 +18,8 @@ from stitchlake.reading.changes import CHANGE_COLUMNS, change_scan, refuse_chang
 from stitchlake.reading.filters import Filter, prune
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import read_mode, resolve_time, snapshot_scan, wanted_columns
-from stitchlake.table.transaction import undoes_history
-from stitchlake.timeline.metadata import UNDOES_HISTORY
+from stitchlake.table.guards import undoes_history
+from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import ReadMode
 

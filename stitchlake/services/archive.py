@@ -24,7 +24,7 @@ from stitchlake.checksums import seal
 from stitchlake.errors import BusyError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.offsets import offsets_until
-from stitchlake.table.transaction import refuse_while_undoing
+from stitchlake.table.guards import refuse_while_undoing
 from stitchlake.timeline.archive import (
     BATCH_SUFFIX,
     LEGACY_CHECKPOINT,

@@ -20,10 +20,11 @@ from stitchlake.layout.names import BASE, LOG, parse_name
 from stitchlake.layout.partition import in_layout
 from stitchlake.paths import TABLE_JSON, is_meta
 from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import REWRITES, WRITES_DATA
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import REWRITES, WRITES_DATA, CleanCommit, CleanPlan, RewritePlan
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, RewritePlan
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 

@@ -31,10 +31,10 @@ from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import REWRITES
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
-    REWRITES,
     DataFile,
     EraseCommit,
     ErasePlan,

@@ -19,7 +19,8 @@ from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, Stitch
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.services import compaction, offsets
 from stitchlake.services.compaction import CompactionResult
-from stitchlake.table.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
+from stitchlake.table.guards import refuse_if_stream_busy
+from stitchlake.table.transaction import ConflictCheck, Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, LandingRecord, StreamBatch

@@ -41,8 +41,9 @@ from stitchlake.io.published import (
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reading.reader import read
 from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import CHANGES_PUBLISHED_ROWS, REWRITES, EraseCommit, PublishCommit, PublishPlan
+from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import PublishFormat, ReadMode
 

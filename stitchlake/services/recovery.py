@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from stitchlake.services.clean import finish_clean
 from stitchlake.services.restore import finish_restore
 from stitchlake.services.rollback import RollbackResult, expired, finish_rollback, run_rollback
-from stitchlake.table.transaction import undone_by
+from stitchlake.table.guards import undone_by
+from stitchlake.timeline.actions import Recovery, kind_of
 from stitchlake.timeline.archive import horizon_of
 from stitchlake.timeline.instant import Action, Instant, State
-from stitchlake.timeline.metadata import Recovery, kind_of
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:

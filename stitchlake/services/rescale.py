@@ -47,18 +47,12 @@ from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.table.transaction import Transaction, pending_rescales
+from stitchlake.table.guards import pending_rescales
+from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import HOLDS_FILE_GROUPS
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import (
-    HOLDS_FILE_GROUPS,
-    DataFile,
-    FileGroupRef,
-    FileSlice,
-    RescaleCommit,
-    RescalePlan,
-    RewritePlan,
-)
+from stitchlake.timeline.metadata import DataFile, FileGroupRef, FileSlice, RescaleCommit, RescalePlan, RewritePlan
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -345,7 +339,7 @@ def run(table: Table, instant_time: str | None = None, engine: Engine | None = N
 
 def _no_late_writes(plan: RescalePlan) -> Callable[[Timeline, Instant], None]:
     """Under the lock at publish: no deltacommit wrote a rescaled partition after the plan's cut. Writers are fenced
-    (`transaction.refuse_if_rescaled`), so this holds unless a writer without the fence (an older stitchlake)
+    (`guards.refuse_if_rescaled`), so this holds unless a writer without the fence (an older stitchlake)
     wrote; its logs would be laid out by the old count, so the rescale must not publish over them."""
 
     def check(timeline: Timeline, instant: Instant) -> None:

@@ -15,8 +15,9 @@ from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.rescale import buckets_reminder
 from stitchlake.services.rollback import expired, target_of, undo
 from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import UNDONE_BY_RESTORE
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import UNDONE_BY_RESTORE, RestoreCommit, RestorePlan, SavepointCommit
+from stitchlake.timeline.metadata import RestoreCommit, RestorePlan, SavepointCommit
 from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
 

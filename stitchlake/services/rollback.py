@@ -18,18 +18,11 @@ from stitchlake.concurrency.markers import delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.paths import erase_folder
 from stitchlake.services.offsets import rewound
-from stitchlake.table.transaction import Transaction, refuse_while_undoing
+from stitchlake.table.guards import refuse_while_undoing
+from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import REWRITES, kind_of
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
-from stitchlake.timeline.metadata import (
-    REWRITES,
-    DeltaCommit,
-    EraseCommit,
-    RewritePlan,
-    RollbackCommit,
-    RollbackPlan,
-    UndoTarget,
-    kind_of,
-)
+from stitchlake.timeline.metadata import DeltaCommit, EraseCommit, RewritePlan, RollbackCommit, RollbackPlan, UndoTarget
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline, delete_instant, timeline_path
 

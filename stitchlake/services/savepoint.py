@@ -13,10 +13,11 @@ from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.services.clean import needed_as_of
 from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.actions import REWRITES
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import REWRITES, SavepointCommit, SavepointPlan
+from stitchlake.timeline.metadata import SavepointCommit, SavepointPlan
 from stitchlake.timeline.savepoints import Savepoint, find, savepoints, summary
 from stitchlake.timeline.timeline import Timeline, delete_instant
 

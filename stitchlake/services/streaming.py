@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import ConflictError
-from stitchlake.table.transaction import ConflictCheck, Transaction, refuse_if_stream_busy
+from stitchlake.table.guards import refuse_if_stream_busy
+from stitchlake.table.transaction import ConflictCheck, Transaction
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, StreamBatch
 from stitchlake.timeline.timeline import Timeline

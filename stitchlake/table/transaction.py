@@ -22,20 +22,24 @@ from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
 from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
+from stitchlake.table.guards import (
+    refuse_if_rescaled,
+    refuse_if_stream_busy,
+    refuse_while_rescaling,
+    refuse_while_undoing,
+    undone_by,
+    undone_since,
+)
+from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import (
-    UNDOES_HISTORY,
     Commit,
-    DataFile,
     DeltaCommit,
     DeltaCommitPlan,
     InflightMark,
     Plan,
-    RescalePlan,
-    UndoPlan,
     WriterInfo,
-    kind_of,
 )
 from stitchlake.timeline.timeline import (
     Timeline,
@@ -382,122 +386,6 @@ def inflight_attempt(table: Table, instant: Instant) -> str | None:
     """The attempt token in an instant's inflight file; None when there is none (not inflight, or reset)."""
     mark = read_inflight(table.storage, instant)
     return mark.attempt if mark is not None else None
-
-
-def undoes_history(timeline: Timeline, instant: Instant) -> bool:
-    """A restore, or a rollback that takes back a completed commit (not one that only clears failed writes)."""
-    plan = timeline.plan(instant)
-    return isinstance(plan, UndoPlan) and plan.undoes_commits
-
-
-def refuse_while_undoing(timeline: Timeline, what: str) -> None:
-    """Refuse (exit 4) to plan on a history that is being taken back.
-
-    A restore, or a rollback of a completed commit, deletes its targets' files outside the lock and un-consumes
-    their landing files. An ingest begun meanwhile would take later files first (a state that never existed);
-    a compaction or erase would merge files about to vanish; a savepoint would pin a state that is going away.
-    """
-    for instant in timeline.pending(UNDOES_HISTORY):
-        if undoes_history(timeline, instant):
-            raise BusyError(
-                f"{instant.action} {instant.requested} is undoing commits, so nothing can {what} right now; "
-                "run again when it has finished (if its process died, `stitch rollback --failed` finishes it)"
-            )
-
-
-def undone_since(timeline: Timeline, requested: str) -> Instant | None:
-    """A restore or a rollback of a commit requested after `requested`, pending or completed."""
-    for instant in timeline.filter(UNDOES_HISTORY):
-        if instant.requested > requested and undoes_history(timeline, instant):
-            return instant
-    return None
-
-
-def undone_by(timeline: Timeline, requested: str) -> str | None:
-    """The pending rollback or restore whose plan undoes or resets `requested`, if any."""
-    for instant in timeline.pending(UNDOES_HISTORY):
-        plan = timeline.plan(instant)
-        if isinstance(plan, UndoPlan) and plan.covers(requested):
-            return f"{instant.action} {instant.requested}"
-    return None
-
-
-def pending_rescales(timeline: Timeline) -> list[tuple[Instant, RescalePlan]]:
-    """Rescales requested and not completed, with their plans."""
-    out = []
-    for instant in timeline.pending([Action.RESCALE]):
-        plan = timeline.plan(instant)
-        if isinstance(plan, RescalePlan):
-            out.append((instant, plan))
-    return out
-
-
-def refuse_while_rescaling(timeline: Timeline) -> None:
-    """A write begun while a whole-table rescale runs could only be refused at its publish: refuse it now (exit 4).
-
-    (A rescale of named partitions refuses only the writes that touch them, at their publish.)
-    """
-    for instant, plan in pending_rescales(timeline):
-        if plan.whole_table:
-            raise BusyError(
-                f"rescale {instant.requested} is rewriting every partition into {plan.buckets} buckets, so nothing "
-                "can be written right now (writers are fenced until it completes); run again when it has finished "
-                "(if its process died, `stitch rescale --resume` finishes it)"
-            )
-
-
-def refuse_if_rescaled(table: Table, timeline: Timeline, requested: str, files: tuple[DataFile, ...]) -> None:
-    """A deltacommit publishes only into partitions laid out as it routed them (design.md §6, rescale): refused (exit
-    4, nothing published; the next run routes by the new count) while a rescale of one of its partitions is pending,
-    or when one completed meanwhile, so the partition's count is no longer the one its files were written with.
-
-    Its logs would otherwise complete after the rescale's cut under file group ids of the old count, where reads of
-    the new layout would look for other keys. Each file records the count it was routed with (`DataFile.buckets`).
-    """
-    partitions = {f.partition for f in files}
-    if not partitions:
-        return
-    for instant, plan in pending_rescales(timeline):
-        touched = sorted(partitions if plan.whole_table else partitions & set(plan.partitions))
-        if touched:
-            raise BusyError(
-                f"rescale {instant.requested} is rewriting partition {touched[0] or '(unpartitioned)'} into "
-                f"{plan.buckets} buckets while instant {requested} wrote it; nothing was published — run again when "
-                "the rescale has finished (writers of the old layout are fenced)"
-            )
-    if not any(f.buckets for f in files):
-        return
-    layout = table.layout(timeline)
-    for item in files:
-        if item.buckets and item.buckets != layout.buckets(item.partition):
-            raise BusyError(
-                f"partition {item.partition or '(unpartitioned)'} was rescaled to {layout.buckets(item.partition)} "
-                f"buckets while instant {requested} wrote it with {item.buckets}; nothing was published — run again "
-                "(the next run routes by the new count)"
-            )
-
-
-def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:
-    """Whether a pending instant's heartbeat is still fresh."""
-    expire = table.config.concurrency.heartbeat.expire_s
-    return not heartbeats.is_expired(table.storage, instant.requested, expire)
-
-
-def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None:
-    """lock_free mode: one live writer per stream (exit 4 for a second). Optimistic mode lets several write at
-    once and finds their conflicts by file group instead (`concurrency.conflicts`)."""
-    if table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:
-        return
-    for instant in timeline.pending([Action.DELTACOMMIT]):
-        plan = timeline.plan(instant)
-        if timeline.stream_of(instant) != stream or not live_writer(table, timeline, instant):
-            continue
-        writer = plan.writer
-        raise BusyError(
-            f"stream {stream} is already being written by instant {instant.requested} "
-            f"(host {writer.host}, pid {writer.pid if writer.pid is not None else '?'}); its heartbeat is alive, "
-            "so this run stops here instead of ingesting twice — run again after it finishes"
-        )
 
 
 def _created_by(storage: Storage, requested: Instant | None, body: Plan) -> Instant | None:

@@ -19,8 +19,9 @@ from stitchlake.config.stored import SchemaRecord
 from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
+from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.instant import Instant, State
-from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, kind_of, load
+from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, load
 
 #: The single, rewritten checkpoint of versions before checkpoints became immutable (still read).
 LEGACY_CHECKPOINT = f"{ARCHIVE_DIR}/checkpoint.json"

@@ -26,6 +26,7 @@ from stitchlake.checksums import seal, unseal
 from stitchlake.errors import CorruptFileError, HistoryMoved, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage
+from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import (
     ACTION_NAMES,
@@ -43,7 +44,6 @@ from stitchlake.timeline.metadata import (
     InflightMark,
     Plan,
     commit_json,
-    kind_of,
     load,
     plan_json,
 )
