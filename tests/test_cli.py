@@ -24,7 +24,7 @@ from typer.testing import CliRunner, Result
 
 import stitchlake
 from stitchlake.api import Table
-from stitchlake.cli import output
+from stitchlake.cli import printing, tables, values
 from stitchlake.cli.app import app, guarded, run_command
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, NotFoundError, StitchError
 from stitchlake.timeline.instant import Action, State
@@ -408,7 +408,7 @@ def test_init_never_prints_a_path_taken_from_a_secret_environment_variable(tmp_p
         result = run(*args, env=env)
         assert result.exit_code == 0, result.output
         assert "secret-bucket-7f3a" not in result.output
-        assert output.SECRET in result.stdout
+        assert printing.SECRET in result.stdout
     assert (secret / ".stitch" / "table.json").is_file()
     shown = run("timeline", "show", "-c", str(config), "--json", env=env)
     assert "secret-bucket-7f3a" not in shown.output
@@ -446,9 +446,9 @@ def test_timeline_show_after_writes(written: tuple[Table, list[Any]], config_fil
         "instant": results[0].instant,
         "action": "deltacommit",
         "state": "completed",
-        "requested_at": output.iso_time(results[0].instant),
+        "requested_at": values.iso_time(results[0].instant),
         "completed": results[0].completed,
-        "completed_at": output.iso_time(results[0].completed),
+        "completed_at": values.iso_time(results[0].completed),
         "duration_s": first["duration_s"],
         "stream": "orders",
         "rows": 4,
@@ -754,7 +754,7 @@ def test_read_read_optimized_mode(written: tuple[Table, list[Any]], config_file:
 
 
 def test_human_values() -> None:
-    assert [output.human_duration(s) for s in (0.0456, 1.234, 12.34, 185, 7380, 273600)] == [
+    assert [values.human_duration(s) for s in (0.0456, 1.234, 12.34, 185, 7380, 273600)] == [
         "46 ms",
         "1.23 s",
         "12.3 s",
@@ -763,9 +763,9 @@ def test_human_values() -> None:
         "3 d 04 h",
     ]
     sizes = (512, 1536, 5 * 1024**3, 3 * 1024**4)
-    assert [output.human_size(n) for n in sizes] == ["512 B", "1.5 KiB", "5.0 GiB", "3.0 TiB"]
-    assert output.iso_time("20261122221609807") == "2026-11-22T22:16:09.807Z"
-    assert output.human_time("20261122221609807") == "2026-11-22 22:16:09"
+    assert [values.human_size(n) for n in sizes] == ["512 B", "1.5 KiB", "5.0 GiB", "3.0 TiB"]
+    assert values.iso_time("20261122221609807") == "2026-11-22T22:16:09.807Z"
+    assert values.human_time("20261122221609807") == "2026-11-22 22:16:09"
 
 
 def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) -> None:
@@ -823,7 +823,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
             deltacommits_since_compaction=3,
         ),
     )
-    output.print_status(report)
+    tables.print_status(report)
     out = capsys.readouterr().out
     assert out.startswith("table wide at /data/wide")
     for expected in (

@@ -26,7 +26,7 @@ from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperGroup
 
 from stitchlake import __version__
-from stitchlake.cli import job_commands, output, rescale_commands, table_commands
+from stitchlake.cli import job_commands, json_output, output, printing, rescale_commands, table_commands
 from stitchlake.errors import (
     DEBUG_ENV,
     DETAILS_NOTE,
@@ -71,7 +71,7 @@ class _OutputHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            output.hint(self.format(record))
+            printing.hint(self.format(record))
         except Exception:
             self.handleError(record)
 
@@ -126,8 +126,8 @@ def run_command(fn: Callable[[], R]) -> R | None:
     except typer.Exit:
         raise
     except ClickUsageError as exc:
-        if output.json_mode():
-            output.emit_json({"ok": False, "exit_code": exc.exit_code, "error": exc.format_message()})
+        if printing.json_mode():
+            json_output.emit_json({"ok": False, "exit_code": exc.exit_code, "error": exc.format_message()})
         raise
     except (typer.Abort, typer.TyperException):
         raise
@@ -155,7 +155,7 @@ def run_command(fn: Callable[[], R]) -> R | None:
         if debugging():
             traceback.print_exception(exc)
         else:
-            output.hint(f"(set {DEBUG_ENV}=1 to see the traceback)")
+            printing.hint(f"(set {DEBUG_ENV}=1 to see the traceback)")
         raise typer.Exit(1) from None
     if isinstance(result, output.Report):
         output.show(result)
@@ -177,7 +177,7 @@ class GuardedGroup(TyperGroup):
     """The root command group: every subcommand (and sub-app) is invoked through `run_command`."""
 
     def invoke(self, ctx: Any) -> Any:
-        output.set_json("--json" in [*getattr(ctx, "_protected_args", []), *ctx.args])
+        printing.set_json("--json" in [*getattr(ctx, "_protected_args", []), *ctx.args])
         return run_command(lambda: super(GuardedGroup, self).invoke(ctx))
 
 
@@ -186,7 +186,7 @@ class GuardedGroup(TyperGroup):
 
 def _print_version(value: bool) -> None:
     if value:
-        output.info(f"stitch {__version__}")
+        printing.info(f"stitch {__version__}")
         raise typer.Exit()
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stitchlake.cli import output
+from stitchlake.cli import output, printing, tables, values
 from stitchlake.cli.jobs import choose_engine, execute, progress_display, with_retries
 from stitchlake.cli.options import (
     CleanEngineOption,
@@ -495,16 +495,16 @@ def savepoint_list_command(
 
     def human() -> None:
         if not found:
-            output.info("no savepoints")
+            printing.info("no savepoints")
             return
-        grid = output.compact_table("savepoints")
+        grid = tables.compact_table("savepoints")
         for column in ("instant", "name", "as of", "of instant", "files"):
             grid.add_column(column)
         for item in found:
             grid.add_row(
-                item.instant, item.name or "-", output.human_time(item.savepoint_of), item.of_instant, str(item.files)
+                item.instant, item.name or "-", values.human_time(item.savepoint_of), item.of_instant, str(item.files)
             )
-        output.print_table(grid)
+        printing.print_table(grid)
 
     return Report({"savepoints": [s.to_json() for s in found]}, human=human)
 
@@ -616,4 +616,4 @@ def status_command(config: ConfigOption = None, table: TableOption = None, as_js
 
     handle = open_target(config, table)
     report = status(handle)
-    return Report(report.to_json(), human=lambda: output.print_status(report))
+    return Report(report.to_json(), human=lambda: tables.print_status(report))

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stitchlake.cli import output
+from stitchlake.cli import output, printing
 from stitchlake.jobs import launch
 from stitchlake.jobs.launch import abort_unless_published, choose_engine
 from stitchlake.vocabulary import EngineChoice
@@ -30,7 +30,7 @@ __all__ = ["EngineChoice", "abort_unless_published", "choose_engine", "execute",
 
 def with_retries(retries: int, attempt: Callable[[], output.Report]) -> output.Report:
     """`launch.with_retries` with each wait said on stderr; the report says how many retries it took."""
-    report, number = launch.with_retries(retries, attempt, output.hint)
+    report, number = launch.with_retries(retries, attempt, printing.hint)
     if retries:
         report.data["retries"] = number
     return report
@@ -49,11 +49,11 @@ def progress_display(job: str) -> Iterator[Callable[[str], None]]:
     with the latest message (none with `--json`). Whether stderr is a terminal is asked of the stream itself: rich
     takes FORCE_COLOR or TTY_COMPATIBLE (set by CI runners and schedulers for colours) for a terminal.
     """
-    console = output.stderr_console()
+    console = printing.stderr_console()
     if _on_terminal(console):
         with _status_line(job, console) as progress:
             yield progress
-    elif output.json_mode():
+    elif printing.json_mode():
         yield lambda _message: None
     else:
         with _progress_lines(job) as progress:
@@ -77,7 +77,7 @@ def _status_line(job: str, console: Any) -> Iterator[Callable[[str], None]]:
         def progress(message: str) -> None:
             if not status:
                 status.append(stack.enter_context(console.status(f"{job}: starting Spark", spinner="dots")))
-            status[0].update(output.redact(f"{job}: {message} ({time.monotonic() - started:.0f}s)"))
+            status[0].update(printing.redact(f"{job}: {message} ({time.monotonic() - started:.0f}s)"))
 
         yield progress
 
@@ -92,7 +92,7 @@ def _progress_lines(job: str) -> Iterator[Callable[[str], None]]:
     done = threading.Event()
 
     def say() -> None:
-        output.hint(output.redact(f"{job}: {latest[0]} ({time.monotonic() - started:.0f}s)"))
+        printing.hint(printing.redact(f"{job}: {latest[0]} ({time.monotonic() - started:.0f}s)"))
 
     def every() -> None:
         while not done.wait(PROGRESS_EVERY_S):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from stitchlake.cli import output
+from stitchlake.cli import printing
 from stitchlake.errors import UsageError
 from stitchlake.vocabulary import EngineChoice, ReadMode
 
@@ -133,7 +133,7 @@ def open_target(config: Path | None, table: str | None, *, must_exist: bool = Tr
 
     if config is not None:
         loaded = load_config(config)
-        output.register_secrets(loaded.secret_values)  # before anything can print them, errors included
+        printing.register_secrets(loaded.secret_values)  # before anything can print them, errors included
         handle = Table(loaded)
     else:
         assert table is not None

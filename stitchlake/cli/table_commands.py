@@ -2,7 +2,8 @@
 §8).
 
 They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
-`timeline show` stay fast. Rendering lives in `stitchlake.cli.output`; these functions gather data into a report.
+`timeline show` stay fast. Rendering lives in `stitchlake.cli.output` and the modules it uses; these functions
+gather data into a report.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stitchlake.cli import output
+from stitchlake.cli import json_output, output, printing, tables, values
 from stitchlake.cli.options import (
     AsOfOption,
     BeforeImagesOption,
@@ -71,7 +72,7 @@ def init_command(
     """Create the table a config describes (a no-op when it exists and matches)."""
     table = open_target(config, None, must_exist=False)
     created = table.init()
-    name, path = output.table_name(table.config), output.table_path(table.config)
+    name, path = values.table_name(table.config), values.table_path(table.config)
     message = (
         f"created table {name} at {path}"
         if created
@@ -91,8 +92,8 @@ def validate_command(
     data = {
         "valid": True,
         "config": str(config),
-        "table": output.table_name(loaded),
-        "path": output.table_path(loaded),
+        "table": values.table_name(loaded),
+        "path": values.table_path(loaded),
         "streams": streams,
     }
     return Report(data, message=f"{config}: valid ({len(streams)} stream(s): {', '.join(streams)})")
@@ -162,12 +163,12 @@ def _timeline_report(
     archived: bool,
     filters: tuple[str | None, str | None, str | None],
 ) -> Report:
-    name = output.table_name(handle.config)
+    name = values.table_name(handle.config)
     action, state, stream = filters
     records, matched, more = listing.records, listing.matched, listing.more
     data = {
         "table": name,
-        "path": output.table_path(handle.config),
+        "path": values.table_path(handle.config),
         "archived": archived,
         "filters": {"action": action, "state": state, "stream": stream},
         "limit": limit,
@@ -180,7 +181,7 @@ def _timeline_report(
         what = "archived instants" if archived else "instants"
         if not records:
             filtered = any(f is not None for f in filters)
-            output.info(f"no {what} match the filters" if filtered else f"no {what} on the timeline of {name}")
+            printing.info(f"no {what} match the filters" if filtered else f"no {what} on the timeline of {name}")
             return
         if matched is None:
             caption = f"newest {len(records):,} matching {what}; older ones were not searched (--limit 0 searches all)"
@@ -189,7 +190,7 @@ def _timeline_report(
         else:
             caption = f"{matched:,} {what}"
         title = f"{'archived timeline' if archived else 'timeline'} of {name} (times in UTC)"
-        output.print_table(output.timeline_table(records, title=title, caption=caption))
+        printing.print_table(tables.timeline_table(records, title=title, caption=caption))
 
     return Report(data, human=human)
 
@@ -215,7 +216,7 @@ def report_command(
         raise UsageError(f"--out {out}: folder {out.parent} does not exist")
     handle = open_target(config, table)
     target = f"-c {shlex.quote(str(config))}" if config is not None else f"--table {shlex.quote(str(table))}"
-    made = report(handle, target, progress=lambda step: output.hint(f"report: {step}"))
+    made = report(handle, target, progress=lambda step: printing.hint(f"report: {step}"))
     temp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         temp.write_text(made.html, encoding="utf-8")
@@ -231,7 +232,7 @@ def report_command(
         title="wrote",
         fields=[
             ("report", "out"),
-            ("size", lambda d: output.human_size(d["bytes"])),
+            ("size", lambda d: values.human_size(d["bytes"])),
             ("charts", lambda d: ", ".join(d["charts"])),
             ("warnings", lambda d: len(d["warnings"])),
         ],
@@ -322,7 +323,7 @@ def result_report(
         records = {"rows": total, "shown": sample.num_rows, "columns": sample.column_names}
         return Report(
             {**records, "records": sample.to_pylist()},
-            human=lambda: output.print_table(output.rows_table(sample, total)),
+            human=lambda: printing.print_table(tables.rows_table(sample, total)),
         )
     path, out_format = target
     rows, size = write_result(schema, batches, path, out_format)
@@ -331,10 +332,10 @@ def result_report(
         title="wrote",
         fields=[("rows", "rows"), ("path", "path"), ("format", "format"), ("size", "size")],
         source={
-            "rows": output.human_count(rows),
+            "rows": values.human_count(rows),
             "path": path,
             "format": out_format,
-            "size": output.human_size(size),
+            "size": values.human_size(size),
         },
     )
 
@@ -407,7 +408,7 @@ def write_result(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: Pat
                 for batch in batches:
                     for start in range(0, batch.num_rows, JSON_BATCH_ROWS):
                         part = batch.slice(start, JSON_BATCH_ROWS)
-                        handle.writelines(output.json_line(row) + "\n" for row in part.to_pylist())
+                        handle.writelines(json_output.json_line(row) + "\n" for row in part.to_pylist())
                     rows += batch.num_rows
         os.replace(temp, path)
     except OSError as exc:

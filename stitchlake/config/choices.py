@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-# ------------------------------------------------------------------------------------------------ choices
-
 
 class NullsMode(StrEnum):
     """How a stream's null values merge: replace the whole group, or keep each column's newest non-null."""
