@@ -43,12 +43,13 @@ def spark() -> Iterator[Any]:
     """One in-process Spark session for the whole run, with the stitchlake data source registered."""
     from pyspark.sql import SparkSession
 
-    from stitchlake.jobs.spark_conf import DEFAULT_CONF
+    from stitchlake.jobs.spark_conf import DEFAULT_CONF, reader_conf
     from stitchlake.spark.session import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master("local[1]").appName("stitchlake-tests")
-    for key, value in {**DEFAULT_CONF, **SPARK_CONF, "spark.pyspark.python": sys.executable}.items():
+    conf = {**DEFAULT_CONF, **SPARK_CONF, "spark.pyspark.python": sys.executable}
+    for key, value in {**conf, **reader_conf(conf)}.items():  # the JVM reader, as stitchlake's own sessions get it
         builder = builder.config(key, value)
     session = register(builder.getOrCreate())
     session.sparkContext.setLogLevel("ERROR")

@@ -36,6 +36,7 @@ import test_merge_property as prop
 import test_merge_rules as rules
 import test_schema_evolution as evolution
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stitchlake.api import Table
 from stitchlake.spark import planner
@@ -252,32 +253,37 @@ STEPS_EXAMPLES = max(1, EXAMPLES * 3 // 5)
 HISTORY_EXAMPLES = max(1, EXAMPLES - STEPS_EXAMPLES)
 
 
+#: Log formats a generated table is written with (the JVM reads Avro logs itself, nested values included).
+LOG_FORMATS = st.sampled_from(["parquet", "avro"])
+
+
 @settings(max_examples=STEPS_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
-@given(plan=prop.steps())
+@given(plan=prop.steps(), log_format=LOG_FORMATS)
 def test_generated_tables_with_deletes_erases_ties_and_time_travel_match(
-    harness: Harness, plan: list[tuple[str, Any]]
+    harness: Harness, plan: list[tuple[str, Any]], log_format: str
 ) -> None:
     """Random writes to an ordered, a nulls: ignore and a commit-time stream (deletes in each, ties), compactions
-    and key erases; every read (each compaction's before and after, every as-of time) compared."""
+    and key erases, Parquet or Avro logs; every read (each compaction's before and after, every as-of time)
+    compared."""
     root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
     try:
         with compared(harness) as checked:
-            prop.run_steps(root, plan, "parquet")
+            prop.run_steps(root, plan, log_format)
         assert checked
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 @settings(max_examples=HISTORY_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(plan=evolution.histories())
-def test_generated_tables_across_alters_match(harness: Harness, plan: list[tuple[str, Any]]) -> None:
+@given(plan=evolution.histories(), log_format=LOG_FORMATS)
+def test_generated_tables_across_alters_match(harness: Harness, plan: list[tuple[str, Any]], log_format: str) -> None:
     """Random writes, compactions and alters (an added column with a default, an int widened to long, a stream
-    added and one dropped, a dropped column, a changed default), text and decimal orderings, nested columns; every
-    read under each schema version compared."""
+    added and one dropped, a dropped column, a changed default), text and decimal orderings, nested columns, Parquet
+    or Avro logs; every read under each schema version compared."""
     root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
     try:
         with compared(harness) as checked:
-            evolution.run_history(root, plan, "parquet")
+            evolution.run_history(root, plan, log_format)
         assert checked
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -311,17 +317,21 @@ TYPED: dict[str, Any] = {
 }
 
 
-def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path: Path) -> None:
-    """NaN, infinities, -0.0 and 0.0, maps, arrays, structs, timestamps, dates, binary and decimal orderings."""
+@pytest.mark.parametrize("log_format", ["parquet", "avro"])
+def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path: Path, log_format: str) -> None:
+    """NaN, infinities, -0.0 and 0.0, maps, arrays, structs, timestamps, dates, binary and decimal orderings, in
+    Parquet and in Avro logs."""
     ts = dt.datetime(2026, 11, 21, 10, 0, 0, 1, tzinfo=dt.UTC)
+    document = {**TYPED, "table": {**TYPED["table"], "log_format": log_format}}
     with compared(harness) as checked:
-        s = rules.Scenario(rules.make_table(tmp_path, TYPED), "never", key=("k", "p"))
+        s = rules.Scenario(rules.make_table(tmp_path, document), "never", key=("k", "p"))
         x = [
             {"k": 1, "p": "a", "bin": b"\x01", "f": float("nan"), "m": [("u", 1)], "t": ts, "flag": True},
             {"k": 1, "p": "a", "bin": b"\xff", "f": -0.0, "m": [], "t": None, "flag": False},
             {"k": 2, "p": "a", "bin": b"", "f": float("inf"), "m": None, "day": dt.date(1969, 12, 31)},
             {"k": 3, "p": "b", "bin": b"\x80", "f": 0.0, "m": [("v", None), ("w", -2)], "op": "D"},
             {"k": 4, "p": "b", "bin": b"\x7f", "f": float("-inf"), "t": dt.datetime(1960, 1, 1, tzinfo=dt.UTC)},
+            {"k": 6, "p": "b", "bin": b"\x10", "f": 2.5, "m": [("z", 5), ("y", None), ("x", 7)]},  # a map that shows
         ]
         s.write("x", x)
         y = [
@@ -335,6 +345,7 @@ def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path
             },
             {"k": 1, "p": "a", "dec": decimal.Decimal("2.000"), "g": None, "arr": None, "st": {"a": 2, "b": "z"}},
             {"k": 5, "p": "b", "dec": decimal.Decimal("0.001"), "g": float("nan"), "arr": [], "st": None},
+            {"k": 7, "p": "a", "dec": decimal.Decimal("9.000"), "arr": [3, None, 4], "st": {"a": 9, "b": "q"}},
         ]
         s.write("y", y)
         s.write("y", [{"k": 1, "p": "a", "dec": decimal.Decimal("1.999"), "g": 3.5, "arr": [7]}])

@@ -192,19 +192,38 @@ def test_incremental_reads_are_handed_to_the_python_source_with_a_notice(jvm: Jv
     assert jvm.stderr().count("reading with the Python data source") == 1
 
 
-def test_without_the_jar_the_python_source_reads_with_a_one_line_notice(
-    spark: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    from stitchlake.spark.session import register
+#: A session with the reader switched off (its jar not on the classpath): what `format("stitchlake")` gives there.
+WITHOUT_THE_JAR = """
+import json, sys
+from pyspark.sql import SparkSession
+from stitchlake.spark.session import register
+spark = register(SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate())
+frame = spark.read.format("stitchlake").load(sys.argv[1])
+print(json.dumps({
+    "python": "(Python)" in frame._jdf.queryExecution().executedPlan().toString(),
+    "rows": sorted((r.asDict() for r in frame.collect()), key=lambda r: r["k"]),
+    "alias": sorted(spark.read.format("stitchlake_python").load(sys.argv[1]).columns),
+}, default=str))
+"""
 
-    register(spark)  # the suite's session has no jar
-    notice = f"stitchlake: the JVM reader is not on the classpath ({reader_jar()}); reading with the Python data source"
-    assert capsys.readouterr().err.splitlines() == [notice]
+
+def test_without_the_jar_the_python_source_reads_with_a_one_line_notice(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
     table = built(tmp_path)
-    frame = spark.read.format("stitchlake").load(location(table))
-    assert "(Python)" in frame._jdf.queryExecution().executedPlan().toString()
-    assert sorted((r.asDict() for r in frame.collect()), key=lambda r: r["k"]) == expected(table)
-    assert json.dumps(sorted(spark.read.format("stitchlake_python").load(location(table)).columns))
+    env = {**os.environ, "STITCHLAKE_JVM_READER": "0", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_THE_JAR, location(table)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notice = f"stitchlake: the JVM reader is not on the classpath ({reader_jar()}); reading with the Python data source"
+    assert [line for line in done.stderr.splitlines() if line.startswith("stitchlake:")] == [notice]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["python"]
+    assert answer["rows"] == json.loads(json.dumps(expected(table), default=str))
+    assert answer["alias"] == sorted(table.read().column_names)
 
 
 def test_the_jvm_xxh3_is_pythons_for_every_length_to_300_and_large_inputs(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 package io.stitchlake.spark;
 
+import io.stitchlake.spark.io.DataFileReader;
 import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.util.ArrayList;
@@ -15,7 +16,6 @@ import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
-import org.apache.spark.sql.execution.datasources.parquet.ParquetReadSupport;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.ArrayType;
@@ -149,17 +149,7 @@ final class StitchScan implements Scan, Batch {
       if (!k.equals("path") && !k.equals("paths")) hadoop.set(k, v);
     });
     plan.hadoopConf.forEach(hadoop::set);
-    // What Spark's ParquetScan sets for its reader (read by key: SQLConf's entries are Scala vals).
-    hadoop.set("parquet.read.support.class", ParquetReadSupport.class.getName());
-    hadoop.set("spark.sql.session.timeZone", conf.sessionLocalTimeZone());
-    hadoop.setBoolean("spark.sql.optimizer.nestedSchemaPruning.enabled", conf.nestedSchemaPruningEnabled());
-    hadoop.setBoolean("spark.sql.caseSensitive", conf.caseSensitiveAnalysis());
-    hadoop.setBoolean("spark.sql.parquet.binaryAsString", conf.isParquetBinaryAsString());
-    hadoop.setBoolean("spark.sql.parquet.int96AsTimestamp", conf.isParquetINT96AsTimestamp());
-    hadoop.setBoolean("spark.sql.parquet.inferTimestampNTZ.enabled", conf.parquetInferTimestampNTZEnabled());
-    hadoop.setBoolean("spark.sql.legacy.parquet.nanosAsLong", conf.legacyParquetNanosAsLong());
-    // Page checksums too, as the Python reader verifies them.
-    hadoop.setBoolean("parquet.page.verify-checksum.enabled", true);
+    DataFileReader.configure(hadoop, conf);
     Broadcast<SerializableConfiguration> broadcast = session.sparkContext().broadcast(
         new SerializableConfiguration(hadoop), ClassTag$.MODULE$.apply(SerializableConfiguration.class));
     return new StitchReaderFactory(broadcast, output, tableSchema, plan.merge, plan.mergeJson, rowGroups,

@@ -14,6 +14,7 @@ import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericRecord;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.BooleanType;
 import org.apache.spark.sql.types.DataType;
@@ -24,6 +25,7 @@ import org.apache.spark.sql.types.DoubleType;
 import org.apache.spark.sql.types.FloatType;
 import org.apache.spark.sql.types.IntegerType;
 import org.apache.spark.sql.types.LongType;
+import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -64,10 +66,22 @@ final class AvroLogReader {
     return new ColumnarBatch(vectors, rows);
   }
 
+  /**
+   * Value {@code value} (Avro's generic form) at {@code row} of {@code v}. Nested values recurse: a struct's fields
+   * sit at the same row of its children, an array's or map's elements are added after the child's elements so far
+   * (a map is an Avro array of {key, value} records, stitchlake/io/avro.py).
+   */
   private static void put(WritableColumnVector v, int row, Object value, DataType type, PlanFile file) {
+    v.reserve(row + 1);
     if (value == null) {
       v.putNull(row);
-    } else if (type instanceof LongType || type instanceof TimestampType) {
+      if (type instanceof StructType) {
+        StructField[] fields = ((StructType) type).fields();
+        for (int f = 0; f < fields.length; f++) put(v.getChild(f), row, null, fields[f].dataType(), file);
+      }
+      return;
+    }
+    if (type instanceof LongType || type instanceof TimestampType) {
       v.putLong(row, ((Number) value).longValue());
     } else if (type instanceof IntegerType || type instanceof DateType) {
       v.putInt(row, ((Number) value).intValue());
@@ -86,9 +100,41 @@ final class AvroLogReader {
       DecimalType d = (DecimalType) type;
       BigDecimal decimal = new BigDecimal(new BigInteger(bytes((ByteBuffer) value)), d.scale());
       v.putDecimal(row, Decimal.apply(decimal, d.precision(), d.scale()), d.precision());
+    } else if (type instanceof StructType) {
+      v.putNotNull(row);
+      GenericRecord record = (GenericRecord) value;
+      StructField[] fields = ((StructType) type).fields();
+      for (int f = 0; f < fields.length; f++) {
+        Schema.Field own = record.getSchema().getField(fields[f].name());
+        put(v.getChild(f), row, own == null ? null : record.get(own.pos()), fields[f].dataType(), file);
+      }
+    } else if (type instanceof ArrayType) {
+      List<?> items = (List<?>) value;
+      WritableColumnVector elements = v.arrayData();
+      int at = elements.getElementsAppended();
+      DataType itemType = ((ArrayType) type).elementType();
+      for (int i = 0; i < items.size(); i++) put(elements, at + i, items.get(i), itemType, file);
+      elements.addElementsAppended(items.size());
+      v.putNotNull(row);
+      v.putArray(row, at, items.size());
+    } else if (type instanceof MapType) {
+      List<?> entries = (List<?>) value;
+      MapType m = (MapType) type;
+      WritableColumnVector keys = v.getChild(0);
+      WritableColumnVector values = v.getChild(1);
+      int at = keys.getElementsAppended();
+      for (int i = 0; i < entries.size(); i++) {
+        GenericRecord entry = (GenericRecord) entries.get(i);
+        put(keys, at + i, entry.get("key"), m.keyType(), file);
+        put(values, at + i, entry.get("value"), m.valueType(), file);
+      }
+      keys.addElementsAppended(entries.size());
+      values.addElementsAppended(entries.size());
+      v.putNotNull(row);
+      v.putArray(row, at, entries.size());
     } else {
       throw new UnsupportedOperationException(file.path + ": the JVM reader does not read " + type.simpleString()
-          + " columns of Avro logs yet");
+          + " columns of Avro logs");
     }
   }
 

@@ -27,6 +27,7 @@ import org.apache.parquet.io.SeekableInputStream;
 import org.apache.parquet.schema.MessageType;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetReadSupport;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -68,6 +69,22 @@ public final class DataFileReader {
   public DataFileReader(Configuration conf, int batchSize) {
     this.conf = conf;
     this.batchSize = batchSize;
+  }
+
+  /**
+   * What Spark's ParquetScan sets for its vectorized reader, from the session's SQL conf (read by key: SQLConf's
+   * entries are Scala vals), and page checksums verified as the Python reader does.
+   */
+  public static void configure(Configuration hadoop, SQLConf conf) {
+    hadoop.set("parquet.read.support.class", ParquetReadSupport.class.getName());
+    hadoop.set("spark.sql.session.timeZone", conf.sessionLocalTimeZone());
+    hadoop.setBoolean("spark.sql.optimizer.nestedSchemaPruning.enabled", conf.nestedSchemaPruningEnabled());
+    hadoop.setBoolean("spark.sql.caseSensitive", conf.caseSensitiveAnalysis());
+    hadoop.setBoolean("spark.sql.parquet.binaryAsString", conf.isParquetBinaryAsString());
+    hadoop.setBoolean("spark.sql.parquet.int96AsTimestamp", conf.isParquetINT96AsTimestamp());
+    hadoop.setBoolean("spark.sql.parquet.inferTimestampNTZ.enabled", conf.parquetInferTimestampNTZEnabled());
+    hadoop.setBoolean("spark.sql.legacy.parquet.nanosAsLong", conf.legacyParquetNanosAsLong());
+    hadoop.setBoolean("parquet.page.verify-checksum.enabled", true);
   }
 
   /** The whole file, verified against its commit's digest (none recorded: files from before checksums). */
