@@ -69,19 +69,19 @@ test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: setup
-	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
+	$(BIN)/python -m scripts.demo $(DEMO_ARGS)
 
 bench: setup
-	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+	$(BIN)/python -m scripts.bench $(BENCH_ARGS)
 
 bench-scale: setup
-	$(BIN)/python scripts/bench_scale.py $(BENCH_SCALE_ARGS)
+	$(BIN)/python -m scripts.bench_scale $(BENCH_SCALE_ARGS)
 
 bench-peers: setup
-	$(BIN)/python scripts/bench_peers.py $(PEERS_ARGS)
+	$(BIN)/python -m scripts.bench_peers $(PEERS_ARGS)
 
 torture: setup
-	$(BIN)/python scripts/torture.py $(TORTURE_ARGS)
+	$(BIN)/python -m scripts.torture $(TORTURE_ARGS)
 
 # Issue 37: each round new writer hosts (network namespaces) and a random fault at a point of a commit; a failing
 # round prints the command that replays it. Needs root (namespaces, iptables).

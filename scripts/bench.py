@@ -1,6 +1,6 @@
 """`make bench`: stitchlake's figures against its peers and the physical limit, written to docs/benchmarks.md.
 
-    python scripts/bench.py [--sizes 200000,1000000] [--runs 3] [--no-spark] [--no-s3] [--out docs/benchmarks.md]
+    python -m scripts.bench [--sizes 200000,1000000] [--runs 3] [--no-spark] [--no-s3] [--out docs/benchmarks.md]
 
 Every figure is the median of `--runs` runs (at least 15 for reads shorter than 0.1 s, whose noise 3 runs would
 measure), each measured in a fresh process (so its peak memory is its own),
@@ -30,11 +30,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import bench_charts  # noqa: E402
-import bench_workload as workload  # noqa: E402
+from scripts import ROOT, bench_charts
+from scripts import bench_workload as workload
 
 BEGIN, END = "<!-- bench:figures:begin -->", "<!-- bench:figures:end -->"
 TIMELINE_INSTANTS = 10_000
@@ -627,7 +624,7 @@ def s3_endpoint(workdir: Path) -> tuple[dict[str, str], Callable[[], None]]:
         }
         stop: Callable[[], None] = lambda: None  # noqa: E731
     else:
-        import rgw
+        from scripts import rgw
 
         rgw.ensure_installed()
         started = rgw.start(workdir / "rgw", watch_pid=os.getpid())
@@ -647,7 +644,7 @@ def s3_bucket(env: dict[str, str]) -> str:
     """A new bucket for this run's S3 tables."""
     import uuid
 
-    import rgw
+    from scripts import rgw
 
     name = f"bench-{uuid.uuid4().hex[:10]}"
     server = rgw.RgwServer(
@@ -1170,7 +1167,7 @@ def render(results: Results, arguments: str) -> str:
         f"- each figure: median of {results.runs} runs (of {SHORT_RUNS} for reads under {SHORT_FIGURE_S:g} s) in a "
         "fresh process; peak resident memory of that process "
         "(the workload it holds included) in brackets",
-        f"- command: `python scripts/bench.py {arguments}`".rstrip(),
+        f"- command: `python -m scripts.bench {arguments}`".rstrip(),
         "",
         "### In-process engine",
         "",

@@ -1,6 +1,6 @@
 """`make bench-peers`: stitchlake next to Hudi, Paimon, Delta and Iceberg on Spark, the same job for each (issue 25).
 
-    python scripts/bench_peers.py [--sizes 200000,1000000] [--runs 1] [--systems stitchlake,hudi,...]
+    python -m scripts.bench_peers [--sizes 200000,1000000] [--runs 1] [--systems stitchlake,hudi,...]
                                   [--json PATH] [--out docs/benchmarks.md] [--workdir bench-data/peers]
 
 The workload is `make bench`'s (scripts/bench_workload.py: three streams, per-stream event-time ordering, 10% late,
@@ -29,13 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import bench_charts  # noqa: E402
-import bench_workload as workload  # noqa: E402
-import spark_envs  # noqa: E402
-from peer_job import QUERY, SYSTEMS  # noqa: E402
+from scripts import ROOT, bench_charts, module_argv, spark_envs
+from scripts import bench_workload as workload
+from scripts.peer_job import QUERY, SYSTEMS
 
 BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
 #: The Spark environment each system runs in (docs/benchmarks.md says why two).
@@ -141,14 +137,14 @@ def wrong_cells(actual: Any, truth: Any) -> dict[str, int]:
 
 
 def expected_query(truth: Any) -> list[tuple[Any, ...]]:
-    import bench
+    from scripts import bench
 
     result: list[tuple[Any, ...]] = bench.expected_answer(truth)
     return result
 
 
 def canonical_query(rows: list[list[Any]]) -> list[tuple[Any, ...]]:
-    import bench
+    from scripts import bench
 
     result: list[tuple[Any, ...]] = bench._canonical(tuple(r) for r in rows)
     return result
@@ -164,7 +160,7 @@ def run_system(system: str, data: Path, work: Path, installed: spark_envs.Instal
     work.mkdir(parents=True)
     out = work / "result.json"
     log = work / "job.log"
-    argv = [sys.executable, str(ROOT / "scripts" / "peer_job.py"), system, str(data), str(work), str(out)]
+    argv = module_argv("peer_job", system, str(data), str(work), str(out))
     started = time.perf_counter()
     with open(log, "wb") as sink:
         process = subprocess.Popen(argv, env=installed.environ(), stdout=sink, stderr=subprocess.STDOUT)
@@ -347,10 +343,7 @@ def machine() -> dict[str, Any]:
 
 def versions() -> dict[str, Any]:
     """What ran: each system's Spark and connector, and the environments' pinned packages and jars."""
-    import peer_delta
-    import peer_hudi
-    import peer_iceberg
-    import peer_paimon
+    from scripts import peer_delta, peer_hudi, peer_iceberg, peer_paimon
 
     return {
         "environments": {
@@ -380,7 +373,7 @@ def render(report: dict[str, Any], arguments: str) -> str:
         "shared: other engineers' tests ran meanwhile)",
         "- Spark: " + ", ".join(f"{s} on PySpark {report['versions']['systems'][s]['spark']}" for s in systems),
         f"- each system in a fresh process, `local[2]`, driver memory 4g, 4 shuffle partitions; median of "
-        f"{report['runs']} run(s), the systems taking turns; command: `python scripts/bench_peers.py {arguments}`",
+        f"{report['runs']} run(s), the systems taking turns; command: `python -m scripts.bench_peers {arguments}`",
     ]
     for keys in sizes:
         stats = report["results"][str(keys)]["workload"]

@@ -1,6 +1,6 @@
 """`make bench-scale` (issue 27 point 4): the `make bench` workload at scale, as a user runs it, every process watched.
 
-    python scripts/bench_scale.py [--keys 30000000] [--chunk-keys 1000000] [--workdir bench-data/scale]
+    python -m scripts.bench_scale [--keys 30000000] [--chunk-keys 1000000] [--workdir bench-data/scale]
                                   [--out docs/benchmarks.md]
 
 `--keys` takes one size or several, comma-separated (`--keys 1000000,10000000`: the growth from the first to the
@@ -32,12 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import bench  # noqa: E402
-import bench_charts  # noqa: E402
-import bench_workload as workload  # noqa: E402
+from scripts import ROOT, bench, bench_charts, child_env
+from scripts import bench_workload as workload
 
 BEGIN, END = "<!-- bench-scale:figures:begin -->", "<!-- bench-scale:figures:end -->"
 #: What the acceptance criterion of issue 27 runs, verbatim: on the uncompacted table at up to ACCEPTANCE_KEYS keys
@@ -224,13 +220,13 @@ def generate(folder: Path, keys: int, seed: int, chunk_keys: int) -> dict[str, A
     if folder.exists():
         shutil.rmtree(folder)
     code = (
-        "import json, resource, sys, time; sys.path.insert(0, sys.argv[1]); import bench_workload as w; "
+        "import json, resource, sys, time; from scripts import bench_workload as w; "
         "from pathlib import Path; t = time.perf_counter(); "
-        "s = w.save_chunked(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5])); "
-        "s.update(chunk_keys=int(sys.argv[5]), seconds=time.perf_counter() - t, "
+        "s = w.save_chunked(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])); "
+        "s.update(chunk_keys=int(sys.argv[4]), seconds=time.perf_counter() - t, "
         "peak_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024); print(json.dumps(s))"
     )
-    step = run([sys.executable, "-c", code, str(ROOT / "scripts"), str(keys), str(seed), str(folder), str(chunk_keys)])
+    step = run([sys.executable, "-c", code, str(keys), str(seed), str(folder), str(chunk_keys)], child_env())
     if step["exit"] != 0:
         raise RuntimeError(f"generating {keys:,} keys failed:\n{step['stderr'][-3000:]}")
     stats = json.loads(step["stdout"].strip().splitlines()[-1])
@@ -298,10 +294,9 @@ def spark_conf_for(slice_bytes: int, cores: int) -> dict[str, str]:
 
 SPARK_READ = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-import bench
-spark = bench._spark(int(sys.argv[3]), json.loads(sys.argv[4]))
-row = spark.read.format("stitchlake").load(sys.argv[2]).selectExpr(
+from scripts import bench
+spark = bench._spark(int(sys.argv[2]), json.loads(sys.argv[3]))
+row = spark.read.format("stitchlake").load(sys.argv[1]).selectExpr(
     "count(*) AS rows", "sum(order_id) AS keys", "count(amount) AS amount_count",
     "sum(CAST(round(amount * 100) AS BIGINT)) AS amount_sum", "count(customer_id) AS customer_id_count",
     "count(pay_status) AS pay_status_count", "count(ship_status) AS ship_status_count",
@@ -316,8 +311,8 @@ def spark_read(
 ) -> tuple[dict[str, Any], list[str]]:
     """A Spark read of the table (`spark.read.format('stitchlake')`) in a fresh `local[cores]` session: each task
     merges its slices in a Python worker."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    step = run([sys.executable, "-c", SPARK_READ, str(ROOT / "scripts"), str(table), str(cores), json.dumps(conf)], env)
+    env = child_env({**os.environ, "PYSPARK_PYTHON": sys.executable})
+    step = run([sys.executable, "-c", SPARK_READ, str(table), str(cores), json.dumps(conf)], env)
     if step["exit"] != 0:
         raise RuntimeError(f"Spark read failed:\n{step['stderr'][-3000:]}")
     got = json.loads(step["stdout"].strip().splitlines()[-1])
@@ -480,7 +475,7 @@ def render(results: list[dict[str, Any]], arguments: str) -> str:
             + (f"; Spark tasks one at a time ({figures['spark_conf']})" if figures["spark_conf"] else "")
         )
     lines += [
-        f"- command: `python scripts/bench_scale.py {arguments}`".rstrip(),
+        f"- command: `python -m scripts.bench_scale {arguments}`".rstrip(),
         "- memory: peak resident MiB of each kind of process in the step's process tree (each process's own "
         "high-water mark, VmHWM, read from /proc every 0.25 s; a process with no children exactly, from wait4), "
         "and `tree` the peak of their current sizes summed",

@@ -14,13 +14,12 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from scripts import ROOT
+
 CONFIG = ROOT / "configs" / "demo.yaml"
 DEMO = ROOT / "demo"
 STREAMS = ("orders", "payments", "shipments")
-sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def stitch(*args: str) -> list[str]:
@@ -70,9 +69,8 @@ def ingest_concurrently() -> None:
 
 
 def check() -> int:
-    from demo_data import compare
-
     import stitchlake
+    from scripts.demo_data import compare
 
     table = stitchlake.read(str(CONFIG))
     problems = compare(table, DEMO / "truth.parquet")
@@ -91,7 +89,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep an existing demo/ folder (re-run the jobs)")
     args = parser.parse_args()
     started = time.time()
-    from demo_data import generate
+    from scripts.demo_data import generate
 
     if not args.keep:
         shutil.rmtree(DEMO, ignore_errors=True)

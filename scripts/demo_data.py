@@ -6,7 +6,7 @@ events (an older event landing in a later file), exact duplicates, payment event
 by only one stream. Next to them it writes the ground truth (`truth.parquet`), computed here with pandas/numpy
 from the events alone and never with stitchlake, so the demo can check the stitched table against it (`compare`).
 
-    python scripts/demo_data.py --out demo --orders 300000 --days 3 --seed 7 --files-per-stream 6
+    python -m scripts.demo_data --out demo --orders 300000 --days 3 --seed 7 --files-per-stream 6
 
 Layout of DIR: `landing/{orders,payments,shipments}/part-NNNN.{parquet,json,csv}` (sorted name = arrival order),
 `truth.parquet`, `expected_summary.json`.
@@ -27,9 +27,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
+from scripts import ROOT
+
 #: Default output folder: the repo's demo/ (git-ignored), which is where configs/demo.yaml points.
-DEFAULT_OUT = REPO / "demo"
+DEFAULT_OUT = ROOT / "demo"
 
 US = 1_000_000
 MINUTE = 60 * US

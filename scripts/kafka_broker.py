@@ -6,9 +6,9 @@ Java 17 as `kafka.Kafka` after `kafka.tools.StorageTool format`. Sized for a bus
 network and two I/O threads, replication factor 1 everywhere. Logs, data and the state file live in one private
 directory. Stdlib only (plus the sibling `maven_jars`).
 
-    python scripts/kafka_broker.py start --dir /tmp/kafka [--watch-pid PID]
-    python scripts/kafka_broker.py status --dir /tmp/kafka
-    python scripts/kafka_broker.py stop --dir /tmp/kafka
+    python -m scripts.kafka_broker start --dir /tmp/kafka [--watch-pid PID]
+    python -m scripts.kafka_broker status --dir /tmp/kafka
+    python -m scripts.kafka_broker stop --dir /tmp/kafka
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
-import local_daemons
-import maven_jars
-from local_daemons import (
+from scripts import local_daemons, maven_jars
+from scripts.local_daemons import (
     Commands,
     command_line,
     free_port,
@@ -194,7 +193,9 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
         raise
     broker = dataclasses.replace(broker, pids=dict(pids))
     if watch_pid is not None:
-        broker = dataclasses.replace(broker, pids={**pids, "watchdog": spawn_watchdog(__file__, workdir, watch_pid)})
+        broker = dataclasses.replace(
+            broker, pids={**pids, "watchdog": spawn_watchdog("kafka_broker", workdir, watch_pid)}
+        )
     write_state(workdir, broker)
     return broker
 
@@ -265,7 +266,7 @@ def _wait_partitions(admin: Any, topic: str, partitions: int, timeout: float = 1
     raise KafkaBrokerError(f"topic {topic} did not get {partitions} partitions with leaders within {timeout:g}s")
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None]]) -> None:
+def produce(bootstrap: str, topic: str, records: Sequence[tuple[int, bytes | None]]) -> None:
     """(partition, value) records, in order, acknowledged by the broker before returning."""
     from confluent_kafka import Producer
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from scripts import child_env, module_argv
+
 STATE_FILE = "state.json"
 
 
@@ -117,10 +119,11 @@ def spawn(argv: list[str], workdir: Path, name: str, env: dict[str, str] | None 
     return proc.pid
 
 
-def spawn_watchdog(script: str, workdir: Path, watch_pid: int, env: dict[str, str] | None = None) -> int:
-    """`script watch --dir workdir --pid watch_pid`: stops the daemons once `watch_pid` is gone."""
-    argv = [sys.executable, os.path.abspath(script), "watch", "--dir", str(workdir), "--pid", str(watch_pid)]
-    return spawn(argv, workdir, "watchdog", env)
+def spawn_watchdog(module: str, workdir: Path, watch_pid: int, env: dict[str, str] | None = None) -> int:
+    """`python -m scripts.<module> watch --dir workdir --pid watch_pid`: stops the daemons once `watch_pid` is
+    gone."""
+    argv = module_argv(module, "watch", "--dir", str(workdir), "--pid", str(watch_pid))
+    return spawn(argv, workdir, "watchdog", child_env(env))
 
 
 def wait_for(

@@ -6,7 +6,7 @@ only through Maven Central. Each is named here once with its exact version; `fet
 artifact with its runtime dependencies through a throw-away POM. One installer at a time: several test workers
 may ask at once, so a file lock guards each artifact.
 
-Run as a script to fetch coordinates by hand: `python scripts/maven_jars.py G:A:V[:packaging[:classifier]]...`
+Run as a script to fetch coordinates by hand: `python -m scripts.maven_jars G:A:V[:packaging[:classifier]]...`
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from scripts import ROOT
+
 #: Where fetched artifacts live: inside the virtual environment, so `rm -rf .venv` starts clean.
-FOLDER = REPO / ".venv" / "maven"
+FOLDER = ROOT / ".venv" / "maven"
 FETCH_TIMEOUT_S = 1800.0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from peer_job import WIDE, hash_every_column, latest_per_key, merge_sql, table_columns, version_columns
+from scripts.peer_job import WIDE, hash_every_column, latest_per_key, merge_sql, table_columns, version_columns
 
 DELTA_VERSION = "4.4.0"
 CONF = {

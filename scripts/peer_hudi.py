@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from peer_job import latest_per_key, widened
+from scripts.peer_job import latest_per_key, widened
 
 HUDI_VERSION = "1.2.0"
 CONF = {
@@ -65,7 +65,7 @@ class Job:
         batch.write.format("hudi").options(**OPTIONS).mode("append").save(str(self.table))
 
     def frame(self) -> Any:
-        from peer_job import WIDE
+        from scripts.peer_job import WIDE
 
         return self.spark.read.format("hudi").load(str(self.table)).select(*WIDE)
 

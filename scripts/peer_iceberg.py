@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from peer_job import WIDE, latest_per_key, merge_sql, table_columns, version_columns
+from scripts.peer_job import WIDE, latest_per_key, merge_sql, table_columns, version_columns
 
 ICEBERG_VERSION = "1.12.0"
 CONF = {

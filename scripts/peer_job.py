@@ -1,6 +1,6 @@
 """One system's part of `make bench-peers`, run in a process of its own under its Spark environment.
 
-    python scripts/peer_job.py SYSTEM DATA WORK OUT.json
+    python -m scripts.peer_job SYSTEM DATA WORK OUT.json
 
 `bench_peers.py` starts this with the pinned PySpark of the system's environment first on the path
 (`spark_envs.Installed.environ`). It builds one fresh `local[2]` session with the settings every system shares
@@ -23,9 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_workload as workload
+from scripts import bench_workload as workload
 
 SYSTEMS = ("stitchlake", "hudi", "paimon", "delta", "iceberg")
 #: The settings every system's session shares (the issue: same driver memory and shuffle partitions).
@@ -201,7 +199,7 @@ def measure_read(spark: Any, job: Job, answer: Path) -> dict[str, Any]:
 
 
 def run(system: str, data: Path, work: Path) -> dict[str, Any]:
-    module = importlib.import_module(f"peer_{system}")
+    module = importlib.import_module(f"scripts.peer_{system}")
     started = time.perf_counter()
     spark = session(module.CONF, f"bench-peers-{system}")
     import pyspark

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import bench_workload as workload
-from peer_job import WIDE, table_columns, widened
+from scripts import bench_workload as workload
+from scripts.peer_job import WIDE, table_columns, widened
 
 PAIMON_VERSION = "0.9.0"
 CONF = {

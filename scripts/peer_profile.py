@@ -1,6 +1,6 @@
 """Where stitchlake's Spark read time goes, next to the floors that bound it (issue 25, item 5).
 
-    python scripts/peer_profile.py [--keys 200000] [--workdir bench-data/peers]
+    python -m scripts.peer_profile [--keys 200000] [--workdir bench-data/peers]
 
 Runs itself again under the Spark 4.1 environment `bench_peers` uses for stitchlake, in one `local[2]` session with
 the same settings: ingests the workload's 12 batches (`peer_stitchlake.Job`), then measures, printing each line as
@@ -20,8 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts import ROOT, module_argv
 
 
 def show(label: str, seconds: float) -> None:
@@ -29,13 +28,12 @@ def show(label: str, seconds: float) -> None:
 
 
 def profile(data: Path, work: Path) -> None:
-    import peer_job
-    import peer_stitchlake
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from bench import arrow_file_source
 
     import stitchlake
+    from scripts import peer_job, peer_stitchlake
+    from scripts.bench import arrow_file_source
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -95,8 +93,8 @@ def main() -> int:
     if args.inside:
         profile(folder / "data", folder / "profile")
         return 0
-    import bench_workload as workload
-    import spark_envs
+    from scripts import bench_workload as workload
+    from scripts import spark_envs
 
     data = folder / "data"
     if not (data / f".complete-{args.seed}").exists():  # the same workload folder as bench_peers.py
@@ -106,7 +104,7 @@ def main() -> int:
         (data / "stats.json").write_text(json.dumps(generated.stats), encoding="utf-8")
         (data / f".complete-{args.seed}").write_text("ok", encoding="utf-8")
     env = spark_envs.install(spark_envs.SPARK_4_1).environ()
-    argv = [sys.executable, __file__, "--keys", str(args.keys), "--workdir", args.workdir, "--inside"]
+    argv = module_argv("peer_profile", "--keys", str(args.keys), "--workdir", args.workdir, "--inside")
     print(f"load average before: {os.getloadavg()}", flush=True)
     code = subprocess.run(argv, env=env, check=False).returncode
     print(f"load average after: {os.getloadavg()}", flush=True)

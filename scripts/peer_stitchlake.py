@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from peer_job import WIDE
+from scripts.peer_job import WIDE
 
 
 def versions(spark: Any) -> dict[str, str]:
@@ -24,8 +24,7 @@ CONF: dict[str, str] = {}
 
 class Job:
     def __init__(self, spark: Any, work: Path, data: Path) -> None:
-        from bench import spark_table
-
+        from scripts.bench import spark_table
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
 

@@ -1,7 +1,7 @@
 """How fast `format("stitchlake")` reads on Spark: the JVM reader against the Python data source and the floor
 (issue 35).
 
-    python scripts/reader_profile.py [--keys 200000] [--runs 3] [--reuse] [--only jvm] [--jfr /tmp/x.jfr]
+    python -m scripts.reader_profile [--keys 200000] [--runs 3] [--reuse] [--only jvm] [--jfr /tmp/x.jfr]
 
 A sibling of scripts/peer_profile.py on the project's own PySpark (no side environment): the peers workload
 (scripts/bench_workload.py, the same folder bench_peers.py uses) ingested as `make bench-peers` ingests it
@@ -33,9 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
+from scripts import ROOT
 
 READERS = {"jvm": "stitchlake", "python": "stitchlake_python"}
 EVENT_LOG = tempfile.mkdtemp(prefix="reader-profile-events-")
@@ -78,7 +76,7 @@ def peak_rss_mib(pid: int | None) -> str:
 
 
 def workload_folder(keys: int, seed: int, workdir: Path) -> Path:
-    import bench_workload as workload
+    from scripts import bench_workload as workload
 
     folder = workdir / f"keys-{keys}"
     data = folder / "data"
@@ -92,9 +90,9 @@ def workload_folder(keys: int, seed: int, workdir: Path) -> Path:
 
 
 def session(jfr: str | None, extra: list[str] | None = None) -> Any:
-    import peer_job
     from pyspark.sql import SparkSession
 
+    from scripts import peer_job
     from stitchlake.jobs.spark_conf import REQUIRED_CONF, reader_conf, reader_jar
 
     if not reader_jar().is_file():
@@ -124,8 +122,7 @@ def session(jfr: str | None, extra: list[str] | None = None) -> Any:
 
 def table(spark: Any, folder: Path, reuse: bool) -> Any:
     """The uncompacted table at folder/profile/stitchlake (ingested, or restored from the kept copy)."""
-    import peer_job
-    import peer_stitchlake
+    from scripts import peer_job, peer_stitchlake
 
     data, work = folder / "data", folder / "profile"
     kept = work / "uncompacted-copy"
@@ -158,7 +155,7 @@ def table(spark: Any, folder: Path, reuse: bool) -> Any:
 
 def measure(spark: Any, label: str, frame: Callable[[], Any], runs: int) -> dict[str, float]:
     """All columns into `noop`, then the aggregation: first, then the median of `runs` warm ones."""
-    import peer_job
+    from scripts import peer_job
 
     out = {}
     view = "rp_" + "".join(c if c.isalnum() else "_" for c in label)
@@ -186,7 +183,7 @@ def measure(spark: Any, label: str, frame: Callable[[], Any], runs: int) -> dict
 
 
 def profile(folder: Path, runs: int, readers: list[str], reuse: bool, jfr: str | None, extra: list[str]) -> None:
-    import peer_job
+    from scripts import peer_job
 
     print(f"warm = the median of {runs} reads after the first")
     print(f"load average before: {os.getloadavg()}", flush=True)

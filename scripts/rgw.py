@@ -6,9 +6,9 @@ Everything (config, mon store, OSD, logs, sockets, pid files) lives under one pr
 /etc/ceph or /var/lib/ceph is used. Authentication between the daemons is off; S3 clients sign with a user
 created by `radosgw-admin`. Stdlib only, so tests and scripts can import it before anything else is installed.
 
-    python scripts/rgw.py start --dir /tmp/rgw [--port 7480] [--watch-pid PID]   # prints JSON
-    python scripts/rgw.py status --dir /tmp/rgw
-    python scripts/rgw.py stop --dir /tmp/rgw
+    python -m scripts.rgw start --dir /tmp/rgw [--port 7480] [--watch-pid PID]   # prints JSON
+    python -m scripts.rgw status --dir /tmp/rgw
+    python -m scripts.rgw stop --dir /tmp/rgw
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
-import local_daemons
-from local_daemons import (
+from scripts import local_daemons
+from scripts.local_daemons import (
     Commands,
     command_line,
     free_port,
@@ -452,7 +451,7 @@ def _start_once(
         raise
     server = dataclasses.replace(server, pids=dict(pids))
     if watch_pid is not None:
-        server = dataclasses.replace(server, pids={**pids, "watchdog": spawn_watchdog(__file__, workdir, watch_pid)})
+        server = dataclasses.replace(server, pids={**pids, "watchdog": spawn_watchdog("rgw", workdir, watch_pid)})
     write_state(workdir, server)
     return server
 

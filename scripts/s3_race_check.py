@@ -22,9 +22,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import rgw
+from scripts import rgw
 
 
 @dataclasses.dataclass(frozen=True)

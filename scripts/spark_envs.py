@@ -19,7 +19,7 @@ against (2.29.52, hadoop-project 3.4.2's `aws-java-sdk-v2.version`). Hadoop ship
 all S3A calls. The libraries PySpark already has (Netty, SLF4J, Apache HttpClient, commons-codec/logging) are
 left out: Spark's own copies are found first anyway.
 
-`python scripts/spark_envs.py NAME` installs one and prints its folder.
+`python -m scripts.spark_envs NAME` installs one and prints its folder.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from maven_jars import REPO, fetch, fetch_tree
+from scripts import ROOT
+from scripts.maven_jars import fetch, fetch_tree
 
 INSTALL_TIMEOUT_S = 1800.0
 
@@ -81,7 +82,7 @@ class SparkEnv:
 
     @property
     def folder(self) -> Path:
-        return REPO / ".venv" / self.name
+        return ROOT / ".venv" / self.name
 
     @property
     def spark_version(self) -> str:
@@ -126,7 +127,7 @@ class Installed:
             for k, v in (os.environ if base is None else base).items()
             if k not in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
         }
-        env["PYTHONPATH"] = os.pathsep.join([str(self.folder), str(REPO)])
+        env["PYTHONPATH"] = os.pathsep.join([str(self.folder), str(ROOT)])
         env["PYSPARK_PYTHON"] = sys.executable
         env["STITCH_SPARK_JARS"] = ",".join(map(str, self.jars))
         return env

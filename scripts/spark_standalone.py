@@ -7,9 +7,9 @@ classes are started through spark-daemon.sh with SPARK_NO_DAEMONIZE (it then run
 of nohup + `sleep 2`, and we own the process group). Logs, pids, conf and the worker's dir live in one private
 directory. Stdlib only.
 
-    python scripts/spark_standalone.py start --dir /tmp/spark [--cores 2] [--memory 4g] [--watch-pid PID]
-    python scripts/spark_standalone.py status --dir /tmp/spark
-    python scripts/spark_standalone.py stop --dir /tmp/spark
+    python -m scripts.spark_standalone start --dir /tmp/spark [--cores 2] [--memory 4g] [--watch-pid PID]
+    python -m scripts.spark_standalone status --dir /tmp/spark
+    python -m scripts.spark_standalone stop --dir /tmp/spark
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
-import local_daemons
-from local_daemons import (
+from scripts import local_daemons
+from scripts.local_daemons import (
     Commands,
     command_line,
     free_port,
@@ -222,7 +221,7 @@ def start(
         raise
     cluster = dataclasses.replace(cluster, pids=dict(pids))
     if watch_pid is not None:
-        watchdog = spawn_watchdog(__file__, workdir, watch_pid, env)
+        watchdog = spawn_watchdog("spark_standalone", workdir, watch_pid, env)
         cluster = dataclasses.replace(cluster, pids={**pids, "watchdog": watchdog})
     write_state(workdir, cluster)
     return cluster

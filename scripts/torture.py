@@ -1,8 +1,8 @@
 """Torture test: concurrent writers and table services on one table, killed and frozen at random, every read checked.
 
-    python scripts/torture.py --rounds 50 --seed 7            # the long run by hand (`make torture`)
-    python scripts/torture.py --rounds 7 --keys 600 --writers-per-stream 2    # CI-sized (tests/test_torture.py)
-    python scripts/torture.py --check-only --workdir DIR      # re-check the reads and the table of a kept run
+    python -m scripts.torture --rounds 50 --seed 7            # the long run by hand (`make torture`)
+    python -m scripts.torture --rounds 7 --keys 600 --writers-per-stream 2    # CI-sized (tests/test_torture.py)
+    python -m scripts.torture --check-only --workdir DIR      # re-check the reads and the table of a kept run
 
 What runs, each as its own OS process on one table (design.md §4-§7):
 
@@ -101,11 +101,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(1, str(ROOT))  # the stitchlake next to this script (a copy of the repo tortures its own)
-
-import demo_data  # noqa: E402  (a sibling script, found through the path above)
+from scripts import ROOT, child_env, demo_data, module_argv
 
 STREAMS = demo_data.STREAMS
 EXTENSION = demo_data.EXTENSION
@@ -457,13 +453,6 @@ def land(work: Path, stream: str, source: Path) -> str:
     shutil.copyfile(source, hidden)
     os.replace(hidden, folder / source.name)
     return source.name
-
-
-def child_env() -> dict[str, str]:
-    """Children import the stitchlake next to this script (PYTHONPATH first), like this process does."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    return env
 
 
 def stitch(*args: str) -> list[str]:
@@ -1220,7 +1209,7 @@ class Supervisor:
                 slot.fault += "+"
             env[FAULT_ENV] = slot.fault
         env[RUN_DIR_ENV] = str(self.work / "run")
-        argv = [sys.executable, str(Path(__file__).resolve()), "_worker", "--role", slot.role]
+        argv = module_argv("torture", "_worker", "--role", slot.role)
         argv += ["--workdir", str(self.work), "--seed", str(self.rng.randrange(1 << 30))]
         slot.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr)
         slot.killed_by_us = False
@@ -1998,7 +1987,7 @@ def kafka_phase(work: Path, rounds: int, seed: int, out: Callable[[str], None]) 
     tile every partition from 0 to its end (no gap, no overlap), their rows add up to what was produced, the table
     equals a merge of the produced records, and nothing is left pending. The produced records are kept in
     `kafka/produced.jsonl` for the checker's own tests."""
-    import kafka_broker
+    from scripts import kafka_broker
 
     rng = random.Random(seed)
     phase = KafkaPhase()

@@ -9,10 +9,10 @@ while it runs, each test pointing its own at its own tables) and settings for a 
 the serial collector, two worker threads. Config, data and logs live in one private directory. Stdlib and the
 project's script helpers only.
 
-    python scripts/trino_daemon.py install                    # prints the installed folder
-    python scripts/trino_daemon.py start --dir /tmp/trino [--port 8080] [--watch-pid PID]   # prints JSON
-    python scripts/trino_daemon.py status --dir /tmp/trino
-    python scripts/trino_daemon.py stop --dir /tmp/trino
+    python -m scripts.trino_daemon install                    # prints the installed folder
+    python -m scripts.trino_daemon start --dir /tmp/trino [--port 8080] [--watch-pid PID]   # prints JSON
+    python -m scripts.trino_daemon status --dir /tmp/trino
+    python -m scripts.trino_daemon stop --dir /tmp/trino
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, however this script was loaded
-import local_daemons
-from local_daemons import (
+from scripts import ROOT, local_daemons
+from scripts.local_daemons import (
     Commands,
     command_line,
     free_port,
@@ -45,8 +44,8 @@ from local_daemons import (
     wait_for,
     write_state,
 )
-from maven_jars import REPO, fetch
-from spark_envs import SQLITE_JDBC
+from scripts.maven_jars import fetch
+from scripts.spark_envs import SQLITE_JDBC
 
 VERSION = "476"
 COORDINATE = f"io.trino:trino-server:{VERSION}:tar.gz"
@@ -102,7 +101,7 @@ class TrinoError(RuntimeError):
 
 
 def home() -> Path:
-    return REPO / ".venv" / f"trino-server-{VERSION}"
+    return ROOT / ".venv" / f"trino-server-{VERSION}"
 
 
 def java() -> str:
@@ -246,7 +245,7 @@ def start(
         _kill(workdir, pids)
         raise
     if watch_pid is not None:
-        pids["watchdog"] = spawn_watchdog(__file__, workdir, watch_pid)
+        pids["watchdog"] = spawn_watchdog("trino_daemon", workdir, watch_pid)
     server = dataclasses.replace(server, pids=dict(pids))
     write_state(workdir, server)
     return server

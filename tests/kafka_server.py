@@ -13,10 +13,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from script_modules import load_script
 from session_servers import file_lock, session_owner, shared_root
 
-kafka_broker_script = load_script("kafka_broker")
+from scripts import kafka_broker as kafka_broker_script
 
 
 @pytest.fixture(scope="session")

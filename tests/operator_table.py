@@ -12,10 +12,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import yaml
-from script_modules import load_script
 from spark_fixtures import run_stitch, write_config
 
-broker = load_script("kafka_broker")
+from scripts import kafka_broker as broker
 
 #: Partitions of the orders topic.
 PARTITIONS = 2

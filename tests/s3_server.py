@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from script_modules import load_script
 from session_servers import file_lock, session_owner, shared_root
 
-rgw = load_script("rgw")  # scripts/rgw.py: start/stop the gateway, minimal signed S3 requests
-
+from scripts import rgw  # scripts/rgw.py: start/stop the gateway, minimal signed S3 requests
 
 # With the AWS C++ SDK inside pyarrow 26, every pyarrow.fs.S3FileSystem write to Ceph 16's gateway fails
 # (UploadPart: 411 MissingContentLength) unless checksums are only sent when required. The SDK reads these

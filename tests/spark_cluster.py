@@ -6,8 +6,7 @@ The worker advertises 6 cores on any machine (`$STITCH_SPARK_WORKER_CORES`), bec
 least one core and three concurrent applications need three executors; cores are only scheduling tokens here.
 `$STITCH_SPARK_MASTER` points the tests at an existing cluster instead.
 
-The scripts module is not called `spark_cluster` on purpose: scripts/ is on sys.path in the tests too, and
-two modules of one name would shadow each other. Under pytest-xdist, workers share one cluster the same way
+Under pytest-xdist, workers share one cluster the same way
 tests/s3_server.py shares the S3 server (file lock + state in the common base temp dir, a watchdog that stops
 it when the xdist controller exits).
 """
@@ -19,10 +18,9 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from script_modules import load_script
 from session_servers import file_lock, session_owner, shared_root
 
-standalone = load_script("spark_standalone")
+from scripts import spark_standalone as standalone
 
 WORKER_CORES = int(os.environ.get("STITCH_SPARK_WORKER_CORES", "6"))
 WORKER_MEMORY = os.environ.get("STITCH_SPARK_WORKER_MEMORY", "4g")

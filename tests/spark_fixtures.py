@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
 #: A fresh value in the environment of this test session, so every process it starts carries it, as every process of
 #: a spark-submit job carries the launcher's JOB_MARK. Together they find a job's processes that outlived the CLI
@@ -60,7 +59,7 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small three-stream dataset with late, out-of-order and duplicate events, and its ground truth."""
-    from demo_data import generate
+    from scripts.demo_data import generate
 
     out = tmp_path_factory.mktemp("demo-data")
     generate(out, orders=3000, days=2, seed=11, files_per_stream=3)

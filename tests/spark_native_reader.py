@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from script_modules import load_script
-
 #: One Iceberg catalog of the session: `type` jdbc (with `uri` jdbc:sqlite:... and `warehouse`) or rest (`uri`);
 #: `io-impl` names the FileIO: HadoopFileIO reads `s3://` files through S3A with the `fs.s3a.*` settings, as the
 #: JDBC catalog does by default (a REST catalog's default, ResolvingFileIO, hands them to Iceberg's own S3FileIO,
@@ -89,7 +87,8 @@ def session_conf(request: Request) -> dict[str, str]:
 def read_with_spark(request: Request, timeout_s: float = 900) -> dict[str, Any]:
     """Run the request in its own process under the side environment (installed on first use, with Hadoop's S3
     connector when the request reads S3); what each query returned, by name."""
-    spark_envs = load_script("spark_envs")
+    from scripts import spark_envs
+
     trees = (spark_envs.S3A,) if request.get("s3") else ()
     installed = spark_envs.install(spark_envs.SPARK_4_1, trees)
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="spark-reader-", delete=False) as handle:

@@ -54,7 +54,7 @@ def latest_streams(table: Any) -> dict[str, int]:
 
 
 def test_the_example_dag_runs_in_airflow_and_its_tasks_follow_the_exit_codes(demo_data: Path, tmp_path: Path) -> None:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     config = write_config(tmp_path / "table", demo_data / "landing")
     table = stitchlake.open(str(config))

@@ -15,27 +15,24 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from script_modules import load_script
+
+from scripts import bench, bench_workload, child_env, module_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-bench_workload = load_script("bench_workload")
-bench = load_script("bench")
 
 
 @pytest.mark.s3
 def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp_path: Path, s3_server: Any) -> None:
     out = tmp_path / "benchmarks.md"
     out.write_text(f"# Notes kept\n\n{bench.BEGIN}\nold figures\n{bench.END}\n\n## Analysis kept\n", encoding="utf-8")
-    argv = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--sizes", "2000,4000", "--runs", "1"]
+    argv = module_argv("bench", "--sizes", "2000,4000", "--runs", "1")
     argv += ["--no-spark", "--no-metadata", "--workdir", str(tmp_path / "work"), "--out", str(out)]
     server = {  # the session's S3 server, not a second one
         "STITCH_S3_ENDPOINT": s3_server.endpoint,
         "STITCH_S3_ACCESS_KEY": s3_server.access_key,
         "STITCH_S3_SECRET_KEY": s3_server.secret_key,
     }
-    env = {**os.environ, **server}
+    env = child_env({**os.environ, **server})
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = out.read_text(encoding="utf-8")

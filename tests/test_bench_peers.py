@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from script_modules import load_script
+
+from scripts import bench_peers, bench_workload, child_env, module_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = 2000
@@ -24,9 +24,6 @@ KEYS = 2000
 #: the figures' twelve batches come from `make bench-peers`, and the five Spark jobs here stay inside the suite's
 #: time (Delta's MERGE takes seconds each).
 BATCHES_PER_STREAM = 1
-
-bench_workload = load_script("bench_workload")
-bench_peers = load_script("bench_peers")
 
 
 def test_wrong_cells_counts_changed_cells_and_every_cell_of_missing_extra_and_repeated_rows() -> None:
@@ -58,10 +55,12 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     begin, end = bench_peers.BEGIN, bench_peers.END
     out.write_text(f"# Kept\n\n{begin}\nold figures\n{end}\n\n## Analysis kept\n", encoding="utf-8")
     report_path = tmp_path / "peers.json"
-    argv = [sys.executable, str(ROOT / "scripts" / "bench_peers.py"), "--sizes", str(KEYS), "--runs", "1"]
+    argv = module_argv("bench_peers", "--sizes", str(KEYS), "--runs", "1")
     argv += ["--batches-per-stream", str(BATCHES_PER_STREAM)]
     argv += ["--workdir", str(tmp_path / "work"), "--json", str(report_path), "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=3600, check=False, stdin=subprocess.DEVNULL, env=child_env()
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
     report = json.loads(report_path.read_text(encoding="utf-8"))
@@ -103,9 +102,9 @@ def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_
 
     out = tmp_path / "benchmarks.md"
     out.write_text(f"# Kept\n\n{bench_peers.BEGIN}\nold\n{bench_peers.END}\n", encoding="utf-8")
-    argv = [sys.executable, str(ROOT / "scripts" / "bench_peers.py"), "--from-json"]
+    argv = module_argv("bench_peers", "--from-json")
     argv += [str(ROOT / "docs" / "benchmarks-peers.json"), "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=child_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     block = out.read_text(encoding="utf-8").split(bench_peers.BEGIN, 1)[1].split(bench_peers.END, 1)[0]
     charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", block)

@@ -12,26 +12,22 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from script_modules import load_script
+from scripts import bench, bench_scale, bench_workload, child_env, module_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-
-bench_scale = load_script("bench_scale")
-bench_workload = load_script("bench_workload")
 
 
 def test_bench_scale_runs_end_to_end_checks_the_truth_and_publishes_between_its_markers(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
-    kept = f"# Kept\n\n{bench_scale.bench.BEGIN}\nbench figures\n{bench_scale.bench.END}\n\n## Analysis kept\n"
+    kept = f"# Kept\n\n{bench.BEGIN}\nbench figures\n{bench.END}\n\n## Analysis kept\n"
     out.write_text(kept, encoding="utf-8")
     work = tmp_path / "work"
-    argv = [sys.executable, str(ROOT / "scripts" / "bench_scale.py"), "--keys", "1500,3000", "--chunk-keys", "1000"]
+    argv = module_argv("bench_scale", "--keys", "1500,3000", "--chunk-keys", "1000")
     argv += ["--engine", "local", "--workdir", str(work), "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=child_env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     text = out.read_text(encoding="utf-8")

@@ -50,8 +50,9 @@ def cluster_table(
     """The demo streams' landing files on S3, a config on the cluster, and the three ingest jobs' results."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from s3_server import S3Bucket, _bucket_name, rgw
+    from s3_server import S3Bucket, _bucket_name
 
+    from scripts import rgw
     from stitchlake.storage import storage_for
 
     bucket = S3Bucket(_bucket_name("cluster"), s3_server, s3_server.env())
@@ -99,9 +100,8 @@ def cluster_table(
 def test_three_concurrent_ingest_jobs_on_the_cluster_give_the_ground_truth(
     cluster_table: dict[str, Any], demo_data: Path, spark_master: str
 ) -> None:
-    from demo_data import compare
-
     import stitchlake
+    from scripts.demo_data import compare
     from stitchlake.timeline.instant import Action
 
     results, env = cluster_table["results"], cluster_table["env"]
@@ -124,9 +124,8 @@ def test_three_concurrent_ingest_jobs_on_the_cluster_give_the_ground_truth(
 def test_compaction_on_the_cluster_and_a_cluster_session_reads_the_table(
     cluster_table: dict[str, Any], demo_data: Path, spark_master: str, tmp_path: Path
 ) -> None:
-    from demo_data import compare
-
     import stitchlake
+    from scripts.demo_data import compare
 
     compacted = cluster_table["cli"]("compact", "-c", str(cluster_table["config"]), "--engine", "spark", "--json")
     assert compacted.returncode == 0, compacted.stderr[-3000:]

@@ -22,12 +22,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from script_modules import load_script
 from spark_fixtures import SPARK_CONF, run_stitch
 
 import stitchlake
-
-broker = load_script("kafka_broker")
+from scripts import kafka_broker as broker
 
 DOCUMENT: dict[str, Any] = {
     "table": {"name": "rides", "path": "table", "key": {"ride_id": "long"}, "buckets": 2},

@@ -31,7 +31,7 @@ from stitchlake.timeline.instant import Action
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough rows that a Spark compaction spends a moment in its tasks, in files that can be ingested in turns."""
-    from demo_data import generate
+    from scripts.demo_data import generate
 
     out = tmp_path_factory.mktemp("resume-data")
     generate(out, orders=60_000, days=2, seed=7, files_per_stream=4)

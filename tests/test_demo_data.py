@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,13 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import pytest
-from script_modules import load_script
+
+from scripts import child_env, demo_data, module_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "demo_data.py"
 ORDERS = 2000
 FILES = 4
 UTC = dt.UTC
-
-
-demo_data = load_script("demo_data")
 
 
 @pytest.fixture(scope="module")
@@ -325,8 +321,7 @@ def test_same_seed_same_data_and_cli(tmp_path: Path, generated: tuple[Path, dict
     out, _ = generated
     result = subprocess.run(
         [
-            sys.executable,
-            str(SCRIPT),
+            *module_argv("demo_data"),
             "--out",
             str(tmp_path),
             "--orders",
@@ -340,6 +335,7 @@ def test_same_seed_same_data_and_cli(tmp_path: Path, generated: tuple[Path, dict
         text=True,
         check=True,
         timeout=600,
+        env=child_env(),
     )
     assert "truth:" in result.stdout
     assert pq.read_table(tmp_path / "truth.parquet").equals(pq.read_table(out / "truth.parquet"))

@@ -28,17 +28,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from script_modules import load_script
 from spark_fixtures import ROOT, descendants, ended, kill_tree, run_stitch, start_stitch, stitch, write_config
 
 import stitchlake
+from scripts import kafka_broker as broker
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
-
-broker = load_script("kafka_broker")
 
 #: Partitions of each stream's topic: several, one, and a stream whose topic grows later.
 PARTITIONS = {"orders": 3, "payments": 2, "shipments": 1}
@@ -131,7 +129,7 @@ def test_three_topics_with_late_and_duplicate_events_equal_the_ground_truth(
 ) -> None:
     """Each stream from its own topic, produced in two halves with ingests in between (one capped by
     --max-records); the table equals the ground truth, and the offsets tile every partition once."""
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     topics = {s: new_topic(kafka_broker, s, n) for s, n in PARTITIONS.items()}
     config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)
@@ -161,7 +159,7 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
 ) -> None:
     """A real `stitch ingest` SIGKILLed at random moments (while it reads, writes or publishes), over and over,
     with records arriving meanwhile; runs after each kill go on from the table's offsets."""
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     topics = {s: new_topic(kafka_broker, s, PARTITIONS[s]) for s in PARTITIONS}
     config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)
@@ -314,7 +312,7 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
     """`stitch stream` on a Kafka-fed stream (Spark micro-batches reading the topic in tasks), SIGKILLed while a
     micro-batch is being written, restarted from its checkpoint, with records arriving meanwhile and a cron
     `stitch ingest` taking a turn; then run to the end with --available-now."""
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     topics = {s: new_topic(kafka_broker, s, PARTITIONS[s]) for s in PARTITIONS}
     config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)

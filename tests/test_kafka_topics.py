@@ -14,19 +14,17 @@ from typing import Any
 import pytest
 import yaml
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from script_modules import load_script
 from spark_fixtures import run_stitch
 from test_kafka import as_json, commits, ingest, kafka_config, new_topic
 
 import stitchlake
+from scripts import kafka_broker as broker
 from stitchlake.api import Table
 from stitchlake.errors import InputRejected
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.spark.streaming import KafkaOffsetsReader
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.timeline import decode_metadata, encode_metadata
-
-broker = load_script("kafka_broker")
 
 
 def order(key: int) -> bytes:

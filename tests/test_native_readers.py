@@ -28,10 +28,11 @@ import pytest
 from deltalake import DeltaTable
 from iceberg_rest_catalog import RestCatalogServer, rest_catalog
 from published_history import TypedHistory, typed_history
-from s3_server import S3Server, rgw
+from s3_server import S3Server
 from spark_native_reader import IcebergCatalog, Request, S3Settings, read_with_spark
 from trino_server import Trino, quote
 
+from scripts import rgw
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
 
 #: How Spark refuses time travel to a version a purge cut away (`{version}`: the one asked for): Delta names the

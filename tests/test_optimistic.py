@@ -103,7 +103,7 @@ def test_writers_of_one_stream_into_disjoint_partitions_both_commit(
 ) -> None:
     """Real processes: a backfill of one day and a feed of the other run at once; both commit, and the table is
     the ground truth. (In lock_free mode the second would exit 4.)"""
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     first_day, second_day = sorted(by_day)
     config, table = optimistic_table(tmp_path, demo_data, heartbeat=PAUSED_HEARTBEAT)

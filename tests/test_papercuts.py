@@ -265,8 +265,7 @@ def test_bad_row_counts_and_values_cannot_be_mistaken_for_each_other(demo_data: 
 #: the restore undid its first target, its plan recorded and the rest not undone.
 KILLED = """
 import sys
-sys.path[:0] = [{scripts!r}, {root!r}]
-import torture
+from scripts import torture
 assert torture.install_fault("mid_restore:0", lambda event: None, 0.0)
 from stitchlake.cli.app import main
 sys.argv = ["stitch", *{args!r}]
@@ -284,7 +283,7 @@ def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, 
     ok("compact", "-c", config, "--engine", "local")
 
     args = ["savepoint", "restore", "-c", config, "--name", "before"]
-    script = KILLED.format(scripts=str(ROOT / "scripts"), root=str(ROOT), args=args)
+    script = KILLED.format(args=args)
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr  # SIGKILL, midway
     pending = table.timeline().pending([Action.RESTORE])
@@ -316,7 +315,7 @@ def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, 
 
 
 def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(demo_data: Path, tmp_path: Path) -> None:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     config, table = new_table(tmp_path, demo_data)
     orders = ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")

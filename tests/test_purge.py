@@ -19,13 +19,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from script_modules import load_script
 from spark_fixtures import run_stitch
 
 import stitchlake
+from scripts import kafka_broker as broker
 from stitchlake.paths import QUARANTINE_DIR
-
-broker = load_script("kafka_broker")
 
 #: Values only key 7 (the person erased) ever had.
 SECRETS = ("SECRET-ORDER-7", "SECRET-PAY-7", "SECRET-SHIP-7", "SECRET-MISSING-7", "SECRET-LATE-7")

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import yaml
 from operator_table import OperatorTable, build, stitch_json
-from script_modules import load_script
 from spark_fixtures import run_stitch
 
-local_daemons = load_script("local_daemons")
+from scripts import local_daemons
 
 #: Debian's package of headless Chromium.
 CHROMIUM_PACKAGES = ("chromium",)

@@ -353,7 +353,7 @@ def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo landing files (`landing/`) and their ground truth (`truth.parquet`, tests/test_demo_data.py)."""
-    from demo_data import generate
+    from scripts.demo_data import generate
 
     out = tmp_path_factory.mktemp("rescale-data")
     generate(out, orders=30_000, days=2, seed=11, files_per_stream=4)
@@ -366,7 +366,7 @@ def landing(generated: Path) -> Path:
 
 
 def matches_truth(table: Table, generated: Path) -> bool:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     differences: list[Any] = compare(table.read(), generated / "truth.parquet")
     return differences == []

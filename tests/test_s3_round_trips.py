@@ -52,7 +52,9 @@ def table_200(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Itera
     Written locally and then copied object by object (what a table is does not depend on where it lives), which
     takes seconds instead of 200 commits' worth of round trips.
     """
-    from s3_server import _bucket_name, rgw
+    from s3_server import _bucket_name
+
+    from scripts import rgw
 
     root = tmp_path_factory.mktemp("t200")
     table = new_table(root, buckets=2)

@@ -30,7 +30,7 @@ from stitchlake.timeline.instant import Action
 @pytest.fixture(scope="module")
 def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough rows that an in-process ingest takes a moment, so a signal can land while it writes."""
-    from demo_data import generate
+    from scripts.demo_data import generate
 
     out = tmp_path_factory.mktemp("signal-data")
     generate(out, orders=60_000, days=2, seed=5, files_per_stream=6)
@@ -213,8 +213,7 @@ def _raise_sigterm_after_creating(suffix: str) -> Callable[..., bool]:
 def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    from demo_data import generate
-
+    from scripts.demo_data import generate
     from stitchlake.cli.app import _terminate, app
     from stitchlake.jobs import launch
 

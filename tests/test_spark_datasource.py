@@ -146,7 +146,7 @@ def stitched(spark: Any, demo_data: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_any_order_of_batches_gives_the_ground_truth(stitched: Table, demo_data: Path) -> None:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     assert len(stitched.timeline().completed()) == 9
     assert compare(stitched.read(), demo_data / "truth.parquet") == []
@@ -185,8 +185,7 @@ def test_spark_read_prunes_columns_and_pushes_partition_filters(spark: Any, stit
 
 
 def test_spark_compaction_then_read_optimized_equals_snapshot(spark: Any, stitched: Table, demo_data: Path) -> None:
-    from demo_data import compare
-
+    from scripts.demo_data import compare
     from stitchlake.services.compaction import compact
     from stitchlake.spark.engine import SparkEngine
 

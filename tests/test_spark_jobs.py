@@ -55,7 +55,7 @@ def concurrent(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
 def test_three_concurrent_ingest_jobs_give_the_ground_truth(
     concurrent: tuple[Path, dict[str, Any]], demo_data: Path
 ) -> None:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     config, results = concurrent
     table = open_table(str(config))
@@ -83,7 +83,7 @@ def test_rerun_after_success_ingests_nothing_and_exits_0(concurrent: tuple[Path,
 
 
 def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, Any]], demo_data: Path) -> None:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     config, _ = concurrent
     table = open_table(str(config))
@@ -103,7 +103,7 @@ def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, A
 
 
 def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tmp_path: Path) -> None:
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
     lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}

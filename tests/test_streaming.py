@@ -32,7 +32,7 @@ QUERY = Path(__file__).resolve().parent / "stream_query.py"
 @pytest.fixture(scope="module")
 def many_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo data with six landing files per stream, so a stream runs several micro-batches."""
-    from demo_data import generate
+    from scripts.demo_data import generate
 
     out = tmp_path_factory.mktemp("stream-data")
     generate(out, orders=2500, days=2, seed=21, files_per_stream=6)
@@ -122,7 +122,7 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_gives_the_ground_truth
 
     Files land one at a time, so each start has a batch to write: the kill waits for that batch's instant, and a
     batch that finished before the kill reached it (the machine is busy) is not counted; the next file lands."""
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     landing_root, files = held_back(many_files, tmp_path, "orders")
     config, table = new_table(tmp_path, landing_root)
@@ -180,7 +180,7 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
     """SIGTERM reaches `stitch stream` while it has work: a micro-batch in progress, or a file landed that no
     batch has taken yet; then a new `stitch stream` resumes where it stopped. Files land one at a time, so the test
     never waits for a batch that cannot come."""
-    from demo_data import compare
+    from scripts.demo_data import compare
 
     landing_root, files = held_back(many_files, tmp_path, "shipments")
     config, table = new_table(tmp_path, landing_root)

@@ -31,10 +31,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from script_modules import load_script
 from spark_fixtures import ended
 from tables import MODELS, THREE_STREAMS, batch, new_table
 
+from scripts import module_argv, torture
 from stitchlake.api import Table
 from stitchlake.checksums import seal
 from stitchlake.errors import BusyError, StitchError
@@ -50,14 +50,11 @@ from stitchlake.timeline.timeline import delete_instant
 from stitchlake.writing.writer import write
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "torture.py"
+TORTURE = module_argv("torture")
 #: CI size: about a minute on two idle cores, two on busy ones; two writers per stream (cron overlap), a
 #: restorer and two archivers racing each other.
 CI_ARGS = ["--rounds", "7", "--keys", "600", "--seed", "5", "--readers", "2", "--writers-per-stream", "2"]
 CI_ARGS += ["--restorers", "1", "--archivers", "2", "--kafka-rounds", "3"]
-
-
-torture = load_script("torture")
 
 
 def run_torture(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -77,7 +74,7 @@ def run_torture(argv: list[str], env: dict[str, str] | None = None) -> subproces
 def storm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], subprocess.CompletedProcess[str]]:
     base = tmp_path_factory.mktemp("torture")
     work, summary = base / "work", base / "summary.json"
-    argv = [sys.executable, str(SCRIPT), *CI_ARGS, "--workdir", str(work), "--summary-json", str(summary)]
+    argv = [*TORTURE, *CI_ARGS, "--workdir", str(work), "--summary-json", str(summary)]
     done = run_torture(argv)
     assert summary.exists(), f"no summary; exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return work, json.loads(summary.read_text(encoding="utf-8")), done
@@ -118,7 +115,7 @@ def test_optimistic_mode_torture_run_has_no_violation_in_ten_rounds(tmp_path: Pa
     freezes, restores and archives; writers that overlap conflict (exit 3) and run again, as cron would."""
     work, summary = tmp_path / "work", tmp_path / "summary.json"
     args = [*CI_ARGS, "--rounds", "10", "--seed", "3", "--mode", "optimistic", "--kafka-rounds", "0"]
-    argv = [sys.executable, str(SCRIPT), *args, "--workdir", str(work), "--summary-json", str(summary)]
+    argv = [*TORTURE, *args, "--workdir", str(work), "--summary-json", str(summary)]
     done = run_torture(argv)
     assert summary.exists(), f"no summary; exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     found = json.loads(summary.read_text(encoding="utf-8"))
@@ -153,7 +150,7 @@ def test_torture_run_on_s3_has_no_violation(tmp_path: Path, s3_bucket: Any) -> N
     table = f"{s3_bucket.url}/torture"
     args = [*CI_ARGS, "--rounds", "5", "--keys", "400", "--seed", "7", "--readers", "1", "--table", table]
     args += ["--kafka-rounds", "0"]  # the Kafka phase has a local table of its own: the CI-sized run has it
-    argv = [sys.executable, str(SCRIPT), *args, "--workdir", str(work), "--summary-json", str(summary)]
+    argv = [*TORTURE, *args, "--workdir", str(work), "--summary-json", str(summary)]
     env = {**os.environ, **s3_bucket.env}
     done = run_torture(argv, env)
     assert summary.exists(), f"no summary; exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -173,7 +170,7 @@ def test_rounds_that_time_out_are_reported_and_are_no_violation(tmp_path: Path) 
     work, summary = tmp_path / "work", tmp_path / "summary.json"
     args = ["--rounds", "2", "--keys", "200", "--seed", "2", "--readers", "1", "--restorers", "0", "--archivers", "0"]
     args += ["--kill-every", "0", "--pause-every", "0", "--fault-rate", "0", "--round-timeout", "0.01"]
-    done = run_torture([sys.executable, str(SCRIPT), *args, "--workdir", str(work), "--summary-json", str(summary)])
+    done = run_torture([*TORTURE, *args, "--workdir", str(work), "--summary-json", str(summary)])
     found = json.loads(summary.read_text(encoding="utf-8"))
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
     assert found["violations"] == 0, "\n".join(found["violation_messages"])
@@ -263,7 +260,7 @@ def test_a_read_with_an_extra_row_fails_the_check_only_run(case: Path) -> None:
     extra = data.slice(0, 1).set_column(0, "order_id", pa.array([1], pa.int64()))
     pq.write_table(pa.concat_tables([data, extra]), path)
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--check-only", "--workdir", str(case)],
+        [*TORTURE, "--check-only", "--workdir", str(case)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -519,14 +516,12 @@ def test_a_read_of_a_state_that_never_existed_is_a_violation(case: Path) -> None
 def test_every_fault_point_still_finds_what_it_wraps() -> None:
     """A point whose target moved would silently test nothing; the workers report it, and so does this test."""
     script = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); os.environ['STITCH_TORTURE_RUN_DIR'] = '/tmp'\n"
-        "import torture\n"
+        "import os; os.environ['STITCH_TORTURE_RUN_DIR'] = '/tmp'\n"
+        "from scripts import torture\n"
         "print([f'{k}:{p}' for k, ps in torture.FAULT_POINTS.items() for p in ps\n"
         "       if not torture.install_fault(p + ':0', lambda record: None, 1.0, 1.0)])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(SCRIPT.parent)], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 

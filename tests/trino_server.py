@@ -19,11 +19,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from script_modules import load_script
 from session_servers import file_lock, session_owner, shared_root
 
 # scripts/trino_daemon.py: install, start, stop (not named `trino`: that is the PyPI client's module)
-trino_daemon = load_script("trino_daemon")
+from scripts import trino_daemon
 
 
 @dataclass(frozen=True)

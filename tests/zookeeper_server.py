@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from script_modules import load_script
+
+from scripts import local_daemons
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_BINDINGS = ("/usr/share/java/slf4j-simple.jar", "/usr/share/java/slf4j-log4j12.jar")
@@ -146,7 +147,7 @@ def zookeeper_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     classpath = _classpath()
     java = shutil.which("java")
     if classpath is None or java is None:
-        reason = load_script("local_daemons").apt_install(["zookeeper"], APT_TIMEOUT_S)
+        reason = local_daemons.apt_install(["zookeeper"], APT_TIMEOUT_S)
         classpath = _classpath()
         java = shutil.which("java")
         if classpath is None or java is None:

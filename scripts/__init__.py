@@ -1,0 +1,27 @@
+"""The project's own tools: benchmarks, the torture test, the local servers the tests start.
+
+A package so that its modules import each other by name (`from scripts import rgw`) without editing `sys.path`;
+run one as `python -m scripts.bench` from the repository root. It is not shipped: the wheel holds only `stitchlake`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def module_argv(module: str, *args: str) -> list[str]:
+    """argv that runs `scripts.<module>` in this Python; start it with `child_env()` so any folder will do."""
+    return [sys.executable, "-m", f"scripts.{module}", *args]
+
+
+def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) with the repository root first on PYTHONPATH: a child finds
+    `scripts` and the stitchlake next to it (not another installed copy) from whatever folder it runs in."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
