@@ -86,7 +86,7 @@ torture: setup
 # Issue 37: each round new writer hosts (network namespaces) and a random fault at a point of a commit; a failing
 # round prints the command that replays it. Needs root (namespaces, iptables).
 partitions: setup
-	$(BIN)/python scripts/partitions.py --rounds $(or $(ROUNDS),50) $(if $(SEED),--seed $(SEED)) $(PARTITIONS_ARGS)
+	$(BIN)/python -m scripts.partitions --rounds $(or $(ROUNDS),50) $(if $(SEED),--seed $(SEED)) $(PARTITIONS_ARGS)
 
 clean:
 	rm -rf demo bench-data .pytest_cache .ruff_cache jvm/target

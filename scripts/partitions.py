@@ -1,7 +1,7 @@
 """Partitions (issue 37): writers, the lock service and the object store on separate hosts, cut apart mid-commit.
 
-    python scripts/partitions.py --rounds 50 [--seed 7] [--providers filesystem,zookeeper,s3]   # make partitions
-    python scripts/partitions.py --rounds 3 --seed 1                                             # CI-sized
+    python -m scripts.partitions --rounds 50 [--seed 7] [--providers filesystem,zookeeper,s3]   # make partitions
+    python -m scripts.partitions --rounds 3 --seed 1                                            # CI-sized
 
 Hosts are Linux network namespaces (root only; a clear error where they cannot be made): a bridge namespace with
 `br0`, and one namespace per host joined to it by a veth pair, each with a private address on 10.77.0.0/24 and its
@@ -57,10 +57,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # rgw.py, a sibling
-import local_daemons  # noqa: E402
-import rgw  # noqa: E402
+from scripts import ROOT, child_env, local_daemons, module_argv, rgw
 
 SUBNET = "10.77.0"
 S3_ADDR = f"{SUBNET}.2"
@@ -106,7 +103,9 @@ class PartitionsError(RuntimeError):
 
 
 def _run(argv: Sequence[str], timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=child_env()
+    )
     if check and done.returncode != 0:
         raise PartitionsError(f"{' '.join(argv)} failed ({done.returncode}): {(done.stderr or done.stdout).strip()}")
     return done
@@ -233,8 +232,7 @@ class Servers:
         rgw.ensure_installed()
         workdir = self.workdir / "rgw"
         workdir.mkdir(parents=True, exist_ok=True)
-        script = Path(rgw.__file__).resolve()
-        argv = [sys.executable, str(script), "start", "--dir", str(workdir), "--port", str(RGW_PORT)]
+        argv = module_argv("rgw", "start", "--dir", str(workdir), "--port", str(RGW_PORT))
         out = self.net.ns_run("s3", [*argv, "--watch-pid", str(os.getpid())], timeout=rgw.START_TIMEOUT_S + 30)
         self.rgw = json.loads(out)
         self.net.ns_run("s3", ["sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1"])
@@ -269,7 +267,7 @@ class Servers:
     def stop_rgw(self) -> None:
         if self.rgw is not None:
             _run(
-                [sys.executable, str(Path(rgw.__file__).resolve()), "stop", "--dir", str(self.workdir / "rgw")],
+                module_argv("rgw", "stop", "--dir", str(self.workdir / "rgw")),
                 timeout=60,
                 check=False,
             )
@@ -329,14 +327,13 @@ class Servers:
 
     def create_bucket(self, name: str) -> None:
         script = (
-            "import sys; sys.path.insert(0, sys.argv[1]); import rgw; "
-            "rgw.create_bucket(rgw.RgwServer(sys.argv[2], sys.argv[3], sys.argv[4], 'us-east-1', '', {}), sys.argv[5])"
+            "import sys; from scripts import rgw; "
+            "rgw.create_bucket(rgw.RgwServer(sys.argv[1], sys.argv[2], sys.argv[3], 'us-east-1', '', {}), sys.argv[4])"
         )
         argv = [
             sys.executable,
             "-c",
             script,
-            str(Path(rgw.__file__).resolve().parent),
             f"http://127.0.0.1:{RGW_PORT}",
             rgw.DEFAULT_ACCESS_KEY,
             rgw.DEFAULT_SECRET_KEY,
@@ -558,7 +555,7 @@ class Run:
         self._ids += 1
         stream = args[args.index("-s") + 1] if "-s" in args else None
         op = Op(self._ids, round_no, host, args[0], stream, phase, start=time.monotonic() - self.t0)
-        argv = [sys.executable, str(Path(__file__).resolve()), "hooked", "--", *args, "--json"]
+        argv = module_argv("partitions", "hooked", "--", *args, "--json")
         op.proc = subprocess.Popen(
             self.net.argv(host, argv), env=self.env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -590,7 +587,7 @@ class Run:
 
     def batch(self, round_no: int, host: str, phase: str, commands: list[list[str]]) -> list[Op]:
         """`commands` run one after the other in one process on `host`, each recorded as an operation."""
-        argv = [sys.executable, str(Path(__file__).resolve()), "batch", json.dumps([[*c, "--json"] for c in commands])]
+        argv = module_argv("partitions", "batch", json.dumps([[*c, "--json"] for c in commands]))
         done = subprocess.run(
             self.net.argv(host, argv), env=self.env(), capture_output=True, text=True, timeout=OP_TIMEOUT_S
         )
@@ -962,7 +959,7 @@ def play(
             outcome = "ok" if not found else f"{len(found)} VIOLATION(S)"
             log(f"{round_.describe()}: {outcome} ({time.monotonic() - started:.0f}s)")
             if found:
-                replay = f"python scripts/partitions.py --seed {seed} --round {index} --providers {','.join(providers)}"
+                replay = f"python -m scripts.partitions --seed {seed} --round {index} --providers {','.join(providers)}"
                 text = "\n".join([*(f"  ! {v}" for v in found), history(run, round_), f"  replay: {replay}"])
                 log(text)
                 run.stats.violations.append(text)

@@ -361,7 +361,7 @@ def test_an_instant_gone_from_timeline_and_archive_is_a_violation(case: Path) ->
     lost = next(s for s in seen.instants if s.requested in history.archived)
     _rewrite_batch_line(case, lost.requested, lambda _entry: None)
     if lost.requested in history.active:  # its archive was killed before deleting it; a re-run would have
-        instant = Instant(lost.requested, lost.action, State.COMPLETED, lost.completed)
+        instant = Instant(lost.requested, Action(lost.action), State.COMPLETED, lost.completed)
         delete_instant(torture.open_torture_table(case).storage, instant, completed_last=True)
     violations = _check_history(case)
     assert any(str(lost) in v and "vanished" in v for v in violations), violations

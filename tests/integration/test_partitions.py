@@ -12,13 +12,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from script_modules import load_script
 
-partitions = load_script("partitions")
+from scripts import child_env, partitions
 
 pytestmark = [pytest.mark.s3, pytest.mark.zookeeper]
 
@@ -68,13 +66,12 @@ def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
 def test_where_namespaces_cannot_be_made_the_harness_fails_and_says_why() -> None:
     """Not root (here: the same harness run as nobody): a clear error, never a skip."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import partitions\n"
+        "import sys\nfrom scripts import partitions\n"
         "try:\n    partitions.Network(tag='sln').open()\n"
         "except partitions.PartitionsError as exc:\n    print(exc); sys.exit(3)\n"
     )
-    scripts = str(Path(str(partitions.__file__)).resolve().parent)
-    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, scripts]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=child_env())
     assert done.returncode == 3, done.stderr
     assert "cannot create network namespaces (root and CAP_NET_ADMIN are needed)" in done.stdout
 
