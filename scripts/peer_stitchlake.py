@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.peer_job import WIDE
+from stitchlake.jobs.spark_conf import reader_conf
 
 
 def versions(spark: Any) -> dict[str, str]:
@@ -19,7 +20,8 @@ def versions(spark: Any) -> dict[str, str]:
     return {"stitchlake": getattr(stitchlake, "__version__", "source tree")}
 
 
-CONF: dict[str, str] = {}
+#: The JVM reader (its jar and the planner's Python) when it is switched on, as stitchlake's own sessions get it.
+CONF: dict[str, str] = reader_conf()
 
 
 class Job:
