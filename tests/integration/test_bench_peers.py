@@ -1,0 +1,117 @@
+"""`make bench-peers` (issue 25): the harness runs all five systems end to end at a small size, so it cannot rot.
+
+Speed is never asserted (figures come from `make bench-peers`); this proves that every system ran its whole job in
+its own Spark environment, that stitchlake's answers match the ground truth, that every peer's wrong cells were
+counted, and that the JSON and the Markdown have their documented shape. The wrong-cell count itself is checked
+on tables with known faults.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from scripts import bench_peers, bench_workload, child_env, module_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = 2000
+#: One batch per stream still interleaves the streams (three commits, late and duplicate events inside each);
+#: the figures' twelve batches come from `make bench-peers`, and the five Spark jobs here stay inside the suite's
+#: time (Delta's MERGE takes seconds each).
+BATCHES_PER_STREAM = 1
+
+
+def test_wrong_cells_counts_changed_cells_and_every_cell_of_missing_extra_and_repeated_rows() -> None:
+    truth = bench_workload.generate(300, seed=3).truth
+    width = truth.num_columns
+    assert bench_peers.wrong_cells(truth, truth) == {"total": 0}
+    reversed_rows = truth.take(pa.array(list(reversed(range(truth.num_rows)))))
+    assert bench_peers.wrong_cells(reversed_rows, truth)["total"] == 0  # row order does not matter
+
+    amounts = truth.column("amount").to_pylist()
+    amounts[5] = (amounts[5] or 0.0) + 1.0
+    amounts[7] = None if amounts[7] is not None else 1.0  # a null where a value belongs, or the other way round
+    index = truth.schema.get_field_index("amount")
+    changed = truth.set_column(index, "amount", pa.array(amounts, pa.float64()))
+    assert bench_peers.wrong_cells(changed, truth) == {"amount": 2, "total": 2}
+
+    missing = truth.slice(1)
+    assert bench_peers.wrong_cells(missing, truth) == {"rows": width, "total": width}
+    extra_row = truth.slice(0, 1).set_column(0, "order_id", pa.array([1], pa.int64()))
+    assert bench_peers.wrong_cells(pa.concat_tables([truth, extra_row]), truth)["total"] == width
+    repeated = pa.concat_tables([truth, truth.slice(3, 2)])
+    assert bench_peers.wrong_cells(repeated, truth)["total"] == 2 * width
+    assert bench_peers.wrong_cells(truth.slice(0, 0), truth)["total"] == truth.num_rows * width
+
+
+@pytest.mark.spark
+def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_cells(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks.md"
+    begin, end = bench_peers.BEGIN, bench_peers.END
+    out.write_text(f"# Kept\n\n{begin}\nold figures\n{end}\n\n## Analysis kept\n", encoding="utf-8")
+    report_path = tmp_path / "peers.json"
+    argv = module_argv("bench_peers", "--sizes", str(KEYS), "--runs", "1")
+    argv += ["--batches-per-stream", str(BATCHES_PER_STREAM)]
+    argv += ["--workdir", str(tmp_path / "work"), "--json", str(report_path), "--out", str(out)]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=3600, check=False, stdin=subprocess.DEVNULL, env=child_env()
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    systems = ["stitchlake", "hudi", "paimon", "delta", "iceberg"]
+    assert report["sizes"] == [KEYS] and report["systems"] == systems and report["runs"] == 1
+    assert set(report["versions"]["systems"]) == set(systems)
+    assert report["versions"]["systems"]["hudi"]["spark"].startswith("3.5.")
+    assert report["versions"]["systems"]["stitchlake"]["spark"].startswith("4.1.")
+    size = report["results"][str(KEYS)]
+    assert size["workload"]["keys"] == KEYS
+    for system in systems:
+        got = size["systems"][system]
+        assert got["versions"]["spark"] == report["versions"]["systems"][system]["spark"], system
+        for name, _label in bench_peers.FIGURES:
+            assert isinstance(got["seconds"][name], float) and got["seconds"][name] > 0, (system, name)
+        assert len(got["batches_s"]) == BATCHES_PER_STREAM * len(bench_workload.STREAMS)
+        assert got["bytes_uncompacted"] > 0 and got["bytes_compacted"] > 0
+        assert got["peak_rss_mib"] > 100  # a JVM at least: the whole process tree was sampled
+        for read in bench_peers.READS:
+            assert isinstance(got["wrong_cells"][read], int) and got["wrong_cells"][read] >= 0, (system, read)
+            assert isinstance(got["query_correct"][read], bool)
+    stitched = size["systems"]["stitchlake"]
+    assert stitched["wrong_cells"] == {"read_uncompacted": 0, "read_compacted": 0}
+    assert stitched["query_correct"] == {"read_uncompacted": True, "read_compacted": True}
+
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Kept") and text.rstrip().endswith("## Analysis kept")
+    assert "old figures" not in text
+    block = text.split(begin, 1)[1].split(end, 1)[0]
+    assert f"#### {KEYS:,} keys" in block
+    assert "| figure | " + " | ".join(systems) + " |" in block
+    assert "**wrong cells**, uncompacted read" in block
+
+
+def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_path: Path) -> None:
+    """`--from-json`: the Markdown and the charts of docs/benchmarks-peers.json (ratios to stitchlake per size; time
+    and memory against size), the charts referenced from the block."""
+    from tests.unit.test_bench import assert_png
+
+    out = tmp_path / "benchmarks.md"
+    out.write_text(f"# Kept\n\n{bench_peers.BEGIN}\nold\n{bench_peers.END}\n", encoding="utf-8")
+    argv = module_argv("bench_peers", "--from-json")
+    argv += [str(ROOT / "docs" / "benchmarks-peers.json"), "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=child_env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = out.read_text(encoding="utf-8").split(bench_peers.BEGIN, 1)[1].split(bench_peers.END, 1)[0]
+    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", block)
+    assert "bench/bench-peers-ratios-200000.png" in charts and "bench/bench-peers-memory.png" in charts, charts
+    for chart in charts:
+        assert_png(out.parent / chart)
+    # docs/benchmarks.md references the same charts, drawn from the same report
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for chart in charts:
+        assert f"]({chart})" in docs and (ROOT / "docs" / chart).is_file(), chart

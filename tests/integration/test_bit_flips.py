@@ -1,0 +1,164 @@
+"""A flipped bit anywhere in a file a read trusts is an error, never a wrong row with exit 0 (issue 24).
+
+Avro's deflate blocks carry no checksum, and Parquet's page checksums leave the footer and page headers bare, so
+a flipped bit could once change an ordering value, let an older event win or drop a key without a word. Every
+byte a read trusts is now covered by a digest: data files by the one their commit recorded, metadata files by
+their own (`stitchlake.checksums`). These tests flip one bit at every byte offset of a base file, a Parquet log,
+an Avro log, a completed instant file, table.json and an archive checkpoint, and read the table after each flip.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import stitchlake
+from stitchlake.api import Table
+from stitchlake.checksums import unseal
+from stitchlake.errors import CorruptFileError, StitchError
+from stitchlake.layout.names import BASE, LOG
+from stitchlake.paths import ARCHIVE_DIR, TABLE_JSON
+from stitchlake.timeline.instant import Action
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+
+#: Files larger than this are flipped at a dense sample of offsets (every header and footer byte, and this many
+#: in between), so the test stays quick; the tables are built small enough that most files are flipped whole.
+WHOLE_FILE_BYTES = 1500
+
+
+def rows_for(stream: int, keys: range, seed: int) -> list[dict[str, object]]:
+    chance = random.Random(seed)
+    model = MODELS[stream]
+    out: list[dict[str, object]] = []
+    for k in keys:
+        row: dict[str, object] = {"k": k}
+        for column in model.columns:
+            if column in ("status", "note", "carrier"):
+                row[column] = chance.choice(["a", "bb", None, "ccc"])
+            else:
+                row[column] = chance.randrange(1000)
+        row["deleted"] = chance.random() < 0.05
+        out.append(row)
+    return out
+
+
+def built(root: Path, log_format: str) -> Table:
+    """A table whose newest slices hold a base file and logs of two streams (one with `nulls: ignore`)."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"]["log_format"] = log_format
+    table = new_table(root, document, buckets=1)
+    for number, stream in enumerate((0, 1, 2, 0)):
+        table.write(MODELS[stream].name, batch(MODELS[stream], rows_for(stream, range(number * 3, 24), number)))
+    table.compact()
+    table.archive(keep=2)
+    for number, stream in enumerate((1, 0), start=10):
+        table.write(MODELS[stream].name, batch(MODELS[stream], rows_for(stream, range(number, 30), number)))
+    return table
+
+
+def offsets(size: int, seed: int) -> Iterator[int]:
+    if size <= WHOLE_FILE_BYTES:
+        yield from range(size)
+        return
+    edge = WHOLE_FILE_BYTES // 5
+    yield from range(edge)
+    yield from sorted(random.Random(seed).sample(range(edge, size - edge), WHOLE_FILE_BYTES - 2 * edge))
+    yield from range(size - edge, size)
+
+
+def read_after_each_flip(table: Table, relative: str) -> tuple[int, int]:
+    """Flip one bit at each offset of `relative` (under the table), read, put the byte back. Returns how many
+    reads failed and how many returned the right rows; a wrong answer fails the test at once."""
+    path = Path(table.path) / relative
+    original = path.read_bytes()
+    expected = stitchlake.open(table.config).read().sort_by([("k", "ascending"), ("p", "ascending")])
+    failed = right = 0
+    try:
+        for offset in offsets(len(original), len(original)):
+            damaged = bytearray(original)
+            damaged[offset] ^= 1 << (offset % 8)
+            path.write_bytes(bytes(damaged))
+            try:
+                got = stitchlake.open(table.config).read()
+            except StitchError:
+                failed += 1
+                continue
+            sorted_rows = got.sort_by([("k", "ascending"), ("p", "ascending")])
+            assert sorted_rows.equals(expected), (
+                f"{relative}: bit {offset % 8} of byte {offset} flipped gave wrong rows"
+            )
+            right += 1
+    finally:
+        path.write_bytes(original)
+    assert stitchlake.open(table.config).read().sort_by([("k", "ascending"), ("p", "ascending")]).equals(expected)
+    return failed, right
+
+
+def newest(table: Table, kind: str) -> str:
+    latest = [f for s in table.view().latest_slices(None) for f in s.files if f.kind == kind]
+    assert latest, f"no {kind} file in the latest slices"
+    return latest[-1].path
+
+
+@pytest.mark.parametrize("log_format", ["parquet", "avro"])
+def test_a_flipped_bit_in_a_data_file_is_an_error_never_a_wrong_row(tmp_path: Path, log_format: str) -> None:
+    table = built(tmp_path, log_format)
+    for kind in (LOG, BASE) if log_format == "parquet" else (LOG,):
+        path = newest(table, kind)
+        assert path.endswith(".log.avro" if kind == LOG and log_format == "avro" else ".parquet")
+        failed, _right = read_after_each_flip(table, path)
+        assert failed > 0, "every flip was harmless: the test did not reach the file"
+
+
+def test_a_flipped_bit_in_metadata_is_an_error_never_a_wrong_row(tmp_path: Path) -> None:
+    table = built(tmp_path, "parquet")
+    timeline = table.timeline()
+    deltacommit = timeline.completed([Action.DELTACOMMIT])[-1]
+    completed_file = f".stitch/timeline/{deltacommit.requested}_{deltacommit.completed}.deltacommit"
+    assert (Path(table.path) / completed_file).exists()
+    checkpoints = sorted((Path(table.path) / ARCHIVE_DIR).glob("checkpoint.*.json"))
+    assert checkpoints, "the table was archived"
+    for relative in (completed_file, TABLE_JSON, checkpoints[-1].relative_to(table.path).as_posix()):
+        failed, right = read_after_each_flip(table, relative)
+        assert failed > right, f"{relative}: most flips must be refused, not read past"
+
+
+def test_files_from_before_checksums_still_read(tmp_path: Path) -> None:
+    """A table written before checksums (no digest in its commits, no seal on its metadata) reads as before."""
+    table = built(tmp_path, "parquet")
+    expected = table.read().sort_by("k")
+    meta = Path(table.path) / ".stitch"
+    for path in [Path(table.path) / TABLE_JSON, *(meta / "timeline").iterdir()]:
+        if path.is_file():
+            path.write_bytes(json.dumps(_stripped(json.loads(unseal(path.read_bytes(), "test"))), indent=1).encode())
+    for path in (Path(table.path) / ARCHIVE_DIR).iterdir():
+        lines = [json.dumps(_stripped(json.loads(unseal(line, "test")))) for line in path.read_bytes().splitlines()]
+        path.write_bytes("\n".join(lines).encode() + (b"\n" if path.suffix == ".jsonl" else b""))
+    again = stitchlake.open(table.config)
+    assert not any(f.checksum for f in again.view().live_files()), "no digest is left to check"
+    assert again.read().sort_by("k").equals(expected)
+
+
+def _stripped(value: object) -> object:
+    """What a writer before checksums wrote: file entries without digests."""
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items() if k not in ("checksum", "erased_checksum")}
+    if isinstance(value, list):
+        return [_stripped(v) for v in value]
+    return value
+
+
+def test_a_changed_data_file_names_the_file_and_the_way_out(tmp_path: Path) -> None:
+    table = built(tmp_path, "avro")
+    path = Path(table.path) / newest(table, LOG)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(StitchError, match="checksum mismatch") as raised:
+        stitchlake.open(table.config).read()
+    assert str(path.name) in str(raised.value) and isinstance(raised.value, CorruptFileError)

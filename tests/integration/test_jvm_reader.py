@@ -1,0 +1,310 @@
+"""The JVM reader's infrastructure (docs/spark-reader.md, issue 35): the jar's `stitchlake` source planned by the
+Python planner, its columnar scan of log-free slices, file checks, pushdown, writes handed to the Python source,
+and the Python source as the fallback without the jar.
+
+The reader runs in a session of its own process (tests/jvm_session.py: a JVM's classpath is fixed at start and the
+suite's `spark` fixture has no jar); the expected rows come from `stitchlake.read` in this process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stitchlake.api import Table
+from stitchlake.jobs.spark_conf import reader_jar
+from stitchlake.reading.filters import prune
+from stitchlake.reading.snapshot import plan_slices
+from tests.support.jvm_session import JvmError, JvmSession, jvm_session
+from tests.support.spark_native_reader import decode
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+
+#: Every test here starts a JVM (Spark or the merge harness).
+pytestmark = pytest.mark.spark
+
+ORDERS, PAYMENTS, SHIPMENTS = MODELS
+
+
+@pytest.fixture(scope="module")
+def jvm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JvmSession]:
+    assert reader_jar().is_file(), f"the JVM reader is not built ({reader_jar()}): run make setup"
+    with jvm_session(tmp_path_factory.mktemp("jvm") / "stderr.txt") as session:
+        yield session
+
+
+def events(model: Any, keys: range, seed: int) -> list[dict[str, Any]]:
+    """Events of one stream for `keys`: values, nulls and a few deletes."""
+    chance = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        row: dict[str, Any] = {"k": k, "deleted": chance.random() < 0.1}
+        for column in model.columns:
+            if column in ("status", "note", "carrier"):
+                row[column] = chance.choice(["a", "bb", None, "ccc"])
+            else:
+                row[column] = chance.randrange(1000)
+        out.append(row)
+    return out
+
+
+def built(root: Path, buckets: int = 2) -> Table:
+    """A table with every stream written (deletes too), compacted: every slice log-free."""
+    table = new_table(root, copy.deepcopy(THREE_STREAMS), buckets=buckets)
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS, ORDERS, PAYMENTS)):
+        table.write(model.name, batch(model, events(model, range(number * 4, 40), number)))
+    table.compact()
+    return table
+
+
+def location(table: Table) -> str:
+    return table.storage.describe()
+
+
+def expected(table: Table, **read: Any) -> list[dict[str, Any]]:
+    return sorted(table.read(**read).to_pylist(), key=lambda r: r["k"])
+
+
+def through_jvm(jvm: JvmSession, table: Table, select: str = "*", where: str = "true", **options: str) -> Any:
+    """The rows of a `format("stitchlake")` read, by key, and its physical plan."""
+    chained = "".join(f".option({k!r}, {v!r})" for k, v in options.items())
+    answer = jvm.run(
+        f"frame = spark.read.format('stitchlake'){chained}.load({location(table)!r}).where({where!r})"
+        f".selectExpr(*{select.split(', ')!r})\n"
+        "result = {'rows': rows(frame), 'plan': plan_text(frame)}"
+    )
+    got = [{k: decode(v) for k, v in row.items()} for row in answer["rows"]]
+    return sorted(got, key=lambda r: r["k"]), answer["plan"]
+
+
+def count(jvm: JvmSession, table: Table) -> int:
+    return int(jvm.run(f"result = spark.read.format('stitchlake').load({location(table)!r}).count()"))
+
+
+def counter(jvm: JvmSession, name: str) -> int:
+    return int(jvm.run(f"result = spark._jvm.io.stitchlake.spark.io.DataFileReader.{name}()"))
+
+
+def test_a_compacted_table_and_a_read_optimized_read_equal_stitchlake_read(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path)
+    want = expected(table)
+    assert len(want) > 20 and any(r["carrier"] == "none" for r in want)  # a default shown where a stream has none
+    got, plan = through_jvm(jvm, table)
+    assert got == want
+    # Every slice is log-free: Spark's vectorized Parquet reader, columnar, no Python worker.
+    assert "BatchScan stitchlake" in plan and " columnar" in plan and re.search(r"slices=(\d+) \(log-free \1\)", plan)
+    assert "ColumnarToRow" in plan and "Python" not in plan
+    assert count(jvm, table) == len(want)  # no column read at all: liveness still decides
+
+    # Logs on top: a read-optimized read still reads only the bases, as stitchlake's does.
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(30, 50), 7)))
+    got, plan = through_jvm(jvm, table, mode="read_optimized")
+    assert got == expected(table, mode="read_optimized") and " columnar" in plan
+    assert got != expected(table)  # (the logs do change the snapshot)
+
+
+def test_explain_shows_the_jvm_scan_reading_only_the_pruned_columns(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path)
+    got, plan = through_jvm(jvm, table, select="k, amount", where="p = 'even'")
+    assert got == [{"k": r["k"], "amount": r["amount"]} for r in expected(table) if r["p"] == "even"]
+    scan = next(line for line in plan.splitlines() if "BatchScan" in line)
+    assert re.search(r"columns=\[k, (p, amount|amount, p)\] ", scan), scan  # (p: Spark filters on it again)
+    assert "pushed=[EqualTo(p,even)" in scan, scan
+
+
+def test_a_flipped_byte_in_a_base_file_is_an_error_naming_the_file(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path, buckets=1)
+    planned = plan_slices(table.config, table.view(), None, prune(table.config, None))[0].base
+    assert planned is not None
+    base = Path(table.storage.describe(planned.path))
+    data = bytearray(base.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    base.write_bytes(bytes(data))
+    with pytest.raises(JvmError) as failed:
+        through_jvm(jvm, table)
+    message = str(failed.value)
+    assert str(base) in message and "checksum mismatch" in message, message
+
+
+def test_key_filters_skip_row_groups_and_stream_filters_apply_after_the_merge(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path, buckets=1)  # a base per partition (even, odd keys): keys 0..39
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(100, 110), 3)))  # a log: keys 100..109
+    skipped, read = counter(jvm, "rowGroupsSkipped"), counter(jvm, "rowGroupsRead")
+    got, plan = through_jvm(jvm, table, where="k >= 100")
+    assert got == [r for r in expected(table) if r["k"] >= 100] and len(got) > 5
+    assert "rowGroupFilter=" in plan and "GreaterThanOrEqual(k,100)" in plan, plan
+    # The bases' row groups hold no key >= 100 (their statistics say so): skipped; the logs' are read.
+    assert counter(jvm, "rowGroupsSkipped") - skipped == 2
+    assert counter(jvm, "rowGroupsRead") - read == 2
+    # A stream column's filter skips nothing (its stored values are not what a merged row shows).
+    got, plan = through_jvm(jvm, table, where="amount < 500")
+    assert got == [r for r in expected(table) if r["amount"] is not None and r["amount"] < 500]
+    assert "rowGroupFilter=" not in plan
+
+
+def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = built(tmp_path)
+    before = len(table.timeline().completed())
+    jvm.run(
+        "from pyspark.sql import Row\n"
+        "frame = spark.createDataFrame([Row(k=500, p='even', amount=7, status='new', ots=1, op='I')])\n"
+        f"frame.write.format('stitchlake').option('stream', 'orders').mode('append').save({location(table)!r})\n"
+    )
+    assert len(table.timeline().completed()) == before + 1
+    want = expected(table)
+    assert {"k": 500, "amount": 7, "status": "new"}.items() <= next(r for r in want if r["k"] == 500).items()
+    got, plan = through_jvm(jvm, table)  # a slice with a log now: merged rows
+    assert got == want and " merged" in plan and count(jvm, table) == len(want)
+
+    # A streaming write too (the JVM table hands it to the Python source's stream writer).
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    rows_in = {"k": [501, 502], "p": ["odd", "even"], "amount": [8, 9], "status": ["a", None], "ots": [1, 1]}
+    pq.write_table(pa.table({**rows_in, "op": ["I", "I"]}), landing / "part.parquet")
+    jvm.run(
+        "source = spark.readStream.schema('k long, p string, amount long, status string, ots long, op string')"
+        f".parquet({str(landing)!r})\n"
+        "query = source.writeStream.format('stitchlake').option('stream', 'orders')"
+        f".option('checkpointLocation', {str(tmp_path / 'checkpoint')!r}).trigger(availableNow=True)"
+        f".start({location(table)!r})\n"
+        "query.awaitTermination()"
+    )
+    got, _ = through_jvm(jvm, table)
+    assert got == expected(table) and {501, 502} <= {r["k"] for r in got}
+
+
+def test_incremental_reads_are_handed_to_the_python_source_with_a_notice(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path)
+    first = table.timeline().completed()[0].completed
+    assert first is not None
+    got, _ = through_jvm(jvm, table, select="k, _op", since=first)
+    assert {r["k"] for r in got} == {r["k"] for r in table.read(since=first).to_pylist()}
+    assert "stitchlake: incremental reads" in jvm.stderr()
+    assert jvm.stderr().count("reading with the Python data source") == 1
+
+
+#: A session with the reader switched off (its jar not on the classpath): what `format("stitchlake")` gives there.
+WITHOUT_THE_JAR = """
+import json, sys
+from pyspark.sql import SparkSession
+from stitchlake.spark.session import register
+spark = register(SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate())
+frame = spark.read.format("stitchlake").load(sys.argv[1])
+print(json.dumps({
+    "python": "(Python)" in frame._jdf.queryExecution().executedPlan().toString(),
+    "rows": sorted((r.asDict() for r in frame.collect()), key=lambda r: r["k"]),
+    "alias": sorted(spark.read.format("stitchlake_python").load(sys.argv[1]).columns),
+}, default=str))
+"""
+
+
+def test_without_the_jar_the_python_source_reads_with_a_one_line_notice(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    table = built(tmp_path)
+    env = {**os.environ, "STITCHLAKE_JVM_READER": "0", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_THE_JAR, location(table)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notice = f"stitchlake: the JVM reader is not on the classpath ({reader_jar()}); reading with the Python data source"
+    assert [line for line in done.stderr.splitlines() if line.startswith("stitchlake:")] == [notice]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["python"]
+    assert answer["rows"] == json.loads(json.dumps(expected(table), default=str))
+    assert answer["alias"] == sorted(table.read().column_names)
+
+
+def test_the_jvm_xxh3_is_pythons_for_every_length_to_300_and_large_inputs(tmp_path: Path) -> None:
+    import subprocess
+
+    import xxhash
+
+    chance = random.Random(35)
+    sizes = [*range(301), 1024, 4096, 65_537, 1_000_003]
+    paths, want = [], []
+    for size in sizes:
+        data = chance.randbytes(size)
+        path = tmp_path / str(size)
+        path.write_bytes(data)
+        paths.append(str(path))
+        want.append(f"xxh3:{xxhash.xxh3_64_hexdigest(data)}")
+    done = subprocess.run(
+        ["java", "-cp", str(reader_jar()), "io.stitchlake.spark.io.Xxh3", *paths],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert done.stdout.split() == want
+
+
+def test_avro_logs_are_read_and_merged_through_the_jvm(jvm: JvmSession, tmp_path: Path) -> None:
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"]["log_format"] = "avro"
+    table = new_table(tmp_path, document, buckets=1)
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS)):
+        table.write(model.name, batch(model, events(model, range(number * 3, 30), number)))
+    table.compact()
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 40), 9)))
+    assert any(Path(location(table)).rglob("*.avro"))
+    got, plan = through_jvm(jvm, table)
+    assert got == expected(table) and " merged" in plan
+
+
+def test_a_catalog_table_using_stitchlake_is_read_by_the_jvm(jvm: JvmSession, tmp_path: Path) -> None:
+    table = built(tmp_path)
+    answer = jvm.run(
+        f"spark.sql(\"CREATE TABLE jvm_orders USING stitchlake OPTIONS (path '{location(table)}')\")\n"
+        "frame = spark.sql('SELECT k, amount, carrier FROM jvm_orders WHERE k < 20')\n"
+        "result = {'rows': rows(frame), 'plan': plan_text(frame)}\n"
+        "spark.sql('DROP TABLE jvm_orders')"
+    )
+    want = [{"k": r["k"], "amount": r["amount"], "carrier": r["carrier"]} for r in expected(table) if r["k"] < 20]
+    assert sorted(answer["rows"], key=lambda r: r["k"]) == want
+    assert "BatchScan stitchlake" in answer["plan"] and "columns=[k, amount, carrier]" in answer["plan"]
+
+
+def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import yaml
+
+    import stitchlake
+    from stitchlake.services.alter import alter
+
+    document: dict[str, Any] = {
+        "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
+        "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
+    }
+    config = tmp_path / "t.yaml"
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    table = stitchlake.open(config)
+    table.init()
+    table.write("a", pa.table({"k": [1, 2, 3], "v": pa.array([1, 2, None], pa.int32()), "s": ["x", "y", None]}))
+    table.write("gone", pa.table({"k": [1, 4], "g": [5, 6]}))
+    table.compact()
+    changed = copy.deepcopy(document)
+    changed["streams"]["a"]["columns"] = {"v": "long", "s": "string", "when": {"type": "date", "default": "2026-11-21"}}
+    del changed["streams"]["gone"]
+    config.write_text(yaml.safe_dump(changed, sort_keys=False))
+    alter(stitchlake.open(config))
+    table = stitchlake.open(config)
+    got, plan = through_jvm(jvm, table)  # the base, written before the alter: log-free
+    assert got == expected(table) and " columnar" in plan
+    assert {r["k"] for r in got} == {1, 2, 3} and {str(r["when"]) for r in got} == {"2026-11-21"}
+    table.write("a", pa.table({"k": [2, 5], "v": [2**40, 7], "s": ["z", None]}))
+    got, plan = through_jvm(jvm, table)
+    assert got == expected(table) and " merged" in plan and {r["k"] for r in got} == {1, 2, 3, 5}

@@ -1,0 +1,198 @@
+"""What a publish leaves when it stops half-way (issue 26 point 5, left over from issue 13): an interrupted publish
+says that the version it committed exists; Iceberg data files a crashed publish wrote are swept by the next
+publish; and a publish presumed dead that resumes after `erase --purge` recreated the published table cannot
+write into it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+from deltalake import DeltaTable
+
+from stitchlake.api import Table
+from stitchlake.concurrency.heartbeat import is_expired
+from stitchlake.errors import ConflictError
+from stitchlake.io.published import iceberg_catalog
+from stitchlake.services.publish import PublishResult
+from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.instant import Action
+from tests.support.published_history import altered_document, history, rows_of
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
+
+
+def current_rows(table: Table) -> list[dict[str, Any]]:
+    return rows_of(table.read(mode="read_optimized"))
+
+
+def iceberg_table(result: dict[str, Any]) -> Any:
+    return iceberg_catalog(result["location"]).load_table(result["identifier"])
+
+
+def published_version(fmt: str, result: dict[str, Any]) -> int:
+    """The published table's current version: Delta's, or Iceberg's current snapshot id."""
+    if fmt == "delta":
+        return int(DeltaTable(result["location"]).version())
+    return int(iceberg_table(result).current_snapshot().snapshot_id)
+
+
+def published_rows(fmt: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    if fmt == "delta":
+        return rows_of(DeltaTable(result["location"]).to_pyarrow_table())
+    return rows_of(iceberg_table(result).scan().to_arrow())
+
+
+def data_files(folder: str) -> list[Path]:
+    """The Parquet data files under a published table's folder (a Delta checkpoint left out)."""
+    found = Path(folder.removeprefix("file://")).rglob("*.parquet")
+    return sorted(path for path in found if "_delta_log" not in path.parts)
+
+
+def keys_in(files: list[Path]) -> set[int]:
+    import pyarrow.parquet as pq
+
+    return {k for path in files for k in pq.read_table(path, columns=["k"]).column("k").to_pylist()}
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_publish_interrupted_after_its_commit_says_that_the_version_exists(tmp_path: Path, fmt: str) -> None:
+    """`stitch publish` gets SIGTERM right after the format's commit: it exits 143, its instant is rolled back, and
+    its message says which version of the published table exists anyway; the next publish supersedes it."""
+    table = history(tmp_path / "t")
+    document = altered_document()
+    document["table"]["path"] = table.path
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    code = (
+        "import os, signal, sys\n"
+        "import stitchlake.services.publish as publish\n"
+        "from stitchlake.cli.app import main\n"
+        f"name = 'write_{fmt}'\n"
+        "original = getattr(publish, name)\n"
+        "def then_terminated(*args, **kwargs):\n"
+        "    made = original(*args, **kwargs)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return made\n"
+        "setattr(publish, name, then_terminated)\n"
+        f"sys.argv = ['stitch', 'publish', '-c', {str(path)!r}, '-f', {fmt!r}, '--json']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 143, done.stderr
+    error = json.loads(done.stdout)["error"]
+    location = f"{table.path}/.stitch/published/{fmt}"
+    found = {"location": location, "identifier": "stitchlake.wide"}
+    version = published_version(fmt, found)
+    assert error.startswith("terminated by SIGTERM; the running instant was aborted"), error
+    assert f"{fmt} version {version} at {location} was committed before publish" in error, error
+    assert "exists and readers see it" in error and "the next publish" in error
+    timeline = table.timeline()
+    assert not timeline.pending() and not timeline.completed([Action.PUBLISH]), "the instant was rolled back"
+    assert published_rows(fmt, found) == current_rows(table), "the version it committed is there"
+
+    result = table.publish(fmt).to_json()
+    assert result["version"] != version and published_version(fmt, found) == result["version"]
+    assert published_rows(fmt, result) == current_rows(table)
+
+
+def test_iceberg_data_files_left_by_a_crashed_publish_are_removed_by_the_next_publish(tmp_path: Path) -> None:
+    """The process dies after pyiceberg wrote the new version's data files and before the catalog committed it:
+    no snapshot lists them. The next publish deletes them (and counts them in `removed_files`)."""
+    table = history(tmp_path / "t")
+    first = table.publish("iceberg").to_json()
+    folder = first["table_location"]
+    before = set(data_files(folder))
+    code = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+        "from pathlib import Path\n"
+        "from pyiceberg.catalog.sql import SqlCatalog\n"
+        "from tests.support.tables import config\n"
+        "from tests.support.published_history import altered_document\n"
+        "from stitchlake.api import Table\n"
+        "def die(*args, **kwargs):\n"
+        "    os._exit(9)\n"
+        "SqlCatalog.commit_table = die\n"
+        f"Table(config(Path({str(tmp_path / 't')!r}), altered_document())).publish('iceberg')\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=300).returncode == 9
+    left = set(data_files(folder)) - before
+    assert left, "the crashed publish wrote data files"
+    assert published_version("iceberg", first) == first["version"], "and committed nothing"
+    found = iceberg_table(first)
+    listed = {
+        task.file.file_path.removeprefix("file://")
+        for snapshot in found.snapshots()
+        for task in found.scan(snapshot_id=snapshot.snapshot_id).plan_files()
+    }
+    assert not {str(path) for path in left} & listed
+
+    second = table.publish("iceberg").to_json()
+    assert not set(data_files(folder)) & left, "the crashed publish's files were removed"
+    assert second["removed_files"] >= len(left)
+    assert published_rows("iceberg", second) == current_rows(table)
+
+
+def erase_keys(*keys: int) -> pa.Table:
+    return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recreated_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """A publish passes its last check before the commit, then freezes past its heartbeat (presumed dead). An
+    erase of key 1 with `--purge` recreates the published table meanwhile. The zombie then resumes with the rows
+    it read, key 1 among them: its commit is refused (exit 3), the published table shows the purged state, and
+    once the next publish has run no file under it holds key 1."""
+    import stitchlake.services.publish as publish_module
+
+    table = history(tmp_path / "t", FAST)
+    first = table.publish(fmt).to_json()
+    assert 1 in {row["k"] for row in published_rows(fmt, first)}
+    original_check = getattr(publish_module, "_refuse_if_overtaken")  # noqa: B009 - patched where it runs
+    purged: list[Any] = []
+    zombie: list[Transaction] = []
+
+    def frozen_after_the_check(txn: Transaction, chosen: Any) -> None:
+        original_check(txn, chosen)
+        if zombie:  # the erase's own republish, or a later publish
+            return
+        zombie.append(txn)
+        assert txn.heartbeat is not None
+        txn.heartbeat.stop(delete=True)
+        txn.heartbeat = None
+        expire_s = table.config.concurrency.heartbeat.expire_s
+        deadline = time.monotonic() + 60
+        while not is_expired(table.storage, txn.time, expire_s):
+            assert time.monotonic() < deadline, "the frozen publish never looked dead"
+            time.sleep(0.05)
+        purged.append(table.erase(erase_keys(1), purge=True))
+
+    monkeypatch.setattr(publish_module, "_refuse_if_overtaken", frozen_after_the_check)
+    with pytest.raises(ConflictError):
+        table.publish(fmt)
+    monkeypatch.undo()
+    (erased,) = purged
+    (done,) = [r for r in erased.published if r.format == fmt]
+    assert isinstance(done, PublishResult), "the zombie looked dead: the purge republished at once"
+    republished = done.to_json()
+    assert published_version(fmt, first) == republished["version"], "the zombie committed nothing"
+    assert published_rows(fmt, republished) == current_rows(table)
+    assert 1 not in {row["k"] for row in current_rows(table)}
+
+    folder = first["location"] if fmt == "delta" else republished["table_location"]
+    result = table.publish(fmt).to_json()
+    assert published_rows(fmt, result) == current_rows(table)
+    assert 1 not in keys_in(data_files(folder)), "what the zombie wrote was swept"
+    assert not table.timeline().pending()

@@ -1,0 +1,472 @@
+"""Tables that change (issue 11): `stitch alter`, reads across schema versions, nested columns, any ordering type.
+
+The property test drives random writes, compactions and compatible alters through the real table, and compares
+every read — now, and as of every step — with the brute-force reference model (tests/reference.py) applied to the
+same events under the schema in force at that time: events written before a column existed carry its default.
+"""
+
+from __future__ import annotations
+
+import copy
+import decimal
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stitchlake
+from stitchlake.errors import BusyError, ConfigError
+from stitchlake.types import arrow_type
+from tests.support.reference import Event, StreamModel, expected_rows
+from tests.support.tables import instant_at
+
+STITCH = Path(sys.executable).parent / "stitch"
+
+BASE: dict[str, Any] = {
+    "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 2},
+    "streams": {
+        "a": {
+            "columns": {"v": "int", "s": "string", "ts": "string"},
+            "ordering": "ts",  # text ordering: ranked within each merge
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+        "b": {
+            "columns": {"w": "long", "d": "decimal(10,2)"},
+            "ordering": "d",  # decimal ordering
+            "nulls": "ignore",
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+        "n": {"columns": {"tags": "array<string>", "info": "struct<x:int,y:string>"}},  # nested, commit-time order
+    },
+    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}},
+}
+
+
+def add_extra(doc: dict[str, Any]) -> None:
+    doc["streams"]["a"]["columns"]["extra"] = {"type": "string", "default": "dflt"}
+
+
+def widen_v(doc: dict[str, Any]) -> None:
+    doc["streams"]["a"]["columns"]["v"] = "long"
+
+
+def add_stream_c(doc: dict[str, Any]) -> None:
+    doc["streams"]["c"] = {"columns": {"c1": "double"}, "deletes": {"column": "op", "values": ["D"]}}
+
+
+def drop_w(doc: dict[str, Any]) -> None:
+    del doc["streams"]["b"]["columns"]["w"]
+
+
+def drop_n(doc: dict[str, Any]) -> None:
+    del doc["streams"]["n"]
+
+
+def add_z(doc: dict[str, Any]) -> None:
+    doc["streams"]["b"]["columns"]["z"] = "int"
+
+
+def new_default(doc: dict[str, Any]) -> None:
+    doc["streams"]["a"]["columns"]["extra"]["default"] = "d2"
+
+
+#: An Avro landing file of stream n (the nested columns).
+NESTED_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "r",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+        {
+            "name": "info",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "info_t",
+                    "fields": [{"name": "x", "type": "int"}, {"name": "y", "type": "string"}],
+                },
+            ],
+        },
+    ],
+}
+
+#: Compatible alters, applied in this order (each needs the ones before it only where noted).
+ALTERS = [add_extra, widen_v, add_stream_c, drop_w, drop_n, add_z, new_default]
+
+
+def write_yaml(root: Path, document: dict[str, Any]) -> Path:
+    path = root / "table.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def models(document: dict[str, Any]) -> list[StreamModel]:
+    out = []
+    for name, spec in document["streams"].items():
+        columns = {c: (v if isinstance(v, dict) else {"type": v}) for c, v in spec["columns"].items()}
+        ordering = spec.get("ordering")
+        out.append(
+            StreamModel(
+                name,
+                tuple(columns),
+                (ordering,) if isinstance(ordering, str) else tuple(ordering or ()),
+                spec.get("nulls", "overwrite"),
+                {c: v["default"] for c, v in columns.items() if "default" in v},
+            )
+        )
+    return out
+
+
+def column_types(document: dict[str, Any], stream: str) -> dict[str, str]:
+    spec = document["streams"][stream]["columns"]
+    return {c: (v["type"] if isinstance(v, dict) else v) for c, v in spec.items()}
+
+
+VALUES = {
+    "v": st.one_of(st.none(), st.integers(-3, 3)),
+    "s": st.one_of(st.none(), st.sampled_from(["p", "q"])),
+    "ts": st.sampled_from(["2026-01", "2026-02", "2026-10", "b", "a"]),
+    "extra": st.one_of(st.none(), st.sampled_from(["e1", "e2"])),
+    "w": st.one_of(st.none(), st.integers(0, 9)),
+    "d": st.sampled_from([decimal.Decimal("1.00"), decimal.Decimal("-2.50"), decimal.Decimal("10.01")]),
+    "z": st.one_of(st.none(), st.integers(0, 5)),
+    "tags": st.one_of(st.none(), st.lists(st.sampled_from(["x", "y"]), max_size=2)),
+    "info": st.one_of(st.none(), st.fixed_dictionaries({"x": st.integers(0, 3), "y": st.sampled_from(["u", "v"])})),
+    "c1": st.one_of(st.none(), st.floats(-1, 1, allow_nan=False)),
+}
+
+
+@st.composite
+def rows_for(draw: Any, stream: str, columns: list[str]) -> list[dict[str, Any]]:
+    return [
+        {"k": draw(st.integers(0, 5)), "op": "D" if draw(st.integers(0, 7)) == 0 else "I"}
+        | {c: draw(VALUES[c]) for c in columns}
+        for _ in range(draw(st.integers(1, 4)))
+    ]
+
+
+@st.composite
+def histories(draw: Any) -> list[tuple[str, Any]]:
+    """Writes to whatever streams exist, compactions, and the alters in order at random points."""
+    document = copy.deepcopy(BASE)
+    out: list[tuple[str, Any]] = []
+    alters = list(ALTERS)
+    for _ in range(draw(st.integers(3, 9))):
+        roll = draw(st.integers(0, 9))
+        if roll < 2 and alters:
+            change = alters.pop(0)
+            change(document)
+            out.append(("alter", change.__name__))
+        elif roll == 2:
+            out.append(("compact", None))
+        stream = draw(st.sampled_from(sorted(document["streams"])))
+        out.append(("write", (stream, draw(rows_for(stream, list(column_types(document, stream)))))))
+    return out
+
+
+def arrow_rows(document: dict[str, Any], stream: str, rows: list[dict[str, Any]]) -> pa.Table:
+    types = column_types(document, stream)
+    data = {"k": pa.array([r["k"] for r in rows], pa.int64()), "op": pa.array([r["op"] for r in rows])}
+    for column, type_name in types.items():
+        data[column] = pa.array([r.get(column) for r in rows], arrow_type(type_name))
+    return pa.table(data)
+
+
+def expected_at(
+    document: dict[str, Any], written: list[tuple[Event, set[str]]], upto: int | None, initial: dict[str, Any]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The reference model under `document`'s schema: a column an event predates reads the default the column
+    was added with (`initial`; a later change of the default does not reach back), and a group that does not
+    exist reads the default in `document`."""
+    streams = models(document)
+    events = []
+    for event, had in written:
+        model = next((m for m in streams if m.name == event.stream), None)
+        if model is None:
+            continue  # a dropped stream
+        values = {c: (event.values.get(c) if c in had else initial.get(c)) for c in model.columns}
+        events.append(Event(event.stream, event.key, {**values}, event.deleted, event.commit, event.pos))
+    return expected_rows(streams, events, upto=upto)
+
+
+def as_dict(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {(row["k"],): row for row in table.to_pylist()}
+
+
+def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
+    document = copy.deepcopy(BASE)
+    document["table"]["log_format"] = log_format
+    config = write_yaml(root, document)
+    table = stitchlake.open(config)
+    table.init()
+    written: list[tuple[Event, set[str]]] = []
+    checkpoints: list[tuple[str, int, dict[str, Any]]] = []  # (completion time, commit number, schema then)
+    initial: dict[str, Any] = {}  # each column's default when it first appeared
+    for model in models(document):
+        initial.update({c: model.defaults.get(c) for c in model.columns})
+    commit = 0
+    for kind, arg in plan:
+        if kind == "alter":
+            next(a for a in ALTERS if a.__name__ == arg)(document)
+            for model in models(document):
+                initial.update({c: model.defaults.get(c) for c in model.columns if c not in initial})
+            config = write_yaml(root, document)
+            from stitchlake.services.alter import alter
+
+            alter(stitchlake.open(config))
+            table = stitchlake.open(config)
+        elif kind == "compact":
+            table.compact()
+        else:
+            stream, rows = arg
+            result = table.write(stream, arrow_rows(document, stream, rows))
+            commit += 1
+            had = set(column_types(document, stream))
+            for pos, row in enumerate(rows):
+                values = {c: row.get(c) for c in had}
+                deleted = "deletes" in document["streams"][stream] and row["op"] == "D"
+                written.append((Event(stream, (row["k"],), values, deleted, commit, pos), had))
+            checkpoints.append((result.completed or "", commit, copy.deepcopy(document)))
+    assert as_dict(table.read()) == expected_at(document, written, None, initial)
+    for completed, number, then in checkpoints:
+        got = table.read(as_of=completed)
+        assert got.column_names == ["k", *[c for s in then["streams"].values() for c in s["columns"]]]
+        assert as_dict(got) == expected_at(then, written, number, initial), f"as of {completed}"
+    table.compact()
+    assert as_dict(table.read()) == expected_at(document, written, None, initial)
+
+
+@pytest.mark.parametrize("log_format", ["parquet", "avro"])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(plan=histories())
+def test_reads_across_alters_equal_the_reference_under_each_version(
+    tmp_path_factory: pytest.TempPathFactory, log_format: str, plan: list[tuple[str, Any]]
+) -> None:
+    run_history(tmp_path_factory.mktemp("history"), plan, log_format)
+
+
+# --------------------------------------------------------------------------------------------- the CLI
+
+
+def stitch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(STITCH), *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "locks" not in p.parts
+    }
+
+
+@pytest.fixture
+def created(tmp_path: Path) -> Path:
+    config = write_yaml(tmp_path, BASE)
+    assert stitch("init", "-c", str(config), cwd=tmp_path).returncode == 0
+    table = stitchlake.open(config)
+    table.write("a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    return tmp_path
+
+
+REFUSED = [
+    (
+        "key",
+        lambda d: d["table"].update(key={"k": "string"}),
+        "table.key: table has {k: long}, config says {k: string}",
+    ),
+    ("buckets", lambda d: d["table"].update(buckets=4), "table.buckets: table has 2, config says 4"),
+    ("partitioning", lambda d: d["table"].update(partition_by={"p": "string"}), "table.partition_by"),
+    ("name", lambda d: d["table"].update(name="other"), "table.name"),
+    ("narrowing", lambda d: d["streams"]["b"]["columns"].update(w="int"), "streams.b.columns.w.type"),
+    ("incompatible", lambda d: d["streams"]["a"]["columns"].update(s="long"), "table has string, config says long"),
+    ("ordering", lambda d: d["streams"]["a"].update(ordering="s"), "streams.a.ordering"),
+    ("nulls", lambda d: d["streams"]["a"].update(nulls="ignore"), "streams.a.nulls"),
+    (
+        "move a column",
+        lambda d: (d["streams"]["b"]["columns"].pop("w"), d["streams"]["a"]["columns"].update(w="long")),
+        "column 'w' belonged to stream b",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "phrase"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_every_incompatible_change_is_refused_naming_it(created: Path, name: str, edit: Any, phrase: str) -> None:
+    document = copy.deepcopy(BASE)
+    edit(document)
+    config = write_yaml(created, document)
+    before = digest(created / "table")
+    done = stitch("alter", "-c", str(config), "--json", cwd=created)
+    assert done.returncode == 2, done.stderr
+    assert phrase in done.stderr and "refused" in done.stderr
+    failure = json.loads(done.stdout)
+    assert failure["ok"] is False and failure["exit_code"] == 2
+    assert digest(created / "table") == before
+
+
+def test_reusing_a_dropped_name_is_refused(created: Path) -> None:
+    document = copy.deepcopy(BASE)
+    drop_w(document)
+    assert stitch("alter", "-c", str(write_yaml(created, document)), cwd=created).returncode == 0
+    document["streams"]["b"]["columns"]["w"] = "long"
+    done = stitch("alter", "-c", str(write_yaml(created, document)), cwd=created)
+    assert done.returncode == 2 and "was dropped from this stream in an earlier schema version" in done.stderr
+
+
+def test_dry_run_changes_nothing_and_the_config_must_follow_the_table(created: Path) -> None:
+    old = copy.deepcopy(BASE)
+    new = copy.deepcopy(BASE)
+    add_extra(new)
+    add_stream_c(new)
+    before = digest(created / "table")
+    config = write_yaml(created, new)
+    dry = stitch("alter", "-c", str(config), "--dry-run", "--json", cwd=created)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] and plan["schema_version"] == 1 and len(plan["changes"]) == 2
+    assert digest(created / "table") == before, "--dry-run wrote something"
+    # A config ahead of the table: every command says to run `stitch alter` first.
+    ahead = stitch("read", "-c", str(config), cwd=created)
+    assert ahead.returncode == 2 and "is ahead of the table" in ahead.stderr and "stitch alter" in ahead.stderr
+    assert stitch("alter", "-c", str(config), cwd=created).returncode == 0
+    assert stitch("read", "-c", str(config), cwd=created).returncode == 0
+    # An old deployment still running the previous config is refused, naming the newer version.
+    behind = stitch("read", "-c", str(write_yaml(created, old)), cwd=created)
+    assert behind.returncode == 2
+    assert "describes schema version 0" in behind.stderr and "at version 1 now" in behind.stderr
+    again = stitch("alter", "-c", str(write_yaml(created, new)), cwd=created)
+    assert again.returncode == 0 and "nothing to alter" in again.stdout
+
+
+def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) -> None:
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    times = []
+    for change in (None, add_stream_c, add_extra, widen_v, drop_w):
+        if change is not None:
+            change(document)
+            from stitchlake.services.alter import alter
+
+            alter(stitchlake.open(write_yaml(tmp_path, document)))
+            table = stitchlake.open(tmp_path / "table.yaml")
+        row = {"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a", "extra": "e1"}
+        result = table.write("a", arrow_rows(document, "a", [row]))
+        times.append((result.completed, copy.deepcopy(document)))
+    for at, then in times:
+        got = stitchlake.read(str(tmp_path / "table"), as_of=at)
+        assert got.column_names == ["k", *[c for s in then["streams"].values() for c in s["columns"]]]
+        assert got.schema.field("v").type == arrow_type(column_types(then, "a")["v"])
+    # The table opened from its folder (no YAML) has the current schema; restore takes an alter back.
+    assert "w" not in stitchlake.read(str(tmp_path / "table")).column_names
+
+
+def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path) -> None:
+    """Decided: a write that began under schema N publishes after an alter to N+1, recording N: its files are
+    read under N+1 like any older file (every compatible change reads old files)."""
+    from stitchlake.services.alter import alter
+    from stitchlake.services.ingest import claim
+
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    txn = claim(table, "a")  # the writer began under version 0
+    add_extra(document)
+    widen_v(document)
+    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    from stitchlake.writing.writer import write
+
+    result = write(table, "a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 7, "s": "p", "ts": "a"}]), txn=txn)
+    assert table.timeline().commit(instant_at(table, result.instant)).schema_version == 0  # type: ignore[attr-defined]
+    rows = stitchlake.read(str(tmp_path / "table.yaml")).to_pylist()
+    assert rows == [
+        {"k": 1, "v": 7, "s": "p", "ts": "a", "extra": "dflt", "w": None, "d": None, "tags": None, "info": None}
+    ]
+
+
+def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path) -> None:
+    from stitchlake.services.alter import alter
+    from stitchlake.services.restore import begin_restore, restore
+    from stitchlake.services.savepoint import create
+
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    create(table, name="before")
+    add_stream_c(document)
+    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    table = stitchlake.open(tmp_path / "table.yaml")
+    table.write("c", arrow_rows(document, "c", [{"k": 2, "op": "I", "c1": 0.5}]))
+    pending = begin_restore(table, "before")
+    add_z(document)
+    with pytest.raises(BusyError, match="nothing can alter the table"):
+        alter(stitchlake.open(write_yaml(tmp_path, document)))
+    pending.heartbeat.stop(delete=True)  # type: ignore[union-attr]
+    from stitchlake.services.recovery import rollback_failed
+
+    rollback_failed(stitchlake.open(str(tmp_path / "table")))  # finishes the crashed restore
+    # The table is back at schema version 0: the YAML with stream c (and z) is ahead of it now.
+    with pytest.raises(ConfigError, match="ahead of the table"):
+        stitchlake.open(tmp_path / "table.yaml").read()
+    assert stitchlake.read(str(tmp_path / "table")).column_names == ["k", "v", "s", "ts", "w", "d", "tags", "info"]
+    assert callable(restore)  # the one-shot form is what `stitch savepoint restore` runs
+
+
+def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
+    from stitchlake.services.alter import alter
+
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    first = table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    add_extra(document)
+    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    table = stitchlake.open(tmp_path / "table.yaml")
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 2, "s": "p", "ts": "b", "extra": "e1"}]))
+    table.write("a", arrow_rows(document, "a", [{"k": 2, "op": "I", "v": 3, "s": "q", "ts": "a"}]))
+    changes = table.read(since=first.completed).sort_by("k").to_pylist()
+    assert [(r["k"], r["v"], r["extra"], r["_op"]) for r in changes] == [(1, 2, "e1", "U"), (2, 3, None, "I")]
+
+
+def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path) -> None:
+    import fastavro
+    import pyarrow.parquet as pq
+
+    document = copy.deepcopy(BASE)
+    document["bad_rows"] = "fail"
+    for fmt in ("json", "parquet", "avro"):
+        document["streams"]["n"]["source"] = {"format": fmt, "path": f"landing/{fmt}"}
+        root = tmp_path / fmt
+        root.mkdir()
+        landing = root / "landing" / fmt
+        landing.mkdir(parents=True)
+        rows = [
+            {"k": 1, "tags": ["x", "y"], "info": {"x": 1, "y": "u"}},
+            {"k": 2, "tags": [], "info": None},
+        ]
+        if fmt == "json":
+            (landing / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif fmt == "parquet":
+            pq.write_table(
+                arrow_rows(BASE, "n", [{**r, "op": "I"} for r in rows]).drop_columns(["op"]), landing / "f.parquet"
+            )
+        else:
+            with open(landing / "f.avro", "wb") as handle:
+                fastavro.writer(handle, fastavro.parse_schema(NESTED_AVRO), rows)
+        table = stitchlake.open(write_yaml(root, document))
+        table.init()
+        assert table.ingest("n").rows == 2, fmt
+        got = {r["k"]: (r["tags"], r["info"]) for r in table.read(columns=["k", "tags", "info"]).to_pylist()}
+        assert got == {1: (["x", "y"], {"x": 1, "y": "u"}), 2: ([], None)}, fmt

@@ -1,0 +1,533 @@
+"""Security basics (issue 7): safe YAML, no shell anywhere a process starts, nothing escapes the table folder,
+and secrets from `${ENV}` are never printed or stored.
+
+Everything runs the real `stitch` console script or reads the real source tree; the one Spark test runs a real
+spark-submit, because the launcher's process and Spark's log are what it is about.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import stitchlake
+from stitchlake.config import parse_config
+from stitchlake.errors import ConfigError, StitchError
+from stitchlake.jobs.launch import target_args
+from stitchlake.jobs.spark_submit import JobFiles, build_argv, spark_properties, write_properties
+from stitchlake.storage import LocalStorage
+
+ROOT = Path(__file__).resolve().parents[2]
+STITCH = Path(sys.executable).parent / "stitch"
+SECRET = "hunter2-S3cr3t-$(touch PWNED)-value"
+#: ZooKeeper hosts with a chroot: a lock-config value worth hiding, and a closed port so it fails at once.
+SECRET_HOSTS = "127.0.0.1:9/stitch-secret-chroot-7f3a"
+#: A folder name that a shell would split, chain and execute in several ways.
+HOSTILE = "ws dir; $(touch PWNED) & `touch PWNED2` 'q\" #"
+
+BASE: dict[str, Any] = {
+    "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
+    "streams": {
+        "orders": {
+            "columns": {"amount": "long", "ots": "long"},
+            "ordering": "ots",
+            "source": {"format": "parquet", "path": "landing/orders"},
+        }
+    },
+    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 8}},
+}
+
+
+def stitch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(STITCH), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        check=False,
+    )
+
+
+def write_config(folder: Path, document: dict[str, Any], name: str = "table.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def write_orders(path: Path, keys: list[int], partitions: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = {"k": keys, "p": partitions, "amount": [10 * k for k in keys], "ots": [1] * len(keys)}
+    pq.write_table(pa.table(rows), path)
+
+
+def files_under(root: Path) -> dict[str, str]:
+    """sha256 of path + content of every file under `root`."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(
+            p.relative_to(root).as_posix().encode() + p.read_bytes()
+        ).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+# ------------------------------------------------------------------------------------------ safe YAML
+
+PYTHON_TAGS = [
+    '!!python/object/apply:os.system ["touch {witness}"]',
+    '!!python/object/apply:subprocess.check_call [["touch", "{witness}"]]',
+    '!!python/object/new:subprocess.Popen [["touch", "{witness}"]]',
+    "!!python/name:os.system",
+    "!!python/module:os",
+]
+
+
+@pytest.mark.parametrize("tag", PYTHON_TAGS, ids=[t.split()[0] for t in PYTHON_TAGS])
+def test_yaml_tags_that_build_objects_are_refused_and_nothing_runs(tmp_path: Path, tag: str) -> None:
+    witness = tmp_path / "PWNED"
+    text = yaml.safe_dump(BASE, sort_keys=False) + f"bad_rows: {tag.format(witness=witness)}\n"
+    (tmp_path / "evil.yaml").write_text(text)
+    done = stitch("init", "-c", "evil.yaml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "evil.yaml: not valid YAML at line" in done.stderr
+    assert "is not allowed: a config is plain data" in done.stderr and "python/" in done.stderr
+    assert not witness.exists()
+    assert not (tmp_path / "table").exists()
+
+
+def test_the_config_loader_is_a_safe_loader() -> None:
+    """Belt and braces: whatever the CLI does, `load_config` itself must never construct Python objects."""
+    import yaml as pyyaml
+
+    from stitchlake.config import _unique_key_loader
+
+    loader = _unique_key_loader()
+    assert issubclass(loader, pyyaml.SafeLoader)
+    assert not issubclass(loader, pyyaml.FullLoader | pyyaml.UnsafeLoader)
+
+
+# ------------------------------------------------------------------------------------------ no shell
+
+PROCESS_STARTERS = {
+    ("subprocess", "run"),
+    ("subprocess", "Popen"),
+    ("subprocess", "call"),
+    ("subprocess", "check_call"),
+    ("subprocess", "check_output"),
+    ("os", "execv"),
+    ("os", "execvp"),
+    ("os", "execve"),
+    ("os", "spawnv"),
+    ("os", "spawnvp"),
+    ("os", "posix_spawn"),
+    ("os", "posix_spawnp"),
+    ("asyncio", "create_subprocess_exec"),
+}
+#: These take a command line that a shell parses: never acceptable.
+SHELL_STARTERS = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("subprocess", "getoutput"),
+    ("subprocess", "getstatusoutput"),
+    ("asyncio", "create_subprocess_shell"),
+    ("pty", "spawn"),
+}
+
+
+def python_sources() -> list[Path]:
+    skip = {".venv", ".git", "build", "dist", "node_modules", ".ruff_cache", ".pytest_cache", "demo"}
+    return [
+        path
+        for path in sorted(ROOT.rglob("*.py"))
+        if not skip & set(path.relative_to(ROOT).parts) and not path.relative_to(ROOT).parts[0].endswith(".egg-info")
+    ]
+
+
+def _qualified(node: ast.expr, aliases: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """`subprocess.run` -> ("subprocess", "run"), following `import x as y` and `from x import y`."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id, (node.id,))
+    if isinstance(node, ast.Attribute):
+        base = _qualified(node.value, aliases)
+        return None if base is None else (*base, node.attr)
+    return None
+
+
+def _is_text(node: ast.expr) -> bool:
+    """A command given as one string: a literal, an f-string, `"..." % x`, `"a" + b`, or `"...".format()`."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _is_text(node.left) or _is_text(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        return _is_text(node.func.value)
+    return False
+
+
+def process_calls(path: Path) -> list[tuple[int, tuple[str, ...], ast.Call]]:
+    """(line, ("module", "function"), call) of every call in `path` that starts a process."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    aliases: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for name in node.names:
+                aliases[name.asname or name.name] = tuple(name.name.split("."))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for name in node.names:
+                aliases[name.asname or name.name] = (*node.module.split("."), name.name)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = _qualified(node.func, aliases)
+            if called and tuple(called[-2:]) in PROCESS_STARTERS | SHELL_STARTERS:
+                found.append((node.lineno, tuple(called[-2:]), node))
+    return found
+
+
+def shell_problems(path: Path) -> list[str]:
+    """Why each process start in `path` could involve a shell (empty when none does)."""
+    problems = []
+    for line, name, call in process_calls(path):
+        where = f"{path.name}:{line}: {'.'.join(name)}"
+        if name in SHELL_STARTERS:
+            problems.append(f"{where} runs a shell command line")
+            continue
+        for keyword in call.keywords:
+            if keyword.arg == "shell" and not (
+                isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+            ):
+                problems.append(f"{where}(shell=...)")
+        command = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "args"), None)
+        if command is not None and _is_text(command):
+            problems.append(f"{where} is given a command string, not an argv list")
+    return problems
+
+
+def test_no_process_is_ever_started_through_a_shell() -> None:
+    """Every place that starts a process, in the package, the CLI, scripts and tests: an argv list, no shell."""
+    problems, starters = [], []
+    for path in python_sources():
+        problems += [f"{path.relative_to(ROOT).parent}/{problem}" for problem in shell_problems(path)]
+        starters += [(path.relative_to(ROOT).as_posix(), name) for _, name, _ in process_calls(path)]
+    assert problems == []
+    # The scan really sees the process starters (so an empty result above means something).
+    assert ("stitchlake/jobs/spark_submit.py", ("subprocess", "Popen")) in starters
+    assert len(starters) >= 5
+
+
+def test_the_scan_catches_shell_strings(tmp_path: Path) -> None:
+    """The checker itself: each spelling of a shell command line is reported, an argv list without one is not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import os, subprocess as sp\nfrom subprocess import run\n"
+        "sp.run('ls -l', check=True)\nrun(['ls'], shell=True)\nos.system('ls')\n"
+        "sp.Popen(f'ls {x}')\nsp.check_output('ls ' + x)\nrun(args='ls %s' % x)\nrun(['ls'], shell=False)\n"
+    )
+    assert len(process_calls(bad)) == 7
+    assert [problem.split(":")[1] for problem in shell_problems(bad)] == ["3", "4", "5", "6", "7", "8"]
+
+
+def test_spark_submit_argv_keeps_hostile_config_values_whole(tmp_path: Path) -> None:
+    """The master and the config path reach spark-submit as single argv elements, exactly as written; spark.conf
+    values do not reach the command line at all (they go to a private properties file)."""
+    folder = tmp_path / HOSTILE
+    master = "local[1]; $(touch PWNED) `touch PWNED2` && echo"
+    note = "a b; $(touch PWNED3) | cat"
+    document = {**BASE, "spark": {"master": master, "conf": {"spark.stitchtest.note": note}}}
+    table = stitchlake.open(write_config(folder, document))
+    files = JobFiles(
+        tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "request.json"
+    )
+    argv = build_argv(table.config, "ingest", target_args(table), files)
+    assert isinstance(argv, list) and all(isinstance(part, str) for part in argv)
+    assert argv[argv.index("--master") + 1] == master
+    assert argv[argv.index("--config") + 1] == str((folder / "table.yaml").resolve())
+    assert not any(note in part for part in argv)
+    write_properties(files.properties, spark_properties(table.config))
+    assert "spark.stitchtest.note=a b; $(touch PWNED3) | cat" in files.properties.read_text()
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_executors_on_a_cluster_get_the_kafka_secrets_by_name_in_the_private_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kafka source's secret options stay `${VAR}` and every process resolves them, so executors on other hosts
+    need the variables: they go as `spark.executorEnv.*` into the 0600 properties file (never the argv), Spark is
+    told to redact them by name, and a variable the config gives executors itself (a Kubernetes secret) is left to
+    it. A local master forwards nothing (its workers inherit the environment)."""
+    monkeypatch.setenv("STITCH_TEST_KAFKA_PASS", SECRET)
+    monkeypatch.setenv("STITCH_TEST_KAFKA_OAUTH", "clientSecret=oauth-S3cr3t")
+    document = json.loads(json.dumps(BASE))
+    document["streams"]["orders"]["source"] = {
+        "format": "kafka",
+        "topic": "orders",
+        "bootstrap_servers": "127.0.0.1:9",
+        "options": {
+            "sasl.password": "${STITCH_TEST_KAFKA_PASS}",
+            "sasl.oauthbearer.config": "${STITCH_TEST_KAFKA_OAUTH}",
+        },
+    }
+    document["spark"] = {"master": "spark://host:7077"}
+    table = stitchlake.open(write_config(tmp_path, document))
+    properties = spark_properties(table.config)
+    forwarded = {k: v for k, v in properties.items() if k.startswith("spark.executorEnv.")}
+    assert forwarded == {
+        "spark.executorEnv.STITCH_TEST_KAFKA_PASS": SECRET,
+        "spark.executorEnv.STITCH_TEST_KAFKA_OAUTH": "clientSecret=oauth-S3cr3t",
+    }
+    redaction = re.compile(properties["spark.redaction.regex"].replace("(?i)", ""), re.IGNORECASE)
+    assert all(redaction.search(key) for key in forwarded)
+    assert redaction.search("spark.hadoop.fs.s3a.secret.key"), "Spark's own default is kept"
+    files = JobFiles(tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "r.json")
+    argv = build_argv(table.config, "ingest", target_args(table), files)
+    assert not [part for part in argv if "S3cr3t" in part]
+    write_properties(files.properties, properties)
+    assert files.properties.stat().st_mode & 0o777 == 0o600
+
+    document["spark"]["conf"] = {"spark.kubernetes.executor.secretKeyRef.STITCH_TEST_KAFKA_PASS": "kafka:password"}
+    table = stitchlake.open(write_config(tmp_path, document))
+    assert [k for k in spark_properties(table.config) if k.startswith("spark.executorEnv.")] == [
+        "spark.executorEnv.STITCH_TEST_KAFKA_OAUTH"
+    ]
+    document["spark"] = {"master": "local[2]"}
+    table = stitchlake.open(write_config(tmp_path, document))
+    local = spark_properties(table.config)
+    assert not [k for k in local if "executorEnv" in k] and "spark.redaction.regex" not in local
+
+
+# ------------------------------------------------------------------------------ staying inside the table
+
+ESCAPING_NAMES = ["../orders", "..", ".", "a/b", "a\\b", "/etc", "x y", "~root", "$(touch PWNED)"]
+
+
+@pytest.mark.parametrize("name", ESCAPING_NAMES)
+@pytest.mark.parametrize("where", ["stream", "partition column", "key column", "column", "table"])
+def test_names_that_could_leave_the_table_folder_are_refused(tmp_path: Path, name: str, where: str) -> None:
+    document = json.loads(json.dumps(BASE))
+    if where == "stream":
+        document["streams"][name] = document["streams"].pop("orders")
+        path = f"streams.{name}"
+    elif where == "partition column":
+        document["table"]["partition_by"] = {name: "string"}
+        path = f"table.partition_by.{name}"
+    elif where == "key column":
+        document["table"]["key"] = {name: "long"}
+        path = f"table.key.{name}"
+    elif where == "column":
+        document["streams"]["orders"]["columns"][name] = "long"
+        path = f"streams.orders.columns.{name}"
+    else:
+        document["table"]["name"] = name
+        path = "table.name"
+    with pytest.raises(ConfigError) as refused:
+        parse_config(document, file="t.yaml", base=tmp_path)
+    assert f"t.yaml: {path}: {name!r} is not a valid" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_storage_refuses_paths_that_leave_the_table(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path / "table"))
+    for path in ("../escape", "a/../../escape", "/tmp/escape", "a/../../../escape"):
+        with pytest.raises(StitchError, match="table folder"):
+            storage.put_if_absent(path, b"x")
+        with pytest.raises(StitchError, match="table folder"):
+            storage.write_atomic(path, b"x")
+    assert list(tmp_path.rglob("*")) == []
+
+
+HOSTILE_PARTITIONS = ["../../escape", "..", ".", "/stitch-escape-probe", "a/b", "..\\..\\win", "%2e%2e%2f", "~", "x y"]
+
+
+def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: Path) -> None:
+    """Values like `../../x` become escaped folder names under the table, through ingest and compaction, and
+    read back (and filter) as the values they were."""
+    workspace = tmp_path / "ws"
+    write_config(workspace, BASE)
+    keys = list(range(1, len(HOSTILE_PARTITIONS) + 1))
+    write_orders(workspace / "landing/orders/0001.parquet", keys, HOSTILE_PARTITIONS)
+    outside = files_under(tmp_path)
+    assert stitch("init", "-c", "table.yaml", cwd=workspace).returncode == 0
+    for step in (("ingest", "-s", "orders"), ("compact",)):
+        done = stitch(*step, "-c", "table.yaml", "--engine", "local", cwd=workspace)
+        assert done.returncode == 0, done.stderr
+
+    table_root = (workspace / "table").resolve()
+    after = files_under(tmp_path)
+    created = set(after) - set(outside)
+    assert created and all(name.startswith("ws/table/") for name in created)
+    assert {name: after[name] for name in outside} == outside  # nothing outside the table changed
+    for path in table_root.rglob("*"):
+        assert path.resolve().is_relative_to(table_root)
+    assert not Path("/stitch-escape-probe").exists()
+    assert not (tmp_path / "escape").exists() and not (workspace / "escape").exists()
+    partition_folders = {p.name for p in table_root.iterdir() if p.is_dir() and p.name != ".stitch"}
+    assert len(partition_folders) == len(HOSTILE_PARTITIONS)
+
+    done = stitch("read", "-c", "table.yaml", "--json", "-n", "0", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert {r["k"]: r["p"] for r in json.loads(done.stdout)["records"]} == dict(
+        zip(keys, HOSTILE_PARTITIONS, strict=True)
+    )
+    filtered = stitch("read", "-c", "table.yaml", "--json", "--where", "p=../../escape", cwd=workspace)
+    assert [r["k"] for r in json.loads(filtered.stdout)["records"]] == [1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("rollback", "--instant", "../../x", "--engine", "local"),
+        ("compact", "--run", "--instant", "../../x", "--engine", "local"),
+        ("savepoint", "create", "--name", "../../x", "--engine", "local"),
+        ("savepoint", "restore", "--name", "../../x", "--engine", "local"),
+        ("read", "--as-of", "../../x"),
+        ("timeline", "show", "--stream", "../x"),
+        ("ingest", "-s", "../orders", "--engine", "local"),
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_path_like_arguments_are_refused_without_touching_files(tmp_path: Path, args: tuple[str, ...]) -> None:
+    config = write_config(tmp_path / "ws", BASE)
+    stitchlake.open(config).init()
+    before = files_under(tmp_path)
+    done = stitch(*args, "-c", "table.yaml", cwd=config.parent)
+    assert done.returncode == 2, done.stderr
+    assert "../" in done.stderr  # the message quotes what was refused
+    assert files_under(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------------------- secrets
+
+
+def secret_document() -> dict[str, Any]:
+    document = json.loads(json.dumps(BASE))
+    document["spark"] = {
+        "conf": {
+            "spark.hadoop.fs.s3a.secret.key": "${STITCH_TEST_SECRET}",
+            "spark.stitchtest.auth": "Bearer ${STITCH_TEST_SECRET}",
+        }
+    }
+    document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
+    document["secrets"] = ["STITCH_TEST_ZK_HOSTS"]  # not secret by its name: declared so
+    return document
+
+
+def test_secrets_from_the_environment_are_never_printed_or_stored(tmp_path: Path) -> None:
+    """A secret in spark.conf and one in the lock config, through every command an operator runs, their
+    `--json` forms, and a lock error whose message would name the hosts."""
+    workspace = tmp_path / "ws"
+    write_config(workspace, secret_document())
+    write_orders(workspace / "landing/orders/0001.parquet", [1, 2], ["a", "b"])
+    env = {"STITCH_TEST_SECRET": SECRET, "STITCH_TEST_ZK_HOSTS": SECRET_HOSTS}
+    runs = {}
+    for args in [
+        ("init", "-c", "table.yaml"),
+        ("init", "-c", "table.yaml", "--json"),
+        ("status", "-c", "table.yaml"),
+        ("status", "-c", "table.yaml", "--json"),
+        ("timeline", "show", "-c", "table.yaml", "--json"),
+        ("read", "-c", "table.yaml", "--json"),
+        ("ingest", "-c", "table.yaml", "-s", "orders", "--engine", "local"),
+        ("ingest", "-c", "table.yaml", "-s", "orders", "--engine", "local", "--json"),
+    ]:
+        runs[args] = stitch(*args, cwd=workspace, env=env)
+    for args, done in runs.items():
+        for secret in (SECRET, SECRET_HOSTS, "stitch-secret-chroot-7f3a", "S3cr3t"):
+            assert secret not in done.stdout + done.stderr, (args, done.stdout, done.stderr)
+    # The lock error happened, and says where (masked), not just that something failed.
+    failed = runs[("ingest", "-c", "table.yaml", "-s", "orders", "--engine", "local")]
+    assert failed.returncode == 4, failed.stderr
+    assert "on ZooKeeper <secret from the environment>" in failed.stderr
+    assert runs[("init", "-c", "table.yaml")].returncode == 0
+    assert runs[("status", "-c", "table.yaml", "--json")].returncode == 0
+    # Nothing under the table records them either (table.json, timeline, locks, logs).
+    assert (workspace / "table/.stitch/table.json").is_file()
+    for path in (workspace / "table").rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            assert SECRET.encode() not in content and b"stitch-secret-chroot" not in content, path
+
+
+def test_a_secret_in_a_config_error_is_masked(tmp_path: Path) -> None:
+    """Config errors quote the offending value; a value from the environment is masked instead."""
+    document = json.loads(json.dumps(BASE))
+    document["clean"] = {"retain": "${STITCH_TEST_RETAIN}"}
+    document["compaction"] = {"strategy": "${STITCH_TEST_STRATEGY}"}
+    document["secrets"] = ["STITCH_TEST_RETAIN", "STITCH_TEST_STRATEGY"]
+    write_config(tmp_path, document)
+    done = stitch(
+        "init", "-c", "table.yaml", cwd=tmp_path, env={"STITCH_TEST_RETAIN": "-31415926", "STITCH_TEST_STRATEGY": "all"}
+    )
+    assert done.returncode == 2, done.stderr
+    assert "clean.retain: must be >= 1, got <secret from the environment>" in done.stderr
+    assert "31415926" not in done.stderr
+
+
+@pytest.mark.spark
+def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(tmp_path: Path) -> None:
+    """A real spark-submit ingest from a folder whose name a shell would execute, with secrets in spark.conf:
+    it works, nothing in the name ran, and neither the terminal nor Spark's log under .stitch/logs has the secret.
+    """
+    workspace = tmp_path / HOSTILE
+    document = json.loads(json.dumps(BASE))
+    document["spark"] = {
+        "master": "local[1]",
+        "conf": {
+            "spark.driver.memory": "768m",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "1",
+            "spark.hadoop.fs.s3a.secret.key": "${STITCH_TEST_SECRET}",
+            "spark.stitchtest.auth": "Bearer ${STITCH_TEST_SECRET}",
+        },
+    }
+    write_config(workspace, document)
+    write_orders(workspace / "landing/orders/0001.parquet", [1, 2, 3], ["a", "b", "a"])
+    env = {"STITCH_TEST_SECRET": SECRET}
+    assert stitch("init", "-c", "table.yaml", cwd=workspace, env=env).returncode == 0
+    done = stitch("ingest", "-c", "table.yaml", "-s", "orders", "--engine", "spark", "--json", cwd=workspace, env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["rows"] == 3 and result["engine"] == "spark"
+    assert SECRET not in done.stdout + done.stderr and "S3cr3t" not in done.stdout + done.stderr
+    logs = list((workspace / "table/.stitch/logs").iterdir())
+    assert logs
+    for path in (workspace / "table").rglob("*"):
+        if path.is_file():
+            assert b"S3cr3t" not in path.read_bytes(), path
+    assert not list(tmp_path.rglob("PWNED*"))
+    assert stitchlake.read(str(workspace / "table")).num_rows == 3
+
+    # A job that fails on a ZooKeeper lock whose hosts are a secret: the traceback and kazoo's own log lines
+    # in Spark's log would quote them; the job masks both. (A compaction planned before, run on Spark, takes
+    # the lock inside the job; an ingest would be refused by the CLI's claim before any JVM started.)
+    scheduled = stitch("compact", "-c", "table.yaml", "--schedule", "--json", cwd=workspace, env=env)
+    assert json.loads(scheduled.stdout)["scheduled"], scheduled.stderr
+    document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
+    document["secrets"] = ["STITCH_TEST_ZK_HOSTS"]
+    write_config(workspace, document)
+    env["STITCH_TEST_ZK_HOSTS"] = SECRET_HOSTS
+    failed = stitch("compact", "-c", "table.yaml", "--run", "--engine", "spark", cwd=workspace, env=env)
+    assert failed.returncode == 4, failed.stderr
+    assert "<secret from the environment>" in failed.stderr
+    assert len(list((workspace / "table/.stitch/logs").iterdir())) == len(logs) + 1
+    for path in (workspace / "table").rglob("*"):
+        if path.is_file():
+            assert b"stitch-secret-chroot" not in path.read_bytes(), path
+    assert SECRET_HOSTS not in failed.stdout + failed.stderr

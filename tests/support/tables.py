@@ -1,0 +1,147 @@
+"""Test tables: real configs on real disk, and conversions between Arrow and the reference model."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from stitchlake.api import Table
+from stitchlake.config import TableConfig, parse_config
+from stitchlake.timeline.instant import Instant
+from tests.support.reference import StreamModel
+
+THREE_STREAMS: dict[str, Any] = {
+    "table": {
+        "name": "wide",
+        "path": "table",
+        "key": {"k": "long"},
+        "partition_by": {"p": "string"},
+        "buckets": 2,
+    },
+    "streams": {
+        "orders": {
+            "columns": {"amount": "long", "status": "string", "ots": "long"},
+            "ordering": "ots",
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+        "payments": {
+            "columns": {"paid": "long", "note": "string", "pts": "long"},
+            "ordering": "pts",
+            "nulls": "ignore",
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+        "shipments": {
+            "columns": {"carrier": {"type": "string", "default": "none"}, "ship_no": "long"},
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+    },
+    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}},
+}
+
+MODELS = [
+    StreamModel("orders", ("amount", "status", "ots"), ("ots",)),
+    StreamModel("payments", ("paid", "note", "pts"), ("pts",), "ignore"),
+    StreamModel("shipments", ("carrier", "ship_no"), (), "overwrite", {"carrier": "none"}),
+]
+
+
+def config(root: Path, document: dict[str, Any] | None = None, **table: Any) -> TableConfig:
+    data = copy.deepcopy(document or THREE_STREAMS)
+    data["table"].update(table)
+    return parse_config(data, file="test.yaml", base=root)
+
+
+def new_table(root: Path, document: dict[str, Any] | None = None, **table: Any) -> Table:
+    created = Table(config(root, document, **table))
+    created.init()
+    return created
+
+
+def partition_of(key: int) -> str:
+    return "even" if key % 2 == 0 else "odd"
+
+
+def batch(stream: StreamModel, rows: list[dict[str, Any]]) -> pa.Table:
+    """An input batch for `stream`: k, p, the stream's columns and the op column."""
+    types = {"k": pa.int64(), "p": pa.string(), "op": pa.string()}
+    data: dict[str, list[Any]] = {"k": [], "p": [], "op": []}
+    for column in stream.columns:
+        data[column] = []
+    for row in rows:
+        data["k"].append(row["k"])
+        data["p"].append(partition_of(row["k"]))
+        data["op"].append("D" if row.get("deleted") else "I")
+        for column in stream.columns:
+            data[column].append(row.get(column))
+    fields = {
+        name: types.get(name, pa.string() if name in ("status", "note", "carrier") else pa.int64()) for name in data
+    }
+    return pa.table({name: pa.array(values, fields[name]) for name, values in data.items()})
+
+
+def as_rows(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Key (k, p) -> row dict of a read result."""
+    out = {}
+    for row in table.to_pylist():
+        row.pop("_op", None)
+        out[(row["k"], row["p"])] = row
+    return out
+
+
+def instant_at(table: Any, requested: str) -> Instant:
+    """The instant of `table` requested at `requested`, which the test knows exists."""
+    found: Instant | None = table.timeline().get(requested)
+    assert found is not None, f"no instant {requested} on the timeline"
+    return found
+
+
+# ------------------------------------------------------------------------------- pausing a process mid-instant
+
+
+def lock_holder_pid(table: Table) -> int | None:
+    """The pid holding the table lock right now, if any (read from the lock files, as an operator would; a
+    generation released and tidied while we look means nobody holds that one)."""
+    folder = Path(table.path) / ".stitch" / "locks"
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    generations = [n for n in names if not n.endswith(".released")]
+    if not generations or f"{generations[-1]}.released" in names:
+        return None
+    try:
+        record = json.loads((folder / generations[-1]).read_text())
+    except FileNotFoundError:
+        return None
+    return None if record["expires_at"] <= time.time() else int(record["pid"])
+
+
+def pause_when_inflight(table: Table, process: subprocess.Popen[Any], action: str, limit_s: float = 600) -> Instant:
+    """SIGSTOP `process` once its `action` instant is inflight (past the lock, doing its work): the moment a race
+    needs it held, made certain instead of hoped for. Stopped while it held the table lock (a busy machine can
+    stretch that moment), it is let go and stopped again a moment later. The limit only turns a hang into a
+    failure."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        pending = table.timeline().pending([action])
+        if pending and pending[0].state.label == "inflight":
+            instant = pending[0]
+            break
+        assert process.poll() is None, f"the {action} ended (exit {process.returncode}) before it was inflight"
+        assert time.monotonic() < deadline, f"gave up waiting for an inflight {action}"
+        time.sleep(0.001)
+    for _attempt in range(1000):
+        os.kill(process.pid, signal.SIGSTOP)
+        assert process.poll() is None, f"the {action} finished before it could be paused"
+        current = table.timeline().get(instant.requested)
+        assert current is not None and not current.is_completed, f"the {action} published before it could be paused"
+        if lock_holder_pid(table) != process.pid:
+            return instant
+        os.kill(process.pid, signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError(f"the {action} held the table lock at every pause; the race is not the one meant")

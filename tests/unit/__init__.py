@@ -1,0 +1,1 @@
+"""The unit tier: in-process tests with no JVM, no server and no `stitch` subprocess (`make test-fast`)."""

@@ -1,0 +1,938 @@
+"""The `stitch` CLI (design.md §7, §8): real config files and tables on disk, run through typer's CliRunner and,
+where the process boundary matters (entry point, exit status, imports, stdout purity), as a real subprocess.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner, Result
+
+import stitchlake
+from stitchlake.api import Table
+from stitchlake.cli import printing, tables, values
+from stitchlake.cli.app import app, guarded, run_command
+from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, NotFoundError, StitchError
+from stitchlake.timeline.instant import Action, State
+from stitchlake.timeline.metadata import DeltaCommitPlan
+from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
+from tests.support.tables import MODELS, THREE_STREAMS, batch
+
+ROOT = Path(__file__).resolve().parents[2]
+STITCH = Path(sys.executable).parent / "stitch"
+ORDERS, PAYMENTS, SHIPMENTS = MODELS
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real console script, as cron or Airflow would run it."""
+    return subprocess.run(
+        [str(STITCH), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def write_config(folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(document or THREE_STREAMS, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    """THREE_STREAMS (tests/tables.py) as a YAML file; the table lives in `tmp_path/table`."""
+    return write_config(tmp_path)
+
+
+@pytest.fixture
+def table(config_file: Path) -> Table:
+    created = stitchlake.open(config_file)
+    created.init()
+    return created
+
+
+@pytest.fixture
+def written(table: Table) -> tuple[Table, list[Any]]:
+    """Three deltacommits, one per stream, over keys 1..4 (partitions `odd` and `even`)."""
+    results = [
+        table.write(
+            "orders",
+            batch(ORDERS, [{"k": k, "amount": 10 * k, "status": "new", "ots": 1} for k in (1, 2, 3, 4)]),
+        ),
+        table.write(
+            "payments",
+            batch(PAYMENTS, [{"k": 1, "paid": 10, "note": "card", "pts": 1}, {"k": 2, "paid": 20, "pts": 1}]),
+        ),
+        table.write("shipments", batch(SHIPMENTS, [{"k": 3, "carrier": "dhl", "ship_no": 7}])),
+    ]
+    return table, results
+
+
+def stdout_json(result: Result) -> dict[str, Any]:
+    """`--json` prints exactly one JSON object, on one line: json.loads fails on anything before or after it."""
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("\n") and result.stdout.count("\n") == 1
+    document = json.loads(result.stdout)
+    assert isinstance(document, dict)
+    return document
+
+
+def _summary(result: Result) -> dict[str, str]:
+    """The key/value summary a command printed for a person: label -> value (labels are two words at most)."""
+    assert result.exit_code == 0, result.output
+    shown = {}
+    for line in result.output.splitlines():
+        for label in ("instant", "file groups", "rows", "engine", "files pinned", "archived", "undone", "policy"):
+            if line.strip().startswith(label + " "):
+                shown[label] = line.strip()[len(label) :].strip()
+    return shown
+
+
+def test_job_summaries_show_the_fields_of_typed_results(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """The human summaries read each job's typed result by attribute (`result.instant`, `done.rows`, ...): a
+    renamed or moved field shows up here as a missing line, not as a silently empty summary."""
+    table, _ = written
+    compacted = _summary(run("compact", "-c", str(config_file)))
+    done = table.timeline().latest_completed([Action.COMPACTION])
+    assert done is not None and compacted["instant"] == done.requested, compacted
+    assert compacted["rows"] == "4" and int(compacted["file groups"]) >= 2 and compacted["engine"] == "local", compacted
+    pinned = _summary(run("savepoint", "create", "--name", "s1", "-c", str(config_file)))
+    assert pinned["files pinned"] == compacted["file groups"], (pinned, compacted)  # one base file per group
+    later = table.write("orders", batch(ORDERS, [{"k": 5, "amount": 50, "status": "new", "ots": 1}]))
+    restored = _summary(run("savepoint", "restore", "--name", "s1", "-c", str(config_file)))
+    assert restored["instant"] and later.instant in restored["undone"], (restored, later)
+    cleaned = _summary(run("clean", "-c", str(config_file)))
+    assert cleaned["policy"] == table.config.clean.policy, cleaned
+
+
+# ----------------------------------------------------------------------------------------- app basics
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"stitch {stitchlake.__version__}"
+
+
+def test_version_and_help_from_the_console_script(tmp_path: Path) -> None:
+    version = run_process("--version", cwd=tmp_path)
+    assert (version.returncode, version.stdout.strip()) == (0, f"stitch {stitchlake.__version__}")
+    helped = subprocess.run(
+        [sys.executable, "-m", "stitchlake", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert helped.returncode == 0, helped.stderr
+    for command in ("init", "read", "timeline"):
+        assert command in helped.stdout
+
+
+def test_help_lists_commands() -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("init", "read", "timeline"):
+        assert command in result.stdout
+    assert "show" in run("timeline", "--help").stdout
+    assert run().exit_code == 2  # no command: help, and the usage exit code
+
+
+def test_help_imports_neither_pyspark_nor_pyarrow() -> None:
+    code = (
+        "import sys; from stitchlake.cli.app import app; from typer.testing import CliRunner; "
+        "result = CliRunner().invoke(app, ['--help']); assert result.exit_code == 0, result.output; "
+        "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    code = (
+        "import sys; from stitchlake.cli.app import app; from typer.testing import CliRunner; "
+        f"result = CliRunner().invoke(app, ['timeline', 'show', '-c', {str(config_file)!r}]); "
+        "assert result.exit_code == 0, result.output; "
+        f"result = CliRunner().invoke(app, ['init', '-c', {str(config_file)!r}]); "
+        "assert result.exit_code == 0, result.output; "
+        "print('pyspark' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
+def test_option_choices_are_the_vocabulary() -> None:
+    """The CLI offers the library's own names (`stitchlake.vocabulary`), so its choices cannot drift from them."""
+    from stitchlake.vocabulary import ReadMode
+
+    def choices(option: str, *command: str) -> list[str]:
+        shown = CliRunner().invoke(app, [*command, "--help"], terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        match = re.search(rf"{option} <([a-z_|]+)>", shown.output)
+        assert match, shown.output
+        return match.group(1).split("|")
+
+    assert choices("--action", "timeline", "show") == [a.value for a in Action]
+    assert choices("--state", "timeline", "show") == [s.value for s in State] == ["requested", "inflight", "completed"]
+    assert choices("--mode", "read") == [m.value for m in ReadMode]
+
+
+# ---------------------------------------------------------------------------------------------- guard
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (StitchError("failed"), 1),
+        (ConfigError("bad config"), 2),
+        (NotFoundError("no table"), 2),
+        (ConflictError("conflict"), 3),
+        (BusyError("busy"), 4),
+        (InputRejected("rejected"), 5),
+    ],
+)
+def test_guard_maps_stitch_errors_to_their_exit_codes(
+    error: StitchError, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fail() -> None:
+        raise error
+
+    with pytest.raises(typer.Exit) as exited:
+        run_command(fail)
+    assert exited.value.exit_code == code
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == f"error: {error}"
+
+
+def test_guard_keyboard_interrupt_exits_130(capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as exited:
+        guarded(interrupted)()
+    assert exited.value.exit_code == 130
+
+
+def test_guard_unexpected_error_is_one_line_unless_debugging(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> None:
+        raise ValueError("first line\nsecond line")
+
+    monkeypatch.delenv("STITCH_DEBUG", raising=False)
+    with pytest.raises(typer.Exit) as exited:
+        run_command(broken)
+    assert exited.value.exit_code == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "error: unexpected ValueError: first line"
+    assert "Traceback" not in err and "second line" not in err
+
+    monkeypatch.setenv("STITCH_DEBUG", "1")
+    with pytest.raises(typer.Exit):
+        run_command(broken)
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_guard_returns_the_value_and_lets_typer_exits_through() -> None:
+    assert run_command(lambda: 42) == 42
+
+    def done() -> None:
+        raise typer.Exit(0)
+
+    with pytest.raises(typer.Exit) as exited:
+        run_command(done)
+    assert exited.value.exit_code == 0
+
+
+def test_missing_table_exits_2_without_traceback(tmp_path: Path) -> None:
+    result = run("read", "--table", str(tmp_path / "missing"))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and "missing" in result.stderr
+
+    done = run_process("read", "--table", "missing", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+def test_table_must_be_named_exactly_once(config_file: Path, table: Table) -> None:
+    neither = run("read")
+    both = run("read", "-c", str(config_file), "--table", table.path)
+    config_as_table = run("timeline", "show", "--table", str(config_file))
+    for result in (neither, both, config_as_table):
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: ")
+    assert "-c/--config" in neither.stderr and "--table" in neither.stderr
+    assert "use -c" in config_as_table.stderr
+
+
+def test_commands_refuse_a_table_that_was_never_created(config_file: Path) -> None:
+    result = run("timeline", "show", "-c", str(config_file))
+    assert result.exit_code == 2
+    assert "stitch init" in result.stderr
+
+
+# ----------------------------------------------------------------------------------------------- init
+
+
+def test_init_creates_then_is_a_no_op(config_file: Path, tmp_path: Path) -> None:
+    created = run("init", "-c", str(config_file))
+    assert created.exit_code == 0, created.output
+    assert created.stdout.strip() == f"created table wide at {tmp_path / 'table'}"
+    table_json = tmp_path / "table" / ".stitch" / "table.json"
+    before = table_json.read_bytes()
+
+    again = run("init", "-c", str(config_file))
+    assert again.exit_code == 0
+    assert again.stdout.strip() == "table wide already exists and matches the config (nothing to do)"
+    assert table_json.read_bytes() == before
+    assert stdout_json(run("init", "-c", str(config_file), "--json")) == {
+        "ok": True,
+        "table": "wide",
+        "path": str(tmp_path / "table"),
+        "created": False,
+        "message": "table wide already exists and matches the config (nothing to do)",
+    }
+
+
+def test_init_json_when_creating(config_file: Path, tmp_path: Path) -> None:
+    assert stdout_json(run("init", "--config", str(config_file), "--json"))["created"] is True
+
+
+def _contradict(document: dict[str, Any], change: str) -> None:
+    if change in ("buckets", "all"):
+        document["table"]["buckets"] = 3
+    if change in ("key type", "all"):
+        document["table"]["key"] = {"k": "string"}
+    if change in ("stream column", "all"):
+        document["streams"]["orders"]["columns"]["amount"] = "double"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("buckets", ["table.buckets: table has 2, config says 3"]),
+        ("key type", ["table.key: table has {k: long}, config says {k: string}"]),
+        ("stream column", ["streams.orders.columns"]),
+        ("all", ["table.buckets", "table.key", "streams.orders.columns"]),
+    ],
+)
+def test_init_with_a_contradicting_config_exits_2_listing_the_differences(
+    table: Table, tmp_path: Path, change: str, expected: list[str]
+) -> None:
+    document = copy.deepcopy(THREE_STREAMS)
+    _contradict(document, change)
+    other = write_config(tmp_path, document, "other.yaml")
+    table_json = tmp_path / "table" / ".stitch" / "table.json"
+    before = table_json.read_bytes()
+
+    result = run("init", "-c", str(other))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ")
+    for difference in expected:
+        assert difference in result.stderr
+    assert table_json.read_bytes() == before
+
+
+def test_init_with_a_missing_config_exits_2(tmp_path: Path) -> None:
+    result = run("init", "-c", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2
+    assert "nope.yaml: config file not found" in result.stderr
+
+
+def test_init_with_bad_yaml_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("table:\n  name: wide\n  key: {k: long\n")
+    result = run("init", "-c", str(broken))
+    assert result.exit_code == 2
+    assert str(broken) in result.stderr and "not valid YAML at line" in result.stderr
+    assert not (tmp_path / "table").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "yaml_path"),
+    [
+        (lambda d: d["table"].update(buckets=0), "table.buckets"),
+        (lambda d: d["streams"]["orders"].update(nulls="sometimes"), "streams.orders.nulls"),
+        (lambda d: d["table"].update(partiton_by={"p": "string"}), "table.partiton_by"),
+    ],
+)
+def test_init_with_an_invalid_config_exits_2_naming_the_yaml_path(tmp_path: Path, edit: Any, yaml_path: str) -> None:
+    document = copy.deepcopy(THREE_STREAMS)
+    edit(document)
+    result = run("init", "-c", str(write_config(tmp_path, document)))
+    assert result.exit_code == 2
+    assert yaml_path in result.stderr
+    assert not (tmp_path / "table").exists()
+
+
+def test_init_never_prints_a_path_taken_from_a_secret_environment_variable(tmp_path: Path) -> None:
+    secret = tmp_path / "secret-bucket-7f3a"
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"]["path"] = "${STITCH_TEST_TABLE_PATH}"
+    document["secrets"] = ["STITCH_TEST_TABLE_PATH"]  # not secret by its name: declared so
+    config = write_config(tmp_path, document)
+    env = {"STITCH_TEST_TABLE_PATH": str(secret)}
+    for args in (["init", "-c", str(config)], ["init", "-c", str(config), "--json"]):
+        result = run(*args, env=env)
+        assert result.exit_code == 0, result.output
+        assert "secret-bucket-7f3a" not in result.output
+        assert printing.SECRET in result.stdout
+    assert (secret / ".stitch" / "table.json").is_file()
+    shown = run("timeline", "show", "-c", str(config), "--json", env=env)
+    assert "secret-bucket-7f3a" not in shown.output
+
+
+# ------------------------------------------------------------------------------------------- timeline
+
+
+def test_timeline_show_on_an_empty_table(table: Table, config_file: Path) -> None:
+    result = run("timeline", "show", "-c", str(config_file))
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "no instants on the timeline of wide"
+    document = stdout_json(run("timeline", "show", "--table", table.path, "--json"))
+    assert document["instants"] == [] and document["matched"] == 0
+
+
+def test_timeline_show_after_writes(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    _, results = written
+    result = run("timeline", "show", "-c", str(config_file))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows = [line for line in lines if line[:17].isdigit()]
+    assert [line.split()[0] for line in rows] == [r.instant for r in reversed(results)]  # newest first
+    for line, written_result in zip(rows, reversed(results), strict=True):
+        fields = line.split()
+        assert fields[1:3] == ["deltacommit", "completed"]
+        assert written_result.stream in fields
+        assert fields[-2:] == [str(written_result.rows), str(len(written_result.files))]
+    assert "3 instants" in result.stdout
+
+    document = stdout_json(run("timeline", "show", "-c", str(config_file), "--json"))
+    assert [i["instant"] for i in document["instants"]] == [r.instant for r in reversed(results)]
+    first = document["instants"][-1]
+    assert first == {
+        "instant": results[0].instant,
+        "action": "deltacommit",
+        "state": "completed",
+        "requested_at": values.iso_time(results[0].instant),
+        "completed": results[0].completed,
+        "completed_at": values.iso_time(results[0].completed),
+        "duration_s": first["duration_s"],
+        "stream": "orders",
+        "rows": 4,
+        "files": len(results[0].files),
+    }
+    assert first["duration_s"] > 0
+
+
+@pytest.fixture
+def busy_timeline(written: tuple[Table, list[Any]]) -> tuple[Table, list[Any], str, str]:
+    """The three writes, a compaction, then a pending (inflight) orders write and a requested payments write."""
+    table, results = written
+    compaction = table.compact()
+    storage = table.storage
+    inflight = write_inflight(
+        storage, write_requested(storage, draw_time(storage), "deltacommit", DeltaCommitPlan(stream="orders"))
+    )
+    requested = write_requested(storage, draw_time(storage), "deltacommit", DeltaCommitPlan(stream="payments"))
+    return table, [*results, compaction], inflight.requested, requested.requested
+
+
+def shown_instants(*args: str) -> list[dict[str, Any]]:
+    return stdout_json(run("timeline", "show", *args, "--json"))["instants"]
+
+
+def test_timeline_show_filters(busy_timeline: tuple[Table, list[Any], str, str], config_file: Path) -> None:
+    table, results, inflight, requested = busy_timeline
+    orders, payments, shipments, compaction = results
+    target = ["-c", str(config_file)]
+
+    everything = shown_instants(*target)
+    assert [i["instant"] for i in everything] == [
+        requested,
+        inflight,
+        compaction.instant,
+        shipments.instant,
+        payments.instant,
+        orders.instant,
+    ]
+    assert everything[0]["state"] == "requested" and everything[0]["stream"] == "payments"
+    assert everything[0]["completed"] is None and everything[0]["rows"] is None
+
+    assert [i["instant"] for i in shown_instants(*target, "--action", "compaction")] == [compaction.instant]
+    assert shown_instants(*target, "--action", "compaction")[0]["rows"] == compaction.rows
+    assert [i["instant"] for i in shown_instants(*target, "--state", "inflight")] == [inflight]
+    assert [i["instant"] for i in shown_instants(*target, "--state", "requested")] == [requested]
+    assert len(shown_instants(*target, "--state", "completed")) == 4
+    assert [i["instant"] for i in shown_instants(*target, "--stream", "orders")] == [inflight, orders.instant]
+    assert [
+        i["instant"] for i in shown_instants("--table", table.path, "--stream", "payments", "--state", "completed")
+    ] == [payments.instant]
+    assert [i["instant"] for i in shown_instants(*target, "--limit", "2")] == [requested, inflight]
+    assert len(shown_instants(*target, "--limit", "0")) == 6
+
+    limited = run("timeline", "show", *target, "--limit", "2")
+    assert "newest 2 of 6 instants" in limited.stdout
+    filtered = run("timeline", "show", *target, "--action", "rollback")
+    assert filtered.exit_code == 0 and "no instants match the filters" in filtered.stdout
+
+
+def test_timeline_show_rejects_bad_filters(table: Table, config_file: Path) -> None:
+    for args in (["--action", "merge"], ["--state", "done"], ["--limit", "-1"], ["--stream", "refunds"]):
+        result = run("timeline", "show", "-c", str(config_file), *args)
+        assert result.exit_code == 2, (args, result.output)
+    assert "orders, payments, shipments" in run("timeline", "show", "-c", str(config_file), "--stream", "x").stderr
+
+
+def test_timeline_show_json_from_the_console_script(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    done = run_process(
+        "timeline", "show", "-c", str(config_file), "--json", "--stream", "orders", cwd=config_file.parent
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [i["stream"] for i in document["instants"]] == ["orders"]
+
+
+@pytest.fixture(scope="module")
+def long_timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A table with 10,000 completed deltacommits where only the newest 39 have readable metadata.
+
+    Newest first they alternate orders, payments, orders, ...; every older instant holds garbage, so any read
+    of its metadata fails the command: a passing command proves it was not read. Returns the config and the
+    requested times, newest first.
+    """
+    from stitchlake.timeline.clock import from_millis
+    from stitchlake.timeline.timeline import encode_metadata
+
+    folder = tmp_path_factory.mktemp("long")
+    config = write_config(folder)
+    stitchlake.open(config).init()
+    timeline = folder / "table" / ".stitch" / "timeline"
+    garbage = folder / "garbage.json"
+    garbage.write_text("garbage{")
+    count, readable, streams = 10_000, 39, ["orders", "payments"]
+    times = []
+    for n in range(count):
+        millis = 1_700_000_000_000 + 10 * n
+        requested, completed = from_millis(millis), from_millis(millis + 5)
+        path = timeline / f"{requested}_{completed}.deltacommit"
+        age = count - 1 - n
+        if age < readable:
+            path.write_bytes(encode_metadata({"stream": streams[age % 2], "rows": 1, "added": []}))
+        else:
+            os.link(garbage, path)  # far faster than writing 10,000 files
+        times.append(requested)
+    return config, times[::-1]
+
+
+def test_timeline_show_reads_metadata_only_of_the_shown_instants(long_timeline: tuple[Path, list[str]]) -> None:
+    config, newest = long_timeline
+    document = stdout_json(run("timeline", "show", "-c", str(config), "--json"))
+    assert [i["instant"] for i in document["instants"]] == newest[:20]
+    assert document["matched"] == 10_000 and document["more"] is True
+    assert "newest 20 of 10,000 instants" in run("timeline", "show", "-c", str(config)).stdout
+    assert len(shown_instants("-c", str(config), "--limit", "39")) == 39
+    # The guard is real: one instant further is garbage, and reading it fails loudly.
+    deeper = run("timeline", "show", "-c", str(config), "--limit", "40")
+    assert deeper.exit_code == 1 and "does not start with a checksum header" in deeper.stderr
+
+
+def test_timeline_show_by_stream_reads_only_until_the_limit_is_found(long_timeline: tuple[Path, list[str]]) -> None:
+    config, newest = long_timeline
+    # The 20th orders instant is the 39th newest; the search must stop there, before the garbage.
+    document = stdout_json(run("timeline", "show", "-c", str(config), "--stream", "orders", "--json"))
+    assert [i["instant"] for i in document["instants"]] == newest[0:39:2]
+    assert document["matched"] is None and document["more"] is True
+    assert "older ones were not searched" in run("timeline", "show", "-c", str(config), "--stream", "orders").stdout
+    deeper = run("timeline", "show", "-c", str(config), "--stream", "orders", "--limit", "21")
+    assert deeper.exit_code == 1
+
+
+def test_timeline_show_archived(
+    written: tuple[Table, list[Any]], config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stitchlake.services import archive
+
+    table, results = written
+    target = ["timeline", "show", "-c", str(config_file), "--archived"]
+    nothing = run(*target)
+    assert nothing.exit_code == 0 and nothing.stdout.strip() == "no archived instants on the timeline of wide"
+
+    archive.archive(table, keep=1)
+    listed = stdout_json(run(*target, "--json"))
+    assert listed["archived"] is True
+    assert [(i["instant"], i["completed"], i["stream"], i["rows"]) for i in listed["instants"]] == [
+        (r.instant, r.completed, r.stream, r.rows) for r in reversed(results[:2])
+    ]
+    assert [i["instant"] for i in shown_instants(*target[2:], "--stream", "orders")] == [results[0].instant]
+    assert [i["instant"] for i in shown_instants("-c", str(config_file))] == [results[2].instant]
+    assert "archived timeline of wide" in run(*target).stdout
+
+
+# ----------------------------------------------------------------------------------------------- read
+
+
+def records(*args: str) -> list[dict[str, Any]]:
+    return stdout_json(run("read", *args, "--json"))["records"]
+
+
+def by_key(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {row["k"]: row for row in rows}
+
+
+def test_read_prints_a_sample(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    table, _ = written
+    result = run("read", "-c", str(config_file))
+    assert result.exit_code == 0, result.output
+    header = result.stdout.splitlines()[0].split()
+    assert header == [c.name for c in table.config.all_columns()]
+    assert "4 of 4 rows" in result.stdout
+    assert "dhl" in result.stdout and "card" in result.stdout
+
+    limited = run("read", "--table", table.path, "--limit", "1")
+    assert "1 of 4 rows" in limited.stdout
+
+    document = stdout_json(run("read", "-c", str(config_file), "--json", "--limit", "3"))
+    assert (document["rows"], document["shown"], len(document["records"])) == (4, 3, 3)
+    assert by_key(records("-c", str(config_file), "--limit", "0")) == by_key(table.read().to_pylist())
+
+
+def test_read_columns(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    document = stdout_json(run("read", "-c", str(config_file), "--columns", "k, paid", "--json"))
+    assert document["columns"] == ["k", "paid"]
+    assert sorted(map(tuple, (r.values() for r in document["records"]))) == [(1, 10), (2, 20), (3, None), (4, None)]
+    printed = run("read", "-c", str(config_file), "--columns", "k,paid")
+    assert printed.stdout.splitlines()[0].split() == ["k", "paid"]
+
+
+def test_read_where_on_partition_and_key(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    target = ("-c", str(config_file))
+    assert sorted(by_key(records(*target, "--where", "p=even"))) == [2, 4]
+    assert sorted(by_key(records(*target, "--where", "k=3"))) == [3]
+    assert by_key(records(*target, "--where", "k=3"))[3]["carrier"] == "dhl"
+    assert sorted(by_key(records(*target, "--where", "k=1,k=4"))) == [1, 4]
+    assert records(*target, "--where", "p=odd,k=4") == []
+
+
+def test_read_as_of_and_since(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    table, results = written
+    target = ("-c", str(config_file))
+    first = by_key(records(*target, "--as-of", results[0].completed))
+    assert first == by_key(table.read(as_of=results[0].completed).to_pylist())
+    assert sorted(first) == [1, 2, 3, 4]
+    assert all(row["paid"] is None and row["carrier"] == "none" for row in first.values())
+    assert by_key(records(*target))[1]["paid"] == 10
+
+    changes = by_key(records(*target, "--since", results[1].completed))
+    assert changes == by_key(table.read(since=results[1].completed).to_pylist())
+    assert sorted(changes) == [3] and changes[3]["_op"] == "U"
+
+
+def test_read_out_files_hold_the_whole_result(
+    written: tuple[Table, list[Any]], config_file: Path, tmp_path: Path
+) -> None:
+    table, _ = written
+    expected = table.read()
+    for name in ("out.parquet", "out.csv", "out.json"):
+        path = tmp_path / name
+        result = run("read", "-c", str(config_file), "--out", str(path), "--limit", "1")
+        assert result.exit_code == 0, result.output
+        assert "rows" in result.stdout and str(path) in result.stdout
+        if name.endswith(".parquet"):
+            back = pq.read_table(path)
+        elif name.endswith(".csv"):
+            options = pacsv.ConvertOptions(column_types=expected.schema, strings_can_be_null=True)
+            back = pacsv.read_csv(path, convert_options=options)
+        else:
+            back = pa.Table.from_pylist(
+                [json.loads(line) for line in path.read_text().splitlines()], schema=expected.schema
+            )
+        assert back.equals(expected), name
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+    document = stdout_json(run("read", "-c", str(config_file), "--out", str(tmp_path / "again.json"), "--json"))
+    assert document["rows"] == 4 and document["format"] == "json" and document["bytes"] > 0
+
+
+def test_read_out_json_writes_typed_values(tmp_path: Path) -> None:
+    document = {
+        "table": {"name": "typed", "path": "typed", "key": {"id": "long"}},
+        "streams": {"s": {"columns": {"ts": "timestamp", "amount": "decimal(10,2)", "blob": "binary", "x": "double"}}},
+    }
+    typed = stitchlake.open(write_config(tmp_path, document))
+    typed.init()
+    import datetime as dt
+    from decimal import Decimal
+
+    stamp = dt.datetime(2026, 11, 21, 8, 30, tzinfo=dt.UTC)
+    typed.write(
+        "s",
+        pa.table(
+            {
+                "id": pa.array([1], pa.int64()),
+                "ts": pa.array([stamp], pa.timestamp("us", tz="UTC")),
+                "amount": pa.array([Decimal("12.30")], pa.decimal128(10, 2)),
+                "blob": pa.array([b"\x00\xff"], pa.binary()),
+                "x": pa.array([float("nan")], pa.float64()),
+            }
+        ),
+    )
+    out = tmp_path / "typed.json"
+    assert run("read", "--table", typed.path, "--out", str(out)).exit_code == 0
+    assert json.loads(out.read_text()) == {
+        "id": 1,
+        "ts": "2026-11-21T08:30:00+00:00",
+        "amount": "12.30",
+        "blob": "AP8=",
+        "x": "NaN",  # told from null (issue 34.5)
+    }
+    printed = run("read", "--table", typed.path)
+    assert printed.exit_code == 0 and "0x00ff" in printed.stdout and "2026-11-21T08:30:00+00:00" in printed.stdout
+
+
+def test_read_refusals_exit_2(written: tuple[Table, list[Any]], config_file: Path, tmp_path: Path) -> None:
+    target = ("read", "-c", str(config_file))
+    for args in (
+        ["--out", str(tmp_path / "out.txt")],
+        ["--out", str(tmp_path / "no-such-folder" / "out.csv")],
+        ["--columns", "k,nope"],
+        ["--columns", ","],
+        ["--where", "nope=1"],
+        ["--where", "k"],
+        ["--as-of", "yesterday-ish"],
+        ["--as-of", "20260101000000000", "--since", "20250101000000000"],
+        ["--mode", "fast"],
+    ):
+        result = run(*target, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stdout == ""
+    assert "unknown column nope" in run(*target, "--columns", "k,nope").stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_read_read_optimized_mode(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    table, _ = written
+    assert records("-c", str(config_file), "--mode", "read_optimized") == []
+    table.compact()
+    optimized = by_key(records("-c", str(config_file), "--mode", "read_optimized"))
+    assert optimized == by_key(table.read().to_pylist())
+
+
+# --------------------------------------------------------------------------------------------- output
+
+
+def test_human_values() -> None:
+    assert [values.human_duration(s) for s in (0.0456, 1.234, 12.34, 185, 7380, 273600)] == [
+        "46 ms",
+        "1.23 s",
+        "12.3 s",
+        "3 m 05 s",
+        "2 h 03 m",
+        "3 d 04 h",
+    ]
+    sizes = (512, 1536, 5 * 1024**3, 3 * 1024**4)
+    assert [values.human_size(n) for n in sizes] == ["512 B", "1.5 KiB", "5.0 GiB", "3.0 TiB"]
+    assert values.iso_time("20261122221609807") == "2026-11-22T22:16:09.807Z"
+    assert values.human_time("20261122221609807") == "2026-11-22 22:16:09"
+
+
+def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    from stitchlake.services.status import (
+        LastCommit,
+        PartitionHealth,
+        PendingInstant,
+        StatusReport,
+        TimelineHealth,
+        Totals,
+    )
+
+    report = StatusReport(
+        table="wide",
+        path="/data/wide",
+        partitions={
+            "p=odd": PartitionHealth(
+                buckets=2, file_groups=2, base_files=1, log_files=3, max_logs_per_slice=2, bytes=2048, rows=10
+            )
+        },
+        totals=Totals(
+            partitions=1,
+            file_groups=2,
+            live_files=4,
+            base_files=1,
+            log_files=3,
+            bytes=4096,
+            latest_slice_bytes=2048,
+            largest_file_group_bytes=1024,
+        ),
+        large_file_groups=[],
+        pending_compactions=[],
+        writers=[
+            PendingInstant(
+                instant="20261122221609807",
+                action="deltacommit",
+                state="inflight",
+                stream="orders",
+                alive=False,
+                heartbeat_age_s=75.0,
+                pending_s=80.0,
+                host="etl-1",
+                pid=4242,
+            )
+        ],
+        streams={"orders": LastCommit("20261122221609807", "20261122221610000", 7, 2), "payments": None},
+        warnings=[],
+        timeline=TimelineHealth(
+            active_instants=12,
+            archived_until=None,
+            buckets=2,
+            last_rescale=None,
+            last_compaction=None,
+            last_clean=None,
+            deltacommits_since_compaction=3,
+        ),
+    )
+    tables.print_status(report)
+    out = capsys.readouterr().out
+    assert out.startswith("table wide at /data/wide")
+    for expected in (
+        "4.0 KiB",
+        "p=odd",
+        "2.0 KiB",
+        "never written",
+        "no (failed write)",
+        "1 m 15 s",
+        "etl-1",
+        "2026-11-22 22:16:10",
+        "pending writers",
+    ):
+        assert expected in out
+    assert "pending compactions" not in out
+
+
+def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """A cron `stitch compact --run` with nothing scheduled exits 0 (design.md §8), and starts no Spark job."""
+    table, _ = written
+    before = [i.file_name for i in table.timeline().instants]
+    result = run("compact", "-c", str(config_file), "--run", "--json")
+    assert result.exit_code == 0, result.output
+    assert stdout_json(result)["message"] == "nothing to compact"
+    assert [i.file_name for i in table.timeline().instants] == before
+    assert not Path(table.path, ".stitch", "logs").exists()
+
+
+def test_compact_refuses_options_that_would_do_nothing(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """A plan keeps the strategy it was scheduled with: `--run --strategy X` would silently ignore X."""
+    table, _ = written
+    before = [i.file_name for i in table.timeline().instants]
+    for args, why in (
+        (["--run", "--strategy", "all"], "--strategy chooses what a new plan compacts"),
+        (["--instant", "20261122080000000"], "--instant only goes with --run"),
+        (["--schedule", "--run"], "give one or neither"),
+    ):
+        result = run("compact", "-c", str(config_file), *args, "--json")
+        assert result.exit_code == 2, (args, result.output)
+        assert why in json.loads(result.stdout)["error"], args
+    assert [i.file_name for i in table.timeline().instants] == before
+
+
+# ------------------------------------------------------------------------------------- one CLI grammar
+
+
+def test_repeated_where_conditions_all_hold_and_compare(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    target = ("-c", str(config_file))
+    assert sorted(by_key(records(*target, "--where", "k>=2", "--where", "p=even"))) == [2, 4]
+    assert sorted(by_key(records(*target, "--where", "k<4", "--where", "k!=2"))) == [1, 3]
+    assert sorted(by_key(records(*target, "--where", "k>1,k<=3"))) == [2, 3]
+    assert sorted(by_key(records(*target, "--where", "paid>10"))) == [2]
+    assert records(*target, "--where", "k>2", "--where", "k<3") == []
+
+
+def test_validate_checks_a_config_without_touching_a_table(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    done = run("validate", "-c", str(config), "--json")
+    assert done.exit_code == 0, done.output
+    assert stdout_json(done)["ok"] is True
+    assert not (tmp_path / "table").exists(), "validate created something"
+    broken = yaml.safe_load(config.read_text())
+    broken["table"]["buckets"] = 0
+    bad = write_config(tmp_path, broken, name="bad.yaml")
+    refused = run("validate", "-c", str(bad), "--json")
+    assert refused.exit_code == 2 and json.loads(refused.stdout)["yaml_path"] == "table.buckets"
+
+
+def test_a_clean_with_nothing_to_do_leaves_the_timeline_alone(
+    written: tuple[Table, list[Any]], config_file: Path
+) -> None:
+    table, _ = written
+    before = sorted(p.name for p in (Path(table.path) / ".stitch" / "timeline").iterdir())
+    done = run("clean", "-c", str(config_file), "--engine", "local", "--json")
+    assert done.exit_code == 0, done.output
+    assert stdout_json(done)["instant"] is None
+    assert sorted(p.name for p in (Path(table.path) / ".stitch" / "timeline").iterdir()) == before
+
+
+def test_every_table_command_names_its_table_and_options_the_same_way() -> None:
+    """-c/--config and --table everywhere a table is named; --engine on every job with heavy work; --name for
+    savepoints; --json everywhere."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+
+    def leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+        if hasattr(command, "commands"):
+            return [leaf for name, sub in command.commands.items() for leaf in leaves(sub, (*path, name))]
+        return [(path, command)]
+
+    for path, command in leaves(group):
+        options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        assert "--json" in options, path
+        if path[0] != "validate":
+            assert {"-c", "--config"} <= options, path
+        if path[0] not in ("validate", "init", "alter"):  # these need the YAML itself
+            assert "--table" in options, path
+        if path[0] in ("ingest", "compact", "clean", "delete"):
+            assert "--engine" in options, path
+        if path[0] == "savepoint" and path[1] != "list":
+            assert "--name" in options, path
+
+
+def test_kafka_options_on_a_stream_of_files_are_refused_naming_the_flags(table: Table, config_file: Path) -> None:
+    """One check for the CLI and the library: its message names the flags and the Python parameters."""
+    refused = run("ingest", "-c", str(config_file), "-s", "orders", "--max-records", "5", "--json")
+    assert refused.exit_code == 2, refused.output
+    failure = json.loads(refused.stdout)
+    assert "--max-records" in failure["error"] and "max_records" in failure["error"], failure
+    assert "stream orders reads files" in failure["error"]
+    assert not table.timeline().instants, "refused before anything was claimed"

@@ -1,0 +1,332 @@
+"""Publishing as Delta Lake and Iceberg (issue 13 points 1 and 2): other engines read what `stitch read` reads.
+
+The table goes through late events, an update, a stream delete, an erase, a column default and an alter before it
+is published; deltalake, Polars, DuckDB and pyiceberg then read the published tables and each must equal
+`stitch read --mode read_optimized` of the published instant, cell by cell. Spark's and Trino's own readers are in
+tests/test_native_readers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from deltalake import DeltaTable
+
+from stitchlake.api import Table
+from stitchlake.errors import ConfigError, StitchError, UsageError
+from stitchlake.io.published import Target, delta_options, iceberg_catalog
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import PublishCommit
+from tests.support.published_history import MODEL, altered_document, expected_rows, history, rows_of
+from tests.support.spark_fixtures import run_stitch
+from tests.support.tables import batch, config, new_table
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, Any]]:
+    table = history(tmp_path_factory.mktemp("publish"))
+    return table, {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+
+
+def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Table, dict[str, Any]]) -> None:
+    table, results = published
+    delta = results["delta"]
+    expected = expected_rows(table, delta["source"])
+    keys = [row["k"] for row in expected]
+    assert keys == [1, 2, 3, 4, 7], "late, deleted and erased keys resolved"
+    assert {row["k"]: row["carrier"] for row in expected}[2] == "none", "the column default applied"
+    assert {row["k"]: row["coupon"] for row in expected} == {1: "none", 2: "none", 3: "none", 4: "none", 7: "XMAS"}
+    location = delta["location"]
+    found = DeltaTable(location)
+    assert not [name for name in found.schema().to_arrow().names if name.startswith("_sl__")]
+    assert rows_of(found.to_pyarrow_table()) == expected
+    assert rows_of(pl.read_delta(location)) == expected
+    connection = duckdb.connect()
+    dataset = found.to_pyarrow_dataset()
+    connection.register("published", dataset)
+    assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == expected
+    # docs/operations.md's DuckDB example: a filter on the partition column goes down into the dataset's scan
+    # (DuckDB's plan shows it there), where the dataset keeps only that partition's files.
+    odd_rows = [row for row in expected if row["p"] == "odd"]
+    odd_sql = "SELECT * FROM published WHERE p = 'odd'"
+    assert rows_of(connection.sql(odd_sql).to_arrow_table()) == odd_rows and odd_rows
+    plan = connection.sql(f"EXPLAIN {odd_sql}").fetchall()[0][1]
+    assert re.search(r"ARROW_SCAN.*Filters: \"p\" = 'odd'", plan, re.S), plan
+    scanned = [fragment.path for fragment in dataset.get_fragments(filter=pc.field("p") == "odd")]
+    assert scanned and all(path.split("/")[-2] == "p=odd" for path in scanned), scanned
+    assert len(list(dataset.get_fragments())) > len(scanned)
+    # The data files the Delta log lists hold the published rows and nothing else.
+    files = found.file_uris()
+    assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
+    # Partitioned like the stitched table: a reader filtering on `p` skips the other partitions' files.
+    assert found.metadata().partition_columns == ["p"]
+    odd = found.to_pyarrow_table(filters=[("p", "=", "odd")])
+    assert rows_of(odd) == [row for row in expected if row["p"] == "odd"] and odd.num_rows
+    assert {f.split("/")[-2] for f in files} == {"p=even", "p=odd"}
+    # The oldest protocol, no table features: what every Delta reader reads (tests/test_native_readers.py runs
+    # Spark's and Trino's).
+    protocol = found.protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+    assert not protocol.reader_features and not protocol.writer_features
+
+
+def test_iceberg_readers_see_exactly_the_read_optimized_table(published: tuple[Table, dict[str, Any]]) -> None:
+    table, results = published
+    iceberg = results["iceberg"]
+    expected = expected_rows(table, iceberg["source"])
+    assert iceberg["identifier"] == "stitchlake.wide"
+    catalog = iceberg_catalog(iceberg["location"])
+    found = catalog.load_table(iceberg["identifier"])
+    assert not [field.name for field in found.schema().fields if field.name.startswith("_sl__")]
+    assert found.current_snapshot().snapshot_id == iceberg["version"]
+    assert rows_of(found.scan().to_arrow()) == expected
+    with warnings.catch_warnings():  # Polars would rather plan with its own plugin; pyiceberg plans correctly
+        warnings.simplefilter("ignore")
+        assert rows_of(pl.scan_iceberg(found).collect()) == expected
+    connection = found.scan().to_duckdb("published")
+    assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == expected
+    # docs/operations.md's DuckDB example: pyiceberg plans the partition's files alone and hands DuckDB their rows.
+    odd = found.scan(row_filter="p = 'odd'")
+    assert {task.file.partition[0] for task in odd.plan_files()} == {"odd"}, "other partitions' files pruned"
+    odd_rows = [row for row in expected if row["p"] == "odd"]
+    assert rows_of(odd.to_duckdb("t").sql("SELECT * FROM t").to_arrow_table()) == odd_rows and odd_rows
+    files = [task.file.file_path for task in found.scan().plan_files()]
+    assert sum(pq.read_metadata(f.removeprefix("file://")).num_rows for f in files) == len(expected)
+    assert found.metadata.format_version == 2, "the format version Spark, Trino and every Iceberg reader read"
+    assert [(f.name, str(f.transform)) for f in found.spec().fields] == [("p", "identity")]
+    even = found.scan(row_filter="p = 'even'")
+    assert {task.file.partition[0] for task in even.plan_files()} == {"even"}, "other partitions' files pruned"
+    assert rows_of(even.to_arrow()) == [row for row in expected if row["p"] == "even"]
+
+
+def test_publishing_is_an_instant_on_the_timeline(published: tuple[Table, dict[str, Any]]) -> None:
+    table, results = published
+    timeline = table.timeline()
+    done = timeline.completed([Action.PUBLISH])
+    commits = [timeline.commit(instant) for instant in done]
+    assert [c.format for c in commits if isinstance(c, PublishCommit)] == ["delta", "iceberg"]
+    assert {c.version for c in commits if isinstance(c, PublishCommit)} == {
+        results["delta"]["version"],
+        results["iceberg"]["version"],
+    }
+    assert not timeline.pending()
+
+
+def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(tmp_path: Path) -> None:
+    table = history(tmp_path / "t", retain_versions=2)
+    first = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    before = expected_rows(table, first["delta"]["source"])
+    orders = MODEL["orders"]
+    more = batch(orders, [{"k": 2, "amount": 2000, "status": "refund", "ots": 20}])
+    table.write("orders", more.append_column("coupon", pa.array(["BACK"])))
+    table.compact()
+    second = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    after = expected_rows(table, second["delta"]["source"])
+    assert before != after and {r["k"]: r["amount"] for r in after}[2] == 2000
+    table.clean()  # the table's own retention: the published files are not its files
+    location = second["delta"]["location"]
+    assert rows_of(DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()) == before
+    assert rows_of(DeltaTable(location).to_pyarrow_table()) == after
+    found = iceberg_catalog(second["iceberg"]["location"]).load_table(second["iceberg"]["identifier"])
+    assert rows_of(found.scan(snapshot_id=first["iceberg"]["version"]).to_arrow()) == before
+    assert rows_of(found.scan().to_arrow()) == after
+    # A third publish with retain_versions 2 drops what only the first version read.
+    table.write(
+        "orders",
+        batch(orders, [{"k": 3, "amount": 3, "status": "x", "ots": 30}]).append_column(
+            "coupon", pa.array([None], pa.string())
+        ),
+    )
+    table.compact()
+    only_first = set(DeltaTable(location, version=first["delta"]["version"]).file_uris()) - set(
+        DeltaTable(location, version=second["delta"]["version"]).file_uris()
+    )
+    third = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    assert third["delta"]["removed_files"] == len(only_first) > 0, "the files only the first version read"
+    assert third["iceberg"]["removed_files"] > 0
+    with pytest.raises(Exception, match=r"not found|No such file|FileNotFound"):
+        DeltaTable(location, version=first["delta"]["version"]).to_pyarrow_table()
+    assert rows_of(DeltaTable(location, version=second["delta"]["version"]).to_pyarrow_table()) == after
+    found = iceberg_catalog(third["iceberg"]["location"]).load_table(third["iceberg"]["identifier"])
+    assert rows_of(found.scan(snapshot_id=second["iceberg"]["version"]).to_arrow()) == after
+
+
+def test_a_failed_publish_leaves_a_clean_timeline_and_nothing_compacted_is_refused(tmp_path: Path) -> None:
+    empty = new_table(tmp_path / "empty")
+    empty.write("orders", batch(MODEL["orders"], [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    with pytest.raises(UsageError, match="nothing is compacted yet"):
+        empty.publish("delta")
+    with pytest.raises(UsageError, match="unknown publish format 'hudi'"):
+        empty.publish("hudi")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the published tables should go")
+    table = history(tmp_path / "t", location=str(blocker))
+    with pytest.raises(StitchError, match="publishing as delta"):
+        table.publish("delta")
+    timeline = table.timeline()
+    assert not timeline.pending() and not timeline.completed([Action.PUBLISH])
+
+
+def test_the_cli_publishes_on_demand_and_after_every_compaction(tmp_path: Path) -> None:
+    table = history(tmp_path / "t")
+    document = altered_document(formats=["delta"])
+    document["table"]["path"] = table.path
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    done = run_stitch("publish", "-c", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    (first,) = json.loads(done.stdout)["published"]
+    assert first["format"] == "delta" and first["location"].endswith(".stitch/published/delta")
+    more = batch(MODEL["orders"], [{"k": 4, "amount": 44, "status": "again", "ots": 40}])
+    table.write("orders", more.append_column("coupon", pa.array(["CLI"])))
+    compacted = run_stitch("compact", "-c", str(path), "--engine", "local", "--json")
+    assert compacted.returncode == 0, compacted.stderr
+    (auto,) = json.loads(compacted.stdout)["result"]["published"]
+    assert auto["version"] > first["version"] and auto["source"] > first["source"]
+    assert rows_of(DeltaTable(auto["location"]).to_pyarrow_table()) == expected_rows(table, auto["source"])
+    refused = run_stitch("publish", "-c", str(path), "--format", "parquet", "--json")
+    assert refused.returncode == 2 and "unknown publish format" in json.loads(refused.stdout)["error"]
+
+
+def test_the_iceberg_catalog_is_configurable(tmp_path: Path) -> None:
+    """`publish.iceberg_catalog` holds pyiceberg catalog properties (a REST catalog takes `type: rest`); here a
+    SQL catalog of one's own, which then holds the table while the default one does not exist."""
+    database = tmp_path / "catalog-of-our-own.db"
+    table = history(tmp_path / "t", iceberg_catalog={"type": "sql", "uri": f"sqlite:///{database}"})
+    result = table.publish("iceberg").to_json()
+    assert database.is_file() and not (Path(result["location"]) / "catalog.db").exists()
+    found = iceberg_catalog(result["location"], {"type": "sql", "uri": f"sqlite:///{database}"})
+    assert rows_of(found.load_table(result["identifier"]).scan().to_arrow()) == expected_rows(table, result["source"])
+
+
+@pytest.mark.s3
+def test_a_table_on_s3_publishes_to_s3_with_its_own_storage_settings(
+    s3_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs and pyiceberg reach the store with the table's `storage:` block (no AWS_* in the environment);
+    readers see each published version as `stitch read` does, and old versions' objects go at the next publish."""
+    for name in list(os.environ):
+        if name.startswith("AWS_") and "CHECKSUM" not in name:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("STITCH_TEST_S3_SECRET", s3_bucket.server.secret_key)
+    storage = {**s3_bucket.options, "secret_access_key": "${STITCH_TEST_S3_SECRET}"}
+    database = tmp_path / "catalog.db"
+    place = {"table": {"path": f"{s3_bucket.url}/warehouse/wide"}, "storage": storage}
+    table = history(tmp_path, place, retain_versions=1)
+    with pytest.raises(UsageError, match="needs a catalog that is not a file on the object store"):
+        table.publish("iceberg")
+    catalog = {"type": "sql", "uri": f"sqlite:///{database}"}
+    table = history(
+        tmp_path,
+        {**place, "table": {"path": f"{s3_bucket.url}/warehouse/wide2"}},
+        retain_versions=1,
+        iceberg_catalog=catalog,
+    )
+    first = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    assert first["delta"]["location"] == f"{s3_bucket.url}/warehouse/wide2/.stitch/published/delta"
+    before = expected_rows(table, first["delta"]["source"])
+    more = batch(MODEL["orders"], [{"k": 3, "amount": 33, "status": "s3", "ots": 50}])
+    table.write("orders", more.append_column("coupon", pa.array(["S3"])))
+    table.compact()
+    second = {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+    after = expected_rows(table, second["delta"]["source"])
+    assert before != after and second["delta"]["removed_files"] > 0 and second["iceberg"]["removed_files"] > 0
+
+    target = Target(second["delta"]["location"], table.config.storage.options)
+    options = delta_options(target)
+    assert options is not None and options["AWS_ENDPOINT_URL"] == s3_bucket.server.endpoint
+    found = DeltaTable(target.location, storage_options=options)
+    assert rows_of(found.to_pyarrow_table()) == after
+    assert rows_of(pl.read_delta(target.location, storage_options=options)) == after
+    connection = duckdb.connect()  # DuckDB as docs/operations.md shows it, on S3
+    connection.register("published", found.to_pyarrow_dataset())
+    assert rows_of(connection.sql("SELECT * FROM published").to_arrow_table()) == after
+    objects = [info.path for info in target.storage().list_files("") if not info.path.startswith("_delta_log/")]
+    assert sorted(f"{target.location}/{path}" for path in objects) == sorted(found.file_uris()), (
+        "the objects of the version no kept one reads are gone"
+    )
+    iceberg = iceberg_catalog(Target(second["iceberg"]["location"], storage), catalog)
+    published = iceberg.load_table(second["iceberg"]["identifier"])
+    assert published.location().startswith(f"{s3_bucket.url}/warehouse/wide2/.stitch/published/iceberg/")
+    assert second["iceberg"]["table_location"] == published.location()
+    assert second["delta"]["table_location"] == second["delta"]["location"]
+    assert rows_of(published.scan().to_arrow()) == after
+    odd = [row for row in after if row["p"] == "odd"]
+    connection = published.scan(row_filter="p = 'odd'").to_duckdb("t")
+    assert rows_of(connection.sql("SELECT * FROM t").to_arrow_table()) == odd and odd
+    data = [task.file.file_path for task in published.scan().plan_files()]
+    listed = Target(published.location(), storage).storage().list_files("data")
+    assert sorted(f"{published.location()}/{info.path}" for info in listed) == sorted(data)
+    # The CLI in its own process: settings from the YAML, the secret from the environment it inherits.
+    document = altered_document(
+        {**place, "table": {"path": table.path}}, formats=["delta"], retain_versions=1, iceberg_catalog=catalog
+    )
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    done = run_stitch("publish", "-c", str(path), "-f", "iceberg", "--json")
+    assert done.returncode == 0, done.stderr
+    (third,) = json.loads(done.stdout)["published"]
+    assert third["location"] == second["iceberg"]["location"] and third["version"] != second["iceberg"]["version"]
+    assert rows_of(iceberg.load_table(third["identifier"]).scan().to_arrow()) == after
+
+
+def test_a_config_that_publishes_iceberg_to_s3_without_a_catalog_is_refused(tmp_path: Path) -> None:
+    """Refused when the config is read (`stitch validate`), not after a compaction that would then fail to publish."""
+    document = altered_document({"table": {"path": "s3://bucket/wide"}}, formats=["iceberg"])
+    with pytest.raises(ConfigError, match=r"publish\.iceberg_catalog.*not a file on the object store"):
+        config(tmp_path, document)
+    document["publish"]["iceberg_catalog"] = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
+    assert config(tmp_path, document).publish.iceberg_catalog["uri"].startswith("sqlite:///")
+    document["publish"] = {"formats": ["iceberg"], "location": str(tmp_path / "published")}
+    assert config(tmp_path, document).publish.location == str(tmp_path / "published")
+
+
+def test_a_rest_catalog_holds_the_published_iceberg_table_and_its_versions(tmp_path: Path) -> None:
+    """`publish.iceberg_catalog: {type: rest, uri: ...}`: creating, evolving, overwriting and expiring the
+    published table all go through pyiceberg's REST client; the server's catalog chooses where the table lives,
+    and a reader that knows only the REST endpoint sees the published rows, version by version."""
+    from pyiceberg.catalog import load_catalog
+
+    from tests.support.iceberg_rest_catalog import rest_catalog
+
+    with rest_catalog(tmp_path / "rest") as server:
+        table = history(tmp_path / "t", iceberg_catalog={"type": "rest", "uri": server.uri}, retain_versions=1)
+        first = table.publish("iceberg").to_json()
+        assert first["table_location"].startswith(server.warehouse), "where the REST catalog put it"
+        assert first["catalog"] == server.uri
+        assert not [q for q in server.queries if "warehouse" in q], "a REST catalog is not sent a local warehouse"
+        assert not (Path(first["location"]) / "catalog.db").exists(), "no SQLite catalog of our own"
+        reader = load_catalog("reader", type="rest", uri=server.uri)
+        found = reader.load_table(first["identifier"])
+        assert getattr(found.current_snapshot(), "snapshot_id", None) == first["version"]
+        assert not [field.name for field in found.schema().fields if field.name.startswith("_sl__")]
+        before = expected_rows(table, first["source"])
+        assert rows_of(found.scan().to_arrow()) == before
+
+        orders = MODEL["orders"]
+        more = batch(orders, [{"k": 2, "amount": 2000, "status": "refund", "ots": 20}])
+        table.write("orders", more.append_column("coupon", pa.array(["BACK"])))
+        table.compact()
+        second = table.publish("iceberg").to_json()
+        after = expected_rows(table, second["source"])
+        assert before != after
+        found = reader.load_table(second["identifier"])
+        assert getattr(found.current_snapshot(), "snapshot_id", None) == second["version"] != first["version"]
+        assert rows_of(found.scan().to_arrow()) == after
+        # retain_versions 1: the first publish's snapshot was expired through the catalog, its files deleted.
+        assert first["version"] not in {s.snapshot_id for s in found.snapshots()}
+        assert second["removed_files"] > 0
+        commits = [path for method, path in server.requests if method == "POST" and path.endswith("/tables/wide")]
+        assert len(commits) >= 3, f"overwrite, schema and expiry commits went through REST: {server.requests}"

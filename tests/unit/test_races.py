@@ -1,0 +1,241 @@
+"""Crash and race interleavings found by review, replayed deterministically in-process.
+
+Each test builds the exact interleaving (a crashed instant, a stalled lease, a compaction planned between a
+rollback's checks and its request, a failure right after a publish) with real tables on disk; the only
+interference is a wrapper that delays or fails one call of the code under test, as a stall or an I/O error would.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import stitchlake.table.transaction as transaction_module
+from stitchlake.concurrency.markers import marked_files
+from stitchlake.errors import ConflictError, LockLost, UsageError
+from stitchlake.services import compaction, restore, savepoint
+from stitchlake.services.recovery import rollback_failed
+from stitchlake.services.rollback import rollback
+from stitchlake.spark.write import FilesWritten, StitchWriter
+from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.instant import Action
+from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, RollbackPlan
+from stitchlake.writing.batch import prepare
+from stitchlake.writing.writer import write, write_file_groups
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+
+FAST = copy.deepcopy(THREE_STREAMS)
+FAST["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
+ORDERS = MODELS[0]
+
+
+def _rows(value: int, keys: range = range(4)) -> Any:
+    return batch(ORDERS, [{"k": k, "amount": value, "status": f"s{value}", "ots": value} for k in keys])
+
+
+def _dead(txn: Transaction) -> None:
+    """The process running `txn` died: its heartbeat stops and expires."""
+    assert txn.heartbeat is not None
+    txn.heartbeat.stop(delete=True)
+    txn.heartbeat = None
+    time.sleep(0.5)
+
+
+def _sorted(table: Any) -> Any:
+    return table.sort_by("k")
+
+
+def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(tmp_path: Path) -> None:
+    """The restore's plan lists the crashed rollback; finishing them oldest first waited on each other forever
+    (every `stitch clean` and `rollback --failed` exited 4). Restores now go first."""
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    point = savepoint.create(table, name="before")
+    at_savepoint = _sorted(table.read(as_of="before"))
+    write(table, "orders", _rows(2))
+    crashed_rollback = Transaction.begin(table, Action.ROLLBACK, RollbackPlan(reason="t"))
+    _dead(crashed_rollback)
+    crashed_restore = restore.begin_restore(table, "before")
+    _dead(crashed_restore)
+
+    rollback_failed(table)
+    assert not table.timeline().pending()
+    assert _sorted(table.read()).equals(at_savepoint)
+    assert point.instant is not None
+    rollback_failed(table)  # and again: nothing left to do, no refusal
+
+
+def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback checked its target under the lock, then stalled past its lease; the frozen writer woke, took
+    the lock and published. Requesting the rollback after that would delete a completed commit's files."""
+    document = copy.deepcopy(FAST)
+    document["concurrency"]["lock"]["expire_s"] = 1
+    table = new_table(tmp_path, document)
+    writer = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    stream = table.config.stream("orders")
+    files = write_file_groups(
+        table, stream, prepare(table.config, stream, _rows(1), source="t"), writer.time, writer.mark
+    )
+    _dead(writer)  # presumed dead, but only frozen
+
+    original = getattr(transaction_module, "write_requested")  # noqa: B009 - patched where it is used
+    stalling, published = threading.Event(), threading.Event()
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        if args[2] == Action.ROLLBACK:
+            # The rollback stalls inside its critical section until the writer has taken the lock over (past the
+            # 1 s lease) and published: events, not sleeps, so a busy machine cannot reorder them.
+            stalling.set()
+            assert published.wait(timeout=600), "the writer never published"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(transaction_module, "write_requested", stalled)
+    outcome: dict[str, Any] = {}
+
+    def run_rollback() -> None:
+        try:
+            outcome["result"] = rollback_failed(table)
+        except Exception as error:
+            outcome["error"] = error
+
+    racing = threading.Thread(target=run_rollback)
+    racing.start()
+    try:
+        assert stalling.wait(timeout=600), "the rollback never reached its request"
+        writer.complete(DeltaCommit(stream="orders", added=tuple(files), rows=4))  # the writer wakes up, publishes
+    finally:
+        published.set()
+        racing.join(timeout=600)
+    assert isinstance(outcome.get("error"), LockLost), outcome
+    assert not table.timeline().pending([Action.ROLLBACK])
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_rollback_refuses_a_commit_a_compaction_absorbed_after_its_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stitch rollback T` checked T outside the lock; a compaction planned meanwhile absorbed T's logs. Undoing
+    T then broke every later `compact --run` for good; the rollback now re-checks under the lock."""
+    import stitchlake.services.rollback as rollback_module
+
+    table = new_table(tmp_path, FAST)
+    for value in (1, 2, 3):
+        last = write(table, "orders", _rows(value))
+    original = rollback_module.run_rollback
+
+    def compaction_planned_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        compaction.schedule(table, "all")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rollback_module, "run_rollback", compaction_planned_meanwhile)
+    with pytest.raises(UsageError, match="absorbed by compaction"):
+        rollback(table, last.instant)
+    monkeypatch.undo()
+    compaction.run(table)
+    assert set(table.read().column("amount").to_pylist()) == {3}
+
+
+def test_a_failure_right_after_the_publish_leaves_the_commit_standing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tidying markers failed after the completed file was created; the error path aborted the instant and
+    deleted a commit that readers had already seen."""
+    table = new_table(tmp_path, FAST)
+    original = getattr(transaction_module, "delete_markers")  # noqa: B009 - patched where it is used
+    calls: list[str] = []
+
+    def flaky(storage: Any, instant: str) -> None:
+        calls.append(instant)
+        if len(calls) == 1:
+            raise OSError(5, "I/O error on the markers folder")
+        original(storage, instant)
+
+    monkeypatch.setattr(transaction_module, "delete_markers", flaky)
+    result = write(table, "orders", _rows(1))
+    assert table.timeline().get(result.instant).is_completed  # type: ignore[union-attr]
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+    assert not table.storage.exists(f".stitch/heartbeats/{result.instant}")  # and the heartbeat stopped
+
+
+def _spark_writer(table: Any, instant: str) -> StitchWriter:
+    return StitchWriter({"path": table.path, "stream": "orders", "instant": instant})
+
+
+def _table_with_one_landing_file(tmp_path: Path) -> Any:
+    """A table whose orders stream has one landing file (4 keys) waiting to be ingested."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(_rows(1), landing / "part-0001.parquet")
+    document = copy.deepcopy(FAST)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": str(landing)}
+    return new_table(tmp_path, document)
+
+
+def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them_twice(tmp_path: Path) -> None:
+    """The job of a claim (e.g. a spark-submit job of `stitch ingest`) froze past its heartbeat after choosing its
+    landing files; a second ingest took the same file; the frozen job must not publish it a second time."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.ingest import claim, ingest
+
+    table = _table_with_one_landing_file(tmp_path)
+    frozen = claim(table, "orders")
+
+    class FreezingEngine(LocalEngine):
+        def write_stream(self, *args: Any, **kwargs: Any) -> Any:
+            written = super().write_stream(*args, **kwargs)
+            _dead(frozen)  # frozen past the heartbeat: a second ingest runs meanwhile
+            assert table.ingest("orders").source_files == 1
+            return written
+
+    with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
+        ingest(table, FreezingEngine(), "orders", txn=frozen)
+    frozen.abort()  # a claim handed to a job is undone by whoever took it, as `stitchlake.jobs.launch.execute` does
+    timeline = table.timeline()
+    assert len(timeline.completed([Action.DELTACOMMIT])) == 1 and not timeline.pending()
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_job_leaves_the_claim_it_was_handed_to_its_owner(tmp_path: Path) -> None:
+    """A job that fails (or is interrupted) after its tasks wrote files does not undo the claim of the command that
+    started it: its tasks may still be writing (a Spark task outlives the driver's exception by a moment), and a
+    file written after the markers went would be left behind unnamed. The owner undoes it once the job ended."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.ingest import claim, ingest
+
+    table = _table_with_one_landing_file(tmp_path)
+    owned = claim(table, "orders")
+
+    class FailingEngine(LocalEngine):
+        def write_stream(self, *args: Any, **kwargs: Any) -> Any:
+            super().write_stream(*args, **kwargs)
+            raise KeyboardInterrupt  # as the driver of a job is, when its command is interrupted
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest(table, FailingEngine(), "orders", txn=owned)
+    written = marked_files(table.storage, owned.time)
+    assert written and all(table.storage.exists(path) for path in written), "the job undid a claim it did not own"
+    assert [i.requested for i in table.timeline().pending()] == [owned.time]
+    owned.abort()
+    assert not any(table.storage.exists(path) for path in written) and not table.timeline().pending()
+    assert table.ingest("orders").source_files == 1
+
+
+def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> None:
+    table = new_table(tmp_path, FAST)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"), heartbeat=False)
+    stream = table.config.stream("orders")
+    files = write_file_groups(table, stream, prepare(table.config, stream, _rows(1), source="t"), txn.time, txn.mark)
+    messages: list[Any] = [FilesWritten(files=files, rows=4)]
+    writer = _spark_writer(table, txn.time)
+    writer.commit(messages)
+    writer.abort(messages)  # e.g. Spark failing the job after the commit returned
+    assert table.timeline().get(txn.time).is_completed  # type: ignore[union-attr]
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
