@@ -5,14 +5,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup check-tools jvm conformance demo test lint bench bench-peers bench-scale torture partitions clean
+.PHONY: help setup check-tools jvm conformance demo test test-fast lint bench bench-peers bench-scale torture partitions clean
 
 help:
 	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
 	@echo "make jvm    - build the Spark reader jar (jvm/, Maven) into $(VENV)/jars/stitchlake-spark.jar"
 	@echo "make conformance - the JVM merge against the Python merge on many generated tables (CONFORMANCE_EXAMPLES=2000)"
 	@echo "make demo   - set up .venv, generate a 3-stream dataset, ingest it with spark-submit, check it"
-	@echo "make test   - set up .venv, lint, run the whole test suite"
+	@echo "make test-fast - the unit tier (tests/unit: no JVM, no server, no stitch subprocess), under 2 minutes: run it on every change"
+	@echo "make test   - set up .venv, lint, run the whole test suite (tests/unit and tests/integration; what CI runs)"
 	@echo "make lint   - ruff check + format check, import layers (lint-imports), types (mypy)"
 	@echo "make bench  - benchmarks -> docs/benchmarks.md (BENCH_ARGS='--sizes 200000')"
 	@echo "make bench-scale - the bench workload at 30M keys on Spark, every process's memory (~20 min on 2 cores, ~15 GB disk)"
@@ -67,6 +68,11 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit tier only: needs the venv but not Java, Maven or the jar (tests/conftest.py fails a unit test that starts a
+# JVM or the CLI). No lint here: `make lint` is its own step.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/python -m scripts.demo $(DEMO_ARGS)

@@ -1,8 +1,20 @@
-"""Shared fixtures (tests/support). Real parts only: real files on disk, real processes, real ZooKeeper, real
-spark-submit, a real S3 server (Ceph's RADOS Gateway), a real Spark standalone cluster and a real Trino server, each
-started once per session."""
+"""Shared fixtures and the tier rule. Real parts only: real files on disk, real processes, real ZooKeeper, real
+spark-submit, a real S3 server (Ceph's RADOS Gateway), a real Spark standalone cluster, a real Kafka broker and a real
+Trino server, each started once per session (tests/support).
+
+Markers come from the fixtures a test takes (FIXTURE_MARKERS), so none can be forgotten, and tests/unit may take none
+of them: collection fails if one does, and a unit test that starts a JVM, spark-submit or the `stitch` CLI in a
+subprocess fails where it starts it. `make test-fast` (tests/unit) therefore never waits on a JVM or a server.
+"""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 pytest_plugins = [
     "tests.support.zookeeper_server",
@@ -12,3 +24,101 @@ pytest_plugins = [
     "tests.support.trino_server",
     "tests.support.kafka_server",
 ]
+
+UNIT = Path(__file__).resolve().parent / "unit"
+
+#: fixture -> the marker a test taking it gets (directly or through another fixture).
+FIXTURE_MARKERS = {
+    "spark": "spark",
+    "jvm": "spark",
+    "harness": "spark",
+    "spark_master": "cluster",
+    "s3_server": "s3",
+    "s3_bucket": "s3",
+    "place": "s3",
+    "zookeeper_hosts": "zookeeper",
+    "trino_server": "trino",
+    "kafka_broker": "kafka",
+}
+#: markers a unit test may not carry, whether they came from a fixture or were written by hand.
+SERVER_MARKERS = frozenset(FIXTURE_MARKERS.values())
+#: what a unit test may not start: a JVM (pyspark starts its gateway through spark-submit), or the CLI.
+FORBIDDEN_COMMANDS = ("java", "spark-submit", "spark-class", "stitch")
+
+
+def in_unit_tier(item: pytest.Item) -> bool:
+    return UNIT in Path(str(item.path)).resolve().parents
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by the fixtures it takes; refuse the run when a unit test needs a JVM or a server."""
+    broken = []
+    for item in items:
+        needs = sorted({FIXTURE_MARKERS[name] for name in getattr(item, "fixturenames", ()) if name in FIXTURE_MARKERS})
+        for marker in needs:
+            item.add_marker(marker)
+        if in_unit_tier(item):
+            carried = sorted(SERVER_MARKERS & {mark.name for mark in item.iter_markers()})
+            if carried:
+                broken.append(f"{item.nodeid} needs {', '.join(carried)}")
+    if broken:
+        raise pytest.UsageError(
+            "tests/unit may not use a JVM or a server (move these to tests/integration):\n  " + "\n  ".join(broken)
+        )
+
+
+class UnitGuard:
+    """Fails a unit test where it starts a JVM, spark-submit or `stitch` (an audit hook sees every subprocess)."""
+
+    def __init__(self) -> None:
+        self.current: pytest.Item | None = None
+        self.ran = 0
+        self.started: list[str] = []
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.current is None or event not in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
+            return
+        argv = args[1]  # (executable, args, ...) for Popen, (path, argv, ...) for posix_spawn and exec
+        words = [str(word) for word in argv] if isinstance(argv, list | tuple) else str(argv).split()
+        self.started.append(" ".join(words))
+        if forbidden(words):
+            raise RuntimeError(f"a unit test may not start {' '.join(words)[:200]!r}: it belongs in tests/integration")
+
+
+def forbidden(words: list[str]) -> bool:
+    """A JVM or the CLI: java/spark-submit by name, `python -m stitchlake`, or the `stitch` entry point."""
+    names = [Path(word).name for word in words]
+    if any(name in FORBIDDEN_COMMANDS for name in names[:1]):
+        return True
+    return any(names[i] == "-m" and names[i + 1].startswith("stitchlake") for i in range(len(names) - 1))
+
+
+GUARD = UnitGuard()
+sys.addaudithook(GUARD.audit)  # audit hooks cannot be removed; it does nothing outside a unit test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    GUARD.current = item if in_unit_tier(item) else None
+    GUARD.ran += GUARD.current is not None
+    try:
+        yield
+    finally:
+        GUARD.current = None
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say what the unit tier started, so `make test-fast` shows it ran without a JVM."""
+    if not GUARD.ran:
+        return
+    jvm = "pyspark.sql" in sys.modules and _spark_context_started()
+    terminalreporter.write_line(
+        f"tier guard: {GUARD.ran} unit tests started {len(GUARD.started)} subprocesses, none a JVM or `stitch`; "
+        f"JVM in this process: {'yes' if jvm else 'no'}"
+    )
+
+
+def _spark_context_started() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None

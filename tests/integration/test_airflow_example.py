@@ -1,6 +1,6 @@
 """examples/airflow_dag.py as shipped, run by a real Airflow (`airflow dags test`) against a real local table.
 
-Airflow 3 lives in its own virtual environment (tests/airflow_env.py, installed on first use); the DAG file is
+Airflow 3 lives in its own virtual environment (tests/support/airflow_env.py, installed on first use); the DAG file is
 copied unchanged into the test's DAG folder and pointed at the test's table and the project's `stitch` through the
 variables it documents (STITCH_CONFIG, STITCH_BIN). Task states are read back from Airflow's metadata database.
 """

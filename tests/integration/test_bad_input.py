@@ -35,7 +35,6 @@ import yaml
 
 import stitchlake
 from stitchlake.checksums import seal, unseal
-from stitchlake.errors import InputRejected
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
 
@@ -1107,13 +1106,3 @@ def test_a_file_where_a_folder_must_go_is_named_with_what_to_do(workspace: Path)
 
 
 # ------------------------------------------------------------------------------------------- the Python API
-
-
-def test_text_that_is_not_utf8_is_refused_by_the_api_too(workspace: Path) -> None:
-    """Arrow builds strings without checking them; stored, Latin-1 bytes made every later read of the table fail."""
-    table = stitchlake.open(workspace / "table.yaml")
-    status = pa.array(["café".encode("latin-1")], pa.binary()).view(pa.string())
-    with pytest.raises(InputRejected, match="column status holds text that is not UTF-8") as refused:
-        table.write("orders", pa.table(orders([5], status=status)))
-    assert refused.value.column == "status"
-    assert table.read().num_rows == 4

@@ -1,4 +1,5 @@
-"""Jobs on a Spark standalone cluster (tests/spark_cluster.py) writing a table on the S3 server (tests/s3_server.py).
+"""Jobs on a Spark standalone cluster (tests/support/spark_cluster.py) writing a table on the S3 server
+(tests/support/s3_server.py).
 
 Three `stitch ingest --engine spark` jobs run at once as three applications of one cluster, their executors in
 JVMs and Python workers of the cluster's worker, reaching S3 through stitchlake's storage (no s3a, no Hadoop

@@ -3,9 +3,7 @@ without the CLI. A real spark-submit runs; refusals arrive as the error classes 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,23 +14,13 @@ import stitchlake
 from stitchlake.errors import BusyError, ConfigError, ConflictError, UsageError
 from stitchlake.jobs import launch
 from stitchlake.jobs.requests import (
-    REQUESTS,
-    CleanRequest,
-    CompactRequest,
     IngestRequest,
-    RestoreRequest,
-    SavepointRequest,
 )
-from stitchlake.jobs.results import decode, plain, result_type
-from stitchlake.jobs.run import JOBS
 from stitchlake.services.clean import CleanResult
 from stitchlake.services.compaction import CompactionResult
 from stitchlake.services.erase import EraseResult
 from stitchlake.services.ingest import IngestResult, claim
-from stitchlake.services.publish import PublishDeferred, PublishResult
-from stitchlake.services.restore import RestoreResult
 from stitchlake.services.streaming import StreamResult
-from stitchlake.timeline.savepoints import Savepoint
 from tests.support.spark_fixtures import write_config
 
 pytestmark = pytest.mark.spark
@@ -123,23 +111,6 @@ def test_erase_clean_compact_and_rescale_launch_from_python_by_engine_name(demo_
     )
 
 
-def test_job_results_survive_the_trip_through_the_result_file() -> None:
-    """What a spark-submit job writes (`plain`) reads back (`decode`) as the very object, nested results too."""
-    published = PublishResult("1", "2", "delta", "/p", "1", 3, "", 10, 0, "/p", "")
-    inner = CompactionResult("1", "2", 1, 10, 100, published=[published, PublishDeferred("iceberg", "publish 5 runs")])
-    cases = [
-        (CompactRequest(), CompactionResult("3", "4", 2, 20, 200, merged_files=5, resumed=[inner])),
-        (CompactRequest(), None),
-        (IngestRequest("orders"), IngestResult("orders", "spark", "5", "6", offsets=["t/0:1-2"], timings={"x": 1.5})),
-        (CleanRequest(), CleanResult("7", "keep_latest_commits", deleted=["a"], finished=["restore 1"])),
-        (SavepointRequest("create"), Savepoint("8", "before", "2", "1", 4)),
-        (RestoreRequest("before"), RestoreResult("9", "2", undone=["3"], deleted_files=1)),
-    ]
-    for request, result in cases:
-        trip = json.loads(json.dumps(plain(result)))
-        assert decode(request, trip) == result, request
-
-
 def test_a_stream_is_followed_from_python_as_stitch_stream_does(demo_data: Path, tmp_path: Path) -> None:
     """`Table.stream` launches the Structured Streaming job (`stitch stream`); `available_now` ingests what is there
     in micro-batches and stops, each batch exactly once, so the table equals an in-process ingest."""
@@ -176,19 +147,6 @@ def test_a_conflict_is_run_again_up_to_the_retries_given(demo_data: Path, tmp_pa
         table.ingest("payments", retries=1)  # type: ignore[call-overload]  # the checker refuses it too
 
 
-def test_each_request_names_the_result_its_handler_returns() -> None:
-    """A request's type argument (read back from the result file) and its in-process handler's return type are
-    declared apart: they must agree for every job the handlers run."""
-    for request_class in REQUESTS.values():
-        declared = result_type(request_class())
-        handler = JOBS.get(request_class)
-        if handler is None:  # `stream` runs only under spark-submit
-            continue
-        returned = {name.strip() for name in handler.__annotations__["return"].split("|")}
-        named = {"None" if kind is type(None) else kind.__name__ for kind in get_args(declared) or (declared,)}
-        assert named == returned, (request_class.__name__, declared, returned)
-
-
 def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted(
     demo_data: Path, tmp_path: Path
 ) -> None:
@@ -198,7 +156,6 @@ def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted
     from stitchlake.engine import LocalEngine
     from stitchlake.errors import Terminated
     from stitchlake.jobs.launch import abort_unless_published
-    from stitchlake.jobs.requests import IngestRequest
     from stitchlake.jobs.run import run
 
     table = _table(tmp_path, demo_data / "landing")

@@ -5,7 +5,7 @@ module: plan documents in, merged rows out, one JSON line each). Every read is c
 a canonical form both sides produce (floats by their bits, so -0.0 is not 0.0; NaN as "NaN"; decimals as plain text;
 binary as base64; dates and timestamps as numbers; maps as [key, value] pairs; structs as lists).
 
-Cases: every scenario of tests/test_merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
+Cases: every scenario of tests/unit/test_merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
 value and ordering type, and hypothesis-generated tables (deletes in every stream, nulls: ignore, ties, commit-time
 ordering, alters, compactions, erases, rescales, time travel). `CONFORMANCE_EXAMPLES` sets how many generated tables
 (`make conformance`: 10000).

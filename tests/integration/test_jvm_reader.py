@@ -2,8 +2,8 @@
 Python planner, its columnar scan of log-free slices, file checks, pushdown, writes handed to the Python source,
 and the Python source as the fallback without the jar.
 
-The reader runs in a session of its own process (tests/jvm_session.py: a JVM's classpath is fixed at start and the
-suite's `spark` fixture has no jar); the expected rows come from `stitchlake.read` in this process.
+The reader runs in a session of its own process (tests/support/jvm_session.py: a JVM's classpath is fixed at start and
+the suite's `spark` fixture has no jar); the expected rows come from `stitchlake.read` in this process.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Streams fed from Kafka topics (issue 29): exactly-once ingest by offsets recorded in the table's commits.
 
-Every test talks to a real single-node Kafka broker (KRaft) that the session starts (tests/kafka_server.py) and runs
-the real `stitch` CLI in its own process; nothing stands in for the broker, the client or the CLI. The demo
+Every test talks to a real single-node Kafka broker (KRaft) that the session starts (tests/support/kafka_server.py) and
+runs the real `stitch` CLI in its own process; nothing stands in for the broker, the client or the CLI. The demo
 generator's three streams (late, out-of-order and duplicate events, deletes) are produced into three topics and
 the table is compared with the generator's ground truth; offsets are checked commit by commit (the ranges of the
 completed commits tile each partition from its start to its end, no gap and no overlap), which is what "no event
@@ -650,10 +650,3 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
     for path in written:
         with contextlib.suppress(OSError):
             assert b"S3cr3t" not in path.read_bytes(), path
-
-
-def test_a_drawn_cluster_id_is_never_read_as_an_option() -> None:
-    """One id in 64 would start with `-`, which kafka-storage reads as an option (a broker that never starts)."""
-    drawn = [broker.cluster_id() for _ in range(2000)]
-    assert not [d for d in drawn if d.startswith("-")]
-    assert all(len(d) == 22 for d in drawn) and len(set(drawn)) == len(drawn)

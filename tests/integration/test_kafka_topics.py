@@ -1,7 +1,7 @@
 """Kafka topics that change under a stream (issue 34): a topic deleted and created again, a `latest` start undone by
 a restore or a rollback, and a broker that is down.
 
-Everything runs against the session's real broker (tests/kafka_server.py) through the real `stitch` CLI; the
+Everything runs against the session's real broker (tests/support/kafka_server.py) through the real `stitch` CLI; the
 re-created topic is really deleted and created again on the broker, so its new topic id is the broker's.
 """
 

@@ -1,7 +1,7 @@
 """Metadata tables (issue 38): each returns the same rows through `stitch sql` and through Spark
 (`stitchlake.spark.metadata.table`), and they agree with `stitch timeline show --json` and `stitch status --json`.
 
-The table is real and made through the real CLI (tests/operator_table.py): three streams, one of them fed from a
+The table is real and made through the real CLI (tests/support/operator_table.py): three streams, one of them fed from a
 topic of the session's real Kafka broker, a compaction, a savepoint, a rescale, and records left in the topic.
 """
 

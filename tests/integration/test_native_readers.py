@@ -1,15 +1,15 @@
 """Every engine reads the published tables natively (issue 26): Spark's own Delta and Iceberg readers on Spark 4.1,
 and Trino's Delta Lake and Iceberg connectors, on local disk and on S3, with a SQLite (JDBC) and a REST catalog.
 
-Each table (tests/published_history.py `typed_history`: long, string, decimal, timestamp, date, double and boolean
-columns) goes through late events, an update, a stream delete and an erase, is compacted and published; then an
+Each table (tests/support/published_history.py `typed_history`: long, string, decimal, timestamp, date, double and
+boolean columns) goes through late events, an update, a stream delete and an erase, is compacted and published; then an
 alter adds a column with a default (and republishes), newer updates (setting the new column) and a compaction
 publish again, and an erase republishes. Every engine reads the current version, each version on either side of
 the alter (time travel) and one partition, and each answer must equal `stitch read --mode read_optimized --as-of`
 that publish, cell by cell and in column order. One table in each place ends with an erase with `--purge`: the
 engines read the new version, and time travel to the version before it is refused (its log entries and snapshots
-are gone, as docs/operations.md says). Spark runs in a process of its own (tests/spark_native_reader.py), one per
-place; Trino is one server for the session (tests/trino_server.py), each check making its own catalogs.
+are gone, as docs/operations.md says). Spark runs in a process of its own (tests/support/spark_native_reader.py), one
+per place; Trino is one server for the session (tests/support/trino_server.py), each check making its own catalogs.
 """
 
 from __future__ import annotations

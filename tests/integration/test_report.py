@@ -1,9 +1,10 @@
 """`stitch report` (issue 38): one self-contained HTML file with the operator's view, opened in a real browser.
 
-The table is real and made through the real CLI (tests/operator_table.py: three streams, one fed from a topic of the
+The table is real and made through the real CLI (tests/support/operator_table.py: three streams, one fed from a topic
+of the
 session's Kafka broker, a compaction, a savepoint, a rescale, records left in the topic). The report is written by
 `stitch report` in its own process and opened in headless Chromium (Debian's package, installed here when missing,
-as tests/s3_server.py installs Ceph): the DOM after load holds the charts, the screenshot is not blank, and no
+as tests/support/s3_server.py installs Ceph): the DOM after load holds the charts, the screenshot is not blank, and no
 script error or console error was raised.
 """
 

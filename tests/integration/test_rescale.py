@@ -1,10 +1,11 @@
 """Rescaling a table's buckets (issue 27.1): `stitch rescale` rewrites every file group of a partition (or of the
 table) into N buckets as one instant, and writers of the old layout are fenced (exit 4, nothing published).
 
-Expected rows come from the brute-force reference model (tests/reference.py) through the helpers of
-tests/test_read.py; where keys live is checked against the specified bucket hash (`layout.bucket.bucket_of`,
-pinned by test vectors in tests/test_layout.py), never against stitchlake's own reads. The core path runs on local
-disk and on the S3 server (tests/s3_server.py); the CLI, a SIGKILL mid-rescale and the Spark engine on local disk.
+Expected rows come from the brute-force reference model (tests/support/reference.py) through the helpers of
+tests/{unit,integration}/test_read.py; where keys live is checked against the specified bucket hash
+(`layout.bucket.bucket_of`, pinned by test vectors in tests/unit/test_layout.py), never against stitchlake's own
+reads. The core path runs on local disk and on the S3 server (tests/support/s3_server.py); the CLI, a SIGKILL
+mid-rescale and the Spark engine on local disk.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan, RescaleCommit
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.writing.writer import write
+from tests.integration.test_read import changes, expected_changes
 from tests.support.reference import Erase, Event
 from tests.support.s3_server import Place
 from tests.support.spark_fixtures import ROOT, ended, kill_tree, run_stitch, stitch, write_config
@@ -54,7 +56,7 @@ from tests.support.tables import (
     partition_of,
     pause_when_inflight,
 )
-from tests.unit.test_read import ALL_COLUMNS, History, changes, expected_changes
+from tests.unit.test_read import ALL_COLUMNS, History
 
 MODEL = {m.name: m for m in MODELS}
 KEYS = 80
@@ -333,26 +335,13 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
     assert table.rescale(4) is None, "every partition has 4 buckets already"
 
 
-def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path) -> None:
-    table = new_table(tmp_path, buckets=2)
-    history = run_steps(table, plan_steps(6, 5), History())
-    from stitchlake.services import compaction
-
-    scheduled = compaction.schedule(table)
-    assert scheduled is not None
-    with pytest.raises(BusyError, match=f"compaction {scheduled} is pending"):
-        table.rescale(3)
-    compaction.run(table, scheduled)
-    assert table.rescale(3) is not None
-    assert as_rows(table.read()) == history.expected()
-
-
 # ----------------------------------------------------------------------------------------------- the CLI
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Demo landing files (`landing/`) and their ground truth (`truth.parquet`, tests/test_demo_data.py)."""
+    """Demo landing files (`landing/`) and their ground truth (`truth.parquet`,
+    tests/{unit,integration}/test_demo_data.py)."""
     from scripts.demo_data import generate
 
     out = tmp_path_factory.mktemp("rescale-data")

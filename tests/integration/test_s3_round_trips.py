@@ -20,7 +20,6 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,10 +153,3 @@ def test_a_sequential_reader_would_wait_for_every_file(
         assert recorder.waves > INSTANTS
     finally:
         uninstall()
-
-
-def test_the_counting_scheme_is_gone_afterwards(tmp_path: Path) -> None:
-    from stitchlake.errors import ConfigError
-
-    with pytest.raises(ConfigError):
-        storage_for(f"{SCHEME}://bucket/x")

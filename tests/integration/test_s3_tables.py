@@ -1,12 +1,14 @@
-"""The core behaviours on both backends: a table on local disk and the same on the S3 server (tests/s3_server.py).
+"""The core behaviours on both backends: a table on local disk and the same on the S3 server
+(tests/support/s3_server.py).
 
 Writes, snapshot / read-optimized / as-of / incremental reads, compaction, clean, savepoint and restore, archive,
 erase, exactly-once ingest from landing folders on the same backend, a crashed writer whose heartbeat expires
 and whose write `clean` rolls back, and the table lock raced by processes. Expected rows come from the reference
-model (tests/reference.py) through the helpers of tests/test_read.py, never from stitchlake's merge.
+model (tests/support/reference.py) through the helpers of tests/{unit,integration}/test_read.py, never from
+stitchlake's merge.
 
 On S3 the process has no `storage:` block: the AWS_* variables of the test bucket configure obstore, as they
-would on a host with credentials in its environment (tests/test_s3_cli.py covers the `storage:` block).
+would on a host with credentials in its environment (tests/integration/test_s3_cli.py covers the `storage:` block).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import UsageError
 from stitchlake.storage import LocalStorage, Storage, storage_for
 from stitchlake.timeline.instant import Action
+from tests.integration.test_read import changes, expected_changes
+from tests.integration.test_write import CRASHING_WRITER
 from tests.support.tables import MODELS, as_rows, batch, new_table, partition_of
-from tests.unit.test_read import apply, changes, expected_changes, random_plan
-from tests.unit.test_write import CRASHING_WRITER, orders_rows
+from tests.unit.test_read import apply, random_plan
+from tests.unit.test_write import orders_rows
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
@@ -187,7 +191,7 @@ def test_a_crashed_writer_expires_and_clean_rolls_its_files_back(place: Place) -
     assert as_rows(table.read()) == before  # the crashed write's files are invisible
 
     # Its process is gone from this host, so it is a failed write at once (elsewhere it would be once its
-    # heartbeat expired, see tests/test_heartbeat.py), and clean rolls it back.
+    # heartbeat expired, see tests/{unit,integration}/test_heartbeat.py), and clean rolls it back.
     expire = table.config.concurrency.heartbeat.expire_s
     assert heartbeats.is_expired(storage, instant, expire, now=heartbeats.last_beat(storage, instant))
     table.clean()

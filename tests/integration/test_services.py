@@ -1,7 +1,7 @@
 """Table services (issue 5; design.md §4-§6, §8): compaction, clean, rollback, savepoint/restore, archive, erase.
 
 Ground truth never comes from the service code under test:
-- table contents come from the brute-force reference model (tests/reference.py), fed with the labelled
+- table contents come from the brute-force reference model (tests/support/reference.py), fed with the labelled
   batches the timeline says were committed (every write in this file records its batch recipe in its commit
   metadata, so even the batches of a SIGKILLed writer are accounted for exactly);
 - what a compaction plan, a clean policy or a savepoint must hold is recomputed here from the completed
@@ -71,7 +71,7 @@ Group = tuple[str, str]
 def document(
     buckets: int = 2, heartbeat: tuple[float, float] = (1, 5), lock_expire: float = 10, **extra: Any
 ) -> dict[str, Any]:
-    """THREE_STREAMS (tests/tables.py) with the knobs these tests turn."""
+    """THREE_STREAMS (tests/support/tables.py) with the knobs these tests turn."""
     data: dict[str, Any] = copy.deepcopy(THREE_STREAMS)
     data["table"]["buckets"] = buckets
     data["concurrency"] = {

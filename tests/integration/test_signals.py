@@ -12,17 +12,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.storage.local import LocalStorage
 from stitchlake.timeline.instant import Action
 from tests.support.spark_fixtures import (
     ROOT,
@@ -205,56 +202,3 @@ def test_an_overlapping_run_is_refused_while_the_first_is_still_starting_its_jvm
 # the real signal, through the real handler of `stitch`, at exact points: right after the requested file is
 # created (inside the create, before it returns), right after the inflight file is, and between a Spark ingest's
 # claim and its job. Wherever it lands, the contract holds: exit 143, nothing pending, the next run proceeds.
-
-
-def _raise_sigterm_after_creating(suffix: str) -> Callable[..., bool]:
-    original = LocalStorage.put_if_absent
-
-    def put_if_absent(self: LocalStorage, path: str, data: bytes, ready: Callable[[], None] | None = None) -> bool:
-        created = original(self, path, data, ready)
-        if created and path.endswith(suffix):
-            signal.raise_signal(signal.SIGTERM)  # the handler runs here, before the create returns
-        return created
-
-    return put_if_absent
-
-
-@pytest.mark.parametrize("where", ["requested", "inflight", "between-claim-and-spark-job"])
-def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
-) -> None:
-    from scripts.demo_data import generate
-    from stitchlake.cli.app import _terminate, app
-    from stitchlake.jobs import launch
-
-    generate(tmp_path / "data", orders=200, days=1, seed=3, files_per_stream=2)
-    config, table = new_table(tmp_path, tmp_path / "data" / "landing")
-    engine = "local"
-    if where == "requested":
-        monkeypatch.setattr(LocalStorage, "put_if_absent", _raise_sigterm_after_creating(".deltacommit.requested"))
-    elif where == "inflight":
-        monkeypatch.setattr(LocalStorage, "put_if_absent", _raise_sigterm_after_creating(".deltacommit.inflight"))
-    else:
-        engine = "spark"  # claimed by the command before spark-submit; the signal lands before the job starts
-        real_execute = launch.execute  # what `launch.ingest` calls
-
-        def execute(*args: Any, **kwargs: Any) -> Any:
-            assert claimed(table), "the claim was taken before the job"
-            signal.raise_signal(signal.SIGTERM)
-            return real_execute(*args, **kwargs)
-
-        monkeypatch.setattr(launch, "execute", execute)
-    previous = signal.signal(signal.SIGTERM, _terminate)  # as `stitch` installs it (stitchlake.cli.app.main)
-    try:
-        done = CliRunner().invoke(app, ["ingest", "-c", str(config), "-s", "orders", "--engine", engine, "--json"])
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    monkeypatch.undo()
-    assert done.exit_code == 143, done.output
-    failure = json.loads(done.stdout)
-    assert failure["ok"] is False and "SIGTERM" in failure["error"]
-    assert not table.timeline().pending(), "the instant was aborted on the way out"
-    assert not list((Path(table.path) / ".stitch" / "heartbeats").glob("*")), "no heartbeat outlives the run"
-    rerun = CliRunner().invoke(app, ["ingest", "-c", str(config), "-s", "orders", "--engine", "local", "--json"])
-    assert rerun.exit_code == 0, rerun.output
-    assert json.loads(rerun.stdout)["source_files"] == 2

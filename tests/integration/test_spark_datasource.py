@@ -287,7 +287,8 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     from stitchlake.services.compaction import compact
     from stitchlake.services.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
-    from tests.integration.test_schema_evolution import BASE, NESTED_AVRO, add_extra, drop_w, write_yaml
+    from tests.integration.test_schema_evolution import BASE, add_extra, drop_w, write_yaml
+    from tests.unit.test_schema_evolution import NESTED_AVRO
 
     document = copy.deepcopy(BASE)
     document["table"]["log_format"] = log_format
@@ -427,28 +428,6 @@ def test_packed_read_returns_the_rows_of_the_per_slice_read_with_partition_and_k
     assert _rows(spread).equals(table.read().sort_by("order_id"))
     snapshot = _read(spark, table, None, mode="read_optimized", maxPartitionBytes=1)
     assert _rows(snapshot).equals(table.read(mode="read_optimized").sort_by("order_id"))
-
-
-def test_slices_are_packed_by_size_as_spark_packs_files() -> None:
-    from stitchlake.spark.packing import Packing, parse_bytes
-
-    weights = [60, 50, 40, 30, 5]
-    assert Packing(max_bytes=100, open_cost=10, min_partitions=1).pack(weights) == [[0], [1, 2], [3, 4]]
-    # Four cores: at most 185 / 4 = 46 per partition, so the small read still keeps four tasks busy.
-    assert Packing(max_bytes=100, open_cost=10, min_partitions=4).pack(weights) == [[0], [1], [2], [3, 4]]
-    assert Packing(max_bytes=1000, open_cost=10, min_partitions=1).pack(weights) == [[0, 1, 2, 3, 4]]
-    assert Packing(max_bytes=1, open_cost=1, min_partitions=1).pack(weights) == [[0], [1], [2], [3], [4]]
-    assert Packing().pack([]) == []
-    assert [parse_bytes(t) for t in ("134217728", "128m", "128MB", "4 MiB", "1b", "2k")] == [
-        134217728,
-        134217728,
-        134217728,
-        4194304,
-        1,
-        2048,
-    ]
-    packing = Packing.of({"maxpartitionbytes": "64m"}, {"maxpartitionbytes": "1g", "opencostinbytes": "1m"})
-    assert (packing.max_bytes, packing.open_cost) == (64 << 20, 1 << 20)
 
 
 def test_register_takes_the_sessions_packing_settings(spark: Any, history: tuple[Table, dict[str, str]]) -> None:

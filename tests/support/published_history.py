@@ -75,7 +75,7 @@ def expected_rows(table: Table, source: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- the native readers' table: more types, versions
 
 #: Orders' columns of every other simple type a reader maps on its own: an exact decimal, an instant (UTC, µs), a
-#: day, a double and a boolean (tests/test_native_readers.py compares them cell by cell in Spark and Trino).
+#: day, a double and a boolean (tests/integration/test_native_readers.py compares them cell by cell in Spark and Trino).
 TYPED_COLUMNS = {
     "price": "decimal(10,2)",
     "placed_at": "timestamp",

@@ -7,7 +7,7 @@ least one core and three concurrent applications need three executors; cores are
 `$STITCH_SPARK_MASTER` points the tests at an existing cluster instead.
 
 Under pytest-xdist, workers share one cluster the same way
-tests/s3_server.py shares the S3 server (file lock + state in the common base temp dir, a watchdog that stops
+tests/support/s3_server.py shares the S3 server (file lock + state in the common base temp dir, a watchdog that stops
 it when the xdist controller exits).
 """
 

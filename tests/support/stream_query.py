@@ -1,6 +1,6 @@
 """A Structured Streaming query writing one stream's landing Parquet files into a stitchlake table.
 
-Run as its own process by tests/test_streaming.py, so it can be SIGKILLed mid-batch and restarted from its
+Run as its own process by tests/integration/test_streaming.py, so it can be SIGKILLed mid-batch and restarted from its
 checkpoint: `python stream_query.py CONFIG STREAM LANDING CHECKPOINT (continuous|available_now)`.
 """
 

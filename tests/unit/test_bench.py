@@ -6,58 +6,14 @@ benchmark measures a correct table and would report a wrong one.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from scripts import bench, bench_workload, child_env, module_argv
+from scripts import bench, bench_workload
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.mark.s3
-def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp_path: Path, s3_server: Any) -> None:
-    out = tmp_path / "benchmarks.md"
-    out.write_text(f"# Notes kept\n\n{bench.BEGIN}\nold figures\n{bench.END}\n\n## Analysis kept\n", encoding="utf-8")
-    argv = module_argv("bench", "--sizes", "2000,4000", "--runs", "1")
-    argv += ["--no-spark", "--no-metadata", "--workdir", str(tmp_path / "work"), "--out", str(out)]
-    server = {  # the session's S3 server, not a second one
-        "STITCH_S3_ENDPOINT": s3_server.endpoint,
-        "STITCH_S3_ACCESS_KEY": s3_server.access_key,
-        "STITCH_S3_SECRET_KEY": s3_server.secret_key,
-    }
-    env = child_env({**os.environ, **server})
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    text = out.read_text(encoding="utf-8")
-    assert text.startswith("# Notes kept") and text.rstrip().endswith("## Analysis kept")
-    assert "old figures" not in text
-    assert "**Every result matched the ground truth.**" in text
-    for figure in ("in-process ingest, 12 batches, Parquet logs", "snapshot read", "read-optimized / Parquet scan"):
-        assert figure in text
-    assert "From 2,000 to 4,000 keys" in text
-    assert "### S3" in text and "200 active instants" in text  # next to the local figures of the same run
-    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0])
-    assert charts == ["bench/bench-time.png", "bench/bench-memory.png", "bench/bench-floor-ratios.png"], charts
-    for chart in charts:
-        assert_png(out.parent / chart)
-
-
-def assert_png(path: Path) -> None:
-    """A chart file that is a valid PNG image of a readable size."""
-    from PIL import Image
-
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
-    with Image.open(path) as image:
-        image.verify()
-    with Image.open(path) as image:
-        assert image.format == "PNG" and image.size[0] >= 400 and image.size[1] >= 200, (path, image.size)
 
 
 def test_the_ground_truth_check_reports_wrong_cells_missing_rows_and_columns() -> None:
@@ -83,26 +39,6 @@ def test_the_ground_truth_check_reports_wrong_cells_missing_rows_and_columns() -
         f"{truth.num_rows - 1} rows, expected {truth.num_rows}"
     ]
     assert "columns missing: carrier" in bench_workload.differences(truth.drop_columns(["carrier"]), truth)[0]
-
-
-def test_the_replayed_timeline_is_a_valid_table_for_the_metadata_figures(tmp_path: Path) -> None:
-    path = bench.timeline_table(tmp_path, 60)
-    stitch = str(Path(sys.executable).parent / "stitch")
-    status = subprocess.run([stitch, "status", "--table", str(path), "--json"], capture_output=True, text=True)
-    assert status.returncode == 0, status.stderr
-    assert '"active_instants":60' in status.stdout.replace(" ", "")
-    shown = subprocess.run(
-        [stitch, "timeline", "show", "--table", str(path), "-n", "0"], capture_output=True, text=True
-    )
-    assert shown.returncode == 0, shown.stderr
-    table = bench.open_table(path)
-    assert len(table.timeline().completed()) == 60
-    # The replayed commits re-add the first three commits' rows: the answer is theirs alone.
-    fresh = bench.new_table(tmp_path / "fresh")
-    for stream, batch in bench_workload.generate(300, seed=1).batches[:3]:
-        fresh.write(stream, batch.slice(0, 20))
-    expected = fresh.read().sort_by("order_id")
-    assert expected.num_rows > 0 and table.read().sort_by("order_id").equals(expected)
 
 
 @pytest.mark.parametrize("value", [1.0, 3.0])

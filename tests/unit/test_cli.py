@@ -8,8 +8,6 @@ import copy
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +29,11 @@ from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
 from tests.support.tables import MODELS, THREE_STREAMS, batch
 
-ROOT = Path(__file__).resolve().parents[2]
-STITCH = Path(sys.executable).parent / "stitch"
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(app, list(args), env=env)
-
-
-def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real console script, as cron or Airflow would run it."""
-    return subprocess.run(
-        [str(STITCH), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 def write_config(folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml") -> Path:
@@ -61,7 +44,7 @@ def write_config(folder: Path, document: dict[str, Any] | None = None, name: str
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    """THREE_STREAMS (tests/tables.py) as a YAML file; the table lives in `tmp_path/table`."""
+    """THREE_STREAMS (tests/support/tables.py) as a YAML file; the table lives in `tmp_path/table`."""
     return write_config(tmp_path)
 
 
@@ -135,22 +118,6 @@ def test_version() -> None:
     assert result.stdout.strip() == f"stitch {stitchlake.__version__}"
 
 
-def test_version_and_help_from_the_console_script(tmp_path: Path) -> None:
-    version = run_process("--version", cwd=tmp_path)
-    assert (version.returncode, version.stdout.strip()) == (0, f"stitch {stitchlake.__version__}")
-    helped = subprocess.run(
-        [sys.executable, "-m", "stitchlake", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert helped.returncode == 0, helped.stderr
-    for command in ("init", "read", "timeline"):
-        assert command in helped.stdout
-
-
 def test_help_lists_commands() -> None:
     result = run("--help")
     assert result.exit_code == 0
@@ -158,35 +125,6 @@ def test_help_lists_commands() -> None:
         assert command in result.stdout
     assert "show" in run("timeline", "--help").stdout
     assert run().exit_code == 2  # no command: help, and the usage exit code
-
-
-def test_help_imports_neither_pyspark_nor_pyarrow() -> None:
-    code = (
-        "import sys; from stitchlake.cli.app import app; from typer.testing import CliRunner; "
-        "result = CliRunner().invoke(app, ['--help']); assert result.exit_code == 0, result.output; "
-        "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "False"]
-
-
-def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]], config_file: Path) -> None:
-    code = (
-        "import sys; from stitchlake.cli.app import app; from typer.testing import CliRunner; "
-        f"result = CliRunner().invoke(app, ['timeline', 'show', '-c', {str(config_file)!r}]); "
-        "assert result.exit_code == 0, result.output; "
-        f"result = CliRunner().invoke(app, ['init', '-c', {str(config_file)!r}]); "
-        "assert result.exit_code == 0, result.output; "
-        "print('pyspark' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False"]
 
 
 def test_option_choices_are_the_vocabulary() -> None:
@@ -271,18 +209,6 @@ def test_guard_returns_the_value_and_lets_typer_exits_through() -> None:
     with pytest.raises(typer.Exit) as exited:
         run_command(done)
     assert exited.value.exit_code == 0
-
-
-def test_missing_table_exits_2_without_traceback(tmp_path: Path) -> None:
-    result = run("read", "--table", str(tmp_path / "missing"))
-    assert result.exit_code == 2
-    assert result.stdout == ""
-    assert result.stderr.startswith("error: ") and "missing" in result.stderr
-
-    done = run_process("read", "--table", "missing", cwd=tmp_path)
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
 
 def test_table_must_be_named_exactly_once(config_file: Path, table: Table) -> None:
@@ -514,15 +440,6 @@ def test_timeline_show_rejects_bad_filters(table: Table, config_file: Path) -> N
         result = run("timeline", "show", "-c", str(config_file), *args)
         assert result.exit_code == 2, (args, result.output)
     assert "orders, payments, shipments" in run("timeline", "show", "-c", str(config_file), "--stream", "x").stderr
-
-
-def test_timeline_show_json_from_the_console_script(written: tuple[Table, list[Any]], config_file: Path) -> None:
-    done = run_process(
-        "timeline", "show", "-c", str(config_file), "--json", "--stream", "orders", cwd=config_file.parent
-    )
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)
-    assert [i["stream"] for i in document["instants"]] == ["orders"]
 
 
 @pytest.fixture(scope="module")

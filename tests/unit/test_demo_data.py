@@ -7,7 +7,6 @@ the landing files (not the generator's internals), so a shared mistake would hav
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import pytest
 
-from scripts import child_env, demo_data, module_argv
+from scripts import demo_data
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDERS = 2000
@@ -315,31 +314,3 @@ def test_compare_reports_differences(generated: tuple[Path, dict[str, Any]]) -> 
         pc.if_else(pc.equal(truth["currency"], "EUR"), None, truth["currency"]),
     )
     assert any(line.startswith("column currency:") for line in demo_data.compare(nulled, path))
-
-
-def test_same_seed_same_data_and_cli(tmp_path: Path, generated: tuple[Path, dict[str, Any]]) -> None:
-    out, _ = generated
-    result = subprocess.run(
-        [
-            *module_argv("demo_data"),
-            "--out",
-            str(tmp_path),
-            "--orders",
-            str(ORDERS),
-            "--seed",
-            "11",
-            "--files-per-stream",
-            str(FILES),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-        env=child_env(),
-    )
-    assert "truth:" in result.stdout
-    assert pq.read_table(tmp_path / "truth.parquet").equals(pq.read_table(out / "truth.parquet"))
-    for stream, extension in demo_data.EXTENSION.items():
-        assert _read(_files(tmp_path, stream, extension), extension).equals(
-            _read(_files(out, stream, extension), extension)
-        )

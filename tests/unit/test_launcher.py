@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import uuid
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from stitchlake.jobs.spark_submit import (
     JobFiles,
     build_argv,
     error_for,
-    package_zip,
     spark_properties,
     write_properties,
 )
@@ -57,19 +55,6 @@ def test_local_master_runs_the_job_script_without_shipping_code(tmp_path: Path) 
     assert argv[script].endswith("stitchlake/spark/submit.py") and Path(argv[script]).is_file()
     assert argv[argv.index("--request") + 1] == str(tmp_path / "request.json")
     assert argv[-2:] == ["--table", "t"]
-
-
-def test_cluster_master_ships_an_importable_package_zip(tmp_path: Path) -> None:
-    archive = package_zip(tmp_path)
-    argv = build_argv(_config(tmp_path, "yarn"), "compact", [], _files(tmp_path), archive)
-    assert argv[argv.index("--py-files") + 1] == archive
-    names = set(zipfile.ZipFile(archive).namelist())
-    assert {"stitchlake/__init__.py", "stitchlake/merge/rules.py", "stitchlake/jobs/run.py"} <= names
-    # An executor imports the package from the zip alone (first on its path, as --py-files puts it).
-    probe = "import sys; sys.path.insert(0, sys.argv[1]); import stitchlake.merge.rules as r; print(r.__file__)"
-    done = subprocess.run([sys.executable, "-c", probe, archive], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith(archive)
 
 
 def test_settings_go_to_a_private_properties_file_not_the_command_line(tmp_path: Path) -> None:
@@ -179,42 +164,6 @@ def test_what_a_finished_job_leaves_in_its_process_group_is_ended(
                 os.waitpid(child, 0)
 
 
-def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) -> None:
-    """PySpark's worker daemon moves itself and its workers to a process group of their own, so the job's group
-    does not reach them; the job's mark in their environment does. Here a child that left the group and ignores
-    SIGTERM (a worker busy writing) is still ended, and waited for, before the launcher returns."""
-    pid_file = tmp_path / "child.pid"
-    mark = uuid.uuid4().hex
-    # The child names itself only once it has left the group and ignores SIGTERM, and the job exits only once it
-    # has: the test never guesses how long a busy machine takes to start an interpreter.
-    inner = (
-        "import os, signal, sys, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); os.rename(sys.argv[1] + '.tmp', sys.argv[1]); "
-        "time.sleep(60)"
-    )
-    script = (
-        "import os, subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-c', {inner!r}, {str(pid_file)!r}])\n"
-        f"while not os.path.exists({str(pid_file)!r}):\n"
-        "    time.sleep(0.01)\n"
-    )
-    env = {**os.environ, JOB_MARK: mark}
-    job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env, stdin=subprocess.DEVNULL)
-    child = None
-    try:
-        assert job.wait(timeout=600) == 0
-        child = int(pid_file.read_text())
-        assert alive([child]) and os.getpgid(child) != job.pid, "the leftover runs outside the job's group"
-        end_leftovers(job.pid)  # the group alone misses it
-        assert alive([child])
-        end_leftovers(job.pid, mark)
-        assert not alive([child]), "the marked leftover ended (SIGKILL after the grace: it ignores SIGTERM)"
-    finally:  # (only what still runs: a pid that ended may be another process's by now)
-        for pid in ([job.pid] if job.poll() is None else []) + alive([child] if child else []):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
 def test_ended_ends_a_job_process_that_outlived_its_cli(tmp_path: Path) -> None:
     """The tests' own guard (`spark_fixtures.ended`): a process of a Spark job orphaned when its CLI died (here one
     carrying a job mark, whose parent exits at once) is ended with the CLI, although no process tree reaches it."""
@@ -229,28 +178,6 @@ def test_ended_ends_a_job_process_that_outlived_its_cli(tmp_path: Path) -> None:
         orphan = int(pid_file.read_text())
         assert alive([orphan]) and orphan not in descendants(os.getpid()), "outside every tree of this process"
     assert not alive([orphan]), "ended with its CLI"
-
-
-def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The properties file may hold secrets: it goes however the launch ends, also before the job ever started."""
-    import tempfile
-
-    from stitchlake.api import open as open_table
-    from stitchlake.jobs.launch import target_args
-    from stitchlake.jobs.requests import IngestRequest
-
-    table = open_table(_config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}))
-    private = tmp_path / "private"
-    private.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(private))
-    missing = tmp_path / "no-spark" / "spark-submit"
-    monkeypatch.setattr(spark_submit, "spark_submit", lambda: str(missing))
-    with pytest.raises(StitchError, match="could not start spark-submit") as raised:
-        spark_submit.run_job(table, IngestRequest(stream="orders"), target_args(table))
-    assert str(missing) in str(raised.value) and "SPARK_HOME" in str(raised.value)
-    assert list(private.iterdir()) == [], "a private file of the launch was left behind"
 
 
 def test_a_launch_removes_the_private_folders_of_launchers_that_are_gone(

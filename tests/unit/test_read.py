@@ -1,6 +1,6 @@
 """Readers (design.md §7): incremental, time travel, column pruning, filters, log formats and entry points.
 
-Expected results come from the brute-force reference model (tests/reference.py) or from filtering/selecting
+Expected results come from the brute-force reference model (tests/support/reference.py) or from filtering/selecting
 the plain snapshot read, never from stitchlake's own merge code.
 """
 
@@ -20,7 +20,7 @@ import yaml
 
 import stitchlake
 from stitchlake.api import Table
-from stitchlake.config import load_config, parse_config
+from stitchlake.config import parse_config
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.clock import from_millis, to_datetime, to_millis
@@ -112,35 +112,6 @@ def untimed(result: pa.Table) -> pa.Table:
     return result.drop_columns(["_commit_time"])
 
 
-def changes(result: pa.Table) -> dict[tuple[Any, ...], tuple[str, dict[str, Any]]]:
-    """Key -> (op, row without _op) of an incremental read; a key must appear at most once."""
-    out = {}
-    for row in result.to_pylist():
-        op = row.pop("_op")
-        row.pop("_commit_time"), row.pop("_streams")  # checked in tests/test_change_feed.py
-        key = (row["k"], row["p"])
-        assert key not in out, f"key {key} appears twice in an incremental read"
-        out[key] = (op, row)
-    return out
-
-
-def expected_changes(
-    before: dict[tuple[Any, ...], dict[str, Any]],
-    after: dict[tuple[Any, ...], dict[str, Any]],
-    columns: list[str],
-) -> dict[tuple[Any, ...], tuple[str, dict[str, Any]]]:
-    """The diff of two reference states: I (new), U (changed), D (gone: key columns only)."""
-    out = {}
-    for key in set(before) | set(after):
-        if key in after and key not in before:
-            out[key] = ("I", after[key])
-        elif key in after and after[key] != before[key]:
-            out[key] = ("U", after[key])
-        elif key not in after:
-            out[key] = ("D", {name: (value if name in KEY else None) for name, value in before[key].items()})
-    return {key: (op, {c: row[c] for c in columns}) for key, (op, row) in out.items()}
-
-
 @pytest.fixture(scope="module")
 def history_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, History]:
     """One table with a random-ish history, shared by the read-only tests below."""
@@ -152,23 +123,6 @@ ALL_COLUMNS = ["k", "p", "amount", "status", "ots", "paid", "note", "pts", "carr
 
 
 # ---------------------------------------------------------------------------------------------- incremental
-
-
-@pytest.mark.parametrize("seed", [7, 11])
-def test_incremental_read_is_the_diff_of_two_reference_states(tmp_path: Path, seed: int) -> None:
-    table = new_table(tmp_path)
-    history = apply(table, random_plan(seed))
-    times = history.times
-    for i, (first, since) in enumerate(times):
-        before = history.expected(first)
-        for second, until in times[i:]:
-            got = changes(table.read(since=since, until=until))
-            assert got == expected_changes(before, history.expected(second), ALL_COLUMNS), (
-                f"changes in ({since}, {until}] (commits {first + 1}..{second})"
-            )
-        # `since` alone: until now.
-        now = changes(table.read(since=since))
-        assert now == expected_changes(before, history.expected(), ALL_COLUMNS)
 
 
 def test_incremental_ops_and_row_values_on_a_hand_made_history(tmp_path: Path) -> None:
@@ -312,27 +266,6 @@ def test_time_travel_accepts_iso_timestamps(history_table: tuple[Table, History]
 # --------------------------------------------------------------------------------------------- formats
 
 
-def test_parquet_and_avro_logs_read_the_same(tmp_path: Path) -> None:
-    plan = random_plan(23)
-    tables = {fmt: new_table(tmp_path / fmt, log_format=fmt) for fmt in ("parquet", "avro")}
-    histories = {fmt: apply(table, plan) for fmt, table in tables.items()}
-    suffixes = {fmt: {p.name.split(".", 1)[1] for p in Path(t.path).rglob("*.log.*")} for fmt, t in tables.items()}
-    assert suffixes == {"parquet": {"log.parquet"}, "avro": {"log.avro"}}
-    parquet, avro = tables["parquet"], tables["avro"]
-    assert as_rows(parquet.read()) == histories["parquet"].expected()
-    assert sort(parquet.read()).equals(sort(avro.read()))
-    times = list(zip(histories["parquet"].times, histories["avro"].times, strict=True))
-    for (_, p_time), (_, a_time) in times:
-        assert sort(parquet.read(as_of=p_time)).equals(sort(avro.read(as_of=a_time)))
-        assert sort(untimed(parquet.read(since=p_time))).equals(sort(untimed(avro.read(since=a_time))))
-    for ((_, p_since), (_, a_since)), ((_, p_until), (_, a_until)) in zip(times, times[2:], strict=False):
-        got = untimed(parquet.read(since=p_since, until=p_until)), untimed(avro.read(since=a_since, until=a_until))
-        assert sort(got[0]).equals(sort(got[1]))
-    assert sort(parquet.read(columns=["k", "p", "note"], filter={"p": "odd"})).equals(
-        sort(avro.read(columns=["k", "p", "note"], filter={"p": "odd"}))
-    )
-
-
 # ----------------------------------------------------------------------------------------- columns, filters
 
 
@@ -422,39 +355,6 @@ def test_reading_a_table_that_does_not_exist_is_not_found(tmp_path: Path) -> Non
     (tmp_path / "wide.yaml").write_text(yaml.safe_dump(document))
     with pytest.raises(NotFoundError):
         stitchlake.read(str(tmp_path / "wide.yaml"))
-
-
-def test_module_read_by_config_or_folder_equals_table_read(tmp_path: Path) -> None:
-    document = copy.deepcopy(THREE_STREAMS)
-    config_file = tmp_path / "wide.yaml"
-    config_file.write_text(yaml.safe_dump(document))
-    table = Table(load_config(config_file))
-    table.init()
-    history = apply(table, random_plan(5, steps=6))
-    folder = tmp_path / "table"
-    assert Path(table.path) == folder.resolve()
-    by_folder = stitchlake.open(folder)
-    by_folder_text = stitchlake.open(str(folder))
-    mid = history.times[3][1]
-    calls: list[dict[str, Any]] = [
-        {},
-        {"as_of": mid},
-        {"since": history.times[1][1]},
-        {"since": history.times[1][1], "until": mid},
-        {"columns": ["k", "p", "carrier", "paid"]},
-        {"filter": {"p": "even"}},
-        {"filter": "k=3"},
-    ]
-    for kwargs in calls:
-        expected = sort(table.read(**kwargs))
-        assert sort(stitchlake.read(str(config_file), **kwargs)).equals(expected), kwargs
-        assert sort(stitchlake.read(config_file, **kwargs)).equals(expected), kwargs
-        assert sort(stitchlake.read(folder, **kwargs)).equals(expected), kwargs
-        assert sort(stitchlake.read(table, **kwargs)).equals(expected), kwargs
-        assert sort(by_folder.read(**kwargs)).equals(expected), kwargs
-        assert sort(by_folder_text.read(**kwargs)).equals(expected), kwargs
-    assert sort(stitchlake.read(folder, mode="read_optimized")).equals(sort(table.read(mode="read_optimized")))
-    assert as_rows(stitchlake.read(folder)) == history.expected()
 
 
 def test_unknown_columns_in_columns_or_filter_are_usage_errors(history_table: tuple[Table, History]) -> None:

@@ -3,14 +3,11 @@ names, completion-time ordering from names alone, filters, metadata and state tr
 
 from __future__ import annotations
 
-import itertools
 import json
-import multiprocessing as mp
 from pathlib import Path
 
 import pytest
 
-from stitchlake.concurrency.providers import lock_spec, make_lock
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import LocalStorage
@@ -44,39 +41,7 @@ from stitchlake.timeline.timeline import (
     write_requested,
 )
 
-PROCESSES = 8
-DRAWS = 200
-
-
 # ------------------------------------------------------------------------------ concurrent time drawing
-
-
-def _draw_many(root: str, count: int) -> list[str]:
-    """One writer process: draw `count` times exactly as a transaction does (lock, draw, publish, unlock)."""
-    storage = LocalStorage(root)
-    lock = make_lock(storage, lock_spec({"provider": "filesystem", "wait_s": 120}))
-    drawn: list[str] = []
-    for _ in range(count):
-        with lock:
-            requested = draw_time(storage)
-            write_requested(storage, requested, Action.DELTACOMMIT, DeltaCommitPlan())
-        drawn.append(requested)
-    return drawn
-
-
-def test_concurrent_draws_are_unique_and_increasing(tmp_path: Path) -> None:
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(PROCESSES) as pool:
-        results = pool.starmap(_draw_many, [(str(tmp_path), DRAWS)] * PROCESSES)
-    everything = [t for sequence in results for t in sequence]
-    assert len(everything) == PROCESSES * DRAWS
-    assert len(set(everything)) == PROCESSES * DRAWS
-    assert all(is_time(t) and len(t) == 17 for t in everything)
-    for sequence in results:
-        assert all(a < b for a, b in itertools.pairwise(sequence))
-    timeline = Timeline.load(LocalStorage(str(tmp_path)))
-    assert sorted(i.requested for i in timeline.instants) == sorted(everything)
-    assert all(i.state is State.REQUESTED and i.action == Action.DELTACOMMIT for i in timeline.instants)
 
 
 # ------------------------------------------------------------------------------------------ the clock

@@ -1,0 +1,102 @@
+"""The `stitch` CLI (design.md §7, §8): real config files and tables on disk, run through typer's CliRunner and, where
+the process boundary matters (entry point, exit status, imports, stdout purity), as a real subprocess.
+
+The part that starts the CLI, Spark, a server or other processes, or runs long (the rest: tests/unit/test_cli.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import stitchlake
+from stitchlake.api import Table
+from tests.unit.test_cli import ORDERS, PAYMENTS, SHIPMENTS, config_file, run, table, write_config, written  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+STITCH = Path(sys.executable).parent / "stitch"
+
+
+def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real console script, as cron or Airflow would run it."""
+    return subprocess.run(
+        [str(STITCH), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_version_and_help_from_the_console_script(tmp_path: Path) -> None:
+    version = run_process("--version", cwd=tmp_path)
+    assert (version.returncode, version.stdout.strip()) == (0, f"stitch {stitchlake.__version__}")
+    helped = subprocess.run(
+        [sys.executable, "-m", "stitchlake", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert helped.returncode == 0, helped.stderr
+    for command in ("init", "read", "timeline"):
+        assert command in helped.stdout
+
+
+def test_help_imports_neither_pyspark_nor_pyarrow() -> None:
+    code = (
+        "import sys; from stitchlake.cli.app import app; from typer.testing import CliRunner; "
+        "result = CliRunner().invoke(app, ['--help']); assert result.exit_code == 0, result.output; "
+        "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    code = (
+        "import sys; from stitchlake.cli.app import app; from typer.testing import CliRunner; "
+        f"result = CliRunner().invoke(app, ['timeline', 'show', '-c', {str(config_file)!r}]); "
+        "assert result.exit_code == 0, result.output; "
+        f"result = CliRunner().invoke(app, ['init', '-c', {str(config_file)!r}]); "
+        "assert result.exit_code == 0, result.output; "
+        "print('pyspark' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
+def test_missing_table_exits_2_without_traceback(tmp_path: Path) -> None:
+    result = run("read", "--table", str(tmp_path / "missing"))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and "missing" in result.stderr
+
+    done = run_process("read", "--table", "missing", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+def test_timeline_show_json_from_the_console_script(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    done = run_process(
+        "timeline", "show", "-c", str(config_file), "--json", "--stream", "orders", cwd=config_file.parent
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [i["stream"] for i in document["instants"]] == ["orders"]

@@ -1,0 +1,33 @@
+"""The bad-input catalogue (issues 7, 12 and 16): every way a cron job can hand `stitch` something wrong.
+
+The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/integration/test_bad_input.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import stitchlake
+from stitchlake.errors import InputRejected
+from tests.integration.test_bad_input import (  # noqa: F401 (fixtures)
+    CONFIG,
+    build_template,
+    copy_workspace,
+    orders,
+    template,
+    workspace,
+    write_parquet,
+)
+
+
+def test_text_that_is_not_utf8_is_refused_by_the_api_too(workspace: Path) -> None:
+    """Arrow builds strings without checking them; stored, Latin-1 bytes made every later read of the table fail."""
+    table = stitchlake.open(workspace / "table.yaml")
+    status = pa.array(["café".encode("latin-1")], pa.binary()).view(pa.string())
+    with pytest.raises(InputRejected, match="column status holds text that is not UTF-8") as refused:
+        table.write("orders", pa.table(orders([5], status=status)))
+    assert refused.value.column == "status"
+    assert table.read().num_rows == 4

@@ -1,0 +1,33 @@
+"""`make bench-peers` (issue 25): the harness runs all five systems end to end at a small size, so it cannot rot.
+
+The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/integration/test_bench_peers.py).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from scripts import bench_peers, bench_workload
+
+
+def test_wrong_cells_counts_changed_cells_and_every_cell_of_missing_extra_and_repeated_rows() -> None:
+    truth = bench_workload.generate(300, seed=3).truth
+    width = truth.num_columns
+    assert bench_peers.wrong_cells(truth, truth) == {"total": 0}
+    reversed_rows = truth.take(pa.array(list(reversed(range(truth.num_rows)))))
+    assert bench_peers.wrong_cells(reversed_rows, truth)["total"] == 0  # row order does not matter
+
+    amounts = truth.column("amount").to_pylist()
+    amounts[5] = (amounts[5] or 0.0) + 1.0
+    amounts[7] = None if amounts[7] is not None else 1.0  # a null where a value belongs, or the other way round
+    index = truth.schema.get_field_index("amount")
+    changed = truth.set_column(index, "amount", pa.array(amounts, pa.float64()))
+    assert bench_peers.wrong_cells(changed, truth) == {"amount": 2, "total": 2}
+
+    missing = truth.slice(1)
+    assert bench_peers.wrong_cells(missing, truth) == {"rows": width, "total": width}
+    extra_row = truth.slice(0, 1).set_column(0, "order_id", pa.array([1], pa.int64()))
+    assert bench_peers.wrong_cells(pa.concat_tables([truth, extra_row]), truth)["total"] == width
+    repeated = pa.concat_tables([truth, truth.slice(3, 2)])
+    assert bench_peers.wrong_cells(repeated, truth)["total"] == 2 * width
+    assert bench_peers.wrong_cells(truth.slice(0, 0), truth)["total"] == truth.num_rows * width

@@ -1,0 +1,91 @@
+"""What a publish leaves when it stops half-way (issue 26 point 5, left over from issue 13): an interrupted publish
+says that the version it committed exists; Iceberg data files a crashed publish wrote are swept by the next publish;
+and a publish presumed dead that resumes after `erase --purge` recreated the published table cannot write into it.
+
+The in-process part: no JVM, no server, no `stitch` subprocess (the rest:
+tests/integration/test_publish_leftovers.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from stitchlake.concurrency.heartbeat import is_expired
+from stitchlake.errors import ConflictError
+from stitchlake.services.publish import PublishResult
+from stitchlake.table.transaction import Transaction
+from tests.integration.test_publish_leftovers import (
+    current_rows,
+    data_files,
+    published_rows,
+    published_version,
+)
+from tests.support.published_history import history
+
+FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
+
+
+def keys_in(files: list[Path]) -> set[int]:
+    import pyarrow.parquet as pq
+
+    return {k for path in files for k in pq.read_table(path, columns=["k"]).column("k").to_pylist()}
+
+
+def erase_keys(*keys: int) -> pa.Table:
+    return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recreated_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """A publish passes its last check before the commit, then freezes past its heartbeat (presumed dead). An
+    erase of key 1 with `--purge` recreates the published table meanwhile. The zombie then resumes with the rows
+    it read, key 1 among them: its commit is refused (exit 3), the published table shows the purged state, and
+    once the next publish has run no file under it holds key 1."""
+    import stitchlake.services.publish as publish_module
+
+    table = history(tmp_path / "t", FAST)
+    first = table.publish(fmt).to_json()
+    assert 1 in {row["k"] for row in published_rows(fmt, first)}
+    original_check = getattr(publish_module, "_refuse_if_overtaken")  # noqa: B009 - patched where it runs
+    purged: list[Any] = []
+    zombie: list[Transaction] = []
+
+    def frozen_after_the_check(txn: Transaction, chosen: Any) -> None:
+        original_check(txn, chosen)
+        if zombie:  # the erase's own republish, or a later publish
+            return
+        zombie.append(txn)
+        assert txn.heartbeat is not None
+        txn.heartbeat.stop(delete=True)
+        txn.heartbeat = None
+        expire_s = table.config.concurrency.heartbeat.expire_s
+        deadline = time.monotonic() + 60
+        while not is_expired(table.storage, txn.time, expire_s):
+            assert time.monotonic() < deadline, "the frozen publish never looked dead"
+            time.sleep(0.05)
+        purged.append(table.erase(erase_keys(1), purge=True))
+
+    monkeypatch.setattr(publish_module, "_refuse_if_overtaken", frozen_after_the_check)
+    with pytest.raises(ConflictError):
+        table.publish(fmt)
+    monkeypatch.undo()
+    (erased,) = purged
+    (done,) = [r for r in erased.published if r.format == fmt]
+    assert isinstance(done, PublishResult), "the zombie looked dead: the purge republished at once"
+    republished = done.to_json()
+    assert published_version(fmt, first) == republished["version"], "the zombie committed nothing"
+    assert published_rows(fmt, republished) == current_rows(table)
+    assert 1 not in {row["k"] for row in current_rows(table)}
+
+    folder = first["location"] if fmt == "delta" else republished["table_location"]
+    result = table.publish(fmt).to_json()
+    assert published_rows(fmt, result) == current_rows(table)
+    assert 1 not in keys_in(data_files(folder)), "what the zombie wrote was swept"
+    assert not table.timeline().pending()

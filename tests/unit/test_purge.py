@@ -1,0 +1,54 @@
+"""`stitch delete --purge` reaches every copy the table holds (issue 24): after it, no file under the table or the
+published tables holds an erased person's values, quarantined rows and quarantined landing files included.
+
+The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/integration/test_purge.py).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+
+import stitchlake
+
+
+def test_an_undecodable_avro_value_is_purged_though_its_key_is_no_text(tmp_path: Path) -> None:
+    """An Avro value keeps its numbers as varints, not text: a key's digits never show in it, so a quarantined
+    Avro value whose key is unknown is removed by any purge; a JSON value is searched for the key's text."""
+    import fastavro
+
+    from stitchlake.io import kafka
+    from stitchlake.services.purge import _rows_hit
+
+    document = {
+        "table": {"name": "people", "path": str(tmp_path / "table"), "key": {"k": "long"}, "buckets": 1},
+        "streams": {"events": {"columns": {"email": "string", "ets": "long"}, "ordering": "ets"}},
+    }
+    cfg = tmp_path / "table.yaml"
+    cfg.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    table = stitchlake.open(str(cfg))
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "e",
+            "fields": [{"name": "k", "type": "long"}, {"name": "email", "type": "string"}],
+        }
+    )
+    encoded = io.BytesIO()
+    fastavro.schemaless_writer(encoded, schema, {"k": 123456, "email": "person@example.org"})
+    truncated = encoded.getvalue()[:-3]  # what a consumer cannot decode
+    assert b"123456" not in truncated
+    rows = pa.table(
+        {
+            kafka.TOPIC: ["t", "t"],
+            kafka.PARTITION: ["0", "0"],
+            kafka.OFFSET: ["1", "2"],
+            kafka.VALUE: [truncated.decode("utf-8", "replace"), '{"k": 8, "email": "other@example.org"'],
+            "_reason": ["undecodable", "undecodable"],
+        }
+    )
+    hit = _rows_hit(table, rows, pa.table({"k": pa.array([123456], pa.int64())}))
+    assert hit.tolist() == [True, False], "the Avro value goes; another key's JSON text stays"

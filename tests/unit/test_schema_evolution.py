@@ -1,0 +1,174 @@
+"""Tables that change (issue 11): `stitch alter`, reads across schema versions, nested columns, any ordering type.
+
+The in-process part: no JVM, no server, no `stitch` subprocess (the rest:
+tests/integration/test_schema_evolution.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stitchlake
+from stitchlake.errors import BusyError, ConfigError
+from stitchlake.types import arrow_type
+from tests.integration.test_schema_evolution import (
+    BASE,
+    add_extra,
+    add_stream_c,
+    add_z,
+    arrow_rows,
+    column_types,
+    drop_w,
+    widen_v,
+    write_yaml,
+)
+from tests.support.tables import instant_at
+
+#: An Avro landing file of stream n (the nested columns).
+NESTED_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "r",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+        {
+            "name": "info",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "info_t",
+                    "fields": [{"name": "x", "type": "int"}, {"name": "y", "type": "string"}],
+                },
+            ],
+        },
+    ],
+}
+
+
+def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) -> None:
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    times = []
+    for change in (None, add_stream_c, add_extra, widen_v, drop_w):
+        if change is not None:
+            change(document)
+            from stitchlake.services.alter import alter
+
+            alter(stitchlake.open(write_yaml(tmp_path, document)))
+            table = stitchlake.open(tmp_path / "table.yaml")
+        row = {"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a", "extra": "e1"}
+        result = table.write("a", arrow_rows(document, "a", [row]))
+        times.append((result.completed, copy.deepcopy(document)))
+    for at, then in times:
+        got = stitchlake.read(str(tmp_path / "table"), as_of=at)
+        assert got.column_names == ["k", *[c for s in then["streams"].values() for c in s["columns"]]]
+        assert got.schema.field("v").type == arrow_type(column_types(then, "a")["v"])
+    # The table opened from its folder (no YAML) has the current schema; restore takes an alter back.
+    assert "w" not in stitchlake.read(str(tmp_path / "table")).column_names
+
+
+def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path) -> None:
+    """Decided: a write that began under schema N publishes after an alter to N+1, recording N: its files are
+    read under N+1 like any older file (every compatible change reads old files)."""
+    from stitchlake.services.alter import alter
+    from stitchlake.services.ingest import claim
+
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    txn = claim(table, "a")  # the writer began under version 0
+    add_extra(document)
+    widen_v(document)
+    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    from stitchlake.writing.writer import write
+
+    result = write(table, "a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 7, "s": "p", "ts": "a"}]), txn=txn)
+    assert table.timeline().commit(instant_at(table, result.instant)).schema_version == 0  # type: ignore[attr-defined]
+    rows = stitchlake.read(str(tmp_path / "table.yaml")).to_pylist()
+    assert rows == [
+        {"k": 1, "v": 7, "s": "p", "ts": "a", "extra": "dflt", "w": None, "d": None, "tags": None, "info": None}
+    ]
+
+
+def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path) -> None:
+    from stitchlake.services.alter import alter
+    from stitchlake.services.restore import begin_restore, restore
+    from stitchlake.services.savepoint import create
+
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    create(table, name="before")
+    add_stream_c(document)
+    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    table = stitchlake.open(tmp_path / "table.yaml")
+    table.write("c", arrow_rows(document, "c", [{"k": 2, "op": "I", "c1": 0.5}]))
+    pending = begin_restore(table, "before")
+    add_z(document)
+    with pytest.raises(BusyError, match="nothing can alter the table"):
+        alter(stitchlake.open(write_yaml(tmp_path, document)))
+    pending.heartbeat.stop(delete=True)  # type: ignore[union-attr]
+    from stitchlake.services.recovery import rollback_failed
+
+    rollback_failed(stitchlake.open(str(tmp_path / "table")))  # finishes the crashed restore
+    # The table is back at schema version 0: the YAML with stream c (and z) is ahead of it now.
+    with pytest.raises(ConfigError, match="ahead of the table"):
+        stitchlake.open(tmp_path / "table.yaml").read()
+    assert stitchlake.read(str(tmp_path / "table")).column_names == ["k", "v", "s", "ts", "w", "d", "tags", "info"]
+    assert callable(restore)  # the one-shot form is what `stitch savepoint restore` runs
+
+
+def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
+    from stitchlake.services.alter import alter
+
+    document = copy.deepcopy(BASE)
+    table = stitchlake.open(write_yaml(tmp_path, document))
+    table.init()
+    first = table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    add_extra(document)
+    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    table = stitchlake.open(tmp_path / "table.yaml")
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 2, "s": "p", "ts": "b", "extra": "e1"}]))
+    table.write("a", arrow_rows(document, "a", [{"k": 2, "op": "I", "v": 3, "s": "q", "ts": "a"}]))
+    changes = table.read(since=first.completed).sort_by("k").to_pylist()
+    assert [(r["k"], r["v"], r["extra"], r["_op"]) for r in changes] == [(1, 2, "e1", "U"), (2, 3, None, "I")]
+
+
+def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path) -> None:
+    import fastavro
+    import pyarrow.parquet as pq
+
+    document = copy.deepcopy(BASE)
+    document["bad_rows"] = "fail"
+    for fmt in ("json", "parquet", "avro"):
+        document["streams"]["n"]["source"] = {"format": fmt, "path": f"landing/{fmt}"}
+        root = tmp_path / fmt
+        root.mkdir()
+        landing = root / "landing" / fmt
+        landing.mkdir(parents=True)
+        rows = [
+            {"k": 1, "tags": ["x", "y"], "info": {"x": 1, "y": "u"}},
+            {"k": 2, "tags": [], "info": None},
+        ]
+        if fmt == "json":
+            (landing / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif fmt == "parquet":
+            pq.write_table(
+                arrow_rows(BASE, "n", [{**r, "op": "I"} for r in rows]).drop_columns(["op"]), landing / "f.parquet"
+            )
+        else:
+            with open(landing / "f.avro", "wb") as handle:
+                fastavro.writer(handle, fastavro.parse_schema(NESTED_AVRO), rows)
+        table = stitchlake.open(write_yaml(root, document))
+        table.init()
+        assert table.ingest("n").rows == 2, fmt
+        got = {r["k"]: (r["tags"], r["info"]) for r in table.read(columns=["k", "tags", "info"]).to_pylist()}
+        assert got == {1: (["x", "y"], {"x": 1, "y": "u"}), 2: ([], None)}, fmt
