@@ -50,6 +50,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -151,6 +152,10 @@ class Network:
 
     def add(self, name: str, addr: str) -> Host:
         host = Host(name, f"{self.tag}-{name}", addr)
+        # `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: the host resolves its own name (Java asks)
+        etc = Path("/etc/netns") / host.ns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{addr} {name}\n", encoding="utf-8")
         self._netns(host.ns)
         peer = f"v{self.tag}{name}"[-15:]
         _run(
@@ -167,6 +172,7 @@ class Network:
         if host is not None:
             self._kill_all(host.ns)
             _run(["ip", "netns", "del", host.ns], check=False)
+            shutil.rmtree(Path("/etc/netns") / host.ns, ignore_errors=True)
             with contextlib.suppress(ValueError):
                 self._made.remove(host.ns)
 
@@ -203,6 +209,7 @@ class Network:
             self._kill_all(ns)
         for ns in reversed(self._made):
             _run(["ip", "netns", "del", ns], check=False)
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         self._made.clear()
         self.hosts.clear()
 
@@ -365,6 +372,7 @@ def install_hook(point: str, signal_dir: str) -> None:
     It wraps functions of the code under test and calls them unchanged; a wrapped name that moved is an
     AttributeError here, never a point that silently tests nothing.
     """
+    import stitchlake.engine as engine
     import stitchlake.table.transaction as txn
     import stitchlake.writing.writer as writer
     from stitchlake.concurrency.heartbeat import Heartbeat
@@ -396,8 +404,9 @@ def install_hook(point: str, signal_dir: str) -> None:
 
     if point == "begin":  # the requested instant is written, the lock held
         wrap(txn, "write_requested", before=False)
-    elif point == "mark":  # a marker is written, its data file not yet
+    elif point == "mark":  # a marker is written, its data file not yet (engines mark through `engine.marker`)
         wrap(txn.Transaction, "mark", before=False)
+        wrap(engine, "create_marker", before=False)
     elif point == "write":  # a data file is about to be written
         wrap(writer, "write_table_file", before=True)
     elif point == "publish":  # every file written, the lock held, the completed instant not yet
@@ -441,6 +450,28 @@ def batch_main(argv: list[str]) -> None:
     print(json.dumps(results))
 
 
+def spark_read_main(argv: list[str]) -> None:
+    """`partitions.py spark-read <table>`: the table through Spark local[2] (the stitchlake data source), as one
+    JSON object {"ok", "records"} like `stitch read --json`."""
+    from pyspark.sql import SparkSession
+
+    from stitchlake.jobs.spark_conf import DEFAULT_CONF
+    from stitchlake.spark.session import register
+
+    builder = SparkSession.builder.master("local[2]").appName("partitions")
+    settings = {**DEFAULT_CONF, "spark.ui.enabled": "false", "spark.pyspark.python": sys.executable}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = register(builder.getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        frame = session.read.format("stitchlake").load(argv[0])
+        records = [row.asDict() for row in frame.select("k", *(f"v{s}" for s in STREAMS)).collect()]
+    finally:
+        session.stop()
+    print(json.dumps({"ok": True, "records": records}))
+
+
 # ========================================================================================= operations
 
 
@@ -460,6 +491,8 @@ class Op:
     answer: dict[str, Any] = dataclasses.field(default_factory=dict)
     note: str = ""
     proc: subprocess.Popen[str] | None = dataclasses.field(default=None, repr=False)
+    waiter: threading.Thread | None = dataclasses.field(default=None, repr=False)
+    output: tuple[str, str] = ("", "")
 
     @property
     def instant(self) -> str | None:
@@ -556,25 +589,32 @@ class Run:
         stream = args[args.index("-s") + 1] if "-s" in args else None
         op = Op(self._ids, round_no, host, args[0], stream, phase, start=time.monotonic() - self.t0)
         argv = module_argv("partitions", "hooked", "--", *args, "--json")
-        op.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             self.net.argv(host, argv), env=self.env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        op.proc = proc
+
+        def wait() -> None:  # the end is when the process ended, not when the supervisor looked
+            op.output = proc.communicate()
+            op.end = time.monotonic() - self.t0
+
+        op.waiter = threading.Thread(target=wait, daemon=True)
+        op.waiter.start()
         return op
 
     def finish(self, op: Op, timeout: float = OP_TIMEOUT_S) -> Op:
-        assert op.proc is not None
+        assert op.proc is not None and op.waiter is not None
         if op.exit is not None:  # finished already
             return op
-        try:
-            out, err = op.proc.communicate(timeout=max(timeout - (time.monotonic() - self.t0 - op.start), 1.0))
-        except subprocess.TimeoutExpired:
+        op.waiter.join(max(timeout - (time.monotonic() - self.t0 - op.start), 1.0))
+        if op.waiter.is_alive():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(op.proc.pid, signal.SIGCONT)
             op.proc.kill()
-            out, err = op.proc.communicate()
+            op.waiter.join()
             op.note = f"killed after {timeout:g}s"
-        op.end = time.monotonic() - self.t0
         op.exit = op.proc.returncode
+        out, err = op.output
         lines = [line for line in out.splitlines() if line.startswith("{")]
         with contextlib.suppress(ValueError):
             op.answer = json.loads(lines[-1]) if lines else {}
@@ -617,6 +657,20 @@ class Run:
                 raise PartitionsError(f"stitch {op.command} failed ({op.exit}): {op.answer}")
         return [op.answer for op in ops]
 
+    def spark_read(self, table: str, host: str = "ctl") -> dict[str, Any]:
+        """The table read by a Spark local[2] job on `host`."""
+        argv = module_argv("partitions", "spark-read", table)
+        env = self.env({"PYSPARK_PYTHON": sys.executable})
+        done = subprocess.run(self.net.argv(host, argv), env=env, capture_output=True, text=True, timeout=600)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        log = self.workdir / "spark-read.log"
+        log.write_text(done.stderr, encoding="utf-8")
+        if done.returncode != 0 or not lines:
+            causes = [line for line in done.stderr.splitlines() if "Exception" in line or "Error" in line][:8]
+            raise PartitionsError(f"the Spark read failed ({done.returncode}; {log}):\n" + "\n".join(causes))
+        answer: dict[str, Any] = json.loads(lines[-1])
+        return answer
+
 
 # ============================================================================================== rounds
 
@@ -630,6 +684,7 @@ class Round:
     point: str
     dir: Path
     config: Path
+    table: str = ""
     landed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     ops: list[Op] = dataclasses.field(default_factory=list)
     events: list[str] = dataclasses.field(default_factory=list)
@@ -764,6 +819,7 @@ def play_round(run: Run, index: int, providers: Sequence[str]) -> Round:
         lock = {"provider": "zookeeper", "hosts": f"{ZK_ADDR}:{ZK_PORT}", "zk_path": f"/r{index}"}
         if provider == "s3":
             lock = {"provider": "filesystem"}
+    round_.table = table
     write_config(round_, table, {**lock, "wait_s": LOCK_WAIT_S, "expire_s": LOCK_EXPIRE_S})
     for offset, name in enumerate(WRITERS):
         run.net.add(name, f"{SUBNET}.{11 + offset}")
@@ -864,8 +920,9 @@ def _diff(name: str, got: dict[int, dict[str, str | None]], want: dict[int, dict
     return [f"{name}: {len(got)} rows, expected {len(want)}; missing keys {missing}, unexpected {extra}, wrong {wrong}"]
 
 
-def check(run: Run, round_: Round) -> list[str]:
-    """What a client may rely on after healing, judged from the operation history and the CLI's answers only."""
+def check(run: Run, round_: Round, spark: bool = False) -> list[str]:
+    """What a client may rely on after healing, judged from the operation history and the CLI's answers only
+    (with `spark`, also from a Spark local[2] read of the table)."""
     violations: list[str] = []
     answers = run.query(
         round_.config,
@@ -923,6 +980,8 @@ def check(run: Run, round_: Round) -> list[str]:
         as_of = run.query(round_.config, [["read", "-n", "0", "--as-of", newest]])[0]
         violations += _diff(f"as of {newest}", _rows(as_of), want)
     violations += _diff("change feed", _rows(answers[3]), want)
+    if spark:
+        violations += _diff("Spark read", _rows(run.spark_read(round_.table)), want)
     return violations
 
 
@@ -947,14 +1006,15 @@ def play(
     base.mkdir(parents=True, exist_ok=True)
     log(f"partitions: seed {seed}, {rounds} rounds, providers {','.join(providers)}, workdir {base}")
     with Run(base, seed, log) as run:
-        for index in only or range(rounds):
+        indices = list(only or range(rounds))
+        for index in indices:
             started = time.monotonic()
             round_ = play_round(run, index, providers)
             run.stats.rounds += 1
             for op in round_.ops:
                 if op.command == "ingest":
                     run.stats.outcomes[f"{op.phase}:{op.outcome}"] += 1
-            found = check(run, round_)
+            found = check(run, round_, spark=index in indices[-len(providers) :])  # Spark reads the last rounds
             (round_.dir / "history.txt").write_text(history(run, round_) + "\n", encoding="utf-8")
             outcome = "ok" if not found else f"{len(found)} VIOLATION(S)"
             log(f"{round_.describe()}: {outcome} ({time.monotonic() - started:.0f}s)")
@@ -973,6 +1033,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args[:1] == ["batch"]:
         batch_main(args[1:])
+        return 0
+    if args[:1] == ["spark-read"]:
+        spark_read_main(args[1:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=50)

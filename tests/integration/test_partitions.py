@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,7 +50,8 @@ def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
         try:
             assert _eventually(lambda: net.reachable("x", "10.77.0.51", 8000))
             named = subprocess.run(net.argv("x", ["hostname"]), capture_output=True, text=True, check=True)
-            assert named.stdout.strip() == "x"  # each host has a name of its own
+            assert named.stdout.strip() == "x"  # each host has a name of its own, which it resolves (Java asks)
+            assert net.ns_run("x", ["getent", "hosts", "x"]).split()[0] == "10.77.0.50"
             net.ns_run("x", ["iptables", "-A", "OUTPUT", "-d", "10.77.0.51", "-j", "DROP"])
             assert not net.reachable("x", "10.77.0.51", 8000)
             net.ns_run("x", ["iptables", "-F"])
@@ -61,6 +63,7 @@ def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
     finally:
         net.close()
     assert _namespaces() == before  # nothing left behind
+    assert not Path("/etc/netns/slt-x").exists()
 
 
 def test_where_namespaces_cannot_be_made_the_harness_fails_and_says_why() -> None:
@@ -114,3 +117,11 @@ def test_the_checker_sees_a_lost_write_a_visible_failed_write_and_a_missing_land
     assert "a write that was told it failed is visible" in found
     assert f"stream {ok.stream}: completed deltacommits hold" in found
     assert "snapshot:" in found and "change feed:" in found and "read_optimized:" in found
+
+
+@pytest.mark.spark
+def test_a_spark_local_job_on_a_host_reads_what_the_cli_reads(run: Any, rounds: list[Any]) -> None:
+    """Spark local[2] on the ctl host reads the S3 round's table (through the S3 server's 10.77.0.2 address)."""
+    round_ = rounds[-1]
+    assert round_.table.startswith("s3://")
+    assert partitions.check(run, round_, spark=True) == []
