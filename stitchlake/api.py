@@ -56,6 +56,24 @@ def _retried(retries: int, attempt: Callable[[], T]) -> T:
     return launch.with_retries(retries, attempt)[0]
 
 
+def _launch_erase(table: Table, keys: pa.Table | str, purge: bool, engine: str) -> JobRun[EraseResult]:
+    """An erase job reads its keys from a file: an Arrow table is written to a temporary one first."""
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from stitchlake.jobs.launch import launch
+    from stitchlake.jobs.requests import EraseRequest
+
+    if isinstance(keys, str):
+        return launch(table, EraseRequest(keys, purge), engine)
+    with tempfile.TemporaryDirectory(prefix="stitch-erase-") as folder:
+        path = str(Path(folder) / "keys.parquet")
+        pq.write_table(keys, path)
+        return launch(table, EraseRequest(path, purge), engine)
+
+
 def _no_retries(retries: int) -> None:
     if retries:
         raise UsageError("retries go with an engine name (engine='auto', 'local' or 'spark'), which launches a job")
@@ -189,21 +207,18 @@ class Table(CoreTable):
         result.
         """
         if isinstance(engine, str):
-            from stitchlake.jobs import launch
+            from stitchlake.jobs.launch import launch
+            from stitchlake.jobs.requests import IngestRequest
 
-            return _retried(
-                retries,
-                lambda: launch.ingest(
-                    self,
-                    stream,
-                    sources=tuple(sources or ()),
-                    max_files=max_files,
-                    reingest_changed=reingest_changed,
-                    max_records=max_records,
-                    reset_offsets=reset_offsets,
-                    engine=engine,
-                ),
+            request = IngestRequest(
+                stream,
+                tuple(sources or ()),
+                max_files,
+                reingest_changed,
+                max_records=max_records,
+                reset_offsets=reset_offsets,
             )
+            return _retried(retries, lambda: launch(self, request, engine))
         _no_retries(retries)
         from stitchlake.services.ingest import ingest
 
@@ -229,12 +244,12 @@ class Table(CoreTable):
         checkpoint: str | None = None,
     ) -> JobRun[StreamResult]:
         """Follow the stream's source with a Structured Streaming job on Spark, as `stitch stream` does
-        (`stitchlake.jobs.launch.stream`): it runs until the process is stopped, or with `available_now` until
+        (`stitchlake.jobs.launch.launch`): it runs until the process is stopped, or with `available_now` until
         what is there now is ingested."""
-        from stitchlake.jobs import launch
+        from stitchlake.jobs.launch import launch
+        from stitchlake.jobs.requests import StreamRequest
 
-        return launch.stream(
-            self,
+        request = StreamRequest(
             stream,
             files_per_trigger=files_per_trigger,
             trigger_interval_s=trigger_interval_s,
@@ -242,6 +257,7 @@ class Table(CoreTable):
             available_now=available_now,
             checkpoint=checkpoint,
         )
+        return launch(self, request, EngineChoice.spark)
 
     @overload
     def compact(
@@ -319,12 +335,13 @@ class Table(CoreTable):
         engine: Engine | EngineChoice | str | None = None,
     ) -> CleanResult | JobRun[CleanResult]:
         """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`). An engine
-        name launches it as `stitch clean --engine ...` does (`stitchlake.jobs.launch.clean`)."""
-        if isinstance(engine, str):
-            from stitchlake.jobs import launch
-
-            return launch.clean(self, policy=policy, retain=retain, dry_run=dry_run, engine=engine)
+        name launches it as `stitch clean --engine ...` does (`stitchlake.jobs.launch.launch`)."""
         from stitchlake.jobs.requests import CleanRequest
+
+        if isinstance(engine, str):
+            from stitchlake.jobs.launch import launch
+
+            return launch(self, CleanRequest(policy, retain, dry_run), engine)
         from stitchlake.jobs.run import run
 
         done: CleanResult = run(self, CleanRequest(policy, retain, dry_run), _engine(engine))
@@ -347,11 +364,9 @@ class Table(CoreTable):
     ) -> EraseResult | JobRun[EraseResult]:
         """Key-level erase of the given keys (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines
         file; see `stitchlake.services.erase`). An engine name launches it as `stitch delete --engine ...` does
-        (`stitchlake.jobs.launch.erase`), again after a conflict up to `retries` times."""
+        (`stitchlake.jobs.launch.launch`), again after a conflict up to `retries` times."""
         if isinstance(engine, str):
-            from stitchlake.jobs import launch
-
-            return _retried(retries, lambda: launch.erase(self, keys, purge=purge, engine=engine))
+            return _retried(retries, lambda: _launch_erase(self, keys, purge, engine))
         _no_retries(retries)
         from stitchlake.services.erase import erase, load_keys
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from stitchlake.cli import output, printing, tables, values
-from stitchlake.cli.jobs import choose_engine, execute, progress_display, with_retries
+from stitchlake.cli.jobs import launch_job, progress_display, with_retries
 from stitchlake.cli.options import (
     CleanEngineOption,
     ConfigOption,
@@ -30,6 +30,7 @@ from stitchlake.cli.options import (
 from stitchlake.cli.output import Report
 from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
+from stitchlake.jobs.requests import CleanRequest, EraseRequest, IngestRequest, StreamRequest
 from stitchlake.vocabulary import EngineChoice
 
 if TYPE_CHECKING:
@@ -108,18 +109,15 @@ def _ingest(
 ) -> Report:
     handle = open_target(config, table)
     spec = handle.config.stream(stream)
-    with progress_display("ingest") as progress:
-        result = launch.ingest(
-            handle,
-            stream,
-            sources=tuple(_location(s) for s in source or []),
-            max_files=max_files,
-            reingest_changed=reingest_changed,
-            max_records=kafka[0],
-            reset_offsets=kafka[1],
-            engine=engine,
-            progress=progress,
-        )
+    request = IngestRequest(
+        stream,
+        tuple(_location(s) for s in source or []),
+        max_files,
+        reingest_changed,
+        max_records=kafka[0],
+        reset_offsets=kafka[1],
+    )
+    result = launch_job(handle, request, engine)
     done, data = result.result, result.to_json()
     if not done.instant:
         return Report(data, message=done.message or f"nothing to ingest for stream {stream}")
@@ -191,18 +189,16 @@ def stream_command(
     after the running batch (exit 0).
     """
     handle = open_target(config, table)
+    request = StreamRequest(
+        stream,
+        files_per_trigger=files_per_trigger,
+        trigger_interval_s=trigger_interval,
+        records_per_trigger=records_per_trigger,
+        available_now=available_now,
+        checkpoint=_location(checkpoint) if checkpoint else None,
+    )
     with progress_display("stream") as progress:
-        result = launch.stream(
-            handle,
-            stream,
-            files_per_trigger=files_per_trigger,
-            trigger_interval_s=trigger_interval,
-            records_per_trigger=records_per_trigger,
-            available_now=available_now,
-            checkpoint=_location(checkpoint) if checkpoint else None,
-            graceful_stop_s=stop_timeout,
-            progress=progress,
-        )
+        result = launch.launch(handle, request, EngineChoice.spark, graceful_stop_s=stop_timeout, progress=progress)
     return Report(
         result.to_json(),
         message=result.result.message,
@@ -320,8 +316,7 @@ def clean_command(
 ) -> Report:
     """Roll back failed writes and delete file slices outside the retention (never savepointed files)."""
     handle = open_target(config, table)
-    with progress_display("clean") as progress:
-        ran = launch.clean(handle, policy=policy, retain=retain, dry_run=dry_run, engine=engine, progress=progress)
+    ran = launch_job(handle, CleanRequest(policy, retain, dry_run), engine)
     done = ran.result
     paths = [*done.deleted, *done.orphans]
     result = ran.to_json()
@@ -371,8 +366,7 @@ def delete_command(
 
 def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engine: EngineChoice) -> Report:
     handle = open_target(config, table)
-    with progress_display("erase") as progress:
-        ran = launch.erase(handle, _location(keys), purge=purge, engine=engine, progress=progress)
+    ran = launch_job(handle, EraseRequest(_location(keys), purge), engine)
     done = ran.result
     message = f"erased {done.erased_keys} of {done.requested_keys} key(s)"
     if purge:
@@ -436,7 +430,7 @@ def rollback_command(
         raise UsageError("give exactly one of --instant T, --stream S or --failed")
     handle = open_target(config, table)
     request = RollbackRequest(instant, failed, stream)
-    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = launch_job(handle, request, engine)
     return Report(
         ran.to_json(),
         message=ran.result.message,
@@ -468,7 +462,7 @@ def savepoint_create_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("create", name=name, instant=instant)
-    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = launch_job(handle, request, engine)
     pinned = ran.result
     return Report(
         ran.to_json(),
@@ -521,7 +515,7 @@ def savepoint_delete_command(
 
     handle = open_target(config, table)
     request = SavepointRequest("delete", savepoint=name)
-    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = launch_job(handle, request, engine)
     return Report(ran.to_json(), message=f"deleted savepoint {name}")
 
 
@@ -543,7 +537,7 @@ def savepoint_restore_command(
 
     handle = open_target(config, table)
     request = RestoreRequest(name, force)
-    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = launch_job(handle, request, engine)
     return Report(
         ran.to_json(),
         message=output.with_published(ran.result.message, ran.result.published),
@@ -575,7 +569,7 @@ def archive_command(
 
     handle = open_target(config, table)
     request = ArchiveRequest(keep)
-    ran = execute(handle, request, choose_engine(handle, request, EngineChoice(engine), 0))
+    ran = launch_job(handle, request, engine)
     return Report(
         ran.to_json(),
         message=ran.result.message,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.cli import output, printing
 from stitchlake.jobs import launch
-from stitchlake.jobs.launch import abort_unless_published, choose_engine
+from stitchlake.jobs.launch import abort_unless_published
 from stitchlake.vocabulary import EngineChoice
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["EngineChoice", "abort_unless_published", "choose_engine", "execute", "progress_display", "with_retries"]
+__all__ = ["EngineChoice", "abort_unless_published", "launch_job", "progress_display", "with_retries"]
 
 
 def with_retries(retries: int, attempt: Callable[[], output.Report]) -> output.Report:
@@ -117,12 +117,7 @@ def _progress_lines(job: str) -> Iterator[Callable[[str], None]]:
             ticker.join()
 
 
-def execute(
-    table: Table,
-    request: JobRequest[T],
-    engine: EngineChoice,
-    graceful_stop_s: float | None = None,
-) -> JobRun[T]:
-    """`launch.execute` with the CLI's progress display (claims are taken by `launch`'s own jobs)."""
+def launch_job(table: Table, request: JobRequest[T], engine: EngineChoice | str) -> JobRun[T]:
+    """`launch.launch` with the CLI's progress display."""
     with progress_display(request.job) as progress:
-        return launch.execute(table, request, engine, None, graceful_stop_s, progress)
+        return launch.launch(table, request, engine, progress=progress)

@@ -1,5 +1,7 @@
-"""Launching a job from Python: the engine chosen (`auto` by the size of the work), the claim taken before a JVM
-starts, spark-submit, the abort after an interrupted job, and retries after conflicts.
+"""Launching a job from Python: `launch` runs any job request (`jobs.specs` says how each is checked, sized,
+claimed and run): the engine chosen (`auto` by the size of the work), the claim taken before a JVM starts,
+spark-submit, the abort after an interrupted job; retries after conflicts. `compact` and `rescale` run the plans
+they make (and those left pending) through it.
 
 The CLI and the library (`Table.ingest(..., engine="auto")`) both call this, so a job behaves the same whoever
 starts it; errors are raised as the `stitchlake.errors` classes whose exit codes the CLI prints.
@@ -19,15 +21,9 @@ from stitchlake.jobs.results import JobRun, PlannedRuns
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from stitchlake.jobs.requests import EraseRequest, JobRequest
-    from stitchlake.services.clean import CleanResult
+    from stitchlake.jobs.requests import JobRequest
     from stitchlake.services.compaction import CompactionResult
-    from stitchlake.services.erase import EraseResult
-    from stitchlake.services.ingest import IngestResult
     from stitchlake.services.rescale import RescaleResult
-    from stitchlake.services.streaming import StreamResult
     from stitchlake.table.handle import Table
     from stitchlake.table.transaction import Transaction
 
@@ -142,105 +138,39 @@ def abort_unless_published(table: Table, claim: Transaction, failure: BaseExcept
     return False
 
 
-# ------------------------------------------------------------------------------------------------ ingest
+# ------------------------------------------------------------------------------------------------ launch
 
 
-def ingest(
+def launch(
     table: Table,
-    stream: str,
-    *,
-    sources: tuple[str, ...] = (),
-    max_files: int | None = None,
-    reingest_changed: bool = False,
-    max_records: int | None = None,
-    reset_offsets: str | None = None,
+    request: JobRequest[T],
     engine: EngineChoice | str = EngineChoice.auto,
+    *,
+    graceful_stop_s: float | None = None,
     progress: Progress = None,
-) -> JobRun[IngestResult]:
-    """Ingest a stream's new landing files (or new Kafka records) exactly once, on the engine chosen.
-
-    Checked before any JVM starts: busy (BusyError, exit 4), changed landing files (exit 5), nothing pending (a
-    result whose `instant` is None, engine `none`). On Spark the instant is claimed first, so an overlapping run
-    is refused in well under a second, and undone if the job fails or is interrupted.
-    """
-    from stitchlake.jobs.requests import IngestRequest
-    from stitchlake.services.ingest import (
-        claim,
-        nothing_to_do,
-        preflight,
-        preflight_topic,
-        refuse_other_source_options,
-    )
-    from stitchlake.services.offsets import estimate_bytes
+) -> JobRun[T]:
+    """Run any job request on the engine chosen for it, as its `jobs.specs.JobSpec` says: the preflight's
+    refusals and work estimate first (nothing to do: its result at once, engine `none`), `auto` by that estimate,
+    a Spark-only job on Spark. A job with a claim (ingest) takes its instant before the JVM starts, so an
+    overlapping run is refused in well under a second, and it is undone if the job fails or is interrupted."""
+    from stitchlake.jobs.specs import spec_of
 
     engine = engine_choice(engine)
-    kafka = refuse_other_source_options(
-        table,
-        stream,
-        file_options=bool(sources or max_files or reingest_changed),
-        kafka_options=max_records is not None or reset_offsets is not None,
-    )
-    request = IngestRequest(
-        stream, sources, max_files, reingest_changed, max_records=max_records, reset_offsets=reset_offsets
-    )
-    pending: Any
-    if kafka:
-        pending = preflight_topic(table, stream, max_records, reset_offsets)
-        work = estimate_bytes(pending.ranges) if pending else 0
-    else:
-        pending = preflight(table, stream, list(sources) or None, max_files, reingest_changed)
-        work = sum(f.size for f in pending)
-    if not pending:
-        return JobRun(request.job, nothing_to_do(stream, "none"), "none")
-    chosen = choose_engine(table, request, engine, work)
-    taken = None
-    if chosen is EngineChoice.spark:
-        taken = claim(table, stream)  # refuses an overlapping run in well under a second, before the JVM starts
+    spec = spec_of(request)
+    found = spec.preflight(table, request)
+    if found.idle:
+        return JobRun(request.job, found.result, "none")
+    chosen = EngineChoice.spark if spec.handler is None else choose_engine(table, request, engine, found.work)
+    taken = spec.claim(table, request) if spec.claim is not None and chosen is EngineChoice.spark else None
     try:
         if taken is not None:
-            request = replace(request, instant=taken.time)
-        return execute(table, request, chosen, claim=taken, progress=progress)
+            request = replace(request, instant=taken.time)  # type: ignore[call-arg]  # a claiming job's request has one
+        return execute(table, request, chosen, claim=taken, graceful_stop_s=graceful_stop_s, progress=progress)
     except BaseException as exc:
         # A signal can land between the claim and the job (`execute` undoes it from there on): undo it here.
         if taken is not None:
             abort_unless_published(table, taken, exc)
         raise
-
-
-# ------------------------------------------------------------------------------------------------ stream
-
-
-def stream(
-    table: Table,
-    stream: str,
-    *,
-    files_per_trigger: int | None = None,
-    trigger_interval_s: float | None = None,
-    records_per_trigger: int | None = None,
-    available_now: bool = False,
-    checkpoint: str | None = None,
-    graceful_stop_s: float | None = None,
-    progress: Progress = None,
-) -> JobRun[StreamResult]:
-    """Follow a stream's source (landing folder or Kafka topic) with one Structured Streaming job under
-    spark-submit, each micro-batch one exactly-once ingest; `available_now` ingests what is there, then stops.
-    It runs until stopped: SIGTERM (or `graceful_stop_s` after it) ends it after the running batch."""
-    from stitchlake.jobs.requests import StreamRequest
-
-    if table.config.stream(stream).source is None:
-        raise UsageError(
-            f"stream {stream} has no `source:` in the config; `stitch stream` follows it (a landing folder or a "
-            "Kafka topic)"
-        )
-    request = StreamRequest(
-        stream,
-        files_per_trigger=files_per_trigger,
-        trigger_interval_s=trigger_interval_s,
-        records_per_trigger=records_per_trigger,
-        available_now=available_now,
-        checkpoint=checkpoint,
-    )
-    return execute(table, request, EngineChoice.spark, graceful_stop_s=graceful_stop_s, progress=progress)
 
 
 # ----------------------------------------------------------------------------------------------- compact
@@ -290,9 +220,7 @@ def compact(
             return PlannedRuns(planned)
     elif instant is None and not compaction.pending_plans(table):
         return PlannedRuns()
-    request = CompactRequest(instant=planned)
-    chosen = choose_engine(table, request, engine, compaction.plan_bytes(table, planned))
-    last = execute(table, request, chosen, progress=progress)
+    last = launch(table, CompactRequest(instant=planned), engine, progress=progress)
     return PlannedRuns(None if run_only else planned, last, resumed)
 
 
@@ -304,10 +232,8 @@ def _resume_pending(table: Table, engine: EngineChoice, progress: Progress) -> l
 
     done = []
     for plan in compaction.runnable_plans(table):
-        request = CompactRequest(instant=plan.requested)
-        chosen = choose_engine(table, request, engine, compaction.plan_bytes(table, plan.requested))
         try:
-            ran = execute(table, request, chosen, progress=progress)
+            ran = launch(table, CompactRequest(instant=plan.requested), engine, progress=progress)
         except BusyError:
             continue
         if ran.result is not None:
@@ -349,9 +275,7 @@ def rescale(
     planned = None if buckets is None else rescales.schedule(table, buckets, list(partitions) or None)
     if planned is None:  # `resume`, nothing to do, or the rescale a crash left behind was this one
         return PlannedRuns.of_resumed(resumed)
-    request = RescaleRequest(instant=planned)
-    chosen = choose_engine(table, request, engine, rescales.plan_bytes(table, planned))
-    last = execute(table, request, chosen, progress=progress)
+    last = launch(table, RescaleRequest(instant=planned), engine, progress=progress)
     _follow(table, last.result)
     return PlannedRuns(planned, last, resumed)
 
@@ -363,9 +287,7 @@ def _resume_rescales(table: Table, engine: EngineChoice, progress: Progress) -> 
 
     done = []
     for plan in rescales.runnable_plans(table):
-        request = RescaleRequest(instant=plan.requested)
-        chosen = choose_engine(table, request, engine, rescales.plan_bytes(table, plan.requested))
-        ran = execute(table, request, chosen, progress=progress)
+        ran = launch(table, RescaleRequest(instant=plan.requested), engine, progress=progress)
         if ran.result is not None:
             done.append(ran)
             _follow(table, ran.result)
@@ -376,53 +298,3 @@ def _follow(table: Table, done: RescaleResult | None) -> None:
     """A whole-table rescale run elsewhere (a spark-submit job) changed the count: route by it here too."""
     if done is not None and done.whole_table:
         table.follow_buckets(done.buckets)
-
-
-# ------------------------------------------------------------------------------------------ clean, erase
-
-
-def clean(
-    table: Table,
-    *,
-    policy: str | None = None,
-    retain: int | None = None,
-    dry_run: bool = False,
-    engine: EngineChoice | str = EngineChoice.auto,
-    progress: Progress = None,
-) -> JobRun[CleanResult]:
-    """Roll back failed writes, then delete what the retention policy allows. `auto` runs it here: its work is
-    deletes, which Spark only spreads over tasks (`spark` for object stores with very many files)."""
-    from stitchlake.jobs.requests import CleanRequest
-
-    request = CleanRequest(policy, retain, dry_run)
-    return execute(table, request, choose_engine(table, request, engine, 0), progress=progress)
-
-
-def erase(
-    table: Table,
-    keys: pa.Table | str,
-    *,
-    purge: bool = False,
-    engine: EngineChoice | str = EngineChoice.auto,
-    progress: Progress = None,
-) -> JobRun[EraseResult]:
-    """Erase `keys` (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines file by path or URI) from
-    every file group committed before the erase; `purge` also from savepoints, older slices, quarantine and job
-    logs. `auto` picks the engine by the size of the table."""
-    import tempfile
-
-    from stitchlake.jobs.requests import EraseRequest
-
-    if isinstance(keys, str):
-        return _erase(table, EraseRequest(keys, purge), engine, progress)
-    import pyarrow.parquet as pq
-
-    with tempfile.TemporaryDirectory(prefix="stitch-erase-") as folder:  # the job reads its keys from a file
-        path = str(Path(folder) / "keys.parquet")
-        pq.write_table(keys, path)
-        return _erase(table, EraseRequest(path, purge), engine, progress)
-
-
-def _erase(table: Table, request: EraseRequest, engine: EngineChoice | str, progress: Progress) -> JobRun[EraseResult]:
-    size = sum(f.bytes for f in table.view().live_files())
-    return execute(table, request, choose_engine(table, request, engine, size), progress=progress)

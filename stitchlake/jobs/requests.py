@@ -3,10 +3,8 @@ spark-submit job as JSON. The same record on both sides means the job's options 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
-
-from stitchlake.errors import UsageError
 
 if TYPE_CHECKING:
     from stitchlake.services.archive import ArchiveResult  # noqa: F401 (named in the type arguments below)
@@ -20,7 +18,7 @@ if TYPE_CHECKING:
     from stitchlake.services.streaming import StreamResult  # noqa: F401 (named in the type arguments below)
     from stitchlake.timeline.savepoints import Savepoint  # noqa: F401 (named in the type arguments below)
 
-#: The service result a request's job returns (its class's type argument, read by `jobs.results.result_type`).
+#: The service result a request's job returns (its class's type argument; `jobs.specs` names it for decoding).
 R = TypeVar("R", covariant=True)
 
 
@@ -143,30 +141,3 @@ class StreamRequest(JobRequest["StreamResult"]):
     checkpoint: str | None = None
     #: A file whose appearance asks the query to stop after the running batch (the CLI's graceful SIGTERM).
     stop_file: str | None = None
-
-
-REQUESTS: dict[str, type[JobRequest[Any]]] = {
-    cls.job: cls
-    for cls in (
-        IngestRequest,
-        CompactRequest,
-        RescaleRequest,
-        CleanRequest,
-        EraseRequest,
-        RollbackRequest,
-        SavepointRequest,
-        RestoreRequest,
-        ArchiveRequest,
-        StreamRequest,
-    )
-}
-
-
-def from_json(data: dict[str, Any]) -> JobRequest[Any]:
-    """A request from its JSON form (as written by `JobRequest.to_json`)."""
-    cls = REQUESTS.get(str(data.get("job")))
-    if cls is None:
-        raise UsageError(f"unknown job {data.get('job')!r} (jobs: {', '.join(REQUESTS)})")
-    known = {f.name for f in fields(cls)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
-    return cls(**values)

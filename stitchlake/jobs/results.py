@@ -2,20 +2,17 @@
 
 Results stay objects from the service to whoever launched the job (the CLI, `Table.ingest(engine=...)`, a
 scheduler's Python operator). They become JSON only at the two edges: the spark-submit result file, read back into
-the same type by `decode`, and the CLI's `--json`, written by `to_json`.
+the same type by `jobs.specs.decode`, and the CLI's `--json`, written by `to_json`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
-from typing import TYPE_CHECKING, Any, ForwardRef, Generic, TypeVar, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 if TYPE_CHECKING:
-    from stitchlake.jobs.requests import JobRequest
     from stitchlake.services.publish import Published
 
 R = TypeVar("R")
@@ -85,53 +82,3 @@ class PlannedRuns(Generic[R]):
         if self.published is not None:
             data["published"] = plain(self.published)
         return data
-
-
-def result_type(request: JobRequest[Any]) -> Any:
-    """The type a job's run returns, to read it back from a spark-submit result file: the request class's type
-    argument (`IngestRequest(JobRequest["IngestResult"])`), resolved here where the services may be imported."""
-    from functools import reduce
-    from operator import or_
-
-    from stitchlake.jobs.requests import JobRequest
-    from stitchlake.services.archive import ArchiveResult
-    from stitchlake.services.clean import CleanResult
-    from stitchlake.services.compaction import CompactionResult
-    from stitchlake.services.erase import EraseResult
-    from stitchlake.services.ingest import IngestResult
-    from stitchlake.services.rescale import RescaleResult
-    from stitchlake.services.restore import RestoreResult
-    from stitchlake.services.rollback import RollbackResult
-    from stitchlake.services.streaming import StreamResult
-    from stitchlake.timeline.savepoints import Savepoint
-
-    known: dict[str, Any] = {
-        kind.__name__: kind
-        for kind in (
-            ArchiveResult,
-            CleanResult,
-            CompactionResult,
-            EraseResult,
-            IngestResult,
-            RescaleResult,
-            RestoreResult,
-            RollbackResult,
-            Savepoint,
-            StreamResult,
-        )
-    }
-    known["None"] = type(None)
-    base = next(b for b in type(request).__orig_bases__ if get_origin(b) is JobRequest)  # type: ignore[attr-defined]
-    (argument,) = get_args(base)
-    names = argument.__forward_arg__ if isinstance(argument, ForwardRef) else argument.__name__
-    return reduce(or_, (known[name.strip()] for name in names.split("|")))
-
-
-@cache
-def _adapter(kind: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(kind)
-
-
-def decode(request: JobRequest[R], data: Any) -> R:
-    """A job's result from its JSON form, as the type its run returned."""
-    return cast("R", _adapter(result_type(request)).validate_python(data))

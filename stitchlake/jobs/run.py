@@ -1,8 +1,5 @@
-"""Run a job request on an engine: each job is written once here, over `stitchlake.engine.Engine`.
-
-The CLI runs requests in-process (`LocalEngine`) or hands them, as JSON, to `stitchlake/spark/submit.py`, which runs
-the very same function with a `SparkEngine`. Each returns its service's typed result (`stitchlake.jobs.results`
-says which type each job's is, and reads it back from the spark-submit result file).
+"""Run a job request on an engine: the CLI runs requests in-process (`LocalEngine`) or hands them, as JSON, to
+`stitchlake/spark/submit.py`, which runs the very same handler with a `SparkEngine` (`jobs.specs` says which).
 """
 
 from __future__ import annotations
@@ -11,49 +8,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from stitchlake.errors import UsageError
-from stitchlake.jobs.requests import (
-    ArchiveRequest,
-    CleanRequest,
-    CompactRequest,
-    EraseRequest,
-    IngestRequest,
-    JobRequest,
-    RescaleRequest,
-    RestoreRequest,
-    RollbackRequest,
-    SavepointRequest,
-)
-from stitchlake.services import (
-    archive,
-    clean,
-    compaction,
-    erase,
-    ingest,
-    recovery,
-    rescale,
-    restore,
-    rollback,
-    savepoint,
-)
-from stitchlake.table.transaction import Transaction
+from stitchlake.jobs.specs import SPECS
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
-    from stitchlake.services.archive import ArchiveResult
-    from stitchlake.services.clean import CleanResult
-    from stitchlake.services.compaction import CompactionResult
-    from stitchlake.services.erase import EraseResult
-    from stitchlake.services.ingest import IngestResult
-    from stitchlake.services.rescale import RescaleResult
-    from stitchlake.services.restore import RestoreResult
-    from stitchlake.services.rollback import RollbackResult
+    from stitchlake.jobs.requests import JobRequest
     from stitchlake.table.handle import Table
-    from stitchlake.timeline.savepoints import Savepoint
 
 R = TypeVar("R")
 Progress = Callable[[str], None]
-#: Files a delete task takes (object stores delete one key per request: many tasks help).
-DELETES_PER_TASK = 64
+
+#: Each request class's handler (derived from `jobs.specs.SPECS`); Spark-only jobs have none.
+JOBS: dict[type[JobRequest[Any]], Callable[[Table, Any, Engine, Progress], Any]] = {
+    spec.request: spec.handler for spec in SPECS.values() if spec.handler is not None
+}
 
 
 def _quiet(_message: str) -> None:
@@ -62,113 +30,8 @@ def _quiet(_message: str) -> None:
 
 def run(table: Table, request: JobRequest[R], engine: Engine, progress: Progress = _quiet) -> R:
     """Run `request` and return its service's result: the request's type argument (`IngestRequest` is a
-    `JobRequest[IngestResult]`), which each handler below returns."""
+    `JobRequest[IngestResult]`), which each handler returns."""
     handler = JOBS.get(type(request))
     if handler is None:
         raise UsageError(f"the {request.job} job runs only on Spark (a spark-submit job)")
     return cast("R", handler(table, request, engine, progress))
-
-
-def run_ingest(table: Table, request: IngestRequest, engine: Engine, progress: Progress) -> IngestResult:
-    claim = Transaction.attach(table, request.instant) if request.instant else None
-    result = ingest.ingest(
-        table,
-        engine,
-        request.stream,
-        list(request.sources) or None,
-        request.max_files,
-        request.reingest_changed,
-        claim,
-        progress,
-        max_records=request.max_records,
-        reset_offsets=request.reset_offsets,
-    )
-    return result
-
-
-def run_compact(table: Table, request: CompactRequest, engine: Engine, progress: Progress) -> CompactionResult | None:
-    if request.instant is None and not compaction.pending_plans(table):
-        return None  # nothing to run is exit 0
-    progress(f"running compaction {request.instant or '(oldest pending)'}")
-    return compaction.run(table, request.instant, engine)
-
-
-def run_rescale(table: Table, request: RescaleRequest, engine: Engine, progress: Progress) -> RescaleResult | None:
-    if request.instant is None and not rescale.runnable_plans(table):
-        return None  # nothing to run is exit 0
-    progress(f"running rescale {request.instant or '(oldest pending)'}")
-    return rescale.run(table, request.instant, engine)
-
-
-def run_clean(table: Table, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
-    clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
-    if request.dry_run:
-        targets, resets, _ = recovery.failed_instants(table, table.timeline())
-        result = clean.clean(table, request.policy, request.retain, dry_run=True)
-        result.rolled_back = [t.requested for t in targets]
-        result.reset_compactions = [r.requested for r in resets]
-        result.message = (
-            f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
-            "failed write(s)"
-        )
-        return result
-    rolled = recovery.rollback_failed(table)
-    progress(rolled.message)
-
-    def delete_all(paths: list[str]) -> int:
-        chunks = [paths[i : i + DELETES_PER_TASK] for i in range(0, len(paths), DELETES_PER_TASK)]
-        storage = table.storage
-        return sum(engine.map(lambda chunk: sum(1 for path in chunk if storage.delete(path)), chunks))
-
-    result = clean.clean(table, request.policy, request.retain, deleter=delete_all)
-    result.rolled_back = rolled.rolled_back
-    result.reset_compactions = rolled.reset_compactions
-    result.message += f"; rolled back {len(rolled.rolled_back)} failed write(s)"
-    if rolled.finished:
-        result.message += f"; finished crashed {', '.join(rolled.finished)}"
-    result.finished = rolled.finished
-    return result
-
-
-def run_erase(table: Table, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
-    keys = erase.load_keys(request.keys, table.storage_options)
-    progress(f"erasing {keys.num_rows} key(s)")
-    return erase.erase(table, keys, request.purge, engine)
-
-
-def run_rollback(table: Table, request: RollbackRequest, engine: Engine, progress: Progress) -> RollbackResult:
-    if request.failed:
-        return recovery.rollback_failed(table)
-    if request.stream is not None:
-        return rollback.rollback_stream(table, request.stream)
-    return rollback.rollback(table, request.instant or "")
-
-
-def run_savepoint(table: Table, request: SavepointRequest, engine: Engine, progress: Progress) -> Savepoint:
-    if request.action == "create":
-        return savepoint.create(table, request.instant, request.name)
-    if request.action == "delete":
-        return savepoint.delete(table, request.savepoint or "")
-    raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete")
-
-
-def run_restore(table: Table, request: RestoreRequest, engine: Engine, progress: Progress) -> RestoreResult:
-    return restore.restore(table, request.savepoint, request.force)
-
-
-def run_archive(table: Table, request: ArchiveRequest, engine: Engine, progress: Progress) -> ArchiveResult:
-    return archive.archive(table, request.keep)
-
-
-#: Each request class's handler; a handler takes its own request class and returns that request's result type.
-JOBS: dict[type[JobRequest[Any]], Callable[[Table, Any, Engine, Progress], Any]] = {
-    IngestRequest: run_ingest,
-    CompactRequest: run_compact,
-    RescaleRequest: run_rescale,
-    CleanRequest: run_clean,
-    EraseRequest: run_erase,
-    RollbackRequest: run_rollback,
-    SavepointRequest: run_savepoint,
-    RestoreRequest: run_restore,
-    ArchiveRequest: run_archive,
-}

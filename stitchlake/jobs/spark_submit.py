@@ -33,7 +33,6 @@ from stitchlake import errors
 from stitchlake.concurrency.processes import die_with_parent, exists
 from stitchlake.errors import StitchError
 from stitchlake.jobs.job_process import JOB_MARK, end_leftovers, follow
-from stitchlake.jobs.results import decode
 from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
 from stitchlake.jobs.spark_conf import REQUIRED_CONF, reader_conf
 from stitchlake.paths import LOGS_DIR
@@ -348,4 +347,6 @@ def run_job(
             f"{outcome.get('error')} (Spark log: {files.log})",
             outcome.get("details"),
         )
+    from stitchlake.jobs.specs import decode
+
     return SubmittedJob(decode(request, outcome["result"]), round(float(outcome["job_seconds"]), 2), files.log)

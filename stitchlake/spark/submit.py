@@ -60,9 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from pyspark.sql import SparkSession
 
-        from stitchlake.jobs.requests import StreamRequest, from_json
+        from stitchlake.jobs.requests import StreamRequest
         from stitchlake.jobs.results import plain
         from stitchlake.jobs.run import run
+        from stitchlake.jobs.specs import from_json
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
         from stitchlake.table.handle import Table, open_table

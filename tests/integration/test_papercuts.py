@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.cli.app import app
-from stitchlake.jobs.requests import REQUESTS
+from stitchlake.jobs.specs import REQUESTS
 from stitchlake.timeline.instant import Action
 from tests.support.spark_fixtures import ROOT, run_stitch, stitch, write_config
 

@@ -10,15 +10,15 @@ import json
 from typing import get_args
 
 from stitchlake.jobs.requests import (
-    REQUESTS,
     CleanRequest,
     CompactRequest,
     IngestRequest,
     RestoreRequest,
     SavepointRequest,
 )
-from stitchlake.jobs.results import decode, plain, result_type
+from stitchlake.jobs.results import plain
 from stitchlake.jobs.run import JOBS
+from stitchlake.jobs.specs import REQUESTS, decode, result_type
 from stitchlake.services.clean import CleanResult
 from stitchlake.services.compaction import CompactionResult
 from stitchlake.services.ingest import IngestResult
@@ -45,13 +45,15 @@ def test_job_results_survive_the_trip_through_the_result_file() -> None:
 
 
 def test_each_request_names_the_result_its_handler_returns() -> None:
-    """A request's type argument (read back from the result file) and its in-process handler's return type are
-    declared apart: they must agree for every job the handlers run."""
+    """A job's spec names its result type (read back from the result file); the request's type argument (what the
+    type checker sees) and the in-process handler's return type are declared apart: all three must agree."""
     for request_class in REQUESTS.values():
         declared = result_type(request_class())
+        named = {"None" if kind is type(None) else kind.__name__ for kind in get_args(declared) or (declared,)}
+        (argument,) = get_args(request_class.__orig_bases__[0])  # type: ignore[attr-defined]
+        assert named == {name.strip() for name in argument.__forward_arg__.split("|")}, request_class.__name__
         handler = JOBS.get(request_class)
         if handler is None:  # `stream` runs only under spark-submit
             continue
         returned = {name.strip() for name in handler.__annotations__["return"].split("|")}
-        named = {"None" if kind is type(None) else kind.__name__ for kind in get_args(declared) or (declared,)}
         assert named == returned, (request_class.__name__, declared, returned)

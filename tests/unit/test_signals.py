@@ -47,7 +47,7 @@ def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
         monkeypatch.setattr(LocalStorage, "put_if_absent", _raise_sigterm_after_creating(".deltacommit.inflight"))
     else:
         engine = "spark"  # claimed by the command before spark-submit; the signal lands before the job starts
-        real_execute = launch.execute  # what `launch.ingest` calls
+        real_execute = launch.execute  # what `launch.launch` calls
 
         def execute(*args: Any, **kwargs: Any) -> Any:
             assert claimed(table), "the claim was taken before the job"

@@ -1,0 +1,141 @@
+"""Each job's handler: its request run over `stitchlake.engine.Engine`, in this process (`LocalEngine`) or in a
+spark-submit job's driver (`SparkEngine`), returning its service's typed result. `jobs.specs` names each job's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from stitchlake.errors import UsageError
+from stitchlake.jobs.requests import (
+    ArchiveRequest,
+    CleanRequest,
+    CompactRequest,
+    EraseRequest,
+    IngestRequest,
+    RescaleRequest,
+    RestoreRequest,
+    RollbackRequest,
+    SavepointRequest,
+)
+from stitchlake.services import (
+    archive,
+    clean,
+    compaction,
+    erase,
+    ingest,
+    recovery,
+    rescale,
+    restore,
+    rollback,
+    savepoint,
+)
+from stitchlake.table.transaction import Transaction
+
+if TYPE_CHECKING:
+    from stitchlake.engine import Engine
+    from stitchlake.services.archive import ArchiveResult
+    from stitchlake.services.clean import CleanResult
+    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.erase import EraseResult
+    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.restore import RestoreResult
+    from stitchlake.services.rollback import RollbackResult
+    from stitchlake.table.handle import Table
+    from stitchlake.timeline.savepoints import Savepoint
+
+Progress = Callable[[str], None]
+#: Files a delete task takes (object stores delete one key per request: many tasks help).
+DELETES_PER_TASK = 64
+
+
+def run_ingest(table: Table, request: IngestRequest, engine: Engine, progress: Progress) -> IngestResult:
+    claim = Transaction.attach(table, request.instant) if request.instant else None
+    result = ingest.ingest(
+        table,
+        engine,
+        request.stream,
+        list(request.sources) or None,
+        request.max_files,
+        request.reingest_changed,
+        claim,
+        progress,
+        max_records=request.max_records,
+        reset_offsets=request.reset_offsets,
+    )
+    return result
+
+
+def run_compact(table: Table, request: CompactRequest, engine: Engine, progress: Progress) -> CompactionResult | None:
+    if request.instant is None and not compaction.pending_plans(table):
+        return None  # nothing to run is exit 0
+    progress(f"running compaction {request.instant or '(oldest pending)'}")
+    return compaction.run(table, request.instant, engine)
+
+
+def run_rescale(table: Table, request: RescaleRequest, engine: Engine, progress: Progress) -> RescaleResult | None:
+    if request.instant is None and not rescale.runnable_plans(table):
+        return None  # nothing to run is exit 0
+    progress(f"running rescale {request.instant or '(oldest pending)'}")
+    return rescale.run(table, request.instant, engine)
+
+
+def run_clean(table: Table, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
+    clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
+    if request.dry_run:
+        targets, resets, _ = recovery.failed_instants(table, table.timeline())
+        result = clean.clean(table, request.policy, request.retain, dry_run=True)
+        result.rolled_back = [t.requested for t in targets]
+        result.reset_compactions = [r.requested for r in resets]
+        result.message = (
+            f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
+            "failed write(s)"
+        )
+        return result
+    rolled = recovery.rollback_failed(table)
+    progress(rolled.message)
+
+    def delete_all(paths: list[str]) -> int:
+        chunks = [paths[i : i + DELETES_PER_TASK] for i in range(0, len(paths), DELETES_PER_TASK)]
+        storage = table.storage
+        return sum(engine.map(lambda chunk: sum(1 for path in chunk if storage.delete(path)), chunks))
+
+    result = clean.clean(table, request.policy, request.retain, deleter=delete_all)
+    result.rolled_back = rolled.rolled_back
+    result.reset_compactions = rolled.reset_compactions
+    result.message += f"; rolled back {len(rolled.rolled_back)} failed write(s)"
+    if rolled.finished:
+        result.message += f"; finished crashed {', '.join(rolled.finished)}"
+    result.finished = rolled.finished
+    return result
+
+
+def run_erase(table: Table, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
+    keys = erase.load_keys(request.keys, table.storage_options)
+    progress(f"erasing {keys.num_rows} key(s)")
+    return erase.erase(table, keys, request.purge, engine)
+
+
+def run_rollback(table: Table, request: RollbackRequest, engine: Engine, progress: Progress) -> RollbackResult:
+    if request.failed:
+        return recovery.rollback_failed(table)
+    if request.stream is not None:
+        return rollback.rollback_stream(table, request.stream)
+    return rollback.rollback(table, request.instant or "")
+
+
+def run_savepoint(table: Table, request: SavepointRequest, engine: Engine, progress: Progress) -> Savepoint:
+    if request.action == "create":
+        return savepoint.create(table, request.instant, request.name)
+    if request.action == "delete":
+        return savepoint.delete(table, request.savepoint or "")
+    raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete")
+
+
+def run_restore(table: Table, request: RestoreRequest, engine: Engine, progress: Progress) -> RestoreResult:
+    return restore.restore(table, request.savepoint, request.force)
+
+
+def run_archive(table: Table, request: ArchiveRequest, engine: Engine, progress: Progress) -> ArchiveResult:
+    return archive.archive(table, request.keep)

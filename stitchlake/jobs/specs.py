@@ -1,0 +1,199 @@
+"""One record per job (`JobSpec`): its request, handler, result type, preflight and work estimate.
+
+The request table (`REQUESTS`, which a spark-submit job reads its request back with), the handler table
+(`jobs.run.JOBS`) and result decoding (`decode`) are all derived from `SPECS`, and `jobs.launch.launch` runs any
+request from it: adding a job is a request class, a handler and one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from pydantic import TypeAdapter
+
+from stitchlake.errors import UsageError
+from stitchlake.jobs import handlers
+from stitchlake.jobs.requests import (
+    ArchiveRequest,
+    CleanRequest,
+    CompactRequest,
+    EraseRequest,
+    IngestRequest,
+    JobRequest,
+    RescaleRequest,
+    RestoreRequest,
+    RollbackRequest,
+    SavepointRequest,
+    StreamRequest,
+)
+from stitchlake.services.archive import ArchiveResult
+from stitchlake.services.clean import CleanResult
+from stitchlake.services.compaction import CompactionResult
+from stitchlake.services.erase import EraseResult
+from stitchlake.services.ingest import IngestResult
+from stitchlake.services.rescale import RescaleResult
+from stitchlake.services.restore import RestoreResult
+from stitchlake.services.rollback import RollbackResult
+from stitchlake.services.streaming import StreamResult
+from stitchlake.timeline.savepoints import Savepoint
+
+if TYPE_CHECKING:
+    from stitchlake.engine import Engine
+    from stitchlake.table.handle import Table
+    from stitchlake.table.transaction import Transaction
+
+Q = TypeVar("Q", bound=JobRequest[Any])
+R = TypeVar("R")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What a job found before any JVM starts: the bytes of work (`auto` picks the engine by them), or `idle` and
+    the result to hand back at once when there is nothing to do."""
+
+    work: int = 0
+    idle: bool = False
+    result: Any = None
+
+
+def no_work(_table: Table, _request: Any) -> Preflight:
+    """Metadata-only jobs, and jobs whose work is deletes (`clean`): `auto` runs them in this process."""
+    return Preflight()
+
+
+@dataclass(frozen=True)
+class JobSpec(Generic[Q, R]):
+    """One job: how it is asked for, run, answered and sized."""
+
+    request: type[Q]
+    #: The result type its handler returns (a class, or a union with None): how a spark-submit result reads back.
+    result: Any
+    #: Runs the request on an engine; None: the job runs only under spark-submit (`stream`).
+    handler: Callable[[Table, Q, Engine, Progress], R] | None
+    #: Refusals before any JVM starts, and the work estimate.
+    preflight: Callable[[Table, Q], Preflight] = no_work
+    #: Takes the job's instant before a JVM starts, so an overlapping run is refused in well under a second.
+    claim: Callable[[Table, Q], Transaction] | None = None
+
+    @property
+    def job(self) -> str:
+        return self.request.job
+
+
+# --------------------------------------------------------------------------------------------- preflights
+
+
+def _ingest_preflight(table: Table, request: IngestRequest) -> Preflight:
+    """Busy (exit 4), changed landing files (exit 5) and nothing pending are found here, before any JVM."""
+    from stitchlake.services.ingest import (
+        nothing_to_do,
+        preflight,
+        preflight_topic,
+        refuse_other_source_options,
+    )
+    from stitchlake.services.offsets import estimate_bytes
+
+    kafka = refuse_other_source_options(
+        table,
+        request.stream,
+        file_options=bool(request.sources or request.max_files or request.reingest_changed),
+        kafka_options=request.max_records is not None or request.reset_offsets is not None,
+    )
+    pending: Any
+    if kafka:
+        pending = preflight_topic(table, request.stream, request.max_records, request.reset_offsets)
+        work = estimate_bytes(pending.ranges) if pending else 0
+    else:
+        sources = list(request.sources) or None
+        pending = preflight(table, request.stream, sources, request.max_files, request.reingest_changed)
+        work = sum(f.size for f in pending)
+    if not pending:
+        return Preflight(idle=True, result=nothing_to_do(request.stream, "none"))
+    return Preflight(work)
+
+
+def _ingest_claim(table: Table, request: IngestRequest) -> Transaction:
+    from stitchlake.services.ingest import claim
+
+    return claim(table, request.stream)
+
+
+def _stream_preflight(table: Table, request: StreamRequest) -> Preflight:
+    if table.config.stream(request.stream).source is None:
+        raise UsageError(
+            f"stream {request.stream} has no `source:` in the config; `stitch stream` follows it (a landing folder "
+            "or a Kafka topic)"
+        )
+    return Preflight()
+
+
+def _compact_work(table: Table, request: CompactRequest) -> Preflight:
+    from stitchlake.services.compaction import plan_bytes
+
+    return Preflight(plan_bytes(table, request.instant))
+
+
+def _rescale_work(table: Table, request: RescaleRequest) -> Preflight:
+    from stitchlake.services.rescale import plan_bytes
+
+    return Preflight(plan_bytes(table, request.instant))
+
+
+def _erase_work(table: Table, _request: EraseRequest) -> Preflight:
+    """An erase rewrites every file group committed before it: the table's size."""
+    return Preflight(sum(f.bytes for f in table.view().live_files()))
+
+
+# ------------------------------------------------------------------------------------------------- the jobs
+
+
+_JOBS: tuple[JobSpec[Any, Any], ...] = (
+    JobSpec(IngestRequest, IngestResult, handlers.run_ingest, _ingest_preflight, _ingest_claim),
+    JobSpec(CompactRequest, CompactionResult | None, handlers.run_compact, _compact_work),
+    JobSpec(RescaleRequest, RescaleResult | None, handlers.run_rescale, _rescale_work),
+    JobSpec(CleanRequest, CleanResult, handlers.run_clean),
+    JobSpec(EraseRequest, EraseResult, handlers.run_erase, _erase_work),
+    JobSpec(RollbackRequest, RollbackResult, handlers.run_rollback),
+    JobSpec(SavepointRequest, Savepoint, handlers.run_savepoint),
+    JobSpec(RestoreRequest, RestoreResult, handlers.run_restore),
+    JobSpec(ArchiveRequest, ArchiveResult, handlers.run_archive),
+    JobSpec(StreamRequest, StreamResult, None, _stream_preflight),
+)
+#: Every job, by name.
+SPECS: dict[str, JobSpec[Any, Any]] = {spec.job: spec for spec in _JOBS}
+
+#: Each job's request class, by name.
+REQUESTS: dict[str, type[JobRequest[Any]]] = {job: spec.request for job, spec in SPECS.items()}
+
+
+def spec_of(request: JobRequest[Any]) -> JobSpec[Any, Any]:
+    return SPECS[request.job]
+
+
+def from_json(data: dict[str, Any]) -> JobRequest[Any]:
+    """A request from its JSON form (as written by `JobRequest.to_json`)."""
+    cls = REQUESTS.get(str(data.get("job")))
+    if cls is None:
+        raise UsageError(f"unknown job {data.get('job')!r} (jobs: {', '.join(REQUESTS)})")
+    known = {f.name for f in fields(cls)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+    return cls(**values)
+
+
+def result_type(request: JobRequest[Any]) -> Any:
+    """The type a job's run returns, to read it back from a spark-submit result file."""
+    return spec_of(request).result
+
+
+@cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+def decode(request: JobRequest[R], data: Any) -> R:
+    """A job's result from its JSON form, as the type its run returned."""
+    return cast("R", _adapter(result_type(request)).validate_python(data))
