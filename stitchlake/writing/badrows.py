@@ -19,8 +19,8 @@ import pyarrow as pa
 from stitchlake.config import BadRows
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import write_parquet
+from stitchlake.io.json_records import WRONG_JSON_TYPE
 from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
-from stitchlake.io.landing import WRONG_JSON_TYPE
 from stitchlake.paths import quarantine_folder
 from stitchlake.storage import Storage
 from stitchlake.timeline.metadata import QuarantinedFile

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
 from stitchlake.config.values import FALSE_WORDS, TRUE_WORDS, WHOLE_TEXT
 from stitchlake.errors import InputRejected
-from stitchlake.io.landing import WRONG_JSON_TYPE
+from stitchlake.io.json_records import WRONG_JSON_TYPE
 from stitchlake.layout.partition import escape
 from stitchlake.types import arrow_type, contiguous
 
@@ -187,7 +187,7 @@ def prepare(
     `fill`: columns the input may lack, with the value its events then carry (None: null) — a JSON field missing
     from every line, or a column `stitch alter` added after the producer was written (its default).
     `judged`: reasons the reader already found rows bad for (None where a row is fine): a JSON value of the wrong
-    type (`io.landing.judge_json`); they come first, since the reader left such a value null.
+    type (`io.json_records.judge_json`); they come first, since the reader left such a value null.
     """
     specs = {c.name: c for c in required_columns(config, stream)}
     for name, value in (fill or {}).items():
