@@ -15,7 +15,7 @@ from typing import Any
 
 import stitchlake
 from stitchlake.api import Table
-from tests.unit.test_cli import ORDERS, PAYMENTS, SHIPMENTS, config_file, run, table, write_config, written  # noqa: F401 (fixtures)
+from tests.unit.test_cli import ORDERS, PAYMENTS, SHIPMENTS, config_file, run, table, written  # noqa: F401 fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 

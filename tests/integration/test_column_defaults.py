@@ -21,11 +21,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 import stitchlake
 from scripts import kafka_broker as broker
 from tests.support.spark_fixtures import SPARK_CONF, run_stitch
+from tests.support.tables import write_table_yaml
 
 DOCUMENT: dict[str, Any] = {
     "table": {"name": "rides", "path": "table", "key": {"ride_id": "long"}, "buckets": 2},
@@ -43,13 +43,6 @@ DOCUMENT: dict[str, Any] = {
         },
     },
 }
-
-
-def write_config(root: Path, document: dict[str, Any]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "table.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return path
 
 
 def stitch_ok(*args: str) -> dict[str, Any]:
@@ -89,7 +82,7 @@ def rows(config: Path) -> dict[int, dict[str, Any]]:
 
 def build(root: Path, alter_first: bool) -> Path:
     """Land old-shaped files (no `tip`, no `city`) and alter the table, in either order."""
-    config = write_config(root, DOCUMENT)
+    config = write_table_yaml(root, DOCUMENT)
     stitch_ok("init", "-c", str(config))
     land_trips(root, "t-1.parquet", [1, 2])
     land_ratings(
@@ -101,12 +94,12 @@ def build(root: Path, alter_first: bool) -> Path:
             stitch_ok("ingest", "-c", str(at), "--stream", stream, "--engine", "local")
 
     if alter_first:
-        config = write_config(root, altered(DOCUMENT, 1.5, "Lyon"))
+        config = write_table_yaml(root, altered(DOCUMENT, 1.5, "Lyon"))
         stitch_ok("alter", "-c", str(config))
         ingest(config)  # old-shaped files after the alter: accepted, carrying the defaults
     else:
         ingest(config)
-        config = write_config(root, altered(DOCUMENT, 1.5, "Lyon"))
+        config = write_table_yaml(root, altered(DOCUMENT, 1.5, "Lyon"))
         stitch_ok("alter", "-c", str(config))
     return config
 
@@ -132,12 +125,12 @@ def test_under_nulls_ignore_an_absent_added_field_is_the_default_and_a_null_leav
     newer_old_shaped = {"ride_id": 1, "stars": 4, "rating_ts": 2}
 
     def build_order(root: Path, old_first: bool) -> Path:
-        config = write_config(root, DOCUMENT)
+        config = write_table_yaml(root, DOCUMENT)
         stitch_ok("init", "-c", str(config))
         if old_first:  # the old-shaped event is ingested before the alter
             land_ratings(root, "old.json", [newer_old_shaped])
             stitch_ok("ingest", "-c", str(config), "--stream", "ratings", "--engine", "local")
-        config = write_config(root, altered(DOCUMENT, None, "Lyon"))
+        config = write_table_yaml(root, altered(DOCUMENT, None, "Lyon"))
         stitch_ok("alter", "-c", str(config))
         paris = {"ride_id": 1, "stars": 5, "rating_ts": 1, "city": "Paris"}
         # After the alter: in the same file as a record that has the field.
@@ -159,7 +152,7 @@ def test_a_changed_default_reaches_forward_never_back(tmp_path: Path) -> None:
     for alter_first in (False, True):
         root = tmp_path / f"alter-first-{alter_first}"
         config = build(root, alter_first)
-        config = write_config(root, altered(DOCUMENT, 2.5, "Paris"))
+        config = write_table_yaml(root, altered(DOCUMENT, 2.5, "Paris"))
         stitch_ok("alter", "-c", str(config))
         land_trips(root, "t-2.parquet", [4])  # still old-shaped, after the default changed
         land_trips(root, "t-3.parquet", [5], with_tip=9.0)  # a producer that switched
@@ -173,11 +166,11 @@ def test_a_changed_default_reaches_forward_never_back(tmp_path: Path) -> None:
 
 
 def test_without_a_default_missing_reads_null_and_original_columns_stay_required(tmp_path: Path) -> None:
-    config = write_config(tmp_path, DOCUMENT)
+    config = write_table_yaml(tmp_path, DOCUMENT)
     stitch_ok("init", "-c", str(config))
     land_trips(tmp_path, "t-1.parquet", [1])
     stitch_ok("ingest", "-c", str(config), "--stream", "trips", "--engine", "local")
-    config = write_config(tmp_path, altered(DOCUMENT, None, None))
+    config = write_table_yaml(tmp_path, altered(DOCUMENT, None, None))
     stitch_ok("alter", "-c", str(config))
     land_trips(tmp_path, "t-2.parquet", [2])
     stitch_ok("ingest", "-c", str(config), "--stream", "trips", "--engine", "local")
@@ -190,9 +183,9 @@ def test_without_a_default_missing_reads_null_and_original_columns_stay_required
 
 
 def test_table_write_accepts_inputs_without_an_added_column(tmp_path: Path) -> None:
-    config = write_config(tmp_path, DOCUMENT)
+    config = write_table_yaml(tmp_path, DOCUMENT)
     stitch_ok("init", "-c", str(config))
-    config = write_config(tmp_path, altered(DOCUMENT, 1.5, None))
+    config = write_table_yaml(tmp_path, altered(DOCUMENT, 1.5, None))
     stitch_ok("alter", "-c", str(config))
     table = stitchlake.open(str(config))
     table.write("trips", pa.table({"ride_id": [7], "fare": [1.0], "trip_ts": [1]}))
@@ -217,9 +210,9 @@ def mixed_after_alter(root: Path, engine: str) -> dict[int, dict[str, Any]]:
     document["streams"]["ratings"].pop("nulls")
     document["bad_rows"] = "quarantine"
     document["spark"] = {"master": "local[1]", "conf": dict(SPARK_CONF)}
-    config = write_config(root, document)
+    config = write_table_yaml(root, document)
     stitch_ok("init", "-c", str(config))
-    config = write_config(root, altered(document, None, "Lyon"))
+    config = write_table_yaml(root, altered(document, None, "Lyon"))
     stitch_ok("alter", "-c", str(config))
     land_ratings(root, "a.json", [{"ride_id": 1, "stars": 5, "rating_ts": 1}])
     land_ratings(root, "b.json", MIXED)
@@ -259,9 +252,9 @@ def test_an_added_column_defaults_record_by_record_in_a_kafka_range(kafka_broker
         "bootstrap_servers": kafka_broker,
         "read_timeout_s": 120,
     }
-    config = write_config(tmp_path, document)
+    config = write_table_yaml(tmp_path, document)
     stitch_ok("init", "-c", str(config))
-    config = write_config(tmp_path, altered(document, None, "Lyon"))
+    config = write_table_yaml(tmp_path, altered(document, None, "Lyon"))
     stitch_ok("alter", "-c", str(config))
     broker.produce(kafka_broker, topic, [(0, json.dumps({"ride_id": 1, "stars": 5, "rating_ts": 1}).encode())])
     assert stitch_ok("ingest", "-c", str(config), "--stream", "ratings")["rows"] == 1
@@ -274,9 +267,9 @@ def test_a_json_file_with_a_byte_order_mark_still_defaults_record_by_record(tmp_
     """pyarrow reads a file that starts with a UTF-8 byte-order mark; the per-record scan must read it too."""
     document = copy.deepcopy(DOCUMENT)
     document["streams"]["ratings"].pop("nulls")
-    config = write_config(tmp_path, document)
+    config = write_table_yaml(tmp_path, document)
     stitch_ok("init", "-c", str(config))
-    config = write_config(tmp_path, altered(document, None, "Lyon"))
+    config = write_table_yaml(tmp_path, altered(document, None, "Lyon"))
     stitch_ok("alter", "-c", str(config))
     folder = tmp_path / "landing" / "ratings"
     folder.mkdir(parents=True)

@@ -24,7 +24,7 @@ from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 from tests.support.jvm_session import JvmError, JvmSession, jvm_session
 from tests.support.spark_native_reader import decode
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
 
 #: Every test here starts a JVM (Spark or the merge harness).
 pytestmark = pytest.mark.spark
@@ -289,8 +289,7 @@ def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
         "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
         "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
     }
-    config = tmp_path / "t.yaml"
-    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    config = write_table_yaml(tmp_path, document, "t.yaml")
     table = stitchlake.open(config)
     table.init()
     table.write("a", pa.table({"k": [1, 2, 3], "v": pa.array([1, 2, None], pa.int32()), "s": ["x", "y", None]}))

@@ -18,12 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 import stitchlake
 from scripts import kafka_broker as broker
 from stitchlake.paths import QUARANTINE_DIR
 from tests.support.spark_fixtures import run_stitch
+from tests.support.tables import write_table_yaml
 
 #: Values only key 7 (the person erased) ever had.
 SECRETS = ("SECRET-ORDER-7", "SECRET-PAY-7", "SECRET-SHIP-7", "SECRET-MISSING-7", "SECRET-LATE-7")
@@ -56,8 +56,7 @@ def config(root: Path) -> Path:
         "publish": {"formats": ["delta", "iceberg"]},
         "spark": {"master": "local[1]", "conf": {"spark.driver.memory": "768m", "spark.ui.enabled": "false"}},
     }
-    path = root / "table.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    path = write_table_yaml(root, document)
     return path
 
 
@@ -190,8 +189,7 @@ def test_purge_removes_the_erased_keys_undecodable_kafka_values(kafka_broker: st
         },
         "bad_rows": "quarantine",
     }
-    cfg = tmp_path / "table.yaml"
-    cfg.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    cfg = write_table_yaml(tmp_path, document)
     good = [json.dumps({"k": k, "note": f"n-{k}", "ets": 1}).encode() for k in (1, 2, 7)]
     # `events`: a decoded bad row of key 7 beside undecodable values, so the quarantined rows have a key column
     # that is null for the undecodable ones.

@@ -24,6 +24,7 @@ import yaml
 from scripts import local_daemons
 from tests.support.operator_table import OperatorTable, build, stitch_json
 from tests.support.spark_fixtures import run_stitch
+from tests.support.tables import write_table_yaml
 
 #: Debian's package of headless Chromium.
 CHROMIUM_PACKAGES = ("chromium",)
@@ -141,8 +142,7 @@ def test_warnings_show_the_command_that_fixes_them_and_a_broker_that_is_down_is_
     # The same table, its brokers unreachable: the lag is unknown, the report and the query still work.
     document: dict[str, Any] = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
     document["streams"]["orders"]["source"]["bootstrap_servers"] = f"127.0.0.1:{local_daemons.free_port()}"
-    down = tmp_path / "down.yaml"
-    down.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    down = write_table_yaml(tmp_path, document, "down.yaml")
     queried = run_stitch(
         "sql", "-c", str(down), "SELECT partition, lag, note FROM t$streams WHERE stream = 'orders'", "--json"
     )

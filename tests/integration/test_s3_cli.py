@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 
 from stitchlake.cli.app import app
 from stitchlake.storage import storage_for
-from tests.support.tables import MODELS, THREE_STREAMS, batch
+from tests.support.tables import MODELS, THREE_STREAMS, batch, write_table_yaml
 from tests.unit.test_write import orders_rows
 
 pytestmark = pytest.mark.s3
@@ -49,8 +49,7 @@ def s3_config(s3_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         "secret_access_key": "${STITCH_TEST_S3_SECRET}",
         "allow_http": True,
     }
-    path = tmp_path / "wide.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    path = write_table_yaml(tmp_path, document, "wide.yaml")
     return path, document["table"]["path"], s3_bucket.server.secret_key
 
 

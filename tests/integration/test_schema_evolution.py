@@ -18,13 +18,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stitchlake
 from stitchlake.types import arrow_type
 from tests.support.reference import Event, StreamModel, expected_rows
+from tests.support.tables import write_table_yaml
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -78,12 +78,6 @@ def new_default(doc: dict[str, Any]) -> None:
 
 #: Compatible alters, applied in this order (each needs the ones before it only where noted).
 ALTERS = [add_extra, widen_v, add_stream_c, drop_w, drop_n, add_z, new_default]
-
-
-def write_yaml(root: Path, document: dict[str, Any]) -> Path:
-    path = root / "table.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
 
 
 def models(document: dict[str, Any]) -> list[StreamModel]:
@@ -182,7 +176,7 @@ def as_dict(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
 def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
     document = copy.deepcopy(BASE)
     document["table"]["log_format"] = log_format
-    config = write_yaml(root, document)
+    config = write_table_yaml(root, document)
     table = stitchlake.open(config)
     table.init()
     written: list[tuple[Event, set[str]]] = []
@@ -196,7 +190,7 @@ def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Non
             next(a for a in ALTERS if a.__name__ == arg)(document)
             for model in models(document):
                 initial.update({c: model.defaults.get(c) for c in model.columns if c not in initial})
-            config = write_yaml(root, document)
+            config = write_table_yaml(root, document)
             from stitchlake.services.alter import alter
 
             alter(stitchlake.open(config))
@@ -250,7 +244,7 @@ def digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture
 def created(tmp_path: Path) -> Path:
-    config = write_yaml(tmp_path, BASE)
+    config = write_table_yaml(tmp_path, BASE)
     assert stitch("init", "-c", str(config), cwd=tmp_path).returncode == 0
     table = stitchlake.open(config)
     table.write("a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
@@ -282,7 +276,7 @@ REFUSED = [
 def test_every_incompatible_change_is_refused_naming_it(created: Path, name: str, edit: Any, phrase: str) -> None:
     document = copy.deepcopy(BASE)
     edit(document)
-    config = write_yaml(created, document)
+    config = write_table_yaml(created, document)
     before = digest(created / "table")
     done = stitch("alter", "-c", str(config), "--json", cwd=created)
     assert done.returncode == 2, done.stderr
@@ -295,9 +289,9 @@ def test_every_incompatible_change_is_refused_naming_it(created: Path, name: str
 def test_reusing_a_dropped_name_is_refused(created: Path) -> None:
     document = copy.deepcopy(BASE)
     drop_w(document)
-    assert stitch("alter", "-c", str(write_yaml(created, document)), cwd=created).returncode == 0
+    assert stitch("alter", "-c", str(write_table_yaml(created, document)), cwd=created).returncode == 0
     document["streams"]["b"]["columns"]["w"] = "long"
-    done = stitch("alter", "-c", str(write_yaml(created, document)), cwd=created)
+    done = stitch("alter", "-c", str(write_table_yaml(created, document)), cwd=created)
     assert done.returncode == 2 and "was dropped from this stream in an earlier schema version" in done.stderr
 
 
@@ -307,7 +301,7 @@ def test_dry_run_changes_nothing_and_the_config_must_follow_the_table(created: P
     add_extra(new)
     add_stream_c(new)
     before = digest(created / "table")
-    config = write_yaml(created, new)
+    config = write_table_yaml(created, new)
     dry = stitch("alter", "-c", str(config), "--dry-run", "--json", cwd=created)
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
@@ -319,8 +313,8 @@ def test_dry_run_changes_nothing_and_the_config_must_follow_the_table(created: P
     assert stitch("alter", "-c", str(config), cwd=created).returncode == 0
     assert stitch("read", "-c", str(config), cwd=created).returncode == 0
     # An old deployment still running the previous config is refused, naming the newer version.
-    behind = stitch("read", "-c", str(write_yaml(created, old)), cwd=created)
+    behind = stitch("read", "-c", str(write_table_yaml(created, old)), cwd=created)
     assert behind.returncode == 2
     assert "describes schema version 0" in behind.stderr and "at version 1 now" in behind.stderr
-    again = stitch("alter", "-c", str(write_yaml(created, new)), cwd=created)
+    again = stitch("alter", "-c", str(write_table_yaml(created, new)), cwd=created)
     assert again.returncode == 0 and "nothing to alter" in again.stdout

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import stitchlake
+from tests.support.tables import write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STITCH = Path(sys.executable).parent / "stitch"
@@ -54,13 +55,6 @@ def stitch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproce
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         check=False,
     )
-
-
-def write_config(folder: Path, document: dict[str, Any], name: str = "table.yaml") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
 
 
 def write_orders(path: Path, keys: list[int], partitions: list[str]) -> None:
@@ -225,7 +219,7 @@ def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: 
     """Values like `../../x` become escaped folder names under the table, through ingest and compaction, and
     read back (and filter) as the values they were."""
     workspace = tmp_path / "ws"
-    write_config(workspace, BASE)
+    write_table_yaml(workspace, BASE)
     keys = list(range(1, len(HOSTILE_PARTITIONS) + 1))
     write_orders(workspace / "landing/orders/0001.parquet", keys, HOSTILE_PARTITIONS)
     outside = files_under(tmp_path)
@@ -269,7 +263,7 @@ def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: 
     ids=lambda args: " ".join(args[:2]),
 )
 def test_path_like_arguments_are_refused_without_touching_files(tmp_path: Path, args: tuple[str, ...]) -> None:
-    config = write_config(tmp_path / "ws", BASE)
+    config = write_table_yaml(tmp_path / "ws", BASE)
     stitchlake.open(config).init()
     before = files_under(tmp_path)
     done = stitch(*args, "-c", "table.yaml", cwd=config.parent)
@@ -298,7 +292,7 @@ def test_secrets_from_the_environment_are_never_printed_or_stored(tmp_path: Path
     """A secret in spark.conf and one in the lock config, through every command an operator runs, their
     `--json` forms, and a lock error whose message would name the hosts."""
     workspace = tmp_path / "ws"
-    write_config(workspace, secret_document())
+    write_table_yaml(workspace, secret_document())
     write_orders(workspace / "landing/orders/0001.parquet", [1, 2], ["a", "b"])
     env = {"STITCH_TEST_SECRET": SECRET, "STITCH_TEST_ZK_HOSTS": SECRET_HOSTS}
     runs = {}
@@ -336,7 +330,7 @@ def test_a_secret_in_a_config_error_is_masked(tmp_path: Path) -> None:
     document["clean"] = {"retain": "${STITCH_TEST_RETAIN}"}
     document["compaction"] = {"strategy": "${STITCH_TEST_STRATEGY}"}
     document["secrets"] = ["STITCH_TEST_RETAIN", "STITCH_TEST_STRATEGY"]
-    write_config(tmp_path, document)
+    write_table_yaml(tmp_path, document)
     done = stitch(
         "init", "-c", "table.yaml", cwd=tmp_path, env={"STITCH_TEST_RETAIN": "-31415926", "STITCH_TEST_STRATEGY": "all"}
     )
@@ -363,7 +357,7 @@ def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(t
             "spark.stitchtest.auth": "Bearer ${STITCH_TEST_SECRET}",
         },
     }
-    write_config(workspace, document)
+    write_table_yaml(workspace, document)
     write_orders(workspace / "landing/orders/0001.parquet", [1, 2, 3], ["a", "b", "a"])
     env = {"STITCH_TEST_SECRET": SECRET}
     assert stitch("init", "-c", "table.yaml", cwd=workspace, env=env).returncode == 0
@@ -387,7 +381,7 @@ def test_spark_job_in_a_hostile_folder_runs_without_a_shell_and_logs_no_secret(t
     assert json.loads(scheduled.stdout)["scheduled"], scheduled.stderr
     document["concurrency"]["lock"] = {"provider": "zookeeper", "hosts": "${STITCH_TEST_ZK_HOSTS}", "wait_s": 1}
     document["secrets"] = ["STITCH_TEST_ZK_HOSTS"]
-    write_config(workspace, document)
+    write_table_yaml(workspace, document)
     env["STITCH_TEST_ZK_HOSTS"] = SECRET_HOSTS
     failed = stitch("compact", "-c", "table.yaml", "--run", "--engine", "spark", cwd=workspace, env=env)
     assert failed.returncode == 4, failed.stderr

@@ -33,7 +33,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from typer.testing import CliRunner, Result
 
 import stitchlake
@@ -50,7 +49,16 @@ from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CleanCommit, CleanPlan, CompactionPlan, DeltaCommit, DeltaCommitPlan
 from stitchlake.writing.writer import WriteResult, write
 from tests.support.reference import Erase, Event, expected_rows
-from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, instant_at, partition_of, pause_when_inflight
+from tests.support.tables import (
+    MODELS,
+    THREE_STREAMS,
+    as_rows,
+    batch,
+    instant_at,
+    partition_of,
+    pause_when_inflight,
+    write_table_yaml,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STITCH = Path(sys.executable).parent / "stitch"
@@ -85,8 +93,7 @@ def document(
 def make_table(folder: Path, data: dict[str, Any]) -> tuple[Table, Path]:
     """A config file in `folder` (table at `folder/table`) and the created table."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "table.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path = write_table_yaml(folder, data)
     table = stitchlake.open(path)
     table.init()
     return table, path

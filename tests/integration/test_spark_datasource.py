@@ -22,6 +22,7 @@ from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.errors import InputRejected
 from tests.support.spark_fixtures import write_config
+from tests.support.tables import write_table_yaml
 
 FORMATS = ("parquet", "json", "csv", "avro")
 
@@ -287,7 +288,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     from stitchlake.services.compaction import compact
     from stitchlake.services.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
-    from tests.integration.test_schema_evolution import BASE, add_extra, drop_w, write_yaml
+    from tests.integration.test_schema_evolution import BASE, add_extra, drop_w
     from tests.unit.test_schema_evolution import NESTED_AVRO
 
     document = copy.deepcopy(BASE)
@@ -298,7 +299,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
         (landing / fmt).mkdir(parents=True)
     document["streams"]["n"]["source"] = {"format": "json", "path": str(landing / "json")}
     document["streams"]["b"]["source"] = {"format": "parquet", "path": str(landing / "parquet")}
-    table = stitchlake.open(write_yaml(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     table.init()
     nested = [{"k": 1, "tags": ["x", "y"], "info": {"x": 1, "y": "u"}}, {"k": 2, "tags": [], "info": None}]
     (landing / "json" / "f1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nested))
@@ -315,7 +316,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     add_extra(document)
     drop_w(document)
     document["streams"]["n"]["source"] = {"format": "avro", "path": str(landing / "avro")}  # a source change
-    config = write_yaml(tmp_path, document)
+    config = write_table_yaml(tmp_path, document)
     alter(stitchlake.open(config))
     table = stitchlake.open(config)
     with open(landing / "avro" / "f2.avro", "wb") as handle:

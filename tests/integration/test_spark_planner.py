@@ -23,7 +23,7 @@ from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 from stitchlake.services.alter import alter
 from stitchlake.spark import planner
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
@@ -118,8 +118,7 @@ def test_files_of_older_schema_versions_say_what_they_lack_and_store_narrower(tm
         "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
         "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
     }
-    config = tmp_path / "t.yaml"
-    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    config = write_table_yaml(tmp_path, document, "t.yaml")
     table = stitchlake.open(config)
     table.init()
     table.write("a", pa.table({"k": [1, 2], "v": pa.array([1, 2], pa.int32()), "s": ["x", "y"]}))

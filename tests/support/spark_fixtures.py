@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.tables import write_table_yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: A fresh value in the environment of this test session, so every process it starts carries it, as every process of
@@ -88,8 +90,7 @@ def write_config(
         else:
             document[key] = value
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "table.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    path = write_table_yaml(folder, document)
     return path
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import yaml
 
 from stitchlake.api import Table
 from stitchlake.config import TableConfig, parse_config
@@ -57,6 +58,16 @@ def config(root: Path, document: dict[str, Any] | None = None, **table: Any) -> 
     data = copy.deepcopy(document or THREE_STREAMS)
     data["table"].update(table)
     return parse_config(data, file="test.yaml", base=root)
+
+
+def write_table_yaml(folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml") -> Path:
+    """`document` (THREE_STREAMS when not given) as the config file `folder/name`: what the CLI, a job or another
+    process is pointed at. The one writer of test configs (spark_fixtures.write_config starts from configs/demo.yaml
+    and ends here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(yaml.safe_dump(document or THREE_STREAMS, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def new_table(root: Path, document: dict[str, Any] | None = None, **table: Any) -> Table:

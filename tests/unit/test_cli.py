@@ -27,7 +27,7 @@ from stitchlake.errors import BusyError, ConfigError, ConflictError, InputReject
 from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
-from tests.support.tables import MODELS, THREE_STREAMS, batch
+from tests.support.tables import MODELS, THREE_STREAMS, batch, write_table_yaml
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
@@ -36,16 +36,10 @@ def run(*args: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(app, list(args), env=env)
 
 
-def write_config(folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml") -> Path:
-    path = folder / name
-    path.write_text(yaml.safe_dump(document or THREE_STREAMS, sort_keys=False))
-    return path
-
-
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     """THREE_STREAMS (tests/support/tables.py) as a YAML file; the table lives in `tmp_path/table`."""
-    return write_config(tmp_path)
+    return write_table_yaml(tmp_path)
 
 
 @pytest.fixture
@@ -278,7 +272,7 @@ def test_init_with_a_contradicting_config_exits_2_listing_the_differences(
 ) -> None:
     document = copy.deepcopy(THREE_STREAMS)
     _contradict(document, change)
-    other = write_config(tmp_path, document, "other.yaml")
+    other = write_table_yaml(tmp_path, document, "other.yaml")
     table_json = tmp_path / "table" / ".stitch" / "table.json"
     before = table_json.read_bytes()
 
@@ -317,7 +311,7 @@ def test_init_with_bad_yaml_exits_2_naming_file_and_line(tmp_path: Path) -> None
 def test_init_with_an_invalid_config_exits_2_naming_the_yaml_path(tmp_path: Path, edit: Any, yaml_path: str) -> None:
     document = copy.deepcopy(THREE_STREAMS)
     edit(document)
-    result = run("init", "-c", str(write_config(tmp_path, document)))
+    result = run("init", "-c", str(write_table_yaml(tmp_path, document)))
     assert result.exit_code == 2
     assert yaml_path in result.stderr
     assert not (tmp_path / "table").exists()
@@ -328,7 +322,7 @@ def test_init_never_prints_a_path_taken_from_a_secret_environment_variable(tmp_p
     document = copy.deepcopy(THREE_STREAMS)
     document["table"]["path"] = "${STITCH_TEST_TABLE_PATH}"
     document["secrets"] = ["STITCH_TEST_TABLE_PATH"]  # not secret by its name: declared so
-    config = write_config(tmp_path, document)
+    config = write_table_yaml(tmp_path, document)
     env = {"STITCH_TEST_TABLE_PATH": str(secret)}
     for args in (["init", "-c", str(config)], ["init", "-c", str(config), "--json"]):
         result = run(*args, env=env)
@@ -454,7 +448,7 @@ def long_timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     from stitchlake.timeline.timeline import encode_metadata
 
     folder = tmp_path_factory.mktemp("long")
-    config = write_config(folder)
+    config = write_table_yaml(folder)
     stitchlake.open(config).init()
     timeline = folder / "table" / ".stitch" / "timeline"
     garbage = folder / "garbage.json"
@@ -608,7 +602,7 @@ def test_read_out_json_writes_typed_values(tmp_path: Path) -> None:
         "table": {"name": "typed", "path": "typed", "key": {"id": "long"}},
         "streams": {"s": {"columns": {"ts": "timestamp", "amount": "decimal(10,2)", "blob": "binary", "x": "double"}}},
     }
-    typed = stitchlake.open(write_config(tmp_path, document))
+    typed = stitchlake.open(write_table_yaml(tmp_path, document))
     typed.init()
     import datetime as dt
     from decimal import Decimal
@@ -797,14 +791,14 @@ def test_repeated_where_conditions_all_hold_and_compare(written: tuple[Table, li
 
 
 def test_validate_checks_a_config_without_touching_a_table(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
+    config = write_table_yaml(tmp_path)
     done = run("validate", "-c", str(config), "--json")
     assert done.exit_code == 0, done.output
     assert stdout_json(done)["ok"] is True
     assert not (tmp_path / "table").exists(), "validate created something"
     broken = yaml.safe_load(config.read_text())
     broken["table"]["buckets"] = 0
-    bad = write_config(tmp_path, broken, name="bad.yaml")
+    bad = write_table_yaml(tmp_path, broken, name="bad.yaml")
     refused = run("validate", "-c", str(bad), "--json")
     assert refused.exit_code == 2 and json.loads(refused.stdout)["yaml_path"] == "table.buckets"
 

@@ -10,9 +10,9 @@ import io
 from pathlib import Path
 
 import pyarrow as pa
-import yaml
 
 import stitchlake
+from tests.support.tables import write_table_yaml
 
 
 def test_an_undecodable_avro_value_is_purged_though_its_key_is_no_text(tmp_path: Path) -> None:
@@ -27,8 +27,7 @@ def test_an_undecodable_avro_value_is_purged_though_its_key_is_no_text(tmp_path:
         "table": {"name": "people", "path": str(tmp_path / "table"), "key": {"k": "long"}, "buckets": 1},
         "streams": {"events": {"columns": {"email": "string", "ets": "long"}, "ordering": "ets"}},
     }
-    cfg = tmp_path / "table.yaml"
-    cfg.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    cfg = write_table_yaml(tmp_path, document)
     table = stitchlake.open(str(cfg))
     schema = fastavro.parse_schema(
         {

@@ -25,9 +25,8 @@ from tests.integration.test_schema_evolution import (
     column_types,
     drop_w,
     widen_v,
-    write_yaml,
 )
-from tests.support.tables import instant_at
+from tests.support.tables import instant_at, write_table_yaml
 
 #: An Avro landing file of stream n (the nested columns).
 NESTED_AVRO: dict[str, Any] = {
@@ -53,7 +52,7 @@ NESTED_AVRO: dict[str, Any] = {
 
 def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) -> None:
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_yaml(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     table.init()
     times = []
     for change in (None, add_stream_c, add_extra, widen_v, drop_w):
@@ -61,7 +60,7 @@ def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) ->
             change(document)
             from stitchlake.services.alter import alter
 
-            alter(stitchlake.open(write_yaml(tmp_path, document)))
+            alter(stitchlake.open(write_table_yaml(tmp_path, document)))
             table = stitchlake.open(tmp_path / "table.yaml")
         row = {"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a", "extra": "e1"}
         result = table.write("a", arrow_rows(document, "a", [row]))
@@ -81,12 +80,12 @@ def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path
     from stitchlake.services.ingest import claim
 
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_yaml(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     table.init()
     txn = claim(table, "a")  # the writer began under version 0
     add_extra(document)
     widen_v(document)
-    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))
     from stitchlake.writing.writer import write
 
     result = write(table, "a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 7, "s": "p", "ts": "a"}]), txn=txn)
@@ -103,18 +102,18 @@ def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path
     from stitchlake.services.savepoint import create
 
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_yaml(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     table.init()
     table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
     create(table, name="before")
     add_stream_c(document)
-    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))
     table = stitchlake.open(tmp_path / "table.yaml")
     table.write("c", arrow_rows(document, "c", [{"k": 2, "op": "I", "c1": 0.5}]))
     pending = begin_restore(table, "before")
     add_z(document)
     with pytest.raises(BusyError, match="nothing can alter the table"):
-        alter(stitchlake.open(write_yaml(tmp_path, document)))
+        alter(stitchlake.open(write_table_yaml(tmp_path, document)))
     pending.heartbeat.stop(delete=True)  # type: ignore[union-attr]
     from stitchlake.services.recovery import rollback_failed
 
@@ -130,11 +129,11 @@ def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
     from stitchlake.services.alter import alter
 
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_yaml(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     table.init()
     first = table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
     add_extra(document)
-    alter(stitchlake.open(write_yaml(tmp_path, document)))
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))
     table = stitchlake.open(tmp_path / "table.yaml")
     table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 2, "s": "p", "ts": "b", "extra": "e1"}]))
     table.write("a", arrow_rows(document, "a", [{"k": 2, "op": "I", "v": 3, "s": "q", "ts": "a"}]))
@@ -167,7 +166,7 @@ def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path)
         else:
             with open(landing / "f.avro", "wb") as handle:
                 fastavro.writer(handle, fastavro.parse_schema(NESTED_AVRO), rows)
-        table = stitchlake.open(write_yaml(root, document))
+        table = stitchlake.open(write_table_yaml(root, document))
         table.init()
         assert table.ingest("n").rows == 2, fmt
         got = {r["k"]: (r["tags"], r["info"]) for r in table.read(columns=["k", "tags", "info"]).to_pylist()}

@@ -18,14 +18,8 @@ from stitchlake.errors import ConfigError, StitchError
 from stitchlake.jobs.launch import target_args
 from stitchlake.jobs.spark_submit import JobFiles, build_argv, spark_properties, write_properties
 from stitchlake.storage import LocalStorage
-from tests.integration.test_security import (
-    BASE,
-    HOSTILE,
-    SECRET,
-    process_calls,
-    shell_problems,
-    write_config,
-)
+from tests.integration.test_security import BASE, HOSTILE, SECRET, process_calls, shell_problems
+from tests.support.tables import write_table_yaml
 
 
 def test_the_config_loader_is_a_safe_loader() -> None:
@@ -58,7 +52,7 @@ def test_spark_submit_argv_keeps_hostile_config_values_whole(tmp_path: Path) -> 
     master = "local[1]; $(touch PWNED) `touch PWNED2` && echo"
     note = "a b; $(touch PWNED3) | cat"
     document = {**BASE, "spark": {"master": master, "conf": {"spark.stitchtest.note": note}}}
-    table = stitchlake.open(write_config(folder, document))
+    table = stitchlake.open(write_table_yaml(folder, document))
     files = JobFiles(
         tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "request.json"
     )
@@ -92,7 +86,7 @@ def test_executors_on_a_cluster_get_the_kafka_secrets_by_name_in_the_private_fil
         },
     }
     document["spark"] = {"master": "spark://host:7077"}
-    table = stitchlake.open(write_config(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     properties = spark_properties(table.config)
     forwarded = {k: v for k, v in properties.items() if k.startswith("spark.executorEnv.")}
     assert forwarded == {
@@ -109,12 +103,12 @@ def test_executors_on_a_cluster_get_the_kafka_secrets_by_name_in_the_private_fil
     assert files.properties.stat().st_mode & 0o777 == 0o600
 
     document["spark"]["conf"] = {"spark.kubernetes.executor.secretKeyRef.STITCH_TEST_KAFKA_PASS": "kafka:password"}
-    table = stitchlake.open(write_config(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     assert [k for k in spark_properties(table.config) if k.startswith("spark.executorEnv.")] == [
         "spark.executorEnv.STITCH_TEST_KAFKA_OAUTH"
     ]
     document["spark"] = {"master": "local[2]"}
-    table = stitchlake.open(write_config(tmp_path, document))
+    table = stitchlake.open(write_table_yaml(tmp_path, document))
     local = spark_properties(table.config)
     assert not [k for k in local if "executorEnv" in k] and "spark.redaction.regex" not in local
 
