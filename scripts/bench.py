@@ -12,10 +12,8 @@ hand-written analysis around it is kept.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -32,6 +30,7 @@ from typing import Any
 
 from scripts import ROOT, bench_charts
 from scripts import bench_workload as workload
+from scripts.machine import machine as machine_info
 
 BEGIN, END = "<!-- bench:figures:begin -->", "<!-- bench:figures:end -->"
 TIMELINE_INSTANTS = 10_000
@@ -1116,15 +1115,7 @@ def metadata_rows(results: Results) -> list[str]:
 
 
 def machine() -> list[str]:
-    def first(path: str, prefix: str) -> str:
-        try:
-            for line in Path(path).read_text(encoding="utf-8").splitlines():
-                if line.startswith(prefix):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-        return "unknown"
-
+    """The report's header lines: `scripts.machine.machine()` and the library versions the figures depend on."""
     import numpy
     import pyarrow
 
@@ -1134,19 +1125,13 @@ def machine() -> list[str]:
         spark_version = pyspark.__version__
     except ImportError:
         spark_version = "not installed"
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT
-    )
-    revision = (commit.stdout.strip() or "?") + (" with uncommitted changes" if dirty.stdout.strip() else "")
-    memory = first("/proc/meminfo", "MemTotal")
+    host = machine_info()
+    java = host["java"] if host["java"] != "unknown" else "java unknown"
     return [
-        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; stitchlake commit {revision}",
-        f"- machine: {first('/proc/cpuinfo', 'model name')}, {os.cpu_count()} cores, {memory} RAM, "
-        f"{platform.system()} {platform.release()}",
-        f"- versions: Python {platform.python_version()}, pyarrow {pyarrow.__version__}, numpy {numpy.__version__}, "
-        f"pyspark {spark_version}, {java[0] if java else 'java unknown'}",
+        f"- date: {host['date']}; stitchlake commit {host['commit']}",
+        f"- machine: {host['cpu']}, {host['cores']} cores, {host['memory']} RAM, {host['os']}",
+        f"- versions: Python {host['python']}, pyarrow {pyarrow.__version__}, numpy {numpy.__version__}, "
+        f"pyspark {spark_version}, {java}",
     ]
 
 

@@ -15,10 +15,8 @@ ground truth. A system whose answer is wrong is reported with its figures and it
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -31,6 +29,7 @@ from typing import Any
 
 from scripts import ROOT, bench_charts, module_argv, spark_envs
 from scripts import bench_workload as workload
+from scripts.machine import machine
 from scripts.peer_job import QUERY, SYSTEMS
 
 BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
@@ -314,37 +313,8 @@ def load_average() -> str:
         return "unknown"
 
 
-def machine() -> dict[str, Any]:
-    def first(path: str, prefix: str) -> str:
-        try:
-            for line in Path(path).read_text(encoding="utf-8").splitlines():
-                if line.startswith(prefix):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-        return "unknown"
-
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT
-    )
-    return {
-        "date": f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
-        "commit": (commit.stdout.strip() or "?") + (" with uncommitted changes" if dirty.stdout.strip() else ""),
-        "cpu": first("/proc/cpuinfo", "model name"),
-        "cores": os.cpu_count(),
-        "memory": first("/proc/meminfo", "MemTotal"),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "java": java[0] if java else "unknown",
-    }
-
-
 def versions() -> dict[str, Any]:
     """What ran: each system's Spark and connector, and the environments' pinned packages and jars."""
-    from scripts import peer_delta, peer_hudi, peer_iceberg, peer_paimon
-
     return {
         "environments": {
             env.name: {"packages": list(env.packages), "jars": list(env.jars)}
@@ -352,10 +322,10 @@ def versions() -> dict[str, Any]:
         },
         "systems": {
             "stitchlake": {"spark": spark_envs.SPARK_4_1.spark_version},
-            "delta": {"spark": spark_envs.SPARK_4_1.spark_version, "delta": peer_delta.DELTA_VERSION},
-            "iceberg": {"spark": spark_envs.SPARK_4_1.spark_version, "iceberg": peer_iceberg.ICEBERG_VERSION},
-            "hudi": {"spark": spark_envs.SPARK_3_5.spark_version, "hudi": peer_hudi.HUDI_VERSION},
-            "paimon": {"spark": spark_envs.SPARK_3_5.spark_version, "paimon": peer_paimon.PAIMON_VERSION},
+            "delta": {"spark": spark_envs.SPARK_4_1.spark_version, "delta": spark_envs.DELTA_VERSION},
+            "iceberg": {"spark": spark_envs.SPARK_4_1.spark_version, "iceberg": spark_envs.ICEBERG_VERSION},
+            "hudi": {"spark": spark_envs.SPARK_3_5.spark_version, "hudi": spark_envs.HUDI_VERSION},
+            "paimon": {"spark": spark_envs.SPARK_3_5.spark_version, "paimon": spark_envs.PAIMON_VERSION},
         },
     }
 

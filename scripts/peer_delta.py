@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from scripts.peer_job import WIDE, hash_every_column, latest_per_key, merge_sql, table_columns, version_columns
+from scripts.spark_envs import DELTA_VERSION
 
-DELTA_VERSION = "4.4.0"
 CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

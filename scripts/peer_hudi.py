@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from scripts.peer_job import latest_per_key, widened
+from scripts.spark_envs import HUDI_VERSION
 
-HUDI_VERSION = "1.2.0"
 CONF = {
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
     "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from scripts.peer_job import WIDE, latest_per_key, merge_sql, table_columns, version_columns
+from scripts.spark_envs import ICEBERG_VERSION
 
-ICEBERG_VERSION = "1.12.0"
 CONF = {
     "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
     "spark.sql.catalog.ice": "org.apache.iceberg.spark.SparkCatalog",

@@ -18,8 +18,8 @@ from typing import Any
 
 from scripts import bench_workload as workload
 from scripts.peer_job import WIDE, table_columns, widened
+from scripts.spark_envs import PAIMON_VERSION
 
-PAIMON_VERSION = "0.9.0"
 CONF = {
     "spark.sql.extensions": "org.apache.paimon.spark.extensions.PaimonSparkSessionExtensions",
     "spark.sql.catalog.paimon": "org.apache.paimon.spark.SparkCatalog",
