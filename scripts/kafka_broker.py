@@ -26,20 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scripts import local_daemons, maven_jars
-from scripts.local_daemons import (
-    Commands,
-    command_line,
-    free_port,
-    kill_in_order,
-    log_tail,
-    pid_alive,
-    pid_is_ours,
-    spawn,
-    spawn_watchdog,
-    wait_for,
-    write_state,
-)
+from scripts import maven_jars
+from scripts.local_daemons import Daemons, free_port
 
 #: The broker, pinned. Kafka 4 runs in KRaft mode only (no ZooKeeper).
 KAFKA = "org.apache.kafka:kafka_2.13:4.3.1"
@@ -76,10 +64,6 @@ def _java() -> str:
     if not java or not Path(java).exists():
         raise KafkaBrokerError("java is not on PATH (Kafka needs Java 17+)")
     return java
-
-
-def _log_tails(workdir: Path) -> str:
-    return "\n".join(f"--- {p} ---\n{log_tail(p)}" for p in sorted((workdir / "log").glob("*"))) or "(no logs)"
 
 
 def _serves(port: int) -> bool:
@@ -133,24 +117,17 @@ def _properties(workdir: Path, port: int, controller_port: int) -> Path:
     return path
 
 
-def read_state(workdir: Path) -> KafkaBroker | None:
-    found = local_daemons.read_state(workdir)
-    try:
-        return KafkaBroker(**found) if found else None
-    except TypeError:
-        return None
+class Broker(Daemons[KafkaBroker]):
+    module, state, error = "kafka_broker", KafkaBroker, KafkaBrokerError
+    essential = "kafka"
+    grace_s = 20.0  # a controlled shutdown on SIGTERM
+
+    def ready(self, state: KafkaBroker) -> bool:
+        return _serves(int(state.bootstrap.rsplit(":", 1)[1]))
 
 
-def status(workdir: Path | str) -> KafkaBroker | None:
-    """The running broker of `workdir`, or None."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None or "kafka" not in state.pids:
-        return None
-    pid = state.pids["kafka"]
-    if not (pid_alive(pid) and pid_is_ours(pid, workdir)):
-        return None
-    return state if _serves(int(state.bootstrap.rsplit(":", 1)[1])) else None
+BROKER = Broker()
+status, stop = BROKER.status, BROKER.stop
 
 
 def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = START_TIMEOUT_S) -> KafkaBroker:
@@ -164,10 +141,7 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
         return running
     java = _java()
     classpath = os.pathsep.join(str(p) for p in jars())
-    stop(workdir)
-    for sub in ("log", "data"):
-        shutil.rmtree(workdir / sub, ignore_errors=True)
-        (workdir / sub).mkdir(parents=True)
+    BROKER.fresh(workdir, ("log", "data"))
     port, controller_port = free_port(), free_port()
     config = _properties(workdir, port, controller_port)
     jvm = [java, HEAP, "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1"]
@@ -183,21 +157,10 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
         raise KafkaBrokerError(f"formatting the KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
     broker = KafkaBroker(bootstrap=f"127.0.0.1:{port}", controller_port=controller_port, dir=str(workdir), pids={})
     pids: dict[str, int] = {}
-    try:
-        pids["kafka"] = spawn([*jvm, "kafka.Kafka", str(config)], workdir, "kafka")
-        write_state(workdir, dataclasses.replace(broker, pids=dict(pids)))
-        deadline = time.monotonic() + timeout
-        wait_for("the broker", lambda: _serves(port), pids, deadline, lambda: _log_tails(workdir), KafkaBrokerError)
-    except BaseException:
-        _kill(workdir, pids)
-        raise
-    broker = dataclasses.replace(broker, pids=dict(pids))
-    if watch_pid is not None:
-        broker = dataclasses.replace(
-            broker, pids={**pids, "watchdog": spawn_watchdog("kafka_broker", workdir, watch_pid)}
-        )
-    write_state(workdir, broker)
-    return broker
+    with BROKER.starting(workdir, pids):
+        BROKER.spawn(workdir, broker, pids, "kafka", [*jvm, "kafka.Kafka", str(config)])
+        BROKER.wait("the broker", lambda: _serves(port), workdir, pids, time.monotonic() + timeout)
+    return BROKER.started(workdir, broker, pids, watch_pid)
 
 
 def cluster_id() -> str:
@@ -209,20 +172,6 @@ def cluster_id() -> str:
         drawn = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not drawn.startswith("-"):
             return drawn
-
-
-def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 20.0) -> None:
-    kill_in_order(workdir, pids, lambda name: 0 if name == "watchdog" else 1, grace_s=grace_s)
-
-
-def stop(workdir: Path | str) -> None:
-    """Stop the broker of `workdir` (a controlled shutdown on SIGTERM, SIGKILL after the grace time)."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None:
-        return
-    _kill(workdir, dict(state.pids))
-    write_state(workdir, dataclasses.replace(state, pids={}))
 
 
 # ------------------------------------------------------------------ what tests and the torture run do to topics
@@ -307,10 +256,7 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    commands = Commands(
-        "kafka_broker.py", __doc__ or "", _start_options, _start_command, stop, status, KafkaBrokerError
-    )
-    return command_line(commands, argv)
+    return BROKER.command_line(__doc__ or "", argv, _start_options, _start_command)
 
 
 if __name__ == "__main__":

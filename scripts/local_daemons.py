@@ -1,9 +1,10 @@
-"""What the throw-away servers of the tests have in common (scripts/rgw.py, scripts/spark_standalone.py).
+"""What the throw-away servers of the tests have in common (kafka_broker, rgw, spark_standalone, trino_daemon).
 
 Each runs a few daemons under one private directory: spawned in sessions of their own (so a stop can signal a
 whole process group), recorded in a state file, waited for with their logs shown on failure, stopped by pid only
 while the pid still looks like ours (pids get reused), and optionally watched: a small watchdog stops them once
-the process that started them is gone, so a killed test run leaves no orphans. Stdlib only.
+the process that started them is gone, so a killed test run leaves no orphans. `Daemons` is that skeleton once;
+each server's subclass says only what differs (its state, its probe, its stop order). Stdlib only.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from scripts import child_env, module_argv
 
@@ -248,3 +249,131 @@ def command_line(commands: Commands, argv: list[str] | None) -> int:
         print(f"{commands.prog} {args.command}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+class State(Protocol):
+    """What each server's state dataclass holds besides how to reach it: its folder and the pids to stop."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    @property
+    def dir(self) -> str: ...
+
+    @property
+    def pids(self) -> dict[str, int]: ...
+
+
+S = TypeVar("S", bound=State)
+
+
+class Daemons(Generic[S]):
+    """One throw-away server: its state file, `status`, the bookkeeping of a start, `stop` in order and the command
+    line. A subclass names its state class, error and module and says whether the server answers (`ready`)."""
+
+    module: str  # run as `python -m scripts.<module>`: the watchdog and the command line
+    state: type[S]
+    error: type[Exception]
+    #: Stop rank by daemon name, lowest first; a name not listed goes last.
+    order: ClassVar[dict[str, int]] = {"watchdog": 0}
+    #: The daemon `status` requires running (None: every recorded one).
+    essential: ClassVar[str | None] = None
+    grace_s: ClassVar[float] = 10.0
+    log_lines: ClassVar[int] = 30
+
+    def ready(self, state: S) -> bool:
+        """The server answers requests."""
+        raise NotImplementedError
+
+    def rank(self, name: str) -> int:
+        return self.order.get(name, len(self.order))
+
+    def running(self, pid: int) -> bool:
+        """Whether a signalled daemon is still there (a subclass may wait for its whole process group)."""
+        return pid_alive(pid)
+
+    def read_state(self, workdir: Path) -> S | None:
+        found = read_state(workdir)
+        try:
+            return self.state(**found) if found else None
+        except TypeError:
+            return None
+
+    def status(self, workdir: Path | str) -> S | None:
+        """The running server of `workdir`, or None if it is not (fully) running or does not answer."""
+        workdir = Path(workdir).resolve()
+        state = self.read_state(workdir)
+        if state is None or not state.pids or (self.essential is not None and self.essential not in state.pids):
+            return None
+        pids = [state.pids[self.essential]] if self.essential is not None else list(state.pids.values())
+        if not all(pid_alive(pid) and pid_is_ours(pid, workdir) for pid in pids):
+            return None
+        return state if self.ready(state) else None
+
+    def logs(self, workdir: Path) -> str:
+        tails = (f"--- {p} ---\n{log_tail(p, self.log_lines)}" for p in sorted((workdir / "log").glob("*")))
+        return "\n".join(tails) or "(no logs)"
+
+    def wait(self, what: str, check: Callable[[], bool], workdir: Path, pids: dict[str, int], deadline: float) -> None:
+        wait_for(what, check, pids, deadline, lambda: self.logs(workdir), self.error)
+
+    def fresh(self, workdir: Path, folders: Iterable[str]) -> None:
+        """Stop what a stale or half-started run left in `workdir`, and empty `folders` there."""
+        self.stop(workdir)
+        for sub in folders:
+            shutil.rmtree(workdir / sub, ignore_errors=True)
+            (workdir / sub).mkdir(parents=True)
+
+    def spawn(
+        self,
+        workdir: Path,
+        state: S,
+        pids: dict[str, int],
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start daemon `name` and record it at once, so a stop finds it even if the start fails later."""
+        pids[name] = spawn(argv, workdir, name, env)
+        write_state(workdir, dataclasses.replace(state, pids=dict(pids)))
+
+    @contextlib.contextmanager
+    def starting(self, workdir: Path, pids: dict[str, int]) -> Iterator[None]:
+        """A start that fails (or is interrupted) stops what it had spawned."""
+        try:
+            yield
+        except BaseException:
+            self.kill(workdir, pids)
+            raise
+
+    def started(
+        self, workdir: Path, state: S, pids: dict[str, int], watch_pid: int | None, env: dict[str, str] | None = None
+    ) -> S:
+        """The final state, with a watchdog that stops the daemons once `watch_pid` is gone."""
+        if watch_pid is not None:
+            pids = {**pids, "watchdog": spawn_watchdog(self.module, workdir, watch_pid, env)}
+        state = dataclasses.replace(state, pids=dict(pids))
+        write_state(workdir, state)
+        return state
+
+    def kill(self, workdir: Path, pids: dict[str, int], grace_s: float | None = None) -> None:
+        grace = self.grace_s if grace_s is None else grace_s
+        kill_in_order(workdir, pids, self.rank, running=self.running, grace_s=grace)
+
+    def stop(self, workdir: Path | str) -> None:
+        """Stop the daemons of `workdir` in order (SIGTERM, SIGKILL after the grace time); the data stays."""
+        workdir = Path(workdir).resolve()
+        state = self.read_state(workdir)
+        if state is None:
+            return
+        self.kill(workdir, dict(state.pids))
+        write_state(workdir, dataclasses.replace(state, pids={}))
+
+    def command_line(
+        self,
+        doc: str,
+        argv: list[str] | None,
+        add_start_options: Callable[[argparse.ArgumentParser], None],
+        start: Callable[[argparse.Namespace], Any],
+    ) -> int:
+        prog = f"python -m scripts.{self.module}"
+        return command_line(Commands(prog, doc, add_start_options, start, self.stop, self.status, self.error), argv)

@@ -30,24 +30,11 @@ import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from scripts import local_daemons
-from scripts.local_daemons import (
-    Commands,
-    command_line,
-    free_port,
-    kill_in_order,
-    log_tail,
-    pid_alive,
-    pid_is_ours,
-    spawn,
-    spawn_watchdog,
-    wait_for,
-    write_state,
-)
+from scripts.local_daemons import Daemons, free_port, log_tail
 
 PACKAGES = ("ceph-mon", "ceph-osd", "radosgw", "ceph-common")
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
@@ -309,27 +296,39 @@ rgw dynamic resharding = false
 """
 
 
-def _wait(what: str, check: Callable[[], bool], workdir: Path, pids: dict[str, int], deadline: float) -> None:
-    wait_for(what, check, pids, deadline, lambda: _all_log_tails(workdir), RgwError)
+class Gateway(Daemons[RgwServer]):
+    """mon, OSD and radosgw must all run and S3 answer. A stop also finds the daemons by Ceph's pid files, stops
+    the gateway first and the monitor last (an OSD says goodbye to the monitor, which takes 5 s if it is gone),
+    and the watchdog after them."""
+
+    module, state, error = "rgw", RgwServer, RgwError
+    order = {"rgw": 0, "client": 0, "osd": 1, "mon": 2}
+
+    def ready(self, state: RgwServer) -> bool:
+        return s3_ready(state)
+
+    def rank(self, name: str) -> int:
+        return super().rank(name.split(":")[-1].split(".")[0])
+
+    def logs(self, workdir: Path) -> str:
+        return _all_log_tails(workdir)
+
+    def stop(self, workdir: Path | str) -> None:
+        """Stop every daemon started under `workdir` (state file and ceph pid files); the data stays for autopsy."""
+        workdir = Path(workdir).resolve()
+        state = self.read_state(workdir)
+        pids = dict(state.pids) if state else {}
+        pids.update({f"pidfile:{k}": v for k, v in _pidfile_pids(workdir).items()})
+        watchdog = pids.pop("watchdog", None)
+        self.kill(workdir, pids)
+        if watchdog is not None and watchdog != os.getpid():
+            self.kill(workdir, {"watchdog": watchdog}, grace_s=2.0)
+        if state is not None:
+            local_daemons.write_state(workdir, dataclasses.replace(state, pids={}))
 
 
-def read_state(workdir: Path) -> RgwServer | None:
-    found = local_daemons.read_state(workdir)
-    try:
-        return RgwServer(**found) if found else None
-    except TypeError:
-        return None
-
-
-def status(workdir: Path) -> RgwServer | None:
-    """The running server of `workdir`, or None if it is not (fully) running or does not answer."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None or not state.pids:
-        return None
-    if not all(pid_alive(pid) and pid_is_ours(pid, workdir) for pid in state.pids.values()):
-        return None
-    return state if s3_ready(state) else None
+GATEWAY = Gateway()
+status, stop = GATEWAY.status, GATEWAY.stop
 
 
 def start(
@@ -393,7 +392,7 @@ def _start_once(
         pids={},
     )
     pids: dict[str, int] = {}
-    try:
+    with GATEWAY.starting(workdir, pids):
         monmap = workdir / "monmap"
         _run(
             [
@@ -410,25 +409,22 @@ def _start_once(
             workdir,
         )
         _run(["ceph-mon", *base, "--mkfs", "-i", "a", "--monmap", str(monmap)], workdir)
-        pids["mon"] = spawn(["ceph-mon", *base, "-f", "-i", "a"], workdir, "mon")
-        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        GATEWAY.spawn(workdir, server, pids, "mon", ["ceph-mon", *base, "-f", "-i", "a"])
         cli = ["ceph", *base, "--connect-timeout", "10"]
         osd_uuid = str(uuid.uuid4())
         osd_id = _run([*cli, "osd", "new", osd_uuid], workdir).strip()
         _run(["ceph-osd", *base, "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid], workdir)
-        pids["osd"] = spawn(["ceph-osd", *base, "-f", "-i", osd_id], workdir, "osd")
-        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
-        _wait(
+        GATEWAY.spawn(workdir, server, pids, "osd", ["ceph-osd", *base, "-f", "-i", osd_id])
+        GATEWAY.wait(
             "the OSD to come up",
             lambda: _osd_up(cli),
             workdir,
             pids,
             deadline,
         )
-        pids["rgw"] = spawn(["radosgw", *base, "-f", "-n", "client.rgw.a"], workdir, "rgw")
-        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
+        GATEWAY.spawn(workdir, server, pids, "rgw", ["radosgw", *base, "-f", "-n", "client.rgw.a"])
         admin = ["radosgw-admin", *base, "-n", "client.admin"]
-        _wait("radosgw to listen", lambda: not _port_free(rgw_port), workdir, pids, deadline)
+        GATEWAY.wait("radosgw to listen", lambda: not _port_free(rgw_port), workdir, pids, deadline)
         _run(
             [
                 *admin,
@@ -445,15 +441,8 @@ def _start_once(
             ],
             workdir,
         )
-        _wait("S3 to answer", lambda: s3_ready(server), workdir, pids, deadline)
-    except BaseException:
-        _kill(workdir, pids)
-        raise
-    server = dataclasses.replace(server, pids=dict(pids))
-    if watch_pid is not None:
-        server = dataclasses.replace(server, pids={**pids, "watchdog": spawn_watchdog("rgw", workdir, watch_pid)})
-    write_state(workdir, server)
-    return server
+        GATEWAY.wait("S3 to answer", lambda: s3_ready(server), workdir, pids, deadline)
+    return GATEWAY.started(workdir, server, pids, watch_pid)
 
 
 def _osd_up(cli: list[str]) -> bool:
@@ -471,32 +460,12 @@ def _osd_up(cli: list[str]) -> bool:
     return bool(osds) and all(osd.get("up") == 1 and osd.get("in") == 1 for osd in osds)
 
 
-def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 10.0) -> None:
-    """Gateway first and monitor last: an OSD says goodbye to the monitor, which takes 5 s if it is gone."""
-    order = {"rgw": 0, "client": 0, "osd": 1, "mon": 2}
-    kill_in_order(workdir, pids, lambda name: order.get(name.split(":")[-1].split(".")[0], 3), grace_s=grace_s)
-
-
 def _pidfile_pids(workdir: Path) -> dict[str, int]:
     found = {}
     for path in (workdir / "run").glob("*.pid"):
         with contextlib.suppress(OSError, ValueError):
             found[path.stem] = int(path.read_text().strip())
     return found
-
-
-def stop(workdir: Path | str) -> None:
-    """Stop every daemon started under `workdir` (state file and ceph pid files); the data stays for autopsy."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    pids = dict(state.pids) if state else {}
-    pids.update({f"pidfile:{k}": v for k, v in _pidfile_pids(workdir).items()})
-    watchdog = pids.pop("watchdog", None)
-    _kill(workdir, pids)
-    if watchdog is not None and watchdog != os.getpid():
-        _kill(workdir, {"watchdog": watchdog}, grace_s=2.0)
-    if state is not None:
-        write_state(workdir, dataclasses.replace(state, pids={}))
 
 
 def _start_command(args: argparse.Namespace) -> RgwServer:
@@ -511,8 +480,7 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    commands = Commands("rgw.py", __doc__ or "", _start_options, _start_command, stop, status, RgwError)
-    return command_line(commands, argv)
+    return GATEWAY.command_line(__doc__ or "", argv, _start_options, _start_command)
 
 
 if __name__ == "__main__":

@@ -24,24 +24,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
-from scripts import local_daemons
-from scripts.local_daemons import (
-    Commands,
-    command_line,
-    free_port,
-    group_alive,
-    kill_in_order,
-    log_tail,
-    pid_alive,
-    pid_is_ours,
-    spawn,
-    spawn_watchdog,
-    wait_for,
-    write_state,
-)
+from scripts.local_daemons import Daemons, free_port, group_alive
 
 START_TIMEOUT_S = 90.0
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -80,10 +65,6 @@ def spark_home() -> Path:
     return home
 
 
-def _log_tails(workdir: Path) -> str:
-    return "\n".join(f"--- {p} ---\n{log_tail(p)}" for p in sorted((workdir / "log").glob("*"))) or "(no logs)"
-
-
 def _listening(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -111,23 +92,22 @@ def _alive_workers(web_url: str) -> int:
     return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")
 
 
-def read_state(workdir: Path) -> SparkCluster | None:
-    found = local_daemons.read_state(workdir)
-    try:
-        return SparkCluster(**found) if found else None
-    except TypeError:
-        return None
+class Cluster(Daemons[SparkCluster]):
+    """Every daemon must run, and at least one worker have registered; a stop waits for each daemon's whole
+    process group (spark-daemon.sh and its JVM, and applications' executors under the worker)."""
+
+    module, state, error = "spark_standalone", SparkCluster, SparkClusterError
+    order = {"watchdog": 0, "worker": 1, "master": 2}
+
+    def ready(self, state: SparkCluster) -> bool:
+        return _alive_workers(state.web_url) >= 1
+
+    def running(self, pid: int) -> bool:
+        return group_alive(pid)
 
 
-def status(workdir: Path | str) -> SparkCluster | None:
-    """The running cluster of `workdir` with at least one alive worker, or None."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None or not state.pids:
-        return None
-    if not all(pid_alive(pid) and pid_is_ours(pid, workdir) for pid in state.pids.values()):
-        return None
-    return state if _alive_workers(state.web_url) >= 1 else None
+CLUSTER = Cluster()
+status, stop = CLUSTER.status, CLUSTER.stop
 
 
 def _env(workdir: Path, home: Path, default_cores: int | None) -> dict[str, str]:
@@ -159,10 +139,6 @@ def _env(workdir: Path, home: Path, default_cores: int | None) -> dict[str, str]
     return env
 
 
-def _wait(what: str, check: Callable[[], bool], workdir: Path, pids: dict[str, int], deadline: float) -> None:
-    wait_for(what, check, pids, deadline, lambda: _log_tails(workdir), SparkClusterError)
-
-
 def start(
     workdir: Path | str,
     cores: int = 2,
@@ -187,10 +163,7 @@ def start(
     home = spark_home()
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise SparkClusterError("java is not on PATH (Spark needs Java 17+)")
-    stop(workdir)
-    for sub in ("log", "run", "work", "tmp", "conf"):
-        shutil.rmtree(workdir / sub, ignore_errors=True)
-        (workdir / sub).mkdir(parents=True)
+    CLUSTER.fresh(workdir, ("log", "run", "work", "tmp", "conf"))
     deadline = time.monotonic() + timeout
     port = master_port or free_port()
     web_port = free_port()
@@ -205,42 +178,16 @@ def start(
     env = _env(workdir, home, default_cores)
     daemon = ["bash", str(home / "sbin" / "spark-daemon.sh"), "start"]
     pids: dict[str, int] = {}
-    try:
+    with CLUSTER.starting(workdir, pids):
         master = [*daemon, MASTER_CLASS, "1", "--host", "127.0.0.1", "--port", str(port)]
-        pids["master"] = spawn([*master, "--webui-port", str(web_port)], workdir, "master", env)
-        write_state(workdir, dataclasses.replace(cluster, pids=dict(pids)))
+        CLUSTER.spawn(workdir, cluster, pids, "master", [*master, "--webui-port", str(web_port)], env)
         # The worker retries registration only every 5-15 s, so start it once the master answers.
-        _wait("the master", lambda: _listening(port), workdir, pids, deadline)
+        CLUSTER.wait("the master", lambda: _listening(port), workdir, pids, deadline)
         worker = [*daemon, WORKER_CLASS, "1", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
         worker += ["--cores", str(cores), "--memory", memory, "--work-dir", str(workdir / "work")]
-        pids["worker"] = spawn([*worker, cluster.master_url], workdir, "worker", env)
-        write_state(workdir, dataclasses.replace(cluster, pids=dict(pids)))
-        _wait("the worker to register", lambda: _alive_workers(cluster.web_url) >= 1, workdir, pids, deadline)
-    except BaseException:
-        _kill(workdir, pids)
-        raise
-    cluster = dataclasses.replace(cluster, pids=dict(pids))
-    if watch_pid is not None:
-        watchdog = spawn_watchdog("spark_standalone", workdir, watch_pid, env)
-        cluster = dataclasses.replace(cluster, pids={**pids, "watchdog": watchdog})
-    write_state(workdir, cluster)
-    return cluster
-
-
-def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 10.0) -> None:
-    """Worker first, master last; each until its whole process group (spark-daemon.sh and its JVM) is gone."""
-    order = {"watchdog": 0, "worker": 1, "master": 2}
-    kill_in_order(workdir, pids, lambda name: order.get(name, 3), running=group_alive, grace_s=grace_s)
-
-
-def stop(workdir: Path | str) -> None:
-    """Stop the cluster of `workdir` (and applications' executors, which are in the worker's process group)."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None:
-        return
-    _kill(workdir, dict(state.pids))
-    write_state(workdir, dataclasses.replace(state, pids={}))
+        CLUSTER.spawn(workdir, cluster, pids, "worker", [*worker, cluster.master_url], env)
+        CLUSTER.wait("the worker to register", lambda: CLUSTER.ready(cluster), workdir, pids, deadline)
+    return CLUSTER.started(workdir, cluster, pids, watch_pid, env)
 
 
 def _start_command(args: argparse.Namespace) -> SparkCluster:
@@ -256,10 +203,7 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    commands = Commands(
-        "spark_standalone.py", __doc__ or "", _start_options, _start_command, stop, status, SparkClusterError
-    )
-    return command_line(commands, argv)
+    return CLUSTER.command_line(__doc__ or "", argv, _start_options, _start_command)
 
 
 if __name__ == "__main__":

@@ -30,20 +30,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from scripts import ROOT, local_daemons
-from scripts.local_daemons import (
-    Commands,
-    command_line,
-    free_port,
-    kill_in_order,
-    log_tail,
-    pid_alive,
-    pid_is_ours,
-    spawn,
-    spawn_watchdog,
-    wait_for,
-    write_state,
-)
+from scripts import ROOT
+from scripts.local_daemons import Daemons, free_port
 from scripts.maven_jars import fetch
 from scripts.spark_envs import SQLITE_JDBC
 
@@ -169,26 +157,19 @@ def _ready(uri: str) -> bool:
     return found is not None and found.get("starting") is False
 
 
-def read_state(workdir: Path) -> TrinoServer | None:
-    found = local_daemons.read_state(workdir)
-    try:
-        return TrinoServer(**found) if found else None
-    except TypeError:
-        return None
+class Trino(Daemons[TrinoServer]):
+    module, state, error = "trino_daemon", TrinoServer, TrinoError
+    order = {"watchdog": 0, "trino": 1}
+    essential = "trino"
+    grace_s = 20.0
+    log_lines = 60
+
+    def ready(self, state: TrinoServer) -> bool:
+        return _ready(state.uri)
 
 
-def status(workdir: Path | str) -> TrinoServer | None:
-    """The running, started server of `workdir`, or None."""
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None or "trino" not in state.pids:
-        return None
-    pid = state.pids["trino"]
-    return state if pid_alive(pid) and pid_is_ours(pid, workdir) and _ready(state.uri) else None
-
-
-def _log_tails(workdir: Path) -> str:
-    return "\n".join(f"--- {p} ---\n{log_tail(p, 60)}" for p in sorted((workdir / "log").glob("*"))) or "(no logs)"
+TRINO = Trino()
+status, stop = TRINO.status, TRINO.stop
 
 
 def start(
@@ -202,10 +183,7 @@ def start(
         return running
     server_home = install()
     executable = java()
-    stop(workdir)
-    for sub in ("log", "etc", "var"):
-        shutil.rmtree(workdir / sub, ignore_errors=True)
-        (workdir / sub).mkdir(parents=True)
+    TRINO.fresh(workdir, ("log", "etc", "var"))
     port = port or free_port()
     uri = f"http://127.0.0.1:{port}"
     properties = {
@@ -230,39 +208,10 @@ def start(
     ]
     server = TrinoServer(uri=uri, port=port, version=VERSION, dir=str(workdir), pids={})
     pids: dict[str, int] = {}
-    try:
-        pids["trino"] = spawn(argv, workdir, "trino")
-        write_state(workdir, dataclasses.replace(server, pids=dict(pids)))
-        wait_for(
-            "Trino to start",
-            lambda: _ready(uri),
-            pids,
-            time.monotonic() + timeout,
-            lambda: _log_tails(workdir),
-            TrinoError,
-        )
-    except BaseException:
-        _kill(workdir, pids)
-        raise
-    if watch_pid is not None:
-        pids["watchdog"] = spawn_watchdog("trino_daemon", workdir, watch_pid)
-    server = dataclasses.replace(server, pids=dict(pids))
-    write_state(workdir, server)
-    return server
-
-
-def _kill(workdir: Path, pids: dict[str, int], grace_s: float = 20.0) -> None:
-    order = {"watchdog": 0, "trino": 1}
-    kill_in_order(workdir, pids, lambda name: order.get(name, 2), grace_s=grace_s)
-
-
-def stop(workdir: Path | str) -> None:
-    workdir = Path(workdir).resolve()
-    state = read_state(workdir)
-    if state is None:
-        return
-    _kill(workdir, dict(state.pids))
-    write_state(workdir, dataclasses.replace(state, pids={}))
+    with TRINO.starting(workdir, pids):
+        TRINO.spawn(workdir, server, pids, "trino", argv)
+        TRINO.wait("Trino to start", lambda: _ready(uri), workdir, pids, time.monotonic() + timeout)
+    return TRINO.started(workdir, server, pids, watch_pid)
 
 
 def _start_command(args: argparse.Namespace) -> TrinoServer:
@@ -280,11 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(install())
         except TrinoError as exc:
-            print(f"trino_daemon.py install: {exc}", file=sys.stderr)
+            print(f"python -m scripts.trino_daemon install: {exc}", file=sys.stderr)
             return 1
         return 0
-    commands = Commands("trino_daemon.py", __doc__ or "", _start_options, _start_command, stop, status, TrinoError)
-    return command_line(commands, args)
+    return TRINO.command_line(__doc__ or "", args, _start_options, _start_command)
 
 
 if __name__ == "__main__":
