@@ -356,12 +356,7 @@ def start(
 
 
 def _start_once(
-    workdir: Path | str,
-    port: int | None = None,
-    access_key: str = DEFAULT_ACCESS_KEY,
-    secret_key: str = DEFAULT_SECRET_KEY,
-    watch_pid: int | None = None,
-    timeout: float = START_TIMEOUT_S,
+    workdir: Path | str, port: int | None, access_key: str, secret_key: str, watch_pid: int | None, timeout: float
 ) -> RgwServer:
     workdir = Path(workdir).resolve()
     running = status(workdir)
