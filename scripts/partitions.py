@@ -413,6 +413,16 @@ def install_hook(point: str, signal_dir: str) -> None:
         wrap(txn, "write_completed", before=True)
     elif point == "heartbeat":  # about to renew the beat (the first one is written when the instant begins)
         wrap(Heartbeat, "_write", before=True, skip=1)
+        original = getattr(writer, "write_table_file")  # noqa: B009 - imported there, not exported
+
+        def slow_write(*args: Any, **kwargs: Any) -> Any:
+            """A small ingest is done within one beat: hold the data write until the beat renews (or 5 s)."""
+            deadline = time.monotonic() + 5.0
+            while not fired[0] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return original(*args, **kwargs)
+
+        setattr(writer, "write_table_file", slow_write)  # noqa: B010
     else:
         raise SystemExit(f"unknown point {point!r}")
 
@@ -589,8 +599,15 @@ class Run:
         stream = args[args.index("-s") + 1] if "-s" in args else None
         op = Op(self._ids, round_no, host, args[0], stream, phase, start=time.monotonic() - self.t0)
         argv = module_argv("partitions", "hooked", "--", *args, "--json")
+        # A session of its own: in the supervisor's process group, a stopped writer would be sent SIGHUP and
+        # SIGCONT by the kernel whenever a sibling's exit left that group orphaned (a run started in the background).
         proc = subprocess.Popen(
-            self.net.argv(host, argv), env=self.env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            self.net.argv(host, argv),
+            env=self.env(extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         op.proc = proc
 
@@ -1018,12 +1035,18 @@ def play(
             (round_.dir / "history.txt").write_text(history(run, round_) + "\n", encoding="utf-8")
             outcome = "ok" if not found else f"{len(found)} VIOLATION(S)"
             log(f"{round_.describe()}: {outcome} ({time.monotonic() - started:.0f}s)")
+            summary = {"seed": seed, "done": run.stats.rounds, **run.stats.summary()}
+            (base / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
             if found:
                 replay = f"python -m scripts.partitions --seed {seed} --round {index} --providers {','.join(providers)}"
                 text = "\n".join([*(f"  ! {v}" for v in found), history(run, round_), f"  replay: {replay}"])
                 log(text)
                 run.stats.violations.append(text)
         return run.stats
+
+
+def _interrupted(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1037,6 +1060,9 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["spark-read"]:
         spark_read_main(args[1:])
         return 0
+    # SIGTERM (and SIGINT, which a shell ignores in background jobs) unwind: hosts and servers are cleaned up.
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--seed", type=int, default=None, help="default: a new one, printed")
