@@ -1,5 +1,5 @@
-"""Commands that change the table: ingest, compact, clean, delete (erase), rollback, savepoint, archive, publish,
-status.
+"""Commands that change the table: ingest, stream, compact, clean, delete (erase), publish, status (and, from
+`stitchlake.cli.history_commands`, rollback, savepoint and archive, registered here in the order `--help` lists).
 
 Each builds one job request and runs it (`stitchlake.jobs.launch`, through `stitchlake.cli.jobs`) in this process or
 on Spark; each returns one report that `stitchlake.cli.output` prints for a person or as one JSON object, and exits
@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stitchlake.cli import output, printing, tables, values
+from stitchlake.cli import history_commands, output, tables
 from stitchlake.cli.jobs import launch_job, progress_display, with_retries
 from stitchlake.cli.options import (
     CleanEngineOption,
     ConfigOption,
     EngineOption,
-    InProcessEngineOption,
     JsonOption,
     RetriesOption,
     TableOption,
@@ -44,17 +43,17 @@ def register(app: typer.Typer) -> None:
     app.command("compact")(compact_command)
     app.command("clean")(clean_command)
     app.command("delete")(delete_command)
-    app.command("rollback")(rollback_command)
-    app.command("archive")(archive_command)
+    app.command("rollback")(history_commands.rollback_command)
+    app.command("archive")(history_commands.archive_command)
     app.command("publish")(publish_command)
     app.command("status")(status_command)
     savepoints = typer.Typer(
         help="Pin, list, unpin and restore savepoints (metadata only).", no_args_is_help=True, rich_markup_mode=None
     )
-    savepoints.command("create")(savepoint_create_command)
-    savepoints.command("list")(savepoint_list_command)
-    savepoints.command("delete")(savepoint_delete_command)
-    savepoints.command("restore")(savepoint_restore_command)
+    savepoints.command("create")(history_commands.savepoint_create_command)
+    savepoints.command("list")(history_commands.savepoint_list_command)
+    savepoints.command("delete")(history_commands.savepoint_delete_command)
+    savepoints.command("restore")(history_commands.savepoint_restore_command)
     app.add_typer(savepoints, name="savepoint")
 
 
@@ -385,196 +384,6 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
             ("purged savepoints", "result.purged_savepoints"),
             ("engine", "engine"),
         ],
-        source=ran,
-    )
-
-
-# ---------------------------------------------------------------------------------------------- rollback
-
-
-def rollback_command(
-    config: ConfigOption = None,
-    table: TableOption = None,
-    instant: Annotated[
-        str | None,
-        typer.Option(
-            "--instant",
-            help="A pending instant of a dead writer, or the table's latest deltacommit (no other stream committed "
-            "after it).",
-        ),
-    ] = None,
-    stream: Annotated[
-        str | None,
-        typer.Option(
-            "--stream",
-            "-s",
-            help="Undo this stream's latest deltacommit, keeping the newer commits of other streams.",
-        ),
-    ] = None,
-    failed: Annotated[bool, typer.Option("--failed", help="Roll back every write whose heartbeat expired.")] = False,
-    engine: InProcessEngineOption = EngineChoice.auto,
-    as_json: JsonOption = False,
-) -> Report:
-    """Undo failed writes (--failed), a dead writer's pending instant, or a completed deltacommit.
-
-    A completed deltacommit can be undone only while it is the latest: --instant T takes the table's latest
-    deltacommit, --stream S the latest of one stream even when other streams committed after it (its logs hold
-    only that stream's columns). Either is refused once a compaction or erase absorbed the commit or a savepoint
-    pins it; older commits, and those, are taken back by restoring a savepoint taken before them (`stitch
-    savepoint restore`). The undone commit's landing files become pending again: the next ingest takes them
-    unless you move them away.
-    """
-    from stitchlake.jobs.requests import RollbackRequest
-
-    if sum((instant is not None, failed, stream is not None)) != 1:
-        raise UsageError("give exactly one of --instant T, --stream S or --failed")
-    handle = open_target(config, table)
-    request = RollbackRequest(instant, failed, stream)
-    ran = launch_job(handle, request, engine)
-    return Report(
-        ran.to_json(),
-        message=ran.result.message,
-        title="rollback",
-        fields=[
-            ("instant", "result.instant"),
-            ("finished", "result.finished"),
-            ("rolled back", "result.rolled_back"),
-            ("reset compactions", "result.reset_compactions"),
-            ("deleted files", "result.deleted_files"),
-        ],
-        source=ran,
-    )
-
-
-# --------------------------------------------------------------------------------------------- savepoint
-
-
-def savepoint_create_command(
-    config: ConfigOption = None,
-    table: TableOption = None,
-    name: Annotated[str | None, typer.Option("--name", help="A name to read and restore it by.")] = None,
-    instant: Annotated[str | None, typer.Option("--instant", help="Completed instant (default: latest).")] = None,
-    engine: InProcessEngineOption = EngineChoice.auto,
-    as_json: JsonOption = False,
-) -> Report:
-    """Pin the table's state as of a completed instant against cleaning."""
-    from stitchlake.jobs.requests import SavepointRequest
-
-    handle = open_target(config, table)
-    request = SavepointRequest("create", name=name, instant=instant)
-    ran = launch_job(handle, request, engine)
-    pinned = ran.result
-    return Report(
-        ran.to_json(),
-        message=f"savepoint {pinned.name or pinned.instant} pins the state as of {pinned.savepoint_of}",
-        title="savepoint",
-        fields=[
-            ("instant", "result.instant"),
-            ("name", "result.name"),
-            ("as of", "result.savepoint_of"),
-            ("files pinned", "result.files"),
-        ],
-        source=ran,
-    )
-
-
-def savepoint_list_command(
-    config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False
-) -> Report:
-    """List savepoints."""
-    from stitchlake.services.savepoint import list_savepoints
-
-    handle = open_target(config, table)
-    found = list_savepoints(handle)
-
-    def human() -> None:
-        if not found:
-            printing.info("no savepoints")
-            return
-        grid = tables.compact_table("savepoints")
-        for column in ("instant", "name", "as of", "of instant", "files"):
-            grid.add_column(column)
-        for item in found:
-            grid.add_row(
-                item.instant, item.name or "-", values.human_time(item.savepoint_of), item.of_instant, str(item.files)
-            )
-        printing.print_table(grid)
-
-    return Report({"savepoints": [s.to_json() for s in found]}, human=human)
-
-
-def savepoint_delete_command(
-    name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")],
-    config: ConfigOption = None,
-    table: TableOption = None,
-    engine: InProcessEngineOption = EngineChoice.auto,
-    as_json: JsonOption = False,
-) -> Report:
-    """Unpin a savepoint (its files become cleanable)."""
-    from stitchlake.jobs.requests import SavepointRequest
-
-    handle = open_target(config, table)
-    request = SavepointRequest("delete", savepoint=name)
-    ran = launch_job(handle, request, engine)
-    return Report(ran.to_json(), message=f"deleted savepoint {name}")
-
-
-def savepoint_restore_command(
-    name: Annotated[str, typer.Option("--name", help="Savepoint name or instant.")],
-    config: ConfigOption = None,
-    table: TableOption = None,
-    force: Annotated[bool, typer.Option("--force", help="Also roll back live writers.")] = False,
-    engine: InProcessEngineOption = EngineChoice.auto,
-    as_json: JsonOption = False,
-) -> Report:
-    """Bring the table back to a savepoint (refused while writers are alive, unless --force).
-
-    Every instant completed after the savepoint's state is undone, savepoints taken since included: the report
-    names each savepoint removed and why. A restore that undoes a whole-table rescale gives the table its old bucket
-    count back: the report says which `buckets` the config must then say.
-    """
-    from stitchlake.jobs.requests import RestoreRequest
-
-    handle = open_target(config, table)
-    request = RestoreRequest(name, force)
-    ran = launch_job(handle, request, engine)
-    return Report(
-        ran.to_json(),
-        message=output.with_published(ran.result.message, ran.result.published),
-        title="restore",
-        fields=[
-            ("instant", "result.instant"),
-            ("as of", "result.savepoint_of"),
-            ("undone", "result.undone"),
-            ("deleted files", "result.deleted_files"),
-        ],
-        source=ran,
-    )
-
-
-# ----------------------------------------------------------------------------------------- archive/status
-
-
-def archive_command(
-    config: ConfigOption = None,
-    table: TableOption = None,
-    keep: Annotated[
-        int | None, typer.Option("--keep", min=1, help="Instants to keep active (default: archive.keep_instants).")
-    ] = None,
-    engine: InProcessEngineOption = EngineChoice.auto,
-    as_json: JsonOption = False,
-) -> Report:
-    """Move old completed instants to the archive (keeps the active timeline short)."""
-    from stitchlake.jobs.requests import ArchiveRequest
-
-    handle = open_target(config, table)
-    request = ArchiveRequest(keep)
-    ran = launch_job(handle, request, engine)
-    return Report(
-        ran.to_json(),
-        message=ran.result.message,
-        title="archive",
-        fields=[("archived", "result.archived"), ("horizon", "result.horizon"), ("active", "result.kept")],
         source=ran,
     )
 
