@@ -424,7 +424,7 @@ def measure_spark_speed(data: str, work: str, uncompacted: str, runs: int, slice
     run alternately, after one unmeasured round, so neither side gets the warmer JVM."""
     import pyarrow.parquet as pq
 
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
     cores = os.cpu_count() or 2

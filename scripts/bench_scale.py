@@ -45,7 +45,7 @@ ACCEPTANCE_PEAK_MIB = 1430  # 1.5e9 bytes is 1,430.5 MiB
 #: Bytes of disk one key takes, landing files and every table state included (measured at 10M keys: 1.3 GB of
 #: landing files, 1.3 GB uncompacted, 0.9 GB compacted; the rescaled copy about as much again).
 DISK_PER_KEY = 500
-#: Memory a merge of one file slice takes, as a multiple of its file bytes (services/status.py says the same).
+#: Memory a merge of one file slice takes, as a multiple of its file bytes (services/inspect/status.py says the same).
 MEMORY_FACTOR = 8
 START_BUCKETS, RESCALED_BUCKETS = 4, 32
 STITCH = str(Path(sys.executable).parent / "stitch")

@@ -39,7 +39,7 @@ class Job:
         return self.folder
 
     def ingest_batch(self, stream: str, file: Path) -> None:
-        from stitchlake.services.ingest import ingest
+        from stitchlake.services.writes.ingest import ingest
 
         ingest(self.table, self.engine, stream, paths=[str(file)])
 

@@ -534,10 +534,10 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
     countdown (`point:1+`) a freeze re-arms itself once it has fired. False when nothing could be wrapped: the
     code under test moved, and the point would silently test nothing.
     """
-    import stitchlake.services.archive as archive_module
-    import stitchlake.services.clean as clean_module
-    import stitchlake.services.compaction as compaction_module
-    import stitchlake.services.rollback as rollback_module
+    import stitchlake.services.rewrites.compaction as compaction_module
+    import stitchlake.services.undo.rollback as rollback_module
+    import stitchlake.services.upkeep.archive as archive_module
+    import stitchlake.services.upkeep.clean as clean_module
     import stitchlake.table.transaction as txn_module
     import stitchlake.writing.writer as write_module
     from stitchlake.storage import LocalStorage
@@ -642,7 +642,7 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
 
             return stall_then_run
 
-        for module in (rollback_module, _optional_module("stitchlake.services.recovery")):
+        for module in (rollback_module, _optional_module("stitchlake.services.undo.recovery")):
             if module is not None and not _wrap(module, "run_rollback", make_run):
                 _wrap(module, "_run", make_run)
     elif point == "mid_rollback":  # a failed write's files are gone, its instant files not yet
@@ -669,7 +669,7 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
         # undoes). Frozen before the first (past the heartbeat: finished by another process while writers
         # go on), or killed after the first (half undone).
         hook = around(before=stall) if point == "stall_restore_undo" else around(after=die)
-        for module in (rollback_module, _optional_module("stitchlake.services.restore")):
+        for module in (rollback_module, _optional_module("stitchlake.services.undo.restore")):
             if module is not None:
                 _wrap(module, "undo", hook)
     elif point == "kill_archive_checkpoint":  # the archive batch is written, the checkpoint not
@@ -690,10 +690,10 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
 
 def restore_function() -> Callable[..., Any]:
     """`restore(table, which, force)`: in `services.restore`, or `services.savepoint` in older versions."""
-    module = _optional_module("stitchlake.services.restore")
+    module = _optional_module("stitchlake.services.undo.restore")
     if module is not None and hasattr(module, "restore"):
         return module.restore
-    from stitchlake.services import savepoint
+    from stitchlake.services.upkeep import savepoint
 
     return savepoint.restore  # type: ignore[attr-defined]
 
@@ -704,7 +704,7 @@ def ingest_local(table: Any, stream: str) -> Any:
     if module is not None and hasattr(module, "ingest_local"):
         return module.ingest_local(table, stream)
     from stitchlake.engine import LocalEngine  # type: ignore[import-not-found, unused-ignore]
-    from stitchlake.services.ingest import ingest  # type: ignore[import-not-found, unused-ignore]
+    from stitchlake.services.writes.ingest import ingest  # type: ignore[import-not-found, unused-ignore]
 
     return ingest(table, LocalEngine(), stream)
 
@@ -831,7 +831,7 @@ class Worker:
 
     def compact(self) -> None:
         from stitchlake.errors import BusyError, NotFoundError
-        from stitchlake.services import compaction
+        from stitchlake.services.rewrites import compaction
 
         for plan in compaction.pending_plans(self.table):
             try:
@@ -857,9 +857,9 @@ class Worker:
             done = self.cli("clean", "-c", self.config, "--engine", "local")
             self.log({"event": "clean", "via": "cli", **{k: done.get(k) for k in ("instant", "rolled_back")}})
         else:
-            from stitchlake.services.clean import clean
+            from stitchlake.services.upkeep.clean import clean
 
-            recovery = _optional_module("stitchlake.services.recovery")  # else clean() itself recovers first
+            recovery = _optional_module("stitchlake.services.undo.recovery")  # else clean() itself recovers first
             rolled = recovery.rollback_failed(self.table) if recovery is not None else None
             result = clean(self.table)
             self.log(
@@ -888,7 +888,7 @@ class Worker:
         if via_cli:
             made = self.cli("savepoint", "create", "-c", self.config, "--name", name, "--engine", "local")
             return made.get("instant"), made.get("savepoint_of")
-        from stitchlake.services.savepoint import create
+        from stitchlake.services.upkeep.savepoint import create
 
         point = create(self.table, None, name)
         return point.instant, point.savepoint_of
@@ -912,7 +912,7 @@ class Worker:
             if via_cli:
                 self.savepoint_cli("delete", which)
             else:
-                from stitchlake.services.savepoint import delete
+                from stitchlake.services.upkeep.savepoint import delete
 
                 delete(self.table, which)
         elif draw < 0.45 or not points:
@@ -951,7 +951,7 @@ class Worker:
             result = self.cli("archive", "-c", self.config, "--keep", str(keep))
             archived, horizon = result.get("archived"), result.get("horizon")
         else:
-            from stitchlake.services.archive import archive
+            from stitchlake.services.upkeep.archive import archive
 
             done = archive(self.table, keep)
             archived, horizon = done.archived, done.horizon
@@ -1416,7 +1416,7 @@ def run_cli(work: Path, *args: str, attempts: int = 20) -> dict[str, Any]:
 
 def finish(settings: Settings, out: Callable[[str], None]) -> list[str]:
     """After the storm: `stitch clean`, re-run the interrupted ingests, finish compactions, clean, archive."""
-    from stitchlake.services.compaction import pending_plans
+    from stitchlake.services.rewrites.compaction import pending_plans
 
     work = Path(settings.workdir)
     config = str(work / CONFIG_NAME)

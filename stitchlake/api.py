@@ -24,18 +24,18 @@ if TYPE_CHECKING:
     from stitchlake.engine import Engine
     from stitchlake.jobs.results import JobRun, PlannedRuns
     from stitchlake.reading.scan import Scan
-    from stitchlake.services.archive import ArchiveResult
-    from stitchlake.services.clean import CleanResult
-    from stitchlake.services.compaction import CompactionResult
-    from stitchlake.services.erase import EraseResult
-    from stitchlake.services.ingest import IngestResult
+    from stitchlake.services.inspect.status import StatusReport
     from stitchlake.services.publish import PublishResult
-    from stitchlake.services.rescale import RescaleResult
-    from stitchlake.services.restore import RestoreResult
-    from stitchlake.services.rollback import RollbackResult
-    from stitchlake.services.savepoint import Savepoint
-    from stitchlake.services.status import StatusReport
-    from stitchlake.services.streaming import StreamResult
+    from stitchlake.services.rewrites.compaction import CompactionResult
+    from stitchlake.services.rewrites.erase import EraseResult
+    from stitchlake.services.rewrites.rescale import RescaleResult
+    from stitchlake.services.undo.restore import RestoreResult
+    from stitchlake.services.undo.rollback import RollbackResult
+    from stitchlake.services.upkeep.archive import ArchiveResult
+    from stitchlake.services.upkeep.clean import CleanResult
+    from stitchlake.services.upkeep.savepoint import Savepoint
+    from stitchlake.services.writes.ingest import IngestResult
+    from stitchlake.services.writes.streaming import StreamResult
     from stitchlake.writing.writer import WriteResult
 
 
@@ -146,17 +146,17 @@ class Table(CoreTable):
 
     def sql(self, query: str, **read_options: Any) -> pa.Table:
         """Run SQL over the table, named `t` or by its own name, with DuckDB (`stitchlake.reading.sql`), and over its
-        metadata tables (`t$files`, ...: `stitchlake.services.metadata_tables`). The table is streamed through
+        metadata tables (`t$files`, ...: `stitchlake.services.inspect.metadata_tables`). The table is streamed through
         DuckDB; the result is returned whole."""
         from stitchlake.reading.sql import query as run_query
-        from stitchlake.services.metadata_tables import sql_tables
+        from stitchlake.services.inspect.metadata_tables import sql_tables
 
         return run_query(self, query, tables=sql_tables(self), **read_options)
 
     def metadata_table(self, name: str) -> pa.Table:
         """One metadata table (`timeline`, `files`, `file_groups`, `streams`, `savepoints`, `rescales`) as Arrow,
         from metadata only (docs/operations.md, "Metadata tables")."""
-        from stitchlake.services.metadata_tables import build
+        from stitchlake.services.inspect.metadata_tables import build
 
         return build(self, name)
 
@@ -220,7 +220,7 @@ class Table(CoreTable):
             )
             return _retried(retries, lambda: launch(self, request, engine))
         _no_retries(retries)
-        from stitchlake.services.ingest import ingest
+        from stitchlake.services.writes.ingest import ingest
 
         return ingest(
             self,
@@ -286,7 +286,7 @@ class Table(CoreTable):
 
             return _retried(retries, lambda: launch.compact(self, strategy=strategy, engine=engine))
         _no_retries(retries)
-        from stitchlake.services.compaction import compact, publish_caught_up
+        from stitchlake.services.rewrites.compaction import compact, publish_caught_up
 
         done = compact(self, strategy, _engine(engine))
         if done is None:
@@ -313,7 +313,7 @@ class Table(CoreTable):
             from stitchlake.jobs import launch
 
             return launch.rescale(self, buckets, partitions=tuple(partitions or ()), engine=engine)
-        from stitchlake.services.rescale import rescale
+        from stitchlake.services.rewrites.rescale import rescale
 
         return rescale(self, buckets, partitions, _engine(engine))
 
@@ -363,32 +363,32 @@ class Table(CoreTable):
         retries: int = 0,
     ) -> EraseResult | JobRun[EraseResult]:
         """Key-level erase of the given keys (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines
-        file; see `stitchlake.services.erase`). An engine name launches it as `stitch delete --engine ...` does
+        file; see `stitchlake.services.rewrites.erase`). An engine name launches it as `stitch delete --engine ...` does
         (`stitchlake.jobs.launch.launch`), again after a conflict up to `retries` times."""
         if isinstance(engine, str):
             return _retried(retries, lambda: _launch_erase(self, keys, purge, engine))
         _no_retries(retries)
-        from stitchlake.services.erase import erase, load_keys
+        from stitchlake.services.rewrites.erase import erase, load_keys
 
         wanted = load_keys(keys, self.storage_options) if isinstance(keys, str) else keys
         return erase(self, wanted, purge, _engine(engine))
 
     def savepoint(self, name: str | None = None, instant: str | None = None) -> Savepoint:
         """Pin the state as of a completed instant (default: the latest)."""
-        from stitchlake.services.savepoint import create
+        from stitchlake.services.upkeep.savepoint import create
 
         return create(self, instant, name)
 
     def restore(self, savepoint: str, force: bool = False) -> RestoreResult:
         """Bring the table back to a savepoint's state."""
-        from stitchlake.services.restore import restore
+        from stitchlake.services.undo.restore import restore
 
         return restore(self, savepoint, force)
 
     def rollback(self, instant: str | None = None, stream: str | None = None) -> RollbackResult:
         """Roll back one instant, or one stream's latest deltacommit, or (neither) every failed write."""
-        from stitchlake.services.recovery import rollback_failed
-        from stitchlake.services.rollback import rollback, rollback_stream
+        from stitchlake.services.undo.recovery import rollback_failed
+        from stitchlake.services.undo.rollback import rollback, rollback_stream
 
         if instant and stream:
             raise UsageError("give an instant or a stream to roll back, not both")
@@ -397,13 +397,13 @@ class Table(CoreTable):
         return rollback(self, instant) if instant else rollback_failed(self)
 
     def archive(self, keep: int | None = None) -> ArchiveResult:
-        from stitchlake.services.archive import archive
+        from stitchlake.services.upkeep.archive import archive
 
         return archive(self, keep)
 
     def status(self) -> StatusReport:
         """The health report of `stitch status` (`to_json()` is its `--json`)."""
-        from stitchlake.services.status import status
+        from stitchlake.services.inspect.status import status
 
         return status(self)
 

@@ -119,7 +119,7 @@ def savepoint_list_command(
     config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False
 ) -> Report:
     """List savepoints."""
-    from stitchlake.services.savepoint import list_savepoints
+    from stitchlake.services.upkeep.savepoint import list_savepoints
 
     handle = open_target(config, table)
     found = list_savepoints(handle)

@@ -34,7 +34,7 @@ from stitchlake.vocabulary import EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.jobs.results import PlannedRuns
-    from stitchlake.services.compaction import CompactionResult
+    from stitchlake.services.rewrites.compaction import CompactionResult
 
 
 def register(app: typer.Typer) -> None:
@@ -415,7 +415,7 @@ def publish_command(
 
 def status_command(config: ConfigOption = None, table: TableOption = None, as_json: JsonOption = False) -> Report:
     """Partitions, slices, pending compactions, writers and streams, from metadata only (no Spark)."""
-    from stitchlake.services.status import status
+    from stitchlake.services.inspect.status import status
 
     handle = open_target(config, table)
     report = status(handle)

@@ -66,7 +66,7 @@ def rescale_command(
         f"rescale {done.instant} completed: {scope} into {done.buckets} buckets, "
         f"{done.file_groups} file group(s), {done.rows} rows"
     )
-    from stitchlake.services.rescale import buckets_reminder
+    from stitchlake.services.rewrites.rescale import buckets_reminder
 
     reminder = buckets_reminder(handle, said)  # the handle follows a whole-table rescale's new count
     if reminder:

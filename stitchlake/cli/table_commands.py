@@ -39,7 +39,7 @@ from stitchlake.vocabulary import Action, ReadMode, State
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from stitchlake.services.history import InstantListing
+    from stitchlake.services.inspect.history import InstantListing
     from stitchlake.table.handle import Table
 
 #: `--out` file extension -> format.
@@ -112,7 +112,7 @@ def alter_command(
     one ahead of it until it is applied here.
     """
     from stitchlake.jobs.results import plain
-    from stitchlake.services.alter import alter
+    from stitchlake.services.upkeep.alter import alter
 
     table = open_target(config, None, must_exist=False)
     table.properties  # noqa: B018 - a missing table is refused here, naming `stitch init`
@@ -149,7 +149,7 @@ def timeline_show_command(
     An instant's id is the time it was requested (yyyyMMddHHmmssSSS, UTC); `read --as-of <id>` shows the table right
     after it completed (the completed column: date and time, UTC).
     """
-    from stitchlake.services.history import list_instants
+    from stitchlake.services.inspect.history import list_instants
 
     handle = open_target(config, table)
     listing = list_instants(handle, limit, action, state, stream, archived)
@@ -206,7 +206,7 @@ def report_command(
 ) -> Report:
     """Write the operator's view of the table as one self-contained HTML file (metadata only): its shape, commits
     over time per stream, compaction and clean history, Kafka lag, and `stitch status`'s warnings with their fixes."""
-    from stitchlake.services.report import report
+    from stitchlake.services.inspect.report import report
 
     if out.suffix.lower() not in (".html", ".htm"):
         raise UsageError(f"--out {out}: give a .html file name")
@@ -295,7 +295,7 @@ def sql_command(
     """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes), and over
     its metadata tables (`SELECT * FROM t$files`: docs/operations.md, "Metadata tables"; always as of now)."""
     from stitchlake.reading.sql import results
-    from stitchlake.services.metadata_tables import sql_tables
+    from stitchlake.services.inspect.metadata_tables import sql_tables
 
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from rich.table import Table as RichTable
 
-    from stitchlake.services.history import InstantRecord
-    from stitchlake.services.status import StatusReport
+    from stitchlake.services.inspect.history import InstantRecord
+    from stitchlake.services.inspect.status import StatusReport
 
 
 def compact_table(title: str | None = None, caption: str | None = None) -> RichTable:

@@ -50,7 +50,7 @@ def human_count(count: int | None) -> str:
 
 
 def instant_datetime(instant_time: str) -> dt.datetime:
-    from stitchlake.services.history import instant_datetime as parsed
+    from stitchlake.services.inspect.history import instant_datetime as parsed
 
     return parsed(instant_time)
 

@@ -18,30 +18,22 @@ from stitchlake.jobs.requests import (
     RollbackRequest,
     SavepointRequest,
 )
-from stitchlake.services import (
-    archive,
-    clean,
-    compaction,
-    erase,
-    ingest,
-    recovery,
-    rescale,
-    restore,
-    rollback,
-    savepoint,
-)
+from stitchlake.services.rewrites import compaction, erase, rescale
+from stitchlake.services.undo import recovery, restore, rollback
+from stitchlake.services.upkeep import archive, clean, savepoint
+from stitchlake.services.writes import ingest
 from stitchlake.table.transaction import Transaction
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
-    from stitchlake.services.archive import ArchiveResult
-    from stitchlake.services.clean import CleanResult
-    from stitchlake.services.compaction import CompactionResult
-    from stitchlake.services.erase import EraseResult
-    from stitchlake.services.ingest import IngestResult
-    from stitchlake.services.rescale import RescaleResult
-    from stitchlake.services.restore import RestoreResult
-    from stitchlake.services.rollback import RollbackResult
+    from stitchlake.services.rewrites.compaction import CompactionResult
+    from stitchlake.services.rewrites.erase import EraseResult
+    from stitchlake.services.rewrites.rescale import RescaleResult
+    from stitchlake.services.undo.restore import RestoreResult
+    from stitchlake.services.undo.rollback import RollbackResult
+    from stitchlake.services.upkeep.archive import ArchiveResult
+    from stitchlake.services.upkeep.clean import CleanResult
+    from stitchlake.services.writes.ingest import IngestResult
     from stitchlake.table.handle import Table
     from stitchlake.timeline.savepoints import Savepoint
 

@@ -22,8 +22,8 @@ from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
-    from stitchlake.services.compaction import CompactionResult
-    from stitchlake.services.rescale import RescaleResult
+    from stitchlake.services.rewrites.compaction import CompactionResult
+    from stitchlake.services.rewrites.rescale import RescaleResult
     from stitchlake.table.handle import Table
     from stitchlake.table.transaction import Transaction
 
@@ -192,7 +192,7 @@ def compact(
     nothing was compacted, a configured format that a failed publish left behind catches up (`published`).
     """
     from stitchlake.jobs.requests import CompactRequest
-    from stitchlake.services import compaction
+    from stitchlake.services.rewrites import compaction
 
     engine = engine_choice(engine)
     if schedule_only and run_only:
@@ -228,7 +228,7 @@ def _resume_pending(table: Table, engine: EngineChoice, progress: Progress) -> l
     """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
     process takes over meanwhile is left to it."""
     from stitchlake.jobs.requests import CompactRequest
-    from stitchlake.services import compaction
+    from stitchlake.services.rewrites import compaction
 
     done = []
     for plan in compaction.runnable_plans(table):
@@ -257,7 +257,7 @@ def rescale(
     path; none: the whole table). `resume` only runs the pending ones. A whole-table rescale makes the handle
     route by the new count at once."""
     from stitchlake.jobs.requests import RescaleRequest
-    from stitchlake.services import rescale as rescales
+    from stitchlake.services.rewrites import rescale as rescales
 
     engine = engine_choice(engine)
     if resume and (buckets is not None or partitions):
@@ -283,7 +283,7 @@ def rescale(
 def _resume_rescales(table: Table, engine: EngineChoice, progress: Progress) -> list[JobRun[RescaleResult | None]]:
     """Run each pending rescale nobody runs (its process died, or it was only planned), oldest first."""
     from stitchlake.jobs.requests import RescaleRequest
-    from stitchlake.services import rescale as rescales
+    from stitchlake.services.rewrites import rescale as rescales
 
     done = []
     for plan in rescales.runnable_plans(table):

@@ -7,15 +7,15 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from stitchlake.services.archive import ArchiveResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.clean import CleanResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.compaction import CompactionResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.erase import EraseResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.ingest import IngestResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.rescale import RescaleResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.restore import RestoreResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.rollback import RollbackResult  # noqa: F401 (named in the type arguments below)
-    from stitchlake.services.streaming import StreamResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.rewrites.compaction import CompactionResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.rewrites.erase import EraseResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.rewrites.rescale import RescaleResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.undo.restore import RestoreResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.undo.rollback import RollbackResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.upkeep.archive import ArchiveResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.upkeep.clean import CleanResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.writes.ingest import IngestResult  # noqa: F401 (named in the type arguments below)
+    from stitchlake.services.writes.streaming import StreamResult  # noqa: F401 (named in the type arguments below)
     from stitchlake.timeline.savepoints import Savepoint  # noqa: F401 (named in the type arguments below)
 
 #: The service result a request's job returns (its class's type argument; `jobs.specs` names it for decoding).

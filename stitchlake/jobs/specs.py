@@ -29,15 +29,15 @@ from stitchlake.jobs.requests import (
     SavepointRequest,
     StreamRequest,
 )
-from stitchlake.services.archive import ArchiveResult
-from stitchlake.services.clean import CleanResult
-from stitchlake.services.compaction import CompactionResult
-from stitchlake.services.erase import EraseResult
-from stitchlake.services.ingest import IngestResult
-from stitchlake.services.rescale import RescaleResult
-from stitchlake.services.restore import RestoreResult
-from stitchlake.services.rollback import RollbackResult
-from stitchlake.services.streaming import StreamResult
+from stitchlake.services.rewrites.compaction import CompactionResult
+from stitchlake.services.rewrites.erase import EraseResult
+from stitchlake.services.rewrites.rescale import RescaleResult
+from stitchlake.services.undo.restore import RestoreResult
+from stitchlake.services.undo.rollback import RollbackResult
+from stitchlake.services.upkeep.archive import ArchiveResult
+from stitchlake.services.upkeep.clean import CleanResult
+from stitchlake.services.writes.ingest import IngestResult
+from stitchlake.services.writes.streaming import StreamResult
 from stitchlake.timeline.savepoints import Savepoint
 
 if TYPE_CHECKING:
@@ -89,13 +89,13 @@ class JobSpec(Generic[Q, R]):
 
 def _ingest_preflight(table: Table, request: IngestRequest) -> Preflight:
     """Busy (exit 4), changed landing files (exit 5) and nothing pending are found here, before any JVM."""
-    from stitchlake.services.ingest import (
+    from stitchlake.services.offsets import estimate_bytes
+    from stitchlake.services.writes.ingest import (
         nothing_to_do,
         preflight,
         preflight_topic,
         refuse_other_source_options,
     )
-    from stitchlake.services.offsets import estimate_bytes
 
     kafka = refuse_other_source_options(
         table,
@@ -117,7 +117,7 @@ def _ingest_preflight(table: Table, request: IngestRequest) -> Preflight:
 
 
 def _ingest_claim(table: Table, request: IngestRequest) -> Transaction:
-    from stitchlake.services.ingest import claim
+    from stitchlake.services.writes.ingest import claim
 
     return claim(table, request.stream)
 
@@ -132,13 +132,13 @@ def _stream_preflight(table: Table, request: StreamRequest) -> Preflight:
 
 
 def _compact_work(table: Table, request: CompactRequest) -> Preflight:
-    from stitchlake.services.compaction import plan_bytes
+    from stitchlake.services.rewrites.compaction import plan_bytes
 
     return Preflight(plan_bytes(table, request.instant))
 
 
 def _rescale_work(table: Table, request: RescaleRequest) -> Preflight:
-    from stitchlake.services.rescale import plan_bytes
+    from stitchlake.services.rewrites.rescale import plan_bytes
 
     return Preflight(plan_bytes(table, request.instant))
 

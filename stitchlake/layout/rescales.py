@@ -1,6 +1,6 @@
 """Bucket counts over time (design.md §3): the `table.json` count, changed by completed rescales.
 
-A rescale (`services/rescale.py`) rewrites every file group of some partitions, or of every partition, into N
+A rescale (`services/rewrites/rescale.py`) rewrites every file group of some partitions, or of every partition, into N
 buckets as one instant. From its completion on, a rewritten partition's keys live in `stable_hash(key) mod N` and
 its files older than the rescale's request belong to no current slice (the rescale's base files hold their merged
 state); a whole-table rescale also makes N the count of partitions created later. Time travel before it still

@@ -8,7 +8,7 @@ few slices, never the whole merged table. A query reads only the columns it name
 of it), plus the key; no copy into Python objects, no temporary files.
 
 A caller may offer more relations (`tables`: name -> a function building an Arrow table): the metadata tables
-`t$files`, `t$timeline`, ... (`stitchlake.services.metadata_tables`). Only those whose name the query's text
+`t$files`, `t$timeline`, ... (`stitchlake.services.inspect.metadata_tables`). Only those whose name the query's text
 mentions are built and registered, so a query of the table alone reads no more metadata than before.
 """
 

@@ -3,9 +3,9 @@
     from stitchlake.spark import metadata
     metadata.table(spark, "warehouse/orders_wide", "files").where("kind = 'log'").groupBy("stream").count()
 
-Built on the driver from metadata only (`stitchlake.services.metadata_tables`: the timeline, the file-system view,
-savepoints, rescale history, recorded Kafka offsets), handed to Spark as Arrow; no data file is read and nothing is
-written. Each call is a snapshot of the metadata at that moment.
+Built on the driver from metadata only (`stitchlake.services.inspect.metadata_tables`: the timeline, the
+file-system view, savepoints, rescale history, recorded Kafka offsets), handed to Spark as Arrow; no data file is
+read and nothing is written. Each call is a snapshot of the metadata at that moment.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from os import PathLike
 from typing import TYPE_CHECKING
 
-from stitchlake.services.metadata_tables import KAFKA_TIMEOUT_S, NAMES, build
+from stitchlake.services.inspect.metadata_tables import KAFKA_TIMEOUT_S, NAMES, build
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

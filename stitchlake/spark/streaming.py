@@ -34,7 +34,7 @@ import pyspark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from stitchlake.errors import UsageError
-from stitchlake.services.streaming import StreamResult
+from stitchlake.services.writes.streaming import StreamResult
 from stitchlake.spark.tables import open_for_spark
 
 try:  # admission control for Python streaming sources arrived in PySpark 4.2; batch reads and writes need 4.1
@@ -119,7 +119,7 @@ class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield (name,)
 
     def _pending(self) -> list[str]:
-        from stitchlake.services.ingest import pending_files
+        from stitchlake.services.writes.ingest import pending_files
 
         files, _ = pending_files(self.table, self.stream)
         return [f.name for f in files]
@@ -210,7 +210,7 @@ def run_stream(
     progress: Callable[[str], None],
 ) -> StreamResult:
     """Run the query until it is asked to stop (or, with available_now, until nothing is pending)."""
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
     from stitchlake.timeline.metadata import StreamBatch
 

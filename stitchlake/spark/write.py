@@ -66,7 +66,7 @@ class StitchWriter(_Target, DataSourceArrowWriter):
     """
 
     def __init__(self, options: dict[str, str]) -> None:
-        from stitchlake.services.ingest import claim
+        from stitchlake.services.writes.ingest import claim
 
         super().__init__(options)
         self.began = "instant" not in options
@@ -96,7 +96,7 @@ class StitchStreamWriter(_Target, DataSourceStreamArrowWriter):
     """`df.writeStream`: one deltacommit per micro-batch, exactly once across restarts from the checkpoint."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
-        from stitchlake.services.streaming import batch_instant
+        from stitchlake.services.writes.streaming import batch_instant
 
         batch = _current_batch()
         instant = batch_instant(self.table, self.stream, batch)
@@ -108,7 +108,7 @@ class StitchStreamWriter(_Target, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from stitchlake.concurrency import heartbeat
-        from stitchlake.services.streaming import BatchAlreadyCommitted, exactly_once
+        from stitchlake.services.writes.streaming import BatchAlreadyCommitted, exactly_once
 
         instant = _batch_instant_of(messages)
         if instant is None:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import stitchlake
-from stitchlake.services.ingest import claim
+from stitchlake.services.writes.ingest import claim
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
 from tests.support.airflow_env import Airflow

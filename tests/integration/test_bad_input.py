@@ -875,7 +875,7 @@ def test_a_clock_stepping_back_never_makes_instant_times_go_back(workspace: Path
 HOLD_STREAM = """
 import sys
 import stitchlake
-from stitchlake.services.ingest import claim
+from stitchlake.services.writes.ingest import claim
 txn = claim(stitchlake.open(sys.argv[1]), sys.argv[2])
 print(txn.time, flush=True)
 sys.stdin.readline()
@@ -959,7 +959,7 @@ ROLLBACK_MEANWHILE = """
 import sys
 import stitchlake
 import stitchlake.engine as engine
-from stitchlake.services.rollback import rollback
+from stitchlake.services.undo.rollback import rollback
 from stitchlake.timeline.instant import Action
 original = engine.write_file_groups
 def rollback_meanwhile(*args, **kwargs):

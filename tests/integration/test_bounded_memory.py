@@ -315,7 +315,7 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
     import numpy as np
 
     from stitchlake.config import parse_config
-    from stitchlake.services.status import status
+    from stitchlake.services.inspect.status import status
 
     document = copy.deepcopy(THREE_STREAMS)
     document["table"].update(buckets=1, path=str(tmp_path / "table"))

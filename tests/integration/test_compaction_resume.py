@@ -22,8 +22,8 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.concurrency import heartbeat
-from stitchlake.services import compaction
-from stitchlake.services.status import status
+from stitchlake.services.inspect.status import status
+from stitchlake.services.rewrites import compaction
 from stitchlake.timeline.instant import Action
 from tests.support.spark_fixtures import (
     ROOT,

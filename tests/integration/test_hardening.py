@@ -22,7 +22,7 @@ import yaml
 import stitchlake
 from stitchlake.errors import LockLost, StitchError
 from stitchlake.paths import ARCHIVE_DIR
-from stitchlake.services.archive import archive
+from stitchlake.services.upkeep.archive import archive
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import archived_instants, load_checkpoint
 from tests.unit.test_hardening import CONFIG, make
@@ -118,9 +118,9 @@ def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
 ) -> None:
     import time
 
-    from stitchlake.services import erase as erase_module
-    from stitchlake.services import savepoint as savepoint_module
-    from stitchlake.services.recovery import rollback_failed
+    from stitchlake.services.rewrites import erase as erase_module
+    from stitchlake.services.undo.recovery import rollback_failed
+    from stitchlake.services.upkeep import savepoint as savepoint_module
 
     table, config = make(tmp_path)
     table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))

@@ -16,11 +16,11 @@ from stitchlake.jobs import launch
 from stitchlake.jobs.requests import (
     IngestRequest,
 )
-from stitchlake.services.clean import CleanResult
-from stitchlake.services.compaction import CompactionResult
-from stitchlake.services.erase import EraseResult
-from stitchlake.services.ingest import IngestResult, claim
-from stitchlake.services.streaming import StreamResult
+from stitchlake.services.rewrites.compaction import CompactionResult
+from stitchlake.services.rewrites.erase import EraseResult
+from stitchlake.services.upkeep.clean import CleanResult
+from stitchlake.services.writes.ingest import IngestResult, claim
+from stitchlake.services.writes.streaming import StreamResult
 from tests.support.spark_fixtures import write_config
 
 pytestmark = pytest.mark.spark

@@ -283,7 +283,7 @@ def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
     import yaml
 
     import stitchlake
-    from stitchlake.services.alter import alter
+    from stitchlake.services.upkeep.alter import alter
 
     document: dict[str, Any] = {
         "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stitchlake.services.metadata_tables import NAMES, schema
+from stitchlake.services.inspect.metadata_tables import NAMES, schema
 from tests.support.operator_table import LEFT_IN_TOPIC, OperatorTable, build, stitch_json, timeline_names
 from tests.support.spark_fixtures import run_stitch
 

@@ -224,7 +224,7 @@ def test_spark_ingest_tasks_detect_an_early_conflict_before_writing(
     """The Spark engine's write tasks run the same early check as the in-process writer: with a live writer
     holding day 2026-11-20, a Spark ingest of the orders (which cover that day) stops with exit 3 before any task
     writes a data file of its own, and leaves no instant behind."""
-    from stitchlake.services.ingest import ingest as run_ingest
+    from stitchlake.services.writes.ingest import ingest as run_ingest
     from stitchlake.spark.engine import SparkEngine
     from stitchlake.writing.batch import prepare
     from stitchlake.writing.writer import write_file_groups
@@ -248,7 +248,7 @@ def test_a_pending_compaction_plan_makes_an_overlapping_write_abort(demo_data: P
     _config, table = optimistic_table(tmp_path, demo_data)
     table.write("orders", rows([1, 2, 3]))
     table.write("orders", rows([4], day="2026-11-21"))
-    from stitchlake.services.compaction import run, schedule
+    from stitchlake.services.rewrites.compaction import run, schedule
 
     planned = schedule(table)
     assert planned is not None

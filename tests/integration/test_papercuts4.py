@@ -26,7 +26,7 @@ import yaml
 
 import stitchlake
 from stitchlake.api import Table
-from stitchlake.services import rescale as rescaling
+from stitchlake.services.rewrites import rescale as rescaling
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action

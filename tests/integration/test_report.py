@@ -129,7 +129,7 @@ def test_warnings_show_the_command_that_fixes_them_and_a_broker_that_is_down_is_
     operator_table: OperatorTable, tmp_path: Path
 ) -> None:
     from stitchlake.api import open as open_table
-    from stitchlake.services.report import report
+    from stitchlake.services.inspect.report import report
 
     config = str(operator_table.config)
     stitch_json("compact", "-c", config, "--schedule")

@@ -31,9 +31,9 @@ from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import BusyError, ConfigError, UsageError
 from stitchlake.layout.bucket import bucket_of
-from stitchlake.services import rescale as rescaling
-from stitchlake.services.clean import orphans
-from stitchlake.services.savepoint import delete as delete_savepoint
+from stitchlake.services.rewrites import rescale as rescaling
+from stitchlake.services.upkeep.clean import orphans
+from stitchlake.services.upkeep.savepoint import delete as delete_savepoint
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, to_millis

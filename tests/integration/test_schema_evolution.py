@@ -191,7 +191,7 @@ def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Non
             for model in models(document):
                 initial.update({c: model.defaults.get(c) for c in model.columns if c not in initial})
             config = write_table_yaml(root, document)
-            from stitchlake.services.alter import alter
+            from stitchlake.services.upkeep.alter import alter
 
             alter(stitchlake.open(config))
             table = stitchlake.open(config)

@@ -328,7 +328,7 @@ def paused_writer_main(config: str, spec: dict[str, Any]) -> None:
 
 def crashed_compaction_main(config: str, instant: str) -> None:
     """A compaction run that takes over its plan (heartbeat, inflight) and dies that very moment."""
-    from stitchlake.services.compaction import start_run
+    from stitchlake.services.rewrites.compaction import start_run
 
     start_run(stitchlake.open(config), instant)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -336,7 +336,7 @@ def crashed_compaction_main(config: str, instant: str) -> None:
 
 def crashed_restore_main(config: str, savepoint: str) -> None:
     """A restore that has recorded its plan (requested, inflight, heartbeat) and dies before undoing anything."""
-    from stitchlake.services.restore import begin_restore
+    from stitchlake.services.undo.restore import begin_restore
 
     begin_restore(stitchlake.open(config), savepoint)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -591,7 +591,7 @@ def policy_keeps(table: Table, policy: str, retain: int, now_ms: int) -> Files:
 def test_clean_keeps_exactly_what_each_policy_says_and_savepointed_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, retain: int
 ) -> None:
-    from stitchlake.services.savepoint import create
+    from stitchlake.services.upkeep.savepoint import create
 
     table, config = make_table(tmp_path, document())
     root = table_root(table)
@@ -832,7 +832,7 @@ def test_an_inline_compaction_that_fails_says_the_ingest_stands(tmp_path: Path) 
 
 
 def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) -> None:
-    from stitchlake.services.rollback import rollback
+    from stitchlake.services.undo.rollback import rollback
 
     landing = tmp_path / "landing" / "orders"
     landing.mkdir(parents=True)

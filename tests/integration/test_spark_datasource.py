@@ -109,7 +109,7 @@ def convert(source: Path, fmt: str, out: Path) -> None:
 
 
 def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tmp_path: Path) -> None:
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
     originals = sorted((demo_data / "landing" / "orders").glob("*.parquet"))
@@ -132,7 +132,7 @@ def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tm
 @pytest.fixture(scope="module")
 def stitched(spark: Any, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Table:
     """A table fed one landing file per commit, streams interleaved at random, each stream's files reversed."""
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
     table = new_table(tmp_path_factory.mktemp("stitched"), demo_data / "landing")
@@ -187,7 +187,7 @@ def test_spark_read_prunes_columns_and_pushes_partition_filters(spark: Any, stit
 
 def test_spark_compaction_then_read_optimized_equals_snapshot(spark: Any, stitched: Table, demo_data: Path) -> None:
     from scripts.demo_data import compare
-    from stitchlake.services.compaction import compact
+    from stitchlake.services.rewrites.compaction import compact
     from stitchlake.spark.engine import SparkEngine
 
     before = sorted_rows(stitched.read())
@@ -221,7 +221,7 @@ def _bad_payments(folder: Path) -> Path:
 
 
 def test_bad_rows_are_quarantined_with_their_reason(spark: Any, tmp_path: Path) -> None:
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
     _bad_payments(tmp_path / "landing" / "payments")
@@ -236,7 +236,7 @@ def test_bad_rows_are_quarantined_with_their_reason(spark: Any, tmp_path: Path) 
 
 
 def test_bad_rows_fail_the_batch_and_write_nothing(spark: Any, tmp_path: Path) -> None:
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
     _bad_payments(tmp_path / "landing" / "payments")
@@ -249,7 +249,7 @@ def test_bad_rows_fail_the_batch_and_write_nothing(spark: Any, tmp_path: Path) -
 
 
 def test_a_source_missing_a_column_is_rejected_naming_file_and_column(spark: Any, tmp_path: Path) -> None:
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
     folder = tmp_path / "landing" / "shipments"
@@ -284,9 +284,9 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     import fastavro
 
     import stitchlake
-    from stitchlake.services.alter import alter
-    from stitchlake.services.compaction import compact
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.rewrites.compaction import compact
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
     from tests.integration.test_schema_evolution import BASE, add_extra, drop_w
     from tests.unit.test_schema_evolution import NESTED_AVRO
@@ -533,7 +533,7 @@ def test_spark_ingest_writes_one_log_per_file_group_and_commit(spark: Any, demo_
     """Issue 15 point 2: the read tasks route rows to file groups once; each file group's rows go to one write
     task, which precombines and writes them without routing again. Buckets spread over the write tasks."""
     from stitchlake.io.landing import LandingFile
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine, balanced, stable_partition
 
     assert len({stable_partition(("order_date=2026-11-20", f"{b:05d}")) % 4 for b in range(4)}) == 4

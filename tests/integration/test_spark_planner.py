@@ -21,7 +21,7 @@ import stitchlake
 from stitchlake.io.schemas import table_schema
 from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
-from stitchlake.services.alter import alter
+from stitchlake.services.upkeep.alter import alter
 from stitchlake.spark import planner
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
 

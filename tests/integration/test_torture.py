@@ -37,10 +37,10 @@ from stitchlake.api import Table
 from stitchlake.checksums import seal
 from stitchlake.errors import BusyError, StitchError
 from stitchlake.layout.fsview import DataFile, FileSlice
-from stitchlake.services import compaction
-from stitchlake.services import rollback as rollback_module
-from stitchlake.services.clean import clean
-from stitchlake.services.recovery import failed_instants, rollback_failed
+from stitchlake.services.rewrites import compaction
+from stitchlake.services.undo import rollback as rollback_module
+from stitchlake.services.undo.recovery import failed_instants, rollback_failed
+from stitchlake.services.upkeep.clean import clean
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
@@ -680,7 +680,7 @@ def test_a_landing_file_is_ingested_once_even_when_its_first_writer_froze_midway
     first wakes up: it must not publish that file a second time."""
     from stitchlake.concurrency.heartbeat import Heartbeat
     from stitchlake.engine import LocalEngine
-    from stitchlake.services.ingest import ingest
+    from stitchlake.services.writes.ingest import ingest
 
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -780,8 +780,8 @@ def test_a_restore_that_fails_to_publish_stops_beating_so_it_is_finished(
     for as long as that process lived."""
     from stitchlake.concurrency import heartbeat as heartbeats
     from stitchlake.errors import LockLost
-    from stitchlake.services.restore import restore
-    from stitchlake.services.savepoint import create
+    from stitchlake.services.undo.restore import restore
+    from stitchlake.services.upkeep.savepoint import create
 
     document = copy.deepcopy(FAST)
     document["concurrency"]["lock"] = {"wait_s": 20, "expire_s": 0.3}
@@ -807,8 +807,8 @@ def test_ingest_reads_consumed_files_again_when_an_archive_moves_the_history(
     """Found by the torture run: ingest's lock-free read of what was consumed hit a completed instant that an
     archive (or restore) removed meanwhile, and exited 1 instead of reading the history again."""
     from stitchlake.engine import LocalEngine
-    from stitchlake.services import ingest as ingest_module
-    from stitchlake.services.archive import archive
+    from stitchlake.services.upkeep.archive import archive
+    from stitchlake.services.writes import ingest as ingest_module
 
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -837,7 +837,7 @@ def test_an_archive_killed_while_deleting_an_instant_never_gets_it_rolled_back(t
     """Found by the optimistic-mode torture run: an archiver SIGKILLed between deleting an archived instant's
     completed file and its inflight file left what looked like a dead writer's pending instant; the next clean
     rolled it back, deleting the data files of a commit the archive checkpoint still counted."""
-    from stitchlake.services.archive import archive
+    from stitchlake.services.upkeep.archive import archive
     from stitchlake.timeline.instant import State, pending_file_name
     from stitchlake.timeline.timeline import timeline_path
 
@@ -860,7 +860,7 @@ def test_an_archive_killed_while_deleting_an_instant_never_gets_it_rolled_back(t
 
 
 def test_an_archive_deletes_an_instants_completed_file_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stitchlake.services import archive as archive_module
+    from stitchlake.services.upkeep import archive as archive_module
 
     table = new_table(tmp_path, FAST)
     for key in range(1, 6):
@@ -885,7 +885,7 @@ def test_an_archive_that_died_before_deleting_is_finished_by_the_next_one(
     """Found by the CI torture run: an archiver killed after its batch and checkpoint, before deleting the
     archived instants' active files. The next archive plans the same instants, finds the horizon already there
     and, before this was fixed, stopped: behind a savepoint the leftovers stayed on the active timeline for good."""
-    from stitchlake.services import archive as archive_module
+    from stitchlake.services.upkeep import archive as archive_module
     from stitchlake.timeline.archive import archived_instants
 
     table = new_table(tmp_path, FAST)

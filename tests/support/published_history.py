@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from stitchlake.api import Table
-from stitchlake.services.alter import alter
+from stitchlake.services.upkeep.alter import alter
 from tests.support.tables import MODELS, THREE_STREAMS, batch, config, new_table
 
 MODEL = {m.name: m for m in MODELS}

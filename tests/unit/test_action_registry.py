@@ -13,7 +13,7 @@ import pytest
 from stitchlake.config import BadRows
 from stitchlake.errors import InputRejected
 from stitchlake.paths import quarantine_folder
-from stitchlake.services.recovery import FINISHERS
+from stitchlake.services.undo.recovery import FINISHERS
 from stitchlake.storage import LocalStorage
 from stitchlake.timeline.actions import (
     ACTIONS,

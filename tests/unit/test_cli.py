@@ -494,7 +494,7 @@ def test_timeline_show_by_stream_reads_only_until_the_limit_is_found(long_timeli
 def test_timeline_show_archived(
     written: tuple[Table, list[Any]], config_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stitchlake.services import archive
+    from stitchlake.services.upkeep import archive
 
     table, results = written
     target = ["timeline", "show", "-c", str(config_file), "--archived"]
@@ -680,7 +680,7 @@ def test_human_values() -> None:
 
 
 def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) -> None:
-    from stitchlake.services.status import (
+    from stitchlake.services.inspect.status import (
         LastCommit,
         PartitionHealth,
         PendingInstant,

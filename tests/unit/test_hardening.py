@@ -19,9 +19,9 @@ import yaml
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
-from stitchlake.services.restore import begin_restore
-from stitchlake.services.rollback import rollback
-from stitchlake.services.savepoint import create
+from stitchlake.services.undo.restore import begin_restore
+from stitchlake.services.undo.rollback import rollback
+from stitchlake.services.upkeep.savepoint import create
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
 
@@ -325,7 +325,7 @@ def test_yaml_columns_in_another_order_describe_the_same_table(tmp_path: Path) -
 
 
 def test_erase_with_purge_leaves_no_copy_of_the_keys_in_savepoints_or_old_slices(tmp_path: Path) -> None:
-    from stitchlake.services.erase import erase
+    from stitchlake.services.rewrites.erase import erase
 
     table, _ = make(tmp_path)
     table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))

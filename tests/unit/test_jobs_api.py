@@ -19,11 +19,11 @@ from stitchlake.jobs.requests import (
 from stitchlake.jobs.results import plain
 from stitchlake.jobs.run import JOBS
 from stitchlake.jobs.specs import REQUESTS, decode, result_type
-from stitchlake.services.clean import CleanResult
-from stitchlake.services.compaction import CompactionResult
-from stitchlake.services.ingest import IngestResult
 from stitchlake.services.publish import PublishDeferred, PublishResult
-from stitchlake.services.restore import RestoreResult
+from stitchlake.services.rewrites.compaction import CompactionResult
+from stitchlake.services.undo.restore import RestoreResult
+from stitchlake.services.upkeep.clean import CleanResult
+from stitchlake.services.writes.ingest import IngestResult
 from stitchlake.timeline.savepoints import Savepoint
 
 

@@ -20,7 +20,7 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
-from stitchlake.services import compaction
+from stitchlake.services.rewrites import compaction
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan

@@ -19,8 +19,8 @@ from stitchlake.api import Table
 from stitchlake.errors import BusyError, ConflictError
 from stitchlake.io.published import iceberg_catalog
 from stitchlake.jobs.results import plain
-from stitchlake.services.alter import alter
 from stitchlake.services.publish import PublishDeferred
+from stitchlake.services.upkeep.alter import alter
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishPlan

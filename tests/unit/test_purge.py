@@ -21,7 +21,7 @@ def test_an_undecodable_avro_value_is_purged_though_its_key_is_no_text(tmp_path:
     import fastavro
 
     from stitchlake.io import kafka
-    from stitchlake.services.purge import _rows_hit
+    from stitchlake.services.rewrites.purge import _rows_hit
 
     document = {
         "table": {"name": "people", "path": str(tmp_path / "table"), "key": {"k": "long"}, "buckets": 1},

@@ -19,9 +19,11 @@ import pytest
 import stitchlake.table.transaction as transaction_module
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import ConflictError, LockLost, UsageError
-from stitchlake.services import compaction, restore, savepoint
-from stitchlake.services.recovery import rollback_failed
-from stitchlake.services.rollback import rollback
+from stitchlake.services.rewrites import compaction
+from stitchlake.services.undo import restore
+from stitchlake.services.undo.recovery import rollback_failed
+from stitchlake.services.undo.rollback import rollback
+from stitchlake.services.upkeep import savepoint
 from stitchlake.spark.write import FilesWritten, StitchWriter
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
@@ -124,7 +126,7 @@ def test_a_rollback_refuses_a_commit_a_compaction_absorbed_after_its_checks(
 ) -> None:
     """`stitch rollback T` checked T outside the lock; a compaction planned meanwhile absorbed T's logs. Undoing
     T then broke every later `compact --run` for good; the rollback now re-checks under the lock."""
-    import stitchlake.services.rollback as rollback_module
+    import stitchlake.services.undo.rollback as rollback_module
 
     table = new_table(tmp_path, FAST)
     for value in (1, 2, 3):
@@ -183,7 +185,7 @@ def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them
     """The job of a claim (e.g. a spark-submit job of `stitch ingest`) froze past its heartbeat after choosing its
     landing files; a second ingest took the same file; the frozen job must not publish it a second time."""
     from stitchlake.engine import LocalEngine
-    from stitchlake.services.ingest import claim, ingest
+    from stitchlake.services.writes.ingest import claim, ingest
 
     table = _table_with_one_landing_file(tmp_path)
     frozen = claim(table, "orders")
@@ -208,7 +210,7 @@ def test_a_job_leaves_the_claim_it_was_handed_to_its_owner(tmp_path: Path) -> No
     started it: its tasks may still be writing (a Spark task outlives the driver's exception by a moment), and a
     file written after the markers went would be left behind unnamed. The owner undoes it once the job ended."""
     from stitchlake.engine import LocalEngine
-    from stitchlake.services.ingest import claim, ingest
+    from stitchlake.services.writes.ingest import claim, ingest
 
     table = _table_with_one_landing_file(tmp_path)
     owned = claim(table, "orders")

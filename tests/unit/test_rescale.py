@@ -22,7 +22,7 @@ from tests.unit.test_read import History
 def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path) -> None:
     table = new_table(tmp_path, buckets=2)
     history = run_steps(table, plan_steps(6, 5), History())
-    from stitchlake.services import compaction
+    from stitchlake.services.rewrites import compaction
 
     scheduled = compaction.schedule(table)
     assert scheduled is not None

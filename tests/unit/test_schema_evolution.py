@@ -58,7 +58,7 @@ def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) ->
     for change in (None, add_stream_c, add_extra, widen_v, drop_w):
         if change is not None:
             change(document)
-            from stitchlake.services.alter import alter
+            from stitchlake.services.upkeep.alter import alter
 
             alter(stitchlake.open(write_table_yaml(tmp_path, document)))
             table = stitchlake.open(tmp_path / "table.yaml")
@@ -76,8 +76,8 @@ def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) ->
 def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path) -> None:
     """Decided: a write that began under schema N publishes after an alter to N+1, recording N: its files are
     read under N+1 like any older file (every compatible change reads old files)."""
-    from stitchlake.services.alter import alter
-    from stitchlake.services.ingest import claim
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.services.writes.ingest import claim
 
     document = copy.deepcopy(BASE)
     table = stitchlake.open(write_table_yaml(tmp_path, document))
@@ -97,9 +97,9 @@ def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path
 
 
 def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path) -> None:
-    from stitchlake.services.alter import alter
-    from stitchlake.services.restore import begin_restore, restore
-    from stitchlake.services.savepoint import create
+    from stitchlake.services.undo.restore import begin_restore, restore
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.services.upkeep.savepoint import create
 
     document = copy.deepcopy(BASE)
     table = stitchlake.open(write_table_yaml(tmp_path, document))
@@ -115,7 +115,7 @@ def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path
     with pytest.raises(BusyError, match="nothing can alter the table"):
         alter(stitchlake.open(write_table_yaml(tmp_path, document)))
     pending.heartbeat.stop(delete=True)  # type: ignore[union-attr]
-    from stitchlake.services.recovery import rollback_failed
+    from stitchlake.services.undo.recovery import rollback_failed
 
     rollback_failed(stitchlake.open(str(tmp_path / "table")))  # finishes the crashed restore
     # The table is back at schema version 0: the YAML with stream c (and z) is ahead of it now.
@@ -126,7 +126,7 @@ def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path
 
 
 def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
-    from stitchlake.services.alter import alter
+    from stitchlake.services.upkeep.alter import alter
 
     document = copy.deepcopy(BASE)
     table = stitchlake.open(write_table_yaml(tmp_path, document))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import UsageError
-from stitchlake.services.history import record_of, summarize
+from stitchlake.services.inspect.history import record_of, summarize
 from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
@@ -333,8 +333,8 @@ def file_group_rows(snap: Snapshot) -> pa.Table:
 
 
 def stream_rows(snap: Snapshot) -> pa.Table:
-    from stitchlake.services.ingest import consumed
     from stitchlake.services.offsets import consumed_ranges
+    from stitchlake.services.writes.ingest import consumed
 
     table, timeline = snap.table, snap.timeline
     totals: dict[str, dict[str, Any]] = {name: {"commits": 0, "rows": 0, "last": None} for name in table.config.streams}

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.services.metadata_tables import KAFKA_TIMEOUT_S, Snapshot
-from stitchlake.services.status import StatusReport, status
+from stitchlake.services.inspect.metadata_tables import KAFKA_TIMEOUT_S, Snapshot
+from stitchlake.services.inspect.status import StatusReport, status
 from stitchlake.timeline.clock import to_datetime
 
 if TYPE_CHECKING:

@@ -35,8 +35,8 @@ from stitchlake.io.datafiles import read_parquet, write_parquet
 from stitchlake.io.landing import LandingFile, decompressed, read_landing
 from stitchlake.layout.placement import KeyPlacement
 from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR
-from stitchlake.services.clean import purge_files
-from stitchlake.services.savepoint import delete as delete_savepoint
+from stitchlake.services.upkeep.clean import purge_files
+from stitchlake.services.upkeep.savepoint import delete as delete_savepoint
 from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.metadata import DeltaCommit, EraseCommit

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
-from stitchlake.services import compaction, offsets
-from stitchlake.services.compaction import CompactionResult
+from stitchlake.services import offsets
+from stitchlake.services.rewrites import compaction
+from stitchlake.services.rewrites.compaction import CompactionResult
 from stitchlake.table.guards import refuse_if_stream_busy
 from stitchlake.table.transaction import ConflictCheck, Transaction
 from stitchlake.timeline.archive import load_checkpoint

@@ -28,7 +28,7 @@ from stitchlake.paths import erase_folder
 from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.services.purge import purge as purge_copies
+from stitchlake.services.rewrites.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import REWRITES

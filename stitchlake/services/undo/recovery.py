@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from stitchlake.services.clean import finish_clean
-from stitchlake.services.restore import finish_restore
-from stitchlake.services.rollback import RollbackResult, expired, finish_rollback, run_rollback
+from stitchlake.services.undo.restore import finish_restore
+from stitchlake.services.undo.rollback import RollbackResult, expired, finish_rollback, run_rollback
+from stitchlake.services.upkeep.clean import finish_clean
 from stitchlake.table.guards import undone_by
 from stitchlake.timeline.actions import Recovery, kind_of
 from stitchlake.timeline.archive import horizon_of

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.layout.fsview import FileSystemView
-from stitchlake.services.clean import needed_as_of
+from stitchlake.services.upkeep.clean import needed_as_of
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import REWRITES
 from stitchlake.timeline.archive import load_checkpoint

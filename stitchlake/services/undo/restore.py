@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from stitchlake.errors import BusyError, UsageError
 from stitchlake.services.offsets import rewound
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.services.rescale import buckets_reminder
-from stitchlake.services.rollback import expired, target_of, undo
+from stitchlake.services.rewrites.rescale import buckets_reminder
+from stitchlake.services.undo.rollback import expired, target_of, undo
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import UNDONE_BY_RESTORE
 from stitchlake.timeline.instant import Action, Instant

@@ -1,0 +1,1 @@
+"""Taking history back: rollback of one instant, restore to a savepoint, recovery of dead instants."""

@@ -1,0 +1,1 @@
+"""Keeping the table in shape: clean, archive, alter, savepoints."""
