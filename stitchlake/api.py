@@ -140,18 +140,20 @@ class Table(CoreTable):
     ) -> duckdb.DuckDBPyConnection:
         """Register the table, read as `read` reads it, in a DuckDB connection (`stitchlake.reading.sql`): each query
         streams it one file slice at a time."""
+        from stitchlake.reading.options import ReadOptions
         from stitchlake.reading.sql import to_duckdb
 
-        return to_duckdb(self, connection, name, **read_options)
+        return to_duckdb(self, connection, name, ReadOptions(**read_options))
 
     def sql(self, query: str, **read_options: Any) -> pa.Table:
         """Run SQL over the table, named `t` or by its own name, with DuckDB (`stitchlake.reading.sql`), and over its
         metadata tables (`t$files`, ...: `stitchlake.services.inspect.metadata_tables`). The table is streamed through
         DuckDB; the result is returned whole."""
+        from stitchlake.reading.options import ReadOptions
         from stitchlake.reading.sql import query as run_query
         from stitchlake.services.inspect.metadata_tables import sql_tables
 
-        return run_query(self, query, tables=sql_tables(self), **read_options)
+        return run_query(self, query, ReadOptions(**read_options), tables=sql_tables(self))
 
     def metadata_table(self, name: str) -> pa.Table:
         """One metadata table (`timeline`, `files`, `file_groups`, `streams`, `savepoints`, `rescales`) as Arrow,

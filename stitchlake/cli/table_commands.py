@@ -294,22 +294,14 @@ def sql_command(
 ) -> Report:
     """Run SQL over the table with DuckDB (read as `stitch read` reads it: merged, as of, or its changes), and over
     its metadata tables (`SELECT * FROM t$files`: docs/operations.md, "Metadata tables"; always as of now)."""
+    from stitchlake.reading.options import ReadOptions
     from stitchlake.reading.sql import results
     from stitchlake.services.inspect.metadata_tables import sql_tables
 
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    with results(
-        handle,
-        query,
-        mode=mode,
-        as_of=as_of,
-        since=since,
-        until=until,
-        filter=where or None,
-        before_images=before_images,
-        tables=sql_tables(handle),
-    ) as reader:
+    asked = ReadOptions(mode, as_of, since, until, None, where or None, before_images)
+    with results(handle, query, asked, tables=sql_tables(handle)) as reader:
         return result_report(reader.schema, reader, limit, target)
 
 

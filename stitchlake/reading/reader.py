@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ import pyarrow as pa
 from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
 from stitchlake.reading.changes import CHANGE_COLUMNS, change_scan, refuse_change_columns, split_change_filter
 from stitchlake.reading.filters import Filter, prune
+from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import read_mode, resolve_time, snapshot_scan, wanted_columns
 from stitchlake.table.guards import undoes_history
@@ -40,21 +42,8 @@ def scan(
     before_images: bool = False,
 ) -> Scan:
     """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
-    (one file group for changes) at a time: memory bounded by the largest slices, not the table (design.md §7).
-
-    Planning happens now (a bad argument or time is refused here); rows are read when the scan is iterated, and
-    every pass reads the same planned files."""
-    mode = read_mode(mode)
-    table.require()
-    if as_of is not None and (since is not None or until is not None):
-        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
-    if before_images and since is None and until is None:
-        raise UsageError("before_images is for change reads: give since and/or until")
-    try:
-        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
-    except (DataFileMissing, HistoryMoved):
-        # An archive or restore removed the instants we listed (or a clean a file planning reads): plan again.
-        return _plan(table, mode, as_of, since, until, columns, filter, before_images)
+    (one file group for changes) at a time: memory bounded by the largest slices, not the table (design.md §7)."""
+    return plan(table, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
 
 
 def read(
@@ -70,25 +59,39 @@ def read(
     """Read the table into one Arrow table. See design.md §7 for the modes; `since`/`until` give the incremental view
     (with `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
     deleted values). The result is whole in memory: `scan` streams the same rows slice by slice."""
+    return read_all(table, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
+
+
+def plan(table: Table, options: ReadOptions) -> Scan:
+    """Plan a read and return it as a stream of record batches. Planning happens now (a bad argument or time is
+    refused here); rows are read when the scan is iterated, and every pass reads the same planned files."""
+    options = replace(options, mode=read_mode(options.mode))
+    table.require()
+    if options.as_of is not None and (options.since is not None or options.until is not None):
+        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    if options.before_images and options.since is None and options.until is None:
+        raise UsageError("before_images is for change reads: give since and/or until")
     try:
-        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
+        return _plan(table, options)
+    except (DataFileMissing, HistoryMoved):
+        # An archive or restore removed the instants we listed (or a clean a file planning reads): plan again.
+        return _plan(table, options)
+
+
+def read_all(table: Table, options: ReadOptions) -> pa.Table:
+    """The planned read gathered into one Arrow table."""
+    try:
+        return plan(table, options).read_all(resume=False)
     except (DataFileMissing, HistoryMoved):
         # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
         # or restore the instants we listed: plan the whole read again from the new timeline, so the rows are one
         # state of the table. A file still missing then is damage, and the second error says so.
-        return scan(table, mode, as_of, since, until, columns, filter, before_images).read_all(resume=False)
+        return plan(table, options).read_all(resume=False)
 
 
-def _plan(
-    table: Table,
-    mode: ReadMode,
-    as_of: str | None,
-    since: str | None,
-    until: str | None,
-    columns: Sequence[str] | None,
-    filter: Filter,
-    before_images: bool = False,
-) -> Scan:
+def _plan(table: Table, options: ReadOptions) -> Scan:
+    mode, as_of, since, until = read_mode(options.mode), options.as_of, options.since, options.until
+    columns, filter, before_images = options.columns, options.filter, options.before_images
     timeline = table.timeline()
     view = table.view(timeline)
     _warn_if_undoing(timeline)

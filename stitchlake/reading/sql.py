@@ -15,12 +15,12 @@ mentions are built and registered, so a query of the table alone reads no more m
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import StitchError, UsageError
-from stitchlake.vocabulary import ReadMode
+from stitchlake.reading.options import ReadOptions
 
 if TYPE_CHECKING:
     import duckdb
@@ -39,14 +39,7 @@ def to_duckdb(
     table: Table,
     connection: duckdb.DuckDBPyConnection | None = None,
     name: str | None = None,
-    *,
-    mode: ReadMode | str = ReadMode.SNAPSHOT,
-    as_of: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    columns: Sequence[str] | None = None,
-    filter: Any = None,
-    before_images: bool = False,
+    options: ReadOptions = ReadOptions(),
 ) -> duckdb.DuckDBPyConnection:
     """Register the table, read as `stitchlake.read` reads it, as view `name` (default: the table's name) in a
     DuckDB connection (a new in-memory one if none is given), and return the connection.
@@ -57,9 +50,9 @@ def to_duckdb(
     clean` removed a file of that state plans those file groups again from the newer state."""
     import duckdb
 
-    from stitchlake.reading.reader import scan
+    from stitchlake.reading.reader import plan
 
-    rows = scan(table, mode, as_of, since, until, columns, filter, before_images)
+    rows = plan(table, options)
     connection = connection if connection is not None else duckdb.connect()
     connection.register(name or table.config.table.name, rows)
     return connection
@@ -68,30 +61,15 @@ def to_duckdb(
 def query(
     table: Table,
     sql: str,
+    options: ReadOptions = ReadOptions(),
     *,
-    mode: ReadMode | str = ReadMode.SNAPSHOT,
-    as_of: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    filter: Any = None,
-    before_images: bool = False,
     tables: Mapping[str, Callable[[], pa.Table]] | None = None,
 ) -> pa.Table:
     """Run `sql` over the table (visible as its own name and as `t`) and return the result as Arrow.
 
     The table is streamed through DuckDB; the result is whole in memory (`results` streams it).
     A query DuckDB refuses (syntax, unknown column, type error) is a UsageError (exit 2) with DuckDB's message."""
-    with results(
-        table,
-        sql,
-        mode=mode,
-        as_of=as_of,
-        since=since,
-        until=until,
-        filter=filter,
-        before_images=before_images,
-        tables=tables,
-    ) as reader:
+    with results(table, sql, options, tables=tables) as reader:
         return reader.read_all()
 
 
@@ -99,13 +77,8 @@ def query(
 def results(
     table: Table,
     sql: str,
+    options: ReadOptions = ReadOptions(),
     *,
-    mode: ReadMode | str = ReadMode.SNAPSHOT,
-    as_of: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    filter: Any = None,
-    before_images: bool = False,
     batch_rows: int = RESULT_BATCH_ROWS,
     tables: Mapping[str, Callable[[], pa.Table]] | None = None,
 ) -> Iterator[pa.RecordBatchReader]:
@@ -117,14 +90,14 @@ def results(
     import duckdb
     import pyarrow as pa
 
-    from stitchlake.reading.reader import scan
+    from stitchlake.reading.reader import plan
 
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
     _refuse_non_queries(sql)
     extra = {name: build() for name, build in (tables or {}).items() if _mentions(sql, name)}
     wanted = referenced_columns(sql, table, set(extra))
-    source = scan(table, mode, as_of, since, until, wanted, filter, before_images)
+    source = plan(table, options.with_columns(wanted))
     try:
         try:
             connection, result = _execute(table, sql, source, batch_rows, extra)
@@ -132,7 +105,7 @@ def results(
             if wanted is None:
                 raise
             # A column the parse did not show us (a construct `referenced_columns` does not know): read them all.
-            source = scan(table, mode, as_of, since, until, None, filter, before_images)
+            source = plan(table, options.with_columns(None))
             connection, result = _execute(table, sql, source, batch_rows, extra)
     except duckdb.BinderException as exc:
         raise UsageError(f"SQL: {exc}") from None
