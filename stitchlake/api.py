@@ -10,8 +10,7 @@ import os
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from stitchlake.errors import UsageError
-from stitchlake.table.handle import Table as CoreTable
-from stitchlake.table.handle import open_table
+from stitchlake.table.handle import TableHandle, open_table
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice, PublishFormat, ReadMode
 
 if TYPE_CHECKING:
@@ -79,7 +78,7 @@ def _no_retries(retries: int) -> None:
         raise UsageError("retries go with an engine name (engine='auto', 'local' or 'spark'), which launches a job")
 
 
-class Table(CoreTable):
+class Table(TableHandle):
     """A stitched table and every action on it."""
 
     def write(

@@ -25,7 +25,7 @@ from stitchlake.writing.events import Input, LandingEvents, read_input
 from stitchlake.writing.writer import write_file_groups
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,7 +64,7 @@ class Engine(ABC):
         """
 
     @abstractmethod
-    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
+    def write_stream(self, table: TableHandle, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
         """Read, validate and write landing files (or Kafka offset ranges) as log files of `instant` (one per
         touched file group).
 
@@ -73,7 +73,7 @@ class Engine(ABC):
         """
 
 
-def marker_for(table: Table, instant: str) -> Callable[[str], None]:
+def marker_for(table: TableHandle, instant: str) -> Callable[[str], None]:
     """What `Transaction.mark` does, as a plain picklable function (engines mark from their tasks)."""
     return functools.partial(create_marker, table.storage, instant)
 
@@ -92,7 +92,7 @@ class LocalEngine(Engine):
             ran = bounded(fn, items, weight, LOCAL_BYTES_IN_FLIGHT, LOCAL_THREADS, pool)
             return [result for _item, result in ran]
 
-    def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
+    def write_stream(self, table: TableHandle, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
         mark = marker_for(table, instant)
         started = time.perf_counter()
         read: list[LandingEvents] = self.map(

@@ -21,7 +21,7 @@ from stitchlake.vocabulary import EngineChoice
 if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.jobs.results import JobRun
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 T = TypeVar("T")
 
@@ -117,7 +117,7 @@ def _progress_lines(job: str) -> Iterator[Callable[[str], None]]:
             ticker.join()
 
 
-def launch_job(table: Table, request: JobRequest[T], engine: EngineChoice | str) -> JobRun[T]:
+def launch_job(table: TableHandle, request: JobRequest[T], engine: EngineChoice | str) -> JobRun[T]:
     """`launch.launch` with the CLI's progress display."""
     with progress_display(request.job) as progress:
         return launch.launch(table, request, engine, progress=progress)

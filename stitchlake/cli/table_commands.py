@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from stitchlake.services.inspect.history import InstantListing
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: `--out` file extension -> format.
 OUT_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
@@ -157,7 +157,7 @@ def timeline_show_command(
 
 
 def _timeline_report(
-    handle: Table,
+    handle: TableHandle,
     listing: InstantListing,
     limit: int,
     archived: bool,

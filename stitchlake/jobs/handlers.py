@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from stitchlake.services.upkeep.archive import ArchiveResult
     from stitchlake.services.upkeep.clean import CleanResult
     from stitchlake.services.writes.ingest import IngestResult
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
     from stitchlake.timeline.savepoints import Savepoint
 
 Progress = Callable[[str], None]
@@ -42,7 +42,7 @@ Progress = Callable[[str], None]
 DELETES_PER_TASK = 64
 
 
-def run_ingest(table: Table, request: IngestRequest, engine: Engine, progress: Progress) -> IngestResult:
+def run_ingest(table: TableHandle, request: IngestRequest, engine: Engine, progress: Progress) -> IngestResult:
     claim = Transaction.attach(table, request.instant) if request.instant else None
     result = ingest.ingest(
         table,
@@ -59,21 +59,25 @@ def run_ingest(table: Table, request: IngestRequest, engine: Engine, progress: P
     return result
 
 
-def run_compact(table: Table, request: CompactRequest, engine: Engine, progress: Progress) -> CompactionResult | None:
+def run_compact(
+    table: TableHandle, request: CompactRequest, engine: Engine, progress: Progress
+) -> CompactionResult | None:
     if request.instant is None and not compaction.pending_plans(table):
         return None  # nothing to run is exit 0
     progress(f"running compaction {request.instant or '(oldest pending)'}")
     return compaction.run(table, request.instant, engine)
 
 
-def run_rescale(table: Table, request: RescaleRequest, engine: Engine, progress: Progress) -> RescaleResult | None:
+def run_rescale(
+    table: TableHandle, request: RescaleRequest, engine: Engine, progress: Progress
+) -> RescaleResult | None:
     if request.instant is None and not rescale.runnable_plans(table):
         return None  # nothing to run is exit 0
     progress(f"running rescale {request.instant or '(oldest pending)'}")
     return rescale.run(table, request.instant, engine)
 
 
-def run_clean(table: Table, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
+def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
     clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
     if request.dry_run:
         targets, resets, _ = recovery.failed_instants(table, table.timeline())
@@ -103,13 +107,13 @@ def run_clean(table: Table, request: CleanRequest, engine: Engine, progress: Pro
     return result
 
 
-def run_erase(table: Table, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
+def run_erase(table: TableHandle, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
     keys = erase.load_keys(request.keys, table.storage_options)
     progress(f"erasing {keys.num_rows} key(s)")
     return erase.erase(table, keys, request.purge, engine)
 
 
-def run_rollback(table: Table, request: RollbackRequest, engine: Engine, progress: Progress) -> RollbackResult:
+def run_rollback(table: TableHandle, request: RollbackRequest, engine: Engine, progress: Progress) -> RollbackResult:
     if request.failed:
         return recovery.rollback_failed(table)
     if request.stream is not None:
@@ -117,7 +121,7 @@ def run_rollback(table: Table, request: RollbackRequest, engine: Engine, progres
     return rollback.rollback(table, request.instant or "")
 
 
-def run_savepoint(table: Table, request: SavepointRequest, engine: Engine, progress: Progress) -> Savepoint:
+def run_savepoint(table: TableHandle, request: SavepointRequest, engine: Engine, progress: Progress) -> Savepoint:
     if request.action == "create":
         return savepoint.create(table, request.instant, request.name)
     if request.action == "delete":
@@ -125,9 +129,9 @@ def run_savepoint(table: Table, request: SavepointRequest, engine: Engine, progr
     raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete")
 
 
-def run_restore(table: Table, request: RestoreRequest, engine: Engine, progress: Progress) -> RestoreResult:
+def run_restore(table: TableHandle, request: RestoreRequest, engine: Engine, progress: Progress) -> RestoreResult:
     return restore.restore(table, request.savepoint, request.force)
 
 
-def run_archive(table: Table, request: ArchiveRequest, engine: Engine, progress: Progress) -> ArchiveResult:
+def run_archive(table: TableHandle, request: ArchiveRequest, engine: Engine, progress: Progress) -> ArchiveResult:
     return archive.archive(table, request.keep)

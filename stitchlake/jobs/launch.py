@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.services.rewrites.compaction import CompactionResult
     from stitchlake.services.rewrites.rescale import RescaleResult
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
     from stitchlake.table.transaction import Transaction
 
 #: Retries after a conflict: the first wait, and the longest.
@@ -44,7 +44,9 @@ def engine_choice(name: EngineChoice | str) -> EngineChoice:
         raise UsageError(f"unknown engine {name!r}: use one of {known}") from None
 
 
-def choose_engine(table: Table, request: JobRequest[Any], choice: EngineChoice | str, work_bytes: int) -> EngineChoice:
+def choose_engine(
+    table: TableHandle, request: JobRequest[Any], choice: EngineChoice | str, work_bytes: int
+) -> EngineChoice:
     """The engine a request runs on (`auto`: by the size of the work). Metadata-only jobs always run here."""
     choice = engine_choice(choice)
     if request.metadata_only:
@@ -76,7 +78,7 @@ def with_retries(retries: int, attempt: Callable[[], T], on_retry: Progress = No
     raise AssertionError("unreachable")
 
 
-def target_args(table: Table) -> list[str]:
+def target_args(table: TableHandle) -> list[str]:
     """How the spark-submit job names the table: the same config file, or the table's location."""
     if table.config.source_file and Path(table.config.source_file).is_file():
         return ["--config", str(Path(table.config.source_file).resolve())]
@@ -84,7 +86,7 @@ def target_args(table: Table) -> list[str]:
 
 
 def execute(
-    table: Table,
+    table: TableHandle,
     request: JobRequest[T],
     engine: EngineChoice,
     claim: Transaction | None = None,
@@ -123,7 +125,7 @@ def execute(
     return ran
 
 
-def abort_unless_published(table: Table, claim: Transaction, failure: BaseException | None = None) -> bool:
+def abort_unless_published(table: TableHandle, claim: Transaction, failure: BaseException | None = None) -> bool:
     """Undo a claim whose job failed or was interrupted, unless the job's driver published it meanwhile (this
     process's handle does not know: the timeline does). Undoing twice is harmless (`Transaction.abort`).
 
@@ -142,7 +144,7 @@ def abort_unless_published(table: Table, claim: Transaction, failure: BaseExcept
 
 
 def launch(
-    table: Table,
+    table: TableHandle,
     request: JobRequest[T],
     engine: EngineChoice | str = EngineChoice.auto,
     *,
@@ -177,7 +179,7 @@ def launch(
 
 
 def compact(
-    table: Table,
+    table: TableHandle,
     *,
     schedule_only: bool = False,
     run_only: bool = False,
@@ -224,7 +226,9 @@ def compact(
     return PlannedRuns(None if run_only else planned, last, resumed)
 
 
-def _resume_pending(table: Table, engine: EngineChoice, progress: Progress) -> list[JobRun[CompactionResult | None]]:
+def _resume_pending(
+    table: TableHandle, engine: EngineChoice, progress: Progress
+) -> list[JobRun[CompactionResult | None]]:
     """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
     process takes over meanwhile is left to it."""
     from stitchlake.jobs.requests import CompactRequest
@@ -245,7 +249,7 @@ def _resume_pending(table: Table, engine: EngineChoice, progress: Progress) -> l
 
 
 def rescale(
-    table: Table,
+    table: TableHandle,
     buckets: int | None,
     *,
     partitions: tuple[str, ...] = (),
@@ -280,7 +284,9 @@ def rescale(
     return PlannedRuns(planned, last, resumed)
 
 
-def _resume_rescales(table: Table, engine: EngineChoice, progress: Progress) -> list[JobRun[RescaleResult | None]]:
+def _resume_rescales(
+    table: TableHandle, engine: EngineChoice, progress: Progress
+) -> list[JobRun[RescaleResult | None]]:
     """Run each pending rescale nobody runs (its process died, or it was only planned), oldest first."""
     from stitchlake.jobs.requests import RescaleRequest
     from stitchlake.services.rewrites import rescale as rescales
@@ -294,7 +300,7 @@ def _resume_rescales(table: Table, engine: EngineChoice, progress: Progress) -> 
     return done
 
 
-def _follow(table: Table, done: RescaleResult | None) -> None:
+def _follow(table: TableHandle, done: RescaleResult | None) -> None:
     """A whole-table rescale run elsewhere (a spark-submit job) changed the count: route by it here too."""
     if done is not None and done.whole_table:
         table.follow_buckets(done.buckets)

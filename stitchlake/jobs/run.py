@@ -13,13 +13,13 @@ from stitchlake.jobs.specs import SPECS
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
     from stitchlake.jobs.requests import JobRequest
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 R = TypeVar("R")
 Progress = Callable[[str], None]
 
 #: Each request class's handler (derived from `jobs.specs.SPECS`); Spark-only jobs have none.
-JOBS: dict[type[JobRequest[Any]], Callable[[Table, Any, Engine, Progress], Any]] = {
+JOBS: dict[type[JobRequest[Any]], Callable[[TableHandle, Any, Engine, Progress], Any]] = {
     spec.request: spec.handler for spec in SPECS.values() if spec.handler is not None
 }
 
@@ -28,7 +28,7 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def run(table: Table, request: JobRequest[R], engine: Engine, progress: Progress = _quiet) -> R:
+def run(table: TableHandle, request: JobRequest[R], engine: Engine, progress: Progress = _quiet) -> R:
     """Run `request` and return its service's result: the request's type argument (`IngestRequest` is a
     `JobRequest[IngestResult]`), which each handler returns."""
     handler = JOBS.get(type(request))

@@ -40,7 +40,7 @@ from stitchlake.paths import LOGS_DIR
 if TYPE_CHECKING:
     from stitchlake.config import TableConfig
     from stitchlake.jobs.requests import JobRequest
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: Defaults for spark-submit jobs: a session's, and no web UI (a job is a batch run, and its port could clash with
 #: another job's) and the throughput collector (the config's spark.conf overrides them; REQUIRED_CONF everything).
@@ -200,7 +200,7 @@ def build_argv(
     return [*argv, submit_script(), "--request", str(files.request), "--result", str(files.result), *job_args]
 
 
-def job_files(table: Table, job: str) -> JobFiles:
+def job_files(table: TableHandle, job: str) -> JobFiles:
     from stitchlake.timeline.clock import from_millis, now_millis
 
     folder = log_folder(table)
@@ -230,7 +230,7 @@ def sweep_private_folders() -> None:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def log_folder(table: Table) -> Path:
+def log_folder(table: TableHandle) -> Path:
     """Where spark-submit's own log goes: the table's `.stitch/logs` on local disk, else a local state folder."""
     local = table.storage.local_path(LOGS_DIR)
     if local is not None:
@@ -264,7 +264,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def run_job(
-    table: Table,
+    table: TableHandle,
     request: JobRequest[Any],
     target_args: list[str],
     progress: Callable[[str], None] | None = None,

@@ -42,7 +42,7 @@ from stitchlake.timeline.savepoints import Savepoint
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
     from stitchlake.table.transaction import Transaction
 
 Q = TypeVar("Q", bound=JobRequest[Any])
@@ -60,7 +60,7 @@ class Preflight:
     result: Any = None
 
 
-def no_work(_table: Table, _request: Any) -> Preflight:
+def no_work(_table: TableHandle, _request: Any) -> Preflight:
     """Metadata-only jobs, and jobs whose work is deletes (`clean`): `auto` runs them in this process."""
     return Preflight()
 
@@ -73,11 +73,11 @@ class JobSpec(Generic[Q, R]):
     #: The result type its handler returns (a class, or a union with None): how a spark-submit result reads back.
     result: Any
     #: Runs the request on an engine; None: the job runs only under spark-submit (`stream`).
-    handler: Callable[[Table, Q, Engine, Progress], R] | None
+    handler: Callable[[TableHandle, Q, Engine, Progress], R] | None
     #: Refusals before any JVM starts, and the work estimate.
-    preflight: Callable[[Table, Q], Preflight] = no_work
+    preflight: Callable[[TableHandle, Q], Preflight] = no_work
     #: Takes the job's instant before a JVM starts, so an overlapping run is refused in well under a second.
-    claim: Callable[[Table, Q], Transaction] | None = None
+    claim: Callable[[TableHandle, Q], Transaction] | None = None
 
     @property
     def job(self) -> str:
@@ -87,7 +87,7 @@ class JobSpec(Generic[Q, R]):
 # --------------------------------------------------------------------------------------------- preflights
 
 
-def _ingest_preflight(table: Table, request: IngestRequest) -> Preflight:
+def _ingest_preflight(table: TableHandle, request: IngestRequest) -> Preflight:
     """Busy (exit 4), changed landing files (exit 5) and nothing pending are found here, before any JVM."""
     from stitchlake.services.offsets import estimate_bytes
     from stitchlake.services.writes.ingest import (
@@ -116,13 +116,13 @@ def _ingest_preflight(table: Table, request: IngestRequest) -> Preflight:
     return Preflight(work)
 
 
-def _ingest_claim(table: Table, request: IngestRequest) -> Transaction:
+def _ingest_claim(table: TableHandle, request: IngestRequest) -> Transaction:
     from stitchlake.services.writes.ingest import claim
 
     return claim(table, request.stream)
 
 
-def _stream_preflight(table: Table, request: StreamRequest) -> Preflight:
+def _stream_preflight(table: TableHandle, request: StreamRequest) -> Preflight:
     if table.config.stream(request.stream).source is None:
         raise UsageError(
             f"stream {request.stream} has no `source:` in the config; `stitch stream` follows it (a landing folder "
@@ -131,19 +131,19 @@ def _stream_preflight(table: Table, request: StreamRequest) -> Preflight:
     return Preflight()
 
 
-def _compact_work(table: Table, request: CompactRequest) -> Preflight:
+def _compact_work(table: TableHandle, request: CompactRequest) -> Preflight:
     from stitchlake.services.rewrites.compaction import plan_bytes
 
     return Preflight(plan_bytes(table, request.instant))
 
 
-def _rescale_work(table: Table, request: RescaleRequest) -> Preflight:
+def _rescale_work(table: TableHandle, request: RescaleRequest) -> Preflight:
     from stitchlake.services.rewrites.rescale import plan_bytes
 
     return Preflight(plan_bytes(table, request.instant))
 
 
-def _erase_work(table: Table, _request: EraseRequest) -> Preflight:
+def _erase_work(table: TableHandle, _request: EraseRequest) -> Preflight:
     """An erase rewrites every file group committed before it: the table's size."""
     return Preflight(sum(f.bytes for f in table.view().live_files()))
 

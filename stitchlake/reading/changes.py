@@ -31,7 +31,7 @@ from stitchlake.timeline.metadata import EraseCommit, UndoPlan
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 OP = "_op"
 #: Change-feed columns after `_op`: the completion time of the last commit in the range that carried the key, and
@@ -43,7 +43,7 @@ ERASE_LABEL = "erase"
 
 
 def change_scan(
-    table: Table,
+    table: TableHandle,
     timeline: Timeline,
     view: FileSystemView,
     since: str | None,
@@ -127,7 +127,11 @@ def _undoes_commits(plan: object) -> bool:
 
 
 def _touched_keys(
-    table: Table, timeline: Timeline, view: FileSystemView, instants: list[Any], wanted: Callable[[str, str, int], bool]
+    table: TableHandle,
+    timeline: Timeline,
+    view: FileSystemView,
+    instants: list[Any],
+    wanted: Callable[[str, str, int], bool],
 ) -> dict[str, list[pa.Table]]:
     """Key columns each partition received from the instants in the range, each with the commit's completion time
     and stream (`COMMIT_TIME`, `STREAMS`). A file group's keys are read only if `wanted(partition, file group, its
@@ -167,7 +171,7 @@ ERASED_GROUP = "_file_group"
 ERASED_PARTITION = "_partition"
 
 
-def erased_keys(table: Table, commit: EraseCommit) -> dict[tuple[str, str], pa.Table]:
+def erased_keys(table: TableHandle, commit: EraseCommit) -> dict[tuple[str, str], pa.Table]:
     """The keys a completed erase removed, by file group (the incremental view reports them deleted)."""
     if not commit.erased_file:
         return {}
@@ -183,7 +187,7 @@ def erased_keys(table: Table, commit: EraseCommit) -> dict[tuple[str, str], pa.T
 
 
 def read_changes(
-    table: Table,
+    table: TableHandle,
     timeline: Timeline,
     view: FileSystemView,
     since: str | None,
@@ -199,7 +203,7 @@ def read_changes(
 
 
 def change_parts(
-    table: Table,
+    table: TableHandle,
     timeline: Timeline,
     view: FileSystemView,
     since: str | None,
@@ -332,7 +336,7 @@ def _groups_of(config: TableConfig, keys: pa.Table, buckets: int) -> np.ndarray:
 
 
 def _before(
-    table: Table,
+    table: TableHandle,
     view: FileSystemView,
     partition: str,
     since: str,
@@ -353,7 +357,7 @@ def _before(
 
 
 def _state(
-    table: Table,
+    table: TableHandle,
     view: FileSystemView,
     key: tuple[str, str],
     as_of: str | None,

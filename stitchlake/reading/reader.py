@@ -26,13 +26,13 @@ from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 log = logging.getLogger(__name__)
 
 
 def scan(
-    table: Table,
+    table: TableHandle,
     mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
@@ -47,7 +47,7 @@ def scan(
 
 
 def read(
-    table: Table,
+    table: TableHandle,
     mode: ReadMode | str = ReadMode.SNAPSHOT,
     as_of: str | None = None,
     since: str | None = None,
@@ -62,7 +62,7 @@ def read(
     return read_all(table, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
 
 
-def plan(table: Table, options: ReadOptions) -> Scan:
+def plan(table: TableHandle, options: ReadOptions) -> Scan:
     """Plan a read and return it as a stream of record batches. Planning happens now (a bad argument or time is
     refused here); rows are read when the scan is iterated, and every pass reads the same planned files."""
     options = replace(options, mode=read_mode(options.mode))
@@ -78,7 +78,7 @@ def plan(table: Table, options: ReadOptions) -> Scan:
         return _plan(table, options)
 
 
-def read_all(table: Table, options: ReadOptions) -> pa.Table:
+def read_all(table: TableHandle, options: ReadOptions) -> pa.Table:
     """The planned read gathered into one Arrow table."""
     try:
         return plan(table, options).read_all(resume=False)
@@ -89,7 +89,7 @@ def read_all(table: Table, options: ReadOptions) -> pa.Table:
         return plan(table, options).read_all(resume=False)
 
 
-def _plan(table: Table, options: ReadOptions) -> Scan:
+def _plan(table: TableHandle, options: ReadOptions) -> Scan:
     mode, as_of, since, until = read_mode(options.mode), options.as_of, options.since, options.until
     columns, filter, before_images = options.columns, options.filter, options.before_images
     timeline = table.timeline()

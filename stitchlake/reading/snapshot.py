@@ -29,7 +29,7 @@ from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 def read_mode(mode: str) -> ReadMode:
@@ -43,7 +43,7 @@ def read_mode(mode: str) -> ReadMode:
 # ------------------------------------------------------------------------------------------------ planning
 
 
-def resolve_time(table: Table, timeline: Timeline, value: str | None, *, since: bool = False) -> str | None:
+def resolve_time(table: TableHandle, timeline: Timeline, value: str | None, *, since: bool = False) -> str | None:
     """An `as_of`/`since`/`until` (an instant id, an instant time, an ISO timestamp or a savepoint name) as the
     completion time it stands for (design.md §7).
 
@@ -127,7 +127,7 @@ def _log_columns(config: TableConfig, stream_name: str, per_stream: dict[str, li
 
 
 def merge_slice(
-    table: Table,
+    table: TableHandle,
     fslice: FileSlice,
     wanted: Sequence[str] | None = None,
     mode: ReadMode = ReadMode.SNAPSHOT,
@@ -154,12 +154,12 @@ def merge_slice(
     return merge_files(config, base, logs, columns=per_stream, versions=versions)
 
 
-def _read_base(table: Table, fslice: FileSlice, columns: list[str]) -> pa.Table:
+def _read_base(table: TableHandle, fslice: FileSlice, columns: list[str]) -> pa.Table:
     assert fslice.base is not None
     return _read_file(table, fslice.base, base_schema(table.config), columns)
 
 
-def _read_file(table: Table, item: DataFile, schema: pa.Schema, columns: list[str]) -> pa.Table:
+def _read_file(table: TableHandle, item: DataFile, schema: pa.Schema, columns: list[str]) -> pa.Table:
     """A data file's `columns` under the table's schema, whichever schema version the file was written under."""
     if item.schema_version == table.schema_version:
         return read_table_file(table.storage, item.path, schema, columns, item.rows, item.checksum)
@@ -176,7 +176,7 @@ def _read_file(table: Table, item: DataFile, schema: pa.Schema, columns: list[st
 
 
 def read_slice(
-    table: Table,
+    table: TableHandle,
     fslice: FileSlice,
     columns: Sequence[str] | None = None,
     mode: ReadMode = ReadMode.SNAPSHOT,
@@ -214,7 +214,7 @@ def _slice_weight(mode: ReadMode) -> Callable[[FileSlice], int]:
 
 
 def snapshot_scan(
-    table: Table, view: FileSystemView, at: str | None, columns: list[str], mode: ReadMode, filter: Filter
+    table: TableHandle, view: FileSystemView, at: str | None, columns: list[str], mode: ReadMode, filter: Filter
 ) -> Scan:
     """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at`."""
     pruning = prune(table.config, filter)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from stitchlake.reading.scan import Scan
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: The short name every table also has in `stitch sql`, whatever its own name.
 SHORT_NAME = "t"
@@ -36,7 +36,7 @@ RESULT_BATCH_ROWS = 64 * 1024
 
 
 def to_duckdb(
-    table: Table,
+    table: TableHandle,
     connection: duckdb.DuckDBPyConnection | None = None,
     name: str | None = None,
     options: ReadOptions = ReadOptions(),
@@ -59,7 +59,7 @@ def to_duckdb(
 
 
 def query(
-    table: Table,
+    table: TableHandle,
     sql: str,
     options: ReadOptions = ReadOptions(),
     *,
@@ -75,7 +75,7 @@ def query(
 
 @contextmanager
 def results(
-    table: Table,
+    table: TableHandle,
     sql: str,
     options: ReadOptions = ReadOptions(),
     *,
@@ -123,7 +123,7 @@ def _mentions(sql: str, name: str) -> bool:
 
 
 def _execute(
-    table: Table, sql: str, source: Scan, batch_rows: int, extra: Mapping[str, pa.Table] | None = None
+    table: TableHandle, sql: str, source: Scan, batch_rows: int, extra: Mapping[str, pa.Table] | None = None
 ) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
     """Run the query over `source` in an isolated connection; its result as a stream (errors raised as ours)."""
     import duckdb
@@ -177,7 +177,7 @@ def _read_error(source: Scan, exc: BaseException) -> BaseException:
     return exc
 
 
-def referenced_columns(sql: str, table: Table, others: set[str] | None = None) -> list[str] | None:
+def referenced_columns(sql: str, table: TableHandle, others: set[str] | None = None) -> list[str] | None:
     """The table's columns a query may use, from DuckDB's parse of it (`json_serialize_sql`), so only those are
     read and merged; None (every column) when it cannot tell: a statement it does not serialize, `*`, `COLUMNS`,
     positional references, NATURAL joins, or the table's rows used whole (`SELECT t FROM t`).

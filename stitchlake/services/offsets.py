@@ -37,7 +37,7 @@ from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
     from stitchlake.config import SourceSpec
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: `--reset-offsets` choices: where a partition whose recorded offset the topic no longer holds goes on from.
 RESETS = ("earliest", "latest")
@@ -92,7 +92,7 @@ def latest_ranges(
     return found
 
 
-def consumed_ranges(table: Table, timeline: Timeline, stream: str) -> dict[tuple[str, int], OffsetRange]:
+def consumed_ranges(table: TableHandle, timeline: Timeline, stream: str) -> dict[tuple[str, int], OffsetRange]:
     """The latest range recorded per topic partition by completed commits of `stream` (archived ones included).
 
     Read without the lock: if an archive or restore moves the history meanwhile, read it again once.
@@ -103,13 +103,13 @@ def consumed_ranges(table: Table, timeline: Timeline, stream: str) -> dict[tuple
         return _consumed(table, table.timeline(), stream, None)
 
 
-def offsets_until(table: Table, timeline: Timeline, stream: str, horizon: str) -> tuple[OffsetRange, ...]:
+def offsets_until(table: TableHandle, timeline: Timeline, stream: str, horizon: str) -> tuple[OffsetRange, ...]:
     """What an archive checkpoint at `horizon` keeps of `stream`'s offsets."""
     found = _consumed(table, timeline, stream, horizon)
     return tuple(found[key] for key in sorted(found))
 
 
-def rewound(table: Table, timeline: Timeline, undone: list[Instant]) -> dict[str, tuple[OffsetRange, ...]]:
+def rewound(table: TableHandle, timeline: Timeline, undone: list[Instant]) -> dict[str, tuple[OffsetRange, ...]]:
     """What an undo of `undone` records so that it rewinds every Kafka-fed stream exactly (design.md §6): per
     stream, where the undone commits began reading each partition that no remaining commit records.
 
@@ -138,7 +138,7 @@ def rewound(table: Table, timeline: Timeline, undone: list[Instant]) -> dict[str
 
 
 def _consumed(
-    table: Table, timeline: Timeline, stream: str, until: str | None, skip: Collection[str] = ()
+    table: TableHandle, timeline: Timeline, stream: str, until: str | None, skip: Collection[str] = ()
 ) -> dict[tuple[str, int], OffsetRange]:
     checkpoint = load_checkpoint(table.storage)
     base = checkpoint.offsets.get(stream, ()) if checkpoint else ()
@@ -154,7 +154,7 @@ def _consumed(
     return latest_ranges(commits, base, stream)
 
 
-def next_offsets(table: Table, stream: str, topic: str) -> dict[int, OffsetRange]:
+def next_offsets(table: TableHandle, stream: str, topic: str) -> dict[int, OffsetRange]:
     """The range the stream last recorded per partition of `topic` (partitions it never read are absent): each
     partition goes on from its `end`."""
     found = consumed_ranges(table, table.timeline(), stream)
@@ -162,7 +162,7 @@ def next_offsets(table: Table, stream: str, topic: str) -> dict[int, OffsetRange
 
 
 def plan(
-    table: Table,
+    table: TableHandle,
     stream: str,
     max_records: int | None = None,
     reset: str | None = None,
@@ -312,7 +312,7 @@ def estimate_bytes(ranges: list[OffsetRange]) -> int:
     return sum(r.size for r in ranges) * RECORD_BYTES_ESTIMATE
 
 
-def source_of(table: Table, stream: str) -> SourceSpec | None:
+def source_of(table: TableHandle, stream: str) -> SourceSpec | None:
     """The stream's Kafka source, or None for a stream fed otherwise."""
     source = table.config.stream(stream).source
     return source if source is not None and source.is_kafka else None

@@ -48,7 +48,7 @@ from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import PublishFormat, ReadMode
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class PublishDeferred:
 Published = PublishResult | PublishDeferred
 
 
-def published_location(table: Table, fmt: PublishFormat) -> str:
+def published_location(table: TableHandle, fmt: PublishFormat) -> str:
     """Where `fmt` is published: by default `.stitch/published/<format>` inside the table; with
     `publish.location`, `<location>/<table name>/<format>`, so tables sharing a location never share a published
     table. A local folder or an `s3://` prefix alike (delta-rs and pyiceberg reach the store with the table's
@@ -130,7 +130,7 @@ def _running_format(timeline: Timeline, instant: Instant) -> str:
 ROUNDS = 3
 
 
-def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
+def publish(table: TableHandle, fmt: str | PublishFormat) -> PublishResult:
     """Publish the newest compacted state as the next version of the `fmt` table (exit 2 when nothing has been
     compacted yet and nothing was published before; exit 4 while another publish of `fmt` runs). When the table
     changed while it ran, it publishes again, so whoever publishes last leaves the newest state."""
@@ -143,7 +143,7 @@ def publish(table: Table, fmt: str | PublishFormat) -> PublishResult:
     return result
 
 
-def _publish_once(table: Table, chosen: PublishFormat) -> PublishResult:
+def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
     table.require()
     location = published_location(table, chosen)
     target = Target(location, table.config.storage.options)
@@ -255,7 +255,7 @@ def _purged_since(timeline: Timeline, last: Instant | None) -> bool:
     return False
 
 
-def _has_base_files(table: Table, timeline: Timeline) -> bool:
+def _has_base_files(table: TableHandle, timeline: Timeline) -> bool:
     """Whether any file slice has a base file (a compaction the active timeline no longer lists, archived)."""
     return any(s.base is not None for s in table.view(timeline).latest_slices(None))
 
@@ -285,7 +285,9 @@ def _format_of_any(timeline: Timeline, instant: Instant) -> str:
     return _running_format(timeline, instant)
 
 
-def stale_formats(table: Table, formats: list[PublishFormat], timeline: Timeline | None = None) -> list[PublishFormat]:
+def stale_formats(
+    table: TableHandle, formats: list[PublishFormat], timeline: Timeline | None = None
+) -> list[PublishFormat]:
     """The formats among `formats` whose last publish predates a change to what they show (it read as of its own
     request), or went to another location; or that were never published while something is compacted."""
     timeline = timeline or table.timeline()
@@ -305,7 +307,7 @@ def stale_formats(table: Table, formats: list[PublishFormat], timeline: Timeline
     return out
 
 
-def published_formats(table: Table, timeline: Timeline | None = None) -> list[PublishFormat]:
+def published_formats(table: TableHandle, timeline: Timeline | None = None) -> list[PublishFormat]:
     """`publish.formats`, and every other format this table has published: on the active timeline, or found at
     its published location (its publishes may have been archived)."""
     timeline = timeline or table.timeline()
@@ -326,7 +328,7 @@ def published_formats(table: Table, timeline: Timeline | None = None) -> list[Pu
     return [*configured, *extra]
 
 
-def publish_each(table: Table, formats: Sequence[PublishFormat], defer_busy: bool = False) -> list[Published]:
+def publish_each(table: TableHandle, formats: Sequence[PublishFormat], defer_busy: bool = False) -> list[Published]:
     """Publish each of `formats`, trying them all: one failing never stops the others. The failures are reported
     together, as their own kind when they share one (a busy format exits 4, a conflict 3), else as StitchError.
 
@@ -352,7 +354,7 @@ def publish_each(table: Table, formats: Sequence[PublishFormat], defer_busy: boo
     return done
 
 
-def publish_after(table: Table, what: str, formats: list[PublishFormat] | None = None) -> list[Published]:
+def publish_after(table: TableHandle, what: str, formats: list[PublishFormat] | None = None) -> list[Published]:
     """Republish the stale formats of `formats` (default: every format the table has published) after `what`
     completed. A failure says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or
     waiting for it (exit 4) is not what would help."""

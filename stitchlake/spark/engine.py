@@ -28,7 +28,7 @@ from stitchlake.writing.writer import before_writing, route, write_file_group
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle as Table
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -29,7 +29,7 @@ from stitchlake.vocabulary import ReadMode
 if TYPE_CHECKING:
     from stitchlake.config import ColumnSpec, TableConfig
     from stitchlake.layout.fsview import DataFile, FileSlice
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle as Table
 
 FORMAT = "stitchlake.plan/1"
 #: A plan larger than this goes to a file whose path is answered instead (a pipe line of megabytes is slow to parse

@@ -13,7 +13,7 @@ from stitchlake.errors import UsageError
 from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle as Table
 
 #: Option values Spark hands over as text that mean true.
 TRUE_TEXTS = ("true", "1", "yes")

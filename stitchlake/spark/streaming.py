@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from stitchlake.jobs.requests import StreamRequest
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle as Table
 
 #: The landing source's short name (`spark.readStream.format(...)`).
 SOURCE_NAME = "stitchlake_landing"

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         from stitchlake.jobs.specs import from_json
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
-        from stitchlake.table.handle import Table, open_table
+        from stitchlake.table.handle import TableHandle as Table
+        from stitchlake.table.handle import open_table
 
         with open(args.request, encoding="utf-8") as handle:
             request = from_json(json.load(handle))

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle as Table
 
 
 def open_for_spark(options: dict[str, str]) -> Table:
     """The table named by the `path` option, with the runtime settings of `config` when given."""
     from stitchlake.config import load_config
-    from stitchlake.table.handle import Table, open_table
+    from stitchlake.table.handle import TableHandle as Table
+    from stitchlake.table.handle import open_table
 
     path = options.get("path")
     if options.get("config"):

@@ -23,7 +23,7 @@ from stitchlake.writing.badrows import Rejected
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle as Table
     from stitchlake.table.transaction import ConflictCheck
     from stitchlake.timeline.metadata import DataFile, StreamBatch
 

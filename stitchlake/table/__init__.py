@@ -1,2 +1,2 @@
-"""The core table: its handle (`handle.Table`: config, storage, lock, timeline, file-system view) and the
+"""The core table: its handle (`handle.TableHandle`: config, storage, lock, timeline, file-system view) and the
 transaction that takes an action from request to publish (`transaction`)."""

@@ -23,7 +23,7 @@ from stitchlake.timeline.timeline import (
 )
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 def undoes_history(timeline: Timeline, instant: Instant) -> bool:
@@ -88,7 +88,7 @@ def refuse_while_rescaling(timeline: Timeline) -> None:
             )
 
 
-def refuse_if_rescaled(table: Table, timeline: Timeline, requested: str, files: tuple[DataFile, ...]) -> None:
+def refuse_if_rescaled(table: TableHandle, timeline: Timeline, requested: str, files: tuple[DataFile, ...]) -> None:
     """A deltacommit publishes only into partitions laid out as it routed them (design.md §6, rescale): refused (exit
     4, nothing published; the next run routes by the new count) while a rescale of one of its partitions is pending,
     or when one completed meanwhile, so the partition's count is no longer the one its files were written with.
@@ -119,13 +119,13 @@ def refuse_if_rescaled(table: Table, timeline: Timeline, requested: str, files: 
             )
 
 
-def live_writer(table: Table, timeline: Timeline, instant: Instant) -> bool:
+def live_writer(table: TableHandle, timeline: Timeline, instant: Instant) -> bool:
     """Whether a pending instant's heartbeat is still fresh."""
     expire = table.config.concurrency.heartbeat.expire_s
     return not heartbeats.is_expired(table.storage, instant.requested, expire)
 
 
-def refuse_if_stream_busy(table: Table, timeline: Timeline, stream: str) -> None:
+def refuse_if_stream_busy(table: TableHandle, timeline: Timeline, stream: str) -> None:
     """lock_free mode: one live writer per stream (exit 4 for a second). Optimistic mode lets several write at
     once and finds their conflicts by file group instead (`concurrency.conflicts`)."""
     if table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:

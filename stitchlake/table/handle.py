@@ -1,6 +1,7 @@
-"""The core `Table` handle: a config, its storage, its lock, timeline and file-system view, and writes and reads.
+"""The core handle, `TableHandle`: a config, its storage, its lock, timeline and file-system view.
 
-Services (compaction, clean, ...) take a Table; the public handle with every action on it is `stitchlake.api.Table`.
+Services (compaction, clean, ...) take a `TableHandle`; the one public `Table`, with every action on it, is
+`stitchlake.api.Table` (a `TableHandle` too), so there is one class named `Table`.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ if TYPE_CHECKING:
     from stitchlake.timeline.timeline import Timeline
 
 
-T = TypeVar("T", bound="Table")
+T = TypeVar("T", bound="TableHandle")
 
 
-class Table:
+class TableHandle:
     """A stitched table at `config.table.path`."""
 
     def __init__(self, config: TableConfig, storage: Storage | None = None) -> None:
@@ -201,7 +202,7 @@ class Table:
                 return found
         raise StitchError(f"{self.path}: schema version {number} is not on the timeline (damaged history?)")
 
-    def at_time(self, time: str | None) -> Table:
+    def at_time(self, time: str | None) -> TableHandle:
         """This table as read at a completion time: the schema version then in force (None: now)."""
         from stitchlake.timeline.schemas import at_time
 
@@ -339,7 +340,7 @@ def refuse_nesting(storage: Storage, path: str) -> None:
             )
 
 
-def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Table) -> T:  # type: ignore[assignment]
+def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = TableHandle) -> T:  # type: ignore[assignment]
     """A Table from a config file, a table folder (with `.stitch/table.json`) or a TableConfig."""
     if isinstance(target, TableConfig):
         return cls(target)

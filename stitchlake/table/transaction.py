@@ -52,7 +52,7 @@ from stitchlake.timeline.timeline import (
 
 if TYPE_CHECKING:
     from stitchlake.storage import Storage
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Transaction:
 
     def __init__(
         self,
-        table: Table,
+        table: TableHandle,
         instant: Instant,
         heartbeat: Heartbeat | None,
         attempt: str | None = None,
@@ -98,7 +98,7 @@ class Transaction:
     @classmethod
     def begin(
         cls,
-        table: Table,
+        table: TableHandle,
         action: Action,
         content: Plan | None = None,
         *,
@@ -121,7 +121,7 @@ class Transaction:
     @classmethod
     def begin_planned(
         cls,
-        table: Table,
+        table: TableHandle,
         action: Action,
         content: Plan | None = None,
         *,
@@ -191,7 +191,7 @@ class Transaction:
             raise
 
     @classmethod
-    def attach(cls, table: Table, requested: str) -> Transaction:
+    def attach(cls, table: TableHandle, requested: str) -> Transaction:
         """A handle on a pending instant begun by another process (e.g. the driver of a Spark job)."""
         timeline = Timeline.load(table.storage)
         instant = timeline.get(requested)
@@ -201,7 +201,7 @@ class Transaction:
         return cls(table, instant, None, inflight_attempt(table, instant), timeline.plan(instant))
 
     @classmethod
-    def resume(cls, table: Table, instant: Instant, what: str = "instant") -> Transaction:
+    def resume(cls, table: TableHandle, instant: Instant, what: str = "instant") -> Transaction:
         """Take over a requested (or crashed inflight) instant to run it: refuse while its owner is alive.
 
         Under the lock it also refuses an instant that completed meanwhile or that a pending rollback is undoing
@@ -382,7 +382,7 @@ def new_attempt() -> str:
     return uuid.uuid4().hex
 
 
-def inflight_attempt(table: Table, instant: Instant) -> str | None:
+def inflight_attempt(table: TableHandle, instant: Instant) -> str | None:
     """The attempt token in an instant's inflight file; None when there is none (not inflight, or reset)."""
     mark = read_inflight(table.storage, instant)
     return mark.attempt if mark is not None else None

@@ -28,7 +28,7 @@ from stitchlake.writing.badrows import file_rejection, quarantine_file
 from stitchlake.writing.batch import LINE, REASON, ROW, SOURCE, Batch, prepare, required_columns
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 #: What an ingest reads: landing files, or offset ranges of a Kafka topic's partitions.
@@ -44,7 +44,7 @@ class LandingEvents:
     rejected: QuarantinedFile | None = None
 
 
-def wanted_columns(table: Table, stream: StreamSpec) -> list[str]:
+def wanted_columns(table: TableHandle, stream: StreamSpec) -> list[str]:
     """What to read of a landing file: key, partition and stream columns, and the delete marker."""
     columns = [c.name for c in required_columns(table.config, stream)]
     if stream.deletes:
@@ -52,7 +52,7 @@ def wanted_columns(table: Table, stream: StreamSpec) -> list[str]:
     return columns
 
 
-def wanted_types(table: Table, stream: StreamSpec) -> dict[str, pa.DataType | None]:
+def wanted_types(table: TableHandle, stream: StreamSpec) -> dict[str, pa.DataType | None]:
     """The table type of each column `wanted_columns` reads (the delete marker: None, any value, as text)."""
     from stitchlake.types import arrow_type
 
@@ -84,7 +84,7 @@ def _with_lines(bad: pa.Table, judged: Judged) -> pa.Table:
 
 
 def from_landing(
-    table: Table, stream: StreamSpec, file: LandingFile, ordinal: int, instant: str, mark: Callable[[str], None]
+    table: TableHandle, stream: StreamSpec, file: LandingFile, ordinal: int, instant: str, mark: Callable[[str], None]
 ) -> LandingEvents:
     """Read and validate one landing file. Under `bad_rows: quarantine` a file that cannot be read, or that lacks
     a column, is set aside whole (consumed, with its reason) instead of blocking its stream on every run."""
@@ -126,7 +126,7 @@ def from_landing(
 
 
 def read_input(
-    table: Table, stream: StreamSpec, item: Input, ordinal: int, instant: str, mark: Callable[[str], None]
+    table: TableHandle, stream: StreamSpec, item: Input, ordinal: int, instant: str, mark: Callable[[str], None]
 ) -> LandingEvents:
     """One input of an ingest, whichever kind it is."""
     if isinstance(item, OffsetRange):
@@ -134,7 +134,7 @@ def read_input(
     return from_landing(table, stream, item, ordinal, instant, mark)
 
 
-def from_kafka(table: Table, stream: StreamSpec, chunk: OffsetRange) -> LandingEvents:
+def from_kafka(table: TableHandle, stream: StreamSpec, chunk: OffsetRange) -> LandingEvents:
     """Read and validate one partition's offset range. A value that does not decode is a bad row (its raw value,
     topic, partition and offset kept), so `bad_rows` decides, as for any row; a range the topic no longer holds
     is refused whole (InputRejected), whatever the policy: skipping it is `--reset-offsets`, said out loud."""
@@ -196,7 +196,7 @@ def _carry_defaults(batch: Batch, absent: Mapping[str, np.ndarray], defaults: Ma
     return batch
 
 
-def _empty(table: Table, stream: StreamSpec) -> pa.Table:
+def _empty(table: TableHandle, stream: StreamSpec) -> pa.Table:
     """No rows, in the stream's table types (a range whose records were all undecodable)."""
     from stitchlake.types import arrow_type
 

@@ -36,7 +36,7 @@ from stitchlake.writing.badrows import Rejected
 from stitchlake.writing.batch import Batch, prepare
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: Writing a file group is mostly Parquet encoding, which releases the GIL: a few threads help.
 WRITE_THREADS = 4
@@ -118,7 +118,7 @@ def precombine(
 
 
 def write_file_group(
-    table: Table,
+    table: TableHandle,
     stream: StreamSpec,
     partition: str,
     file_group: str,
@@ -141,7 +141,7 @@ def write_file_group(
     )
 
 
-def before_writing(table: Table, stream: StreamSpec, instant: str, groups: list[tuple[str, str]]) -> None:
+def before_writing(table: TableHandle, stream: StreamSpec, instant: str, groups: list[tuple[str, str]]) -> None:
     """Call before writing a batch of file groups (every engine does): in optimistic mode with early conflict
     detection, records them and stops a doomed write (exit 3) before it writes any data."""
     concurrency = table.config.concurrency
@@ -158,7 +158,7 @@ def before_writing(table: Table, stream: StreamSpec, instant: str, groups: list[
 
 
 def write_file_groups(
-    table: Table,
+    table: TableHandle,
     stream: StreamSpec,
     batch: Batch,
     instant: str,
@@ -180,7 +180,7 @@ def write_file_groups(
 
 
 def deltacommit(
-    table: Table,
+    table: TableHandle,
     stream: str,
     instant: str,
     files: Sequence[DataFile],
@@ -208,7 +208,7 @@ def deltacommit(
 
 
 def write(
-    table: Table,
+    table: TableHandle,
     stream_name: str,
     data: pa.Table | Batch,
     *,

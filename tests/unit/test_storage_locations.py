@@ -18,7 +18,7 @@ from stitchlake.io.published import Target, check_iceberg_catalog
 from stitchlake.storage import LocalStorage, storage_for
 from stitchlake.storage.registry import absolute, is_local, is_uri, scheme_of, without_file_scheme
 from stitchlake.storage.s3 import S3Storage
-from stitchlake.table.handle import Table
+from stitchlake.table.handle import TableHandle as Table
 from tests.support.tables import config
 
 

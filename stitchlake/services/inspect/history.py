@@ -17,7 +17,7 @@ from stitchlake.timeline.metadata import Commit, DeltaCommit, DeltaCommitPlan, P
 from stitchlake.vocabulary import Action, State
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
     from stitchlake.timeline.instant import Instant
     from stitchlake.timeline.timeline import Timeline
 
@@ -117,7 +117,7 @@ def record_of(instant: Instant, summary: InstantSummary) -> InstantRecord:
 
 
 def list_instants(
-    table: Table,
+    table: TableHandle,
     limit: int = 20,
     action: Action | None = None,
     state: State | None = None,

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from stitchlake.layout.fsview import FileSystemView
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
     from stitchlake.timeline.instant import Instant
     from stitchlake.timeline.timeline import Timeline
 
@@ -55,14 +55,14 @@ KAFKA_TIMEOUT_S = 3.0
 class Snapshot:
     """One read of the table's metadata that every metadata table of a query is built from (so they agree)."""
 
-    table: Table
+    table: TableHandle
     timeline: Timeline
     view: FileSystemView
     kafka_timeout_s: float = KAFKA_TIMEOUT_S
     built: dict[str, pa.Table] = field(default_factory=dict)
 
     @classmethod
-    def take(cls, table: Table, kafka_timeout_s: float = KAFKA_TIMEOUT_S) -> Snapshot:
+    def take(cls, table: TableHandle, kafka_timeout_s: float = KAFKA_TIMEOUT_S) -> Snapshot:
         table.require()
         timeline = table.timeline()
         return cls(table, timeline, table.view(timeline), kafka_timeout_s)
@@ -79,13 +79,13 @@ def check_name(name: str) -> str:
     return name
 
 
-def build(table: Table, name: str, kafka_timeout_s: float = KAFKA_TIMEOUT_S) -> pa.Table:
+def build(table: TableHandle, name: str, kafka_timeout_s: float = KAFKA_TIMEOUT_S) -> pa.Table:
     """One metadata table as Arrow (its schema is `schema(name)`, whatever the table holds)."""
     check_name(name)
     return Snapshot.take(table, kafka_timeout_s).get(name)
 
 
-def sql_tables(table: Table, kafka_timeout_s: float = KAFKA_TIMEOUT_S) -> dict[str, Callable[[], pa.Table]]:
+def sql_tables(table: TableHandle, kafka_timeout_s: float = KAFKA_TIMEOUT_S) -> dict[str, Callable[[], pa.Table]]:
     """What `stitch sql` may register: `t$<name>` and `<table name>$<name>`, each built on first use from one shared
     snapshot of the metadata (`stitchlake.reading.sql` calls only those a query names)."""
     from stitchlake.reading.sql import SHORT_NAME

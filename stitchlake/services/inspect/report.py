@@ -24,7 +24,7 @@ from stitchlake.services.inspect.status import StatusReport, status
 from stitchlake.timeline.clock import to_datetime
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: Colours of the streams' marks, in the config's order (repeating past the last).
 PALETTE = ("#2f6fb3", "#e07b24", "#2e9e5b", "#c0392b", "#8e5ea2", "#16a2b8", "#b8860b", "#d6589f")
@@ -84,7 +84,7 @@ class TableReport:
 
 
 def report(
-    table: Table,
+    table: TableHandle,
     target: str = "",
     now: float | None = None,
     kafka_timeout_s: float = KAFKA_TIMEOUT_S,

@@ -17,7 +17,7 @@ from stitchlake.timeline.metadata import DeltaCommit
 if TYPE_CHECKING:
     from stitchlake.layout.fsview import FileSystemView
     from stitchlake.layout.rescales import BucketLayout
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
     from stitchlake.timeline.timeline import Timeline
 
 MIB = 1024 * 1024
@@ -123,7 +123,7 @@ class StatusReport:
         return asdict(self)
 
 
-def status(table: Table, now: float | None = None) -> StatusReport:
+def status(table: TableHandle, now: float | None = None) -> StatusReport:
     """Per partition: file groups, log files in latest slices, bytes; pending compactions; writers; streams.
 
     `now` (epoch seconds) is when ages are measured from: this moment unless given.
@@ -317,7 +317,7 @@ def rescale_commands(
 
 
 def _latest_services(
-    table: Table, timeline: Timeline, checkpoint: Checkpoint | None
+    table: TableHandle, timeline: Timeline, checkpoint: Checkpoint | None
 ) -> tuple[Instant | None, Instant | None, list[Instant]]:
     """The latest completed compaction and clean, from the active timeline or else from the archive (an archived
     compaction is still the last one), and the archived deltacommits that may have completed after it.

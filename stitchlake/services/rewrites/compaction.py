@@ -30,7 +30,7 @@ from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import CompactionStrategy
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: Whether a strategy takes a file slice with logs, given the table's thresholds (min log files, min log bytes).
 TAKES: dict[CompactionStrategy, Callable[[FileSlice, int, int], bool]] = {
@@ -82,7 +82,7 @@ def choose(
     return chosen
 
 
-def schedule(table: Table, strategy: CompactionStrategy | str | None = None) -> str | None:
+def schedule(table: TableHandle, strategy: CompactionStrategy | str | None = None) -> str | None:
     """Write a compaction plan; returns its instant time, or None when no file group qualifies."""
     table.require()
     spec = table.config.compaction
@@ -99,7 +99,7 @@ def schedule(table: Table, strategy: CompactionStrategy | str | None = None) -> 
     return txn.time if txn is not None else None
 
 
-def plan_bytes(table: Table, instant_time: str | None = None) -> int:
+def plan_bytes(table: TableHandle, instant_time: str | None = None) -> int:
     """Bytes a compaction run would read: of one plan, or of the oldest pending one (to pick an engine)."""
     timeline = table.timeline()
     pending = pending_plans(table, timeline)
@@ -112,12 +112,12 @@ def plan_bytes(table: Table, instant_time: str | None = None) -> int:
     return total
 
 
-def pending_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
+def pending_plans(table: TableHandle, timeline: Timeline | None = None) -> list[Instant]:
     timeline = timeline or table.timeline()
     return timeline.pending([Action.COMPACTION])
 
 
-def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
+def runnable_plans(table: TableHandle, timeline: Timeline | None = None) -> list[Instant]:
     """Pending plans that no live process is running, oldest first: scheduled and never run, or whose run was
     interrupted or crashed. Plain `stitch compact` runs these before it plans anything new (as Hudi's compaction
     runs pick up pending plans first): a plan nobody runs keeps its file groups out of every later plan."""
@@ -129,7 +129,7 @@ def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Insta
     ]
 
 
-def compact_file_group(table: Table, fslice: FileSlice, instant: str, mark: Callable[[str], None]) -> DataFile:
+def compact_file_group(table: TableHandle, fslice: FileSlice, instant: str, mark: Callable[[str], None]) -> DataFile:
     """Merge one planned slice into a new base file (one Spark task's work, or one thread's)."""
     merged = merge_slice(table, fslice)
     rows = to_base(table.config, merged)
@@ -141,7 +141,7 @@ def compact_file_group(table: Table, fslice: FileSlice, instant: str, mark: Call
     )
 
 
-def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list[FileSlice]]:
+def start_run(table: TableHandle, instant_time: str | None) -> tuple[Transaction, list[FileSlice]]:
     """Take a pending plan (the oldest if none is named), clear a crashed attempt's files, and return its work."""
     timeline = table.timeline()
     pending = pending_plans(table, timeline)
@@ -168,7 +168,7 @@ def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, list
     return txn, list(txn.plan.operations)
 
 
-def run(table: Table, instant_time: str | None = None, engine: Engine | None = None) -> CompactionResult:
+def run(table: TableHandle, instant_time: str | None = None, engine: Engine | None = None) -> CompactionResult:
     """Execute a compaction plan: one task per file group on the engine (in-process by default)."""
     table.require()
     txn, operations = start_run(table, instant_time)
@@ -214,13 +214,13 @@ def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice])
     )
 
 
-def publish_caught_up(table: Table) -> list[Published]:
+def publish_caught_up(table: TableHandle) -> list[Published]:
     """With nothing to compact: publish the configured formats still behind the newest compaction (a publish
     that failed after it)."""
     return publish_after(table, "the last compaction", list(table.config.publish.formats))
 
 
-def inline_due(table: Table) -> bool:
+def inline_due(table: TableHandle) -> bool:
     """Whether `compaction.inline` asks for a compaction now: a pending plan nobody runs, or enough deltacommits
     since the last compaction (while a live process runs a plan, none)."""
     if not table.config.compaction.inline:
@@ -229,7 +229,7 @@ def inline_due(table: Table) -> bool:
     return bool(runnable_plans(table, timeline)) or _commits_due(table, timeline)
 
 
-def _commits_due(table: Table, timeline: Timeline) -> bool:
+def _commits_due(table: TableHandle, timeline: Timeline) -> bool:
     """Enough deltacommits completed since the last compaction for an inline one, and none pending."""
     if timeline.pending([Action.COMPACTION]):
         return False
@@ -240,7 +240,7 @@ def _commits_due(table: Table, timeline: Timeline) -> bool:
     return len(since) >= table.config.compaction.after_delta_commits
 
 
-def resume_pending(table: Table, engine: Engine | None = None) -> list[CompactionResult]:
+def resume_pending(table: TableHandle, engine: Engine | None = None) -> list[CompactionResult]:
     """Run every pending plan nobody is running, oldest first. A plan another process takes over meanwhile is
     left to it (its run refuses ours as busy)."""
     done = []
@@ -253,7 +253,7 @@ def resume_pending(table: Table, engine: Engine | None = None) -> list[Compactio
 
 
 def compact(
-    table: Table, strategy: CompactionStrategy | str | None = None, engine: Engine | None = None
+    table: TableHandle, strategy: CompactionStrategy | str | None = None, engine: Engine | None = None
 ) -> CompactionResult | None:
     """Run the pending plans nobody runs, then schedule and run a new plan. Returns the new plan's result (the
     resumed ones in its `resumed`), or the last resumed one when nothing new qualified; None when nothing ran."""
@@ -262,7 +262,7 @@ def compact(
     return _after(resume_pending(table, engine), lambda: _schedule_and_run(table, strategy, engine))
 
 
-def compact_inline(table: Table, engine: Engine | None = None) -> CompactionResult | None:
+def compact_inline(table: TableHandle, engine: Engine | None = None) -> CompactionResult | None:
     """What `compaction.inline` does after an ingest: the pending plans nobody runs, then a new plan only when
     enough deltacommits piled up since the last compaction."""
     resumed = resume_pending(table, engine)
@@ -272,7 +272,7 @@ def compact_inline(table: Table, engine: Engine | None = None) -> CompactionResu
 
 
 def _schedule_and_run(
-    table: Table, strategy: CompactionStrategy | str | None, engine: Engine | None
+    table: TableHandle, strategy: CompactionStrategy | str | None, engine: Engine | None
 ) -> CompactionResult | None:
     instant = schedule(table, strategy)
     return None if instant is None else run(table, instant, engine)

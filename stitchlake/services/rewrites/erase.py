@@ -48,7 +48,7 @@ from stitchlake.vocabulary import SourceFormat
 from stitchlake.writing.batch import cast_column
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 @dataclass
@@ -94,7 +94,7 @@ def load_keys(location: str, options: Mapping[str, str] | None = None) -> pa.Tab
     return read_landing(SourceSpec(format=file_format, path=folder), file, [], options)
 
 
-def _keys_table(table: Table, keys: pa.Table) -> pa.Table:
+def _keys_table(table: TableHandle, keys: pa.Table) -> pa.Table:
     """The keys to erase, cast to the key (and, if given, partition) types; nulls are refused."""
     config = table.config
     wanted = [c for c in config.common_columns if c.name in keys.column_names]
@@ -110,7 +110,7 @@ def _keys_table(table: Table, keys: pa.Table) -> pa.Table:
     return pa.table(columns).group_by(list(columns)).aggregate([])
 
 
-def _targets(table: Table, view: FileSystemView, keys: pa.Table) -> set[tuple[str, str]]:
+def _targets(table: TableHandle, view: FileSystemView, keys: pa.Table) -> set[tuple[str, str]]:
     """File groups that may hold the keys: their bucket, in their partition or in every partition (under each
     partition's bucket count now: a rescale changes it)."""
     layout = view.layout()
@@ -148,7 +148,7 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
 
 
 def _late_writes(
-    table: Table, timeline: Timeline, groups: set[tuple[str, str]], keys: pa.Table, since: str
+    table: TableHandle, timeline: Timeline, groups: set[tuple[str, str]], keys: pa.Table, since: str
 ) -> list[str]:
     """Deltacommits completed after `since` that wrote one of the erased keys in the erased file groups."""
     found = []
@@ -167,7 +167,7 @@ def _late_writes(
     return found
 
 
-def erase(table: Table, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> EraseResult:
+def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engine | None = None) -> EraseResult:
     """Erase `keys` (a table with the key columns, optionally the partition columns too).
 
     The erase hides the keys from every read from its commit on; time travel to before it, savepoints and older
@@ -187,7 +187,7 @@ def erase(table: Table, keys: pa.Table, purge: bool = False, engine: Engine | No
     return result
 
 
-def _erase(table: Table, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
+def _erase(table: TableHandle, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
     table.require()
     wanted = _keys_table(table, keys)
     groups: set[tuple[str, str]] = set()
@@ -218,7 +218,7 @@ def _erase(table: Table, keys: pa.Table, engine: Engine, purge: bool = False) ->
 
 
 def erase_file_group(
-    table: Table, fslice: FileSlice, keys: pa.Table, instant: str, mark: Callable[[str], None]
+    table: TableHandle, fslice: FileSlice, keys: pa.Table, instant: str, mark: Callable[[str], None]
 ) -> tuple[DataFile, pa.Table]:
     """Rewrite one file group's slice without the keys: its new base file, and the keys it really held."""
     merged = merge_slice(table, fslice)
@@ -237,7 +237,7 @@ def erase_file_group(
 
 
 def _execute(
-    table: Table, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]], engine: Engine, purge: bool
+    table: TableHandle, txn: Transaction, keys: pa.Table, groups: set[tuple[str, str]], engine: Engine, purge: bool
 ) -> EraseResult:
     storage = table.storage
     plan = txn.plan

@@ -46,7 +46,7 @@ from stitchlake.writing.batch import REASON, ROW, SOURCE, cast_column
 if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
     from stitchlake.layout.fsview import FileSystemView
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: Landing formats whose bytes hold values as text (a copy that does not read can still be searched).
 TEXT_FORMATS = ("json", "csv")
@@ -65,7 +65,7 @@ class PurgeResult:
     logs: list[str] = field(default_factory=list)
 
 
-def purge(table: Table, erase_instant: str, keys: pa.Table) -> PurgeResult:
+def purge(table: TableHandle, erase_instant: str, keys: pa.Table) -> PurgeResult:
     """Remove every other copy of `keys` (cast to the key types) that the completed erase left under the table."""
     timeline = table.timeline()
     done = timeline.get(erase_instant)
@@ -97,7 +97,7 @@ def older_copies(view: FileSystemView, placement: KeyPlacement) -> set[str]:
     }
 
 
-def _purge_quarantine(table: Table, keys: pa.Table) -> list[str]:
+def _purge_quarantine(table: TableHandle, keys: pa.Table) -> list[str]:
     storage = table.storage
     streams = _copy_streams(table)
     changed = []
@@ -121,7 +121,7 @@ def _purge_quarantine(table: Table, keys: pa.Table) -> list[str]:
     return changed
 
 
-def _walk(table: Table, folder: str) -> Iterator[str]:
+def _walk(table: TableHandle, folder: str) -> Iterator[str]:
     """Files under a folder of the table; one removed meanwhile (a rollback of its write) is simply gone."""
     try:
         yield from table.storage.walk_files(folder)
@@ -129,7 +129,7 @@ def _walk(table: Table, folder: str) -> Iterator[str]:
         return
 
 
-def _copy_streams(table: Table) -> dict[str, StreamSpec]:
+def _copy_streams(table: TableHandle) -> dict[str, StreamSpec]:
     """Quarantined landing-file copies by the stream whose commit set them aside (active and archived)."""
     timeline = table.timeline()
     commits = [timeline.commit(i) for i in timeline.completed()]
@@ -147,7 +147,7 @@ def _copy_streams(table: Table) -> dict[str, StreamSpec]:
 ROW_ORIGIN = (REASON, SOURCE, ROW, kafka.TOPIC, kafka.PARTITION, kafka.OFFSET)
 
 
-def _typed_keys(table: Table, rows: pa.Table, keys: pa.Table) -> pa.Table | None:
+def _typed_keys(table: TableHandle, rows: pa.Table, keys: pa.Table) -> pa.Table | None:
     """`rows`' columns that `keys` has, cast as ingest casts them (unparsable values become null)."""
     columns = {}
     for spec in table.config.common_columns:
@@ -160,7 +160,7 @@ def _typed_keys(table: Table, rows: pa.Table, keys: pa.Table) -> pa.Table | None
     return pa.table(columns)
 
 
-def _rows_hit(table: Table, rows: pa.Table, keys: pa.Table) -> np.ndarray:
+def _rows_hit(table: TableHandle, rows: pa.Table, keys: pa.Table) -> np.ndarray:
     """Rows of an erased key. A row whose key is not known (no key column: a Kafka value that did not decode;
     a null or unparsable key) cannot be shown free of the keys, so its values are searched for the keys' text, as
     a quarantined text file is: the purge errs on the side of removing it."""
@@ -199,7 +199,7 @@ def _key_texts(key: dict[str, object]) -> list[bytes]:
     return [_text(value) for value in key.values()]
 
 
-def _copy_may_hold(table: Table, stream: StreamSpec | None, path: str, keys: pa.Table) -> bool:
+def _copy_may_hold(table: TableHandle, stream: StreamSpec | None, path: str, keys: pa.Table) -> bool:
     """Whether a quarantined landing file copy may hold an erased key: it does, or it cannot be shown not to."""
     source = stream.source if stream is not None else None
     if source is not None:
@@ -228,7 +228,7 @@ def _text(value: object) -> bytes:
     return (isoformat() if callable(isoformat) else str(value)).encode()
 
 
-def _purge_job_logs(table: Table, before: str) -> list[str]:
+def _purge_job_logs(table: TableHandle, before: str) -> list[str]:
     """Spark job logs (`<job>-<start time>-<pid>.log`) of jobs that started before the erase completed."""
     removed = []
     for path in _walk(table, LOGS_DIR):

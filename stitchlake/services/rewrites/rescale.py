@@ -56,7 +56,7 @@ from stitchlake.timeline.metadata import DataFile, FileGroupRef, FileSlice, Resc
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: The bucket counts a table may have (as `table.buckets` in the config).
 MIN_BUCKETS, MAX_BUCKETS = 1, 65536
@@ -100,7 +100,7 @@ def check_buckets(buckets: int) -> int:
 # ------------------------------------------------------------------------------------------------- plan
 
 
-def schedule(table: Table, buckets: int, partitions: list[str] | None = None) -> str | None:
+def schedule(table: TableHandle, buckets: int, partitions: list[str] | None = None) -> str | None:
     """Plan a rescale of `partitions` (None: the whole table) to `buckets`; its instant time, or None when every
     partition named already has that count (nothing to do)."""
     table.require()
@@ -155,7 +155,7 @@ def _refuse_pending_rewrites(timeline: Timeline, partitions: set[str]) -> None:
             )
 
 
-def plan_bytes(table: Table, instant_time: str | None = None) -> int:
+def plan_bytes(table: TableHandle, instant_time: str | None = None) -> int:
     """Bytes a rescale run reads: of one pending plan, or of the oldest (to pick an engine)."""
     timeline = table.timeline()
     pending = [i for i, _ in pending_rescales(timeline)]
@@ -168,7 +168,7 @@ def plan_bytes(table: Table, instant_time: str | None = None) -> int:
     return total
 
 
-def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Instant]:
+def runnable_plans(table: TableHandle, timeline: Timeline | None = None) -> list[Instant]:
     """Pending rescales nobody runs (never started, or whose process died), oldest first."""
     expire = table.config.concurrency.heartbeat.expire_s
     return [
@@ -181,7 +181,7 @@ def runnable_plans(table: Table, timeline: Timeline | None = None) -> list[Insta
 # -------------------------------------------------------------------------------------------------- run
 
 
-def follow_a_config_edited_first(table: Table, instant_time: str | None) -> None:
+def follow_a_config_edited_first(table: TableHandle, instant_time: str | None) -> None:
     """A config that already says the new count of the whole-table rescale about to run (edited first, as
     `stitch rescale` allows) opens the table at its count now: the job (a spark-submit driver opens the table from
     the same YAML) runs the rescale the command planned instead of refusing the config."""
@@ -191,7 +191,7 @@ def follow_a_config_edited_first(table: Table, instant_time: str | None) -> None
         table.follow_buckets()
 
 
-def buckets_reminder(table: Table, said: int) -> str:
+def buckets_reminder(table: TableHandle, said: int) -> str:
     """What to edit once this process changed the table's bucket count (a whole-table rescale, a restore that undid
     one; the handle follows it) while the YAML it was opened from says `said`: other commands refuse that YAML
     until it says the count now. '' when it does already, or the table was opened without a YAML file."""
@@ -245,7 +245,7 @@ def unit_bytes(unit: Unit) -> int:
     return sum(fslice.bytes for fslice in unit.inputs)
 
 
-def rescale_unit(table: Table, unit: Unit, instant: str, mark: Callable[[str], None]) -> list[DataFile]:
+def rescale_unit(table: TableHandle, unit: Unit, instant: str, mark: Callable[[str], None]) -> list[DataFile]:
     """Merge a unit's old slices one at a time and write each new file group's base file (one task's work).
 
     Old file groups hold disjoint keys, so a new group's rows are the union of each old slice's merged rows that
@@ -292,7 +292,7 @@ def rescale_unit(table: Table, unit: Unit, instant: str, mark: Callable[[str], N
     return out
 
 
-def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, RescalePlan]:
+def start_run(table: TableHandle, instant_time: str | None) -> tuple[Transaction, RescalePlan]:
     """Take a pending rescale (the oldest if none is named), clear a crashed attempt's files, and return its plan."""
     timeline = table.timeline()
     pending = [i for i, _ in pending_rescales(timeline)]
@@ -316,7 +316,7 @@ def start_run(table: Table, instant_time: str | None) -> tuple[Transaction, Resc
     return txn, txn.plan
 
 
-def run(table: Table, instant_time: str | None = None, engine: Engine | None = None) -> RescaleResult:
+def run(table: TableHandle, instant_time: str | None = None, engine: Engine | None = None) -> RescaleResult:
     """Execute a pending rescale: one task per unit on the engine (in-process by default)."""
     follow_a_config_edited_first(table, instant_time)
     table.require()
@@ -389,7 +389,7 @@ def finish(txn: Transaction, files: list[DataFile], plan: RescalePlan) -> Rescal
 
 
 def rescale(
-    table: Table, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
+    table: TableHandle, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
 ) -> RescaleResult | None:
     """Run the pending rescales nobody runs, then plan and run one to `buckets`. Returns the last one run (the
     pending one a crash left, when that already made the count `buckets`); None when nothing needed it."""

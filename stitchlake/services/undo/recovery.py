@@ -21,18 +21,18 @@ from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: How a crashed instant is finished, for each action whose `ActionKind.recovery` is `Recovery.FINISH` (a test keeps
 #: the keys equal to those actions).
-FINISHERS: dict[Action, Callable[[Table, Instant], object]] = {
+FINISHERS: dict[Action, Callable[[TableHandle, Instant], object]] = {
     Action.ROLLBACK: finish_rollback,
     Action.CLEAN: finish_clean,
     Action.RESTORE: finish_restore,
 }
 
 
-def archive_leftovers(table: Table, timeline: Timeline) -> list[Instant]:
+def archive_leftovers(table: TableHandle, timeline: Timeline) -> list[Instant]:
     """Requested or inflight files an interrupted archive left of instants it archived.
 
     Archive never archives at or after the oldest pending instant, and every new instant is requested after every
@@ -43,7 +43,7 @@ def archive_leftovers(table: Table, timeline: Timeline) -> list[Instant]:
     return [i for i in timeline.pending() if horizon is not None and i.requested <= horizon]
 
 
-def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], list[Instant], list[Instant]]:
+def failed_instants(table: TableHandle, timeline: Timeline) -> tuple[list[Instant], list[Instant], list[Instant]]:
     """Pending instants whose writer is dead: (to roll back, crashed compactions and rescales to reset,
     ones to finish)."""
     targets, resets, unfinished = [], [], []
@@ -62,7 +62,7 @@ def failed_instants(table: Table, timeline: Timeline) -> tuple[list[Instant], li
     return targets, resets, unfinished
 
 
-def finish_crashed(table: Table, instants: list[Instant]) -> list[str]:
+def finish_crashed(table: TableHandle, instants: list[Instant]) -> list[str]:
     """Complete crashed rollbacks, cleans and restores from their recorded plans; what was finished
     (`"<action> <instant>"`).
 
@@ -82,7 +82,7 @@ def finish_crashed(table: Table, instants: list[Instant]) -> list[str]:
     return finished
 
 
-def rollback_failed(table: Table) -> RollbackResult:
+def rollback_failed(table: TableHandle) -> RollbackResult:
     """Finish crashed services, then roll back every pending write whose heartbeat expired.
 
     What was finished is reported too: a crashed restore finished here changes what reads return, so "nothing

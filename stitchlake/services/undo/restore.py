@@ -22,7 +22,7 @@ from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 @dataclass
@@ -53,12 +53,12 @@ class RestoreResult:
     buckets: int | None = None
 
 
-def restore(table: Table, which: str, force: bool = False) -> RestoreResult:
+def restore(table: TableHandle, which: str, force: bool = False) -> RestoreResult:
     """Bring the table back to a savepoint's state."""
     return _execute(table, begin_restore(table, which, force))
 
 
-def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
+def begin_restore(table: TableHandle, which: str, force: bool = False) -> Transaction:
     """Check, plan and request the restore (its whole plan is recorded before anything is undone)."""
     table.require()
     timeline = table.timeline()
@@ -86,7 +86,7 @@ def begin_restore(table: Table, which: str, force: bool = False) -> Transaction:
     return txn
 
 
-def _execute(table: Table, txn: Transaction) -> RestoreResult:
+def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
     plan = txn.plan
     assert isinstance(plan, RestorePlan)
     said = table.config.table.buckets
@@ -120,7 +120,7 @@ def _execute(table: Table, txn: Transaction) -> RestoreResult:
     )
 
 
-def _removed_savepoints(table: Table, plan: RestorePlan) -> list[RemovedSavepoint]:
+def _removed_savepoints(table: TableHandle, plan: RestorePlan) -> list[RemovedSavepoint]:
     """The savepoints among the instants the restore undoes, each with why it goes."""
     timeline = table.timeline()
     out = []
@@ -141,6 +141,6 @@ def _removed_savepoints(table: Table, plan: RestorePlan) -> list[RemovedSavepoin
     return out
 
 
-def finish_restore(table: Table, instant: Instant) -> RestoreResult:
+def finish_restore(table: TableHandle, instant: Instant) -> RestoreResult:
     """Finish a crashed restore from its recorded plan."""
     return _execute(table, Transaction.resume(table, instant, "restore"))

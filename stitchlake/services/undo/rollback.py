@@ -27,7 +27,7 @@ from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline, delete_instant, timeline_path
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 @dataclass
@@ -41,11 +41,11 @@ class RollbackResult:
     finished: list[str] = field(default_factory=list)
 
 
-def expired(table: Table, instant: Instant) -> bool:
+def expired(table: TableHandle, instant: Instant) -> bool:
     return heartbeats.is_expired(table.storage, instant.requested, table.config.concurrency.heartbeat.expire_s)
 
 
-def files_of(table: Table, timeline: Timeline, instant: Instant) -> list[str]:
+def files_of(table: TableHandle, timeline: Timeline, instant: Instant) -> list[str]:
     """Every file an instant wrote or started to write: its markers, plus what its commit says it owns."""
     paths = set(marked_files(table.storage, instant.requested))
     if instant.is_completed:
@@ -53,7 +53,7 @@ def files_of(table: Table, timeline: Timeline, instant: Instant) -> list[str]:
     return sorted(paths)
 
 
-def target_of(table: Table, timeline: Timeline, instant: Instant) -> UndoTarget:
+def target_of(table: TableHandle, timeline: Timeline, instant: Instant) -> UndoTarget:
     """An instant to undo, with every file it wrote (recorded in the plan before anything is deleted)."""
     return UndoTarget(
         instant.requested,
@@ -64,7 +64,7 @@ def target_of(table: Table, timeline: Timeline, instant: Instant) -> UndoTarget:
     )
 
 
-def undo(table: Table, target: UndoTarget) -> int:
+def undo(table: TableHandle, target: UndoTarget) -> int:
     """Remove one instant and its files (idempotent: a re-run after a crash finishes the job)."""
     storage = table.storage
     instant = Instant(target.requested, Action(target.action), State(target.state), target.completed)
@@ -79,7 +79,7 @@ def undo(table: Table, target: UndoTarget) -> int:
     return deleted
 
 
-def reset_compaction(table: Table, instant: Instant) -> int:
+def reset_compaction(table: TableHandle, instant: Instant) -> int:
     """A crashed compaction: drop its partial files and go back to `requested` so it can run again."""
     storage = table.storage
     deleted = sum(1 for path in marked_files(storage, instant.requested) if storage.delete(path))
@@ -90,7 +90,7 @@ def reset_compaction(table: Table, instant: Instant) -> int:
 
 
 def run_rollback(
-    table: Table,
+    table: TableHandle,
     timeline: Timeline,
     targets: list[Instant],
     resets: list[Instant],
@@ -128,7 +128,7 @@ def run_rollback(
     )
 
 
-def finish_rollback(table: Table, instant: Instant) -> None:
+def finish_rollback(table: TableHandle, instant: Instant) -> None:
     """Complete a crashed rollback from its recorded plan."""
     txn = Transaction.resume(table, instant, "rollback")
     plan = txn.plan
@@ -139,7 +139,7 @@ def finish_rollback(table: Table, instant: Instant) -> None:
     txn.complete(RollbackCommit(rolled_back=rolled_back, resumed=True, positions=plan.positions))
 
 
-def _unchanged(table: Table, chosen: list[Instant], per_stream: bool = False) -> Callable[[Timeline], None]:
+def _unchanged(table: TableHandle, chosen: list[Instant], per_stream: bool = False) -> Callable[[Timeline], None]:
     """Under the lock, before the rollback is requested: every target is still as it was chosen.
 
     Targets are chosen from an earlier timeline; a presumed-dead writer may have published meanwhile, or a
@@ -166,7 +166,7 @@ def _unchanged(table: Table, chosen: list[Instant], per_stream: bool = False) ->
     return check
 
 
-def _refuse_completed(table: Table, timeline: Timeline, target: Instant, per_stream: bool = False) -> None:
+def _refuse_completed(table: TableHandle, timeline: Timeline, target: Instant, per_stream: bool = False) -> None:
     """Refuse (exit 2) to undo a completed instant unless that is safe: a deltacommit that is the table's latest
     (`per_stream`: its stream's latest), absorbed by no compaction or erase and pinned by no savepoint.
 
@@ -228,7 +228,7 @@ def _refuse_completed(table: Table, timeline: Timeline, target: Instant, per_str
             )
 
 
-def rollback(table: Table, instant_time: str) -> RollbackResult:
+def rollback(table: TableHandle, instant_time: str) -> RollbackResult:
     """Roll back one instant: a pending one whose writer is dead, or the latest completed deltacommit."""
     table.require()
     timeline = table.timeline()
@@ -269,7 +269,7 @@ def _stream(timeline: Timeline, instant: Instant) -> str | None:
     return commit.stream if isinstance(commit, DeltaCommit) else None
 
 
-def rollback_stream(table: Table, stream: str) -> RollbackResult:
+def rollback_stream(table: TableHandle, stream: str) -> RollbackResult:
     """Roll back the latest completed deltacommit of one stream, even when other streams committed after it.
 
     Refused (exit 2) when a compaction or erase absorbed it or a savepoint pins it: then only a restore can take

@@ -21,7 +21,7 @@ from stitchlake.timeline.metadata import AlterCommit, AlterPlan
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 @dataclass
@@ -38,7 +38,7 @@ class AlterResult:
     published: list[Published] = field(default_factory=list)
 
 
-def planned_changes(table: Table) -> tuple[int, list[Change]]:
+def planned_changes(table: TableHandle) -> tuple[int, list[Change]]:
     """The current schema version, and every change from it to what `table.config` describes."""
     versions = table.schema_history()
     current = versions[-1]
@@ -47,7 +47,7 @@ def planned_changes(table: Table) -> tuple[int, list[Change]]:
     return current.version, found
 
 
-def alter(table: Table, dry_run: bool = False) -> AlterResult:
+def alter(table: TableHandle, dry_run: bool = False) -> AlterResult:
     """Make the table's schema what its config describes, if every change is compatible (ConfigError otherwise)."""
     current, found = planned_changes(table)
     where = table.config.source_file or "config"

@@ -42,7 +42,7 @@ from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:
     from stitchlake.storage.base import Storage
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 #: Older checkpoints kept besides the newest (a reader that listed just before a new one appeared).
 KEEP_OLD_CHECKPOINTS = 1
@@ -83,7 +83,7 @@ class ArchivePlan:
     lines: list[str]
 
 
-def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | None:
+def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePlan | None:
     """What to archive and the checkpoint it leaves (reads metadata: done outside the lock)."""
     chosen = candidates(timeline, keep)
     if not chosen:
@@ -124,7 +124,7 @@ def plan_archive(table: Table, timeline: Timeline, keep: int) -> ArchivePlan | N
     return ArchivePlan(chosen, horizon, checkpoint, lines)
 
 
-def archive(table: Table, keep: int | None = None) -> ArchiveResult:
+def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
     """Archive all but the newest `keep` completed instants (default `archive.keep_instants`)."""
     table.require()
     storage = table.storage
@@ -179,7 +179,7 @@ def _finish_archived(storage: Storage, chosen: list[Instant], horizon: str, fenc
     return len(leftovers)
 
 
-def consumed_until(table: Table, timeline: Timeline, stream: str, horizon: str) -> dict[str, LandingRecord]:
+def consumed_until(table: TableHandle, timeline: Timeline, stream: str, horizon: str) -> dict[str, LandingRecord]:
     """Landing files of `stream` consumed by instants completed at or before the horizon (and before)."""
     checkpoint = load_checkpoint(table.storage)
     found = checkpoint.landing(stream) if checkpoint else {}

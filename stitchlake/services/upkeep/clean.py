@@ -29,7 +29,7 @@ from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 POLICIES = ("keep_latest_commits", "keep_latest_file_versions", "keep_latest_hours")
 
@@ -51,7 +51,7 @@ class CleanResult:
     finished: list[str] = field(default_factory=list)
 
 
-def local_delete(table: Table) -> Deleter:
+def local_delete(table: TableHandle) -> Deleter:
     def run(paths: list[str]) -> int:
         return sum(1 for path in paths if table.storage.delete(path))
 
@@ -133,7 +133,7 @@ def pending_rewrite_files(timeline: Timeline) -> set[str]:
     return out
 
 
-def plan(table: Table, timeline: Timeline, view: FileSystemView, policy: str, retain: int) -> list[str]:
+def plan(table: TableHandle, timeline: Timeline, view: FileSystemView, policy: str, retain: int) -> list[str]:
     """Paths the policy allows deleting, in a stable order."""
     if policy not in POLICIES:
         raise UsageError(f"clean policy {policy!r} is not one of: {', '.join(POLICIES)}")
@@ -151,7 +151,7 @@ def plan(table: Table, timeline: Timeline, view: FileSystemView, policy: str, re
     return sorted({f.path for f in doomed} - keep)
 
 
-def orphans(table: Table) -> list[str]:
+def orphans(table: TableHandle) -> list[str]:
     """Data files no instant names and no pending writer has marked (a safety net after crashes).
 
     Order matters: files are listed first, then markers, then the timeline — a writer always marks a file
@@ -167,7 +167,7 @@ def orphans(table: Table) -> list[str]:
     return sorted(p for p in files if p not in known and p not in marked)
 
 
-def attributable_files(table: Table, paths: Iterable[str]) -> list[str]:
+def attributable_files(table: TableHandle, paths: Iterable[str]) -> list[str]:
     """Files clean may call its own: data file names in the table's partition folders, outside any other table.
 
     Everything else under the table folder (a table nested inside, files a person put there) is not ours to delete.
@@ -185,7 +185,7 @@ def attributable_files(table: Table, paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _tidy(table: Table, timeline: Timeline) -> None:
+def _tidy(table: TableHandle, timeline: Timeline) -> None:
     """Leftovers of finished instants: markers and heartbeats nobody needs any more."""
     pending = {i.requested for i in timeline.pending()}
     for instant in instants_with_markers(table.storage):
@@ -197,7 +197,7 @@ def _tidy(table: Table, timeline: Timeline) -> None:
             heartbeats.delete(table.storage, beat)
 
 
-def purge_files(table: Table, select: Callable[[FileSystemView], set[str]]) -> CleanResult:
+def purge_files(table: TableHandle, select: Callable[[FileSystemView], set[str]]) -> CleanResult:
     """A clean that removes the files `select` picks from the view, whatever the retention (erase purge): the
     latest slices and files a pending rewrite plan or a savepoint still needs stay (the caller deletes those
     savepoints first)."""
@@ -213,12 +213,12 @@ def purge_files(table: Table, select: Callable[[FileSystemView], set[str]]) -> C
     return _execute(table, txn, None)
 
 
-def finish_clean(table: Table, instant: Instant, deleter: Deleter | None = None) -> CleanResult:
+def finish_clean(table: TableHandle, instant: Instant, deleter: Deleter | None = None) -> CleanResult:
     """Finish a crashed clean from its recorded plan."""
     return _execute(table, Transaction.resume(table, instant, "clean"), deleter)
 
 
-def _execute(table: Table, txn: Transaction, deleter: Deleter | None) -> CleanResult:
+def _execute(table: TableHandle, txn: Transaction, deleter: Deleter | None) -> CleanResult:
     plan = txn.plan
     assert isinstance(plan, CleanPlan)
     (deleter or local_delete(table))([*plan.delete, *plan.orphans])
@@ -226,7 +226,7 @@ def _execute(table: Table, txn: Transaction, deleter: Deleter | None) -> CleanRe
     return CleanResult(txn.time, str(plan.policy), list(plan.delete), list(plan.orphans))
 
 
-def checked_policy(table: Table, policy: str | None) -> str:
+def checked_policy(table: TableHandle, policy: str | None) -> str:
     """The clean policy to apply; refused (exit 2) before anything is touched if it is not one."""
     chosen = policy or table.config.clean.policy
     if chosen not in POLICIES:
@@ -235,7 +235,7 @@ def checked_policy(table: Table, policy: str | None) -> str:
 
 
 def clean(
-    table: Table,
+    table: TableHandle,
     policy: str | None = None,
     retain: int | None = None,
     dry_run: bool = False,

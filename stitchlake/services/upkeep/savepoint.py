@@ -22,18 +22,18 @@ from stitchlake.timeline.savepoints import Savepoint, find, savepoints, summary
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 __all__ = ["Savepoint", "create", "delete", "list_savepoints"]
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")
 
 
-def list_savepoints(table: Table, timeline: Timeline | None = None) -> list[Savepoint]:
+def list_savepoints(table: TableHandle, timeline: Timeline | None = None) -> list[Savepoint]:
     return [summary(instant, commit) for instant, commit in savepoints(timeline or table.timeline())]
 
 
-def create(table: Table, instant_time: str | None = None, name: str | None = None) -> Savepoint:
+def create(table: TableHandle, instant_time: str | None = None, name: str | None = None) -> Savepoint:
     """Pin the state as of a completed instant (default: the latest data-changing one)."""
     table.require()
     if name is not None and (not NAME.match(name) or is_time(name)):
@@ -68,7 +68,7 @@ def create(table: Table, instant_time: str | None = None, name: str | None = Non
     return Savepoint(done.requested, name, content.savepoint_of, content.instant, len(content.files))
 
 
-def delete(table: Table, which: str) -> Savepoint:
+def delete(table: TableHandle, which: str) -> Savepoint:
     """Unpin a savepoint (its files become cleanable)."""
     table.require()
     instant, commit = find(table.timeline(), which)

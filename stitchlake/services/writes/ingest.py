@@ -31,7 +31,7 @@ from stitchlake.writing.writer import deltacommit
 if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
     from stitchlake.engine import Engine, StreamWrite
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 @dataclass
@@ -65,7 +65,7 @@ class IngestResult:
         return asdict(self)
 
 
-def consumed(table: Table, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
+def consumed(table: TableHandle, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
     """Landing files completed instants of `stream` consumed (archived ones included), by name, newest record.
 
     Read without the lock: if an archive or restore moves the history meanwhile, read it again once.
@@ -76,7 +76,7 @@ def consumed(table: Table, timeline: Timeline, stream: str) -> dict[str, Landing
         return _consumed(table, table.timeline(), stream)
 
 
-def _consumed(table: Table, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
+def _consumed(table: TableHandle, timeline: Timeline, stream: str) -> dict[str, LandingRecord]:
     checkpoint = load_checkpoint(table.storage)
     found = checkpoint.landing(stream) if checkpoint else {}
     for instant in timeline.completed([Action.DELTACOMMIT]):
@@ -103,7 +103,7 @@ def changed_since(record: LandingRecord, file: LandingFile) -> bool:
 
 
 def pending_files(
-    table: Table,
+    table: TableHandle,
     stream: str,
     paths: list[str] | None = None,
     max_files: int | None = None,
@@ -158,7 +158,7 @@ def still_pending(stream: str, sources: list[str]) -> ConflictCheck:
     return check
 
 
-def claim(table: Table, stream: str, heartbeat: bool = True) -> Transaction:
+def claim(table: TableHandle, stream: str, heartbeat: bool = True) -> Transaction:
     """Start the stream's deltacommit, refusing (exit 4) while another live writer of the stream runs.
 
     `heartbeat=False` leaves beating to the caller (a Spark driver beats from its tasks and its commit).
@@ -168,7 +168,7 @@ def claim(table: Table, stream: str, heartbeat: bool = True) -> Transaction:
 
 
 def preflight(
-    table: Table,
+    table: TableHandle,
     stream: str,
     paths: list[str] | None = None,
     max_files: int | None = None,
@@ -182,7 +182,7 @@ def preflight(
 
 
 def preflight_topic(
-    table: Table,
+    table: TableHandle,
     stream: str,
     max_records: int | None = None,
     reset_offsets: str | None = None,
@@ -200,7 +200,7 @@ def nothing_to_do(stream: str, engine: str) -> IngestResult:
 
 
 def refuse_other_source_options(
-    table: Table, stream: str, *, file_options: bool = False, kafka_options: bool = False
+    table: TableHandle, stream: str, *, file_options: bool = False, kafka_options: bool = False
 ) -> bool:
     """Whether `stream` reads a Kafka topic; options of the other kind of source are a usage error (exit 2),
     named as the CLI spells them and as Python does."""
@@ -220,7 +220,7 @@ def refuse_other_source_options(
 
 
 def ingest(
-    table: Table,
+    table: TableHandle,
     engine: Engine,
     stream: str,
     paths: list[str] | None = None,
@@ -289,7 +289,7 @@ def ingest(
 
 
 def _ingest_topic(
-    table: Table,
+    table: TableHandle,
     engine: Engine,
     stream: str,
     txn: Transaction | None,
@@ -360,7 +360,7 @@ def _undone_on_failure(txn: Transaction, own_claim: bool) -> Iterator[None]:
 
 
 def _write_and_commit(
-    table: Table,
+    table: TableHandle,
     engine: Engine,
     spec: StreamSpec,
     txn: Transaction,
@@ -388,7 +388,7 @@ def _write_and_commit(
 
 
 def compact_inline(
-    table: Table, engine: Engine, ingested: IngestResult, progress: Callable[[str], None]
+    table: TableHandle, engine: Engine, ingested: IngestResult, progress: Callable[[str], None]
 ) -> CompactionResult | None:
     """`compaction.inline`, after an ingest committed. A failure says the ingest stands (exit 1, never the
     compaction's own exit 3 or 4: retrying the ingest would find nothing to ingest, and hide the failure)."""

@@ -23,7 +23,7 @@ from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, StreamBat
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
-    from stitchlake.table.handle import Table
+    from stitchlake.table.handle import TableHandle
 
 
 @dataclass
@@ -64,7 +64,7 @@ def _pending(timeline: Timeline, stream: str, batch: StreamBatch) -> Instant | N
     return None
 
 
-def batch_instant(table: Table, stream: str, batch: StreamBatch) -> str | None:
+def batch_instant(table: TableHandle, stream: str, batch: StreamBatch) -> str | None:
     """The instant the tasks of `batch` write into (begun by the first of them); None if it already committed.
 
     Another live writer of the stream (a `stitch ingest` of it) makes this exit 4, as for any second writer.
