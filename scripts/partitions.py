@@ -346,7 +346,16 @@ class Servers:
             rgw.DEFAULT_SECRET_KEY,
             name,
         ]
-        self.net.ns_run("s3", argv)
+        # A gateway restarted by the previous round listens before it serves: give it a minute.
+        deadline = time.monotonic() + 60.0
+        while True:
+            try:
+                self.net.ns_run("s3", argv)
+                return
+            except (PartitionsError, subprocess.TimeoutExpired):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def client_env(self) -> dict[str, str]:
         return {
