@@ -1,4 +1,4 @@
-"""The torture test (issues 7 and 17): a CI-sized run of scripts/torture.py, proof that its checker can fail,
+"""The torture test (issues 7 and 17): a CI-sized run of scripts/torture/, proof that its checker can fail,
 and the races it found, pinned down one by one.
 
 The CI-sized run is real: separate writer, compactor, cleaner, restorer, archiver and reader processes on one
@@ -58,7 +58,7 @@ CI_ARGS += ["--restorers", "1", "--archivers", "2", "--kafka-rounds", "3"]
 
 
 def run_torture(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run scripts/torture.py; however it ends (a timeout, a failure here), nothing of it is left running: its
+    """Run scripts.torture; however it ends (a timeout, a failure here), nothing of it is left running: its
     workers may be frozen (SIGSTOP), so the whole tree is killed, not only the supervisor. The deadline only turns
     a hang into a failure: a round gives up by itself after --round-timeout seconds without progress."""
     process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -454,7 +454,7 @@ def _kafka_case(case: Path) -> tuple[Path, list[dict[str, Any]]]:
 
 def _kafka_violations(config: Path, produced: list[dict[str, Any]]) -> list[str]:
     violations: list[str] = []
-    torture._kafka_check(config, produced, violations)
+    torture.kafka_check(config, produced, violations)
     return violations
 
 
