@@ -5,8 +5,8 @@ The commit protocol relies on `put(mode="create")` (If-None-Match: *) and `put(m
 then writes its own id to the round's key; exactly one may succeed and the stored object must hold the
 winner's id. `--mode update` first creates the key, lets everyone read the same ETag, then races If-Match.
 
-    python scripts/s3_race_check.py                      # starts a throw-away RADOS Gateway (scripts/rgw.py)
-    python scripts/s3_race_check.py --endpoint http://127.0.0.1:7480 --access-key K --secret-key S
+    python -m scripts.s3_race_check                      # starts a throw-away RADOS Gateway (scripts/rgw.py)
+    python -m scripts.s3_race_check --endpoint http://127.0.0.1:7480 --access-key K --secret-key S
 """
 
 from __future__ import annotations
