@@ -122,6 +122,19 @@ class Host:
     addr: str
 
 
+#: The commands the harness runs, by the Debian package that has them (a fresh machine lacks iptables and faketime).
+TOOLS = {"ip": "iproute2", "iptables": "iptables", "unshare": "util-linux", "tc": "iproute2"}
+
+
+def ensure_tools() -> None:
+    """Install what a fresh machine lacks (as the other test servers are installed), or say what is missing."""
+    missing = {package for tool, package in TOOLS.items() if shutil.which(tool) is None}
+    if not Path(FAKETIME_LIB).is_file():
+        missing.add("faketime")
+    if missing and (failed := local_daemons.apt_install(sorted(missing), 600.0)):
+        raise PartitionsError(f"the partitions harness needs {', '.join(sorted(missing))} (Debian packages): {failed}")
+
+
 class Network:
     """A bridge namespace and hosts joined to it; `close()` removes every namespace and kills what runs in them."""
 
@@ -132,9 +145,7 @@ class Network:
         self._made: list[str] = []
 
     def open(self) -> Network:
-        for tool in ("ip", "iptables", "unshare"):
-            if shutil.which(tool) is None:
-                raise PartitionsError(f"the partitions harness needs `{tool}` (Debian: iproute2, iptables, util-linux)")
+        ensure_tools()
         try:
             self._netns(self.bridge)
         except PartitionsError as exc:
