@@ -27,9 +27,8 @@ READER_JAR_ENV = "STITCHLAKE_SPARK_JAR"
 #: "1" puts the JVM reader on the classpath of stitchlake's sessions and jobs, "0" keeps them on the Python data
 #: source; unset: `READER_DEFAULT`.
 READER_SWITCH_ENV = "STITCHLAKE_JVM_READER"
-#: Whether sessions and jobs get the JVM reader when the switch is unset. Off until the JVM merge passes the
-#: conformance suite (issue 35); the reader is then switched on here.
-READER_DEFAULT = False
+#: Whether sessions and jobs get the JVM reader when the switch is unset: on (issue 35), the suite runs with it.
+READER_DEFAULT = True
 #: The Python the reader's planner runs with (`python -m stitchlake.spark.planner`).
 PLANNER_PYTHON_CONF = "spark.stitchlake.python"
 

@@ -21,6 +21,7 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.errors import InputRejected
+from stitchlake.jobs.spark_conf import reader_enabled
 from tests.support.spark_fixtures import write_config
 from tests.support.tables import write_table_yaml
 
@@ -518,12 +519,21 @@ def test_sql_tables_and_views_over_a_stitched_table(spark: Any, history: tuple[T
         # source): made again, it reads the new commit too.
         spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW sl_view USING stitchlake OPTIONS (path '{path}', since '{since}')")
         assert _rows(spark.table("sl_view")).equals(table.read(since=since).sort_by("order_id"))
-        # A table declared with a column list has no way to learn its path: said so, not an empty read.
         spark.sql(f"CREATE TABLE sl_declared (order_id BIGINT) USING stitchlake OPTIONS (path '{path}')")
-        with pytest.raises(Exception, match="no column list"):
-            spark.table("sl_declared").collect()
+        spark.sql(f"CREATE TABLE sl_mistyped (order_id INT) USING stitchlake OPTIONS (path '{path}')")
+        if reader_enabled():
+            # The JVM reader is handed a declared table's options: it reads the declared columns as the table has
+            # them, and a column declared under another type is the user's mistake, said so (not a "damaged file").
+            want = table.read(columns=["order_id"]).sort_by("order_id")
+            assert _rows(spark.table("sl_declared")).equals(want)
+            with pytest.raises(Exception, match="order_id is declared int but the table has it as bigint"):
+                spark.table("sl_mistyped").collect()
+        else:
+            # The Python data source has no way to learn a declared table's path: said so, not an empty read.
+            with pytest.raises(Exception, match="no column list"):
+                spark.table("sl_declared").collect()
     finally:
-        for name in ("sl_snapshot", "sl_located", "sl_changes", "sl_declared"):
+        for name in ("sl_snapshot", "sl_located", "sl_changes", "sl_declared", "sl_mistyped"):
             spark.sql(f"DROP TABLE IF EXISTS {name}")
         spark.sql("DROP VIEW IF EXISTS sl_view")
     assert table.read().num_rows > 0  # the tables were EXTERNAL: dropping them left the stitched table alone

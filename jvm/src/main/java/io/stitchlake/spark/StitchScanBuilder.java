@@ -19,6 +19,8 @@ import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -110,6 +112,7 @@ public final class StitchScanBuilder implements ScanBuilder, SupportsPushDownReq
     }
     Set<String> keys = new LinkedHashSet<>(plan.merge == null ? List.of() : plan.merge.common);
     StructType tableSchema = plan.schemaJson != null ? plan.schema() : schema;
+    checkDeclared(tableSchema);
     Filter[] given = filters;
     // Reported as pushed: what the planner used to prune slices, and what skips row groups.
     Set<Integer> used = new LinkedHashSet<>();
@@ -130,5 +133,23 @@ public final class StitchScanBuilder implements ScanBuilder, SupportsPushDownReq
         RowGroupFilters.columns(given, tableSchema, keys),
         pushed,
         options);
+  }
+
+  /**
+   * A catalog table declared with a column list (CREATE TABLE t (c TYPE, ...) USING stitchlake) reads those columns
+   * as the table has them: a column it lacks, or one declared under another type, is the user's mistake, said as
+   * such (the files would otherwise fail to decode as if damaged).
+   */
+  private void checkDeclared(StructType table) {
+    for (StructField declared : required.fields()) {
+      scala.Option<Object> at = table.getFieldIndex(declared.name());
+      if (at.isEmpty()) continue; // a column the table lacks: the planner has refused it already
+      DataType own = table.fields()[(Integer) at.get()].dataType();
+      if (!own.sameType(declared.dataType())) {
+        throw new StitchException("UsageError", 2, "column " + declared.name() + " is declared "
+            + declared.dataType().simpleString() + " but the table has it as " + own.simpleString()
+            + ": declare it as the table has it, or declare the table with no column list (it has its own schema)");
+      }
+    }
   }
 }
