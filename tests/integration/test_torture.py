@@ -911,3 +911,45 @@ def test_an_archive_that_died_before_deleting_is_finished_by_the_next_one(
     assert not table.timeline().pending()
     assert table.read().sort_by("k").equals(before)
     assert archive_module.archive(table, keep=2).message.startswith("nothing to archive"), "and only once"
+
+
+def test_a_clean_keeps_the_markers_of_a_writer_that_began_while_it_tidied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the optimistic-mode torture run on a loaded machine ("16 data file(s) named by the timeline are
+    missing"): a clean read the timeline, then listed the markers and deleted those of every instant its timeline
+    did not show pending. A writer that began in between lost its markers; the next clean's orphan sweep took its
+    written, not yet published files for a crashed writer's, and deleted them after the writer had published."""
+    from stitchlake.concurrency.markers import instants_with_markers, marked_files
+    from stitchlake.services.upkeep import clean as clean_module
+    from stitchlake.writing.badrows import Rejected
+    from stitchlake.writing.batch import prepare
+    from stitchlake.writing.writer import deltacommit, write_file_groups
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, 2))
+    stream = table.config.stream("orders")
+    rows = prepare(table.config, stream, _rows(3, 4))
+    began: list[Transaction] = []
+    written: list[DataFile] = []
+    listings: list[str] = []
+    original = instants_with_markers
+
+    def a_writer_begins_meanwhile(storage: Any) -> list[str]:
+        listings.append("listed")
+        if len(listings) == 2:  # the tidy's listing (the orphan sweep's is the first): a writer begins and writes
+            began.append(Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders")))
+            written.extend(write_file_groups(table, stream, rows, began[0].time, began[0].mark))
+        return original(storage)
+
+    monkeypatch.setattr(clean_module, "instants_with_markers", a_writer_begins_meanwhile)
+    clean(table)
+    monkeypatch.undo()
+    assert began and written, "the clean did not list markers twice: the interleaving was not replayed"
+    writer = began[0]
+    assert marked_files(table.storage, writer.time) == sorted(f.path for f in written), "its markers were taken"
+
+    assert not clean(table).orphans, "the running writer's files were taken for orphans"
+    writer.complete(deltacommit(table, "orders", writer.time, written, rows.rows.num_rows, Rejected(), None))
+    assert all(table.storage.exists(f.path) for f in table.view().live_files())
+    assert sorted(table.read().column("k").to_pylist()) == [1, 2, 3, 4]

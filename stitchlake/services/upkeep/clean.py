@@ -185,14 +185,22 @@ def attributable_files(table: TableHandle, paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _tidy(table: TableHandle, timeline: Timeline) -> None:
-    """Leftovers of finished instants: markers and heartbeats nobody needs any more."""
-    pending = {i.requested for i in timeline.pending()}
-    for instant in instants_with_markers(table.storage):
+def _tidy(table: TableHandle) -> None:
+    """Leftovers of finished instants: markers and heartbeats nobody needs any more.
+
+    Listed first, the timeline read after: an instant creates its requested file before its markers and its beat,
+    so whatever the listing finds belongs to an instant the timeline then shows pending, unless it has finished.
+    Read the other way round, a writer that began in between had its markers taken: its files, unmarked and not
+    yet published, were then an orphan sweep's to delete, after which it published a commit naming them.
+    """
+    marked = instants_with_markers(table.storage)
+    beats = heartbeats.list_beats(table.storage)
+    pending = {i.requested for i in table.timeline().pending()}
+    for instant in marked:
         if instant not in pending:
             delete_markers(table.storage, instant)
     expire = table.config.concurrency.heartbeat.expire_s
-    for beat in heartbeats.list_beats(table.storage):
+    for beat in beats:
         if beat not in pending and heartbeats.is_expired(table.storage, beat, expire):
             heartbeats.delete(table.storage, beat)
 
@@ -263,6 +271,6 @@ def clean(
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)
     result = _execute(table, txn, deleter) if txn is not None else CleanResult(None, chosen)
-    _tidy(table, table.timeline())
+    _tidy(table)
     result.message = f"deleted {len(result.deleted)} file(s) ({chosen}, retain {keep}), {len(result.orphans)} orphan(s)"
     return result
