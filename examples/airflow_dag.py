@@ -24,7 +24,7 @@ A table on S3 takes its credentials from the worker's environment (AWS_* variabl
 the Airflow connection `stitch_s3` when there is one (login: access key id, password: secret access key, extra
 `endpoint_url` and `region_name`): it is read when the task runs and passed as AWS_* variables, never rendered into
 the command. Without that connection nothing is passed, so a local table needs no connection at all.
-Works with Airflow 2.6+ and 3 (tested with 3.3.2: tests/test_airflow_example.py runs `airflow dags test`).
+Works with Airflow 2.6+ and 3 (tested with 3.3.2: tests/integration/test_airflow_example.py runs `airflow dags test`).
 """
 
 from __future__ import annotations

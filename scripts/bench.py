@@ -793,8 +793,8 @@ def s3_rows(results: Results) -> list[str]:
     lines += [
         "",
         f"The first snapshot read in a new process (nothing cached) took {got['read']['cold']:.3f} s on S3. "
-        "Round trips, not bytes, are what S3 adds: tests/test_s3_round_trips.py bounds the waves of requests "
-        'a command waits for (docs/operations.md, "Running on S3 and on a cluster").',
+        "Round trips, not bytes, are what S3 adds: tests/integration/test_s3_round_trips.py bounds the waves of "
+        'requests a command waits for (docs/operations.md, "Running on S3 and on a cluster").',
     ]
     return lines
 

@@ -15,7 +15,7 @@ integer fingerprint of every cell (`bench_workload.fingerprint`) computed from t
 loading the table whole. A wrong answer fails the run (exit 1), and so does the acceptance query (`stitch sql
 "SELECT count(*), sum(amount) FROM t"` on the uncompacted table) peaking above 1.5 GB at up to 10M keys. The
 figures replace the block between the `bench-scale` markers in the output. `--engine local` runs ingest and
-compaction in-process: the small mode tests/test_bench_scale.py runs."""
+compaction in-process: the small mode tests/integration/test_bench_scale.py runs."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ MEMORY_FACTOR = 8
 START_BUCKETS, RESCALED_BUCKETS = 4, 32
 STITCH = str(Path(sys.executable).parent / "stitch")
 #: `--engine`: how ingest, compaction and the rescale run. `spark` is the benchmark; `local` (in-process) is the
-#: small mode tests/test_bench_scale.py runs, so the script's every other step cannot rot between real runs.
+#: small mode tests/integration/test_bench_scale.py runs, so the script's every other step cannot rot between real runs.
 ENGINES = {"spark": "on Spark", "local": "in-process"}
 
 

@@ -1,7 +1,7 @@
 """Torture test: concurrent writers and table services on one table, killed and frozen at random, every read checked.
 
     python -m scripts.torture --rounds 50 --seed 7            # the long run by hand (`make torture`)
-    python -m scripts.torture --rounds 7 --keys 600 --writers-per-stream 2    # CI-sized (tests/test_torture.py)
+    python -m scripts.torture --rounds 7 --keys 600 --writers-per-stream 2    # CI-sized (test_torture.py)
     python -m scripts.torture --check-only --workdir DIR      # re-check the reads and the table of a kept run
 
 What runs, each as its own OS process on one table (design.md §4-§7):

@@ -9,7 +9,7 @@ SIGTERM.
 
 Keep this module and every command module free of top-level pyarrow/pandas/pyspark/stitchlake.reading imports
 (import them inside the command function): `stitch --help` must stay fast and metadata commands run without
-a JVM. `tests/test_cli.py` checks that `--help` imports neither pyspark nor pyarrow.
+a JVM. `tests/integration/test_cli.py` checks that `--help` imports neither pyspark nor pyarrow.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ one parallel wave (`PARALLEL_READS` requests in flight): the first commit read r
 commit, the first plan every plan of the same state. Completed instants never change, so their files are also
 kept in a process-wide cache (`_IMMUTABLE`): a command that loads the timeline several times, or a long-lived
 process, reads each of them once. Reading the view of a 200-instant timeline is then two waves, not 200 round
-trips (tests/test_s3_round_trips.py counts them).
+trips (tests/integration/test_s3_round_trips.py counts them).
 """
 
 from __future__ import annotations
