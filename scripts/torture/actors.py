@@ -10,7 +10,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +247,21 @@ class Worker:
         point = create(self.table, None, name)
         return point.instant, point.savepoint_of
 
+    @contextlib.contextmanager
+    def unless_gone(self, seen: Seen) -> Iterator[None]:
+        """A "no savepoint" answer about a savepoint listed a moment ago is right when it is gone now: a crashed
+        restore to an older savepoint, finished meanwhile by a cleaner, undid it (the history check still
+        requires a restore, a rollback or a logged delete to name it). Still on the timeline, it is a failure."""
+        from stitchlake.errors import NotFoundError, StitchError
+
+        try:
+            yield
+        except StitchError as exc:
+            not_found = isinstance(exc, NotFoundError) or "no savepoint" in str(exc) or "deleted meanwhile" in str(exc)
+            if not not_found or any(other == seen for other, _meta in self.savepoints()):
+                raise
+            self.log({"event": "busy", "error": "SavepointGone", "message": f"{seen.requested} gone meanwhile: {exc}"})
+
     def restore(self) -> None:
         """Now and then: pin a savepoint, restore to one (undoing whatever came after it), unpin old ones.
 
@@ -263,12 +278,13 @@ class Worker:
             seen, meta = points[0]
             which = str(meta.get("name") or seen.requested)
             self.log({"event": "savepoint_delete", "instant": seen.requested, "name": which})
-            if via_cli:
-                self.savepoint_cli("delete", which)
-            else:
-                from stitchlake.services.upkeep.savepoint import delete
+            with self.unless_gone(seen):
+                if via_cli:
+                    self.savepoint_cli("delete", which)
+                else:
+                    from stitchlake.services.upkeep.savepoint import delete
 
-                delete(self.table, which)
+                    delete(self.table, which)
         elif draw < 0.45 or not points:
             completed, _pending = list_timeline(self.table_dir)
             if any(s.action == "deltacommit" for s in completed):
@@ -283,13 +299,14 @@ class Worker:
             which = str(meta.get("name") or seen.requested)
             force = self.rng.random() < 0.5
             self.log({"event": "restoring", "savepoint": which, "of": meta.get("savepoint_of"), "force": force})
-            if via_cli:
-                done = self.savepoint_cli("restore", which, *(["--force"] if force else []))
-                instant, undone = done.get("instant"), done.get("undone")
-            else:
-                result = restore_function()(self.table, which, force)
-                instant, undone = result.instant, result.undone
-            self.log({"event": "restore", "instant": instant, "savepoint": which, "undone": undone})
+            with self.unless_gone(seen):
+                if via_cli:
+                    done = self.savepoint_cli("restore", which, *(["--force"] if force else []))
+                    instant, undone = done.get("instant"), done.get("undone")
+                else:
+                    result = restore_function()(self.table, which, force)
+                    instant, undone = result.instant, result.undone
+                self.log({"event": "restore", "instant": instant, "savepoint": which, "undone": undone})
         if points:
             self.nap(0.8, 2.0)
         else:

@@ -953,3 +953,43 @@ def test_a_clean_keeps_the_markers_of_a_writer_that_began_while_it_tidied(
     writer.complete(deltacommit(table, "orders", writer.time, written, rows.rows.num_rows, Rejected(), None))
     assert all(table.storage.exists(f.path) for f in table.view().live_files())
     assert sorted(table.read().column("k").to_pylist()) == [1, 2, 3, 4]
+
+
+def test_a_savepoint_a_finished_restore_removed_meanwhile_is_busy_for_the_restorer(tmp_path: Path) -> None:
+    """Found by the CI-sized run: the restorer listed savepoint sp9780n1, a crashed restore to an older savepoint
+    was then finished by a cleaner (undoing sp9780n1 with the rest), and `restore sp9780n1` answered "no savepoint"
+    (exit 2). That answer is right: the savepoint is gone, undone by a restore that names it. So the restorer takes
+    it as "retry later", and only a savepoint still on the timeline makes that answer a failure."""
+    from scripts.torture.actors import Worker
+    from scripts.torture.common import read_lines
+    from stitchlake.errors import NotFoundError
+    from stitchlake.services.undo.restore import begin_restore, restore
+
+    work = tmp_path / "work"
+    settings = torture.Settings(
+        workdir=str(work), table=str(work / "table"), rounds=2, keys=50, seed=1, readers=0, writers_per_stream=1,
+        kill_every=0, pause_every=0, fault_rate=0, round_seconds=0, round_timeout=60, buckets=1,
+        log_format="parquet", retain=8, heartbeat_interval=0.2, heartbeat_expire=0.6, lock_expire=2.0,
+    )  # fmt: skip
+    torture.prepare(settings)
+    config = str(work / torture.CONFIG_NAME)
+    table = torture.open_torture_table(work)
+    for staged in torture.staged_files(work, "orders"):
+        torture.land(work, "orders", staged)
+        assert torture.run_cli(work, "ingest", "-c", config, "--stream", "orders", "--engine", "local")["instant"]
+        table.savepoint(f"sp{staged.stem[-1]}")
+    restorer = Worker("restorer", work, 1)
+    listed = {str(meta.get("name")): seen for seen, meta in restorer.savepoints()}
+    assert sorted(listed) == ["sp1", "sp2"]
+
+    crashed = begin_restore(table, "sp1")  # planned, then killed: nothing undone yet
+    _freeze(crashed)
+    time.sleep(0.5)  # past the torture config's heartbeat expiry
+    assert rollback_failed(table).finished, "the cleaner finishes the crashed restore"
+    with restorer.unless_gone(listed["sp2"]):
+        restore(table, "sp2")
+    said = read_lines(work / "logs" / "restorer.jsonl")
+    assert [r["error"] for r in said if r.get("event") == "busy"] == ["SavepointGone"], said
+
+    with pytest.raises(NotFoundError), restorer.unless_gone(listed["sp1"]):  # still there: a real failure
+        raise NotFoundError("no savepoint 'sp1'")
