@@ -28,6 +28,16 @@ def marked_files(storage: Storage, instant: str) -> list[str]:
     )
 
 
+def delete_marked(storage: Storage, instant: str, paths: list[str]) -> int:
+    """Delete the files `paths` (an earlier listing of the instant's markers) and those markers, and nothing else:
+    a later attempt at the same instant (a run that took it over) marks its own files in the same folder."""
+    deleted = 0
+    for path in paths:
+        deleted += storage.delete(path)
+        storage.delete(marker_path(instant, path))
+    return deleted
+
+
 def delete_markers(storage: Storage, instant: str) -> None:
     storage.delete_tree(f"{MARKERS_DIR}/{instant}")
 

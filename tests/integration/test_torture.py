@@ -993,3 +993,37 @@ def test_a_savepoint_a_finished_restore_removed_meanwhile_is_busy_for_the_restor
 
     with pytest.raises(NotFoundError), restorer.unless_gone(listed["sp1"]):  # still there: a real failure
         raise NotFoundError("no savepoint 'sp1'")
+
+
+def test_a_run_frozen_as_it_took_a_compaction_over_never_deletes_the_next_runs_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that takes a crashed compaction over deletes the files its markers name. Listed after taking it over,
+    the list could be a later run's: frozen right after the take-over past its heartbeat's expiry, the first run
+    woke, listed the markers of the run that had taken the plan over from it meanwhile and deleted that run's
+    base files, which it then published: a completed compaction naming files that no longer exist."""
+    table = new_table(tmp_path, FAST)
+    planned = _planned_compaction(table)
+    before = table.read().sort_by("k")
+    original = Transaction.resume.__func__  # type: ignore[attr-defined]
+    rescuer: list[tuple[Transaction, list[FileSlice], list[DataFile]]] = []
+
+    def frozen_after_taking_over(cls: type[Transaction], *args: Any, **kwargs: Any) -> Transaction:
+        txn: Transaction = original(cls, *args, **kwargs)
+        if not rescuer:  # the first run: it freezes, and a second run takes the plan over and writes its files
+            _freeze(txn)
+            rescuer.append((txn, [], []))
+            second, operations = compaction.start_run(table, planned)
+            rescuer[0] = (second, operations, _compact_files(table, second, operations))
+        return txn
+
+    monkeypatch.setattr(Transaction, "resume", classmethod(frozen_after_taking_over))
+    zombie, zombie_operations = compaction.start_run(table, planned)
+    monkeypatch.undo()
+    second, operations, files = rescuer[0]
+    assert all(table.storage.exists(f.path) for f in files), "the frozen run deleted the files of the run after it"
+    with pytest.raises(StitchError, match="reset or taken over"):
+        compaction.finish(zombie, _compact_files(table, zombie, zombie_operations), zombie_operations)
+    compaction.finish(second, files, operations)
+    assert all(table.storage.exists(f.path) for f in table.view().live_files())
+    assert table.read().sort_by("k").equals(before)
