@@ -1027,3 +1027,38 @@ def test_a_run_frozen_as_it_took_a_compaction_over_never_deletes_the_next_runs_f
     compaction.finish(second, files, operations)
     assert all(table.storage.exists(f.path) for f in table.view().live_files())
     assert table.read().sort_by("k").equals(before)
+
+
+def test_a_rollback_finished_by_another_process_never_resets_a_compaction_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback that resets a crashed compaction froze right after it was requested; another process finished it
+    (presumed dead), and a new run took the compaction over and wrote its base files. The frozen rollback woke
+    and reset the compaction anew: it deleted the files the new run had marked, and its inflight file."""
+    table = new_table(tmp_path, FAST)
+    planned = _planned_compaction(table)
+    before = table.read().sort_by("k")
+    crashed, _ = compaction.start_run(table, planned)
+    _compact_files(table, crashed, list(crashed.plan.operations))  # type: ignore[attr-defined]
+    _freeze(crashed)
+    original = Transaction.begin.__func__  # type: ignore[attr-defined]
+    rescuer: list[tuple[Transaction, list[FileSlice], list[DataFile]]] = []
+
+    def frozen_after_requesting(cls: type[Transaction], table_: Any, action: Action, *args: Any, **kwargs: Any) -> Any:
+        txn: Transaction = original(cls, table_, action, *args, **kwargs)
+        if action == Action.ROLLBACK and not rescuer:
+            _freeze(txn)
+            rollback_module.finish_rollback(table, txn.instant)  # presumed dead: another process finishes it
+            second, operations = compaction.start_run(table, planned)
+            rescuer.append((second, operations, _compact_files(table, second, operations)))
+        return txn
+
+    monkeypatch.setattr(Transaction, "begin", classmethod(frozen_after_requesting))
+    with pytest.raises(StitchError, match="by another process"):
+        rollback_failed(table)
+    monkeypatch.undo()
+    second, operations, files = rescuer[0]
+    assert all(table.storage.exists(f.path) for f in files), "the woken rollback deleted the new run's files"
+    compaction.finish(second, files, operations)
+    assert all(table.storage.exists(f.path) for f in table.view().live_files())
+    assert table.read().sort_by("k").equals(before)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
-from stitchlake.concurrency.markers import delete_markers, marked_files
+from stitchlake.concurrency.markers import delete_marked, delete_markers, marked_files
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.paths import erase_folder
 from stitchlake.services.offsets import rewound
@@ -79,11 +79,14 @@ def undo(table: TableHandle, target: UndoTarget) -> int:
     return deleted
 
 
-def reset_compaction(table: TableHandle, instant: Instant) -> int:
-    """A crashed compaction: drop its partial files and go back to `requested` so it can run again."""
+def reset_compaction(table: TableHandle, instant: Instant, files: list[str]) -> int:
+    """A crashed compaction: drop its partial files and go back to `requested` so it can run again.
+
+    `files`: its marked files as listed before the rollback was requested. Only those go, with their markers: a run
+    that takes the compaction over once the rollback is done marks its own files beside them.
+    """
     storage = table.storage
-    deleted = sum(1 for path in marked_files(storage, instant.requested) if storage.delete(path))
-    delete_markers(storage, instant.requested)
+    deleted = delete_marked(storage, instant.requested, files)
     heartbeats.delete(storage, instant.requested)
     storage.delete(timeline_path(pending_file_name(instant.requested, instant.action, State.INFLIGHT)))
     return deleted
@@ -107,9 +110,18 @@ def run_rollback(
         reason=reason,
         reset_compactions=tuple(r.requested for r in resets),
     )
+    # Listed before the rollback is requested: no run can take these compactions over until it is done.
+    partial = {r.requested: marked_files(table.storage, r.requested) for r in resets}
     txn = Transaction.begin(table, Action.ROLLBACK, plan, busy_check=_unchanged(table, [*targets, *resets], per_stream))
     deleted = sum(undo(table, target) for target in plan.targets)
-    deleted += sum(reset_compaction(table, r) for r in resets)
+    if resets and (lost := txn.superseded()) is not None:
+        # Frozen past its heartbeat, finished by another process meanwhile: a compaction reset now may be running
+        # again, its inflight file and heartbeat another run's. Its own beat file may be the finisher's: it stays.
+        if txn.heartbeat is not None:
+            txn.heartbeat.stop(delete=False)
+            txn.heartbeat = None
+        raise txn.refusal(lost)
+    deleted += sum(reset_compaction(table, r, partial[r.requested]) for r in resets)
     done = txn.complete(
         RollbackCommit(
             rolled_back=tuple(t.requested for t in plan.targets),
