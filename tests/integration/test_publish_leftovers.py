@@ -62,7 +62,7 @@ def test_a_publish_interrupted_after_its_commit_says_that_the_version_exists(tmp
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     code = (
         "import os, signal, sys\n"
-        "import stitchlake.services.publish as publish\n"
+        f"import stitchlake.io.published.{fmt} as publish\n"
         "from stitchlake.cli.app import main\n"
         f"name = 'write_{fmt}'\n"
         "original = getattr(publish, name)\n"

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from stitchlake.errors import ConflictError
-from stitchlake.io.published import delta
+from stitchlake.io.published import delta, iceberg
 from stitchlake.io.published.delta import delta_options, write_delta
 from stitchlake.io.published.iceberg import (
     catalog_location,
@@ -68,6 +68,10 @@ def _write_delta(publication: Publication, target: Target, _catalog: Mapping[str
     return delta.write_delta(publication, target)  # looked up when called: a test wraps it to die after the commit
 
 
+def _write_iceberg(publication: Publication, target: Target, catalog: Mapping[str, str], namespace: str) -> Published:
+    return iceberg.write_iceberg(publication, target, catalog, namespace)  # looked up when called, as delta's
+
+
 def _delta_exists(target: Target, _catalog: Mapping[str, str], _namespace: str, _name: str) -> bool:
     from deltalake import DeltaTable
 
@@ -90,7 +94,7 @@ PUBLISHERS: dict[PublishFormat, Publisher] = {
         catalog=lambda _target, _catalog: "",
     ),
     PublishFormat.ICEBERG: Publisher(
-        write=write_iceberg,
+        write=_write_iceberg,
         exists=_iceberg_exists,
         check=check_iceberg_catalog,
         catalog=catalog_location,
