@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from stitchlake.concurrency import conflicts
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
-from stitchlake.concurrency.markers import create_marker, delete_markers, marked_files
+from stitchlake.concurrency.markers import create_marker, delete_marked, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
 from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
 from stitchlake.table.guards import (
@@ -199,6 +199,18 @@ class Transaction:
             state = "not on the timeline" if instant is None else f"already completed at {instant.completed}"
             raise StitchError(f"instant {requested} is {state}; cannot commit into it")
         return cls(table, instant, None, inflight_attempt(table, instant), timeline.plan(instant))
+
+    @classmethod
+    def take_over(cls, table: TableHandle, instant: Instant, what: str) -> Transaction:
+        """`resume` a planned rewrite (compaction, rescale) and delete what its crashed earlier attempts wrote.
+
+        Their files are listed before the take-over: listed after, a run frozen right after taking over could find
+        and delete the files of a run that took the plan over from it meanwhile, which that run then publishes.
+        """
+        earlier = marked_files(table.storage, instant.requested)
+        txn = cls.resume(table, instant, what)
+        delete_marked(table.storage, instant.requested, earlier)
+        return txn
 
     @classmethod
     def resume(cls, table: TableHandle, instant: Instant, what: str = "instant") -> Transaction:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
-from stitchlake.concurrency.markers import delete_marked, marked_files
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
@@ -160,11 +159,7 @@ def start_run(table: TableHandle, instant_time: str | None) -> tuple[Transaction
         if found.is_completed:
             raise UsageError(f"compaction {instant_time} already completed at {found.completed}; nothing to run")
         instant = found
-    # Listed before taking it over, so only earlier attempts' files: listed after, a run frozen right after the
-    # take-over could find and delete the files of a run that took the plan over from it meanwhile.
-    earlier = marked_files(table.storage, instant.requested)
-    txn = Transaction.resume(table, instant, "compaction")
-    delete_marked(table.storage, instant.requested, earlier)
+    txn = Transaction.take_over(table, instant, "compaction")
     assert isinstance(txn.plan, CompactionPlan)
     return txn, list(txn.plan.operations)
 

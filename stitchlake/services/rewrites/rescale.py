@@ -37,7 +37,6 @@ import pyarrow.parquet as pq
 
 from stitchlake.checksums import digest
 from stitchlake.concurrency import heartbeat as heartbeats
-from stitchlake.concurrency.markers import delete_marked, marked_files
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, StitchError, UsageError
 from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings
@@ -308,11 +307,7 @@ def start_run(table: TableHandle, instant_time: str | None) -> tuple[Transaction
         if found.is_completed:
             raise UsageError(f"rescale {instant_time} already completed at {found.completed}; nothing to run")
         instant = found
-    # Listed before taking it over, so only earlier attempts' files: listed after, a run frozen right after the
-    # take-over could find and delete the files of a run that took the plan over from it meanwhile.
-    earlier = marked_files(table.storage, instant.requested)
-    txn = Transaction.resume(table, instant, "rescale")
-    delete_marked(table.storage, instant.requested, earlier)
+    txn = Transaction.take_over(table, instant, "rescale")
     assert isinstance(txn.plan, RescalePlan)
     return txn, txn.plan
 
