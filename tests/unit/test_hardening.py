@@ -339,3 +339,30 @@ def test_erase_with_purge_leaves_no_copy_of_the_keys_in_savepoints_or_old_slices
             continue
         keys = pq.read_table(path, columns=["k"]).column("k").to_pylist()
         assert 1 not in keys, f"{path} still holds key 1"
+
+
+def test_archive_keeps_a_data_commit_active_so_a_restored_table_can_be_savepointed_again(tmp_path: Path) -> None:
+    """Archiving the savepointed commit and then restoring to it left no data commit on the active timeline: a
+    table full of rows refused every savepoint ("no completed commit to savepoint yet"; the torture's restorer
+    in CI). Archive keeps the savepointed commit and the latest data commit; a table of cleans keeps its commit."""
+    from stitchlake.services.undo.restore import restore
+
+    table, _ = make(tmp_path)
+    table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
+    pinned = table.timeline().latest_completed([Action.DELTACOMMIT])
+    create(table, name="first")
+    for paid in (2.0, 3.0, 4.0):
+        table.write("payments", pa.table({"k": [1], "paid": [paid], "pts": [paid]}))
+    table.archive(keep=0)
+    assert pinned in table.timeline().completed(), "the savepointed commit left the active timeline"
+    restore(table, "first", False)
+    assert rows_of(table)[1]["paid"] == 11.0
+    assert create(table, name="again").savepoint_of, "a restored table with rows refused a savepoint"
+
+    other, _ = make(tmp_path / "other")
+    other.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
+    for _ in range(3):
+        other.clean()
+    other.archive(keep=0)
+    assert other.timeline().completed([Action.DELTACOMMIT]), "archive took the only data commit"
+    assert create(other, name="sp").savepoint_of

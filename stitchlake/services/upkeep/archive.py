@@ -35,6 +35,7 @@ from stitchlake.timeline.archive import (
     horizon_of,
     load_checkpoint,
 )
+from stitchlake.timeline.actions import WRITES_DATA
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, commit_json, dump
 from stitchlake.timeline.savepoints import pinned_since
@@ -60,16 +61,22 @@ def candidates(timeline: Timeline, keep: int) -> list[Instant]:
     """Completed instants that may leave the active timeline.
 
     Never the newest `keep`, nothing at or after the oldest pending instant (its writer may still need the
-    history), and nothing after the oldest savepoint's snapshot (reads as of it must stay possible).
+    history), nothing from the oldest savepoint's snapshot on (reads as of it must stay possible), and never the
+    latest commit that wrote data. The last two keep a data commit on the active timeline whatever a restore
+    undoes: a savepoint needs one to pin, and archiving the savepointed commit and then restoring to it left a
+    table full of rows that refused every new savepoint ("no completed commit to savepoint yet").
     """
     done = timeline.completed()
     older = done[: max(0, len(done) - keep)]
     limits = [i.requested for i in timeline.pending()]
+    latest_data = timeline.latest_completed(list(WRITES_DATA))
     pinned = pinned_since(timeline)
     limit = min([*limits, *([pinned] if pinned else [])], default=None)
     out = []
     for instant in older:
-        if instant.action == Action.SAVEPOINT or (limit is not None and (instant.completed or "") > limit):
+        if instant.action == Action.SAVEPOINT or instant == latest_data:
+            break
+        if limit is not None and (instant.completed or "") >= limit:
             break
         out.append(instant)
     return out
