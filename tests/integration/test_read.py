@@ -16,11 +16,10 @@ import yaml
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.config import load_config
+from tests.support.histories import KEY, apply
 from tests.support.tables import THREE_STREAMS, as_rows, new_table
 from tests.unit.test_read import (
     ALL_COLUMNS,
-    KEY,
-    apply,
     random_plan,
     sort,
     untimed,

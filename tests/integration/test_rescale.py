@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import random
 import signal
 import subprocess
 import time
@@ -36,13 +35,13 @@ from stitchlake.services.upkeep.clean import orphans
 from stitchlake.services.upkeep.savepoint import delete as delete_savepoint
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
-from stitchlake.timeline.clock import from_millis, to_millis
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan, RescaleCommit
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.writing.writer import write
 from tests.integration.test_read import changes, expected_changes
-from tests.support.reference import Erase, Event
+from tests.support.histories import History, apply, plan_steps
+from tests.support.reference import Event
 from tests.support.s3_server import Place
 from tests.support.spark_fixtures import ROOT, ended, kill_tree, run_stitch, stitch, write_config
 from tests.support.tables import (
@@ -56,70 +55,13 @@ from tests.support.tables import (
     partition_of,
     pause_when_inflight,
 )
-from tests.unit.test_read import ALL_COLUMNS, History
+from tests.unit.test_read import ALL_COLUMNS
 
 MODEL = {m.name: m for m in MODELS}
 KEYS = 80
 
 
 # ------------------------------------------------------------------------------------------------ history
-
-
-def plan_steps(seed: int, steps: int) -> list[tuple[str, Any]]:
-    """Writes of all three streams over KEYS keys: deletes, late and tied events (orderings drawn from a small
-    range), nulls under `nulls: ignore` (payments); a compaction and an erase along the way."""
-    rng = random.Random(seed)
-    out: list[tuple[str, Any]] = []
-    for step in range(steps):
-        stream = rng.choice(["orders", "payments", "shipments"])
-        rows = []
-        for _ in range(rng.randint(8, 30)):
-            row: dict[str, Any] = {"k": rng.randrange(KEYS), "deleted": rng.random() < 0.15}
-            if stream == "orders":
-                row |= {
-                    "amount": rng.choice([None, 1, 2, 3]),
-                    "status": rng.choice(["a", "b", None]),
-                    "ots": rng.randint(0, 5),
-                }
-            elif stream == "payments":
-                row |= {"paid": rng.choice([None, 10, 20]), "note": rng.choice(["x", None]), "pts": rng.randint(0, 5)}
-            else:
-                row |= {"carrier": rng.choice(["dhl", "ups", None]), "ship_no": rng.choice([None, 7, 8])}
-            rows.append(row)
-        out.append(("write", (stream, rows)))
-        if step == steps // 2:
-            out.append(("compact", None))
-        if step == steps - 2:
-            out.append(("erase", sorted(rng.sample(range(KEYS), 3))))
-    return out
-
-
-def run_steps(table: Table, steps: list[tuple[str, Any]], history: History) -> History:
-    """`test_read.apply`, continuing `history` (commit numbers go on)."""
-    commit = history.times[-1][0] if history.times else 0
-    for kind, arg in steps:
-        if kind == "write":
-            stream, rows = arg
-            commit += 1
-            result = table.write(stream, batch(MODEL[stream], rows))
-            if not history.times:
-                # A time before commit 1 completed: 1 ms before it was requested (its id means its completion).
-                history.times.append((0, from_millis(to_millis(result.instant) - 1)))
-            for pos, row in enumerate(rows):
-                values = {c: row.get(c) for c in MODEL[stream].columns}
-                key = (row["k"], partition_of(row["k"]))
-                history.events.append(Event(stream, key, values, row["deleted"], commit, pos))
-            assert result.completed is not None
-            history.times.append((commit, result.completed))
-        elif kind == "compact":
-            table.compact()
-        else:
-            commit += 1
-            erased = table.erase(pa.table({"k": pa.array(arg, pa.int64())}))
-            history.erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
-            assert erased.completed is not None
-            history.times.append((commit, erased.completed))
-    return history
 
 
 def orders_batch(keys: list[int], ots: int = 9) -> pa.Table:
@@ -190,10 +132,10 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     document = {**copy.deepcopy(THREE_STREAMS), "archive": {"keep_instants": 10}}
     table = new_table(place.root, document, path=place.table, buckets=2)
     assert table.storage.remote == (place.backend == "s3")
-    history = run_steps(table, plan_steps(1, 8), History())
+    history = apply(table, plan_steps(1, 8), History())
     table.savepoint("before")
     pinned, pinned_at = history.expected(), history.times[-1][0]
-    history = run_steps(table, plan_steps(2, 3), history)  # commits after the savepoint, before the rescale
+    history = apply(table, plan_steps(2, 3), history)  # commits after the savepoint, before the rescale
 
     # A writer of the old layout: it routes by 2 buckets, writes, and publishes after the rescale completed.
     writer = Table(config(place.root, document, path=place.table, buckets=2))
@@ -221,7 +163,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     with pytest.raises(ConfigError, match="has 5 buckets per partition"):
         writer.require()  # its config says 2: the next run must say 5 (or run `stitch rescale`)
 
-    history = run_steps(table, plan_steps(3, 6), history)
+    history = apply(table, plan_steps(3, 6), history)
     assert as_rows(table.read()) == history.expected()
     assert_time_travel(table, history)
     assert_changes_across(table, history, cut)
@@ -260,9 +202,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     delete_savepoint(table, "before")
     again = table.rescale(3)
     assert again is not None and again.previous == {"2": 2}
-    more = run_steps(
-        table, plan_steps(4, 12), History(restored.events, restored.erases, [(10_000, fresh.completed or "")])
-    )
+    more = apply(table, plan_steps(4, 12), History(restored.events, restored.erases, [(10_000, fresh.completed or "")]))
     archived = table.archive()
     assert archived.archived and table.timeline().get(again.instant) is None
     checkpoint = load_checkpoint(table.storage)
@@ -278,12 +218,12 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
 def test_rescale_down_and_up_by_uneven_factors_reads_like_the_reference(tmp_path: Path, start: int, end: int) -> None:
     """4 -> 2 (new groups merge old ones) and 3 -> 8 (counts share no factor: every old group feeds every new one)."""
     table = new_table(tmp_path, buckets=start)
-    history = run_steps(table, plan_steps(start * 10 + end, 10), History())
+    history = apply(table, plan_steps(start * 10 + end, 10), History())
     done = table.rescale(end)
     assert done is not None
     assert_keys_in_their_buckets(table, rescale_commit(table, done.instant))
     assert as_rows(table.read()) == history.expected()
-    history = run_steps(table, plan_steps(start + end, 5), history)
+    history = apply(table, plan_steps(start + end, 5), history)
     assert as_rows(table.read()) == history.expected()
     assert_time_travel(table, history)
     assert_changes_across(table, history, done.instant)
@@ -295,7 +235,7 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
     """While a rescale of one partition is planned and not run: a write into it is refused at publish (exit 4,
     nothing published), a write into another partition publishes; a whole-table rescale refuses writes at once."""
     table = new_table(tmp_path, buckets=2)
-    history = run_steps(table, plan_steps(5, 6), History())
+    history = apply(table, plan_steps(5, 6), History())
     even, odd = [k for k in range(0, 20, 2)], [k for k in range(1, 20, 2)]
     planned = rescaling.schedule(table, 4, ["p=even"])
     assert planned is not None
@@ -512,10 +452,10 @@ def test_spark_change_reads_across_a_rescale_equal_stitchlake_read(spark: Any, t
     from tests.integration.test_spark_datasource import spark_rows
 
     table = new_table(tmp_path, buckets=2)
-    history = run_steps(table, plan_steps(9, 6), History())
+    history = apply(table, plan_steps(9, 6), History())
     done = table.rescale(5)
     assert done is not None
-    history = run_steps(table, plan_steps(10, 4), history)
+    history = apply(table, plan_steps(10, 4), history)
     since, until = history.times[2][1], history.times[-1][1]
     for where, stitch_filter in [(None, None), ("k IN (1, 2, 3, 44)", {"k": [1, 2, 3, 44]})]:
         expected = table.read(since=since, until=until, filter=stitch_filter).sort_by([("k", "ascending")])

@@ -33,8 +33,9 @@ from stitchlake.storage import LocalStorage, Storage, storage_for
 from stitchlake.timeline.instant import Action
 from tests.integration.test_read import changes, expected_changes
 from tests.integration.test_write import CRASHING_WRITER
+from tests.support.histories import apply
 from tests.support.tables import MODELS, as_rows, batch, new_table, partition_of
-from tests.unit.test_read import apply, random_plan
+from tests.unit.test_read import random_plan
 from tests.unit.test_write import orders_rows
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,10 @@ from stitchlake.api import Table
 from stitchlake.config import parse_config
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.layout.bucket import bucket_of
-from stitchlake.timeline.clock import from_millis, to_datetime, to_millis
+from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
-from tests.support.reference import Erase, Event, expected_rows
-from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, config, new_table, partition_of
+from tests.support.histories import History, apply
+from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, config, new_table
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
@@ -36,19 +35,6 @@ CARRIER = ["dhl", "ups", None]
 
 
 # ------------------------------------------------------------------------------------------------ history
-
-
-@dataclass
-class History:
-    """What was done to a table, in reference-model terms, and when each step completed."""
-
-    events: list[Event] = field(default_factory=list)
-    erases: list[Erase] = field(default_factory=list)
-    #: (commit number, completion time); number 0 is a time before the first commit.
-    times: list[tuple[int, str]] = field(default_factory=list)
-
-    def expected(self, upto: int | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
-        return expected_rows(MODELS, self.events, self.erases, KEY, upto)
 
 
 def random_plan(seed: int, steps: int = 9) -> list[tuple[str, Any]]:
@@ -73,34 +59,6 @@ def random_plan(seed: int, steps: int = 9) -> list[tuple[str, Any]]:
         if step == 5:
             plan.append(("erase", sorted(rng.sample(range(10), 2))))
     return plan
-
-
-def apply(table: Table, plan: list[tuple[str, Any]]) -> History:
-    history = History()
-    commit = 0
-    for kind, arg in plan:
-        if kind == "write":
-            stream, rows = arg
-            commit += 1
-            result = table.write(stream, batch(MODEL[stream], rows))
-            if not history.times:
-                # A time before commit 1 completed: 1 ms before it was requested (its id means its completion).
-                history.times.append((0, from_millis(to_millis(result.instant) - 1)))
-            for pos, row in enumerate(rows):
-                values = {c: row.get(c) for c in MODEL[stream].columns}
-                key = (row["k"], partition_of(row["k"]))
-                history.events.append(Event(stream, key, values, row["deleted"], commit, pos))
-            assert result.completed is not None
-            history.times.append((commit, result.completed))
-        elif kind == "compact":
-            table.compact()
-        else:
-            commit += 1
-            erased = table.erase(pa.table({"k": pa.array(arg, pa.int64())}))
-            history.erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
-            assert erased.completed is not None
-            history.times.append((commit, erased.completed))
-    return history
 
 
 def sort(result: pa.Table) -> pa.Table:

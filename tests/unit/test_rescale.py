@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 
 from stitchlake.errors import BusyError
-from tests.integration.test_rescale import plan_steps, run_steps
+from tests.support.histories import History, apply, plan_steps
 from tests.support.tables import (
     as_rows,
     new_table,
 )
-from tests.unit.test_read import History
 
 
 def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path) -> None:
     table = new_table(tmp_path, buckets=2)
-    history = run_steps(table, plan_steps(6, 5), History())
+    history = apply(table, plan_steps(6, 5), History())
     from stitchlake.services.rewrites import compaction
 
     scheduled = compaction.schedule(table)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.io.datafiles import write_table_file
@@ -21,6 +20,7 @@ from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
+from stitchlake.services.rewrites.pending import planned_bytes, unclaimed
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -101,14 +101,7 @@ def schedule(table: TableHandle, strategy: CompactionStrategy | str | None = Non
 def plan_bytes(table: TableHandle, instant_time: str | None = None) -> int:
     """Bytes a compaction run would read: of one plan, or of the oldest pending one (to pick an engine)."""
     timeline = table.timeline()
-    pending = pending_plans(table, timeline)
-    chosen = [i for i in pending if i.requested == instant_time] if instant_time else pending[:1]
-    total = 0
-    for instant in chosen:
-        plan = timeline.plan(instant)
-        if isinstance(plan, CompactionPlan):
-            total += sum(f.bytes for op in plan.operations for f in op.files)
-    return total
+    return planned_bytes(timeline, pending_plans(table, timeline), instant_time)
 
 
 def pending_plans(table: TableHandle, timeline: Timeline | None = None) -> list[Instant]:
@@ -120,12 +113,7 @@ def runnable_plans(table: TableHandle, timeline: Timeline | None = None) -> list
     """Pending plans that no live process is running, oldest first: scheduled and never run, or whose run was
     interrupted or crashed. Plain `stitch compact` runs these before it plans anything new (as Hudi's compaction
     runs pick up pending plans first): a plan nobody runs keeps its file groups out of every later plan."""
-    expire = table.config.concurrency.heartbeat.expire_s
-    return [
-        instant
-        for instant in pending_plans(table, timeline)
-        if heartbeats.is_expired(table.storage, instant.requested, expire)
-    ]
+    return unclaimed(table, pending_plans(table, timeline))
 
 
 def compact_file_group(table: TableHandle, fslice: FileSlice, instant: str, mark: Callable[[str], None]) -> DataFile:

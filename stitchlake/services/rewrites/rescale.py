@@ -36,7 +36,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stitchlake.checksums import digest
-from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, NotFoundError, StitchError, UsageError
 from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings
@@ -46,6 +45,7 @@ from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
+from stitchlake.services.rewrites.pending import planned_bytes, unclaimed
 from stitchlake.table.guards import pending_rescales
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import HOLDS_FILE_GROUPS
@@ -157,24 +157,12 @@ def _refuse_pending_rewrites(timeline: Timeline, partitions: set[str]) -> None:
 def plan_bytes(table: TableHandle, instant_time: str | None = None) -> int:
     """Bytes a rescale run reads: of one pending plan, or of the oldest (to pick an engine)."""
     timeline = table.timeline()
-    pending = [i for i, _ in pending_rescales(timeline)]
-    chosen = [i for i in pending if i.requested == instant_time] if instant_time else pending[:1]
-    total = 0
-    for instant in chosen:
-        plan = timeline.plan(instant)
-        if isinstance(plan, RescalePlan):
-            total += sum(f.bytes for op in plan.operations for f in op.files)
-    return total
+    return planned_bytes(timeline, [i for i, _ in pending_rescales(timeline)], instant_time)
 
 
 def runnable_plans(table: TableHandle, timeline: Timeline | None = None) -> list[Instant]:
     """Pending rescales nobody runs (never started, or whose process died), oldest first."""
-    expire = table.config.concurrency.heartbeat.expire_s
-    return [
-        instant
-        for instant, _ in pending_rescales(timeline or table.timeline())
-        if heartbeats.is_expired(table.storage, instant.requested, expire)
-    ]
+    return unclaimed(table, [instant for instant, _ in pending_rescales(timeline or table.timeline())])
 
 
 # -------------------------------------------------------------------------------------------------- run

@@ -25,6 +25,7 @@ from stitchlake.errors import BusyError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.offsets import offsets_until
 from stitchlake.table.guards import refuse_while_undoing
+from stitchlake.timeline.actions import WRITES_DATA
 from stitchlake.timeline.archive import (
     BATCH_SUFFIX,
     LEGACY_CHECKPOINT,
@@ -35,7 +36,6 @@ from stitchlake.timeline.archive import (
     horizon_of,
     load_checkpoint,
 )
-from stitchlake.timeline.actions import WRITES_DATA
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, commit_json, dump
 from stitchlake.timeline.savepoints import pinned_since
