@@ -42,15 +42,34 @@ ENVIRONMENTS = {
     "paimon": spark_envs.SPARK_3_5,
 }
 READS = ("read_uncompacted", "read_compacted")
-#: Figures in seconds, as (name in the JSON, label in the table).
+#: Figures in seconds, as (name in the JSON, label in the table). A read's `noop_s`/`query_s` is the first run in
+#: the session (what reports before the warm figures measured), its `*_warm_s` the median of 3 runs after it.
 FIGURES = (
     ("session_s", "session start (JVM, jars)"),
     ("ingest_s", "ingest, every batch"),
-    ("read_uncompacted.noop_s", "snapshot read, uncompacted: all columns to `noop`"),
-    ("read_uncompacted.query_s", "the same: one aggregation"),
+    ("read_uncompacted.noop_s", "snapshot read, uncompacted: all columns, first"),
+    ("read_uncompacted.noop_warm_s", "snapshot read, uncompacted: all columns, warm"),
+    ("read_uncompacted.query_s", "snapshot read, uncompacted: aggregation, first"),
+    ("read_uncompacted.query_warm_s", "snapshot read, uncompacted: aggregation, warm"),
     ("compaction_s", "compaction"),
-    ("read_compacted.noop_s", "read after compaction: all columns to `noop`"),
-    ("read_compacted.query_s", "the same: one aggregation"),
+    ("read_compacted.noop_s", "read after compaction: all columns, first"),
+    ("read_compacted.noop_warm_s", "read after compaction: all columns, warm"),
+    ("read_compacted.query_s", "read after compaction: aggregation, first"),
+    ("read_compacted.query_warm_s", "read after compaction: aggregation, warm"),
+)
+#: The table's rows: a first and a warm figure shown in one row, as (first, warm, label).
+ROWS = (
+    ("session_s", None, "session start (JVM, jars)"),
+    ("ingest_s", None, "ingest, every batch"),
+    (
+        "read_uncompacted.noop_s",
+        "read_uncompacted.noop_warm_s",
+        "snapshot read, uncompacted: all columns (first / warm)",
+    ),
+    ("read_uncompacted.query_s", "read_uncompacted.query_warm_s", "the same: one aggregation (first / warm)"),
+    ("compaction_s", None, "compaction"),
+    ("read_compacted.noop_s", "read_compacted.noop_warm_s", "read after compaction: all columns (first / warm)"),
+    ("read_compacted.query_s", "read_compacted.query_warm_s", "the same: one aggregation (first / warm)"),
 )
 JOB_TIMEOUT_S = 4 * 3600.0
 SAMPLE_EVERY_S = 0.25
@@ -229,7 +248,9 @@ def combined(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
     counts and peak memory, bytes from the earlier."""
     out = dict(earlier)
     out["runs"] = earlier["runs"] + later["runs"]
-    out["all_seconds"] = {name: earlier["all_seconds"][name] + later["all_seconds"][name] for name, _ in FIGURES}
+    out["all_seconds"] = {
+        name: earlier["all_seconds"].get(name, []) + later["all_seconds"][name] for name, _ in FIGURES
+    }
     out["seconds"] = {name: statistics.median(out["all_seconds"][name]) for name, _ in FIGURES}
     out["process_s"] = statistics.median([earlier["process_s"], later["process_s"]])
     out["peak_rss_mib"] = max(earlier["peak_rss_mib"], later["peak_rss_mib"])
@@ -330,6 +351,15 @@ def versions() -> dict[str, Any]:
     }
 
 
+def seconds_cell(seconds: dict[str, float], first: str, warm: str | None) -> str:
+    """One figure, or a read's first and warm figures (`first / warm s`; a report saved before warm reads were
+    measured shows `-` for them)."""
+    if warm is None:
+        return f"{seconds[first]:.1f} s"
+    warm_text = f"{seconds[warm]:.1f}" if warm in seconds else "-"
+    return f"{seconds[first]:.1f} / {warm_text} s"
+
+
 def render(report: dict[str, Any], arguments: str) -> str:
     sizes = [k for k in report["sizes"] if str(k) in report["results"]]
     systems: list[str] = report["systems"]
@@ -362,8 +392,10 @@ def render(report: dict[str, Any], arguments: str) -> str:
             "| figure | " + " | ".join(shown) + " |",
             "|---|" + "---|" * len(shown),
         ]
-        for name, label in FIGURES:
-            lines.append(f"| {label} | " + " | ".join(f"{got[s]['seconds'][name]:.1f} s" for s in shown) + " |")
+        for first, warm, label in ROWS:
+            lines.append(
+                f"| {label} | " + " | ".join(seconds_cell(got[s]["seconds"], first, warm) for s in shown) + " |"
+            )
         lines.append(
             "| bytes on disk, uncompacted / compacted | "
             + " | ".join(
@@ -388,7 +420,10 @@ def render(report: dict[str, Any], arguments: str) -> str:
             )
     lines += [
         "",
-        f"The aggregation: `{QUERY.format(view='t')}`. Delta's all-column read hashes every column into one value "
+        f"The aggregation: `{QUERY.format(view='t')}`. Each read is timed twice: its first run (before compaction "
+        "the session's first read of the table; after it, the first read after the compaction) and warm, the median "
+        "of 3 more runs, each a new DataFrame of the table; the wrong cells are counted on one more read. "
+        "Delta's all-column read hashes every column into one value "
         "instead of the `noop` sink, which refuses Delta scans over deletion vectors (`peer_delta.py`). Bytes on disk "
         "are the table's whole folder: after compaction, the files it replaced stay unless the system removed them on "
         "its own (none was asked to clean). The ground truth has 11 cells per key.",
@@ -409,6 +444,11 @@ def publish(out: Path, block: str) -> None:
     out.write_text(text, encoding="utf-8")
 
 
+def has_figure(report: dict[str, Any], name: str) -> bool:
+    """Whether every system at every size has the figure (a report saved before the warm reads has not)."""
+    return all(name in got["seconds"] for size in report["results"].values() for got in size["systems"].values())
+
+
 def with_charts(block: str, report: dict[str, Any], args: argparse.Namespace) -> str:
     """The block with PNG charts of its figures (ratios to stitchlake; time and memory against size) drawn into
     `--charts` (default: bench/ beside `--out`) and referenced before its end marker; none with `--no-charts` or
@@ -417,7 +457,8 @@ def with_charts(block: str, report: dict[str, Any], args: argparse.Namespace) ->
         return block
     out = Path(args.out) if args.out != "-" else Path(args.charts) / "charts.md"
     folder = Path(args.charts) if args.charts else out.parent / "bench"
-    return bench_charts.with_charts(block, END, bench_charts.peers(report, FIGURES, folder), out)
+    charted = [(name, label) for name, label in FIGURES if has_figure(report, name)]
+    return bench_charts.with_charts(block, END, bench_charts.peers(report, charted, folder), out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,9 @@
 (`spark_envs.Installed.environ`). It builds one fresh `local[2]` session with the settings every system shares
 (`COMMON_CONF`) plus the system's own, then measures, in this order: the ingest of the workload's 12 batches
 (streams taking turns, as `make bench` commits them), the snapshot read of the uncompacted table (every column into
-Spark's `noop` sink, then one aggregation), the compaction, and the same two reads after it. Each read's rows are
-also written as Parquet (untimed) under WORK/answers/, for the driver to count wrong cells against the ground truth.
+Spark's `noop` sink, then one aggregation, each timed as its first run and warm: the median of 3 more), the
+compaction, and the same reads after it. The table's rows are also written as Parquet (untimed) under
+WORK/answers/, for the driver to count wrong cells against the ground truth.
 
 Each system is a module `peer_<system>.py` with `CONF` (its session settings) and a class `Job` with `ingest_batch`,
 `frame` (the table as a DataFrame of the wide table's columns), `compact` and `path`.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -187,15 +189,38 @@ def hash_every_column(frame: Any) -> None:
     frame.agg(F.bit_xor(F.xxhash64(*frame.columns))).collect()
 
 
+#: Warm reads after the first: each warm figure is their median.
+WARM_READS = 3
+
+
+def first_and_warm(action: Callable[[], Any]) -> tuple[float, float]:
+    """The seconds of `action`'s first run, and the median of `WARM_READS` runs after it: a job that reads a table
+    once sees the first (a session's first read of a table pays its planner's and workers' start-up), a dashboard
+    the warm."""
+    first = timed(action)
+    return first, statistics.median(timed(action) for _ in range(WARM_READS))
+
+
 def measure_read(spark: Any, job: Job, answer: Path) -> dict[str, Any]:
-    """Every column into the `noop` sink, then the aggregation; the rows written untimed for the check."""
-    frame = job.frame()
-    noop = timed(lambda: getattr(job, "drain", drain)(frame))
-    frame.createOrReplaceTempView("peer_read")
+    """Every column into the `noop` sink, then the aggregation, each timed first and warm (a new DataFrame of the
+    table for every read, as a new query would build); the first read's rows are written untimed for the check."""
+    sink = getattr(job, "drain", drain)
+    noop_first, noop_warm = first_and_warm(lambda: sink(job.frame()))
     rows: list[Any] = []
-    query = timed(lambda: rows.extend(spark.sql(QUERY.format(view="peer_read")).collect()))
+
+    def query() -> None:
+        job.frame().createOrReplaceTempView("peer_read")
+        rows[:] = spark.sql(QUERY.format(view="peer_read")).collect()
+
+    query_first, query_warm = first_and_warm(query)
     job.frame().write.mode("overwrite").parquet(str(answer))
-    return {"noop_s": noop, "query_s": query, "query_rows": [list(r) for r in rows]}
+    return {
+        "noop_s": noop_first,
+        "noop_warm_s": noop_warm,
+        "query_s": query_first,
+        "query_warm_s": query_warm,
+        "query_rows": [list(r) for r in rows],
+    }
 
 
 def run(system: str, data: Path, work: Path) -> dict[str, Any]:

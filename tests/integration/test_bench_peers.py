@@ -69,6 +69,9 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     assert f"#### {KEYS:,} keys" in block
     assert "| figure | " + " | ".join(systems) + " |" in block
     assert "**wrong cells**, uncompacted read" in block
+    # every read twice: the session's first and warm (median of 3 more), for both reads, before and after compaction
+    for row in ("snapshot read, uncompacted: all columns", "read after compaction: all columns"):
+        assert re.search(re.escape(row) + r" \(first / warm\) \| [0-9.]+ / [0-9.]+ s \|", block), row
 
 
 def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_path: Path) -> None:
