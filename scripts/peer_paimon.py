@@ -1,14 +1,16 @@
-"""Apache Paimon's part of `make bench-peers`: a primary-key table, `merge-engine = partial-update`, one
-`sequence-group` per stream, 4 buckets.
+"""Apache Paimon's part of `make bench-peers`: a primary-key table, `merge-engine = partial-update`, sequence groups,
+4 buckets, `write-only = true`.
 
-Each stream's ordering column is the sequence field of a group holding the stream's other columns: a group is
-updated only by an event with a newer sequence value, nulls included (`nulls: overwrite`), and a row whose group
-fields are all null (the other streams' columns of a batch) leaves the group alone. For the `nulls: ignore` stream
-the group's columns take `last_non_null_value`, which keeps the newest non-null value per column; an older event's
-value fills a column only while it is null (Paimon's reversed aggregation), because Paimon keeps one sequence value
-per group, not per column (docs/benchmarks.md counts what that costs). Batches go in as they arrive: Paimon
-merges duplicates and late events itself. Paimon's writer compacts as it writes (its LSM tree), which is
-included in the ingest figure; `CALL sys.compact` is the full compaction.
+Each `nulls: overwrite` stream's ordering column is the sequence field of a group holding the stream's other
+columns: a group is updated only by an event with a newer sequence value, nulls included, and a row whose sequence
+field is null (the other streams' rows) leaves the group alone. The `nulls: ignore` stream needs a sequence per
+column, as Delta's and Iceberg's MERGE keep `_v_` columns (`peer_job.version_columns`): each of its columns is a group
+of one, sequenced by a version column the job writes, `_v_<column>` = the newest ordering value at which the column
+was not null in the batch (null when it never was, so the group is skipped), and `_v_<ordering>` = the batch's
+newest ordering value for the ordering column itself. So each batch of that stream is first deduplicated by its rule
+(`peer_job.latest_per_key(..., versions=True)`); the other streams' batches go in as they arrive (Paimon merges
+duplicates and late events by their sequence groups). `write-only = true`: the writer never compacts, so the
+"uncompacted" table is the sorted runs the ingest wrote and `CALL sys.compact` does the whole compaction.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts import bench_workload as workload
-from scripts.peer_job import WIDE, table_columns, widened
+from scripts.peer_job import WIDE, latest_per_key, sql_type, table_columns, version_columns
 from scripts.spark_envs import PAIMON_VERSION
 
 CONF = {
@@ -27,16 +29,37 @@ CONF = {
 TABLE = "paimon.bench.wide"
 
 
+def ignore_versions() -> dict[str, str]:
+    """The `nulls: ignore` stream's columns, each with the version column that sequences it."""
+    return {c: f"_v_{c}" for s in workload.STREAMS if workload.NULLS[s] == "ignore" for c in workload.COLUMNS[s]}
+
+
+def extra_columns() -> list[str]:
+    """The version columns in the table beside the wide table's: `peer_job.version_columns` and the ordering
+    column's own."""
+    return [*version_columns(), *(v for v in ignore_versions().values() if v not in version_columns())]
+
+
 def properties() -> dict[str, str]:
-    out = {"primary-key": "order_id", "bucket": "4", "merge-engine": "partial-update"}
+    out = {"primary-key": "order_id", "bucket": "4", "merge-engine": "partial-update", "write-only": "true"}
     for stream in workload.STREAMS:
         ordering = workload.ORDERING[stream]
-        group = [c for c in workload.COLUMNS[stream] if c != ordering]
-        out[f"fields.{ordering}.sequence-group"] = ",".join(group)
-        if workload.NULLS[stream] == "ignore":
-            for column in group:
-                out[f"fields.{column}.aggregate-function"] = "last_non_null_value"
+        if workload.NULLS[stream] == "overwrite":
+            group = [c for c in workload.COLUMNS[stream] if c != ordering]
+            out[f"fields.{ordering}.sequence-group"] = ",".join(group)
+    for column, version in ignore_versions().items():
+        out[f"fields.{version}.sequence-group"] = column
     return out
+
+
+def rows(frame: Any) -> Any:
+    """A batch with the table's every column: the other streams' columns and the version columns it has no value
+    for as typed nulls."""
+    from pyspark.sql import functions as F
+
+    have = set(frame.columns)
+    wanted = [(c, sql_type(c)) for c in WIDE] + [(c, "TIMESTAMP") for c in extra_columns()]
+    return frame.select(*[F.col(c) if c in have else F.lit(None).cast(t).alias(c) for c, t in wanted])
 
 
 def versions(spark: Any) -> dict[str, str]:
@@ -50,13 +73,19 @@ class Job:
         spark.conf.set("spark.sql.catalog.paimon.warehouse", f"file:{self.warehouse}")
         spark.sql("CREATE DATABASE IF NOT EXISTS paimon.bench")
         props = ", ".join(f"'{k}' = '{v}'" for k, v in properties().items())
-        spark.sql(f"CREATE TABLE {TABLE} ({table_columns()}) TBLPROPERTIES ({props})")
+        extra = ", ".join(f"{c} TIMESTAMP" for c in extra_columns())
+        spark.sql(f"CREATE TABLE {TABLE} ({table_columns()}, {extra}) TBLPROPERTIES ({props})")
 
     def path(self) -> Path:
         return self.warehouse
 
     def ingest_batch(self, stream: str, file: Path) -> None:
-        widened(self.spark.read.parquet(str(file)), stream).writeTo(TABLE).append()
+        batch = self.spark.read.parquet(str(file))
+        if workload.NULLS[stream] == "ignore":
+            ordering = workload.ORDERING[stream]
+            batch = latest_per_key(batch, stream, versions=True)
+            batch = batch.withColumn(f"_v_{ordering}", batch[ordering])
+        rows(batch).writeTo(TABLE).append()
 
     def frame(self) -> Any:
         return self.spark.table(TABLE).select(*WIDE)
