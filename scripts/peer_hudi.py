@@ -11,15 +11,21 @@ per-column-group ordering. The mapping used (docs/benchmarks.md says what it cos
   Hudi 1.1): a null in an incoming record keeps the stored value. That is how a stream's batch leaves the other
   streams' columns alone, and it is `nulls: ignore` for every stream: a null of an `overwrite` stream is lost.
 - Each batch is deduplicated first by the stream's own rule (`peer_job.latest_per_key`), as Hudi's precombine
-  would do with an ordering field.
+  would do with an ordering field; Hudi's own pre-combine pass is then off (`TUNING`).
+
+`STITCH_PEERS_HUDI_ROUTE=merge` writes through Spark SQL `MERGE INTO` instead, with Delta's and Iceberg's conditions
+and `_v_` columns (`merges`). Hudi 1.2 drops records on that route (docs/benchmarks.md quotes the errors), so the
+upsert is the default.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from scripts.peer_job import latest_per_key, widened
+from scripts import bench_workload as workload
+from scripts.peer_job import WIDE, latest_per_key, merge_sql, table_columns, version_columns, widened
 from scripts.spark_envs import HUDI_VERSION
 
 CONF = {
@@ -28,6 +34,17 @@ CONF = {
     "spark.sql.extensions": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
 }
+#: Settings of both routes: log blocks as Parquet (Avro is the default), no precombine pass over a batch that is
+#: already one row per key, no metadata table (it indexes files for object stores; on a local disk it is extra
+#: writes per commit).
+TUNING = {
+    "hoodie.logfile.data.block.format": "parquet",
+    "hoodie.combine.before.upsert": "false",
+    "hoodie.metadata.enable": "false",
+}
+#: `upsert` (the datasource writer with partial updates) or `merge` (Spark SQL `MERGE INTO` with the same conditions
+#: and `_v_` columns as Delta's and Iceberg's); chosen with STITCH_PEERS_HUDI_ROUTE.
+ROUTE = os.environ.get("STITCH_PEERS_HUDI_ROUTE", "upsert")
 OPTIONS = {
     "hoodie.table.name": "bench_wide",
     "hoodie.datasource.write.table.type": "MERGE_ON_READ",
@@ -45,6 +62,7 @@ OPTIONS = {
     "hoodie.datasource.compaction.async.enable": "false",
     "hoodie.upsert.shuffle.parallelism": "4",
     "hoodie.insert.shuffle.parallelism": "4",
+    **TUNING,
 }
 
 
@@ -52,21 +70,67 @@ def versions(spark: Any) -> dict[str, str]:
     return {"hudi": HUDI_VERSION}
 
 
+def merges(target: str, source: str, stream: str) -> list[str]:
+    """The `MERGE INTO` statements of one deduplicated batch (`latest_per_key(..., versions=True)`) for a
+    merge-on-read Hudi table. A `nulls: overwrite` stream's is Delta's and Iceberg's (`peer_job.merge_sql`). Hudi
+    refuses a target column on the right of an update of a MOR table ("Target table's field(...) cannot be the
+    right-value of the update clause for MOR table"), which `merge_sql`'s per-column CASE for `nulls: ignore` needs;
+    the same conditions hold with one statement per column instead: the ordering column when newer, then each value
+    column from the batch's rows where it is not null, when its `_v_` version is newer."""
+    if workload.NULLS[stream] == "overwrite":
+        return [merge_sql(target, source, stream)]
+    ordering = workload.ORDERING[stream]
+    values = [c for c in workload.COLUMNS[stream] if c != ordering]
+    inserted = ["order_id", ordering, *values, *(f"_v_{c}" for c in values)]
+    out = [
+        f"MERGE INTO {target} t USING {source} s ON t.order_id = s.order_id "
+        f"WHEN MATCHED AND (t.{ordering} IS NULL OR s.{ordering} > t.{ordering}) "
+        f"THEN UPDATE SET t.{ordering} = s.{ordering} "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(inserted)}) VALUES ({', '.join('s.' + c for c in inserted)})"
+    ]
+    for c in values:
+        out.append(
+            f"MERGE INTO {target} t USING (SELECT * FROM {source} WHERE {c} IS NOT NULL) s "
+            f"ON t.order_id = s.order_id WHEN MATCHED AND (t._v_{c} IS NULL OR s._v_{c} > t._v_{c}) "
+            f"THEN UPDATE SET t.{c} = s.{c}, t._v_{c} = s._v_{c}"
+        )
+    return out
+
+
 class Job:
     def __init__(self, spark: Any, work: Path, data: Path) -> None:
         self.spark = spark
         self.table = work / "hudi"
+        # Also for the SQL statements (MERGE INTO, run_compaction), which take no write options of their own
+        for key, value in TUNING.items():
+            spark.conf.set(key, value)
+        if ROUTE == "merge":
+            extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
+            props = {
+                "type": "mor",
+                "primaryKey": "order_id",
+                **{k: v for k, v in OPTIONS.items() if k.startswith("hoodie.") and "payload" not in k},
+            }
+            props.pop("hoodie.datasource.write.operation")
+            listed = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+            spark.sql(
+                f"CREATE TABLE bench_wide ({table_columns()}, {extra}) USING hudi "
+                f"LOCATION '{self.table}' TBLPROPERTIES ({listed})"
+            )
 
     def path(self) -> Path:
         return self.table
 
     def ingest_batch(self, stream: str, file: Path) -> None:
+        if ROUTE == "merge":
+            latest_per_key(self.spark.read.parquet(str(file)), stream, versions=True).createOrReplaceTempView("batch")
+            for statement in merges("bench_wide", "batch", stream):
+                self.spark.sql(statement).collect()
+            return
         batch = widened(latest_per_key(self.spark.read.parquet(str(file)), stream), stream)
         batch.write.format("hudi").options(**OPTIONS).mode("append").save(str(self.table))
 
     def frame(self) -> Any:
-        from scripts.peer_job import WIDE
-
         return self.spark.read.format("hudi").load(str(self.table)).select(*WIDE)
 
     def compact(self) -> None:
