@@ -4,8 +4,9 @@ Delta has no merge rule of its own beyond "the MERGE says what happens": each ba
 rule (`peer_job.latest_per_key`), then merged with conditions that honour the stream's ordering and null rule
 (`peer_job.merge_sql`). The `nulls: ignore` stream needs one extra column per value column (`_v_<column>`, the
 ordering value it came from); reads select the wide table's columns. Deletion vectors (`delta.enableDeletionVectors`)
-make a MERGE mark replaced rows instead of rewriting their files: Delta's merge-on-read. `OPTIMIZE` then
-`REORG ... APPLY (PURGE)` is the compaction.
+make a MERGE mark replaced rows instead of rewriting their files: Delta's merge-on-read. Optimized writes
+(`delta.autoOptimize.optimizeWrite`, and the session's `spark.databricks.delta.optimizeWrite.enabled`) make each MERGE
+write fewer, larger files. `OPTIMIZE` then `REORG ... APPLY (PURGE)` is the compaction.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from scripts.spark_envs import DELTA_VERSION
 CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Optimized writes: a MERGE shuffles its output by partition before writing, fewer and larger files
+    "spark.databricks.delta.optimizeWrite.enabled": "true",
 }
 
 
@@ -34,7 +37,7 @@ class Job:
         extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
         spark.sql(
             f"CREATE TABLE {self.name} ({table_columns()}, {extra}) USING delta "
-            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', 'delta.autoOptimize.optimizeWrite' = 'true')"
         )
 
     def path(self) -> Path:
