@@ -30,7 +30,7 @@ from typing import Any
 from scripts import ROOT, bench_charts, module_argv, spark_envs
 from scripts import bench_workload as workload
 from scripts.machine import machine
-from scripts.peer_job import QUERY, SYSTEMS
+from scripts.peer_job import QUERY, SYSTEMS, WARM_READS
 
 BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
 #: The Spark environment each system runs in (docs/benchmarks.md says why two).
@@ -43,7 +43,8 @@ ENVIRONMENTS = {
 }
 READS = ("read_uncompacted", "read_compacted")
 #: Figures in seconds, as (name in the JSON, label in the table). A read's `noop_s`/`query_s` is the first run in
-#: the session (what reports before the warm figures measured), its `*_warm_s` the median of 3 runs after it.
+#: the session (what reports before the warm figures measured), its `*_warm_s` the median of `--warm-reads` (3)
+#: runs after it.
 FIGURES = (
     ("session_s", "session start (JVM, jars)"),
     ("ingest_s", "ingest, every batch"),
@@ -171,14 +172,16 @@ def canonical_query(rows: list[list[Any]]) -> list[tuple[Any, ...]]:
 # ------------------------------------------------------------------------------------------------- running
 
 
-def run_system(system: str, data: Path, work: Path, installed: spark_envs.Installed) -> dict[str, Any]:
+def run_system(
+    system: str, data: Path, work: Path, installed: spark_envs.Installed, warm_reads: int = WARM_READS
+) -> dict[str, Any]:
     """One system's whole job in a fresh process under its environment; its figures and its peak memory."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     out = work / "result.json"
     log = work / "job.log"
-    argv = module_argv("peer_job", system, str(data), str(work), str(out))
+    argv = module_argv("peer_job", system, str(data), str(work), str(out), str(warm_reads))
     started = time.perf_counter()
     with open(log, "wb") as sink:
         process = subprocess.Popen(argv, env=installed.environ(), stdout=sink, stderr=subprocess.STDOUT)
@@ -288,6 +291,7 @@ def run_size(
     saved: Callable[[dict[str, Any]], None],
     first_round: int = 0,
     batches_per_stream: int = workload.BATCHES_PER_STREAM,
+    warm_reads: int = WARM_READS,
 ) -> dict[str, Any]:
     """Every system at one size, `runs` rounds; `saved` is called with the figures so far after each run."""
     folder = workdir / f"keys-{keys}"
@@ -312,7 +316,7 @@ def run_size(
         for system in order:
             say(f"{keys:,} keys, run {round_number + 1}/{runs}: {system}")
             work = folder / system
-            result = run_system(system, data, work, installed[ENVIRONMENTS[system].name])
+            result = run_system(system, data, work, installed[ENVIRONMENTS[system].name], warm_reads)
             check_answers(result, work, truth, want)
             say(
                 f"  {system}: ingest {result['ingest_s']:.1f} s, read {result['read_uncompacted']['noop_s']:.1f} s, "
@@ -422,7 +426,8 @@ def render(report: dict[str, Any], arguments: str) -> str:
         "",
         f"The aggregation: `{QUERY.format(view='t')}`. Each read is timed twice: its first run (before compaction "
         "the session's first read of the table; after it, the first read after the compaction) and warm, the median "
-        "of 3 more runs, each a new DataFrame of the table; the wrong cells are counted on one more read. "
+        f"of {report.get('warm_reads', WARM_READS)} more runs, each a new DataFrame of the table; the wrong cells are "
+        "counted on one more read. "
         "Delta's all-column read hashes every column into one value "
         "instead of the `noop` sink, which refuses Delta scans over deletion vectors (`peer_delta.py`). Bytes on disk "
         "are the table's whole folder: after compaction, the files it replaced stay unless the system removed them on "
@@ -483,6 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         default=workload.BATCHES_PER_STREAM,
         help="landing files per stream (the figures in docs use the default; fewer only for smoke runs)",
     )
+    parser.add_argument(
+        "--warm-reads",
+        type=int,
+        default=WARM_READS,
+        help=f"reads after each first one, their median the warm figure (default {WARM_READS}; fewer for smoke runs)",
+    )
     args = parser.parse_args(argv)
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     if args.from_json:
@@ -507,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": load_average(),
         "versions": versions(),
         "arguments": shown,
+        "warm_reads": max(1, args.warm_reads),
         "results": {},
     }
     started = time.perf_counter()
@@ -522,7 +534,15 @@ def main(argv: list[str] | None = None) -> int:
 
     for keys in sizes:
         report["results"][str(keys)] = run_size(
-            keys, args.seed, systems, report["runs"], workdir, save(keys), args.first_round, args.batches_per_stream
+            keys,
+            args.seed,
+            systems,
+            report["runs"],
+            workdir,
+            save(keys),
+            args.first_round,
+            args.batches_per_stream,
+            args.warm_reads,
         )
     report["load_after"] = load_average()
     report["seconds"] = round(time.perf_counter() - started, 1)

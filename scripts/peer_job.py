@@ -1,13 +1,13 @@
 """One system's part of `make bench-peers`, run in a process of its own under its Spark environment.
 
-    python -m scripts.peer_job SYSTEM DATA WORK OUT.json
+    python -m scripts.peer_job SYSTEM DATA WORK OUT.json [WARM_READS]
 
 `bench_peers.py` starts this with the pinned PySpark of the system's environment first on the path
 (`spark_envs.Installed.environ`). It builds one fresh `local[2]` session with the settings every system shares
 (`COMMON_CONF`) plus the system's own, then measures, in this order: the ingest of the workload's 12 batches
 (streams taking turns, as `make bench` commits them), the snapshot read of the uncompacted table (every column into
-Spark's `noop` sink, then one aggregation, each timed as its first run and warm: the median of 3 more), the
-compaction, and the same reads after it. The table's rows are also written as Parquet (untimed) under
+Spark's `noop` sink, then one aggregation, each timed as its first run and warm: the median of WARM_READS more,
+default 3), the compaction, and the same reads after it. The table's rows are also written as Parquet (untimed) under
 WORK/answers/, for the driver to count wrong cells against the ground truth.
 
 Each system is a module `peer_<system>.py` with `CONF` (its session settings) and a class `Job` with `ingest_batch`,
@@ -189,30 +189,30 @@ def hash_every_column(frame: Any) -> None:
     frame.agg(F.bit_xor(F.xxhash64(*frame.columns))).collect()
 
 
-#: Warm reads after the first: each warm figure is their median.
+#: Warm reads after the first (`bench_peers.py --warm-reads`): each warm figure is their median.
 WARM_READS = 3
 
 
-def first_and_warm(action: Callable[[], Any]) -> tuple[float, float]:
-    """The seconds of `action`'s first run, and the median of `WARM_READS` runs after it: a job that reads a table
+def first_and_warm(action: Callable[[], Any], warm_reads: int = WARM_READS) -> tuple[float, float]:
+    """The seconds of `action`'s first run, and the median of `warm_reads` runs after it: a job that reads a table
     once sees the first (a session's first read of a table pays its planner's and workers' start-up), a dashboard
     the warm."""
     first = timed(action)
-    return first, statistics.median(timed(action) for _ in range(WARM_READS))
+    return first, statistics.median(timed(action) for _ in range(max(1, warm_reads)))
 
 
-def measure_read(spark: Any, job: Job, answer: Path) -> dict[str, Any]:
+def measure_read(spark: Any, job: Job, answer: Path, warm_reads: int = WARM_READS) -> dict[str, Any]:
     """Every column into the `noop` sink, then the aggregation, each timed first and warm (a new DataFrame of the
     table for every read, as a new query would build); the first read's rows are written untimed for the check."""
     sink = getattr(job, "drain", drain)
-    noop_first, noop_warm = first_and_warm(lambda: sink(job.frame()))
+    noop_first, noop_warm = first_and_warm(lambda: sink(job.frame()), warm_reads)
     rows: list[Any] = []
 
     def query() -> None:
         job.frame().createOrReplaceTempView("peer_read")
         rows[:] = spark.sql(QUERY.format(view="peer_read")).collect()
 
-    query_first, query_warm = first_and_warm(query)
+    query_first, query_warm = first_and_warm(query, warm_reads)
     job.frame().write.mode("overwrite").parquet(str(answer))
     return {
         "noop_s": noop_first,
@@ -223,7 +223,7 @@ def measure_read(spark: Any, job: Job, answer: Path) -> dict[str, Any]:
     }
 
 
-def run(system: str, data: Path, work: Path) -> dict[str, Any]:
+def run(system: str, data: Path, work: Path, warm_reads: int = WARM_READS) -> dict[str, Any]:
     module = importlib.import_module(f"scripts.peer_{system}")
     started = time.perf_counter()
     spark = session(module.CONF, f"bench-peers-{system}")
@@ -238,16 +238,17 @@ def run(system: str, data: Path, work: Path) -> dict[str, Any]:
     out["batches_s"] = batches
     out["ingest_s"] = sum(batches)
     out["bytes_uncompacted"] = folder_bytes(job.path())
-    out["read_uncompacted"] = measure_read(spark, job, work / "answers" / "uncompacted")
+    out["read_uncompacted"] = measure_read(spark, job, work / "answers" / "uncompacted", warm_reads)
     out["compaction_s"] = timed(job.compact)
     out["bytes_compacted"] = folder_bytes(job.path())
-    out["read_compacted"] = measure_read(spark, job, work / "answers" / "compacted")
+    out["read_compacted"] = measure_read(spark, job, work / "answers" / "compacted", warm_reads)
     spark.stop()
     return out
 
 
 if __name__ == "__main__":
     name, data_folder, work_folder, target = sys.argv[1:5]
+    warm = int(sys.argv[5]) if len(sys.argv) > 5 else WARM_READS
     Path(work_folder).mkdir(parents=True, exist_ok=True)
-    result = run(name, Path(data_folder), Path(work_folder))
+    result = run(name, Path(data_folder), Path(work_folder), warm)
     Path(target).write_text(json.dumps(result, indent=1), encoding="utf-8")

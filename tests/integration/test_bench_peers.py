@@ -32,7 +32,7 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     out.write_text(f"# Kept\n\n{begin}\nold figures\n{end}\n\n## Analysis kept\n", encoding="utf-8")
     report_path = tmp_path / "peers.json"
     argv = module_argv("bench_peers", "--sizes", str(KEYS), "--runs", "1")
-    argv += ["--batches-per-stream", str(BATCHES_PER_STREAM)]
+    argv += ["--batches-per-stream", str(BATCHES_PER_STREAM), "--warm-reads", "1"]
     argv += ["--workdir", str(tmp_path / "work"), "--json", str(report_path), "--out", str(out)]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=3600, check=False, stdin=subprocess.DEVNULL, env=child_env()
@@ -69,7 +69,9 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     assert f"#### {KEYS:,} keys" in block
     assert "| figure | " + " | ".join(systems) + " |" in block
     assert "**wrong cells**, uncompacted read" in block
-    # every read twice: the session's first and warm (median of 3 more), for both reads, before and after compaction
+    # every read twice: the session's first and warm (here the median of 1 more, `--warm-reads 1`), for both reads,
+    # before and after compaction
+    assert report["warm_reads"] == 1 and "the median of 1 more runs" in block
     for row in ("snapshot read, uncompacted: all columns", "read after compaction: all columns"):
         assert re.search(re.escape(row) + r" \(first / warm\) \| [0-9.]+ / [0-9.]+ s \|", block), row
 
