@@ -145,7 +145,7 @@ def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
         refuse_while_undoing(fresh, "archive")
         newest = horizon_of(storage)
         if newest is not None and newest >= plan.horizon:
-            finished = _finish_archived(storage, plan.chosen, newest, lock.fence)
+            finished = _finish_archived(storage, fresh.completed(), newest, lock.fence)
             done = f"; removed {finished} archived instant(s) left on the active timeline" if finished else ""
             return ArchiveResult(
                 0, newest, len(fresh) - finished, f"nothing to archive (an archive reached {newest}){done}"
@@ -172,13 +172,14 @@ def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
     )
 
 
-def _finish_archived(storage: Storage, chosen: list[Instant], horizon: str, fence: Callable[[], None]) -> int:
+def _finish_archived(storage: Storage, completed: list[Instant], horizon: str, fence: Callable[[], None]) -> int:
     """Delete the active files of instants an earlier archive already holds in a batch and its checkpoint covers:
-    what an archive that died before its last step leaves. The next archive plans the same instants and finds
-    the horizon already there; without this they would stay on the active timeline until the horizon moves,
-    which a savepoint can hold back for good."""
+    what an archive that died before its last step leaves. The next archive finds the horizon already there;
+    without this they would stay on the active timeline until the horizon moves, which a savepoint can hold back
+    for good. All of them, not only those this run would choose: the commit a savepoint pinned after the crash is
+    archived already (the savepoint reads it as of the checkpoint), and a copy left active would be archived twice."""
     archived = {entry.instant.requested for entry in archived_instants(storage)}
-    leftovers = [i for i in chosen if i.requested in archived and (i.completed or "") <= horizon]
+    leftovers = [i for i in completed if i.requested in archived and (i.completed or "") <= horizon]
     if leftovers:
         fence()
     for instant in leftovers:
