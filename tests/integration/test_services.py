@@ -904,6 +904,14 @@ def keys_file(folder: Path, name: str, keys: Iterable[int]) -> Path:
     return path
 
 
+def instant_of(name: str) -> str:
+    """The instant a marker folder or heartbeat file is named after; a heartbeat caught mid-write is its temporary
+    file (`.<instant>.<token>.tmp`, renamed over `<instant>` a moment later)."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        return name[1:].split(".", 1)[0]
+    return name
+
+
 def writer_traces_only(changed: Files, deltacommits: set[str]) -> Files:
     """The paths in `changed` that a concurrent deltacommit writer does NOT explain (its timeline files, its
     log files, its markers and heartbeats) — what some other actor left behind."""
@@ -914,7 +922,7 @@ def writer_traces_only(changed: Files, deltacommits: set[str]) -> Files:
             continue
         if parts[0] != ".stitch" and path.endswith(".log.parquet"):
             continue
-        if parts[0] == ".stitch" and parts[1] in ("markers", "heartbeats") and parts[2] in deltacommits:
+        if parts[0] == ".stitch" and parts[1] in ("markers", "heartbeats") and instant_of(parts[2]) in deltacommits:
             continue
         out.add(path)
     return out
