@@ -66,8 +66,11 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# Two workers (TEST_WORKERS=0 runs in this process): the modules that need a session server share one worker, and
+# each module stays on one (tests/conftest.py, group_by_module).
+TEST_WORKERS ?= 2
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The unit tier only: needs the venv but not Java, Maven or the jar (tests/conftest.py fails a unit test that starts a
 # JVM or the CLI). No lint here: `make lint` is its own step.
