@@ -13,24 +13,22 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from stitchlake.api import Table
-from stitchlake.api import open as open_table
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
 from tests.support.spark_fixtures import (
     ROOT,
     alive,
+    demo_table,
     descendants,
     ended,
     hold_back,
     run_stitch,
     stitch,
     wait_until,
-    write_config,
 )
 
 
@@ -42,13 +40,6 @@ def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("signal-data")
     generate(out, orders=60_000, days=2, seed=5, files_per_stream=6)
     return out
-
-
-def new_table(folder: Path, landing: Path, **changes: Any) -> tuple[Path, Table]:
-    config = write_config(folder, landing, **changes)
-    table = open_table(str(config))
-    table.init()
-    return config, table
 
 
 def claimed(table: Table) -> str | None:
@@ -101,7 +92,7 @@ def live_files(table: Table) -> set[str]:
 def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Path, tmp_path: Path, engine: str) -> None:
     # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
     lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
-    config, table = new_table(tmp_path, bigger / "landing", concurrency={"lock": lock})
+    config, table = demo_table(tmp_path, bigger / "landing", concurrency={"lock": lock})
     with ended(start("ingest", "-c", str(config), "--stream", "orders", "--engine", engine, "--json")) as job:
         instant = wait_until(lambda: claimed(table), job)
         assert instant, f"the ingest ended (exit {job.poll()}) before it claimed an instant"
@@ -145,7 +136,7 @@ def test_a_sigkilled_cli_takes_its_spark_job_with_it_and_the_next_run_proceeds_a
 ) -> None:
     """SIGKILL cannot be caught: the kernel ends the job (parent-death signal), and the writer's process being
     gone from this host makes its claim dead at once, without waiting for the heartbeat to expire."""
-    config, table = new_table(tmp_path, bigger / "landing")
+    config, table = demo_table(tmp_path, bigger / "landing")
     with ended(start("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")) as job:
         instant = wait_until(lambda: claimed(table), job)
         wait_until(lambda: len(descendants(job.pid)) >= 3, job)
@@ -179,7 +170,7 @@ def test_a_sigkilled_cli_takes_its_spark_job_with_it_and_the_next_run_proceeds_a
 def test_an_overlapping_run_is_refused_while_the_first_is_still_starting_its_jvm(bigger: Path, tmp_path: Path) -> None:
     """The claim is taken before spark-submit starts, so a second cron run is refused before the first job has
     even begun writing (no marker yet)."""
-    config, table = new_table(tmp_path, bigger / "landing")
+    config, table = demo_table(tmp_path, bigger / "landing")
     with ended(start("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark")) as first:
         try:
             instant = wait_until(lambda: claimed(table), first)

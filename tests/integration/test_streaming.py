@@ -21,18 +21,17 @@ import pytest
 
 import stitchlake
 from stitchlake.api import Table
-from stitchlake.api import open as open_table
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from tests.support.spark_fixtures import (
     ROOT,
     alive,
+    demo_table,
     descendants,
     ended,
     kill_tree,
     run_stitch,
     start_stitch,
-    write_config,
 )
 
 QUERY = Path(__file__).resolve().parents[1] / "support" / "stream_query.py"
@@ -46,13 +45,6 @@ def many_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("stream-data")
     generate(out, orders=2500, days=2, seed=21, files_per_stream=6)
     return out
-
-
-def new_table(folder: Path, landing: Path, **changes: Any) -> tuple[Path, Table]:
-    config = write_config(folder, landing, **changes)
-    table = open_table(str(config))
-    table.init()
-    return config, table
 
 
 def wait_for(what: str, condition: Callable[[], bool], timeout: float = 900, process: Any = None) -> None:
@@ -134,7 +126,7 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_gives_the_ground_truth
     from scripts.demo_data import compare
 
     landing_root, files = held_back(many_files, tmp_path, "orders")
-    config, table = new_table(tmp_path, landing_root)
+    config, table = demo_table(tmp_path, landing_root)
     landing, checkpoint = landing_root / "orders", tmp_path / "checkpoint"
     kills_mid_batch = 0
     while kills_mid_batch < 2:
@@ -165,7 +157,7 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_gives_the_ground_truth
 
 def test_a_micro_batch_replayed_after_its_commit_adds_nothing(many_files: Path, tmp_path: Path) -> None:
     """The crash between our commit and Spark's commit log: Spark runs the batch again with the same ids."""
-    config, table = new_table(tmp_path, many_files / "landing")
+    config, table = demo_table(tmp_path, many_files / "landing")
     landing, checkpoint = many_files / "landing" / "orders", tmp_path / "checkpoint"
     for _ in range(2):
         if _ == 1:
@@ -192,7 +184,7 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
     from scripts.demo_data import compare
 
     landing_root, files = held_back(many_files, tmp_path, "shipments")
-    config, table = new_table(tmp_path, landing_root)
+    config, table = demo_table(tmp_path, landing_root)
     landing = landing_root / "shipments"
     args = ("stream", "-c", str(config), "--stream", "shipments", "--files-per-trigger", "1", "--json")
     land(files.pop(0), landing)

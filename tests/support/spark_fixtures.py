@@ -16,12 +16,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from tests.support.tables import write_table_yaml
+
+if TYPE_CHECKING:
+    from stitchlake.api import Table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,6 +95,16 @@ def write_config(
     folder.mkdir(parents=True, exist_ok=True)
     path = write_table_yaml(folder, document)
     return path
+
+
+def demo_table(folder: Path, landing: Path, **changes: Any) -> tuple[Path, Table]:
+    """`write_config`'s table, initialised: its config path and the opened `stitchlake.api.Table`."""
+    from stitchlake.api import open as open_table
+
+    config = write_config(folder, landing, **changes)
+    table = open_table(str(config))
+    table.init()
+    return config, table
 
 
 def stitch(*args: str) -> list[str]:

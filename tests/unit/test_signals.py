@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stitchlake.storage.local import LocalStorage
-from tests.integration.test_signals import claimed, new_table
+from tests.integration.test_signals import claimed
+from tests.support.spark_fixtures import demo_table
 
 
 def _raise_sigterm_after_creating(suffix: str) -> Callable[..., bool]:
@@ -39,7 +40,7 @@ def test_sigterm_wherever_it_lands_around_the_claim_aborts_the_instant(
     from stitchlake.jobs import launch
 
     generate(tmp_path / "data", orders=200, days=1, seed=3, files_per_stream=2)
-    config, table = new_table(tmp_path, tmp_path / "data" / "landing")
+    config, table = demo_table(tmp_path, tmp_path / "data" / "landing")
     engine = "local"
     if where == "requested":
         monkeypatch.setattr(LocalStorage, "put_if_absent", _raise_sigterm_after_creating(".deltacommit.requested"))
