@@ -66,11 +66,11 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# Two workers (TEST_WORKERS=0 runs in this process): the modules that need a session server share one worker, and
-# each module stays on one (tests/conftest.py, group_by_module).
+# Two workers (TEST_WORKERS=0 runs in this process), a test file never split between them: its module-scoped
+# fixtures run once. The workers share the session servers (tests/support/session_servers.py).
 TEST_WORKERS ?= 2
 test: setup lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The unit tier only: needs the venv but not Java, Maven or the jar (tests/conftest.py fails a unit test that starts a
 # JVM or the CLI). No lint here: `make lint` is its own step.

@@ -58,8 +58,7 @@ def in_unit_tier(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the fixtures it takes; refuse the run when a unit test needs a JVM or a server; give each
-    test its worker group."""
+    """Mark each test by the fixtures it takes; refuse the run when a unit test needs a JVM or a server."""
     broken = []
     for item in items:
         needs = sorted({FIXTURE_MARKERS[name] for name in getattr(item, "fixturenames", ()) if name in FIXTURE_MARKERS})
@@ -73,26 +72,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests/unit may not use a JVM or a server (move these to tests/integration):\n  " + "\n  ".join(broken)
         )
-    group_by_module(items)
-
-
-#: The worker group of every module with a test that needs a session server (`make test` runs `-n 2 --dist
-#: loadgroup`): one worker starts each server once and runs all their tests, as a serial run would.
-SERVERS_GROUP = "servers"
-PARALLEL_MARKERS = frozenset({"spark"})
-
-
-def group_by_module(items: list[pytest.Item]) -> None:
-    """Keep a module on one worker (its module-scoped fixtures run once), and every module that needs a server on
-    the same one. Under plain pytest the marks do nothing."""
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    for module, tests in modules.items():
-        servers = any((SERVER_MARKERS - PARALLEL_MARKERS) & {m.name for m in t.iter_markers()} for t in tests)
-        group = SERVERS_GROUP if servers else module
-        for item in tests:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 class UnitGuard:
