@@ -1,7 +1,7 @@
 """How fast `format("stitchlake")` reads on Spark: the JVM reader against the Python data source and the floor
 (issue 35).
 
-    python -m scripts.reader_profile [--keys 200000] [--runs 3] [--reuse] [--only jvm] [--jfr /tmp/x.jfr]
+    python -m scripts.reader_profile [--keys 200000] [--runs 3] [--reuse] [--only jvm] [--jfr X.jfr] [--first-parts]
 
 A sibling of scripts/peer_profile.py on the project's own PySpark (no side environment): the peers workload
 (scripts/bench_workload.py, the same folder bench_peers.py uses) ingested as `make bench-peers` ingests it
@@ -80,12 +80,13 @@ def workload_folder(keys: int, seed: int, workdir: Path) -> Path:
 
     folder = workdir / f"keys-{keys}"
     data = folder / "data"
-    if not (data / f".complete-{seed}").exists():  # the same workload folder as bench_peers.py
+    marker = data / f".complete-{seed}-{workload.BATCHES_PER_STREAM}"  # bench_peers.py's folder and marker
+    if not marker.exists():
         shutil.rmtree(data, ignore_errors=True)
         generated = workload.generate(keys, seed)
         workload.save(generated, data)
         (data / "stats.json").write_text(json.dumps(generated.stats), encoding="utf-8")
-        (data / f".complete-{seed}").write_text("ok", encoding="utf-8")
+        marker.write_text("ok", encoding="utf-8")
     return folder
 
 
@@ -182,7 +183,25 @@ def measure(spark: Any, label: str, frame: Callable[[], Any], runs: int) -> dict
     return out
 
 
-def profile(folder: Path, runs: int, readers: list[str], reuse: bool, jfr: str | None, extra: list[str]) -> None:
+def first_read_parts(spark: Any, fmt: str, path: str) -> None:
+    """The session's first read of the table, in parts: `load()` (the table's schema: for the JVM reader, the
+    planner process starts here), planning the scan (the planner's plan), and running it into `noop`."""
+    from scripts import peer_job
+
+    started = time.perf_counter()
+    frame = spark.read.format(fmt).load(path).select(*peer_job.WIDE)
+    loaded = time.perf_counter()
+    frame._jdf.queryExecution().executedPlan()
+    planned = time.perf_counter()
+    peer_job.drain(frame)
+    ran = time.perf_counter()
+    parts = f"load {loaded - started:.2f} s, plan {planned - loaded:.2f} s, run {ran - planned:.2f} s"
+    show(f"first read of the session ({fmt}), all columns", f"{ran - started:7.2f} s ({parts})")
+
+
+def profile(
+    folder: Path, runs: int, readers: list[str], reuse: bool, jfr: str | None, extra: list[str], parts: bool = False
+) -> None:
     from scripts import peer_job
 
     print(f"warm = the median of {runs} reads after the first")
@@ -195,6 +214,8 @@ def profile(folder: Path, runs: int, readers: list[str], reuse: bool, jfr: str |
     def stitched(fmt: str) -> Callable[[], Any]:
         return lambda: spark.read.format(fmt).load(path).select(*peer_job.WIDE)
 
+    if parts:
+        first_read_parts(spark, READERS[readers[0]], path)
     results: dict[str, dict[str, float]] = {}
     for name in readers:
         results[f"uncompacted {name}"] = measure(spark, f"uncompacted {name}", stitched(READERS[name]), runs)
@@ -269,9 +290,15 @@ def main() -> int:
     parser.add_argument("--jfr", help="record the JVM with Java Flight Recorder into this file")
     parser.add_argument("--conf", action="append", default=[], help="another Spark setting, KEY=VALUE")
     parser.add_argument("--workdir", default=str(ROOT / "bench-data" / "peers"))
+    parser.add_argument(
+        "--first-parts",
+        action="store_true",
+        help="time the session's first read in parts (load, plan, run) before the measurements (whose 'first' is "
+        "then the second read)",
+    )
     args = parser.parse_args()
     folder = workload_folder(args.keys, args.seed, Path(args.workdir))
-    profile(folder, args.runs, args.only or list(READERS), args.reuse, args.jfr, args.conf)
+    profile(folder, args.runs, args.only or list(READERS), args.reuse, args.jfr, args.conf, args.first_parts)
     return 0
 
 
