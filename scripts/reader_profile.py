@@ -85,7 +85,8 @@ def workload_folder(keys: int, seed: int, workdir: Path) -> Path:
         shutil.rmtree(data, ignore_errors=True)
         generated = workload.generate(keys, seed)
         workload.save(generated, data)
-        (data / "stats.json").write_text(json.dumps(generated.stats), encoding="utf-8")
+        stats = {**generated.stats, "batches": len(generated.batches)}
+        (data / "stats.json").write_text(json.dumps(stats), encoding="utf-8")
         marker.write_text("ok", encoding="utf-8")
     return folder
 
