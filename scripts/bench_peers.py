@@ -495,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"reads after each first one, their median the warm figure (default {WARM_READS}; fewer for smoke runs)",
     )
     args = parser.parse_args(argv)
+    if args.warm_reads < 1:
+        parser.error(f"--warm-reads {args.warm_reads}: give 1 or more (the warm figure is their median)")
     shown = " ".join(argv if argv is not None else sys.argv[1:])
     if args.from_json:
         saved_report = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
@@ -518,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": load_average(),
         "versions": versions(),
         "arguments": shown,
-        "warm_reads": max(1, args.warm_reads),
+        "warm_reads": args.warm_reads,
         "results": {},
     }
     started = time.perf_counter()

@@ -45,6 +45,8 @@ TUNING = {
 #: `upsert` (the datasource writer with partial updates) or `merge` (Spark SQL `MERGE INTO` with the same conditions
 #: and `_v_` columns as Delta's and Iceberg's); chosen with STITCH_PEERS_HUDI_ROUTE.
 ROUTE = os.environ.get("STITCH_PEERS_HUDI_ROUTE", "upsert")
+if ROUTE not in ("upsert", "merge"):
+    raise SystemExit(f"STITCH_PEERS_HUDI_ROUTE={ROUTE!r}: use upsert (the default) or merge")
 OPTIONS = {
     "hoodie.table.name": "bench_wide",
     "hoodie.datasource.write.table.type": "MERGE_ON_READ",

@@ -96,3 +96,12 @@ def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_
     docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     for chart in charts:
         assert f"]({chart})" in docs and (ROOT / "docs" / chart).is_file(), chart
+
+
+def test_warm_reads_below_one_are_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        bench_peers.main(["--warm-reads", "0", "--workdir", str(tmp_path / "work"), "--out", "-"])
+    assert exited.value.code == 2 and "--warm-reads 0: give 1 or more" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
