@@ -28,13 +28,15 @@ def fallback_notice() -> str:
     return f"stitchlake: the JVM reader is not on the classpath ({reader_jar()}); reading with the Python data source"
 
 
-def register(spark: SparkSession) -> SparkSession:
+def register(spark: SparkSession, start_planner: bool = True) -> SparkSession:
     """Register the Python data source on a session as `stitchlake_python` (and switch on filter pushdown).
 
     When the JVM reader's jar is on the session's classpath, it owns `format("stitchlake")` and hands writes and
     incremental reads to `stitchlake_python` (docs/spark-reader.md). Without it the Python source takes the name
     `stitchlake` too, and a one-line notice says so. Spark itself tells the two apart (it refuses a Python source
-    under a JVM source's name), so this works on Spark Connect as well.
+    under a JVM source's name), so this works on Spark Connect as well. With the JVM reader, `start_planner` starts
+    its planner process now, so the session's first read does not wait for it (a session that never reads
+    through `format("stitchlake")`, as a write job, passes False).
 
     The session's packing settings (`PACKING_CONF`, and its default parallelism as the minimum number of
     partitions) are read now: set them before registering, or pass them as options of a read.
@@ -52,7 +54,20 @@ def register(spark: SparkSession) -> SparkSession:
             raise
     else:
         print(fallback_notice(), file=sys.stderr)
+        return spark
+    if start_planner:
+        _start_planner(spark)
     return spark
+
+
+def _start_planner(spark: SparkSession) -> None:
+    """The JVM reader's planner, started in the background (`PlannerClient.prestart`)."""
+    import contextlib
+
+    jvm = getattr(spark, "_jvm", None)
+    with contextlib.suppress(Exception):  # Spark Connect has no JVM in this process: the first read starts it
+        if jvm is not None:
+            jvm.io.stitchlake.spark.PlannerClient.prestart()
 
 
 def packing_defaults(spark: SparkSession) -> dict[str, str]:

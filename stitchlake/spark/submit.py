@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         job = request.job
         table: Table = open_table(args.config or args.table)
         secrets = table.config.secret_values
-        spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate())
+        # No job reads through `format("stitchlake")`: no planner process to start.
+        spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate(), start_planner=False)
         spark.sparkContext.setLogLevel("WARN")
         started = time.monotonic()  # the job's own part: the JVM and the session are up
         if isinstance(request, StreamRequest):

@@ -132,6 +132,64 @@ def test_a_flipped_byte_in_a_base_file_is_an_error_naming_the_file(jvm: JvmSessi
     assert str(base) in message and "checksum mismatch" in message, message
 
 
+def test_a_planner_that_stops_answering_fails_the_read_and_the_next_read_starts_a_new_one(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    table = built(tmp_path, buckets=1)
+    stuck = tmp_path / "stuck-python"
+    stuck.write_text("#!/bin/sh\nexec sleep 300\n")  # starts, reads nothing, answers nothing
+    stuck.chmod(0o755)
+    timeout, python = "spark.stitchlake.planner.timeout", "spark.stitchlake.python"
+    given = jvm.run(f"result = spark.conf.get({python!r})")
+    jvm.run(f"spark.conf.set({timeout!r}, 'soon')")
+    with pytest.raises(JvmError, match=re.escape(f"{timeout} must be a whole number of seconds")):
+        through_jvm(jvm, table)
+    jvm.run(f"spark.conf.set({timeout!r}, '2'); spark.conf.set({python!r}, {str(stuck)!r})")
+    try:
+        with pytest.raises(JvmError) as failed:
+            through_jvm(jvm, table)
+        message = str(failed.value)
+        assert "did not answer within 2 s (spark.stitchlake.planner.timeout)" in message and str(stuck) in message
+    finally:
+        jvm.run(f"spark.conf.unset({timeout!r}); spark.conf.set({python!r}, {given!r})")
+    got, _ = through_jvm(jvm, table)
+    assert got == expected(table)
+
+
+def planners_under(pid: int) -> list[int]:
+    """Planner processes (`python -m stitchlake.spark.planner`) descended from process `pid`."""
+    parents: dict[int, int] = {}
+    planners = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if b"stitchlake.spark.planner" in (entry / "cmdline").read_bytes():
+                planners.append(int(entry.name))
+        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+            continue
+
+    def descends(child: int) -> bool:
+        while child > 1:
+            child = parents.get(child, 0)
+            if child == pid:
+                return True
+        return False
+
+    return [planner for planner in planners if descends(planner)]
+
+
+def test_a_session_starts_its_planner_before_its_first_read(tmp_path: Path) -> None:
+    table = built(tmp_path)
+    with jvm_session(tmp_path / "stderr.txt") as session:
+        assert session.run("result = spark.conf.get('spark.jars')").endswith("stitchlake-spark.jar")
+        assert len(planners_under(session.process.pid)) == 1, "register() starts the planner with the session"
+        got, _ = through_jvm(session, table)
+        assert got == expected(table)
+        assert len(planners_under(session.process.pid)) == 1, "the first read used the planner started before it"
+
+
 def test_key_filters_skip_row_groups_and_stream_filters_apply_after_the_merge(jvm: JvmSession, tmp_path: Path) -> None:
     table = built(tmp_path, buckets=1)  # a base per partition (even, odd keys): keys 0..39
     table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(100, 110), 3)))  # a log: keys 100..109
