@@ -39,8 +39,9 @@ def read(
 
     To stream the same rows one file slice at a time (memory bounded by the largest file group, not the table), use
     `stitchlake.open(target).scan(...)`; `Table.sql` and `Table.to_duckdb` stream the table into DuckDB."""
+    from stitchlake.reading.options import ReadOptions
     from stitchlake.reading.reader import read as read_table
     from stitchlake.table.handle import TableHandle
 
     table = target if isinstance(target, TableHandle) else open(target)
-    return read_table(table, mode=mode, as_of=as_of, since=since, until=until, columns=columns, filter=filter)
+    return read_table(table, ReadOptions(mode, as_of, since, until, columns, filter))

@@ -1,13 +1,14 @@
 """The public table handle: everything a Python user does to a table, as methods (`stitchlake.open(...)`).
 
-It adds the services to the core `stitchlake.table.Table`, running their heavy parts in this process (or on a
-Spark engine given as `engine=`), exactly as `stitch ... --engine local` does.
+It adds the services to the core `stitchlake.table.Table`. Each job method (ingest, compact, rescale, clean,
+erase) runs as `stitch ... --engine E` does (`stitchlake.jobs.launch`) and returns one shape whatever the engine:
+the run (`JobRun`: result, where it ran, how long) or, for the jobs that plan, the runs (`PlannedRuns`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.errors import UsageError
 from stitchlake.table.handle import TableHandle, open_table
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from stitchlake.config import TableConfig
+    from stitchlake.config.choices import CleanPolicy
     from stitchlake.engine import Engine
+    from stitchlake.jobs.requests import JobRequest
     from stitchlake.jobs.results import JobRun, PlannedRuns
     from stitchlake.reading.scan import Scan
     from stitchlake.services.inspect.status import StatusReport
@@ -41,12 +44,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _engine(engine: Engine | None) -> Engine:
-    from stitchlake.engine import LocalEngine
-
-    return engine or LocalEngine()
-
-
 def _retried(retries: int, attempt: Callable[[], T]) -> T:
     """A launched job, run again after a conflict (exit 3: nothing was published) up to `retries` times, as the
     CLI's `--retries` does (`stitchlake.jobs.launch.with_retries`: waits doubling, with jitter)."""
@@ -55,7 +52,15 @@ def _retried(retries: int, attempt: Callable[[], T]) -> T:
     return launch.with_retries(retries, attempt)[0]
 
 
-def _launch_erase(table: Table, keys: pa.Table | str, purge: bool, engine: str) -> JobRun[EraseResult]:
+def _launched(table: Table, request: JobRequest[T], engine: Engine | EngineChoice | str, retries: int) -> JobRun[T]:
+    from stitchlake.jobs.launch import launch
+
+    return _retried(retries, lambda: launch(table, request, engine))
+
+
+def _launch_erase(
+    table: Table, keys: pa.Table | str, purge: bool, engine: Engine | EngineChoice | str
+) -> JobRun[EraseResult]:
     """An erase job reads its keys from a file: an Arrow table is written to a temporary one first."""
     import tempfile
     from pathlib import Path
@@ -71,11 +76,6 @@ def _launch_erase(table: Table, keys: pa.Table | str, purge: bool, engine: str) 
         path = str(Path(folder) / "keys.parquet")
         pq.write_table(keys, path)
         return launch(table, EraseRequest(path, purge), engine)
-
-
-def _no_retries(retries: int) -> None:
-    if retries:
-        raise UsageError("retries go with an engine name (engine='auto', 'local' or 'spark'), which launches a job")
 
 
 class Table(TableHandle):
@@ -107,9 +107,10 @@ class Table(TableHandle):
     ) -> pa.Table:
         """Read the table into one Arrow table (see `stitchlake.reading`): the whole result in memory, which is the
         caller's choice; `scan` streams the same rows one file slice at a time."""
+        from stitchlake.reading.options import ReadOptions
         from stitchlake.reading.reader import read
 
-        return read(self, mode, as_of, since, until, columns, filter, before_images)
+        return read(self, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
 
     def scan(
         self,
@@ -124,9 +125,10 @@ class Table(TableHandle):
         """The rows `read` returns, as a stream of Arrow record batches one file slice at a time (memory bounded by
         the largest file groups, not the table): iterate it, take `.reader()`, or hand it to anything that reads
         the Arrow C stream interface (DuckDB, Polars, `pyarrow.parquet.ParquetWriter` via the reader)."""
+        from stitchlake.reading.options import ReadOptions
         from stitchlake.reading.reader import scan
 
-        return scan(self, mode, as_of, since, until, columns, filter, before_images)
+        return scan(self, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
 
     def publish(self, format: PublishFormat | str) -> PublishResult:
         """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""
@@ -161,78 +163,34 @@ class Table(TableHandle):
 
         return build(self, name)
 
-    @overload
     def ingest(
         self,
         stream: str,
         sources: list[str] | None = None,
         max_files: int | None = None,
         reingest_changed: bool = False,
-        engine: Engine | None = None,
-        max_records: int | None = None,
-        reset_offsets: str | None = None,
-    ) -> IngestResult: ...
-
-    @overload
-    def ingest(
-        self,
-        stream: str,
-        sources: list[str] | None = None,
-        max_files: int | None = None,
-        reingest_changed: bool = False,
-        *,
-        engine: EngineChoice | str,
+        engine: Engine | EngineChoice | str = EngineChoice.local,
         max_records: int | None = None,
         reset_offsets: str | None = None,
         retries: int = 0,
-    ) -> JobRun[IngestResult]: ...
-
-    def ingest(
-        self,
-        stream: str,
-        sources: list[str] | None = None,
-        max_files: int | None = None,
-        reingest_changed: bool = False,
-        engine: Engine | EngineChoice | str | None = None,
-        max_records: int | None = None,
-        reset_offsets: str | None = None,
-        retries: int = 0,
-    ) -> IngestResult | JobRun[IngestResult]:
-        """Ingest the stream's new landing files (or Kafka records) exactly once.
-
-        `engine="auto"`, `"local"` or `"spark"` launches the job as `stitch ingest --engine ...` does (spark-submit,
-        the claim before the JVM, the abort when interrupted; `stitchlake.jobs.launch`) and returns the run: its
-        result, where it ran and how long it took (`to_json()` is what the CLI's `--json` prints it from); errors
-        are the `stitchlake.errors` classes of the CLI's exit codes; `retries` runs it again after a conflict (exit
-        3) as `--retries` does. An `Engine` object (or None: this process) runs the service directly and returns its
-        result.
+    ) -> JobRun[IngestResult]:
+        """Ingest the stream's new landing files (or Kafka records) exactly once, as `stitch ingest --engine E`
+        does (`stitchlake.jobs.launch`; default: in this process): on Spark the claim is taken before the JVM
+        starts and undone if the job fails or is interrupted. The run says what it did (`.result`), where and how
+        long (`to_json()` is the CLI's `--json`); errors are the `stitchlake.errors` classes of the CLI's exit
+        codes; `retries` runs it again after a conflict (exit 3) as `--retries` does.
         """
-        if isinstance(engine, str):
-            from stitchlake.jobs.launch import launch
-            from stitchlake.jobs.requests import IngestRequest
+        from stitchlake.jobs.requests import IngestRequest
 
-            request = IngestRequest(
-                stream,
-                tuple(sources or ()),
-                max_files,
-                reingest_changed,
-                max_records=max_records,
-                reset_offsets=reset_offsets,
-            )
-            return _retried(retries, lambda: launch(self, request, engine))
-        _no_retries(retries)
-        from stitchlake.services.writes.ingest import ingest
-
-        return ingest(
-            self,
-            _engine(engine),
+        request = IngestRequest(
             stream,
-            sources,
+            tuple(sources or ()),
             max_files,
             reingest_changed,
             max_records=max_records,
             reset_offsets=reset_offsets,
         )
+        return _launched(self, request, engine, retries)
 
     def stream(
         self,
@@ -260,119 +218,58 @@ class Table(TableHandle):
         )
         return launch(self, request, EngineChoice.spark)
 
-    @overload
-    def compact(
-        self, strategy: CompactionStrategy | str | None = None, engine: Engine | None = None
-    ) -> CompactionResult | None: ...
-
-    @overload
-    def compact(
-        self, strategy: CompactionStrategy | str | None = None, *, engine: EngineChoice | str, retries: int = 0
-    ) -> PlannedRuns[CompactionResult]: ...
-
     def compact(
         self,
         strategy: CompactionStrategy | str | None = None,
-        engine: Engine | EngineChoice | str | None = None,
+        engine: Engine | EngineChoice | str = EngineChoice.local,
         retries: int = 0,
-    ) -> CompactionResult | PlannedRuns[CompactionResult] | None:
-        """Run pending plans nobody runs, then schedule and run a compaction; None when nothing needs compacting
-        (as `stitch compact`, a configured format that a failed publish left behind then catches up).
+    ) -> PlannedRuns[CompactionResult]:
+        """Run pending plans nobody runs, then schedule and run a compaction, as `stitch compact --engine E` does
+        (`stitchlake.jobs.launch.compact`): the runs, of which `.done` is what the last one did (None: nothing
+        needed compacting; a configured format that a failed publish left behind then catches up, `.published`).
+        Again after a conflict up to `retries` times."""
+        from stitchlake.jobs import launch
 
-        `engine="auto"`, `"local"` or `"spark"` launches it as `stitch compact --engine ...` does and returns the
-        runs: the pending plans run first, the plan made and its run (`stitchlake.jobs.launch.compact`), again
-        after a conflict up to `retries` times."""
-        if isinstance(engine, str):
-            from stitchlake.jobs import launch
-
-            return _retried(retries, lambda: launch.compact(self, strategy=strategy, engine=engine))
-        _no_retries(retries)
-        from stitchlake.services.rewrites.compaction import compact, publish_caught_up
-
-        done = compact(self, strategy, _engine(engine))
-        if done is None:
-            publish_caught_up(self)
-        return done
-
-    @overload
-    def rescale(
-        self, buckets: int, partitions: list[str] | None = None, engine: Engine | None = None
-    ) -> RescaleResult | None: ...
-
-    @overload
-    def rescale(
-        self, buckets: int, partitions: list[str] | None = None, *, engine: EngineChoice | str
-    ) -> PlannedRuns[RescaleResult]: ...
+        return _retried(retries, lambda: launch.compact(self, strategy=strategy, engine=engine))
 
     def rescale(
-        self, buckets: int, partitions: list[str] | None = None, engine: Engine | EngineChoice | str | None = None
-    ) -> RescaleResult | PlannedRuns[RescaleResult] | None:
+        self,
+        buckets: int,
+        partitions: list[str] | None = None,
+        engine: Engine | EngineChoice | str = EngineChoice.local,
+    ) -> PlannedRuns[RescaleResult]:
         """Rewrite every file group of the table (or of `partitions`, by path) into `buckets` buckets, as one
-        instant (pending rescales nobody runs go first); None when they already have that count. An engine name
-        launches it as `stitch rescale --engine ...` does (`stitchlake.jobs.launch.rescale`)."""
-        if isinstance(engine, str):
-            from stitchlake.jobs import launch
+        instant (pending rescales nobody runs go first), as `stitch rescale --engine E` does
+        (`stitchlake.jobs.launch.rescale`); `.done` is None when they already have that count."""
+        from stitchlake.jobs import launch
 
-            return launch.rescale(self, buckets, partitions=tuple(partitions or ()), engine=engine)
-        from stitchlake.services.rewrites.rescale import rescale
-
-        return rescale(self, buckets, partitions, _engine(engine))
-
-    @overload
-    def clean(
-        self, policy: str | None = None, retain: int | None = None, dry_run: bool = False, engine: Engine | None = None
-    ) -> CleanResult: ...
-
-    @overload
-    def clean(
-        self, policy: str | None = None, retain: int | None = None, dry_run: bool = False, *, engine: EngineChoice | str
-    ) -> JobRun[CleanResult]: ...
+        return launch.rescale(self, buckets, partitions=tuple(partitions or ()), engine=engine)
 
     def clean(
         self,
-        policy: str | None = None,
+        policy: CleanPolicy | str | None = None,
         retain: int | None = None,
         dry_run: bool = False,
-        engine: Engine | EngineChoice | str | None = None,
-    ) -> CleanResult | JobRun[CleanResult]:
-        """Roll back failed writes, then delete what the retention policy allows (as `stitch clean`). An engine
-        name launches it as `stitch clean --engine ...` does (`stitchlake.jobs.launch.launch`)."""
+        engine: Engine | EngineChoice | str = EngineChoice.local,
+    ) -> JobRun[CleanResult]:
+        """Roll back failed writes, then delete what the retention policy allows (as `stitch clean --engine E`)."""
+        from stitchlake.config.choices import clean_policy
         from stitchlake.jobs.requests import CleanRequest
 
-        if isinstance(engine, str):
-            from stitchlake.jobs.launch import launch
-
-            return launch(self, CleanRequest(policy, retain, dry_run), engine)
-        from stitchlake.jobs.run import run
-
-        done: CleanResult = run(self, CleanRequest(policy, retain, dry_run), _engine(engine))
-        return done
-
-    @overload
-    def erase(self, keys: pa.Table | str, purge: bool = False, engine: Engine | None = None) -> EraseResult: ...
-
-    @overload
-    def erase(
-        self, keys: pa.Table | str, purge: bool = False, *, engine: EngineChoice | str, retries: int = 0
-    ) -> JobRun[EraseResult]: ...
+        request = CleanRequest(clean_policy(policy) if policy else None, retain, dry_run)
+        return _launched(self, request, engine, 0)
 
     def erase(
         self,
         keys: pa.Table | str,
         purge: bool = False,
-        engine: Engine | EngineChoice | str | None = None,
+        engine: Engine | EngineChoice | str = EngineChoice.local,
         retries: int = 0,
-    ) -> EraseResult | JobRun[EraseResult]:
+    ) -> JobRun[EraseResult]:
         """Key-level erase of the given keys (an Arrow table of the key columns, or a Parquet, CSV or JSON-lines
-        file; see `stitchlake.services.rewrites.erase`). An engine name launches it as `stitch delete --engine ...` does
-        (`stitchlake.jobs.launch.launch`), again after a conflict up to `retries` times."""
-        if isinstance(engine, str):
-            return _retried(retries, lambda: _launch_erase(self, keys, purge, engine))
-        _no_retries(retries)
-        from stitchlake.services.rewrites.erase import erase, load_keys
-
-        wanted = load_keys(keys, self.storage_options) if isinstance(keys, str) else keys
-        return erase(self, wanted, purge, _engine(engine))
+        file; see `stitchlake.services.rewrites.erase`), as `stitch delete --engine E` does, again after a conflict
+        up to `retries` times."""
+        return _retried(retries, lambda: _launch_erase(self, keys, purge, engine))
 
     def savepoint(self, name: str | None = None, instant: str | None = None) -> Savepoint:
         """Pin the state as of a completed instant (default: the latest)."""

@@ -70,6 +70,13 @@ class CompactionStrategy(StrEnum):
     LOG_BYTES = "log_bytes"
 
 
+class SavepointAction(StrEnum):
+    """What a savepoint job does: pin the state as of an instant, or let a pinned state go."""
+
+    CREATE = "create"
+    DELETE = "delete"
+
+
 class PublishFormat(StrEnum):
     """Table formats other engines read: `stitch publish` writes the compacted state as one of them."""
 

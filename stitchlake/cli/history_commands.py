@@ -20,7 +20,7 @@ from stitchlake.cli.options import (
 )
 from stitchlake.cli.output import Report
 from stitchlake.errors import UsageError
-from stitchlake.vocabulary import EngineChoice
+from stitchlake.vocabulary import EngineChoice, SavepointAction
 
 if TYPE_CHECKING:
     pass
@@ -98,7 +98,7 @@ def savepoint_create_command(
     from stitchlake.jobs.requests import SavepointRequest
 
     handle = open_target(config, table)
-    request = SavepointRequest("create", name=name, instant=instant)
+    request = SavepointRequest(SavepointAction.CREATE, name=name, instant=instant)
     ran = launch_job(handle, request, engine)
     pinned = ran.result
     return Report(
@@ -151,7 +151,7 @@ def savepoint_delete_command(
     from stitchlake.jobs.requests import SavepointRequest
 
     handle = open_target(config, table)
-    request = SavepointRequest("delete", savepoint=name)
+    request = SavepointRequest(SavepointAction.DELETE, savepoint=name)
     ran = launch_job(handle, request, engine)
     return Report(ran.to_json(), message=f"deleted savepoint {name}")
 

@@ -27,6 +27,7 @@ from stitchlake.cli.options import (
     open_target,
 )
 from stitchlake.cli.output import Report
+from stitchlake.config.choices import CleanPolicy
 from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
 from stitchlake.jobs.requests import CleanRequest, EraseRequest, IngestRequest, StreamRequest
@@ -304,8 +305,7 @@ def clean_command(
     config: ConfigOption = None,
     table: TableOption = None,
     policy: Annotated[
-        str | None,
-        typer.Option("--policy", help="keep_latest_commits | keep_latest_file_versions | keep_latest_hours."),
+        CleanPolicy | None, typer.Option("--policy", help="What to keep (default: the config's clean.policy).")
     ] = None,
     retain: Annotated[int | None, typer.Option("--retain", min=1, help="Commits, versions or hours to keep.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would go; delete nothing.")] = False,

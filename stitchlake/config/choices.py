@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from stitchlake.errors import UsageError
+
 
 class NullsMode(StrEnum):
     """How a stream's null values merge: replace the whole group, or keep each column's newest non-null."""
@@ -45,6 +47,14 @@ class CleanPolicy(StrEnum):
     KEEP_LATEST_COMMITS = "keep_latest_commits"
     KEEP_LATEST_FILE_VERSIONS = "keep_latest_file_versions"
     KEEP_LATEST_HOURS = "keep_latest_hours"
+
+
+def clean_policy(value: CleanPolicy | str) -> CleanPolicy:
+    """`value` as a clean policy: anything else is refused (exit 2) before a clean touches anything."""
+    try:
+        return CleanPolicy(value)
+    except ValueError:
+        raise UsageError(f"clean policy {value!r} is not one of: {', '.join(CleanPolicy)}") from None
 
 
 class ValueFormat(StrEnum):

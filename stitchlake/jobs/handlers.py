@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import UsageError
 from stitchlake.jobs.requests import (
     ArchiveRequest,
     CleanRequest,
@@ -23,6 +22,7 @@ from stitchlake.services.undo import recovery, restore, rollback
 from stitchlake.services.upkeep import archive, clean, savepoint
 from stitchlake.services.writes import ingest
 from stitchlake.table.transaction import Transaction
+from stitchlake.vocabulary import SavepointAction
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
@@ -122,11 +122,9 @@ def run_rollback(table: TableHandle, request: RollbackRequest, engine: Engine, p
 
 
 def run_savepoint(table: TableHandle, request: SavepointRequest, engine: Engine, progress: Progress) -> Savepoint:
-    if request.action == "create":
+    if request.action is SavepointAction.CREATE:
         return savepoint.create(table, request.instant, request.name)
-    if request.action == "delete":
-        return savepoint.delete(table, request.savepoint or "")
-    raise UsageError(f"savepoint action {request.action!r} is not one of: create, delete")
+    return savepoint.delete(table, request.savepoint or "")
 
 
 def run_restore(table: TableHandle, request: RestoreRequest, engine: Engine, progress: Progress) -> RestoreResult:

@@ -21,6 +21,7 @@ from stitchlake.jobs.results import JobRun, PlannedRuns
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
 if TYPE_CHECKING:
+    from stitchlake.engine import Engine
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.services.rewrites.compaction import CompactionResult
     from stitchlake.services.rewrites.rescale import RescaleResult
@@ -33,6 +34,12 @@ RETRY_MAX_WAIT_S = 30.0
 #: Where progress lines go (a terminal's status line, a log); None: nowhere.
 Progress = Callable[[str], None] | None
 T = TypeVar("T")
+
+
+def _runner(engine: EngineChoice | str | Engine) -> EngineChoice | Engine:
+    """Where a job runs: an engine object (it runs the job in this process: a `SparkEngine` on a session the
+    caller made) as given; anything else as an engine choice (unknown names refused, exit 2)."""
+    return engine if not isinstance(engine, str) else engine_choice(engine)
 
 
 def engine_choice(name: EngineChoice | str) -> EngineChoice:
@@ -88,7 +95,7 @@ def target_args(table: TableHandle) -> list[str]:
 def execute(
     table: TableHandle,
     request: JobRequest[T],
-    engine: EngineChoice,
+    engine: EngineChoice | Engine,
     claim: Transaction | None = None,
     graceful_stop_s: float | None = None,
     progress: Progress = None,
@@ -104,7 +111,9 @@ def execute(
         from stitchlake.jobs.run import run
 
         started = time.time()
-        if engine is EngineChoice.spark:
+        if not isinstance(engine, str):  # an engine object: its session is this process's
+            ran = JobRun(request.job, run(table, request, engine), engine.name)
+        elif engine is EngineChoice.spark:
             from stitchlake.jobs.spark_submit import run_job
 
             submitted = run_job(table, request, target_args(table), progress, graceful_stop_s)
@@ -146,7 +155,7 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
 def launch(
     table: TableHandle,
     request: JobRequest[T],
-    engine: EngineChoice | str = EngineChoice.auto,
+    engine: EngineChoice | str | Engine = EngineChoice.auto,
     *,
     graceful_stop_s: float | None = None,
     progress: Progress = None,
@@ -154,15 +163,20 @@ def launch(
     """Run any job request on the engine chosen for it, as its `jobs.specs.JobSpec` says: the preflight's
     refusals and work estimate first (nothing to do: its result at once, engine `none`), `auto` by that estimate,
     a Spark-only job on Spark. A job with a claim (ingest) takes its instant before the JVM starts, so an
-    overlapping run is refused in well under a second, and it is undone if the job fails or is interrupted."""
+    overlapping run is refused in well under a second, and it is undone if the job fails or is interrupted. An
+    engine object runs the job in this process, on it."""
     from stitchlake.jobs.specs import spec_of
 
-    engine = engine_choice(engine)
+    runner = _runner(engine)
     spec = spec_of(request)
+    if spec.handler is None and not isinstance(runner, str):
+        raise UsageError(f"the {request.job} job runs only as a spark-submit job: give engine='spark'")
     found = spec.preflight(table, request)
     if found.idle:
         return JobRun(request.job, found.result, "none")
-    chosen = EngineChoice.spark if spec.handler is None else choose_engine(table, request, engine, found.work)
+    if not isinstance(runner, str):
+        return execute(table, request, runner, progress=progress)
+    chosen = EngineChoice.spark if spec.handler is None else choose_engine(table, request, runner, found.work)
     taken = spec.claim(table, request) if spec.claim is not None and chosen is EngineChoice.spark else None
     try:
         if taken is not None:
@@ -185,7 +199,7 @@ def compact(
     run_only: bool = False,
     instant: str | None = None,
     strategy: CompactionStrategy | str | None = None,
-    engine: EngineChoice | str = EngineChoice.auto,
+    engine: EngineChoice | str | Engine = EngineChoice.auto,
     progress: Progress = None,
 ) -> PlannedRuns[CompactionResult]:
     """Run pending compaction plans nobody runs (oldest first), then schedule and run a new one.
@@ -196,7 +210,7 @@ def compact(
     from stitchlake.jobs.requests import CompactRequest
     from stitchlake.services.rewrites import compaction
 
-    engine = engine_choice(engine)
+    runner = _runner(engine)
     if schedule_only and run_only:
         raise UsageError("--schedule and --run together is plain `stitch compact`; give one or neither")
     if instant and not run_only:
@@ -210,7 +224,7 @@ def compact(
     if not run_only and not schedule_only:
         # Plans left pending (an interrupted or crashed run, or `--schedule`) run first, oldest first: a plan
         # nobody runs would keep its file groups out of every new plan, and cron would compact nothing for good.
-        resumed = _resume_pending(table, engine, progress)
+        resumed = _resume_pending(table, runner, progress)
     if not run_only:
         planned = compaction.schedule(table, strategy)  # metadata only: never needs Spark
         if planned is None and not schedule_only:
@@ -222,12 +236,12 @@ def compact(
             return PlannedRuns(planned)
     elif instant is None and not compaction.pending_plans(table):
         return PlannedRuns()
-    last = launch(table, CompactRequest(instant=planned), engine, progress=progress)
+    last = launch(table, CompactRequest(instant=planned), runner, progress=progress)
     return PlannedRuns(None if run_only else planned, last, resumed)
 
 
 def _resume_pending(
-    table: TableHandle, engine: EngineChoice, progress: Progress
+    table: TableHandle, engine: EngineChoice | Engine, progress: Progress
 ) -> list[JobRun[CompactionResult | None]]:
     """Run each pending plan that no live process runs, each on the engine its size picks; a plan another
     process takes over meanwhile is left to it."""
@@ -254,7 +268,7 @@ def rescale(
     *,
     partitions: tuple[str, ...] = (),
     resume: bool = False,
-    engine: EngineChoice | str = EngineChoice.auto,
+    engine: EngineChoice | str | Engine = EngineChoice.auto,
     progress: Progress = None,
 ) -> PlannedRuns[RescaleResult]:
     """Run pending rescales nobody runs (oldest first), then plan and run one to `buckets` (of `partitions`, by
@@ -263,7 +277,7 @@ def rescale(
     from stitchlake.jobs.requests import RescaleRequest
     from stitchlake.services.rewrites import rescale as rescales
 
-    engine = engine_choice(engine)
+    runner = _runner(engine)
     if resume and (buckets is not None or partitions):
         raise UsageError("--resume runs a pending rescale as planned; it takes no --buckets or --partition")
     if not resume and buckets is None:
@@ -275,17 +289,17 @@ def rescale(
         # Edited first for the pending rescale `--resume` finishes: take it as `--buckets N` would.
         rescales.follow_a_config_edited_first(table, None)
     table.require()
-    resumed = _resume_rescales(table, engine, progress)
+    resumed = _resume_rescales(table, runner, progress)
     planned = None if buckets is None else rescales.schedule(table, buckets, list(partitions) or None)
     if planned is None:  # `resume`, nothing to do, or the rescale a crash left behind was this one
         return PlannedRuns.of_resumed(resumed)
-    last = launch(table, RescaleRequest(instant=planned), engine, progress=progress)
+    last = launch(table, RescaleRequest(instant=planned), runner, progress=progress)
     _follow(table, last.result)
     return PlannedRuns(planned, last, resumed)
 
 
 def _resume_rescales(
-    table: TableHandle, engine: EngineChoice, progress: Progress
+    table: TableHandle, engine: EngineChoice | Engine, progress: Progress
 ) -> list[JobRun[RescaleResult | None]]:
     """Run each pending rescale nobody runs (its process died, or it was only planned), oldest first."""
     from stitchlake.jobs.requests import RescaleRequest

@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from stitchlake.config.choices import CleanPolicy, clean_policy
+from stitchlake.errors import UsageError
+from stitchlake.vocabulary import SavepointAction
+
 if TYPE_CHECKING:
     from stitchlake.services.rewrites.compaction import CompactionResult  # noqa: F401 (named in the type arguments below)
     from stitchlake.services.rewrites.erase import EraseResult  # noqa: F401 (named in the type arguments below)
@@ -72,9 +76,14 @@ class RescaleRequest(JobRequest["RescaleResult | None"]):
 @dataclass(frozen=True)
 class CleanRequest(JobRequest["CleanResult"]):
     job: ClassVar[str] = "clean"
-    policy: str | None = None
+    policy: CleanPolicy | None = None
     retain: int | None = None
     dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked where it is built (the CLI, a scheduler), and a policy read back from JSON is a policy again.
+        if self.policy is not None:
+            object.__setattr__(self, "policy", clean_policy(self.policy))
 
 
 @dataclass(frozen=True)
@@ -97,14 +106,21 @@ class RollbackRequest(JobRequest["RollbackResult"]):
 
 @dataclass(frozen=True)
 class SavepointRequest(JobRequest["Savepoint"]):
-    """Create (`action="create"`) or delete (`"delete"`) a savepoint."""
+    """Create or delete (`action`) a savepoint."""
 
     job: ClassVar[str] = "savepoint"
     metadata_only: ClassVar[bool] = True
-    action: str = "create"
+    action: SavepointAction = SavepointAction.CREATE
     name: str | None = None
     instant: str | None = None
     savepoint: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "action", SavepointAction(self.action))
+        except ValueError:
+            known = ", ".join(SavepointAction)
+            raise UsageError(f"savepoint action {self.action!r} is not one of: {known}") from None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ by the table. Gathering a scan into one Arrow table (`read`) is the caller's cho
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -16,14 +15,13 @@ import pyarrow as pa
 
 from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
 from stitchlake.reading.changes import CHANGE_COLUMNS, change_scan, refuse_change_columns, split_change_filter
-from stitchlake.reading.filters import Filter, prune
+from stitchlake.reading.filters import prune
 from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import read_mode, resolve_time, snapshot_scan, wanted_columns
 from stitchlake.table.guards import undoes_history
 from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
-from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
@@ -31,40 +29,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def scan(
-    table: TableHandle,
-    mode: ReadMode | str = ReadMode.SNAPSHOT,
-    as_of: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    columns: Sequence[str] | None = None,
-    filter: Filter = None,
-    before_images: bool = False,
-) -> Scan:
-    """Plan a read (same arguments and rows as `read`) and return it as a stream of record batches, one file slice
-    (one file group for changes) at a time: memory bounded by the largest slices, not the table (design.md §7)."""
-    return plan(table, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
-
-
-def read(
-    table: TableHandle,
-    mode: ReadMode | str = ReadMode.SNAPSHOT,
-    as_of: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    columns: Sequence[str] | None = None,
-    filter: Filter = None,
-    before_images: bool = False,
-) -> pa.Table:
-    """Read the table into one Arrow table. See design.md §7 for the modes; `since`/`until` give the incremental view
-    (with `before_images`, an update is a `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the
-    deleted values). The result is whole in memory: `scan` streams the same rows slice by slice."""
-    return read_all(table, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
-
-
-def plan(table: TableHandle, options: ReadOptions) -> Scan:
-    """Plan a read and return it as a stream of record batches. Planning happens now (a bad argument or time is
-    refused here); rows are read when the scan is iterated, and every pass reads the same planned files."""
+def scan(table: TableHandle, options: ReadOptions = ReadOptions()) -> Scan:
+    """Plan a read and return it as a stream of record batches, one file slice (one file group for changes) at a
+    time: memory bounded by the largest slices, not the table (design.md §7). Planning happens now (a bad argument
+    or time is refused here); rows are read when the scan is iterated, and every pass reads the same planned files.
+    See design.md §7 for the modes; `since`/`until` give the incremental view (with `before_images`, an update is a
+    `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the deleted values)."""
     options = replace(options, mode=read_mode(options.mode))
     table.require()
     if options.as_of is not None and (options.since is not None or options.until is not None):
@@ -78,15 +48,15 @@ def plan(table: TableHandle, options: ReadOptions) -> Scan:
         return _plan(table, options)
 
 
-def read_all(table: TableHandle, options: ReadOptions) -> pa.Table:
-    """The planned read gathered into one Arrow table."""
+def read(table: TableHandle, options: ReadOptions = ReadOptions()) -> pa.Table:
+    """The rows `scan` streams, gathered into one Arrow table: whole in memory, which is the caller's choice."""
     try:
-        return plan(table, options).read_all(resume=False)
+        return scan(table, options).read_all(resume=False)
     except (DataFileMissing, HistoryMoved):
         # A clean may remove a slice between our planning and our reading (a compaction replaced it), an archive
         # or restore the instants we listed: plan the whole read again from the new timeline, so the rows are one
         # state of the table. A file still missing then is damage, and the second error says so.
-        return plan(table, options).read_all(resume=False)
+        return scan(table, options).read_all(resume=False)
 
 
 def _plan(table: TableHandle, options: ReadOptions) -> Scan:

@@ -50,9 +50,9 @@ def to_duckdb(
     clean` removed a file of that state plans those file groups again from the newer state."""
     import duckdb
 
-    from stitchlake.reading.reader import plan
+    from stitchlake.reading.reader import scan
 
-    rows = plan(table, options)
+    rows = scan(table, options)
     connection = connection if connection is not None else duckdb.connect()
     connection.register(name or table.config.table.name, rows)
     return connection
@@ -90,14 +90,14 @@ def results(
     import duckdb
     import pyarrow as pa
 
-    from stitchlake.reading.reader import plan
+    from stitchlake.reading.reader import scan
 
     if not sql.strip():
         raise UsageError("give a SQL query, e.g. stitch sql -c table.yaml 'SELECT count(*) FROM t'")
     _refuse_non_queries(sql)
     extra = {name: build() for name, build in (tables or {}).items() if _mentions(sql, name)}
     wanted = referenced_columns(sql, table, set(extra))
-    source = plan(table, options.with_columns(wanted))
+    source = scan(table, options.with_columns(wanted))
     try:
         try:
             connection, result = _execute(table, sql, source, batch_rows, extra)
@@ -105,7 +105,7 @@ def results(
             if wanted is None:
                 raise
             # A column the parse did not show us (a construct `referenced_columns` does not know): read them all.
-            source = plan(table, options.with_columns(None))
+            source = scan(table, options.with_columns(None))
             connection, result = _execute(table, sql, source, batch_rows, extra)
     except duckdb.BinderException as exc:
         raise UsageError(f"SQL: {exc}") from None

@@ -39,6 +39,7 @@ from stitchlake.io.published import (
     published_table_exists,
 )
 from stitchlake.paths import PUBLISHED_DIR
+from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.reader import read
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
@@ -173,7 +174,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
     source = txn.plan.source
     committed: list[int] = []
     try:
-        rows = read(table, mode=ReadMode.READ_OPTIMIZED, as_of=txn.time)
+        rows = read(table, ReadOptions(ReadMode.READ_OPTIMIZED, as_of=txn.time))
         publication = Publication(
             rows=rows,
             name=table.config.table.name,

@@ -66,7 +66,7 @@ def many_slices(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, list[E
     plan = ["orders", "payments", "shipments", "orders", "compact", "payments", "orders"]
     for step in plan:
         if step == "compact":
-            assert table.compact() is not None
+            assert table.compact().done is not None
             continue
         commit = len(completed) + 1
         new = _events(rng, step, commit, 300 if commit < 4 else 40)
@@ -372,7 +372,7 @@ def test_status_warns_about_file_groups_larger_than_compaction_max_file_group_mb
 
     # p=even rescaled on its own to 2 buckets, each base file still over the limit: the remedy starts from the
     # partition's 2 (a multiple of it, each old file group split whole), not from the table's count of 1.
-    assert table.rescale(2, partitions=["p=even"]) is not None
+    assert table.rescale(2, partitions=["p=even"]).done is not None
     report = status(table)
     assert report.partitions["p=even"].buckets == 2 and report.partitions["p=odd"].buckets == 1
     assert report.timeline.buckets == 1

@@ -180,9 +180,9 @@ def test_table_compact_and_inline_compaction_resume_pending_plans(landing: Path,
     # New logs for a new plan, written without an ingest (`Table.write` never compacts inline).
     orders = pq.read_table(landing / "orders" / "part-0001.parquet").slice(0, 500)
     table.write("orders", orders.select(["order_id", "order_date", "customer_id", "amount", "currency", "order_ts"]))
-    result = table.compact()
-    assert result is not None and [r.instant for r in result.resumed] == [second]
-    assert result.instant > str(second)
+    runs = table.compact()
+    assert [r.result.instant for r in runs.resumed if r.result is not None] == [second]
+    assert runs.done is not None and runs.done.instant > str(second)
     assert not table.timeline().pending()
 
 

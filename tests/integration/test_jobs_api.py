@@ -143,8 +143,6 @@ def test_a_conflict_is_run_again_up_to_the_retries_given(demo_data: Path, tmp_pa
         launch.with_retries(0, attempt)
     table = _table(tmp_path, demo_data / "landing")
     assert table.ingest("orders", engine="local", retries=2).result.instant, "no conflict: one run"
-    with pytest.raises(UsageError, match="retries go with an engine name"):
-        table.ingest("payments", retries=1)  # type: ignore[call-overload]  # the checker refuses it too
 
 
 def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted(

@@ -76,7 +76,7 @@ def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
         else:
             commit += 1
             keys = pa.table({"k": pa.array(arg, pa.int64())})
-            erased = table.erase(keys)
+            erased = table.erase(keys).result
             erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
             assert erased.completed is not None
             times.append((commit, erased.completed))

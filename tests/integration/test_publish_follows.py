@@ -49,14 +49,14 @@ def test_an_erase_republishes_every_published_format_and_purge_leaves_no_trace_o
     folders = [first["delta"]["location"], first["iceberg"]["table_location"].removeprefix("file://")]
     assert all(secret in files_text(folder) for folder in folders), "the test must see the value before"
 
-    erased = table.erase(erase_keys(1))
+    erased = table.erase(erase_keys(1)).result
     assert {r.format for r in erased.published} == {"delta", "iceberg"}
     again = {r.format: plain(r) for r in erased.published}
     assert delta_rows(again["delta"]) == current_rows(table) == rows_of(iceberg_table(again["iceberg"]).scan())
     assert 1 not in {row["k"] for row in current_rows(table)}
     assert 1 in {row["k"] for row in delta_rows(first["delta"], first["delta"]["version"])}, "time travel, no purge"
 
-    purged = table.erase(erase_keys(3), purge=True)
+    purged = table.erase(erase_keys(3), purge=True).result
     last = {r.format: plain(r) for r in purged.published}
     assert delta_rows(last["delta"]) == current_rows(table) == rows_of(iceberg_table(last["iceberg"]).scan())
     # The Delta table's history was cut at the purge's version (the numbers go on, see the zombie test below):
@@ -103,7 +103,7 @@ def test_one_failing_format_does_not_stop_the_other_and_the_next_compact_catches
     fixed["table"]["path"] = table.path
     path.write_text(yaml.safe_dump(fixed), encoding="utf-8")
     if caller == "api":
-        assert stitchlake.open(str(path)).compact() is None
+        assert stitchlake.open(str(path)).compact().done is None
         timeline = table.timeline()
         commits = [timeline.commit(i) for i in timeline.completed([Action.PUBLISH])]
         newest = [c for c in commits if isinstance(c, PublishCommit) and c.format == "iceberg"][-1]

@@ -115,10 +115,10 @@ def test_purge_after_a_rescale_reaches_every_layout_in_history(place: Place, par
     every = list(range(KEYS))
     times = [table.write("orders", orders(every, 1, partitioned)).completed]
     times.append(table.write("payments", payments(every, 1, partitioned)).completed)
-    compacted = table.compact()
+    compacted = table.compact().done
     assert compacted is not None
     times.append(table.write("orders", orders(every, 2, partitioned)).completed)  # logs under 1 bucket
-    rescaled = table.rescale(4)
+    rescaled = table.rescale(4).done
     assert rescaled is not None and rescaled.buckets == 4
     times.append(table.write("payments", payments(every, 2, partitioned)).completed)  # logs under 4 buckets
     erased = erased_keys()
@@ -135,7 +135,7 @@ def test_purge_after_a_rescale_reaches_every_layout_in_history(place: Place, par
             assert done.returncode == 0, done.stderr
             assert json.loads(done.stdout)["erased_keys"] == 1
         else:
-            result = table.erase(keys, purge=True)
+            result = table.erase(keys, purge=True).result
             assert result.erased_keys == 1, key
         assert not leftovers(table, [key]), f"key {key}: values left after its purge"
 

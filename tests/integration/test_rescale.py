@@ -144,7 +144,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
 
     before = history.expected()
     assert as_rows(table.read()) == before
-    done = table.rescale(5)
+    done = table.rescale(5).done
     assert done is not None and done.buckets == 5 and done.whole_table and done.previous == {"2": 2}
     cut = done.instant
     commit = rescale_commit(table, cut)
@@ -173,7 +173,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     assert {(b, g < 5) for _p, g, b in routed_by(table, last.requested)} == {(5, True)}
 
     # Clean after: the old layout's files go, reads as of before the rescale (and not pinned) are refused.
-    cleaned = table.clean(retain=1)
+    cleaned = table.clean(retain=1).result
     pinned_files = {path for _instant, saved in savepoints(table.timeline()) for path in saved.files}
     old = {f.path for f in table.view().live_files() if f.completed < cut and f.path not in pinned_files}
     assert cleaned.deleted and not old
@@ -200,7 +200,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
 
     # Archive after a rescale: the layout lives on in the checkpoint, and a fresh handle routes by it.
     delete_savepoint(table, "before")
-    again = table.rescale(3)
+    again = table.rescale(3).done
     assert again is not None and again.previous == {"2": 2}
     more = apply(table, plan_steps(4, 12), History(restored.events, restored.erases, [(10_000, fresh.completed or "")]))
     archived = table.archive()
@@ -219,7 +219,7 @@ def test_rescale_down_and_up_by_uneven_factors_reads_like_the_reference(tmp_path
     """4 -> 2 (new groups merge old ones) and 3 -> 8 (counts share no factor: every old group feeds every new one)."""
     table = new_table(tmp_path, buckets=start)
     history = apply(table, plan_steps(start * 10 + end, 10), History())
-    done = table.rescale(end)
+    done = table.rescale(end).done
     assert done is not None
     assert_keys_in_their_buckets(table, rescale_commit(table, done.instant))
     assert as_rows(table.read()) == history.expected()
@@ -248,7 +248,7 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
         history.events.append(Event("orders", (k, "odd"), {"amount": k, "status": "late", "ots": 9}, False, 500, pos))
     assert as_rows(table.read()) == history.expected()
 
-    done = table.rescale(4, ["p=even"])  # runs the pending plan first: nothing more to plan
+    done = table.rescale(4, ["p=even"]).done  # runs the pending plan first: nothing more to plan
     assert done is not None and done.instant == planned and not done.whole_table
     status = table.status()
     assert (status.partitions["p=even"].buckets, status.partitions["p=odd"].buckets) == (4, 2)
@@ -267,12 +267,12 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
     assert getattr(plan, "partitions", None) == {"p=odd": 2}, "only the partition not at 4 yet is rewritten"
     with pytest.raises(BusyError, match="nothing can be written right now"):
         table.write("orders", orders_batch([1]))
-    assert table.rescale(4) is not None
+    assert table.rescale(4).done is not None
     assert table.status().timeline.buckets == 4
     assert as_rows(table.read()) == history.expected()
     with pytest.raises(UsageError, match="no such partition"):
         rescaling.schedule(table, 2, ["p=neither"])
-    assert table.rescale(4) is None, "every partition has 4 buckets already"
+    assert table.rescale(4).done is None, "every partition has 4 buckets already"
 
 
 # ----------------------------------------------------------------------------------------------- the CLI
@@ -453,7 +453,7 @@ def test_spark_change_reads_across_a_rescale_equal_stitchlake_read(spark: Any, t
 
     table = new_table(tmp_path, buckets=2)
     history = apply(table, plan_steps(9, 6), History())
-    done = table.rescale(5)
+    done = table.rescale(5).done
     assert done is not None
     history = apply(table, plan_steps(10, 4), history)
     since, until = history.times[2][1], history.times[-1][1]

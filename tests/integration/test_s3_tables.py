@@ -107,7 +107,7 @@ def test_clean_savepoint_and_restore(place: Place) -> None:
     latest = as_rows(table.read())
     storage = table.storage
     data_before = {p for p in storage.walk_files() if not p.startswith(".stitch/")}
-    cleaned = table.clean(retain=1)
+    cleaned = table.clean(retain=1).result
     data_after = {p for p in storage.walk_files() if not p.startswith(".stitch/")}
     assert cleaned.deleted and data_after < data_before
     assert as_rows(table.read()) == latest
@@ -156,11 +156,11 @@ def test_ingest_from_landing_folders_is_exactly_once(place: Place) -> None:
     put_parquet(landing, "orders/2026/part-0001.parquet", batch(ORDERS, orders_rows(range(4))))
     put_parquet(landing, "orders/2026/part-0002.parquet", batch(ORDERS, orders_rows(range(2, 8), ots=2)))
     put_parquet(landing, "orders/_tmp/part-0003.parquet", batch(ORDERS, orders_rows(range(50, 60))))  # hidden
-    first = table.ingest("orders")
+    first = table.ingest("orders").result
     assert first.source_files == 2 and first.rows == 10
-    assert table.ingest("orders").source_files == 0  # nothing new: nothing ingested twice
+    assert table.ingest("orders").result.source_files == 0  # nothing new: nothing ingested twice
     put_parquet(landing, "orders/2026/part-0004.parquet", batch(ORDERS, orders_rows([1], ots=9)))
-    assert table.ingest("orders").source_files == 1
+    assert table.ingest("orders").result.source_files == 1
     rows = as_rows(table.read())
     assert sorted(k for k, _ in rows) == list(range(8))
     assert rows[(1, "odd")]["ots"] == 9 and rows[(3, "odd")]["ots"] == 2 and rows[(0, "even")]["ots"] == 1

@@ -544,7 +544,7 @@ def clean_history(table: Table, monkeypatch: pytest.MonkeyPatch) -> dict[str, In
     marks: dict[str, Instant] = {}
 
     def compact(name: str) -> None:
-        done = table.compact()
+        done = table.compact().done
         assert done is not None
         marks[name] = instant_at(table, done.instant)
 
@@ -796,7 +796,7 @@ def test_inline_compaction_runs_after_every_kind_of_ingest(tmp_path: Path) -> No
     write_spec(table, {"stream": "payments", "seed": 74, "lo": 0, "hi": 12, "size": 5})
     assert compactions() == 0, "a write is not an ingest: it never compacts, even when one is due"
     land(0)
-    inline = table.ingest("orders").compaction
+    inline = table.ingest("orders").result.compaction
     assert inline is not None and inline.instant and compactions() == 1  # 3 deltacommits: due
     land(1)
     assert stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")["compaction"] is None
@@ -847,7 +847,7 @@ def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) 
 
     for number in range(30):
         land(number)
-        assert table.ingest("orders", max_files=1).source_files == 1
+        assert table.ingest("orders", max_files=1).result.source_files == 1
     number = 0
     while len(table.timeline().completed()) < 500:
         number += 1
@@ -1030,7 +1030,7 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     small = {"lo": 0, "hi": 40, "size": 20}
     d1 = write_spec(table, {"stream": "orders", "seed": 1, **small})
     write_spec(table, {"stream": "payments", "seed": 2, **small})
-    c1 = table.compact()
+    c1 = table.compact().done
     assert c1 is not None
     d3 = write_spec(table, {"stream": "shipments", "seed": 3, **small})
     nowhere = "20000101000000000"

@@ -353,15 +353,14 @@ def history(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     times: dict[str, str] = {}
 
     def ingest(stream: str, number: int) -> str:
-        result = table.ingest(stream, [str(files[stream][number])])
+        result = table.ingest(stream, [str(files[stream][number])]).result
         assert result.source_files == 1
         return str(result.completed)
 
     times["first"] = ingest("orders", 0)
     ingest("payments", 0)
     ingest("shipments", 0)
-    compacted = table.compact()
-    assert compacted is not None
+    assert table.compact().done is not None
     times["compacted"] = str(table.timeline().latest_completed().completed)  # type: ignore[union-attr]
     ingest("orders", 1)
     times["before_erase"] = ingest("payments", 1)

@@ -54,7 +54,7 @@ def apply(table: Table, steps: list[tuple[str, Any]], history: History | None = 
             table.compact()
         else:
             commit += 1
-            erased = table.erase(pa.table({"k": pa.array(arg, pa.int64())}))
+            erased = table.erase(pa.table({"k": pa.array(arg, pa.int64())})).result
             history.erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
             assert erased.completed is not None
             history.times.append((commit, erased.completed))

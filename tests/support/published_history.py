@@ -59,7 +59,7 @@ def history(root: Path, place: dict[str, Any] | None = None, **publish: Any) -> 
     alter(altered)
     rows = batch(orders, [{"k": 7, "amount": 70, "status": "coupon", "ots": 9}])
     altered.write("orders", rows.append_column("coupon", pa.array(["XMAS"])))
-    assert altered.compact() is not None
+    assert altered.compact().done is not None
     return altered
 
 
@@ -174,7 +174,7 @@ def typed_history(
         ),
     )
     table.erase(erase_keys(5))
-    assert table.compact() is not None
+    assert table.compact().done is not None
     published = {"before_alter": {fmt: table.publish(fmt).to_json() for fmt in formats}}
     altered = Table(config(root, typed_document(place, True, formats=list(formats), **publish)))
     published["altered"] = _by_format(alter(altered).published)
@@ -183,14 +183,14 @@ def typed_history(
         {"k": 7, "amount": 70, "status": "coupon", "ots": 9, "coupon": "XMAS", **typed_values(7)},
     ]
     altered.write("orders", typed_orders(more, coupon=True))
-    compaction = altered.compact()
+    compaction = altered.compact().done
     assert compaction is not None
     published["compacted"] = _by_format(compaction.published)
-    published["current"] = _by_format(altered.erase(erase_keys(3)).published)
+    published["current"] = _by_format(altered.erase(erase_keys(3)).result.published)
     # Read before a purge: it makes the older states unreadable, in stitch as in the published tables.
     expected = {step: published_rows(altered, results[formats[0]]) for step, results in published.items()}
     if purge:
-        published["purged"] = _by_format(altered.erase(erase_keys(4), purge=True).published)
+        published["purged"] = _by_format(altered.erase(erase_keys(4), purge=True).result.published)
         expected["purged"] = published_rows(altered, published["purged"][formats[0]])
     for step, results in published.items():
         assert set(results) == set(formats), f"{step}: every format published"

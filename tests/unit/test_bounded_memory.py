@@ -111,12 +111,12 @@ def test_compaction_erase_and_rescale_run_file_groups_heavier_than_the_budget_on
         monkeypatch.setattr(engine_module, "LOCAL_BYTES_IN_FLIGHT", budget)
         WatchedPool.made.clear()
         if service == "compaction":
-            assert table.compact() is not None
+            assert table.compact().done is not None
         elif service == "erase":
-            erased = table.erase(pa.table({"k": pa.array(range(1, 321, 7), pa.int64())}))
+            erased = table.erase(pa.table({"k": pa.array(range(1, 321, 7), pa.int64())})).result
             assert erased.erased_keys > 0
         else:
-            result = table.rescale(16)
+            result = table.rescale(16).done
             assert result is not None and result.file_groups == 32
         [pool] = WatchedPool.made  # the service's one map over its file groups
         return pool, _sorted(table.read())

@@ -381,7 +381,7 @@ def test_timeline_show_after_writes(written: tuple[Table, list[Any]], config_fil
 def busy_timeline(written: tuple[Table, list[Any]]) -> tuple[Table, list[Any], str, str]:
     """The three writes, a compaction, then a pending (inflight) orders write and a requested payments write."""
     table, results = written
-    compaction = table.compact()
+    compaction = table.compact().done
     storage = table.storage
     inflight = write_inflight(
         storage, write_requested(storage, draw_time(storage), "deltacommit", DeltaCommitPlan(stream="orders"))

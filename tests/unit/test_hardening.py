@@ -107,7 +107,7 @@ def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_aft
     land(tmp_path, 0, [(1, 0, 10)])
     table.ingest("orders")
     land(tmp_path, 1, [(1, 1, 10)])
-    first = table.ingest("orders")
+    first = table.ingest("orders").result
     land(tmp_path, 2, [(1, 2, 10)])
     import stitchlake.engine as engine_module
 
@@ -170,7 +170,7 @@ def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Pa
     inner.write("payments", pa.table({"k": [7], "paid": [7.0], "pts": [1.0]}))
     os.rename(elsewhere / "inner", tmp_path / "table" / "inner")
     copied = sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file())
-    result = outer.clean()
+    result = outer.clean().result
     assert not result.orphans
     assert sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file()) == copied
     with pytest.raises(ConfigError, match="inside"):

@@ -7,24 +7,37 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import get_args
 
+import pyarrow as pa
+import pytest
+
+from stitchlake.config.choices import CleanPolicy
+from stitchlake.engine import LocalEngine
+from stitchlake.errors import UsageError
+from stitchlake.jobs.launch import launch
 from stitchlake.jobs.requests import (
     CleanRequest,
     CompactRequest,
     IngestRequest,
     RestoreRequest,
     SavepointRequest,
+    StreamRequest,
 )
-from stitchlake.jobs.results import plain
+from stitchlake.jobs.results import JobRun, PlannedRuns, plain
 from stitchlake.jobs.run import JOBS
-from stitchlake.jobs.specs import REQUESTS, decode, result_type
+from stitchlake.jobs.specs import REQUESTS, decode, from_json, result_type
 from stitchlake.services.publish import PublishDeferred, PublishResult
 from stitchlake.services.rewrites.compaction import CompactionResult
 from stitchlake.services.undo.restore import RestoreResult
 from stitchlake.services.upkeep.clean import CleanResult
 from stitchlake.services.writes.ingest import IngestResult
 from stitchlake.timeline.savepoints import Savepoint
+from stitchlake.vocabulary import SavepointAction
+from tests.support.tables import MODELS, batch, new_table
+
+ORDERS = MODELS[0]
 
 
 def test_job_results_survive_the_trip_through_the_result_file() -> None:
@@ -36,7 +49,7 @@ def test_job_results_survive_the_trip_through_the_result_file() -> None:
         (CompactRequest(), None),
         (IngestRequest("orders"), IngestResult("orders", "spark", "5", "6", offsets=["t/0:1-2"], timings={"x": 1.5})),
         (CleanRequest(), CleanResult("7", "keep_latest_commits", deleted=["a"], finished=["restore 1"])),
-        (SavepointRequest("create"), Savepoint("8", "before", "2", "1", 4)),
+        (SavepointRequest(SavepointAction.CREATE), Savepoint("8", "before", "2", "1", 4)),
         (RestoreRequest("before"), RestoreResult("9", "2", undone=["3"], deleted_files=1)),
     ]
     for request, result in cases:
@@ -57,3 +70,41 @@ def test_each_request_names_the_result_its_handler_returns() -> None:
             continue
         returned = {name.strip() for name in handler.__annotations__["return"].split("|")}
         assert named == returned, (request_class.__name__, declared, returned)
+
+
+def test_a_request_holds_its_choices_as_the_vocabulary_and_refuses_any_other_word() -> None:
+    """A clean policy or savepoint action is checked where the request is made (the CLI, a scheduler), before any
+    work; a request read back from its JSON (a spark-submit job's side) holds the same member again."""
+    sent = CleanRequest("keep_latest_hours", 6)  # type: ignore[arg-type]  # as JSON or a caller gives it
+    assert sent.policy is CleanPolicy.KEEP_LATEST_HOURS
+    assert from_json(json.loads(json.dumps(sent.to_json()))) == sent
+    assert from_json(json.loads(json.dumps(sent.to_json()))).policy is CleanPolicy.KEEP_LATEST_HOURS  # type: ignore[attr-defined]
+    assert SavepointRequest("delete", savepoint="before").action is SavepointAction.DELETE  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="clean policy 'keep_everything' is not one of: keep_latest_commits, "):
+        CleanRequest("keep_everything")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="savepoint action 'drop' is not one of: create, delete"):
+        SavepointRequest("drop")  # type: ignore[arg-type]
+
+
+def test_the_table_methods_return_one_shape_whatever_the_engine(tmp_path: Path) -> None:
+    """A job method returns its run on every engine: the default (this process), an engine name, or an `Engine`
+    object the caller made (its name says where it ran); the planning jobs return their runs."""
+    table = new_table(tmp_path)
+    table.write(ORDERS.name, batch(ORDERS, [{"k": k, "amount": k, "status": "new", "ots": 1} for k in range(8)]))
+
+    class Counted(LocalEngine):
+        name = "counted"
+
+    here = table.clean(retain=1)
+    assert isinstance(here, JobRun) and here.engine == "local" and isinstance(here.result, CleanResult)
+    compacted = table.compact(engine=Counted())
+    assert isinstance(compacted, PlannedRuns) and compacted.last is not None and compacted.last.engine == "counted"
+    assert compacted.done is not None and compacted.done.instant
+    assert table.compact().done is None, "nothing left to compact: no run"
+    erased = table.erase(pa.table({"k": pa.array([1, 2], pa.int64())}), engine="local")
+    assert isinstance(erased, JobRun) and erased.result.erased_keys == 2
+    rescaled = table.rescale(3, engine=Counted())
+    assert isinstance(rescaled, PlannedRuns) and rescaled.done is not None and rescaled.done.buckets == 3
+    assert sorted(table.read(columns=["k"]).column("k").to_pylist()) == [0, 3, 4, 5, 6, 7]
+    with pytest.raises(UsageError, match="the stream job runs only as a spark-submit job"):
+        launch(table, StreamRequest(ORDERS.name), Counted())

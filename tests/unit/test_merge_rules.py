@@ -128,7 +128,7 @@ class Scenario:
 
     def erase(self, keys: list[int]) -> Any:
         self._run_pending()  # an erase conflicts with a pending compaction of its file groups (design.md §6)
-        result = self.table.erase(pa.table({"k": pa.array(keys, pa.int64())}))
+        result = self.table.erase(pa.table({"k": pa.array(keys, pa.int64())})).result
         self._after_step()
         return result
 

@@ -85,7 +85,7 @@ def test_an_erase_while_a_publish_runs_leaves_it_to_that_publish(
     def erase_meanwhile(*args: Any, **kwargs: Any) -> Any:
         rows = original_read(*args, **kwargs)
         if not erasures:
-            erasures.append(table.erase(erase_keys(1), purge=True))
+            erasures.append(table.erase(erase_keys(1), purge=True).result)
         return rows
 
     monkeypatch.setattr(publish_module, "read", erase_meanwhile)
@@ -111,7 +111,7 @@ def test_an_erase_finds_a_published_format_whose_publishes_were_archived(tmp_pat
         table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
     assert table.archive(keep=2).archived
     assert not table.timeline().completed([Action.PUBLISH]), "the publish is archived"
-    erased = table.erase(erase_keys(2))
+    erased = table.erase(erase_keys(2)).result
     assert [r.format for r in erased.published] == ["delta"]
     assert delta_rows(result) == current_rows(table)
 
@@ -122,7 +122,7 @@ def test_a_restore_republishes_the_restored_state(tmp_path: Path) -> None:
     before = current_rows(table)
     more = batch(MODEL["orders"], [{"k": 8, "amount": 80, "status": "new", "ots": 9}])
     table.write("orders", more.append_column("coupon", pa.array(["LATER"])))
-    compacted = table.compact()
+    compacted = table.compact().done
     assert compacted is not None and delta_rows(plain(compacted.published[0])) != before
     restored = table.restore("before")
     (published,) = restored.published
@@ -151,7 +151,7 @@ def test_an_alter_republishes_its_schema_and_defaults_without_waiting_for_a_comp
     order = list(expected[0])
     assert DeltaTable(published["delta"]["location"]).schema().to_arrow().names == order
     assert [f.name for f in iceberg_table(published["iceberg"]).schema().fields] == order, "added columns in place"
-    assert altered.compact() is None, "nothing to compact: the alter itself republished"
+    assert altered.compact().done is None, "nothing to compact: the alter itself republished"
 
 
 def test_a_second_publish_of_a_format_waits_and_an_overtaken_one_publishes_nothing(
@@ -241,8 +241,8 @@ def test_clean_keeps_the_files_a_running_publish_reads(tmp_path: Path, monkeypat
         if not cleaned:
             more = batch(MODEL["orders"], [{"k": 2, "amount": 2222, "status": "later", "ots": 99}])
             table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
-            assert table.compact() is not None
-            cleaned.append(table.clean(policy="keep_latest_file_versions", retain=1))
+            assert table.compact().done is not None
+            cleaned.append(table.clean(policy="keep_latest_file_versions", retain=1).result)
         return original_read(*args, **kwargs)
 
     cleaned: list[Any] = []

@@ -70,7 +70,7 @@ def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recre
         while not is_expired(table.storage, txn.time, expire_s):
             assert time.monotonic() < deadline, "the frozen publish never looked dead"
             time.sleep(0.05)
-        purged.append(table.erase(erase_keys(1), purge=True))
+        purged.append(table.erase(erase_keys(1), purge=True).result)
 
     monkeypatch.setattr(publish_module, "_refuse_if_overtaken", frozen_after_the_check)
     with pytest.raises(ConflictError):

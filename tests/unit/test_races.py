@@ -194,7 +194,7 @@ def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them
         def write_stream(self, *args: Any, **kwargs: Any) -> Any:
             written = super().write_stream(*args, **kwargs)
             _dead(frozen)  # frozen past the heartbeat: a second ingest runs meanwhile
-            assert table.ingest("orders").source_files == 1
+            assert table.ingest("orders").result.source_files == 1
             return written
 
     with pytest.raises(ConflictError, match=r"part-0001\.parquet"):
@@ -227,7 +227,7 @@ def test_a_job_leaves_the_claim_it_was_handed_to_its_owner(tmp_path: Path) -> No
     assert [i.requested for i in table.timeline().pending()] == [owned.time]
     owned.abort()
     assert not any(table.storage.exists(path) for path in written) and not table.timeline().pending()
-    assert table.ingest("orders").source_files == 1
+    assert table.ingest("orders").result.source_files == 1
 
 
 def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> None:

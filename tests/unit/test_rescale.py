@@ -28,5 +28,5 @@ def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path
     with pytest.raises(BusyError, match=f"compaction {scheduled} is pending"):
         table.rescale(3)
     compaction.run(table, scheduled)
-    assert table.rescale(3) is not None
+    assert table.rescale(3).done is not None
     assert as_rows(table.read()) == history.expected()

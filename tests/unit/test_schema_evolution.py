@@ -168,6 +168,6 @@ def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path)
                 fastavro.writer(handle, fastavro.parse_schema(NESTED_AVRO), rows)
         table = stitchlake.open(write_table_yaml(root, document))
         table.init()
-        assert table.ingest("n").rows == 2, fmt
+        assert table.ingest("n").result.rows == 2, fmt
         got = {r["k"]: (r["tags"], r["info"]) for r in table.read(columns=["k", "tags", "info"]).to_pylist()}
         assert got == {1: (["x", "y"], {"x": 1, "y": "u"}), 2: ([], None)}, fmt

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import BusyError, NotFoundError, UsageError
+from stitchlake.errors import BusyError, UsageError
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.services.rewrites.pending import planned_bytes, unclaimed
+from stitchlake.services.rewrites.pending import planned_bytes, to_run, unclaimed
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -131,22 +131,12 @@ def compact_file_group(table: TableHandle, fslice: FileSlice, instant: str, mark
 def start_run(table: TableHandle, instant_time: str | None) -> tuple[Transaction, list[FileSlice]]:
     """Take a pending plan (the oldest if none is named), clear a crashed attempt's files, and return its work."""
     timeline = table.timeline()
+    hints = (
+        " (schedule one with `stitch compact --schedule`)",
+        "; `stitch compact --run` without an instant runs the oldest pending plan",
+    )
     pending = pending_plans(table, timeline)
-    if instant_time is None:
-        if not pending:
-            raise NotFoundError("no pending compaction plan to run (schedule one with `stitch compact --schedule`)")
-        instant = pending[0]
-    else:
-        found = timeline.get(instant_time)
-        if found is None or found.action != Action.COMPACTION:
-            plans = ", ".join(i.requested for i in pending) or "none"
-            raise NotFoundError(
-                f"{instant_time} is not a compaction on the timeline (pending plans: {plans}); "
-                "`stitch compact --run` without an instant runs the oldest pending plan"
-            )
-        if found.is_completed:
-            raise UsageError(f"compaction {instant_time} already completed at {found.completed}; nothing to run")
-        instant = found
+    instant = to_run(timeline, pending, instant_time, Action.COMPACTION, ("compaction plan", "plans"), hints)
     txn = Transaction.take_over(table, instant, "compaction")
     assert isinstance(txn.plan, CompactionPlan)
     return txn, list(txn.plan.operations)

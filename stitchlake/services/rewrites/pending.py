@@ -10,14 +10,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.timeline.metadata import RewritePlan
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
-    from stitchlake.timeline.instant import Instant
+    from stitchlake.timeline.instant import Action, Instant
     from stitchlake.timeline.timeline import Timeline
 
-__all__ = ["planned_bytes", "unclaimed"]
+__all__ = ["planned_bytes", "to_run", "unclaimed"]
 
 
 def planned_bytes(timeline: Timeline, pending: Sequence[Instant], instant_time: str | None = None) -> int:
@@ -35,3 +36,28 @@ def unclaimed(table: TableHandle, pending: Sequence[Instant]) -> list[Instant]:
     """The pending plans no live process runs (never started, or their run's heartbeat expired), in order."""
     expire = table.config.concurrency.heartbeat.expire_s
     return [instant for instant in pending if heartbeats.is_expired(table.storage, instant.requested, expire)]
+
+
+def to_run(
+    timeline: Timeline,
+    pending: Sequence[Instant],
+    instant_time: str | None,
+    action: Action,
+    names: tuple[str, str],
+    hints: tuple[str, str] = ("", ""),
+) -> Instant:
+    """The pending plan a run takes: `instant_time`, else the oldest. Refused: nothing pending, a time that is no
+    plan of `action`, a plan already completed. `names`: what one pending plan and several are called in the
+    messages; `hints` end the first two (how to make or pick one)."""
+    one, plural = names
+    if instant_time is None:
+        if not pending:
+            raise NotFoundError(f"no pending {one} to run{hints[0]}")
+        return pending[0]
+    found = timeline.get(instant_time)
+    if found is None or found.action != action:
+        listed = ", ".join(i.requested for i in pending) or "none"
+        raise NotFoundError(f"{instant_time} is not a {action} on the timeline (pending {plural}: {listed}){hints[1]}")
+    if found.is_completed:
+        raise UsageError(f"{action} {instant_time} already completed at {found.completed}; nothing to run")
+    return found

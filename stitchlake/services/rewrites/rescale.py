@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from stitchlake.checksums import digest
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import BusyError, NotFoundError, StitchError, UsageError
+from stitchlake.errors import BusyError, StitchError, UsageError
 from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
@@ -45,7 +45,7 @@ from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.services.rewrites.pending import planned_bytes, unclaimed
+from stitchlake.services.rewrites.pending import planned_bytes, to_run, unclaimed
 from stitchlake.table.guards import pending_rescales
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import HOLDS_FILE_GROUPS
@@ -283,18 +283,7 @@ def start_run(table: TableHandle, instant_time: str | None) -> tuple[Transaction
     """Take a pending rescale (the oldest if none is named), clear a crashed attempt's files, and return its plan."""
     timeline = table.timeline()
     pending = [i for i, _ in pending_rescales(timeline)]
-    if instant_time is None:
-        if not pending:
-            raise NotFoundError("no pending rescale to run")
-        instant = pending[0]
-    else:
-        found = timeline.get(instant_time)
-        if found is None or found.action != Action.RESCALE:
-            listed = ", ".join(i.requested for i in pending) or "none"
-            raise NotFoundError(f"{instant_time} is not a rescale on the timeline (pending rescales: {listed})")
-        if found.is_completed:
-            raise UsageError(f"rescale {instant_time} already completed at {found.completed}; nothing to run")
-        instant = found
+    instant = to_run(timeline, pending, instant_time, Action.RESCALE, ("rescale", "rescales"))
     txn = Transaction.take_over(table, instant, "rescale")
     assert isinstance(txn.plan, RescalePlan)
     return txn, txn.plan

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import delete_markers, instants_with_markers, marked_files
-from stitchlake.errors import UsageError
+from stitchlake.config.choices import CleanPolicy, clean_policy
 from stitchlake.layout.fsview import DataFile, FileSystemView
 from stitchlake.layout.names import BASE, LOG, parse_name
 from stitchlake.layout.partition import in_layout
@@ -30,8 +30,6 @@ from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
-
-POLICIES = ("keep_latest_commits", "keep_latest_file_versions", "keep_latest_hours")
 
 #: Deletes paths (the Spark engine distributes this; in-process it is a plain loop).
 Deleter = Callable[[list[str]], int]
@@ -58,9 +56,9 @@ def local_delete(table: TableHandle) -> Deleter:
     return run
 
 
-def retention_start(timeline: Timeline, policy: str, retain: int, now_ms: int | None = None) -> str | None:
+def retention_start(timeline: Timeline, policy: CleanPolicy, retain: int, now_ms: int | None = None) -> str | None:
     """The earliest time reads must still work at, for the time-based policies (None: keep everything)."""
-    if policy == "keep_latest_hours":
+    if policy is CleanPolicy.KEEP_LATEST_HOURS:
         return from_millis((now_millis() if now_ms is None else now_ms) - retain * 3_600_000)
     done = timeline.completed(WRITES_DATA)
     if len(done) <= retain:
@@ -133,13 +131,11 @@ def pending_rewrite_files(timeline: Timeline) -> set[str]:
     return out
 
 
-def plan(table: TableHandle, timeline: Timeline, view: FileSystemView, policy: str, retain: int) -> list[str]:
+def plan(table: TableHandle, timeline: Timeline, view: FileSystemView, policy: CleanPolicy, retain: int) -> list[str]:
     """Paths the policy allows deleting, in a stable order."""
-    if policy not in POLICIES:
-        raise UsageError(f"clean policy {policy!r} is not one of: {', '.join(POLICIES)}")
     groups = _by_group(view.live_files())
     doomed: list[DataFile] = []
-    if policy == "keep_latest_file_versions":
+    if policy is CleanPolicy.KEEP_LATEST_FILE_VERSIONS:
         for key, files in groups.items():
             doomed += _expendable_versions(files, retain, view.resets.get(key[0], []))
     else:
@@ -234,17 +230,14 @@ def _execute(table: TableHandle, txn: Transaction, deleter: Deleter | None) -> C
     return CleanResult(txn.time, str(plan.policy), list(plan.delete), list(plan.orphans))
 
 
-def checked_policy(table: TableHandle, policy: str | None) -> str:
+def checked_policy(table: TableHandle, policy: CleanPolicy | str | None) -> CleanPolicy:
     """The clean policy to apply; refused (exit 2) before anything is touched if it is not one."""
-    chosen = policy or table.config.clean.policy
-    if chosen not in POLICIES:
-        raise UsageError(f"clean policy {chosen!r} is not one of: {', '.join(POLICIES)}")
-    return chosen
+    return clean_policy(policy or table.config.clean.policy)
 
 
 def clean(
     table: TableHandle,
-    policy: str | None = None,
+    policy: CleanPolicy | str | None = None,
     retain: int | None = None,
     dry_run: bool = False,
     deleter: Deleter | None = None,
