@@ -822,6 +822,8 @@ class Results:
     s3: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     workloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: The report's header lines (`machine()`), taken when the run ended: `--from-json` shows the run's own.
+    header: list[str] = field(default_factory=list)
 
 
 def median(values: list[float]) -> float:
@@ -1149,7 +1151,7 @@ def machine() -> list[str]:
 def render(results: Results, arguments: str) -> str:
     sizes = results.sizes
     header = "| figure | " + " | ".join(f"{k:,} keys" for k in sizes) + " | target (smallest size) |"
-    lines = [BEGIN, "", *machine()]
+    lines = [BEGIN, "", *(results.header or machine())]
     for keys in sizes:
         stats = results.workloads[keys]
         events = ", ".join(f"{s} {n:,}" for s, n in stats["events"].items())
@@ -1212,6 +1214,7 @@ def results_from_json(saved: dict[str, Any]) -> Results:
         s3=saved["s3"],
         problems=list(saved["problems"]),
         workloads=by_size(saved["workloads"]),
+        header=list(saved.get("header", [])),
     )
 
 
@@ -1263,6 +1266,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_s3:
         run_s3(results, workdir, args.seed)
     shown = " ".join(argv if argv is not None else sys.argv[1:])
+    results.header = machine()
     if args.json:
         saved = {"arguments": shown, "results": asdict(results)}
         Path(args.json).write_text(json.dumps(saved, indent=1, default=str), encoding="utf-8")

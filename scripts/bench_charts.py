@@ -18,7 +18,23 @@ from pathlib import Path
 from typing import Any
 
 #: Colours of the systems and series, in order.
-COLOURS = ("#2f6fb3", "#e07b24", "#2e9e5b", "#c0392b", "#8e5ea2", "#16a2b8", "#b8860b", "#d6589f")
+#: Distinct enough for the widest chart (bench-scale's 12 steps): no two series of one chart share a colour.
+COLOURS = (
+    "#2f6fb3",
+    "#e07b24",
+    "#2e9e5b",
+    "#c0392b",
+    "#8e5ea2",
+    "#16a2b8",
+    "#b8860b",
+    "#d6589f",
+    "#7f7f7f",
+    "#17becf",
+    "#9acd32",
+    "#4b0082",
+    "#ff69b4",
+    "#8b4513",
+)
 DPI = 110
 
 

@@ -461,9 +461,10 @@ def rows_of(figures: dict[str, Any]) -> list[tuple[str, str, str, float | None]]
     return out
 
 
-def render(results: list[dict[str, Any]], arguments: str) -> str:
+def render(results: list[dict[str, Any]], arguments: str, header: list[str] | None = None) -> str:
+    """The block; `header`: the run's machine lines (default: this machine, now)."""
     sizes = [r["keys"] for r in results]
-    lines = [BEGIN, "", *bench.machine()]
+    lines = [BEGIN, "", *(header or bench.machine())]
     for figures in results:
         stats = figures["stats"]
         events = ", ".join(f"{s} {n:,}" for s, n in stats["events"].items())
@@ -574,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
-        block = with_charts(render(saved, " ".join(argv if argv is not None else sys.argv[1:])), saved, args)
+        if isinstance(saved, list):  # saved before the run's command and header were kept with it
+            saved = {"results": saved, "command": " ".join(argv if argv is not None else sys.argv[1:])}
+        runs = saved["results"]
+        block = with_charts(render(runs, saved["command"], saved.get("header")), runs, args)
         publish(Path(args.out), block)
         print(block)
         return 0
@@ -590,8 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = [run_size(keys, args, cores) for keys in sizes]
     shown = " ".join(argv if argv is not None else sys.argv[1:])
-    (workdir / "results.json").write_text(json.dumps(results, default=str), encoding="utf-8")
-    block = with_charts(render(results, shown), results, args)
+    header = bench.machine()
+    saved = {"command": shown, "header": header, "results": results}
+    (workdir / "results.json").write_text(json.dumps(saved, default=str), encoding="utf-8")
+    block = with_charts(render(results, shown, header), results, args)
     publish(Path(args.out), block)
     print(block)
     say(f"done in {time.perf_counter() - started:.0f} s; figures written to {args.out}")

@@ -23,6 +23,7 @@ def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp
     out.write_text(f"# Notes kept\n\n{bench.BEGIN}\nold figures\n{bench.END}\n\n## Analysis kept\n", encoding="utf-8")
     argv = module_argv("bench", "--sizes", "2000,4000", "--runs", "1")
     argv += ["--no-spark", "--no-metadata", "--workdir", str(tmp_path / "work"), "--out", str(out)]
+    argv += ["--json", str(tmp_path / "figures.json")]
     server = {  # the session's S3 server, not a second one
         "STITCH_S3_ENDPOINT": s3_server.endpoint,
         "STITCH_S3_ACCESS_KEY": s3_server.access_key,
@@ -43,6 +44,13 @@ def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp
     assert charts == ["bench/bench-time.png", "bench/bench-memory.png", "bench/bench-floor-ratios.png"], charts
     for chart in charts:
         assert_png(out.parent / chart)
+    # `--from-json` writes the run's own block again: its date, commit and command, not the re-render's.
+    again = tmp_path / "again.md"
+    again.write_text(f"{bench.BEGIN}\n{bench.END}\n", encoding="utf-8")
+    argv = [*module_argv("bench", "--from-json", str(tmp_path / "figures.json")), "--out", str(again)]
+    assert subprocess.run(argv, capture_output=True, timeout=300, check=False, env=env).returncode == 0
+    block = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
+    assert again.read_text(encoding="utf-8").split(bench.BEGIN, 1)[1].split(bench.END, 1)[0] == block
 
 
 def assert_png(path: Path) -> None:

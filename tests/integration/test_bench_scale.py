@@ -53,8 +53,15 @@ def test_bench_scale_runs_end_to_end_checks_the_truth_and_publishes_between_its_
     for chart in charts:
         assert_png(out.parent / chart)
 
-    results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    saved = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    results = saved["results"]
     assert [r["keys"] for r in results] == [1500, 3000]
+    # `--from-json` writes the run's own block again: its date, commit and command, not the re-render's.
+    again = tmp_path / "again.md"
+    again.write_text(f"{bench_scale.BEGIN}\n{bench_scale.END}\n", encoding="utf-8")
+    argv = [*module_argv("bench_scale", "--from-json", str(work / "results.json")), "--out", str(again)]
+    assert subprocess.run(argv, capture_output=True, timeout=300, check=False, env=child_env()).returncode == 0
+    assert again.read_text(encoding="utf-8").split(bench_scale.BEGIN, 1)[1].split(bench_scale.END, 1)[0] == block
     for figures in results:
         assert figures["stats"]["chunks"] == -(-figures["keys"] // 1000)  # generated in chunks
         assert figures["problems"] == []
