@@ -461,10 +461,10 @@ def rows_of(figures: dict[str, Any]) -> list[tuple[str, str, str, float | None]]
     return out
 
 
-def render(results: list[dict[str, Any]], arguments: str, header: list[str] | None = None) -> str:
-    """The block; `header`: the run's machine lines (default: this machine, now)."""
+def render(results: list[dict[str, Any]], arguments: str, machine: list[str] | None = None) -> str:
+    """The block; `machine`: the run's header lines (default: this machine, now)."""
     sizes = [r["keys"] for r in results]
-    lines = [BEGIN, "", *(header or bench.machine())]
+    lines = [BEGIN, "", *(machine or bench.machine())]
     for figures in results:
         stats = figures["stats"]
         events = ", ".join(f"{s} {n:,}" for s, n in stats["events"].items())
