@@ -26,11 +26,14 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scripts import ROOT, bench_charts
 from scripts import bench_workload as workload
 from scripts.machine import machine as machine_info
+
+if TYPE_CHECKING:
+    from stitchlake.api import Table
 
 BEGIN, END = "<!-- bench:figures:begin -->", "<!-- bench:figures:end -->"
 TIMELINE_INSTANTS = 10_000
@@ -86,7 +89,7 @@ def check(name: str, actual: Any, truth: Any, columns: list[str] | None = None) 
     return [f"{name}: {problem}" for problem in workload.differences(actual, truth, columns)]
 
 
-def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Any:
+def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Table:
     from stitchlake.api import Table
     from stitchlake.config import parse_config
 
@@ -99,7 +102,7 @@ def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Any:
     return table
 
 
-def open_table(path: Path) -> Any:
+def open_table(path: Path) -> Table:
     import stitchlake
 
     return stitchlake.open(str(path))
@@ -159,7 +162,8 @@ def measure_compaction(table_path: str, work: str, data: str, runs: int) -> dict
         table = open_table(copy)
         took, result = timed(table.compact)
         seconds.append(took)
-        rows = result.rows
+        assert result.done is not None, "the uncompacted table had nothing to compact"
+        rows = result.done.rows
     problems = check("compaction", open_table(copy).read(mode="read_optimized"), truth)
     return {"seconds": seconds, "rows": rows, "peak_mib": peak_mib(), "problems": problems, "table": str(copy)}
 

@@ -10,11 +10,12 @@ for its own. The S3 server (Ceph RGW, scripts/rgw.py, inside the `s3` host and r
 DNAT rule) and ZooKeeper (the `zk` host, 10.77.0.3:2181) live for the whole run; every round gets new writer
 hosts, a new bucket (or local folder) and a new table.
 
-A round: land a few CSV files per stream, start `stitch ingest` on writer host w1 with a fault point armed (the
-hook below stops the process there with SIGSTOP), inject the round's fault while it is stopped, resume it, run
-contenders on w2 (the same stream) and w3 (another stream, then `stitch compact`), heal after a while, then from
-the `ctl` host: `stitch clean` once heartbeats expired, re-run the ingests until nothing is left ("retried"
-writes), compact, and check.
+A round: land a few CSV files per stream, start the round's faulted command on writer host w1 with a fault point
+armed (the hook below stops the process there with SIGSTOP): `stitch ingest` in half the rounds, else `stitch
+compact` or `stitch clean` of a table the `ctl` host gave data first. Inject the round's fault while it is
+stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream, then `stitch compact`), heal
+after a while, then from the `ctl` host: `stitch clean` once heartbeats expired, re-run the ingests until nothing
+is left ("retried" writes), compact, and check.
 
 Faults (iptables in the writer's namespace; this kernel has no netem, so delay is a `tbf` throttle and loss an
 iptables `statistic` rule): cut from S3, from ZooKeeper, from both; asymmetric (packets to S3 larger than 1000
@@ -26,7 +27,8 @@ written), `publish` (about to write the completed instant, lock held), `heartbea
 
 The checker knows the table only through the CLI a client has (`stitch timeline show`, `stitch read`): the
 operation history is every command with its exit code and JSON answer. After healing it checks that every
-acknowledged write (exit 0 with an instant) is completed in the timeline with its rows; that completed
+acknowledged write (exit 0 with an instant) is completed in the timeline with its rows, and so is every instant
+an acknowledged compaction or clean reported; that completed
 deltacommits nobody acknowledged are no more than the writes whose outcome the client could not know (exit 1,
 killed); that each landing file's rows are in the table exactly once (per stream, the rows of completed
 deltacommits add up to the rows landed, and the snapshot holds exactly the landed keys and values); that no two
@@ -75,6 +77,9 @@ POINT_ENV = "STITCH_PARTITIONS_POINT"
 SIGNAL_DIR_ENV = "STITCH_PARTITIONS_DIR"
 PROVIDERS = ("filesystem", "zookeeper", "s3")
 POINTS = ("begin", "mark", "write", "publish", "heartbeat")
+#: The faulted command on w1: mostly an ingest; a compaction or a clean of a table that has data (their points:
+#: the same functions, for a clean only `begin` and `publish`; the others are counted as not reached).
+ACTORS = ("ingest", "ingest", "compact", "clean")
 NETWORK_FAULTS = ("cut_s3", "cut_zk", "cut_both", "asym_s3", "loss", "delay", "kill_zk", "kill_rgw")
 PROCESS_FAULTS = ("pause", "skew_ahead", "skew_behind")
 #: Which faults mean something for a provider: a table on local disk has no network path to cut.
@@ -485,12 +490,14 @@ def spark_read_main(argv: list[str]) -> None:
     JSON object {"ok", "records"} like `stitch read --json`."""
     from pyspark.sql import SparkSession
 
-    from stitchlake.jobs.spark_conf import DEFAULT_CONF
+    from stitchlake.jobs.spark_conf import DEFAULT_CONF, reader_conf
     from stitchlake.spark.session import register
 
     builder = SparkSession.builder.master("local[2]").appName("partitions")
     settings = {**DEFAULT_CONF, "spark.ui.enabled": "false", "spark.pyspark.python": sys.executable}
-    for key, value in settings.items():
+    # The reader a stitchlake session gets: the JVM reader (which hands an S3 table to the Python source when the
+    # session has no s3a file system, saying so).
+    for key, value in {**settings, **reader_conf(settings)}.items():
         builder = builder.config(key, value)
     session = register(builder.getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
@@ -529,11 +536,23 @@ class Op:
         value = self.answer.get("instant")
         return str(value) if value else None
 
+    def instants(self) -> list[str]:
+        """Every instant the answer says this command completed: an ingest's or a clean's, a compaction's run and
+        the pending plans it ran first (`stitch compact --json`: `result` and `resumed`)."""
+        if self.command != "compact":
+            return [self.instant] if self.instant else []
+        runs = [self.answer, *(self.answer.get("resumed") or [])]
+        return [
+            str(r["result"]["instant"])
+            for r in runs
+            if isinstance(r.get("result"), dict) and r["result"].get("instant")
+        ]
+
     @property
     def outcome(self) -> str:
         """ok (acknowledged), noop, failed (nothing was published, as the exit code says) or unknown."""
         if self.exit == 0:
-            return "ok" if self.instant or self.command != "ingest" else "noop"
+            return "ok" if self.instants() or self.command not in ACTORS else "noop"
         if self.exit in DEFINITE_FAILURES:
             return "failed"
         return "unknown"
@@ -555,6 +574,8 @@ class Stats:
     points: Counter[str] = dataclasses.field(default_factory=Counter)
     missed: Counter[str] = dataclasses.field(default_factory=Counter)
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: The faulted command of each round and how it ended, `actor:outcome`.
+    faulted: Counter[str] = dataclasses.field(default_factory=Counter)
     retried: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -565,6 +586,7 @@ class Stats:
             "points": dict(sorted(self.points.items())),
             "points_not_reached": dict(sorted(self.missed.items())),
             "writes": dict(sorted(self.outcomes.items())),
+            "faulted_commands": dict(sorted(self.faulted.items())),
             "retried_writes": self.retried,
             "violations": len(self.violations),
         }
@@ -721,13 +743,17 @@ class Round:
     point: str
     dir: Path
     config: Path
+    actor: str = "ingest"
     table: str = ""
     landed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     ops: list[Op] = dataclasses.field(default_factory=list)
     events: list[str] = dataclasses.field(default_factory=list)
 
     def describe(self) -> str:
-        return f"round {self.index} (seed {self.seed}): provider {self.provider}, {self.fault} at {self.point}"
+        return (
+            f"round {self.index} (seed {self.seed}): provider {self.provider}, {self.fault} at {self.point} of "
+            f"{self.actor}"
+        )
 
 
 def draw(seed: int, index: int, providers: Sequence[str]) -> tuple[int, str, str, str]:
@@ -736,6 +762,11 @@ def draw(seed: int, index: int, providers: Sequence[str]) -> tuple[int, str, str
     rng = random.Random(round_seed)
     provider = providers[index % len(providers)]
     return round_seed, provider, rng.choice(FAULTS[provider]), rng.choice(POINTS)
+
+
+def draw_actor(seed: int, index: int) -> str:
+    """The round's faulted command, drawn apart from its fault and point (a seed's faults replay as before)."""
+    return random.Random(f"{seed}:{index}:actor").choice(ACTORS)
 
 
 def write_config(round_: Round, table: str, lock: dict[str, Any]) -> None:
@@ -846,7 +877,9 @@ def play_round(run: Run, index: int, providers: Sequence[str]) -> Round:
     round_seed, provider, fault, point = draw(run.seed, index, providers)
     folder = run.workdir / f"round-{index:03d}"
     folder.mkdir(parents=True)
-    round_ = Round(index, round_seed, provider, fault, point, folder, folder / "parts.yaml")
+    round_ = Round(
+        index, round_seed, provider, fault, point, folder, folder / "parts.yaml", draw_actor(run.seed, index)
+    )
     if provider == "filesystem":
         table, lock = str(folder / "table"), {"provider": "filesystem"}
     else:
@@ -884,7 +917,7 @@ def _play(run: Run, round_: Round) -> None:
     else:
         extra[POINT_ENV] = round_.point
     faults = Faults(run, round_, "w1")
-    target = run.start(round_.index, "w1", "round", ["ingest", *cfg, "-s", "a", "--engine", "local"], extra)
+    target = run.start(round_.index, "w1", "round", _faulted_command(run, round_, cfg), extra)
     round_.ops.append(target)
     reached = skewed or wait_for_point(target, signal_dir)
     run.stats.faults[round_.fault] += 1
@@ -918,9 +951,25 @@ def _play(run: Run, round_: Round) -> None:
     for op in contenders:
         run.finish(op)
     run.finish(target)
+    run.stats.faulted[f"{round_.actor}:{target.outcome}"] += 1
     round_.ops.extend(contenders)
     round_.ops.append(run.run(round_.index, "w3", "round", ["compact", *cfg]))
     settle(run, round_)
+
+
+def _faulted_command(run: Run, round_: Round, cfg: list[str]) -> list[str]:
+    """The round's faulted command; a compaction or a clean first gets a table with data (from the ctl host):
+    logs of both streams to compact, or a compacted slice that a later compaction replaced, to clean."""
+    ingest = [["ingest", *cfg, "-s", stream, "--engine", "local"] for stream in STREAMS]
+    if round_.actor == "compact":
+        round_.ops.extend(run.batch(round_.index, "ctl", "setup", ingest))
+        return ["compact", *cfg, "--engine", "local"]
+    if round_.actor == "clean":
+        round_.ops.extend(run.batch(round_.index, "ctl", "setup", [*ingest, ["compact", *cfg]]))
+        land(round_, "a")
+        round_.ops.extend(run.batch(round_.index, "ctl", "setup", [ingest[0], ["compact", *cfg]]))
+        return ["clean", *cfg, "--retain", "1"]
+    return ["ingest", *cfg, "-s", "a", "--engine", "local"]
 
 
 def settle(run: Run, round_: Round) -> None:
@@ -961,15 +1010,13 @@ def check(run: Run, round_: Round, spark: bool = False) -> list[str]:
     """What a client may rely on after healing, judged from the operation history and the CLI's answers only
     (with `spark`, also from a Spark local[2] read of the table)."""
     violations: list[str] = []
-    answers = run.query(
-        round_.config,
-        [
-            ["timeline", "show", "-n", "0"],
-            ["read", "-n", "0"],
-            ["read", "-n", "0", "--mode", "read_optimized"],
-            ["read", "-n", "0", "--since", "20000101000000000"],
-        ],
-    )
+    try:
+        answers = run.query(
+            round_.config,
+            [["timeline", "show", "-n", "0"], ["read", "-n", "0"], ["read", "-n", "0", "--mode", "read_optimized"]],
+        )
+    except PartitionsError as exc:  # a table that no longer reads is the worst violation of all
+        return [f"the table cannot be read after healing: {exc}"]
     timeline = answers[0]["instants"]
     completed = [i for i in timeline if i.get("state") == "completed"]
     deltas = [i for i in completed if i.get("action") == "deltacommit"]
@@ -1009,6 +1056,12 @@ def check(run: Run, round_: Round, spark: bool = False) -> list[str]:
                     f"stream {stream}: deltacommits {first['instant']}..{first['completed']} and "
                     f"{second['instant']}..{second['completed']} overlap: two holders of the stream's claim committed"
                 )
+    done = {str(i["instant"]) for i in completed}
+    for op in round_.ops:
+        if op.command in ("compact", "clean") and op.outcome == "ok":
+            lost = [instant for instant in op.instants() if instant not in done]
+            if lost:
+                violations.append(f"acknowledged {op.command} lost: op {op.id} instant(s) {lost} not completed")
     want = expected_rows(round_)
     violations += _diff("snapshot", _rows(answers[1]), want)
     violations += _diff("read_optimized", _rows(answers[2]), want)
@@ -1016,10 +1069,23 @@ def check(run: Run, round_: Round, spark: bool = False) -> list[str]:
         newest = max(str(i["instant"]) for i in completed)
         as_of = run.query(round_.config, [["read", "-n", "0", "--as-of", newest]])[0]
         violations += _diff(f"as of {newest}", _rows(as_of), want)
-    violations += _diff("change feed", _rows(answers[3]), want)
+    feed = run.batch(
+        -1, "ctl", "check", [["read", "-n", "0", "--since", "20000101000000000", "-c", str(round_.config)]]
+    )
+    if feed[0].exit == 0:
+        violations += _diff("change feed", _rows(feed[0].answer), want)
+    elif feed[0].exit == 2 and "outside the retention" in str(feed[0].answer.get("error")) and cleaned(completed):
+        round_.events.append("the change feed from the start was refused: a clean removed older commits' files")
+    else:
+        violations.append(f"change feed: the read failed ({feed[0].exit}): {feed[0].answer.get('error')}")
     if spark:
         violations += _diff("Spark read", _rows(run.spark_read(round_.table)), want)
     return violations
+
+
+def cleaned(completed: list[dict[str, Any]]) -> bool:
+    """Whether a clean completed: only then may a read of older history be refused as outside the retention."""
+    return any(i.get("action") == "clean" for i in completed)
 
 
 def history(run: Run, round_: Round) -> str:

@@ -122,6 +122,34 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
     return [i for i in span if i.action in IN_CHANGE_FEED]
 
 
+def _refuse_cleaned(timeline: Timeline, view: FileSystemView, instants: list[Any], since: str | None) -> None:
+    """Refused (exit 2), as time travel is: a range holding commits whose files clean (or an erase's purge) has
+    removed. Their keys are read from those files, so the feed would be silently incomplete; the message names the
+    first `since` that can be read."""
+    gone = [i for i in instants if any(f.path in view.deleted for f in getattr(timeline.commit(i), "added_files", ()))]
+    if not gone:
+        return
+    last = gone[-1]
+    # A `since` must also have its own state kept: the first completion after the gone commits whose slices exist.
+    readable = next((i.completed for i in timeline.completed(since=last.completed) if _kept(view, i.completed)), None)
+    instead = f"Read changes since {readable} or later" if readable else "Read the table itself"
+    raise UsageError(
+        f"changes since {since or 'the first commit'} can no longer be read: the files of {len(gone)} commit(s) in "
+        f"that range were removed by clean or a purge, the last {last.action} {last.requested} (completed "
+        f"{last.completed}); that part of the history is outside the retention. {instead} (keep more with "
+        "clean.retain, or pin a savepoint)"
+    )
+
+
+def _kept(view: FileSystemView, as_of: str | None) -> bool:
+    """Whether the table's state as of `as_of` can still be read (no file of it cleaned or purged)."""
+    try:
+        view.latest_slices(as_of)
+    except UsageError:
+        return False
+    return True
+
+
 def _undoes_commits(plan: object) -> bool:
     return isinstance(plan, UndoPlan) and plan.undoes_commits
 
@@ -244,7 +272,9 @@ def change_parts(
         step = gcd(buckets, after_layout.buckets(partition))
         return any(int(group) % step == j % step for j in ids)
 
-    touched = _touched_keys(table, timeline, view, changed_instants(timeline, since, until), may_hold)
+    instants = changed_instants(timeline, since, until)
+    _refuse_cleaned(timeline, view, instants, since)
+    touched = _touched_keys(table, timeline, view, instants, may_hold)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
     for partition, keys in sorted(touched.items()):
         carried_all = pa.concat_tables(keys)

@@ -21,8 +21,10 @@ from scripts import child_env, partitions
 
 pytestmark = [pytest.mark.s3, pytest.mark.zookeeper]
 
-#: A seed whose first rounds cover every provider (the CI-sized run: one round each).
-CI_SEED = 11
+#: A seed whose first rounds cover every provider and each kind of faulted command (the CI-sized run: one round
+#: each): a clean paused past its lease on local disk, a compaction losing packets under ZooKeeper, an ingest cut
+#: from S3's uploads.
+CI_SEED = 4
 
 
 def _namespaces() -> set[str]:
@@ -97,6 +99,7 @@ def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds:
         assert not found, "\n".join([*found, partitions.history(run, round_)])
         assert any(op.outcome == "ok" for op in round_.ops if op.command == "ingest"), partitions.history(run, round_)
     assert [r.provider for r in rounds] == list(partitions.PROVIDERS)
+    assert {r.actor for r in rounds} == {"ingest", "compact", "clean"}, "the seed's rounds fault each kind of command"
     assert sum(run.stats.faults.values()) == len(rounds)
 
 
@@ -107,13 +110,16 @@ def test_the_checker_sees_a_lost_write_a_visible_failed_write_and_a_missing_land
     ok = next(op for op in round_.ops if op.outcome == "ok" and op.command == "ingest")
     lost = dataclasses.replace(ok, id=999, answer={**ok.answer, "instant": "20990101000000000"}, proc=None)
     told_failed = dataclasses.replace(ok, id=998, exit=3, proc=None)
+    compaction = {"result": {"instant": "20990101000000001"}, "resumed": [{"result": {"instant": "20990101000000002"}}]}
+    lost_compaction = dataclasses.replace(ok, id=997, command="compact", stream=None, answer=compaction, proc=None)
     landed = {stream: list(files) for stream, files in round_.landed.items()}
     landed[ok.stream].append(len(landed[ok.stream]))  # a landing file the table never got
     tampered = dataclasses.replace(
-        round_, ops=[*[op for op in round_.ops if op is not ok], lost, told_failed], landed=landed
+        round_, ops=[*[op for op in round_.ops if op is not ok], lost, told_failed, lost_compaction], landed=landed
     )
     found = "\n".join(partitions.check(run, tampered))
     assert "acknowledged write lost: op 999" in found
+    assert "acknowledged compact lost: op 997 instant(s) ['20990101000000001', '20990101000000002']" in found
     assert "a write that was told it failed is visible" in found
     assert f"stream {ok.stream}: completed deltacommits hold" in found
     assert "snapshot:" in found and "change feed:" in found and "read_optimized:" in found

@@ -39,6 +39,7 @@ import stitchlake
 from stitchlake.api import Table
 from stitchlake.cli.app import app
 from stitchlake.concurrency import heartbeat as heartbeats
+from stitchlake.errors import UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSlice
 from stitchlake.layout.names import BASE, LOG, file_group_id
@@ -1147,7 +1148,12 @@ def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(
     )
     # a clean with a bad policy is refused before it touches anything (not after finishing failed work)
     untouched = all_paths(root)
-    refused(cli("clean", *target, "--policy", "oldest", "--engine", "local"), 2, "is not one of")
+    bad_policy = cli("clean", *target, "--policy", "oldest", "--engine", "local")  # a choice the CLI parses
+    assert bad_policy.exit_code == 2 and "Invalid value for '--policy'" in bad_policy.stderr, bad_policy.stderr
+    assert "'keep_latest_commits', 'keep_latest_file_versions', 'keep_latest_hours'" in bad_policy.stderr
+    assert all_paths(root) == untouched
+    with pytest.raises(UsageError, match="clean policy 'oldest' is not one of: keep_latest_commits, "):
+        stitchlake.open(config).clean(policy="oldest")  # the library refuses it before anything is touched too
     assert all_paths(root) == untouched
     assert cli("rollback", *target, "--failed", "--engine", "local").exit_code == 0
     assert instant_at(table, crashed.time).is_completed

@@ -5,6 +5,7 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ from tests.integration.test_change_feed import (
     FEED,
     history,  # noqa: F401 (fixtures)
 )
+from tests.support.tables import MODELS, batch, new_table
 
 
 def by_key(rows: pa.Table) -> dict[int, list[dict[str, Any]]]:
@@ -66,3 +68,36 @@ def test_before_images_pair_each_update_with_the_row_as_of_since(history: tuple[
     assert sorted((r["k"], r["_op"]) for r in matched.to_pylist()) == [(1, "+U"), (1, "-U"), (3, "D")]
     with pytest.raises(UsageError, match="before_images is for change reads"):
         table.read(before_images=True)
+
+
+def test_a_change_read_reaching_into_cleaned_history_is_refused_and_names_the_first_time_that_reads(
+    tmp_path: Path,
+) -> None:
+    """Found by `make partitions` (seed 4, round 0): after `stitch clean` removed old commits' logs, a change read
+    from the start failed as a *missing file* (exit 1, "put the file back from a backup"), telling the operator the
+    table was damaged. It is the same refusal as time travel's (exit 2), naming the first `since` that can be read."""
+    table = new_table(tmp_path, buckets=1)
+    orders = MODELS[0]
+
+    def write(keys: range, ots: int) -> str:
+        done = table.write(orders.name, batch(orders, [{"k": k, "amount": k, "status": "a", "ots": ots} for k in keys]))
+        assert done.completed is not None
+        return done.completed
+
+    write(range(4), 1)
+    table.compact()
+    write(range(2, 6), 2)
+    compacted = table.compact().done
+    assert compacted is not None and compacted.completed is not None
+    assert table.clean(retain=1).result.deleted, "both commits' logs are outside the retention now"
+    third = write(range(5, 7), 3)
+    for since in ("20000101000000000", None):
+        with pytest.raises(UsageError) as refused:
+            table.read(since=since, until=third)
+        message = str(refused.value)
+        assert "can no longer be read" in message and "outside the retention" in message, message
+        # Not the second commit's time: its state (the first base and its logs) is cleaned too.
+        assert "the files of 2 commit(s)" in message, message
+        assert f"Read changes since {compacted.completed} or later" in message, message
+    later = by_key(table.read(since=compacted.completed))
+    assert sorted(later) == [5, 6] and {rows[0]["_commit_time"] for rows in later.values()} == {third}
