@@ -14,9 +14,13 @@ a JVM. `tests/integration/test_cli.py` checks that `--help` imports neither pysp
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import logging
+import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -228,10 +232,34 @@ def _terminate(signum: int, _frame: Any) -> None:
     raise Terminated(signal.Signals(signum).name)
 
 
+def run(args: list[str] | None = None) -> int:
+    """The command's exit code: the CLI in this process, as the console script runs it (`sys.argv` when `args` is
+    None), for callers that go on afterwards."""
+    try:
+        app(args=args, prog_name="stitch")
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return done.code or 0
+        print(done.code, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> None:
-    """The `stitch` console script. SIGTERM unwinds like Ctrl-C (see `Terminated`)."""
+    """The `stitch` console script. SIGTERM unwinds like Ctrl-C (see `Terminated`).
+
+    The process then ends without tearing the interpreter down (`os._exit`, after the atexit handlers and a flush):
+    a native thread pool destroyed at exit while one of its workers is alive aborts the process ("terminate called
+    without an active exception", apache/arrow#34314), which turned a refusal's exit 5 into a SIGABRT once under
+    load. The exit code is what schedulers and scripts act on; it must be the command's.
+    """
     signal.signal(signal.SIGTERM, _terminate)
-    app(prog_name="stitch")
+    code = run()
+    atexit._run_exitfuncs()  # logging's flush, temporary folders: what a normal exit would still do
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe (`stitch ... | head`) has nothing left to flush
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

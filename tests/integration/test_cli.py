@@ -93,6 +93,31 @@ def test_missing_table_exits_2_without_traceback(tmp_path: Path) -> None:
     assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
 
+#: The console script's `main()` in a process whose C-level exit handlers abort, as a native thread pool's
+#: destructor does when one of its workers is still alive at exit (apache/arrow#34314); and a Python atexit
+#: handler that must still run.
+ABORTING_AT_EXIT = """
+import atexit, ctypes, sys
+libc = ctypes.CDLL("libc.so.6")
+libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)  # how C++ registers static destructors
+atexit.register(lambda: print("atexit handlers ran", file=sys.stderr))
+from stitchlake.cli.app import main
+sys.argv = ["stitch", *sys.argv[1:]]
+main()
+"""
+
+
+def test_the_exit_code_survives_native_teardown_at_exit(tmp_path: Path) -> None:
+    """A refusal's exit 2 stays 2 (and its JSON is flushed) though tearing the process down would abort it: once,
+    under load, an ingest refused with exit 5 ended in SIGABRT at exit (`terminate called without an active
+    exception`) from a native thread pool's destructor."""
+    argv = [sys.executable, "-c", ABORTING_AT_EXIT, "read", "--table", str(tmp_path / "missing"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert json.loads(done.stdout)["ok"] is False
+    assert "atexit handlers ran" in done.stderr
+
+
 def test_timeline_show_json_from_the_console_script(written: tuple[Table, list[Any]], config_file: Path) -> None:
     done = run_process(
         "timeline", "show", "-c", str(config_file), "--json", "--stream", "orders", cwd=config_file.parent
