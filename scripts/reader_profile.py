@@ -185,8 +185,9 @@ def measure(spark: Any, label: str, frame: Callable[[], Any], runs: int) -> dict
 
 
 def first_read_parts(spark: Any, fmt: str, path: str) -> None:
-    """The session's first read of the table, in parts: `load()` (the table's schema: for the JVM reader, the
-    planner process starts here), planning the scan (the planner's plan), and running it into `noop`."""
+    """The session's first read of the table, in parts: `load()` (the table's schema, the planner's first answer;
+    the session started the planner process when it registered the source), planning the scan (the planner's
+    plan), and running it into `noop`."""
     from scripts import peer_job
 
     started = time.perf_counter()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+from enum import StrEnum
+from typing import TypeVar
 
 #: Environment variable that asks for tracebacks and every log line (secrets may show): any value but "" or "0".
 DEBUG_ENV = "STITCH_DEBUG"
@@ -56,6 +58,18 @@ class UsageError(StitchError):
     """Bad command-line usage or a refused operation that only a different request can fix (exit 2)."""
 
     exit_code = 2
+
+
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def one_of(kind: type[Choice], value: str, what: str) -> Choice:
+    """`value` as a member of `kind` (a read mode, a clean policy, ...); anything else is refused (exit 2) with the
+    words that would do, before any work."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise UsageError(f"{what} {value!r} is not one of: {', '.join(kind)}") from None
 
 
 class ConflictError(StitchError):

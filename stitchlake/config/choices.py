@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import one_of
 
 
 class NullsMode(StrEnum):
@@ -51,10 +51,7 @@ class CleanPolicy(StrEnum):
 
 def clean_policy(value: CleanPolicy | str) -> CleanPolicy:
     """`value` as a clean policy: anything else is refused (exit 2) before a clean touches anything."""
-    try:
-        return CleanPolicy(value)
-    except ValueError:
-        raise UsageError(f"clean policy {value!r} is not one of: {', '.join(CleanPolicy)}") from None
+    return one_of(CleanPolicy, value, "clean policy")
 
 
 class ValueFormat(StrEnum):

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from stitchlake.config.choices import CleanPolicy, clean_policy
-from stitchlake.errors import UsageError
+from stitchlake.errors import one_of
 from stitchlake.vocabulary import SavepointAction
 
 if TYPE_CHECKING:
@@ -116,11 +116,7 @@ class SavepointRequest(JobRequest["Savepoint"]):
     savepoint: str | None = None
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "action", SavepointAction(self.action))
-        except ValueError:
-            known = ", ".join(SavepointAction)
-            raise UsageError(f"savepoint action {self.action!r} is not one of: {known}") from None
+        object.__setattr__(self, "action", one_of(SavepointAction, self.action, "savepoint action"))
 
 
 @dataclass(frozen=True)

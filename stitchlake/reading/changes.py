@@ -123,10 +123,15 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
 
 
 def _refuse_cleaned(timeline: Timeline, view: FileSystemView, instants: list[Any], since: str | None) -> None:
-    """Refused (exit 2), as time travel is: a range holding commits whose files clean (or an erase's purge) has
-    removed. Their keys are read from those files, so the feed would be silently incomplete; the message names the
-    first `since` that can be read."""
-    gone = [i for i in instants if any(f.path in view.deleted for f in getattr(timeline.commit(i), "added_files", ()))]
+    """Refused (exit 2), as time travel is: a range holding deltacommits whose files clean (or an erase's purge)
+    has removed. `_touched_keys` reads their keys from those files (an erase's keys come from its own record), so
+    the feed would be silently incomplete; the message names the first `since` that can be read."""
+
+    def removed(instant: Any) -> bool:
+        commit = timeline.commit(instant)
+        return not isinstance(commit, EraseCommit) and any(f.path in view.deleted for f in commit.added_files)
+
+    gone = [i for i in instants if removed(i)]
     if not gone:
         return
     last = gone[-1]

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig
-from stitchlake.errors import DataFileMissing, HistoryMoved, StitchError, UsageError
+from stitchlake.errors import DataFileMissing, HistoryMoved, StitchError, UsageError, one_of
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import base_schema, evolve, log_schema, table_schema
 from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
@@ -34,10 +34,7 @@ if TYPE_CHECKING:
 
 def read_mode(mode: str) -> ReadMode:
     """A read mode named by a caller (the API, Spark's options), or UsageError naming the modes."""
-    try:
-        return ReadMode(mode)
-    except ValueError:
-        raise UsageError(f"mode {mode!r} is not one of: {', '.join(ReadMode)}") from None
+    return one_of(ReadMode, mode, "mode")
 
 
 # ------------------------------------------------------------------------------------------------ planning

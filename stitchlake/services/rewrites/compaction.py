@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import BusyError, UsageError
+from stitchlake.errors import BusyError, one_of
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
@@ -57,11 +57,7 @@ class CompactionResult:
 
 def check_strategy(strategy: CompactionStrategy | str) -> CompactionStrategy:
     """Refuse an unknown strategy before any work (a plain compact runs pending plans before it plans)."""
-    try:
-        return CompactionStrategy(strategy)
-    except ValueError:
-        known = ", ".join(CompactionStrategy)
-        raise UsageError(f"compaction strategy {strategy!r} is not one of: {known}") from None
+    return one_of(CompactionStrategy, strategy, "compaction strategy")
 
 
 def choose(
