@@ -8,14 +8,14 @@ the run (`JobRun`: result, where it ran, how long) or, for the jobs that plan, t
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from stitchlake.errors import UsageError
 from stitchlake.table.handle import TableHandle, open_table
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice, PublishFormat, ReadMode
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     import duckdb
     import pyarrow as pa
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from stitchlake.engine import Engine
     from stitchlake.jobs.requests import JobRequest
     from stitchlake.jobs.results import JobRun, PlannedRuns
+    from stitchlake.reading.options import ReadKeywords
     from stitchlake.reading.scan import Scan
     from stitchlake.services.inspect.status import StatusReport
     from stitchlake.services.publish import PublishResult
@@ -95,40 +96,22 @@ class Table(TableHandle):
 
         return write(self, stream, data, source=source, exclusive=exclusive, metadata=metadata)
 
-    def read(
-        self,
-        mode: ReadMode | str = ReadMode.SNAPSHOT,
-        as_of: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        columns: Sequence[str] | None = None,
-        filter: Any = None,
-        before_images: bool = False,
-    ) -> pa.Table:
+    def read(self, mode: ReadMode | str = ReadMode.SNAPSHOT, **options: Unpack[ReadKeywords]) -> pa.Table:
         """Read the table into one Arrow table (see `stitchlake.reading`): the whole result in memory, which is the
         caller's choice; `scan` streams the same rows one file slice at a time."""
         from stitchlake.reading.options import ReadOptions
         from stitchlake.reading.reader import read
 
-        return read(self, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
+        return read(self, ReadOptions(mode, **options))
 
-    def scan(
-        self,
-        mode: ReadMode | str = ReadMode.SNAPSHOT,
-        as_of: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        columns: Sequence[str] | None = None,
-        filter: Any = None,
-        before_images: bool = False,
-    ) -> Scan:
+    def scan(self, mode: ReadMode | str = ReadMode.SNAPSHOT, **options: Unpack[ReadKeywords]) -> Scan:
         """The rows `read` returns, as a stream of Arrow record batches one file slice at a time (memory bounded by
         the largest file groups, not the table): iterate it, take `.reader()`, or hand it to anything that reads
         the Arrow C stream interface (DuckDB, Polars, `pyarrow.parquet.ParquetWriter` via the reader)."""
         from stitchlake.reading.options import ReadOptions
         from stitchlake.reading.reader import scan
 
-        return scan(self, ReadOptions(mode, as_of, since, until, columns, filter, before_images))
+        return scan(self, ReadOptions(mode, **options))
 
     def publish(self, format: PublishFormat | str) -> PublishResult:
         """Publish the compacted state as the next version of a Delta Lake or Iceberg table (`services.publish`)."""

@@ -268,7 +268,9 @@ def read_command(
     wanted = split_columns(columns)
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
-    rows = handle.scan(mode, as_of, since, until, wanted, where or None, before_images)
+    rows = handle.scan(
+        mode, as_of=as_of, since=since, until=until, columns=wanted, filter=where or None, before_images=before_images
+    )
     return result_report(rows.schema, rows.batches(), limit, target)
 
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, UsageError
+from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, UsageError, one_of
 from stitchlake.jobs.results import JobRun, PlannedRuns
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
@@ -44,11 +44,7 @@ def _runner(engine: EngineChoice | str | Engine) -> EngineChoice | Engine:
 
 def engine_choice(name: EngineChoice | str) -> EngineChoice:
     """`name` as an engine choice; anything else is a usage error (exit 2)."""
-    try:
-        return EngineChoice(name)
-    except ValueError:
-        known = ", ".join(c.value for c in EngineChoice)
-        raise UsageError(f"unknown engine {name!r}: use one of {known}") from None
+    return one_of(EngineChoice, name, "engine")
 
 
 def choose_engine(

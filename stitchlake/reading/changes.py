@@ -219,22 +219,6 @@ def erased_keys(table: TableHandle, commit: EraseCommit) -> dict[tuple[str, str]
     return out
 
 
-def read_changes(
-    table: TableHandle,
-    timeline: Timeline,
-    view: FileSystemView,
-    since: str | None,
-    until: str | None,
-    wanted: list[str],
-    pruning: Pruning,
-    before_images: bool = False,
-) -> pa.Table:
-    """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
-    change-feed columns (`CHANGE_COLUMNS`); with `before_images`, see `read`."""
-    parts = [p for p in change_parts(table, timeline, view, since, until, wanted, pruning, before_images) if p.num_rows]
-    return pa.concat_tables(parts) if parts else _no_changes(table.config, wanted)
-
-
 def change_parts(
     table: TableHandle,
     timeline: Timeline,
@@ -245,8 +229,9 @@ def change_parts(
     pruning: Pruning,
     before_images: bool = False,
 ) -> Iterator[pa.Table]:
-    """`read_changes` one file group at a time: the keys the range touched are read first (keys only), then each
-    file group's two states are merged, diffed and handed on before the next one's."""
+    """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
+    change-feed columns (`CHANGE_COLUMNS`), one file group at a time: the keys the range touched are read first
+    (keys only), then each file group's two states are merged, diffed and handed on before the next one's."""
     config = table.config
     common = common_names(config)
     if until is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from stitchlake.vocabulary import ReadMode
 
@@ -30,3 +30,14 @@ class ReadOptions:
 
     def with_columns(self, columns: Sequence[str] | None) -> ReadOptions:
         return replace(self, columns=columns)
+
+
+class ReadKeywords(TypedDict, total=False):
+    """`ReadOptions` as keyword arguments (`Table.read(mode, as_of=...)`), typed once for every caller."""
+
+    as_of: str | None
+    since: str | None
+    until: str | None
+    columns: Sequence[str] | None
+    filter: Any
+    before_images: bool

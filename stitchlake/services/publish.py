@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency.heartbeat import is_expired
-from stitchlake.errors import BusyError, ConflictError, StitchError, UsageError
+from stitchlake.errors import BusyError, ConflictError, StitchError, UsageError, one_of
 from stitchlake.io.published import (
     PUBLISHERS,
     Publication,
@@ -104,11 +104,7 @@ def published_location(table: TableHandle, fmt: PublishFormat) -> str:
 
 
 def parse_format(value: str | PublishFormat) -> PublishFormat:
-    try:
-        return PublishFormat(value)
-    except ValueError:
-        known = ", ".join(f.value for f in PublishFormat)
-        raise UsageError(f"unknown publish format {value!r} (formats: {known})") from None
+    return one_of(PublishFormat, value, "publish format")
 
 
 def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:

@@ -1,7 +1,7 @@
 """Reading through the `stitchlake` data source: file slices planned on the driver, merged by the tasks.
 
 Each task calls the same core reader as `stitchlake.read`: `reader.read_slice` for snapshot and read-optimized
-reads, `reader.read_changes` (restricted to the task's file groups) for incremental ones. Input partitions are
+reads, `changes.change_parts` (restricted to the task's file groups) for incremental ones. Input partitions are
 packed by size the way Spark packs files (`maxPartitionBytes`, `openCostInBytes`, at least `minPartitions` when
 the data allows), so a small table is a handful of tasks and a large one keeps every core busy.
 """
@@ -211,7 +211,7 @@ class StitchReader(DataSourceReader):
         import pyarrow as pa
 
         from stitchlake.io.schemas import table_schema
-        from stitchlake.reading.changes import CHANGE_COLUMNS, read_changes
+        from stitchlake.reading.changes import CHANGE_COLUMNS, change_parts
 
         if not groups:
             return
@@ -223,17 +223,11 @@ class StitchReader(DataSourceReader):
             [*(schema.field(c) for c in self.columns), *(pa.field(c, pa.string()) for c in CHANGE_COLUMNS)]
         )
         for partition, group in groups:
-            rows = read_changes(
-                table,
-                timeline,
-                view,
-                self.since,
-                self.until,
-                self.columns,
-                self._pruning(partition, group),
-                self.before_images,
-            )
-            yield from rows.cast(wanted).to_batches(max_chunksize=65536)
+            pruning = self._pruning(partition, group)
+            for rows in change_parts(
+                table, timeline, view, self.since, self.until, self.columns, pruning, self.before_images
+            ):
+                yield from rows.cast(wanted).to_batches(max_chunksize=65536)
 
     def _pruning(self, partition: str, group: str) -> Pruning:
         """The read's filters, narrowed to one file group: its partition's values and its bucket."""

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from stitchlake.concurrency import conflicts
 from stitchlake.concurrency import heartbeat as heartbeats
@@ -60,6 +60,14 @@ log = logging.getLogger(__name__)
 ConflictCheck = Callable[[Timeline, Instant], None]
 
 
+class BeginOptions(TypedDict, total=False):
+    """What `Transaction.begin` passes on to `begin_planned` (see there)."""
+
+    exclusive_stream: str | None
+    heartbeat: bool
+    busy_check: Callable[[Timeline], None] | None
+
+
 def writer_info() -> WriterInfo:
     return WriterInfo(host=socket.gethostname(), pid=os.getpid(), started=time.time())
 
@@ -97,24 +105,10 @@ class Transaction:
 
     @classmethod
     def begin(
-        cls,
-        table: TableHandle,
-        action: Action,
-        content: Plan | None = None,
-        *,
-        exclusive_stream: str | None = None,
-        heartbeat: bool = True,
-        busy_check: Callable[[Timeline], None] | None = None,
+        cls, table: TableHandle, action: Action, content: Plan | None = None, **options: Unpack[BeginOptions]
     ) -> Transaction:
         """Draw a requested time and create the requested instant (see `begin_planned`)."""
-        txn = cls.begin_planned(
-            table,
-            action,
-            content,
-            exclusive_stream=exclusive_stream,
-            heartbeat=heartbeat,
-            busy_check=busy_check,
-        )
+        txn = cls.begin_planned(table, action, content, **options)
         assert txn is not None
         return txn
 
@@ -325,6 +319,16 @@ class Transaction:
         except Exception:  # cannot tell: report the original error
             return None
         return None if lost is None else self.refusal(lost)
+
+    def run_failed(self, error: BaseException) -> None:
+        """After a rewrite's run failed (any engine): stop its heartbeat, and raise the refusal when it was
+        superseded. Its heartbeat file may then be the new attempt's, so it stays."""
+        refused = self.refusal_after(error)
+        if self.heartbeat is not None:
+            self.heartbeat.stop(delete=refused is None)
+            self.heartbeat = None
+        if refused is not None:
+            raise refused from error
 
     def refusal(self, what: str) -> StitchError:
         """Superseded: nothing was published, so running again is safe (exit 3, as for any write conflict)."""

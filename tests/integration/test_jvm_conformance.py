@@ -28,7 +28,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import pyarrow as pa
 import pytest
@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stitchlake.api import Table
+from stitchlake.reading.options import ReadKeywords
 from stitchlake.spark import planner
 from tests.integration import test_merge_property as prop
 from tests.integration import test_schema_evolution as evolution
@@ -214,19 +215,10 @@ def compared(harness: Harness) -> Iterator[list[str]]:
     original = Table.read
     checked: list[str] = []
 
-    def read(
-        self: Table,
-        mode: str = "snapshot",
-        as_of: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        columns: Sequence[str] | None = None,
-        filter: Any = None,
-        before_images: bool = False,
-    ) -> pa.Table:
-        result = original(self, mode, as_of, since, until, columns, filter, before_images)
-        if since is None and until is None and filter is None:
-            check(harness, self, result, mode, as_of, columns)
+    def read(self: Table, mode: str = "snapshot", **options: Unpack[ReadKeywords]) -> pa.Table:
+        result = original(self, mode, **options)
+        if options.get("since") is None and options.get("until") is None and options.get("filter") is None:
+            check(harness, self, result, mode, options.get("as_of"), options.get("columns"))
             checked.append(mode)
         return result
 

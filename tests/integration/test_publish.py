@@ -83,7 +83,7 @@ def test_the_cli_publishes_on_demand_and_after_every_compaction(tmp_path: Path) 
     assert auto["version"] > first["version"] and auto["source"] > first["source"]
     assert rows_of(DeltaTable(auto["location"]).to_pyarrow_table()) == expected_rows(table, auto["source"])
     refused = run_stitch("publish", "-c", str(path), "--format", "parquet", "--json")
-    assert refused.returncode == 2 and "unknown publish format" in json.loads(refused.stdout)["error"]
+    assert refused.returncode == 2 and "is not one of: delta, iceberg" in json.loads(refused.stdout)["error"]
 
 
 @pytest.mark.s3

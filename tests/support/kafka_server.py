@@ -15,26 +15,20 @@ from collections.abc import Iterator
 import pytest
 
 from scripts import kafka_broker as kafka_broker_script
-from tests.support.session_servers import file_lock, session_owner, shared_root
+from tests.support.session_servers import serve
 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """'127.0.0.1:<port>' of a real Kafka broker that lives for the test session."""
-    external = os.environ.get("STITCH_KAFKA_BOOTSTRAP")
-    if external:
+    if external := os.environ.get("STITCH_KAFKA_BOOTSTRAP"):
         yield external
         return
-    root, shared = shared_root(tmp_path_factory)
-    workdir = root / "kafka"
-    try:
-        with file_lock(root / "kafka.lock"):
-            workdir.mkdir(exist_ok=True)
-            started = kafka_broker_script.start(workdir, watch_pid=session_owner(shared))
-    except kafka_broker_script.KafkaBrokerError as exc:
-        pytest.fail(f"could not start the Kafka broker:\n{exc}", pytrace=False)
-    try:
-        yield started.bootstrap
-    finally:
-        if not shared:
-            kafka_broker_script.stop(workdir)
+    yield from serve(
+        tmp_path_factory,
+        "kafka",
+        "the Kafka broker",
+        lambda workdir, owner: kafka_broker_script.start(workdir, watch_pid=owner).bootstrap,
+        kafka_broker_script.stop,
+        kafka_broker_script.KafkaBrokerError,
+    )

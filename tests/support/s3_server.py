@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from scripts import rgw  # scripts/rgw.py: start/stop the gateway, minimal signed S3 requests
-from tests.support.session_servers import file_lock, session_owner, shared_root
+from tests.support.session_servers import serve
 
 # With the AWS C++ SDK inside pyarrow 26, every pyarrow.fs.S3FileSystem write to Ceph 16's gateway fails
 # (UploadPart: 411 MissingContentLength) unless checksums are only sent when required. The SDK reads these
@@ -111,21 +111,15 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         rgw.ensure_installed()
     except rgw.RgwError as exc:
         pytest.skip(f"no S3 server available: {exc}")
-    root, shared = shared_root(tmp_path_factory)
-    workdir = root / "rgw"
-    # The watchdog outlives a killed run: under xdist it watches the controller, otherwise this pytest.
-    owner = session_owner(shared)
-    try:
-        with file_lock(root / "rgw.lock"):
-            workdir.mkdir(exist_ok=True)
-            started = rgw.start(workdir, watch_pid=owner)
-    except rgw.RgwError as exc:
-        pytest.fail(f"could not start the RADOS Gateway:\n{exc}", pytrace=False)
-    try:
+    for started in serve(
+        tmp_path_factory,
+        "rgw",
+        "the RADOS Gateway",
+        lambda workdir, owner: rgw.start(workdir, watch_pid=owner),
+        rgw.stop,
+        rgw.RgwError,
+    ):
         yield S3Server(started.endpoint, started.access_key, started.secret_key, started.region)
-    finally:
-        if not shared:
-            rgw.stop(workdir)
 
 
 def _bucket_name(nodeid: str) -> str:

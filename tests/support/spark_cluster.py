@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from scripts import spark_standalone as standalone
-from tests.support.session_servers import file_lock, session_owner, shared_root
+from tests.support.session_servers import serve
 
 WORKER_CORES = int(os.environ.get("STITCH_SPARK_WORKER_CORES", "6"))
 WORKER_MEMORY = os.environ.get("STITCH_SPARK_WORKER_MEMORY", "4g")
@@ -40,25 +40,20 @@ CLUSTER_APP_CONF = {
 @pytest.fixture(scope="session")
 def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """'spark://127.0.0.1:<port>' of a standalone cluster that lives for the test session."""
-    external = os.environ.get("STITCH_SPARK_MASTER")
-    if external:
+    if external := os.environ.get("STITCH_SPARK_MASTER"):
         yield external
         return
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Spark cluster: java is not on PATH")
-    root, shared = shared_root(tmp_path_factory)
-    workdir = root / "spark-cluster"
-    owner = session_owner(shared)
-    try:
-        with file_lock(root / "spark-cluster.lock"):
-            workdir.mkdir(exist_ok=True)
-            cluster = standalone.start(
+    yield from serve(
+        tmp_path_factory,
+        "spark-cluster",
+        "the Spark cluster",
+        lambda workdir, owner: (
+            standalone.start(
                 workdir, cores=WORKER_CORES, memory=WORKER_MEMORY, watch_pid=owner, default_cores=DEFAULT_APP_CORES
-            )
-    except standalone.SparkClusterError as exc:
-        pytest.fail(f"could not start the Spark cluster:\n{exc}", pytrace=False)
-    try:
-        yield cluster.master_url
-    finally:
-        if not shared:
-            standalone.stop(workdir)
+            ).master_url
+        ),
+        standalone.stop,
+        standalone.SparkClusterError,
+    )

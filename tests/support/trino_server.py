@@ -22,7 +22,7 @@ import pytest
 
 # scripts/trino_daemon.py: install, start, stop (not named `trino`: that is the PyPI client's module)
 from scripts import trino_daemon
-from tests.support.session_servers import file_lock, session_owner, shared_root
+from tests.support.session_servers import serve
 
 
 @dataclass(frozen=True)
@@ -71,20 +71,15 @@ def quote(value: str) -> str:
 @pytest.fixture(scope="session")
 def trino_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trino]:
     """A Trino server on 127.0.0.1 for the whole test session."""
-    external = os.environ.get("STITCH_TRINO_URI")
-    if external:
+    if external := os.environ.get("STITCH_TRINO_URI"):
         yield Trino(external.rstrip("/"))
         return
-    root, shared = shared_root(tmp_path_factory)
-    workdir = root / "trino"
-    try:
-        with file_lock(root / "trino.lock"):
-            workdir.mkdir(exist_ok=True)
-            started = trino_daemon.start(workdir, watch_pid=session_owner(shared))
-    except trino_daemon.TrinoError as exc:
-        pytest.fail(f"could not start Trino:\n{exc}", pytrace=False)
-    try:
-        yield Trino(started.uri)
-    finally:
-        if not shared:
-            trino_daemon.stop(workdir)
+    for uri in serve(
+        tmp_path_factory,
+        "trino",
+        "Trino",
+        lambda workdir, owner: trino_daemon.start(workdir, watch_pid=owner).uri,
+        trino_daemon.stop,
+        trino_daemon.TrinoError,
+    ):
+        yield Trino(uri)

@@ -125,7 +125,7 @@ def test_a_failed_publish_leaves_a_clean_timeline_and_nothing_compacted_is_refus
     empty.write("orders", batch(MODEL["orders"], [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
     with pytest.raises(UsageError, match="nothing is compacted yet"):
         empty.publish("delta")
-    with pytest.raises(UsageError, match="unknown publish format 'hudi'"):
+    with pytest.raises(UsageError, match="publish format 'hudi' is not one of: delta, iceberg"):
         empty.publish("hudi")
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the published tables should go")

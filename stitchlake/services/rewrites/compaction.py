@@ -149,22 +149,8 @@ def run(table: TableHandle, instant_time: str | None = None, engine: Engine | No
         )
         return finish(txn, files, operations)
     except BaseException as exc:
-        run_failed(txn, exc)
+        txn.run_failed(exc)
         raise
-
-
-def run_failed(txn: Transaction, exc: BaseException) -> None:
-    """After a compaction run failed (any engine): stop its heartbeat, and say so when it was superseded.
-
-    A run presumed dead while it ran (reset or taken over) finds its files vanish under it: that is a refusal
-    to publish, not "file not found". Its heartbeat file may then be the new attempt's, so it stays.
-    """
-    refused = txn.refusal_after(exc)
-    if txn.heartbeat is not None:
-        txn.heartbeat.stop(delete=refused is None)
-        txn.heartbeat = None
-    if refused is not None:
-        raise refused from exc
 
 
 def finish(txn: Transaction, files: list[DataFile], operations: list[FileSlice]) -> CompactionResult:

@@ -301,12 +301,7 @@ def run(table: TableHandle, instant_time: str | None = None, engine: Engine | No
         )
         return finish(txn, [f for files in done for f in files], plan)
     except BaseException as exc:
-        refused = txn.refusal_after(exc)
-        if txn.heartbeat is not None:
-            txn.heartbeat.stop(delete=refused is None)
-            txn.heartbeat = None
-        if refused is not None:
-            raise refused from exc
+        txn.run_failed(exc)
         raise
 
 
