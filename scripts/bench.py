@@ -111,6 +111,15 @@ def open_table(path: Path) -> Table:
 # ---------------------------------------------------------------------------- in-process figures (children)
 
 
+def write_batches(table: Table, loaded: workload.Workload) -> float:
+    """Seconds `Table.write` took for all of the workload's batches (the writes only, not the setup)."""
+    elapsed = 0.0
+    for stream, batch in loaded.batches:
+        took, _ = timed(partial(table.write, stream, batch))
+        elapsed += took
+    return elapsed
+
+
 def measure_ingest(data: str, tables: str, log_format: str, runs: int) -> dict[str, Any]:
     """All 12 batches through `Table.write`, a fresh table per run; the last run's table is kept for reads."""
     loaded = workload.load(Path(data), 0, 0)
@@ -118,11 +127,7 @@ def measure_ingest(data: str, tables: str, log_format: str, runs: int) -> dict[s
     table = None
     for _ in range(runs):
         table = new_table(Path(tables) / f"ingest-{log_format}", log_format)
-        elapsed = 0.0
-        for stream, batch in loaded.batches:
-            took, _ = timed(partial(table.write, stream, batch))
-            elapsed += took
-        seconds.append(elapsed)
+        seconds.append(write_batches(table, loaded))
     assert table is not None
     problems = check(f"ingest ({log_format})", table.read(), loaded.truth)
     return {"seconds": seconds, "peak_mib": peak_mib(), "problems": problems, "table": table.path}
@@ -693,11 +698,7 @@ def measure_s3_ingest(data: str, uri: str, env: dict[str, str], runs: int) -> di
     table = None
     for run in range(runs):
         table = new_s3_table(f"{uri}-{run}")
-        elapsed = 0.0
-        for stream, batch in loaded.batches:
-            took, _ = timed(partial(table.write, stream, batch))
-            elapsed += took
-        seconds.append(elapsed)
+        seconds.append(write_batches(table, loaded))
     assert table is not None
     problems = check("ingest (S3)", table.read(), loaded.truth)
     return {"seconds": seconds, "peak_mib": peak_mib(), "problems": problems, "table": table.path}
@@ -1243,14 +1244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-metadata", action="store_true", help="skip the 10,000-instant timeline figures")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 figures (they start a local S3 server)")
     parser.add_argument("--json", default=None, help="also write every figure as one JSON object to this path")
-    parser.add_argument(
-        "--from-json", default=None, help="only write the Markdown and charts of a saved --json report (no run)"
-    )
-    parser.add_argument("--charts", default=None, help="folder of the PNG charts (default: bench/ beside --out)")
-    parser.add_argument("--no-charts", action="store_true", help="draw no PNG charts")
+    bench_charts.add_arguments(parser, "--json report")
     args = parser.parse_args(argv)
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        saved = bench_charts.saved_report(args)
         loaded = results_from_json(saved["results"])
         block = with_charts(render(loaded, saved["arguments"]), loaded, args)
         publish(Path(args.out), block)

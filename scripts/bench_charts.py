@@ -13,6 +13,8 @@ its block, next to the tables:
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -160,6 +162,20 @@ BENCH_FIGURES = (
     ("read_optimized", "read-optimized read"),
     ("parquet_scan", "Parquet scan (floor)"),
 )
+
+
+def add_arguments(parser: argparse.ArgumentParser, saved: str) -> None:
+    """The options every benchmark with charts takes: re-render a saved report (`saved` names it), where the charts
+    go, or none."""
+    told = f"only write the Markdown and charts of a saved {saved} (no run)"
+    parser.add_argument("--from-json", default=None, help=told)
+    parser.add_argument("--charts", default=None, help="folder of the PNG charts (default: bench/ beside --out)")
+    parser.add_argument("--no-charts", action="store_true", help="draw no PNG charts")
+
+
+def saved_report(args: argparse.Namespace) -> Any:
+    """The report `--from-json` names, as JSON."""
+    return json.loads(Path(args.from_json).read_text(encoding="utf-8"))
 
 
 def bench(figures: Mapping[int, Mapping[str, Any]], folder: Path, prefix: str = "bench") -> list[tuple[str, Path]]:

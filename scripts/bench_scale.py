@@ -567,14 +567,10 @@ def main(argv: list[str] | None = None) -> int:
         "--engine", choices=sorted(ENGINES), default="spark", help="ingest, compaction, rescale: spark or in-process"
     )
     parser.add_argument("--no-spark-read", action="store_true", help="skip the Spark read of the uncompacted table")
-    parser.add_argument(
-        "--from-json", default=None, help="only write the Markdown and charts of a saved results.json (no run)"
-    )
-    parser.add_argument("--charts", default=None, help="folder of the PNG charts (default: bench/ beside --out)")
-    parser.add_argument("--no-charts", action="store_true", help="draw no PNG charts")
+    bench_charts.add_arguments(parser, "results.json")
     args = parser.parse_args(argv)
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        saved = bench_charts.saved_report(args)
         if isinstance(saved, list):  # saved before the run's command and header were kept with it
             saved = {"results": saved, "command": " ".join(argv if argv is not None else sys.argv[1:])}
         runs = saved["results"]

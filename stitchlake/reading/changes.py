@@ -43,24 +43,20 @@ ERASE_LABEL = "erase"
 
 
 def change_scan(
-    table: TableHandle,
-    timeline: Timeline,
-    view: FileSystemView,
-    since: str | None,
-    until: str | None,
+    config: TableConfig,
     wanted: list[str],
-    pruning: Pruning,
-    before_images: bool,
+    changes: Callable[[], Iterator[pa.Table]],
     on_changes: Sequence[Condition],
     asked: list[str] | None,
 ) -> Scan:
-    """An incremental read, planned: `change_parts` of (since, until], one file group at a time."""
-    schema = _no_changes(table.config, wanted).schema
+    """An incremental read, planned: `changes()` (`change_parts` of (since, until], one file group at a time), the
+    conditions on the change columns checked on its rows, the `asked` columns kept."""
+    schema = _no_changes(config, wanted).schema
     if asked is not None:
         schema = pa.schema([schema.field(name) for name in asked])
 
     def parts(_resume: bool) -> Iterator[pa.Table]:
-        for out in change_parts(table, timeline, view, since, until, wanted, pruning, before_images):
+        for out in changes():
             for condition in on_changes:
                 out = out.filter(condition.expression(pa.string()))
             yield out if asked is None else out.select(asked)

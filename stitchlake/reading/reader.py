@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
-from stitchlake.reading.changes import CHANGE_COLUMNS, change_scan, refuse_change_columns, split_change_filter
+from stitchlake.reading.changes import (
+    CHANGE_COLUMNS,
+    change_parts,
+    change_scan,
+    refuse_change_columns,
+    split_change_filter,
+)
 from stitchlake.reading.filters import prune
 from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.scan import Scan
@@ -24,6 +30,8 @@ from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from stitchlake.table.handle import TableHandle
 
 log = logging.getLogger(__name__)
@@ -73,18 +81,15 @@ def _plan(table: TableHandle, options: ReadOptions) -> Scan:
         table = table.at_time(end)  # changes are shown with the columns of their end
         table_filter, on_changes = split_change_filter(filter)
         asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
-        return change_scan(
-            table,
-            timeline,
-            view,
-            resolve_time(table, timeline, since, since=True),
-            end,
-            wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns),
-            prune(table.config, table_filter),
-            before_images,
-            on_changes,
-            asked,
-        )
+        start = resolve_time(table, timeline, since, since=True)
+        wanted = wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns)
+        pruning = prune(table.config, table_filter)
+        ended = table
+
+        def changes() -> Iterator[pa.Table]:
+            return change_parts(ended, timeline, view, start, end, wanted, pruning, before_images)
+
+        return change_scan(table.config, wanted, changes, on_changes, asked)
     refuse_change_columns(columns, filter, as_of)
     at = resolve_time(table, timeline, as_of)
     table = table.at_time(at)  # time travel shows the columns of its time

@@ -37,8 +37,8 @@ import stitchlake
 from stitchlake.checksums import seal, unseal
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
+from tests.support.cli import console
 
-STITCH = Path(sys.executable).parent / "stitch"
 LOCKS = ".stitch/locks/"
 HEARTBEATS = ".stitch/heartbeats/"
 
@@ -76,23 +76,8 @@ CONFIG: dict[str, Any] = {
 def stitch(
     *args: str, cwd: Path, env: dict[str, str | None] | None = None, runner: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """The real console script; `env` adds to (or, with value None, removes from) the environment; `runner` is a
-    command that runs it (e.g. `UNPRIVILEGED`)."""
-    environment = {**os.environ, "COLUMNS": "200"}
-    for name, value in (env or {}).items():
-        if value is None:
-            environment.pop(name, None)
-        else:
-            environment[name] = value
-    return subprocess.run(
-        [*runner, str(STITCH), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=environment,
-        check=False,
-    )
+    """The real console script (`tests.support.cli.console`); `runner` is e.g. `UNPRIVILEGED`."""
+    return console(*args, cwd=cwd, env=env, runner=runner, timeout=600)
 
 
 #: Runs a command without the capabilities that let root ignore file permissions, so a test of "permission denied"

@@ -7,7 +7,6 @@ The part that starts the CLI, Spark, a server or other processes, or runs long (
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,25 +14,15 @@ from typing import Any
 
 import stitchlake
 from stitchlake.api import Table
+from tests.support.cli import console
 from tests.unit.test_cli import ORDERS, PAYMENTS, SHIPMENTS, config_file, run, table, written  # noqa: F401 fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-STITCH = Path(sys.executable).parent / "stitch"
-
-
 def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real console script, as cron or Airflow would run it."""
-    return subprocess.run(
-        [str(STITCH), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
+    return console(*args, cwd=cwd, env=env, timeout=600)
 
 
 def test_version_and_help_from_the_console_script(tmp_path: Path) -> None:

@@ -250,6 +250,17 @@ HISTORY_EXAMPLES = max(1, EXAMPLES - STEPS_EXAMPLES)
 LOG_FORMATS = st.sampled_from(["parquet", "avro"])
 
 
+def in_scratch(harness: Harness, history: Callable[[Path], object]) -> None:
+    """Run a generated history in a scratch folder (not pytest's: the examples are many), every read compared."""
+    root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
+    try:
+        with compared(harness) as checked:
+            history(root)
+        assert checked
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @settings(max_examples=STEPS_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
 @given(plan=prop.steps(), log_format=LOG_FORMATS)
 def test_generated_tables_with_deletes_erases_ties_and_time_travel_match(
@@ -258,13 +269,7 @@ def test_generated_tables_with_deletes_erases_ties_and_time_travel_match(
     """Random writes to an ordered, a nulls: ignore and a commit-time stream (deletes in each, ties), compactions
     and key erases, Parquet or Avro logs; every read (each compaction's before and after, every as-of time)
     compared."""
-    root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
-    try:
-        with compared(harness) as checked:
-            prop.run_steps(root, plan, log_format)
-        assert checked
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    in_scratch(harness, lambda root: prop.run_steps(root, plan, log_format))
 
 
 @settings(max_examples=HISTORY_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -273,13 +278,7 @@ def test_generated_tables_across_alters_match(harness: Harness, plan: list[tuple
     """Random writes, compactions and alters (an added column with a default, an int widened to long, a stream
     added and one dropped, a dropped column, a changed default), text and decimal orderings, nested columns, Parquet
     or Avro logs; every read under each schema version compared."""
-    root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
-    try:
-        with compared(harness) as checked:
-            evolution.run_history(root, plan, log_format)
-        assert checked
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    in_scratch(harness, lambda root: evolution.run_history(root, plan, log_format))
 
 
 # ------------------------------------------------------------------------------------------------ types and values

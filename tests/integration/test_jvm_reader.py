@@ -24,7 +24,7 @@ from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 from tests.support.jvm_session import JvmError, JvmSession, jvm_session
 from tests.support.spark_native_reader import decode
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
+from tests.support.tables import MODELS, THREE_STREAMS, batch, evolved_table, new_table
 
 #: Every test here starts a JVM (Spark or the merge harness).
 pytestmark = pytest.mark.spark
@@ -338,27 +338,13 @@ def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
     jvm: JvmSession, tmp_path: Path
 ) -> None:
     import pyarrow as pa
-    import yaml
 
-    import stitchlake
-    from stitchlake.services.upkeep.alter import alter
+    def before(table: Table) -> None:
+        table.write("a", pa.table({"k": [1, 2, 3], "v": pa.array([1, 2, None], pa.int32()), "s": ["x", "y", None]}))
+        table.write("gone", pa.table({"k": [1, 4], "g": [5, 6]}))
+        table.compact()
 
-    document: dict[str, Any] = {
-        "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
-        "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
-    }
-    config = write_table_yaml(tmp_path, document, "t.yaml")
-    table = stitchlake.open(config)
-    table.init()
-    table.write("a", pa.table({"k": [1, 2, 3], "v": pa.array([1, 2, None], pa.int32()), "s": ["x", "y", None]}))
-    table.write("gone", pa.table({"k": [1, 4], "g": [5, 6]}))
-    table.compact()
-    changed = copy.deepcopy(document)
-    changed["streams"]["a"]["columns"] = {"v": "long", "s": "string", "when": {"type": "date", "default": "2026-11-21"}}
-    del changed["streams"]["gone"]
-    config.write_text(yaml.safe_dump(changed, sort_keys=False))
-    alter(stitchlake.open(config))
-    table = stitchlake.open(config)
+    table = evolved_table(tmp_path, before)
     got, plan = through_jvm(jvm, table)  # the base, written before the alter: log-free
     assert got == expected(table) and " columnar" in plan
     assert {r["k"] for r in got} == {1, 2, 3} and {str(r["when"]) for r in got} == {"2026-11-21"}

@@ -28,6 +28,7 @@ from stitchlake.api import Table
 from stitchlake.cli.app import app
 from stitchlake.jobs.specs import REQUESTS
 from stitchlake.timeline.instant import Action
+from tests.support.cli import stitch_json
 from tests.support.spark_fixtures import ROOT, run_stitch, stitch, write_config
 
 CHANGE_COLUMNS = ["_op", "_commit_time", "_streams"]
@@ -38,14 +39,6 @@ def new_table(folder: Path, demo_data: Path, **changes: Any) -> tuple[str, Table
     done = run_stitch("init", "-c", str(config))
     assert done.returncode == 0, done.stderr
     return str(config), stitchlake.open(str(config))
-
-
-def ok(*args: str) -> dict[str, Any]:
-    """Run `stitch ARGS --json`, which must succeed; its JSON object."""
-    done = run_stitch(*args, "--json")
-    assert done.returncode == 0, f"stitch {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 def refused(code: int, *args: str) -> str:
@@ -150,10 +143,10 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
         assert offered == expected, command
     # What is offered is accepted, and what is not offered is a usage error naming the choices.
     config, _table = new_table(tmp_path, demo_data)
-    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     for engine in ("auto", "local"):
-        ok("archive", "-c", config, "--engine", engine)
-        ok("rollback", "-c", config, "--failed", "--engine", engine)
+        stitch_json("archive", "-c", config, "--engine", engine)
+        stitch_json("rollback", "-c", config, "--failed", "--engine", engine)
     for command in ("archive", "rollback --failed", "savepoint create"):
         err = refused(2, *command.split(), "-c", config, "--engine", "spark")
         assert "Invalid value for '--engine'" in err and "'auto', 'local'" in err
@@ -170,21 +163,21 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
 
 def test_status_shows_the_last_compaction_and_clean_once_they_are_archived(demo_data: Path, tmp_path: Path) -> None:
     config, table = new_table(tmp_path, demo_data)
-    ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
-    compacted = ok("compact", "-c", config, "--engine", "local")["result"]
-    ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
-    ok("compact", "-c", config, "--engine", "local")
-    cleaned = ok("clean", "-c", config, "--policy", "keep_latest_file_versions", "--retain", "1")
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    compacted = stitch_json("compact", "-c", config, "--engine", "local")["result"]
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    stitch_json("compact", "-c", config, "--engine", "local")
+    cleaned = stitch_json("clean", "-c", config, "--policy", "keep_latest_file_versions", "--retain", "1")
     assert cleaned["instant"], cleaned
     for stream in ("payments", "shipments"):
-        ok("ingest", "-c", config, "--stream", stream, "--engine", "local")
-    before = ok("status", "-c", config)["timeline"]
+        stitch_json("ingest", "-c", config, "--stream", stream, "--engine", "local")
+    before = stitch_json("status", "-c", config)["timeline"]
     last = table.timeline().latest_completed([Action.COMPACTION])
     assert last is not None and last.requested != compacted["instant"]
     assert before["deltacommits_since_compaction"] == 2
-    archived = ok("archive", "-c", config, "--keep", "2")
+    archived = stitch_json("archive", "-c", config, "--keep", "2")
     assert archived["archived"] == 5, archived  # both compactions and the clean among them
-    after = ok("status", "-c", config)["timeline"]
+    after = stitch_json("status", "-c", config)["timeline"]
     assert after["archived_until"] == archived["horizon"]
     for name in ("last_compaction", "last_clean", "deltacommits_since_compaction"):
         assert after[name] == before[name] and after[name] is not None, name
@@ -198,17 +191,17 @@ def test_status_shows_the_last_compaction_and_clean_once_they_are_archived(demo_
 
 def test_an_incremental_read_selects_and_filters_op(demo_data: Path, tmp_path: Path) -> None:
     config, table = new_table(tmp_path, demo_data)
-    first = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
-    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    first = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     since = first["completed"]
     every = table.read(since=since)
     ops = set(every.column("_op").to_pylist())
     assert every.column_names[-3:] == CHANGE_COLUMNS and {"I", "U"} <= ops
 
-    picked = ok("read", "-c", config, "--since", since, "--columns", "order_id,_op", "--limit", "0")
+    picked = stitch_json("read", "-c", config, "--since", since, "--columns", "order_id,_op", "--limit", "0")
     assert picked["columns"] == ["order_id", "_op"] and picked["rows"] == every.num_rows
     assert {r["_op"] for r in picked["records"]} == ops
-    inserted = ok("read", "-c", config, "--since", since, "--columns", "_op,order_id", "--where", "_op=I")
+    inserted = stitch_json("read", "-c", config, "--since", since, "--columns", "_op,order_id", "--where", "_op=I")
     assert inserted["columns"] == ["_op", "order_id"]
     assert inserted["rows"] == every.column("_op").to_pylist().count("I") > 0
     assert {r["_op"] for r in inserted["records"]} == {"I"}
@@ -229,18 +222,18 @@ def test_a_read_before_a_purge_names_the_erase_that_purged_its_files(demo_data: 
     import pyarrow.parquet as pq
 
     config, table = new_table(tmp_path, demo_data)
-    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
-    ok("compact", "-c", config, "--engine", "local")
-    before = ok("ingest", "-c", config, "--stream", "payments", "--engine", "local")["completed"]
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    stitch_json("compact", "-c", config, "--engine", "local")
+    before = stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")["completed"]
     key = table.read(columns=["order_id"]).slice(0, 1)
     keys = tmp_path / "keys.parquet"
     pq.write_table(pa.table({"order_id": key.column("order_id")}), keys)
-    erased = ok("delete", "-c", config, "--keys", str(keys), "--purge", "--engine", "local")
+    erased = stitch_json("delete", "-c", config, "--keys", str(keys), "--purge", "--engine", "local")
     assert erased["erased_keys"] == 1 and erased["purged_files"] > 0
     err = refused(2, "read", "-c", config, "--as-of", before)
     assert f"which erase {erased['instant']} purged at" in err and "stitch delete --purge" in err
     assert f"--as-of {erased['completed']}" in err and "clean removed" not in err
-    assert ok("read", "-c", config, "--as-of", erased["completed"], "--limit", "0")["rows"] > 0
+    assert stitch_json("read", "-c", config, "--as-of", erased["completed"], "--limit", "0")["rows"] > 0
 
 
 # -------------------------------------------------------------------------------------------- 6. bad rows
@@ -275,12 +268,12 @@ main()
 
 def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, tmp_path: Path) -> None:
     config, table = new_table(tmp_path, demo_data)
-    ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
-    ok("savepoint", "create", "-c", config, "--name", "before")
-    pinned = ok("read", "-c", config, "--as-of", "before", "--limit", "0")["records"]
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    stitch_json("savepoint", "create", "-c", config, "--name", "before")
+    pinned = stitch_json("read", "-c", config, "--as-of", "before", "--limit", "0")["records"]
     for stream in ("orders", "payments", "shipments"):
-        ok("ingest", "-c", config, "--stream", stream, "--engine", "local")
-    ok("compact", "-c", config, "--engine", "local")
+        stitch_json("ingest", "-c", config, "--stream", stream, "--engine", "local")
+    stitch_json("compact", "-c", config, "--engine", "local")
 
     args = ["savepoint", "restore", "-c", config, "--name", "before"]
     script = KILLED.format(args=args)
@@ -295,17 +288,17 @@ def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, 
     assert done.returncode == 0 and f"restore {restore} is undoing commits and has not finished" in done.stderr
     assert "stitch rollback --failed" in done.stderr
     assert [i.requested for i in table.timeline().pending()] == [restore]
-    assert ok("status", "-c", config)["writers"][0]["alive"] is False
+    assert stitch_json("status", "-c", config)["writers"][0]["alive"] is False
 
-    finished = ok("rollback", "-c", config, "--failed")
+    finished = stitch_json("rollback", "-c", config, "--failed")
     assert finished["finished"] == [f"restore {restore}"]
     assert (
         finished["message"] == f"finished crashed restore {restore} from the recorded plan; nothing else to roll back"
     )
     restored = table.timeline().get(restore)
     assert restored is not None and restored.is_completed
-    assert ok("read", "-c", config, "--limit", "0")["records"] == pinned
-    again = ok("rollback", "-c", config, "--failed")
+    assert stitch_json("read", "-c", config, "--limit", "0")["records"] == pinned
+    again = stitch_json("rollback", "-c", config, "--failed")
     assert again["finished"] == [] and again["message"] == "nothing to roll back"
     human = run_stitch("read", "-c", config, "--limit", "1")
     assert human.returncode == 0 and "undoing" not in human.stderr
@@ -318,10 +311,10 @@ def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(d
     from scripts.demo_data import compare
 
     config, table = new_table(tmp_path, demo_data)
-    orders = ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
-    payments = ok("ingest", "-c", config, "--stream", "payments", "--engine", "local")
+    orders = stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    payments = stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")
     _alone_config, alone = new_table(tmp_path / "alone", demo_data)  # the same payments, and never any orders
-    ok("ingest", "-c", _alone_config, "--stream", "payments", "--engine", "local")
+    stitch_json("ingest", "-c", _alone_config, "--stream", "payments", "--engine", "local")
 
     help_text = run_stitch("rollback", "--help").stdout
     assert "only while it is the latest" in help_text and "--stream S the latest of one stream" in help_text
@@ -329,7 +322,7 @@ def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(d
     assert f"is not the latest one ({payments['instant']})" in err
     assert "`stitch rollback --stream orders` undoes it and keeps the other streams' newer commits" in err
 
-    undone = ok("rollback", "-c", config, "--stream", "orders")
+    undone = stitch_json("rollback", "-c", config, "--stream", "orders")
     assert undone["rolled_back"] == [orders["instant"]]
     assert table.timeline().get(orders["instant"]) is None
     assert table.timeline().get(payments["instant"]) is not None
@@ -338,15 +331,15 @@ def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(d
     err = refused(2, "read", "-c", config, "--since", orders["completed"])  # the change feed cannot cover it
     assert "rollback" in err
     # ... and its landing files are pending again: ingested anew, the table is whole.
-    assert ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")["source_files"] == 3
-    ok("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
+    assert stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")["source_files"] == 3
+    stitch_json("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
     assert compare(table.read(), demo_data / "truth.parquet") == []
 
     # Refused once a rewrite absorbed it or a savepoint pins it; a stream with no commit has nothing to undo.
-    ok("compact", "-c", config, "--schedule")
+    stitch_json("compact", "-c", config, "--schedule")
     err = refused(2, "rollback", "-c", config, "--stream", "orders")
     assert "was absorbed by compaction" in err and "Restore a savepoint" in err
-    ok("compact", "-c", config, "--run", "--engine", "local")
+    stitch_json("compact", "-c", config, "--run", "--engine", "local")
     err = refused(2, "rollback", "-c", config, "--stream", "shipments")
     assert "was absorbed by compaction" in err and "(completed)" in err
     for args, expected in (
@@ -359,13 +352,13 @@ def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(d
 def test_rollback_stream_is_refused_while_a_savepoint_pins_the_commit(demo_data: Path, tmp_path: Path) -> None:
     config, table = new_table(tmp_path, demo_data)
     stream = "payments"
-    ok("ingest", "-c", config, "--stream", stream, "--engine", "local")
-    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
-    ok("savepoint", "create", "-c", config, "--name", "pin")
+    stitch_json("ingest", "-c", config, "--stream", stream, "--engine", "local")
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    stitch_json("savepoint", "create", "-c", config, "--name", "pin")
     err = refused(2, "rollback", "-c", config, "--stream", stream)
     assert "is pinned by savepoint" in err and "delete the savepoint first" in err
-    ok("savepoint", "delete", "-c", config, "--name", "pin")
-    assert ok("rollback", "-c", config, "--stream", stream)["rolled_back"]
+    stitch_json("savepoint", "delete", "-c", config, "--name", "pin")
+    assert stitch_json("rollback", "-c", config, "--stream", stream)["rolled_back"]
     err = refused(2, "rollback", "-c", config, "--stream", stream)
     assert f"stream {stream} has no completed deltacommit on the active timeline" in err
     assert table.timeline().latest_completed([Action.DELTACOMMIT]) is not None  # orders' commit stays

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import re
@@ -19,40 +18,25 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import yaml
 
 import stitchlake
-from stitchlake.api import Table
 from stitchlake.services.rewrites import rescale as rescaling
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.writing.writer import write
-from tests.support.spark_fixtures import ROOT, run_stitch, write_config
-
-
-def new_table(folder: Path, demo_data: Path, **changes: Any) -> tuple[str, Table]:
-    config = write_config(folder, demo_data / "landing", **changes)
-    done = run_stitch("init", "-c", str(config))
-    assert done.returncode == 0, done.stderr
-    return str(config), stitchlake.open(str(config))
-
-
-def ok(*args: str) -> dict[str, Any]:
-    """Run `stitch ARGS --json`, which must succeed; its JSON object."""
-    done = run_stitch(*args, "--json")
-    assert done.returncode == 0, f"stitch {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+from tests.integration.test_papercuts import new_table
+from tests.support.cli import stitch_json
+from tests.support.spark_fixtures import ROOT, run_stitch
 
 
 def keys_as_of(config: str, at: str) -> set[int]:
     """The order ids `stitch read --as-of AT` returns."""
-    done = ok("read", "-c", config, "--as-of", at, "--columns", "order_id", "--limit", "0")
+    done = stitch_json("read", "-c", config, "--as-of", at, "--columns", "order_id", "--limit", "0")
     return {record["order_id"] for record in done["records"]}
 
 
@@ -69,12 +53,12 @@ def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_compl
     demo_data: Path, tmp_path: Path
 ) -> None:
     config, table = new_table(tmp_path, demo_data)
-    first = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    first = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     first_keys = keys_as_of(config, first["completed"])
     assert first_keys and keys_as_of(config, first["instant"]) == first_keys  # its own id: its rows are in
     # Requested first, completed last: a write that began before the next ingest and finished after it.
     late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
-    second = ok("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
+    second = stitch_json("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
     row = {"order_id": [10**9], "order_date": [to_datetime(late.time).date()], "customer_id": [1], "amount": [1.0]}
     row |= {"currency": ["EUR"], "order_ts": [to_datetime(late.time)]}
     written = write(table, "orders", pa.table(row), txn=late)
@@ -86,11 +70,11 @@ def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_compl
     assert keys_as_of(config, written.instant) == every | {10**9}  # requested before it, completed after it
     # An id as `until` is its completion too; as `since` it is the moment it names: its own changes are in.
     changes = ["--columns", "order_id", "--limit", "0"]
-    until_id = ok("read", "-c", config, "--since", first["instant"], "--until", first["instant"], *changes)
+    until_id = stitch_json("read", "-c", config, "--since", first["instant"], "--until", first["instant"], *changes)
     assert {r["order_id"] for r in until_id["records"]} == first_keys
     iso = to_datetime(first["instant"]).isoformat()
-    since_id = ok("read", "-c", config, "--since", first["instant"], *changes)
-    assert since_id["records"] == ok("read", "-c", config, "--since", iso, *changes)["records"]
+    since_id = stitch_json("read", "-c", config, "--since", first["instant"], *changes)
+    assert since_id["records"] == stitch_json("read", "-c", config, "--since", iso, *changes)["records"]
     assert first_keys <= {r["order_id"] for r in since_id["records"]}
     # A time that is no instant's id is the moment it says (the ISO form of an id, too).
     assert keys_as_of(config, iso) == set() and keys_as_of(config, written.completed) == every | {10**9}
@@ -103,7 +87,7 @@ def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_compl
 
 def test_timeline_show_prints_completion_times_with_their_date(demo_data: Path, tmp_path: Path) -> None:
     config, _table = new_table(tmp_path, demo_data)
-    done = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    done = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     shown = run_stitch("timeline", "show", "-c", config).stdout
     completed = to_datetime(done["completed"]).strftime("%Y-%m-%d %H:%M:%S")
     header = next(line for line in shown.splitlines() if line.startswith("instant"))
@@ -117,19 +101,19 @@ def test_timeline_show_prints_completion_times_with_their_date(demo_data: Path, 
 
 def test_rescale_resume_takes_a_config_already_at_the_new_count(demo_data: Path, tmp_path: Path) -> None:
     config, table = new_table(tmp_path, demo_data)
-    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     before = table.read().sort_by("order_id")
     planned = rescaling.schedule(table, 8)  # its process died before running it
     set_buckets(config, 8)  # the config edited first, as the help allows
     assert "set `buckets: N` in the config, before (then this command takes it)" in " ".join(
         run_stitch("rescale", "--help").stdout.split()
     )
-    resumed = ok("rescale", "-c", config, "--resume", "--engine", "local")
+    resumed = stitch_json("rescale", "-c", config, "--resume", "--engine", "local")
     assert resumed["result"]["instant"] == planned and resumed["result"]["buckets"] == 8
     assert "set `buckets" not in resumed["message"]  # the config says 8 already
-    assert ok("status", "-c", config)["timeline"]["buckets"] == 8
+    assert stitch_json("status", "-c", config)["timeline"]["buckets"] == 8
     assert stitchlake.open(config).read().sort_by("order_id").equals(before)
-    assert ok("rescale", "-c", config, "--resume")["message"] == "no pending rescale to run"
+    assert stitch_json("rescale", "-c", config, "--resume")["message"] == "no pending rescale to run"
 
 
 # ------------------------------------------------------------------------------------ 4. savepoints removed
@@ -137,15 +121,15 @@ def test_rescale_resume_takes_a_config_already_at_the_new_count(demo_data: Path,
 
 def test_savepoint_restore_names_the_savepoints_it_removes_and_why(demo_data: Path, tmp_path: Path) -> None:
     config, _table = new_table(tmp_path, demo_data)
-    first = ok("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
-    ok("savepoint", "create", "-c", config, "--name", "first")
-    ok("ingest", "-c", config, "--stream", "payments", "--engine", "local")
-    later = ok("savepoint", "create", "-c", config, "--name", "later")
-    same = ok("savepoint", "create", "-c", config, "--name", "same", "--instant", first["instant"])
-    kept = ok("savepoint", "list", "-c", config)
+    first = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
+    stitch_json("savepoint", "create", "-c", config, "--name", "first")
+    stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")
+    later = stitch_json("savepoint", "create", "-c", config, "--name", "later")
+    same = stitch_json("savepoint", "create", "-c", config, "--name", "same", "--instant", first["instant"])
+    kept = stitch_json("savepoint", "list", "-c", config)
     assert [s["name"] for s in kept["savepoints"]] == ["first", "later", "same"]
 
-    done = ok("savepoint", "restore", "-c", config, "--name", "first")
+    done = stitch_json("savepoint", "restore", "-c", config, "--name", "first")
     result = done
     at = result["savepoint_of"]
     assert result["removed_savepoints"] == [
@@ -164,7 +148,7 @@ def test_savepoint_restore_names_the_savepoints_it_removes_and_why(demo_data: Pa
     ]
     assert {later["instant"], same["instant"]} <= set(result["undone"])
     assert "removed 2 savepoint(s) taken after that state: same (it pinned" in done["message"]
-    assert [s["name"] for s in ok("savepoint", "list", "-c", config)["savepoints"]] == ["first"]
+    assert [s["name"] for s in stitch_json("savepoint", "list", "-c", config)["savepoints"]] == ["first"]
     assert "savepoints taken since included" in " ".join(run_stitch("savepoint", "restore", "--help").stdout.split())
 
 
@@ -173,15 +157,15 @@ def test_savepoint_restore_names_the_savepoints_it_removes_and_why(demo_data: Pa
 
 def test_a_restore_that_undid_a_rescale_says_which_buckets_the_config_must_say(demo_data: Path, tmp_path: Path) -> None:
     config, table = new_table(tmp_path, demo_data)
-    ok("ingest", "-c", config, "--stream", "orders", "--engine", "local")
-    ok("savepoint", "create", "-c", config, "--name", "four")
-    rescaled = ok("rescale", "-c", config, "--buckets", "8", "--engine", "local")
+    stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
+    stitch_json("savepoint", "create", "-c", config, "--name", "four")
+    rescaled = stitch_json("rescale", "-c", config, "--buckets", "8", "--engine", "local")
     assert (
         f"set `buckets: 8` under `table:` in {config}: commands refuse the count it says now (4)"
         in (rescaled["message"])
     )
     set_buckets(config, 8)
-    ok("ingest", "-c", config, "--stream", "payments", "--engine", "local")
+    stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")
 
     done = run_stitch("savepoint", "restore", "-c", config, "--name", "four")  # what a person reads
     assert done.returncode == 0, done.stderr
@@ -191,11 +175,11 @@ def test_a_restore_that_undid_a_rescale_says_which_buckets_the_config_must_say(d
     refused = run_stitch("status", "-c", config)
     assert refused.returncode == 2 and "table has 4, config says 8" in refused.stderr  # so the reminder is needed
     set_buckets(config, 4)
-    assert ok("status", "-c", config)["timeline"]["buckets"] == 4
+    assert stitch_json("status", "-c", config)["timeline"]["buckets"] == 4
     # Through the API and --json: the count is a field; a restore that changed no count has none.
-    ok("savepoint", "create", "-c", config, "--name", "again")
-    ok("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
-    again = ok("savepoint", "restore", "-c", config, "--name", "again")
+    stitch_json("savepoint", "create", "-c", config, "--name", "again")
+    stitch_json("ingest", "-c", config, "--stream", "shipments", "--engine", "local")
+    again = stitch_json("savepoint", "restore", "-c", config, "--name", "again")
     assert again["buckets"] is None and "buckets" not in again["message"]
     assert table.timeline().latest_completed([Action.RESTORE]) is not None
 

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from scripts import local_daemons
-from tests.support.operator_table import OperatorTable, build, stitch_json
+from tests.support.cli import stitch_json
+from tests.support.operator_table import OperatorTable, build
 from tests.support.spark_fixtures import run_stitch
 from tests.support.tables import write_table_yaml
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import stitchlake
 from stitchlake.types import arrow_type
+from tests.support.cli import console
 from tests.support.reference import Event, StreamModel, expected_rows
 from tests.support.tables import write_table_yaml
 
@@ -231,7 +232,7 @@ def test_reads_across_alters_equal_the_reference_under_each_version(
 
 
 def stitch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(STITCH), *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return console(*args, cwd=cwd, timeout=600)
 
 
 def digest(root: Path) -> dict[str, str]:

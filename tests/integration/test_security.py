@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 import stitchlake
+from tests.support.cli import console
 from tests.support.tables import write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,15 +46,7 @@ BASE: dict[str, Any] = {
 
 
 def stitch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(STITCH), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        check=False,
-    )
+    return console(*args, cwd=cwd, env=env)
 
 
 def write_orders(path: Path, keys: list[int], partitions: list[str]) -> None:

@@ -49,6 +49,7 @@ from stitchlake.timeline import clock
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CleanCommit, CleanPlan, CompactionPlan, DeltaCommit, DeltaCommitPlan
 from stitchlake.writing.writer import WriteResult, write
+from tests.support.cli import console, stitch_json
 from tests.support.reference import Erase, Event, expected_rows
 from tests.support.tables import (
     MODELS,
@@ -231,15 +232,7 @@ def wait_for(what: str, condition: Callable[[], Any], limit_s: float = 600, ever
 
 def stitch(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real console script, as cron would run it."""
-    return subprocess.run(
-        [str(STITCH), *map(str, args)], capture_output=True, text=True, timeout=900, check=False, input=stdin
-    )
-
-
-def stitch_json(*args: str | Path) -> dict[str, Any]:
-    done = stitch(*args, "--json")
-    assert done.returncode == 0, f"stitch {' '.join(map(str, args))} failed: {done.stderr}"
-    return json.loads(done.stdout)
+    return console(*args, stdin=stdin)
 
 
 def cli(*args: str | Path) -> Result:

@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import yaml
 
-import stitchlake
+from stitchlake.api import Table
 from stitchlake.io.schemas import table_schema
 from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
-from stitchlake.services.upkeep.alter import alter
 from stitchlake.spark import planner
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
+from tests.support.tables import MODELS, THREE_STREAMS, batch, evolved_table, new_table
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
@@ -114,21 +112,11 @@ def test_partition_and_key_filters_prune_and_errors_come_back_as_responses(tmp_p
 
 
 def test_files_of_older_schema_versions_say_what_they_lack_and_store_narrower(tmp_path: Path) -> None:
-    document: dict[str, Any] = {
-        "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
-        "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
-    }
-    config = write_table_yaml(tmp_path, document, "t.yaml")
-    table = stitchlake.open(config)
-    table.init()
-    table.write("a", pa.table({"k": [1, 2], "v": pa.array([1, 2], pa.int32()), "s": ["x", "y"]}))
-    table.write("gone", pa.table({"k": [1], "g": [5]}))
-    changed = copy.deepcopy(document)
-    changed["streams"]["a"]["columns"] = {"v": "long", "s": "string", "when": {"type": "date", "default": "2026-11-21"}}
-    del changed["streams"]["gone"]
-    config.write_text(yaml.safe_dump(changed, sort_keys=False))
-    alter(stitchlake.open(config))
-    table = stitchlake.open(config)
+    def before(table: Table) -> None:
+        table.write("a", pa.table({"k": [1, 2], "v": pa.array([1, 2], pa.int32()), "s": ["x", "y"]}))
+        table.write("gone", pa.table({"k": [1], "g": [5]}))
+
+    table = evolved_table(tmp_path, before)
     reply = ask({"id": 1, "op": "plan", "options": {"path": table.path}})[0]["result"]
     (entry,) = reply["slices"]
     (log,) = entry["logs"]  # the dropped stream's log is left out

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from scripts import kafka_broker as broker
-from tests.support.spark_fixtures import run_stitch, write_config
+from tests.support.cli import stitch_json
+from tests.support.spark_fixtures import write_config
 
 #: Partitions of the orders topic.
 PARTITIONS = 2
@@ -29,12 +30,6 @@ class OperatorTable:
     #: Per partition, records produced in all (the topic's end offset) and records the table ingested.
     produced: dict[int, int]
     ingested: dict[int, int]
-
-
-def stitch_json(*args: str) -> dict[str, Any]:
-    done = run_stitch(*args, "--json")
-    assert done.returncode == 0, f"stitch {' '.join(args)}: {done.stdout}{done.stderr}"
-    return dict(json.loads(done.stdout))
 
 
 def _records(landing: Path, start: int, stop: int | None) -> list[tuple[int, bytes | None]]:

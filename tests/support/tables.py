@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,32 @@ def new_table(root: Path, document: dict[str, Any] | None = None, **table: Any) 
     created = Table(config(root, document, **table))
     created.init()
     return created
+
+
+#: Stream `a` (v int, s string) and stream `gone`, before `evolved_table`'s alter.
+EVOLVING: dict[str, Any] = {
+    "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 1},
+    "streams": {"a": {"columns": {"v": "int", "s": "string"}}, "gone": {"columns": {"g": "long"}}},
+}
+
+
+def evolved_table(folder: Path, before: Callable[[Table], object]) -> Table:
+    """A table whose files are of an older schema version: `before` writes to `EVOLVING`, then an alter widens `v` to
+    long, adds a date `when` (default 2026-11-21) and drops stream `gone`. The table as of after the alter."""
+    from stitchlake.services.upkeep.alter import alter
+
+    config = write_table_yaml(folder, EVOLVING, "t.yaml")
+    import stitchlake
+
+    table = stitchlake.open(config)
+    table.init()
+    before(table)
+    changed = copy.deepcopy(EVOLVING)
+    changed["streams"]["a"]["columns"] = {"v": "long", "s": "string", "when": {"type": "date", "default": "2026-11-21"}}
+    del changed["streams"]["gone"]
+    config.write_text(yaml.safe_dump(changed, sort_keys=False))
+    alter(stitchlake.open(config))
+    return stitchlake.open(config)
 
 
 def partition_of(key: int) -> str:

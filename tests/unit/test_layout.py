@@ -354,6 +354,20 @@ class Table:
         return FileSystemView.build(Timeline.load(self.storage))
 
 
+def log_base_log(table: Table) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A file group's history: a log (completed 101), a compaction's base (103), then a log on it (105)."""
+    table.request(100)
+    l1 = table.data_file(t(100), LOG)
+    table.complete(100, 101, added=[l1])
+    table.request(102, Action.COMPACTION, {"operations": [{"partition": P, "file_group": FG}]})
+    base = table.data_file(t(102), BASE)
+    table.complete(102, 103, added=[base])
+    table.request(104)
+    l2 = table.data_file(t(104), LOG)
+    table.complete(104, 105, added=[l2])
+    return l1, base, l2
+
+
 def _paths(files: list[DataFile] | tuple[DataFile, ...]) -> list[str]:
     return [f.path for f in files]
 
@@ -437,15 +451,7 @@ def test_completion_time_rule_and_pending_compaction(table: Table) -> None:
 
 def test_a_later_compaction_plan_splits_again(table: Table) -> None:
     key = (P, FG)
-    table.request(100)
-    l1 = table.data_file(t(100), LOG)
-    table.complete(100, 101, added=[l1])
-    table.request(102, Action.COMPACTION, {"operations": [{"partition": P, "file_group": FG}]})
-    base = table.data_file(t(102), BASE)
-    table.complete(102, 103, added=[base])
-    table.request(104)
-    l2 = table.data_file(t(104), LOG)
-    table.complete(104, 105, added=[l2])
+    l1, base, l2 = log_base_log(table)
     table.request(106, Action.COMPACTION, {"operations": [{"partition": P, "file_group": FG}]})
     table.request(107)
     l3 = table.data_file(t(107), LOG)
@@ -486,15 +492,7 @@ def test_files_not_named_by_a_completed_instant_are_invisible(table: Table) -> N
 
 
 def test_clean_removed_file_needed_by_time_travel_is_a_clear_error(table: Table) -> None:
-    table.request(100)
-    l1 = table.data_file(t(100), LOG)
-    table.complete(100, 101, added=[l1])
-    table.request(102, Action.COMPACTION, {"operations": [{"partition": P, "file_group": FG}]})
-    base = table.data_file(t(102), BASE)
-    table.complete(102, 103, added=[base])
-    table.request(104)
-    l2 = table.data_file(t(104), LOG)
-    table.complete(104, 105, added=[l2])
+    l1, base, l2 = log_base_log(table)
     table.request(106, Action.CLEAN, {})
     table.storage.delete(l1["path"])
     table.complete(106, 107, deleted=[l1["path"]])

@@ -1,0 +1,52 @@
+"""The real `stitch` console script run as cron, Airflow or an operator would run it, said once for every test that
+runs it as a process (refusals, exit codes, JSON on stdout, signals)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: The console script of this environment (what `pip install` put on PATH).
+STITCH = Path(sys.executable).parent / "stitch"
+
+
+def console(
+    *args: str | Path,
+    cwd: Path | None = None,
+    env: Mapping[str, str | None] | None = None,
+    stdin: str | None = None,
+    runner: tuple[str, ...] = (),
+    timeout: float = 900,
+) -> subprocess.CompletedProcess[str]:
+    """`stitch ARGS` as a process, its output captured as text. `env` adds to (or, with value None, removes from)
+    the environment; output is 200 columns wide so a message is never wrapped; `runner` is a command that runs it
+    (e.g. without root's capabilities)."""
+    environment = {**os.environ, "COLUMNS": "200"}
+    for name, value in (env or {}).items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return subprocess.run(
+        [*runner, str(STITCH), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        input=stdin,
+        check=False,
+    )
+
+
+def stitch_json(*args: str | Path, cwd: Path | None = None) -> dict[str, Any]:
+    """`stitch ARGS --json`, which must succeed: its JSON object."""
+    done = console(*args, "--json", cwd=cwd)
+    shown = " ".join(map(str, args))
+    assert done.returncode == 0, f"stitch {shown}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return dict(json.loads(done.stdout))
