@@ -12,7 +12,10 @@ hosts, a new bucket (or local folder) and a new table.
 
 A round: land a few CSV files per stream, start the round's faulted command on writer host w1 with a fault point
 armed (the hook below stops the process there with SIGSTOP): `stitch ingest` in half the rounds, else `stitch
-compact` or `stitch clean` of a table the `ctl` host gave data first. Inject the round's fault while it is
+compact` or `stitch clean` of a table the `ctl` host gave data first. A quarter of the ingests and compactions
+(`--engine` forces it) run as Spark jobs (`--engine spark`, spark-submit local[*] on w1): the point is armed in the
+job's driver (scripts/partitions_site/sitecustomize.py), where the transaction runs, so `begin`, `publish` and
+`heartbeat` are their points. Inject the round's fault while it is
 stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream, then `stitch compact`), heal
 after a while, then from the `ctl` host: `stitch clean` once heartbeats expired, re-run the ingests until nothing
 is left ("retried" writes), compact, and check.
@@ -47,6 +50,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -77,6 +81,12 @@ POINT_ENV = "STITCH_PARTITIONS_POINT"
 SIGNAL_DIR_ENV = "STITCH_PARTITIONS_DIR"
 PROVIDERS = ("filesystem", "zookeeper", "s3")
 POINTS = ("begin", "mark", "write", "publish", "heartbeat")
+#: The points a Spark job's driver reaches (its tasks mark and write the data files in Python workers).
+DRIVER_POINTS = ("begin", "publish", "heartbeat")
+#: First on a Spark round's PYTHONPATH: its sitecustomize arms the point in the job's driver.
+DRIVER_HOOK_DIR = Path(__file__).resolve().parent / "partitions_site"
+#: The share of ingest and compaction rounds whose faulted command is a Spark job (`--engine spark`, local[*]).
+SPARK_SHARE = 0.25
 #: The faulted command on w1: mostly an ingest; a compaction or a clean of a table that has data (their points:
 #: the same functions, for a clean only `begin` and `publish`; the others are counted as not reached).
 ACTORS = ("ingest", "ingest", "compact", "clean")
@@ -744,6 +754,7 @@ class Round:
     dir: Path
     config: Path
     actor: str = "ingest"
+    engine: str = "local"
     table: str = ""
     landed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     ops: list[Op] = dataclasses.field(default_factory=list)
@@ -752,7 +763,7 @@ class Round:
     def describe(self) -> str:
         return (
             f"round {self.index} (seed {self.seed}): provider {self.provider}, {self.fault} at {self.point} of "
-            f"{self.actor}"
+            f"{self.actor}{' (spark)' if self.engine == 'spark' else ''}"
         )
 
 
@@ -767,6 +778,12 @@ def draw(seed: int, index: int, providers: Sequence[str]) -> tuple[int, str, str
 def draw_actor(seed: int, index: int) -> str:
     """The round's faulted command, drawn apart from its fault and point (a seed's faults replay as before)."""
     return random.Random(f"{seed}:{index}:actor").choice(ACTORS)
+
+
+def draw_engine(seed: int, index: int, actor: str) -> str:
+    """Where the round's ingest or compaction runs: a Spark job in SPARK_SHARE of them, else in the CLI's process."""
+    spark = actor in ("ingest", "compact") and random.Random(f"{seed}:{index}:engine").random() < SPARK_SHARE
+    return "spark" if spark else "local"
 
 
 def write_config(round_: Round, table: str, lock: dict[str, Any]) -> None:
@@ -852,13 +869,18 @@ class Faults:
         self.round.events.append(f"{time.monotonic() - self.run.t0:8.2f} healed {self.round.fault}")
 
 
+def stopped_at_point(signal_dir: Path) -> list[int]:
+    """The processes that stopped themselves at the round's point: the hooked CLI, or its Spark job's driver."""
+    return [int(marker.stem) for marker in signal_dir.glob("*.at")]
+
+
 def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -> bool:
-    """True once the hooked process stopped at its point; False if it ended first (the point was not reached)."""
+    """True once the hooked process (or its Spark driver) stopped at its point; False if the command ended first
+    (the point was not reached)."""
     assert op.proc is not None
-    marker = signal_dir / f"{op.proc.pid}.at"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if marker.exists():
+        if stopped_at_point(signal_dir):
             return True
         if op.proc.poll() is not None:
             return False
@@ -866,20 +888,26 @@ def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -
     return False
 
 
-def resume(op: Op) -> None:
-    if op.proc is not None and op.proc.poll() is None:
+def resume(op: Op, signal_dir: Path) -> None:
+    """Wake the command and whatever of it stopped at the point."""
+    if op.proc is None or op.proc.poll() is not None:
+        return
+    for pid in {op.proc.pid, *stopped_at_point(signal_dir)}:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(op.proc.pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
 
 
-def play_round(run: Run, index: int, providers: Sequence[str]) -> Round:
-    """Build the round's hosts and table, run its commands with its fault, heal, settle; the ops are recorded."""
+def play_round(run: Run, index: int, providers: Sequence[str], engine: str | None = None) -> Round:
+    """Build the round's hosts and table, run its commands with its fault, heal, settle; the ops are recorded.
+    `engine` forces where the faulted ingest or compaction runs (else drawn: `draw_engine`)."""
     round_seed, provider, fault, point = draw(run.seed, index, providers)
+    actor = draw_actor(run.seed, index)
+    engine = engine if engine is not None and actor in ("ingest", "compact") else draw_engine(run.seed, index, actor)
+    if engine == "spark" and point not in DRIVER_POINTS:
+        point = random.Random(f"{round_seed}:driver").choice(DRIVER_POINTS)
     folder = run.workdir / f"round-{index:03d}"
     folder.mkdir(parents=True)
-    round_ = Round(
-        index, round_seed, provider, fault, point, folder, folder / "parts.yaml", draw_actor(run.seed, index)
-    )
+    round_ = Round(index, round_seed, provider, fault, point, folder, folder / "parts.yaml", actor, engine)
     if provider == "filesystem":
         table, lock = str(folder / "table"), {"provider": "filesystem"}
     else:
@@ -914,12 +942,14 @@ def _play(run: Run, round_: Round) -> None:
     skewed = round_.fault in SKEW
     if skewed:
         extra.update({"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": SKEW[round_.fault], "FAKETIME_DONT_RESET": "1"})
-    else:
+    if not skewed or round_.engine == "spark":  # the contenders of a Spark job wait until its driver is at work
         extra[POINT_ENV] = round_.point
+    if round_.engine == "spark":
+        extra["PYTHONPATH"] = os.pathsep.join([str(DRIVER_HOOK_DIR), run.env()["PYTHONPATH"]])
     faults = Faults(run, round_, "w1")
     target = run.start(round_.index, "w1", "round", _faulted_command(run, round_, cfg), extra)
     round_.ops.append(target)
-    reached = skewed or wait_for_point(target, signal_dir)
+    reached = wait_for_point(target, signal_dir) if POINT_ENV in extra else skewed
     run.stats.faults[round_.fault] += 1
     run.stats.points[round_.point if not skewed else "whole_run"] += 1
     if not reached:
@@ -929,7 +959,7 @@ def _play(run: Run, round_: Round) -> None:
     try:
         if reached and round_.fault != "pause":
             faults.inject()
-            resume(target)
+            resume(target, signal_dir)
         land(round_, "a")
         land(round_, "b")
         if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
@@ -941,17 +971,17 @@ def _play(run: Run, round_: Round) -> None:
             clean = run.run(round_.index, "w3", "round", ["clean", *cfg])
             round_.ops.append(clean)
             time.sleep(max(0.0, PAUSE_S - HEARTBEAT["expire_s"] - 1.0))
-            resume(target)
+            resume(target, signal_dir)
             round_.events.append(f"{time.monotonic() - run.t0:8.2f} resumed the paused writer")
         elif reached:
             time.sleep(HOLD_S)
     finally:
         faults.heal()
-        resume(target)
+        resume(target, signal_dir)
     for op in contenders:
         run.finish(op)
     run.finish(target)
-    run.stats.faulted[f"{round_.actor}:{target.outcome}"] += 1
+    run.stats.faulted[f"{round_.actor}{'-spark' if round_.engine == 'spark' else ''}:{target.outcome}"] += 1
     round_.ops.extend(contenders)
     round_.ops.append(run.run(round_.index, "w3", "round", ["compact", *cfg]))
     settle(run, round_)
@@ -963,13 +993,13 @@ def _faulted_command(run: Run, round_: Round, cfg: list[str]) -> list[str]:
     ingest = [["ingest", *cfg, "-s", stream, "--engine", "local"] for stream in STREAMS]
     if round_.actor == "compact":
         round_.ops.extend(run.batch(round_.index, "ctl", "setup", ingest))
-        return ["compact", *cfg, "--engine", "local"]
+        return ["compact", *cfg, "--engine", round_.engine]
     if round_.actor == "clean":
         round_.ops.extend(run.batch(round_.index, "ctl", "setup", [*ingest, ["compact", *cfg]]))
         land(round_, "a")
         round_.ops.extend(run.batch(round_.index, "ctl", "setup", [ingest[0], ["compact", *cfg]]))
         return ["clean", *cfg, "--retain", "1"]
-    return ["ingest", *cfg, "-s", "a", "--engine", "local"]
+    return ["ingest", *cfg, "-s", "a", "--engine", round_.engine]
 
 
 def settle(run: Run, round_: Round) -> None:
@@ -1069,18 +1099,38 @@ def check(run: Run, round_: Round, spark: bool = False) -> list[str]:
         newest = max(str(i["instant"]) for i in completed)
         as_of = run.query(round_.config, [["read", "-n", "0", "--as-of", newest]])[0]
         violations += _diff(f"as of {newest}", _rows(as_of), want)
-    feed = run.batch(
-        -1, "ctl", "check", [["read", "-n", "0", "--since", "20000101000000000", "-c", str(round_.config)]]
-    )
-    if feed[0].exit == 0:
-        violations += _diff("change feed", _rows(feed[0].answer), want)
-    elif feed[0].exit == 2 and "outside the retention" in str(feed[0].answer.get("error")) and cleaned(completed):
-        round_.events.append("the change feed from the start was refused: a clean removed older commits' files")
-    else:
-        violations.append(f"change feed: the read failed ({feed[0].exit}): {feed[0].answer.get('error')}")
+    violations += _check_feed(run, round_, want, completed)
     if spark:
         violations += _diff("Spark read", _rows(run.spark_read(round_.table)), want)
     return violations
+
+
+def _feed(run: Run, round_: Round, since: str) -> Op:
+    return run.batch(-1, "ctl", "check", [["read", "-n", "0", "--since", since, "-c", str(round_.config)]])[0]
+
+
+def _check_feed(
+    run: Run, round_: Round, want: dict[int, dict[str, str | None]], completed: list[dict[str, Any]]
+) -> list[str]:
+    """The change feed from the start holds the snapshot's rows. After a clean it may be refused (exit 2, outside
+    the retention), naming the first `since` that reads: then the feed from there must read, and every row it
+    returns is the snapshot's."""
+    feed = _feed(run, round_, "20000101000000000")
+    error = str(feed.answer.get("error"))
+    if feed.exit == 0:
+        return _diff("change feed", _rows(feed.answer), want)
+    if not (feed.exit == 2 and "outside the retention" in error and cleaned(completed)):
+        return [f"change feed: the read failed ({feed.exit}): {error}"]
+    named = re.search(r"Read changes since (\d{17})", error)
+    if named is None:
+        round_.events.append("the change feed from the start was refused; no later `since` reads")
+        return []
+    later = _feed(run, round_, named.group(1))
+    round_.events.append(f"the change feed from the start was refused (a clean); read since {named.group(1)}")
+    if later.exit != 0:
+        return [f"change feed since {named.group(1)}, which the refusal named: failed ({later.exit}): {later.answer}"]
+    rows = _rows(later.answer)
+    return _diff(f"change feed since {named.group(1)}", rows, {k: want.get(k, {}) for k in rows})
 
 
 def cleaned(completed: list[dict[str, Any]]) -> bool:
@@ -1103,6 +1153,7 @@ def play(
     workdir: Path | None = None,
     only: Sequence[int] = (),
     log: Callable[[str], None] = print,
+    engine: str | None = None,
 ) -> Stats:
     """Run the rounds (or only the listed ones) and check each; the stats hold every violation with its history."""
     base = workdir or Path(tempfile.mkdtemp(prefix="partitions-"))
@@ -1112,7 +1163,7 @@ def play(
         indices = list(only or range(rounds))
         for index in indices:
             started = time.monotonic()
-            round_ = play_round(run, index, providers)
+            round_ = play_round(run, index, providers, engine)
             run.stats.rounds += 1
             for op in round_.ops:
                 if op.command == "ingest":
@@ -1156,13 +1207,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--providers", default=",".join(PROVIDERS), help="filesystem (local disk), zookeeper, s3")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
+    parser.add_argument(
+        "--engine", choices=("local", "spark"), default=None, help="run every faulted ingest or compaction here"
+    )
     options = parser.parse_args(args)
     seed = options.seed if options.seed is not None else random.randrange(1 << 20)
     providers = [p for p in options.providers.split(",") if p]
     unknown = set(providers) - set(PROVIDERS)
     if unknown:
         parser.error(f"unknown providers {sorted(unknown)}")
-    stats = play(options.rounds, seed, providers, options.workdir, options.round)
+    stats = play(options.rounds, seed, providers, options.workdir, options.round, engine=options.engine)
     summary = {"seed": seed, **stats.summary()}
     print(json.dumps(summary, indent=1))
     if options.json:

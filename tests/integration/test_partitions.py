@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.s3, pytest.mark.zookeeper]
 
 #: A seed whose first rounds cover every provider and each kind of faulted command (the CI-sized run: one round
 #: each): a clean paused past its lease on local disk, a compaction losing packets under ZooKeeper, an ingest cut
-#: from S3's uploads.
+#: from S3's uploads, run as a Spark job (its driver stopped at a point of its commit).
 CI_SEED = 4
+CI_ENGINES = ("local", "local", "spark")
 
 
 def _namespaces() -> set[str]:
@@ -90,7 +91,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def rounds(run: Any) -> list[Any]:
     """The CI-sized run: one round per provider (local-disk lock, ZooKeeper, S3 conditional puts)."""
-    return [partitions.play_round(run, index, partitions.PROVIDERS) for index in range(len(partitions.PROVIDERS))]
+    return [
+        partitions.play_round(run, index, partitions.PROVIDERS, CI_ENGINES[index])
+        for index in range(len(partitions.PROVIDERS))
+    ]
 
 
 def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds: list[Any]) -> None:
@@ -100,6 +104,10 @@ def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds:
         assert any(op.outcome == "ok" for op in round_.ops if op.command == "ingest"), partitions.history(run, round_)
     assert [r.provider for r in rounds] == list(partitions.PROVIDERS)
     assert {r.actor for r in rounds} == {"ingest", "compact", "clean"}, "the seed's rounds fault each kind of command"
+    spark = rounds[-1]
+    assert (spark.actor, spark.engine) == ("ingest", "spark") and spark.point in partitions.DRIVER_POINTS
+    assert not [e for e in spark.events if "not reached" in e], "the Spark job's driver must stop at its point"
+    assert sum(n for kind, n in run.stats.faulted.items() if kind.startswith("ingest-spark:")) == 1
     assert sum(run.stats.faults.values()) == len(rounds)
 
 
@@ -123,6 +131,20 @@ def test_the_checker_sees_a_lost_write_a_visible_failed_write_and_a_missing_land
     assert "a write that was told it failed is visible" in found
     assert f"stream {ok.stream}: completed deltacommits hold" in found
     assert "snapshot:" in found and "change feed:" in found and "read_optimized:" in found
+
+
+def test_after_a_clean_the_feed_is_read_from_the_time_its_refusal_names(run: Any, rounds: list[Any]) -> None:
+    """The clean round's table: its change feed from the start reaches into history the clean removed, so it is
+    refused naming a later `since`; the checker reads from there and holds those rows to the snapshot's."""
+    round_ = rounds[0]
+    assert round_.actor == "clean"
+    timeline = run.query(round_.config, [["timeline", "show", "-n", "0"]])[0]["instants"]
+    completed = [i for i in timeline if i.get("state") == "completed"]
+    want = partitions.expected_rows(round_)
+    assert partitions._check_feed(run, round_, want, completed) == []
+    assert any("read since" in event for event in round_.events), partitions.history(run, round_)
+    wrong = {k: {**row, "va": "not what was landed"} for k, row in want.items()}
+    assert "change feed since" in "\n".join(partitions._check_feed(run, round_, wrong, completed))
 
 
 @pytest.mark.spark
