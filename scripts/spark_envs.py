@@ -16,8 +16,9 @@ committed).
 inside PySpark's jars (`hadoop-client-api-3.4.2.jar` in PySpark 4.1.4), and calls the AWS SDK v2 it was built
 against (2.29.52, hadoop-project 3.4.2's `aws-java-sdk-v2.version`). Hadoop ships that SDK as its `bundle`, a
 ~600 MB jar of every AWS service; the S3, STS and transfer-manager modules with their dependencies are 14 MB and
-all S3A calls. The libraries PySpark already has (Netty, SLF4J, Apache HttpClient, commons-codec/logging) are
-left out: Spark's own copies are found first anyway.
+all S3A calls. `s3a_jars(version)` gives the connector for another Hadoop, such as the project's PySpark's 3.5.0
+(the JVM reader's S3 test loads it). The libraries PySpark already has (Netty, SLF4J, Apache HttpClient,
+commons-codec/logging) are left out: Spark's own copies are found first anyway.
 
 `python -m scripts.spark_envs NAME` installs one and prints its folder.
 """
@@ -25,6 +26,7 @@ left out: Spark's own copies are found first anyway.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import subprocess
 import sys
@@ -42,7 +44,9 @@ HUDI_VERSION = "1.2.0"
 PAIMON_VERSION = "0.9.0"
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
 HADOOP_AWS_VERSION = "3.4.2"
-AWS_SDK_VERSION = "2.29.52"
+#: The AWS SDK v2 each Hadoop's S3A was built against (hadoop-project's `aws-java-sdk-v2.version`): 3.4.2 is in
+#: PySpark 4.1.4, 3.5.0 in the project's PySpark.
+AWS_SDK_FOR_HADOOP = {"3.4.2": "2.29.52", "3.5.0": "2.35.4"}
 
 
 @dataclass(frozen=True)
@@ -58,18 +62,38 @@ class JarTree:
         return fetch_tree(self.root, self.excludes, also=self.also)
 
 
-S3A = JarTree(
-    root=f"org.apache.hadoop:hadoop-aws:{HADOOP_AWS_VERSION}",
-    also=tuple(f"software.amazon.awssdk:{name}:{AWS_SDK_VERSION}" for name in ("s3", "s3-transfer-manager", "sts")),
-    excludes=(
-        "software.amazon.awssdk:bundle",
-        "io.netty:*",
-        "org.slf4j:*",
-        "org.apache.httpcomponents:*",
-        "commons-codec:commons-codec",
-        "commons-logging:commons-logging",
-    ),
-)
+def s3a_jars(hadoop: str) -> JarTree:
+    """Hadoop's S3 connector for the Hadoop version `hadoop` with the SDK modules it calls (see the module doc)."""
+    sdk = AWS_SDK_FOR_HADOOP.get(hadoop)
+    if sdk is None:
+        raise RuntimeError(f"no AWS SDK version known for Hadoop {hadoop}: add it to spark_envs.AWS_SDK_FOR_HADOOP")
+    return JarTree(
+        root=f"org.apache.hadoop:hadoop-aws:{hadoop}",
+        also=tuple(f"software.amazon.awssdk:{name}:{sdk}" for name in ("s3", "s3-transfer-manager", "sts")),
+        excludes=(
+            "software.amazon.awssdk:bundle",
+            "io.netty:*",
+            "org.slf4j:*",
+            "org.apache.httpcomponents:*",
+            "commons-codec:commons-codec",
+            "commons-logging:commons-logging",
+        ),
+    )
+
+
+S3A = s3a_jars(HADOOP_AWS_VERSION)
+
+
+def pyspark_hadoop_version() -> str:
+    """The Hadoop inside the project's PySpark (its `hadoop-client-api-<version>.jar`): what its S3A must match."""
+    found = importlib.util.find_spec("pyspark")
+    if found is None or found.origin is None:
+        raise RuntimeError("PySpark is not installed in this environment")
+    jars = Path(found.origin).parent / "jars"
+    names = [p.name for p in jars.glob("hadoop-client-api-*.jar")]
+    if len(names) != 1:
+        raise RuntimeError(f"cannot tell PySpark's Hadoop version from {jars}: {names}")
+    return names[0].removeprefix("hadoop-client-api-").removesuffix(".jar")
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,9 @@ def events(model: Any, keys: range, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def built(root: Path, buckets: int = 2) -> Table:
+def built(root: Path, buckets: int = 2, document: dict[str, Any] | None = None) -> Table:
     """A table with every stream written (deletes too), compacted: every slice log-free."""
-    table = new_table(root, copy.deepcopy(THREE_STREAMS), buckets=buckets)
+    table = new_table(root, document or copy.deepcopy(THREE_STREAMS), buckets=buckets)
     for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS, ORDERS, PAYMENTS)):
         table.write(model.name, batch(model, events(model, range(number * 4, 40), number)))
     table.compact()
@@ -248,6 +248,31 @@ def test_incremental_reads_are_handed_to_the_python_source_with_a_notice(jvm: Jv
     assert {r["k"] for r in got} == {r["k"] for r in table.read(since=first).to_pylist()}
     assert "stitchlake: incremental reads" in jvm.stderr()
     assert jvm.stderr().count("reading with the Python data source") == 1
+
+
+@pytest.mark.s3
+def test_a_table_on_s3_is_read_by_the_jvm_reader_through_s3a(
+    s3_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With Hadoop's S3 connector on the classpath (hadoop-aws of PySpark's Hadoop), a table on S3 is read by the
+    JVM reader, its files through `s3a://` with the settings the planner hands over (no `fs.s3a.*` in the
+    session): log-free slices columnar, slices with logs merged; nothing is handed to the Python source."""
+    from scripts import spark_envs
+
+    jars = spark_envs.s3a_jars(spark_envs.pyspark_hadoop_version()).fetch()
+    for name, value in s3_bucket.env.items():
+        monkeypatch.setenv(name, value)
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"]["path"] = f"{s3_bucket.url}/wide"
+    table = built(tmp_path, document=document)
+    with jvm_session(tmp_path / "s3-stderr.txt", jars) as s3a:
+        got, plan = through_jvm(s3a, table)
+        assert got == expected(table) and " columnar" in plan
+        table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(30, 50), 7)))
+        got, plan = through_jvm(s3a, table)
+        assert got == expected(table) and " merged" in plan
+        assert location(table).startswith("s3://") and "BatchScan stitchlake" in plan
+        assert "reading with the Python data source" not in s3a.stderr()
 
 
 #: A session with the reader switched off (its jar not on the classpath): what `format("stitchlake")` gives there.

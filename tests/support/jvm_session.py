@@ -17,11 +17,13 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: More jars for the session (comma-separated), after the reader's.
+EXTRA_JARS_ENV = "STITCH_TEST_EXTRA_JARS"
 
 
 def rows(frame: Any) -> list[dict[str, Any]]:
@@ -55,6 +57,9 @@ def _main() -> None:
         "spark.pyspark.python": sys.executable,
         **reader_conf(enabled=True),
     }
+    extra = os.environ.get(EXTRA_JARS_ENV)
+    if extra:  # e.g. Hadoop's S3 connector
+        conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), extra]))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = register(builder.getOrCreate())
@@ -77,7 +82,7 @@ def _main() -> None:
 class JvmSession:
     """The test side: `run(code)` is the `result` the code set in the JVM reader's session."""
 
-    def __init__(self, stderr: Path) -> None:
+    def __init__(self, stderr: Path, jars: Sequence[Path] = ()) -> None:
         self.stderr_path = stderr
         self._stderr = open(stderr, "w")  # noqa: SIM115 (closed in `close`)
         self.process = subprocess.Popen(
@@ -87,7 +92,12 @@ class JvmSession:
             stderr=self._stderr,
             text=True,
             cwd=ROOT,
-            env={**os.environ, "TZ": "UTC", "PYSPARK_PYTHON": sys.executable},
+            env={
+                **os.environ,
+                "TZ": "UTC",
+                "PYSPARK_PYTHON": sys.executable,
+                EXTRA_JARS_ENV: ",".join(map(str, jars)),
+            },
         )
 
     def run(self, code: str) -> Any:
@@ -122,8 +132,8 @@ class JvmError(Exception):
 
 
 @contextlib.contextmanager
-def jvm_session(stderr: Path) -> Iterator[JvmSession]:
-    session = JvmSession(stderr)
+def jvm_session(stderr: Path, jars: Sequence[Path] = ()) -> Iterator[JvmSession]:
+    session = JvmSession(stderr, jars)
     try:
         yield session
     finally:
