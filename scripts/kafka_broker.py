@@ -83,14 +83,15 @@ def _serves(port: int) -> bool:
         return False
 
 
-def _properties(workdir: Path, port: int, controller_port: int) -> Path:
+def properties(workdir: Path, port: int, controller_port: int, host: str = "127.0.0.1") -> Path:
+    """The broker's server.properties in `workdir`, listening on `host` (a loopback or a test host's address)."""
     path = workdir / "server.properties"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -139,13 +140,28 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
     running = status(workdir)
     if running is not None:
         return running
-    java = _java()
-    classpath = os.pathsep.join(str(p) for p in jars())
     BROKER.fresh(workdir, ("log", "data"))
     port, controller_port = free_port(), free_port()
-    config = _properties(workdir, port, controller_port)
-    jvm = [java, HEAP, "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1"]
-    jvm += [f"-Dstitchlake.kafka.dir={workdir}", f"-Dkafka.logs.dir={workdir / 'log'}", "-cp", classpath]
+    config = properties(workdir, port, controller_port)
+    jvm = jvm_argv(workdir)
+    format_storage(jvm, config)
+    broker = KafkaBroker(bootstrap=f"127.0.0.1:{port}", controller_port=controller_port, dir=str(workdir), pids={})
+    pids: dict[str, int] = {}
+    with BROKER.starting(workdir, pids):
+        BROKER.spawn(workdir, broker, pids, "kafka", [*jvm, "kafka.Kafka", str(config)])
+        BROKER.wait("the broker", lambda: _serves(port), workdir, pids, time.monotonic() + timeout)
+    return BROKER.started(workdir, broker, pids, watch_pid)
+
+
+def jvm_argv(workdir: Path) -> list[str]:
+    """java and its options for a broker (or its storage tool) whose files are in `workdir`."""
+    jvm = [_java(), HEAP, "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1"]
+    classpath = os.pathsep.join(str(p) for p in jars())
+    return [*jvm, f"-Dstitchlake.kafka.dir={workdir}", f"-Dkafka.logs.dir={workdir / 'log'}", "-cp", classpath]
+
+
+def format_storage(jvm: list[str], config: Path) -> None:
+    """Format the KRaft storage a new broker's `config` names (once, before its first start)."""
     formatted = subprocess.run(
         [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],
         capture_output=True,
@@ -155,12 +171,6 @@ def start(workdir: Path | str, watch_pid: int | None = None, timeout: float = ST
     )
     if formatted.returncode != 0:
         raise KafkaBrokerError(f"formatting the KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
-    broker = KafkaBroker(bootstrap=f"127.0.0.1:{port}", controller_port=controller_port, dir=str(workdir), pids={})
-    pids: dict[str, int] = {}
-    with BROKER.starting(workdir, pids):
-        BROKER.spawn(workdir, broker, pids, "kafka", [*jvm, "kafka.Kafka", str(config)])
-        BROKER.wait("the broker", lambda: _serves(port), workdir, pids, time.monotonic() + timeout)
-    return BROKER.started(workdir, broker, pids, watch_pid)
 
 
 def cluster_id() -> str:

@@ -12,21 +12,25 @@ hosts, a new bucket (or local folder) and a new table.
 
 A round: land a few CSV files per stream, start the round's faulted command on writer host w1 with a fault point
 armed (the hook below stops the process there with SIGSTOP): `stitch ingest` in half the rounds, else `stitch
-compact` or `stitch clean` of a table the `ctl` host gave data first. A quarter of the ingests and compactions
-(`--engine` forces it) run as Spark jobs (`--engine spark`, spark-submit local[*] on w1): the point is armed in the
-job's driver (scripts/partitions_site/sitecustomize.py), where the transaction runs, so `begin`, `publish` and
-`heartbeat` are their points. Inject the round's fault while it is
-stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream, then `stitch compact`), heal
-after a while, then from the `ctl` host: `stitch clean` once heartbeats expired, re-run the ingests until nothing
-is left ("retried" writes), compact, and check.
+compact` or `stitch clean` of a table the `ctl` host gave data first. A third of the faulted ingests are of stream
+`c`, which reads a Kafka topic of the round from a broker on host `kafka` (10.77.0.4:9092); the others of landing
+stream `a`. A quarter of the ingests and compactions of landing files (`--engine` forces it) run as Spark jobs
+(`--engine spark`, spark-submit local[*] on w1): `stitch` takes an ingest's claim and keeps its heartbeat, the
+job's driver runs and publishes, so the points are armed in both (the driver's through
+scripts/partitions_site/sitecustomize.py) and a Spark round's point is `begin`, `heartbeat` or `publish`. Inject
+the round's fault while it is stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream,
+then `stitch compact`), heal after a while, then from the `ctl` host: `stitch clean` once heartbeats expired,
+re-run the ingests until nothing is left ("retried" writes), compact, and check.
 
 Faults (iptables in the writer's namespace; this kernel has no netem, so delay is a `tbf` throttle and loss an
-iptables `statistic` rule): cut from S3, from ZooKeeper, from both; asymmetric (packets to S3 larger than 1000
-bytes dropped: requests and small writes pass, uploads of data files do not); loss and delay on the writer's link;
-a pause (SIGSTOP) past heartbeat expiry and lease while a contender takes over (a zombie); a clock ahead or behind
-(libfaketime `FAKETIME`); ZooKeeper or RGW killed and restarted while the writer is stopped at its point. Points:
-`begin` (requested instant written, lock held), `mark` (a marker written), `write` (a data file about to be
-written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to renew its beat).
+iptables `statistic` rule): cut from S3, from ZooKeeper, from both, from the Kafka broker; asymmetric (packets to
+S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do not); loss and delay
+on the writer's link; a pause (SIGSTOP) past heartbeat expiry and lease while a contender takes over (a zombie); a
+clock ahead or behind (libfaketime `FAKETIME`); ZooKeeper, RGW or the Kafka broker killed and restarted while the
+writer is stopped at its point. A seed replays its rounds with the same version of this script (the draws depend
+on its lists). Points: `begin` (requested instant written, lock held), `mark` (a marker written), `write` (a data
+file about to be written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to renew
+its beat).
 
 The checker knows the table only through the CLI a client has (`stitch timeline show`, `stitch read`): the
 operation history is every command with its exit code and JSON answer. After healing it checks that every
@@ -69,11 +73,17 @@ from scripts import ROOT, child_env, local_daemons, module_argv, rgw
 SUBNET = "10.77.0"
 S3_ADDR = f"{SUBNET}.2"
 ZK_ADDR = f"{SUBNET}.3"
+KAFKA_ADDR = f"{SUBNET}.4"
 CTL_ADDR = f"{SUBNET}.10"
 WRITERS = ("w1", "w2", "w3")
 S3_PORT = 80
 RGW_PORT = 7480
 ZK_PORT = 2181
+KAFKA_PORT = 9092
+KAFKA_CONTROLLER_PORT = 9093
+KAFKA_PARTITIONS = 2
+#: How long a Kafka ingest waits for the broker before it fails (exit 1): past the faults' hold.
+KAFKA_READ_TIMEOUT_S = 10
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J = ("/usr/share/java/slf4j-simple.jar", "/usr/share/java/slf4j-log4j12.jar")
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -81,10 +91,14 @@ POINT_ENV = "STITCH_PARTITIONS_POINT"
 SIGNAL_DIR_ENV = "STITCH_PARTITIONS_DIR"
 PROVIDERS = ("filesystem", "zookeeper", "s3")
 POINTS = ("begin", "mark", "write", "publish", "heartbeat")
-#: The points a Spark job's driver reaches (its tasks mark and write the data files in Python workers).
-DRIVER_POINTS = ("begin", "publish", "heartbeat")
+#: The points a Spark job reaches outside its Python workers (which mark and write the data files): `stitch`, the
+#: launcher, takes an ingest's claim and keeps its heartbeat (`begin`, `heartbeat`) and schedules a compaction
+#: (`begin`); the job's driver runs a compaction (its `heartbeat`) and publishes (`publish`, in the driver always).
+SPARK_POINTS = ("begin", "publish", "heartbeat")
 #: First on a Spark round's PYTHONPATH: its sitecustomize arms the point in the job's driver.
 DRIVER_HOOK_DIR = Path(__file__).resolve().parent / "partitions_site"
+#: Created when a round resumes its writer for the last time: a point reached later does not stop the process.
+DISARMED = "disarmed"
 #: The share of ingest and compaction rounds whose faulted command is a Spark job (`--engine spark`, local[*]).
 SPARK_SHARE = 0.25
 #: The faulted command on w1: mostly an ingest; a compaction or a clean of a table that has data (their points:
@@ -92,11 +106,13 @@ SPARK_SHARE = 0.25
 ACTORS = ("ingest", "ingest", "compact", "clean")
 NETWORK_FAULTS = ("cut_s3", "cut_zk", "cut_both", "asym_s3", "loss", "delay", "kill_zk", "kill_rgw")
 PROCESS_FAULTS = ("pause", "skew_ahead", "skew_behind")
-#: Which faults mean something for a provider: a table on local disk has no network path to cut.
+#: The Kafka stream's broker cut off from the writer, or killed and restarted, while the writer is at its point.
+KAFKA_FAULTS = ("cut_kafka", "kill_kafka")
+#: Which faults mean something for a provider: a table on local disk has no network path to cut but Kafka's.
 FAULTS: dict[str, tuple[str, ...]] = {
-    "filesystem": PROCESS_FAULTS,
-    "zookeeper": (*NETWORK_FAULTS, *PROCESS_FAULTS),
-    "s3": (*(f for f in NETWORK_FAULTS if f not in ("cut_zk", "kill_zk")), *PROCESS_FAULTS),
+    "filesystem": (*PROCESS_FAULTS, *KAFKA_FAULTS),
+    "zookeeper": (*NETWORK_FAULTS, *PROCESS_FAULTS, *KAFKA_FAULTS),
+    "s3": (*(f for f in NETWORK_FAULTS if f not in ("cut_zk", "kill_zk")), *PROCESS_FAULTS, *KAFKA_FAULTS),
 }
 HEARTBEAT = {"interval_s": 1, "expire_s": 3}
 LOCK_EXPIRE_S = 4.0
@@ -108,8 +124,15 @@ PAUSE_S = 6.0
 SKEW = {"skew_ahead": "+5m", "skew_behind": "-5m"}
 OP_TIMEOUT_S = 120.0
 POINT_TIMEOUT_S = 40.0
+#: A Spark job starts a JVM and a session before its driver reaches a point.
+SPARK_POINT_TIMEOUT_S = 150.0
 ROWS_PER_FILE = 20
-STREAMS = ("a", "b")
+#: Streams a and b read landing CSV files; stream c reads a Kafka topic of its round (records of ROWS_PER_FILE per
+#: produced batch, the batch counted in `Round.landed` as a landing file is).
+STREAMS = ("a", "b", "c")
+KAFKA_STREAM = "c"
+#: The share of ingest rounds whose faulted ingest is of the Kafka stream.
+KAFKA_SHARE = 0.35
 #: Exit codes that say "nothing was published" (design.md §6, `stitch --help`): the write definitely failed.
 DEFINITE_FAILURES = (2, 3, 4, 5)
 
@@ -252,6 +275,7 @@ class Servers:
     rgw: Any = None
     zk_proc: subprocess.Popen[bytes] | None = None
     rgw_proc: subprocess.Popen[bytes] | None = None
+    kafka_proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -260,6 +284,38 @@ class Servers:
     def start(self) -> None:
         self.start_rgw()
         self.start_zk()
+        self.start_kafka()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{KAFKA_ADDR}:{KAFKA_PORT}"
+
+    def start_kafka(self) -> None:
+        """A KRaft broker (scripts/kafka_broker.py's jars and settings) in host `kafka`; started again after a
+        kill on the data it had."""
+        from scripts import kafka_broker
+
+        workdir = self.workdir / "kafka"
+        fresh = not (workdir / "data").exists()
+        for folder in ("log", "data"):
+            (workdir / folder).mkdir(parents=True, exist_ok=True)
+        config = kafka_broker.properties(workdir, KAFKA_PORT, KAFKA_CONTROLLER_PORT, host=KAFKA_ADDR)
+        jvm = kafka_broker.jvm_argv(workdir)
+        if fresh:
+            kafka_broker.format_storage(jvm, config)
+        with open(workdir / "log" / "kafka.out", "ab") as log:
+            self.kafka_proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.net.hosts["kafka"].ns, *jvm, "kafka.Kafka", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self._wait("ctl", KAFKA_ADDR, KAFKA_PORT, "the Kafka broker", timeout=120.0)
+
+    def kill_kafka(self) -> None:
+        if self.kafka_proc is not None and self.kafka_proc.poll() is None:
+            self.kafka_proc.kill()
+            self.kafka_proc.wait(timeout=10)
 
     def start_rgw(self) -> None:
         rgw.ensure_installed()
@@ -355,6 +411,7 @@ class Servers:
             self.zk_proc.wait(timeout=10)
 
     def close(self) -> None:
+        self.kill_kafka()
         self.kill_zk()
         self.stop_rgw()
 
@@ -384,18 +441,7 @@ class Servers:
                 time.sleep(1.0)
 
     def client_env(self) -> dict[str, str]:
-        return {
-            "AWS_ACCESS_KEY_ID": rgw.DEFAULT_ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": rgw.DEFAULT_SECRET_KEY,
-            "AWS_REGION": rgw.REGION,
-            "AWS_DEFAULT_REGION": rgw.REGION,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ENDPOINT": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-        }
+        return rgw.client_env(self.endpoint, rgw.DEFAULT_ACCESS_KEY, rgw.DEFAULT_SECRET_KEY)
 
 
 # ============================================================================================ the hook
@@ -415,7 +461,7 @@ def install_hook(point: str, signal_dir: str) -> None:
     fired = [False]
 
     def stop_here() -> None:
-        if fired[0]:
+        if fired[0] or Path(signal_dir, DISARMED).exists():  # reached after the round let its writer go
             return
         fired[0] = True
         Path(signal_dir, f"{os.getpid()}.at").write_text(point, encoding="utf-8")
@@ -493,6 +539,21 @@ def batch_main(argv: list[str]) -> None:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         results.append({"args": args, "exit": code, "out": buffer.getvalue(), "start": start, "end": time.monotonic()})
     print(json.dumps(results))
+
+
+def kafka_main(argv: list[str]) -> None:
+    """`partitions.py kafka topic <bootstrap> <topic>` or `... produce <bootstrap> <topic> <json [[partition,
+    value], ...]>`: run on the ctl host, the only side of the harness that reaches the broker's address."""
+    from scripts import kafka_broker
+
+    what, bootstrap, topic = argv[:3]
+    if what == "topic":
+        kafka_broker.create_topic(bootstrap, topic, KAFKA_PARTITIONS)
+    elif what == "produce":
+        records = [(int(partition), value.encode()) for partition, value in json.loads(argv[3])]
+        kafka_broker.produce(bootstrap, topic, records)
+    else:
+        raise SystemExit(f"unknown kafka command {what!r}")
 
 
 def spark_read_main(argv: list[str]) -> None:
@@ -620,6 +681,7 @@ class Run:
             self.net.open()
             self.net.add("s3", S3_ADDR)
             self.net.add("zk", ZK_ADDR)
+            self.net.add("kafka", KAFKA_ADDR)
             self.net.add("ctl", CTL_ADDR)
             self.servers.start()
         except BaseException:
@@ -726,6 +788,14 @@ class Run:
                 raise PartitionsError(f"stitch {op.command} failed ({op.exit}): {op.answer}")
         return [op.answer for op in ops]
 
+    def kafka(self, *args: str) -> None:
+        """A topic made, or records produced and acknowledged, from the ctl host (`kafka_main`); a broker killed by
+        the round's fault is waited for."""
+        argv = module_argv("partitions", "kafka", args[0], self.servers.bootstrap, *args[1:])
+        done = subprocess.run(self.net.argv("ctl", argv), env=self.env(), capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise PartitionsError(f"kafka {args[0]} failed ({done.returncode}): {done.stderr[-1500:]}")
+
     def spark_read(self, table: str, host: str = "ctl") -> dict[str, Any]:
         """The table read by a Spark local[2] job on `host`."""
         argv = module_argv("partitions", "spark-read", table)
@@ -755,6 +825,9 @@ class Round:
     config: Path
     actor: str = "ingest"
     engine: str = "local"
+    #: The stream the faulted ingest writes: `a` (landing files) or the Kafka stream.
+    stream: str = "a"
+    topic: str = ""
     table: str = ""
     landed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     ops: list[Op] = dataclasses.field(default_factory=list)
@@ -763,7 +836,8 @@ class Round:
     def describe(self) -> str:
         return (
             f"round {self.index} (seed {self.seed}): provider {self.provider}, {self.fault} at {self.point} of "
-            f"{self.actor}{' (spark)' if self.engine == 'spark' else ''}"
+            f"{self.actor}{' -s ' + self.stream if self.actor == 'ingest' else ''}"
+            f"{' (spark)' if self.engine == 'spark' else ''}"
         )
 
 
@@ -780,6 +854,12 @@ def draw_actor(seed: int, index: int) -> str:
     return random.Random(f"{seed}:{index}:actor").choice(ACTORS)
 
 
+def draw_stream(seed: int, index: int, actor: str) -> str:
+    """The stream a faulted ingest writes: the Kafka stream in KAFKA_SHARE of the ingest rounds, else `a`."""
+    kafka = actor == "ingest" and random.Random(f"{seed}:{index}:stream").random() < KAFKA_SHARE
+    return KAFKA_STREAM if kafka else "a"
+
+
 def draw_engine(seed: int, index: int, actor: str) -> str:
     """Where the round's ingest or compaction runs: a Spark job in SPARK_SHARE of them, else in the CLI's process."""
     spark = actor in ("ingest", "compact") and random.Random(f"{seed}:{index}:engine").random() < SPARK_SHARE
@@ -792,7 +872,14 @@ def write_config(round_: Round, table: str, lock: dict[str, Any]) -> None:
         "streams": {
             stream: {
                 "columns": {f"v{stream}": "string"},
-                "source": {"format": "csv", "path": str(round_.dir / "landing" / stream)},
+                "source": {"format": "csv", "path": str(round_.dir / "landing" / stream)}
+                if stream != KAFKA_STREAM
+                else {
+                    "format": "kafka",
+                    "topic": round_.topic,
+                    "bootstrap_servers": f"{KAFKA_ADDR}:{KAFKA_PORT}",
+                    "read_timeout_s": KAFKA_READ_TIMEOUT_S,
+                },
             }
             for stream in STREAMS
         },
@@ -800,6 +887,19 @@ def write_config(round_: Round, table: str, lock: dict[str, Any]) -> None:
         "compaction": {"inline": False},
     }
     round_.config.write_text(json.dumps(document, indent=1), encoding="utf-8")  # JSON is YAML
+
+
+def produce(run: Run, round_: Round) -> None:
+    """The Kafka stream's next batch, as `land` lands a file: keys i*1000 + r over the topic's partitions, the value
+    naming the stream and batch; acknowledged by the broker before it counts as landed."""
+    batches = round_.landed.setdefault(KAFKA_STREAM, [])
+    index = len(batches)
+    records = [
+        [r % KAFKA_PARTITIONS, json.dumps({"k": index * 1000 + r, f"v{KAFKA_STREAM}": f"{KAFKA_STREAM}{index}"})]
+        for r in range(ROWS_PER_FILE)
+    ]
+    run.kafka("produce", round_.topic, json.dumps(records))
+    batches.append(index)
 
 
 def land(round_: Round, stream: str) -> None:
@@ -837,7 +937,8 @@ class Faults:
     def inject(self) -> None:
         fault = self.round.fault
         self.round.events.append(f"{time.monotonic() - self.run.t0:8.2f} inject {fault} on {self.host}")
-        targets = {"cut_s3": [S3_ADDR], "cut_zk": [ZK_ADDR], "cut_both": [S3_ADDR, ZK_ADDR]}.get(fault, [])
+        cuts = {"cut_s3": [S3_ADDR], "cut_zk": [ZK_ADDR], "cut_both": [S3_ADDR, ZK_ADDR], "cut_kafka": [KAFKA_ADDR]}
+        targets = cuts.get(fault, [])
         for addr in targets:
             self._iptables("OUTPUT", "-d", addr, "-j", "DROP")
             self._iptables("INPUT", "-s", addr, "-j", "DROP")
@@ -855,7 +956,10 @@ class Faults:
         elif fault == "kill_rgw":
             self.run.servers.kill_rgw()
             self.healers.append(self.run.servers.restart_rgw)
-        if fault in NETWORK_FAULTS and not fault.startswith("kill_"):
+        elif fault == "kill_kafka":
+            self.run.servers.kill_kafka()
+            self.healers.append(self.run.servers.start_kafka)
+        if fault in (*NETWORK_FAULTS, *KAFKA_FAULTS) and not fault.startswith("kill_"):
             self.healers.append(self._flush)
 
     def _flush(self) -> None:
@@ -889,10 +993,9 @@ def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -
 
 
 def resume(op: Op, signal_dir: Path) -> None:
-    """Wake the command and whatever of it stopped at the point."""
-    if op.proc is None or op.proc.poll() is not None:
-        return
-    for pid in {op.proc.pid, *stopped_at_point(signal_dir)}:
+    """Wake the command and whatever of it stopped at the point (a Spark driver may outlive its launcher)."""
+    running = op.proc is not None and op.proc.poll() is None
+    for pid in {*([op.proc.pid] if running and op.proc else []), *stopped_at_point(signal_dir)}:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
 
@@ -903,11 +1006,14 @@ def play_round(run: Run, index: int, providers: Sequence[str], engine: str | Non
     round_seed, provider, fault, point = draw(run.seed, index, providers)
     actor = draw_actor(run.seed, index)
     engine = engine if engine is not None and actor in ("ingest", "compact") else draw_engine(run.seed, index, actor)
-    if engine == "spark" and point not in DRIVER_POINTS:
-        point = random.Random(f"{round_seed}:driver").choice(DRIVER_POINTS)
+    if engine == "spark" and point not in SPARK_POINTS:
+        point = random.Random(f"{round_seed}:driver").choice(SPARK_POINTS)
     folder = run.workdir / f"round-{index:03d}"
     folder.mkdir(parents=True)
     round_ = Round(index, round_seed, provider, fault, point, folder, folder / "parts.yaml", actor, engine)
+    round_.stream = draw_stream(run.seed, index, actor) if engine == "local" else "a"
+    round_.topic = f"r{index}-{uuid.uuid4().hex[:8]}"
+    run.kafka("topic", round_.topic)
     if provider == "filesystem":
         table, lock = str(folder / "table"), {"provider": "filesystem"}
     else:
@@ -936,12 +1042,15 @@ def _play(run: Run, round_: Round) -> None:
         raise PartitionsError(f"stitch init failed: {init.line()}")
     for stream in ("a", "a", "b"):
         land(round_, stream)
+    produce(run, round_)
     signal_dir = round_.dir / "signals"
     signal_dir.mkdir()
     extra: dict[str, str] = {SIGNAL_DIR_ENV: str(signal_dir)}
     skewed = round_.fault in SKEW
     if skewed:
         extra.update({"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": SKEW[round_.fault], "FAKETIME_DONT_RESET": "1"})
+        if round_.engine == "spark":  # libfaketime: a JVM may hang on a faked monotonic clock
+            extra["DONT_FAKE_MONOTONIC"] = "1"
     if not skewed or round_.engine == "spark":  # the contenders of a Spark job wait until its driver is at work
         extra[POINT_ENV] = round_.point
     if round_.engine == "spark":
@@ -949,7 +1058,8 @@ def _play(run: Run, round_: Round) -> None:
     faults = Faults(run, round_, "w1")
     target = run.start(round_.index, "w1", "round", _faulted_command(run, round_, cfg), extra)
     round_.ops.append(target)
-    reached = wait_for_point(target, signal_dir) if POINT_ENV in extra else skewed
+    patience = SPARK_POINT_TIMEOUT_S if round_.engine == "spark" else POINT_TIMEOUT_S
+    reached = wait_for_point(target, signal_dir, patience) if POINT_ENV in extra else skewed
     run.stats.faults[round_.fault] += 1
     run.stats.points[round_.point if not skewed else "whole_run"] += 1
     if not reached:
@@ -964,7 +1074,8 @@ def _play(run: Run, round_: Round) -> None:
         land(round_, "b")
         if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
             time.sleep(HEARTBEAT["expire_s"] + 1.0)
-        contenders.append(run.start(round_.index, "w2", "round", ["ingest", *cfg, "-s", "a", "--engine", "local"]))
+        same = ["ingest", *cfg, "-s", round_.stream, "--engine", "local"]  # the faulted ingest's stream
+        contenders.append(run.start(round_.index, "w2", "round", same))
         contenders.append(run.start(round_.index, "w3", "round", ["ingest", *cfg, "-s", "b", "--engine", "local"]))
         if round_.fault == "pause" and reached:
             run.finish(contenders[0])
@@ -977,7 +1088,9 @@ def _play(run: Run, round_: Round) -> None:
             time.sleep(HOLD_S)
     finally:
         faults.heal()
+        (signal_dir / DISARMED).touch()  # a point reached from now on (e.g. after a slow start) does not stop
         resume(target, signal_dir)
+    produce(run, round_)  # after healing: a killed broker is back
     for op in contenders:
         run.finish(op)
     run.finish(target)
@@ -999,7 +1112,7 @@ def _faulted_command(run: Run, round_: Round, cfg: list[str]) -> list[str]:
         land(round_, "a")
         round_.ops.extend(run.batch(round_.index, "ctl", "setup", [ingest[0], ["compact", *cfg]]))
         return ["clean", *cfg, "--retain", "1"]
-    return ["ingest", *cfg, "-s", "a", "--engine", round_.engine]
+    return ["ingest", *cfg, "-s", round_.stream, "--engine", round_.engine]
 
 
 def settle(run: Run, round_: Round) -> None:
@@ -1197,6 +1310,9 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["spark-read"]:
         spark_read_main(args[1:])
         return 0
+    if args[:1] == ["kafka"]:
+        kafka_main(args[1:])
+        return 0
     # SIGTERM (and SIGINT, which a shell ignores in background jobs) unwind: hosts and servers are cleaned up.
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)
@@ -1208,7 +1324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     parser.add_argument(
-        "--engine", choices=("local", "spark"), default=None, help="run every faulted ingest or compaction here"
+        "--engine",
+        choices=("local", "spark"),
+        default=None,
+        help="run every faulted ingest or compaction of landing files here (default: a quarter on Spark)",
     )
     options = parser.parse_args(args)
     seed = options.seed if options.seed is not None else random.randrange(1 << 20)

@@ -59,6 +59,31 @@ class RgwServer:
     pids: dict[str, int]
 
 
+#: With the AWS C++ SDK inside pyarrow 26, every pyarrow.fs.S3FileSystem write to Ceph 16's gateway fails
+#: (UploadPart: 411 MissingContentLength) unless checksums are only sent when required; the SDK reads these when an
+#: S3FileSystem is created.
+CHECKSUM_ENV = {
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+}
+
+
+def client_env(endpoint: str, access_key: str, secret_key: str, region: str = REGION) -> dict[str, str]:
+    """AWS_* variables for clients that configure themselves from the environment (obstore, pyarrow, boto, the
+    CLI and Spark jobs started with them) to reach a gateway over plain http."""
+    return {
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ENDPOINT": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **CHECKSUM_ENV,
+    }
+
+
 class RgwError(RuntimeError):
     """Ceph could not be installed or started; the message carries the relevant log tails."""
 

@@ -30,6 +30,7 @@ from tests.support.spark_fixtures import (
     alive,
     descendants,
     ended,
+    generated_data,
     hold_back,
     run_stitch,
     stitch,
@@ -41,11 +42,7 @@ from tests.support.spark_fixtures import (
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough rows that a Spark compaction spends a moment in its tasks, in files that can be ingested in turns."""
-    from scripts.demo_data import generate
-
-    out = tmp_path_factory.mktemp("resume-data")
-    generate(out, orders=60_000, days=2, seed=7, files_per_stream=4)
-    return out / "landing"
+    return generated_data(tmp_path_factory, "resume-data", orders=60_000, seed=7, files_per_stream=4) / "landing"
 
 
 def ingested_table(folder: Path, landing: Path, max_files: int | None = None, **changes: Any) -> tuple[Path, Table]:

@@ -255,8 +255,9 @@ def test_a_table_on_s3_is_read_by_the_jvm_reader_through_s3a(
     s3_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With Hadoop's S3 connector on the classpath (hadoop-aws of PySpark's Hadoop), a table on S3 is read by the
-    JVM reader, its files through `s3a://` with the settings the planner hands over (no `fs.s3a.*` in the
-    session): log-free slices columnar, slices with logs merged; nothing is handed to the Python source."""
+    JVM reader, its files through `s3a://` with the settings the planner hands over (the session has no `fs.s3a.*`
+    but a credentials provider that reads keys from them only): log-free slices columnar, slices with logs merged;
+    nothing is handed to the Python source."""
     from scripts import spark_envs
 
     jars = spark_envs.s3a_jars(spark_envs.pyspark_hadoop_version()).fetch()
@@ -265,7 +266,9 @@ def test_a_table_on_s3_is_read_by_the_jvm_reader_through_s3a(
     document = copy.deepcopy(THREE_STREAMS)
     document["table"]["path"] = f"{s3_bucket.url}/wide"
     table = built(tmp_path, document=document)
-    with jvm_session(tmp_path / "s3-stderr.txt", jars) as s3a:
+    simple = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"  # fs.s3a.access.key and secret.key, nothing else
+    only_given = {"spark.hadoop.fs.s3a.aws.credentials.provider": simple}
+    with jvm_session(tmp_path / "s3-stderr.txt", jars, only_given) as s3a:
         got, plan = through_jvm(s3a, table)
         assert got == expected(table) and " columnar" in plan
         table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(30, 50), 7)))

@@ -22,9 +22,10 @@ from scripts import child_env, partitions
 pytestmark = [pytest.mark.s3, pytest.mark.zookeeper]
 
 #: A seed whose first rounds cover every provider and each kind of faulted command (the CI-sized run: one round
-#: each): a clean paused past its lease on local disk, a compaction losing packets under ZooKeeper, an ingest cut
-#: from S3's uploads, run as a Spark job (its driver stopped at a point of its commit).
-CI_SEED = 4
+#: each): a clean with its clock minutes ahead on local disk, an ingest of the Kafka stream cut from the broker once
+#: it holds its claim (ZooKeeper lock), and a compaction on S3 run as a Spark job whose driver is stopped about to
+#: publish while its host is cut from S3.
+CI_SEED = 6676
 CI_ENGINES = ("local", "local", "spark")
 
 
@@ -104,10 +105,16 @@ def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds:
         assert any(op.outcome == "ok" for op in round_.ops if op.command == "ingest"), partitions.history(run, round_)
     assert [r.provider for r in rounds] == list(partitions.PROVIDERS)
     assert {r.actor for r in rounds} == {"ingest", "compact", "clean"}, "the seed's rounds fault each kind of command"
+    kafka = rounds[1]
+    assert (kafka.actor, kafka.stream, kafka.fault) == ("ingest", partitions.KAFKA_STREAM, "cut_kafka")
+    assert len(kafka.landed[partitions.KAFKA_STREAM]) == 2  # two batches produced, each ingested exactly once
     spark = rounds[-1]
-    assert (spark.actor, spark.engine) == ("ingest", "spark") and spark.point in partitions.DRIVER_POINTS
+    assert (spark.actor, spark.engine, spark.point) == ("compact", "spark", "publish")
     assert not [e for e in spark.events if "not reached" in e], "the Spark job's driver must stop at its point"
-    assert sum(n for kind, n in run.stats.faulted.items() if kind.startswith("ingest-spark:")) == 1
+    launcher = next(op for op in spark.ops if op.host == "w1" and op.phase == "round")
+    stopped = partitions.stopped_at_point(spark.dir / "signals")
+    assert stopped and launcher.proc.pid not in stopped, "publish stops the job's driver, not the stitch launcher"
+    assert sum(n for kind, n in run.stats.faulted.items() if kind.startswith("compact-spark:")) == 1
     assert sum(run.stats.faults.values()) == len(rounds)
 
 

@@ -43,7 +43,7 @@ from tests.integration.test_read import changes, expected_changes
 from tests.support.histories import History, apply, plan_steps
 from tests.support.reference import Event
 from tests.support.s3_server import Place
-from tests.support.spark_fixtures import ROOT, ended, kill_tree, run_stitch, stitch, write_config
+from tests.support.spark_fixtures import ROOT, ended, generated_data, kill_tree, run_stitch, stitch, write_config
 from tests.support.tables import (
     MODELS,
     THREE_STREAMS,
@@ -282,11 +282,7 @@ def test_a_pending_rescale_fences_writers_of_its_partitions_only(tmp_path: Path)
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo landing files (`landing/`) and their ground truth (`truth.parquet`,
     tests/{unit,integration}/test_demo_data.py)."""
-    from scripts.demo_data import generate
-
-    out = tmp_path_factory.mktemp("rescale-data")
-    generate(out, orders=30_000, days=2, seed=11, files_per_stream=4)
-    return out
+    return generated_data(tmp_path_factory, "rescale-data", orders=30_000, seed=11, files_per_stream=4)
 
 
 @pytest.fixture(scope="module")

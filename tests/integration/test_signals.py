@@ -25,6 +25,7 @@ from tests.support.spark_fixtures import (
     demo_table,
     descendants,
     ended,
+    generated_data,
     hold_back,
     run_stitch,
     stitch,
@@ -35,11 +36,7 @@ from tests.support.spark_fixtures import (
 @pytest.fixture(scope="module")
 def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough rows that an in-process ingest takes a moment, so a signal can land while it writes."""
-    from scripts.demo_data import generate
-
-    out = tmp_path_factory.mktemp("signal-data")
-    generate(out, orders=60_000, days=2, seed=5, files_per_stream=6)
-    return out
+    return generated_data(tmp_path_factory, "signal-data", orders=60_000, seed=5, files_per_stream=6)
 
 
 def claimed(table: Table) -> str | None:

@@ -29,6 +29,7 @@ from tests.support.spark_fixtures import (
     demo_table,
     descendants,
     ended,
+    generated_data,
     kill_tree,
     run_stitch,
     start_stitch,
@@ -40,11 +41,7 @@ QUERY = Path(__file__).resolve().parents[1] / "support" / "stream_query.py"
 @pytest.fixture(scope="module")
 def many_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo data with six landing files per stream, so a stream runs several micro-batches."""
-    from scripts.demo_data import generate
-
-    out = tmp_path_factory.mktemp("stream-data")
-    generate(out, orders=2500, days=2, seed=21, files_per_stream=6)
-    return out
+    return generated_data(tmp_path_factory, "stream-data", orders=2500, seed=21, files_per_stream=6)
 
 
 def wait_for(what: str, condition: Callable[[], bool], timeout: float = 900, process: Any = None) -> None:

@@ -21,7 +21,7 @@ def console(
     env: Mapping[str, str | None] | None = None,
     stdin: str | None = None,
     runner: tuple[str, ...] = (),
-    timeout: float = 900,
+    timeout: float = 1800,
 ) -> subprocess.CompletedProcess[str]:
     """`stitch ARGS` as a process, its output captured as text. `env` adds to (or, with value None, removes from)
     the environment; output is 200 columns wide so a message is never wrapped; `runner` is a command that runs it

@@ -17,13 +17,14 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-#: More jars for the session (comma-separated), after the reader's.
+#: More jars for the session (comma-separated), after the reader's, and more settings (a JSON object).
 EXTRA_JARS_ENV = "STITCH_TEST_EXTRA_JARS"
+EXTRA_CONF_ENV = "STITCH_TEST_EXTRA_CONF"
 
 
 def rows(frame: Any) -> list[dict[str, Any]]:
@@ -60,6 +61,7 @@ def _main() -> None:
     extra = os.environ.get(EXTRA_JARS_ENV)
     if extra:  # e.g. Hadoop's S3 connector
         conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), extra]))
+    conf.update(json.loads(os.environ.get(EXTRA_CONF_ENV) or "{}"))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = register(builder.getOrCreate())
@@ -82,7 +84,7 @@ def _main() -> None:
 class JvmSession:
     """The test side: `run(code)` is the `result` the code set in the JVM reader's session."""
 
-    def __init__(self, stderr: Path, jars: Sequence[Path] = ()) -> None:
+    def __init__(self, stderr: Path, jars: Sequence[Path] = (), conf: Mapping[str, str] | None = None) -> None:
         self.stderr_path = stderr
         self._stderr = open(stderr, "w")  # noqa: SIM115 (closed in `close`)
         self.process = subprocess.Popen(
@@ -97,6 +99,7 @@ class JvmSession:
                 "TZ": "UTC",
                 "PYSPARK_PYTHON": sys.executable,
                 EXTRA_JARS_ENV: ",".join(map(str, jars)),
+                EXTRA_CONF_ENV: json.dumps(dict(conf or {})),
             },
         )
 
@@ -132,8 +135,8 @@ class JvmError(Exception):
 
 
 @contextlib.contextmanager
-def jvm_session(stderr: Path, jars: Sequence[Path] = ()) -> Iterator[JvmSession]:
-    session = JvmSession(stderr, jars)
+def jvm_session(stderr: Path, jars: Sequence[Path] = (), conf: Mapping[str, str] | None = None) -> Iterator[JvmSession]:
+    session = JvmSession(stderr, jars, conf)
     try:
         yield session
     finally:

@@ -30,13 +30,9 @@ import pytest
 from scripts import rgw  # scripts/rgw.py: start/stop the gateway, minimal signed S3 requests
 from tests.support.session_servers import serve
 
-# With the AWS C++ SDK inside pyarrow 26, every pyarrow.fs.S3FileSystem write to Ceph 16's gateway fails
-# (UploadPart: 411 MissingContentLength) unless checksums are only sent when required. The SDK reads these
-# when an S3FileSystem is created, so the session fixture also puts them into os.environ.
-CHECKSUM_ENV = {
-    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-}
+# pyarrow's S3 client reads rgw.CHECKSUM_ENV when an S3FileSystem is created, so the session fixture also puts
+# them into os.environ.
+CHECKSUM_ENV = rgw.CHECKSUM_ENV
 
 
 @dataclass(frozen=True)
@@ -50,17 +46,7 @@ class S3Server:
 
     def env(self) -> dict[str, str]:
         """AWS_* variables for clients that configure themselves from the environment (obstore, pyarrow, boto)."""
-        return {
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ENDPOINT": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_EC2_METADATA_DISABLED": "true",
-            **CHECKSUM_ENV,
-        }
+        return rgw.client_env(self.endpoint, self.access_key, self.secret_key, self.region)
 
     def options(self) -> dict[str, str]:
         """The same settings as a config's `storage:` block gives them (no environment needed)."""

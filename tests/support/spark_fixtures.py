@@ -61,14 +61,22 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+def generated_data(
+    tmp_path_factory: pytest.TempPathFactory, name: str, orders: int, seed: int, files_per_stream: int
+) -> Path:
+    """Demo data of two days (`landing/` and its ground truth `truth.parquet`, scripts/demo_data.py) in a new
+    folder: the one way a test makes a dataset of its size."""
+    from scripts.demo_data import generate
+
+    out = tmp_path_factory.mktemp(name)
+    generate(out, orders=orders, days=2, seed=seed, files_per_stream=files_per_stream)
+    return out
+
+
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small three-stream dataset with late, out-of-order and duplicate events, and its ground truth."""
-    from scripts.demo_data import generate
-
-    out = tmp_path_factory.mktemp("demo-data")
-    generate(out, orders=3000, days=2, seed=11, files_per_stream=3)
-    return out
+    return generated_data(tmp_path_factory, "demo-data", orders=3000, seed=11, files_per_stream=3)
 
 
 def write_config(
