@@ -148,10 +148,10 @@ def test_after_a_clean_the_feed_is_read_from_the_time_its_refusal_names(run: Any
     timeline = run.query(round_.config, [["timeline", "show", "-n", "0"]])[0]["instants"]
     completed = [i for i in timeline if i.get("state") == "completed"]
     want = partitions.expected_rows(round_)
-    assert partitions._check_feed(run, round_, want, completed) == []
+    assert partitions.check_feed(run, round_, want, completed) == []
     assert any("read since" in event for event in round_.events), partitions.history(run, round_)
     wrong = {k: {**row, "va": "not what was landed"} for k, row in want.items()}
-    assert "change feed since" in "\n".join(partitions._check_feed(run, round_, wrong, completed))
+    assert "change feed since" in "\n".join(partitions.check_feed(run, round_, wrong, completed))
 
 
 @pytest.mark.spark
