@@ -27,21 +27,22 @@ iptables `statistic` rule): cut from S3, from ZooKeeper, from both, from the Kaf
 S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do not); loss and delay
 on the writer's link; a pause (SIGSTOP) past heartbeat expiry and lease while a contender takes over (a zombie); a
 clock ahead or behind (libfaketime `FAKETIME`); ZooKeeper, RGW or the Kafka broker killed and restarted while the
-writer is stopped at its point. A seed replays its rounds with the same version of this script (the draws depend
-on its lists). Points: `begin` (requested instant written, lock held), `mark` (a marker written), `write` (a data
-file about to be written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to renew
-its beat).
+writer is stopped at its point. A Spark job or a Kafka ingest is never the skewed one: libfaketime breaks the timed
+waits of CPython and of the JVM (a Kafka client's wait never returns; with DONT_FAKE_MONOTONIC `time.sleep`
+fails). A seed replays its rounds with the same version of this script (the draws depend on its lists). Points:
+`begin` (requested instant written, lock held), `mark` (a marker written), `write` (a data file about to be
+written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to renew its beat).
 
 The checker knows the table only through the CLI a client has (`stitch timeline show`, `stitch read`): the
 operation history is every command with its exit code and JSON answer. After healing it checks that every
 acknowledged write (exit 0 with an instant) is completed in the timeline with its rows, and so is every instant
-an acknowledged compaction or clean reported; that completed
-deltacommits nobody acknowledged are no more than the writes whose outcome the client could not know (exit 1,
-killed); that each landing file's rows are in the table exactly once (per stream, the rows of completed
-deltacommits add up to the rows landed, and the snapshot holds exactly the landed keys and values); that no two
-completed deltacommits of one stream overlap in time (two holders of one stream's claim); and that the snapshot,
-the read-optimized view after compaction, time travel to the last instant and the change feed agree. A violation
-prints the history. The exit code is 1 on any violation.
+an acknowledged compaction or clean reported; that completed deltacommits nobody acknowledged are no more than the
+writes whose outcome the client could not know (exit 1, killed); that each landing file's rows and each Kafka
+batch's records are in the table exactly once (per stream, the rows of completed deltacommits add up to the rows
+landed, and the snapshot holds exactly the landed keys and values); that no two completed deltacommits of one
+stream overlap in time (two holders of one stream's claim); and that the snapshot, the read-optimized view after
+compaction, time travel to the last instant and the change feed agree (after a clean, the feed from the `since`
+its refusal names). A violation prints the history. The exit code is 1 on any violation.
 """
 
 from scripts.partitions.checker import check, check_feed, history
