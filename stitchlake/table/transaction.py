@@ -186,12 +186,19 @@ class Transaction:
 
     @classmethod
     def attach(cls, table: TableHandle, requested: str) -> Transaction:
-        """A handle on a pending instant begun by another process (e.g. the driver of a Spark job)."""
+        """A handle on a pending instant begun by another process (e.g. the driver of a Spark job).
+
+        An instant gone (rolled back: its launcher was presumed dead) or completed by another process was
+        superseded while the job started: nothing of this run is published, so it is a conflict (exit 3, run
+        again), as for a writer fenced at publish, not an ambiguous failure."""
         timeline = Timeline.load(table.storage)
         instant = timeline.get(requested)
         if instant is None or instant.is_completed:
-            state = "not on the timeline" if instant is None else f"already completed at {instant.completed}"
-            raise StitchError(f"instant {requested} is {state}; cannot commit into it")
+            state = "was taken back" if instant is None else f"was completed at {instant.completed}"
+            raise ConflictError(
+                f"instant {requested} {state} by another process while this job started; nothing was published — "
+                "run again"
+            )
         return cls(table, instant, None, inflight_attempt(table, instant), timeline.plan(instant))
 
     @classmethod

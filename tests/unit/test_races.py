@@ -241,3 +241,22 @@ def test_a_spark_abort_after_the_commit_published_keeps_it(tmp_path: Path) -> No
     writer.abort(messages)  # e.g. Spark failing the job after the commit returned
     assert table.timeline().get(txn.time).is_completed  # type: ignore[union-attr]
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_job_attaching_to_an_instant_taken_back_meanwhile_is_a_conflict_not_an_ambiguous_failure(
+    tmp_path: Path,
+) -> None:
+    """A Spark job's launcher paused past its lease: `stitch clean` rolled its instant back before the driver
+    attached. The driver refuses with exit 3 (nothing published, run again), as a fenced in-process writer does."""
+    table = new_table(tmp_path, copy.deepcopy(FAST))
+    launched = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=ORDERS.name))
+    _dead(launched)
+    rollback_failed(table)
+    assert table.timeline().get(launched.instant.requested) is None
+    with pytest.raises(ConflictError, match="was taken back by another process") as refused:
+        Transaction.attach(table, launched.instant.requested)
+    assert refused.value.exit_code == 3
+    write(table, ORDERS.name, _rows(1))
+    done = table.timeline().completed()[-1]
+    with pytest.raises(ConflictError, match=f"was completed at {done.completed}"):
+        Transaction.attach(table, done.requested)
