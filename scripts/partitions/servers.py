@@ -79,9 +79,7 @@ class Servers:
         self._wait("ctl", KAFKA_ADDR, KAFKA_PORT, "the Kafka broker", timeout=120.0)
 
     def kill_kafka(self) -> None:
-        if self.kafka_proc is not None and self.kafka_proc.poll() is None:
-            self.kafka_proc.kill()
-            self.kafka_proc.wait(timeout=10)
+        _kill(self.kafka_proc)
 
     def start_rgw(self) -> None:
         rgw.ensure_installed()
@@ -126,9 +124,7 @@ class Servers:
                 timeout=60,
                 check=False,
             )
-        if self.rgw_proc is not None and self.rgw_proc.poll() is None:
-            self.rgw_proc.kill()
-            self.rgw_proc.wait(timeout=10)
+        _kill(self.rgw_proc)
 
     def start_zk(self) -> None:
         java = shutil.which("java")
@@ -172,9 +168,7 @@ class Servers:
         self._wait("ctl", ZK_ADDR, ZK_PORT, "ZooKeeper")
 
     def kill_zk(self) -> None:
-        if self.zk_proc is not None and self.zk_proc.poll() is None:
-            self.zk_proc.kill()
-            self.zk_proc.wait(timeout=10)
+        _kill(self.zk_proc)
 
     def close(self) -> None:
         self.kill_kafka()
@@ -208,3 +202,10 @@ class Servers:
 
     def client_env(self) -> dict[str, str]:
         return rgw.client_env(self.endpoint, rgw.DEFAULT_ACCESS_KEY, rgw.DEFAULT_SECRET_KEY)
+
+
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL a server the run started (a fault, or the end of the run), and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -19,7 +19,8 @@ import pytest
 
 from scripts import child_env, partitions
 
-pytestmark = [pytest.mark.s3, pytest.mark.zookeeper]
+#: The harness starts its own S3 server, ZooKeeper and Kafka broker, and its rounds run Spark jobs.
+pytestmark = [pytest.mark.s3, pytest.mark.zookeeper, pytest.mark.kafka, pytest.mark.spark]
 
 #: A seed whose first rounds cover every provider and each kind of faulted command (the CI-sized run: one round
 #: each): a clean with its clock minutes ahead on local disk, an ingest of the Kafka stream cut from the broker once
