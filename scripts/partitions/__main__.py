@@ -30,6 +30,7 @@ def play(
     only: Sequence[int] = (),
     log: Callable[[str], None] = print,
     engine: str | None = None,
+    follow: bool = False,
 ) -> Stats:
     """Run the rounds (or only the listed ones) and check each; the stats hold every violation with its history."""
     base = workdir or Path(tempfile.mkdtemp(prefix="partitions-"))
@@ -39,10 +40,10 @@ def play(
         indices = list(only or range(rounds))
         for index in indices:
             started = time.monotonic()
-            round_ = play_round(run, index, providers, engine)
+            round_ = play_round(run, index, providers, engine, follow)
             run.stats.rounds += 1
             for op in round_.ops:
-                if op.command == "ingest":
+                if op.command in ("ingest", "stream"):
                     run.stats.outcomes[f"{op.phase}:{op.outcome}"] += 1
             found = check(run, round_, spark=index in indices[-len(providers) :])  # Spark reads the last rounds
             (round_.dir / "history.txt").write_text(history(run, round_) + "\n", encoding="utf-8")
@@ -52,6 +53,8 @@ def play(
             (base / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
             if found:
                 replay = f"python -m scripts.partitions --seed {seed} --round {index} --providers {','.join(providers)}"
+                replay += f" --engine {engine}" if engine else ""
+                replay += " --stream" if follow else ""
                 text = "\n".join([*(f"  ! {v}" for v in found), history(run, round_), f"  replay: {replay}"])
                 log(text)
                 run.stats.violations.append(text)
@@ -92,13 +95,20 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run every faulted ingest or compaction of landing files here (default: a quarter on Spark)",
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="make every round's faulted command a long-running `stitch stream` (default: half the Spark ingests)",
+    )
     options = parser.parse_args(args)
     seed = options.seed if options.seed is not None else random.randrange(1 << 20)
     providers = [p for p in options.providers.split(",") if p]
     unknown = set(providers) - set(PROVIDERS)
     if unknown:
         parser.error(f"unknown providers {sorted(unknown)}")
-    stats = play(options.rounds, seed, providers, options.workdir, options.round, engine=options.engine)
+    stats = play(
+        options.rounds, seed, providers, options.workdir, options.round, engine=options.engine, follow=options.stream
+    )
     summary = {"seed": seed, **stats.summary()}
     print(json.dumps(summary, indent=1))
     if options.json:

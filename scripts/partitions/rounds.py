@@ -45,6 +45,10 @@ from scripts.partitions.settings import (
     SPARK_POINT_TIMEOUT_S,
     SPARK_POINTS,
     SPARK_SHARE,
+    STREAM_AFTER_HEAL_S,
+    STREAM_SHARE,
+    STREAM_STOP_TIMEOUT_S,
+    STREAM_TRIGGER_S,
     STREAMS,
     SUBNET,
     WRITERS,
@@ -77,8 +81,8 @@ class Round:
     def describe(self) -> str:
         return (
             f"round {self.index} (seed {self.seed}): provider {self.provider}, {self.fault} at {self.point} of "
-            f"{self.actor}{' -s ' + self.stream if self.actor == 'ingest' else ''}"
-            f"{' (spark)' if self.engine == 'spark' else ''}"
+            f"{self.actor}{' -s ' + self.stream if self.actor in ('ingest', 'stream') else ''}"
+            f"{' (spark)' if self.engine == 'spark' and self.actor != 'stream' else ''}"
         )
 
 
@@ -96,8 +100,8 @@ def draw_actor(seed: int, index: int) -> str:
 
 
 def draw_stream(seed: int, index: int, actor: str) -> str:
-    """The stream a faulted ingest writes: the Kafka stream in KAFKA_SHARE of the ingest rounds, else `a`."""
-    kafka = actor == "ingest" and random.Random(f"{seed}:{index}:stream").random() < KAFKA_SHARE
+    """The stream a faulted ingest or stream writes: the Kafka stream in KAFKA_SHARE of those rounds, else `a`."""
+    kafka = actor in ("ingest", "stream") and random.Random(f"{seed}:{index}:stream").random() < KAFKA_SHARE
     return KAFKA_STREAM if kafka else "a"
 
 
@@ -105,6 +109,12 @@ def draw_engine(seed: int, index: int, actor: str) -> str:
     """Where the round's ingest or compaction runs: a Spark job in SPARK_SHARE of them, else in the CLI's process."""
     spark = actor in ("ingest", "compact") and random.Random(f"{seed}:{index}:engine").random() < SPARK_SHARE
     return "spark" if spark else "local"
+
+
+def draw_follow(seed: int, index: int, actor: str, engine: str) -> str:
+    """A Spark ingest round's faulted command is a long-running `stitch stream` in STREAM_SHARE of them."""
+    follow = actor == "ingest" and engine == "spark" and random.Random(f"{seed}:{index}:follow").random() < STREAM_SHARE
+    return "stream" if follow else actor
 
 
 def write_config(round_: Round, table: str, lock: dict[str, Any]) -> None:
@@ -241,15 +251,20 @@ def resume(op: Op, signal_dir: Path) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
-def play_round(run: Run, index: int, providers: Sequence[str], engine: str | None = None) -> Round:
+def play_round(
+    run: Run, index: int, providers: Sequence[str], engine: str | None = None, follow: bool = False
+) -> Round:
     """Build the round's hosts and table, run its commands with its fault, heal, settle; the ops are recorded.
-    `engine` forces where the faulted ingest or compaction runs (else drawn: `draw_engine`)."""
+    `engine` forces where the faulted ingest or compaction runs (else drawn: `draw_engine`); `follow` makes the
+    faulted command a `stitch stream` (else drawn for a Spark ingest: `draw_follow`)."""
     round_seed, provider, fault, point = draw(run.seed, index, providers)
-    actor = draw_actor(run.seed, index)
+    actor = "ingest" if follow else draw_actor(run.seed, index)
     engine = engine if engine is not None and actor in ("ingest", "compact") else draw_engine(run.seed, index, actor)
+    actor = "stream" if follow else draw_follow(run.seed, index, actor, engine)
+    engine = "spark" if actor == "stream" else engine  # a stream is always a Spark job
     if engine == "spark" and point not in SPARK_POINTS:
         point = random.Random(f"{round_seed}:driver").choice(SPARK_POINTS)
-    stream = draw_stream(run.seed, index, actor) if engine == "local" else "a"
+    stream = draw_stream(run.seed, index, actor) if engine == "local" or actor == "stream" else "a"
     if fault in SKEW and (engine == "spark" or stream == KAFKA_STREAM):
         # libfaketime breaks the timed waits of CPython and of the JVM: Event.wait never returns (a Kafka client's,
         # a JVM's), and with DONT_FAKE_MONOTONIC time.sleep fails with EINVAL. Those commands are not skewed.
@@ -337,11 +352,27 @@ def _play(run: Run, round_: Round) -> None:
     produce(run, round_)  # after healing: a killed broker is back
     for op in contenders:
         run.finish(op)
+    if round_.actor == "stream":
+        stop_stream(run, round_, target)
     run.finish(target)
-    run.stats.faulted[f"{round_.actor}{'-spark' if round_.engine == 'spark' else ''}:{target.outcome}"] += 1
+    run.stats.faulted[
+        f"{round_.actor}{'-spark' if round_.engine == 'spark' and round_.actor != 'stream' else ''}:{target.outcome}"
+    ] += 1
     round_.ops.extend(contenders)
     round_.ops.append(run.run(round_.index, "w3", "round", ["compact", *cfg]))
     settle(run, round_)
+
+
+def stop_stream(run: Run, round_: Round, target: Op) -> None:
+    """Let the healed stream follow what landed meanwhile, then ask it to stop as an operator does (SIGTERM: the
+    running micro-batch finishes); it is waited for as long as its stop may take."""
+    assert target.proc is not None
+    time.sleep(STREAM_AFTER_HEAL_S)
+    if target.proc.poll() is None:
+        round_.events.append(f"{time.monotonic() - run.t0:8.2f} asked the stream to stop (SIGTERM)")
+        with contextlib.suppress(ProcessLookupError):
+            target.proc.send_signal(signal.SIGTERM)
+    run.finish(target, time.monotonic() - run.t0 - target.start + STREAM_STOP_TIMEOUT_S + 30)
 
 
 def _faulted_command(run: Run, round_: Round, cfg: list[str]) -> list[str]:
@@ -356,6 +387,9 @@ def _faulted_command(run: Run, round_: Round, cfg: list[str]) -> list[str]:
         land(round_, "a")
         round_.ops.extend(run.batch(round_.index, "ctl", "setup", [ingest[0], ["compact", *cfg]]))
         return ["clean", *cfg, "--retain", "1"]
+    if round_.actor == "stream":
+        timing = ["--trigger-interval", str(STREAM_TRIGGER_S), "--stop-timeout", str(STREAM_STOP_TIMEOUT_S)]
+        return ["stream", *cfg, "-s", round_.stream, *timing]
     return ["ingest", *cfg, "-s", round_.stream, "--engine", round_.engine]
 
 

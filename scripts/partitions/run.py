@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,9 +21,20 @@ from typing import Any
 from scripts import ROOT, module_argv
 from scripts.partitions.hosts import Network, PartitionsError
 from scripts.partitions.servers import Servers
-from scripts.partitions.settings import ACTORS, CTL_ADDR, DEFINITE_FAILURES, KAFKA_ADDR, OP_TIMEOUT_S, S3_ADDR, ZK_ADDR
+from scripts.partitions.settings import (
+    CTL_ADDR,
+    DEFINITE_FAILURES,
+    KAFKA_ADDR,
+    OP_TIMEOUT_S,
+    S3_ADDR,
+    WRITE_COMMANDS,
+    ZK_ADDR,
+)
 
 # ========================================================================================= operations
+
+#: A `stitch stream` progress line for a micro-batch that committed (stitchlake/spark/streaming.py says it so).
+STREAM_COMMIT = re.compile(r"micro-batch \d+ committed instant (\d+): .*?(\d+) rows")
 
 
 @dataclasses.dataclass
@@ -49,9 +61,23 @@ class Op:
         value = self.answer.get("instant")
         return str(value) if value else None
 
+    def writes(self) -> list[tuple[str, int]]:
+        """The deltacommits this command was told it made, with their rows: an acknowledged ingest's instant; each
+        micro-batch a stream said it committed, as it went (its progress lines) and in its answer at the end."""
+        if self.command == "ingest":
+            return [(self.instant, int(self.answer.get("rows") or 0))] if self.exit == 0 and self.instant else []
+        if self.command != "stream":
+            return []
+        told = {str(c["instant"]): int(c["rows"]) for c in self.answer.get("commits") or []} if self.exit == 0 else {}
+        for said in STREAM_COMMIT.finditer(self.output[1]):
+            told.setdefault(said.group(1), int(said.group(2)))
+        return sorted(told.items())
+
     def instants(self) -> list[str]:
-        """Every instant the answer says this command completed: an ingest's or a clean's, a compaction's run and
-        the pending plans it ran first (`stitch compact --json`: `result` and `resumed`)."""
+        """Every instant the answer says this command completed: an ingest's or a clean's, a stream's micro-batches,
+        a compaction's run and the pending plans it ran first (`stitch compact --json`: `result` and `resumed`)."""
+        if self.command == "stream":
+            return [instant for instant, _rows in self.writes()]
         if self.command != "compact":
             return [self.instant] if self.instant else []
         runs = [self.answer, *(self.answer.get("resumed") or [])]
@@ -65,7 +91,7 @@ class Op:
     def outcome(self) -> str:
         """ok (acknowledged), noop, failed (nothing was published, as the exit code says) or unknown."""
         if self.exit == 0:
-            return "ok" if self.instants() or self.command not in ACTORS else "noop"
+            return "ok" if self.instants() or self.command not in WRITE_COMMANDS else "noop"
         if self.exit in DEFINITE_FAILURES:
             return "failed"
         return "unknown"
@@ -73,6 +99,8 @@ class Op:
     def line(self) -> str:
         what = f"{self.command}{' -s ' + self.stream if self.stream else ''}"
         answer = {k: self.answer[k] for k in ("instant", "completed", "rows", "error") if self.answer.get(k)}
+        if self.command == "stream":
+            answer["commits"] = self.writes()
         return (
             f"  op {self.id:3d} r{self.round} {self.phase:5s} {self.host:3s} {what:14s} "
             f"[{self.start:8.2f} .. {self.end:8.2f}] exit={self.exit} {self.outcome:7s} {json.dumps(answer)}"

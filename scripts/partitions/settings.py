@@ -35,6 +35,15 @@ DRIVER_HOOK_DIR = Path(__file__).resolve().parents[1] / "partitions_site"
 DISARMED = "disarmed"
 #: The share of ingest and compaction rounds whose faulted command is a Spark job (`--engine spark`, local[*]).
 SPARK_SHARE = 0.25
+#: Of the Spark ingest rounds, the share whose faulted command is a long-running `stitch stream` instead (a
+#: micro-batch every STREAM_TRIGGER_S; its driver runs each batch's ingest, so its points are a Spark job's), asked to
+#: stop (SIGTERM: it finishes its batch) STREAM_AFTER_HEAL_S after the round healed.
+STREAM_SHARE = 0.5
+STREAM_TRIGGER_S = 1
+STREAM_AFTER_HEAL_S = 4.0
+STREAM_STOP_TIMEOUT_S = 60
+#: The commands that write: one that ends with exit 0 and no instant did nothing (`noop`).
+WRITE_COMMANDS = ("ingest", "stream", "compact", "clean")
 #: The faulted command on w1: mostly an ingest; a compaction or a clean of a table that has data (their points:
 #: the same functions, for a clean only `begin` and `publish`; the others are counted as not reached).
 ACTORS = ("ingest", "ingest", "compact", "clean")

@@ -197,7 +197,7 @@ def stream_command(
         available_now=available_now,
         checkpoint=_location(checkpoint) if checkpoint else None,
     )
-    with progress_display("stream") as progress:
+    with progress_display("stream", every_message=True) as progress:
         result = launch.launch(handle, request, EngineChoice.spark, graceful_stop_s=stop_timeout, progress=progress)
     return Report(
         result.to_json(),

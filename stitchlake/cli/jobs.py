@@ -41,16 +41,23 @@ PROGRESS_EVERY_S = 10.0
 
 
 @contextlib.contextmanager
-def progress_display(job: str) -> Iterator[Callable[[str], None]]:
+def progress_display(job: str, every_message: bool = False) -> Iterator[Callable[[str], None]]:
     """A progress callback for a job, started by its first message (jobs on Spark send them; in-process jobs none).
 
     On a terminal a status line that updates in place. Anywhere else (a log, a pipe, a scheduler) a spinner
     is a line of `\r` updates that never ends, so there it is a plain line now, then one every `PROGRESS_EVERY_S`
     with the latest message (none with `--json`). Whether stderr is a terminal is asked of the stream itself: rich
     takes FORCE_COLOR or TTY_COMPATIBLE (set by CI runners and schedulers for colours) for a terminal.
+
+    `every_message`: a long-running job whose messages are events (a stream's committed micro-batches, which an
+    operator audits or rolls back by instant): each is a line of its own on stderr, on a terminal, in a log and
+    with `--json` alike (stdout keeps only the answer).
     """
     console = printing.stderr_console()
-    if _on_terminal(console):
+    if every_message:
+        started = time.monotonic()
+        yield lambda message: printing.hint(printing.redact(f"{job}: {message} ({time.monotonic() - started:.0f}s)"))
+    elif _on_terminal(console):
         with _status_line(job, console) as progress:
             yield progress
     elif printing.json_mode():

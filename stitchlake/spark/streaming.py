@@ -34,7 +34,7 @@ import pyspark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from stitchlake.errors import UsageError
-from stitchlake.services.writes.streaming import StreamResult
+from stitchlake.services.writes.streaming import StreamCommit, StreamResult
 from stitchlake.spark.tables import open_for_spark
 
 try:  # admission control for Python streaming sources arrived in PySpark 4.2; batch reads and writes need 4.1
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from stitchlake.jobs.requests import StreamRequest
+    from stitchlake.services.writes.ingest import IngestResult
     from stitchlake.table.handle import TableHandle as Table
 
 #: The landing source's short name (`spark.readStream.format(...)`).
@@ -260,11 +261,8 @@ def run_stream(
             paths,
             stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
         )
-        totals.batches += 1
         totals.source_files += done.source_files
-        totals.rows += done.rows
-        totals.bad_rows += done.bad_rows
-        progress(f"micro-batch {batch_id}: {done.message}")
+        counted(batch_id, done)
 
     def each_kafka_batch(batch: Any, batch_id: int) -> None:
         ends = [json.loads(row["until"]) for row in batch.collect()]
@@ -278,11 +276,19 @@ def run_stream(
             until=until,
             stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
         )
-        totals.batches += 1
         totals.records += done.records
+        counted(batch_id, done)
+
+    def counted(batch_id: int, done: IngestResult) -> None:
+        """Add a micro-batch's ingest to the totals and say so; a batch that committed names its instant."""
+        totals.batches += 1
         totals.rows += done.rows
         totals.bad_rows += done.bad_rows
-        progress(f"micro-batch {batch_id}: {done.message}")
+        if done.instant is not None and done.completed is not None:
+            totals.commits.append(StreamCommit(batch_id, done.instant, done.rows))
+            progress(f"micro-batch {batch_id} committed instant {done.instant}: {done.message}")
+        else:
+            progress(f"micro-batch {batch_id}: {done.message}")
 
     writer = frame.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     writer = (

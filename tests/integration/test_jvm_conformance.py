@@ -7,24 +7,27 @@ binary as base64; dates and timestamps as numbers; maps as [key, value] pairs; s
 
 Cases: every scenario of tests/unit/test_merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
 value and ordering type, and hypothesis-generated tables (deletes in every stream, nulls: ignore, ties, commit-time
-ordering, alters, compactions, erases, rescales, time travel). `CONFORMANCE_EXAMPLES` sets how many generated tables
-(`make conformance`: 10000).
+ordering, alters, compactions, erases, rescales to 1-4 buckets, time travel across them). `CONFORMANCE_EXAMPLES`
+sets how many generated tables (`make conformance`: 2,000).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
 import inspect
 import json
 import math
 import os
+import queue
 import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -47,10 +50,10 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 JAR = Path(os.environ.get("STITCHLAKE_JAR", ROOT / ".venv" / "jars" / "stitchlake-spark.jar"))
-#: Generated tables in all. A table with its writes and its ~10 reads (each merged by Python and by the JVM) costs
-#: about 0.4 s here, most of it Python's writes and reads: 200 keep the module near 2 minutes of `make test`;
-#: `make conformance` runs 2,000.
-EXAMPLES = int(os.environ.get("CONFORMANCE_EXAMPLES", "200"))
+#: Generated tables in all (issue 35 asks `make test` for at least 1,000). A table with its writes and its ~14 reads
+#: (each merged by Python and by the JVM) costs about 0.32 s on a quiet 2-core machine, two thirds of it Python's
+#: writes and reads: the module's generated part takes ~5 minutes of one test worker; `make conformance` runs 2,000.
+EXAMPLES = int(os.environ.get("CONFORMANCE_EXAMPLES", "1000"))
 EPOCH_DAY = dt.date(1970, 1, 1)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -62,7 +65,9 @@ def _spark_jars() -> Path:
 
 
 class Harness:
-    """One `MergeMain` JVM: a plan document in, the merged rows out."""
+    """One `MergeMain` JVM: plan documents in, the merged rows out, in order. `send` does not wait, so the JVM
+    merges one read while Python writes the table's next step (a thread reads the answers: neither pipe can fill
+    and stall the other side); `receive` takes the next answer."""
 
     def __init__(self) -> None:
         classpath = f"{JAR}{os.pathsep}{_spark_jars() / '*'}"
@@ -75,18 +80,27 @@ class Harness:
             bufsize=1,
         )
         self.requests = 0
+        self.answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read_answers, name="merge-harness-answers", daemon=True).start()
 
-    def rows(self, plan: dict[str, Any]) -> list[Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
+    def _read_answers(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.answers.put(line)
+        self.answers.put("")  # the harness exited
+
+    def send(self, plan: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
         self.process.stdin.write(json.dumps({"plan": plan}) + "\n")
         self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        assert line, f"the merge harness exited ({self.process.poll()})"
-        answer = json.loads(line)
-        assert answer["ok"], f"the JVM merge failed: {answer['error']}\n{answer['trace']}"
         self.requests += 1
-        rows: list[Any] = answer["rows"]
-        return rows
+
+    def receive(self) -> dict[str, Any]:
+        """The next answer, taken even when it is a failure (so the answers after it stay in step)."""
+        line = self.answers.get(timeout=600)
+        assert line, f"the merge harness exited ({self.process.poll()})"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -96,6 +110,13 @@ class Harness:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def merged(answer: dict[str, Any]) -> list[Any]:
+    """The rows of a harness answer; a failed merge fails the test with the JVM's error."""
+    assert answer["ok"], f"the JVM merge failed: {answer['error']}\n{answer['trace']}"
+    rows: list[Any] = answer["rows"]
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -166,24 +187,30 @@ def canonical(result: pa.Table) -> list[str]:
     )
 
 
-def check(
-    harness: Harness,
-    table: Table,
-    expected: pa.Table,
-    mode: str = "snapshot",
-    as_of: str | None = None,
-    columns: Sequence[str] | None = None,
-) -> None:
-    """The JVM merge of this read returns `expected` (the Python merge's rows), cell by cell."""
-    plan = build_plan(table, mode, as_of, columns)
-    got = sorted(json.dumps(row) for row in harness.rows(plan))
-    want = canonical(expected)
-    assert got == want, (
-        f"JVM merge differs from Python ({mode}, as_of={as_of}, columns={columns}):\n"
-        + "\n".join(f"  jvm only: {row}" for row in sorted(set(got) - set(want)))
-        + "\n"
-        + "\n".join(f"  python only: {row}" for row in sorted(set(want) - set(got)))
-    )
+@dataclasses.dataclass
+class Read:
+    """One read to compare: what it was, and the Python merge's rows (canonical) for it."""
+
+    mode: str
+    as_of: str | None
+    columns: Sequence[str] | None
+    want: list[str]
+
+    def compare(self, answer: dict[str, Any]) -> None:
+        """The JVM merge of this read returned the Python merge's rows, cell by cell."""
+        got = sorted(json.dumps(row) for row in merged(answer))
+        assert got == self.want, (
+            f"JVM merge differs from Python ({self.mode}, as_of={self.as_of}, columns={self.columns}):\n"
+            + "\n".join(f"  jvm only: {row}" for row in sorted(set(got) - set(self.want)))
+            + "\n"
+            + "\n".join(f"  python only: {row}" for row in sorted(set(self.want) - set(got)))
+        )
+
+
+def send(harness: Harness, table: Table, expected: pa.Table, read: dict[str, Any]) -> Read:
+    """Hand the JVM this read's plan, without waiting for its rows; the `Read` compares them later."""
+    harness.send(build_plan(table, read["mode"], read["as_of"], read["columns"]))
+    return Read(read["mode"], read["as_of"], read["columns"], canonical(expected))
 
 
 # ------------------------------------------------------------------------------------------------ merge-rule cases
@@ -209,23 +236,33 @@ def _rule_cases() -> list[Any]:
 
 
 @contextlib.contextmanager
-def compared(harness: Harness) -> Iterator[list[str]]:
+def compared(harness: Harness, deferred: bool = False) -> Iterator[list[str]]:
     """Every snapshot, time-travel and read-optimized `Table.read` in the block is merged by the JVM too and must
-    give the same rows. Files are not fsynced (scratch tables): the generated tables are many."""
+    give the same rows: at once, or (`deferred`: a history that deletes no file) when the block ends, the JVM
+    merging meanwhile. Files are not fsynced (scratch tables): the generated tables are many."""
     original = Table.read
     checked: list[str] = []
+    waiting: list[Read] = []
 
     def read(self: Table, mode: str = "snapshot", **options: Unpack[ReadKeywords]) -> pa.Table:
         result = original(self, mode, **options)
         if options.get("since") is None and options.get("until") is None and options.get("filter") is None:
-            check(harness, self, result, mode, options.get("as_of"), options.get("columns"))
+            asked = {"mode": mode, "as_of": options.get("as_of"), "columns": options.get("columns")}
+            waiting.append(send(harness, self, result, asked))
+            if not deferred:
+                waiting.pop().compare(harness.receive())
             checked.append(mode)
         return result
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Table, "read", read)
-        patch.setattr(os, "fsync", lambda fd: None)
-        yield checked
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Table, "read", read)
+            patch.setattr(os, "fsync", lambda fd: None)
+            yield checked
+    finally:
+        answers = [harness.receive() for _ in waiting]  # every answer is taken, so the next block starts in step
+    for pending, rows in zip(waiting, answers, strict=True):
+        pending.compare(rows)
 
 
 @pytest.mark.parametrize(("scenario", "arguments"), _rule_cases())
@@ -254,7 +291,7 @@ def in_scratch(harness: Harness, history: Callable[[Path], object]) -> None:
     """Run a generated history in a scratch folder (not pytest's: the examples are many), every read compared."""
     root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
     try:
-        with compared(harness) as checked:
+        with compared(harness, deferred=True) as checked:
             history(root)
         assert checked
     finally:
@@ -279,6 +316,23 @@ def test_generated_tables_across_alters_match(harness: Harness, plan: list[tuple
     added and one dropped, a dropped column, a changed default), text and decimal orderings, nested columns, Parquet
     or Avro logs; every read under each schema version compared."""
     in_scratch(harness, lambda root: evolution.run_history(root, plan, log_format))
+
+
+def test_a_row_the_python_merge_lacks_fails_the_comparison_also_when_deferred(harness: Harness, tmp_path: Path) -> None:
+    """The comparison can fail: a read whose Python rows lost one (patched under the wrapper) differs from the
+    JVM's, and the deferred check says so when its block ends; the answers after it stay in step."""
+    table = rules.make_table(tmp_path, TYPED)
+    s = rules.Scenario(table, "never", key=("k", "p"))
+    s.write("x", [{"k": 1, "p": "a", "bin": b"\x01", "f": 1.0}, {"k": 2, "p": "a", "bin": b"\x02", "f": 2.0}])
+    original = Table.read
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Table, "read", lambda self, mode="snapshot", **kw: original(self, mode, **kw).slice(1))
+        with pytest.raises(AssertionError, match="JVM merge differs from Python"), compared(harness, deferred=True):
+            table.read()
+            table.read(mode="read_optimized")
+    with compared(harness) as checked:  # in step: the next read's answer is its own
+        table.read()
+    assert checked == ["snapshot"]
 
 
 # ------------------------------------------------------------------------------------------------ types and values

@@ -39,7 +39,7 @@ def event_rows(draw: Any, stream: str) -> dict[str, Any]:
 
 @st.composite
 def steps(draw: Any) -> list[tuple[str, Any]]:
-    """A sequence of writes (stream, rows), compactions and erases."""
+    """A sequence of writes (stream, rows), compactions, erases and rescales (to a bucket count)."""
     out: list[tuple[str, Any]] = []
     for _ in range(draw(st.integers(2, 7))):
         stream = draw(st.sampled_from(["orders", "payments", "shipments"]))
@@ -49,6 +49,8 @@ def steps(draw: Any) -> list[tuple[str, Any]]:
             out.append(("compact", None))
         elif roll == 2:
             out.append(("erase", sorted(draw(st.sets(KEYS, min_size=1, max_size=3)))))
+        elif roll == 3:
+            out.append(("rescale", draw(st.integers(1, 4))))
     return out
 
 
@@ -73,6 +75,10 @@ def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
             before = as_rows(table.read())
             table.compact()
             assert as_rows(table.read()) == before, "compaction changed what a read returns"
+        elif kind == "rescale":  # reads as of earlier times keep the bucket count then in force
+            before = as_rows(table.read())
+            table.rescale(arg)
+            assert as_rows(table.read()) == before, "rescaling changed what a read returns"
         else:
             commit += 1
             keys = pa.table({"k": pa.array(arg, pa.int64())})

@@ -28,6 +28,10 @@ pytestmark = [pytest.mark.s3, pytest.mark.zookeeper, pytest.mark.kafka, pytest.m
 #: publish while its host is cut from S3.
 CI_SEED = 6676
 CI_ENGINES = ("local", "local", "spark")
+#: And one round whose faulted command is a long-running `stitch stream`: this seed's round 21 pauses the stream's
+#: driver about to publish a micro-batch, past its lease, while an ingest of the same stream on another host takes
+#: over; woken, the zombie must publish nothing.
+STREAM_ROUND = 21
 
 
 def _namespaces() -> set[str]:
@@ -92,10 +96,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def rounds(run: Any) -> list[Any]:
-    """The CI-sized run: one round per provider (local-disk lock, ZooKeeper, S3 conditional puts)."""
+    """The CI-sized run: one round per provider (local-disk lock, ZooKeeper, S3 conditional puts), then a stream's."""
     return [
-        partitions.play_round(run, index, partitions.PROVIDERS, CI_ENGINES[index])
-        for index in range(len(partitions.PROVIDERS))
+        *(
+            partitions.play_round(run, index, partitions.PROVIDERS, CI_ENGINES[index])
+            for index in range(len(partitions.PROVIDERS))
+        ),
+        partitions.play_round(run, STREAM_ROUND, partitions.PROVIDERS, follow=True),
     ]
 
 
@@ -104,12 +111,12 @@ def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds:
         found = partitions.check(run, round_)
         assert not found, "\n".join([*found, partitions.history(run, round_)])
         assert any(op.outcome == "ok" for op in round_.ops if op.command == "ingest"), partitions.history(run, round_)
-    assert [r.provider for r in rounds] == list(partitions.PROVIDERS)
-    assert {r.actor for r in rounds} == {"ingest", "compact", "clean"}, "the seed's rounds fault each kind of command"
+    assert [r.provider for r in rounds[:3]] == list(partitions.PROVIDERS)
+    assert {r.actor for r in rounds} == {"ingest", "compact", "clean", "stream"}, "each kind of command is faulted"
     kafka = rounds[1]
     assert (kafka.actor, kafka.stream, kafka.fault) == ("ingest", partitions.KAFKA_STREAM, "cut_kafka")
     assert len(kafka.landed[partitions.KAFKA_STREAM]) == 2  # two batches produced, each ingested exactly once
-    spark = rounds[-1]
+    spark = rounds[2]
     assert (spark.actor, spark.engine, spark.point) == ("compact", "spark", "publish")
     assert not [e for e in spark.events if "not reached" in e], "the Spark job's driver must stop at its point"
     launcher = next(op for op in spark.ops if op.host == "w1" and op.phase == "round")
@@ -119,22 +126,44 @@ def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds:
     assert sum(run.stats.faults.values()) == len(rounds)
 
 
+def test_a_stream_paused_past_its_lease_while_another_host_took_over_publishes_nothing(
+    run: Any, rounds: list[Any]
+) -> None:
+    """The stream round: `stitch stream` on w1, its driver stopped about to publish a micro-batch, paused past its
+    heartbeat and lease while w2's `stitch ingest` of the same stream and w3's clean ran; woken, the zombie is
+    refused (a definite failure, nothing published) and every landed file is in the table once (the checker)."""
+    round_ = rounds[-1]
+    assert (round_.actor, round_.engine, round_.fault, round_.point) == ("stream", "spark", "pause", "publish")
+    assert not [e for e in round_.events if "not reached" in e], partitions.history(run, round_)
+    stream = next(op for op in round_.ops if op.host == "w1" and op.phase == "round")
+    assert stream.command == "stream" and stream.outcome == "failed", partitions.history(run, round_)
+    assert "nothing may be published" in stream.answer["error"] or "nothing was published" in stream.answer["error"]
+    taken = next(op for op in round_.ops if op.host == "w2" and op.command == "ingest")
+    assert taken.outcome == "ok", partitions.history(run, round_)
+
+
 def test_the_checker_sees_a_lost_write_a_visible_failed_write_and_a_missing_landing_file(
     run: Any, rounds: list[Any]
 ) -> None:
-    round_ = rounds[-1]
+    round_ = rounds[2]
     ok = next(op for op in round_.ops if op.outcome == "ok" and op.command == "ingest")
     lost = dataclasses.replace(ok, id=999, answer={**ok.answer, "instant": "20990101000000000"}, proc=None)
     told_failed = dataclasses.replace(ok, id=998, exit=3, proc=None)
     compaction = {"result": {"instant": "20990101000000001"}, "resumed": [{"result": {"instant": "20990101000000002"}}]}
     lost_compaction = dataclasses.replace(ok, id=997, command="compact", stream=None, answer=compaction, proc=None)
+    # A stream refused in a later micro-batch (exit 3) that had said on its way that an earlier one committed.
+    said = f"micro-batch 7 committed instant 20990101000000003: ingested 1 file(s), 20 rows into stream {ok.stream}\n"
+    lost_batch = dataclasses.replace(ok, id=996, command="stream", exit=3, answer={}, output=("", said), proc=None)
     landed = {stream: list(files) for stream, files in round_.landed.items()}
     landed[ok.stream].append(len(landed[ok.stream]))  # a landing file the table never got
     tampered = dataclasses.replace(
-        round_, ops=[*[op for op in round_.ops if op is not ok], lost, told_failed, lost_compaction], landed=landed
+        round_,
+        ops=[*[op for op in round_.ops if op is not ok], lost, told_failed, lost_compaction, lost_batch],
+        landed=landed,
     )
     found = "\n".join(partitions.check(run, tampered))
     assert "acknowledged write lost: op 999" in found
+    assert "acknowledged write lost: op 996 instant 20990101000000003" in found
     assert "acknowledged compact lost: op 997 instant(s) ['20990101000000001', '20990101000000002']" in found
     assert "a write that was told it failed is visible" in found
     assert f"stream {ok.stream}: completed deltacommits hold" in found
@@ -158,6 +187,6 @@ def test_after_a_clean_the_feed_is_read_from_the_time_its_refusal_names(run: Any
 @pytest.mark.spark
 def test_a_spark_local_job_on_a_host_reads_what_the_cli_reads(run: Any, rounds: list[Any]) -> None:
     """Spark local[2] on the ctl host reads the S3 round's table (through the S3 server's 10.77.0.2 address)."""
-    round_ = rounds[-1]
+    round_ = rounds[2]
     assert round_.table.startswith("s3://")
     assert partitions.check(run, round_, spark=True) == []

@@ -197,6 +197,14 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
     assert job.returncode == 0, err[-3000:]
     result = json.loads(out)
     assert result["ok"] and "stopped on request" in result["stopped"]
+    # The answer names each micro-batch that committed, with its rows, as its progress lines did.
+    timeline = table.timeline()
+    commits = {i.requested: timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT])}
+    rows = {instant: c.rows for instant, c in commits.items() if isinstance(c, DeltaCommit)}
+    assert result["commits"] and {c["instant"] for c in result["commits"]} <= set(rows)
+    for said in result["commits"]:
+        assert said["rows"] == rows[said["instant"]]
+        assert f"micro-batch {said['batch_id']} committed instant {said['instant']}: " in err
     assert not alive(below), "a process of the job survived"
     assert not table.timeline().pending(), "a graceful stop finishes the batch it is in"
     for path in files:

@@ -12,7 +12,7 @@ records them (`stream_batch`), and:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.errors import ConflictError
@@ -24,6 +24,15 @@ from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
+
+
+@dataclass
+class StreamCommit:
+    """One micro-batch that committed: its instant and rows, so an operator can roll back or audit that batch."""
+
+    batch_id: int
+    instant: str
+    rows: int
 
 
 @dataclass
@@ -41,6 +50,9 @@ class StreamResult:
     rows: int = 0
     bad_rows: int = 0
     message: str = ""
+    #: The micro-batches that committed an instant, oldest first (a batch whose files another writer took first
+    #: commits nothing and is not listed).
+    commits: list[StreamCommit] = field(default_factory=list)
 
 
 class BatchAlreadyCommitted(ConflictError):
