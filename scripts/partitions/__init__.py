@@ -19,7 +19,8 @@ stream `a`. A quarter of the ingests and compactions of landing files (`--engine
 job's driver runs and publishes, so the points are armed in both (the driver's through
 scripts/partitions_site/sitecustomize.py) and a Spark round's point is `begin`, `heartbeat` or `publish`. Half the
 Spark ingest rounds (`--stream`: every round) fault a long-running `stitch stream` instead: its driver runs each
-micro-batch's ingest (a new micro-batch every second), and it is asked to stop with SIGTERM a few seconds after
+micro-batch's ingest (a new micro-batch every second; its point `begin` or `publish`, which its first
+micro-batch always reaches), and it is asked to stop with SIGTERM a few seconds after
 the round healed; the checker holds each micro-batch it said committed (its progress lines, its answer) as an
 acknowledged write. Inject
 the round's fault while it is stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream,

@@ -46,6 +46,7 @@ from scripts.partitions.settings import (
     SPARK_POINTS,
     SPARK_SHARE,
     STREAM_AFTER_HEAL_S,
+    STREAM_POINTS,
     STREAM_SHARE,
     STREAM_STOP_TIMEOUT_S,
     STREAM_TRIGGER_S,
@@ -264,6 +265,8 @@ def play_round(
     engine = "spark" if actor == "stream" else engine  # a stream is always a Spark job
     if engine == "spark" and point not in SPARK_POINTS:
         point = random.Random(f"{round_seed}:driver").choice(SPARK_POINTS)
+    if actor == "stream" and point not in STREAM_POINTS:
+        point = random.Random(f"{round_seed}:stream").choice(STREAM_POINTS)
     stream = draw_stream(run.seed, index, actor) if engine == "local" or actor == "stream" else "a"
     if fault in SKEW and (engine == "spark" or stream == KAFKA_STREAM):
         # libfaketime breaks the timed waits of CPython and of the JVM: Event.wait never returns (a Kafka client's,

@@ -194,14 +194,15 @@ class KafkaOffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def checkpoint_folder(table: Table, stream: str) -> str:
     """The query's checkpoint: beside the table on local disk; in local state for a table on an object store
-    (Spark would need Hadoop's s3a to write there, and losing it costs nothing: the table knows what it has)."""
+    (Spark would need Hadoop's s3a to write there, and losing it costs nothing: the table knows what it has), in a
+    folder of that table's own (name and id: two tables of one name, or a table made again, never share one)."""
     from stitchlake.paths import STREAMS_DIR
 
     local = table.storage.local_path(f"{STREAMS_DIR}/{stream}/checkpoint")
     if local is not None:
         return local
     base = os.environ.get("STITCH_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state", "stitchlake")
-    return os.path.join(base, "streams", table.config.table.name, stream, "checkpoint")
+    return os.path.join(base, "streams", f"{table.config.table.name}-{table.table_id}", stream, "checkpoint")
 
 
 def run_stream(

@@ -251,3 +251,26 @@ def test_only_local_tables_use_the_local_disk(place: Place) -> None:
         assert any(n.startswith(f"p={partition_of(1)}/") for n in names)
     else:
         assert local
+
+
+def test_two_tables_of_one_name_never_share_a_stream_checkpoint(
+    place: Place, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stitch stream`'s checkpoint: inside the table on local disk; for a table on S3, in local state, in a folder
+    of that table's own (name and id). A second table of the same name (another prefix, or the table made again)
+    gets another folder: Spark's offsets of one query never resume another table's stream."""
+    from stitchlake.spark.streaming import checkpoint_folder
+
+    monkeypatch.setenv("STITCH_STATE_DIR", str(tmp_path / "state"))
+    first = table_at(place)
+    other_root = tmp_path / "other"
+    other_root.mkdir()
+    second = new_table(other_root, path=f"{place.table}-again")
+    assert first.config.table.name == second.config.table.name and first.table_id != second.table_id
+    folders = [checkpoint_folder(table, "orders") for table in (first, second)]
+    assert folders[0] != folders[1]
+    if place.backend == "s3":
+        assert all(Path(f).is_relative_to(tmp_path / "state" / "streams") for f in folders)
+        assert first.table_id in folders[0] and second.table_id in folders[1]
+    else:
+        assert folders[0].startswith(place.table + "/") and folders[1].startswith(f"{place.table}-again/")
