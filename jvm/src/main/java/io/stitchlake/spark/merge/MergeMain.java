@@ -64,7 +64,10 @@ public final class MergeMain {
     SQLConf sql = new SQLConf();
     sql.setConfString("spark.sql.session.timeZone", "UTC");
     DataFileReader.configure(hadoop, sql);
-    DataFileReader files = new DataFileReader(hadoop, 4096);
+    // Rows per column batch (`--batch-rows N`, default a task's 4096): small batches make small files several
+    // segments each, the way a large file is read, and spare allocating 4096-row vectors per column of each file.
+    int batchRows = args.length >= 2 && args[0].equals("--batch-rows") ? Integer.parseInt(args[1]) : 4096;
+    DataFileReader files = new DataFileReader(hadoop, batchRows);
     String line;
     while ((line = in.readLine()) != null) {
       if (line.isBlank()) continue;
