@@ -358,9 +358,8 @@ def _play(run: Run, round_: Round) -> None:
     if round_.actor == "stream":
         stop_stream(run, round_, target)
     run.finish(target)
-    run.stats.faulted[
-        f"{round_.actor}{'-spark' if round_.engine == 'spark' and round_.actor != 'stream' else ''}:{target.outcome}"
-    ] += 1
+    spark = round_.engine == "spark" and round_.actor != "stream"  # a stream is always one
+    run.stats.faulted[f"{round_.actor}{'-spark' if spark else ''}:{target.outcome}"] += 1
     round_.ops.extend(contenders)
     round_.ops.append(run.run(round_.index, "w3", "round", ["compact", *cfg]))
     settle(run, round_)
