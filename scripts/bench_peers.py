@@ -29,8 +29,9 @@ from typing import Any
 
 from scripts import ROOT, bench_charts, module_argv, spark_envs
 from scripts import bench_workload as workload
+from scripts.bench_workload import QUERY
 from scripts.machine import machine
-from scripts.peer_job import QUERY, SYSTEMS, WARM_READS
+from scripts.peer_job import SYSTEMS, WARM_READS
 
 BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
 #: The Spark environment each system runs in (docs/benchmarks.md says why two).

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts import ROOT, bench, bench_charts, child_env
+from scripts import ROOT, bench_charts, bench_report, child_env
 from scripts import bench_workload as workload
 
 BEGIN, END = "<!-- bench-scale:figures:begin -->", "<!-- bench-scale:figures:end -->"
@@ -464,7 +464,7 @@ def rows_of(figures: dict[str, Any]) -> list[tuple[str, str, str, float | None]]
 def render(results: list[dict[str, Any]], arguments: str, machine: list[str] | None = None) -> str:
     """The block; `machine`: the run's header lines (default: this machine, now)."""
     sizes = [r["keys"] for r in results]
-    lines = [BEGIN, "", *(machine or bench.machine())]
+    lines = [BEGIN, "", *(machine or bench_report.machine())]
     for figures in results:
         stats = figures["stats"]
         events = ", ".join(f"{s} {n:,}" for s, n in stats["events"].items())
@@ -537,10 +537,10 @@ def publish(out: Path, block: str) -> None:
     if BEGIN in text and END in text:
         before, rest = text.split(BEGIN, 1)
         out.write_text(before + block + rest.split(END, 1)[1], encoding="utf-8")
-    elif bench.END in text:
-        before, after = text.split(bench.END, 1)
+    elif bench_report.END in text:
+        before, after = text.split(bench_report.END, 1)
         heading = "\n\n## Tables that grow (`make bench-scale`)\n\n"
-        out.write_text(before + bench.END + heading + block + after, encoding="utf-8")
+        out.write_text(before + bench_report.END + heading + block + after, encoding="utf-8")
     else:
         out.write_text(text + "\n## Tables that grow (`make bench-scale`)\n\n" + block + "\n", encoding="utf-8")
 
@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = [run_size(keys, args, cores) for keys in sizes]
     shown = " ".join(argv if argv is not None else sys.argv[1:])
-    header = bench.machine()
+    header = bench_report.machine()
     saved = {"command": shown, "header": header, "results": results}
     (workdir / "results.json").write_text(json.dumps(saved, default=str), encoding="utf-8")
     block = with_charts(render(results, shown, header), results, args)

@@ -22,6 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+#: The aggregation every benchmark asks of the stitched table (`make bench`, `make bench-peers`), `{view}` its name.
+QUERY = (
+    "SELECT currency, count(*) AS orders, sum(paid_amount) AS paid, "
+    "sum(CASE WHEN ship_status = 'delivered' THEN 1 ELSE 0 END) AS delivered FROM {view} GROUP BY currency"
+)
 US = 1_000_000
 HOUR = 3600 * US
 START_US = int(np.datetime64("2026-11-20T00:00:00", "us").astype(np.int64))

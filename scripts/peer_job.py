@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from scripts import bench_workload as workload
+from scripts.bench_workload import QUERY
 
 SYSTEMS = ("stitchlake", "hudi", "paimon", "delta", "iceberg")
 #: The settings every system's session shares (the issue: same driver memory and shuffle partitions).
@@ -43,11 +44,6 @@ COMMON_CONF = {
 }
 #: The wide table's columns, in the ground truth's order.
 WIDE = [f.name for f in workload.TRUTH_SCHEMA]
-#: The aggregation of `make bench` (scripts/bench.py QUERY), asked of every table.
-QUERY = (
-    "SELECT currency, count(*) AS orders, sum(paid_amount) AS paid, "
-    "sum(CASE WHEN ship_status = 'delivered' THEN 1 ELSE 0 END) AS delivered FROM {view} GROUP BY currency"
-)
 SQL_TYPES = {"long": "BIGINT", "double": "DOUBLE", "string": "STRING", "timestamp": "TIMESTAMP"}
 
 

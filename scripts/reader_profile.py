@@ -9,7 +9,7 @@ A sibling of scripts/peer_profile.py on the project's own PySpark (no side envir
 JVM reader's jar and the harness's settings (peer_job.COMMON_CONF) measures, one line each as it goes:
 
 - per reader (`stitchlake`, the JVM reader; `stitchlake_python`, the Python data source): all columns
-  (`.select(*WIDE)` into Spark's `noop` sink) and the aggregation of bench_peers (peer_job.QUERY), each as the
+  (`.select(*WIDE)` into Spark's `noop` sink) and the aggregation of bench_peers (bench_workload.QUERY), each as the
   first read of its kind in the session and warm (the median of `--runs` more);
 - the floor: `spark.read.parquet` of the final rows (written once by the JVM reader);
 - after compaction the same, the floor being `spark.read.parquet` of the base files (`.select(*WIDE)`);
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts import ROOT
+from scripts.bench_workload import QUERY
 
 READERS = {"jvm": "stitchlake", "python": "stitchlake_python"}
 EVENT_LOG = tempfile.mkdtemp(prefix="reader-profile-events-")
@@ -167,7 +168,7 @@ def measure(spark: Any, label: str, frame: Callable[[], Any], runs: int) -> dict
 
     def query() -> None:
         frame().createOrReplaceTempView(view)
-        spark.sql(peer_job.QUERY.format(view=view)).collect()
+        spark.sql(QUERY.format(view=view)).collect()
 
     def labelled(kind: str, n: int, action: Callable[[], None]) -> float:
         spark.sparkContext.setJobDescription(f"{label}|{kind}|{n}")

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from scripts import bench, bench_workload, child_env, module_argv
+from scripts import bench, bench_report, bench_workload, child_env, module_argv
 
 
 @pytest.mark.s3
 def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp_path: Path, s3_server: Any) -> None:
     out = tmp_path / "benchmarks.md"
-    out.write_text(f"# Notes kept\n\n{bench.BEGIN}\nold figures\n{bench.END}\n\n## Analysis kept\n", encoding="utf-8")
+    begin, end = bench_report.BEGIN, bench_report.END
+    out.write_text(f"# Notes kept\n\n{begin}\nold figures\n{end}\n\n## Analysis kept\n", encoding="utf-8")
     argv = module_argv("bench", "--sizes", "2000,4000", "--runs", "1")
     argv += ["--no-spark", "--no-metadata", "--workdir", str(tmp_path / "work"), "--out", str(out)]
     argv += ["--json", str(tmp_path / "figures.json")]
@@ -40,17 +41,17 @@ def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp
         assert figure in text
     assert "From 2,000 to 4,000 keys" in text
     assert "### S3" in text and "200 active instants" in text  # next to the local figures of the same run
-    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0])
+    charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", text.split(begin, 1)[1].split(end, 1)[0])
     assert charts == ["bench/bench-time.png", "bench/bench-memory.png", "bench/bench-floor-ratios.png"], charts
     for chart in charts:
         assert_png(out.parent / chart)
     # `--from-json` writes the run's own block again: its date, commit and command, not the re-render's.
     again = tmp_path / "again.md"
-    again.write_text(f"{bench.BEGIN}\n{bench.END}\n", encoding="utf-8")
+    again.write_text(f"{begin}\n{end}\n", encoding="utf-8")
     argv = [*module_argv("bench", "--from-json", str(tmp_path / "figures.json")), "--out", str(again)]
     assert subprocess.run(argv, capture_output=True, timeout=300, check=False, env=env).returncode == 0
-    block = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
-    assert again.read_text(encoding="utf-8").split(bench.BEGIN, 1)[1].split(bench.END, 1)[0] == block
+    block = text.split(begin, 1)[1].split(end, 1)[0]
+    assert again.read_text(encoding="utf-8").split(begin, 1)[1].split(end, 1)[0] == block
 
 
 def assert_png(path: Path) -> None:

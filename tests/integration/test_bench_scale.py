@@ -14,14 +14,14 @@ import re
 import subprocess
 from pathlib import Path
 
-from scripts import bench, bench_scale, child_env, module_argv
+from scripts import bench_report, bench_scale, child_env, module_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_scale_runs_end_to_end_checks_the_truth_and_publishes_between_its_markers(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
-    kept = f"# Kept\n\n{bench.BEGIN}\nbench figures\n{bench.END}\n\n## Analysis kept\n"
+    kept = f"# Kept\n\n{bench_report.BEGIN}\nbench figures\n{bench_report.END}\n\n## Analysis kept\n"
     out.write_text(kept, encoding="utf-8")
     work = tmp_path / "work"
     argv = module_argv("bench_scale", "--keys", "1500,3000", "--chunk-keys", "1000")

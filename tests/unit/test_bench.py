@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from scripts import bench, bench_workload
+from scripts import bench_report, bench_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,4 +43,4 @@ def test_the_ground_truth_check_reports_wrong_cells_missing_rows_and_columns() -
 
 @pytest.mark.parametrize("value", [1.0, 3.0])
 def test_target_verdicts(value: float) -> None:
-    assert bench.verdict("ingest_parquet_s", value) == ("<= 2: met" if value <= 2 else "<= 2: **not met**")
+    assert bench_report.verdict("ingest_parquet_s", value) == ("<= 2: met" if value <= 2 else "<= 2: **not met**")
