@@ -58,7 +58,7 @@ $(JAR): $(JVM_SOURCES)
 
 # The JVM merge against the Python merge on many more generated tables than `make test` runs (CONFORMANCE_EXAMPLES).
 conformance: setup
-	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(BIN)/python -m pytest tests/integration/test_jvm_conformance.py $(PYTEST_ARGS)
+	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(BIN)/python -m pytest -n 2 --dist loadfile tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
