@@ -88,7 +88,6 @@ class Harness:
             text=True,
             bufsize=1,
         )
-        self.requests = 0
         self.answers: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read_answers, name="merge-harness-answers", daemon=True).start()
 
@@ -102,7 +101,6 @@ class Harness:
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps({"plan": plan}) + "\n")
         self.process.stdin.flush()
-        self.requests += 1
 
     def receive(self) -> dict[str, Any]:
         """The next answer, taken even when it is a failure (so the answers after it stay in step)."""
@@ -216,12 +214,6 @@ class Read:
         )
 
 
-def send(harness: Harness, table: Table, expected: pa.Table, read: dict[str, Any]) -> Read:
-    """Hand the JVM this read's plan, without waiting for its rows; the `Read` compares them later."""
-    harness.send(build_plan(table, read["mode"], read["as_of"], read["columns"]))
-    return Read(read["mode"], read["as_of"], read["columns"], canonical(expected))
-
-
 # ------------------------------------------------------------------------------------------------ merge-rule cases
 
 
@@ -256,8 +248,9 @@ def compared(harness: Harness, deferred: bool = False) -> Iterator[list[str]]:
     def read(self: Table, mode: str = "snapshot", **options: Unpack[ReadKeywords]) -> pa.Table:
         result = original(self, mode, **options)
         if options.get("since") is None and options.get("until") is None and options.get("filter") is None:
-            asked = {"mode": mode, "as_of": options.get("as_of"), "columns": options.get("columns")}
-            waiting.append(send(harness, self, result, asked))
+            asked = Read(mode, options.get("as_of"), options.get("columns"), canonical(result))
+            harness.send(build_plan(self, asked.mode, asked.as_of, asked.columns))  # the JVM merges meanwhile
+            waiting.append(asked)
             if not deferred:
                 waiting.pop().compare(harness.receive())
             checked.append(mode)
