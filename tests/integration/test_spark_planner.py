@@ -146,3 +146,22 @@ def test_the_schema_is_the_one_the_python_data_source_reports(tmp_path: Path) ->
     table = new_table(tmp_path, document)
     got = ask({"id": 1, "op": "schema", "options": {"path": table.path}})[0]["result"]["schema"]
     assert got == from_arrow_schema(table_schema(table.config)).jsonValue()
+
+
+def test_the_first_request_imports_nothing_the_preload_did_not(tmp_path: Path) -> None:
+    """The planner imports what answering needs when it starts (with the session, `PlannerClient.prestart`), not in
+    the session's first read: a module added to `schema` or `plan` but not to `PRELOADED` fails this."""
+    table = filled(tmp_path)
+    script = (
+        "import json, sys\n"
+        "from stitchlake.spark import planner\n"
+        "planner.preload()\n"
+        "before = set(sys.modules)\n"
+        f"options = {{'path': {str(table.path)!r}}}\n"
+        "for request in ({'op': 'schema', 'options': options}, {'op': 'plan', 'options': options, 'columns': ['k']}):\n"
+        "    assert planner.handle(request)['ok'], request\n"
+        "print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith('stitchlake'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [], "imported by the first request instead of by preload()"
