@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_MARKERS, UnitGuard, forbidden, in_unit_tier
+from tests.conftest import FIXTURE_MARKERS, SLOWEST_FIRST, UnitGuard, forbidden, in_unit_tier
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +54,17 @@ def test_every_marker_given_from_a_fixture_is_declared() -> None:
     names = {line.split(":", 1)[0] for line in declared["markers"]}
     assert set(FIXTURE_MARKERS.values()) <= names
     assert "--strict-markers" in declared["addopts"]
+
+
+def test_the_slowest_modules_are_scheduled_first_and_each_still_exists(request: pytest.FixtureRequest) -> None:
+    """A renamed module would silently lose its early place: every name in SLOWEST_FIRST is a module of
+    tests/integration, and this session's collection (whatever it holds of them) begins with them, in order."""
+    integration = ROOT / "tests" / "integration"
+    assert [name for name in SLOWEST_FIRST if not (integration / name).is_file()] == []
+    modules: list[str] = []
+    for item in request.session.items:
+        name = Path(str(item.path)).name
+        if not modules or modules[-1] != name:
+            modules.append(name)
+    early = [name for name in modules if name in SLOWEST_FIRST]
+    assert modules[: len(early)] == early == sorted(early, key=SLOWEST_FIRST.index)
