@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from stitchlake.api import Table
@@ -220,8 +221,8 @@ def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path
     assert len(table.timeline().completed()) == before + 1
     want = expected(table)
     assert {"k": 500, "amount": 7, "status": "new"}.items() <= next(r for r in want if r["k"] == 500).items()
-    got, plan = through_jvm(jvm, table)  # a slice with a log now: merged rows
-    assert got == want and " merged" in plan and count(jvm, table) == len(want)
+    got, plan = through_jvm(jvm, table)  # a slice with a log now: merged, into batches
+    assert got == want and " merged batches" in plan and count(jvm, table) == len(want)
 
     # A streaming write too (the JVM table hands it to the Python source's stream writer).
     landing = tmp_path / "landing"
@@ -379,3 +380,36 @@ def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
     table.write("a", pa.table({"k": [2, 5], "v": [2**40, 7], "s": ["z", None]}))
     got, plan = through_jvm(jvm, table)
     assert got == expected(table) and " merged" in plan and {r["k"] for r in got} == {1, 2, 3, 5}
+
+
+def test_a_nested_column_is_merged_into_rows_and_flat_columns_into_batches(jvm: JvmSession, tmp_path: Path) -> None:
+    """Merged slices reach Spark as batches of gathered columns when every column read is flat, and as rows when
+    one is a struct, array or map (Spark's generated code reads no nested column of a batch here): both the same
+    rows as `stitch read`."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["shipments"]["columns"]["parcel"] = "struct<a:long,b:string>"
+    table = new_table(tmp_path, document, buckets=2)
+    parcel = pa.struct([("a", pa.int64()), ("b", pa.string())])
+
+    def shipments(keys: range, seed: int) -> pa.Table:
+        rows = events(SHIPMENTS, keys, seed)
+        values = [None if r["k"] % 5 == 0 else {"a": r["k"] * seed, "b": f"box{r['k']}"} for r in rows]
+        return batch(SHIPMENTS, rows).append_column("parcel", pa.array(values, parcel))
+
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(0, 30), 1)))
+    table.write(SHIPMENTS.name, shipments(range(0, 30), 2))
+    table.compact()
+    table.write(SHIPMENTS.name, shipments(range(10, 40), 3))
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(20, 40), 4)))
+    want = expected(table)
+    assert any(r["parcel"] is not None for r in want) and any(r["parcel"] is None for r in want)
+
+    got, plan = through_jvm(jvm, table, select="k, amount, parcel.a AS pa, parcel.b AS pb")
+    nested = [
+        {"k": r["k"], "amount": r["amount"], "pa": (r["parcel"] or {}).get("a"), "pb": (r["parcel"] or {}).get("b")}
+        for r in want
+    ]
+    assert got == nested and " merged rows" in plan
+    got, plan = through_jvm(jvm, table, select="k, amount, carrier")
+    assert got == [{"k": r["k"], "amount": r["amount"], "carrier": r["carrier"]} for r in want]
+    assert " merged batches" in plan

@@ -1,6 +1,8 @@
 package io.stitchlake.spark;
 
 import io.stitchlake.spark.plan.MergeView;
+import io.stitchlake.spark.plan.PlanSlice;
+import java.util.List;
 import java.util.Set;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.spark.broadcast.Broadcast;
@@ -12,7 +14,8 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.util.SerializableConfiguration;
 
-/** Builds each task's reader: columnar when no slice of the read has logs, merged rows otherwise. */
+/** Builds each task's reader: batches when every output column is flat (merged batches where a slice has logs),
+ * merged rows otherwise. */
 final class StitchReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
 
@@ -47,11 +50,13 @@ final class StitchReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-    return new LogFreeReader(this, ((SliceInputPartition) partition).slices);
+    List<PlanSlice> slices = ((SliceInputPartition) partition).slices;
+    for (PlanSlice slice : slices) if (!slice.logFree()) return SliceReader.batches(this, slices);
+    return new LogFreeReader(this, slices);
   }
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
-    return new SliceRowReader(this, ((SliceInputPartition) partition).slices);
+    return SliceReader.rows(this, ((SliceInputPartition) partition).slices);
   }
 }

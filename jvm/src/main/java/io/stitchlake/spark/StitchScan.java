@@ -1,6 +1,8 @@
 package io.stitchlake.spark;
 
+
 import io.stitchlake.spark.io.DataFileReader;
+import io.stitchlake.spark.merge.SliceMerger;
 import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.util.ArrayList;
@@ -18,9 +20,6 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.Filter;
-import org.apache.spark.sql.types.ArrayType;
-import org.apache.spark.sql.types.MapType;
-import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.SerializableConfiguration;
 import scala.reflect.ClassTag$;
@@ -57,7 +56,7 @@ final class StitchScan implements Scan, Batch {
     return "columns=[" + String.join(", ", output.fieldNames()) + "] mode="
         + plan.mode + (plan.asOf != null ? " as_of=" + plan.asOf : "") + " slices=" + plan.slices.size()
         + " (log-free " + logFree + ")" + " pushed=" + Arrays.toString(pushed)
-        + (rowGroups != null ? " rowGroupFilter=" + rowGroups : "") + (columnar() ? " columnar" : " merged");
+        + (rowGroups != null ? " rowGroupFilter=" + rowGroups : "") + (columnar() && logFree == plan.slices.size() ? " columnar" : " merged") + (columnar() ? " batches" : " rows");
   }
 
   @Override
@@ -65,18 +64,16 @@ final class StitchScan implements Scan, Batch {
     return this;
   }
 
-  /** Columnar for every partition or none (Spark takes one answer per scan): no slice has logs. */
+  /**
+   * Batches for every partition or none (Spark takes one answer per scan): when Spark can read batches here
+   * (vectorized reads and whole-stage code on, not too many fields) and every output column is flat
+   * ({@link SliceMerger#flat}); then slices with logs are merged into batches too ({@link SliceReader#batches}).
+   */
   boolean columnar() {
     SQLConf conf = SQLConf.get();
     if (!conf.parquetVectorizedReaderEnabled() || !conf.wholeStageEnabled()) return false;
     if (output.length() > conf.wholeStageMaxNumFields()) return false;
-    for (StructField f : output.fields()) {
-      if (f.dataType() instanceof StructType || f.dataType() instanceof ArrayType || f.dataType() instanceof MapType) {
-        return false;
-      }
-    }
-    for (PlanSlice s : plan.slices) if (!s.logFree()) return false;
-    return true;
+    return SliceMerger.flat(output);
   }
 
   @Override

@@ -22,6 +22,7 @@ import java.util.Set;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
@@ -64,8 +65,9 @@ public final class MergeMain {
     SQLConf sql = new SQLConf();
     sql.setConfString("spark.sql.session.timeZone", "UTC");
     DataFileReader.configure(hadoop, sql);
-    // Rows per column batch (`--batch-rows N`, default a task's 4096): small batches make small files several
-    // segments each, the way a large file is read, and spare allocating 4096-row vectors per column of each file.
+    // Rows per column batch (`--batch-rows N`, default a task's 4096), of the files read and of the merged output:
+    // small batches make small files several segments each, the way a large file is read, put a slice's merged
+    // rows in several batches, and spare allocating 4096-row vectors per column of each file.
     int batchRows = args.length >= 2 && args[0].equals("--batch-rows") ? Integer.parseInt(args[1]) : 4096;
     DataFileReader files = new DataFileReader(hadoop, batchRows);
     String line;
@@ -80,7 +82,7 @@ public final class MergeMain {
         g.writeBooleanField("ok", true);
         g.writeFieldName("rows");
         g.writeStartArray();
-        int count = run(Plan.load(planText), files, g);
+        int count = run(Plan.load(planText), files, batchRows, g);
         g.writeEndArray();
         g.writeNumberField("count", count);
         g.writeNumberField("millis", (System.nanoTime() - started) / 1_000_000);
@@ -103,7 +105,7 @@ public final class MergeMain {
     }
   }
 
-  static int run(Plan plan, DataFileReader files, JsonGenerator g) throws IOException {
+  static int run(Plan plan, DataFileReader files, int batchRows, JsonGenerator g) throws IOException {
     MergeSpec spec = MergeSpec.parse(plan.mergeJson);
     StructType all = plan.schema();
     List<StructField> fields = new ArrayList<>();
@@ -113,10 +115,20 @@ public final class MergeMain {
     try (SliceInputs inputs = new SliceInputs(spec, all, files, null, Set.of())) {
       for (io.stitchlake.spark.plan.PlanSlice slice : plan.slices) {
         SliceMerger merger = new SliceMerger(spec, output);
-        Iterator<InternalRow> rows = merger.merge(inputs.read(slice, merger));
-        while (rows.hasNext()) {
-          writeRow(g, rows.next(), output);
-          count++;
+        // As the Spark reader: batches of gathered columns for a flat output, rows otherwise.
+        if (SliceMerger.flat(output)) {
+          Iterator<ColumnarBatch> batches = merger.mergeBatches(inputs.read(slice, merger), batchRows);
+          while (batches.hasNext()) {
+            ColumnarBatch batch = batches.next();
+            for (int i = 0; i < batch.numRows(); i++) writeRow(g, batch.getRow(i), output);
+            count += batch.numRows();
+          }
+        } else {
+          Iterator<InternalRow> rows = merger.merge(inputs.read(slice, merger));
+          while (rows.hasNext()) {
+            writeRow(g, rows.next(), output);
+            count++;
+          }
         }
         inputs.release();
       }

@@ -1,5 +1,6 @@
 package io.stitchlake.spark.merge;
 
+import io.stitchlake.spark.io.Literals;
 import io.stitchlake.spark.plan.ColumnSpec;
 import io.stitchlake.spark.plan.MergeSpec;
 import io.stitchlake.spark.plan.StreamSpec;
@@ -12,9 +13,11 @@ import java.util.List;
 import java.util.Map;
 import java.util.NoSuchElementException;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -44,6 +47,8 @@ public final class SliceMerger {
   private final int[] outStream;
   private final int[] outColumn;
   private final Object[] outDefault;
+  /** Per output ordinal: the default as the plan's JSON (null: none), for the batches' constant vectors. */
+  private final String[] outDefaultJson;
   /** Per stream: the value columns the output shows (indices into its columns), in stream order. */
   private final int[][] selected;
 
@@ -56,6 +61,7 @@ public final class SliceMerger {
     outStream = new int[n];
     outColumn = new int[n];
     outDefault = new Object[n];
+    outDefaultJson = new String[n];
     commonNames = new String[spec.common.size()];
     commonTypes = new DataType[spec.common.size()];
     for (int c = 0; c < commonNames.length; c++) {
@@ -77,6 +83,7 @@ public final class SliceMerger {
             outStream[o] = s;
             outColumn[o] = j;
             outDefault[o] = Types.literal(field.dataType(), columns.get(j).defaultJson);
+            outDefaultJson[o] = columns.get(j).defaultJson;
             chosen.get(s).add(j);
           }
         }
@@ -90,6 +97,18 @@ public final class SliceMerger {
     for (int s = 0; s < selected.length; s++) {
       selected[s] = chosen.get(s).stream().mapToInt(Integer::intValue).sorted().distinct().toArray();
     }
+  }
+
+  /**
+   * Whether a read of {@code output} is merged into batches ({@link #mergeBatches}) rather than rows: every column
+   * flat (no struct, array or map). The Spark reader and the conformance harness decide with this one rule.
+   */
+  public static boolean flat(StructType output) {
+    for (StructField f : output.fields()) {
+      DataType t = f.dataType();
+      if (t instanceof StructType || t instanceof ArrayType || t instanceof MapType) return false;
+    }
+    return true;
   }
 
   // ------------------------------------------------------------------------------------------ columns to read
@@ -305,6 +324,25 @@ public final class SliceMerger {
   /** The live wide rows of one slice (files: base first if any, then logs in slice order), in output's order. */
   public Iterator<InternalRow> merge(List<FileData> files) {
     List<Segment> segments = new ArrayList<>();
+    boolean anyLog = segments(files, segments);
+    if (segments.isEmpty()) return Collections.emptyIterator();
+    return anyLog ? merged(segments) : baseRows(segments);
+  }
+
+  /**
+   * The same rows as {@link #merge}, in batches of at most {@code batchRows} rows whose columns are views onto the
+   * chosen vectors ({@link GatherVector}): what the Spark reader hands Spark, which then reads only the columns a
+   * query uses, without building a row per merged row. One batch object is refilled: use each before the next.
+   */
+  public Iterator<ColumnarBatch> mergeBatches(List<FileData> files, int batchRows) {
+    List<Segment> segments = new ArrayList<>();
+    boolean anyLog = segments(files, segments);
+    if (segments.isEmpty()) return Collections.emptyIterator();
+    return anyLog ? mergedBatches(segments, batchRows) : baseBatches(segments, batchRows);
+  }
+
+  /** Fills {@code segments} with every non-empty batch of {@code files}; whether a live stream's log is among them. */
+  private boolean segments(List<FileData> files, List<Segment> segments) {
     boolean anyLog = false;
     for (FileData f : files) {
       if (f.kind == FileData.Kind.LOG) {
@@ -317,8 +355,7 @@ public final class SliceMerger {
       for (int i = 0; i < names.length; i++) index.put(names[i], i);
       for (ColumnarBatch b : f.batches) if (b.numRows() > 0) segments.add(new Segment(f, b, index));
     }
-    if (segments.isEmpty()) return Collections.emptyIterator();
-    return anyLog ? merged(segments) : baseRows(segments);
+    return anyLog;
   }
 
   private ColumnVector[][] outputVectors(List<Segment> segments) {
@@ -385,7 +422,23 @@ public final class SliceMerger {
     };
   }
 
-  private Iterator<InternalRow> merged(List<Segment> segments) {
+  /** Where each live key's cells come from, per output ordinal (see {@link #picks}). */
+  private static final class Picks {
+    int keys;
+    StreamMerge[] merges;
+    ColumnVector[][] vectors;
+    int[][] segOf;
+    int[][] rowOf;
+    boolean[][] showsOf;
+    boolean[] none;
+
+    boolean live(int key) {
+      for (StreamMerge m : merges) if (m.shows != null && m.shows[key]) return true;
+      return false;
+    }
+  }
+
+  private Picks picks(List<Segment> segments) {
     int nSeg = segments.size();
     ColumnVector[][] keyCols = new ColumnVector[nSeg][commonNames.length];
     int[] rows = new int[nSeg];
@@ -398,49 +451,59 @@ public final class SliceMerger {
       }
     }
     KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes);
-    int n = keys.count;
-    StreamMerge[] merges = new StreamMerge[spec.streams.size()];
-    for (int s = 0; s < merges.length; s++) merges[s] = mergeStream(s, segments, keys);
-
-    ColumnVector[][] vectors = outputVectors(segments);
-    MergedRow row = new MergedRow(outTypes);
+    Picks p = new Picks();
+    p.keys = keys.count;
+    p.merges = new StreamMerge[spec.streams.size()];
+    for (int s = 0; s < p.merges.length; s++) p.merges[s] = mergeStream(s, segments, keys);
+    p.vectors = outputVectors(segments);
     // Per output ordinal: where each key's cell comes from (segment and row arrays by key), and the stream's
     // shows-by-key (null for a common column); none: the stream never shows here, the cell is its default.
     int outs = outTypes.length;
-    int[][] segOf = new int[outs][];
-    int[][] rowOf = new int[outs][];
-    boolean[][] showsOf = new boolean[outs][];
-    boolean[] none = new boolean[outs];
+    p.segOf = new int[outs][];
+    p.rowOf = new int[outs][];
+    p.showsOf = new boolean[outs][];
+    p.none = new boolean[outs];
     for (int o = 0; o < outs; o++) {
       int s = outStream[o];
       if (s < 0) {
-        segOf[o] = keys.firstSeg;
-        rowOf[o] = keys.firstRow;
+        p.segOf[o] = keys.firstSeg;
+        p.rowOf[o] = keys.firstRow;
         continue;
       }
-      StreamMerge m = merges[s];
+      StreamMerge m = p.merges[s];
       if (m.shows == null) {
-        none[o] = true;
+        p.none[o] = true;
         continue;
       }
-      showsOf[o] = m.shows;
+      p.showsOf[o] = m.shows;
       if (m.pickSeg != null) {
-        int p = Arrays.binarySearch(selected[s], outColumn[o]);
-        segOf[o] = m.pickSeg[p];
-        rowOf[o] = m.pickRow[p];
+        int i = Arrays.binarySearch(selected[s], outColumn[o]);
+        p.segOf[o] = m.pickSeg[i];
+        p.rowOf[o] = m.pickRow[i];
       } else {
-        segOf[o] = m.winSeg;
-        rowOf[o] = m.winRow;
+        p.segOf[o] = m.winSeg;
+        p.rowOf[o] = m.winRow;
       }
     }
+    return p;
+  }
+
+  private Iterator<InternalRow> merged(List<Segment> segments) {
+    Picks p = picks(segments);
+    int n = p.keys;
+    int outs = outTypes.length;
+    ColumnVector[][] vectors = p.vectors;
+    int[][] segOf = p.segOf;
+    int[][] rowOf = p.rowOf;
+    boolean[][] showsOf = p.showsOf;
+    boolean[] none = p.none;
+    MergedRow row = new MergedRow(outTypes);
     return new Iterator<InternalRow>() {
       int key = -1;
       boolean ready;
 
       boolean advance() {
-        while (++key < n) {
-          for (StreamMerge m : merges) if (m.shows != null && m.shows[key]) return true;
-        }
+        while (++key < n) if (p.live(key)) return true;
         return false;
       }
 
@@ -464,6 +527,150 @@ public final class SliceMerger {
           else row.set(o, v, rowOf[o][key]);
         }
         return row;
+      }
+    };
+  }
+
+  /**
+   * The output columns of one slice's batches: per ordinal a {@link GatherVector} over the slice's segments'
+   * vectors (a segment whose file lacks the column shows null), then the column's default, then null.
+   */
+  private final class Gather {
+    final int defaults;
+    final int nulls;
+    final GatherVector[] columns;
+    final ColumnarBatch batch;
+
+    Gather(ColumnVector[][] vectors, int nSeg, int batchRows) {
+      defaults = nSeg;
+      nulls = nSeg + 1;
+      columns = new GatherVector[outTypes.length];
+      for (int o = 0; o < outTypes.length; o++) {
+        ColumnVector none = Literals.constant(1, outTypes[o], null);
+        ColumnVector[] sources = new ColumnVector[nSeg + 2];
+        for (int g = 0; g < nSeg; g++) sources[g] = vectors[o][g] != null ? vectors[o][g] : none;
+        sources[defaults] = outStream[o] < 0 ? none : Literals.constant(1, outTypes[o], outDefaultJson[o]);
+        sources[nulls] = none;
+        columns[o] = new GatherVector(sources, new int[batchRows], new int[batchRows]);
+      }
+      batch = new ColumnarBatch(columns);
+    }
+
+    /** Ordinal {@code o} shows its default in rows [0, m). */
+    void fillDefault(int o, int m) {
+      Arrays.fill(columns[o].src, 0, m, defaults);
+      Arrays.fill(columns[o].rows, 0, m, 0);
+    }
+
+    ColumnarBatch ready(int m) {
+      batch.setNumRows(m);
+      return batch;
+    }
+  }
+
+  private Iterator<ColumnarBatch> mergedBatches(List<Segment> segments, int batchRows) {
+    Picks p = picks(segments);
+    Gather gather = new Gather(p.vectors, segments.size(), batchRows);
+    int[] live = new int[batchRows];
+    return new Iterator<ColumnarBatch>() {
+      int key = 0;
+      int m = -1; // rows of the next batch, -1 until looked for
+
+      @Override public boolean hasNext() {
+        if (m < 0) {
+          m = 0;
+          for (; key < p.keys && m < batchRows; key++) if (p.live(key)) live[m++] = key;
+        }
+        return m > 0;
+      }
+
+      @Override public ColumnarBatch next() {
+        if (!hasNext()) throw new NoSuchElementException();
+        for (int o = 0; o < outTypes.length; o++) {
+          if (p.none[o]) {
+            gather.fillDefault(o, m);
+            continue;
+          }
+          int[] src = gather.columns[o].src;
+          int[] rows = gather.columns[o].rows;
+          boolean[] shows = p.showsOf[o];
+          int[] segOf = p.segOf[o];
+          int[] rowOf = p.rowOf[o];
+          for (int i = 0; i < m; i++) {
+            int k = live[i];
+            int g = shows != null && !shows[k] ? gather.defaults : segOf[k];
+            if (g < 0) g = gather.nulls; // an ignore stream's column with no value: null
+            src[i] = g;
+            rows[i] = g < gather.defaults ? rowOf[k] : 0;
+          }
+        }
+        int rows = m;
+        m = -1;
+        return gather.ready(rows);
+      }
+    };
+  }
+
+  /** Rule 7 in batches: the base rows where some stream's del is false, as {@link #baseRows}. */
+  private Iterator<ColumnarBatch> baseBatches(List<Segment> segments, int batchRows) {
+    int nStreams = spec.streams.size();
+    Gather gather = new Gather(outputVectors(segments), segments.size(), batchRows);
+    boolean[][] shows = new boolean[nStreams][batchRows];
+    int[] segs = new int[batchRows];
+    int[] rowsOf = new int[batchRows];
+    return new Iterator<ColumnarBatch>() {
+      int g = 0;
+      int r = 0;
+      int m = -1;
+      ColumnVector[] dels = dels(0);
+
+      ColumnVector[] dels(int segment) {
+        ColumnVector[] out = new ColumnVector[nStreams];
+        for (int s = 0; s < nStreams; s++) out[s] = segments.get(segment).column(spec.streams.get(s).meta("del"));
+        return out;
+      }
+
+      @Override public boolean hasNext() {
+        if (m < 0) {
+          m = 0;
+          while (g < segments.size() && m < batchRows) {
+            if (r >= segments.get(g).rows) {
+              if (++g < segments.size()) dels = dels(g);
+              r = 0;
+              continue;
+            }
+            boolean alive = false;
+            for (int s = 0; s < nStreams; s++) {
+              ColumnVector d = dels[s];
+              shows[s][m] = d != null && !d.isNullAt(r) && !d.getBoolean(r);
+              alive |= shows[s][m];
+            }
+            if (alive) {
+              segs[m] = g;
+              rowsOf[m] = r;
+              m++;
+            }
+            r++;
+          }
+        }
+        return m > 0;
+      }
+
+      @Override public ColumnarBatch next() {
+        if (!hasNext()) throw new NoSuchElementException();
+        for (int o = 0; o < outTypes.length; o++) {
+          int[] src = gather.columns[o].src;
+          int[] rows = gather.columns[o].rows;
+          boolean[] streamShows = outStream[o] >= 0 ? shows[outStream[o]] : null;
+          for (int i = 0; i < m; i++) {
+            boolean hidden = streamShows != null && !streamShows[i];
+            src[i] = hidden ? gather.defaults : segs[i];
+            rows[i] = hidden ? 0 : rowsOf[i];
+          }
+        }
+        int rows = m;
+        m = -1;
+        return gather.ready(rows);
       }
     };
   }

@@ -1,0 +1,104 @@
+package io.stitchlake.spark;
+
+import io.stitchlake.spark.io.DataFileReader;
+import io.stitchlake.spark.merge.FileData;
+import io.stitchlake.spark.merge.SliceInputs;
+import io.stitchlake.spark.merge.SliceMerger;
+import io.stitchlake.spark.plan.MergeSpec;
+import io.stitchlake.spark.plan.PlanSlice;
+import java.io.IOException;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import java.util.function.BiFunction;
+import java.util.function.Function;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * A task's slices, for reads where some slice has logs: a log-free slice's batches come from
+ * {@link LogFreeReader}, a slice with logs is merged by {@link SliceMerger} over its files read whole (each row
+ * group in vectors of its own, since the merged output points into them). {@link #batches} when every output
+ * column is flat (Spark then reads only the columns a query uses), {@link #rows} otherwise.
+ */
+final class SliceReader<T> implements PartitionReader<T> {
+  private final StitchReaderFactory factory;
+  private final List<PlanSlice> slices;
+  private final DataFileReader files;
+  private final Function<ColumnarBatch, Iterator<T>> logFreeItems;
+  private final BiFunction<SliceMerger, List<FileData>, Iterator<T>> mergedItems;
+  private MergeSpec spec;
+  private int nextSlice;
+  private Iterator<T> items = Collections.emptyIterator();
+  private LogFreeReader logFree;
+  private SliceInputs inputs;
+  private T item;
+
+  private SliceReader(StitchReaderFactory factory, List<PlanSlice> slices,
+      Function<ColumnarBatch, Iterator<T>> logFreeItems, BiFunction<SliceMerger, List<FileData>, Iterator<T>> mergedItems) {
+    this.factory = factory;
+    this.slices = slices;
+    this.files = new DataFileReader(factory.conf.value().value(), factory.batchSize);
+    this.logFreeItems = logFreeItems;
+    this.mergedItems = mergedItems;
+  }
+
+  static SliceReader<ColumnarBatch> batches(StitchReaderFactory factory, List<PlanSlice> slices) {
+    return new SliceReader<>(factory, slices, batch -> List.of(batch).iterator(),
+        (merger, files) -> merger.mergeBatches(files, factory.batchSize));
+  }
+
+  static SliceReader<InternalRow> rows(StitchReaderFactory factory, List<PlanSlice> slices) {
+    return new SliceReader<>(factory, slices, ColumnarBatch::rowIterator, SliceMerger::merge);
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    while (true) {
+      if (items.hasNext()) {
+        item = items.next();
+        return true;
+      }
+      if (logFree != null && logFree.next()) {
+        items = logFreeItems.apply(logFree.get());
+        continue;
+      }
+      release();
+      if (nextSlice >= slices.size()) return false;
+      PlanSlice slice = slices.get(nextSlice++);
+      if (slice.logFree()) {
+        logFree = new LogFreeReader(factory, List.of(slice), files);
+      } else {
+        items = merge(slice);
+      }
+    }
+  }
+
+  private void release() throws IOException {
+    if (logFree != null) {
+      logFree.close();
+      logFree = null;
+    }
+    if (inputs != null) inputs.release();
+  }
+
+  private Iterator<T> merge(PlanSlice slice) throws IOException {
+    if (inputs == null) {
+      spec = MergeSpec.parse(factory.mergeJson);
+      inputs = new SliceInputs(spec, factory.tableSchema, files, factory.rowGroups, factory.rowGroupColumns);
+    }
+    SliceMerger merger = new SliceMerger(spec, factory.output);
+    return mergedItems.apply(merger, inputs.read(slice, merger));
+  }
+
+  @Override
+  public T get() {
+    return item;
+  }
+
+  @Override
+  public void close() throws IOException {
+    release();
+  }
+}

@@ -1,0 +1,122 @@
+package io.stitchlake.spark.merge;
+
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarArray;
+import org.apache.spark.sql.vectorized.ColumnarMap;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * One output column of a merged batch, without copying a cell: row {@code i} is row {@code rows[i]} of
+ * {@code sources[src[i]]}, the vector of the segment the merge chose for it, or a constant vector (a default, or
+ * null). Spark's generated code reads the batch column by column, so each column's reads stay on one vector class;
+ * the merge refills {@code src} and {@code rows} for every batch of a slice.
+ */
+final class GatherVector extends ColumnVector {
+  private final ColumnVector[] sources;
+  final int[] src;
+  final int[] rows;
+  private GatherVector[] children;
+
+  GatherVector(ColumnVector[] sources, int[] src, int[] rows) {
+    super(sources[sources.length - 1].dataType());
+    this.sources = sources;
+    this.src = src;
+    this.rows = rows;
+  }
+
+  @Override
+  public void close() {
+    // The sources belong to the slice's file readers and constants, which outlive the batch.
+  }
+
+  @Override
+  public boolean hasNull() {
+    return true; // conservative: a default or a chosen cell may be null
+  }
+
+  @Override
+  public int numNulls() {
+    throw new UnsupportedOperationException("numNulls of a gathered column");
+  }
+
+  @Override
+  public boolean isNullAt(int row) {
+    return sources[src[row]].isNullAt(rows[row]);
+  }
+
+  @Override
+  public boolean getBoolean(int row) {
+    return sources[src[row]].getBoolean(rows[row]);
+  }
+
+  @Override
+  public byte getByte(int row) {
+    return sources[src[row]].getByte(rows[row]);
+  }
+
+  @Override
+  public short getShort(int row) {
+    return sources[src[row]].getShort(rows[row]);
+  }
+
+  @Override
+  public int getInt(int row) {
+    return sources[src[row]].getInt(rows[row]);
+  }
+
+  @Override
+  public long getLong(int row) {
+    return sources[src[row]].getLong(rows[row]);
+  }
+
+  @Override
+  public float getFloat(int row) {
+    return sources[src[row]].getFloat(rows[row]);
+  }
+
+  @Override
+  public double getDouble(int row) {
+    return sources[src[row]].getDouble(rows[row]);
+  }
+
+  @Override
+  public ColumnarArray getArray(int row) {
+    return sources[src[row]].getArray(rows[row]);
+  }
+
+  @Override
+  public ColumnarMap getMap(int row) {
+    return sources[src[row]].getMap(rows[row]);
+  }
+
+  @Override
+  public Decimal getDecimal(int row, int precision, int scale) {
+    return sources[src[row]].getDecimal(rows[row], precision, scale);
+  }
+
+  @Override
+  public UTF8String getUTF8String(int row) {
+    return sources[src[row]].getUTF8String(rows[row]);
+  }
+
+  @Override
+  public byte[] getBinary(int row) {
+    return sources[src[row]].getBinary(rows[row]);
+  }
+
+  @Override
+  public ColumnVector getChild(int ordinal) {
+    // A struct's fields gather the same rows from the sources' fields (its nullness is the parent's).
+    if (children == null) {
+      children = new GatherVector[dataType() instanceof StructType ? ((StructType) dataType()).length() : 0];
+    }
+    if (children[ordinal] == null) {
+      ColumnVector[] fields = new ColumnVector[sources.length];
+      for (int i = 0; i < sources.length; i++) fields[i] = sources[i].getChild(ordinal);
+      children[ordinal] = new GatherVector(fields, src, rows);
+    }
+    return children[ordinal];
+  }
+}
