@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -56,15 +57,26 @@ def test_every_marker_given_from_a_fixture_is_declared() -> None:
     assert "--strict-markers" in declared["addopts"]
 
 
-def test_the_slowest_modules_are_scheduled_first_and_each_still_exists(request: pytest.FixtureRequest) -> None:
+def test_the_slowest_modules_are_collected_first_and_each_still_exists() -> None:
     """A renamed module would silently lose its early place: every name in SLOWEST_FIRST is a module of
-    tests/integration, and this session's collection (whatever it holds of them) begins with them, in order."""
+    tests/integration, and the whole suite's collection begins with them, in order (tests/unit has modules of the
+    same names, which keep their places)."""
     integration = ROOT / "tests" / "integration"
     assert [name for name in SLOWEST_FIRST if not (integration / name).is_file()] == []
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     modules: list[str] = []
-    for item in request.session.items:
-        name = Path(str(item.path)).name
-        if not modules or modules[-1] != name:
-            modules.append(name)
-    early = [name for name in modules if name in SLOWEST_FIRST]
-    assert modules[: len(early)] == early == sorted(early, key=SLOWEST_FIRST.index)
+    for line in done.stdout.splitlines():
+        module = line.split("::", 1)[0]
+        if "::" in line and (not modules or modules[-1] != module):
+            modules.append(module)
+    first = [f"tests/integration/{name}" for name in SLOWEST_FIRST]
+    assert modules[: len(first)] == first
+    assert len(modules) > len(first) and len(set(modules)) == len(modules), "each module's tests stay together"
