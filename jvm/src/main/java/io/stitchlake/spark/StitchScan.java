@@ -1,6 +1,5 @@
 package io.stitchlake.spark;
 
-
 import io.stitchlake.spark.io.DataFileReader;
 import io.stitchlake.spark.merge.SliceMerger;
 import io.stitchlake.spark.plan.Plan;
@@ -52,11 +51,13 @@ final class StitchScan implements Scan, Batch {
 
   @Override
   public String description() {
+    boolean batches = columnar();
     long logFree = plan.slices.stream().filter(PlanSlice::logFree).count();
     return "columns=[" + String.join(", ", output.fieldNames()) + "] mode="
         + plan.mode + (plan.asOf != null ? " as_of=" + plan.asOf : "") + " slices=" + plan.slices.size()
         + " (log-free " + logFree + ")" + " pushed=" + Arrays.toString(pushed)
-        + (rowGroups != null ? " rowGroupFilter=" + rowGroups : "") + (columnar() && logFree == plan.slices.size() ? " columnar" : " merged") + (columnar() ? " batches" : " rows");
+        + (rowGroups != null ? " rowGroupFilter=" + rowGroups : "")
+        + (batches && logFree == plan.slices.size() ? " columnar" : " merged") + (batches ? " batches" : " rows");
   }
 
   @Override
