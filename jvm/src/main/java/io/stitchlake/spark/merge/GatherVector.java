@@ -1,6 +1,9 @@
 package io.stitchlake.spark.merge;
 
+import java.util.Arrays;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarArray;
@@ -12,18 +15,35 @@ import org.apache.spark.unsafe.types.UTF8String;
  * {@code sources[src[i]]}, the vector of the segment the merge chose for it, or a constant vector (a default, or
  * null). Spark's generated code reads the batch column by column, so each column's reads stay on one vector class;
  * the merge refills {@code src} and {@code rows} for every batch of a slice.
+ *
+ * <p>A string source that Parquet left dictionary-encoded is decoded once per dictionary entry: Spark's own
+ * vector copies the entry's bytes on every read (a tenth of a warm merged read went there), and merged rows read
+ * many cells of few distinct values (a currency, a status).
  */
 final class GatherVector extends ColumnVector {
   private final ColumnVector[] sources;
   final int[] src;
   final int[] rows;
   private GatherVector[] children;
+  /** Per source: its dictionary ids when it is a dictionary-encoded string vector, else null. */
+  private final WritableColumnVector[] dictIds;
+  /** Per source: its dictionary's entries decoded so far, by id (grown on demand). */
+  private final UTF8String[][] decoded;
 
   GatherVector(ColumnVector[] sources, int[] src, int[] rows) {
     super(sources[sources.length - 1].dataType());
     this.sources = sources;
     this.src = src;
     this.rows = rows;
+    dictIds = new WritableColumnVector[sources.length];
+    decoded = new UTF8String[sources.length][];
+    if (!(dataType() instanceof StringType)) return;
+    for (int i = 0; i < sources.length; i++) {
+      if (sources[i] instanceof WritableColumnVector w && w.hasDictionary()) {
+        dictIds[i] = w.getDictionaryIds();
+        decoded[i] = new UTF8String[16];
+      }
+    }
   }
 
   @Override
@@ -98,7 +118,17 @@ final class GatherVector extends ColumnVector {
 
   @Override
   public UTF8String getUTF8String(int row) {
-    return sources[src[row]].getUTF8String(rows[row]);
+    int s = src[row];
+    int r = rows[row];
+    WritableColumnVector ids = dictIds[s];
+    if (ids == null) return sources[s].getUTF8String(r);
+    if (sources[s].isNullAt(r)) return null;
+    int id = ids.getDictId(r);
+    UTF8String[] known = decoded[s];
+    if (id >= known.length) known = decoded[s] = Arrays.copyOf(known, Math.max(id + 1, known.length * 2));
+    UTF8String value = known[id];
+    if (value == null) value = known[id] = sources[s].getUTF8String(r); // a copy of the entry's bytes: kept
+    return value;
   }
 
   @Override

@@ -27,7 +27,8 @@ final class KeyIndex {
   private final int[] rows;
   private final DataType[] types;
 
-  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types) {
+  /** {@code expected}: about how many keys the slice has (its largest file's rows), to size the first table. */
+  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types, int expected) {
     this.cols = cols;
     this.rows = rows;
     this.types = types;
@@ -37,7 +38,7 @@ final class KeyIndex {
     for (int r : rows) total += r;
     firstSeg = new int[Math.max(16, total)];
     firstRow = new int[Math.max(16, total)];
-    if (types.length == 0 || !(integral(types[0]) && byFirstColumn(total))) byAllColumns(total);
+    if (types.length == 0 || !(integral(types[0]) && byFirstColumn(expected))) byAllColumns(total);
   }
 
   private static boolean integral(DataType t) {
@@ -58,34 +59,40 @@ final class KeyIndex {
     return types[c] instanceof LongType ? v.getLong(r) : v.getInt(r);
   }
 
-  /** Open addressing on the first column's long value; false when another column tells two rows apart. */
-  private boolean byFirstColumn(int total) {
-    int cap = Integer.highestOneBit(Math.max(4, total) * 2 - 1) << 1;
-    int mask = cap - 1;
-    long[] keys = new long[cap];
-    int[] slots = new int[cap];
-    Arrays.fill(slots, -1);
+  /**
+   * Open addressing on the first column's long value; false when another column tells two rows apart. The table
+   * starts at twice {@code expected} keys and doubles when half full: sized by the slice's rows (a key in every log)
+   * it was several times the keys and most probes missed the CPU's caches.
+   */
+  private boolean byFirstColumn(int expected) {
+    int cap = Integer.highestOneBit(Math.max(4, expected) * 2 - 1) << 1;
+    long[] table = emptyTable(cap); // per slot: the key, then its id (-1: free); one cache line per probe
     count = 0;
     boolean more = types.length > 1;
+    boolean isLong = types[0] instanceof LongType;
     for (int s = 0; s < rows.length; s++) {
       int[] out = ids[s];
       ColumnVector first = cols[s][0];
-      boolean isLong = types[0] instanceof LongType;
       for (int r = 0, n = rows[s]; r < n; r++) {
+        if (count * 2 >= cap) {
+          cap <<= 1;
+          table = grown(table, cap);
+        }
+        int mask = cap - 1;
         long k = isLong ? first.getLong(r) : first.getInt(r);
         int slot = (int) mix(k) & mask;
         int id;
         while (true) {
-          id = slots[slot];
+          id = (int) table[2 * slot + 1];
           if (id < 0) {
             id = count++;
-            slots[slot] = id;
-            keys[slot] = k;
+            table[2 * slot] = k;
+            table[2 * slot + 1] = id;
             firstSeg[id] = s;
             firstRow[id] = r;
             break;
           }
-          if (keys[slot] == k) break;
+          if (table[2 * slot] == k) break;
           slot = (slot + 1) & mask;
         }
         if (more && !sameOthers(s, r, firstSeg[id], firstRow[id])) return false;
@@ -93,6 +100,24 @@ final class KeyIndex {
       }
     }
     return true;
+  }
+
+  private static long[] emptyTable(int cap) {
+    long[] table = new long[2 * cap];
+    for (int i = 1; i < table.length; i += 2) table[i] = -1;
+    return table;
+  }
+
+  private static long[] grown(long[] table, int cap) {
+    long[] out = emptyTable(cap);
+    for (int i = 0; i < table.length; i += 2) {
+      if (table[i + 1] < 0) continue;
+      int slot = (int) mix(table[i]) & (cap - 1);
+      while (out[2 * slot + 1] >= 0) slot = (slot + 1) & (cap - 1);
+      out[2 * slot] = table[i];
+      out[2 * slot + 1] = table[i + 1];
+    }
+    return out;
   }
 
   private boolean sameOthers(int s, int r, int s2, int r2) {

@@ -209,18 +209,21 @@ public final class SliceMerger {
     return out;
   }
 
-  /** The greatest version so far per key: long components by value, ranked ones as Spark values. */
+  /**
+   * The greatest version so far per key: long components by value, key by key in one array ({@code longs[key *
+   * width + c]}, so that a key's components share a cache line: the passes visit keys in file order, which is not
+   * key order), ranked ones as Spark values.
+   */
   private static final class Best {
-    final long[][] longs;
+    final int width;
+    final long[] longs;
     final Object[][] ranked;
 
     Best(boolean[] isRanked, int keys) {
-      longs = new long[isRanked.length][];
+      width = isRanked.length;
+      longs = new long[keys * width];
       ranked = new Object[isRanked.length][];
-      for (int c = 0; c < isRanked.length; c++) {
-        if (isRanked[c]) ranked[c] = new Object[keys];
-        else longs[c] = new long[keys];
-      }
+      for (int c = 0; c < isRanked.length; c++) if (isRanked[c]) ranked[c] = new Object[keys];
     }
   }
 
@@ -277,13 +280,14 @@ public final class SliceMerger {
 
     /** Compares the version at {@code row} of {@code a} with the best of {@code key}. */
     int compare(Ver a, int row, Best best, int key) {
+      int at = key * best.width;
       for (int c = 0; c < isRanked.length; c++) {
         if (isRanked[c]) {
           int cmp = compareRanked(rankedValue(a.v[c], row), best.ranked[c][key]);
           if (cmp != 0) return cmp;
         } else {
           long x = longValue(a, c, row);
-          long y = best.longs[c][key];
+          long y = best.longs[at + c];
           if (x != y) return x < y ? -1 : 1;
         }
       }
@@ -304,9 +308,10 @@ public final class SliceMerger {
     }
 
     void keep(Ver a, int row, Best best, int key) {
+      int at = key * best.width;
       for (int c = 0; c < isRanked.length; c++) {
         if (isRanked[c]) best.ranked[c][key] = rankedValue(a.v[c], row);
-        else best.longs[c][key] = longValue(a, c, row);
+        else best.longs[at + c] = longValue(a, c, row);
       }
     }
   }
@@ -442,15 +447,18 @@ public final class SliceMerger {
     int nSeg = segments.size();
     ColumnVector[][] keyCols = new ColumnVector[nSeg][commonNames.length];
     int[] rows = new int[nSeg];
+    Map<FileData, Integer> fileRows = new HashMap<>();
     for (int g = 0; g < nSeg; g++) {
       Segment seg = segments.get(g);
       rows[g] = seg.rows;
+      fileRows.merge(seg.file, seg.rows, Integer::sum);
       for (int c = 0; c < commonNames.length; c++) {
         keyCols[g][c] = seg.column(commonNames[c]);
         if (keyCols[g][c] == null) throw new IllegalArgumentException("a file of the slice lacks key column " + commonNames[c]);
       }
     }
-    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes);
+    int largestFile = fileRows.values().stream().mapToInt(Integer::intValue).max().orElse(0);
+    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes, largestFile);
     Picks p = new Picks();
     p.keys = keys.count;
     p.merges = new StreamMerge[spec.streams.size()];
