@@ -31,7 +31,7 @@ from scripts import ROOT, bench_charts, module_argv, spark_envs
 from scripts import bench_workload as workload
 from scripts.bench_workload import QUERY
 from scripts.machine import machine
-from scripts.peer_job import SYSTEMS, WARM_READS
+from scripts.peer_job import FRESH_READ, SYSTEMS, WARM_READS, process_tree
 
 BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
 #: The Spark environment each system runs in (docs/benchmarks.md says why two).
@@ -58,6 +58,11 @@ FIGURES = (
     ("read_compacted.noop_warm_s", "read after compaction: all columns, warm"),
     ("read_compacted.query_s", "read after compaction: aggregation, first"),
     ("read_compacted.query_warm_s", "read after compaction: aggregation, warm"),
+    ("fresh_uncompacted.session_s", "a new session's start, to read"),
+    ("fresh_uncompacted.noop_s", "a new session's first read, uncompacted: all columns"),
+    ("fresh_uncompacted.query_s", "a new session's first read, uncompacted: aggregation"),
+    ("fresh_compacted.noop_s", "a new session's first read after compaction: all columns"),
+    ("fresh_compacted.query_s", "a new session's first read after compaction: aggregation"),
 )
 #: The table's rows: a first and a warm figure shown in one row, as (first, warm, label).
 ROWS = (
@@ -72,7 +77,20 @@ ROWS = (
     ("compaction_s", None, "compaction"),
     ("read_compacted.noop_s", "read_compacted.noop_warm_s", "read after compaction: all columns (first / warm)"),
     ("read_compacted.query_s", "read_compacted.query_warm_s", "the same: one aggregation (first / warm)"),
+    ("fresh_uncompacted.session_s", None, "a new session's start, to read (JVM, jars)"),
+    (
+        "fresh_uncompacted.noop_s",
+        "fresh_uncompacted.query_s",
+        "a new session's first reads, uncompacted: all columns / aggregation",
+    ),
+    (
+        "fresh_compacted.noop_s",
+        "fresh_compacted.query_s",
+        "a new session's first reads, after compaction: all columns / aggregation",
+    ),
 )
+#: A new session's reads (`peer_job --fresh-read`), before and after compaction: each reports its own peak memory.
+FRESH = ("fresh_uncompacted", "fresh_compacted")
 JOB_TIMEOUT_S = 4 * 3600.0
 SAMPLE_EVERY_S = 0.25
 
@@ -85,20 +103,14 @@ def say(message: str) -> None:
 
 
 def tree_rss_bytes(root: int) -> int:
-    """Resident bytes of a process and all its descendants (read from /proc; vanished processes count 0)."""
+    """Resident bytes of a process and all its descendants but a new session's reader, whose peak is its own figure
+    (`peer_job --fresh-read`); vanished processes count 0."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total, todo, seen = 0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
+    total = 0
+    for pid in process_tree(root, leave_out=FRESH_READ):
         try:
             with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
                 total += int(statm.read().split()[1]) * page
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
-                    todo.extend(int(c) for c in children.read().split())
         except (OSError, ValueError):
             continue
     return total
@@ -235,6 +247,7 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "all_seconds": {name: [round(figure(r, name), 3) for r in runs] for name, _ in FIGURES},
         "process_s": statistics.median(r["process_s"] for r in runs),
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "reader_peak_rss_mib": max(r[f]["peak_rss_mib"] for r in runs for f in FRESH),
         "bytes_uncompacted": first["bytes_uncompacted"],
         "bytes_compacted": first["bytes_compacted"],
         "batches_s": first["batches_s"],
@@ -258,6 +271,7 @@ def combined(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
     out["seconds"] = {name: statistics.median(out["all_seconds"][name]) for name, _ in FIGURES}
     out["process_s"] = statistics.median([earlier["process_s"], later["process_s"]])
     out["peak_rss_mib"] = max(earlier["peak_rss_mib"], later["peak_rss_mib"])
+    out["reader_peak_rss_mib"] = max(earlier.get("reader_peak_rss_mib", 0.0), later.get("reader_peak_rss_mib", 0.0))
     out["wrong_cells"] = {r: max(earlier["wrong_cells"][r], later["wrong_cells"][r]) for r in READS}
     out["query_correct"] = {r: earlier["query_correct"][r] and later["query_correct"][r] for r in READS}
     out["wrong_by_column"] = {
@@ -359,6 +373,8 @@ def versions() -> dict[str, Any]:
 def seconds_cell(seconds: dict[str, float], first: str, warm: str | None) -> str:
     """One figure, or a read's first and warm figures (`first / warm s`; a report saved before warm reads were
     measured shows `-` for them)."""
+    if first not in seconds:
+        return "-"
     if warm is None:
         return f"{seconds[first]:.1f} s"
     warm_text = f"{seconds[warm]:.1f}" if warm in seconds else "-"
@@ -414,6 +430,13 @@ def render(report: dict[str, Any], arguments: str) -> str:
             + " | ".join(f"{got[s]['peak_rss_mib']:,.0f} MiB" for s in shown)
             + " |"
         )
+        lines.append(
+            "| peak resident memory of the new session's reader | "
+            + " | ".join(
+                f"{got[s]['reader_peak_rss_mib']:,.0f} MiB" if got[s].get("reader_peak_rss_mib") else "-" for s in shown
+            )
+            + " |"
+        )
         for read, label in (("read_uncompacted", "uncompacted"), ("read_compacted", "after compaction")):
             lines.append(
                 f"| **wrong cells**, {label} read (aggregation right?) | "
@@ -428,7 +451,10 @@ def render(report: dict[str, Any], arguments: str) -> str:
         f"The aggregation: `{QUERY.format(view='t')}`. Each read is timed twice: its first run (before compaction "
         "the session's first read of the table; after it, the first read after the compaction) and warm, the median "
         f"of {report.get('warm_reads', WARM_READS)} more runs, each a new DataFrame of the table; the wrong cells are "
-        "counted on one more read. "
+        "counted on one more read. A new session's first reads are those of another process started after the "
+        "ingest and again after the compaction, whose session has read nothing before (a `MERGE INTO` ingest reads "
+        "the table it merges into, so the ingesting session's first read is not a cold one for every system); its "
+        "memory is its own row. "
         "Delta's all-column read hashes every column into one value "
         "instead of the `noop` sink, which refuses Delta scans over deletion vectors (`peer_delta.py`). Bytes on disk "
         "are the table's whole folder: after compaction, the files it replaced stay unless the system removed them on "

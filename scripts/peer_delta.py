@@ -30,10 +30,12 @@ def versions(spark: Any) -> dict[str, str]:
 
 
 class Job:
-    def __init__(self, spark: Any, work: Path, data: Path) -> None:
+    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
         self.spark = spark
         self.table = work / "delta"
         self.name = f"delta.`{self.table}`"
+        if existing:
+            return
         extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
         spark.sql(
             f"CREATE TABLE {self.name} ({table_columns()}, {extra}) USING delta "

@@ -100,13 +100,13 @@ def merges(target: str, source: str, stream: str) -> list[str]:
 
 
 class Job:
-    def __init__(self, spark: Any, work: Path, data: Path) -> None:
+    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
         self.spark = spark
         self.table = work / "hudi"
         # Also for the SQL statements (MERGE INTO, run_compaction), which take no write options of their own
         for key, value in TUNING.items():
             spark.conf.set(key, value)
-        if ROUTE == "merge":
+        if ROUTE == "merge" and not existing:
             extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
             props = {
                 "type": "mor",

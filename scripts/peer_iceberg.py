@@ -34,10 +34,12 @@ def versions(spark: Any) -> dict[str, str]:
 
 
 class Job:
-    def __init__(self, spark: Any, work: Path, data: Path) -> None:
+    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
         self.spark = spark
         self.warehouse = work / "iceberg"
         spark.conf.set("spark.sql.catalog.ice.warehouse", str(self.warehouse))
+        if existing:
+            return
         extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
         props = ", ".join(f"'{k}' = '{v}'" for k, v in PROPERTIES.items())
         spark.sql(

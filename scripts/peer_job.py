@@ -1,6 +1,7 @@
 """One system's part of `make bench-peers`, run in a process of its own under its Spark environment.
 
     python -m scripts.peer_job SYSTEM DATA WORK OUT.json [WARM_READS]
+    python -m scripts.peer_job --fresh-read SYSTEM DATA WORK OUT.json      # (started by the first, see below)
 
 `bench_peers.py` starts this with the pinned PySpark of the system's environment first on the path
 (`spark_envs.Installed.environ`). It builds one fresh `local[2]` session with the settings every system shares
@@ -10,6 +11,13 @@ Spark's `noop` sink, then one aggregation, each timed as its first run and warm:
 default 3), the compaction, and the same reads after it. The table's rows are also written as Parquet (untimed) under
 WORK/answers/, for the driver to count wrong cells against the ground truth.
 
+The session's first read is not a cold one for every system: a `MERGE INTO` reads the table it merges into, so
+Iceberg's and Delta's sessions have run their scan of the table twelve times before it, where stitchlake's ingest
+never reads the table. So before each pair of reads the job also starts a **new session in a process of its own**
+(`--fresh-read`, the same environment) that reads the table as a dashboard's or a downstream job's session does:
+its session start, then every column, then the aggregation, each that session's first; its own peak memory is
+reported apart (bench_peers leaves that process out of the job's tree).
+
 Each system is a module `peer_<system>.py` with `CONF` (its session settings) and a class `Job` with `ingest_batch`,
 `frame` (the table as a DataFrame of the wide table's columns), `compact` and `path`.
 """
@@ -18,7 +26,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -45,6 +55,10 @@ COMMON_CONF = {
 #: The wide table's columns, in the ground truth's order.
 WIDE = [f.name for f in workload.TRUTH_SCHEMA]
 SQL_TYPES = {"long": "BIGINT", "double": "DOUBLE", "string": "STRING", "timestamp": "TIMESTAMP"}
+
+
+#: The argument that makes this module a new session's reader (and marks its process for bench_peers' sampler).
+FRESH_READ = "--fresh-read"
 
 
 class Job(Protocol):
@@ -219,6 +233,71 @@ def measure_read(spark: Any, job: Job, answer: Path, warm_reads: int = WARM_READ
     }
 
 
+def process_tree(root: int, leave_out: str | None = None) -> list[int]:
+    """A process and all its descendants (from /proc; vanished ones skipped); with `leave_out`, without the subtree
+    of any process whose command line holds that argument."""
+    pids, todo, seen = [], [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            if leave_out is not None and pid != root:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    if leave_out.encode() in cmdline.read().split(b"\0"):
+                        continue
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                    todo.extend(int(c) for c in children.read().split())
+        except (OSError, ValueError):
+            continue
+        pids.append(pid)
+    return pids
+
+
+def peak_tree_mib() -> float:
+    """The peak resident memory of this process and its descendants alive now (each one's own peak, summed)."""
+    total = 0
+    for pid in process_tree(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as status:
+                total += next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total / 1024
+
+
+def read_in_new_session(system: str, data: Path, work: Path) -> dict[str, Any]:
+    """`--fresh-read`: a new session's first reads of the table the job wrote (session start, every column, then
+    the aggregation), and this process tree's peak memory."""
+    module = importlib.import_module(f"scripts.peer_{system}")
+    started = time.perf_counter()
+    spark = session(module.CONF, f"bench-peers-{system}-reader")
+    out: dict[str, Any] = {"session_s": time.perf_counter() - started}
+    job: Job = module.Job(spark, work, data, existing=True)
+    sink = getattr(job, "drain", drain)
+    out["noop_s"] = timed(lambda: sink(job.frame()))
+
+    def query() -> None:
+        job.frame().createOrReplaceTempView("peer_read")
+        spark.sql(QUERY.format(view="peer_read")).collect()
+
+    out["query_s"] = timed(query)
+    out["peak_rss_mib"] = peak_tree_mib()
+    spark.stop()
+    return out
+
+
+def fresh_read(system: str, data: Path, work: Path, label: str) -> dict[str, Any]:
+    """Runs `read_in_new_session` in a process of its own, with this process's environment, and waits for it."""
+    target = work / f"fresh-{label}.json"
+    argv = [sys.executable, "-m", "scripts.peer_job", FRESH_READ, system, str(data), str(work), str(target)]
+    subprocess.run(argv, check=True, env=os.environ.copy())
+    result: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
+    return result
+
+
 def run(system: str, data: Path, work: Path, warm_reads: int = WARM_READS) -> dict[str, Any]:
     module = importlib.import_module(f"scripts.peer_{system}")
     started = time.perf_counter()
@@ -234,15 +313,22 @@ def run(system: str, data: Path, work: Path, warm_reads: int = WARM_READS) -> di
     out["batches_s"] = batches
     out["ingest_s"] = sum(batches)
     out["bytes_uncompacted"] = folder_bytes(job.path())
+    out["fresh_uncompacted"] = fresh_read(system, data, work, "uncompacted")
     out["read_uncompacted"] = measure_read(spark, job, work / "answers" / "uncompacted", warm_reads)
     out["compaction_s"] = timed(job.compact)
     out["bytes_compacted"] = folder_bytes(job.path())
+    out["fresh_compacted"] = fresh_read(system, data, work, "compacted")
     out["read_compacted"] = measure_read(spark, job, work / "answers" / "compacted", warm_reads)
     spark.stop()
     return out
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == FRESH_READ:
+        name, data_folder, work_folder, target = sys.argv[2:6]
+        fresh = read_in_new_session(name, Path(data_folder), Path(work_folder))
+        Path(target).write_text(json.dumps(fresh, indent=1), encoding="utf-8")
+        sys.exit(0)
     name, data_folder, work_folder, target = sys.argv[1:5]
     warm = int(sys.argv[5]) if len(sys.argv) > 5 else WARM_READS
     Path(work_folder).mkdir(parents=True, exist_ok=True)

@@ -67,10 +67,12 @@ def versions(spark: Any) -> dict[str, str]:
 
 
 class Job:
-    def __init__(self, spark: Any, work: Path, data: Path) -> None:
+    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
         self.spark = spark
         self.warehouse = work / "paimon"
         spark.conf.set("spark.sql.catalog.paimon.warehouse", f"file:{self.warehouse}")
+        if existing:
+            return
         spark.sql("CREATE DATABASE IF NOT EXISTS paimon.bench")
         props = ", ".join(f"'{k}' = '{v}'" for k, v in properties().items())
         extra = ", ".join(f"{c} TIMESTAMP" for c in extra_columns())

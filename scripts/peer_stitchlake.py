@@ -25,14 +25,16 @@ CONF: dict[str, str] = reader_conf()
 
 
 class Job:
-    def __init__(self, spark: Any, work: Path, data: Path) -> None:
+    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
         from scripts.bench import spark_table
         from stitchlake.spark.engine import SparkEngine
         from stitchlake.spark.session import register
 
         self.spark = register(spark)
-        self.engine = SparkEngine(spark)
         self.folder = work / "stitchlake"
+        if existing:
+            return
+        self.engine = SparkEngine(spark)
         self.table = spark_table(self.folder, data / "landing")
 
     def path(self) -> Path:

@@ -55,6 +55,7 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
         assert len(got["batches_s"]) == BATCHES_PER_STREAM * len(bench_workload.STREAMS)
         assert got["bytes_uncompacted"] > 0 and got["bytes_compacted"] > 0
         assert got["peak_rss_mib"] > 100  # a JVM at least: the whole process tree was sampled
+        assert got["reader_peak_rss_mib"] > 100  # the new session's reader: a process of its own, with its JVM
         for read in bench_peers.READS:
             assert isinstance(got["wrong_cells"][read], int) and got["wrong_cells"][read] >= 0, (system, read)
             assert isinstance(got["query_correct"][read], bool)
@@ -74,6 +75,10 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     assert report["warm_reads"] == 1 and "the median of 1 more runs" in block
     for row in ("snapshot read, uncompacted: all columns", "read after compaction: all columns"):
         assert re.search(re.escape(row) + r" \(first / warm\) \| [0-9.]+ / [0-9.]+ s \|", block), row
+    # and a new session's first reads, in a process that read nothing before, with its own memory
+    for row in ("a new session's first reads, uncompacted", "a new session's first reads, after compaction"):
+        assert re.search(re.escape(row) + r": all columns / aggregation \| [0-9.]+ / [0-9.]+ s \|", block), row
+    assert re.search(r"\| peak resident memory of the new session's reader \| [0-9,]+ MiB \|", block)
 
 
 def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_path: Path) -> None:

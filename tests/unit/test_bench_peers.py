@@ -5,9 +5,14 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pyarrow as pa
 
 from scripts import bench_peers, bench_workload
+from scripts.peer_job import FRESH_READ, process_tree
 
 
 def test_wrong_cells_counts_changed_cells_and_every_cell_of_missing_extra_and_repeated_rows() -> None:
@@ -31,3 +36,18 @@ def test_wrong_cells_counts_changed_cells_and_every_cell_of_missing_extra_and_re
     repeated = pa.concat_tables([truth, truth.slice(3, 2)])
     assert bench_peers.wrong_cells(repeated, truth)["total"] == 2 * width
     assert bench_peers.wrong_cells(truth.slice(0, 0), truth)["total"] == truth.num_rows * width
+
+
+def test_the_memory_of_a_job_leaves_out_the_new_sessions_reader_it_started() -> None:
+    """The job's peak is its own tree's; the reader it starts (`--fresh-read`) reports its own peak."""
+    reader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", FRESH_READ])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--something-else"])
+    try:
+        every = process_tree(os.getpid())
+        kept = process_tree(os.getpid(), leave_out=FRESH_READ)
+        assert reader.pid in every and other.pid in every
+        assert reader.pid not in kept and other.pid in kept and os.getpid() in kept
+    finally:
+        for child in (reader, other):
+            child.kill()
+            child.wait()
