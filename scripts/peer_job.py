@@ -247,12 +247,16 @@ def process_tree(root: int, leave_out: str | None = None) -> list[int]:
                 with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                     if leave_out.encode() in cmdline.read().split(b"\0"):
                         continue
-            for task in os.listdir(f"/proc/{pid}/task"):
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # the process ended
+        pids.append(pid)
+        for task in tasks:
+            try:  # a thread that ended meanwhile (a JVM's come and go) hides no process
                 with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
                     todo.extend(int(c) for c in children.read().split())
-        except (OSError, ValueError):
-            continue
-        pids.append(pid)
+            except (OSError, ValueError):
+                continue
     return pids
 
 
