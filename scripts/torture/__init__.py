@@ -64,7 +64,9 @@ harness, independently of stitchlake's own timeline code):
 
 The run leaves nothing to chance that the check relies on: the last round lasts until every kind of actor did its
 work at least once (DUTIES: a commit, a clean, a savepoint made and a restore tried, an archive, horizons seen), the
-restorer tries what it still owes first, and a kill is forced if chance gave none during the rounds. A round that
+restorer tries what it still owes first, a kill is forced if chance gave none during the rounds, and the finish
+forces an archive when none ever archived anything (restores back to a savepoint of the first commit pin the whole
+timeline: it deletes the savepoints, each logged first, and archives all but the newest instant). A round that
 makes no progress for `--round-timeout` seconds is given up and reported (a machine too busy, or a hang): it says the
 run tortured less than asked, not that the table broke, so it is not a violation.
 

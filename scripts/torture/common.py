@@ -28,6 +28,8 @@ FAULT_ENV = "STITCH_TORTURE_FAULT"
 RUN_DIR_ENV = "STITCH_TORTURE_RUN_DIR"
 OBSERVED_LOG = "observed.jsonl"
 HORIZONS_LOG = "horizons.jsonl"
+#: What the finish did that the checker must know of (a savepoint it deleted to force an archive).
+FINISH_LOG = "finish.jsonl"
 #: What `Transaction.complete` says to a writer that was presumed dead and rolled back while it ran: correct.
 ZOMBIE_REFUSED = "while it ran; nothing was published"
 #: Archive keeps drawn per run: the smallest is the config's minimum (`archive.keep_instants` >= 10).

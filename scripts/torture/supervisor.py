@@ -21,6 +21,7 @@ from scripts.torture.common import (
     ARCHIVE_KEEP,
     CONFIG_NAME,
     FAULT_ENV,
+    FINISH_LOG,
     HORIZONS_LOG,
     OBSERVED_LOG,
     RUN_DIR_ENV,
@@ -36,7 +37,7 @@ from scripts.torture.common import (
     table_dir,
 )
 from scripts.torture.faults import FAULT_POINTS, REARMED
-from scripts.torture.tablefiles import Seen, TableFiles, checkpoint_horizon, list_timeline
+from scripts.torture.tablefiles import Seen, TableFiles, checkpoint_horizon, instant_meta, list_timeline
 
 #: What each kind of actor must have logged at least once before the storm may end (`Supervisor.owed`): a run in
 #: which chance gave a kind nothing to do tortured less than it says. The restorer is steered towards what it
@@ -383,6 +384,22 @@ def run_cli(work: Path, *args: str, attempts: int = 20) -> dict[str, Any]:
     return {"exit": 4, "stderr": "still busy after retries"}
 
 
+def force_an_archive(work: Path, config: str, cli: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """Nothing was ever archived: forced, as a kill is when chance gave none. A run whose restores kept going back
+    to a savepoint of its first commit leaves the archive nothing it may take (it never archives from the oldest
+    savepoint on). So every savepoint is deleted (each logged first, as the restorer logs its deletes: the checker
+    accepts a vanished savepoint only with a reason on record), then all but the newest instant are archived."""
+    table = table_dir(work)
+    completed, _pending = list_timeline(table)
+    for seen in (s for s in completed if s.action == "savepoint"):
+        with contextlib.suppress(FileNotFoundError):
+            name = str(instant_meta(table, seen).get("name") or seen.requested)
+            deleting = {"role": "finish", "event": "savepoint_delete", "instant": seen.requested}
+            log_line(work / "logs" / FINISH_LOG, deleting)
+            cli("savepoint", "delete", "--name", name, "-c", config, "--engine", "local")
+    return cli("archive", "-c", config, "--keep", "1")
+
+
 def finish(settings: Settings, out: Callable[[str], None]) -> list[str]:
     """After the storm: `stitch clean`, re-run the interrupted ingests, finish compactions, clean, archive."""
     from stitchlake.services.rewrites.compaction import pending_plans
@@ -424,5 +441,8 @@ def finish(settings: Settings, out: Callable[[str], None]) -> list[str]:
     if settings.archivers:
         archived = cli("archive", "-c", config, "--keep", str(ARCHIVE_KEEP[0]))
         out(f"final archive: {archived.get('archived')} instant(s), horizon {archived.get('horizon')}")
+        if archived.get("exit") == 0 and not archived.get("horizon"):
+            archived = force_an_archive(work, config, cli)
+            out(f"forced archive: {archived.get('archived')} instant(s), horizon {archived.get('horizon')}")
     Watcher(work, table_dir(work)).poll(0.0)  # one more look (its lines only add observations)
     return problems

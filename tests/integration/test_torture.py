@@ -33,6 +33,9 @@ import pytest
 import yaml
 
 from scripts import module_argv, torture
+from scripts.torture.common import FINISH_LOG, read_lines
+from scripts.torture.supervisor import force_an_archive
+from scripts.torture.tablefiles import list_timeline
 from stitchlake.api import Table
 from stitchlake.checksums import seal
 from stitchlake.errors import BusyError, StitchError
@@ -390,6 +393,32 @@ def test_a_checkpoint_that_forgot_a_consumed_landing_file_is_a_violation(case: P
     path.write_bytes(_resealed(content))
     violations = _check_history(case)
     assert any(f"stream {stream} consumed" in v and "it lacks" in v for v in violations), violations
+
+
+def test_a_run_that_never_archived_gets_a_forced_archive_the_checker_accepts(case: Path) -> None:
+    """Restores back to a savepoint of the first commit pin the whole timeline (the archive never takes from the
+    oldest savepoint on): a CI run under load once ended with nothing archived. The finish then deletes every
+    savepoint, each logged first, and archives all but the newest instant; the checker accepts what it did."""
+    config = str(case / torture.CONFIG_NAME)
+    made = torture.run_cli(case, "savepoint", "create", "-c", config, "--name", "pinned", "--engine", "local")
+    assert made["exit"] == 0 and made.get("instant"), made
+    before = torture.History.load(torture.table_dir(case))
+    exits: list[tuple[tuple[str, ...], int]] = []
+
+    def cli(*args: str) -> dict[str, Any]:
+        result = torture.run_cli(case, *args)
+        exits.append((args, result["exit"]))
+        return result
+
+    done = force_an_archive(case, config, cli)
+    assert exits and all(code == 0 for _args, code in exits), exits
+    after = torture.History.load(torture.table_dir(case))
+    assert done.get("horizon") and len(after.archived) > len(before.archived), (done, len(before.archived))
+    completed, _pending = list_timeline(torture.table_dir(case))
+    assert not [s for s in completed if s.action == "savepoint"]
+    logged = {r["instant"] for r in read_lines(case / "logs" / FINISH_LOG) if r["event"] == "savepoint_delete"}
+    assert made["instant"] in logged, logged
+    assert _check_history(case) == []
 
 
 def test_a_horizon_that_moved_backwards_is_a_violation(case: Path) -> None:
