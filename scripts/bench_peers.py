@@ -31,7 +31,7 @@ from scripts import ROOT, bench_charts, module_argv, spark_envs
 from scripts import bench_workload as workload
 from scripts.bench_workload import QUERY
 from scripts.machine import machine
-from scripts.peer_job import FRESH_READ, SYSTEMS, WARM_READS, process_tree
+from scripts.peer_job import FRESH_READ, FRESH_STATES, SYSTEMS, WARM_READS, process_tree
 
 BEGIN, END = "<!-- bench:peers:begin -->", "<!-- bench:peers:end -->"
 #: The Spark environment each system runs in (docs/benchmarks.md says why two).
@@ -186,7 +186,12 @@ def canonical_query(rows: list[list[Any]]) -> list[tuple[Any, ...]]:
 
 
 def run_system(
-    system: str, data: Path, work: Path, installed: spark_envs.Installed, warm_reads: int = WARM_READS
+    system: str,
+    data: Path,
+    work: Path,
+    installed: spark_envs.Installed,
+    warm_reads: int = WARM_READS,
+    fresh: Sequence[str] = FRESH_STATES,
 ) -> dict[str, Any]:
     """One system's whole job in a fresh process under its environment; its figures and its peak memory."""
     if work.exists():
@@ -194,7 +199,7 @@ def run_system(
     work.mkdir(parents=True)
     out = work / "result.json"
     log = work / "job.log"
-    argv = module_argv("peer_job", system, str(data), str(work), str(out), str(warm_reads))
+    argv = module_argv("peer_job", system, str(data), str(work), str(out), str(warm_reads), ",".join(fresh))
     started = time.perf_counter()
     with open(log, "wb") as sink:
         process = subprocess.Popen(argv, env=installed.environ(), stdout=sink, stderr=subprocess.STDOUT)
@@ -237,17 +242,28 @@ def figure(result: dict[str, Any], name: str) -> float:
     return float(value)
 
 
+def has_seconds(result: dict[str, Any], name: str) -> bool:
+    """Whether a run measured the figure."""
+    try:
+        figure(result, name)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per figure the median over runs; wrong cells the largest count seen; the rest from the first run."""
+    """Per figure the median over runs (a figure no run measured, as a new session's read left out with
+    `--fresh-reads`, is absent); wrong cells the largest count seen; the rest from the first run."""
     first = runs[0]
+    measured = [name for name, _ in FIGURES if all(has_seconds(r, name) for r in runs)]
     out: dict[str, Any] = {
         "runs": len(runs),
         "versions": first["versions"],
-        "seconds": {name: statistics.median(figure(r, name) for r in runs) for name, _ in FIGURES},
-        "all_seconds": {name: [round(figure(r, name), 3) for r in runs] for name, _ in FIGURES},
+        "seconds": {name: statistics.median(figure(r, name) for r in runs) for name in measured},
+        "all_seconds": {name: [round(figure(r, name), 3) for r in runs] for name in measured},
         "process_s": statistics.median(r["process_s"] for r in runs),
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-        "reader_peak_rss_mib": max(r[f]["peak_rss_mib"] for r in runs for f in FRESH),
+        "reader_peak_rss_mib": max((r[f]["peak_rss_mib"] for r in runs for f in FRESH if f in r), default=0.0),
         "bytes_uncompacted": first["bytes_uncompacted"],
         "bytes_compacted": first["bytes_compacted"],
         "batches_s": first["batches_s"],
@@ -265,10 +281,9 @@ def combined(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
     counts and peak memory, bytes from the earlier."""
     out = dict(earlier)
     out["runs"] = earlier["runs"] + later["runs"]
-    out["all_seconds"] = {
-        name: earlier["all_seconds"].get(name, []) + later["all_seconds"][name] for name, _ in FIGURES
-    }
-    out["seconds"] = {name: statistics.median(out["all_seconds"][name]) for name, _ in FIGURES}
+    every = {name: earlier["all_seconds"].get(name, []) + later["all_seconds"].get(name, []) for name, _ in FIGURES}
+    out["all_seconds"] = {name: seconds for name, seconds in every.items() if seconds}
+    out["seconds"] = {name: statistics.median(seconds) for name, seconds in out["all_seconds"].items()}
     out["process_s"] = statistics.median([earlier["process_s"], later["process_s"]])
     out["peak_rss_mib"] = max(earlier["peak_rss_mib"], later["peak_rss_mib"])
     out["reader_peak_rss_mib"] = max(earlier.get("reader_peak_rss_mib", 0.0), later.get("reader_peak_rss_mib", 0.0))
@@ -307,6 +322,7 @@ def run_size(
     first_round: int = 0,
     batches_per_stream: int = workload.BATCHES_PER_STREAM,
     warm_reads: int = WARM_READS,
+    fresh: Sequence[str] = FRESH_STATES,
 ) -> dict[str, Any]:
     """Every system at one size, `runs` rounds; `saved` is called with the figures so far after each run."""
     folder = workdir / f"keys-{keys}"
@@ -331,7 +347,7 @@ def run_size(
         for system in order:
             say(f"{keys:,} keys, run {round_number + 1}/{runs}: {system}")
             work = folder / system
-            result = run_system(system, data, work, installed[ENVIRONMENTS[system].name], warm_reads)
+            result = run_system(system, data, work, installed[ENVIRONMENTS[system].name], warm_reads, fresh)
             check_answers(result, work, truth, want)
             say(
                 f"  {system}: ingest {result['ingest_s']:.1f} s, read {result['read_uncompacted']['noop_s']:.1f} s, "
@@ -521,7 +537,15 @@ def main(argv: list[str] | None = None) -> int:
         default=WARM_READS,
         help=f"reads after each first one, their median the warm figure (default {WARM_READS}; fewer for smoke runs)",
     )
+    parser.add_argument(
+        "--fresh-reads",
+        default=",".join(FRESH_STATES),
+        help="the tables a new session reads: uncompacted, compacted, both (the default) or '' for none",
+    )
     args = parser.parse_args(argv)
+    fresh = [s for s in args.fresh_reads.split(",") if s]
+    if set(fresh) - set(FRESH_STATES):
+        parser.error(f"--fresh-reads {args.fresh_reads}: give a comma-separated subset of {', '.join(FRESH_STATES)}")
     if args.warm_reads < 1:
         parser.error(f"--warm-reads {args.warm_reads}: give 1 or more (the warm figure is their median)")
     shown = " ".join(argv if argv is not None else sys.argv[1:])
@@ -572,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
             args.first_round,
             args.batches_per_stream,
             args.warm_reads,
+            fresh,
         )
     report["load_after"] = load_average()
     report["seconds"] = round(time.perf_counter() - started, 1)

@@ -1,6 +1,6 @@
 """One system's part of `make bench-peers`, run in a process of its own under its Spark environment.
 
-    python -m scripts.peer_job SYSTEM DATA WORK OUT.json [WARM_READS]
+    python -m scripts.peer_job SYSTEM DATA WORK OUT.json [WARM_READS [FRESH]]
     python -m scripts.peer_job --fresh-read SYSTEM DATA WORK OUT.json      # (started by the first, see below)
 
 `bench_peers.py` starts this with the pinned PySpark of the system's environment first on the path
@@ -59,6 +59,8 @@ SQL_TYPES = {"long": "BIGINT", "double": "DOUBLE", "string": "STRING", "timestam
 
 #: The argument that makes this module a new session's reader (and marks its process for bench_peers' sampler).
 FRESH_READ = "--fresh-read"
+#: The tables a new session reads by default (FRESH: a comma-separated subset, empty for none).
+FRESH_STATES = ("uncompacted", "compacted")
 
 
 class Job(Protocol):
@@ -302,7 +304,9 @@ def fresh_read(system: str, data: Path, work: Path, label: str) -> dict[str, Any
     return result
 
 
-def run(system: str, data: Path, work: Path, warm_reads: int = WARM_READS) -> dict[str, Any]:
+def run(
+    system: str, data: Path, work: Path, warm_reads: int = WARM_READS, fresh: tuple[str, ...] = FRESH_STATES
+) -> dict[str, Any]:
     module = importlib.import_module(f"scripts.peer_{system}")
     started = time.perf_counter()
     spark = session(module.CONF, f"bench-peers-{system}")
@@ -317,11 +321,13 @@ def run(system: str, data: Path, work: Path, warm_reads: int = WARM_READS) -> di
     out["batches_s"] = batches
     out["ingest_s"] = sum(batches)
     out["bytes_uncompacted"] = folder_bytes(job.path())
-    out["fresh_uncompacted"] = fresh_read(system, data, work, "uncompacted")
+    if "uncompacted" in fresh:
+        out["fresh_uncompacted"] = fresh_read(system, data, work, "uncompacted")
     out["read_uncompacted"] = measure_read(spark, job, work / "answers" / "uncompacted", warm_reads)
     out["compaction_s"] = timed(job.compact)
     out["bytes_compacted"] = folder_bytes(job.path())
-    out["fresh_compacted"] = fresh_read(system, data, work, "compacted")
+    if "compacted" in fresh:
+        out["fresh_compacted"] = fresh_read(system, data, work, "compacted")
     out["read_compacted"] = measure_read(spark, job, work / "answers" / "compacted", warm_reads)
     spark.stop()
     return out
@@ -335,6 +341,7 @@ if __name__ == "__main__":
         sys.exit(0)
     name, data_folder, work_folder, target = sys.argv[1:5]
     warm = int(sys.argv[5]) if len(sys.argv) > 5 else WARM_READS
+    states = tuple(s for s in sys.argv[6].split(",") if s) if len(sys.argv) > 6 else FRESH_STATES
     Path(work_folder).mkdir(parents=True, exist_ok=True)
-    result = run(name, Path(data_folder), Path(work_folder), warm)
+    result = run(name, Path(data_folder), Path(work_folder), warm, states)
     Path(target).write_text(json.dumps(result, indent=1), encoding="utf-8")

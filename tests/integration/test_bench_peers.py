@@ -33,6 +33,8 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     report_path = tmp_path / "peers.json"
     argv = module_argv("bench_peers", "--sizes", str(KEYS), "--runs", "1")
     argv += ["--batches-per-stream", str(BATCHES_PER_STREAM), "--warm-reads", "1"]
+    # a new session reads the uncompacted table only: every system's reader still starts, at half the cost
+    argv += ["--fresh-reads", "uncompacted"]
     argv += ["--workdir", str(tmp_path / "work"), "--json", str(report_path), "--out", str(out)]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=3600, check=False, stdin=subprocess.DEVNULL, env=child_env()
@@ -51,6 +53,9 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
         got = size["systems"][system]
         assert got["versions"]["spark"] == report["versions"]["systems"][system]["spark"], system
         for name, _label in bench_peers.FIGURES:
+            if name.startswith("fresh_compacted."):  # left out by --fresh-reads
+                assert name not in got["seconds"], (system, name)
+                continue
             assert isinstance(got["seconds"][name], float) and got["seconds"][name] > 0, (system, name)
         assert len(got["batches_s"]) == BATCHES_PER_STREAM * len(bench_workload.STREAMS)
         assert got["bytes_uncompacted"] > 0 and got["bytes_compacted"] > 0
@@ -75,9 +80,11 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     assert report["warm_reads"] == 1 and "the median of 1 more runs" in block
     for row in ("snapshot read, uncompacted: all columns", "read after compaction: all columns"):
         assert re.search(re.escape(row) + r" \(first / warm\) \| [0-9.]+ / [0-9.]+ s \|", block), row
-    # and a new session's first reads, in a process that read nothing before, with its own memory
-    for row in ("a new session's first reads, uncompacted", "a new session's first reads, after compaction"):
-        assert re.search(re.escape(row) + r": all columns / aggregation \| [0-9.]+ / [0-9.]+ s \|", block), row
+    # and a new session's first reads, in a process that read nothing before, with its own memory (after
+    # compaction not measured here: a dash)
+    row = "a new session's first reads, uncompacted: all columns / aggregation"
+    assert re.search(re.escape(row) + r" \| [0-9.]+ / [0-9.]+ s \|", block), row
+    assert "| a new session's first reads, after compaction: all columns / aggregation | - | - | - | - | - |" in block
     assert re.search(r"\| peak resident memory of the new session's reader \| [0-9,]+ MiB \|", block)
 
 
