@@ -90,7 +90,7 @@ ROWS = (
     ),
 )
 #: A new session's reads (`peer_job --fresh-read`), before and after compaction: each reports its own peak memory.
-FRESH = ("fresh_uncompacted", "fresh_compacted")
+FRESH = tuple(f"fresh_{state}" for state in FRESH_STATES)
 JOB_TIMEOUT_S = 4 * 3600.0
 SAMPLE_EVERY_S = 0.25
 
@@ -387,8 +387,8 @@ def versions() -> dict[str, Any]:
 
 
 def seconds_cell(seconds: dict[str, float], first: str, warm: str | None) -> str:
-    """One figure, or a read's first and warm figures (`first / warm s`; a report saved before warm reads were
-    measured shows `-` for them)."""
+    """One figure, or a read's first and warm figures (`first / warm s`); a figure not measured (a report saved
+    before warm reads were, a new session's read left out with `--fresh-reads`) shows `-`."""
     if first not in seconds:
         return "-"
     if warm is None:

@@ -19,7 +19,8 @@ its session start, then every column, then the aggregation, each that session's 
 reported apart (bench_peers leaves that process out of the job's tree).
 
 Each system is a module `peer_<system>.py` with `CONF` (its session settings) and a class `Job` with `ingest_batch`,
-`frame` (the table as a DataFrame of the wide table's columns), `compact` and `path`.
+`frame` (the table as a DataFrame of the wide table's columns), `compact` and `path`, made as `Job(spark, work,
+data)` to create the table, or with `existing=True` to read the one the job made (the new session's reader).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from scripts import bench_workload as workload
+from scripts import module_argv
 from scripts.bench_workload import QUERY
 
 SYSTEMS = ("stitchlake", "hudi", "paimon", "delta", "iceberg")
@@ -213,6 +215,13 @@ def first_and_warm(action: Callable[[], Any], warm_reads: int = WARM_READS) -> t
     return first, statistics.median(timed(action) for _ in range(max(1, warm_reads)))
 
 
+def aggregate(spark: Any, job: Job) -> list[Any]:
+    """The benchmark's aggregation (bench_workload.QUERY) over a new DataFrame of the table, collected."""
+    job.frame().createOrReplaceTempView("peer_read")
+    rows: list[Any] = spark.sql(QUERY.format(view="peer_read")).collect()
+    return rows
+
+
 def measure_read(spark: Any, job: Job, answer: Path, warm_reads: int = WARM_READS) -> dict[str, Any]:
     """Every column into the `noop` sink, then the aggregation, each timed first and warm (a new DataFrame of the
     table for every read, as a new query would build); the first read's rows are written untimed for the check."""
@@ -221,8 +230,7 @@ def measure_read(spark: Any, job: Job, answer: Path, warm_reads: int = WARM_READ
     rows: list[Any] = []
 
     def query() -> None:
-        job.frame().createOrReplaceTempView("peer_read")
-        rows[:] = spark.sql(QUERY.format(view="peer_read")).collect()
+        rows[:] = aggregate(spark, job)
 
     query_first, query_warm = first_and_warm(query, warm_reads)
     job.frame().write.mode("overwrite").parquet(str(answer))
@@ -284,12 +292,7 @@ def read_in_new_session(system: str, data: Path, work: Path) -> dict[str, Any]:
     job: Job = module.Job(spark, work, data, existing=True)
     sink = getattr(job, "drain", drain)
     out["noop_s"] = timed(lambda: sink(job.frame()))
-
-    def query() -> None:
-        job.frame().createOrReplaceTempView("peer_read")
-        spark.sql(QUERY.format(view="peer_read")).collect()
-
-    out["query_s"] = timed(query)
+    out["query_s"] = timed(lambda: aggregate(spark, job))
     out["peak_rss_mib"] = peak_tree_mib()
     spark.stop()
     return out
@@ -298,8 +301,7 @@ def read_in_new_session(system: str, data: Path, work: Path) -> dict[str, Any]:
 def fresh_read(system: str, data: Path, work: Path, label: str) -> dict[str, Any]:
     """Runs `read_in_new_session` in a process of its own, with this process's environment, and waits for it."""
     target = work / f"fresh-{label}.json"
-    argv = [sys.executable, "-m", "scripts.peer_job", FRESH_READ, system, str(data), str(work), str(target)]
-    subprocess.run(argv, check=True, env=os.environ.copy())
+    subprocess.run(module_argv("peer_job", FRESH_READ, system, str(data), str(work), str(target)), check=True)
     result: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
     return result
 
