@@ -68,19 +68,14 @@ def rollback_command(
     handle = open_target(config, table)
     request = RollbackRequest(instant, failed, stream)
     ran = launch_job(handle, request, engine)
-    return Report(
-        ran.to_json(),
-        message=ran.result.message,
-        title="rollback",
-        fields=[
-            ("instant", "result.instant"),
-            ("finished", "result.finished"),
-            ("rolled back", "result.rolled_back"),
-            ("reset compactions", "result.reset_compactions"),
-            ("deleted files", "result.deleted_files"),
-        ],
-        source=ran,
-    )
+    fields = [
+        ("instant", "result.instant"),
+        ("finished", "result.finished"),
+        ("rolled back", "result.rolled_back"),
+        ("reset compactions", "result.reset_compactions"),
+        ("deleted files", "result.deleted_files"),
+    ]
+    return output.job_report(ran, ran.result.message, "rollback", fields)
 
 
 # --------------------------------------------------------------------------------------------- savepoint
@@ -101,18 +96,14 @@ def savepoint_create_command(
     request = SavepointRequest(SavepointAction.CREATE, name=name, instant=instant)
     ran = launch_job(handle, request, engine)
     pinned = ran.result
-    return Report(
-        ran.to_json(),
-        message=f"savepoint {pinned.name or pinned.instant} pins the state as of {pinned.savepoint_of}",
-        title="savepoint",
-        fields=[
-            ("instant", "result.instant"),
-            ("name", "result.name"),
-            ("as of", "result.savepoint_of"),
-            ("files pinned", "result.files"),
-        ],
-        source=ran,
-    )
+    fields = [
+        ("instant", "result.instant"),
+        ("name", "result.name"),
+        ("as of", "result.savepoint_of"),
+        ("files pinned", "result.files"),
+    ]
+    message = f"savepoint {pinned.name or pinned.instant} pins the state as of {pinned.savepoint_of}"
+    return output.job_report(ran, message, "savepoint", fields)
 
 
 def savepoint_list_command(
@@ -175,18 +166,14 @@ def savepoint_restore_command(
     handle = open_target(config, table)
     request = RestoreRequest(name, force)
     ran = launch_job(handle, request, engine)
-    return Report(
-        ran.to_json(),
-        message=output.with_published(ran.result.message, ran.result.published),
-        title="restore",
-        fields=[
-            ("instant", "result.instant"),
-            ("as of", "result.savepoint_of"),
-            ("undone", "result.undone"),
-            ("deleted files", "result.deleted_files"),
-        ],
-        source=ran,
-    )
+    message = output.with_published(ran.result.message, ran.result.published)
+    fields = [
+        ("instant", "result.instant"),
+        ("as of", "result.savepoint_of"),
+        ("undone", "result.undone"),
+        ("deleted files", "result.deleted_files"),
+    ]
+    return output.job_report(ran, message, "restore", fields)
 
 
 # ----------------------------------------------------------------------------------------------- archive
@@ -207,10 +194,5 @@ def archive_command(
     handle = open_target(config, table)
     request = ArchiveRequest(keep)
     ran = launch_job(handle, request, engine)
-    return Report(
-        ran.to_json(),
-        message=ran.result.message,
-        title="archive",
-        fields=[("archived", "result.archived"), ("horizon", "result.horizon"), ("active", "result.kept")],
-        source=ran,
-    )
+    fields = [("archived", "result.archived"), ("horizon", "result.horizon"), ("active", "result.kept")]
+    return output.job_report(ran, ran.result.message, "archive", fields)

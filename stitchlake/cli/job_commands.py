@@ -118,16 +118,16 @@ def _ingest(
         reset_offsets=kafka[1],
     )
     result = launch_job(handle, request, engine)
-    done, data = result.result, result.to_json()
+    done = result.result
     if not done.instant:
-        return Report(data, message=done.message or f"nothing to ingest for stream {stream}")
+        return Report(result.to_json(), message=done.message or f"nothing to ingest for stream {stream}")
     fields = _INGEST_FIELDS
     if spec.source is not None and spec.source.is_kafka:
         kafka_fields = [*_INGEST_FIELDS[:2], ("records", "result.records"), ("offsets", "result.offsets")]
         kafka_fields.append(("offset resets", "result.offset_resets"))
         files = ("result.source_files", "result.quarantined_files")
         fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in files]
-    return Report(data, message=done.message, title=f"ingest {stream}", fields=fields, source=result)
+    return output.job_report(result, done.message, f"ingest {stream}", fields)
 
 
 class ResetChoice(enum.StrEnum):
@@ -199,23 +199,18 @@ def stream_command(
     )
     with progress_display("stream", every_message=True) as progress:
         result = launch.launch(handle, request, EngineChoice.spark, graceful_stop_s=stop_timeout, progress=progress)
-    return Report(
-        result.to_json(),
-        message=result.result.message,
-        title=f"stream {stream}",
-        fields=[
-            ("micro-batches", "result.batches"),
-            ("source files", "result.source_files"),
-            ("records", "result.records"),
-            ("rows", "result.rows"),
-            ("bad rows", "result.bad_rows"),
-            ("query", "result.query_id"),
-            ("checkpoint", "result.checkpoint"),
-            ("seconds", "seconds"),
-            ("Spark log", "log"),
-        ],
-        source=result,
-    )
+    fields = [
+        ("micro-batches", "result.batches"),
+        ("source files", "result.source_files"),
+        ("records", "result.records"),
+        ("rows", "result.rows"),
+        ("bad rows", "result.bad_rows"),
+        ("query", "result.query_id"),
+        ("checkpoint", "result.checkpoint"),
+        ("seconds", "seconds"),
+        ("Spark log", "log"),
+    ]
+    return output.job_report(result, result.result.message, f"stream {stream}", fields)
 
 
 def _location(source: str) -> str:
@@ -373,19 +368,14 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
             f"; purged {done.purged_files} older file(s), {len(done.purged_savepoints)} savepoint(s), "
             f"{len(done.purged_quarantine)} quarantine file(s) and {len(done.purged_logs)} Spark job log(s)"
         )
-    return Report(
-        ran.to_json(),
-        message=output.with_published(message, done.published),
-        title="erase",
-        fields=[
-            ("instant", "result.instant"),
-            ("completed", "result.completed"),
-            ("file groups", "result.file_groups"),
-            ("purged savepoints", "result.purged_savepoints"),
-            ("engine", "engine"),
-        ],
-        source=ran,
-    )
+    fields = [
+        ("instant", "result.instant"),
+        ("completed", "result.completed"),
+        ("file groups", "result.file_groups"),
+        ("purged savepoints", "result.purged_savepoints"),
+        ("engine", "engine"),
+    ]
+    return output.job_report(ran, output.with_published(message, done.published), "erase", fields)
 
 
 # ----------------------------------------------------------------------------------------------- publish

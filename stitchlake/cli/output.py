@@ -20,7 +20,7 @@ from stitchlake.cli.printing import error, info, json_mode
 from stitchlake.cli.tables import key_values
 
 if TYPE_CHECKING:
-    from stitchlake.jobs.results import PlannedRuns
+    from stitchlake.jobs.results import JobRun, PlannedRuns
     from stitchlake.services.publish import Published
 
 #: A summary line: its label, and the value's attribute path on the report's source (`result.instant`), or a
@@ -82,6 +82,12 @@ def published_lines(results: Sequence[Published]) -> list[str]:
 def with_published(message: str, published: Sequence[Published]) -> str:
     """`message`, then what the action published (compaction, erase, restore and alter republish)."""
     return "\n".join([message, *published_lines(published)])
+
+
+def job_report(run: JobRun[Any], message: str, title: str, fields: Sequence[Field]) -> Report:
+    """The report of one job run: the run as `--json` gives it, `message`, and a summary under `title` of `fields`
+    read from the typed run (`result.<attribute>` of the job's result, or the run's own `engine`, `seconds`, `log`)."""
+    return Report(run.to_json(), message=message, title=title, fields=fields, source=run)
 
 
 def rewrite_report(title: str, runs: PlannedRuns[Any], message: str, fields: Sequence[Field], resumed: str) -> Report:

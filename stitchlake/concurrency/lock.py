@@ -151,6 +151,13 @@ class TableLock(ABC):
         """Which lock this is, for messages."""
         return f"table lock {self.name!r}"
 
+    def _wait_for(self, wait_s: float | None) -> float:
+        """The seconds an `acquire` waits (the configured wait unless `wait_s` is given; never negative), refusing
+        a second `acquire` while held: no provider's lock is re-entrant."""
+        if self.held:
+            raise StitchError(f"{self.describe()} is already held by {self.owner!r}; it is not re-entrant")
+        return self.wait_s if wait_s is None else max(float(wait_s), 0.0)
+
     def __enter__(self) -> TableLock:
         self.acquire()
         return self
@@ -162,6 +169,14 @@ class TableLock(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def lease_seconds(expire_s: float) -> float:
+    """`concurrency.lock.expire_s` as seconds, refused (exit 2) unless positive: every provider's lease (a lock
+    file's, a ZooKeeper session's) ends that long after its holder last renewed it."""
+    if expire_s <= 0:
+        raise ConfigError(f"concurrency.lock.expire_s: must be > 0, got {expire_s!r}")
+    return float(expire_s)
 
 
 def _lock_file_name(name: str, generation: int, released: bool = False) -> str:
@@ -182,11 +197,10 @@ class FileSystemLock(TableLock):
     ) -> None:
         if not _NAME_RE.match(name):
             raise ConfigError(f"lock name {name!r} must be letters, digits, '_', '-' or '.'")
-        if expire_s <= 0:
-            raise ConfigError(f"concurrency.lock.expire_s: must be > 0, got {expire_s!r}")
+        expire = lease_seconds(expire_s)
         super().__init__(name=name, wait_s=wait_s, owner=owner)
         self.storage = storage
-        self.expire_s = float(expire_s)
+        self.expire_s = expire
         self._generation: int | None = None
         self._acquired_at: float | None = None
         self._expires_at: float | None = None
@@ -213,9 +227,7 @@ class FileSystemLock(TableLock):
         return f"table lock {self.name!r} in {self.storage.uri.rstrip('/')}/{LOCKS_FOLDER}"
 
     def acquire(self, wait_s: float | None = None) -> None:
-        if self.held:
-            raise StitchError(f"{self.describe()} is already held by {self.owner!r}; it is not re-entrant")
-        wait = self.wait_s if wait_s is None else max(float(wait_s), 0.0)
+        wait = self._wait_for(wait_s)
         deadline = time.monotonic() + wait
         delay = _FIRST_POLL_S
         holder: LockHolder | None = None

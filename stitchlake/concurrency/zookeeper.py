@@ -27,8 +27,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.concurrency.lock import LockHolder, TableLock
-from stitchlake.errors import ConfigError, LockLost, LockTimeout, StitchError
+from stitchlake.concurrency.lock import LockHolder, TableLock, lease_seconds
+from stitchlake.errors import ConfigError, LockLost, LockTimeout
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -63,12 +63,11 @@ class ZooKeeperLock(TableLock):
         for label, segment in (("table id", table_id), ("lock name", name)):
             if not _SEGMENT_RE.match(segment):
                 raise ConfigError(f"{label} {segment!r} must be letters, digits, '_', '-' or '.'")
-        if expire_s <= 0:
-            raise ConfigError(f"concurrency.lock.expire_s: must be > 0, got {expire_s!r}")
+        expire = lease_seconds(expire_s)
         super().__init__(name=name, wait_s=wait_s, owner=owner)
         self.hosts = hosts
         self.path = f"{zk_path.rstrip('/')}/{table_id}/{name}"
-        self.expire_s = float(expire_s)
+        self.expire_s = expire
         self._client: KazooClient | None = None
         self._lock: KazooLock | None = None
         self._lost_reason: str | None = None
@@ -85,9 +84,7 @@ class ZooKeeperLock(TableLock):
         from kazoo.exceptions import CancelledError, KazooException
         from kazoo.exceptions import LockTimeout as KazooLockTimeout
 
-        if self.held:
-            raise StitchError(f"{self.describe()} is already held by {self.owner!r}; it is not re-entrant")
-        wait = self.wait_s if wait_s is None else max(float(wait_s), 0.0)
+        wait = self._wait_for(wait_s)
         deadline = time.monotonic() + wait
         connect_s = max(wait, _MIN_CONNECT_S)
         client = KazooClient(

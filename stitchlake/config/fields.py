@@ -180,32 +180,31 @@ def as_delete_values(value: Any) -> Any:
     return tuple(_text_value(item) for item in value)
 
 
-def as_options(value: Any) -> dict[str, str]:
+def _settings(value: Any) -> dict[Any, Any]:
+    """A block of free-form settings (source options, Spark conf, catalog properties): a null block is none, and
+    anything but a mapping is refused naming what it was."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise refuse(f"must be a mapping, got {kind(value)}")
-    return {str(key): str(item) for key, item in value.items()}
+    return value
+
+
+def as_options(value: Any) -> dict[str, str]:
+    return {str(key): str(item) for key, item in _settings(value).items()}
 
 
 def as_spark_conf(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise refuse(f"must be a mapping, got {kind(value)}")
-    for key in value:
+    conf = _settings(value)
+    for key in conf:
         if not str(key).startswith("spark."):
             raise refuse("Spark settings start with 'spark.'", at=str(key))
-    return {str(key): _text_value(item) for key, item in value.items()}
+    return {str(key): _text_value(item) for key, item in conf.items()}
 
 
 def as_catalog_properties(value: Any) -> dict[str, str]:
     """pyiceberg catalog properties (`type`, `uri`, `warehouse`, `credential` ...), values as text."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise refuse(f"must be a mapping, got {kind(value)}")
-    return {str(key): _text_value(item) for key, item in value.items()}
+    return {str(key): _text_value(item) for key, item in _settings(value).items()}
 
 
 def as_secret_names(value: Any) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ spark-submit job's driver (`SparkEngine`), returning its service's typed result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from stitchlake.jobs.requests import (
     ArchiveRequest,
@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from stitchlake.services.upkeep.clean import CleanResult
     from stitchlake.services.writes.ingest import IngestResult
     from stitchlake.table.handle import TableHandle
+    from stitchlake.timeline.instant import Instant
     from stitchlake.timeline.savepoints import Savepoint
 
 Progress = Callable[[str], None]
+R = TypeVar("R")
 #: Files a delete task takes (object stores delete one key per request: many tasks help).
 DELETES_PER_TASK = 64
 
@@ -62,19 +64,30 @@ def run_ingest(table: TableHandle, request: IngestRequest, engine: Engine, progr
 def run_compact(
     table: TableHandle, request: CompactRequest, engine: Engine, progress: Progress
 ) -> CompactionResult | None:
-    if request.instant is None and not compaction.pending_plans(table):
-        return None  # nothing to run is exit 0
-    progress(f"running compaction {request.instant or '(oldest pending)'}")
-    return compaction.run(table, request.instant, engine)
+    return _run_plan("compaction", compaction.pending_plans, compaction.run, table, request.instant, engine, progress)
 
 
 def run_rescale(
     table: TableHandle, request: RescaleRequest, engine: Engine, progress: Progress
 ) -> RescaleResult | None:
-    if request.instant is None and not rescale.runnable_plans(table):
-        return None  # nothing to run is exit 0
-    progress(f"running rescale {request.instant or '(oldest pending)'}")
-    return rescale.run(table, request.instant, engine)
+    return _run_plan("rescale", rescale.runnable_plans, rescale.run, table, request.instant, engine, progress)
+
+
+def _run_plan(
+    what: str,
+    pending: Callable[[TableHandle], list[Instant]],
+    run: Callable[[TableHandle, str | None, Engine], R],
+    table: TableHandle,
+    instant: str | None,
+    engine: Engine,
+    progress: Progress,
+) -> R | None:
+    """Run the plan `instant`, or the oldest pending one. Compactions and rescales run their plans alike: with no
+    plan named and none pending there is nothing to run, which is exit 0, not an error."""
+    if instant is None and not pending(table):
+        return None
+    progress(f"running {what} {instant or '(oldest pending)'}")
+    return run(table, instant, engine)
 
 
 def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:

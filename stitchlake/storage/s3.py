@@ -46,12 +46,13 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlparse
 
 from stitchlake.errors import ConfigError
 from stitchlake.storage.base import FileInfo, Storage, clean_relpath
+from stitchlake.storage.pools import PerProcessPool
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -89,15 +90,8 @@ _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
-_pools: dict[int, ThreadPoolExecutor] = {}
-
-
-def _pool() -> ThreadPoolExecutor:
-    with _clients_lock:
-        pool = _pools.get(os.getpid())
-        if pool is None:
-            pool = _pools[os.getpid()] = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="stitchlake-s3")
-        return pool
+#: The threads that prefetch whole files.
+_pool = PerProcessPool(PREFETCH_THREADS, "stitchlake-s3")
 
 
 def resolve(name: str, value: str) -> str:

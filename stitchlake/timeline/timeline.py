@@ -14,11 +14,9 @@ trips (tests/integration/test_s3_round_trips.py counts them).
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
@@ -26,6 +24,7 @@ from stitchlake.checksums import seal, unseal
 from stitchlake.errors import CorruptFileError, HistoryMoved, StitchError
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.storage import Storage
+from stitchlake.storage.pools import PerProcessPool
 from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.clock import next_time
 from stitchlake.timeline.instant import (
@@ -55,7 +54,6 @@ IMMUTABLE_CACHE_SIZE = 50_000
 
 _IMMUTABLE: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 _IMMUTABLE_LOCK = threading.Lock()
-_POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
 def timeline_path(name: str) -> str:
@@ -67,13 +65,8 @@ def _cache_key(storage: Storage, name: str) -> tuple[Any, ...]:
     return (type(storage).__name__, storage.describe(timeline_path(name)), tuple(sorted(options.items())))
 
 
-def _reader_pool() -> ThreadPoolExecutor:
-    """One pool of reader threads per process (a forked child must not reuse its parent's)."""
-    with _IMMUTABLE_LOCK:
-        pool = _POOLS.get(os.getpid())
-        if pool is None:
-            pool = _POOLS[os.getpid()] = ThreadPoolExecutor(PARALLEL_READS, thread_name_prefix="stitchlake-timeline")
-        return pool
+#: The threads that read a wave of instant files.
+_reader_pool = PerProcessPool(PARALLEL_READS, "stitchlake-timeline")
 
 
 #: How instant files (and table.json) began before they carried a checksum.
