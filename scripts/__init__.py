@@ -7,8 +7,9 @@ run one as `python -m scripts.bench` from the repository root. It is not shipped
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,3 +26,14 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return env
+
+
+def run_captured(
+    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a one-off command (an install, an unpack, a format) to its end and return what it printed: stdin is
+    /dev/null, so a command that would prompt fails instead of hanging a test run, and its output is kept as text for
+    the error that reports a failure (each caller words its own)."""
+    return subprocess.run(
+        list(argv), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+    )

@@ -18,7 +18,6 @@ import dataclasses
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -26,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scripts import maven_jars
+from scripts import maven_jars, run_captured
 from scripts.local_daemons import Daemons, free_port
 
 #: The broker, pinned. Kafka 4 runs in KRaft mode only (no ZooKeeper).
@@ -162,12 +161,8 @@ def jvm_argv(workdir: Path) -> list[str]:
 
 def format_storage(jvm: list[str], config: Path) -> None:
     """Format the KRaft storage a new broker's `config` names (once, before its first start)."""
-    formatted = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=FORMAT_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
+    formatted = run_captured(
+        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)], FORMAT_TIMEOUT_S
     )
     if formatted.returncode != 0:
         raise KafkaBrokerError(f"formatting the KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")

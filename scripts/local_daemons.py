@@ -4,7 +4,8 @@ Each runs a few daemons under one private directory: spawned in sessions of thei
 whole process group), recorded in a state file, waited for with their logs shown on failure, stopped by pid only
 while the pid still looks like ours (pids get reused), and optionally watched: a small watchdog stops them once
 the process that started them is gone, so a killed test run leaves no orphans. `Daemons` is that skeleton once;
-each server's subclass says only what differs (its state, its probe, its stop order). Stdlib only.
+each server's subclass says only what differs (its state, its probe, its stop order). Stdlib only, plus
+stitchlake's stdlib-only `concurrency.processes` (the one place that reads /proc for a process's state).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from scripts import child_env, module_argv
+from scripts import child_env, module_argv, run_captured
+from stitchlake.concurrency import processes
 
 STATE_FILE = "state.json"
 
@@ -42,9 +46,7 @@ def apt_install(packages: Iterable[str], timeout_s: float = 900.0) -> str:
     for commands in ([install], [[apt, "update", "-q"], install]):
         try:
             for argv in commands:
-                done = subprocess.run(
-                    argv, env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
-                )
+                done = run_captured(argv, timeout_s, env)
                 if done.returncode != 0:
                     detail = (done.stderr or done.stdout).strip()[-800:]
                     break
@@ -61,6 +63,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def get_json(url: str, timeout: float = 2.0) -> dict[str, object] | None:
+    """A server's JSON status page as a dict, or None while it does not answer (not up yet, or gone): what a
+    readiness probe polls (Trino's /v1/info, the Spark master's /json)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return dict(json.loads(response.read()))
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
 def log_tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -70,16 +82,7 @@ def log_tail(path: Path, lines: int = 30) -> str:
 
 def pid_alive(pid: int) -> bool:
     """True while `pid` runs; a zombie counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-            return False
-    return True
+    return processes.exists(pid) and not processes.exited(pid)
 
 
 def pid_is_ours(pid: int, workdir: Path) -> bool:
@@ -88,16 +91,6 @@ def pid_is_ours(pid: int, workdir: Path) -> bool:
     for part in ("cmdline", "environ"):
         with contextlib.suppress(OSError):
             if needle in Path(f"/proc/{pid}/{part}").read_bytes():
-                return True
-    return False
-
-
-def group_alive(pgid: int) -> bool:
-    """True while any non-zombie process of the group `pgid` exists (a JVM may outlive its bash parent)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
                 return True
     return False
 

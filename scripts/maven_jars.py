@@ -14,13 +14,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from scripts import ROOT
+from scripts import ROOT, run_captured
 
 #: Where fetched artifacts live: inside the virtual environment, so `rm -rf .venv` starts clean.
 FOLDER = ROOT / ".venv" / "maven"
@@ -46,14 +45,7 @@ def _mvn() -> str:
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> None:
-    done = subprocess.run(
-        list(argv),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=FETCH_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_captured(argv, FETCH_TIMEOUT_S, cwd=cwd)
     if done.returncode != 0:
         output = (done.stdout + done.stderr).strip()
         errors = [line for line in output.splitlines() if "ERROR" in line][:6] or output.splitlines()[-20:]

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scripts.peer_job import WIDE, hash_every_column, latest_per_key, merge_sql, table_columns, version_columns
+from scripts.peer_job import WIDE, SparkTableJob, hash_every_column, merge_sql, table_columns, version_columns
 from scripts.spark_envs import DELTA_VERSION
 
+VERSIONS = {"delta": DELTA_VERSION}
 CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -25,32 +26,25 @@ CONF = {
 }
 
 
-def versions(spark: Any) -> dict[str, str]:
-    return {"delta": DELTA_VERSION}
+class Job(SparkTableJob):
+    folder_name = "delta"
 
+    @property
+    def name(self) -> str:
+        """The table in SQL: Delta names a table by its path."""
+        return f"delta.`{self.folder}`"
 
-class Job:
-    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
-        self.spark = spark
-        self.table = work / "delta"
-        self.name = f"delta.`{self.table}`"
-        if existing:
-            return
-        extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
-        spark.sql(
-            f"CREATE TABLE {self.name} ({table_columns()}, {extra}) USING delta "
+    def create(self) -> None:
+        self.spark.sql(
+            f"CREATE TABLE {self.name} ({table_columns(version_columns())}) USING delta "
             "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', 'delta.autoOptimize.optimizeWrite' = 'true')"
         )
 
-    def path(self) -> Path:
-        return self.table
-
     def ingest_batch(self, stream: str, file: Path) -> None:
-        latest_per_key(self.spark.read.parquet(str(file)), stream, versions=True).createOrReplaceTempView("batch")
-        self.spark.sql(merge_sql(self.name, "batch", stream)).collect()
+        self.spark.sql(merge_sql(self.name, self.merge_view(stream, file), stream)).collect()
 
     def frame(self) -> Any:
-        return self.spark.read.format("delta").load(str(self.table)).select(*WIDE)
+        return self.spark.read.format("delta").load(str(self.folder)).select(*WIDE)
 
     def drain(self, frame: Any) -> None:
         """Delta 4.4 on Spark 4.1 refuses the `noop` sink over a table with deletion vectors ("Cannot work with a

@@ -25,9 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from scripts import bench_workload as workload
-from scripts.peer_job import WIDE, latest_per_key, merge_sql, table_columns, version_columns, widened
+from scripts.peer_job import (
+    WIDE,
+    SparkTableJob,
+    latest_per_key,
+    merge_sql,
+    sql_properties,
+    table_columns,
+    version_columns,
+    widened,
+)
 from scripts.spark_envs import HUDI_VERSION
 
+VERSIONS = {"hudi": HUDI_VERSION}
 CONF = {
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
     "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
@@ -68,10 +78,6 @@ OPTIONS = {
 }
 
 
-def versions(spark: Any) -> dict[str, str]:
-    return {"hudi": HUDI_VERSION}
-
-
 def merges(target: str, source: str, stream: str) -> list[str]:
     """The `MERGE INTO` statements of one deduplicated batch (`latest_per_key(..., versions=True)`) for a
     merge-on-read Hudi table. A `nulls: overwrite` stream's is Delta's and Iceberg's (`peer_job.merge_sql`). Hudi
@@ -99,41 +105,37 @@ def merges(target: str, source: str, stream: str) -> list[str]:
     return out
 
 
-class Job:
-    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
-        self.spark = spark
-        self.table = work / "hudi"
-        # Also for the SQL statements (MERGE INTO, run_compaction), which take no write options of their own
-        for key, value in TUNING.items():
-            spark.conf.set(key, value)
-        if ROUTE == "merge" and not existing:
-            extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
-            props = {
-                "type": "mor",
-                "primaryKey": "order_id",
-                **{k: v for k, v in OPTIONS.items() if k.startswith("hoodie.") and "payload" not in k},
-            }
-            props.pop("hoodie.datasource.write.operation")
-            listed = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-            spark.sql(
-                f"CREATE TABLE bench_wide ({table_columns()}, {extra}) USING hudi "
-                f"LOCATION '{self.table}' TBLPROPERTIES ({listed})"
-            )
+class Job(SparkTableJob):
+    folder_name = "hudi"
 
-    def path(self) -> Path:
-        return self.table
+    def settings(self) -> dict[str, str]:
+        # Also for the SQL statements (MERGE INTO, run_compaction), which take no write options of their own
+        return TUNING
+
+    def create(self) -> None:
+        if ROUTE != "merge":
+            return  # the upsert route's first batch creates the table
+        props = {
+            "type": "mor",
+            "primaryKey": "order_id",
+            **{k: v for k, v in OPTIONS.items() if k.startswith("hoodie.") and "payload" not in k},
+        }
+        props.pop("hoodie.datasource.write.operation")
+        self.spark.sql(
+            f"CREATE TABLE bench_wide ({table_columns(version_columns())}) USING hudi "
+            f"LOCATION '{self.folder}' TBLPROPERTIES ({sql_properties(props)})"
+        )
 
     def ingest_batch(self, stream: str, file: Path) -> None:
         if ROUTE == "merge":
-            latest_per_key(self.spark.read.parquet(str(file)), stream, versions=True).createOrReplaceTempView("batch")
-            for statement in merges("bench_wide", "batch", stream):
+            for statement in merges("bench_wide", self.merge_view(stream, file), stream):
                 self.spark.sql(statement).collect()
             return
         batch = widened(latest_per_key(self.spark.read.parquet(str(file)), stream), stream)
-        batch.write.format("hudi").options(**OPTIONS).mode("append").save(str(self.table))
+        batch.write.format("hudi").options(**OPTIONS).mode("append").save(str(self.folder))
 
     def frame(self) -> Any:
-        return self.spark.read.format("hudi").load(str(self.table)).select(*WIDE)
+        return self.spark.read.format("hudi").load(str(self.folder)).select(*WIDE)
 
     def compact(self) -> None:
-        self.spark.sql(f"CALL run_compaction(op => 'scheduleandexecute', path => '{self.table}')").collect()
+        self.spark.sql(f"CALL run_compaction(op => 'scheduleandexecute', path => '{self.folder}')").collect()

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scripts.peer_job import WIDE, latest_per_key, merge_sql, table_columns, version_columns
+from scripts.peer_job import WIDE, SparkTableJob, merge_sql, sql_properties, table_columns, version_columns
 from scripts.spark_envs import ICEBERG_VERSION
 
+VERSIONS = {"iceberg": ICEBERG_VERSION}
 CONF = {
     "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
     "spark.sql.catalog.ice": "org.apache.iceberg.spark.SparkCatalog",
@@ -29,30 +30,20 @@ PROPERTIES = {
 }
 
 
-def versions(spark: Any) -> dict[str, str]:
-    return {"iceberg": ICEBERG_VERSION}
+class Job(SparkTableJob):
+    folder_name = "iceberg"
 
+    def settings(self) -> dict[str, str]:
+        return {"spark.sql.catalog.ice.warehouse": str(self.folder)}
 
-class Job:
-    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
-        self.spark = spark
-        self.warehouse = work / "iceberg"
-        spark.conf.set("spark.sql.catalog.ice.warehouse", str(self.warehouse))
-        if existing:
-            return
-        extra = ", ".join(f"{c} TIMESTAMP" for c in version_columns())
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in PROPERTIES.items())
-        spark.sql(
-            f"CREATE TABLE {TABLE} ({table_columns()}, {extra}) USING iceberg "
-            f"PARTITIONED BY (bucket(4, order_id)) TBLPROPERTIES ({props})"
+    def create(self) -> None:
+        self.spark.sql(
+            f"CREATE TABLE {TABLE} ({table_columns(version_columns())}) USING iceberg "
+            f"PARTITIONED BY (bucket(4, order_id)) TBLPROPERTIES ({sql_properties(PROPERTIES)})"
         )
 
-    def path(self) -> Path:
-        return self.warehouse
-
     def ingest_batch(self, stream: str, file: Path) -> None:
-        latest_per_key(self.spark.read.parquet(str(file)), stream, versions=True).createOrReplaceTempView("batch")
-        self.spark.sql(merge_sql(TABLE, "batch", stream)).collect()
+        self.spark.sql(merge_sql(TABLE, self.merge_view(stream, file), stream)).collect()
 
     def frame(self) -> Any:
         return self.spark.table(TABLE).select(*WIDE)

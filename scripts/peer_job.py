@@ -18,9 +18,10 @@ never reads the table. So before each pair of reads the job also starts a **new 
 its session start, then every column, then the aggregation, each that session's first; its own peak memory is
 reported apart (bench_peers leaves that process out of the job's tree).
 
-Each system is a module `peer_<system>.py` with `CONF` (its session settings) and a class `Job` with `ingest_batch`,
-`frame` (the table as a DataFrame of the wide table's columns), `compact` and `path`, made as `Job(spark, work,
-data)` to create the table, or with `existing=True` to read the one the job made (the new session's reader).
+Each system is a module `peer_<system>.py` with `CONF` (its session settings), `VERSIONS` (its own, reported beside
+Spark's) and a class `Job` with `ingest_batch`, `frame` (the table as a DataFrame of the wide table's columns),
+`compact` and `path`, made as `Job(spark, work, data)` to create the table, or with `existing=True` to read the one
+the job made (the new session's reader). The formats whose table Spark SQL creates build theirs on `SparkTableJob`.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from scripts import bench_workload as workload
 from scripts import module_argv
@@ -80,9 +81,14 @@ def sql_type(column: str) -> str:
     return "BIGINT"  # the key
 
 
-def table_columns() -> str:
-    """The wide table's columns as a SQL column list."""
-    return ", ".join(f"{c} {sql_type(c)}" for c in WIDE)
+def table_columns(versions: Iterable[str] = ()) -> str:
+    """The wide table's columns as a SQL column list, then the `versions` columns (`_v_<column>`) as TIMESTAMPs."""
+    return ", ".join([*(f"{c} {sql_type(c)}" for c in WIDE), *(f"{c} TIMESTAMP" for c in versions)])
+
+
+def sql_properties(properties: dict[str, str]) -> str:
+    """`properties` as the list a `TBLPROPERTIES (...)` clause takes."""
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
 
 
 def landing_batches(data: Path) -> list[tuple[str, Path]]:
@@ -161,6 +167,42 @@ def widened(frame: Any, stream: str) -> Any:
 
     own = set(workload.COLUMNS[stream]) | {"order_id"}
     return frame.select(*[F.col(c) if c in own else F.lit(None).cast(sql_type(c)).alias(c) for c in WIDE])
+
+
+class SparkTableJob:
+    """A `Job` whose table Spark SQL creates and writes (Delta, Iceberg, Hudi, Paimon). What `run` and
+    `read_in_new_session` ask of every such format is here once: the table's folder under WORK, the session settings
+    that point at it (set by the writer and a new session's reader alike), and the table created only by the job
+    that writes it. Each format says its folder, its settings and its CREATE; `merge_view` is the batch a MERGE
+    reads."""
+
+    #: The table's folder under WORK (for a catalog, its warehouse).
+    folder_name: ClassVar[str]
+
+    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
+        self.spark = spark
+        self.folder = work / self.folder_name
+        for key, value in self.settings().items():
+            spark.conf.set(key, value)
+        if not existing:
+            self.create()
+
+    def settings(self) -> dict[str, str]:
+        """Session settings the table needs, set as the job is made (a catalog's warehouse is known only then)."""
+        return {}
+
+    def create(self) -> None:
+        """Create the empty table."""
+        raise NotImplementedError
+
+    def path(self) -> Path:
+        return self.folder
+
+    def merge_view(self, stream: str, file: Path) -> str:
+        """One landing file deduplicated by the stream's rule, with the `_v_` versions a MERGE needs
+        (`latest_per_key(..., versions=True)`), as a temporary view; returns the view's name."""
+        latest_per_key(self.spark.read.parquet(str(file)), stream, versions=True).createOrReplaceTempView("batch")
+        return "batch"
 
 
 def folder_bytes(path: Path) -> int:
@@ -315,7 +357,7 @@ def run(
     import pyspark
 
     out: dict[str, Any] = {"system": system, "session_s": time.perf_counter() - started}
-    out["versions"] = {"spark": pyspark.__version__, **module.versions(spark)}
+    out["versions"] = {"spark": pyspark.__version__, **module.VERSIONS}
     job: Job = module.Job(spark, work, data)
     batches = []
     for stream, file in landing_batches(data):

@@ -19,9 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from scripts import bench_workload as workload
-from scripts.peer_job import WIDE, latest_per_key, sql_type, table_columns, version_columns
+from scripts.peer_job import (
+    WIDE,
+    SparkTableJob,
+    latest_per_key,
+    sql_properties,
+    sql_type,
+    table_columns,
+    version_columns,
+)
 from scripts.spark_envs import PAIMON_VERSION
 
+VERSIONS = {"paimon": PAIMON_VERSION}
 CONF = {
     "spark.sql.extensions": "org.apache.paimon.spark.extensions.PaimonSparkSessionExtensions",
     "spark.sql.catalog.paimon": "org.apache.paimon.spark.SparkCatalog",
@@ -62,24 +71,16 @@ def rows(frame: Any) -> Any:
     return frame.select(*[F.col(c) if c in have else F.lit(None).cast(t).alias(c) for c, t in wanted])
 
 
-def versions(spark: Any) -> dict[str, str]:
-    return {"paimon": PAIMON_VERSION}
+class Job(SparkTableJob):
+    folder_name = "paimon"
 
+    def settings(self) -> dict[str, str]:
+        return {"spark.sql.catalog.paimon.warehouse": f"file:{self.folder}"}
 
-class Job:
-    def __init__(self, spark: Any, work: Path, data: Path, existing: bool = False) -> None:
-        self.spark = spark
-        self.warehouse = work / "paimon"
-        spark.conf.set("spark.sql.catalog.paimon.warehouse", f"file:{self.warehouse}")
-        if existing:
-            return
-        spark.sql("CREATE DATABASE IF NOT EXISTS paimon.bench")
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in properties().items())
-        extra = ", ".join(f"{c} TIMESTAMP" for c in extra_columns())
-        spark.sql(f"CREATE TABLE {TABLE} ({table_columns()}, {extra}) TBLPROPERTIES ({props})")
-
-    def path(self) -> Path:
-        return self.warehouse
+    def create(self) -> None:
+        self.spark.sql("CREATE DATABASE IF NOT EXISTS paimon.bench")
+        columns, props = table_columns(extra_columns()), sql_properties(properties())
+        self.spark.sql(f"CREATE TABLE {TABLE} ({columns}) TBLPROPERTIES ({props})")
 
     def ingest_batch(self, stream: str, file: Path) -> None:
         batch = self.spark.read.parquet(str(file))

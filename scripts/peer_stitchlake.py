@@ -10,16 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import stitchlake
 from scripts.peer_job import WIDE
 from stitchlake.jobs.spark_conf import reader_conf
 
-
-def versions(spark: Any) -> dict[str, str]:
-    import stitchlake
-
-    return {"stitchlake": getattr(stitchlake, "__version__", "source tree")}
-
-
+VERSIONS = {"stitchlake": getattr(stitchlake, "__version__", "source tree")}
 #: The JVM reader (its jar and the planner's Python) when it is switched on, as stitchlake's own sessions get it.
 CONF: dict[str, str] = reader_conf()
 

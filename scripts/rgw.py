@@ -33,7 +33,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from scripts import local_daemons
+from scripts import local_daemons, run_captured
 from scripts.local_daemons import Daemons, free_port, log_tail
 
 PACKAGES = ("ceph-mon", "ceph-osd", "radosgw", "ceph-common")
@@ -140,7 +140,7 @@ def _all_log_tails(workdir: Path) -> str:
 
 def _run(argv: list[str], workdir: Path, timeout: float = STEP_TIMEOUT_S) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        done = run_captured(argv, timeout)
     except subprocess.TimeoutExpired as exc:
         raise RgwError(f"{argv[0]} timed out after {timeout:g}s; logs:\n{_all_log_tails(workdir)}") from exc
     if done.returncode != 0:
@@ -467,13 +467,7 @@ def _start_once(
 
 def _osd_up(cli: list[str]) -> bool:
     try:
-        done = subprocess.run(
-            [*cli, "osd", "dump", "--format", "json"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            stdin=subprocess.DEVNULL,
-        )
+        done = run_captured([*cli, "osd", "dump", "--format", "json"], 10)
         osds = json.loads(done.stdout).get("osds", [])
     except (subprocess.TimeoutExpired, ValueError):
         return False

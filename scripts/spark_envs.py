@@ -28,12 +28,11 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts import ROOT
+from scripts import ROOT, run_captured
 from scripts.maven_jars import fetch, fetch_tree
 
 INSTALL_TIMEOUT_S = 1800.0
@@ -169,9 +168,7 @@ def install(env: SparkEnv, trees: tuple[JarTree, ...] = ()) -> Installed:
         if (done.read_text() if done.exists() else "") != wanted:
             pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
             argv = [*pip, "--upgrade", "--target", str(folder), *env.packages]
-            finished = subprocess.run(
-                argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL
-            )
+            finished = run_captured(argv, INSTALL_TIMEOUT_S)
             if finished.returncode != 0:
                 raise RuntimeError(
                     f"installing {env.name} failed (exit {finished.returncode}):\n{finished.stderr[-3000:]}"

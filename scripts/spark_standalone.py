@@ -5,7 +5,7 @@ executor JVMs and Python workers, closures pickled across processes, several app
 pip pyspark ships `sbin/spark-daemon.sh` but no start-master.sh/start-worker.sh, so the Master and Worker
 classes are started through spark-daemon.sh with SPARK_NO_DAEMONIZE (it then runs the JVM as its child instead
 of nohup + `sleep 2`, and we own the process group). Logs, pids, conf and the worker's dir live in one private
-directory. Stdlib only.
+directory. Stdlib only, plus stitchlake's stdlib-only `concurrency.processes`.
 
     python -m scripts.spark_standalone start --dir /tmp/spark [--cores 2] [--memory 4g] [--watch-pid PID]
     python -m scripts.spark_standalone status --dir /tmp/spark
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from scripts.local_daemons import Daemons, free_port, group_alive
+from scripts.local_daemons import Daemons, free_port, get_json
+from stitchlake.concurrency.processes import running_in_group
 
 START_TIMEOUT_S = 90.0
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -75,11 +73,7 @@ def _listening(port: int) -> bool:
 
 def master_json(web_url: str, timeout: float = 2.0) -> dict[str, object] | None:
     """The master's /json status (workers, active and completed apps), or None if it does not answer."""
-    try:
-        with urllib.request.urlopen(f"{web_url}/json", timeout=timeout) as response:
-            return dict(json.loads(response.read()))
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
+    return get_json(f"{web_url}/json", timeout)
 
 
 def _alive_workers(web_url: str) -> int:
@@ -103,7 +97,7 @@ class Cluster(Daemons[SparkCluster]):
         return _alive_workers(state.web_url) >= 1
 
     def running(self, pid: int) -> bool:
-        return group_alive(pid)
+        return running_in_group(pid)
 
 
 CLUSTER = Cluster()

@@ -20,18 +20,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
-import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from scripts import ROOT
-from scripts.local_daemons import Daemons, free_port
+from scripts import ROOT, run_captured
+from scripts.local_daemons import Daemons, free_port, get_json
 from scripts.maven_jars import fetch
 from scripts.spark_envs import SQLITE_JDBC
 
@@ -121,12 +117,8 @@ def install() -> Path:
         scratch.mkdir()
         try:
             # GNU tar, not tarfile: the archive hard-links jars across plugins, and tar restores them in one pass.
-            done_tar = subprocess.run(
-                ["tar", "-xzf", str(tarball), "-C", str(scratch), "--strip-components=1"],
-                capture_output=True,
-                text=True,
-                timeout=UNPACK_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
+            done_tar = run_captured(
+                ["tar", "-xzf", str(tarball), "-C", str(scratch), "--strip-components=1"], UNPACK_TIMEOUT_S
             )
             if done_tar.returncode != 0:
                 raise TrinoError(f"unpacking {tarball} failed: {done_tar.stderr[-2000:]}")
@@ -145,11 +137,7 @@ def install() -> Path:
 
 def info(uri: str, timeout: float = 2.0) -> dict[str, object] | None:
     """The server's /v1/info, or None while it does not answer."""
-    try:
-        with urllib.request.urlopen(f"{uri}/v1/info", timeout=timeout) as response:
-            return dict(json.loads(response.read()))
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
+    return get_json(f"{uri}/v1/info", timeout)
 
 
 def _ready(uri: str) -> bool:
