@@ -403,6 +403,8 @@ def test_a_run_that_never_archived_gets_a_forced_archive_the_checker_accepts(cas
     made = torture.run_cli(case, "savepoint", "create", "-c", config, "--name", "pinned", "--engine", "local")
     assert made["exit"] == 0 and made.get("instant"), made
     before = torture.History.load(torture.table_dir(case))
+    # The storm's own finish may have forced an archive already (under load), leaving one instant to keep.
+    active_before = [s for s in list_timeline(torture.table_dir(case))[0] if s.action != "savepoint"]
     exits: list[tuple[tuple[str, ...], int]] = []
 
     def cli(*args: str) -> dict[str, Any]:
@@ -413,7 +415,8 @@ def test_a_run_that_never_archived_gets_a_forced_archive_the_checker_accepts(cas
     done = force_an_archive(case, config, cli)
     assert exits and all(code == 0 for _args, code in exits), exits
     after = torture.History.load(torture.table_dir(case))
-    assert done.get("horizon") and len(after.archived) > len(before.archived), (done, len(before.archived))
+    archived_more = len(after.archived) > len(before.archived)
+    assert done.get("horizon") and (archived_more or len(active_before) == 1), (done, len(before.archived))
     completed, _pending = list_timeline(torture.table_dir(case))
     assert not [s for s in completed if s.action == "savepoint"]
     logged = {r["instant"] for r in read_lines(case / "logs" / FINISH_LOG) if r["event"] == "savepoint_delete"}
