@@ -133,6 +133,40 @@ def test_a_flipped_byte_in_a_base_file_is_an_error_naming_the_file(jvm: JvmSessi
     assert str(base) in message and "checksum mismatch" in message, message
 
 
+def test_a_file_read_before_is_read_again_by_its_columns_and_a_damaged_page_still_fails(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """Once a JVM has verified a file whole, its later reads take only the parts they need (column chunks, and the
+    stretches between them), each checked against the digest taken of it then; `spark.stitchlake.verify = every`
+    verifies the whole file on every read instead."""
+    import pyarrow.parquet as pq
+
+    table = built(tmp_path, buckets=1)
+    want = expected(table)
+    assert through_jvm(jvm, table)[0] == want  # the first read verifies the base file whole
+    verified = counter(jvm, "filesVerified")
+    assert through_jvm(jvm, table)[0] == want and counter(jvm, "filesVerified") == verified  # none again
+    planned = plan_slices(table.config, table.view(), None, prune(table.config, None))[0].base
+    assert planned is not None
+    base = Path(table.storage.describe(planned.path))
+    chunk = pq.ParquetFile(base).metadata.row_group(0).column(pq.ParquetFile(base).schema_arrow.names.index("amount"))
+    last = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size - 1
+    data = bytearray(base.read_bytes())
+    data[last] ^= 0x04  # inside the last data page of `amount`
+    base.write_bytes(bytes(data))
+    assert through_jvm(jvm, table, select="k, status")[0] == [{"k": r["k"], "status": r["status"]} for r in want]
+    with pytest.raises(JvmError) as failed:
+        through_jvm(jvm, table, select="k, amount")
+    message = str(failed.value)
+    assert str(base) in message and "checksum mismatch in bytes" in message, message
+    jvm.run("spark.conf.set('spark.stitchlake.verify', 'every')")
+    try:
+        with pytest.raises(JvmError, match=r"checksum mismatch \(its commit recorded"):
+            through_jvm(jvm, table, select="k, status")
+    finally:
+        jvm.run("spark.conf.unset('spark.stitchlake.verify')")
+
+
 def test_a_planner_that_stops_answering_fails_the_read_and_the_next_read_starts_a_new_one(
     jvm: JvmSession, tmp_path: Path
 ) -> None:

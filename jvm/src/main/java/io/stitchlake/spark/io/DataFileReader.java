@@ -36,10 +36,12 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import scala.Option;
 
 /**
- * Reads a data file of a plan once: its bytes through Hadoop's FileSystem (local, s3a), checked against the XXH3
- * and row count its commit recorded, then decoded from memory, so the check costs no second read. Parquet goes
- * through Spark's own {@link VectorizedParquetRecordReader} (only the requested columns, row groups a predicate
- * rules out skipped); Avro logs through {@link AvroLogReader}. Columns the file predates show their literal.
+ * Reads a data file of a plan: the first time this JVM reads it, its bytes through Hadoop's FileSystem (local, s3a),
+ * checked against the XXH3 and row count its commit recorded, then decoded from memory, so the check costs no
+ * second read; later, only the parts of a Parquet file the read needs, each checked against the digest this JVM
+ * took of it then ({@link VerifiedFile}). Parquet goes through Spark's own {@link VectorizedParquetRecordReader}
+ * (only the requested columns, row groups a predicate rules out skipped); Avro logs through {@link AvroLogReader}.
+ * Columns the file predates show their literal.
  */
 public final class DataFileReader {
   /** Row groups decoded in this JVM (tests read it to see key filters skip row groups). */
@@ -57,6 +59,13 @@ public final class DataFileReader {
   private final java.util.Map<String, Configuration> perColumns = new java.util.HashMap<>();
   private final java.util.Map<Configuration, TaskAttemptContextImpl> contexts = new java.util.IdentityHashMap<>();
   private ParquetReadOptions readOptions;
+
+  /** Data files read whole and checked against their digest in this JVM (tests read it: a warm read checks none). */
+  public static final AtomicLong FILES_VERIFIED = new AtomicLong();
+
+  public static long filesVerified() {
+    return FILES_VERIFIED.get();
+  }
 
   public static long rowGroupsRead() {
     return ROW_GROUPS_READ.get();
@@ -98,6 +107,7 @@ public final class DataFileReader {
       throw new CorruptFileException(file.path, file.path + ": data file is missing (named by a completed instant)");
     }
     if (file.checksum != null && !file.checksum.isEmpty()) {
+      FILES_VERIFIED.incrementAndGet();
       String found = Xxh3.digest(data, 0, data.length);
       if (!found.equals(file.checksum)) {
         throw new CorruptFileException(file.path, file.path + ": checksum mismatch (its commit recorded "
@@ -133,13 +143,14 @@ public final class DataFileReader {
   public FileBatches open(
       PlanFile file, StructType columns, FilterPredicate rowGroups, Set<String> filterColumns, boolean perRowGroup)
       throws IOException {
-    byte[] data = fetch(file);
     if ("avro".equals(file.format) || file.path.endsWith(".avro")) {
-      ColumnarBatch batch = AvroLogReader.read(file, data, withoutAbsent(file, columns));
+      ColumnarBatch batch = AvroLogReader.read(file, fetch(file), withoutAbsent(file, columns));
       checkRows(file, batch.numRows());
       return single(withAbsent(file, columns, batch));
     }
-    return new ParquetBatches(file, data, columns, rowGroups, filterColumns, perRowGroup);
+    VerifiedFile verified = VerifiedFile.known(file, conf);
+    byte[] data = verified == null ? fetch(file) : null;
+    return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns, perRowGroup);
   }
 
   static void checkRows(PlanFile file, long rows) {
@@ -210,10 +221,26 @@ public final class DataFileReader {
     return readOptions;
   }
 
-  /** Parquet decoded from memory by Spark's vectorized reader, given the footer read here. */
+  /** The footer of a file read whole into {@code data}. */
+  private ParquetMetadata footerOf(PlanFile file, byte[] data) {
+    try (ParquetFileReader reader = ParquetFileReader.open(BlockInputFile.of(data), readOptions())) {
+      return reader.getFooter();
+    } catch (RuntimeException | IOException e) {
+      throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");
+    }
+  }
+
+  /**
+   * Parquet decoded by Spark's vectorized reader, given the footer read here: from memory when the file was just
+   * read whole and verified ({@code data}), else from storage, only the segments the requested columns and row
+   * groups touch, each checked as it is loaded ({@link VerifiedFile}).
+   */
   private final class ParquetBatches implements FileBatches {
     private final PlanFile file;
     private final byte[] data;
+    private final VerifiedFile verified;
+    private final long length;
+    private FSDataInputStream source;
     private final StructType columns;
     private final StructType own;
     private final ParquetMetadata footer;
@@ -227,6 +254,7 @@ public final class DataFileReader {
     ParquetBatches(
         PlanFile file,
         byte[] data,
+        VerifiedFile verified,
         StructType columns,
         FilterPredicate rowGroups,
         Set<String> filterColumns,
@@ -234,19 +262,17 @@ public final class DataFileReader {
         throws IOException {
       this.file = file;
       this.data = data;
+      this.verified = verified;
+      this.length = data != null ? data.length : verified.length;
       this.columns = columns;
       this.own = withoutAbsent(file, columns);
       this.perRowGroup = perRowGroup;
       local = confFor(own);
-      InMemoryInputFile input = new InMemoryInputFile(data);
-      try (ParquetFileReader reader = ParquetFileReader.open(input, readOptions())) {
-        footer = reader.getFooter();
-      } catch (RuntimeException | IOException e) {
-        throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");
-      }
+      footer = verified != null ? verified.footer : footerOf(file, data);
       long rows = 0;
       for (BlockMetaData block : footer.getBlocks()) rows += block.getRowCount();
       checkRows(file, rows);
+      if (verified == null) VerifiedFile.remember(file, conf, data, footer);
       List<BlockMetaData> all = footer.getBlocks();
       MessageType schema = footer.getFileMetaData().getSchema();
       // Only the predicate's own columns decide, by statistics; Spark re-checks every row after the scan.
@@ -254,6 +280,20 @@ public final class DataFileReader {
           ? all
           : RowGroupFilter.filterRowGroups(FilterCompat.get(rowGroups), all, schema);
       ROW_GROUPS_SKIPPED.addAndGet(all.size() - blocks.size());
+    }
+
+    /** The file on storage, opened once for the segments its readers load. */
+    private FSDataInputStream source() throws IOException {
+      if (source == null) {
+        Path path = new Path(file.path);
+        try {
+          source = path.getFileSystem(conf).open(path);
+        } catch (java.io.FileNotFoundException e) {
+          throw new CorruptFileException(
+              file.path, file.path + ": data file is missing (named by a completed instant)");
+        }
+      }
+      return source;
     }
 
     private boolean hasColumns(MessageType schema, Set<String> columns) {
@@ -267,13 +307,14 @@ public final class DataFileReader {
       // The in-memory stream and this footer (only the kept row groups) make ParquetFileReader read no file.
       ParquetMetadata kept = new ParquetMetadata(footer.getFileMetaData(), groups);
       Path path = new Path(file.path);
-      HadoopInputFile input = HadoopInputFile.fromStatus(new FileStatus(data.length, false, 1, 0, 0, path), local);
-      SeekableInputStream stream = new InMemoryInputFile(data).newStream();
+      HadoopInputFile input = HadoopInputFile.fromStatus(new FileStatus(length, false, 1, 0, 0, path), local);
+      BlockInputFile bytes = data != null ? BlockInputFile.of(data) : verified.input(file, source());
+      SeekableInputStream stream = bytes.newStream();
       VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(
           null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, capacity);
       try {
         reader.initialize(
-            new FileSplit(path, 0, data.length, new String[0]),
+            new FileSplit(path, 0, length, new String[0]),
             contexts.computeIfAbsent(local, c -> new TaskAttemptContextImpl(c, new TaskAttemptID())),
             Option.apply(input),
             Option.apply(stream),
@@ -286,6 +327,7 @@ public final class DataFileReader {
         throw new java.io.InterruptedIOException("interrupted reading " + file.path);
       } catch (RuntimeException | IOException e) {
         reader.close();
+        stream.close();
         throw new CorruptFileException(file.path, file.path + ": cannot read data file (" + e + ")");
       }
       open.add(reader);
@@ -335,6 +377,8 @@ public final class DataFileReader {
         reader.close();
       }
       open.clear();
+      if (source != null) source.close();
+      source = null;
     }
   }
 }
