@@ -49,12 +49,9 @@ def _payments(spark: Any, tmp_path: Path) -> Any:
 def test_a_spark_data_source_write_applies_the_policy_with_the_same_helper(spark: Any, tmp_path: Path) -> None:
     """`df.write` (a Spark write task, then the driver's commit built by `deltacommit`): quarantine sets the bad row
     aside and records it like every other writer; fail writes nothing."""
-    from stitchlake.api import open as open_table
-    from tests.support.spark_fixtures import write_config
+    from tests.support.spark_fixtures import demo_table
 
-    config = write_config(tmp_path / "q", tmp_path / "landing", bad_rows="quarantine")
-    table = open_table(str(config))
-    table.init()
+    config, table = demo_table(tmp_path / "q", tmp_path / "landing", bad_rows="quarantine")
     frame = _payments(spark, tmp_path)
     frame.write.format("stitchlake").option("stream", "payments").option("config", str(config)).mode("append").save()
     [instant] = table.timeline().completed()
@@ -66,9 +63,7 @@ def test_a_spark_data_source_write_applies_the_policy_with_the_same_helper(spark
     assert "pay_ts" in reason
     assert sorted(table.read().column("order_id").to_pylist()) == [1, 3]
 
-    strict = write_config(tmp_path / "f", tmp_path / "landing", bad_rows="fail")
-    refusing = open_table(str(strict))
-    refusing.init()
+    strict, refusing = demo_table(tmp_path / "f", tmp_path / "landing", bad_rows="fail")
     with pytest.raises(Exception, match="1 bad row"):
         frame.write.format("stitchlake").option("stream", "payments").option("config", str(strict)).mode(
             "append"

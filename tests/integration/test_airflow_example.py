@@ -20,7 +20,7 @@ from stitchlake.services.writes.ingest import claim
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
 from tests.support.airflow_env import Airflow
-from tests.support.spark_fixtures import ROOT, write_config
+from tests.support.spark_fixtures import ROOT, demo_table, write_config
 
 DAG_FILE = ROOT / "examples" / "airflow_dag.py"
 DAG_ID = "stitch_orders_wide"
@@ -56,9 +56,7 @@ def latest_streams(table: Any) -> dict[str, int]:
 def test_the_example_dag_runs_in_airflow_and_its_tasks_follow_the_exit_codes(demo_data: Path, tmp_path: Path) -> None:
     from scripts.demo_data import compare
 
-    config = write_config(tmp_path / "table", demo_data / "landing")
-    table = stitchlake.open(str(config))
-    table.init()
+    config, table = demo_table(tmp_path / "table", demo_data / "landing")
     stitch_bin = Path(sys.executable).parent / "stitch"
     assert stitch_bin.is_file(), f"{stitch_bin}: the project's `stitch` script (make setup installs it)"
     dags = tmp_path / "dags"

@@ -38,6 +38,7 @@ from stitchlake.checksums import seal, unseal
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
 from tests.support.cli import console
+from tests.support.tables import new_table_file
 
 LOCKS = ".stitch/locks/"
 HEARTBEATS = ".stitch/heartbeats/"
@@ -134,12 +135,10 @@ def completed_instant(workspace: Path) -> Path:
 
 def build_template(root: Path) -> Path:
     """A workspace: config, landing folders, and a table holding one ingested orders file."""
-    (root / "table.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
     for stream in CONFIG["streams"]:
         (root / "landing" / stream).mkdir(parents=True)
     write_parquet(root / "landing/orders/0001.parquet", orders([1, 2, 3, 4]))
-    table = stitchlake.open(root / "table.yaml")
-    table.init()
+    table, _ = new_table_file(root, CONFIG)
     table.ingest("orders")
     return root
 
@@ -293,6 +292,25 @@ def with_config(args: tuple[str, ...], name: str) -> tuple[str, ...]:
     return tuple(name if a == "table.yaml" else a for a in args)
 
 
+def refused_file(
+    id: str,
+    relative: str,
+    content: bytes | Callable[[Path], Any],
+    message: tuple[str, ...],
+    *,
+    hidden: tuple[str, ...] = (),
+    fields: dict[str, str] | None = None,
+) -> Case:
+    """A landing file at `relative` (`landing/STREAM/...`, made as `landing` makes it) that `stitch ingest -s STREAM`
+    refuses: exit 5, and only lease files may rotate, since the refusal comes inside the ingest's transaction (bad
+    rows are found while reading). The same for every such case, so said once; with `fields` (which the failure
+    object must have) the ingest runs with `--json`."""
+    stream = relative.split("/")[1]
+    json_flag = ("--json",) if fields else ()
+    args = ("ingest", "-c", "table.yaml", "-s", stream, "--engine", "local", *json_flag)
+    return Case(id, landing(relative, content), args, 5, message, takes_lock=True, hidden=hidden, fields=fields or {})
+
+
 CATALOGUE = [
     # ---- the config file
     Case(
@@ -381,61 +399,47 @@ CATALOGUE = [
         ("no stitchlake table at {ws}/a-file", "stitch init"),
     ),
     # ---- landing files
-    Case(
+    refused_file(
         "source-missing-key-column",
-        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, without_key(orders([5])))),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        lambda p: write_parquet(p, without_key(orders([5]))),
         ("{ws}/landing/orders/0002.parquet: missing column k needed by stream orders", "found: p, amount"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "null-keys",
-        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, None]))),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        lambda p: write_parquet(p, orders([5, None])),
         ("1 bad row (null key k: 1 row)", "{ws}/landing/orders/0002.parquet row 1 (null key k)", "nothing was written"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "uncastable-values",
-        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, 6], amount=["12", "twelve"]))),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        lambda p: write_parquet(p, orders([5, 6], amount=["12", "twelve"])),
         ("{ws}/landing/orders/0002.parquet row 1 (unparsable value 'twelve' in amount)", "bad_rows: quarantine"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "uncastable-csv-value",
-        landing("landing/payments/0001.csv", b"k,p,paid\n1,odd,1.5\n2,even,1,5\n"),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv",
+        b"k,p,paid\n1,odd,1.5\n2,even,1,5\n",
         ("{ws}/landing/payments/0001.csv",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "column-of-an-impossible-type",
-        landing("landing/orders/0002.parquet", wrong_types_parquet),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        wrong_types_parquet,
         ("{ws}/landing/orders/0002.parquet: column amount has type list<", "cannot be converted to long"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "corrupt-parquet-source",
-        landing("landing/orders/0002.parquet", b"PAR1 this is not really parquet"),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        b"PAR1 this is not really parquet",
         ("{ws}/landing/orders/0002.parquet: cannot read parquet file",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "invalid-json-line",
-        landing("landing/shipments/0001.json", b'{"k": 1, "p": "odd", "carrier": "dhl"}\n{"k": 2, "p": \n'),
-        ("ingest", "-c", "table.yaml", "-s", "shipments", "--engine", "local"),
-        5,
+        "landing/shipments/0001.json",
+        b'{"k": 1, "p": "odd", "carrier": "dhl"}\n{"k": 2, "p": \n',
         ("{ws}/landing/shipments/0001.json: line 2 is not valid JSON",),
-        takes_lock=True,
     ),
     Case(
         "source-file-of-the-wrong-format",
@@ -683,22 +687,18 @@ CATALOGUE = [
         ("bad.yaml: streams.orders.ordering: 'paid' is not a column of stream orders",),
         fields={"error_type": "ConfigError"},
     ),
-    Case(
+    refused_file(
         "json-failure-bad-input-file",
-        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, without_key(orders([5])))),
-        (*INGEST_ORDERS, "--json"),
-        5,
+        "landing/orders/0002.parquet",
+        lambda p: write_parquet(p, without_key(orders([5]))),
         ("{ws}/landing/orders/0002.parquet: missing column k", "fix or replace the file"),
-        takes_lock=True,
         fields={"file": "{ws}/landing/orders/0002.parquet", "column": "k", "error_type": "InputRejected"},
     ),
-    Case(
+    refused_file(
         "json-failure-bad-rows",
-        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, None]))),
-        (*INGEST_ORDERS, "--json"),
-        5,
+        "landing/orders/0002.parquet",
+        lambda p: write_parquet(p, orders([5, None])),
         ("1 bad row (null key k: 1 row)",),
-        takes_lock=True,
         fields={"file": "{ws}/landing/orders/0002.parquet", "column": "k"},
     ),
     Case(

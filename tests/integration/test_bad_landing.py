@@ -26,25 +26,22 @@ import pytest
 import stitchlake
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.integration.test_bad_input import (
+from tests.integration.test_bad_input import (  # noqa: F401 (fixtures)
     INGEST_ORDERS,
-    INGEST_PAYMENTS,
     Case,
-    build_template,
     check_refused,
     config_variant,
-    copy_workspace,
-    landing,
     orders,
+    refused_file,
     snapshot,
     stitch,
+    template,
     with_config,
+    workspace,
     write_parquet,
 )
 
 INGEST_SHIPMENTS = ("ingest", "-c", "table.yaml", "-s", "shipments", "--engine", "local")
-INGEST_READINGS = ("ingest", "-c", "table.yaml", "-s", "readings", "--engine", "local")
-INGEST_CLICKS = ("ingest", "-c", "table.yaml", "-s", "clicks", "--engine", "local")
 CLICK_SCHEMA = {
     "type": "record",
     "name": "click",
@@ -53,16 +50,6 @@ CLICK_SCHEMA = {
 #: A fixed sync marker, so damage can be put at the same place of every file.
 SYNC = b"stitchlake-sync!"
 NOT_UTF8 = "café".encode("latin-1")
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def workspace(template: Path, tmp_path: Path) -> Path:
-    return copy_workspace(template, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -158,182 +145,140 @@ def last_commit(ws: Path, config: str = "q.yaml") -> DeltaCommit:
 
 LANDING = [
     # ---- bad rows (issue 16): named by file, row, column and reason; `bad_rows: fail` writes nothing
-    Case(
+    refused_file(
         "nan-ordering-value",
-        landing("landing/readings/0001.parquet", lambda p: write_parquet(p, readings([5, 6], rts=[1.0, float("nan")]))),
-        (*INGEST_READINGS, "--json"),
-        5,
+        "landing/readings/0001.parquet",
+        lambda p: write_parquet(p, readings([5, 6], rts=[1.0, float("nan")])),
         (
             "1 bad row (NaN ordering value rts: 1 row)",
             "{ws}/landing/readings/0001.parquet row 1 (NaN ordering value rts)",
         ),
-        takes_lock=True,
         fields={"file": "{ws}/landing/readings/0001.parquet", "column": "rts"},
     ),
-    Case(
+    refused_file(
         "partition-value-longer-than-a-folder-name",
-        landing("landing/orders/0002.parquet", lambda p: write_parquet(p, orders([5, 6], p=["x" * 300, "odd"]))),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        lambda p: write_parquet(p, orders([5, 6], p=["x" * 300, "odd"])),
         ("{ws}/landing/orders/0002.parquet row 0 (partition value too long p)", "bad_rows: quarantine"),
-        takes_lock=True,
         hidden=("OSError", "File name too long"),
     ),
-    Case(
+    refused_file(
         "json-key-missing-from-every-line",
-        landing("landing/shipments/0001.json", jsonl({"p": "odd", "carrier": "a"}, {"p": "odd", "carrier": "b"})),
-        INGEST_SHIPMENTS,
-        5,
+        "landing/shipments/0001.json",
+        jsonl({"p": "odd", "carrier": "a"}, {"p": "odd", "carrier": "b"}),
         ("2 bad rows (null key k: 2 rows)", "{ws}/landing/shipments/0001.json line 1 (null key k)"),
-        takes_lock=True,
     ),
     # ---- files that cannot be read whole: named, with what to do, never half-ingested
-    Case(
+    refused_file(
         "truncated-parquet",
-        landing("landing/orders/0002.parquet", truncated_parquet()),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        truncated_parquet(),
         ("{ws}/landing/orders/0002.parquet: cannot read parquet file", "fix or replace the file", "quarantine"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "avro-cut-mid-block",
-        landing("landing/clicks/0001.avro", avro_cut_mid_block()),
-        (*INGEST_CLICKS, "--json"),
-        5,
+        "landing/clicks/0001.avro",
+        avro_cut_mid_block(),
         ("{ws}/landing/clicks/0001.avro: cannot read avro file", "fix or replace the file"),
-        takes_lock=True,
         fields={"file": "{ws}/landing/clicks/0001.avro"},
     ),
-    Case(
+    refused_file(
         "avro-garbage-bytes",  # was "unexpected KeyError: 'avro.schema'"
-        landing("landing/clicks/0001.avro", b"\x00\xff" * 40),
-        INGEST_CLICKS,
-        5,
+        "landing/clicks/0001.avro",
+        b"\x00\xff" * 40,
         ("{ws}/landing/clicks/0001.avro: cannot read avro file (KeyError", "fix or replace the file"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "avro-damaged-deflate-block",  # was "unexpected error: Error -3 while decompressing data"
-        landing("landing/clicks/0001.avro", avro_with_a_damaged_deflate_block()),
-        INGEST_CLICKS,
-        5,
+        "landing/clicks/0001.avro",
+        avro_with_a_damaged_deflate_block(),
         ("{ws}/landing/clicks/0001.avro: cannot read avro file (error: Error -3 while decompressing data",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "avro-of-plain-values",  # was "unexpected TypeError: string indices must be integers"
-        landing("landing/clicks/0001.avro", avro_bytes([1, 2, 3], schema="long")),
-        INGEST_CLICKS,
-        5,
+        "landing/clicks/0001.avro",
+        avro_bytes([1, 2, 3], schema="long"),
         ("{ws}/landing/clicks/0001.avro: the Avro file holds values of type long, not records",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "gzip-name-on-a-plain-file",
-        landing("landing/payments/0001.csv.gz", b"k,p,paid\n5,odd,1.5\n"),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv.gz",
+        b"k,p,paid\n5,odd,1.5\n",
         ("{ws}/landing/payments/0001.csv.gz: cannot decompress it as gzip", "fix or replace the file"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "truncated-gzip",
-        landing("landing/payments/0001.csv.gz", truncated_gzip()),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv.gz",
+        truncated_gzip(),
         ("{ws}/landing/payments/0001.csv.gz: cannot decompress it as gzip",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "compression-stitch-cannot-read",  # was skipped in silence: "nothing to ingest"
-        landing("landing/payments/0001.csv.xz", lzma.compress(b"k,p,paid\n5,odd,1.5\n")),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv.xz",
+        lzma.compress(b"k,p,paid\n5,odd,1.5\n"),
         ("{ws}/landing/payments/0001.csv.xz: compressed with xz, which stitch cannot read", "gzip (.gz)"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "json-not-utf8",  # was ingested, and every later read failed with "unexpected UnicodeDecodeError"
-        landing("landing/shipments/0001.json", b'{"k": 5, "p": "odd", "carrier": "' + NOT_UTF8 + b'"}\n'),
-        INGEST_SHIPMENTS,
-        5,
+        "landing/shipments/0001.json",
+        b'{"k": 5, "p": "odd", "carrier": "' + NOT_UTF8 + b'"}\n',
         ("{ws}/landing/shipments/0001.json: column carrier does not hold valid string values", "as UTF-8"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "parquet-not-utf8",  # the same, from a Parquet writer
-        landing("landing/orders/0002.parquet", not_utf8_parquet()),
-        INGEST_ORDERS,
-        5,
+        "landing/orders/0002.parquet",
+        not_utf8_parquet(),
         ("{ws}/landing/orders/0002.parquet: column status does not hold valid string values",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "csv-not-utf8",
-        landing("landing/payments/0001.csv", b"k,p,paid\n5," + NOT_UTF8 + b",1.5\n"),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv",
+        b"k,p,paid\n5," + NOT_UTF8 + b",1.5\n",
         ("{ws}/landing/payments/0001.csv: cannot read csv file", "invalid UTF8", "fix or replace the file"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "empty-csv-file",
-        landing("landing/payments/0001.csv", b""),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv",
+        b"",
         ("{ws}/landing/payments/0001.csv: cannot read csv file (Empty CSV file)",),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "csv-row-with-a-field-missing",
-        landing("landing/payments/0001.csv", b"k,p,paid\n5,odd,1.5\n6,even\n"),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv",
+        b"k,p,paid\n5,odd,1.5\n6,even\n",
         ("{ws}/landing/payments/0001.csv: cannot read csv file", "Expected 3 columns, got 2"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "json-line-not-an-object",
-        landing("landing/shipments/0001.json", b'{"k": 5, "p": "odd", "carrier": "a"}\n[5, "odd", "b"]\n'),
-        INGEST_SHIPMENTS,
-        5,
+        "landing/shipments/0001.json",
+        b'{"k": 5, "p": "odd", "carrier": "a"}\n[5, "odd", "b"]\n',
         ("{ws}/landing/shipments/0001.json: line 2 is not a JSON object", "fix or replace the file"),
-        takes_lock=True,
     ),
     # ---- columns
-    Case(
+    refused_file(
         "csv-missing-column",
-        landing("landing/payments/0001.csv", b"k,p\n5,odd\n"),
-        (*INGEST_PAYMENTS, "--json"),
-        5,
+        "landing/payments/0001.csv",
+        b"k,p\n5,odd\n",
         ("{ws}/landing/payments/0001.csv: missing column paid needed by stream payments", "fix or replace the file"),
-        takes_lock=True,
         fields={"file": "{ws}/landing/payments/0001.csv", "column": "paid"},
     ),
-    Case(
+    refused_file(
         "csv-column-named-twice",  # was "unexpected KeyError: Field "paid" exists 2 times in schema"
-        landing("landing/payments/0001.csv", b"k,p,paid,paid\n5,odd,1.5,2.5\n"),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv",
+        b"k,p,paid,paid\n5,odd,1.5,2.5\n",
         ("{ws}/landing/payments/0001.csv: column paid appears 2 times", "each column must be named once"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "csv-separated-by-semicolons",
-        landing("landing/payments/0001.csv", b"k;p;paid\n5;odd;1.5\n"),
-        INGEST_PAYMENTS,
-        5,
+        "landing/payments/0001.csv",
+        b"k;p;paid\n5;odd;1.5\n",
         ("{ws}/landing/payments/0001.csv: the header 'k;p;paid' reads as one column", "delimiter to ';'"),
-        takes_lock=True,
     ),
-    Case(
+    refused_file(
         "json-boolean-key",  # was ingested as key 1, then refused the whole file; a bad row of its line (issue 34.6)
-        landing("landing/shipments/0001.json", jsonl({"k": True, "p": "odd", "carrier": "a"})),
-        INGEST_SHIPMENTS,
-        5,
+        "landing/shipments/0001.json",
+        jsonl({"k": True, "p": "odd", "carrier": "a"}),
         ("1 bad row (wrong JSON type in k: 1 row)", "{ws}/landing/shipments/0001.json line 1 (wrong JSON type"),
-        takes_lock=True,
     ),
 ]
 

@@ -25,7 +25,8 @@ from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.upkeep.archive import archive
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import archived_instants, load_checkpoint
-from tests.unit.test_hardening import CONFIG, make
+from tests.support.tables import new_table_file
+from tests.unit.test_hardening import CONFIG
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -33,7 +34,7 @@ STITCH = Path(sys.executable).parent / "stitch"
 def test_an_archive_frozen_past_its_lease_never_moves_the_checkpoint_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table, config = make(tmp_path, archive={"keep_instants": 10})
+    table, config = new_table_file(tmp_path, {**CONFIG, "archive": {"keep_instants": 10}})
     for key in range(40):
         table.write("payments", pa.table({"k": [key], "paid": [float(key)], "pts": [1.0]}))
     before = table.read()
@@ -90,12 +91,9 @@ def test_only_secret_like_environment_values_are_masked_and_data_never(
     document = json.loads(json.dumps(CONFIG))
     document["table"]["name"] = "wide_${YEAR}"
     document["spark"] = {"conf": {"spark.hadoop.fs.s3a.secret.key": "${MY_SECRET_KEY}"}}
-    config = tmp_path / "table.yaml"
-    config.write_text(yaml.safe_dump(document))
     monkeypatch.setenv("YEAR", "2026")
     monkeypatch.setenv("MY_SECRET_KEY", "s3cr3t-value-2026")
-    table = stitchlake.open(config)
-    table.init()
+    table, config = new_table_file(tmp_path, document)
     table.write("payments", pa.table({"k": [2026], "paid": [2026.0], "pts": [1.0]}))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -122,7 +120,7 @@ def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
     from stitchlake.services.undo.recovery import rollback_failed
     from stitchlake.services.upkeep import savepoint as savepoint_module
 
-    table, config = make(tmp_path)
+    table, config = new_table_file(tmp_path, CONFIG)
     table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
     original = Transaction.begin_planned.__func__  # type: ignore[attr-defined]
 

@@ -8,9 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import yaml
 
-import stitchlake
 from stitchlake.errors import BusyError, ConfigError, ConflictError, UsageError
 from stitchlake.jobs import launch
 from stitchlake.jobs.requests import (
@@ -21,29 +19,19 @@ from stitchlake.services.rewrites.erase import EraseResult
 from stitchlake.services.upkeep.clean import CleanResult
 from stitchlake.services.writes.ingest import IngestResult, claim
 from stitchlake.services.writes.streaming import StreamResult
-from tests.support.spark_fixtures import write_config
+from tests.support.spark_fixtures import demo_table
 
 pytestmark = pytest.mark.spark
 
 
-def _table(folder: Path, landing: Path, auto_local_max_mb: int | None = None) -> stitchlake.api.Table:
-    config = write_config(folder, landing)
-    if auto_local_max_mb is not None:
-        document = yaml.safe_load(config.read_text(encoding="utf-8"))
-        document["spark"]["auto_local_max_mb"] = auto_local_max_mb
-        config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    table = stitchlake.open(str(config))
-    table.init()
-    return table
-
-
 def test_ingest_on_spark_and_auto_from_python_match_the_in_process_table(demo_data: Path, tmp_path: Path) -> None:
     landing = demo_data / "landing"
-    reference = _table(tmp_path / "reference", landing)
+    _, reference = demo_table(tmp_path / "reference", landing)
     for stream in ("orders", "payments"):
         assert reference.ingest(stream, engine="local").engine == "local"
 
-    table = _table(tmp_path / "launched", landing, auto_local_max_mb=0)  # any work is "large": auto picks Spark
+    # Any work is "large": auto picks Spark.
+    _, table = demo_table(tmp_path / "launched", landing, spark={"auto_local_max_mb": 0})
     on_spark = table.ingest("orders", engine="spark")
     # The spark-submit job's result file is read back into the service's own type.
     assert isinstance(on_spark.result, IngestResult), on_spark
@@ -58,12 +46,12 @@ def test_ingest_on_spark_and_auto_from_python_match_the_in_process_table(demo_da
     assert again.result.instant is None and again.result.message == "nothing to ingest for stream orders", again
     assert table.read().sort_by("order_id").equals(reference.read().sort_by("order_id"))
 
-    small = _table(tmp_path / "small", landing)  # the default limit: the demo's few kB run in this process
+    _, small = demo_table(tmp_path / "small", landing)  # the default limit: the demo's few kB run in this process
     assert small.ingest("shipments", engine="auto").engine == "local"
 
 
 def test_refusals_arrive_as_the_errors_of_the_cli_exit_codes(demo_data: Path, tmp_path: Path) -> None:
-    table = _table(tmp_path, demo_data / "landing")
+    _, table = demo_table(tmp_path, demo_data / "landing")
     held = claim(table, "orders")  # another live writer of the stream
     try:
         for engine in ("spark", "auto"):  # auto picks this process for the demo's few kB: refused all the same
@@ -85,7 +73,7 @@ def test_refusals_arrive_as_the_errors_of_the_cli_exit_codes(demo_data: Path, tm
 
 def test_erase_clean_compact_and_rescale_launch_from_python_by_engine_name(demo_data: Path, tmp_path: Path) -> None:
     """The other heavy jobs take engine names too; an erase given Arrow keys reaches a spark-submit job."""
-    table = _table(tmp_path, demo_data / "landing")
+    _, table = demo_table(tmp_path, demo_data / "landing")
     for stream in ("orders", "payments", "shipments"):
         table.ingest(stream, engine="local")
     before = table.read()
@@ -115,9 +103,9 @@ def test_a_stream_is_followed_from_python_as_stitch_stream_does(demo_data: Path,
     """`Table.stream` launches the Structured Streaming job (`stitch stream`); `available_now` ingests what is there
     in micro-batches and stops, each batch exactly once, so the table equals an in-process ingest."""
     landing = demo_data / "landing"
-    reference = _table(tmp_path / "reference", landing)
+    _, reference = demo_table(tmp_path / "reference", landing)
     ingested = reference.ingest("orders", engine="local").result
-    table = _table(tmp_path / "streamed", landing)
+    _, table = demo_table(tmp_path / "streamed", landing)
     run = table.stream("orders", available_now=True, files_per_trigger=1)
     assert isinstance(run.result, StreamResult) and run.engine == "spark", run
     assert run.result.batches >= 2 and run.result.rows == ingested.rows, (run, ingested)
@@ -141,7 +129,7 @@ def test_a_conflict_is_run_again_up_to_the_retries_given(demo_data: Path, tmp_pa
     outcomes[:] = [ConflictError("only")]
     with pytest.raises(ConflictError, match="only"):
         launch.with_retries(0, attempt)
-    table = _table(tmp_path, demo_data / "landing")
+    _, table = demo_table(tmp_path, demo_data / "landing")
     assert table.ingest("orders", engine="local", retries=2).result.instant, "no conflict: one run"
 
 
@@ -156,7 +144,7 @@ def test_a_job_that_published_before_its_stop_reached_it_is_not_reported_aborted
     from stitchlake.jobs.launch import abort_unless_published
     from stitchlake.jobs.run import run
 
-    table = _table(tmp_path, demo_data / "landing")
+    _, table = demo_table(tmp_path, demo_data / "landing")
     held = claim(table, "orders")
     try:
         run(table, IngestRequest("orders", instant=held.time), LocalEngine())  # the job's driver publishes it

@@ -42,6 +42,8 @@ from stitchlake.api import Table
 from stitchlake.reading.options import ReadKeywords
 from stitchlake.spark import planner
 from tests.integration import test_merge_property as prop
+from tests.support.jvm_session import end_through_stdin
+from tests.support.tables import new_table
 from tests.unit import test_merge_rules as rules
 
 #: Every test here starts a JVM (Spark or the merge harness).
@@ -110,13 +112,7 @@ class Harness:
         return answer
 
     def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_through_stdin(self.process, timeout=30)
 
 
 def merged(answer: dict[str, Any]) -> list[Any]:
@@ -315,7 +311,7 @@ def test_generated_tables_with_deletes_erases_ties_and_time_travel_match(
 def test_a_row_the_python_merge_lacks_fails_the_comparison_also_when_deferred(harness: Harness, tmp_path: Path) -> None:
     """The comparison can fail: a read whose Python rows lost one (patched under the wrapper) differs from the
     JVM's, and the deferred check says so when its block ends; the answers after it stay in step."""
-    table = rules.make_table(tmp_path, TYPED)
+    table = new_table(tmp_path, TYPED)
     s = rules.Scenario(table, "never", key=("k", "p"))
     s.write("x", [{"k": 1, "p": "a", "bin": b"\x01", "f": 1.0}, {"k": 2, "p": "a", "bin": b"\x02", "f": 2.0}])
     original = Table.read
@@ -362,9 +358,8 @@ def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path
     """NaN, infinities, -0.0 and 0.0, maps, arrays, structs, timestamps, dates, binary and decimal orderings, in
     Parquet and in Avro logs."""
     ts = dt.datetime(2026, 11, 21, 10, 0, 0, 1, tzinfo=dt.UTC)
-    document = {**TYPED, "table": {**TYPED["table"], "log_format": log_format}}
     with compared(harness) as checked:
-        s = rules.Scenario(rules.make_table(tmp_path, document), "never", key=("k", "p"))
+        s = rules.Scenario(new_table(tmp_path, TYPED, log_format=log_format), "never", key=("k", "p"))
         x = [
             {"k": 1, "p": "a", "bin": b"\x01", "f": float("nan"), "m": [("u", 1)], "t": ts, "flag": True},
             {"k": 1, "p": "a", "bin": b"\xff", "f": -0.0, "m": [], "t": None, "flag": False},

@@ -32,20 +32,20 @@ import yaml
 import stitchlake
 from scripts import kafka_broker as broker
 from stitchlake.api import Table
-from stitchlake.api import open as open_table
 from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
 from tests.support.spark_fixtures import (
     ROOT,
+    demo_config,
     descendants,
     ended,
     kill_tree,
     run_stitch,
     start_stitch,
     stitch,
-    write_config,
 )
+from tests.support.tables import new_table_file
 
 #: Partitions of each stream's topic: several, one, and a stream whose topic grows later.
 PARTITIONS = {"orders": 3, "payments": 2, "shipments": 1}
@@ -83,8 +83,7 @@ def kafka_config(
     folder: Path, landing: Path, bootstrap: str, topics: dict[str, str], **changes: Any
 ) -> tuple[Path, Table]:
     """The demo table with each stream of `topics` reading its topic (the others keep their landing files)."""
-    config = write_config(folder, landing, **changes)
-    document = yaml.safe_load(config.read_text())
+    document = demo_config(folder, landing, **changes)
     for stream, topic in topics.items():
         document["streams"][stream]["source"] = {
             "format": "kafka",
@@ -93,9 +92,7 @@ def kafka_config(
             "read_timeout_s": 120,
         }
     document["concurrency"]["heartbeat"] = {"interval_s": 0.5, "expire_s": 2}
-    config.write_text(yaml.safe_dump(document, sort_keys=False))
-    table = open_table(str(config))
-    table.init()
+    table, config = new_table_file(folder, document)
     return config, table
 
 

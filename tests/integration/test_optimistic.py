@@ -27,7 +27,7 @@ from stitchlake.storage import LocalStorage
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
-from tests.support.spark_fixtures import ROOT, ended, stitch, write_config
+from tests.support.spark_fixtures import ROOT, demo_table, ended, stitch
 from tests.support.tables import pause_when_inflight
 
 OPTIMISTIC = {"mode": "optimistic", "heartbeat": {"interval_s": 1, "expire_s": 8}}
@@ -51,10 +51,7 @@ def by_day(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def optimistic_table(folder: Path, demo_data: Path, **concurrency: Any) -> tuple[Path, Table]:
-    config = write_config(folder, demo_data / "landing", concurrency={**OPTIMISTIC, **concurrency})
-    table = open_table(str(config))
-    table.init()
-    return config, table
+    return demo_table(folder, demo_data / "landing", concurrency={**OPTIMISTIC, **concurrency})
 
 
 def ingest(config: Path, source: Path) -> subprocess.Popen[str]:
@@ -267,9 +264,7 @@ def test_a_pending_compaction_plan_makes_an_overlapping_write_abort(demo_data: P
 
 def test_lock_free_mode_keeps_one_live_writer_per_stream(demo_data: Path, tmp_path: Path) -> None:
     """The default: a second writer of a live stream is busy (exit 4), never a conflict."""
-    config = write_config(tmp_path, demo_data / "landing")
-    table = open_table(str(config))
-    table.init()
+    config, table = demo_table(tmp_path, demo_data / "landing")
     txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"), exclusive_stream="orders")
     try:
         done = subprocess.run(

@@ -35,25 +35,19 @@ def marker(key: int, what: str) -> str:
     return f"VAL-{key:03d}-{what}-END"
 
 
-def orders(keys: list[int], round_: int, partitioned: bool) -> pa.Table:
-    columns: dict[str, Any] = {
-        "k": pa.array(keys, pa.int64()),
-        "amount": pa.array([k * 10 + round_ for k in keys], pa.int64()),
-        "status": pa.array([marker(k, f"o{round_}") for k in keys], pa.string()),
-        "ots": pa.array([round_] * len(keys), pa.int64()),
-        "op": pa.array(["I"] * len(keys), pa.string()),
-    }
-    if partitioned:
-        columns["p"] = pa.array([partition_of(k) for k in keys], pa.string())
-    return pa.table(columns)
+#: The columns each written stream gets: a number, a text holding the `marker` a purge must remove, and its ordering.
+WRITTEN = {"orders": ("amount", "status", "ots"), "payments": ("paid", "note", "pts")}
 
 
-def payments(keys: list[int], round_: int, partitioned: bool) -> pa.Table:
+def written(stream: str, keys: list[int], round_: int, partitioned: bool) -> pa.Table:
+    """A batch of `stream` for `keys` in write round `round_`, each key's text the marker `o1`, `p2`... that
+    `leftovers` looks for (`p` only where the table is partitioned)."""
+    number, text, ordering = WRITTEN[stream]
     columns: dict[str, Any] = {
         "k": pa.array(keys, pa.int64()),
-        "paid": pa.array([k + round_ for k in keys], pa.int64()),
-        "note": pa.array([marker(k, f"p{round_}") for k in keys], pa.string()),
-        "pts": pa.array([round_] * len(keys), pa.int64()),
+        number: pa.array([k * 10 + round_ for k in keys], pa.int64()),
+        text: pa.array([marker(k, f"{stream[0]}{round_}") for k in keys], pa.string()),
+        ordering: pa.array([round_] * len(keys), pa.int64()),
         "op": pa.array(["I"] * len(keys), pa.string()),
     }
     if partitioned:
@@ -113,14 +107,14 @@ def test_purge_after_a_rescale_reaches_every_layout_in_history(place: Place, par
         document["table"].pop("partition_by")
     table = new_table(place.root, document, path=place.table, buckets=1)
     every = list(range(KEYS))
-    times = [table.write("orders", orders(every, 1, partitioned)).completed]
-    times.append(table.write("payments", payments(every, 1, partitioned)).completed)
+    times = [table.write("orders", written("orders", every, 1, partitioned)).completed]
+    times.append(table.write("payments", written("payments", every, 1, partitioned)).completed)
     compacted = table.compact().done
     assert compacted is not None
-    times.append(table.write("orders", orders(every, 2, partitioned)).completed)  # logs under 1 bucket
+    times.append(table.write("orders", written("orders", every, 2, partitioned)).completed)  # logs under 1 bucket
     rescaled = table.rescale(4).done
     assert rescaled is not None and rescaled.buckets == 4
-    times.append(table.write("payments", payments(every, 2, partitioned)).completed)  # logs under 4 buckets
+    times.append(table.write("payments", written("payments", every, 2, partitioned)).completed)  # logs under 4 buckets
     erased = erased_keys()
     before = leftovers(table, erased)
     assert {k for hits in before.values() for k in hits} == set(erased), "every erased key has copies to purge"

@@ -68,6 +68,16 @@ def table_200(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Itera
     rgw.delete_bucket(s3_server._rgw(), name)
 
 
+@pytest.fixture
+def location(table_200: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where `table_200` is, with its AWS_* variables set for this test only (the module's table outlives a test's
+    `monkeypatch`, so each test that reads it sets them)."""
+    where, env = table_200
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return where
+
+
 def _run(*args: str) -> dict[str, Any]:
     result = CliRunner().invoke(app, [*args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -98,11 +108,8 @@ def _fewest_waves(
 
 
 def test_read_and_timeline_show_at_200_instants_wait_for_a_bounded_number_of_waves(
-    table_200: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+    location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    location, env = table_200
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
     from stitchlake.timeline import timeline
 
     def cold(*args: str) -> Callable[[], dict[str, Any]]:
@@ -136,13 +143,8 @@ def test_read_and_timeline_show_at_200_instants_wait_for_a_bounded_number_of_wav
         uninstall()
 
 
-def test_a_sequential_reader_would_wait_for_every_file(
-    table_200: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_sequential_reader_would_wait_for_every_file(location: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The counter itself: on local disk (no parallel waves) the same read is one wave per file."""
-    location, env = table_200
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
     from stitchlake.storage import s3
 
     recorder = install(0.0)

@@ -25,7 +25,7 @@ import stitchlake
 from stitchlake.types import arrow_type
 from tests.support.cli import console
 from tests.support.reference import Event, StreamModel, expected_rows
-from tests.support.tables import write_table_yaml
+from tests.support.tables import new_table_file, write_table_yaml
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -177,9 +177,7 @@ def as_dict(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
 def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
     document = copy.deepcopy(BASE)
     document["table"]["log_format"] = log_format
-    config = write_table_yaml(root, document)
-    table = stitchlake.open(config)
-    table.init()
+    table, config = new_table_file(root, document)
     written: list[tuple[Event, set[str]]] = []
     checkpoints: list[tuple[str, int, dict[str, Any]]] = []  # (completion time, commit number, schema then)
     initial: dict[str, Any] = {}  # each column's default when it first appeared

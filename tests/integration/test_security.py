@@ -22,7 +22,7 @@ import yaml
 
 import stitchlake
 from tests.support.cli import console
-from tests.support.tables import write_table_yaml
+from tests.support.tables import new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STITCH = Path(sys.executable).parent / "stitch"
@@ -255,8 +255,7 @@ def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: 
     ids=lambda args: " ".join(args[:2]),
 )
 def test_path_like_arguments_are_refused_without_touching_files(tmp_path: Path, args: tuple[str, ...]) -> None:
-    config = write_table_yaml(tmp_path / "ws", BASE)
-    stitchlake.open(config).init()
+    _, config = new_table_file(tmp_path / "ws", BASE)
     before = files_under(tmp_path)
     done = stitch(*args, "-c", "table.yaml", cwd=config.parent)
     assert done.returncode == 2, done.stderr

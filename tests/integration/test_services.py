@@ -57,9 +57,9 @@ from tests.support.tables import (
     as_rows,
     batch,
     instant_at,
+    new_table_file,
     partition_of,
     pause_when_inflight,
-    write_table_yaml,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,15 +90,6 @@ def document(
     }
     data.update(extra)
     return data
-
-
-def make_table(folder: Path, data: dict[str, Any]) -> tuple[Table, Path]:
-    """A config file in `folder` (table at `folder/table`) and the created table."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = write_table_yaml(folder, data)
-    table = stitchlake.open(path)
-    table.init()
-    return table, path
 
 
 def table_root(table: Table) -> Path:
@@ -468,7 +459,7 @@ def check_compactions(table: Table) -> int:
 
 
 def test_compaction_while_three_writers_ingest_and_a_killed_run_is_completed(tmp_path: Path) -> None:
-    table, config = make_table(tmp_path, document(buckets=8, heartbeat=(0.5, 3)))
+    table, config = new_table_file(tmp_path, document(buckets=8, heartbeat=(0.5, 3)))
     root = table_root(table)
     stop = tmp_path / "stop"
     writers = [
@@ -587,7 +578,7 @@ def test_clean_keeps_exactly_what_each_policy_says_and_savepointed_files(
 ) -> None:
     from stitchlake.services.upkeep.savepoint import create
 
-    table, config = make_table(tmp_path, document())
+    table, config = new_table_file(tmp_path, document())
     root = table_root(table)
     marks = clean_history(table, monkeypatch)
     create(table, marks["c1"].requested, name="early")
@@ -636,7 +627,7 @@ def test_clean_keeps_exactly_what_each_policy_says_and_savepointed_files(
 
 
 def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp_path: Path) -> None:
-    table, config = make_table(tmp_path, document(buckets=8, heartbeat=(0.5, 2), lock_expire=3))
+    table, config = new_table_file(tmp_path, document(buckets=8, heartbeat=(0.5, 2), lock_expire=3))
     root = table_root(table)
     writers = {
         s: spawn(
@@ -687,7 +678,7 @@ def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp
 
 
 def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writers(tmp_path: Path) -> None:
-    table, config = make_table(tmp_path, document(heartbeat=(0.5, 30)))
+    table, config = new_table_file(tmp_path, document(heartbeat=(0.5, 30)))
     root = table_root(table)
     wide = {"lo": 0, "hi": 60, "size": 50}
     for number, stream in enumerate(STREAMS):
@@ -739,7 +730,7 @@ def test_restore_gives_the_rows_read_as_of_the_savepoint_and_waits_for_live_writ
 
 
 def test_a_crashed_restore_blocks_rewrites_until_it_is_finished(tmp_path: Path) -> None:
-    table, config = make_table(tmp_path, document(heartbeat=(0.5, 2)))
+    table, config = new_table_file(tmp_path, document(heartbeat=(0.5, 2)))
     target: list[str | Path] = ["-c", config]
     wide = {"lo": 0, "hi": 40, "size": 30}
     for number, stream in enumerate(STREAMS):
@@ -777,7 +768,7 @@ def test_inline_compaction_runs_after_every_kind_of_ingest(tmp_path: Path) -> No
     landing.mkdir(parents=True)
     data = document(buckets=1, compaction={"inline": True, "after_delta_commits": 2})
     data["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
-    table, config = make_table(tmp_path, data)
+    table, config = new_table_file(tmp_path, data)
 
     def land(number: int) -> None:
         rows = rows_from({"stream": "orders", "seed": 72, "number": number, "lo": 0, "hi": 12, "size": 4})
@@ -813,7 +804,7 @@ def test_an_inline_compaction_that_fails_says_the_ingest_stands(tmp_path: Path) 
         publish={"formats": ["iceberg"], "iceberg_catalog": unreachable},
     )
     data["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
-    table, config = make_table(tmp_path, data)
+    table, config = new_table_file(tmp_path, data)
     rows = rows_from({"stream": "orders", "seed": 75, "lo": 0, "hi": 12, "size": 4})
     pq.write_table(batch(MODEL["orders"], rows), landing / "orders-0000.parquet")
     done = stitch("ingest", "-c", config, "--stream", "orders", "--engine", "local", "--json")
@@ -832,7 +823,7 @@ def test_archiving_all_but_20_of_500_instants_changes_no_answer(tmp_path: Path) 
     landing.mkdir(parents=True)
     data = document(buckets=1, archive={"keep_instants": 20})
     data["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
-    table, config = make_table(tmp_path, data)
+    table, config = new_table_file(tmp_path, data)
 
     def land(number: int) -> int:
         rows = rows_from({"stream": "orders", "seed": 70, "number": number, "lo": 0, "hi": 12, "size": 3})
@@ -927,7 +918,7 @@ def deltacommit_times(paths: Files) -> set[str]:
 
 
 def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_without_trace(tmp_path: Path) -> None:
-    table, config = make_table(tmp_path, document(buckets=4, heartbeat=(0.5, 60)))
+    table, config = new_table_file(tmp_path, document(buckets=4, heartbeat=(0.5, 60)))
     root = table_root(table)
     for number, stream in enumerate(STREAMS):
         for half in (0, 1):
@@ -1018,7 +1009,7 @@ def test_erase_of_1000_keys_while_a_writer_ingests_and_racing_erases_exit_3_with
 
 
 def test_every_refusal_exits_with_its_design_code_and_says_why_and_what_is_safe(tmp_path: Path) -> None:
-    table, config = make_table(tmp_path, document(buckets=8, heartbeat=(0.5, 60)))
+    table, config = new_table_file(tmp_path, document(buckets=8, heartbeat=(0.5, 60)))
     root = table_root(table)
     target: list[str | Path] = ["-c", config]
     small = {"lo": 0, "hi": 40, "size": 20}

@@ -19,11 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from stitchlake.api import Table
-from stitchlake.api import open as open_table
 from stitchlake.errors import InputRejected
 from stitchlake.jobs.spark_conf import reader_enabled
-from tests.support.spark_fixtures import write_config
-from tests.support.tables import write_table_yaml
+from tests.support.spark_fixtures import demo_table
+from tests.support.tables import new_table_file, write_table_yaml
 
 FORMATS = ("parquet", "json", "csv", "avro")
 
@@ -50,12 +49,6 @@ def slice_count(table: Table, partition: str | None = None) -> int:
 
     slices = plan_slices(table.config, table.view(), None, prune(table.config, None))
     return sum(1 for s in slices if partition is None or s.partition == partition)
-
-
-def new_table(folder: Path, landing: Path, **changes: Any) -> Table:
-    table = open_table(str(write_config(folder, landing, **changes)))
-    table.init()
-    return table
 
 
 # ------------------------------------------------------------------------------------- format conversion
@@ -114,7 +107,7 @@ def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tm
     from stitchlake.spark.engine import SparkEngine
 
     originals = sorted((demo_data / "landing" / "orders").glob("*.parquet"))
-    reference = new_table(tmp_path / "local", demo_data / "landing")
+    _, reference = demo_table(tmp_path / "local", demo_data / "landing")
     reference.ingest("orders")
     expected = sorted_rows(reference.read())
     assert expected.num_rows > 1000 and pc.sum(pc.is_valid(expected.column("currency"))).as_py() > 0
@@ -123,7 +116,7 @@ def test_each_source_format_gives_the_same_table(spark: Any, demo_data: Path, tm
         landing = tmp_path / f"landing-{fmt}"
         for original in originals:
             convert(original, fmt, landing / "orders")
-        table = new_table(tmp_path / fmt, demo_data / "landing", sources={"orders": (fmt, landing / "orders")})
+        _, table = demo_table(tmp_path / fmt, demo_data / "landing", sources={"orders": (fmt, landing / "orders")})
         result = ingest(table, SparkEngine(spark), "orders")
         assert (result.source_files, result.bad_rows) == (len(originals), 0), fmt
         actual = sorted_rows(table.read())
@@ -136,7 +129,7 @@ def stitched(spark: Any, demo_data: Path, tmp_path_factory: pytest.TempPathFacto
     from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
 
-    table = new_table(tmp_path_factory.mktemp("stitched"), demo_data / "landing")
+    _, table = demo_table(tmp_path_factory.mktemp("stitched"), demo_data / "landing")
     streams = ("orders", "payments", "shipments")
     queue = {s: sorted((demo_data / "landing" / s).iterdir(), reverse=True) for s in streams}
     order = [s for s, files in queue.items() for _ in files]
@@ -226,7 +219,7 @@ def test_bad_rows_are_quarantined_with_their_reason(spark: Any, tmp_path: Path) 
     from stitchlake.spark.engine import SparkEngine
 
     _bad_payments(tmp_path / "landing" / "payments")
-    table = new_table(tmp_path / "t", tmp_path / "landing", bad_rows="quarantine")
+    _, table = demo_table(tmp_path / "t", tmp_path / "landing", bad_rows="quarantine")
     result = ingest(table, SparkEngine(spark), "payments")
     assert (result.rows, result.bad_rows) == (4, 3)
     assert result.quarantine == f".stitch/quarantine/{result.instant}"
@@ -241,7 +234,7 @@ def test_bad_rows_fail_the_batch_and_write_nothing(spark: Any, tmp_path: Path) -
     from stitchlake.spark.engine import SparkEngine
 
     _bad_payments(tmp_path / "landing" / "payments")
-    table = new_table(tmp_path / "t", tmp_path / "landing", bad_rows="fail")
+    _, table = demo_table(tmp_path / "t", tmp_path / "landing", bad_rows="fail")
     with pytest.raises(InputRejected, match=r"3 bad rows .*part-0001\.json.*nothing was written"):
         ingest(table, SparkEngine(spark), "payments")
     assert table.timeline().completed() == [] and table.timeline().pending() == []
@@ -257,12 +250,12 @@ def test_a_source_missing_a_column_is_rejected_naming_file_and_column(spark: Any
     folder.mkdir(parents=True)
     header, row = "order_id,order_date,carrier,ship_ts", "1,2026-11-20,dhl,2026-11-20T00:00:00Z"
     (folder / "part-0001.csv").write_text(f"{header}\n{row}\n")
-    table = new_table(tmp_path / "t", tmp_path / "landing", bad_rows="fail")
+    _, table = demo_table(tmp_path / "t", tmp_path / "landing", bad_rows="fail")
     with pytest.raises(InputRejected, match=r"part-0001\.csv: missing column ship_status needed by stream shipments"):
         ingest(table, SparkEngine(spark), "shipments")
     assert table.timeline().completed() == [] and table.timeline().pending() == []
     # Under bad_rows: quarantine the file is set aside whole, with why, and stops blocking its stream.
-    table = new_table(tmp_path / "q", tmp_path / "landing", bad_rows="quarantine")
+    _, table = demo_table(tmp_path / "q", tmp_path / "landing", bad_rows="quarantine")
     result = ingest(table, SparkEngine(spark), "shipments")
     assert (result.source_files, result.rows, result.quarantined_files) == (1, 0, 1)
     [rejected] = table.timeline().commit(table.timeline().completed()[0]).quarantined_files  # type: ignore[attr-defined]
@@ -300,8 +293,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
         (landing / fmt).mkdir(parents=True)
     document["streams"]["n"]["source"] = {"format": "json", "path": str(landing / "json")}
     document["streams"]["b"]["source"] = {"format": "parquet", "path": str(landing / "parquet")}
-    table = stitchlake.open(write_table_yaml(tmp_path, document))
-    table.init()
+    table, _ = new_table_file(tmp_path, document)
     nested = [{"k": 1, "tags": ["x", "y"], "info": {"x": 1, "y": "u"}}, {"k": 2, "tags": [], "info": None}]
     (landing / "json" / "f1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nested))
     pq.write_table(
@@ -348,7 +340,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
 def history(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, str]]:
     """A partitioned table with a past worth reading changes of: one landing file per commit (deletes and late
     events among them), a compaction and an erase in between. Returns it with the completion times of interest."""
-    table = new_table(tmp_path_factory.mktemp("history"), demo_data / "landing")
+    _, table = demo_table(tmp_path_factory.mktemp("history"), demo_data / "landing")
     files = {s: sorted((demo_data / "landing" / s).iterdir()) for s in ("orders", "payments", "shipments")}
     times: dict[str, str] = {}
 
@@ -549,8 +541,8 @@ def test_spark_ingest_writes_one_log_per_file_group_and_commit(spark: Any, demo_
     sizes = [9, 1, 1, 1, 8]
     shares = balanced([LandingFile("/", f"f{i}", f"f{i}", size, "v") for i, size in enumerate(sizes)], 2)
     assert sorted(sum(sizes[i] for i, _ in share) for share in shares) == [10, 10]  # largest first, to the lightest
-    table = new_table(tmp_path / "spark", demo_data / "landing")
-    reference = new_table(tmp_path / "local", demo_data / "landing")
+    _, table = demo_table(tmp_path / "spark", demo_data / "landing")
+    _, reference = demo_table(tmp_path / "local", demo_data / "landing")
     for stream in ("orders", "payments", "shipments"):
         result = ingest(table, SparkEngine(spark), stream)
         assert result.source_files == 3

@@ -24,7 +24,16 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
-from tests.support.spark_fixtures import ROOT, concurrent_ingests, descendants, ended, run_stitch, stitch, write_config
+from tests.support.spark_fixtures import (
+    ROOT,
+    concurrent_ingests,
+    demo_table,
+    descendants,
+    ended,
+    run_stitch,
+    stitch,
+    write_config,
+)
 from tests.support.tables import instant_at, pause_when_inflight
 
 STREAMS = ("orders", "payments", "shipments")
@@ -107,9 +116,7 @@ def test_overlap_exits_4_and_a_killed_ingest_leaves_no_trace(demo_data: Path, tm
 
     # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
     lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
-    config = write_config(tmp_path, demo_data / "landing", concurrency={"lock": lock})
-    table = open_table(str(config))
-    table.init()
+    config, table = demo_table(tmp_path, demo_data / "landing", concurrency={"lock": lock})
     writer = subprocess.Popen(
         stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark"),
         cwd=ROOT,
@@ -186,9 +193,7 @@ def test_bad_rows_exit_5_through_spark_submit(tmp_path: Path) -> None:
         ),
         folder / "part-0001.parquet",
     )
-    config = write_config(tmp_path, tmp_path / "landing", bad_rows="fail")
-    table = open_table(str(config))
-    table.init()
+    config, table = demo_table(tmp_path, tmp_path / "landing", bad_rows="fail")
     done = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--engine", "spark", "--json")
     assert done.returncode == 5, done.stderr
     assert "1 bad row" in done.stderr and "part-0001.parquet" in done.stderr and "order_id" in done.stderr

@@ -4,6 +4,7 @@ what each one leaves, for tests that compare reads (snapshots, time travel, chan
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,28 +62,37 @@ def apply(table: Table, steps: list[tuple[str, Any]], history: History | None = 
     return history
 
 
+def random_rows(
+    rng: random.Random, stream: str, count: int, keys: int, notes: Sequence[str | None] = ("x", None)
+) -> list[dict[str, Any]]:
+    """`count` rows of `stream` over keys 0..`keys`-1, for `apply`: deletes, nulls (which `nulls: ignore` skips on
+    payments) and orderings from a small range, so events arrive late and tie. The row maker of every random history
+    (`plan_steps`, test_read's `random_plan`): the same draws from `rng` in the same order, so a seed gives the same
+    rows wherever it is used."""
+    rows = []
+    for _ in range(count):
+        row: dict[str, Any] = {"k": rng.randrange(keys), "deleted": rng.random() < 0.15}
+        if stream == "orders":
+            row |= {
+                "amount": rng.choice([None, 1, 2, 3]),
+                "status": rng.choice(["a", "b", None]),
+                "ots": rng.randint(0, 5),
+            }
+        elif stream == "payments":
+            row |= {"paid": rng.choice([None, 10, 20]), "note": rng.choice(notes), "pts": rng.randint(0, 5)}
+        else:
+            row |= {"carrier": rng.choice(["dhl", "ups", None]), "ship_no": rng.choice([None, 7, 8])}
+        rows.append(row)
+    return rows
+
+
 def plan_steps(seed: int, steps: int, keys: int = 80) -> list[tuple[str, Any]]:
-    """Writes of all three streams over `keys` keys: deletes, late and tied events (orderings drawn from a small
-    range), nulls under `nulls: ignore` (payments); a compaction and an erase along the way."""
+    """Writes of all three streams over `keys` keys (`random_rows`); a compaction and an erase along the way."""
     rng = random.Random(seed)
     out: list[tuple[str, Any]] = []
     for step in range(steps):
         stream = rng.choice(["orders", "payments", "shipments"])
-        rows = []
-        for _ in range(rng.randint(8, 30)):
-            row: dict[str, Any] = {"k": rng.randrange(keys), "deleted": rng.random() < 0.15}
-            if stream == "orders":
-                row |= {
-                    "amount": rng.choice([None, 1, 2, 3]),
-                    "status": rng.choice(["a", "b", None]),
-                    "ots": rng.randint(0, 5),
-                }
-            elif stream == "payments":
-                row |= {"paid": rng.choice([None, 10, 20]), "note": rng.choice(["x", None]), "pts": rng.randint(0, 5)}
-            else:
-                row |= {"carrier": rng.choice(["dhl", "ups", None]), "ship_no": rng.choice([None, 7, 8])}
-            rows.append(row)
-        out.append(("write", (stream, rows)))
+        out.append(("write", (stream, random_rows(rng, stream, rng.randint(8, 30), keys))))
         if step == steps // 2:
             out.append(("compact", None))
         if step == steps - 2:

@@ -39,6 +39,18 @@ def plan_text(frame: Any) -> str:
     return str(frame._jdf.queryExecution().executedPlan().toString())
 
 
+def end_through_stdin(process: subprocess.Popen[str], timeout: float) -> None:
+    """End a process that a test drives over its stdin (this session, the merge harness) the way it ends by itself:
+    stdin closed, its loop ends. Killed only when it has not within `timeout` s, so no test leaves a JVM behind."""
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _main() -> None:
     sys.path.insert(0, str(ROOT))
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
@@ -118,13 +130,7 @@ class JvmSession:
         return self.stderr_path.read_text(errors="replace")
 
     def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_through_stdin(self.process, timeout=120)
         self._stderr.close()
 
 

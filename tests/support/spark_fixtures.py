@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from tests.support.tables import write_table_yaml
+from tests.support.tables import new_table_file, write_table_yaml
 
 if TYPE_CHECKING:
     from stitchlake.api import Table
@@ -79,15 +79,15 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generated_data(tmp_path_factory, "demo-data", orders=3000, seed=11, files_per_stream=3)
 
 
-def write_config(
+def demo_config(
     folder: Path, landing: Path, sources: dict[str, tuple[str, Path]] | None = None, **changes: Any
-) -> Path:
+) -> dict[str, Any]:
     """configs/demo.yaml pointed at `landing` and a table in `folder/table`, sized for tests.
 
     `sources` replaces streams' (format, folder); `changes` override top-level sections (merged one level
     deep), e.g. `bad_rows="fail"`.
     """
-    document = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
+    document: dict[str, Any] = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
     document["table"]["path"] = str(folder / "table")
     for name, stream in document["streams"].items():
         stream["source"]["path"] = str(landing / name)
@@ -100,18 +100,21 @@ def write_config(
             document[key].update(value)
         else:
             document[key] = value
-    folder.mkdir(parents=True, exist_ok=True)
-    path = write_table_yaml(folder, document)
-    return path
+    return document
 
 
-def demo_table(folder: Path, landing: Path, **changes: Any) -> tuple[Path, Table]:
-    """`write_config`'s table, initialised: its config path and the opened `stitchlake.api.Table`."""
-    from stitchlake.api import open as open_table
+def write_config(
+    folder: Path, landing: Path, sources: dict[str, tuple[str, Path]] | None = None, **changes: Any
+) -> Path:
+    """`demo_config` as the config file `folder/table.yaml`."""
+    return write_table_yaml(folder, demo_config(folder, landing, sources, **changes))
 
-    config = write_config(folder, landing, **changes)
-    table = open_table(str(config))
-    table.init()
+
+def demo_table(
+    folder: Path, landing: Path, sources: dict[str, tuple[str, Path]] | None = None, **changes: Any
+) -> tuple[Path, Table]:
+    """`write_config`'s table, created (`new_table_file`): its config path and the opened `stitchlake.api.Table`."""
+    table, config = new_table_file(folder, demo_config(folder, landing, sources, **changes))
     return config, table
 
 

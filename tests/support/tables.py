@@ -16,6 +16,7 @@ import pyarrow as pa
 import yaml
 
 from stitchlake.api import Table
+from stitchlake.api import open as open_table
 from stitchlake.config import TableConfig, parse_config
 from stitchlake.timeline.instant import Instant
 from tests.support.reference import StreamModel
@@ -72,9 +73,24 @@ def write_table_yaml(folder: Path, document: dict[str, Any] | None = None, name:
 
 
 def new_table(root: Path, document: dict[str, Any] | None = None, **table: Any) -> Table:
+    """A created table of `document` (THREE_STREAMS when not given; `table` changes its `table` section, e.g.
+    `buckets=1`), relative paths under `root`: the one maker of in-process test tables. A test changing another
+    section passes the document so, e.g. `{**THREE_STREAMS, "bad_rows": "quarantine"}`."""
     created = Table(config(root, document, **table))
     created.init()
     return created
+
+
+def new_table_file(
+    folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml"
+) -> tuple[Table, Path]:
+    """`new_table` made from a config file, as the CLI makes it: `document` written as `folder/name`
+    (`write_table_yaml`), the table opened from it and created. For the tests in which a command, a job or another
+    process opens the same config, which comes back with the table."""
+    path = write_table_yaml(folder, document, name)
+    created = open_table(path)
+    created.init()
+    return created, path
 
 
 #: Stream `a` (v int, s string) and stream `gone`, before `evolved_table`'s alter.
@@ -89,18 +105,14 @@ def evolved_table(folder: Path, before: Callable[[Table], object]) -> Table:
     long, adds a date `when` (default 2026-11-21) and drops stream `gone`. The table as of after the alter."""
     from stitchlake.services.upkeep.alter import alter
 
-    config = write_table_yaml(folder, EVOLVING, "t.yaml")
-    import stitchlake
-
-    table = stitchlake.open(config)
-    table.init()
+    table, config = new_table_file(folder, EVOLVING, "t.yaml")
     before(table)
     changed = copy.deepcopy(EVOLVING)
     changed["streams"]["a"]["columns"] = {"v": "long", "s": "string", "when": {"type": "date", "default": "2026-11-21"}}
     del changed["streams"]["gone"]
     config.write_text(yaml.safe_dump(changed, sort_keys=False))
-    alter(stitchlake.open(config))
-    return stitchlake.open(config)
+    alter(open_table(config))
+    return open_table(config)
 
 
 def partition_of(key: int) -> str:

@@ -27,7 +27,7 @@ from stitchlake.errors import BusyError, ConfigError, ConflictError, InputReject
 from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
-from tests.support.tables import MODELS, THREE_STREAMS, batch, write_table_yaml
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table_file, write_table_yaml
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
@@ -448,8 +448,7 @@ def long_timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     from stitchlake.timeline.timeline import encode_metadata
 
     folder = tmp_path_factory.mktemp("long")
-    config = write_table_yaml(folder)
-    stitchlake.open(config).init()
+    _, config = new_table_file(folder)
     timeline = folder / "table" / ".stitch" / "timeline"
     garbage = folder / "garbage.json"
     garbage.write_text("garbage{")
@@ -602,8 +601,7 @@ def test_read_out_json_writes_typed_values(tmp_path: Path) -> None:
         "table": {"name": "typed", "path": "typed", "key": {"id": "long"}},
         "streams": {"s": {"columns": {"ts": "timestamp", "amount": "decimal(10,2)", "blob": "binary", "x": "double"}}},
     }
-    typed = stitchlake.open(write_table_yaml(tmp_path, document))
-    typed.init()
+    typed, _ = new_table_file(tmp_path, document)
     import datetime as dt
     from decimal import Decimal
 

@@ -24,6 +24,7 @@ from stitchlake.services.undo.rollback import rollback
 from stitchlake.services.upkeep.savepoint import create
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
+from tests.support.tables import new_table_file
 
 CONFIG: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "buckets": 2},
@@ -38,18 +39,6 @@ CONFIG: dict[str, Any] = {
     "bad_rows": "quarantine",
     "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 3}, "lock": {"wait_s": 20, "expire_s": 2}},
 }
-
-
-def make(tmp_path: Path, **overrides: Any) -> tuple[Table, Path]:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    document = json.loads(json.dumps(CONFIG))
-    for section, value in overrides.items():
-        document[section] = value
-    path = tmp_path / "table.yaml"
-    path.write_text(yaml.safe_dump(document))
-    table = stitchlake.open(path)
-    table.init()
-    return table, path
 
 
 def land(root: Path, number: int, rows: list[tuple[int, int, int]]) -> None:
@@ -80,7 +69,7 @@ def consumed(table: Table) -> list[str]:
 
 
 def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_path: Path) -> None:
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     for number in range(2):
         land(tmp_path, number, [(1, number, 10 + number)])
         table.ingest("orders")
@@ -103,7 +92,7 @@ def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_p
 def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_after_it(tmp_path: Path) -> None:
     """The ingest chose its files while commit C counted as consumed; C's rollback un-consumes them, so
     publishing newer files first would later flip ties. The ingest must refuse (exit 3, retry)."""
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     land(tmp_path, 0, [(1, 0, 10)])
     table.ingest("orders")
     land(tmp_path, 1, [(1, 1, 10)])
@@ -133,7 +122,7 @@ def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_aft
 
 
 def test_init_never_recreates_table_json_over_an_existing_timeline(tmp_path: Path) -> None:
-    table, config = make(tmp_path)
+    table, config = new_table_file(tmp_path, CONFIG)
     table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
     properties = tmp_path / "table" / ".stitch" / "table.json"
     properties.unlink()
@@ -151,7 +140,7 @@ def test_init_never_recreates_table_json_over_an_existing_timeline(tmp_path: Pat
 
 
 def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Path) -> None:
-    outer, outer_config = make(tmp_path)
+    outer, outer_config = new_table_file(tmp_path, CONFIG)
     outer.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
     document = yaml.safe_load(outer_config.read_text())
     document["table"]["path"] = "table/inner"
@@ -163,10 +152,7 @@ def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Pa
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     document["table"]["path"] = str(elsewhere / "inner")
-    other = elsewhere / "inner.yaml"
-    other.write_text(yaml.safe_dump(document))
-    inner = stitchlake.open(other)
-    inner.init()
+    inner, _ = new_table_file(elsewhere, document, "inner.yaml")
     inner.write("payments", pa.table({"k": [7], "paid": [7.0], "pts": [1.0]}))
     os.rename(elsewhere / "inner", tmp_path / "table" / "inner")
     copied = sorted(p for p in (tmp_path / "table" / "inner").rglob("*") if p.is_file())
@@ -181,14 +167,14 @@ def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Pa
 
 
 def test_a_nan_ordering_value_is_a_bad_row_not_a_version_that_wins_forever(tmp_path: Path) -> None:
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     result = table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [float("nan"), 1.0]}))
     assert result.bad_rows == 1
     table.write("payments", pa.table({"k": [1], "paid": [5.0], "pts": [3.0]}))
     assert rows_of(table)[1]["paid"] == 5.0
     quarantined = pq.read_table(table.storage.describe(result.quarantine or "")).to_pylist()
     assert quarantined[0]["_reason"] == "NaN ordering value pts"
-    failing, _ = make(tmp_path / "strict", bad_rows="fail")
+    failing, _ = new_table_file(tmp_path / "strict", {**CONFIG, "bad_rows": "fail"})
     with pytest.raises(InputRejected, match="NaN ordering value pts"):
         failing.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [float("nan")]}))
 
@@ -203,7 +189,7 @@ def test_a_nan_ordering_value_is_a_bad_row_not_a_version_that_wins_forever(tmp_p
 
 
 def test_a_flipped_byte_in_a_log_file_is_an_error_never_wrong_rows(tmp_path: Path) -> None:
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     for start in range(0, 300, 100):
         keys = list(range(start, start + 100))
         table.write("payments", pa.table({"k": keys, "paid": [float(k) for k in keys], "pts": [1.0] * 100}))
@@ -228,7 +214,7 @@ def test_a_flipped_byte_in_a_log_file_is_an_error_never_wrong_rows(tmp_path: Pat
 def test_an_instant_far_ahead_of_the_clock_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from stitchlake.timeline import clock
 
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     real = clock.now_millis()
     monkeypatch.setattr(clock, "now_millis", lambda: real + 10 * 365 * 86_400_000)  # a host 10 years ahead
     table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
@@ -244,7 +230,7 @@ def test_a_read_retries_once_when_clean_removed_a_slice_under_it(
 ) -> None:
     import stitchlake.reading.snapshot as reader
 
-    table, config = make(tmp_path)
+    table, config = new_table_file(tmp_path, CONFIG)
     for value in range(3):
         table.write("payments", pa.table({"k": [1, 2, 3], "paid": [float(value)] * 3, "pts": [float(value)] * 3}))
     expected = table.read().sort_by("k")
@@ -283,13 +269,10 @@ def test_disk_full_and_permission_errors_name_the_file_and_what_to_do(
 
 
 def test_a_partition_value_too_long_for_a_folder_name_is_a_bad_row(tmp_path: Path) -> None:
-    table, _ = make(tmp_path / "t")
+    table, _ = new_table_file(tmp_path / "t", CONFIG)
     document = json.loads(json.dumps(CONFIG))
     document["table"]["partition_by"] = {"region": "string"}
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(document))
-    table = stitchlake.open(path)
-    table.init()
+    table, _ = new_table_file(tmp_path, document, "p.yaml")
     result = table.write(
         "payments", pa.table({"k": [1, 2], "region": ["x" * 300, "eu"], "paid": [1.0, 2.0], "pts": [1.0, 1.0]})
     )
@@ -302,10 +285,7 @@ def test_a_partition_value_too_long_for_a_folder_name_is_a_bad_row(tmp_path: Pat
 def test_nanosecond_timestamps_are_truncated_to_microseconds(tmp_path: Path) -> None:
     document = json.loads(json.dumps(CONFIG))
     document["streams"]["payments"]["columns"]["pts"] = "timestamp"
-    path = tmp_path / "ts.yaml"
-    path.write_text(yaml.safe_dump(document))
-    table = stitchlake.open(path)
-    table.init()
+    table, _ = new_table_file(tmp_path, document, "ts.yaml")
     stamps = pa.array([1_700_000_000_123_456_789], pa.timestamp("ns", tz="UTC"))
     result = table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": stamps}))
     assert result.bad_rows == 0
@@ -313,7 +293,7 @@ def test_nanosecond_timestamps_are_truncated_to_microseconds(tmp_path: Path) -> 
 
 
 def test_yaml_columns_in_another_order_describe_the_same_table(tmp_path: Path) -> None:
-    table, config = make(tmp_path)
+    table, config = new_table_file(tmp_path, CONFIG)
     table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
     document = yaml.safe_load(config.read_text())
     document["streams"]["payments"]["columns"] = {"pts": "double", "paid": "double"}
@@ -327,7 +307,7 @@ def test_yaml_columns_in_another_order_describe_the_same_table(tmp_path: Path) -
 def test_erase_with_purge_leaves_no_copy_of_the_keys_in_savepoints_or_old_slices(tmp_path: Path) -> None:
     from stitchlake.services.rewrites.erase import erase
 
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
     create(table, name="before")
     table.write("payments", pa.table({"k": [1], "paid": [111.0], "pts": [2.0]}))
@@ -347,7 +327,7 @@ def test_archive_keeps_a_data_commit_active_so_a_restored_table_can_be_savepoint
     in CI). Archive keeps the savepointed commit and the latest data commit; a table of cleans keeps its commit."""
     from stitchlake.services.undo.restore import restore
 
-    table, _ = make(tmp_path)
+    table, _ = new_table_file(tmp_path, CONFIG)
     table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
     pinned = table.timeline().latest_completed([Action.DELTACOMMIT])
     create(table, name="first")
@@ -359,7 +339,7 @@ def test_archive_keeps_a_data_commit_active_so_a_restored_table_can_be_savepoint
     assert rows_of(table)[1]["paid"] == 11.0
     assert create(table, name="again").savepoint_of, "a restored table with rows refused a savepoint"
 
-    other, _ = make(tmp_path / "other")
+    other, _ = new_table_file(tmp_path / "other", CONFIG)
     other.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
     for _ in range(3):
         other.clean()

@@ -8,7 +8,6 @@ read-optimized view must equal the snapshot. Expected rows are spelled out by ha
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from stitchlake.api import Table
-from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
 from stitchlake.services.rewrites import compaction
 from stitchlake.table.transaction import Transaction
@@ -26,6 +24,7 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from stitchlake.types import arrow_type
 from stitchlake.writing.writer import write as write_batch
+from tests.support.tables import new_table
 
 UTC = dt.UTC
 CONCURRENCY = {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}}
@@ -64,14 +63,6 @@ COMPACTION = ["never", "after_each_step", "pending_plan"]
 def row(k: int, **values: Any) -> dict[str, Any]:
     """A hand-written expected row of DOC's table: EMPTY overridden by `values`."""
     return {"k": k, **EMPTY, **values}
-
-
-def make_table(root: Path, document: dict[str, Any] | None = None, **top: Any) -> Table:
-    data = copy.deepcopy(document or DOC)
-    data.update(top)
-    table = Table(parse_config(data, file="rules.yaml", base=root))
-    table.init()
-    return table
 
 
 def batch_for(table: Table, stream: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -146,7 +137,7 @@ def when(request: pytest.FixtureRequest) -> str:
 
 
 def test_late_event_is_ignored(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 10, "y": "new", "ts": 5}])
     s.write("a", [{"k": 1, "x": 20, "y": "late", "ts": 3}])
     s.expect([row(1, x=10, y="new", ts=5)])
@@ -160,7 +151,7 @@ def test_late_event_is_ignored(tmp_path: Path, when: str) -> None:
 
 
 def test_equal_ordering_value_later_commit_wins(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "first", "ts": 5}])
     s.write("a", [{"k": 1, "x": 2, "y": "second", "ts": 5}])
     s.expect([row(1, x=2, y="second", ts=5)])
@@ -169,7 +160,7 @@ def test_equal_ordering_value_later_commit_wins(tmp_path: Path, when: str) -> No
 
 
 def test_equal_ordering_value_later_row_of_a_batch_wins(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 0, "y": "earlier commit", "ts": 5}])
     s.write(
         "a",
@@ -188,7 +179,7 @@ def test_equal_ordering_value_later_row_of_a_batch_wins(tmp_path: Path, when: st
 
 def test_equal_ordering_value_goes_to_the_later_completion_not_the_later_request(tmp_path: Path) -> None:
     """Two writers overlap: the one that *completes* later is the later arrival (design.md §2, §4)."""
-    table = make_table(tmp_path)
+    table = new_table(tmp_path, DOC)
     early = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
     late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
     assert early.time < late.time
@@ -201,7 +192,7 @@ def test_equal_ordering_value_goes_to_the_later_completion_not_the_later_request
 
 
 def test_commit_time_ordering_later_commit_wins(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("c", [{"k": 1, "w": "first", "n": 100}])
     s.write("c", [{"k": 1, "w": "second", "n": 1}])
     s.expect([row(1, w="second", n=1)])
@@ -216,7 +207,7 @@ def test_commit_time_ordering_later_commit_wins(tmp_path: Path, when: str) -> No
 
 
 def test_commit_time_ordering_follows_completion_order(tmp_path: Path) -> None:
-    table = make_table(tmp_path)
+    table = new_table(tmp_path, DOC)
     early = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
     late = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
     write_batch(table, "c", batch_for(table, "c", [{"k": 1, "w": "requested later", "n": 2}]), txn=late)
@@ -228,7 +219,7 @@ def test_commit_time_ordering_follows_completion_order(tmp_path: Path) -> None:
 
 def test_a_write_overlapping_a_compaction_is_merged_on_top_of_its_base(tmp_path: Path) -> None:
     """Writes begun before a compaction was planned, completing before or after it ran (design.md §5)."""
-    table = make_table(tmp_path)
+    table = new_table(tmp_path, DOC)
     table.write("a", batch_for(table, "a", [{"k": 1, "x": 1, "y": "base", "ts": 1}, {"k": 2, "x": 2, "ts": 1}]))
     slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="a"))
     slower = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
@@ -259,7 +250,7 @@ MULTI: dict[str, Any] = {
 
 
 def test_multi_column_ordering_compares_left_to_right(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path, MULTI), when)
+    s = Scenario(new_table(tmp_path, MULTI), when)
 
     def expect(major: int, minor: int, label: str) -> None:
         s.expect([{"k": 1, "major": major, "minor": minor, "label": label}])
@@ -359,14 +350,14 @@ def test_ordering_on_each_orderable_type(tmp_path: Path, kind: str, when: str) -
         "streams": {"s": {"columns": {"o": kind, "label": "string"}, "ordering": "o"}},
         "concurrency": CONCURRENCY,
     }
-    s = Scenario(make_table(tmp_path, document), when)
+    s = Scenario(new_table(tmp_path, document), when)
     events, winners = ORDERING_CASES[kind]
     values = {label: value for _, value, label in events}
     for key, value, label in events:
         s.write("s", [{"k": key, "o": value, "label": label}])
     s.expect([{"k": key, "o": values[label], "label": label} for key, label in sorted(winners.items())])
     # The same events in one batch give the same winners (except ties, which go to the later row either way).
-    one = make_table(tmp_path / "one", document)
+    one = new_table(tmp_path / "one", document)
     one.write("s", batch_for(one, "s", [{"k": key, "o": value, "label": label} for key, value, label in events]))
     assert sorted_rows(one.read()) == s.rows()
 
@@ -375,7 +366,7 @@ def test_ordering_on_each_orderable_type(tmp_path: Path, kind: str, when: str) -
 
 
 def test_a_write_never_touches_another_streams_columns(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "a1", "ts": 1}])
     s.write("b", [{"k": 1, "u": 2, "v": "b1", "bts": 1}])
     s.write("c", [{"k": 1, "w": "c1", "n": 3}])
@@ -414,7 +405,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def test_columns_of_a_stream_that_never_wrote_a_key_read_as_default_or_null(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path, DEFAULTS), when)
+    s = Scenario(new_table(tmp_path, DEFAULTS), when)
     s.write("a", [{"k": 1, "x": 10, "ts": 1}])
     defaults = {
         "s": "EUR",
@@ -441,7 +432,7 @@ def test_columns_of_a_stream_that_never_wrote_a_key_read_as_default_or_null(tmp_
 
 
 def test_nulls_overwrite_replaces_the_whole_group(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "one", "ts": 1}])
     s.write("a", [{"k": 1, "x": None, "y": "two", "ts": 2}])
     s.expect([row(1, x=None, y="two", ts=2)])
@@ -450,7 +441,7 @@ def test_nulls_overwrite_replaces_the_whole_group(tmp_path: Path, when: str) -> 
 
 
 def test_nulls_ignore_keeps_per_column_the_latest_non_null_value(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("b", [{"k": 1, "u": 1, "v": "one", "bts": 1}])
     s.write("b", [{"k": 1, "u": None, "v": "two", "bts": 2}])
     s.expect([row(1, u=1, v="two", bts=2)])
@@ -473,14 +464,14 @@ def test_nulls_ignore_keeps_per_column_the_latest_non_null_value(tmp_path: Path,
 
 def test_nulls_ignore_late_event_fills_a_column_nothing_newer_set(tmp_path: Path, when: str) -> None:
     """Rule: "the value of the highest-version event whose value is not null" — even if that event is late."""
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("b", [{"k": 1, "u": 1, "v": None, "bts": 5}])
     s.write("b", [{"k": 1, "u": 2, "v": "late", "bts": 3}])
     s.expect([row(1, u=1, v="late", bts=5)])
 
 
 def test_nulls_ignore_only_events_newer_than_the_tombstone_contribute(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("b", [{"k": 1, "u": 1, "v": "before", "bts": 1}])
     s.write("b", [{"k": 1, "bts": 5, "op": "D"}])
     s.expect([])
@@ -507,7 +498,7 @@ def test_nulls_ignore_only_events_newer_than_the_tombstone_contribute(tmp_path: 
 
 def test_nulls_ignore_a_late_delete_still_hides_values_older_than_it(tmp_path: Path, when: str) -> None:
     """The tombstone is not the winner here (a newer event is), yet only events newer than it contribute."""
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("b", [{"k": 1, "u": 1, "v": "old", "bts": 1}])
     s.write("b", [{"k": 1, "u": None, "v": "new", "bts": 10}])
     s.expect([row(1, u=1, v="new", bts=10)])
@@ -538,7 +529,7 @@ COMPOSITE: dict[str, Any] = {
 
 def test_a_composite_key_merges_on_all_its_columns(tmp_path: Path, when: str) -> None:
     key = ("region", "day", "id")
-    s = Scenario(make_table(tmp_path, COMPOSITE), when, key=key)
+    s = Scenario(new_table(tmp_path, COMPOSITE), when, key=key)
     d1, d2 = dt.date(2026, 11, 21), dt.date(2026, 11, 22)
     s.write(
         "a",
@@ -566,7 +557,7 @@ def test_a_composite_key_merges_on_all_its_columns(tmp_path: Path, when: str) ->
 
 
 def test_stream_delete_then_older_event_stays_deleted_then_newer_event_comes_back(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "alive", "ts": 2}, {"k": 2, "x": 2, "y": "other", "ts": 2}])
     s.write("a", [{"k": 1, "ts": 5, "op": "D"}])
     s.expect([row(2, x=2, y="other", ts=2)])
@@ -583,7 +574,7 @@ def test_stream_delete_then_older_event_stays_deleted_then_newer_event_comes_bac
 
 
 def test_row_is_gone_when_every_group_is_tombstoned_and_comes_back_on_a_later_write(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "a", "ts": 1}])
     s.write("b", [{"k": 1, "u": 2, "v": "b", "bts": 1}])
     s.write("c", [{"k": 1, "w": "c", "n": 3}])
@@ -627,7 +618,7 @@ def _files(root: Path) -> set[str]:
 def test_bad_row_with_bad_rows_fail_rejects_the_batch_and_writes_nothing(
     tmp_path: Path, bad: dict[str, Any], column: str, reason: str
 ) -> None:
-    table = make_table(tmp_path)
+    table = new_table(tmp_path, DOC)
     table.write("a", batch_for(table, "a", [{"k": 1, "x": 1, "y": "kept", "ts": 1}]))
     before_rows = sorted_rows(table.read())
     before_files = _files(Path(table.path))
@@ -643,7 +634,7 @@ def test_bad_row_with_bad_rows_fail_rejects_the_batch_and_writes_nothing(
 
 
 def test_bad_rows_quarantine_writes_good_rows_and_sets_bad_ones_aside_with_a_reason(tmp_path: Path) -> None:
-    table = make_table(tmp_path, bad_rows="quarantine")
+    table = new_table(tmp_path, {**DOC, "bad_rows": "quarantine"})
     rows: list[dict[str, Any]] = [
         {"k": 1, "x": 1, "y": "good", "ts": 1},
         {"k": None, "x": 2, "y": "no key", "ts": 2},
@@ -684,7 +675,7 @@ def test_bad_rows_quarantine_writes_good_rows_and_sets_bad_ones_aside_with_a_rea
 
 
 def test_key_erase_removes_every_group_and_later_events_bring_back_only_their_group(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path), when)
+    s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "a", "ts": 10}, {"k": 2, "x": 2, "y": "keep", "ts": 10}])
     s.write("b", [{"k": 1, "u": 5, "v": "b", "bts": 10}])
     s.write("c", [{"k": 1, "w": "c", "n": 1}])
@@ -724,7 +715,7 @@ PARTITIONED: dict[str, Any] = {
 
 
 def test_key_erase_in_a_partitioned_table_removes_the_key_from_every_partition(tmp_path: Path, when: str) -> None:
-    s = Scenario(make_table(tmp_path, PARTITIONED), when, key=("k", "p"))
+    s = Scenario(new_table(tmp_path, PARTITIONED), when, key=("k", "p"))
 
     def prow(k: int, p: str, **values: Any) -> dict[str, Any]:
         return {"k": k, "p": p, **EMPTY, **values}

@@ -19,41 +19,27 @@ import yaml
 
 import stitchlake
 from stitchlake.api import Table
-from stitchlake.config import parse_config
 from stitchlake.errors import NotFoundError, UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
-from tests.support.histories import History, apply
+from tests.support.histories import History, apply, random_rows
 from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, config, new_table
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
-STATUS = ["a", "b", None]
-NOTE = ["x", "y", None]
-CARRIER = ["dhl", "ups", None]
 
 
 # ------------------------------------------------------------------------------------------------ history
 
 
 def random_plan(seed: int, steps: int = 9) -> list[tuple[str, Any]]:
-    """Random-ish writes of all three streams (with deletes, late and tied events), a few compactions, an erase."""
+    """Random-ish writes of all three streams over keys 0..9 (`random_rows`), a few compactions, an erase."""
     rng = random.Random(seed)
     plan: list[tuple[str, Any]] = []
     for step in range(steps):
         stream = rng.choice(["orders", "payments", "shipments"])
-        rows = []
-        for _ in range(rng.randint(1, 7)):
-            row: dict[str, Any] = {"k": rng.randint(0, 9), "deleted": rng.random() < 0.15}
-            if stream == "orders":
-                row |= {"amount": rng.choice([None, 1, 2, 3]), "status": rng.choice(STATUS), "ots": rng.randint(0, 5)}
-            elif stream == "payments":
-                row |= {"paid": rng.choice([None, 10, 20]), "note": rng.choice(NOTE), "pts": rng.randint(0, 5)}
-            else:
-                row |= {"carrier": rng.choice(CARRIER), "ship_no": rng.choice([None, 7, 8])}
-            rows.append(row)
-        plan.append(("write", (stream, rows)))
+        plan.append(("write", (stream, random_rows(rng, stream, rng.randint(1, 7), 10, ["x", "y", None]))))
         if step in (3, 6):
             plan.append(("compact", None))
         if step == 5:
@@ -329,28 +315,23 @@ def test_unknown_columns_in_columns_or_filter_are_usage_errors(history_table: tu
 # ------------------------------------------------------------------------------------- partitions, types
 
 
-def _special_table(root: Path) -> Table:
-    document = {
-        "table": {
-            "name": "special",
-            "path": "table",
-            "key": {"k": "long"},
-            "partition_by": {"p": "string", "day": "date"},
-            "buckets": 2,
-        },
-        "streams": {"s": {"columns": {"v": "string"}}},
-        "concurrency": THREE_STREAMS["concurrency"],
-    }
-    table = Table(parse_config(document, file="special.yaml", base=root))
-    table.init()
-    return table
-
-
+#: Partitioned by a string and a date, for partition values that are not plain folder names.
+SPECIAL_TABLE: dict[str, Any] = {
+    "table": {
+        "name": "special",
+        "path": "table",
+        "key": {"k": "long"},
+        "partition_by": {"p": "string", "day": "date"},
+        "buckets": 2,
+    },
+    "streams": {"s": {"columns": {"v": "string"}}},
+    "concurrency": THREE_STREAMS["concurrency"],
+}
 SPECIAL = ["a/b", "x y", "ü", "..", ".", "%00", "k=v", "a,b"]
 
 
 def test_partition_values_with_special_characters_read_back_and_filter(tmp_path: Path) -> None:
-    table = _special_table(tmp_path)
+    table = new_table(tmp_path, SPECIAL_TABLE)
     day1, day2 = dt.date(2026, 11, 21), dt.date(1969, 12, 31)
     keys = list(range(len(SPECIAL) * 2))
     data = pa.table(
@@ -474,10 +455,7 @@ def _typed_batches() -> list[tuple[str, pa.Table]]:
 def test_parquet_and_avro_logs_hold_every_column_type_alike(tmp_path: Path) -> None:
     results = {}
     for fmt in ("parquet", "avro"):
-        document = copy.deepcopy(ALL_TYPES)
-        document["table"]["log_format"] = fmt
-        table = Table(parse_config(document, file="types.yaml", base=tmp_path / fmt))
-        table.init()
+        table = new_table(tmp_path / fmt, ALL_TYPES, log_format=fmt)
         times = []
         for stream, data in _typed_batches():
             times.append(table.write(stream, data).completed)

@@ -26,7 +26,7 @@ from tests.integration.test_schema_evolution import (
     drop_w,
     widen_v,
 )
-from tests.support.tables import instant_at, write_table_yaml
+from tests.support.tables import instant_at, new_table_file, write_table_yaml
 
 #: An Avro landing file of stream n (the nested columns).
 NESTED_AVRO: dict[str, Any] = {
@@ -52,8 +52,7 @@ NESTED_AVRO: dict[str, Any] = {
 
 def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) -> None:
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_table_yaml(tmp_path, document))
-    table.init()
+    table, _ = new_table_file(tmp_path, document)
     times = []
     for change in (None, add_stream_c, add_extra, widen_v, drop_w):
         if change is not None:
@@ -80,8 +79,7 @@ def test_an_ingest_begun_before_an_alter_publishes_readable_files(tmp_path: Path
     from stitchlake.services.writes.ingest import claim
 
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_table_yaml(tmp_path, document))
-    table.init()
+    table, _ = new_table_file(tmp_path, document)
     txn = claim(table, "a")  # the writer began under version 0
     add_extra(document)
     widen_v(document)
@@ -102,8 +100,7 @@ def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path
     from stitchlake.services.upkeep.savepoint import create
 
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_table_yaml(tmp_path, document))
-    table.init()
+    table, _ = new_table_file(tmp_path, document)
     table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
     create(table, name="before")
     add_stream_c(document)
@@ -129,8 +126,7 @@ def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
     from stitchlake.services.upkeep.alter import alter
 
     document = copy.deepcopy(BASE)
-    table = stitchlake.open(write_table_yaml(tmp_path, document))
-    table.init()
+    table, _ = new_table_file(tmp_path, document)
     first = table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
     add_extra(document)
     alter(stitchlake.open(write_table_yaml(tmp_path, document)))
@@ -166,8 +162,7 @@ def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path)
         else:
             with open(landing / "f.avro", "wb") as handle:
                 fastavro.writer(handle, fastavro.parse_schema(NESTED_AVRO), rows)
-        table = stitchlake.open(write_table_yaml(root, document))
-        table.init()
+        table, _ = new_table_file(root, document)
         assert table.ingest("n").result.rows == 2, fmt
         got = {r["k"]: (r["tags"], r["info"]) for r in table.read(columns=["k", "tags", "info"]).to_pylist()}
         assert got == {1: (["x", "y"], {"x": 1, "y": "u"}), 2: ([], None)}, fmt

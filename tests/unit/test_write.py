@@ -22,7 +22,6 @@ import yaml
 
 import stitchlake.writing.writer
 from stitchlake.api import Table
-from stitchlake.config import parse_config
 from stitchlake.errors import InputRejected
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import log_schema
@@ -189,20 +188,13 @@ TYPED: dict[str, Any] = {
 }
 
 
-def typed_table(root: Path, **top: Any) -> Table:
-    document = {**TYPED, **top}
-    table = Table(parse_config(document, file="typed.yaml", base=root))
-    table.init()
-    return table
-
-
 def text_batch(rows: Sequence[Mapping[str, str | None]]) -> pa.Table:
     names = ["k", "n", "i", "f", "b", "d", "t", "s"]
     return pa.table({name: pa.array([r.get(name) for r in rows], pa.string()) for name in names})
 
 
 def test_strings_that_parse_are_cast_to_the_column_types(tmp_path: Path) -> None:
-    table = typed_table(tmp_path)
+    table = new_table(tmp_path, TYPED)
     base = {"n": "1", "i": "-3", "f": "2.5", "b": "true", "d": "2026-11-21", "t": "2026-11-21T10:00:00Z", "s": "x"}
     rows = [
         {"k": "12", **base, "n": "12"},
@@ -228,7 +220,7 @@ def test_strings_that_parse_are_cast_to_the_column_types(tmp_path: Path) -> None
 
 def test_timestamp_strings_without_a_zone_are_utc(tmp_path: Path) -> None:
     """A timestamp without an offset means UTC everywhere in stitchlake (config defaults, as_of); so in data."""
-    table = typed_table(tmp_path)
+    table = new_table(tmp_path, TYPED)
     base = {"n": "1", "i": "1", "f": "1", "b": "true", "d": "2026-11-21", "s": "x"}
     rows = [
         {"k": "1", **base, "t": "2026-11-21T10:00:00"},
@@ -252,14 +244,14 @@ def test_an_unparsable_value_is_a_bad_row(tmp_path: Path, column: str, value: st
     bad = {"k": "2", **base, column: value}
     reason = f"unparsable value in {column}"
 
-    failing = typed_table(tmp_path / "fail")
+    failing = new_table(tmp_path / "fail", TYPED)
     with pytest.raises(InputRejected) as caught:
         failing.write("s", text_batch([good[0], bad, good[1]]))
     assert caught.value.exit_code == 5
     assert reason in str(caught.value)
     assert failing.read().num_rows == 0
 
-    quarantining = typed_table(tmp_path / "quarantine", bad_rows="quarantine")
+    quarantining = new_table(tmp_path / "quarantine", {**TYPED, "bad_rows": "quarantine"})
     result = quarantining.write("s", text_batch([good[0], bad, good[1]]))
     assert result.bad_rows == 1 and result.rows == 2
     assert sorted(r["k"] for r in quarantining.read().to_pylist()) == [1, 3]
@@ -394,8 +386,7 @@ def test_composite_keys_route_by_the_hash_of_all_key_columns(tmp_path: Path) -> 
         "streams": {"s": {"columns": {"v": "long"}}},
         "concurrency": CONCURRENCY,
     }
-    table = Table(parse_config(document, file="c.yaml", base=tmp_path))
-    table.init()
+    table = new_table(tmp_path, document)
     ids = [i for i in range(12) for _ in ("eu", "us")]
     regions = [r for _ in range(12) for r in ("eu", "us")]
     data = pa.table({"id": pa.array(ids, pa.int64()), "region": regions, "v": pa.array(range(24), pa.int64())})
