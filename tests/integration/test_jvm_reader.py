@@ -163,6 +163,9 @@ def test_a_file_read_before_is_read_again_by_its_columns_and_a_damaged_page_stil
     try:
         with pytest.raises(JvmError, match=r"checksum mismatch \(its commit recorded"):
             through_jvm(jvm, table, select="k, status")
+        jvm.run("spark.conf.set('spark.stitchlake.verify', 'sometimes')")  # a typo is refused, never ignored
+        with pytest.raises(JvmError, match=r"spark.stitchlake.verify must be 'first' .* or 'every' .*got 'sometimes'"):
+            through_jvm(jvm, table, select="k, status")
     finally:
         jvm.run("spark.conf.unset('spark.stitchlake.verify')")
 

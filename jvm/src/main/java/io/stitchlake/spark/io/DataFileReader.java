@@ -94,6 +94,7 @@ public final class DataFileReader {
     hadoop.setBoolean("spark.sql.parquet.inferTimestampNTZ.enabled", conf.parquetInferTimestampNTZEnabled());
     hadoop.setBoolean("spark.sql.legacy.parquet.nanosAsLong", conf.legacyParquetNanosAsLong());
     hadoop.setBoolean("parquet.page.verify-checksum.enabled", true);
+    VerifiedFile.check(conf.getConfString(VerifiedFile.SETTING, VerifiedFile.FIRST_READ));
   }
 
   /** The whole file, verified against its commit's digest (none recorded: files from before checksums). */

@@ -1,5 +1,6 @@
 package io.stitchlake.spark.io;
 
+import io.stitchlake.spark.StitchException;
 import io.stitchlake.spark.plan.PlanFile;
 import java.io.IOException;
 import java.util.Arrays;
@@ -26,6 +27,7 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  */
 final class VerifiedFile {
   static final String SETTING = "spark.stitchlake.verify";
+  static final String FIRST_READ = "first";
   static final String EVERY_READ = "every";
   /** At most this many files are remembered (the least recently used go first): a footer and a few digests each. */
   static final int CAPACITY = 4096;
@@ -52,13 +54,22 @@ final class VerifiedFile {
     this.digests = digests;
   }
 
+  /** The setting's value in the session's conf, refused (exit 2) unless it is one of its two. */
+  static void check(String value) {
+    if (!FIRST_READ.equals(value) && !EVERY_READ.equals(value)) {
+      throw new StitchException("UsageError", 2, SETTING + " must be '" + FIRST_READ + "' (a data file is checked "
+          + "whole the first time a JVM reads it, then the parts each read takes; the default) or '" + EVERY_READ
+          + "' (checked whole on every read), got '" + value + "'");
+    }
+  }
+
   /** Only files whose commit recorded a digest are verified; a file of the same path with other bytes misses. */
   private static String key(PlanFile file) {
     return file.path + '\u0000' + file.checksum + '\u0000' + file.bytes;
   }
 
   private static boolean remembers(PlanFile file, Configuration conf) {
-    return file.checksum != null && !file.checksum.isEmpty() && !EVERY_READ.equals(conf.get(SETTING, "first"));
+    return file.checksum != null && !file.checksum.isEmpty() && !EVERY_READ.equals(conf.get(SETTING, FIRST_READ));
   }
 
   /** What this JVM verified of {@code file}, or null: then it is read whole and verified. */
