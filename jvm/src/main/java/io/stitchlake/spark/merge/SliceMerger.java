@@ -14,26 +14,21 @@ import java.util.Map;
 import java.util.NoSuchElementException;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.ArrayType;
-import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.MapType;
-import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
-import org.apache.spark.sql.types.Decimal;
-import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * Merges one file slice (a base file and its logs) into the slice's live wide rows, with the rules of
  * docs/spark-reader.md ("The merge rules"); stitchlake/merge (rules.py, summary.py, stitch.py) is the reference.
  *
- * <p>Keys get dense ids ({@link KeyIndex}); then per stream one pass over its candidates (the base rows where the
- * stream has a group, then its logs, in slice order) keeps each key's greatest version, ties going to the later
- * row; a {@code nulls: ignore} stream also keeps each key's latest tombstone, then picks per column the greatest
- * eligible non-null value. Rows are emitted as views onto the chosen vectors ({@link MergedRow}).
+ * <p>Keys get dense ids ({@link KeyIndex}); then each stream's pass ({@link StreamMerge}) keeps each key's greatest
+ * version among its candidates (the base rows where the stream has a group, then its logs, in slice order) and, for
+ * a {@code nulls: ignore} stream, the row each column takes its value from. Here the streams' outcomes become rows
+ * ({@link MergedRow}) or batches of gathered columns ({@link GatherVector}), views onto the chosen vectors.
  */
 public final class SliceMerger {
   private final MergeSpec spec;
@@ -158,171 +153,6 @@ public final class SliceMerger {
   }
 
   // ------------------------------------------------------------------------------------------ segments
-
-  /** One batch of one file: the unit the passes walk. */
-  private static final class Segment {
-    final FileData file;
-    final ColumnarBatch batch;
-    final int rows;
-    final Map<String, Integer> index;
-
-    Segment(FileData file, ColumnarBatch batch, Map<String, Integer> index) {
-      this.file = file;
-      this.batch = batch;
-      this.rows = batch.numRows();
-      this.index = index;
-    }
-
-    ColumnVector column(String name) {
-      Integer i = index.get(name);
-      return i == null ? null : batch.column(i);
-    }
-  }
-
-  /**
-   * A version's components in one segment: ordering values, commit (a column, or the log's constant), pos. The
-   * long components are copied once into arrays ({@code longs[c]}, a null read as 0 as summary._numpy reads it;
-   * null for a ranked component or the log's constant commit): the passes compare each row's version several
-   * times, and a vector read per component (dictionary-decoded, through a virtual call) cost more than the copy.
-   */
-  private static final class Ver {
-    final ColumnVector[] v;
-    final long commit;
-    final long[][] longs;
-
-    Ver(ColumnVector[] v, long commit, boolean[] isRanked, int rows) {
-      this.v = v;
-      this.commit = commit;
-      longs = new long[v.length][];
-      for (int c = 0; c < v.length; c++) {
-        if (isRanked[c] || v[c] == null) continue;
-        longs[c] = longsOf(v[c], rows);
-      }
-    }
-  }
-
-  private static long[] longsOf(ColumnVector v, int rows) {
-    long[] out = v.getLongs(0, rows);
-    if (v.hasNull()) {
-      for (int r = 0; r < rows; r++) if (v.isNullAt(r)) out[r] = 0;
-    }
-    return out;
-  }
-
-  /**
-   * The greatest version so far per key: long components by value, key by key in one array ({@code longs[key *
-   * width + c]}, so that a key's components share a cache line: the passes visit keys in file order, which is not
-   * key order), ranked ones as Spark values.
-   */
-  private static final class Best {
-    final int width;
-    final long[] longs;
-    final Object[][] ranked;
-
-    Best(boolean[] isRanked, int keys) {
-      width = isRanked.length;
-      longs = new long[keys * width];
-      ranked = new Object[isRanked.length][];
-      for (int c = 0; c < isRanked.length; c++) if (isRanked[c]) ranked[c] = new Object[keys];
-    }
-  }
-
-  /** Per stream: its version shape, and the merge's outcome per key. */
-  private final class StreamMerge {
-    final StreamSpec stream;
-    final int k;
-    final boolean[] isRanked; // per component: k ordering, commit, pos
-    final int[] winSeg;
-    final int[] winRow;
-    boolean[] shows;
-    int[][] pickSeg; // ignore: per selected column
-    int[][] pickRow;
-
-    StreamMerge(StreamSpec stream, int keys) {
-      this.stream = stream;
-      this.k = stream.ordering.size();
-      isRanked = new boolean[k + 2];
-      for (int i = 0; i < k; i++) isRanked[i] = stream.ordering.get(i).ranked;
-      winSeg = new int[keys];
-      winRow = new int[keys];
-      Arrays.fill(winSeg, -1);
-    }
-
-    Ver ver(Segment seg, String prefix) {
-      ColumnVector[] v = new ColumnVector[k + 2];
-      for (int i = 0; i < k; i++) v[i] = seg.column(stream.meta(prefix + "o" + i));
-      boolean base = seg.file.kind == FileData.Kind.BASE;
-      v[k] = base ? seg.column(stream.meta(prefix + "commit")) : null;
-      v[k + 1] = seg.column(stream.meta(prefix + "pos"));
-      return new Ver(v, seg.file.commit, isRanked, seg.rows);
-    }
-
-    Object rankedValue(ColumnVector v, int row) {
-      if (v.isNullAt(row)) return null;
-      DataType t = v.dataType();
-      if (t instanceof StringType) return v.getUTF8String(row);
-      if (t instanceof BinaryType) return v.getBinary(row);
-      if (t instanceof DecimalType) {
-        DecimalType d = (DecimalType) t;
-        return v.getDecimal(row, d.precision(), d.scale());
-      }
-      throw new IllegalArgumentException("ranked ordering of type " + t.simpleString());
-    }
-
-    long longValue(Ver a, int c, int row) {
-      long[] values = a.longs[c];
-      if (values == null) {
-        if (c == k) return a.commit;
-        throw new IllegalStateException("stream " + stream.name + ": a version column is missing");
-      }
-      return values[row]; // as summary._numpy: a null component reads 0 (Ver copied it so)
-    }
-
-    /** Compares the version at {@code row} of {@code a} with the best of {@code key}. */
-    int compare(Ver a, int row, Best best, int key) {
-      int at = key * best.width;
-      for (int c = 0; c < isRanked.length; c++) {
-        if (isRanked[c]) {
-          int cmp = compareRanked(rankedValue(a.v[c], row), best.ranked[c][key]);
-          if (cmp != 0) return cmp;
-        } else {
-          long x = longValue(a, c, row);
-          long y = best.longs[at + c];
-          if (x != y) return x < y ? -1 : 1;
-        }
-      }
-      return 0;
-    }
-
-    /** Whether two versions of the same segment row are equal component by component. */
-    boolean equal(Ver a, Ver b, int row) {
-      if (a == b) return true;
-      for (int c = 0; c < isRanked.length; c++) {
-        if (isRanked[c]) {
-          if (compareRanked(rankedValue(a.v[c], row), rankedValue(b.v[c], row)) != 0) return false;
-        } else if (longValue(a, c, row) != longValue(b, c, row)) {
-          return false;
-        }
-      }
-      return true;
-    }
-
-    void keep(Ver a, int row, Best best, int key) {
-      int at = key * best.width;
-      for (int c = 0; c < isRanked.length; c++) {
-        if (isRanked[c]) best.ranked[c][key] = rankedValue(a.v[c], row);
-        else best.longs[at + c] = longValue(a, c, row);
-      }
-    }
-  }
-
-  @SuppressWarnings("unchecked")
-  private static int compareRanked(Object x, Object y) {
-    if (x == null || y == null) return x == null ? (y == null ? 0 : -1) : 1;
-    if (x instanceof UTF8String) return ((UTF8String) x).binaryCompare((UTF8String) y);
-    if (x instanceof byte[]) return Arrays.compareUnsigned((byte[]) x, (byte[]) y);
-    return ((Decimal) x).compare((Decimal) y);
-  }
 
   // ------------------------------------------------------------------------------------------ the merge
 
@@ -462,7 +292,7 @@ public final class SliceMerger {
     Picks p = new Picks();
     p.keys = keys.count;
     p.merges = new StreamMerge[spec.streams.size()];
-    for (int s = 0; s < p.merges.length; s++) p.merges[s] = mergeStream(s, segments, keys);
+    for (int s = 0; s < p.merges.length; s++) p.merges[s] = StreamMerge.of(spec.streams.get(s), selected[s], segments, keys);
     p.vectors = outputVectors(segments);
     // Per output ordinal: where each key's cell comes from (segment and row arrays by key), and the stream's
     // shows-by-key (null for a common column); none: the stream never shows here, the cell is its default.
@@ -683,136 +513,4 @@ public final class SliceMerger {
     };
   }
 
-  /** One stream's winners per key (and, nulls: ignore, its per-column picks). */
-  private StreamMerge mergeStream(int s, List<Segment> segments, KeyIndex keys) {
-    StreamSpec stream = spec.streams.get(s);
-    int n = keys.count;
-    StreamMerge m = new StreamMerge(stream, n);
-    boolean ignore = stream.ignoresNulls();
-    int nSeg = segments.size();
-    // The stream's candidates: base rows where its pos is not null, and every row of its own logs.
-    Ver[] own = new Ver[nSeg];
-    Ver[] tombs = new Ver[nSeg];
-    ColumnVector[] dels = new ColumnVector[nSeg];
-    for (int g = 0; g < nSeg; g++) {
-      Segment seg = segments.get(g);
-      boolean base = seg.file.kind == FileData.Kind.BASE;
-      if (!base && !stream.name.equals(seg.file.stream)) continue;
-      Ver v = m.ver(seg, "");
-      if (v.v[m.k + 1] == null) continue; // a base written before the stream existed: no groups
-      own[g] = v;
-      dels[g] = seg.column(stream.meta("del"));
-      if (ignore) tombs[g] = m.ver(seg, "t__");
-    }
-    Best best = new Best(m.isRanked, n);
-    Best tomb = ignore ? new Best(m.isRanked, n) : null;
-    boolean[] hasTomb = ignore ? new boolean[n] : null;
-    boolean anyTomb = false;
-    boolean any = false;
-    for (int g = 0; g < nSeg; g++) {
-      Ver v = own[g];
-      if (v == null) continue;
-      Segment seg = segments.get(g);
-      boolean base = seg.file.kind == FileData.Kind.BASE;
-      ColumnVector pos = v.v[m.k + 1];
-      int[] ids = keys.ids[g];
-      Ver t = ignore ? tombs[g] : null;
-      ColumnVector tpos = t == null ? null : t.v[m.k + 1];
-      for (int r = 0; r < seg.rows; r++) {
-        if (base && pos.isNullAt(r)) continue;
-        int key = ids[r];
-        any = true;
-        if (m.winSeg[key] < 0 || m.compare(v, r, best, key) >= 0) { // ties: the later row wins
-          m.winSeg[key] = g;
-          m.winRow[key] = r;
-          m.keep(v, r, best, key);
-        }
-        if (tpos != null && !tpos.isNullAt(r)) {
-          if (!hasTomb[key] || m.compare(t, r, tomb, key) > 0) {
-            hasTomb[key] = true;
-            anyTomb = true;
-            m.keep(t, r, tomb, key);
-          }
-        }
-      }
-    }
-    if (!any) return m;
-    boolean[] deleted = new boolean[n];
-    m.shows = new boolean[n];
-    for (int key = 0; key < n; key++) {
-      int g = m.winSeg[key];
-      if (g < 0) continue;
-      ColumnVector d = dels[g];
-      int r = m.winRow[key];
-      deleted[key] = d != null && !d.isNullAt(r) && d.getBoolean(r); // del null reads as false
-      m.shows[key] = !deleted[key];
-    }
-    if (!ignore) return m;
-
-    // nulls: ignore: per column, the greatest column version among non-null values newer than the tombstone.
-    int[] sel = selected[s];
-    m.pickSeg = new int[sel.length][];
-    m.pickRow = new int[sel.length][];
-    Best cbest = new Best(m.isRanked, n);
-    boolean[] settled = new boolean[n];
-    for (int p = 0; p < sel.length; p++) {
-      String name = stream.columns.get(sel[p]).name;
-      int[] pickSeg = new int[n];
-      int[] pickRow = new int[n];
-      Arrays.fill(pickSeg, -1);
-      m.pickSeg[p] = pickSeg;
-      m.pickRow[p] = pickRow;
-      ColumnVector[] values = new ColumnVector[nSeg];
-      Ver[] cver = new Ver[nSeg];
-      for (int g = 0; g < nSeg; g++) {
-        if (own[g] == null) continue;
-        Segment seg = segments.get(g);
-        values[g] = seg.column(name);
-        // A column the file predates carries the row's own version where its value is not null.
-        cver[g] = seg.file.predates.contains(name) ? own[g] : m.ver(seg, "c__" + name + "__");
-      }
-      // Where the row winner holds an eligible value of its own version, nothing can beat it (rules.py).
-      int open = 0;
-      for (int key = 0; key < n; key++) {
-        int g = m.winSeg[key];
-        settled[key] = false;
-        if (g < 0) continue;
-        int r = m.winRow[key];
-        ColumnVector vals = values[g];
-        boolean ok = vals != null && !vals.isNullAt(r)
-            && (!hasTomb[key] || m.compare(cver[g], r, tomb, key) > 0)
-            && m.equal(cver[g], own[g], r);
-        if (ok) {
-          settled[key] = true;
-          pickSeg[key] = g;
-          pickRow[key] = r;
-        } else {
-          open++;
-        }
-      }
-      if (open == 0) continue;
-      for (int g = 0; g < nSeg; g++) {
-        Ver v = own[g];
-        ColumnVector vals = values[g];
-        if (v == null || vals == null) continue;
-        Segment seg = segments.get(g);
-        boolean base = seg.file.kind == FileData.Kind.BASE;
-        ColumnVector pos = v.v[m.k + 1];
-        Ver c = cver[g];
-        int[] ids = keys.ids[g];
-        for (int r = 0; r < seg.rows; r++) {
-          if (base && pos.isNullAt(r)) continue;
-          int key = ids[r];
-          if (settled[key] || vals.isNullAt(r)) continue;
-          if (anyTomb && hasTomb[key] && m.compare(c, r, tomb, key) <= 0) continue;
-          if (pickSeg[key] < 0 || m.compare(c, r, cbest, key) >= 0) {
-            pickSeg[key] = g;
-            pickRow[key] = r;
-            m.keep(c, r, cbest, key);
-          }
-        }
-      }
-    }
-    return m;
-  }
 }
