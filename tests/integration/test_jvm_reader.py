@@ -170,6 +170,28 @@ def test_a_file_read_before_is_read_again_by_its_columns_and_a_damaged_page_stil
         jvm.run("spark.conf.unset('spark.stitchlake.verify')")
 
 
+def test_a_missing_data_file_fails_the_read_naming_it_whether_or_not_this_jvm_verified_it_before(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """A file a completed instant names is damage when storage lacks it, never an empty read: so says the read that
+    would load only its checked segments (verified before) and the one that reads it whole (`verify = every`)."""
+    table = built(tmp_path, buckets=1)
+    assert through_jvm(jvm, table)[0] == expected(table)  # this JVM verifies the base file
+    planned = plan_slices(table.config, table.view(), None, prune(table.config, None))[0].base
+    assert planned is not None
+    base = Path(table.storage.describe(planned.path))
+    base.unlink()
+    for verify in ("first", "every"):
+        jvm.run(f"spark.conf.set('spark.stitchlake.verify', {verify!r})")
+        try:
+            with pytest.raises(JvmError) as failed:
+                through_jvm(jvm, table, select="k, amount")
+        finally:
+            jvm.run("spark.conf.unset('spark.stitchlake.verify')")
+        message = str(failed.value)
+        assert str(base) in message and "data file is missing (named by a completed instant)" in message, message
+
+
 def test_a_planner_that_stops_answering_fails_the_read_and_the_next_read_starts_a_new_one(
     jvm: JvmSession, tmp_path: Path
 ) -> None:

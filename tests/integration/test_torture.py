@@ -407,7 +407,7 @@ def test_a_run_that_never_archived_gets_a_forced_archive_the_checker_accepts(cas
     # The storm's own finish may have forced an archive already (under load). The archive never takes the latest
     # commit that wrote data (design.md §4), so what must go is what came before it; the newest instant stays too.
     active_before = [s for s in list_timeline(torture.table_dir(case))[0] if s.action != "savepoint"]
-    last_data = max((n for n, s in enumerate(active_before) if s.action in WRITES_DATA), default=0)
+    last_data = max((n for n, s in enumerate(active_before) if s.action in WRITES_DATA), default=len(active_before))
     archivable = active_before[: min(last_data, len(active_before) - 1)]
     exits: list[tuple[tuple[str, ...], int]] = []
 

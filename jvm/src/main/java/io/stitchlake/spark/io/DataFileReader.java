@@ -105,7 +105,7 @@ public final class DataFileReader {
     try (FSDataInputStream in = fs.open(path)) {
       data = readAll(in, file.bytes);
     } catch (java.io.FileNotFoundException e) {
-      throw new CorruptFileException(file.path, file.path + ": data file is missing (named by a completed instant)");
+      throw missing(file);
     }
     if (file.checksum != null && !file.checksum.isEmpty()) {
       FILES_VERIFIED.incrementAndGet();
@@ -152,6 +152,11 @@ public final class DataFileReader {
     VerifiedFile verified = VerifiedFile.known(file, conf);
     byte[] data = verified == null ? fetch(file) : null;
     return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns, perRowGroup);
+  }
+
+  /** A file a completed instant names that storage no longer has: damage, never an empty read. */
+  private static CorruptFileException missing(PlanFile file) {
+    return new CorruptFileException(file.path, file.path + ": data file is missing (named by a completed instant)");
   }
 
   static void checkRows(PlanFile file, long rows) {
@@ -290,8 +295,7 @@ public final class DataFileReader {
         try {
           source = path.getFileSystem(conf).open(path);
         } catch (java.io.FileNotFoundException e) {
-          throw new CorruptFileException(
-              file.path, file.path + ": data file is missing (named by a completed instant)");
+          throw missing(file);
         }
       }
       return source;
