@@ -7,6 +7,7 @@ and as of `until`, are merged with the snapshot reader's `merge_slice`, diffed a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from math import gcd
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,14 @@ from stitchlake.io.schemas import key_schema
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import file_group_id
+from stitchlake.layout.rescales import BucketLayout
 from stitchlake.merge.stitch import to_rows
 from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditions
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
 from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import EraseCommit, UndoPlan
+from stitchlake.timeline.metadata import DataFile, EraseCommit, FileSlice, UndoPlan
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -215,6 +217,134 @@ def erased_keys(table: TableHandle, commit: EraseCommit) -> dict[tuple[str, str]
     return out
 
 
+class ChangeScope:
+    """The file groups (numbered under the bucket counts as of `until`) an incremental read may return keys of: its
+    filters' and, in a Spark task, its own share. A rescale in the range moved keys: a key in group i of b buckets
+    is in group j of n only if i = j modulo gcd(b, n)."""
+
+    def __init__(self, pruning: Pruning, after: BucketLayout) -> None:
+        self.pruning = pruning
+        self.after = after
+
+    def allowed(self, partition: str) -> set[int] | None:
+        """The groups of `partition` the read may return keys of (None: every one)."""
+        ids = self.pruning.file_groups(self.after.buckets(partition))
+        found = None if ids is None else {int(i) for i in ids}
+        if self.pruning.only is not None:
+            handed = {int(group) for place, group in self.pruning.only if place == partition}
+            found = handed if found is None else found & handed
+        return found
+
+    def holding(self, partition: str, group: str, buckets: int) -> list[int]:
+        """The allowed groups as of `until` that keys of file group `group`, laid out by `buckets`, may be in."""
+        if not self.pruning.matches_partition(partition):
+            return []
+        count = self.after.buckets(partition)
+        step = gcd(buckets, count)
+        ids = self.allowed(partition)
+        return [j for j in range(int(group) % step, count, step) if ids is None or j in ids]
+
+    def may_hold(self, partition: str, group: str, buckets: int) -> bool:
+        return bool(self.holding(partition, group, buckets))
+
+
+@dataclass(frozen=True)
+class CarriedFile:
+    """A data file a deltacommit of the range added: its keys in the group (by the hash under the count as of
+    `until`, when `buckets` differs from it) are candidates, carried at `completed` by `stream`."""
+
+    file: DataFile
+    completed: str
+    stream: str
+    buckets: int
+
+
+@dataclass(frozen=True)
+class ChangeGroup:
+    """One file group's share of an incremental read, planned for a reader that merges and diffs it itself (the
+    JVM reader): its slice as of `until`, the slices as of `since` its keys were in, the files whose keys are the
+    candidates and the erased keys (common columns, `COMMIT_TIME`, `STREAMS`)."""
+
+    partition: str
+    file_group: str
+    buckets: int
+    after: FileSlice | None
+    before: list[FileSlice]
+    carried: list[CarriedFile]
+    erased: pa.Table | None
+
+
+def plan_changes(
+    table: TableHandle,
+    timeline: Timeline,
+    view: FileSystemView,
+    since: str | None,
+    until: str | None,
+    pruning: Pruning,
+) -> list[ChangeGroup]:
+    """The file groups whose changes in (since, until] `change_parts` would report, each as a `ChangeGroup`: the
+    same instants, refusals, slices and candidate keys, with no data file read here (only an erase's key list)."""
+    config = table.config
+    if until is None:
+        latest = timeline.latest_completed()
+        until = latest.completed if latest else None
+    if until is None:
+        return []
+    after_layout = view.layout(until)
+    before_layout = view.layout(since) if since else None
+    scope = ChangeScope(pruning, after_layout)
+    instants = changed_instants(timeline, since, until)
+    _refuse_cleaned(timeline, view, instants, since)
+    carried: dict[tuple[str, str], list[CarriedFile]] = {}
+    erased: dict[tuple[str, str], list[pa.Table]] = {}
+    for instant in instants:
+        commit = timeline.commit(instant)
+        layout = view.layout(instant.completed)
+        if isinstance(commit, EraseCommit):
+            for (partition, group), keys in erased_keys(table, commit).items():
+                if not scope.may_hold(partition, group, layout.buckets(partition)):
+                    continue
+                groups = _groups_of(config, keys, after_layout.buckets(partition))
+                ids = scope.allowed(partition)
+                for number in np.unique(groups):
+                    if ids is not None and int(number) not in ids:
+                        continue
+                    rows = keys.filter(pa.array(groups == number))
+                    rows = rows.append_column(COMMIT_TIME, pa.array([instant.completed] * rows.num_rows, pa.string()))
+                    rows = rows.append_column(STREAMS, pa.array([ERASE_LABEL] * rows.num_rows, pa.string()))
+                    erased.setdefault((partition, file_group_id(int(number))), []).append(rows)
+            continue
+        stream = getattr(commit, "stream", None) or ""
+        for entry in commit.added_files:
+            buckets = entry.buckets or layout.buckets(entry.partition)
+            for number in scope.holding(entry.partition, entry.file_group, buckets):
+                place = (entry.partition, file_group_id(number))
+                carried.setdefault(place, []).append(CarriedFile(entry, instant.completed, stream, buckets))
+    out = []
+    for partition, group in sorted(set(carried) | set(erased)):
+        count = after_layout.buckets(partition)
+        after = view.latest_slices(until, file_groups=[(partition, group)])
+        before: list[FileSlice] = []
+        if since and before_layout is not None:
+            then = before_layout.buckets(partition)
+            step = gcd(then, count)
+            places = [(partition, file_group_id(j)) for j in range(int(group) % step, then, step)]
+            before = view.latest_slices(since, file_groups=places)
+        gone = erased.get((partition, group))
+        out.append(
+            ChangeGroup(
+                partition,
+                group,
+                count,
+                after[0] if after else None,
+                before,
+                carried.get((partition, group), []),
+                pa.concat_tables(gone) if gone else None,
+            )
+        )
+    return out
+
+
 def change_parts(
     table: TableHandle,
     timeline: Timeline,
@@ -237,35 +367,15 @@ def change_parts(
         return
     after_layout = view.layout(until)
     before_layout = view.layout(since) if since else None
-
-    def allowed(partition: str) -> set[int] | None:
-        """The file groups (ids under the count as of `until`) of a partition the read may return keys of."""
-        ids = pruning.file_groups(after_layout.buckets(partition))
-        found = None if ids is None else {int(i) for i in ids}
-        if pruning.only is not None:
-            handed = {int(group) for place, group in pruning.only if place == partition}
-            found = handed if found is None else found & handed
-        return found
-
-    def may_hold(partition: str, group: str, buckets: int) -> bool:
-        """Whether a file group laid out by `buckets` may hold keys of an allowed group as of `until`: a key in
-        group i of b buckets is in group j of n only if i = j modulo gcd(b, n)."""
-        if not pruning.matches_partition(partition):
-            return False
-        ids = allowed(partition)
-        if ids is None:
-            return True
-        step = gcd(buckets, after_layout.buckets(partition))
-        return any(int(group) % step == j % step for j in ids)
-
+    scope = ChangeScope(pruning, after_layout)
     instants = changed_instants(timeline, since, until)
     _refuse_cleaned(timeline, view, instants, since)
-    touched = _touched_keys(table, timeline, view, instants, may_hold)
+    touched = _touched_keys(table, timeline, view, instants, scope.may_hold)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
     for partition, keys in sorted(touched.items()):
         carried_all = pa.concat_tables(keys)
         groups = _groups_of(config, carried_all, after_layout.buckets(partition))
-        ids = allowed(partition)
+        ids = scope.allowed(partition)
         for group in np.unique(groups):
             if ids is not None and int(group) not in ids:
                 continue
@@ -405,11 +515,25 @@ def _match_keys(left: pa.Table, right: pa.Table, keys: list[str], how: str) -> t
 
 
 def _same(now: pa.ChunkedArray, then: pa.ChunkedArray) -> np.ndarray:
-    """Per row: both null, or equal values (nested values compared whole)."""
+    """Per row: both null, or equal values (nested values compared whole). NaN equals NaN (Spark's equality, and
+    the JVM reader's): a key a commit carried with NaN again is unchanged."""
     if pa.types.is_nested(now.type):
-        return np.array([a == b for a, b in zip(now.to_pylist(), then.to_pylist(), strict=True)], dtype=bool)
+        return np.array([_equal(a, b) for a, b in zip(now.to_pylist(), then.to_pylist(), strict=True)], dtype=bool)
     same = pc.fill_null(pc.equal(now, then), False)
+    if pa.types.is_floating(now.type):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(now), pc.is_nan(then)), False))
     return pc.or_(same, pc.and_(pc.is_null(now), pc.is_null(then))).to_numpy(zero_copy_only=False)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Two nested values (as `to_pylist` gives them) equal, NaN equal to NaN at any depth."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _diff(

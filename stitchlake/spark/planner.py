@@ -30,14 +30,15 @@ from stitchlake.vocabulary import ReadMode
 if TYPE_CHECKING:
     from stitchlake.config import ColumnSpec, TableConfig
     from stitchlake.layout.fsview import DataFile, FileSlice
+    from stitchlake.reading.changes import ChangeGroup
+    from stitchlake.reading.filters import Pruning
     from stitchlake.table.handle import TableHandle as Table
+    from stitchlake.timeline.timeline import Timeline
 
 FORMAT = "stitchlake.plan/1"
 #: A plan larger than this goes to a file whose path is answered instead (a pipe line of megabytes is slow to parse
 #: on both sides; the JVM reads the file and deletes it).
 INLINE_PLAN_BYTES = 1024 * 1024
-#: Why a read is handed to the Python data source (`stitchlake_python`) instead.
-DELEGATE_CHANGES = "incremental reads (since/until) are read by the Python data source"
 
 
 # ------------------------------------------------------------------------------------------------ requests
@@ -78,7 +79,7 @@ def schema(options: Mapping[str, str]) -> dict[str, Any]:
     return {
         "schema": {"type": "struct", "fields": fields},
         "table": read.table.storage.describe(),
-        "delegate": DELEGATE_CHANGES if read.changes else None,
+        "delegate": None,
     }
 
 
@@ -90,19 +91,21 @@ def plan(
 ) -> dict[str, Any]:
     """The plan document of one read (docs/spark-reader.md)."""
     from stitchlake.io.schemas import table_schema
+    from stitchlake.reading.changes import CHANGE_COLUMNS
     from stitchlake.reading.filters import prune
     from stitchlake.reading.snapshot import plan_slices, wanted_columns
 
     read = ReadRequest(options)
     table = read.table
     config = table.config
-    wanted = wanted_columns(config, list(columns) if columns is not None else None)
+    asked = None if columns is None else [c for c in columns if c not in CHANGE_COLUMNS or not read.changes]
+    wanted = wanted_columns(config, asked)
     document: dict[str, Any] = {
         "format": FORMAT,
         "table": table.storage.describe(),
         "mode": read.mode,
         "as_of": read.as_of,
-        "delegate": DELEGATE_CHANGES if read.changes else None,
+        "delegate": None,
         "schema": {"type": "struct", "fields": [spark_field(f) for f in table_schema(config)]},
         "columns": [name for name in (c.name for c in config.all_columns()) if name in wanted],
         "merge": merge_spec(config),
@@ -111,19 +114,81 @@ def plan(
         "partitions": [],
         "filters_used": [],
     }
-    if read.changes:
-        return document
     where, used = _pruning_filter(config, filters)
     timeline = table.timeline()
+    packing = Packing.of(options, conf)
+    document["filters_used"] = used
+    if read.changes:
+        return _change_document(document, read, table, timeline, prune(config, where), packing)
     slices = plan_slices(config, table.view(timeline), read.as_of, prune(config, where))
     if read.mode == ReadMode.READ_OPTIMIZED:
         slices = [s for s in slices if s.base is not None]
-    packing = Packing.of(options, conf)
     weights = [sum(f.bytes + packing.open_cost for f in _files(s, read.mode)) for s in slices]
     document["slices"] = [slice_entry(table, s, read.mode) for s in slices]
     document["partitions"] = packing.pack(weights)
-    document["filters_used"] = used
     return document
+
+
+def _change_document(
+    document: dict[str, Any], read: ReadRequest, table: Table, timeline: Timeline, pruning: Pruning, packing: Packing
+) -> dict[str, Any]:
+    """An incremental read's plan: per file group the range touched, its slice as of `until`, the slices as of
+    `since` its keys were in, the files whose keys are the candidates and the keys erased (docs/spark-reader.md,
+    "Incremental reads")."""
+    from stitchlake.reading.changes import plan_changes
+
+    config = table.config
+    planned = plan_changes(table, timeline, table.view(timeline), read.since, read.until, pruning)
+    document["changes"] = {
+        "since": read.since,
+        "until": read.until,
+        "before_images": read.before_images,
+        "keys": list(config.table.key_names),
+    }
+    document["change_slices"] = [_change_entry(table, group) for group in planned]
+    weights = [
+        sum(f.bytes + packing.open_cost for f in g.after.files) if g.after is not None else packing.open_cost
+        for g in planned
+    ]
+    document["partitions"] = packing.pack(weights)
+    return document
+
+
+def _change_entry(table: Table, group: ChangeGroup) -> dict[str, Any]:
+    from stitchlake.reading.changes import COMMIT_TIME, STREAMS
+    from stitchlake.reading.snapshot import common_names
+
+    common = common_names(table.config)
+    kinds = {c.name: c.type for c in table.config.common_columns}
+    erased: list[list[Any]] = []
+    if group.erased is not None:
+        for row in group.erased.to_pylist():
+            erased.append([*(literal(row[n], kinds.get(n)) for n in common), row[COMMIT_TIME], row[STREAMS]])
+    return {
+        "partition": group.partition,
+        "file_group": group.file_group,
+        "buckets": group.buckets,
+        "after": slice_entry(table, group.after, ReadMode.SNAPSHOT) if group.after is not None else None,
+        "before": [slice_entry(table, s, ReadMode.SNAPSHOT) for s in group.before],
+        "carried": [
+            {
+                "file": {
+                    "path": location(table, c.file.path),
+                    "kind": c.file.kind,
+                    "stream": c.file.stream,
+                    "checksum": c.file.checksum,
+                    "bytes": c.file.bytes,
+                    "rows": c.file.rows,
+                    "format": "avro" if c.file.path.endswith(".avro") else "parquet",
+                },
+                "commit_time": c.completed,
+                "stream": c.stream,
+                "buckets": c.buckets,
+            }
+            for c in group.carried
+        ],
+        "erased": erased,
+    }
 
 
 def _pruning_filter(

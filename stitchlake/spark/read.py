@@ -167,30 +167,11 @@ class StitchReader(DataSourceReader):
     def _change_partitions(self, timeline: Timeline, view: FileSystemView, pruning: Pruning) -> list[InputPartition]:
         """The file groups the range's deltacommits and erases touched (and the read's filters allow), packed by
         the size of their slice as of `until`: each task diffs its groups' two states."""
-        from math import gcd
+        from stitchlake.reading.changes import plan_changes
 
-        from stitchlake.layout.names import file_group_id
-        from stitchlake.reading.changes import changed_instants
-        from stitchlake.timeline.metadata import EraseCommit
-
-        if self.until is None:
-            return [ChangesInput([])]
-        after = view.layout(self.until)
-        touched: set[tuple[str, str]] = set()
-        for instant in changed_instants(timeline, self.since, self.until):
-            commit = timeline.commit(instant)
-            then = view.layout(instant.completed)  # the counts its files were routed with
-            written = {(f.group, f.buckets or then.buckets(f.partition)) for f in commit.added_files}
-            if isinstance(commit, EraseCommit):
-                written |= {(group, then.buckets(group[0])) for group in commit.groups}
-            for (partition, group), buckets in written:
-                # Its keys are in the file groups as of `until` that agree with it modulo gcd (a rescale moved them).
-                count = after.buckets(partition)
-                step = gcd(buckets, count)
-                touched |= {(partition, file_group_id(j)) for j in range(int(group) % step, count, step)}
-        groups = sorted(key for key in touched if pruning.allows(key, after.buckets(key[0])))
-        slices = {s.group: s for s in view.latest_slices(self.until, file_groups=groups)}
-        weights = [self._weight(slices[g]) if g in slices else self.packing.open_cost for g in groups]
+        planned = plan_changes(self.table, timeline, view, self.since, self.until, pruning)
+        groups = [(g.partition, g.file_group) for g in planned]
+        weights = [self._weight(g.after) if g.after is not None else self.packing.open_cost for g in planned]
         packed: list[InputPartition] = [ChangesInput([groups[i] for i in p]) for p in self.packing.pack(weights)]
         return packed or [ChangesInput([])]
 

@@ -1,13 +1,15 @@
 """Conformance (issue 35, docs/spark-reader.md): the JVM merge returns the rows the Python merge returns, cell by cell.
 
-The JVM side is `io.stitchlake.spark.merge.SliceMerger`, driven by its harness `MergeMain` (one JVM for the whole
-module: plan documents in, merged rows out, one JSON line each). Every read is compared as a sorted list of rows in
-a canonical form both sides produce (floats by their bits, so -0.0 is not 0.0; NaN as "NaN"; decimals as plain text;
-binary as base64; dates and timestamps as numbers; maps as [key, value] pairs; structs as lists).
+The JVM side is `io.stitchlake.spark.merge.SliceMerger` (and `ChangeFeed` for incremental reads), driven by its
+harness `MergeMain` (one JVM for the whole module: plan documents in, merged rows out, one JSON line each). Every
+read is compared as a sorted list of rows in a canonical form both sides produce (floats by their bits, so -0.0 is
+not 0.0; NaN as "NaN"; decimals as plain text; binary as base64; dates and timestamps as numbers; maps as [key,
+value] pairs; structs as lists).
 
 Cases: every scenario of tests/unit/test_merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
 value and ordering type, and hypothesis-generated tables (deletes in every stream, nulls: ignore, ties, commit-time
-ordering, alters, compactions, erases, rescales to 1-4 buckets, time travel across them). `CONFORMANCE_EXAMPLES`
+ordering, alters, compactions, erases, rescales to 1-4 buckets, time travel across them, an incremental read of
+each). `CONFORMANCE_EXAMPLES`
 sets how many generated tables (`make conformance`: 2,000).
 """
 
@@ -23,6 +25,7 @@ import json
 import math
 import os
 import queue
+import random
 import shutil
 import struct
 import subprocess
@@ -39,6 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stitchlake.api import Table
+from stitchlake.errors import UsageError
 from stitchlake.reading.options import ReadKeywords
 from stitchlake.spark import planner
 from tests.integration import test_merge_property as prop
@@ -104,6 +108,15 @@ class Harness:
         self.process.stdin.write(json.dumps({"plan": plan}) + "\n")
         self.process.stdin.flush()
 
+    def hashes(self, keys: list[list[Any]]) -> list[int]:
+        """The JVM's bucket hash (`BucketHash`) of each key, asked and answered at once."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"hash": keys}) + "\n")
+        self.process.stdin.flush()
+        answer = self.receive()
+        assert answer["ok"], answer
+        return [int(h) for h in answer["hashes"]]
+
     def receive(self) -> dict[str, Any]:
         """The next answer, taken even when it is a failure (so the answers after it stay in step)."""
         line = self.answers.get(timeout=600)
@@ -143,13 +156,21 @@ def harness() -> Iterator[Harness]:
 
 
 def build_plan(
-    table: Table, mode: str = "snapshot", as_of: str | None = None, columns: Sequence[str] | None = None
+    table: Table,
+    mode: str = "snapshot",
+    as_of: str | None = None,
+    columns: Sequence[str] | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `stitchlake.plan/1` document of a snapshot or time-travel read, from the planner process's own code
-    (`stitchlake.spark.planner.plan`): the JVM merges exactly what the JVM reader would be handed."""
+    """The `stitchlake.plan/1` document of a snapshot, time-travel or (`changes`: since, until, before_images)
+    incremental read, from the planner process's own code (`stitchlake.spark.planner.plan`): the JVM merges
+    exactly what the JVM reader would be handed."""
     options = {"path": str(table.storage.describe()), "mode": mode}
     if as_of is not None:
         options["as_of"] = as_of
+    for name, value in (changes or {}).items():
+        if value is not None and value is not False:
+            options[name] = str(value).lower() if isinstance(value, bool) else str(value)
     return planner.plan(options, columns, [], {})
 
 
@@ -198,12 +219,15 @@ class Read:
     as_of: str | None
     columns: Sequence[str] | None
     want: list[str]
+    #: An incremental read's since, until and before_images (None: a snapshot read).
+    changes: dict[str, Any] | None = None
 
     def compare(self, answer: dict[str, Any]) -> None:
         """The JVM merge of this read returned the Python merge's rows, cell by cell."""
         got = sorted(json.dumps(row) for row in merged(answer))
+        what = f"changes {self.changes}" if self.changes else f"as_of={self.as_of}"
         assert got == self.want, (
-            f"JVM merge differs from Python ({self.mode}, as_of={self.as_of}, columns={self.columns}):\n"
+            f"JVM merge differs from Python ({self.mode}, {what}, columns={self.columns}):\n"
             + "\n".join(f"  jvm only: {row}" for row in sorted(set(got) - set(self.want)))
             + "\n"
             + "\n".join(f"  python only: {row}" for row in sorted(set(self.want) - set(got)))
@@ -243,9 +267,11 @@ def compared(harness: Harness, deferred: bool = False) -> Iterator[list[str]]:
 
     def read(self: Table, mode: str = "snapshot", **options: Unpack[ReadKeywords]) -> pa.Table:
         result = original(self, mode, **options)
-        if options.get("since") is None and options.get("until") is None and options.get("filter") is None:
-            asked = Read(mode, options.get("as_of"), options.get("columns"), canonical(result))
-            harness.send(build_plan(self, asked.mode, asked.as_of, asked.columns))  # the JVM merges meanwhile
+        if options.get("filter") is None:
+            incremental = options.get("since") is not None or options.get("until") is not None
+            changes = {n: options.get(n) for n in ("since", "until", "before_images")} if incremental else None
+            asked = Read(mode, options.get("as_of"), options.get("columns"), canonical(result), changes)
+            harness.send(build_plan(self, asked.mode, asked.as_of, asked.columns, changes))  # merged meanwhile
             waiting.append(asked)
             if not deferred:
                 waiting.pop().compare(harness.receive())
@@ -286,15 +312,39 @@ HISTORY_EXAMPLES = max(1, EXAMPLES - STEPS_EXAMPLES)
 LOG_FORMATS = st.sampled_from(["parquet", "avro"])
 
 
-def in_scratch(harness: Harness, history: Callable[[Path], object]) -> None:
-    """Run a generated history in a scratch folder (not pytest's: the examples are many), every read compared."""
+def in_scratch(harness: Harness, history: Callable[[Path], Table]) -> None:
+    """Run a generated history in a scratch folder (not pytest's: the examples are many), every read compared,
+    then an incremental read of the table's (`change_reads`), compared too."""
     root = Path(tempfile.mkdtemp(prefix="stitch-jvm-"))
     try:
         with compared(harness, deferred=True) as checked:
-            history(root)
+            change_reads(history(root))
         assert checked
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def change_reads(table: Table) -> None:
+    """An incremental read over a generated table's timeline, one of three kinds by the length of its timeline:
+    everything up to its first third, from its middle on, or between its first and second-to-last instants with
+    before-images (erases, compactions and rescales fall inside as the history put them). One per table: three
+    cost a third more of the suite's longest work, and a thousand tables cover each kind hundreds of times. A
+    range Python refuses the planner refuses too, in the same words."""
+    times = [i.completed for i in table.timeline().completed()]
+    if len(times) < 2:
+        return
+    ranges: list[dict[str, Any]] = [
+        {"until": times[len(times) // 3]},
+        {"since": times[len(times) // 2]},
+        {"since": times[0], "until": times[-2], "before_images": True},
+    ]
+    for changes in ranges[len(times) % 3 : len(times) % 3 + 1]:
+        try:
+            table.read(**changes)
+        except UsageError as refused:
+            with pytest.raises(UsageError) as planned:
+                build_plan(table, changes=changes)
+            assert str(planned.value) == str(refused)
 
 
 @settings(max_examples=STEPS_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
@@ -323,6 +373,24 @@ def test_a_row_the_python_merge_lacks_fails_the_comparison_also_when_deferred(ha
     with compared(harness) as checked:  # in step: the next read's answer is its own
         table.read()
     assert checked == ["snapshot"]
+
+
+def test_the_jvm_bucket_hash_gives_the_pinned_vectors_and_the_python_hash_of_random_keys(harness: Harness) -> None:
+    """An incremental read's task hashes carried keys again when a rescale changed the bucket count since their
+    commit: its hash must be the table's (tests/unit/test_layout.py pins it), on one column and on composite keys."""
+    from stitchlake.layout.bucket import stable_hash
+    from tests.unit.test_layout import PINNED
+
+    def value(cell: Any) -> Any:  # a date as the days since 1970 it is hashed as
+        return (cell - EPOCH_DAY).days if isinstance(cell, dt.date) else cell
+
+    pinned = [[value(c[0].as_py()) for c in columns] for columns, _ in PINNED]
+    assert harness.hashes(pinned) == [expected for _, expected in PINNED]
+    rng = random.Random(35)
+    text = "ab日🙂\x00 "
+    keys = [[rng.randint(-(2**63), 2**63 - 1), "".join(rng.choices(text, k=rng.randint(0, 9)))] for _ in range(200)]
+    python = stable_hash([pa.array([k[0] for k in keys], pa.int64()), pa.array([k[1] for k in keys], pa.string())])
+    assert harness.hashes(keys) == [int(h) for h in python]
 
 
 # ------------------------------------------------------------------------------------------------ types and values
@@ -391,4 +459,15 @@ def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path
         s.write("y", [{"k": 5, "p": "b", "dec": decimal.Decimal("0.001"), "op": "D"}])
         s.rows()
         s.table.read(columns=["k", "f", "g"])
-    assert len(checked) >= 4
+        # Incremental reads: every type diffed; a NaN and a map written again unchanged have no change row.
+        nan_again = {"k": 8, "p": "a", "dec": decimal.Decimal("1.000"), "g": float("nan"), "st": {"a": 1, "b": "n"}}
+        s.write("y", [nan_again])
+        s.write("x", [{"k": 6, "p": "b", "bin": b"\x10", "f": 2.5, "m": [("z", 5), ("y", None), ("x", 7)]}])
+        s.write("y", [nan_again])
+        times = [i.completed for i in s.table.timeline().completed()]
+        again = s.table.read(since=times[-3])
+        assert again.num_rows == 0, again.to_pylist()
+        s.table.read(since=times[0])
+        s.table.read(since=times[1], before_images=True)
+        s.table.read(until=times[2])
+    assert len(checked) >= 8

@@ -300,14 +300,42 @@ def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path
     assert got == expected(table) and {501, 502} <= {r["k"] for r in got}
 
 
-def test_incremental_reads_are_handed_to_the_python_source_with_a_notice(jvm: JvmSession, tmp_path: Path) -> None:
+def test_incremental_reads_are_merged_and_diffed_by_the_jvm_reader(jvm: JvmSession, tmp_path: Path) -> None:
+    """Issue 35 point 2: `since`/`until` reads (with and without before-images) are read by the JVM reader, not
+    handed to the Python source, and give the change rows of `stitchlake.read`: updates, deletes, an erase and a
+    rescale inside the range (carried keys hashed again under the new bucket count), pruned columns."""
     table = built(tmp_path)
-    first = table.timeline().completed()[0].completed
-    assert first is not None
-    got, _ = through_jvm(jvm, table, select="k, _op", since=first)
-    assert {r["k"] for r in got} == {r["k"] for r in table.read(since=first).to_pylist()}
-    assert "stitchlake: incremental reads" in jvm.stderr()
-    assert jvm.stderr().count("reading with the Python data source") == 1
+    first = table.timeline().completed()[-1].completed  # the compaction
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(20, 60), 11)))
+    middle = table.timeline().completed()[-1].completed
+    assert first is not None and middle is not None
+    table.rescale(3)
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(0, 30), 12)))
+    table.erase(pa.table({"k": pa.array([1, 2, 25, 59], pa.int64())}))
+    ranges: list[dict[str, str]] = [
+        {"since": first},
+        {"since": first, "before_images": "true"},
+        {"since": middle},
+        {"until": middle},
+    ]
+    for options in ranges:
+        got, plan = through_jvm(jvm, table, **options)
+        read = table.read(
+            since=options.get("since"), until=options.get("until"), before_images="before_images" in options
+        )
+        want = sorted(read.to_pylist(), key=lambda r: (r["k"], r["_op"]))
+        assert sorted(got, key=lambda r: (r["k"], r["_op"])) == want, options
+        assert len(want) > 10 and "changes since=" in plan and "Python" not in plan
+    ops = {r["_op"] for r in through_jvm(jvm, table, since=first, before_images="true")[0]}
+    assert ops == {"I", "-U", "+U", "D"}
+    got, plan = through_jvm(jvm, table, select="k, _op", where="_op = 'D'", since=middle)
+    assert got == sorted(({"k": r["k"], "_op": "D"} for r in want_deleted(table, middle)), key=lambda r: r["k"])
+    assert "columns=[k, _op]" in plan
+    assert "reading with the Python data source" not in jvm.stderr()
+
+
+def want_deleted(table: Table, since: str) -> list[dict[str, Any]]:
+    return [r for r in table.read(since=since).to_pylist() if r["_op"] == "D"]
 
 
 @pytest.mark.s3
@@ -420,6 +448,18 @@ def test_a_catalog_table_using_stitchlake_is_read_by_the_jvm(jvm: JvmSession, tm
     want = [{"k": r["k"], "amount": r["amount"], "carrier": r["carrier"]} for r in expected(table) if r["k"] < 20]
     assert sorted(answer["rows"], key=lambda r: r["k"]) == want
     assert "BatchScan stitchlake" in answer["plan"] and "columns=[k, amount, carrier]" in answer["plan"]
+    # A catalog table of changes: the range kept with the table, read by the JVM reader too.
+    since = table.timeline().completed()[0].completed
+    answer = jvm.run(
+        f"spark.sql(\"CREATE TABLE jvm_changes USING stitchlake OPTIONS (path '{location(table)}', "
+        f"since '{since}')\")\n"
+        "frame = spark.sql('SELECT k, _op, _streams FROM jvm_changes')\n"
+        "result = {'rows': rows(frame), 'plan': plan_text(frame)}\n"
+        "spark.sql('DROP TABLE jvm_changes')"
+    )
+    changes = table.read(since=since, columns=["k"]).select(["k", "_op", "_streams"]).to_pylist()
+    assert sorted(answer["rows"], key=lambda r: r["k"]) == sorted(changes, key=lambda r: r["k"]) and changes
+    assert f"changes since={since}" in answer["plan"]
 
 
 def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(

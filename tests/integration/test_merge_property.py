@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stitchlake.api import Table
 from tests.support.reference import Erase, Event, StreamModel, expected_rows
 from tests.support.tables import MODELS, as_rows, batch, new_table, partition_of
 
@@ -54,7 +55,8 @@ def steps(draw: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
+def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Table:
+    """Runs the steps, checking every read against the reference model; the table, for more reads."""
     table = new_table(root, log_format=log_format)
     models = {m.name: m for m in MODELS}
     events: list[Event] = []
@@ -94,6 +96,7 @@ def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
     assert table.read().equals(first), "two reads of the same snapshot differ"
     for number, completed in times:
         assert as_rows(table.read(as_of=completed)) == expected_rows(MODELS, events, erases, key_names, number)
+    return table
 
 
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])

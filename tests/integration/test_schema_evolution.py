@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stitchlake
+from stitchlake.api import Table
 from stitchlake.types import arrow_type
 from tests.support.cli import console
 from tests.support.reference import Event, StreamModel, expected_rows
@@ -174,7 +175,8 @@ def as_dict(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {(row["k"],): row for row in table.to_pylist()}
 
 
-def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> None:
+def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Table:
+    """Runs the history, checking every read against the reference; the table, for more reads."""
     document = copy.deepcopy(BASE)
     document["table"]["log_format"] = log_format
     table, config = new_table_file(root, document)
@@ -213,6 +215,7 @@ def run_history(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Non
         assert as_dict(got) == expected_at(then, written, number, initial), f"as of {completed}"
     table.compact()
     assert as_dict(table.read()) == expected_at(document, written, None, initial)
+    return table
 
 
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])

@@ -1,6 +1,7 @@
 package io.stitchlake.spark;
 
 import io.stitchlake.spark.plan.MergeView;
+import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.util.List;
 import java.util.Set;
@@ -15,7 +16,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.util.SerializableConfiguration;
 
 /** Builds each task's reader: batches when every output column is flat (merged batches where a slice has logs),
- * merged rows otherwise. */
+ * merged rows otherwise; change rows for an incremental read. */
 final class StitchReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
 
@@ -28,10 +29,12 @@ final class StitchReaderFactory implements PartitionReaderFactory {
   final Set<String> rowGroupColumns;
   final int batchSize;
   final boolean columnar;
+  /** An incremental read's range (null: a snapshot read). */
+  final Plan.Changes changes;
 
   StitchReaderFactory(Broadcast<SerializableConfiguration> conf, StructType output, StructType tableSchema,
       MergeView merge, String mergeJson, FilterPredicate rowGroups, Set<String> rowGroupColumns, int batchSize,
-      boolean columnar) {
+      boolean columnar, Plan.Changes changes) {
     this.conf = conf;
     this.output = output;
     this.tableSchema = tableSchema;
@@ -41,6 +44,7 @@ final class StitchReaderFactory implements PartitionReaderFactory {
     this.rowGroupColumns = rowGroupColumns;
     this.batchSize = batchSize;
     this.columnar = columnar;
+    this.changes = changes;
   }
 
   @Override
@@ -57,6 +61,7 @@ final class StitchReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
+    if (partition instanceof ChangeInputPartition) return new ChangeReader(this, ((ChangeInputPartition) partition).groups);
     return SliceReader.rows(this, ((SliceInputPartition) partition).slices);
   }
 }

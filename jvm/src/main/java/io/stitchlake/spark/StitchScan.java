@@ -2,6 +2,7 @@ package io.stitchlake.spark;
 
 import io.stitchlake.spark.io.DataFileReader;
 import io.stitchlake.spark.merge.SliceMerger;
+import io.stitchlake.spark.plan.ChangeSlice;
 import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.util.ArrayList;
@@ -51,6 +52,11 @@ final class StitchScan implements Scan, Batch {
 
   @Override
   public String description() {
+    if (plan.changes != null) {
+      return "columns=[" + String.join(", ", output.fieldNames()) + "] changes since=" + plan.changes.since
+          + " until=" + plan.changes.until + (plan.changes.beforeImages ? " before_images" : "") + " file groups="
+          + plan.changeSlices.size() + " pushed=" + Arrays.toString(pushed) + " rows";
+    }
     boolean batches = columnar();
     long logFree = plan.slices.stream().filter(PlanSlice::logFree).count();
     return "columns=[" + String.join(", ", output.fieldNames()) + "] mode="
@@ -71,6 +77,7 @@ final class StitchScan implements Scan, Batch {
    * ({@link SliceMerger#flat}); then slices with logs are merged into batches too ({@link SliceReader#batches}).
    */
   boolean columnar() {
+    if (plan.changes != null) return false; // change rows are built one by one
     SQLConf conf = SQLConf.get();
     if (!conf.parquetVectorizedReaderEnabled() || !conf.wholeStageEnabled()) return false;
     if (output.length() > conf.wholeStageMaxNumFields()) return false;
@@ -80,6 +87,14 @@ final class StitchScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     List<InputPartition> out = new ArrayList<>();
+    if (plan.changes != null) {
+      for (List<Integer> part : plan.partitions) {
+        List<ChangeSlice> groups = new ArrayList<>();
+        for (int i : part) groups.add(plan.changeSlices.get(i));
+        out.add(new ChangeInputPartition(groups));
+      }
+      return out.toArray(new InputPartition[0]);
+    }
     for (List<Integer> part : balanced(plan, cores(), openCost())) {
       List<PlanSlice> slices = new ArrayList<>();
       for (int i : part) slices.add(plan.slices.get(i));
@@ -151,6 +166,6 @@ final class StitchScan implements Scan, Batch {
     Broadcast<SerializableConfiguration> broadcast = session.sparkContext().broadcast(
         new SerializableConfiguration(hadoop), ClassTag$.MODULE$.apply(SerializableConfiguration.class));
     return new StitchReaderFactory(broadcast, output, tableSchema, plan.merge, plan.mergeJson, rowGroups,
-        rowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar());
+        rowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar(), plan.changes);
   }
 }

@@ -121,7 +121,9 @@ public final class StitchScanBuilder implements ScanBuilder, SupportsPushDownReq
       if (RowGroupFilters.toJson(new Filter[] {given[i]}).size() == 1) jsonIndex.put(j++, i);
     }
     for (int j : plan.filtersUsed) if (jsonIndex.containsKey(j)) used.add(jsonIndex.get(j));
-    used.addAll(RowGroupFilters.usable(given, tableSchema, keys));
+    // An incremental read compares whole states of the keys it found: no row group of them is skipped.
+    boolean changes = plan.changes != null;
+    if (!changes) used.addAll(RowGroupFilters.usable(given, tableSchema, keys));
     List<Filter> shown = new ArrayList<>();
     for (int i : used) shown.add(given[i]);
     pushed = shown.toArray(new Filter[0]);
@@ -129,8 +131,8 @@ public final class StitchScanBuilder implements ScanBuilder, SupportsPushDownReq
         plan,
         required,
         tableSchema,
-        RowGroupFilters.predicate(given, tableSchema, keys),
-        RowGroupFilters.columns(given, tableSchema, keys),
+        changes ? null : RowGroupFilters.predicate(given, tableSchema, keys),
+        changes ? Set.of() : RowGroupFilters.columns(given, tableSchema, keys),
         pushed,
         options);
   }

@@ -24,7 +24,7 @@ import scala.Option;
 
 /**
  * {@code format("stitchlake")} when the jar is on the classpath (docs/spark-reader.md): reads through the JVM
- * reader; writes, incremental reads and S3 tables without {@code s3a} go to the Python data source
+ * reader; writes and S3 tables without {@code s3a} go to the Python data source
  * {@code stitchlake_python}.
  */
 public final class StitchSource implements TableProvider, DataSourceRegister {
@@ -87,9 +87,6 @@ public final class StitchSource implements TableProvider, DataSourceRegister {
 
   /** Why the Python data source must read this (null: the JVM reader does). */
   static String delegation(Map<String, String> opts) {
-    if (opts.get("since") != null || opts.get("until") != null) {
-      return "incremental reads (since/until) are not read by the JVM reader yet";
-    }
     String planned = DELEGATES.get(where(opts));
     if (planned != null) return planned;
     String location = opts.getOrDefault("path", "");

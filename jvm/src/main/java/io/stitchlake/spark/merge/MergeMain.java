@@ -30,6 +30,7 @@ import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.BooleanType;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.DateType;
 import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.DoubleType;
@@ -76,6 +77,13 @@ public final class MergeMain {
       StringWriter buffer = new StringWriter();
       try (JsonGenerator g = Plan.JSON.getFactory().createGenerator(buffer)) {
         JsonNode request = Plan.JSON.readTree(line);
+        if (request.has("hash")) {
+          hashes(request.get("hash"), g);
+          out.write(buffer.toString().replace('\n', ' '));
+          out.write('\n');
+          out.flush();
+          continue;
+        }
         String planText = request.has("plan_file") ? request.get("plan_file").asText() : request.get("plan").toString();
         long started = System.nanoTime();
         g.writeStartObject();
@@ -105,11 +113,43 @@ public final class MergeMain {
     }
   }
 
+  /** The bucket hash of each key ({@code {"hash": [[value, ...], ...]}}: strings and integers) as unsigned text. */
+  private static void hashes(JsonNode keys, JsonGenerator g) throws IOException {
+    g.writeStartObject();
+    g.writeBooleanField("ok", true);
+    g.writeArrayFieldStart("hashes");
+    for (JsonNode key : keys) {
+      Object[] values = new Object[key.size()];
+      for (int i = 0; i < values.length; i++) {
+        JsonNode v = key.get(i);
+        values[i] = v.isTextual() ? v.asText() : (Object) v.asLong();
+      }
+      g.writeString(Long.toUnsignedString(BucketHash.hash(values)));
+    }
+    g.writeEndArray();
+    g.writeEndObject();
+    g.flush();
+  }
+
   static int run(Plan plan, DataFileReader files, int batchRows, JsonGenerator g) throws IOException {
     MergeSpec spec = MergeSpec.parse(plan.mergeJson);
     StructType all = plan.schema();
     List<StructField> fields = new ArrayList<>();
     for (String name : plan.columns) fields.add(all.apply(name));
+    if (plan.changes != null) {
+      // As a Spark task of an incremental read: the change rows of each file group, change columns last.
+      for (String name : ChangeFeed.COLUMNS) fields.add(DataTypes.createStructField(name, DataTypes.StringType, true));
+      StructType output = new StructType(fields.toArray(new StructField[0]));
+      ChangeFeed feed = new ChangeFeed(spec, all, files, plan.changes.keys, plan.changes.beforeImages);
+      int count = 0;
+      for (io.stitchlake.spark.plan.ChangeSlice slice : plan.changeSlices) {
+        for (InternalRow row : feed.read(slice, output)) {
+          writeRow(g, row, output);
+          count++;
+        }
+      }
+      return count;
+    }
     StructType output = new StructType(fields.toArray(new StructField[0]));
     int count = 0;
     try (SliceInputs inputs = new SliceInputs(spec, all, files, null, Set.of())) {

@@ -35,6 +35,9 @@ public final class Plan implements Serializable {
   @JsonProperty public List<PlanSlice> slices = new ArrayList<>();
   @JsonProperty public List<List<Integer>> partitions = new ArrayList<>();
   @JsonProperty("filters_used") public List<Integer> filtersUsed = new ArrayList<>();
+  /** An incremental read's range (null for a snapshot read); its work is {@link #changeSlices}. */
+  @JsonProperty public Changes changes;
+  @JsonProperty("change_slices") public List<ChangeSlice> changeSlices = new ArrayList<>();
   /** The Spark schema of every column (JSON text), and the merge object as JSON text (J2's MergeSpec parses it). */
   public String schemaJson;
   public String mergeJson;
@@ -50,6 +53,17 @@ public final class Plan implements Serializable {
   void setMerge(JsonNode node) {
     mergeJson = node == null ? null : node.toString();
     merge = node == null ? null : MergeView.of(node);
+  }
+
+  /** What an incremental read reports: the changes in (since, until], updates as two rows with before-images. */
+  @JsonIgnoreProperties(ignoreUnknown = true)
+  public static final class Changes implements Serializable {
+    private static final long serialVersionUID = 1L;
+    @JsonProperty public String since;
+    @JsonProperty public String until;
+    @JsonProperty("before_images") public boolean beforeImages;
+    /** The key columns, in the order the bucket hash takes them. */
+    @JsonProperty public List<String> keys = new ArrayList<>();
   }
 
   public StructType schema() {
