@@ -157,46 +157,6 @@ def _undoes_commits(plan: object) -> bool:
     return isinstance(plan, UndoPlan) and plan.undoes_commits
 
 
-def _touched_keys(
-    table: TableHandle,
-    timeline: Timeline,
-    view: FileSystemView,
-    instants: list[Any],
-    wanted: Callable[[str, str, int], bool],
-) -> dict[str, list[pa.Table]]:
-    """Key columns each partition received from the instants in the range, each with the commit's completion time
-    and stream (`COMMIT_TIME`, `STREAMS`). A file group's keys are read only if `wanted(partition, file group, its
-    bucket count then)` says they may be asked for."""
-    config = table.config
-    common = common_names(config)
-    out: dict[str, list[pa.Table]] = {}
-
-    def add(partition: str, keys: pa.Table, instant: Any, stream: str) -> None:
-        rows = keys.num_rows
-        keys = keys.append_column(COMMIT_TIME, pa.array([instant.completed] * rows, pa.string()))
-        out.setdefault(partition, []).append(keys.append_column(STREAMS, pa.array([stream] * rows, pa.string())))
-
-    for instant in instants:
-        commit = timeline.commit(instant)
-        layout = view.layout(instant.completed)  # the count its files were routed with (writers are fenced)
-        if isinstance(commit, EraseCommit):
-            for (partition, group), keys in erased_keys(table, commit).items():
-                if wanted(partition, group, layout.buckets(partition)):
-                    add(partition, keys, instant, ERASE_LABEL)
-            continue
-        stream = getattr(commit, "stream", None) or ""
-        for entry in commit.added_files:
-            if not wanted(entry.partition, entry.file_group, entry.buckets or layout.buckets(entry.partition)):
-                continue
-            add(
-                entry.partition,
-                read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum),
-                instant,
-                stream,
-            )
-    return out
-
-
 #: Columns of an erase's `erased_file` besides the key and partition columns: where each erased key lived.
 ERASED_GROUP = "_file_group"
 ERASED_PARTITION = "_partition"
@@ -356,40 +316,42 @@ def change_parts(
     before_images: bool = False,
 ) -> Iterator[pa.Table]:
     """Keys whose merged row changed in (since, until], with their row as of `until`, `_op` I/U/D and the
-    change-feed columns (`CHANGE_COLUMNS`), one file group at a time: the keys the range touched are read first
-    (keys only), then each file group's two states are merged, diffed and handed on before the next one's."""
+    change-feed columns (`CHANGE_COLUMNS`), one file group at a time, as `plan_changes` plans them (the JVM reader
+    reads the same plan): the group's carried keys are read (keys only), then its two states are merged, diffed
+    and handed on before the next group's."""
     config = table.config
     common = common_names(config)
-    if until is None:
-        latest = timeline.latest_completed()
-        until = latest.completed if latest else None
-    if until is None:
-        return
-    after_layout = view.layout(until)
-    before_layout = view.layout(since) if since else None
-    scope = ChangeScope(pruning, after_layout)
-    instants = changed_instants(timeline, since, until)
-    _refuse_cleaned(timeline, view, instants, since)
-    touched = _touched_keys(table, timeline, view, instants, scope.may_hold)
     every = list(dict.fromkeys(common + [c.name for c in config.all_columns()]))
-    for partition, keys in sorted(touched.items()):
-        carried_all = pa.concat_tables(keys)
-        groups = _groups_of(config, carried_all, after_layout.buckets(partition))
-        ids = scope.allowed(partition)
-        for group in np.unique(groups):
-            if ids is not None and int(group) not in ids:
-                continue
-            carried = carried_all.filter(pa.array(groups == group))
-            candidates = carried.select(common).group_by(common).aggregate([])
-            after = _state(table, view, (partition, file_group_id(int(group))), until, every, candidates)
-            before = (
-                _before(table, view, partition, since, every, candidates, before_layout.buckets(partition))
-                if since and before_layout is not None
-                else empty_rows(config, every)
-            )
-            changed = _diff(config, before, after, common, every, before_images)
-            changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
-            yield changes.select([*wanted, *CHANGE_COLUMNS])
+    for group in plan_changes(table, timeline, view, since, until, pruning):
+        carried = _carried_keys(table, group)
+        if not carried.num_rows:
+            continue
+        candidates = carried.select(common).group_by(common).aggregate([])
+        after = _state(table, group.after, every, candidates)
+        found = [_state(table, s, every, candidates) for s in group.before]
+        found = [f for f in found if f.num_rows]
+        before = pa.concat_tables(found) if found else empty_rows(config, every)
+        changed = _diff(config, before, after, common, every, before_images)
+        changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
+        yield changes.select([*wanted, *CHANGE_COLUMNS])
+
+
+def _carried_keys(table: TableHandle, group: ChangeGroup) -> pa.Table:
+    """The keys the range's commits carried into `group` (common columns, `COMMIT_TIME`, `STREAMS`): each carried
+    file's keys in the group (hashed again when a rescale changed the count since), then the erased ones."""
+    config = table.config
+    common = common_names(config)
+    parts = []
+    for item in group.carried:
+        entry = item.file
+        keys = read_table_file(table.storage, entry.path, key_schema(config), common, entry.rows, entry.checksum)
+        if item.buckets != group.buckets:
+            keys = keys.filter(pa.array(_groups_of(config, keys, group.buckets) == int(group.file_group)))
+        keys = keys.append_column(COMMIT_TIME, pa.array([item.completed] * keys.num_rows, pa.string()))
+        parts.append(keys.append_column(STREAMS, pa.array([item.stream] * keys.num_rows, pa.string())))
+    if group.erased is not None:
+        parts.append(group.erased)
+    return pa.concat_tables(parts) if parts else pa.table({})
 
 
 def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:
@@ -461,39 +423,11 @@ def _groups_of(config: TableConfig, keys: pa.Table, buckets: int) -> np.ndarray:
     return bucket_of([keys.column(n) for n in config.table.key_names], buckets)
 
 
-def _before(
-    table: TableHandle,
-    view: FileSystemView,
-    partition: str,
-    since: str,
-    columns: list[str],
-    candidates: pa.Table,
-    buckets: int,
-) -> pa.Table:
-    """The candidates' rows as of `since`, from the file groups they had then (a rescale in the range moved them)."""
-    groups = _groups_of(table.config, candidates, buckets)
-    found = [
-        _state(
-            table, view, (partition, file_group_id(int(g))), since, columns, candidates.filter(pa.array(groups == g))
-        )
-        for g in np.unique(groups)
-    ]
-    found = [f for f in found if f.num_rows]
-    return pa.concat_tables(found) if found else empty_rows(table.config, columns)
-
-
-def _state(
-    table: TableHandle,
-    view: FileSystemView,
-    key: tuple[str, str],
-    as_of: str | None,
-    columns: list[str],
-    candidates: pa.Table,
-) -> pa.Table:
-    fslice = view.latest_slices(as_of, file_groups=[key])
-    if not fslice:
+def _state(table: TableHandle, fslice: FileSlice | None, columns: list[str], candidates: pa.Table) -> pa.Table:
+    """The candidates' merged rows in `fslice` (none: no rows)."""
+    if fslice is None:
         return empty_rows(table.config, columns)
-    rows = to_rows(table.config, merge_slice(table, fslice[0], columns, versions=False), columns)
+    rows = to_rows(table.config, merge_slice(table, fslice, columns, versions=False), columns)
     found, _ = _match_keys(rows, candidates, common_names(table.config), "left semi")
     return rows.take(np.sort(found))
 
