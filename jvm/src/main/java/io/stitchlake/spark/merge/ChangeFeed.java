@@ -6,14 +6,11 @@ import io.stitchlake.spark.plan.ChangeSlice;
 import io.stitchlake.spark.plan.MergeSpec;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -23,15 +20,20 @@ import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.BooleanType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DateType;
 import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.DoubleType;
 import org.apache.spark.sql.types.FloatType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.LongType;
 import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.types.TimestampType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -58,6 +60,8 @@ public final class ChangeFeed {
   /** The key columns' positions among the common ones, and their types, in the bucket hash's order. */
   private final int[] keyAt;
   private final DataType[] keyTypes;
+  /** The key columns' positions in the table's columns (a merged row's). */
+  private final int[] keyInTable;
 
   public ChangeFeed(MergeSpec spec, StructType table, DataFileReader files, List<String> keys, boolean beforeImages) {
     this.spec = spec;
@@ -74,85 +78,121 @@ public final class ChangeFeed {
     common = new StructType(fields.toArray(new StructField[0]));
     keyAt = new int[keys.size()];
     keyTypes = new DataType[keys.size()];
+    keyInTable = new int[keys.size()];
     for (int k = 0; k < keyAt.length; k++) {
       keyAt[k] = common.fieldIndex(keys.get(k));
       keyTypes[k] = common.fields()[keyAt[k]].dataType();
+      keyInTable[k] = table.fieldIndex(keys.get(k));
     }
   }
 
-  /** What carried a key in the range: the last commit's completion time and the streams. */
-  private static final class Carry {
-    String time = "";
-    final TreeSet<String> streams = new TreeSet<>();
+  /** What carried each candidate in the range: the last commit's completion time and the streams (sorted). */
+  private static final class Carried {
+    final CandidateKeys keys;
+    final List<String> times = new ArrayList<>();
+    final List<String> streams = new ArrayList<>();
 
-    void add(String commitTime, String stream) {
-      if (commitTime.compareTo(time) > 0) time = commitTime;
-      streams.add(stream);
+    Carried(CandidateKeys keys) {
+      this.keys = keys;
+    }
+
+    void add(SpecializedGetters row, int[] positions, String commitTime, String stream) {
+      int at = keys.add(row, positions);
+      if (at == times.size()) {
+        times.add(commitTime);
+        streams.add(stream);
+        return;
+      }
+      if (commitTime.compareTo(times.get(at)) > 0) times.set(at, commitTime);
+      String had = streams.get(at);
+      if (!had.equals(stream) && !("," + had + ",").contains("," + stream + ",")) {
+        TreeSet<String> names = new TreeSet<>(List.of(had.split(",")));
+        names.add(stream);
+        streams.set(at, String.join(",", names));
+      }
     }
   }
 
-  /** The change rows of one file group, in key order, each in {@code output}'s columns. */
+  /** The change rows of one file group, each in {@code output}'s columns, keys in the order the range carried
+   * them (a key's {@code -U} row right before its {@code +U} row). */
   public List<InternalRow> read(ChangeSlice slice, StructType output) throws IOException {
-    Map<Key, Carry> carried = new HashMap<>();
+    Carried carried = new Carried(CandidateKeys.of(keyTypes));
     for (ChangeSlice.Carried c : slice.carried) carriedKeys(slice, c, carried);
     for (List<String> row : slice.erased) {
       Object[] values = new Object[common.length()];
       for (int c = 0; c < values.length; c++) values[c] = Types.literal(common.fields()[c].dataType(), row.get(c));
-      Key key = Key.of(new GenericInternalRow(values), identity(values.length), commonTypes());
-      carried.computeIfAbsent(key, k -> new Carry()).add(text(row.get(values.length)), text(row.get(values.length + 1)));
+      carried.add(new GenericInternalRow(values), keyAt, text(row.get(values.length)),
+          text(row.get(values.length + 1)));
     }
-    if (carried.isEmpty()) return List.of();
-    Map<Key, InternalRow> after = state(slice.after == null ? List.of() : List.of(slice.after), carried.keySet());
-    Map<Key, InternalRow> before = state(slice.before, carried.keySet());
-    List<Key> keys = new ArrayList<>(carried.keySet());
-    keys.sort(null);
+    int n = carried.keys.size();
+    if (n == 0) return List.of();
+    // The state as of `since` is kept (copied); the one as of `until` is compared row by row as it is merged.
+    InternalRow[] before = state(slice.before, carried.keys);
+    InternalRow[][] changes = new InternalRow[n][];
+    boolean[] live = new boolean[n];
     Rows out = new Rows(output);
-    for (Key key : keys) {
-      InternalRow now = after.get(key);
-      InternalRow then = before.get(key);
-      Carry carry = carried.get(key);
-      if (now != null && then == null) {
-        out.add(now, "I", carry, true);
-      } else if (now != null && !same(now, then)) {
-        if (beforeImages) out.add(then, "-U", carry, true);
-        out.add(now, beforeImages ? "+U" : "U", carry, true);
-      } else if (now == null && then != null) {
-        out.add(then, "D", carry, beforeImages);
+    if (slice.after != null) {
+      try (SliceInputs inputs = new SliceInputs(spec, table, files, null, Set.of())) {
+        SliceMerger merger = new SliceMerger(spec, table);
+        Iterator<InternalRow> rows = merger.merge(inputs.read(slice.after, merger));
+        while (rows.hasNext()) {
+          InternalRow now = rows.next();
+          int key = carried.keys.find(now, keyInTable);
+          if (key < 0) continue;
+          live[key] = true;
+          InternalRow then = before[key];
+          String time = carried.times.get(key);
+          String streams = carried.streams.get(key);
+          if (then == null) {
+            changes[key] = new InternalRow[] {out.row(now, "I", time, streams, true)};
+          } else if (!same(now, then)) {
+            InternalRow updated = out.row(now, beforeImages ? "+U" : "U", time, streams, true);
+            changes[key] = beforeImages
+                ? new InternalRow[] {out.row(then, "-U", time, streams, true), updated}
+                : new InternalRow[] {updated};
+          }
+        }
       }
     }
-    return out.rows;
+    for (int key = 0; key < n; key++) {
+      if (!live[key] && before[key] != null) {
+        changes[key] = new InternalRow[] {
+          out.row(before[key], "D", carried.times.get(key), carried.streams.get(key), beforeImages)
+        };
+      }
+    }
+    List<InternalRow> found = new ArrayList<>();
+    for (InternalRow[] rows : changes) if (rows != null) found.addAll(List.of(rows));
+    return found;
   }
 
   /** Adds the keys of one carried file that are in the group. */
-  private void carriedKeys(ChangeSlice slice, ChangeSlice.Carried c, Map<Key, Carry> carried) throws IOException {
+  private void carriedKeys(ChangeSlice slice, ChangeSlice.Carried c, Carried carried) throws IOException {
     boolean rehash = c.buckets != slice.buckets;
     int group = Integer.parseInt(slice.fileGroup);
-    int[] all = identity(common.length());
-    DataType[] types = commonTypes();
     try (FileBatches batches = files.open(c.file, common, null, Set.of(), false)) {
       while (batches.next()) {
         ColumnarBatch batch = batches.get();
         for (int r = 0; r < batch.numRows(); r++) {
           InternalRow row = batch.getRow(r);
           if (rehash && BucketHash.bucket(row, keyAt, keyTypes, slice.buckets) != group) continue;
-          carried.computeIfAbsent(Key.of(row, all, types), k -> new Carry()).add(c.commitTime, c.stream);
+          carried.add(row, keyAt, c.commitTime, c.stream);
         }
       }
     }
   }
 
-  /** The merged rows of the candidates in {@code slices}, by key (copied: the files are released). */
-  private Map<Key, InternalRow> state(Collection<PlanSlice> slices, Set<Key> candidates) throws IOException {
-    Map<Key, InternalRow> out = new HashMap<>();
-    DataType[] types = commonTypes();
+  /** The merged rows of the candidates in {@code slices}, by candidate number (copied: the files are released). */
+  private InternalRow[] state(Collection<PlanSlice> slices, CandidateKeys candidates) throws IOException {
+    InternalRow[] out = new InternalRow[candidates.size()];
     try (SliceInputs inputs = new SliceInputs(spec, table, files, null, Set.of())) {
       for (PlanSlice slice : slices) {
         SliceMerger merger = new SliceMerger(spec, table);
         Iterator<InternalRow> rows = merger.merge(inputs.read(slice, merger));
         while (rows.hasNext()) {
           InternalRow row = rows.next();
-          Key key = Key.of(row, commonAt, types);
-          if (candidates.contains(key)) out.put(key, row.copy());
+          int at = candidates.find(row, keyInTable);
+          if (at >= 0) out[at] = row.copy();
         }
         inputs.release();
       }
@@ -183,6 +223,9 @@ public final class ChangeFeed {
       double y = b.getDouble(i);
       return x == y || (Double.isNaN(x) && Double.isNaN(y));
     }
+    if (t instanceof LongType || t instanceof TimestampType) return a.getLong(i) == b.getLong(i);
+    if (t instanceof IntegerType || t instanceof DateType) return a.getInt(i) == b.getInt(i);
+    if (t instanceof BooleanType) return a.getBoolean(i) == b.getBoolean(i);
     if (t instanceof StringType) return a.getUTF8String(i).equals(b.getUTF8String(i));
     if (t instanceof BinaryType) return Arrays.equals(a.getBinary(i), b.getBinary(i));
     if (t instanceof DecimalType) {
@@ -213,26 +256,23 @@ public final class ChangeFeed {
     return true;
   }
 
-  private DataType[] commonTypes() {
-    DataType[] out = new DataType[common.length()];
-    for (int c = 0; c < out.length; c++) out[c] = common.fields()[c].dataType();
-    return out;
-  }
-
-  private static int[] identity(int n) {
-    int[] out = new int[n];
-    for (int i = 0; i < n; i++) out[i] = i;
-    return out;
-  }
-
   private static String text(String json) {
     Object value = Types.literal(DataTypes.StringType, json);
     return value == null ? "" : value.toString();
   }
 
+  /** A value that outlives the batch it was read from (a merged row points into the files' vectors). */
+  private static Object kept(Object v) {
+    if (v instanceof UTF8String) return ((UTF8String) v).copy();
+    if (v instanceof ArrayData) return ((ArrayData) v).copy();
+    if (v instanceof MapData) return ((MapData) v).copy();
+    if (v instanceof InternalRow) return ((InternalRow) v).copy();
+    if (v instanceof byte[]) return ((byte[]) v).clone();
+    return v;
+  }
+
   /** Change rows in the read's columns: table columns from a merged row, then the change columns. */
   private final class Rows {
-    final List<InternalRow> rows = new ArrayList<>();
     private final int[] from;
     private final DataType[] types;
     private final String[] change;
@@ -258,68 +298,17 @@ public final class ChangeFeed {
     }
 
     /** One change row of {@code row}'s values ({@code values} false: only its key and partition columns). */
-    void add(InternalRow row, String op, Carry carry, boolean values) {
+    InternalRow row(InternalRow row, String op, String time, String streams, boolean values) {
       Object[] cells = new Object[from.length];
       for (int o = 0; o < cells.length; o++) {
         if (change != null && change[o] != null) {
-          String cell = change[o].equals(OP) ? op : change[o].equals(COMMIT_TIME) ? carry.time
-              : String.join(",", carry.streams);
+          String cell = change[o].equals(OP) ? op : change[o].equals(COMMIT_TIME) ? time : streams;
           cells[o] = UTF8String.fromString(cell);
         } else if ((values || isCommon[o]) && !row.isNullAt(from[o])) {
-          cells[o] = row.get(from[o], types[o]);
+          cells[o] = kept(row.get(from[o], types[o]));
         }
       }
-      rows.add(new GenericInternalRow(cells));
-    }
-  }
-
-  /** A key: the common columns' values, hashable and ordered (numbers, then text and bytes by their bytes). */
-  static final class Key implements Comparable<Key> {
-    private final Object[] values;
-    private final int hash;
-
-    private Key(Object[] values) {
-      this.values = values;
-      this.hash = Arrays.hashCode(values);
-    }
-
-    static Key of(SpecializedGetters row, int[] positions, DataType[] types) {
-      Object[] values = new Object[positions.length];
-      for (int c = 0; c < values.length; c++) {
-        if (row.isNullAt(positions[c])) continue;
-        Object v = row.get(positions[c], types[c]);
-        if (v instanceof UTF8String) v = ((UTF8String) v).copy();
-        else if (v instanceof byte[]) v = ByteBuffer.wrap(((byte[]) v).clone());
-        else if (v instanceof Integer || v instanceof Short || v instanceof Byte) v = ((Number) v).longValue();
-        values[c] = v;
-      }
-      return new Key(values);
-    }
-
-    @Override
-    public boolean equals(Object other) {
-      return other instanceof Key && hash == ((Key) other).hash && Arrays.equals(values, ((Key) other).values);
-    }
-
-    @Override
-    public int hashCode() {
-      return hash;
-    }
-
-    @Override
-    @SuppressWarnings({"unchecked", "rawtypes"})
-    public int compareTo(Key other) {
-      for (int c = 0; c < values.length; c++) {
-        Object a = values[c];
-        Object b = other.values[c];
-        if (a == null || b == null) {
-          if (a != b) return a == null ? -1 : 1;
-          continue;
-        }
-        int cmp = a instanceof Comparable ? ((Comparable) a).compareTo(b) : a.toString().compareTo(b.toString());
-        if (cmp != 0) return cmp;
-      }
-      return 0;
+      return new GenericInternalRow(cells);
     }
   }
 }
