@@ -1,7 +1,9 @@
 """The change feed (design.md §7): which keys' merged rows changed in (since, until], and how (`_op` I/U/D).
 
-The keys the range's commits carried are read first (keys only); then each file group's two states, as of `since`
-and as of `until`, are merged with the snapshot reader's `merge_slice`, diffed and handed on one group at a time.
+`plan_changes` plans the read per file group (the JVM reader takes the same plan): the files whose keys the range's
+commits carried, the keys its erases removed, and the group's slices as of `since` and as of `until`. `change_parts`
+reads each group's carried keys (keys only), merges its two states with the snapshot reader's `merge_slice`, diffs
+them and hands them on, one group at a time.
 """
 
 from __future__ import annotations

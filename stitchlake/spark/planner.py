@@ -155,6 +155,7 @@ def _change_document(
 
 
 def _change_entry(table: Table, group: ChangeGroup) -> dict[str, Any]:
+    """One `change_slices` entry: erased keys as literals in the common columns' order, then time and label."""
     from stitchlake.reading.changes import COMMIT_TIME, STREAMS
     from stitchlake.reading.snapshot import common_names
 
@@ -170,21 +171,10 @@ def _change_entry(table: Table, group: ChangeGroup) -> dict[str, Any]:
         "buckets": group.buckets,
         "after": slice_entry(table, group.after, ReadMode.SNAPSHOT) if group.after is not None else None,
         "before": [slice_entry(table, s, ReadMode.SNAPSHOT) for s in group.before],
+        # Only its key columns are read, which no alter changes: no schema version to describe (its stream may even
+        # be a dropped one).
         "carried": [
-            {
-                "file": {
-                    "path": location(table, c.file.path),
-                    "kind": c.file.kind,
-                    "stream": c.file.stream,
-                    "checksum": c.file.checksum,
-                    "bytes": c.file.bytes,
-                    "rows": c.file.rows,
-                    "format": "avro" if c.file.path.endswith(".avro") else "parquet",
-                },
-                "commit_time": c.completed,
-                "stream": c.stream,
-                "buckets": c.buckets,
-            }
+            {"file": _stored(table, c.file), "commit_time": c.completed, "stream": c.stream, "buckets": c.buckets}
             for c in group.carried
         ],
         "erased": erased,
@@ -288,16 +278,23 @@ def file_entry(table: Table, item: DataFile) -> dict[str, Any]:
             elif field.name in declared and old_types.get(field.name) not in (None, declared[field.name]):
                 types[field.name] = old_types[field.name]
     return {
+        **_stored(table, item),
+        "commit": int(item.completed) if item.completed else 0,
+        "absent": absent,
+        "types": types,
+    }
+
+
+def _stored(table: Table, item: DataFile) -> dict[str, Any]:
+    """Where a data file is and what to verify it by."""
+    return {
         "path": location(table, item.path),
         "kind": item.kind,
         "stream": item.stream,
-        "commit": int(item.completed) if item.completed else 0,
         "checksum": item.checksum,
         "bytes": item.bytes,
         "rows": item.rows,
         "format": "avro" if item.path.endswith(".avro") else "parquet",
-        "absent": absent,
-        "types": types,
     }
 
 

@@ -193,6 +193,7 @@ class StitchReader(DataSourceReader):
 
         from stitchlake.io.schemas import table_schema
         from stitchlake.reading.changes import CHANGE_COLUMNS, change_parts
+        from stitchlake.reading.filters import prune
 
         if not groups:
             return
@@ -203,21 +204,12 @@ class StitchReader(DataSourceReader):
         wanted = pa.schema(
             [*(schema.field(c) for c in self.columns), *(pa.field(c, pa.string()) for c in CHANGE_COLUMNS)]
         )
-        for partition, group in groups:
-            pruning = self._pruning(partition, group)
-            for rows in change_parts(
-                table, timeline, view, self.since, self.until, self.columns, pruning, self.before_images
-            ):
-                yield from rows.cast(wanted).to_batches(max_chunksize=65536)
-
-    def _pruning(self, partition: str, group: str) -> Pruning:
-        """The read's filters, narrowed to one file group: its partition's values and its bucket."""
-        from stitchlake.layout.partition import parse_partition_path
-        from stitchlake.reading.filters import prune
-
-        where: dict[str, Any] = dict(self.where)
-        where.update(parse_partition_path(partition))
-        return replace(prune(self.table.config, where), only=frozenset({(partition, group)}))
+        # One plan for all of the task's groups: planning walks the range's commits and reads its erases' keys.
+        pruning = replace(prune(table.config, self.where or None), only=frozenset((p, g) for p, g in groups))
+        for rows in change_parts(
+            table, timeline, view, self.since, self.until, self.columns, pruning, self.before_images
+        ):
+            yield from rows.cast(wanted).to_batches(max_chunksize=65536)
 
 
 _POOL: ThreadPoolExecutor | None = None

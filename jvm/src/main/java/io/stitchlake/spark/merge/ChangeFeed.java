@@ -86,13 +86,14 @@ public final class ChangeFeed {
     }
   }
 
-  /** What carried each candidate in the range: the last commit's completion time and the streams (sorted). */
-  private static final class Carried {
+  /** The candidates, and what carried each in the range: the last commit's completion time and the streams
+   * (sorted). */
+  private static final class Candidates {
     final CandidateKeys keys;
     final List<String> times = new ArrayList<>();
     final List<String> streams = new ArrayList<>();
 
-    Carried(CandidateKeys keys) {
+    Candidates(CandidateKeys keys) {
       this.keys = keys;
     }
 
@@ -116,7 +117,7 @@ public final class ChangeFeed {
   /** The change rows of one file group, each in {@code output}'s columns, keys in the order the range carried
    * them (a key's {@code -U} row right before its {@code +U} row). */
   public List<InternalRow> read(ChangeSlice slice, StructType output) throws IOException {
-    Carried carried = new Carried(CandidateKeys.of(keyTypes));
+    Candidates carried = new Candidates(CandidateKeys.of(keyTypes));
     for (ChangeSlice.Carried c : slice.carried) carriedKeys(slice, c, carried);
     for (List<String> row : slice.erased) {
       Object[] values = new Object[common.length()];
@@ -167,7 +168,7 @@ public final class ChangeFeed {
   }
 
   /** Adds the keys of one carried file that are in the group. */
-  private void carriedKeys(ChangeSlice slice, ChangeSlice.Carried c, Carried carried) throws IOException {
+  private void carriedKeys(ChangeSlice slice, ChangeSlice.Carried c, Candidates carried) throws IOException {
     boolean rehash = c.buckets != slice.buckets;
     int group = Integer.parseInt(slice.fileGroup);
     try (FileBatches batches = files.open(c.file, common, null, Set.of(), false)) {
