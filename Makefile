@@ -3,6 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+CLASS_ARCHIVE := $(VENV)/jars/spark-classes.jsa
+JAVA_BIN := $(realpath $(shell command -v java 2>/dev/null))
+JAVA_BASE_ARCHIVE := $(wildcard $(dir $(JAVA_BIN))../lib/server/classes.jsa)
 PYTEST_ARGS ?=
 
 .PHONY: help setup check-tools jvm conformance demo test test-fast lint bench bench-peers bench-scale torture partitions clean
@@ -38,7 +41,7 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-setup: check-tools $(STAMP) jvm
+setup: check-tools $(STAMP) jvm $(CLASS_ARCHIVE)
 
 # The JVM Spark reader (docs/spark-reader.md): rebuilt when a source under jvm/ is newer than the jar. Spark itself is
 # `provided`; the first build downloads its modules into ~/.m2 (about 300 MB, once per machine).
@@ -55,6 +58,13 @@ $(JAR): $(JVM_SOURCES)
 	@cd jvm && mvn -q -B package -DskipTests
 	@mkdir -p $(dir $(JAR))
 	@cp jvm/target/stitchlake-spark.jar $(JAR)
+
+# A class-data-sharing archive of Spark's classes, mapped by stitchlake's Spark drivers (half their start-up CPU;
+# stitchlake/jobs/spark_conf.py, class_archive): made again when the environment, Java or its own base archive
+# changes (CLASS_ARCHIVE above). A failed build is a warning: drivers then start the ordinary way.
+$(CLASS_ARCHIVE): $(STAMP) $(JAVA_BIN) $(JAVA_BASE_ARCHIVE) scripts/spark_class_archive.py
+	@echo "building the Spark class-data-sharing archive ($(CLASS_ARCHIVE), about a minute)"
+	@$(BIN)/python -m scripts.spark_class_archive || echo "warning: Spark drivers will start without a class archive"
 
 # The JVM merge against the Python merge on many more generated tables than `make test` runs (CONFORMANCE_EXAMPLES).
 conformance: setup

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from stitchlake.jobs.spark_conf import class_sharing_options
+
 pytest_plugins = [
     "tests.support.zookeeper_server",
     "tests.support.spark_fixtures",
@@ -32,8 +34,10 @@ UNIT = Path(__file__).resolve().parent / "unit"
 #: inherit) compile with C1 only: they live seconds on little data, and C2 spent more than it saved. Measured here,
 #: a session that writes and aggregates 200k rows: 12.2 s wall and 18.6 s CPU by default, 9.9 s and 11.0 s with it.
 #: Only the suite's processes inherit it: `make bench` and its siblings run without it (the suite's smoke runs of
-#: the benchmark scripts do run under it, and assert no speed). A value set outside wins.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+#: the benchmark scripts do run under it, and assert no speed). They also map Spark's classes from the archive `make
+#: setup` builds (`spark_conf.class_archive`), as stitchlake's own jobs and sessions do: every driver of the suite
+#: does. A value set outside wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", f"-XX:TieredStopAtLevel=1 {class_sharing_options()}".strip())
 
 #: fixture -> the marker a test taking it gets (directly or through another fixture).
 FIXTURE_MARKERS = {

@@ -34,7 +34,7 @@ from stitchlake.concurrency.processes import die_with_parent, exists
 from stitchlake.errors import StitchError
 from stitchlake.jobs.job_process import JOB_MARK, end_leftovers, follow
 from stitchlake.jobs.spark_conf import DEFAULT_CONF as SESSION_CONF
-from stitchlake.jobs.spark_conf import REQUIRED_CONF, reader_conf
+from stitchlake.jobs.spark_conf import REQUIRED_CONF, class_sharing_options, reader_conf
 from stitchlake.paths import LOGS_DIR
 
 if TYPE_CHECKING:
@@ -43,12 +43,14 @@ if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
 
 #: Defaults for spark-submit jobs: a session's, and no web UI (a job is a batch run, and its port could clash with
-#: another job's) and the throughput collector (the config's spark.conf overrides them; REQUIRED_CONF everything).
+#: another job's); the config's spark.conf overrides them, REQUIRED_CONF everything.
 JOB_CONF = {
     **SESSION_CONF,
     "spark.ui.enabled": "false",
-    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
+#: The driver's Java options unless the config gives its own: the throughput collector, and the class-data-sharing
+#: archive's when it was built (`spark_conf.class_archive`).
+JOB_DRIVER_OPTIONS = "-XX:+UseParallelGC"
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ def spark_properties(config: TableConfig) -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
     }
     properties.update(reader_conf(properties))  # the JVM reader, when switched on (spark_conf.READER_DEFAULT)
+    if "spark.driver.extraJavaOptions" not in config.spark.conf:  # the config's own options win, as given
+        properties["spark.driver.extraJavaOptions"] = f"{JOB_DRIVER_OPTIONS} {class_sharing_options()}".strip()
     names = sorted(key.removeprefix(EXECUTOR_ENV) for key in forwarded)
     if names:
         # Spark shows executorEnv values in its UI and event log unless this matches their names or values.

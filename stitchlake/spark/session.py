@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from stitchlake.jobs.spark_conf import DEFAULT_CONF, REQUIRED_CONF, reader_conf, reader_jar
+from stitchlake.jobs.spark_conf import DEFAULT_CONF, REQUIRED_CONF, class_sharing_options, reader_conf, reader_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -108,4 +108,7 @@ def session(
     given = dict(config.spark.conf) if config is not None else {}
     for key, value in reader_conf(given, jvm_reader).items():
         builder = builder.config(key, value)
+    sharing = class_sharing_options()
+    if sharing and "spark.driver.extraJavaOptions" not in given:  # a new JVM starts faster (spark_conf.class_archive)
+        builder = builder.config("spark.driver.extraJavaOptions", sharing)
     return register(builder.getOrCreate())

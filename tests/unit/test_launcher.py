@@ -19,7 +19,7 @@ import pytest
 from stitchlake.concurrency.processes import exited, parent
 from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
-from stitchlake.jobs import job_process, spark_submit
+from stitchlake.jobs import job_process, spark_conf, spark_submit
 from stitchlake.jobs.job_process import JOB_MARK, end_leftovers
 from stitchlake.jobs.spark_submit import (
     JobFiles,
@@ -69,6 +69,21 @@ def test_settings_go_to_a_private_properties_file_not_the_command_line(tmp_path:
     assert "spark.hadoop.fs.s3a.secret.key=s3cr3t\\=with\\:odd\\\\chars" in text
     # What every job relies on wins over the user's settings.
     assert "spark.sql.session.timeZone=UTC" in text
+
+
+def test_a_job_driver_maps_the_class_archive_unless_the_config_gives_its_own_java_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = tmp_path / "jars" / "spark-classes.jsa"
+    monkeypatch.setattr(spark_conf, "class_archive", lambda: archive)
+    options = spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
+    assert options == "-XX:+UseParallelGC"  # not built: nothing to map
+    archive.parent.mkdir()
+    archive.write_bytes(b"an archive")
+    options = spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
+    assert options == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+    own = spark_properties(_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
+    assert own["spark.driver.extraJavaOptions"] == "-Xss4m"
 
 
 @pytest.mark.parametrize(
