@@ -47,10 +47,21 @@ def class_archive() -> Path:
     return Path(sys.prefix) / "jars" / CLASS_ARCHIVE_NAME
 
 
+def class_archive_size(archive: Path) -> Path:
+    """The file recording the archive's size when it was built and proven to map."""
+    return archive.with_name(archive.name + ".size")
+
+
 def class_sharing_options() -> str:
-    """The driver's Java options that map the class-data-sharing archive; empty when none was built."""
+    """The driver's Java options that map the class-data-sharing archive; empty when none was built, or when it is
+    not the size it was built at: a JVM mapping a cut archive dies (SIGBUS, measured on Java 17), where it would
+    step over one from another Java or Spark."""
     archive = class_archive()
-    return f"-XX:SharedArchiveFile={archive} {CLASS_ARCHIVE_QUIET}" if archive.is_file() else ""
+    try:
+        whole = int(class_archive_size(archive).read_text(encoding="utf-8")) == archive.stat().st_size
+    except (OSError, ValueError):
+        return ""
+    return f"-XX:SharedArchiveFile={archive} {CLASS_ARCHIVE_QUIET}" if whole else ""
 
 
 def reader_jar() -> Path:

@@ -80,8 +80,12 @@ def test_a_job_driver_maps_the_class_archive_unless_the_config_gives_its_own_jav
     assert options == "-XX:+UseParallelGC"  # not built: nothing to map
     archive.parent.mkdir()
     archive.write_bytes(b"an archive")
+    spark_conf.class_archive_size(archive).write_text("10", encoding="utf-8")
     options = spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
     assert options == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+    archive.write_bytes(b"an arc")  # cut short (a full disk): mapping it would kill the driver
+    assert spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    archive.write_bytes(b"an archive")
     own = spark_properties(_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
     assert own["spark.driver.extraJavaOptions"] == "-Xss4m"
 
