@@ -1,9 +1,9 @@
 """Table commands of `stitch`: `init`, `validate`, `alter`, `timeline show`, `read`, `sql` and `report` (design.md §7,
 §8).
 
-They run in-process and never start a JVM. pyarrow is imported inside `read` only, so `--help`, `init` and
-`timeline show` stay fast. Rendering lives in `stitchlake.cli.output` and the modules it uses; these functions
-gather data into a report.
+They run in-process and never start a JVM, except `read --engine spark` (a spark-submit job). pyarrow is imported
+inside `read` only, so `--help`, `init` and `timeline show` stay fast. Rendering lives in `stitchlake.cli.output`
+and the modules it uses; these functions gather data into a report.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shlex
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -34,11 +34,12 @@ from stitchlake.cli.options import (
 )
 from stitchlake.cli.output import Report
 from stitchlake.errors import StitchError, UsageError
-from stitchlake.vocabulary import Action, ReadMode, State
+from stitchlake.vocabulary import Action, EngineChoice, ReadMode, State
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from stitchlake.jobs.requests import SparkReadRequest
     from stitchlake.services.inspect.history import InstantListing
     from stitchlake.table.handle import TableHandle
 
@@ -260,12 +261,45 @@ def read_command(
     where: WhereOption = None,
     mode: ModeOption = ReadMode.SNAPSHOT,
     limit: LimitOption = 20,
-    out: OutOption = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Write the whole result to FILE.parquet, .csv or .json (JSON lines); with --engine spark, to a "
+            "folder of part files named so (a re-run replaces the folder it wrote).",
+        ),
+    ] = None,
+    engine: Annotated[
+        Literal[EngineChoice.local, EngineChoice.spark],
+        typer.Option(
+            "--engine",
+            help="local: read in this process; spark: a spark-submit job reads through format('stitchlake') (the "
+            "JVM reader merges in Spark's tasks) and writes --out with Spark's writer.",
+        ),
+    ] = EngineChoice.local,
     as_json: JsonOption = False,
 ) -> Report:
-    """Read the table: print a sample, or write the whole result to a file (one file slice at a time)."""
+    """Read the table: print a sample, or write the whole result to a file (one file slice at a time), or, with
+    --engine spark, to a folder of part files written by Spark."""
     # Refuse bad arguments before reading anything.
     wanted = split_columns(columns)
+    if engine is EngineChoice.spark:
+        from stitchlake.jobs.requests import SparkReadRequest
+
+        request = SparkReadRequest(
+            mode,
+            as_of,
+            since,
+            until,
+            tuple(wanted) if wanted else None,
+            tuple(where or ()),
+            before_images,
+            limit,
+            str(out.resolve()) if out is not None else None,
+            out_format(out) if out is not None else None,
+        )
+        return spark_read_report(open_target(config, table), request)
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
     rows = handle.scan(
@@ -334,6 +368,57 @@ def result_report(
     )
 
 
+def spark_read_report(handle: TableHandle, request: SparkReadRequest) -> Report:
+    """`stitch read --engine spark`: the job's sample (an Arrow file it leaves) printed as `stitch read` prints one,
+    or what it wrote; with the reader that merged (`jvm`, or `python` when the JVM reader's jar is absent)."""
+    import tempfile
+    from dataclasses import replace
+
+    import pyarrow as pa
+
+    from stitchlake.cli.jobs import launch_job
+
+    with tempfile.TemporaryDirectory(prefix="stitch-read-") as folder:
+        if request.out is None:
+            request = replace(request, sample=str(Path(folder) / "sample.arrow"))
+        ran = launch_job(handle, request, EngineChoice.spark)
+        done = ran.result
+        where = {"engine": ran.engine, "reader": done.reader, "seconds": ran.seconds, "log": ran.log}
+        if request.sample is not None:
+            with pa.memory_map(request.sample) as source:
+                sample = pa.ipc.open_file(source).read_all()
+            records = {"rows": done.rows, "shown": sample.num_rows, "columns": sample.column_names}
+
+            def human() -> None:
+                printing.print_table(tables.rows_table(sample, done.rows))
+                printing.hint(f"read on Spark by the {done.reader} reader in {ran.seconds:.1f}s; Spark log: {ran.log}")
+
+            return Report({**records, "records": sample.to_pylist(), **where}, human=human)
+    return Report(
+        {"rows": done.rows, "path": done.out, "format": done.format, "files": done.files, "bytes": done.bytes, **where},
+        title="wrote",
+        fields=[
+            ("rows", "rows"),
+            ("path", "path"),
+            ("format", "format"),
+            ("part files", "files"),
+            ("size", "size"),
+            ("reader", "reader"),
+            ("engine", "engine"),
+            ("seconds", "seconds"),
+            ("Spark log", "log"),
+        ],
+        source={
+            "rows": values.human_count(done.rows),
+            "path": done.out,
+            "format": done.format,
+            "files": done.files,
+            "size": values.human_size(done.bytes),
+            **where,
+        },
+    )
+
+
 def take_sample(schema: pa.Schema, batches: Iterable[pa.RecordBatch], limit: int | None) -> tuple[pa.Table, int]:
     """The first `limit` rows (all when None) and the number of rows in all: the rest is counted, not kept."""
     import pyarrow as pa
@@ -358,16 +443,22 @@ def split_columns(text: str | None) -> list[str] | None:
     return names
 
 
+def out_format(path: Path) -> str:
+    """The format `--out` names by its suffix (a file's, or a Spark output folder's)."""
+    found = OUT_FORMATS.get(path.suffix.lower())
+    if found is None:
+        raise UsageError(f"--out {path}: unknown file type {path.suffix or '(none)'!r} (use .parquet, .csv or .json)")
+    return found
+
+
 def check_out_path(path: Path) -> str:
     """The format for `--out`, refusing (exit 2) before any reading what cannot be written."""
-    out_format = OUT_FORMATS.get(path.suffix.lower())
-    if out_format is None:
-        raise UsageError(f"--out {path}: unknown file type {path.suffix or '(none)'!r} (use .parquet, .csv or .json)")
+    found = out_format(path)
     if path.is_dir():
         raise UsageError(f"--out {path}: is a folder; give a file name")
     if not path.parent.is_dir():
         raise UsageError(f"--out {path}: folder {path.parent} does not exist")
-    return out_format
+    return found
 
 
 def write_result(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: Path, out_format: str) -> tuple[int, int]:

@@ -143,7 +143,8 @@ def read_table_file(
             f"{where}: holds {table.num_rows} rows but its commit recorded {expected_rows}", file=where
         )
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
-    missing = [f.name for f in wanted if f.name not in table.column_names]
+    present = set(table.column_names)  # a fresh list on every call: asked once, not per column
+    missing = [f.name for f in wanted if f.name not in present]
     if missing:
         raise CorruptFileError(f"{where}: missing columns {', '.join(missing)}", file=where)
     table = table.select(wanted.names)

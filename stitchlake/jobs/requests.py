@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from stitchlake.config.choices import CleanPolicy, clean_policy
 from stitchlake.errors import one_of
-from stitchlake.vocabulary import SavepointAction
+from stitchlake.vocabulary import ReadMode, SavepointAction
 
 if TYPE_CHECKING:
+    from stitchlake.jobs.results import SparkReadResult  # noqa: F401 (named in the type arguments below)
     from stitchlake.services.rewrites.compaction import CompactionResult  # noqa: F401 (named in the type arguments below)
     from stitchlake.services.rewrites.erase import EraseResult  # noqa: F401 (named in the type arguments below)
     from stitchlake.services.rewrites.rescale import RescaleResult  # noqa: F401 (named in the type arguments below)
@@ -153,3 +154,28 @@ class StreamRequest(JobRequest["StreamResult"]):
     checkpoint: str | None = None
     #: A file whose appearance asks the query to stop after the running batch (the CLI's graceful SIGTERM).
     stop_file: str | None = None
+
+
+@dataclass(frozen=True)
+class SparkReadRequest(JobRequest["SparkReadResult"]):
+    """`stitch read --engine spark`: the table read through `format("stitchlake")` in a spark-submit job, so the JVM
+    reader merges file slices in Spark's tasks: the count and a sample, or every row written by Spark (Spark only).
+
+    The read's choices are `stitch read`'s own (the local engine's), checked the same way before the JVM starts."""
+
+    job: ClassVar[str] = "read"
+    mode: ReadMode = ReadMode.SNAPSHOT
+    as_of: str | None = None
+    since: str | None = None
+    until: str | None = None
+    columns: tuple[str, ...] | None = None
+    #: `--where` texts (`reading.filters`), applied to the merged rows.
+    where: tuple[str, ...] = ()
+    before_images: bool = False
+    #: Rows in the sample (0: all of them).
+    limit: int = 20
+    #: A folder Spark writes every row into, as part files of `out_format` (None: the count and a sample).
+    out: str | None = None
+    out_format: str | None = None
+    #: Where the driver leaves the sample: an Arrow IPC file the launcher reads back, so values keep their types.
+    sample: str | None = None

@@ -27,6 +27,22 @@ def plain(value: Any) -> Any:
 
 
 @dataclass
+class SparkReadResult:
+    """What `stitch read --engine spark` read: `rows` in all, and either the sample's rows (`shown`, in the
+    request's sample file) or the folder Spark wrote them to (`out`: `files` part files of `bytes` in all).
+    `reader`: which Spark reader merged them (`jvm`, or `python`: the fallback when the JVM reader is absent)."""
+
+    rows: int
+    columns: list[str]
+    reader: str
+    shown: int = 0
+    out: str | None = None
+    format: str | None = None
+    files: int = 0
+    bytes: int = 0
+
+
+@dataclass
 class JobRun(Generic[R]):
     """One job's run: `result` is what its service returned; `engine` where it ran (`local`, `spark`; `none`
     when nothing was pending); `seconds` the wall time waited, `job_seconds` the job's own part after the JVM

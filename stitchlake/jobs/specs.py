@@ -27,8 +27,10 @@ from stitchlake.jobs.requests import (
     RestoreRequest,
     RollbackRequest,
     SavepointRequest,
+    SparkReadRequest,
     StreamRequest,
 )
+from stitchlake.jobs.results import SparkReadResult
 from stitchlake.services.rewrites.compaction import CompactionResult
 from stitchlake.services.rewrites.erase import EraseResult
 from stitchlake.services.rewrites.rescale import RescaleResult
@@ -148,6 +150,31 @@ def _erase_work(table: TableHandle, _request: EraseRequest) -> Preflight:
     return Preflight(sum(f.bytes for f in table.view().live_files()))
 
 
+def _read_preflight(table: TableHandle, request: SparkReadRequest) -> Preflight:
+    """A Spark read is planned here first, by the planner `stitch read` uses: a bad time, column, filter or mode
+    is refused with the local read's words, before any JVM starts."""
+    from stitchlake.reading.options import ReadOptions
+    from stitchlake.reading.reader import scan
+
+    options = ReadOptions(
+        request.mode,
+        request.as_of,
+        request.since,
+        request.until,
+        request.columns,
+        list(request.where) or None,
+        request.before_images,
+    )
+    scan(table, options)
+    if request.out is not None:
+        from pathlib import Path
+
+        from stitchlake.reading.output_folder import check_out_folder
+
+        check_out_folder(Path(request.out))
+    return Preflight()
+
+
 # ------------------------------------------------------------------------------------------------- the jobs
 
 
@@ -162,6 +189,7 @@ _JOBS: tuple[JobSpec[Any, Any], ...] = (
     JobSpec(RestoreRequest, RestoreResult, handlers.run_restore),
     JobSpec(ArchiveRequest, ArchiveResult, handlers.run_archive),
     JobSpec(StreamRequest, StreamResult, None, _stream_preflight),
+    JobSpec(SparkReadRequest, SparkReadResult, None, _read_preflight),
 )
 #: Every job, by name.
 SPECS: dict[str, JobSpec[Any, Any]] = {spec.job: spec for spec in _JOBS}

@@ -22,6 +22,8 @@ PACKING_CONF = {
 
 #: Spark's error when a name is a JVM data source already: the reader's jar is on the classpath.
 ALREADY_EXISTS = "DATA_SOURCE_ALREADY_EXISTS"
+#: A session setting `register` leaves: which reader `format("stitchlake")` is, `jvm` or `python`.
+READER_IN_USE_CONF = "spark.stitchlake.reader"
 
 
 def fallback_notice() -> str:
@@ -54,7 +56,9 @@ def register(spark: SparkSession, start_planner: bool = True) -> SparkSession:
             raise
     else:
         print(fallback_notice(), file=sys.stderr)
+        spark.conf.set(READER_IN_USE_CONF, "python")
         return spark
+    spark.conf.set(READER_IN_USE_CONF, "jvm")
     if start_planner:
         _start_planner(spark)
     return spark
@@ -81,6 +85,21 @@ def packing_defaults(spark: SparkSession) -> dict[str, str]:
     return out
 
 
+def session_settings(config: TableConfig | None = None, jvm_reader: bool | None = None) -> dict[str, str]:
+    """The settings `session` builds a session with: the workers' Python, the config's (over the defaults), the
+    required ones, the JVM reader's and the class archive's driver options (unless the config gives its own)."""
+    settings = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+    if config is not None:
+        settings.update({**DEFAULT_CONF, **config.spark.conf})
+    settings.update(REQUIRED_CONF)
+    given = dict(config.spark.conf) if config is not None else {}
+    settings.update(reader_conf(given, jvm_reader))
+    sharing = class_sharing_options()
+    if sharing and "spark.driver.extraJavaOptions" not in given:  # a new JVM starts faster (spark_conf.class_archive)
+        settings["spark.driver.extraJavaOptions"] = sharing
+    return settings
+
+
 def session(
     config: TableConfig | None = None, app_name: str = "stitchlake", jvm_reader: bool | None = None
 ) -> SparkSession:
@@ -96,19 +115,8 @@ def session(
     # In-process sessions take the workers' Python from the environment, not from spark.pyspark.python.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    builder = builder.config("spark.pyspark.python", sys.executable).config(
-        "spark.pyspark.driver.python", sys.executable
-    )
     if config is not None:
         builder = builder.master(config.spark.master)
-        for key, value in {**DEFAULT_CONF, **config.spark.conf}.items():
-            builder = builder.config(key, value)
-    for key, value in REQUIRED_CONF.items():
+    for key, value in session_settings(config, jvm_reader).items():
         builder = builder.config(key, value)
-    given = dict(config.spark.conf) if config is not None else {}
-    for key, value in reader_conf(given, jvm_reader).items():
-        builder = builder.config(key, value)
-    sharing = class_sharing_options()
-    if sharing and "spark.driver.extraJavaOptions" not in given:  # a new JVM starts faster (spark_conf.class_archive)
-        builder = builder.config("spark.driver.extraJavaOptions", sharing)
     return register(builder.getOrCreate())

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from pyspark.sql import SparkSession
 
-        from stitchlake.jobs.requests import StreamRequest
+        from stitchlake.jobs.requests import SparkReadRequest, StreamRequest
         from stitchlake.jobs.results import plain
         from stitchlake.jobs.run import run
         from stitchlake.jobs.specs import from_json
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         job = request.job
         table: Table = open_table(args.config or args.table)
         secrets = table.config.secret_values
-        # No job reads through `format("stitchlake")`: no planner process to start.
+        # Only `read` reads through `format("stitchlake")`, at once: the planner starts with its first read.
         spark = register(SparkSession.builder.appName(f"stitch-{job}").getOrCreate(), start_planner=False)
         spark.sparkContext.setLogLevel("WARN")
         started = time.monotonic()  # the job's own part: the JVM and the session are up
@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
             from stitchlake.spark.streaming import run_stream  # PySpark 4.2+: the rest runs on 4.1
 
             result: Any = run_stream(spark, table, request, progress)
+        elif isinstance(request, SparkReadRequest):
+            from stitchlake.spark.read_job import run_read
+
+            result = run_read(spark, table, request, progress)
         else:
             result = run(table, request, SparkEngine(spark), progress)
         outcome: dict[str, Any] = {"ok": True, "result": plain(result), "job_seconds": time.monotonic() - started}

@@ -134,8 +134,9 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
     choices = engine_choices()
     assert set(choices) == {
         *("ingest", "compact", "clean", "delete", "rescale", "rollback", "archive"),
-        *("savepoint create", "savepoint delete", "savepoint restore"),
+        *("savepoint create", "savepoint delete", "savepoint restore", "read"),
     }
+    assert choices.pop("read") == ["local", "spark"]  # a read is never sized: in this process unless Spark is asked
     for command, offered in choices.items():
         job = job_of.get(command, command)
         assert job in REQUESTS, command

@@ -203,3 +203,75 @@ def test_bad_rows_exit_5_through_spark_submit(tmp_path: Path) -> None:
     assert "stitchlake-details" not in failure["error"]
     assert table.timeline().completed() == [] and table.timeline().pending() == []
     assert data_files(table) == []
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    return {row["order_id"]: row for row in rows}
+
+
+def test_read_on_spark_prints_and_writes_what_the_local_read_returns(
+    concurrent: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """`stitch read --engine spark`: a spark-submit job reads through format("stitchlake") with the JVM reader; its
+    sample (every row, --limit 0) and the folder it writes (columns, a filter on a stream column, a re-run over its
+    earlier output) hold the local read's rows, cell for cell."""
+    import pyarrow.parquet as pq
+
+    config, _ = concurrent
+    table = open_table(str(config))
+    whole = table.read()
+
+    printed = run_stitch("read", "-c", str(config), "--engine", "spark", "--limit", "0", "--json")
+    assert printed.returncode == 0, printed.stderr
+    answer = one_json(printed.stdout)
+    assert answer["engine"] == "spark" and answer["reader"] == "jvm" and Path(answer["log"]).is_file()
+    assert answer["rows"] == answer["shown"] == whole.num_rows > 0
+    assert answer["columns"] == whole.column_names
+    local = json.loads(run_stitch("read", "-c", str(config), "--limit", "0", "--json").stdout)["records"]
+    assert _by_key(answer["records"]) == _by_key(local)
+
+    out = tmp_path / "paid.parquet"
+    out.mkdir()
+    (out / "_SUCCESS").touch()  # an earlier run's output: replaced whole
+    (out / "part-old.parquet").write_bytes(b"stale")
+    columns = ["order_id", "pay_status", "paid_amount", "currency"]
+    where = "paid_amount>=50"
+    wrote = run_stitch(
+        "read", "-c", str(config), "--engine", "spark", "--columns", ",".join(columns), "--where", where,
+        "--out", str(out), "--json",
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    result = one_json(wrote.stdout)
+    expected = table.read(columns=columns, filter=where)
+    assert 0 < expected.num_rows < whole.num_rows  # the filter keeps some rows, not all
+    assert result["rows"] == expected.num_rows and result["format"] == "parquet" and result["files"] >= 1
+    assert not (out / "part-old.parquet").exists() and (out / "_SUCCESS").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left beside it
+    written = pq.read_table(out)
+    assert written.column_names == columns
+    assert _by_key(written.to_pylist()) == _by_key(expected.to_pylist())
+
+
+def test_read_on_spark_refuses_bad_arguments_before_any_jvm(
+    concurrent: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    config, _ = concurrent
+    table = open_table(str(config))
+    logs = sorted(Path(table.path, ".stitch", "logs").iterdir())
+    kept = tmp_path / "mine.parquet"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("not a Spark output")
+    refusals = {
+        ("--columns", "order_id,nope"): "unknown column nope",
+        ("--where", "nope=1"): "'nope' is not a column",
+        ("--out", str(kept)): "is not a finished Spark output",
+        ("--out", str(tmp_path / "rows.txt")): "unknown file type",
+        ("--as-of", "nonsense"): "is neither an instant time",
+        ("--before-images",): "before_images is for change reads",
+    }
+    for args, words in refusals.items():
+        done = run_stitch("read", "-c", str(config), "--engine", "spark", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert words in done.stderr, (args, done.stderr)
+    assert (kept / "notes.txt").is_file()
+    assert sorted(Path(table.path, ".stitch", "logs").iterdir()) == logs  # refused without starting Spark

@@ -222,3 +222,25 @@ def test_a_launch_removes_the_private_folders_of_launchers_that_are_gone(
         spark_submit.sweep_private_folders()
         assert not folders["gone"].exists()
         assert all(folders[name].exists() for name in ("running", "older naming", "not ours"))
+
+
+def test_an_in_process_session_maps_the_class_archive_unless_the_config_gives_its_own_java_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stitchlake.spark.session import session_settings
+
+    archive = tmp_path / "jars" / "spark-classes.jsa"
+    monkeypatch.setattr(spark_conf, "class_archive", lambda: archive)
+    assert "spark.driver.extraJavaOptions" not in session_settings(_config(tmp_path, "local[1]"))  # not built
+    archive.parent.mkdir()
+    archive.write_bytes(b"an archive")
+    spark_conf.class_archive_size(archive).write_text("10", encoding="utf-8")
+    for table_config in (None, _config(tmp_path, "local[1]")):
+        settings = session_settings(table_config)
+        assert (
+            settings["spark.driver.extraJavaOptions"]
+            == f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+        )
+        assert settings["spark.sql.session.timeZone"] == "UTC"
+    own = session_settings(_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
+    assert own["spark.driver.extraJavaOptions"] == "-Xss4m"

@@ -471,3 +471,31 @@ def test_parquet_and_avro_logs_hold_every_column_type_alike(tmp_path: Path) -> N
     assert final[0]["l"] == 2**63 - 1 and final[0]["i"] == -(2**31)
     assert (final[0]["gi"], final[0]["gs"], final[0]["gt"]) == (3, "second", final[0]["t"])
     assert results["parquet"][-1].equals(results["parquet"][0])  # compaction changed nothing
+
+
+def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_output(tmp_path: Path) -> None:
+    """`stitch read --engine spark --out` never loses what is not its own, and a re-run swaps its output whole."""
+    from stitchlake.reading.output_folder import SUCCESS_MARKER, check_out_folder, replace_folder
+
+    check_out_folder(tmp_path / "new.parquet")  # new: fine
+    with pytest.raises(UsageError, match="does not exist"):
+        check_out_folder(tmp_path / "missing" / "new.parquet")
+    (tmp_path / "file.parquet").write_text("x")
+    with pytest.raises(UsageError, match="is a file"):
+        check_out_folder(tmp_path / "file.parquet")
+    mine = tmp_path / "mine.parquet"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(UsageError, match="not a finished Spark output"):
+        check_out_folder(mine)
+
+    target = tmp_path / "out.parquet"
+    for run in ("first", "second"):
+        written = tmp_path / f".out.{run}.tmp"
+        written.mkdir()
+        (written / SUCCESS_MARKER).touch()
+        (written / f"part-{run}").write_text(run)
+        check_out_folder(target)
+        replace_folder(written, target)
+        assert sorted(p.name for p in target.iterdir()) == [SUCCESS_MARKER, f"part-{run}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.parquet", "mine.parquet", "out.parquet"]

@@ -1,0 +1,139 @@
+"""`stitch read --engine spark` in a spark-submit job's driver: the table read through `format("stitchlake")`, so
+the JVM reader merges file slices inside Spark's tasks (the Python data source when the jar is absent: the session
+says which, `session.READER_IN_USE_CONF`).
+
+Without `--out` the driver counts the rows and leaves a sample in an Arrow IPC file the launcher reads back (values
+keep their types on the way). With `--out` Spark's own writer writes every row, in parallel, into a folder of part
+files: first into a hidden sibling folder, which then takes the folder's place, so a failed job leaves the last
+good output and never half of one; the row count comes from an observed metric of the same pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stitchlake.errors import UsageError
+from stitchlake.jobs.results import SparkReadResult
+from stitchlake.reading.output_folder import check_out_folder, replace_folder, temporary_sibling
+from stitchlake.spark.session import READER_IN_USE_CONF
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from stitchlake.jobs.requests import SparkReadRequest
+    from stitchlake.table.handle import TableHandle
+
+Progress = Callable[[str], None]
+
+
+def run_read(spark: SparkSession, table: TableHandle, request: SparkReadRequest, progress: Progress) -> SparkReadResult:
+    frame = read_frame(spark, table, request)
+    reader = str(spark.conf.get(READER_IN_USE_CONF, "python"))
+    if request.out is None:
+        return _sample(frame, request, reader, progress)
+    return _write(frame, request.out, request.out_format or "parquet", reader, progress)
+
+
+def read_frame(spark: SparkSession, table: TableHandle, request: SparkReadRequest) -> DataFrame:
+    """The read as a DataFrame: the data source's options, then the columns and the `--where` conditions (on the
+    merged rows: Spark hands the reader only what it may apply before the merge)."""
+    options = {"path": table.path, "mode": str(request.mode)}
+    if table.config.source_file:
+        options["config"] = str(Path(table.config.source_file).resolve())
+    for name in ("as_of", "since", "until"):
+        value = getattr(request, name)
+        if value is not None:
+            options[name] = str(value)
+    if request.before_images:
+        options["before_images"] = "true"
+    frame = spark.read.format("stitchlake").options(**options).load()
+    if request.columns:
+        frame = frame.select(*request.columns)
+    condition = where_condition(table, request.where)
+    return frame if condition is None else frame.filter(condition)
+
+
+def where_condition(table: TableHandle, where: tuple[str, ...]) -> Column | None:
+    """`--where` texts as one Spark condition, typed as `stitch read` types them (`reading.filters.conditions`)."""
+    from pyspark.sql import functions as F
+
+    from stitchlake.reading.filters import conditions
+
+    if not where:
+        return None
+    out: Column | None = None
+    for item in conditions(table.config, list(where)):
+        column = F.col(item.column)
+        if item.op == "=":
+            term = column.isin(*item.values)
+        else:
+            value = F.lit(item.values[0])
+            term = {
+                "!=": column != value,
+                ">": column > value,
+                ">=": column >= value,
+                "<": column < value,
+                "<=": column <= value,
+            }[item.op]
+        out = term if out is None else out & term
+    return out
+
+
+def _sample(frame: DataFrame, request: SparkReadRequest, reader: str, progress: Progress) -> SparkReadResult:
+    """The count and the first `limit` rows (all of them: one pass); the sample goes to the request's file."""
+    import pyarrow as pa
+
+    if request.sample is None:
+        raise UsageError("a Spark read without --out needs a sample file (SparkReadRequest.sample)")
+    if request.limit == 0:
+        progress("reading every row")
+        rows = frame.toArrow()
+        total = rows.num_rows
+    else:
+        progress("counting rows")
+        total = frame.count()
+        progress(f"{total:,} row(s); taking the first {request.limit:,}")
+        rows = frame.limit(request.limit).toArrow()
+    with pa.OSFile(request.sample, "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return SparkReadResult(total, list(frame.columns), reader, shown=rows.num_rows)
+
+
+def _write(frame: DataFrame, out: str, out_format: str, reader: str, progress: Progress) -> SparkReadResult:
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    if out_format == "csv":
+        nested = [f.name for f in frame.schema.fields if f.dataType.typeName() in ("struct", "array", "map")]
+        if nested:
+            raise UsageError(
+                f"--out {out}: CSV cannot hold nested values ({', '.join(nested)}); write .parquet or .json, "
+                "or leave those columns out with --columns"
+            )
+    target = Path(out)
+    check_out_folder(target)
+    temp = temporary_sibling(target, "tmp")
+    counted = Observation("written")
+    writer = frame.observe(counted, F.count(F.lit(1)).alias("rows")).write.format(out_format)
+    if out_format == "csv":
+        writer = writer.option("header", "true")
+    progress(f"writing {out_format} part files into {target}")
+    try:
+        writer.save(str(temp))
+        rows = int(counted.get["rows"])
+        replace_folder(temp, target)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    parts = [p for p in target.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]
+    return SparkReadResult(
+        rows,
+        list(frame.columns),
+        reader,
+        out=str(target),
+        format=out_format,
+        files=len(parts),
+        bytes=sum(p.stat().st_size for p in parts),
+    )
