@@ -9,6 +9,7 @@ and the modules it uses; these functions gather data into a report.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import uuid
 from collections.abc import Iterable
@@ -445,6 +446,8 @@ def split_columns(text: str | None) -> list[str] | None:
 
 def out_format(path: Path) -> str:
     """The format `--out` names by its suffix (a file's, or a Spark output folder's)."""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", str(path)):  # `s3://b/x` reaches us as the Path `s3:/b/x`
+        raise UsageError(f"--out {path}: give a local path; --out does not write to an object store")
     found = OUT_FORMATS.get(path.suffix.lower())
     if found is None:
         raise UsageError(f"--out {path}: unknown file type {path.suffix or '(none)'!r} (use .parquet, .csv or .json)")

@@ -266,6 +266,7 @@ def test_read_on_spark_refuses_bad_arguments_before_any_jvm(
         ("--where", "nope=1"): "'nope' is not a column",
         ("--out", str(kept)): "is not a finished Spark output",
         ("--out", str(tmp_path / "rows.txt")): "unknown file type",
+        ("--out", "s3://bucket/rows.parquet"): "give a local path",
         ("--as-of", "nonsense"): "is neither an instant time",
         ("--before-images",): "before_images is for change reads",
     }
