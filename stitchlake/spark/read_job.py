@@ -1,6 +1,6 @@
 """`stitch read --engine spark` in a spark-submit job's driver: the table read through `format("stitchlake")`, so
-the JVM reader merges file slices inside Spark's tasks (the Python data source when the jar is absent: the session
-says which, `session.READER_IN_USE_CONF`).
+the JVM reader merges file slices inside Spark's tasks (the Python data source when the jar is absent or the JVM
+reader hands the read over: the result says which).
 
 Without `--out` the driver counts the rows and leaves a sample in an Arrow IPC file the launcher reads back (values
 keep their types on the way). With `--out` Spark's own writer writes every row, in parallel, into a folder of part
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from stitchlake.errors import UsageError
 from stitchlake.jobs.results import SparkReadResult
 from stitchlake.reading.output_folder import check_out_folder, replace_folder, temporary_sibling
-from stitchlake.spark.session import READER_IN_USE_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -27,13 +26,20 @@ if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
 
 Progress = Callable[[str], None]
+#: How Spark's physical plan marks the scan of a Python data source.
+PYTHON_SCAN = "(Python)"
+#: Parquet timestamps as stitchlake writes its own (INT64 microseconds, UTC) rather than Spark's legacy INT96,
+#: unless the config's `spark.conf` says otherwise.
+TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
 
 
 def run_read(spark: SparkSession, table: TableHandle, request: SparkReadRequest, progress: Progress) -> SparkReadResult:
     frame = read_frame(spark, table, request)
-    reader = str(spark.conf.get(READER_IN_USE_CONF, "python"))
+    reader = reader_of(frame)
     if request.out is None:
         return _sample(frame, request, reader, progress)
+    if TIMESTAMP_CONF not in table.config.spark.conf:
+        spark.conf.set(TIMESTAMP_CONF, "TIMESTAMP_MICROS")
     return _write(frame, request.out, request.out_format or "parquet", reader, progress)
 
 
@@ -54,6 +60,14 @@ def read_frame(spark: SparkSession, table: TableHandle, request: SparkReadReques
         frame = frame.select(*request.columns)
     condition = where_condition(table, request.where)
     return frame if condition is None else frame.filter(condition)
+
+
+def reader_of(frame: DataFrame) -> str:
+    """Which reader merges `frame`'s rows: `python` when its scan is a Python data source's (the jar is absent, or
+    the JVM reader handed the read over, e.g. a table on S3 without `s3a`), else `jvm`. Planning it now also warms
+    the planner for the job's own read."""
+    plan = str(frame._jdf.queryExecution().executedPlan().toString())
+    return "python" if PYTHON_SCAN in plan else "jvm"
 
 
 def where_condition(table: TableHandle, where: tuple[str, ...]) -> Column | None:

@@ -22,8 +22,6 @@ PACKING_CONF = {
 
 #: Spark's error when a name is a JVM data source already: the reader's jar is on the classpath.
 ALREADY_EXISTS = "DATA_SOURCE_ALREADY_EXISTS"
-#: A session setting `register` leaves: which reader `format("stitchlake")` is, `jvm` or `python`.
-READER_IN_USE_CONF = "spark.stitchlake.reader"
 
 
 def fallback_notice() -> str:
@@ -56,9 +54,7 @@ def register(spark: SparkSession, start_planner: bool = True) -> SparkSession:
             raise
     else:
         print(fallback_notice(), file=sys.stderr)
-        spark.conf.set(READER_IN_USE_CONF, "python")
         return spark
-    spark.conf.set(READER_IN_USE_CONF, "jvm")
     if start_planner:
         _start_planner(spark)
     return spark

@@ -3,8 +3,8 @@
 
 Three `stitch ingest --engine spark` jobs run at once as three applications of one cluster, their executors in
 JVMs and Python workers of the cluster's worker, reaching S3 through stitchlake's storage (no s3a, no Hadoop
-jars); then a compaction job, then `spark.read.format("stitchlake")` from a session on the cluster. The result
-equals the demo data's ground truth every time.
+jars); then a compaction job, then `stitch read --engine spark` (`spark.read.format("stitchlake")` in a job on
+the cluster). The result equals the demo data's ground truth every time.
 
 The config's `storage:` block gives the credentials as `${VAR}`s and the jobs' environment has no AWS_*
 variable at all: the executors get the referenced variables from the launcher (`spark.executorEnv.*` in the
@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,40 +135,17 @@ def test_compaction_on_the_cluster_and_a_cluster_session_reads_the_table(
     config = str(cluster_table["config"])
     assert compare(stitchlake.read(config, mode="read_optimized"), demo_data / "truth.parquet") == []
 
-    # spark.read.format("stitchlake") from a session whose executors are on the cluster (a process of its own:
-    # this one may already have a local SparkContext).
+    # `stitch read --engine spark`: spark.read.format("stitchlake") in a job whose executors are on the cluster (the
+    # JVM reader hands a table on S3 to the Python data source when the session has no s3a), the part files written
+    # by the executors; the secrets reach them as the other jobs' do.
     out = tmp_path / "read.parquet"
-    script = textwrap.dedent(
-        f"""
-        import os, sys
-        import pyarrow as pa, pyarrow.parquet as pq
-        from pyspark.sql import SparkSession
-        from stitchlake.spark.session import register
-        builder = SparkSession.builder.master({spark_master!r}).appName("stitchlake-cluster-read")
-        conf = {dict(CLUSTER_APP_CONF)!r}
-        conf["spark.pyspark.python"] = sys.executable
-        for name in ("TEST_S3_ENDPOINT", "TEST_S3_KEY_ID", "TEST_S3_SECRET"):
-            conf["spark.executorEnv." + name] = os.environ[name]
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        spark = register(builder.getOrCreate())
-        frame = spark.read.format("stitchlake").option("config", {config!r}).load()
-        assert frame.rdd.getNumPartitions() > 1
-        pq.write_table(pa.Table.from_pandas(frame.toPandas(), preserve_index=False), {str(out)!r})
-        spark.stop()
-        """
-    )
-    python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env={**env, **python},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    read = cluster_table["cli"]("read", "-c", config, "--engine", "spark", "--out", str(out), "--json")
+    assert read.returncode == 0, read.stderr[-3000:]
+    answer = json.loads(read.stdout)
+    assert answer["engine"] == "spark" and answer["reader"] == "python" and answer["files"] > 1, answer
+    log = Path(answer["log"]).read_text(errors="replace")
+    assert spark_master in log or "StandaloneSchedulerBackend" in log  # it ran on the cluster
+    assert env["TEST_S3_SECRET"] not in log
     import pyarrow.parquet as pq
 
     assert compare(pq.read_table(out), demo_data / "truth.parquet") == []
