@@ -297,10 +297,16 @@ def read_command(
             tuple(where or ()),
             before_images,
             limit,
-            str(out.resolve()) if out is not None else None,
+            str(out.absolute()) if out is not None else None,  # not resolved: a link is replaced, not its target
             out_format(out) if out is not None else None,
         )
-        return spark_read_report(open_target(config, table), request)
+        handle = open_target(config, table)
+        if out is not None:
+            from stitchlake.reading.output_folder import leftovers
+
+            for left in leftovers(out.absolute()):
+                printing.hint(f"{left}: left by an interrupted `stitch read --engine spark`; remove it when none runs")
+        return spark_read_report(handle, request)
     target = (out, check_out_path(out)) if out is not None else None
     handle = open_target(config, table)
     rows = handle.scan(

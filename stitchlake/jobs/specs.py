@@ -165,13 +165,14 @@ def _read_preflight(table: TableHandle, request: SparkReadRequest) -> Preflight:
         list(request.where) or None,
         request.before_images,
     )
-    scan(table, options)
+    planned = scan(table, options)
     if request.out is not None:
         from pathlib import Path
 
-        from stitchlake.reading.output_folder import check_out_folder
+        from stitchlake.reading.output_folder import check_out_folder, check_out_schema
 
         check_out_folder(Path(request.out))
+        check_out_schema(planned.schema, request.out_format or "parquet", Path(request.out))
     return Preflight()
 
 

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import StitchError, UsageError
 from stitchlake.jobs.results import SparkReadResult
-from stitchlake.reading.output_folder import check_out_folder, replace_folder, temporary_sibling
+from stitchlake.reading.output_folder import check_out_folder, mark, replace_folder, temporary_sibling
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from stitchlake.jobs.requests import SparkReadRequest
     from stitchlake.table.handle import TableHandle
@@ -31,6 +31,13 @@ PYTHON_SCAN = "(Python)"
 #: Parquet timestamps as stitchlake writes its own (INT64 microseconds, UTC) rather than Spark's legacy INT96,
 #: unless the config's `spark.conf` says otherwise.
 TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
+#: Text formats written as `stitch read --out` writes them: timestamps to the microsecond with their offset, JSON
+#: lines with null fields kept, CSV with a header and quotes doubled (RFC 4180).
+ISO_TIMESTAMP = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+WRITER_OPTIONS = {
+    "csv": {"header": "true", "escape": '"', "timestampFormat": ISO_TIMESTAMP},
+    "json": {"ignoreNullFields": "false", "timestampFormat": ISO_TIMESTAMP},
+}
 
 
 def run_read(spark: SparkSession, table: TableHandle, request: SparkReadRequest, progress: Progress) -> SparkReadResult:
@@ -40,12 +47,18 @@ def run_read(spark: SparkSession, table: TableHandle, request: SparkReadRequest,
         return _sample(frame, request, reader, progress)
     if TIMESTAMP_CONF not in table.config.spark.conf:
         spark.conf.set(TIMESTAMP_CONF, "TIMESTAMP_MICROS")
-    return _write(frame, request.out, request.out_format or "parquet", reader, progress)
+    return _write(frame, table, request.out, request.out_format or "parquet", reader, progress)
 
 
 def read_frame(spark: SparkSession, table: TableHandle, request: SparkReadRequest) -> DataFrame:
-    """The read as a DataFrame: the data source's options, then the columns and the `--where` conditions (on the
-    merged rows: Spark hands the reader only what it may apply before the merge)."""
+    """The read as a DataFrame: the data source's options, then the `--where` conditions (on the merged rows, with
+    the local read's meaning: `spark.where`) and the columns, as `stitch read` returns them.
+
+    "Now" is pinned to the latest completed instant first: the job plans the read more than once (the count, the
+    sample), and every plan must see the same state whatever commits meanwhile."""
+    from stitchlake.reading.changes import CHANGE_COLUMNS
+    from stitchlake.spark.where import filtered
+
     options = {"path": table.path, "mode": str(request.mode)}
     if table.config.source_file:
         options["config"] = str(Path(table.config.source_file).resolve())
@@ -53,13 +66,20 @@ def read_frame(spark: SparkSession, table: TableHandle, request: SparkReadReques
         value = getattr(request, name)
         if value is not None:
             options[name] = str(value)
+    changes = request.since is not None or request.until is not None
+    latest = table.timeline().latest_completed()
+    if latest is not None and latest.completed:
+        options.setdefault("until" if changes else "as_of", latest.completed)
     if request.before_images:
         options["before_images"] = "true"
     frame = spark.read.format("stitchlake").options(**options).load()
-    if request.columns:
-        frame = frame.select(*request.columns)
-    condition = where_condition(table, request.where)
-    return frame if condition is None else frame.filter(condition)
+    frame = filtered(frame, table.config, request.where, changes, request.before_images)
+    if not request.columns:
+        return frame
+    columns = list(request.columns)
+    if changes and not set(columns) & set(CHANGE_COLUMNS):  # `stitch read --columns`: the change columns too
+        columns += CHANGE_COLUMNS
+    return frame.select(*columns)
 
 
 def reader_of(frame: DataFrame) -> str:
@@ -68,32 +88,6 @@ def reader_of(frame: DataFrame) -> str:
     the planner for the job's own read."""
     plan = str(frame._jdf.queryExecution().executedPlan().toString())
     return "python" if PYTHON_SCAN in plan else "jvm"
-
-
-def where_condition(table: TableHandle, where: tuple[str, ...]) -> Column | None:
-    """`--where` texts as one Spark condition, typed as `stitch read` types them (`reading.filters.conditions`)."""
-    from pyspark.sql import functions as F
-
-    from stitchlake.reading.filters import conditions
-
-    if not where:
-        return None
-    out: Column | None = None
-    for item in conditions(table.config, list(where)):
-        column = F.col(item.column)
-        if item.op == "=":
-            term = column.isin(*item.values)
-        else:
-            value = F.lit(item.values[0])
-            term = {
-                "!=": column != value,
-                ">": column > value,
-                ">=": column >= value,
-                "<": column < value,
-                "<=": column <= value,
-            }[item.op]
-        out = term if out is None else out & term
-    return out
 
 
 def _sample(frame: DataFrame, request: SparkReadRequest, reader: str, progress: Progress) -> SparkReadResult:
@@ -116,32 +110,36 @@ def _sample(frame: DataFrame, request: SparkReadRequest, reader: str, progress: 
     return SparkReadResult(total, list(frame.columns), reader, shown=rows.num_rows)
 
 
-def _write(frame: DataFrame, out: str, out_format: str, reader: str, progress: Progress) -> SparkReadResult:
+def _write(
+    frame: DataFrame, table: TableHandle, out: str, out_format: str, reader: str, progress: Progress
+) -> SparkReadResult:
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    if out_format == "csv":
-        nested = [f.name for f in frame.schema.fields if f.dataType.typeName() in ("struct", "array", "map")]
-        if nested:
-            raise UsageError(
-                f"--out {out}: CSV cannot hold nested values ({', '.join(nested)}); write .parquet or .json, "
-                "or leave those columns out with --columns"
-            )
     target = Path(out)
     check_out_folder(target)
     temp = temporary_sibling(target, "tmp")
     counted = Observation("written")
     writer = frame.observe(counted, F.count(F.lit(1)).alias("rows")).write.format(out_format)
-    if out_format == "csv":
-        writer = writer.option("header", "true")
+    for key, value in WRITER_OPTIONS.get(out_format, {}).items():
+        writer = writer.option(key, value)
     progress(f"writing {out_format} part files into {target}")
     try:
-        writer.save(str(temp))
-        rows = int(counted.get["rows"])
-        replace_folder(temp, target)
-    finally:
+        writer.save(temp.as_uri())  # a local path, whatever the session's default file system
+    except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
-    parts = [p for p in target.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]
+        raise
+    rows = int(counted.get["rows"])
+    parts = _parts(temp)
+    if rows and not parts:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise StitchError(
+            f"--out {target}: Spark wrote {rows:,} rows but the folder holds no part file: the executors wrote them "
+            "on their own hosts; on a cluster, give a folder on a file system every host shares"
+        )
+    mark(temp, table.path, rows)
+    replace_folder(temp, target)
+    parts = _parts(target)
     return SparkReadResult(
         rows,
         list(frame.columns),
@@ -151,3 +149,7 @@ def _write(frame: DataFrame, out: str, out_format: str, reader: str, progress: P
         files=len(parts),
         bytes=sum(p.stat().st_size for p in parts),
     )
+
+
+def _parts(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]

@@ -232,7 +232,7 @@ def test_read_on_spark_prints_and_writes_what_the_local_read_returns(
 
     out = tmp_path / "paid.parquet"
     out.mkdir()
-    (out / "_SUCCESS").touch()  # an earlier run's output: replaced whole
+    (out / "_STITCH_READ").touch()  # an earlier run's output: replaced whole
     (out / "part-old.parquet").write_bytes(b"stale")
     columns = ["order_id", "pay_status", "paid_amount", "currency", "order_ts"]
     where = "paid_amount>=50"
@@ -245,7 +245,7 @@ def test_read_on_spark_prints_and_writes_what_the_local_read_returns(
     expected = table.read(columns=columns, filter=where)
     assert 0 < expected.num_rows < whole.num_rows  # the filter keeps some rows, not all
     assert result["rows"] == expected.num_rows and result["format"] == "parquet" and result["files"] >= 1
-    assert not (out / "part-old.parquet").exists() and (out / "_SUCCESS").is_file()
+    assert not (out / "part-old.parquet").exists() and (out / "_STITCH_READ").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left beside it
     written = pq.read_table(out)
     assert written.schema == expected.schema.remove_metadata()  # timestamps too: INT64 microseconds in UTC
@@ -260,11 +260,11 @@ def test_read_on_spark_refuses_bad_arguments_before_any_jvm(
     logs = sorted(Path(table.path, ".stitch", "logs").iterdir())
     kept = tmp_path / "mine.parquet"
     kept.mkdir()
-    (kept / "notes.txt").write_text("not a Spark output")
+    (kept / "_SUCCESS").touch()  # another Spark job's output: not ours to replace
     refusals = {
         ("--columns", "order_id,nope"): "unknown column nope",
         ("--where", "nope=1"): "'nope' is not a column",
-        ("--out", str(kept)): "is not a finished Spark output",
+        ("--out", str(kept)): "is not the output of an earlier `stitch read --engine spark`",
         ("--out", str(tmp_path / "rows.txt")): "unknown file type",
         ("--out", "s3://bucket/rows.parquet"): "give a local path",
         ("--as-of", "nonsense"): "is neither an instant time",
@@ -274,5 +274,49 @@ def test_read_on_spark_refuses_bad_arguments_before_any_jvm(
         done = run_stitch("read", "-c", str(config), "--engine", "spark", *args)
         assert done.returncode == 2, (args, done.stderr)
         assert words in done.stderr, (args, done.stderr)
-    assert (kept / "notes.txt").is_file()
+    assert (kept / "_SUCCESS").is_file()
     assert sorted(Path(table.path, ".stitch", "logs").iterdir()) == logs  # refused without starting Spark
+
+
+def _change_rows(path: Path) -> dict[tuple[Any, str], dict[str, Any]]:
+    """JSON-lines change rows by (key, _op), timestamps parsed (the writers spell them differently)."""
+    import datetime as dt
+
+    files = sorted(path.glob("part-*")) if path.is_dir() else [path]
+    rows = [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
+    for row in rows:
+        row["pay_ts"] = dt.datetime.fromisoformat(row["pay_ts"]) if row["pay_ts"] else None
+    by = {(row["order_id"], row["_op"]): row for row in rows}
+    assert len(by) == len(rows)
+    return by
+
+
+def test_a_change_read_on_spark_keeps_what_the_local_change_read_keeps(
+    concurrent: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Changes since the first commit with before-images, a value filter and two columns named, written as JSON
+    lines: the change columns come too, `D` rows stay whatever the filter says, an update's `-U` row goes with its
+    `+U` row, null fields are kept and timestamps keep their microseconds, as the local read writes them."""
+    config, _ = concurrent
+    table = open_table(str(config))
+    first = table.timeline().completed([Action.DELTACOMMIT])[0].completed
+    assert first is not None
+    args = [
+        "--since",
+        first,
+        "--before-images",
+        "--columns",
+        "order_id,paid_amount,pay_ts",
+        "--where",
+        "paid_amount>=20",
+    ]
+    local = tmp_path / "local.json"
+    assert run_stitch("read", "-c", str(config), *args, "--out", str(local)).returncode == 0
+    out = tmp_path / "spark.json"
+    wrote = run_stitch("read", "-c", str(config), "--engine", "spark", *args, "--out", str(out), "--json")
+    assert wrote.returncode == 0, wrote.stderr
+    expected = _change_rows(local)
+    ops = {op for _key, op in expected}
+    assert {"-U", "+U"} <= ops and len(expected) > 10, ops  # the filter kept updates as pairs
+    assert one_json(wrote.stdout)["rows"] == len(expected)
+    assert _change_rows(out) == expected

@@ -473,9 +473,17 @@ def test_parquet_and_avro_logs_hold_every_column_type_alike(tmp_path: Path) -> N
     assert results["parquet"][-1].equals(results["parquet"][0])  # compaction changed nothing
 
 
-def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_output(tmp_path: Path) -> None:
-    """`stitch read --engine spark --out` never loses what is not its own, and a re-run swaps its output whole."""
-    from stitchlake.reading.output_folder import SUCCESS_MARKER, check_out_folder, replace_folder
+def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_read_output(tmp_path: Path) -> None:
+    """`stitch read --engine spark --out` never loses what is not its own (another Spark job's folder with its
+    `_SUCCESS` included), and a re-run swaps its output whole."""
+    from stitchlake.reading.output_folder import (
+        OUTPUT_MARKER,
+        check_out_folder,
+        check_out_schema,
+        leftovers,
+        mark,
+        replace_folder,
+    )
 
     check_out_folder(tmp_path / "new.parquet")  # new: fine
     with pytest.raises(UsageError, match="does not exist"):
@@ -483,19 +491,26 @@ def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_ou
     (tmp_path / "file.parquet").write_text("x")
     with pytest.raises(UsageError, match="is a file"):
         check_out_folder(tmp_path / "file.parquet")
-    mine = tmp_path / "mine.parquet"
-    mine.mkdir()
-    (mine / "notes.txt").write_text("keep")
-    with pytest.raises(UsageError, match="not a finished Spark output"):
-        check_out_folder(mine)
+    theirs = tmp_path / "theirs.parquet"
+    theirs.mkdir()
+    (theirs / "_SUCCESS").touch()  # another Spark job's output
+    with pytest.raises(UsageError, match="not the output of an earlier"):
+        check_out_folder(theirs)
 
     target = tmp_path / "out.parquet"
     for run in ("first", "second"):
-        written = tmp_path / f".out.{run}.tmp"
+        written = tmp_path / f".out.parquet.{run}.tmp"
         written.mkdir()
-        (written / SUCCESS_MARKER).touch()
         (written / f"part-{run}").write_text(run)
         check_out_folder(target)
+        mark(written, "/tables/t", 3)
         replace_folder(written, target)
-        assert sorted(p.name for p in target.iterdir()) == [SUCCESS_MARKER, f"part-{run}"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.parquet", "mine.parquet", "out.parquet"]
+        assert sorted(p.name for p in target.iterdir()) == [OUTPUT_MARKER, f"part-{run}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.parquet", "out.parquet", "theirs.parquet"]
+
+    (tmp_path / ".out.parquet.abcd1234.tmp").mkdir()  # a killed job's half-written folder: reported, not deleted
+    assert [p.name for p in leftovers(target)] == [".out.parquet.abcd1234.tmp"]
+    schema = pa.schema([("k", pa.int64()), ("tags", pa.list_(pa.string())), ("blob", pa.binary())])
+    check_out_schema(schema, "parquet", target)
+    with pytest.raises(UsageError, match=r"CSV cannot hold nested or binary values \(tags, blob\)"):
+        check_out_schema(schema, "csv", tmp_path / "out.csv")
