@@ -20,14 +20,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scripts import ROOT
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where used: the torture test's workers import this module for its constants
 
 #: Default output folder: the repo's demo/ (git-ignored), which is where configs/demo.yaml points.
 DEFAULT_OUT = ROOT / "demo"
@@ -149,6 +151,8 @@ def _slots(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _orders_events(rng: np.random.Generator, o: Orders) -> tuple[pd.DataFrame, np.ndarray]:
     """Create, up to three updates, maybe a delete, maybe a re-create after it. Returns events and their kinds."""
+    import pandas as pd
+
     n = len(o.order_id)
     in_stream = ~o.marketplace
     updates = rng.choice(4, n, p=[0.78, 0.16, 0.05, 0.01])
@@ -204,6 +208,8 @@ def _payments_events(rng: np.random.Generator, o: Orders, deleted: np.ndarray) -
 
     Returns the events and, per order, whether it ended up paid and not refunded (those get shipped).
     """
+    import pandas as pd
+
     n = len(o.order_id)
     pays = np.where(o.marketplace, ~o.paid_elsewhere, rng.random(n) < 0.8)
     pending = pays & (rng.random(n) < 0.35)
@@ -238,6 +244,8 @@ def _payments_events(rng: np.random.Generator, o: Orders, deleted: np.ndarray) -
 
 def _shipments_events(rng: np.random.Generator, o: Orders, pays: np.ndarray, shippable: np.ndarray) -> pd.DataFrame:
     """label_created -> in_transit -> delivered for paid orders, and a few cash-on-delivery ones with no payment."""
+    import pandas as pd
+
     n = len(o.order_id)
     ships = (shippable & (rng.random(n) < 0.85)) | (~pays & (rng.random(n) < 0.05)) | o.paid_elsewhere
     transit = ships & (rng.random(n) < 0.6)
@@ -365,6 +373,8 @@ def _write_payments(events: pd.DataFrame, folder: Path, files: int) -> None:
 
 
 def _write_shipments(events: pd.DataFrame, folder: Path, files: int) -> None:
+    import pandas as pd
+
     _clear(folder, "csv")
     for number, chunk in _chunks(events, files):
         frame = pd.DataFrame(
@@ -421,6 +431,8 @@ def ground_truth(orders: pd.DataFrame, payments: pd.DataFrame, shipments: pd.Dat
     shipments: overwrite. A key is in the table if any group is live; `currency` reads its default when the
     orders group is absent or deleted.
     """
+    import pandas as pd
+
     order_win = _winners(orders, "order_ts")
     order_live = order_win[order_win["op"] != "D"]
     pay = _ignore_nulls(payments, "pay_ts", VALUE_COLUMNS["payments"])

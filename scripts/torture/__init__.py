@@ -75,38 +75,81 @@ It prints rounds, kills, freezes, commits, reads checked and violations; the exi
 The modules, in the order they build on each other: `common` (names, logs, the run's setup), `tablefiles` (the
 table's files as the checker reads them), `faults` (the fault hook), `actors` (the worker processes),
 `supervisor` (the storm and the finish), `oracle` (the checks), `kafka_phase`, and `cli` (`python -m
-scripts.torture`). What the tests use is re-exported here.
+scripts.torture`). What the tests use is re-exported here, imported when first asked for: a worker process
+(`_worker`, started anew after every kill) imports only the actors, not the oracle's pandas.
 """
 
 from __future__ import annotations
 
-from scripts.torture.cli import main
-from scripts.torture.common import (
-    CONFIG_NAME,
-    HORIZONS_LOG,
-    STREAMS,
-    Settings,
-    land,
-    log_line,
-    open_torture_table,
-    prepare,
-    staged_files,
-    table_dir,
-)
-from scripts.torture.faults import FAULT_POINTS, install_fault
-from scripts.torture.kafka_phase import kafka_check
-from scripts.torture.oracle import (
-    History,
-    Observations,
-    Reference,
-    Report,
-    check_history,
-    check_horizons,
-    check_reads,
-    check_table,
-)
-from scripts.torture.supervisor import finish, run_cli
-from scripts.torture.tablefiles import ARCHIVE_DIR, TIMELINE_DIR, sources_of
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Each name re-exported here, and the module it lives in.
+_EXPORTS = {
+    "main": "cli",
+    **dict.fromkeys(
+        ("CONFIG_NAME", "HORIZONS_LOG", "STREAMS", "Settings", "land", "log_line", "open_torture_table", "prepare"),
+        "common",
+    ),
+    **dict.fromkeys(("staged_files", "table_dir"), "common"),
+    **dict.fromkeys(("FAULT_POINTS", "install_fault"), "faults"),
+    "kafka_check": "kafka_phase",
+    **dict.fromkeys(
+        (
+            "History",
+            "Observations",
+            "Reference",
+            "Report",
+            "check_history",
+            "check_horizons",
+            "check_reads",
+            "check_table",
+        ),
+        "oracle",
+    ),
+    **dict.fromkeys(("finish", "run_cli"), "supervisor"),
+    **dict.fromkeys(("ARCHIVE_DIR", "TIMELINE_DIR", "sources_of"), "tablefiles"),
+}
+_MODULES = ("actors", "cli", "common", "faults", "kafka_phase", "oracle", "supervisor", "tablefiles")
+
+if TYPE_CHECKING:
+    from scripts.torture import actors, cli, common, faults, kafka_phase, oracle, supervisor, tablefiles
+    from scripts.torture.cli import main
+    from scripts.torture.common import (
+        CONFIG_NAME,
+        HORIZONS_LOG,
+        STREAMS,
+        Settings,
+        land,
+        log_line,
+        open_torture_table,
+        prepare,
+        staged_files,
+        table_dir,
+    )
+    from scripts.torture.faults import FAULT_POINTS, install_fault
+    from scripts.torture.kafka_phase import kafka_check
+    from scripts.torture.oracle import (
+        History,
+        Observations,
+        Reference,
+        Report,
+        check_history,
+        check_horizons,
+        check_reads,
+        check_table,
+    )
+    from scripts.torture.supervisor import finish, run_cli
+    from scripts.torture.tablefiles import ARCHIVE_DIR, TIMELINE_DIR, sources_of
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ARCHIVE_DIR",
@@ -120,20 +163,28 @@ __all__ = [
     "Reference",
     "Report",
     "Settings",
+    "actors",
     "check_history",
     "check_horizons",
     "check_reads",
     "check_table",
+    "cli",
+    "common",
+    "faults",
     "finish",
     "install_fault",
     "kafka_check",
+    "kafka_phase",
     "land",
     "log_line",
     "main",
     "open_torture_table",
+    "oracle",
     "prepare",
     "run_cli",
     "sources_of",
     "staged_files",
+    "supervisor",
     "table_dir",
+    "tablefiles",
 ]

@@ -2,6 +2,11 @@
 
 import sys
 
+if sys.argv[1:2] == ["_worker"]:  # restarted after every kill: only the actors, not the supervisor's oracle
+    from scripts.torture.actors import worker_main
+
+    sys.exit(worker_main(sys.argv[2:]))
+
 from scripts.torture.cli import main
 
 sys.exit(main())
