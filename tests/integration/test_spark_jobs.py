@@ -91,6 +91,52 @@ def test_rerun_after_success_ingests_nothing_and_exits_0(concurrent: tuple[Path,
     assert sorted(Path(table.path, ".stitch", "logs").iterdir()) == logs  # decided without starting Spark
 
 
+def _change_rows(path: Path) -> dict[tuple[Any, str], dict[str, Any]]:
+    """JSON-lines change rows by (key, _op), timestamps parsed (the writers spell them differently)."""
+    import datetime as dt
+
+    files = sorted(path.glob("part-*")) if path.is_dir() else [path]
+    rows = [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
+    for row in rows:
+        row["pay_ts"] = dt.datetime.fromisoformat(row["pay_ts"]) if row["pay_ts"] else None
+    by = {(row["order_id"], row["_op"]): row for row in rows}
+    assert len(by) == len(rows)
+    return by
+
+
+def test_a_change_read_on_spark_keeps_what_the_local_change_read_keeps(
+    concurrent: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """(Before the compaction and clean below, which leave no history to read changes of.)
+
+    Changes since the first commit with before-images, a value filter and two columns named, written as JSON
+    lines: the change columns come too, `D` rows stay whatever the filter says, an update's `-U` row goes with its
+    `+U` row, null fields are kept and timestamps keep their microseconds, as the local read writes them."""
+    config, _ = concurrent
+    table = open_table(str(config))
+    first = table.timeline().completed([Action.DELTACOMMIT])[0].completed
+    assert first is not None
+    args = [
+        "--since",
+        first,
+        "--before-images",
+        "--columns",
+        "order_id,paid_amount,pay_ts",
+        "--where",
+        "paid_amount>=20",
+    ]
+    local = tmp_path / "local.json"
+    assert run_stitch("read", "-c", str(config), *args, "--out", str(local)).returncode == 0
+    out = tmp_path / "spark.json"
+    wrote = run_stitch("read", "-c", str(config), "--engine", "spark", *args, "--out", str(out), "--json")
+    assert wrote.returncode == 0, wrote.stderr
+    expected = _change_rows(local)
+    ops = {op for _key, op in expected}
+    assert {"-U", "+U"} <= ops and len(expected) > 10, ops  # the filter kept updates as pairs
+    assert one_json(wrote.stdout)["rows"] == len(expected)
+    assert _change_rows(out) == expected
+
+
 def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, Any]], demo_data: Path) -> None:
     from scripts.demo_data import compare
 
@@ -276,47 +322,3 @@ def test_read_on_spark_refuses_bad_arguments_before_any_jvm(
         assert words in done.stderr, (args, done.stderr)
     assert (kept / "_SUCCESS").is_file()
     assert sorted(Path(table.path, ".stitch", "logs").iterdir()) == logs  # refused without starting Spark
-
-
-def _change_rows(path: Path) -> dict[tuple[Any, str], dict[str, Any]]:
-    """JSON-lines change rows by (key, _op), timestamps parsed (the writers spell them differently)."""
-    import datetime as dt
-
-    files = sorted(path.glob("part-*")) if path.is_dir() else [path]
-    rows = [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
-    for row in rows:
-        row["pay_ts"] = dt.datetime.fromisoformat(row["pay_ts"]) if row["pay_ts"] else None
-    by = {(row["order_id"], row["_op"]): row for row in rows}
-    assert len(by) == len(rows)
-    return by
-
-
-def test_a_change_read_on_spark_keeps_what_the_local_change_read_keeps(
-    concurrent: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
-    """Changes since the first commit with before-images, a value filter and two columns named, written as JSON
-    lines: the change columns come too, `D` rows stay whatever the filter says, an update's `-U` row goes with its
-    `+U` row, null fields are kept and timestamps keep their microseconds, as the local read writes them."""
-    config, _ = concurrent
-    table = open_table(str(config))
-    first = table.timeline().completed([Action.DELTACOMMIT])[0].completed
-    assert first is not None
-    args = [
-        "--since",
-        first,
-        "--before-images",
-        "--columns",
-        "order_id,paid_amount,pay_ts",
-        "--where",
-        "paid_amount>=20",
-    ]
-    local = tmp_path / "local.json"
-    assert run_stitch("read", "-c", str(config), *args, "--out", str(local)).returncode == 0
-    out = tmp_path / "spark.json"
-    wrote = run_stitch("read", "-c", str(config), "--engine", "spark", *args, "--out", str(out), "--json")
-    assert wrote.returncode == 0, wrote.stderr
-    expected = _change_rows(local)
-    ops = {op for _key, op in expected}
-    assert {"-U", "+U"} <= ops and len(expected) > 10, ops  # the filter kept updates as pairs
-    assert one_json(wrote.stdout)["rows"] == len(expected)
-    assert _change_rows(out) == expected
