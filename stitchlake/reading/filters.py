@@ -9,6 +9,7 @@ prune file groups (the bucket of each key); everything is also checked on the ro
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ Filter = Mapping[str, Any] | Any | str | Sequence[str] | None  # Any: a pyarrow.
 _CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|>=|<=|==|=|>|<)(.*)$")
 
 
+#: What each comparison of a condition does: to typed values, pyarrow expressions and Spark columns alike.
+COMPARE = {"!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
 @dataclass(frozen=True)
 class Condition:
     """`column op value`; an equality may hold several values (IN)."""
@@ -44,14 +49,7 @@ class Condition:
         column = pc.field(self.column)
         if self.op == "=":
             return column.isin(pa.array(list(self.values), kind))
-        value = pa.scalar(self.values[0], kind)
-        return {
-            "!=": column != value,
-            ">": column > value,
-            ">=": column >= value,
-            "<": column < value,
-            "<=": column <= value,
-        }[self.op]
+        return COMPARE[self.op](column, pa.scalar(self.values[0], kind))
 
     def holds(self, value: Any) -> bool:
         """The condition on one (typed) value, for partition values."""
@@ -59,16 +57,7 @@ class Condition:
             return False
         if self.op == "=":
             return value in self.values
-        other = self.values[0]
-        return bool(
-            {
-                "!=": value != other,
-                ">": value > other,
-                ">=": value >= other,
-                "<": value < other,
-                "<=": value <= other,
-            }[self.op]
-        )
+        return bool(COMPARE[self.op](value, self.values[0]))
 
 
 @dataclass(frozen=True)

@@ -56,18 +56,12 @@ def term(condition: Condition) -> Column:
     """One condition as a Spark column expression."""
     from pyspark.sql import functions as F
 
+    from stitchlake.reading.filters import COMPARE
+
     column = F.col(condition.column)
     if condition.op == "=":
         return column.isin(*condition.values)
-    value = F.lit(condition.values[0])
-    comparisons = {
-        "!=": column != value,
-        ">": column > value,
-        ">=": column >= value,
-        "<": column < value,
-        "<=": column <= value,
-    }
-    return comparisons[condition.op]
+    return COMPARE[condition.op](column, F.lit(condition.values[0]))
 
 
 def _values_kept(values: Column, common: list[str], before_images: bool) -> Column:
