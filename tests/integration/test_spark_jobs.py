@@ -124,6 +124,8 @@ def test_a_change_read_on_spark_keeps_what_the_local_change_read_keeps(
         "order_id,paid_amount,pay_ts",
         "--where",
         "paid_amount>=20",
+        "--where",
+        "_op!=I",  # a change column: compared as text, on each change row
     ]
     local = tmp_path / "local.json"
     assert run_stitch("read", "-c", str(config), *args, "--out", str(local)).returncode == 0
@@ -133,6 +135,9 @@ def test_a_change_read_on_spark_keeps_what_the_local_change_read_keeps(
     expected = _change_rows(local)
     ops = {op for _key, op in expected}
     assert {"-U", "+U"} <= ops and len(expected) > 10, ops  # the filter kept updates as pairs
+    inserted = tmp_path / "inserted.json"
+    assert run_stitch("read", "-c", str(config), *args[:-1], "_op=I", "--out", str(inserted)).returncode == 0
+    assert "I" not in ops and {op for _key, op in _change_rows(inserted)} == {"I"}  # the `_op` filter bit
     assert one_json(wrote.stdout)["rows"] == len(expected)
     assert _change_rows(out) == expected
 
@@ -307,6 +312,13 @@ def test_read_on_spark_refuses_bad_arguments_before_any_jvm(
     kept = tmp_path / "mine.parquet"
     kept.mkdir()
     (kept / "_SUCCESS").touch()  # another Spark job's output: not ours to replace
+    left = tmp_path / ".rows.parquet.abcd1234.tmp"
+    left.mkdir()  # what a killed job left beside its `--out`: named, never deleted
+    named = run_stitch(
+        "read", "-c", str(config), "--engine", "spark", "--where", "nope=1", "--out", str(left.parent / "rows.parquet")
+    )
+    assert named.returncode == 2 and f"{left}: left by an interrupted `stitch read --engine spark`" in named.stderr
+    assert left.is_dir()
     refusals = {
         ("--columns", "order_id,nope"): "unknown column nope",
         ("--where", "nope=1"): "'nope' is not a column",

@@ -508,6 +508,19 @@ def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_re
         assert sorted(p.name for p in target.iterdir()) == [OUTPUT_MARKER, f"part-{run}"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.parquet", "out.parquet", "theirs.parquet"]
 
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / OUTPUT_MARKER).touch()
+    (elsewhere / "part-kept").write_text("kept")
+    linked = tmp_path / "linked.parquet"
+    linked.symlink_to(elsewhere)  # `--out` a link to an earlier output: the link is replaced, its target left alone
+    check_out_folder(linked)
+    written = tmp_path / ".linked.parquet.new.tmp"
+    written.mkdir()
+    replace_folder(written, linked)
+    assert linked.is_dir() and not linked.is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == [OUTPUT_MARKER, "part-kept"]
+
     (tmp_path / ".out.parquet.abcd1234.tmp").mkdir()  # a killed job's half-written folder: reported, not deleted
     assert [p.name for p in leftovers(target)] == [".out.parquet.abcd1234.tmp"]
     schema = pa.schema([("k", pa.int64()), ("tags", pa.list_(pa.string())), ("blob", pa.binary())])
