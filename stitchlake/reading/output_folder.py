@@ -61,6 +61,23 @@ def temporary_sibling(target: Path, kind: str) -> Path:
     return target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.{kind}")
 
 
+def part_files(folder: Path) -> list[Path]:
+    """The data files of a written folder (not Spark's `_SUCCESS`, our marker or hidden checksums)."""
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]
+
+
+def check_parts_written(written: Path, target: Path, rows: int) -> None:
+    """Rows counted but no part file here: the executors wrote them to their own disks (a cluster without a
+    shared file system), so nothing may be reported written."""
+    if rows and not part_files(written):
+        raise StitchError(
+            f"--out {target}: Spark wrote {rows:,} rows but the folder holds no part file: the executors wrote them "
+            "on their own hosts; on a cluster, give a folder on a file system every host shares"
+        )
+
+
 def mark(written: Path, table: str, rows: int) -> None:
     """Mark a finished output as ours (what it read, how many rows), before it takes its place."""
     note = {"table": table, "rows": rows}

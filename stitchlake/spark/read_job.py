@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 
 from stitchlake.errors import StitchError, UsageError
 from stitchlake.jobs.results import SparkReadResult
-from stitchlake.reading.output_folder import check_out_folder, mark, replace_folder, temporary_sibling
+from stitchlake.reading.output_folder import (
+    check_out_folder,
+    check_parts_written,
+    mark,
+    part_files,
+    replace_folder,
+    temporary_sibling,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,16 +137,14 @@ def _write(
         shutil.rmtree(temp, ignore_errors=True)
         raise
     rows = int(counted.get["rows"])
-    parts = _parts(temp)
-    if rows and not parts:
+    try:
+        check_parts_written(temp, target, rows)
+    except StitchError:
         shutil.rmtree(temp, ignore_errors=True)
-        raise StitchError(
-            f"--out {target}: Spark wrote {rows:,} rows but the folder holds no part file: the executors wrote them "
-            "on their own hosts; on a cluster, give a folder on a file system every host shares"
-        )
+        raise
     mark(temp, table.path, rows)
     replace_folder(temp, target)
-    parts = _parts(target)
+    parts = part_files(target)
     return SparkReadResult(
         rows,
         list(frame.columns),
@@ -149,7 +154,3 @@ def _write(
         files=len(parts),
         bytes=sum(p.stat().st_size for p in parts),
     )
-
-
-def _parts(folder: Path) -> list[Path]:
-    return [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", "."))]

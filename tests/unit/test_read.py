@@ -19,7 +19,7 @@ import yaml
 
 import stitchlake
 from stitchlake.api import Table
-from stitchlake.errors import NotFoundError, UsageError
+from stitchlake.errors import NotFoundError, StitchError, UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
@@ -480,6 +480,7 @@ def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_re
         OUTPUT_MARKER,
         check_out_folder,
         check_out_schema,
+        check_parts_written,
         leftovers,
         mark,
         replace_folder,
@@ -520,6 +521,17 @@ def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_re
     replace_folder(written, linked)
     assert linked.is_dir() and not linked.is_symlink()
     assert sorted(p.name for p in elsewhere.iterdir()) == [OUTPUT_MARKER, "part-kept"]
+
+    # Executors that wrote to their own disks leave the driver's folder with `_SUCCESS` only: never reported written
+    lone = tmp_path / ".lone.parquet.x.tmp"
+    lone.mkdir()
+    (lone / "_SUCCESS").touch()
+    check_parts_written(lone, tmp_path / "lone.parquet", 0)  # nothing to write: fine
+    with pytest.raises(StitchError, match="wrote 1,234 rows but the folder holds no part file"):
+        check_parts_written(lone, tmp_path / "lone.parquet", 1234)
+    check_parts_written(target, target, 1234)
+    lone.joinpath("_SUCCESS").unlink()
+    lone.rmdir()
 
     (tmp_path / ".out.parquet.abcd1234.tmp").mkdir()  # a killed job's half-written folder: reported, not deleted
     assert [p.name for p in leftovers(target)] == [".out.parquet.abcd1234.tmp"]
