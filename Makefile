@@ -68,7 +68,7 @@ $(CLASS_ARCHIVE): $(STAMP) $(JAVA_BIN) $(JAVA_BASE_ARCHIVE) scripts/spark_class_
 
 # The JVM merge against the Python merge on many more generated tables than `make test` runs (CONFORMANCE_EXAMPLES).
 conformance: setup
-	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(BIN)/python -m pytest -n 2 --dist loadfile tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py $(PYTEST_ARGS)
+	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -77,10 +77,12 @@ lint: setup
 	$(BIN)/mypy
 
 # Two workers (TEST_WORKERS=0 runs in this process), a test file never split between them: its module-scoped
-# fixtures run once. The workers share the session servers (tests/support/session_servers.py).
+# fixtures run once. The workers share the session servers (tests/support/session_servers.py). Files are handed
+# out in the order tests/conftest.py gives them (the slowest first): xdist's own order, most tests first, would
+# leave the one-test benchmark smoke runs, minutes each, for last.
 TEST_WORKERS ?= 2
 test: setup lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The unit tier only: needs the venv but not Java, Maven or the jar (tests/conftest.py fails a unit test that starts a
 # JVM or the CLI). No lint here: `make lint` is its own step.

@@ -61,7 +61,8 @@ FORBIDDEN_COMMANDS = ("java", "spark-submit", "spark-class", "stitch")
 #: The slowest modules, slowest first (seconds of work in one `make test`, --durations=0, 2026-11-29: 311, 269, 247,
 #: 194, 192, 187, 175, 156, 137, 115, 115, 110). xdist's loadfile hands modules out in collection order, where
 #: test_torture.py came near the end: one worker then ran it for minutes while the others had nothing left. They go
-#: first; every other module keeps its place.
+#: first; every other module keeps its place. (`make test` passes `--no-loadscope-reorder`: xdist otherwise sorts
+#: the modules again, by their number of tests, and the one-test modules, the slowest among them, went last.)
 SLOWEST_FIRST = (
     "test_torture.py",
     "test_bench_peers.py",
