@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -23,8 +22,6 @@ from .fields import Seconds, Spec, Text, as_zk_path, refuse
 class LockSpec(Spec):
     """The short table lock, held only to draw instant times and publish: what every provider takes. Each provider
     has its own settings class below (`LOCK_SPECS`); the YAML's `provider` says which one reads the section."""
-
-    tolerated: ClassVar[frozenset[str]] = frozenset()
 
     provider: LockProvider = LockProvider.FILESYSTEM
     """filesystem or its other name storage (lock objects under .stitch/locks/, created with the storage's
@@ -45,30 +42,8 @@ def _provider_schema(*names: LockProvider) -> WithJsonSchema:
 ZkPath = Annotated[str, Field(pattern="^/"), BeforeValidator(as_zk_path)]
 
 
-class _UnusedZooKeeperKeys(Spec):
-    """ZooKeeper settings a `filesystem` lock section may carry (`FileSystemLockSpec.tolerated`): checked, unused."""
-
-    zk_path: ZkPath = "/stitchlake"
-
-
-def _with_unused_zk_path(body: dict[str, Any], model: type[Any]) -> None:
-    """The schema of a filesystem lock section lets editors accept the `zk_path` the loader tolerates."""
-    schema.yaml_keys_only(body, model)
-    body["properties"]["zk_path"] = {
-        "type": "string",
-        "pattern": f"(?:^/)|{schema.ENV_REFERENCE}",
-        "description": "The zookeeper provider's setting, accepted and unused here (configs written before each "
-        "provider had its own settings give it).",
-    }
-
-
 class FileSystemLockSpec(LockSpec):
     """`provider: filesystem` (or `storage`): lock objects created with the storage's atomic create."""
-
-    model_config = ConfigDict(json_schema_extra=_with_unused_zk_path)
-    #: Another provider's keys this one accepts and ignores: `zk_path` was a setting of every provider before each
-    #: had its own, and configs written then give it here (configs/full_example.yaml does). Still checked.
-    tolerated: ClassVar[frozenset[str]] = frozenset({"zk_path"})
 
     provider: Annotated[
         Literal[LockProvider.FILESYSTEM, LockProvider.STORAGE],
@@ -119,12 +94,9 @@ def _lock_by_provider(value: Any, _handler: ValidatorFunctionWrapHandler, info: 
         raise refuse(f"{written!r} is not one of: {choices}", "provider") from None
     for key in value:
         owners = [p.value for p, other in LOCK_SPECS.items() if key in other.yaml_keys()]
-        if key not in spec.yaml_keys() and key not in spec.tolerated and owners:
+        if key not in spec.yaml_keys() and owners:
             raise refuse(f"only applies to provider: {', '.join(owners)}", at=str(key))
-    if spec.tolerated & value.keys():  # checked as they always were, then dropped
-        _UnusedZooKeeperKeys.model_validate({k: value[k] for k in spec.tolerated & value.keys()}, context=info.context)
-    kept = {key: setting for key, setting in value.items() if key not in spec.tolerated}
-    return spec.model_validate(kept, context=info.context)
+    return spec.model_validate(value, context=info.context)
 
 
 #: `concurrency.lock`: the settings of the provider it names.

@@ -33,9 +33,6 @@ def test_each_provider_reads_its_own_settings_from_the_same_yaml_shape(tmp_path:
     found = _lock(tmp_path, {"provider": "zookeeper", "hosts": "h1:2181", "zk_path": "/x", "expire_s": 9})
     assert isinstance(found, ZooKeeperLockSpec)
     assert (found.hosts, found.zk_path, found.wait_s, found.expire_s) == ("h1:2181", "/x", 60.0, 9.0)
-    # Configs written when every provider had one flat set of settings give zk_path with filesystem: accepted
-    # (and checked), not carried by the filesystem provider's settings.
-    assert _lock(tmp_path, {"provider": "filesystem", "zk_path": "/stitchlake"}) == FileSystemLockSpec()
     assert not hasattr(FileSystemLockSpec(), "zk_path") and not hasattr(FileSystemLockSpec(), "hosts")
 
 
@@ -44,7 +41,12 @@ def test_each_provider_reads_its_own_settings_from_the_same_yaml_shape(tmp_path:
     [
         ({"provider": "zookeeper"}, "concurrency.lock.hosts: is required with provider: zookeeper"),
         ({"hosts": "h:1"}, "concurrency.lock.hosts: only applies to provider: zookeeper"),
-        ({"provider": "storage", "zk_path": "x"}, "concurrency.lock.zk_path: must start with /"),
+        # a ZooKeeper setting under another provider would be read and ignored: refused, whatever its value
+        (
+            {"provider": "filesystem", "zk_path": "/stitchlake"},
+            "concurrency.lock.zk_path: only applies to provider: zookeeper",
+        ),
+        ({"provider": "storage", "zk_path": "x"}, "concurrency.lock.zk_path: only applies to provider: zookeeper"),
         ({"provider": "etcd"}, "concurrency.lock.provider: 'etcd' is not one of: filesystem, storage, zookeeper"),
         ({"provider": "zookeeper", "hosts": "h:1", "zk_path": "x"}, "concurrency.lock.zk_path: must start with /"),
         ({"provider": "zookeeper", "hosts": "h:1", "wait_s": "x"}, "concurrency.lock.wait_s: must be a number"),
