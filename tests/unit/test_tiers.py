@@ -80,3 +80,34 @@ def test_the_slowest_modules_are_collected_first_and_each_still_exists() -> None
     first = [f"tests/integration/{name}" for name in SLOWEST_FIRST]
     assert modules[: len(first)] == first
     assert len(modules) > len(first) and len(set(modules)) == len(modules), "each module's tests stay together"
+
+
+def _make_test_options() -> list[str]:
+    """The pytest options `make test` passes (its recipe line, without the variables)."""
+    lines = (ROOT / "Makefile").read_text(encoding="utf-8").splitlines()
+    recipe = lines[lines.index("test: setup lint") + 1]
+    return [word for word in recipe.split() if word.startswith("--")]
+
+
+def test_make_test_hands_modules_out_in_the_collection_order(tmp_path: Path) -> None:
+    """The slowest-first order above is only the order xdist hands modules out in with `make test`'s options:
+    without `--no-loadscope-reorder` it re-sorts them by their number of tests (the one-test modules, the slowest
+    among them, last). Two modules here: one of one test, collected first, and one of five."""
+    options = _make_test_options()
+    assert "--dist" in options and "--no-loadscope-reorder" in options
+    (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "test_many.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(5))\ndef test_b(i):\n    pass\n"
+    )
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_collection_modifyitems(items):\n    items.sort(key=lambda item: 'many' in item.nodeid)\n"
+    )
+
+    def first_run(extra: list[str]) -> str:
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "1", "-v", *extra]
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return next(line for line in done.stdout.splitlines() if "PASSED" in line)
+
+    assert "test_one.py" in first_run(["--dist", "loadfile", "--no-loadscope-reorder"])
+    assert "test_many.py" in first_run(["--dist", "loadfile"])  # xdist's own order: the flag is what keeps ours
