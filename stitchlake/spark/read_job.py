@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import StitchError, UsageError
+from stitchlake.errors import UsageError
 from stitchlake.jobs.results import SparkReadResult
 from stitchlake.reading.output_folder import (
     check_out_folder,
@@ -133,13 +133,9 @@ def _write(
     progress(f"writing {out_format} part files into {target}")
     try:
         writer.save(temp.as_uri())  # a local path, whatever the session's default file system
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    rows = int(counted.get["rows"])
-    try:
+        rows = int(counted.get["rows"])
         check_parts_written(temp, target, rows)
-    except StitchError:
+    except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     mark(temp, table.path, rows)
