@@ -76,7 +76,8 @@ The modules, in the order they build on each other: `common` (names, logs, the r
 table's files as the checker reads them), `faults` (the fault hook), `actors` (the worker processes),
 `supervisor` (the storm and the finish), `oracle` (the checks), `kafka_phase`, and `cli` (`python -m
 scripts.torture`). What the tests use is re-exported here, imported when first asked for: a worker process
-(`_worker`, started anew after every kill) imports only the actors, not the oracle's pandas.
+(`_worker`, started anew after every kill) imports only the actors, and refuses pandas as the `stitch` command does
+(`stitchlake.cli.without_pandas`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 import sys
 
 if sys.argv[1:2] == ["_worker"]:  # restarted after every kill: only the actors, not the supervisor's oracle
+    from stitchlake.cli import without_pandas
+
+    without_pandas.refuse()  # a stitch writer, as the `stitch` command is (pyarrow would import pandas for nothing)
     from scripts.torture.actors import worker_main
 
     sys.exit(worker_main(sys.argv[2:]))

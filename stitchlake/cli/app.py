@@ -30,7 +30,15 @@ from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperGroup
 
 from stitchlake import __version__
-from stitchlake.cli import job_commands, json_output, output, printing, rescale_commands, table_commands
+from stitchlake.cli import (
+    job_commands,
+    json_output,
+    output,
+    printing,
+    rescale_commands,
+    table_commands,
+    without_pandas,
+)
 from stitchlake.errors import (
     DEBUG_ENV,
     DETAILS_NOTE,
@@ -252,8 +260,12 @@ def main() -> None:
     a native thread pool destroyed at exit while one of its workers is alive aborts the process ("terminate called
     without an active exception", apache/arrow#34314), which turned a refusal's exit 5 into a SIGABRT once under
     load. The exit code is what schedulers and scripts act on; it must be the command's.
+
+    pandas is refused in this process (`without_pandas`): pyarrow would import it on its first conversion, for
+    nothing.
     """
     signal.signal(signal.SIGTERM, _terminate)
+    without_pandas.refuse()
     code = run()
     atexit._run_exitfuncs()  # logging's flush, temporary folders: what a normal exit would still do
     for stream in (sys.stdout, sys.stderr):

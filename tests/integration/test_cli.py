@@ -70,6 +70,34 @@ def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]
     assert done.stdout.split() == ["False"]
 
 
+def test_data_commands_run_without_importing_pandas(written: tuple[Table, list[Any]], config_file: Path) -> None:
+    """The console script refuses pandas (`stitchlake.cli.without_pandas`): a read, a query and a compaction work,
+    with their answers, and the interpreter's own import log names no pandas module (a refused `import pandas` is
+    logged too, as `pandas` alone; importing it would load `pandas.core` and the rest)."""
+
+    def imported_by(*args: str) -> tuple[str, set[str]]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "stitchlake", *args, "-c", str(config_file)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = [line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+        return done.stdout, {name for name in lines if name != "pandas"}  # its refused attempts: see above
+
+    out, modules = imported_by("read", "--json")
+    assert sorted(row["k"] for row in json.loads(out)["records"]) == [1, 2, 3, 4]
+    assert "pyarrow" in modules and not any(name.startswith("pandas.") for name in modules)
+    out, modules = imported_by("sql", "SELECT count(*) AS n FROM t", "--json")
+    assert json.loads(out)["records"] == [{"n": 4}]
+    assert "duckdb" in modules and not any(name.startswith("pandas.") for name in modules)
+    out, modules = imported_by("compact", "--engine", "local")
+    assert "compaction" in out and not any(name.startswith("pandas.") for name in modules)
+
+
 def test_missing_table_exits_2_without_traceback(tmp_path: Path) -> None:
     result = run("read", "--table", str(tmp_path / "missing"))
     assert result.exit_code == 2
