@@ -8,7 +8,7 @@ JAVA_BIN := $(realpath $(shell command -v java 2>/dev/null))
 JAVA_BASE_ARCHIVE := $(wildcard $(dir $(JAVA_BIN))../lib/server/classes.jsa)
 PYTEST_ARGS ?=
 
-.PHONY: help setup check-tools jvm conformance demo test test-fast lint bench bench-peers bench-scale torture partitions clean
+.PHONY: help setup check-tools test-tools jvm conformance demo test test-fast lint bench bench-peers bench-scale torture partitions clean
 
 help:
 	@echo "make setup  - create .venv and install stitchlake with its dev tools (the other targets do it first)"
@@ -67,8 +67,8 @@ $(CLASS_ARCHIVE): $(STAMP) $(JAVA_BIN) $(JAVA_BASE_ARCHIVE) scripts/spark_class_
 	@$(BIN)/python -m scripts.spark_class_archive || echo "warning: Spark drivers will start without a class archive"
 
 # The JVM merge against the Python merge on many more generated tables than `make test` runs (CONFORMANCE_EXAMPLES).
-conformance: setup
-	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py $(PYTEST_ARGS)
+conformance: setup test-tools
+	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(EATMYDATA) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -81,13 +81,25 @@ lint: setup
 # out in the order tests/conftest.py gives them (the slowest first): xdist's own order, most tests first, would
 # leave the one-test benchmark smoke runs, minutes each, for last.
 TEST_WORKERS ?= 2
-test: setup lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+test: setup lint test-tools
+	$(EATMYDATA) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The unit tier only: needs the venv but not Java, Maven or the jar (tests/conftest.py fails a unit test that starts a
 # JVM or the CLI). No lint here: `make lint` is its own step.
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+test-fast: $(STAMP) test-tools
+	$(EATMYDATA) $(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+# The test targets run the suite under Debian's eatmydata where it is installed (test-tools installs it as root, as
+# the suite installs its servers): fsync and its kin return at once in every process of the suite. What fsync buys is
+# a table that survives a power cut, and no test cuts the power (the crash tests kill processes, whose writes the
+# kernel keeps), while a table's commit fsyncs each timeline, lock and marker file and its folder: the suite's
+# workers waited on the disk with a core idle (docs/benchmarks.md, "The suite on a busy machine"). Without it, the
+# suite runs the same tests with real fsyncs. `make demo`, the benchmarks and stitchlake itself never use it.
+EATMYDATA = $(shell command -v eatmydata 2>/dev/null)
+
+test-tools: $(STAMP)
+	@command -v eatmydata >/dev/null 2>&1 || $(BIN)/python -c 'from scripts.local_daemons import apt_install; \
+	  why = apt_install(["eatmydata"]); print(f"note: the suite runs with real fsyncs ({why})" if why else "installed eatmydata")'
 
 demo: setup
 	$(BIN)/python -m scripts.demo $(DEMO_ARGS)

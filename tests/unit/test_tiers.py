@@ -85,7 +85,7 @@ def test_the_slowest_modules_are_collected_first_and_each_still_exists() -> None
 def _make_test_options() -> list[str]:
     """The pytest options `make test` passes (its recipe line, without the variables)."""
     lines = (ROOT / "Makefile").read_text(encoding="utf-8").splitlines()
-    recipe = lines[lines.index("test: setup lint") + 1]
+    recipe = lines[next(n for n, line in enumerate(lines) if line.startswith("test: ")) + 1]
     return [word for word in recipe.split() if word.startswith("--")]
 
 
