@@ -76,14 +76,8 @@ def test_data_commands_run_without_importing_pandas(written: tuple[Table, list[A
     logged too, as `pandas` alone; importing it would load `pandas.core` and the rest)."""
 
     def imported_by(*args: str) -> tuple[str, set[str]]:
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "stitchlake", *args, "-c", str(config_file)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        argv = [sys.executable, "-X", "importtime", "-m", "stitchlake", *args, "-c", str(config_file)]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
         lines = [line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
         return done.stdout, {name for name in lines if name != "pandas"}  # its refused attempts: see above
