@@ -1,10 +1,11 @@
-"""A `stitch` process runs without pandas: pyarrow would import it (~0.3 s of CPU) for nothing.
+"""A `stitch` process runs without pandas: pyarrow would import it (0.2-0.3 s of CPU) for nothing.
 
 pyarrow asks whether pandas is installed the first time it converts anything (`pa.array`, a compute call, an empty
-table), and asking imports it: about a third of a small `stitch read` or `stitch ingest`. No stitch command hands
-pyarrow a pandas object or asks it for one, so the console script refuses the import (`refuse`): pyarrow then takes
-pandas as absent. Only the `stitch` process does this (and the torture test's workers, which are stitch writers);
-the library imported by a user's program, and Spark's drivers (PySpark needs pandas), are left as they are.
+table), and asking imports it: about a fifth of a small `stitch read`, an eighth of a small `stitch ingest`. No
+stitch command hands pyarrow a pandas object or asks it for one, so the console script refuses the import (`refuse`):
+pyarrow then takes pandas as absent. Only the `stitch` process does this (and the torture test's workers, which are
+stitch writers); the library imported by a user's program, and Spark's drivers (PySpark needs pandas), are left as
+they are.
 """
 
 from __future__ import annotations
