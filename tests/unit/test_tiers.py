@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -111,3 +112,21 @@ def test_make_test_hands_modules_out_in_the_collection_order(tmp_path: Path) -> 
 
     assert "test_one.py" in first_run(["--dist", "loadfile", "--no-loadscope-reorder"])
     assert "test_many.py" in first_run(["--dist", "loadfile"])  # xdist's own order: the flag is what keeps ours
+
+
+@pytest.mark.parametrize("target", ["test", "test-fast", "conformance"])
+def test_the_test_targets_run_pytest_under_eatmydata_where_it_is_installed(target: str) -> None:
+    """The Makefile's test targets (what `make -n` would run): pytest under eatmydata when this machine has it, the
+    plain pytest command when it has not (the same tests, with real fsyncs)."""
+    done = subprocess.run(
+        ["make", "-n", "-s", target], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    [command] = [line for line in done.stdout.splitlines() if " -m pytest " in line]
+    words = command.split()
+    words = words[1:] if words[0].startswith("CONFORMANCE_EXAMPLES=") else words
+    eatmydata = shutil.which("eatmydata")
+    if eatmydata is None:
+        assert words[0].endswith("/python"), command
+    else:
+        assert words[0] == eatmydata and words[1].endswith("/python"), command
