@@ -78,6 +78,11 @@ class ConflictError(StitchError):
     exit_code = 3
 
 
+class PlanUndone(ConflictError):
+    """A pending plan this process listed or wrote a moment ago is gone: a concurrent restore or rollback undid it
+    before its run took it (exit 3). Running again is safe; nothing was written."""
+
+
 class BusyError(StitchError):
     """Another live writer or service holds what we need (exit 4): run again later."""
 

@@ -184,21 +184,19 @@ class Worker:
             self.nap(0.05, 0.25)
 
     def compact(self) -> None:
-        from stitchlake.errors import BusyError, NotFoundError
+        from stitchlake.errors import BusyError, PlanUndone
         from stitchlake.services.rewrites import compaction
+        from stitchlake.services.rewrites.pending import undone_meanwhile
 
-        for plan in compaction.pending_plans(self.table):
+        for plan in compaction.pending_plans(self.table):  # plans other compactors run too: theirs refuse as busy
             try:
-                result = compaction.run(self.table, plan.requested)
+                with undone_meanwhile(self.table, plan.requested):
+                    result = compaction.run(self.table, plan.requested)
                 self.log({"event": "compaction", "instant": result.instant, "resumed": True})
             except BusyError:
                 pass
-            except NotFoundError:
-                # Listed a moment ago, gone now: a restore or rollback undid the plan meanwhile (what the
-                # message says). Still pending, it is a real failure.
-                if plan.requested in {p.requested for p in compaction.pending_plans(self.table)}:
-                    raise
-                self.log({"event": "busy", "error": "PlanGone", "message": f"{plan.requested} undone meanwhile"})
+            except PlanUndone as exc:
+                self.log({"event": "busy", "error": "PlanUndone", "message": str(exc)[:300]})
         made = compaction.compact(self.table)
         if made is not None:
             self.log({"event": "compaction", "instant": made.instant, "groups": made.file_groups})

@@ -16,13 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, UsageError, one_of
+from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, PlanUndone, UsageError, one_of
 from stitchlake.jobs.results import JobRun, PlannedRuns
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
-    from stitchlake.jobs.requests import JobRequest
+    from stitchlake.jobs.requests import CompactRequest, JobRequest, RescaleRequest
     from stitchlake.services.rewrites.compaction import CompactionResult
     from stitchlake.services.rewrites.rescale import RescaleResult
     from stitchlake.table.handle import TableHandle
@@ -232,8 +232,23 @@ def compact(
             return PlannedRuns(planned)
     elif instant is None and not compaction.pending_plans(table):
         return PlannedRuns()
-    last = launch(table, CompactRequest(instant=planned), runner, progress=progress)
+    if run_only:
+        last = launch(table, CompactRequest(instant=planned), runner, progress=progress)
+    else:
+        last = _launch_listed(table, CompactRequest(instant=planned), runner, progress)
     return PlannedRuns(None if run_only else planned, last, resumed)
+
+
+def _launch_listed(
+    table: TableHandle, request: CompactRequest | RescaleRequest, engine: EngineChoice | Engine, progress: Progress
+) -> JobRun[Any]:
+    """Launch the run of a plan this process just listed or wrote: a plan a restore or rollback undid meanwhile is
+    PlanUndone (exit 3), never "no such plan"."""
+    from stitchlake.services.rewrites.pending import undone_meanwhile
+
+    assert request.instant is not None
+    with undone_meanwhile(table, request.instant):
+        return launch(table, request, engine, progress=progress)
 
 
 def _resume_pending(
@@ -247,8 +262,8 @@ def _resume_pending(
     done = []
     for plan in compaction.runnable_plans(table):
         try:
-            ran = launch(table, CompactRequest(instant=plan.requested), engine, progress=progress)
-        except BusyError:
+            ran = _launch_listed(table, CompactRequest(instant=plan.requested), engine, progress)
+        except (BusyError, PlanUndone):
             continue
         if ran.result is not None:
             done.append(ran)
@@ -289,7 +304,7 @@ def rescale(
     planned = None if buckets is None else rescales.schedule(table, buckets, list(partitions) or None)
     if planned is None:  # `resume`, nothing to do, or the rescale a crash left behind was this one
         return PlannedRuns.of_resumed(resumed)
-    last = launch(table, RescaleRequest(instant=planned), runner, progress=progress)
+    last = _launch_listed(table, RescaleRequest(instant=planned), runner, progress)
     _follow(table, last.result)
     return PlannedRuns(planned, last, resumed)
 
@@ -303,7 +318,10 @@ def _resume_rescales(
 
     done = []
     for plan in rescales.runnable_plans(table):
-        ran = launch(table, RescaleRequest(instant=plan.requested), engine, progress=progress)
+        try:
+            ran = _launch_listed(table, RescaleRequest(instant=plan.requested), engine, progress)
+        except PlanUndone:
+            continue
         if ran.result is not None:
             done.append(ran)
             _follow(table, ran.result)

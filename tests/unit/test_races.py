@@ -18,7 +18,7 @@ import pytest
 
 import stitchlake.table.transaction as transaction_module
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.errors import ConflictError, LockLost, UsageError
+from stitchlake.errors import ConflictError, LockLost, NotFoundError, PlanUndone, UsageError
 from stitchlake.services.rewrites import compaction
 from stitchlake.services.undo import restore
 from stitchlake.services.undo.recovery import rollback_failed
@@ -260,3 +260,67 @@ def test_a_job_attaching_to_an_instant_taken_back_meanwhile_is_a_conflict_not_an
     done = table.timeline().completed()[-1]
     with pytest.raises(ConflictError, match=f"was completed at {done.completed}"):
         Transaction.attach(table, done.requested)
+
+
+@pytest.mark.parametrize("layer", ["service", "job"])
+def test_a_plan_a_restore_undid_before_its_run_is_a_conflict_not_a_missing_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str
+) -> None:
+    """`stitch compact` wrote its plan, then a restore (which removes pending plans) ran before the run took the
+    plan: the run said "not a compaction on the timeline", exit 2, as if the operator had named a wrong instant
+    (found by the torture test on S3). It is a conflict now (exit 3: run again), and a later run compacts."""
+    from stitchlake.jobs import launch
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    for value in (2, 3):
+        write(table, "orders", _rows(value))
+    original = compaction.schedule
+    undone: list[str] = []
+
+    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
+        planned = original(*args, **kwargs)
+        assert planned is not None and not undone
+        restore.restore(table, "before")
+        undone.append(planned)
+        return planned
+
+    monkeypatch.setattr(compaction, "schedule", restored_right_after_planning)
+    with pytest.raises(PlanUndone, match=r"undone by a concurrent restore") as caught:
+        if layer == "service":
+            compaction.compact(table, "all")
+        else:
+            launch.compact(table, strategy="all", engine="local")
+    assert caught.value.exit_code == 3 and undone[0] in str(caught.value)
+    assert table.timeline().get(undone[0]) is None and not table.timeline().pending()
+    monkeypatch.undo()
+
+    write(table, "orders", _rows(4))
+    write(table, "orders", _rows(5))
+    done = compaction.compact(table, "all")
+    assert done is not None and done.file_groups > 0
+    assert set(table.read().column("amount").to_pylist()) == {5}
+
+
+def test_pending_plans_a_restore_undid_before_their_resumed_run_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain `stitch compact` first runs the pending plans nobody runs; one a restore removed between the listing
+    and its run is skipped (it no longer exists), not reported as a missing plan."""
+    from stitchlake.services.rewrites import pending
+
+    table = new_table(tmp_path, FAST)
+    first = write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    write(table, "orders", _rows(2))
+    stale = compaction.schedule(table, "all")
+    assert stale is not None
+    listed = compaction.runnable_plans(table)
+    assert [p.requested for p in listed] == [stale]
+    restore.restore(table, "before")
+    monkeypatch.setattr(compaction, "runnable_plans", lambda *_a, **_k: listed)  # the listing taken before the restore
+    assert compaction.resume_pending(table) == []
+    assert first.instant is not None  # an instant still on the timeline, but no plan: not-found stands
+    with pytest.raises(NotFoundError, match="is not a compaction"), pending.undone_meanwhile(table, first.instant):
+        compaction.run(table, first.instant)

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import BusyError, one_of
+from stitchlake.errors import BusyError, PlanUndone, one_of
 from stitchlake.io.datafiles import write_table_file
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.services.rewrites.pending import planned_bytes, to_run, unclaimed
+from stitchlake.services.rewrites.pending import planned_bytes, to_run, unclaimed, undone_meanwhile
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -198,12 +198,13 @@ def _commits_due(table: TableHandle, timeline: Timeline) -> bool:
 
 def resume_pending(table: TableHandle, engine: Engine | None = None) -> list[CompactionResult]:
     """Run every pending plan nobody is running, oldest first. A plan another process takes over meanwhile is
-    left to it (its run refuses ours as busy)."""
+    left to it (its run refuses ours as busy); one a restore or rollback undid meanwhile is skipped."""
     done = []
     for instant in runnable_plans(table):
         try:
-            done.append(run(table, instant.requested, engine))
-        except BusyError:
+            with undone_meanwhile(table, instant.requested):
+                done.append(run(table, instant.requested, engine))
+        except (BusyError, PlanUndone):
             continue
     return done
 
@@ -231,7 +232,10 @@ def _schedule_and_run(
     table: TableHandle, strategy: CompactionStrategy | str | None, engine: Engine | None
 ) -> CompactionResult | None:
     instant = schedule(table, strategy)
-    return None if instant is None else run(table, instant, engine)
+    if instant is None:
+        return None
+    with undone_meanwhile(table, instant):  # the plan has no heartbeat until its run takes it
+        return run(table, instant, engine)
 
 
 def _after(resumed: list[CompactionResult], then: Callable[[], CompactionResult | None]) -> CompactionResult | None:

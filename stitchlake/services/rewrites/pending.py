@@ -6,11 +6,12 @@ questions for both rewrites, which `stitch compact` and `stitch rescale` ask bef
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
-from stitchlake.errors import NotFoundError, UsageError
+from stitchlake.errors import NotFoundError, PlanUndone, UsageError
 from stitchlake.timeline.metadata import RewritePlan
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from stitchlake.timeline.instant import Action, Instant
     from stitchlake.timeline.timeline import Timeline
 
-__all__ = ["planned_bytes", "to_run", "unclaimed"]
+__all__ = ["planned_bytes", "to_run", "unclaimed", "undone_meanwhile"]
 
 
 def planned_bytes(timeline: Timeline, pending: Sequence[Instant], instant_time: str | None = None) -> int:
@@ -61,3 +62,19 @@ def to_run(
     if found.is_completed:
         raise UsageError(f"{action} {instant_time} already completed at {found.completed}; nothing to run")
     return found
+
+
+@contextmanager
+def undone_meanwhile(table: TableHandle, instant_time: str) -> Iterator[None]:
+    """Run a plan this process listed or wrote a moment ago. A restore or rollback removes pending plans, so one
+    can vanish between the listing and the run: that is PlanUndone (exit 3, run again), never "not a compaction on
+    the timeline", which tells an operator their command was wrong. Still on the timeline, not-found stands."""
+    try:
+        yield
+    except NotFoundError as exc:
+        if table.timeline().get(instant_time) is not None:
+            raise
+        raise PlanUndone(
+            f"plan {instant_time} was undone by a concurrent restore or rollback before its run took it; "
+            "nothing was written, run again"
+        ) from exc

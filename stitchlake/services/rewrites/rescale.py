@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from stitchlake.checksums import digest
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import BusyError, StitchError, UsageError
+from stitchlake.errors import BusyError, PlanUndone, StitchError, UsageError
 from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
@@ -45,7 +45,7 @@ from stitchlake.layout.names import BASE, base_name, file_group_id, join
 from stitchlake.merge.stitch import to_base
 from stitchlake.reading.snapshot import merge_slice
 from stitchlake.services.publish import Published, publish_after
-from stitchlake.services.rewrites.pending import planned_bytes, to_run, unclaimed
+from stitchlake.services.rewrites.pending import planned_bytes, to_run, unclaimed, undone_meanwhile
 from stitchlake.table.guards import pending_rescales
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import HOLDS_FILE_GROUPS
@@ -362,8 +362,15 @@ def rescale(
     """Run the pending rescales nobody runs, then plan and run one to `buckets`. Returns the last one run (the
     pending one a crash left, when that already made the count `buckets`); None when nothing needed it."""
     check_buckets(buckets)
-    done = [run(table, instant.requested, engine) for instant in runnable_plans(table)]
+    done = []
+    for instant in runnable_plans(table):
+        try:
+            with undone_meanwhile(table, instant.requested):
+                done.append(run(table, instant.requested, engine))
+        except PlanUndone:
+            continue
     planned = schedule(table, buckets, partitions)
     if planned is not None:
-        done.append(run(table, planned, engine))
+        with undone_meanwhile(table, planned):
+            done.append(run(table, planned, engine))
     return done[-1] if done else None
