@@ -188,7 +188,10 @@ class TableHandle:
                 f"{where} contradicts the table at {self.path} (schema version {current.version}):\n  "
                 + "\n  ".join(str(change) for change in found if not change.allowed)
             )
-        self._versions.clear()
+        if versions != self._history or self._routing is None or routing.default != self._routing.default:
+            # Each version's config is derived again only when the history or the count changed: deriving one
+            # validates a whole config, the larger part of a `require`, which every table call makes.
+            self._versions.clear()
         self._history = versions
         self._origins = None
         self._routing = routing

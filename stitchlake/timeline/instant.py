@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stitchlake.vocabulary import Action, State
 
@@ -68,8 +69,10 @@ def completed_file_name(requested: str, completed: str, action: str) -> str:
     return f"{requested}_{completed}.{COMPLETED_NAME.get(action, action)}"
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_file_name(name: str) -> Instant | None:
-    """The instant a timeline file name stands for, or None for a name that is not an instant file."""
+    """The instant a timeline file name stands for, or None for a name that is not an instant file. Kept (instants
+    are immutable values): every timeline listing parses every name again."""
     match = _PENDING.match(name)
     if match:
         action = match.group(2)

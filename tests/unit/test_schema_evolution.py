@@ -166,3 +166,38 @@ def test_nested_columns_from_json_parquet_and_avro_landing_files(tmp_path: Path)
         assert table.ingest("n").result.rows == 2, fmt
         got = {r["k"]: (r["tags"], r["info"]) for r in table.read(columns=["k", "tags", "info"]).to_pylist()}
         assert got == {1: (["x", "y"], {"x": 1, "y": "u"}), 2: ([], None)}, fmt
+
+
+def test_a_handle_derives_its_config_again_only_when_the_schema_history_changed(tmp_path: Path) -> None:
+    """`require` (every table call makes one) keeps each schema version's derived config while the history and the
+    bucket count stay the same, and derives them again when another process altered the table, or a restore took
+    the alter back and a different alter made the same version number."""
+    from stitchlake.services.undo.restore import restore
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.services.upkeep.savepoint import create
+
+    document = copy.deepcopy(BASE)
+    new_table_file(tmp_path, document)
+    folder = stitchlake.open(str(tmp_path / "table"))  # no YAML: it follows the table's schema as it is
+    folder.require()
+    kept = folder.config
+    folder.require()
+    assert folder.config is kept  # nothing changed: nothing derived again
+
+    folder.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    create(folder, name="before")
+    add_extra(document)
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))  # another handle, as another process would
+    folder.require()
+    assert folder.schema_version == 1 and "extra" in folder.config.streams["a"].column_names
+
+    restore(folder, "before")
+    folder.require()
+    assert folder.schema_version == 0 and "extra" not in folder.config.streams["a"].column_names
+
+    other = copy.deepcopy(BASE)
+    add_z(other)  # version 1 again, with another column
+    alter(stitchlake.open(write_table_yaml(tmp_path, other)))
+    folder.require()
+    columns = folder.config.streams["b"].column_names
+    assert folder.schema_version == 1 and "z" in columns and "extra" not in folder.config.streams["a"].column_names
