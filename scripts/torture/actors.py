@@ -136,7 +136,8 @@ class Worker:
                 step()
             except Exception as exc:
                 self.failed(exc)
-        self.log({"event": "stop"})
+        # Workers refuse pandas as `stitch` does (scripts/torture/__main__.py): the test checks it held.
+        self.log({"event": "stop", "pandas": "pandas" in sys.modules})
 
     def failed(self, exc: Exception) -> None:
         from stitchlake.errors import BusyError, ConflictError, LockLost, StitchError

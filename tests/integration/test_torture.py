@@ -87,7 +87,7 @@ def storm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 def test_ci_sized_torture_run_has_no_violation_and_really_tortured(
     storm: tuple[Path, dict[str, Any], subprocess.CompletedProcess[str]],
 ) -> None:
-    _work, summary, done = storm
+    work, summary, done = storm
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
     assert summary["violations"] == 0, "\n".join(summary["violation_messages"])
     assert "violations 0" in done.stdout
@@ -112,6 +112,9 @@ def test_ci_sized_torture_run_has_no_violation_and_really_tortured(
     # (chosen by their progress, a round added if none was), and records went in exactly once (checked).
     kafka = summary["kafka"]
     assert kafka["rounds"] == 3 and kafka["produced"] > 0 and kafka["kills"] > 0, kafka
+    # The workers are stitch writers and never import pandas, as `stitch` does not (cli/without_pandas.py).
+    stops = [r for log in sorted((work / "logs").glob("*.jsonl")) for r in read_lines(log) if r.get("event") == "stop"]
+    assert stops and not [r for r in stops if r.get("pandas") is not False], stops
 
 
 def test_optimistic_mode_torture_run_has_no_violation_in_ten_rounds(tmp_path: Path) -> None:
