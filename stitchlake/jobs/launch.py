@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, PlanUndone, UsageError, one_of
 from stitchlake.jobs.results import JobRun, PlannedRuns
@@ -237,6 +237,18 @@ def compact(
     else:
         last = _launch_listed(table, CompactRequest(instant=planned), runner, progress)
     return PlannedRuns(None if run_only else planned, last, resumed)
+
+
+@overload
+def _launch_listed(
+    table: TableHandle, request: CompactRequest, engine: EngineChoice | Engine, progress: Progress
+) -> JobRun[CompactionResult | None]: ...
+
+
+@overload
+def _launch_listed(
+    table: TableHandle, request: RescaleRequest, engine: EngineChoice | Engine, progress: Progress
+) -> JobRun[RescaleResult | None]: ...
 
 
 def _launch_listed(

@@ -215,6 +215,7 @@ class TableHandle:
         if found.version == self.schema_version:
             return self
         clone = copy.copy(self)
+        clone._versions = dict(self._versions)  # its own: `require` keeps this handle's for as long as they hold
         clone.config = self.config_for(found)
         clone.schema_version = found.version
         return clone

@@ -21,7 +21,7 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_marked, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
-from stitchlake.errors import BusyError, ConflictError, StitchError, Terminated
+from stitchlake.errors import BusyError, ConflictError, PlanUndone, StitchError, Terminated
 from stitchlake.table.guards import (
     refuse_if_rescaled,
     refuse_if_stream_busy,
@@ -209,12 +209,14 @@ class Transaction:
         and delete the files of a run that took the plan over from it meanwhile, which that run then publishes.
         """
         earlier = marked_files(table.storage, instant.requested)
-        txn = cls.resume(table, instant, what)
+        txn = cls.resume(table, instant, what, gone=PlanUndone)
         delete_marked(table.storage, instant.requested, earlier)
         return txn
 
     @classmethod
-    def resume(cls, table: TableHandle, instant: Instant, what: str = "instant") -> Transaction:
+    def resume(
+        cls, table: TableHandle, instant: Instant, what: str = "instant", gone: type[StitchError] = BusyError
+    ) -> Transaction:
         """Take over a requested (or crashed inflight) instant to run it: refuse while its owner is alive.
 
         Under the lock it also refuses an instant that completed meanwhile or that a pending rollback is undoing
@@ -233,9 +235,14 @@ class Transaction:
                 )
             timeline = Timeline.load(storage)
             current = timeline.get(instant.requested)
-            if current is None or current.is_completed:
-                state = "gone from the timeline" if current is None else f"completed at {current.completed}"
-                raise BusyError(f"{what} {instant.requested} is {state} (another process finished it); nothing to do")
+            if current is None:  # a restore or rollback undid it, or its own process aborted it
+                then = "run again" if issubclass(gone, ConflictError) else "nothing to do"
+                raise gone(f"{what} {instant.requested} is gone from the timeline (undone meanwhile); {then}")
+            if current.is_completed:
+                raise BusyError(
+                    f"{what} {instant.requested} completed at {current.completed} (another process finished it); "
+                    "nothing to do"
+                )
             undoing = undone_by(timeline, instant.requested)
             if undoing is not None:
                 raise BusyError(

@@ -303,11 +303,15 @@ def test_a_plan_a_restore_undid_before_its_run_is_a_conflict_not_a_missing_plan(
     assert set(table.read().column("amount").to_pylist()) == {5}
 
 
-def test_pending_plans_a_restore_undid_before_their_resumed_run_are_skipped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("layer", ["service", "job"])
+@pytest.mark.parametrize("meanwhile", ["restored", "run elsewhere"])
+def test_pending_plans_undone_or_run_elsewhere_before_their_resumed_run_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str, meanwhile: str
 ) -> None:
-    """Plain `stitch compact` first runs the pending plans nobody runs; one a restore removed between the listing
-    and its run is skipped (it no longer exists), not reported as a missing plan."""
+    """Plain `stitch compact` first runs the pending plans nobody runs; one a restore removed, or another process
+    ran, between the listing and its run is skipped, not reported as a missing plan (exit 2) or as "already
+    completed, nothing to run" (exit 2)."""
+    from stitchlake.jobs import launch
     from stitchlake.services.rewrites import pending
 
     table = new_table(tmp_path, FAST)
@@ -318,9 +322,115 @@ def test_pending_plans_a_restore_undid_before_their_resumed_run_are_skipped(
     assert stale is not None
     listed = compaction.runnable_plans(table)
     assert [p.requested for p in listed] == [stale]
-    restore.restore(table, "before")
-    monkeypatch.setattr(compaction, "runnable_plans", lambda *_a, **_k: listed)  # the listing taken before the restore
-    assert compaction.resume_pending(table) == []
+    if meanwhile == "restored":
+        restore.restore(table, "before")
+    else:
+        compaction.run(table, stale)  # another process
+    monkeypatch.setattr(compaction, "runnable_plans", lambda *_a, **_k: listed)  # the listing taken before
+    if layer == "service":
+        assert compaction.resume_pending(table) == []
+    else:
+        done = launch.compact(table, engine="local")  # skips the listed plan, then plans anew (nothing qualifies)
+        assert done.resumed == [] and stale not in {i.requested for i in table.timeline().pending()}
+    assert not table.timeline().pending()
     assert first.instant is not None  # an instant still on the timeline, but no plan: not-found stands
     with pytest.raises(NotFoundError, match="is not a compaction"), pending.undone_meanwhile(table, first.instant):
         compaction.run(table, first.instant)
+
+
+def test_a_plan_another_process_ran_between_planning_and_running_is_busy_not_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan has no heartbeat until a run takes it, so another `stitch compact` may run it first: ours is told so
+    (exit 4), not "already completed; nothing to run" (exit 2, "fix your command")."""
+    from stitchlake.errors import BusyError
+
+    table = new_table(tmp_path, FAST)
+    for value in (1, 2):
+        write(table, "orders", _rows(value))
+    original = compaction.schedule
+
+    def run_elsewhere_right_after_planning(*args: Any, **kwargs: Any) -> Any:
+        planned = original(*args, **kwargs)
+        compaction.run(table, planned)
+        return planned
+
+    monkeypatch.setattr(compaction, "schedule", run_elsewhere_right_after_planning)
+    with pytest.raises(BusyError, match="run by another process meanwhile"):
+        compaction.compact(table, "all")
+
+
+@pytest.mark.parametrize("layer", ["service", "job"])
+def test_a_rescale_plan_a_restore_undid_before_its_run_is_a_conflict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str
+) -> None:
+    """The rescale's own plan, removed by a restore before its run took it: PlanUndone (exit 3), and the table
+    keeps its bucket count."""
+    from stitchlake.jobs import launch
+    from stitchlake.services.rewrites import rescale as rescales
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    write(table, "orders", _rows(2))
+    original = rescales.schedule
+
+    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
+        planned = original(*args, **kwargs)
+        restore.restore(table, "before")
+        return planned
+
+    monkeypatch.setattr(rescales, "schedule", restored_right_after_planning)
+    with pytest.raises(PlanUndone, match="undone by a concurrent restore"):
+        if layer == "service":
+            rescales.rescale(table, 4)
+        else:
+            launch.rescale(table, 4, engine="local")
+    assert not table.timeline().pending() and table.layout().default == 2
+
+
+def test_a_plan_gone_when_its_run_takes_it_over_is_a_conflict(tmp_path: Path) -> None:
+    """Found by the run, gone by the time it takes the lock to take it over (a restore in between): PlanUndone, not
+    "another process finished it"."""
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    write(table, "orders", _rows(2))
+    planned = compaction.schedule(table, "all")
+    assert planned is not None
+    found = table.timeline().get(planned)
+    assert found is not None
+    restore.restore(table, "before")
+    with pytest.raises(PlanUndone, match="gone from the timeline"):
+        Transaction.take_over(table, found, "compaction")
+
+
+def test_an_inline_compaction_whose_plan_a_restore_undid_is_skipped_and_the_ingest_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compaction.inline` after an ingest: its plan undone before it ran is no failure of the ingest (which the
+    caller would report as exit 1, "committed, but the inline compaction after it failed")."""
+    from types import SimpleNamespace
+
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.writes.ingest import compact_inline
+
+    document = copy.deepcopy(FAST)
+    document["compaction"] = {"inline": True, "after_delta_commits": 1}
+    table = new_table(tmp_path, document)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    write(table, "orders", _rows(2))
+    original = compaction.schedule
+
+    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
+        planned = original(*args, **kwargs)
+        restore.restore(table, "before")
+        return planned
+
+    monkeypatch.setattr(compaction, "schedule", restored_right_after_planning)
+    said: list[str] = []
+    ingested = SimpleNamespace(instant="20260101000000000", message="ingested")
+    assert compact_inline(table, LocalEngine(), ingested, said.append) is None  # type: ignore[arg-type]
+    assert any("inline compaction skipped" in line and "undone" in line for line in said), said
+    assert not table.timeline().pending()

@@ -201,3 +201,9 @@ def test_a_handle_derives_its_config_again_only_when_the_schema_history_changed(
     folder.require()
     columns = folder.config.streams["b"].column_names
     assert folder.schema_version == 1 and "z" in columns and "extra" not in folder.config.streams["a"].column_names
+
+    from stitchlake.services.rewrites.rescale import rescale
+
+    rescale(stitchlake.open(str(tmp_path / "table")), 3)  # the same history, another bucket count
+    folder.require()
+    assert folder.config.table.buckets == 3 and folder.routing.default == 3

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
-from stitchlake.errors import NotFoundError, PlanUndone, UsageError
+from stitchlake.errors import BusyError, NotFoundError, PlanUndone, UsageError
 from stitchlake.timeline.metadata import RewritePlan
 
 if TYPE_CHECKING:
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from stitchlake.timeline.timeline import Timeline
 
 __all__ = ["planned_bytes", "to_run", "unclaimed", "undone_meanwhile"]
+
+#: How `to_run` refuses a plan that completed: `undone_meanwhile` tells it from other refusals by it.
+ALREADY_COMPLETED = "already completed"
 
 
 def planned_bytes(timeline: Timeline, pending: Sequence[Instant], instant_time: str | None = None) -> int:
@@ -60,7 +63,7 @@ def to_run(
         listed = ", ".join(i.requested for i in pending) or "none"
         raise NotFoundError(f"{instant_time} is not a {action} on the timeline (pending {plural}: {listed}){hints[1]}")
     if found.is_completed:
-        raise UsageError(f"{action} {instant_time} already completed at {found.completed}; nothing to run")
+        raise UsageError(f"{action} {instant_time} {ALREADY_COMPLETED} at {found.completed}; nothing to run")
     return found
 
 
@@ -68,13 +71,19 @@ def to_run(
 def undone_meanwhile(table: TableHandle, instant_time: str) -> Iterator[None]:
     """Run a plan this process listed or wrote a moment ago. A restore or rollback removes pending plans, so one
     can vanish between the listing and the run: that is PlanUndone (exit 3, run again), never "not a compaction on
-    the timeline", which tells an operator their command was wrong. Still on the timeline, not-found stands."""
+    the timeline", which tells an operator their command was wrong. One that another process ran meanwhile (a plan
+    has no heartbeat until a run takes it) is busy (exit 4), never "already completed, nothing to run" (exit 2).
+    Anything else stands."""
     try:
         yield
-    except NotFoundError as exc:
-        if table.timeline().get(instant_time) is not None:
-            raise
-        raise PlanUndone(
-            f"plan {instant_time} was undone by a concurrent restore or rollback before its run took it; "
-            "nothing was written, run again"
-        ) from exc
+    except (NotFoundError, UsageError) as exc:
+        now = table.timeline().get(instant_time)
+        if now is None and isinstance(exc, NotFoundError):
+            raise PlanUndone(
+                f"plan {instant_time} was undone by a concurrent restore or rollback before its run took it; run again"
+            ) from exc
+        if now is not None and now.is_completed and ALREADY_COMPLETED in str(exc):
+            raise BusyError(
+                f"plan {instant_time} was run by another process meanwhile (completed {now.completed})"
+            ) from exc
+        raise

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, StitchError, UsageError
+from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, PlanUndone, StitchError, UsageError
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.services import offsets
 from stitchlake.services.rewrites import compaction
@@ -395,6 +395,9 @@ def compact_inline(
     progress("compacting inline (compaction.inline)")
     try:
         done = compaction.compact_inline(table, engine)
+    except PlanUndone as exc:  # a restore took the plan back before it ran: nothing failed, the next run compacts
+        progress(f"inline compaction skipped: {exc}")
+        return None
     except StitchError as exc:
         pending = compaction.pending_plans(table)
         hint = (
