@@ -262,6 +262,32 @@ def test_a_job_attaching_to_an_instant_taken_back_meanwhile_is_a_conflict_not_an
         Transaction.attach(table, done.requested)
 
 
+def _with_savepoint(tmp_path: Path, document: dict[str, Any] = FAST) -> Any:
+    """A table with a write, savepoint "before" after it, and a second write: what a restore can undo."""
+    table = new_table(tmp_path, document)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    write(table, "orders", _rows(2))
+    return table
+
+
+def _restored_after_planning(monkeypatch: pytest.MonkeyPatch, module: Any, table: Any) -> list[str]:
+    """`module.schedule` (compaction's or rescale's) followed at once by a restore to "before", as another process
+    would run one between the plan and its run: the plans it undid, in order."""
+    original = module.schedule
+    undone: list[str] = []
+
+    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
+        planned = original(*args, **kwargs)
+        assert planned is not None
+        restore.restore(table, "before")
+        undone.append(planned)
+        return planned
+
+    monkeypatch.setattr(module, "schedule", restored_right_after_planning)
+    return undone
+
+
 @pytest.mark.parametrize("layer", ["service", "job"])
 def test_a_plan_a_restore_undid_before_its_run_is_a_conflict_not_a_missing_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str
@@ -271,28 +297,15 @@ def test_a_plan_a_restore_undid_before_its_run_is_a_conflict_not_a_missing_plan(
     (found by the torture test on S3). It is a conflict now (exit 3: run again), and a later run compacts."""
     from stitchlake.jobs import launch
 
-    table = new_table(tmp_path, FAST)
-    write(table, "orders", _rows(1))
-    savepoint.create(table, name="before")
-    for value in (2, 3):
-        write(table, "orders", _rows(value))
-    original = compaction.schedule
-    undone: list[str] = []
-
-    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
-        planned = original(*args, **kwargs)
-        assert planned is not None and not undone
-        restore.restore(table, "before")
-        undone.append(planned)
-        return planned
-
-    monkeypatch.setattr(compaction, "schedule", restored_right_after_planning)
+    table = _with_savepoint(tmp_path)
+    write(table, "orders", _rows(3))
+    undone = _restored_after_planning(monkeypatch, compaction, table)
     with pytest.raises(PlanUndone, match=r"undone by a concurrent restore") as caught:
         if layer == "service":
             compaction.compact(table, "all")
         else:
             launch.compact(table, strategy="all", engine="local")
-    assert caught.value.exit_code == 3 and undone[0] in str(caught.value)
+    assert caught.value.exit_code == 3 and len(undone) == 1 and undone[0] in str(caught.value)
     assert table.timeline().get(undone[0]) is None and not table.timeline().pending()
     monkeypatch.undo()
 
@@ -314,10 +327,8 @@ def test_pending_plans_undone_or_run_elsewhere_before_their_resumed_run_are_skip
     from stitchlake.jobs import launch
     from stitchlake.services.rewrites import pending
 
-    table = new_table(tmp_path, FAST)
-    first = write(table, "orders", _rows(1))
-    savepoint.create(table, name="before")
-    write(table, "orders", _rows(2))
+    table = _with_savepoint(tmp_path)
+    first = table.timeline().completed([Action.DELTACOMMIT])[0]
     stale = compaction.schedule(table, "all")
     assert stale is not None
     listed = compaction.runnable_plans(table)
@@ -333,9 +344,9 @@ def test_pending_plans_undone_or_run_elsewhere_before_their_resumed_run_are_skip
         done = launch.compact(table, engine="local")  # skips the listed plan, then plans anew (nothing qualifies)
         assert done.resumed == [] and stale not in {i.requested for i in table.timeline().pending()}
     assert not table.timeline().pending()
-    assert first.instant is not None  # an instant still on the timeline, but no plan: not-found stands
-    with pytest.raises(NotFoundError, match="is not a compaction"), pending.undone_meanwhile(table, first.instant):
-        compaction.run(table, first.instant)
+    # an instant still on the timeline, but no plan: not-found stands
+    with pytest.raises(NotFoundError, match="is not a compaction"), pending.undone_meanwhile(table, first.requested):
+        compaction.run(table, first.requested)
 
 
 def test_a_plan_another_process_ran_between_planning_and_running_is_busy_not_a_usage_error(
@@ -369,18 +380,8 @@ def test_a_rescale_plan_a_restore_undid_before_its_run_is_a_conflict(
     from stitchlake.jobs import launch
     from stitchlake.services.rewrites import rescale as rescales
 
-    table = new_table(tmp_path, FAST)
-    write(table, "orders", _rows(1))
-    savepoint.create(table, name="before")
-    write(table, "orders", _rows(2))
-    original = rescales.schedule
-
-    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
-        planned = original(*args, **kwargs)
-        restore.restore(table, "before")
-        return planned
-
-    monkeypatch.setattr(rescales, "schedule", restored_right_after_planning)
+    table = _with_savepoint(tmp_path)
+    _restored_after_planning(monkeypatch, rescales, table)
     with pytest.raises(PlanUndone, match="undone by a concurrent restore"):
         if layer == "service":
             rescales.rescale(table, 4)
@@ -392,10 +393,7 @@ def test_a_rescale_plan_a_restore_undid_before_its_run_is_a_conflict(
 def test_a_plan_gone_when_its_run_takes_it_over_is_a_conflict(tmp_path: Path) -> None:
     """Found by the run, gone by the time it takes the lock to take it over (a restore in between): PlanUndone, not
     "another process finished it"."""
-    table = new_table(tmp_path, FAST)
-    write(table, "orders", _rows(1))
-    savepoint.create(table, name="before")
-    write(table, "orders", _rows(2))
+    table = _with_savepoint(tmp_path)
     planned = compaction.schedule(table, "all")
     assert planned is not None
     found = table.timeline().get(planned)
@@ -417,18 +415,8 @@ def test_an_inline_compaction_whose_plan_a_restore_undid_is_skipped_and_the_inge
 
     document = copy.deepcopy(FAST)
     document["compaction"] = {"inline": True, "after_delta_commits": 1}
-    table = new_table(tmp_path, document)
-    write(table, "orders", _rows(1))
-    savepoint.create(table, name="before")
-    write(table, "orders", _rows(2))
-    original = compaction.schedule
-
-    def restored_right_after_planning(*args: Any, **kwargs: Any) -> Any:
-        planned = original(*args, **kwargs)
-        restore.restore(table, "before")
-        return planned
-
-    monkeypatch.setattr(compaction, "schedule", restored_right_after_planning)
+    table = _with_savepoint(tmp_path, document)
+    _restored_after_planning(monkeypatch, compaction, table)
     said: list[str] = []
     ingested = SimpleNamespace(instant="20260101000000000", message="ingested")
     assert compact_inline(table, LocalEngine(), ingested, said.append) is None  # type: ignore[arg-type]
