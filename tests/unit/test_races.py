@@ -422,3 +422,28 @@ def test_an_inline_compaction_whose_plan_a_restore_undid_is_skipped_and_the_inge
     assert compact_inline(table, LocalEngine(), ingested, said.append) is None  # type: ignore[arg-type]
     assert any("inline compaction skipped" in line and "undone" in line for line in said), said
     assert not table.timeline().pending()
+
+
+@pytest.mark.parametrize("layer", ["service", "job"])
+def test_a_pending_rescale_a_restore_undid_before_its_resumed_run_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str
+) -> None:
+    """`stitch rescale` first runs the pending rescales nobody runs; one a restore removed between the listing and
+    its run is skipped, and the rescale asked for runs."""
+    from stitchlake.jobs import launch
+    from stitchlake.services.rewrites import rescale as rescales
+
+    table = _with_savepoint(tmp_path)
+    stale = rescales.schedule(table, 3)
+    assert stale is not None
+    listed = rescales.runnable_plans(table)
+    assert [p.requested for p in listed] == [stale]
+    restore.restore(table, "before")
+    monkeypatch.setattr(rescales, "runnable_plans", lambda *_a, **_k: listed)  # the listing taken before
+    if layer == "service":
+        done = rescales.rescale(table, 4)
+        assert done is not None and done.buckets == 4
+    else:
+        ran = launch.rescale(table, 4, engine="local")
+        assert ran.resumed == [] and ran.last is not None and ran.last.result is not None
+    assert not table.timeline().pending() and table.layout().default == 4

@@ -114,15 +114,20 @@ def test_make_test_hands_modules_out_in_the_collection_order(tmp_path: Path) -> 
     assert "test_many.py" in first_run(["--dist", "loadfile"])  # xdist's own order: the flag is what keeps ours
 
 
-@pytest.mark.parametrize("target", ["test", "test-fast", "conformance"])
-def test_the_test_targets_run_pytest_under_eatmydata_where_it_is_installed(target: str) -> None:
-    """The Makefile's test targets (what `make -n` would run): pytest under eatmydata when this machine has it, the
-    plain pytest command when it has not (the same tests, with real fsyncs)."""
+def _recipes(target: str) -> list[str]:
+    """The commands `make target` would run, in order (`make -n`: nothing is run)."""
     done = subprocess.run(
         ["make", "-n", "-s", target], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    [command] = [line for line in done.stdout.splitlines() if " -m pytest " in line]
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("target", ["test", "test-fast", "conformance"])
+def test_the_test_targets_run_pytest_under_eatmydata_where_it_is_installed(target: str) -> None:
+    """The Makefile's test targets (what `make -n` would run): pytest under eatmydata when this machine has it, the
+    plain pytest command when it has not (the same tests, with real fsyncs)."""
+    [command] = [line for line in _recipes(target) if " -m pytest " in line]
     words = command.split()
     words = words[1:] if words[0].startswith("CONFORMANCE_EXAMPLES=") else words
     eatmydata = shutil.which("eatmydata")
@@ -136,13 +141,9 @@ def test_the_test_targets_run_pytest_under_eatmydata_where_it_is_installed(targe
 def test_the_targets_byte_compile_the_project_before_they_start_its_processes(target: str) -> None:
     """Where PYTHONDONTWRITEBYTECODE is set no process writes bytecode, and every `stitch` compiled the package from
     source again (about a fifth of a CLI-heavy module's CPU): the targets compile it first (`make -n` shows it)."""
-    done = subprocess.run(
-        ["make", "-n", "-s", target], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = _recipes(target)
     compiled = [i for i, line in enumerate(lines) if " -m compileall " in line]
-    assert compiled, done.stdout[-2000:]
+    assert compiled, lines[-20:]
     assert {"stitchlake", "scripts", "tests"} <= set(lines[compiled[0]].split())
     started = [i for i, line in enumerate(lines) if " -m pytest " in line or " -m scripts." in line]
-    assert started and compiled[0] < started[0], done.stdout[-2000:]
+    assert started and compiled[0] < started[0], lines[-20:]
