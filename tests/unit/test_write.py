@@ -360,6 +360,25 @@ def test_precombine_writes_one_summary_row_per_key_per_file_group(tmp_path: Path
     assert (content[0]["paid"], content[0]["note"], content[0]["pts"]) == (5, "n", 3)
 
 
+def test_logs_and_the_bases_a_compaction_writes_hold_their_keys_in_ascending_order(tmp_path: Path) -> None:
+    """Files are written in key order (docs/spark-reader.md, "What a file holds"): the JVM reader merges them as
+    sorted runs. Keys arrive shuffled, sparse and negative, in both streams; each file's keys must rise."""
+    table = new_table(tmp_path, buckets=2)
+    root = Path(table.path)
+    keys = [k * 7919 % 1009 - 500 for k in range(300)]
+    written = table.write("orders", batch(ORDERS, orders_rows(keys))).files
+    payments = [{"k": k, "paid": k, "note": None, "pts": 1} for k in reversed(keys[::2])]
+    written += table.write("payments", batch(PAYMENTS, payments)).files
+    assert len(written) == 8
+    assert table.compact().done is not None
+    bases = [path for path in root.rglob("*.parquet") if ".log." not in path.name]
+    assert len(bases) == 4
+    for path in [*(root / entry.path for entry in written), *bases]:
+        stored = pq.read_table(path, columns=["k"]).column("k").to_pylist()
+        assert stored == sorted(stored) and len(stored) == len(set(stored)), path
+    assert sorted(r["k"] for r in table.read(columns=["k"]).to_pylist()) == sorted(keys)
+
+
 @pytest.mark.parametrize("buckets", [1, 3, 8])
 def test_rows_route_to_the_file_group_of_their_key_bucket(tmp_path: Path, buckets: int) -> None:
     table = new_table(tmp_path, buckets=buckets)

@@ -12,8 +12,11 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * Dense key ids over the common columns of a slice's rows (as stitchlake/merge/keys.py): the merge then works on
  * small integers. A slice is one partition's file group, so the partition columns are usually constant and the
- * key is often one long: that case probes a primitive hash map on the first integer column and only checks the
- * other columns against the key's first row; a mismatch (a real composite key) falls back to hashing every column.
+ * key is often one long. Files are written in key order (stitchlake/merge/stitch.py, key_order): where every file's
+ * first column is an integer that rises strictly, the files merge as sorted runs and ids come in key order, so the
+ * merge's passes then meet each file's keys nearly in sequence. Otherwise (files written before key order, a
+ * string key) a primitive hash map on the first integer column, checking only the other columns against the key's
+ * first row; a mismatch (a real composite key) falls back to hashing every column.
  */
 final class KeyIndex {
   /** ids[segment][row]: the row's key id. */
@@ -27,8 +30,11 @@ final class KeyIndex {
   private final int[] rows;
   private final DataType[] types;
 
-  /** {@code expected}: about how many keys the slice has (its largest file's rows), to size the first table. */
-  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types, int expected) {
+  /**
+   * {@code expected}: about how many keys the slice has (its largest file's rows), to size the first table;
+   * {@code files[s]}: which file segment s was read from (a file's segments are consecutive).
+   */
+  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types, int expected, int[] files) {
     this.cols = cols;
     this.rows = rows;
     this.types = types;
@@ -38,7 +44,106 @@ final class KeyIndex {
     for (int r : rows) total += r;
     firstSeg = new int[Math.max(16, total)];
     firstRow = new int[Math.max(16, total)];
-    if (types.length == 0 || !(integral(types[0]) && byFirstColumn(expected))) byAllColumns(total);
+    boolean byFirst = types.length > 0 && integral(types[0]);
+    if (!(byFirst && (bySortedFiles(files) || byFirstColumn(expected)))) byAllColumns(total);
+  }
+
+  /**
+   * The first column's values per segment, or null where one is null or a file's values do not rise strictly (the
+   * merge of runs below assigns each run's head once, so a key twice in one run would get two ids).
+   */
+  private long[][] sortedKeys(int[] files) {
+    long[][] keys = new long[rows.length][];
+    boolean isLong = types[0] instanceof LongType;
+    boolean hasLast = false;
+    long last = 0;
+    for (int s = 0; s < rows.length; s++) {
+      if (s > 0 && files[s] != files[s - 1]) hasLast = false;
+      ColumnVector v = cols[s][0];
+      int n = rows[s];
+      if (n > 0 && v.hasNull()) return null;
+      long[] out;
+      if (isLong) {
+        out = n == 0 ? new long[0] : v.getLongs(0, n);
+      } else {
+        out = new long[n];
+        for (int r = 0; r < n; r++) out[r] = v.getInt(r);
+      }
+      for (int r = 0; r < n; r++) {
+        if (hasLast && out[r] <= last) return null;
+        last = out[r];
+        hasLast = true;
+      }
+      keys[s] = out;
+    }
+    return keys;
+  }
+
+  /**
+   * Ids in key order from the files as sorted runs: per key, the smallest head among the files' cursors. False
+   * where a file is not sorted (nothing assigned then) or another column tells two rows of one id apart.
+   */
+  private boolean bySortedFiles(int[] files) {
+    long[][] keys = sortedKeys(files);
+    if (keys == null) return false;
+    int nSeg = rows.length;
+    int runs = 0;
+    int[] firstOfRun = new int[nSeg];
+    for (int s = 0; s < nSeg; s++) if (s == 0 || files[s] != files[s - 1]) firstOfRun[runs++] = s;
+    int[] seg = new int[runs];
+    int[] row = new int[runs];
+    int[] end = new int[runs]; // one past the run's last segment
+    long[] head = new long[runs];
+    int live = 0;
+    boolean[] open = new boolean[runs];
+    for (int i = 0; i < runs; i++) {
+      seg[i] = firstOfRun[i];
+      end[i] = i + 1 < runs ? firstOfRun[i + 1] : nSeg;
+      open[i] = settle(i, seg, row, end, head, keys);
+      if (open[i]) live++;
+    }
+    boolean more = types.length > 1;
+    count = 0;
+    while (live > 0) {
+      long min = Long.MAX_VALUE;
+      boolean found = false;
+      for (int i = 0; i < runs; i++) {
+        if (open[i] && (!found || head[i] < min)) {
+          min = head[i];
+          found = true;
+        }
+      }
+      int id = count++;
+      boolean first = true;
+      for (int i = 0; i < runs; i++) {
+        if (!open[i] || head[i] != min) continue;
+        int s = seg[i];
+        int r = row[i];
+        if (first) {
+          firstSeg[id] = s;
+          firstRow[id] = r;
+          first = false;
+        } else if (more && !sameOthers(s, r, firstSeg[id], firstRow[id])) {
+          return false;
+        }
+        ids[s][r] = id;
+        row[i]++;
+        open[i] = settle(i, seg, row, end, head, keys);
+        if (!open[i]) live--;
+      }
+    }
+    return true;
+  }
+
+  /** Moves run i's cursor past exhausted segments; false when the run has no row left, else loads its head. */
+  private boolean settle(int i, int[] seg, int[] row, int[] end, long[] head, long[][] keys) {
+    while (seg[i] < end[i] && row[i] >= rows[seg[i]]) {
+      seg[i]++;
+      row[i] = 0;
+    }
+    if (seg[i] >= end[i]) return false;
+    head[i] = keys[seg[i]][row[i]];
+    return true;
   }
 
   private static boolean integral(DataType t) {

@@ -277,10 +277,12 @@ public final class SliceMerger {
     int nSeg = segments.size();
     ColumnVector[][] keyCols = new ColumnVector[nSeg][commonNames.length];
     int[] rows = new int[nSeg];
+    int[] files = new int[nSeg];
     Map<FileData, Integer> fileRows = new HashMap<>();
     for (int g = 0; g < nSeg; g++) {
       Segment seg = segments.get(g);
       rows[g] = seg.rows;
+      files[g] = g == 0 ? 0 : files[g - 1] + (seg.file == segments.get(g - 1).file ? 0 : 1);
       fileRows.merge(seg.file, seg.rows, Integer::sum);
       for (int c = 0; c < commonNames.length; c++) {
         keyCols[g][c] = seg.column(commonNames[c]);
@@ -288,7 +290,7 @@ public final class SliceMerger {
       }
     }
     int largestFile = fileRows.values().stream().mapToInt(Integer::intValue).max().orElse(0);
-    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes, largestFile);
+    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes, largestFile, files);
     Picks p = new Picks();
     p.keys = keys.count;
     p.merges = new StreamMerge[spec.streams.size()];
