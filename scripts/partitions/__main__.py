@@ -117,4 +117,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stitchlake.cli.app import end_process
+
+    end_process(main())  # as `stitch` ends: a host's commands ran reads and writes in this process

@@ -23,7 +23,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from typer._click.exceptions import UsageError as ClickUsageError
@@ -254,19 +254,24 @@ def run(args: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    """The `stitch` console script. SIGTERM unwinds like Ctrl-C (see `Terminated`).
-
-    The process then ends without tearing the interpreter down (`os._exit`, after the atexit handlers and a flush):
-    a native thread pool destroyed at exit while one of its workers is alive aborts the process ("terminate called
-    without an active exception", apache/arrow#34314), which turned a refusal's exit 5 into a SIGABRT once under
-    load. The exit code is what schedulers and scripts act on; it must be the command's.
+    """The `stitch` console script. SIGTERM unwinds like Ctrl-C (see `Terminated`); the process ends through
+    `end_process`, so its exit code is the command's.
 
     pandas is refused in this process (`without_pandas`): pyarrow would import it on its first conversion, for
     nothing.
     """
     signal.signal(signal.SIGTERM, _terminate)
     without_pandas.refuse()
-    code = run()
+    end_process(run())
+
+
+def end_process(code: int) -> NoReturn:
+    """End this process with `code` without tearing the interpreter down (`os._exit`, after the atexit handlers and
+    a flush). A native thread pool destroyed at exit while one of its workers is alive aborts the process
+    ("terminate called without an active exception", apache/arrow#34314): it turned a refusal's exit 5 into a
+    SIGABRT once under load, and a test harness's host process that had run reads into one. The exit code is what
+    schedulers and scripts act on; it must be the command's. Any process that ran stitchlake's reads or writes
+    ends this way."""
     atexit._run_exitfuncs()  # logging's flush, temporary folders: what a normal exit would still do
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe (`stitch ... | head`) has nothing left to flush

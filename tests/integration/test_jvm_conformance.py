@@ -532,6 +532,40 @@ TYPED: dict[str, Any] = {
 }
 
 
+@pytest.mark.parametrize("file_order", ["key", "reversed"])
+def test_a_slice_of_more_logs_than_the_key_index_scans_matches(
+    harness: Harness, tmp_path: Path, file_order: str
+) -> None:
+    """Past 32 files a slice's key index merges its sorted files through a heap (`KeyIndex.SCANNED_FILES`): 45
+    commits of three streams (deletes, `nulls: ignore`, ties, keys in some commits only) into one file group, read
+    as of several instants, each compared; and the same history in files of no key order (the hash path)."""
+    chance = random.Random(35)
+    with files_in(file_order), compared(harness) as checked:
+        s = rules.Scenario(new_table(tmp_path, {**rules.DOC, "table": {**rules.DOC["table"], "buckets": 1}}), "never")
+        for commit in range(45):
+            stream = "abc"[commit % 3]
+            keys = chance.sample(range(-40, 400), chance.randint(1, 60))
+            rows = []
+            for k in keys:
+                version = chance.randint(0, 30)
+                op = "D" if chance.random() < 0.1 else "I"
+                value = None if chance.random() < 0.2 else chance.randint(-5, 5)
+                if stream == "a":
+                    rows.append({"k": k, "x": value, "y": f"y{version}", "ts": version, "op": op})
+                elif stream == "b":
+                    rows.append({"k": k, "u": value, "v": None, "bts": version, "op": op})
+                else:
+                    rows.append({"k": k, "w": f"w{commit}", "n": value, "op": op})
+            s.write(stream, rows)
+        logs = list(Path(s.table.path).rglob("*.log.parquet"))
+        assert len(logs) == 45, "one log per commit in the one file group"
+        times = [i.completed for i in s.table.timeline().completed()]
+        s.table.read(as_of=times[20])
+        s.table.read(as_of=times[40])
+        s.table.read()
+    assert len(checked) == 3
+
+
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])
 def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path: Path, log_format: str) -> None:
     """NaN, infinities, -0.0 and 0.0, maps, arrays, structs, timestamps, dates, binary and decimal orderings, in

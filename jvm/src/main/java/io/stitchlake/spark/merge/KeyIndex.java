@@ -80,8 +80,16 @@ final class KeyIndex {
   }
 
   /**
-   * Ids in key order from the files as sorted runs: per key, the smallest head among the files' cursors. False
-   * where a file is not sorted (nothing assigned then) or another column tells two rows of one id apart.
+   * Up to this many files, finding the smallest head by scanning every cursor once per key beats a heap popped once
+   * per row (a slice of 12 logs at 1M keys: the aggregation's task CPU 0.31-0.33 s scanning against 0.40-0.44 s with
+   * the heap); beyond it the heap's O(log files) a row wins.
+   */
+  private static final int SCANNED_FILES = 32;
+
+  /**
+   * Ids in key order from the files as sorted runs: per key, the smallest head among the files' cursors, ties to
+   * the earlier file (so a key's first row is its first in segment order, as on the hash paths). False where a
+   * file is not sorted (nothing assigned then) or another column tells two rows of one id apart.
    */
   private boolean bySortedFiles(int[] files) {
     long[][] keys = sortedKeys(files);
@@ -90,60 +98,121 @@ final class KeyIndex {
     int runs = 0;
     int[] firstOfRun = new int[nSeg];
     for (int s = 0; s < nSeg; s++) if (s == 0 || files[s] != files[s - 1]) firstOfRun[runs++] = s;
-    int[] seg = new int[runs];
-    int[] row = new int[runs];
-    int[] end = new int[runs]; // one past the run's last segment
-    long[] head = new long[runs];
-    int live = 0;
-    boolean[] open = new boolean[runs];
+    Cursors at = new Cursors(runs, keys);
     for (int i = 0; i < runs; i++) {
-      seg[i] = firstOfRun[i];
-      end[i] = i + 1 < runs ? firstOfRun[i + 1] : nSeg;
-      open[i] = settle(i, seg, row, end, head, keys);
-      if (open[i]) live++;
+      at.seg[i] = firstOfRun[i];
+      at.end[i] = i + 1 < runs ? firstOfRun[i + 1] : nSeg;
+      if (at.settle(i)) at.heap[at.size++] = i;
     }
-    boolean more = types.length > 1;
     count = 0;
-    while (live > 0) {
-      long min = Long.MAX_VALUE;
-      boolean found = false;
-      for (int i = 0; i < runs; i++) {
-        if (open[i] && (!found || head[i] < min)) {
-          min = head[i];
-          found = true;
-        }
-      }
+    return at.size <= SCANNED_FILES ? scanned(at) : heaped(at);
+  }
+
+  /** The scan: {@code at.heap} holds the live runs in file order. */
+  private boolean scanned(Cursors at) {
+    while (at.size > 0) {
+      long key = at.head[at.heap[0]];
+      for (int h = 1; h < at.size; h++) key = Math.min(key, at.head[at.heap[h]]);
       int id = count++;
       boolean first = true;
-      for (int i = 0; i < runs; i++) {
-        if (!open[i] || head[i] != min) continue;
-        int s = seg[i];
-        int r = row[i];
-        if (first) {
-          firstSeg[id] = s;
-          firstRow[id] = r;
-          first = false;
-        } else if (more && !sameOthers(s, r, firstSeg[id], firstRow[id])) {
-          return false;
+      for (int h = 0; h < at.size; ) {
+        int i = at.heap[h];
+        if (at.head[i] != key) {
+          h++;
+          continue;
         }
-        ids[s][r] = id;
-        row[i]++;
-        open[i] = settle(i, seg, row, end, head, keys);
-        if (!open[i]) live--;
+        if (!take(at, i, id, first)) return false;
+        first = false;
+        if (at.settle(i)) {
+          h++;
+        } else {
+          System.arraycopy(at.heap, h + 1, at.heap, h, at.size - h - 1); // the file order stays
+          at.size--;
+        }
       }
     }
     return true;
   }
 
-  /** Moves run i's cursor past exhausted segments; false when the run has no row left, else loads its head. */
-  private boolean settle(int i, int[] seg, int[] row, int[] end, long[] head, long[][] keys) {
-    while (seg[i] < end[i] && row[i] >= rows[seg[i]]) {
-      seg[i]++;
-      row[i] = 0;
+  /** The heap: {@code at.heap} a min-heap of runs by (head, file). */
+  private boolean heaped(Cursors at) {
+    for (int h = at.size / 2 - 1; h >= 0; h--) at.siftDown(h);
+    while (at.size > 0) {
+      long key = at.head[at.heap[0]];
+      int id = count++;
+      boolean first = true;
+      do {
+        int i = at.heap[0];
+        if (!take(at, i, id, first)) return false;
+        first = false;
+        if (!at.settle(i)) at.heap[0] = at.heap[--at.size];
+        if (at.size > 0) at.siftDown(0);
+      } while (at.size > 0 && at.head[at.heap[0]] == key);
     }
-    if (seg[i] >= end[i]) return false;
-    head[i] = keys[seg[i]][row[i]];
     return true;
+  }
+
+  /** Gives run i's current row the id and moves the run on; false where another column tells it from the id. */
+  private boolean take(Cursors at, int i, int id, boolean first) {
+    int s = at.seg[i];
+    int r = at.row[i];
+    if (first) {
+      firstSeg[id] = s;
+      firstRow[id] = r;
+    } else if (types.length > 1 && !sameOthers(s, r, firstSeg[id], firstRow[id])) {
+      return false;
+    }
+    ids[s][r] = id;
+    at.row[i]++;
+    return true;
+  }
+
+  /** The files' cursors for {@link #bySortedFiles}: per run its segment, row and head key; the live runs. */
+  private final class Cursors {
+    final int[] seg;
+    final int[] row;
+    final int[] end; // one past the run's last segment
+    final long[] head;
+    final int[] heap;
+    int size;
+    private final long[][] keys;
+
+    Cursors(int runs, long[][] keys) {
+      seg = new int[runs];
+      row = new int[runs];
+      end = new int[runs];
+      head = new long[runs];
+      heap = new int[runs];
+      this.keys = keys;
+    }
+
+    /** Moves run i past its exhausted segments; false when it has no row left, else loads its head. */
+    boolean settle(int i) {
+      while (seg[i] < end[i] && row[i] >= rows[seg[i]]) {
+        seg[i]++;
+        row[i] = 0;
+      }
+      if (seg[i] >= end[i]) return false;
+      head[i] = keys[seg[i]][row[i]];
+      return true;
+    }
+
+    private boolean before(int a, int b) {
+      return head[a] < head[b] || (head[a] == head[b] && a < b);
+    }
+
+    void siftDown(int h) {
+      int x = heap[h];
+      while (true) {
+        int c = 2 * h + 1;
+        if (c >= size) break;
+        if (c + 1 < size && before(heap[c + 1], heap[c])) c++;
+        if (!before(heap[c], x)) break;
+        heap[h] = heap[c];
+        h = c;
+      }
+      heap[h] = x;
+    }
   }
 
   private static boolean integral(DataType t) {
