@@ -264,7 +264,8 @@ def to_log(config: TableConfig, stream: StreamSpec, keys: pa.Table, present: np.
 
 
 def key_order(config: TableConfig, rows: pa.Table) -> pa.Array:
-    """The order that puts a file's rows by key (key, then partition columns). Every data file is written so: a
-    reader that meets each file's keys in ascending order can merge them as sorted runs (the JVM reader's key
-    index does), and the key ranges in row-group statistics become narrow."""
+    """The order that puts a file's rows by key (key, then partition columns). Logs and bases are written so (a
+    rescale's base file as one such run per old slice it takes rows from): a reader that meets the keys in rising
+    runs can merge them as sorted runs (the JVM reader's key index does), and the key ranges in row-group
+    statistics become narrow."""
     return pc.sort_indices(rows, sort_keys=[(spec.name, "ascending") for spec in config.common_columns])

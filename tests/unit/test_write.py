@@ -8,6 +8,7 @@ dies) after some files exist. Everything else is real: tables on disk, the real 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import re
 import threading
@@ -376,6 +377,14 @@ def test_logs_and_the_bases_a_compaction_writes_hold_their_keys_in_ascending_ord
     for path in [*(root / entry.path for entry in written), *bases]:
         stored = pq.read_table(path, columns=["k"]).column("k").to_pylist()
         assert stored == sorted(stored) and len(stored) == len(set(stored)), path
+    # A rescale encodes each new base as its old slices' shares arrive: one rising run per old slice (2 here).
+    table.rescale(3)
+    rescaled = [path for path in root.rglob("*.parquet") if ".log." not in path.name and path not in bases]
+    assert len(rescaled) == 6
+    for path in rescaled:
+        stored = pq.read_table(path, columns=["k"]).column("k").to_pylist()
+        falls = sum(1 for before, after in itertools.pairwise(stored) if after <= before)
+        assert falls <= 1 and len(stored) == len(set(stored)), path
     assert sorted(r["k"] for r in table.read(columns=["k"]).to_pylist()) == sorted(keys)
 
 

@@ -12,11 +12,11 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * Dense key ids over the common columns of a slice's rows (as stitchlake/merge/keys.py): the merge then works on
  * small integers. A slice is one partition's file group, so the partition columns are usually constant and the
- * key is often one long. Files are written in key order (stitchlake/merge/stitch.py, key_order): where every file's
- * first column is an integer that rises strictly, the files merge as sorted runs and ids come in key order, so the
- * merge's passes then meet each file's keys nearly in sequence. Otherwise (files written before key order, a
- * string key) a primitive hash map on the first integer column, checking only the other columns against the key's
- * first row; a mismatch (a real composite key) falls back to hashing every column.
+ * key is often one long. Files are written in key order (stitchlake/merge/stitch.py, key_order; a rescale's base
+ * in one run per old slice): where the first column is an integer, the slice's rising runs merge and ids come in
+ * key order, so the merge's passes then meet each file's keys nearly in sequence. Otherwise (files written before
+ * key order, a string key) a primitive hash map on the first integer column, checking only the other columns
+ * against the key's first row; a mismatch (a real composite key) falls back to hashing every column.
  */
 final class KeyIndex {
   /** ids[segment][row]: the row's key id. */
@@ -49,19 +49,37 @@ final class KeyIndex {
   }
 
   /**
-   * The first column's values per segment, or null where one is null or a file's values do not rise strictly (the
-   * merge of runs below assigns each run's head once, so a key twice in one run would get two ids).
+   * Up to this many runs, finding the smallest head by scanning every cursor once per key beats a heap popped once
+   * per row (a slice of 12 logs at 1M keys: the aggregation's task CPU 0.31-0.33 s scanning against 0.40-0.44 s with
+   * the heap); beyond it the heap's O(log runs) a row wins.
    */
-  private long[][] sortedKeys(int[] files) {
-    long[][] keys = new long[rows.length][];
+  private static final int SCANNED_RUNS = 32;
+
+  /** A slice cut into more rising runs than this many per file is not in key order: it takes the hash path. */
+  private static final int RUNS_PER_FILE = 64;
+
+  /**
+   * Ids in key order from the slice's rows as sorted runs: stretches in which the first column rises strictly, a
+   * new one at each file and wherever the value does not rise (a rescale's base file is one run per old slice it
+   * took rows from). Per key, the smallest head among the runs' cursors, ties to the earlier run (so a key's first
+   * row is its first in segment order, as on the hash paths). False where a value is null, the rows are not in key
+   * order (too many runs), or another column tells two rows of one id apart; nothing is kept from it then.
+   */
+  private boolean bySortedFiles(int[] files) {
+    int nSeg = rows.length;
+    long[][] keys = new long[nSeg][];
     boolean isLong = types[0] instanceof LongType;
+    int[] startSeg = new int[16];
+    int[] startRow = new int[16];
+    int runs = 0;
+    int most = RUNS_PER_FILE * (nSeg == 0 ? 1 : files[nSeg - 1] + 1);
     boolean hasLast = false;
     long last = 0;
-    for (int s = 0; s < rows.length; s++) {
+    for (int s = 0; s < nSeg; s++) {
       if (s > 0 && files[s] != files[s - 1]) hasLast = false;
       ColumnVector v = cols[s][0];
       int n = rows[s];
-      if (n > 0 && v.hasNull()) return null;
+      if (n > 0 && v.hasNull()) return false;
       long[] out;
       if (isLong) {
         out = n == 0 ? new long[0] : v.getLongs(0, n);
@@ -70,45 +88,33 @@ final class KeyIndex {
         for (int r = 0; r < n; r++) out[r] = v.getInt(r);
       }
       for (int r = 0; r < n; r++) {
-        if (hasLast && out[r] <= last) return null;
+        if (!hasLast || out[r] <= last) {
+          if (runs == most) return false;
+          if (runs == startSeg.length) {
+            startSeg = Arrays.copyOf(startSeg, runs * 2);
+            startRow = Arrays.copyOf(startRow, runs * 2);
+          }
+          startSeg[runs] = s;
+          startRow[runs++] = r;
+        }
         last = out[r];
         hasLast = true;
       }
       keys[s] = out;
     }
-    return keys;
-  }
-
-  /**
-   * Up to this many files, finding the smallest head by scanning every cursor once per key beats a heap popped once
-   * per row (a slice of 12 logs at 1M keys: the aggregation's task CPU 0.31-0.33 s scanning against 0.40-0.44 s with
-   * the heap); beyond it the heap's O(log files) a row wins.
-   */
-  private static final int SCANNED_FILES = 32;
-
-  /**
-   * Ids in key order from the files as sorted runs: per key, the smallest head among the files' cursors, ties to
-   * the earlier file (so a key's first row is its first in segment order, as on the hash paths). False where a
-   * file is not sorted (nothing assigned then) or another column tells two rows of one id apart.
-   */
-  private boolean bySortedFiles(int[] files) {
-    long[][] keys = sortedKeys(files);
-    if (keys == null) return false;
-    int nSeg = rows.length;
-    int runs = 0;
-    int[] firstOfRun = new int[nSeg];
-    for (int s = 0; s < nSeg; s++) if (s == 0 || files[s] != files[s - 1]) firstOfRun[runs++] = s;
     Cursors at = new Cursors(runs, keys);
     for (int i = 0; i < runs; i++) {
-      at.seg[i] = firstOfRun[i];
-      at.end[i] = i + 1 < runs ? firstOfRun[i + 1] : nSeg;
+      at.seg[i] = startSeg[i];
+      at.row[i] = startRow[i];
+      at.endSeg[i] = i + 1 < runs ? startSeg[i + 1] : nSeg;
+      at.endRow[i] = i + 1 < runs ? startRow[i + 1] : 0;
       if (at.settle(i)) at.heap[at.size++] = i;
     }
     count = 0;
-    return at.size <= SCANNED_FILES ? scanned(at) : heaped(at);
+    return at.size <= SCANNED_RUNS ? scanned(at) : heaped(at);
   }
 
-  /** The scan: {@code at.heap} holds the live runs in file order. */
+  /** The scan: {@code at.heap} holds the live runs in slice order. */
   private boolean scanned(Cursors at) {
     while (at.size > 0) {
       long key = at.head[at.heap[0]];
@@ -134,7 +140,7 @@ final class KeyIndex {
     return true;
   }
 
-  /** The heap: {@code at.heap} a min-heap of runs by (head, file). */
+  /** The heap: {@code at.heap} a min-heap of runs by (head, run). */
   private boolean heaped(Cursors at) {
     for (int h = at.size / 2 - 1; h >= 0; h--) at.siftDown(h);
     while (at.size > 0) {
@@ -167,11 +173,12 @@ final class KeyIndex {
     return true;
   }
 
-  /** The files' cursors for {@link #bySortedFiles}: per run its segment, row and head key; the live runs. */
+  /** The runs' cursors for {@link #bySortedFiles}: per run its segment, row, end and head key; the live runs. */
   private final class Cursors {
     final int[] seg;
     final int[] row;
-    final int[] end; // one past the run's last segment
+    final int[] endSeg; // where the next run starts (or one past the last segment)
+    final int[] endRow;
     final long[] head;
     final int[] heap;
     int size;
@@ -180,7 +187,8 @@ final class KeyIndex {
     Cursors(int runs, long[][] keys) {
       seg = new int[runs];
       row = new int[runs];
-      end = new int[runs];
+      endSeg = new int[runs];
+      endRow = new int[runs];
       head = new long[runs];
       heap = new int[runs];
       this.keys = keys;
@@ -188,11 +196,12 @@ final class KeyIndex {
 
     /** Moves run i past its exhausted segments; false when it has no row left, else loads its head. */
     boolean settle(int i) {
-      while (seg[i] < end[i] && row[i] >= rows[seg[i]]) {
+      while (true) {
+        if (seg[i] > endSeg[i] || (seg[i] == endSeg[i] && row[i] >= endRow[i])) return false;
+        if (row[i] < rows[seg[i]]) break;
         seg[i]++;
         row[i] = 0;
       }
-      if (seg[i] >= end[i]) return false;
       head[i] = keys[seg[i]][row[i]];
       return true;
     }
