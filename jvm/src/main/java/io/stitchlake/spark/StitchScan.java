@@ -7,11 +7,14 @@ import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
+import org.apache.spark.SparkContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.read.Batch;
@@ -26,6 +29,8 @@ import scala.reflect.ClassTag$;
 
 /** One planned read: the plan's slices in its input partitions. */
 final class StitchScan implements Scan, Batch {
+  private static final BroadcastConfs BROADCASTS = new BroadcastConfs(8);
+
   private final Plan plan;
   private final StructType output;
   private final StructType tableSchema;
@@ -163,9 +168,41 @@ final class StitchScan implements Scan, Batch {
     });
     plan.hadoopConf.forEach(hadoop::set);
     DataFileReader.configure(hadoop, conf);
-    Broadcast<SerializableConfiguration> broadcast = session.sparkContext().broadcast(
-        new SerializableConfiguration(hadoop), ClassTag$.MODULE$.apply(SerializableConfiguration.class));
+    Broadcast<SerializableConfiguration> broadcast = BROADCASTS.of(session.sparkContext(), hadoop);
     return new StitchReaderFactory(broadcast, output, tableSchema, plan.merge, plan.mergeJson, rowGroups,
         rowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar(), plan.changes);
+  }
+
+  /**
+   * The Hadoop confs this JVM broadcast to its tasks, by their settings: the last {@code capacity} distinct ones of
+   * the live SparkContext. A scan whose settings equal an earlier one's takes that broadcast: serialising and
+   * storing a conf of about a thousand settings was a fifth of the driver's work in planning a read, paid again in
+   * every query of the same table.
+   */
+  static final class BroadcastConfs {
+    private final int capacity;
+    private final Map<Map<String, String>, Broadcast<SerializableConfiguration>> known;
+    private SparkContext context;
+
+    BroadcastConfs(int capacity) {
+      this.capacity = capacity;
+      this.known = new LinkedHashMap<>(16, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Map<String, String>, Broadcast<SerializableConfiguration>> e) {
+          return size() > BroadcastConfs.this.capacity;
+        }
+      };
+    }
+
+    synchronized Broadcast<SerializableConfiguration> of(SparkContext sc, Configuration hadoop) {
+      if (sc != context) {
+        known.clear();
+        context = sc;
+      }
+      Map<String, String> settings = new HashMap<>();
+      for (Map.Entry<String, String> e : hadoop) settings.put(e.getKey(), e.getValue());
+      return known.computeIfAbsent(settings, s -> sc.broadcast(
+          new SerializableConfiguration(hadoop), ClassTag$.MODULE$.apply(SerializableConfiguration.class)));
+    }
   }
 }

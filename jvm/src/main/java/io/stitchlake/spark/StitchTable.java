@@ -21,6 +21,11 @@ public final class StitchTable implements Table, SupportsRead, SupportsWrite {
   private final StructType schema;
   private final Transform[] partitioning;
   private final Map<String, String> properties;
+  /**
+   * What the Python data source's table adds (its writes), once found: finding that source looks through every
+   * registered one, and Spark asks a table's capabilities several times in each query it plans.
+   */
+  private static volatile Set<TableCapability> pythonCapabilities;
 
   StitchTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     this.schema = schema;
@@ -53,11 +58,19 @@ public final class StitchTable implements Table, SupportsRead, SupportsWrite {
   public Set<TableCapability> capabilities() {
     Set<TableCapability> out = EnumSet.of(
         TableCapability.BATCH_READ, TableCapability.BATCH_WRITE, TableCapability.STREAMING_WRITE);
-    try {
-      out.addAll(pythonTable().capabilities());
-    } catch (StitchException e) {
-      // not registered: reads still work, a write fails with the message saying how to register it
+    Set<TableCapability> python = pythonCapabilities;
+    if (python == null) {
+      try {
+        Set<TableCapability> found = EnumSet.noneOf(TableCapability.class);
+        found.addAll(pythonTable().capabilities());
+        pythonCapabilities = python = found;
+      } catch (StitchException e) {
+        // not registered (nothing kept, so a later registration counts): reads still work, a write fails with the
+        // message saying how to register it
+        python = EnumSet.noneOf(TableCapability.class);
+      }
     }
+    out.addAll(python);
     out.remove(TableCapability.MICRO_BATCH_READ);
     out.remove(TableCapability.CONTINUOUS_READ);
     return out;
