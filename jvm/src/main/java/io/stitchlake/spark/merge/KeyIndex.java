@@ -45,7 +45,7 @@ final class KeyIndex {
     firstSeg = new int[Math.max(16, total)];
     firstRow = new int[Math.max(16, total)];
     boolean byFirst = types.length > 0 && integral(types[0]);
-    if (!(byFirst && (bySortedFiles(files) || byFirstColumn(expected)))) byAllColumns(total);
+    if (!(byFirst && (bySortedRuns(files) || byFirstColumn(expected)))) byAllColumns(total);
   }
 
   /**
@@ -65,7 +65,7 @@ final class KeyIndex {
    * row is its first in segment order, as on the hash paths). False where a value is null, the rows are not in key
    * order (too many runs), or another column tells two rows of one id apart; nothing is kept from it then.
    */
-  private boolean bySortedFiles(int[] files) {
+  private boolean bySortedRuns(int[] files) {
     int nSeg = rows.length;
     long[][] keys = new long[nSeg][];
     boolean isLong = types[0] instanceof LongType;
@@ -173,7 +173,7 @@ final class KeyIndex {
     return true;
   }
 
-  /** The runs' cursors for {@link #bySortedFiles}: per run its segment, row, end and head key; the live runs. */
+  /** The runs' cursors for {@link #bySortedRuns}: per run its segment, row, end and head key; the live runs. */
   private final class Cursors {
     final int[] seg;
     final int[] row;
