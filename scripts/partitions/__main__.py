@@ -117,6 +117,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from stitchlake.cli.app import end_process
+    from stitchlake.cli.app import end_process_after
 
-    end_process(main())  # as `stitch` ends: a host's commands ran reads and writes in this process
+    end_process_after(main)  # as `stitch` ends: a host's commands ran reads and writes in this process

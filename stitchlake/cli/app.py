@@ -246,11 +246,16 @@ def run(args: list[str] | None = None) -> int:
     try:
         app(args=args, prog_name="stitch")
     except SystemExit as done:
-        if done.code is None or isinstance(done.code, int):
-            return done.code or 0
-        print(done.code, file=sys.stderr)
-        return 1
+        return _exit_code(done)
     return 0
+
+
+def _exit_code(done: SystemExit) -> int:
+    """A `SystemExit`'s code as a process's: its number, or 1 after printing its message."""
+    if done.code is None or isinstance(done.code, int):
+        return done.code or 0
+    print(done.code, file=sys.stderr)
+    return 1
 
 
 def main() -> None:
@@ -262,7 +267,7 @@ def main() -> None:
     """
     signal.signal(signal.SIGTERM, _terminate)
     without_pandas.refuse()
-    end_process(run())
+    end_process_after(run)
 
 
 def end_process(code: int) -> NoReturn:
@@ -277,6 +282,23 @@ def end_process(code: int) -> NoReturn:
         with contextlib.suppress(Exception):  # a closed pipe (`stitch ... | head`) has nothing left to flush
             stream.flush()
     os._exit(code)
+
+
+def end_process_after(main: Callable[[], int | None]) -> NoReturn:
+    """Runs `main` and ends the process as `end_process` does, with `main`'s exit code also when it ends by an
+    exception, which would otherwise tear the interpreter down (and may abort there): a `SystemExit` keeps its code,
+    Ctrl-C is 130, anything else prints its traceback and is 1. For `stitch` and the harnesses that run stitchlake's
+    reads and writes in their own process (the torture and partition runs)."""
+    try:
+        code = main() or 0
+    except SystemExit as done:
+        code = _exit_code(done)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # the traceback, then the same end as any other
+        traceback.print_exc()
+        code = 1
+    end_process(code)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,36 @@ def test_guard_returns_the_value_and_lets_typer_exits_through() -> None:
     with pytest.raises(typer.Exit) as exited:
         run_command(done)
     assert exited.value.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "stderr"),
+    [
+        ("return 4", 4, ""),
+        ("return None", 0, ""),
+        ("raise SystemExit(3)", 3, ""),
+        ("raise SystemExit('no table here')", 1, "no table here"),
+        ("raise KeyboardInterrupt", 130, ""),
+        ("raise RuntimeError('boom')", 1, "RuntimeError: boom"),
+    ],
+)
+def test_a_process_ends_with_its_mains_code_however_main_ends(body: str, code: int, stderr: str) -> None:
+    """`end_process_after` (the end of `stitch` and of the harnesses): the exit code is main's, an exception's
+    traceback is printed, and the atexit handlers and the flush of a normal exit still run; but the interpreter is
+    not torn down (`os._exit`), which a thread still running shows: the teardown would wait for it."""
+    program = (
+        "import atexit, sys, threading, time\n"
+        "from stitchlake.cli.app import end_process_after\n"
+        "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+        "print('unflushed', end='')\n"
+        f"def main():\n    {body}\n"
+        "end_process_after(main)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == code, done.stderr
+    assert done.stdout == "unflushed"
+    assert stderr in done.stderr and done.stderr.rstrip().endswith("atexit ran"), done.stderr
 
 
 def test_table_must_be_named_exactly_once(config_file: Path, table: Table) -> None:
