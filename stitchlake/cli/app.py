@@ -287,14 +287,17 @@ def end_process(code: int) -> NoReturn:
 def end_process_after(main: Callable[[], int | None]) -> NoReturn:
     """Runs `main` and ends the process as `end_process` does, with `main`'s exit code also when it ends by an
     exception, which would otherwise tear the interpreter down (and may abort there): a `SystemExit` keeps its code,
-    Ctrl-C is 130, anything else prints its traceback and is 1. For `stitch` and the harnesses that run stitchlake's
-    reads and writes in their own process (the torture and partition runs)."""
+    Ctrl-C is 130, SIGTERM (`Terminated`, outside a command's guard) 143, anything else prints its traceback and is
+    1. For `stitch` and the harnesses that run stitchlake's reads and writes in their own process (the torture and
+    partition runs)."""
     try:
         code = main() or 0
     except SystemExit as done:
         code = _exit_code(done)
     except KeyboardInterrupt:
         code = 130
+    except Terminated:
+        code = Terminated.exit_code
     except BaseException:  # the traceback, then the same end as any other
         traceback.print_exc()
         code = 1

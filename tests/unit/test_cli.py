@@ -31,6 +31,8 @@ from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table_file, write_table_yaml
 
+ROOT = Path(__file__).resolve().parents[2]
+
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
 
@@ -215,6 +217,7 @@ def test_guard_returns_the_value_and_lets_typer_exits_through() -> None:
         ("raise SystemExit(3)", 3, ""),
         ("raise SystemExit('no table here')", 1, "no table here"),
         ("raise KeyboardInterrupt", 130, ""),
+        ("from stitchlake.errors import Terminated; raise Terminated('SIGTERM')", 143, ""),
         ("raise RuntimeError('boom')", 1, "RuntimeError: boom"),
     ],
 )
@@ -231,7 +234,9 @@ def test_a_process_ends_with_its_mains_code_however_main_ends(body: str, code: i
         f"def main():\n    {body}\n"
         "end_process_after(main)\n"
     )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=30, check=False, cwd=ROOT
+    )
     assert done.returncode == code, done.stderr
     assert done.stdout == "unflushed"
     assert stderr in done.stderr and done.stderr.rstrip().endswith("atexit ran"), done.stderr

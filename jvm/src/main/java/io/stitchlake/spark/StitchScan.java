@@ -5,6 +5,7 @@ import io.stitchlake.spark.merge.SliceMerger;
 import io.stitchlake.spark.plan.ChangeSlice;
 import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
+import java.lang.ref.WeakReference;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -182,7 +183,8 @@ final class StitchScan implements Scan, Batch {
   static final class BroadcastConfs {
     private final int capacity;
     private final Map<Map<String, String>, Broadcast<SerializableConfiguration>> known;
-    private SparkContext context;
+    /** Weakly: a stopped context, and its confs with it, go when nothing else holds them. */
+    private WeakReference<SparkContext> context = new WeakReference<>(null);
 
     BroadcastConfs(int capacity) {
       this.capacity = capacity;
@@ -195,9 +197,9 @@ final class StitchScan implements Scan, Batch {
     }
 
     synchronized Broadcast<SerializableConfiguration> of(SparkContext sc, Configuration hadoop) {
-      if (sc != context) {
+      if (sc != context.get()) {
         known.clear();
-        context = sc;
+        context = new WeakReference<>(sc);
       }
       Map<String, String> settings = new HashMap<>();
       for (Map.Entry<String, String> e : hadoop) settings.put(e.getKey(), e.getValue());
