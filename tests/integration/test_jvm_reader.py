@@ -170,6 +170,22 @@ def test_a_file_read_before_is_read_again_by_its_columns_and_a_damaged_page_stil
         jvm.run("spark.conf.unset('spark.stitchlake.verify')")
 
 
+def test_a_read_option_reaches_that_reads_tasks_only(jvm: JvmSession, tmp_path: Path) -> None:
+    """A read's options go into the Hadoop conf its tasks get (as `fs.s3a.*` keys given per read do), and the driver
+    keeps the confs it broadcast by their settings (`StitchScan.BroadcastConfs`): a read with `spark.stitchlake.verify
+    = every` as an option verifies the file whole again, and the reads before and after it, without the option,
+    share one conf that does not."""
+    table = built(tmp_path, buckets=1)
+    want = expected(table)
+    assert through_jvm(jvm, table)[0] == want  # the first read verifies the base file whole
+    verified = counter(jvm, "filesVerified")
+    assert through_jvm(jvm, table)[0] == want and counter(jvm, "filesVerified") == verified
+    assert through_jvm(jvm, table, **{"spark.stitchlake.verify": "every"})[0] == want
+    again = counter(jvm, "filesVerified")
+    assert again > verified, "the option did not reach the tasks"
+    assert through_jvm(jvm, table)[0] == want and counter(jvm, "filesVerified") == again, "the option outlived its read"
+
+
 def test_a_missing_data_file_fails_the_read_naming_it_whether_or_not_this_jvm_verified_it_before(
     jvm: JvmSession, tmp_path: Path
 ) -> None:
