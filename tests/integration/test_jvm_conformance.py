@@ -536,7 +536,7 @@ TYPED: dict[str, Any] = {
 def test_a_slice_of_more_logs_than_the_key_index_scans_matches(
     harness: Harness, tmp_path: Path, file_order: str
 ) -> None:
-    """Past 32 files a slice's key index merges its sorted files through a heap (`KeyIndex.SCANNED_FILES`): 45
+    """Past 32 runs a slice's key index merges its sorted runs through a heap (`KeyIndex.SCANNED_RUNS`): 45
     commits of three streams (deletes, `nulls: ignore`, ties, keys in some commits only) into one file group, read
     as of several instants, each compared; and the same history in files of no key order (the hash path)."""
     chance = random.Random(35)
