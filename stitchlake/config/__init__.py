@@ -44,7 +44,15 @@ from .parse import MAX_CONFIG_VALUES, _unique_key_loader, load_config, parse_con
 from .properties import config_from_schema, in_stored_order, stored_schema
 from .secrets import MIN_SECRET_LENGTH, SECRET_NAME, SECRET_PLACEHOLDER, is_secret_name, redact
 from .sources import SourceSpec
-from .stored import FORMAT_VERSION, StoredColumn, StoredDeletes, StoredSchema, StoredStream, TableProperties
+from .stored import (
+    FORMAT_VERSION,
+    SPARSE_COLUMN_VERSIONS,
+    StoredColumn,
+    StoredDeletes,
+    StoredSchema,
+    StoredStream,
+    TableProperties,
+)
 from .values import parse_default
 
 __all__ = [
@@ -53,6 +61,7 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "SECRET_NAME",
     "SECRET_PLACEHOLDER",
+    "SPARSE_COLUMN_VERSIONS",
     "ArchiveSpec",
     "BadRows",
     "CleanPolicy",

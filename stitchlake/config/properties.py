@@ -19,11 +19,12 @@ from .values import default_to_json
 __all__ = ["FORMAT_VERSION", "config_from_schema", "in_stored_order", "stored_schema"]
 
 
-def stored_schema(config: TableConfig) -> StoredSchema:
-    """The schema `config` describes, as `.stitch/table.json` (and an alter to it) records it."""
+def stored_schema(config: TableConfig, format_version: int = FORMAT_VERSION) -> StoredSchema:
+    """The schema `config` describes, as `.stitch/table.json` (and an alter to it, with the table's format) records
+    it."""
     table = config.table
     return StoredSchema(
-        format_version=FORMAT_VERSION,
+        format_version=format_version,
         name=table.name,
         key=tuple(_column(c) for c in table.key),
         partition_by=tuple(_column(c) for c in table.partition_by),

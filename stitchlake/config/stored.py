@@ -20,8 +20,14 @@ from stitchlake.errors import ConfigError
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
-#: The stored format this stitchlake reads and writes.
-FORMAT_VERSION = 1
+#: The format new tables are created in. A table keeps the format it was created in (its `table.json`); an alter
+#: records it again. Version 2: a `nulls: ignore` column's version is written only where it is not its row's
+#: (`merge/summary.py`), which a reader of version 1 would misread, so such a reader refuses the table instead.
+FORMAT_VERSION = 2
+#: The formats this stitchlake reads and writes.
+SUPPORTED_FORMATS = (1, 2)
+#: The first format whose files leave a column's version null where it is the row's own.
+SPARSE_COLUMN_VERSIONS = 2
 
 
 @dataclass(frozen=True)
@@ -100,10 +106,10 @@ class StoredSchema:
     def from_json(cls, data: Any, where: str) -> StoredSchema:
         """A stored schema; ConfigError naming `where` for another format version or a damaged record."""
         version = data.get("format_version") if isinstance(data, dict) else None
-        if version != FORMAT_VERSION:
+        if version not in SUPPORTED_FORMATS:
             raise ConfigError(
                 f"{where}: table format version {version} is not supported by this stitchlake "
-                f"(supports {FORMAT_VERSION})"
+                f"(supports {', '.join(map(str, SUPPORTED_FORMATS))})"
             )
         from pydantic import ValidationError
 

@@ -213,9 +213,10 @@ def to_rows(
     return pa.table({name: out[name] for name in names if name in out})
 
 
-def to_base(config: TableConfig, merged: Merged, erase: np.ndarray | None = None) -> pa.Table:
+def to_base(config: TableConfig, merged: Merged, sparse: bool, erase: np.ndarray | None = None) -> pa.Table:
     """A base file's rows: every key with any group (tombstones kept, so late events stay ignored).
 
+    `sparse`: the table's format leaves a column's version null where it is the row's (`summary.to_columns`).
     `erase` marks key ids whose groups a key-level erase removes entirely.
     """
     keep = merged.stored()
@@ -230,14 +231,14 @@ def to_base(config: TableConfig, merged: Merged, erase: np.ndarray | None = None
     for spec in config.common_columns:
         out[spec.name] = key_rows.column(spec.name).combine_chunks()
     for stream in config.streams.values():
-        out |= _stream_block(stream, merged, selected, with_commit=True)
+        out |= _stream_block(stream, merged, selected, sparse)
     return pa.table(out)
 
 
-def _stream_block(stream: StreamSpec, merged: Merged, selected: np.ndarray, with_commit: bool) -> dict[str, pa.Array]:
+def _stream_block(stream: StreamSpec, merged: Merged, selected: np.ndarray, sparse: bool) -> dict[str, pa.Array]:
     """A stream's value and meta columns for the selected key ids (all null where it has no group)."""
     count = len(selected)
-    fields = summary.meta_fields(stream, with_commit)
+    fields = summary.meta_fields(stream, with_commit=True)
     if stream.name not in merged.streams:
         out = {c.name: pa.nulls(count, arrow_type(c.type)) for c in stream.columns}
         return out | {f.name: pa.nulls(count, f.type) for f in fields}
@@ -246,19 +247,21 @@ def _stream_block(stream: StreamSpec, merged: Merged, selected: np.ndarray, with
     absent = where < 0
     index = pa.array(where, mask=absent)
     out = {c.name: contiguous(pc.take(rows.values.column(c.name), index)) for c in stream.columns}
-    meta = summary.to_columns(stream, rows, with_commit)
+    meta = summary.to_columns(stream, rows, with_commit=True, sparse=sparse)
     return out | {name: contiguous(pc.take(column, index)) for name, column in meta.items()}
 
 
-def to_log(config: TableConfig, stream: StreamSpec, keys: pa.Table, present: np.ndarray, rows: StreamRows) -> pa.Table:
-    """A log file's rows: one stream's merged summaries, commit time left implicit."""
+def to_log(
+    config: TableConfig, stream: StreamSpec, keys: pa.Table, present: np.ndarray, rows: StreamRows, sparse: bool
+) -> pa.Table:
+    """A log file's rows: one stream's merged summaries, commit time left implicit (`sparse` as in `to_base`)."""
     out: dict[str, pa.Array] = {}
     key_rows = keys.take(pa.array(present))
     for spec in config.common_columns:
         out[spec.name] = key_rows.column(spec.name).combine_chunks()
     for spec in stream.columns:
         out[spec.name] = contiguous(rows.values.column(spec.name))
-    out |= summary.to_columns(stream, rows, with_commit=False)
+    out |= summary.to_columns(stream, rows, with_commit=False, sparse=sparse)
     log = pa.table(out)
     return log.take(key_order(config, log))
 

@@ -138,17 +138,35 @@ def _arrow_version(
     return out
 
 
-def to_columns(stream: StreamSpec, rows: StreamRows, with_commit: bool) -> dict[str, pa.Array]:
-    """Meta columns for summaries (values are handled by the caller)."""
+def to_columns(stream: StreamSpec, rows: StreamRows, with_commit: bool, sparse: bool) -> dict[str, pa.Array]:
+    """Meta columns for summaries (values are handled by the caller).
+
+    `sparse` (tables of format version 2): a column's version is written only where it is not the row's own, which
+    it nearly always is; readers take the row's version where it is null (`column_versions`). Format 1 writes it
+    wherever the value is not null.
+    """
     out = _arrow_version(stream, "", rows.version, with_commit, None, rows.ranks)
     out[meta_name(stream.name, "del")] = pa.array(rows.deleted, type=pa.bool_())
     if stream.nulls == IGNORE:
         assert rows.tomb is not None and rows.has_tomb is not None and rows.col_versions is not None
         out |= _arrow_version(stream, "t__", rows.tomb, with_commit, ~rows.has_tomb, rows.ranks)
         for name in stream.column_names:
-            valid = is_valid(rows.values.column(name))
-            out |= _arrow_version(stream, f"c__{name}__", rows.col_versions[name], with_commit, ~valid, rows.ranks)
+            version = rows.col_versions[name]
+            hidden = ~is_valid(rows.values.column(name))
+            if sparse:
+                hidden |= _same(version, rows.version)
+            out |= _arrow_version(stream, f"c__{name}__", version, with_commit, hidden, rows.ranks)
     return _ordered(stream, out, with_commit)
+
+
+def _same(a: Version, b: Version) -> np.ndarray:
+    """Per row, whether two versions are equal in every component."""
+    if a is b:
+        return np.ones(len(a[0]) if a else 0, dtype=bool)
+    same = np.ones(len(a[0]), dtype=bool)
+    for x, y in zip(a, b, strict=True):
+        same &= x == y
+    return same
 
 
 def _ordered(stream: StreamSpec, columns: dict[str, pa.Array], with_commit: bool) -> dict[str, pa.Array]:
@@ -195,5 +213,21 @@ def from_table(
     if stream.nulls == IGNORE:
         rows.tomb = _read_version(stream, table, "t__", commit, ranks)
         rows.has_tomb = is_valid(table.column(meta_name(stream.name, "t__pos")))
-        rows.col_versions = {name: _read_version(stream, table, f"c__{name}__", commit, ranks) for name in names}
+        rows.col_versions = {name: column_version(stream, table, name, commit, ranks, rows.version) for name in names}
     return rows
+
+
+def column_version(
+    stream: StreamSpec, table: pa.Table, name: str, commit: int | None, ranks: Ranks, own: Version
+) -> Version:
+    """The version a column's value came from: its own columns where they hold one, else the row's version `own`
+    (a sparse file leaves it null there; where the value itself is null, the version is never used). A file whose
+    column versions are all null returns `own` itself, which the merge's fast path recognises."""
+    positions = table.column(meta_name(stream.name, f"c__{name}__pos"))
+    if positions.null_count == len(positions):
+        return own
+    version = _read_version(stream, table, f"c__{name}__", commit, ranks)
+    if not positions.null_count:
+        return version
+    missing = ~is_valid(positions)
+    return tuple(np.where(missing, mine, theirs) for mine, theirs in zip(own, version, strict=True))

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle as Table
     from stitchlake.timeline.timeline import Timeline
 
-FORMAT = "stitchlake.plan/1"
+FORMAT = "stitchlake.plan/2"
 #: A plan larger than this goes to a file whose path is answered instead (a pipe line of megabytes is slow to parse
 #: on both sides; the JVM reads the file and deletes it).
 INLINE_PLAN_BYTES = 1024 * 1024

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.checksums import seal, unseal
 from stitchlake.config import (
+    SPARSE_COLUMN_VERSIONS,
     StoredSchema,
     TableConfig,
     TableProperties,
@@ -88,6 +89,11 @@ class TableHandle:
                 ) from None
             self._properties = parse_properties(data, self.storage.describe(TABLE_JSON))
         return self._properties
+
+    @property
+    def sparse_column_versions(self) -> bool:
+        """Whether new files leave a column's version null where it is the row's (the table's format, §3)."""
+        return self.properties.schema.format_version >= SPARSE_COLUMN_VERSIONS
 
     @property
     def table_id(self) -> str:

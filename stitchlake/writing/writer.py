@@ -94,9 +94,10 @@ def route(config: TableConfig, rows: pa.Table, layout: BucketLayout | None = Non
 
 
 def precombine(
-    config: TableConfig, stream: StreamSpec, rows: pa.Table, pos: np.ndarray, deleted: np.ndarray
+    config: TableConfig, stream: StreamSpec, rows: pa.Table, pos: np.ndarray, deleted: np.ndarray, sparse: bool
 ) -> pa.Table:
-    """A batch's events for one file group reduced to one summary per key (the log file's rows)."""
+    """A batch's events for one file group reduced to one summary per key (the log file's rows; `sparse`: the
+    table's format, `stitch.to_log`)."""
     index = key_index([rows.column(c.name) for c in config.common_columns])
     ranks = tuple(
         rank_dictionary([rows.column(name)]) if orders_by_rank(stream.column(name).type) else None
@@ -114,7 +115,7 @@ def precombine(
     summaries = events(values, version, deleted, stream.nulls, ranks)
     present, merged = merge(summaries, index.ids, index.count, stream.nulls)
     keys = rows.select([c.name for c in config.common_columns]).take(pa.array(index.first))
-    return to_log(config, stream, keys, present, merged)
+    return to_log(config, stream, keys, present, merged, sparse)
 
 
 def write_file_group(
@@ -131,7 +132,7 @@ def write_file_group(
     The Spark engine's write tasks receive their rows routed by the read tasks and call this directly.
     """
     config = table.config
-    rows = precombine(config, stream, batch.rows, batch.pos, batch.deleted)
+    rows = precombine(config, stream, batch.rows, batch.pos, batch.deleted, table.sparse_column_versions)
     path = join(partition, log_name(file_group, instant, config.table.log_format))
     mark(path)
     written = write_table_file(table.storage, path, rows, config.table.log_format)

@@ -47,8 +47,9 @@ from stitchlake.merge import stitch
 from stitchlake.reading.options import ReadKeywords
 from stitchlake.spark import planner
 from tests.integration import test_merge_property as prop
+from tests.support.histories import column_version_history, shown_payments
 from tests.support.jvm_session import end_through_stdin
-from tests.support.tables import new_table
+from tests.support.tables import created_in_format, new_table
 from tests.unit import test_merge_rules as rules
 
 #: Every test here starts a JVM (Spark or the merge harness).
@@ -163,7 +164,7 @@ def build_plan(
     columns: Sequence[str] | None = None,
     changes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `stitchlake.plan/1` document of a snapshot, time-travel or (`changes`: since, until, before_images)
+    """The `stitchlake.plan/2` document of a snapshot, time-travel or (`changes`: since, until, before_images)
     incremental read, from the planner process's own code (`stitchlake.spark.planner.plan`): the JVM merges
     exactly what the JVM reader would be handed."""
     options = {"path": str(table.storage.describe()), "mode": mode}
@@ -324,6 +325,9 @@ LOG_FORMATS = st.sampled_from(["parquet", "avro"])
 #: The order of a generated table's file rows: by key, as files are written, or reversed, as a stand-in for files
 #: written before key order (the JVM's key index merges the first as sorted runs and hashes the others).
 FILE_ORDERS = st.sampled_from(["key", "reversed"])
+#: The table format a generated table is created in: 2 leaves a column's version null where it is its row's, 1
+#: writes it wherever a value is (config/stored.py); the JVM reads both.
+TABLE_FORMATS = st.sampled_from([1, 2])
 
 
 @contextlib.contextmanager
@@ -378,15 +382,32 @@ def change_reads(table: Table) -> None:
 
 
 @settings(max_examples=STEPS_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
-@given(plan=prop.steps(), log_format=LOG_FORMATS, file_order=FILE_ORDERS)
+@given(plan=prop.steps(), log_format=LOG_FORMATS, file_order=FILE_ORDERS, table_format=TABLE_FORMATS)
 def test_generated_tables_with_deletes_erases_ties_and_time_travel_match(
-    harness: Harness, plan: list[tuple[str, Any]], log_format: str, file_order: str
+    harness: Harness, plan: list[tuple[str, Any]], log_format: str, file_order: str, table_format: int
 ) -> None:
     """Random writes to an ordered, a nulls: ignore and a commit-time stream (deletes in each, ties), compactions
-    and key erases, Parquet or Avro logs, files in key order or not; every read (each compaction's before and
-    after, every as-of time) compared."""
-    with files_in(file_order):
+    and key erases, Parquet or Avro logs, files in key order or not, tables of either format; every read (each
+    compaction's before and after, every as-of time) compared."""
+    with files_in(file_order), created_in_format(table_format):
         in_scratch(harness, lambda root: prop.run_steps(root, plan, log_format))
+
+
+@pytest.mark.parametrize("log_format", ["parquet", "avro"])
+@pytest.mark.parametrize("table_format", [1, 2])
+def test_a_columns_own_version_and_its_rows_read_alike_in_either_format(
+    harness: Harness, tmp_path: Path, table_format: int, log_format: str
+) -> None:
+    """A value whose version is older than its row's (written in format 2 only where it differs) loses to a late
+    event newer than it and beats one older: the JVM takes the column's version, not the row's, in logs and, after
+    compaction, in the base file."""
+    with compared(harness) as checked:
+        table, _ = column_version_history(tmp_path, table_format, log_format=log_format)
+        assert shown_payments(table) == [(1, 15, "new"), (2, 20, "only")]
+        table.compact()
+        table.write("orders", pa.table({"k": [1], "p": ["a"], "amount": [3], "status": ["s"], "ots": [1]}))
+        assert shown_payments(table) == [(1, 15, "new"), (2, 20, "only")]
+    assert len(checked) == 2
 
 
 def test_a_row_the_python_merge_lacks_fails_the_comparison_also_when_deferred(harness: Harness, tmp_path: Path) -> None:

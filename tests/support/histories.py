@@ -3,17 +3,20 @@ what each one leaves, for tests that compare reads (snapshots, time travel, chan
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from stitchlake.api import Table
 from stitchlake.timeline.clock import from_millis, to_millis
 from tests.support.reference import Erase, Event, expected_rows
-from tests.support.tables import MODELS, batch, partition_of
+from tests.support.tables import MODELS, THREE_STREAMS, batch, created_in_format, new_table_file, partition_of
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
@@ -98,3 +101,41 @@ def plan_steps(seed: int, steps: int, keys: int = 80) -> list[tuple[str, Any]]:
         if step == steps - 2:
             out.append(("erase", sorted(rng.sample(range(keys), 3))))
     return out
+
+
+#: A `nulls: ignore` column's version columns in a file (design.md §3).
+PAID_POS = "_sl__payments__c__paid__pos"
+NOTE_POS = "_sl__payments__c__note__pos"
+
+
+def _payments(rows: list[dict[str, Any]]) -> pa.Table:
+    columns = ("k", "p", "paid", "note", "pts")
+    types = (pa.int64(), pa.string(), pa.int64(), pa.string(), pa.int64())
+    return pa.table({c: pa.array([r.get(c) for r in rows], t) for c, t in zip(columns, types, strict=True)})
+
+
+def column_version_history(folder: Path, version: int, **table: Any) -> tuple[Table, list[dict[str, Any]]]:
+    """A table of format `version` (THREE_STREAMS, one bucket, `table` settings) where key 1's paid comes from an
+    older event than its row (pts 1 against 2) and its note from the row's own, and key 2 has one event; then a
+    late paid at pts 1 (a later commit) must beat the first and one at pts 0 must not, which is only so if a reader
+    takes paid's own version, not the row's. Returns the table and the first log's version positions (Parquet)."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"] |= {"buckets": 1, **table}
+    with created_in_format(version):
+        created, _ = new_table_file(folder, document)
+    first = [
+        {"k": 1, "p": "a", "paid": 10, "note": "old", "pts": 1},
+        {"k": 1, "p": "a", "paid": None, "note": "new", "pts": 2},
+        {"k": 2, "p": "a", "paid": 20, "note": "only", "pts": 5},
+    ]
+    created.write("payments", _payments(first))
+    logs = [pq.read_table(path) for path in sorted(Path(created.path).rglob("*.log.parquet"))]
+    late = [{"k": 1, "p": "a", "paid": 15, "pts": 1}, {"k": 2, "p": "a", "paid": 0, "pts": 0}]
+    created.write("payments", _payments(late))
+    return created, [row for log in logs for row in log.select(["k", PAID_POS, NOTE_POS]).to_pylist()]
+
+
+def shown_payments(table: Table) -> list[tuple[Any, ...]]:
+    """(k, paid, note) of every row, by key."""
+    rows = table.read(columns=["k", "paid", "note"]).sort_by("k").to_pylist()
+    return [(r["k"], r["paid"], r["note"]) for r in rows]

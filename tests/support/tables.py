@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 import yaml
 
 from stitchlake.api import Table
@@ -79,6 +81,17 @@ def new_table(root: Path, document: dict[str, Any] | None = None, **table: Any) 
     created = Table(config(root, document, **table))
     created.init()
     return created
+
+
+@contextlib.contextmanager
+def created_in_format(version: int) -> Iterator[None]:
+    """Tables created in the block record table format `version` in their `table.json`, as a stitchlake of that
+    format created them (1: column versions written wherever a value is, `config/stored.py`)."""
+    from stitchlake.config import stored_schema
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("stitchlake.table.handle.stored_schema", lambda config: stored_schema(config, version))
+        yield
 
 
 def new_table_file(

@@ -115,7 +115,7 @@ def runnable_plans(table: TableHandle, timeline: Timeline | None = None) -> list
 def compact_file_group(table: TableHandle, fslice: FileSlice, instant: str, mark: Callable[[str], None]) -> DataFile:
     """Merge one planned slice into a new base file (one Spark task's work, or one thread's)."""
     merged = merge_slice(table, fslice)
-    rows = to_base(table.config, merged)
+    rows = to_base(table.config, merged, table.sparse_column_versions)
     path = join(fslice.partition, base_name(fslice.file_group, instant))
     mark(path)
     written = write_table_file(table.storage, path, rows)

@@ -223,7 +223,7 @@ def erase_file_group(
     """Rewrite one file group's slice without the keys: its new base file, and the keys it really held."""
     merged = merge_slice(table, fslice)
     hit = _match(merged.keys, keys)
-    rows = to_base(table.config, merged, erase=hit)
+    rows = to_base(table.config, merged, table.sparse_column_versions, erase=hit)
     path = join(fslice.partition, base_name(fslice.file_group, instant))
     mark(path)
     written = write_table_file(table.storage, path, rows)

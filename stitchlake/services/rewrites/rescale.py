@@ -243,7 +243,7 @@ def rescale_unit(table: TableHandle, unit: Unit, instant: str, mark: Callable[[s
     config = table.config
     files: dict[int, _BaseFileBuffer] = {}
     for fslice in unit.inputs:
-        rows = to_base(config, merge_slice(table, fslice))
+        rows = to_base(config, merge_slice(table, fslice), table.sparse_column_versions)
         if not rows.num_rows:
             continue
         groups = bucket_of([rows.column(n) for n in config.table.key_names], unit.buckets)

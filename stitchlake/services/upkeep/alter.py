@@ -67,7 +67,7 @@ def alter(table: TableHandle, dry_run: bool = False) -> AlterResult:
         return AlterResult(
             None, None, target, lines, True, f"would make schema version {target}: {len(lines)} change(s)"
         )
-    proposed = stored_schema(table.config)
+    proposed = stored_schema(table.config, table.properties.schema.format_version)
 
     def plan(timeline: Timeline, _requested: str) -> AlterPlan:
         latest = table.schema_history(timeline)[-1].version

@@ -3,6 +3,7 @@ package io.stitchlake.spark.merge;
 import io.stitchlake.spark.plan.StreamSpec;
 import java.util.Arrays;
 import java.util.List;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.Decimal;
@@ -46,6 +47,30 @@ final class StreamMerge {
     return new Ver(v, seg.file.commit, isRanked, seg.rows);
   }
 
+  /**
+   * The version a column's value came from in one segment: its {@code c__<column>__} columns, and where those are
+   * null (a file of format 2 writes them only where they differ) the row's own version {@code own}. A segment
+   * whose column versions are all null is {@code own} itself, which {@link #equal} then settles at once.
+   */
+  Ver columnVer(Segment seg, String column, Ver own) {
+    ColumnVector pos = seg.column(stream.meta("c__" + column + "__pos"));
+    if (pos != null && allNull(pos, seg.rows)) return own;
+    Ver v = ver(seg, "c__" + column + "__");
+    return pos.hasNull() ? v.withFallback(own) : v;
+  }
+
+  private static boolean allNull(ColumnVector v, int rows) {
+    if (!v.hasNull()) return rows == 0;
+    if (v instanceof ConstantColumnVector) return true;
+    for (int r = 0; r < rows; r++) if (!v.isNullAt(r)) return false;
+    return true;
+  }
+
+  Object rankedValue(Ver a, int c, int row) {
+    if (a.fallback != null && a.fallback.own[row]) a = a.fallback.ver;
+    return rankedValue(a.v[c], row);
+  }
+
   Object rankedValue(ColumnVector v, int row) {
     if (v.isNullAt(row)) return null;
     DataType t = v.dataType();
@@ -72,7 +97,7 @@ final class StreamMerge {
     int at = key * best.width;
     for (int c = 0; c < isRanked.length; c++) {
       if (isRanked[c]) {
-        int cmp = compareRanked(rankedValue(a.v[c], row), best.ranked[c][key]);
+        int cmp = compareRanked(rankedValue(a, c, row), best.ranked[c][key]);
         if (cmp != 0) return cmp;
       } else {
         long x = longValue(a, c, row);
@@ -88,7 +113,7 @@ final class StreamMerge {
     if (a == b) return true;
     for (int c = 0; c < isRanked.length; c++) {
       if (isRanked[c]) {
-        if (compareRanked(rankedValue(a.v[c], row), rankedValue(b.v[c], row)) != 0) return false;
+        if (compareRanked(rankedValue(a, c, row), rankedValue(b, c, row)) != 0) return false;
       } else if (longValue(a, c, row) != longValue(b, c, row)) {
         return false;
       }
@@ -99,7 +124,7 @@ final class StreamMerge {
   void keep(Ver a, int row, Best best, int key) {
     int at = key * best.width;
     for (int c = 0; c < isRanked.length; c++) {
-      if (isRanked[c]) best.ranked[c][key] = rankedValue(a.v[c], row);
+      if (isRanked[c]) best.ranked[c][key] = rankedValue(a, c, row);
       else best.longs[at + c] = longValue(a, c, row);
     }
   }
@@ -114,15 +139,53 @@ final class StreamMerge {
     final ColumnVector[] v;
     final long commit;
     final long[][] longs;
+    /** Rows whose version is another's (a column version left null: the row's own), or null: none. */
+    final Fallback fallback;
 
     Ver(ColumnVector[] v, long commit, boolean[] isRanked, int rows) {
       this.v = v;
       this.commit = commit;
+      this.fallback = null;
       longs = new long[v.length][];
       for (int c = 0; c < v.length; c++) {
         if (isRanked[c] || v[c] == null) continue;
         longs[c] = longsOf(v[c], rows);
       }
+    }
+
+    private Ver(Ver of, long[][] longs, Fallback fallback) {
+      this.v = of.v;
+      this.commit = of.commit;
+      this.longs = longs;
+      this.fallback = fallback;
+    }
+
+    /** This version where its pos is not null, {@code own} where it is. */
+    Ver withFallback(Ver own) {
+      ColumnVector pos = v[v.length - 1];
+      int rows = own.longs[v.length - 1].length;
+      boolean[] isOwn = new boolean[rows];
+      for (int r = 0; r < rows; r++) isOwn[r] = pos.isNullAt(r);
+      long[][] merged = new long[longs.length][];
+      for (int c = 0; c < longs.length; c++) {
+        if (longs[c] == null) continue;
+        long[] mine = own.longs[c];
+        long[] out = longs[c].clone();
+        for (int r = 0; r < rows; r++) if (isOwn[r]) out[r] = mine[r];
+        merged[c] = out;
+      }
+      return new Ver(this, merged, new Fallback(own, isOwn));
+    }
+  }
+
+  /** Where a column version falls back to the row's own (ranked components are read from it there). */
+  static final class Fallback {
+    final Ver ver;
+    final boolean[] own;
+
+    Fallback(Ver ver, boolean[] own) {
+      this.ver = ver;
+      this.own = own;
     }
   }
 
@@ -181,7 +244,11 @@ final class StreamMerge {
       if (v.v[m.k + 1] == null) continue; // a base written before the stream existed: no groups
       own[g] = v;
       dels[g] = seg.column(stream.meta("del"));
-      if (ignore) tombs[g] = m.ver(seg, "t__");
+      if (ignore) {
+        // No tombstone in the segment (its versions all null): none to copy or to check row by row.
+        ColumnVector tpos = seg.column(stream.meta("t__pos"));
+        tombs[g] = tpos != null && allNull(tpos, seg.rows) ? null : m.ver(seg, "t__");
+      }
     }
     Best best = new Best(m.isRanked, n);
     Best tomb = ignore ? new Best(m.isRanked, n) : null;
@@ -248,7 +315,7 @@ final class StreamMerge {
         Segment seg = segments.get(g);
         values[g] = seg.column(name);
         // A column the file predates carries the row's own version where its value is not null.
-        cver[g] = seg.file.predates.contains(name) ? own[g] : m.ver(seg, "c__" + name + "__");
+        cver[g] = seg.file.predates.contains(name) ? own[g] : m.columnVer(seg, name, own[g]);
       }
       // Where the row winner holds an eligible value of its own version, nothing can beat it (rules.py).
       int open = 0;

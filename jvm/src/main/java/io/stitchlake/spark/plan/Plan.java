@@ -17,11 +17,11 @@ import java.util.Map;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 
-/** A {@code stitchlake.plan/1} document: what one read reads, as the Python planner planned it. */
+/** A {@code stitchlake.plan/2} document: what one read reads, as the Python planner planned it. */
 @JsonIgnoreProperties(ignoreUnknown = true)
 public final class Plan implements Serializable {
   private static final long serialVersionUID = 1L;
-  public static final String FORMAT = "stitchlake.plan/1";
+  public static final String FORMAT = "stitchlake.plan/2";
   public static final ObjectMapper JSON =
       new ObjectMapper().configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
 
