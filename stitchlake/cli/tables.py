@@ -101,7 +101,7 @@ def rows_table(shown: pa.Table, total: int) -> RichTable:
 def print_status(report: StatusReport) -> None:
     """`stitch status`: totals, then the tables an operator scans: partitions, large file groups, streams, the
     warnings, live writers and pending compactions. Empty sections are skipped."""
-    info(f"table {report.table} at {report.path}")
+    info(f"table {report.table} at {report.path} (format {report.format_version})")
     pairs: list[tuple[str, object]] = [
         (name.replace("_", " "), human_size(value) if "bytes" in name else human_count(value))
         for name, value in asdict(report.totals).items()

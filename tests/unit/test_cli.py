@@ -728,6 +728,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
     report = StatusReport(
         table="wide",
         path="/data/wide",
+        format_version=2,
         partitions={
             "p=odd": PartitionHealth(
                 buckets=2, file_groups=2, base_files=1, log_files=3, max_logs_per_slice=2, bytes=2048, rows=10
@@ -772,7 +773,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
     )
     tables.print_status(report)
     out = capsys.readouterr().out
-    assert out.startswith("table wide at /data/wide")
+    assert out.startswith("table wide at /data/wide (format 2)")
     for expected in (
         "4.0 KiB",
         "p=odd",

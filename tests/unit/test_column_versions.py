@@ -16,6 +16,7 @@ import yaml
 import stitchlake
 from stitchlake.checksums import unseal
 from stitchlake.paths import TABLE_JSON
+from stitchlake.services.inspect.status import status
 from stitchlake.services.upkeep.alter import alter
 from tests.support.histories import NOTE_POS, PAID_POS, column_version_history, shown_payments
 from tests.support.tables import THREE_STREAMS, created_in_format, new_table_file
@@ -67,3 +68,4 @@ def test_an_alter_keeps_the_tables_format(tmp_path: Path, version: int) -> None:
     (record,) = [v for v in altered.schema_history() if v.version == 1]
     assert record.properties.format_version == version
     assert altered.sparse_column_versions is (version == 2)
+    assert status(altered).format_version == version, "`stitch status` tells an operator which format it is"

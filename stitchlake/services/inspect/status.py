@@ -108,6 +108,8 @@ class StatusReport:
 
     table: str
     path: str
+    #: The table format its files are written in (`table.json`; design.md §3): what a reader must support.
+    format_version: int
     partitions: dict[str, PartitionHealth]
     totals: Totals
     #: File groups over `compaction.max_file_group_mb`, largest first (at most LARGE_SHOWN; `warnings` counts all).
@@ -221,6 +223,7 @@ def status(table: TableHandle, now: float | None = None) -> StatusReport:
     return StatusReport(
         table=table.config.table.name,
         path=table.path,
+        format_version=table.properties.schema.format_version,
         partitions=partitions,
         totals=Totals(
             partitions=len(partitions),
