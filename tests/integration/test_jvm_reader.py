@@ -186,6 +186,27 @@ def test_a_read_option_reaches_that_reads_tasks_only(jvm: JvmSession, tmp_path: 
     assert through_jvm(jvm, table)[0] == want and counter(jvm, "filesVerified") == again, "the option outlived its read"
 
 
+def test_the_sessions_off_heap_vectors_setting_decodes_slices_off_the_heap_with_the_same_rows(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """`spark.sql.columnVector.offheap.enabled`, the setting Spark's own Parquet scan follows, makes the reader decode
+    a slice's files off the heap too (each slice's vectors freed when the next begins): the same rows, merged (logs
+    of a `nulls: ignore` stream over the bases) and log-free; without it, none off the heap."""
+    table = built(tmp_path)
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
+    want = expected(table)
+    before = counter(jvm, "offHeapReaders")
+    assert through_jvm(jvm, table)[0] == want and counter(jvm, "offHeapReaders") == before
+    jvm.run("spark.conf.set('spark.sql.columnVector.offheap.enabled', 'true')\nresult = None")
+    try:
+        assert through_jvm(jvm, table)[0] == want
+        assert counter(jvm, "offHeapReaders") > before, "the setting did not reach the tasks"
+        table.compact()
+        assert through_jvm(jvm, table)[0] == expected(table)
+    finally:
+        jvm.run("spark.conf.unset('spark.sql.columnVector.offheap.enabled')\nresult = None")
+
+
 def test_a_missing_data_file_fails_the_read_naming_it_whether_or_not_this_jvm_verified_it_before(
     jvm: JvmSession, tmp_path: Path
 ) -> None:

@@ -79,9 +79,22 @@ public final class DataFileReader {
     return ROW_GROUPS_SKIPPED.get();
   }
 
+  /** Parquet readers made to decode off the heap (tests read it to see the session's setting reach the tasks). */
+  public static final AtomicLong OFF_HEAP_READERS = new AtomicLong();
+
+  public static long offHeapReaders() {
+    return OFF_HEAP_READERS.get();
+  }
+
+  /** Spark's setting for vectors off the heap (SQLConf's {@code COLUMN_VECTOR_OFFHEAP_ENABLED}). */
+  static final String OFF_HEAP = "spark.sql.columnVector.offheap.enabled";
+
+  private final boolean offHeap;
+
   public DataFileReader(Configuration conf, int batchSize) {
     this.conf = conf;
     this.batchSize = batchSize;
+    this.offHeap = conf.getBoolean(OFF_HEAP, false);
   }
 
   /**
@@ -98,6 +111,8 @@ public final class DataFileReader {
     hadoop.setBoolean("spark.sql.parquet.inferTimestampNTZ.enabled", conf.parquetInferTimestampNTZEnabled());
     hadoop.setBoolean("spark.sql.legacy.parquet.nanosAsLong", conf.legacyParquetNanosAsLong());
     hadoop.setBoolean("parquet.page.verify-checksum.enabled", true);
+    // As Spark's own Parquet scan: decoded vectors off the heap when the session asks (freed as each slice is done).
+    hadoop.setBoolean(OFF_HEAP, conf.offHeapColumnVectorEnabled());
     VerifiedFile.check(conf.getConfString(VerifiedFile.SETTING, VerifiedFile.FIRST_READ));
   }
 
@@ -352,7 +367,8 @@ public final class DataFileReader {
       BlockInputFile bytes = data != null ? BlockInputFile.of(data) : verified.input(file, source());
       SeekableInputStream stream = bytes.newStream();
       VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(
-          null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, capacity);
+          null, "CORRECTED", "UTC", "CORRECTED", "UTC", offHeap, capacity);
+      if (offHeap) OFF_HEAP_READERS.incrementAndGet();
       try {
         reader.initialize(
             new FileSplit(path, 0, length, new String[0]),
