@@ -142,7 +142,7 @@ def to_columns(stream: StreamSpec, rows: StreamRows, with_commit: bool, sparse: 
     """Meta columns for summaries (values are handled by the caller).
 
     `sparse` (tables of format version 2): a column's version is written only where it is not the row's own, which
-    it nearly always is; readers take the row's version where it is null (`column_versions`). Format 1 writes it
+    it nearly always is; readers take the row's version where it is null (`column_version`). Format 1 writes it
     wherever the value is not null.
     """
     out = _arrow_version(stream, "", rows.version, with_commit, None, rows.ranks)

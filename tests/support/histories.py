@@ -135,6 +135,24 @@ def column_version_history(folder: Path, version: int, **table: Any) -> tuple[Ta
     return created, [row for log in logs for row in log.select(["k", PAID_POS, NOTE_POS]).to_pylist()]
 
 
+def contest_compacted(table: Table) -> list[tuple[Any, ...]]:
+    """Compact `column_version_history`'s table, then contest its base file's column versions with a log: key 1's
+    paid (its version a later commit than its row's) loses to a later commit at the same pts, its note (the row's
+    own version, left null in format 2) beats an older event; key 2's paid (the row's own) beats an older one. What
+    the table then shows, as `shown_payments` gives it."""
+    table.compact()
+    table.write(
+        "payments",
+        _payments(
+            [
+                {"k": 1, "p": "a", "paid": 12, "note": "older", "pts": 1},
+                {"k": 2, "p": "a", "paid": 7, "pts": 3},
+            ]
+        ),
+    )
+    return [(1, 12, "new"), (2, 20, "only")]
+
+
 def shown_payments(table: Table) -> list[tuple[Any, ...]]:
     """(k, paid, note) of every row, by key."""
     rows = table.read(columns=["k", "paid", "note"]).sort_by("k").to_pylist()

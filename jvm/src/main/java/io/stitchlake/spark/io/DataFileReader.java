@@ -4,9 +4,7 @@ import io.stitchlake.spark.plan.PlanFile;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
@@ -22,9 +20,7 @@ import org.apache.parquet.filter2.compat.FilterCompat;
 import org.apache.parquet.filter2.compat.RowGroupFilter;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.parquet.hadoop.ParquetFileReader;
-import org.apache.parquet.column.statistics.Statistics;
 import org.apache.parquet.hadoop.metadata.BlockMetaData;
-import org.apache.parquet.hadoop.metadata.ColumnChunkMetaData;
 import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
 import org.apache.parquet.io.SeekableInputStream;
@@ -187,33 +183,23 @@ public final class DataFileReader {
 
   /** The requested columns the file has (those it predates show their literal instead). */
   static StructType withoutAbsent(PlanFile file, StructType columns) {
-    return without(columns, file.absent.keySet());
+    List<StructField> kept = new ArrayList<>();
+    for (StructField f : columns.fields()) if (!file.absent.containsKey(f.name())) kept.add(f);
+    return new StructType(kept.toArray(new StructField[0]));
   }
 
   /** {@code batch} (the file's own columns) with the absent ones added as constants, in {@code columns}' order. */
   static ColumnarBatch withAbsent(PlanFile file, StructType columns, ColumnarBatch batch) {
-    return withConstants(columns, batch, file.absent);
-  }
-
-  /** {@code batch} (the columns not in {@code literals}) with those in it added as constants, in order. */
-  static ColumnarBatch withConstants(StructType columns, ColumnarBatch batch, Map<String, String> literals) {
-    if (literals.isEmpty()) return batch;
+    if (file.absent.isEmpty()) return batch;
     int rows = batch.numRows();
     ColumnVector[] out = new ColumnVector[columns.length()];
     int own = 0;
     for (int i = 0; i < out.length; i++) {
       StructField f = columns.fields()[i];
-      String literal = literals.get(f.name());
+      String literal = file.absent.get(f.name());
       out[i] = literal != null ? Literals.constant(rows, f.dataType(), literal) : batch.column(own++);
     }
     return new ColumnarBatch(out, rows);
-  }
-
-  /** {@code columns} without those in {@code names}. */
-  static StructType without(StructType columns, Set<String> names) {
-    List<StructField> kept = new ArrayList<>();
-    for (StructField f : columns.fields()) if (!names.contains(f.name())) kept.add(f);
-    return new StructType(kept.toArray(new StructField[0]));
   }
 
   private static FileBatches single(ColumnarBatch batch) {
@@ -337,29 +323,7 @@ public final class DataFileReader {
       return true;
     }
 
-    /**
-     * The file's requested flat columns that hold no value in {@code block}, by its statistics (a sparse file's
-     * column versions, a stream without groups in a base file): read as null constants instead of decoded into
-     * vectors the size of the row group. Nothing when no other column would be left to decode.
-     */
-    private Set<String> allNull(BlockMetaData block) {
-      Set<String> out = new java.util.HashSet<>();
-      for (ColumnChunkMetaData chunk : block.getColumns()) {
-        if (chunk.getPath().size() != 1 || chunk.getValueCount() != block.getRowCount()) continue;
-        String name = chunk.getPath().toDotString();
-        if (own.getFieldIndex(name).isEmpty()) continue;
-        Statistics<?> stats = chunk.getStatistics();
-        if (stats != null && stats.isNumNullsSet() && stats.getNumNulls() == block.getRowCount()) out.add(name);
-      }
-      return out.size() < own.length() ? out : Set.of();
-    }
-
     private VectorizedParquetRecordReader reader(List<BlockMetaData> groups, int capacity) throws IOException {
-      return reader(groups, capacity, local);
-    }
-
-    private VectorizedParquetRecordReader reader(List<BlockMetaData> groups, int capacity, Configuration local)
-        throws IOException {
       // The in-memory stream and this footer (only the kept row groups) make ParquetFileReader read no file.
       ParquetMetadata kept = new ParquetMetadata(footer.getFileMetaData(), groups);
       Path path = new Path(file.path);
@@ -397,18 +361,10 @@ public final class DataFileReader {
         while (nextBlock < blocks.size()) {
           BlockMetaData block = blocks.get(nextBlock++);
           if (block.getRowCount() == 0) continue;
-          Set<String> empty = allNull(block);
-          Map<String, String> constants = file.absent;
-          Configuration decode = local;
-          if (!empty.isEmpty()) {
-            constants = new HashMap<>(file.absent);
-            for (String name : empty) constants.put(name, "null");
-            decode = confFor(without(own, empty));
-          }
-          VectorizedParquetRecordReader reader = reader(List.of(block), (int) block.getRowCount(), decode);
+          VectorizedParquetRecordReader reader = reader(List.of(block), (int) block.getRowCount());
           ROW_GROUPS_READ.incrementAndGet();
           if (!nextBatch(reader)) continue;
-          current = withConstants(columns, reader.resultBatch(), constants);
+          current = withAbsent(file, columns, reader.resultBatch());
           return true;
         }
         return false;

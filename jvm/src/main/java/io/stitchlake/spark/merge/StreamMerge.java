@@ -3,7 +3,6 @@ package io.stitchlake.spark.merge;
 import io.stitchlake.spark.plan.StreamSpec;
 import java.util.Arrays;
 import java.util.List;
-import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.Decimal;
@@ -55,13 +54,12 @@ final class StreamMerge {
   Ver columnVer(Segment seg, String column, Ver own) {
     ColumnVector pos = seg.column(stream.meta("c__" + column + "__pos"));
     if (pos != null && allNull(pos, seg.rows)) return own;
-    Ver v = ver(seg, "c__" + column + "__");
-    return pos.hasNull() ? v.withFallback(own) : v;
+    Ver v = ver(seg, "c__" + column + "__"); // a missing column fails where the version is used, naming it
+    return pos != null && pos.hasNull() ? v.withFallback(own) : v;
   }
 
   private static boolean allNull(ColumnVector v, int rows) {
     if (!v.hasNull()) return rows == 0;
-    if (v instanceof ConstantColumnVector) return true;
     for (int r = 0; r < rows; r++) if (!v.isNullAt(r)) return false;
     return true;
   }
