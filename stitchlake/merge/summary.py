@@ -229,5 +229,7 @@ def column_version(
     version = _read_version(stream, table, f"c__{name}__", commit, ranks)
     if not positions.null_count:
         return version
-    missing = ~is_valid(positions)
+    missing = ~is_valid(positions) & is_valid(table.column(name))  # format 1 has none: its nulls are the values'
+    if not missing.any():
+        return version
     return tuple(np.where(missing, mine, theirs) for mine, theirs in zip(own, version, strict=True))

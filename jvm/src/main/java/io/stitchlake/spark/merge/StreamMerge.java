@@ -51,11 +51,19 @@ final class StreamMerge {
    * null (a file of format 2 writes them only where they differ) the row's own version {@code own}. A segment
    * whose column versions are all null is {@code own} itself, which {@link #equal} then settles at once.
    */
-  Ver columnVer(Segment seg, String column, Ver own) {
+  Ver columnVer(Segment seg, String column, ColumnVector values, Ver own) {
     ColumnVector pos = seg.column(stream.meta("c__" + column + "__pos"));
     if (pos != null && allNull(pos, seg.rows)) return own;
     Ver v = ver(seg, "c__" + column + "__"); // a missing column fails where the version is used, naming it
-    return pos != null && pos.hasNull() ? v.withFallback(own) : v;
+    if (pos == null || !pos.hasNull()) return v;
+    // The rows whose value has the row's version (format 1 has none: its versions are null where values are).
+    boolean[] isOwn = new boolean[seg.rows];
+    boolean any = false;
+    for (int r = 0; r < seg.rows; r++) {
+      isOwn[r] = pos.isNullAt(r) && values != null && !values.isNullAt(r);
+      any |= isOwn[r];
+    }
+    return any ? v.withFallback(own, isOwn) : v;
   }
 
   private static boolean allNull(ColumnVector v, int rows) {
@@ -158,12 +166,9 @@ final class StreamMerge {
       this.fallback = fallback;
     }
 
-    /** This version where its pos is not null, {@code own} where it is. */
-    Ver withFallback(Ver own) {
-      ColumnVector pos = v[v.length - 1];
-      int rows = own.longs[v.length - 1].length;
-      boolean[] isOwn = new boolean[rows];
-      for (int r = 0; r < rows; r++) isOwn[r] = pos.isNullAt(r);
+    /** This version, but {@code own} in the rows {@code isOwn} marks. */
+    Ver withFallback(Ver own, boolean[] isOwn) {
+      int rows = isOwn.length;
       long[][] merged = new long[longs.length][];
       for (int c = 0; c < longs.length; c++) {
         if (longs[c] == null) continue;
@@ -313,7 +318,7 @@ final class StreamMerge {
         Segment seg = segments.get(g);
         values[g] = seg.column(name);
         // A column the file predates carries the row's own version where its value is not null.
-        cver[g] = seg.file.predates.contains(name) ? own[g] : m.columnVer(seg, name, own[g]);
+        cver[g] = seg.file.predates.contains(name) ? own[g] : m.columnVer(seg, name, values[g], own[g]);
       }
       // Where the row winner holds an eligible value of its own version, nothing can beat it (rules.py).
       int open = 0;
