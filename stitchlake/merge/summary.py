@@ -160,12 +160,11 @@ def to_columns(stream: StreamSpec, rows: StreamRows, with_commit: bool, sparse: 
 
 
 def _same(a: Version, b: Version) -> np.ndarray:
-    """Per row, whether two versions are equal in every component."""
-    if a is b:
-        return np.ones(len(a[0]) if a else 0, dtype=bool)
+    """Per row, whether two versions are equal in every component (a version has at least commit and pos)."""
     same = np.ones(len(a[0]), dtype=bool)
-    for x, y in zip(a, b, strict=True):
-        same &= x == y
+    if a is not b:
+        for x, y in zip(a, b, strict=True):
+            same &= x == y
     return same
 
 
