@@ -232,7 +232,7 @@ def to_base(config: TableConfig, merged: Merged, sparse: bool, erase: np.ndarray
         out[spec.name] = key_rows.column(spec.name).combine_chunks()
     for stream in config.streams.values():
         out |= _stream_block(stream, merged, selected, sparse)
-    return pa.table(out)
+    return marked_key_ordered(pa.table(out))
 
 
 def _stream_block(stream: StreamSpec, merged: Merged, selected: np.ndarray, sparse: bool) -> dict[str, pa.Array]:
@@ -263,7 +263,18 @@ def to_log(
         out[spec.name] = contiguous(rows.values.column(spec.name))
     out |= summary.to_columns(stream, rows, with_commit=False, sparse=sparse)
     log = pa.table(out)
-    return log.take(key_order(config, log))
+    return marked_key_ordered(log.take(key_order(config, log)))
+
+
+#: Footer metadata of a data file whose rows are in key order, one row per key (`to_base`, `to_log`): the JVM reader
+#: merges a slice of such files window by window instead of holding it decoded whole (docs/spark-reader.md,
+#: "Memory"). A file without it (written before, or a rescale's base of several sorted runs) is read whole.
+KEY_ORDERED = {b"stitchlake.rows": b"key-ordered"}
+
+
+def marked_key_ordered(rows: pa.Table) -> pa.Table:
+    """`rows`, in key order with one row per key, marked so in the file's footer."""
+    return rows.replace_schema_metadata(KEY_ORDERED)
 
 
 def key_order(config: TableConfig, rows: pa.Table) -> pa.Array:

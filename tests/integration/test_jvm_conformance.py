@@ -322,8 +322,9 @@ HISTORY_EXAMPLES = max(1, EXAMPLES - STEPS_EXAMPLES)
 
 #: Log formats a generated table is written with (the JVM reads Avro logs itself, nested values included).
 LOG_FORMATS = st.sampled_from(["parquet", "avro"])
-#: The order of a generated table's file rows: by key, as files are written, or reversed, as a stand-in for files
-#: written before key order (the JVM's key index merges the first as sorted runs and hashes the others).
+#: The order of a generated table's file rows: by key and marked so, as files are written, or reversed and unmarked, as
+#: a stand-in for files written before key order (the JVM merges a slice of the first window by window when its output
+#: is flat, and reads the others whole, where its key index hashes them).
 FILE_ORDERS = st.sampled_from(["key", "reversed"])
 #: The table format a generated table is created in: 2 leaves a column's version null where it is its row's, 1
 #: writes it wherever a value is (config/stored.py); the JVM reads both.
@@ -338,6 +339,7 @@ def files_in(order: str) -> Iterator[None]:
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(stitch, "key_order", lambda config, rows: pa.array(range(rows.num_rows - 1, -1, -1), pa.int64()))
+        patch.setattr(stitch, "marked_key_ordered", lambda rows: rows)
         yield
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from stitchlake.api import Table
 from stitchlake.jobs.spark_conf import reader_jar
+from stitchlake.merge import stitch
 from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 from tests.support.jvm_session import JvmError, JvmSession, jvm_session
@@ -205,6 +206,57 @@ def test_the_sessions_off_heap_vectors_setting_decodes_slices_off_the_heap_with_
         assert through_jvm(jvm, table)[0] == expected(table)
     finally:
         jvm.run("spark.conf.unset('spark.sql.columnVector.offheap.enabled')\nresult = None")
+
+
+def windowed(jvm: JvmSession) -> int:
+    return int(jvm.run("result = spark._jvm.io.stitchlake.spark.merge.SliceInputs.windowedSlices()"))
+
+
+def test_slices_of_key_ordered_files_are_merged_window_by_window_and_others_read_whole_with_the_same_rows(
+    jvm: JvmSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files marked as in key order (every file written now) are merged window by window, holding a batch of each
+    file; batches of 5 rows make each file several windows, with keys every file lacks and keys one file alone has.
+    A table whose files are unmarked (written before the mark) is read whole: the same rows either way, merged and
+    after compaction."""
+    marked = built(tmp_path / "marked")
+    marked.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
+    marked.write(SHIPMENTS.name, batch(SHIPMENTS, events(SHIPMENTS, range(25, 60, 3), 4)))
+    monkeypatch.setattr(stitch, "marked_key_ordered", lambda rows: rows)
+    unmarked = built(tmp_path / "unmarked")
+    unmarked.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
+    monkeypatch.undo()
+    jvm.run("spark.conf.set('spark.sql.parquet.columnarReaderBatchSize', '5')\nresult = None")
+    try:
+        before = windowed(jvm)
+        assert through_jvm(jvm, marked)[0] == expected(marked)
+        pruned = [
+            {"k": row["k"], "paid": row["paid"], "carrier": row["carrier"]}
+            for row in expected(marked)
+            if row["paid"] is not None and row["paid"] > 100
+        ]
+        assert through_jvm(jvm, marked, select="k, paid, carrier", where="paid > 100")[0] == pruned
+        assert windowed(jvm) >= before + 2, "no slice of the marked table was merged by windows"
+        middle = windowed(jvm)
+        assert through_jvm(jvm, unmarked)[0] == expected(unmarked)
+        assert windowed(jvm) == middle, "an unmarked file was merged by windows"
+    finally:
+        jvm.run("spark.conf.unset('spark.sql.parquet.columnarReaderBatchSize')\nresult = None")
+
+
+def test_a_file_marked_in_key_order_whose_keys_are_not_fails_the_read_naming_it(
+    jvm: JvmSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window holds a key's rows only if every file's keys rise: a file that says so and does not (changed after it
+    was written) fails the read, naming the file, rather than showing a key twice."""
+    table = built(tmp_path, buckets=1)
+    monkeypatch.setattr(stitch, "key_order", lambda config, rows: pa.array(range(rows.num_rows - 1, -1, -1)))
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
+    with pytest.raises(JvmError) as failed:
+        through_jvm(jvm, table)
+    message = str(failed.value)
+    assert "marked as in key order with one row per key, but a key does not rise above" in message, message
+    assert ".log" in message, message
 
 
 def test_a_missing_data_file_fails_the_read_naming_it_whether_or_not_this_jvm_verified_it_before(

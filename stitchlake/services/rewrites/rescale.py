@@ -250,7 +250,8 @@ def rescale_unit(table: TableHandle, unit: Unit, instant: str, mark: Callable[[s
         for j in np.unique(groups):
             part = rows.filter(pa.array(groups == j))
             if int(j) not in files:
-                files[int(j)] = _BaseFileBuffer(part.schema)
+                # Several sorted runs, one per old slice: not in key order as a whole, so not marked so.
+                files[int(j)] = _BaseFileBuffer(part.schema.remove_metadata())
             files[int(j)].append(part)
         del rows, groups
     out = []

@@ -1,7 +1,6 @@
 package io.stitchlake.spark;
 
 import io.stitchlake.spark.io.DataFileReader;
-import io.stitchlake.spark.merge.FileData;
 import io.stitchlake.spark.merge.SliceInputs;
 import io.stitchlake.spark.merge.SliceMerger;
 import io.stitchlake.spark.plan.MergeSpec;
@@ -10,7 +9,6 @@ import java.io.IOException;
 import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
-import java.util.function.BiFunction;
 import java.util.function.Function;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -18,16 +16,22 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * A task's slices, for reads where some slice has logs: a log-free slice's batches come from
- * {@link LogFreeReader}, a slice with logs is merged by {@link SliceMerger} over its files read whole (each row
- * group in vectors of its own, since the merged output points into them). {@link #batches} when every output
- * column is flat (Spark then reads only the columns a query uses), {@link #rows} otherwise.
+ * {@link LogFreeReader}, a slice with logs is merged by {@link SliceMerger}: in batches, window by window where its
+ * files are in key order, else over its files read whole ({@link SliceInputs#mergeBatches}); in rows, over its files
+ * read whole (each row group in vectors of its own, since the merged rows point into them). {@link #batches} when
+ * every output column is flat (Spark then reads only the columns a query uses), {@link #rows} otherwise.
  */
 final class SliceReader<T> implements PartitionReader<T> {
   private final StitchReaderFactory factory;
   private final List<PlanSlice> slices;
   private final DataFileReader files;
   private final Function<ColumnarBatch, Iterator<T>> logFreeItems;
-  private final BiFunction<SliceMerger, List<FileData>, Iterator<T>> mergedItems;
+  private final Merged<T> mergedItems;
+
+  /** A slice with logs, merged into the reader's items. */
+  private interface Merged<T> {
+    Iterator<T> of(SliceInputs inputs, PlanSlice slice, SliceMerger merger) throws IOException;
+  }
   private MergeSpec spec;
   private int nextSlice;
   private Iterator<T> items = Collections.emptyIterator();
@@ -36,7 +40,7 @@ final class SliceReader<T> implements PartitionReader<T> {
   private T item;
 
   private SliceReader(StitchReaderFactory factory, List<PlanSlice> slices,
-      Function<ColumnarBatch, Iterator<T>> logFreeItems, BiFunction<SliceMerger, List<FileData>, Iterator<T>> mergedItems) {
+      Function<ColumnarBatch, Iterator<T>> logFreeItems, Merged<T> mergedItems) {
     this.factory = factory;
     this.slices = slices;
     this.files = new DataFileReader(factory.conf.value().value(), factory.batchSize);
@@ -46,11 +50,12 @@ final class SliceReader<T> implements PartitionReader<T> {
 
   static SliceReader<ColumnarBatch> batches(StitchReaderFactory factory, List<PlanSlice> slices) {
     return new SliceReader<>(factory, slices, batch -> List.of(batch).iterator(),
-        (merger, files) -> merger.mergeBatches(files, factory.batchSize));
+        (inputs, slice, merger) -> inputs.mergeBatches(slice, merger, factory.batchSize));
   }
 
   static SliceReader<InternalRow> rows(StitchReaderFactory factory, List<PlanSlice> slices) {
-    return new SliceReader<>(factory, slices, ColumnarBatch::rowIterator, SliceMerger::merge);
+    return new SliceReader<>(factory, slices, ColumnarBatch::rowIterator,
+        (inputs, slice, merger) -> merger.merge(inputs.read(slice, merger)));
   }
 
   @Override
@@ -89,7 +94,7 @@ final class SliceReader<T> implements PartitionReader<T> {
       inputs = new SliceInputs(spec, factory.tableSchema, files, factory.rowGroups, factory.rowGroupColumns);
     }
     SliceMerger merger = new SliceMerger(spec, factory.output);
-    return mergedItems.apply(merger, inputs.read(slice, merger));
+    return mergedItems.of(inputs, slice, merger);
   }
 
   @Override

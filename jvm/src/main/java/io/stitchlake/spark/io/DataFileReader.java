@@ -82,6 +82,11 @@ public final class DataFileReader {
     return OFF_HEAP_READERS.get();
   }
 
+  /** The footer entry of a file in key order, one row per key (stitchlake/merge/stitch.py, {@code KEY_ORDERED}). */
+  static final String KEY_ORDERED_KEY = "stitchlake.rows";
+
+  static final String KEY_ORDERED_VALUE = "key-ordered";
+
   /** Spark's setting for vectors off the heap (SQLConf's {@code COLUMN_VECTOR_OFFHEAP_ENABLED}). */
   static final String OFF_HEAP = "spark.sql.columnVector.offheap.enabled";
 
@@ -266,7 +271,7 @@ public final class DataFileReader {
     private final StructType own;
     private final ParquetMetadata footer;
     private final List<BlockMetaData> blocks;
-    private final boolean perRowGroup;
+    private boolean perRowGroup;
     private final Configuration local;
     private final List<VectorizedParquetRecordReader> open = new ArrayList<>();
     private int nextBlock;
@@ -353,6 +358,17 @@ public final class DataFileReader {
       }
       open.add(reader);
       return reader;
+    }
+
+    @Override
+    public boolean keyOrdered() {
+      return KEY_ORDERED_VALUE.equals(footer.getFileMetaData().getKeyValueMetaData().get(KEY_ORDERED_KEY));
+    }
+
+    @Override
+    public void holdRowGroups() {
+      if (!open.isEmpty() || nextBlock > 0) throw new IllegalStateException("holdRowGroups after the first batch");
+      perRowGroup = true;
     }
 
     @Override

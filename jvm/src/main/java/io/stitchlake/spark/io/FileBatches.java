@@ -9,4 +9,15 @@ public interface FileBatches extends Closeable {
   boolean next() throws IOException;
 
   ColumnarBatch get();
+
+  /**
+   * Whether the file's rows are in key order, one row per key: its writer marked it so in the footer
+   * (stitchlake/merge/stitch.py, {@code KEY_ORDERED}). Known once the file is open, before its first batch.
+   */
+  default boolean keyOrdered() {
+    return false;
+  }
+
+  /** Every batch from now on a whole row group in vectors of its own (as opened with {@code perRowGroup}). */
+  default void holdRowGroups() {}
 }

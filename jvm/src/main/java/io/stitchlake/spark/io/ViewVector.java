@@ -8,23 +8,34 @@ import org.apache.spark.sql.vectorized.ColumnarMap;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A view of another vector without copying it: row {@code i} is the delegate's row {@code map[i]} (all rows when
- * {@code map} is null), except where {@code hidden[i]}: there it shows {@code fill}'s single value (a stream's
- * default where it has no live group). Iceberg's ColumnVectorWithFilter does the same for deleted rows.
+ * A view of another vector without copying it: row {@code i} is the delegate's row {@code map[i]} (row {@code
+ * offset + i} when {@code map} is null), except where {@code hidden[i]}: there it shows {@code fill}'s single value
+ * (a stream's default where it has no live group). Iceberg's ColumnVectorWithFilter does the same for deleted rows.
  */
 public final class ViewVector extends ColumnVector {
   private final ColumnVector delegate;
   private final int[] map;
   private final boolean[] hidden;
   private final ColumnVector fill;
+  private final int offset;
   private ViewVector[] children;
 
   public ViewVector(ColumnVector delegate, int[] map, boolean[] hidden, ColumnVector fill) {
+    this(delegate, map, hidden, fill, 0);
+  }
+
+  private ViewVector(ColumnVector delegate, int[] map, boolean[] hidden, ColumnVector fill, int offset) {
     super(delegate.dataType());
     this.delegate = delegate;
     this.map = map;
     this.hidden = hidden;
     this.fill = fill;
+    this.offset = offset;
+  }
+
+  /** The delegate's rows from {@code offset} on, as rows from 0. */
+  public static ViewVector from(ColumnVector delegate, int offset) {
+    return new ViewVector(delegate, null, null, null, offset);
   }
 
   private ColumnVector source(int row) {
@@ -33,7 +44,7 @@ public final class ViewVector extends ColumnVector {
 
   private int at(int row) {
     if (hidden != null && hidden[row]) return 0;
-    return map == null ? row : map[row];
+    return map == null ? offset + row : map[row];
   }
 
   @Override
@@ -43,7 +54,8 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public boolean hasNull() {
-    return true; // conservative: hidden rows may show a null default
+    // Every row a delegate's row: null only where the delegate has one. Hidden rows may show a null default.
+    return hidden != null || delegate.hasNull();
   }
 
   @Override
@@ -77,8 +89,18 @@ public final class ViewVector extends ColumnVector {
   }
 
   @Override
+  public int[] getInts(int row, int count) {
+    return map == null && hidden == null ? delegate.getInts(offset + row, count) : super.getInts(row, count);
+  }
+
+  @Override
   public long getLong(int row) {
     return source(row).getLong(at(row));
+  }
+
+  @Override
+  public long[] getLongs(int row, int count) {
+    return map == null && hidden == null ? delegate.getLongs(offset + row, count) : super.getLongs(row, count);
   }
 
   @Override
@@ -123,7 +145,7 @@ public final class ViewVector extends ColumnVector {
         ? ((StructType) delegate.dataType()).length() : 0];
     if (children[ordinal] == null) {
       ColumnVector own = fill == null ? null : fill.getChild(ordinal);
-      children[ordinal] = new ViewVector(delegate.getChild(ordinal), map, own == null ? null : hidden, own);
+      children[ordinal] = new ViewVector(delegate.getChild(ordinal), map, own == null ? null : hidden, own, offset);
     }
     return children[ordinal];
   }

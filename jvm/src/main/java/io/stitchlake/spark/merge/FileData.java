@@ -1,6 +1,8 @@
 package io.stitchlake.spark.merge;
 
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -18,6 +20,8 @@ public final class FileData {
   final List<ColumnarBatch> batches;
   final StructType schema;
   final Set<String> predates;
+  /** Column name to its index in the batches. */
+  final Map<String, Integer> index;
 
   /**
    * @param stream the log's stream (null for a base file)
@@ -33,13 +37,30 @@ public final class FileData {
     this.batches = batches;
     this.schema = schema;
     this.predates = predates == null ? Set.of() : predates;
+    index = new HashMap<>();
+    String[] names = schema.fieldNames();
+    for (int i = 0; i < names.length; i++) index.put(names[i], i);
+  }
+
+  private FileData(FileData file, List<ColumnarBatch> batches) {
+    kind = file.kind;
+    stream = file.stream;
+    commit = file.commit;
+    this.batches = batches;
+    schema = file.schema;
+    predates = file.predates;
+    index = file.index;
+  }
+
+  /** The same file with other batches of its rows (a window of them: {@link KeyWindows}). */
+  FileData with(List<ColumnarBatch> rows) {
+    return new FileData(this, rows);
   }
 
   /** The index of column {@code name} in the batches, or -1 when the file does not carry it. */
   int column(String name) {
-    String[] names = schema.fieldNames();
-    for (int i = 0; i < names.length; i++) if (names[i].equals(name)) return i;
-    return -1;
+    Integer i = index.get(name);
+    return i == null ? -1 : i;
   }
 
   int rows() {

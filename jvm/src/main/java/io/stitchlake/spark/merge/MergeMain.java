@@ -157,7 +157,7 @@ public final class MergeMain {
         SliceMerger merger = new SliceMerger(spec, output);
         // As the Spark reader: batches of gathered columns for a flat output, rows otherwise.
         if (SliceMerger.flat(output)) {
-          Iterator<ColumnarBatch> batches = merger.mergeBatches(inputs.read(slice, merger), batchRows);
+          Iterator<ColumnarBatch> batches = inputs.mergeBatches(slice, merger, batchRows);
           while (batches.hasNext()) {
             ColumnarBatch batch = batches.next();
             for (int i = 0; i < batch.numRows(); i++) writeRow(g, batch.getRow(i), output);

@@ -9,8 +9,10 @@ import io.stitchlake.spark.plan.StreamSpec;
 import java.io.Closeable;
 import java.io.IOException;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -43,28 +45,88 @@ public final class SliceInputs implements Closeable {
     this.rowGroupColumns = rowGroupColumns;
   }
 
-  /** The slice's base and logs as the merger wants them; valid until {@link #release()}. */
+  /** Slices merged window by window ({@link KeyWindows}) in this JVM: tests read it to see which path ran. */
+  public static final AtomicLong WINDOWED_SLICES = new AtomicLong();
+
+  public static long windowedSlices() {
+    return WINDOWED_SLICES.get();
+  }
+
+  /** A file of the slice, open, none of its batches read yet. */
+  private record Opened(PlanFile file, FileData data, FileBatches batches) {}
+
+  /** The slice's base and logs as the merger wants them, each read whole; valid until {@link #release()}. */
   public List<FileData> read(PlanSlice slice, SliceMerger merger) throws IOException {
     List<FileData> data = new ArrayList<>();
-    if (slice.base != null) data.add(read(slice.base, FileData.Kind.BASE, merger.baseColumns()));
-    for (PlanFile log : slice.logs) {
-      // A stream no longer in the config (dropped): its logs show nothing (docs/spark-reader.md, rule 11).
-      if (spec.stream(log.stream) == null) continue;
-      data.add(read(log, FileData.Kind.LOG, merger.logColumns(log.stream)));
-    }
+    for (Opened o : open(slice, merger, true)) data.add(whole(o));
     return data;
   }
 
-  private FileData read(PlanFile file, FileData.Kind kind, List<String> names) throws IOException {
+  /**
+   * The slice's merged batches ({@link SliceMerger#mergeBatches}): window by window ({@link KeyWindows}) when every
+   * file is in key order and the key's types compare here, else from the files read whole. Valid until
+   * {@link #release()}; each batch until the next.
+   */
+  public Iterator<ColumnarBatch> mergeBatches(PlanSlice slice, SliceMerger merger, int batchRows) throws IOException {
+    List<Opened> opened = open(slice, merger, false);
+    String[] commonNames = new String[spec.common.size()];
+    DataType[] commonTypes = new DataType[commonNames.length];
+    for (int c = 0; c < commonNames.length; c++) {
+      commonNames[c] = spec.common.get(c).name;
+      commonTypes[c] = Types.parse(spec.common.get(c).type);
+    }
+    boolean windows = !opened.isEmpty() && KeyWindows.KeyOrder.supports(commonTypes);
+    for (Opened o : opened) windows &= o.batches.keyOrdered();
+    List<FileData> data = new ArrayList<>();
+    if (windows) {
+      WINDOWED_SLICES.incrementAndGet();
+      List<FileBatches> batches = new ArrayList<>();
+      List<String> paths = new ArrayList<>();
+      for (Opened o : opened) {
+        data.add(o.data);
+        batches.add(o.batches);
+        paths.add(o.file.path);
+      }
+      return new KeyWindows(merger, new KeyWindows.KeyOrder(commonTypes), data, batches, paths, commonNames,
+          batchRows);
+    }
+    for (Opened o : opened) {
+      o.batches.holdRowGroups();
+      data.add(whole(o));
+    }
+    return merger.mergeBatches(data, batchRows);
+  }
+
+  /**
+   * The slice's files, open. {@code perRowGroup}: each batch a row group in vectors of its own (the files are read
+   * whole), else batches that reuse their vectors (a window's).
+   */
+  private List<Opened> open(PlanSlice slice, SliceMerger merger, boolean perRowGroup) throws IOException {
+    List<Opened> out = new ArrayList<>();
+    if (slice.base != null) out.add(open(slice.base, FileData.Kind.BASE, merger.baseColumns(), perRowGroup));
+    for (PlanFile log : slice.logs) {
+      // A stream no longer in the config (dropped): its logs show nothing (docs/spark-reader.md, rule 11).
+      if (spec.stream(log.stream) == null) continue;
+      out.add(open(log, FileData.Kind.LOG, merger.logColumns(log.stream), perRowGroup));
+    }
+    return out;
+  }
+
+  private Opened open(PlanFile file, FileData.Kind kind, List<String> names, boolean perRowGroup) throws IOException {
     List<StructField> fields = new ArrayList<>();
     for (String name : names) fields.add(DataTypes.createStructField(name, typeOf(name), true));
     StructType columns = new StructType(fields.toArray(new StructField[0]));
-    FileBatches batches = files.open(file, columns, rowGroups, rowGroupColumns, true);
+    FileBatches batches = files.open(file, columns, rowGroups, rowGroupColumns, perRowGroup);
     open.add(batches);
+    FileData data = new FileData(kind, kind == FileData.Kind.BASE ? null : file.stream, file.commit, List.of(),
+        columns, file.absent.keySet());
+    return new Opened(file, data, batches);
+  }
+
+  private static FileData whole(Opened o) throws IOException {
     List<ColumnarBatch> all = new ArrayList<>();
-    while (batches.next()) all.add(batches.get());
-    return new FileData(kind, kind == FileData.Kind.BASE ? null : file.stream, file.commit, all, columns,
-        file.absent.keySet());
+    while (o.batches.next()) all.add(o.batches.get());
+    return o.data.with(all);
   }
 
   /** A table column's type, or a meta column's: {@code del} boolean, ranked ordering values their type, else long. */

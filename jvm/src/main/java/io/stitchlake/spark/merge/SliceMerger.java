@@ -152,8 +152,6 @@ public final class SliceMerger {
     return -1;
   }
 
-  // ------------------------------------------------------------------------------------------ segments
-
   // ------------------------------------------------------------------------------------------ the merge
 
   /** The live wide rows of one slice (files: base first if any, then logs in slice order), in output's order. */
@@ -185,10 +183,7 @@ public final class SliceMerger {
         if (streamIndex(f.stream) < 0) continue;
         anyLog = true;
       }
-      Map<String, Integer> index = new HashMap<>();
-      String[] names = f.schema.fieldNames();
-      for (int i = 0; i < names.length; i++) index.put(names[i], i);
-      for (ColumnarBatch b : f.batches) if (b.numRows() > 0) segments.add(new Segment(f, b, index));
+      for (ColumnarBatch b : f.batches) if (b.numRows() > 0) segments.add(new Segment(f, b, f.index));
     }
     return anyLog;
   }
