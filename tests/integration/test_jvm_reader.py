@@ -8,15 +8,17 @@ the suite's `spark` fixture has no jar); the expected rows come from `stitchlake
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from stitchlake.api import Table
@@ -212,47 +214,95 @@ def windowed(jvm: JvmSession) -> int:
     return int(jvm.run("result = spark._jvm.io.stitchlake.spark.merge.SliceInputs.windowedSlices()"))
 
 
-def test_slices_of_key_ordered_files_are_merged_window_by_window_and_others_read_whole_with_the_same_rows(
-    jvm: JvmSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Files marked as in key order (every file written now) are merged window by window, holding a batch of each
-    file; batches of 5 rows make each file several windows, with keys every file lacks and keys one file alone has.
-    A table whose files are unmarked (written before the mark) is read whole: the same rows either way, merged and
-    after compaction."""
-    marked = built(tmp_path / "marked")
-    marked.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
-    marked.write(SHIPMENTS.name, batch(SHIPMENTS, events(SHIPMENTS, range(25, 60, 3), 4)))
-    monkeypatch.setattr(stitch, "marked_key_ordered", lambda rows: rows)
-    unmarked = built(tmp_path / "unmarked")
-    unmarked.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
-    monkeypatch.undo()
-    jvm.run("spark.conf.set('spark.sql.parquet.columnarReaderBatchSize', '5')\nresult = None")
+@contextlib.contextmanager
+def batches_of(jvm: JvmSession, rows: int) -> Iterator[None]:
+    """The session's Parquet batches (and so the reader's windows) of `rows` rows while the block runs."""
+    jvm.run(f"spark.conf.set('spark.sql.parquet.columnarReaderBatchSize', '{rows}')\nresult = None")
     try:
-        before = windowed(jvm)
-        assert through_jvm(jvm, marked)[0] == expected(marked)
-        pruned = [
-            {"k": row["k"], "paid": row["paid"], "carrier": row["carrier"]}
-            for row in expected(marked)
-            if row["paid"] is not None and row["paid"] > 100
-        ]
-        assert through_jvm(jvm, marked, select="k, paid, carrier", where="paid > 100")[0] == pruned
-        assert windowed(jvm) >= before + 2, "no slice of the marked table was merged by windows"
-        middle = windowed(jvm)
-        assert through_jvm(jvm, unmarked)[0] == expected(unmarked)
-        assert windowed(jvm) == middle, "an unmarked file was merged by windows"
+        yield
     finally:
         jvm.run("spark.conf.unset('spark.sql.parquet.columnarReaderBatchSize')\nresult = None")
 
 
-def test_a_file_marked_in_key_order_whose_keys_are_not_fails_the_read_naming_it(
+#: Prefixes that put string keys in an order where UTF-8 bytes matter (multi-byte characters beside ASCII ones).
+PREFIXES = ("é", "a", "Ω", "z", "ä", "日", "Z")
+
+
+def string_keyed(rows: pa.Table) -> pa.Table:
+    return rows.set_column(0, "k", pa.array([f"{PREFIXES[k % 7]}{k}" for k in rows.column("k").to_pylist()]))
+
+
+def unpartitioned() -> dict[str, Any]:
+    document = copy.deepcopy(THREE_STREAMS)
+    del document["table"]["partition_by"]
+    return document
+
+
+def string_keys() -> dict[str, Any]:
+    document = copy.deepcopy(THREE_STREAMS)
+    document["table"]["key"] = {"k": "string"}
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "keys"),
+    [(copy.deepcopy(THREE_STREAMS), None), (unpartitioned(), None), (string_keys(), string_keyed)],
+    ids=["key-and-partition", "one-integer-key", "string-keys"],
+)
+def test_slices_of_key_ordered_files_are_merged_window_by_window_with_the_rows_of_the_python_merge(
+    jvm: JvmSession, tmp_path: Path, document: dict[str, Any], keys: Callable[[pa.Table], pa.Table] | None
+) -> None:
+    """Files marked as in key order (every file written now) are merged window by window, holding a batch of each
+    file: batches of 5 rows make each file several windows, with keys every file lacks and keys one file alone has,
+    over base files and logs; keys compared as a composite (key, partition), as one integer, or as UTF-8 strings."""
+    shaped = keys or (lambda rows: rows)
+    table = new_table(tmp_path, document)
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS, ORDERS, PAYMENTS)):
+        table.write(model.name, shaped(batch(model, events(model, range(number * 4, 40), number))))
+    table.compact()
+    table.write(PAYMENTS.name, shaped(batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9))))
+    table.write(SHIPMENTS.name, shaped(batch(SHIPMENTS, events(SHIPMENTS, range(25, 60, 3), 4))))
+    want = expected(table)
+    with batches_of(jvm, 5):
+        before = windowed(jvm)
+        assert through_jvm(jvm, table)[0] == want
+        pruned = [{"k": row["k"], "paid": row["paid"]} for row in want if row["paid"] is not None and row["paid"] > 100]
+        assert through_jvm(jvm, table, select="k, paid", where="paid > 100")[0] == pruned
+        assert windowed(jvm) >= before + 2, "no slice was merged by windows"
+
+
+def test_slices_of_files_that_do_not_say_they_are_in_key_order_are_read_whole_with_the_same_rows(
     jvm: JvmSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A window holds a key's rows only if every file's keys rise: a file that says so and does not (changed after it
-    was written) fails the read, naming the file, rather than showing a key twice."""
-    table = built(tmp_path, buckets=1)
-    monkeypatch.setattr(stitch, "key_order", lambda config, rows: pa.array(range(rows.num_rows - 1, -1, -1)))
+    """A table whose files carry no key-order entry (written before it) is merged from its files read whole."""
+    monkeypatch.setattr(stitch, "marked_key_ordered", lambda rows: rows)
+    table = built(tmp_path)
     table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
-    with pytest.raises(JvmError) as failed:
+    with batches_of(jvm, 5):
+        before = windowed(jvm)
+        assert through_jvm(jvm, table)[0] == expected(table)
+        assert windowed(jvm) == before, "a file without the entry was merged by windows"
+
+
+@pytest.mark.parametrize("where", ["within", "between"])
+def test_a_file_marked_in_key_order_whose_keys_are_not_fails_the_read_naming_it(
+    jvm: JvmSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A window holds a key's rows only if every file's keys rise: a file that says so and does not (changed after it
+    was written) fails the read, naming the file, rather than showing a key twice; whether two keys are out of order
+    within one batch or across two (batches of 5 rows, the second's keys below the first's)."""
+    table = built(tmp_path, buckets=1)
+
+    def misordered(config: Any, rows: pa.Table) -> pa.Array:
+        ordered = pc.sort_indices(rows, sort_keys=[("k", "ascending"), ("p", "ascending")]).to_pylist()
+        if where == "within":
+            return pa.array(ordered[::-1])
+        runs = [ordered[i : i + 5] for i in range(0, len(ordered), 5)]
+        return pa.array([row for run in runs[::-1] for row in run])
+
+    monkeypatch.setattr(stitch, "key_order", misordered)
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
+    with batches_of(jvm, 5), pytest.raises(JvmError) as failed:
         through_jvm(jvm, table)
     message = str(failed.value)
     assert "marked as in key order with one row per key, but a key does not rise above" in message, message

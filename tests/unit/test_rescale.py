@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from stitchlake.errors import BusyError
+from stitchlake.layout.names import BASE, parse_name
+from stitchlake.merge.stitch import KEY_ORDERED
 from tests.support.histories import History, apply, plan_steps
 from tests.support.tables import (
     as_rows,
@@ -30,3 +33,37 @@ def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path
     compaction.run(table, scheduled)
     assert table.rescale(3).done is not None
     assert as_rows(table.read()) == history.expected()
+
+
+def _key_ordered(table_root: Path) -> dict[str, bool]:
+    """Per Parquet data file (by name): whether its footer says its rows are in key order, one per key."""
+    out: dict[str, bool] = {}
+    for path in table_root.rglob("*.parquet"):
+        if parse_name(path.name) is not None:
+            metadata = pq.read_metadata(path).metadata or {}
+            out[path.name] = all(metadata.get(k) == v for k, v in KEY_ORDERED.items())
+    return out
+
+
+def test_logs_and_compacted_bases_say_they_are_in_key_order_and_a_rescales_bases_do_not(tmp_path: Path) -> None:
+    """The JVM reader merges a slice window by window only where every file says its rows are in key order, one per
+    key (`stitch.KEY_ORDERED`). Logs and a compaction's bases are so; a rescale's new base is one sorted run per old
+    slice it takes rows from, so it must not say so (read whole, it reads the same)."""
+    table = new_table(tmp_path, buckets=2)
+    history = apply(table, plan_steps(6, 5), History())
+    table.compact()
+    root = Path(table.storage.describe())
+    before = _key_ordered(root)
+    assert before and all(before.values()), before
+    instant = table.rescale(3).done
+    assert instant is not None
+    written = {name: marked for name, marked in _key_ordered(root).items() if name not in before}
+    assert written and all(parse_name(name).kind == BASE for name in written), written  # type: ignore[union-attr]
+    assert not any(written.values()), written
+    keys = [pq.read_table(root / p, columns=["k"]).column("k").to_pylist() for p in _paths(root, written)]
+    assert any(k != sorted(k) for k in keys), "every new base is in key order: the case is not exercised"
+    assert as_rows(table.read()) == history.expected()
+
+
+def _paths(root: Path, names: dict[str, bool]) -> list[Path]:
+    return [p.relative_to(root) for p in root.rglob("*.parquet") if p.name in names]

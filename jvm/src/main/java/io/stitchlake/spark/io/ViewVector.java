@@ -33,6 +33,16 @@ public final class ViewVector extends ColumnVector {
     this.offset = offset;
   }
 
+  /** The vector this one shows rows [offset, ...) of, when it is such a range; else null. */
+  public ColumnVector rangeOf() {
+    return map == null && hidden == null ? delegate : null;
+  }
+
+  /** The first row of {@link #rangeOf} this one shows. */
+  public int offset() {
+    return offset;
+  }
+
   /** The delegate's rows from {@code offset} on, as rows from 0. */
   public static ViewVector from(ColumnVector delegate, int offset) {
     return new ViewVector(delegate, null, null, null, offset);
@@ -90,7 +100,7 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public int[] getInts(int row, int count) {
-    return map == null && hidden == null ? delegate.getInts(offset + row, count) : super.getInts(row, count);
+    return map == null && hidden == null ? Vectors.ints(delegate, offset + row, count) : super.getInts(row, count);
   }
 
   @Override
@@ -100,7 +110,7 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public long[] getLongs(int row, int count) {
-    return map == null && hidden == null ? delegate.getLongs(offset + row, count) : super.getLongs(row, count);
+    return map == null && hidden == null ? Vectors.longs(delegate, offset + row, count) : super.getLongs(row, count);
   }
 
   @Override

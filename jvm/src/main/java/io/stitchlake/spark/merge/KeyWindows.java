@@ -2,6 +2,7 @@ package io.stitchlake.spark.merge;
 
 import io.stitchlake.spark.io.CorruptFileException;
 import io.stitchlake.spark.io.FileBatches;
+import io.stitchlake.spark.io.Vectors;
 import io.stitchlake.spark.io.ViewVector;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -11,15 +12,11 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
-import org.apache.spark.sql.types.ByteType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DateType;
 import org.apache.spark.sql.types.IntegerType;
 import org.apache.spark.sql.types.LongType;
-import org.apache.spark.sql.types.ShortType;
 import org.apache.spark.sql.types.StringType;
-import org.apache.spark.sql.types.TimestampNTZType;
-import org.apache.spark.sql.types.TimestampType;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -195,9 +192,7 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
   static final class KeyOrder {
     private static final int LONG = 0;
     private static final int INT = 1;
-    private static final int SHORT = 2;
-    private static final int BYTE = 3;
-    private static final int STRING = 4;
+    private static final int STRING = 2;
     private final int[] kinds;
     private final DataType[] types;
 
@@ -207,11 +202,10 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
       for (int c = 0; c < types.length; c++) kinds[c] = kind(types[c]);
     }
 
+    /** The types a key or partition column may have (int, long, string, date: config/model.py). */
     private static int kind(DataType t) {
-      if (t instanceof LongType || t instanceof TimestampType || t instanceof TimestampNTZType) return LONG;
+      if (t instanceof LongType) return LONG;
       if (t instanceof IntegerType || t instanceof DateType) return INT;
-      if (t instanceof ShortType) return SHORT;
-      if (t instanceof ByteType) return BYTE;
       if (t instanceof StringType) return STRING;
       return -1;
     }
@@ -235,8 +229,6 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
         int d = switch (kinds[c]) {
           case LONG -> Long.compare(x.getLong(ra), y.getLong(rb));
           case INT -> Integer.compare(x.getInt(ra), y.getInt(rb));
-          case SHORT -> Short.compare(x.getShort(ra), y.getShort(rb));
-          case BYTE -> Byte.compare(x.getByte(ra), y.getByte(rb));
           default -> x.getUTF8String(ra).binaryCompare(y.getUTF8String(rb));
         };
         if (d != 0) return d;
@@ -248,15 +240,10 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
     long[] longs(ColumnVector[] keys, int rows) {
       if (kinds.length != 1 || kinds[0] == STRING || keys[0].hasNull()) return null;
       ColumnVector v = keys[0];
-      if (kinds[0] == LONG) return v.getLongs(0, rows);
+      if (kinds[0] == LONG) return Vectors.longs(v, 0, rows);
+      int[] ints = Vectors.ints(v, 0, rows);
       long[] out = new long[rows];
-      for (int r = 0; r < rows; r++) {
-        out[r] = switch (kinds[0]) {
-          case INT -> v.getInt(r);
-          case SHORT -> v.getShort(r);
-          default -> v.getByte(r);
-        };
-      }
+      for (int r = 0; r < rows; r++) out[r] = ints[r];
       return out;
     }
 
@@ -280,8 +267,6 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
         switch (kinds[c]) {
           case LONG -> to.putLong(0, from[c].getLong(r));
           case INT -> to.putInt(0, from[c].getInt(r));
-          case SHORT -> to.putShort(0, from[c].getShort(r));
-          case BYTE -> to.putByte(0, from[c].getByte(r));
           default -> {
             byte[] bytes = from[c].getUTF8String(r).getBytes();
             to.putByteArray(0, bytes);

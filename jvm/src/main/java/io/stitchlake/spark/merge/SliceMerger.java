@@ -1,6 +1,7 @@
 package io.stitchlake.spark.merge;
 
 import io.stitchlake.spark.io.Literals;
+import io.stitchlake.spark.io.ViewVector;
 import io.stitchlake.spark.plan.ColumnSpec;
 import io.stitchlake.spark.plan.MergeSpec;
 import io.stitchlake.spark.plan.StreamSpec;
@@ -374,16 +375,30 @@ public final class SliceMerger {
     final int defaults;
     final int nulls;
     final GatherVector[] columns;
+    /**
+     * Per output ordinal and segment: the row of the gathered vector where the segment's rows start. A window's
+     * range of a file batch ({@link KeyWindows}) is gathered from the batch itself, so that Spark's reads meet the
+     * file's own vectors (a dictionary-encoded one decoded once per entry: {@link GatherVector}), not a view.
+     */
+    final int[][] offsets;
     final ColumnarBatch batch;
 
     Gather(ColumnVector[][] vectors, int nSeg, int batchRows) {
       defaults = nSeg;
       nulls = nSeg + 1;
       columns = new GatherVector[outTypes.length];
+      offsets = new int[outTypes.length][nSeg];
       for (int o = 0; o < outTypes.length; o++) {
         ColumnVector none = Literals.constant(1, outTypes[o], null);
         ColumnVector[] sources = new ColumnVector[nSeg + 2];
-        for (int g = 0; g < nSeg; g++) sources[g] = vectors[o][g] != null ? vectors[o][g] : none;
+        for (int g = 0; g < nSeg; g++) {
+          ColumnVector v = vectors[o][g];
+          if (v instanceof ViewVector view && view.rangeOf() != null) {
+            v = view.rangeOf();
+            offsets[o][g] = view.offset();
+          }
+          sources[g] = v != null ? v : none;
+        }
         sources[defaults] = outStream[o] < 0 ? none : Literals.constant(1, outTypes[o], outDefaultJson[o]);
         sources[nulls] = none;
         columns[o] = new GatherVector(sources, new int[batchRows], new int[batchRows]);
@@ -431,12 +446,13 @@ public final class SliceMerger {
           boolean[] shows = p.showsOf[o];
           int[] segOf = p.segOf[o];
           int[] rowOf = p.rowOf[o];
+          int[] offset = gather.offsets[o];
           for (int i = 0; i < m; i++) {
             int k = live[i];
             int g = shows != null && !shows[k] ? gather.defaults : segOf[k];
             if (g < 0) g = gather.nulls; // an ignore stream's column with no value: null
             src[i] = g;
-            rows[i] = g < gather.defaults ? rowOf[k] : 0;
+            rows[i] = g < gather.defaults ? rowOf[k] + offset[g] : 0;
           }
         }
         int rows = m;
@@ -497,10 +513,11 @@ public final class SliceMerger {
           int[] src = gather.columns[o].src;
           int[] rows = gather.columns[o].rows;
           boolean[] streamShows = outStream[o] >= 0 ? shows[outStream[o]] : null;
+          int[] offset = gather.offsets[o];
           for (int i = 0; i < m; i++) {
             boolean hidden = streamShows != null && !streamShows[i];
             src[i] = hidden ? gather.defaults : segs[i];
-            rows[i] = hidden ? 0 : rowsOf[i];
+            rows[i] = hidden ? 0 : rowsOf[i] + offset[segs[i]];
           }
         }
         int rows = m;

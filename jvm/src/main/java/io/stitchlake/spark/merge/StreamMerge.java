@@ -1,5 +1,6 @@
 package io.stitchlake.spark.merge;
 
+import io.stitchlake.spark.io.Vectors;
 import io.stitchlake.spark.plan.StreamSpec;
 import java.util.Arrays;
 import java.util.List;
@@ -193,7 +194,7 @@ final class StreamMerge {
   }
 
   private static long[] longsOf(ColumnVector v, int rows) {
-    long[] out = v.getLongs(0, rows);
+    long[] out = Vectors.longs(v, 0, rows);
     if (v.hasNull()) {
       for (int r = 0; r < rows; r++) if (v.isNullAt(r)) out[r] = 0;
     }
