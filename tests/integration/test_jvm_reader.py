@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pytest
 
 from stitchlake.api import Table
+from stitchlake.io import datafiles
 from stitchlake.jobs.spark_conf import reader_jar
 from stitchlake.merge import stitch
 from stitchlake.reading.filters import prune
@@ -269,6 +270,20 @@ def test_slices_of_key_ordered_files_are_merged_window_by_window_with_the_rows_o
         pruned = [{"k": row["k"], "paid": row["paid"]} for row in want if row["paid"] is not None and row["paid"] > 100]
         assert through_jvm(jvm, table, select="k, paid", where="paid > 100")[0] == pruned
         assert windowed(jvm) >= before + 2, "no slice was merged by windows"
+
+
+def test_files_whose_numbers_are_dictionary_encoded_merge_by_their_values_not_their_dictionary_ids(
+    jvm: JvmSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stitchlake dictionary-encodes only text, but a file whose keys, versions and positions are dictionary-encoded
+    (another writer's choice) reaches the merge as Spark vectors holding dictionary ids: the windows' bounds and
+    order check, the key index and the versions must read the values, whole runs of them included."""
+    monkeypatch.setattr(datafiles, "parquet_encodings", lambda schema, delta_positions=False: {"use_dictionary": True})
+    table = built(tmp_path, document=unpartitioned())
+    table.write(PAYMENTS.name, batch(PAYMENTS, events(PAYMENTS, range(10, 30), 9)))
+    monkeypatch.undo()
+    with batches_of(jvm, 5):
+        assert through_jvm(jvm, table)[0] == expected(table)
 
 
 def test_slices_of_files_that_do_not_say_they_are_in_key_order_are_read_whole_with_the_same_rows(

@@ -35,13 +35,13 @@ def test_rescale_waits_for_a_pending_compaction_of_its_partitions(tmp_path: Path
     assert as_rows(table.read()) == history.expected()
 
 
-def _key_ordered(table_root: Path) -> dict[str, bool]:
-    """Per Parquet data file (by name): whether its footer says its rows are in key order, one per key."""
-    out: dict[str, bool] = {}
+def _key_ordered(table_root: Path) -> dict[Path, bool]:
+    """Per Parquet data file: whether its footer says its rows are in key order, one per key."""
+    out: dict[Path, bool] = {}
     for path in table_root.rglob("*.parquet"):
         if parse_name(path.name) is not None:
             metadata = pq.read_metadata(path).metadata or {}
-            out[path.name] = all(metadata.get(k) == v for k, v in KEY_ORDERED.items())
+            out[path] = all(metadata.get(k) == v for k, v in KEY_ORDERED.items())
     return out
 
 
@@ -55,15 +55,10 @@ def test_logs_and_compacted_bases_say_they_are_in_key_order_and_a_rescales_bases
     root = Path(table.storage.describe())
     before = _key_ordered(root)
     assert before and all(before.values()), before
-    instant = table.rescale(3).done
-    assert instant is not None
-    written = {name: marked for name, marked in _key_ordered(root).items() if name not in before}
-    assert written and all(parse_name(name).kind == BASE for name in written), written  # type: ignore[union-attr]
+    assert table.rescale(3).done is not None
+    written = {path: marked for path, marked in _key_ordered(root).items() if path not in before}
+    assert written and all(parse_name(p.name).kind == BASE for p in written), written  # type: ignore[union-attr]
     assert not any(written.values()), written
-    keys = [pq.read_table(root / p, columns=["k"]).column("k").to_pylist() for p in _paths(root, written)]
+    keys = [pq.read_table(path, columns=["k"]).column("k").to_pylist() for path in written]
     assert any(k != sorted(k) for k in keys), "every new base is in key order: the case is not exercised"
     assert as_rows(table.read()) == history.expected()
-
-
-def _paths(root: Path, names: dict[str, bool]) -> list[Path]:
-    return [p.relative_to(root) for p in root.rglob("*.parquet") if p.name in names]

@@ -100,7 +100,7 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public int[] getInts(int row, int count) {
-    return map == null && hidden == null ? Vectors.ints(delegate, offset + row, count) : super.getInts(row, count);
+    return map == null && hidden == null ? delegate.getInts(offset + row, count) : super.getInts(row, count);
   }
 
   @Override
@@ -110,7 +110,7 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public long[] getLongs(int row, int count) {
-    return map == null && hidden == null ? Vectors.longs(delegate, offset + row, count) : super.getLongs(row, count);
+    return map == null && hidden == null ? delegate.getLongs(offset + row, count) : super.getLongs(row, count);
   }
 
   @Override

@@ -1,6 +1,5 @@
 package io.stitchlake.spark.merge;
 
-import io.stitchlake.spark.io.Vectors;
 import java.util.Arrays;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DateType;
@@ -83,7 +82,7 @@ final class KeyIndex {
       if (n > 0 && v.hasNull()) return false;
       long[] out;
       if (isLong) {
-        out = n == 0 ? new long[0] : Vectors.longs(v, 0, n);
+        out = n == 0 ? new long[0] : v.getLongs(0, n);
       } else {
         out = new long[n];
         for (int r = 0; r < n; r++) out[r] = v.getInt(r);

@@ -2,7 +2,6 @@ package io.stitchlake.spark.merge;
 
 import io.stitchlake.spark.io.CorruptFileException;
 import io.stitchlake.spark.io.FileBatches;
-import io.stitchlake.spark.io.Vectors;
 import io.stitchlake.spark.io.ViewVector;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -126,24 +125,20 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
     }
   }
 
-  /**
-   * @param files the slice's files as {@link SliceInputs} opened them (base first, then logs in slice order), each
-   *     with its batches (none read yet) and path
-   */
-  KeyWindows(SliceMerger merger, KeyOrder order, List<FileData> files, List<FileBatches> batches, List<String> paths,
-      String[] commonNames, int batchRows) {
+  /** @param files the slice's files as {@link SliceInputs} opened them (base first, then logs in slice order) */
+  KeyWindows(SliceMerger merger, List<SliceInputs.Opened> files, int batchRows) {
     this.merger = merger;
     this.batchRows = batchRows;
-    this.order = order;
+    order = new KeyOrder(merger.commonTypes);
     sources = new ArrayList<>();
-    for (int f = 0; f < files.size(); f++) {
-      FileData file = files.get(f);
-      int[] keyAt = new int[commonNames.length];
+    for (SliceInputs.Opened f : files) {
+      String[] names = merger.commonNames;
+      int[] keyAt = new int[names.length];
       for (int c = 0; c < keyAt.length; c++) {
-        keyAt[c] = file.column(commonNames[c]);
-        if (keyAt[c] < 0) throw new IllegalArgumentException("a file of the slice lacks key column " + commonNames[c]);
+        keyAt[c] = f.data().column(names[c]);
+        if (keyAt[c] < 0) throw new IllegalArgumentException("a file of the slice lacks key column " + names[c]);
       }
-      sources.add(new Source(file, batches.get(f), paths.get(f), keyAt, order));
+      sources.add(new Source(f.data(), f.batches(), f.file().path, keyAt, order));
     }
   }
 
@@ -240,8 +235,8 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
     long[] longs(ColumnVector[] keys, int rows) {
       if (kinds.length != 1 || kinds[0] == STRING || keys[0].hasNull()) return null;
       ColumnVector v = keys[0];
-      if (kinds[0] == LONG) return Vectors.longs(v, 0, rows);
-      int[] ints = Vectors.ints(v, 0, rows);
+      if (kinds[0] == LONG) return v.getLongs(0, rows);
+      int[] ints = v.getInts(0, rows);
       long[] out = new long[rows];
       for (int r = 0; r < rows; r++) out[r] = ints[r];
       return out;

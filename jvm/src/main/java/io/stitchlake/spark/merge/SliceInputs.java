@@ -53,7 +53,7 @@ public final class SliceInputs implements Closeable {
   }
 
   /** A file of the slice, open, none of its batches read yet. */
-  private record Opened(PlanFile file, FileData data, FileBatches batches) {}
+  record Opened(PlanFile file, FileData data, FileBatches batches) {}
 
   /** The slice's base and logs as the merger wants them, each read whole; valid until {@link #release()}. */
   public List<FileData> read(PlanSlice slice, SliceMerger merger) throws IOException {
@@ -69,27 +69,13 @@ public final class SliceInputs implements Closeable {
    */
   public Iterator<ColumnarBatch> mergeBatches(PlanSlice slice, SliceMerger merger, int batchRows) throws IOException {
     List<Opened> opened = open(slice, merger, false);
-    String[] commonNames = new String[spec.common.size()];
-    DataType[] commonTypes = new DataType[commonNames.length];
-    for (int c = 0; c < commonNames.length; c++) {
-      commonNames[c] = spec.common.get(c).name;
-      commonTypes[c] = Types.parse(spec.common.get(c).type);
-    }
-    boolean windows = !opened.isEmpty() && KeyWindows.KeyOrder.supports(commonTypes);
+    boolean windows = !opened.isEmpty() && KeyWindows.KeyOrder.supports(merger.commonTypes);
     for (Opened o : opened) windows &= o.batches.keyOrdered();
-    List<FileData> data = new ArrayList<>();
     if (windows) {
       WINDOWED_SLICES.incrementAndGet();
-      List<FileBatches> batches = new ArrayList<>();
-      List<String> paths = new ArrayList<>();
-      for (Opened o : opened) {
-        data.add(o.data);
-        batches.add(o.batches);
-        paths.add(o.file.path);
-      }
-      return new KeyWindows(merger, new KeyWindows.KeyOrder(commonTypes), data, batches, paths, commonNames,
-          batchRows);
+      return new KeyWindows(merger, opened, batchRows);
     }
+    List<FileData> data = new ArrayList<>();
     for (Opened o : opened) {
       o.batches.holdRowGroups();
       data.add(whole(o));

@@ -35,8 +35,9 @@ public final class SliceMerger {
   private final MergeSpec spec;
   private final StructType output;
   private final DataType[] outTypes;
-  private final DataType[] commonTypes;
-  private final String[] commonNames;
+  /** Key then partition columns: their types and names (the windows compare keys by them: {@link KeyWindows}). */
+  final DataType[] commonTypes;
+  final String[] commonNames;
   /** Per output ordinal: a common column index, or -1. */
   private final int[] outCommon;
   /** Per output ordinal: a stream index and its column index, or -1. */

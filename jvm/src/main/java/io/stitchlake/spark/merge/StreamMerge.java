@@ -1,6 +1,5 @@
 package io.stitchlake.spark.merge;
 
-import io.stitchlake.spark.io.Vectors;
 import io.stitchlake.spark.plan.StreamSpec;
 import java.util.Arrays;
 import java.util.List;
@@ -194,7 +193,7 @@ final class StreamMerge {
   }
 
   private static long[] longsOf(ColumnVector v, int rows) {
-    long[] out = Vectors.longs(v, 0, rows);
+    long[] out = v.getLongs(0, rows);
     if (v.hasNull()) {
       for (int r = 0; r < rows; r++) if (v.isNullAt(r)) out[r] = 0;
     }
