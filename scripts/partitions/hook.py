@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripts.partitions.settings import DISARMED, KAFKA_PARTITIONS, POINT_ENV, SIGNAL_DIR_ENV, STREAMS
+from scripts.partitions.settings import DISARMED, KAFKA_PARTITIONS, POINT_ENV, RELEASED, SIGNAL_DIR_ENV, STREAMS
 
 # ============================================================================================ the hook
 
 
 def install_hook(point: str, signal_dir: str) -> None:
-    """Stop this process (SIGSTOP) the first time it reaches `point`, after saying so in `signal_dir`.
+    """Stop this process (SIGSTOP) the first time it reaches `point`, after saying so in `signal_dir`, until the
+    round releases it.
 
     It wraps functions of the code under test and calls them unchanged; a wrapped name that moved is an
     AttributeError here, never a point that silently tests nothing.
@@ -31,12 +32,17 @@ def install_hook(point: str, signal_dir: str) -> None:
 
     fired = [False]
 
-    def stop_here() -> None:
+    def stop_here(args: tuple[Any, ...] = ()) -> None:
         if fired[0] or Path(signal_dir, DISARMED).exists():  # reached after the round let its writer go
             return
         fired[0] = True
-        Path(signal_dir, f"{os.getpid()}.at").write_text(point, encoding="utf-8")
-        os.kill(os.getpid(), signal.SIGSTOP)
+        instants = [str(a.requested) for a in args if hasattr(a, "requested")]  # write_completed's Instant
+        said = {"point": point, "argv": sys.argv[:2], "instant": instants[0] if instants else None}
+        Path(signal_dir, f"{os.getpid()}.at").write_text(json.dumps(said), encoding="utf-8")
+        # Stopped until the round says so: a SIGCONT from anything else (a process group's signals, a stray
+        # continue) must not let a writer the round believes frozen publish behind its back.
+        while not Path(signal_dir, RELEASED).exists():
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     def wrap(owner: Any, name: str, before: bool, skip: int = 0) -> None:
         original = getattr(owner, name)
@@ -46,10 +52,10 @@ def install_hook(point: str, signal_dir: str) -> None:
             passes[0] += 1
             due = passes[0] > skip
             if before and due:
-                stop_here()
+                stop_here(args)
             out = original(*args, **kwargs)
             if not before and due:
-                stop_here()
+                stop_here(args)
             return out
 
         setattr(owner, name, wrapped)

@@ -34,10 +34,11 @@ from scripts.partitions.settings import (
     LOCK_EXPIRE_S,
     LOCK_WAIT_S,
     NETWORK_FAULTS,
-    PAUSE_S,
     POINT_ENV,
     POINT_TIMEOUT_S,
     POINTS,
+    PRESUMED_DEAD_TIMEOUT_S,
+    RELEASED,
     ROWS_PER_FILE,
     S3_ADDR,
     SIGNAL_DIR_ENV,
@@ -230,6 +231,11 @@ def stopped_at_point(signal_dir: Path) -> list[int]:
     return [int(marker.stem) for marker in signal_dir.glob("*.at")]
 
 
+def who_stopped(signal_dir: Path) -> list[str]:
+    """Who stopped at the point, as the hook wrote it (pid, point, command line, the instant it was publishing)."""
+    return [f"pid {marker.stem} {marker.read_text(encoding='utf-8')}" for marker in sorted(signal_dir.glob("*.at"))]
+
+
 def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -> bool:
     """True once the hooked process (or its Spark driver) stopped at its point; False if the command ended first
     (the point was not reached)."""
@@ -245,11 +251,51 @@ def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -
 
 
 def resume(op: Op, signal_dir: Path) -> None:
-    """Wake the command and whatever of it stopped at the point (a Spark driver may outlive its launcher)."""
+    """Release and wake the command and whatever of it stopped at the point (a Spark driver may outlive its
+    launcher). A process that checked for the release just before it was made stops itself once more: woken
+    again until it runs (or a second has passed)."""
+    (signal_dir / RELEASED).touch()
     running = op.proc is not None and op.proc.poll() is None
-    for pid in {*([op.proc.pid] if running and op.proc else []), *stopped_at_point(signal_dir)}:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
+    pids = {*([op.proc.pid] if running and op.proc else []), *stopped_at_point(signal_dir)}
+    deadline = time.monotonic() + 1.0
+    while pids:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        pids = {pid for pid in pids if process_state(pid) == "T"}
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of `pid` (`T`: stopped); None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()[0]
+
+
+def wait_presumed_dead(run: Run, round_: Round, signal_dir: Path) -> None:
+    """Wait until no pending instant written by a stopped process looks alive to the others (`stitch status`
+    judges its heartbeat as `clean` and a contender do), so that the takeover that follows really is one: waiting
+    on that, not on a clock, holds on a busy machine. An instant kept alive by a process that was not stopped (a
+    Spark job's launcher beats for its claim) is not waited for: its contender must find it busy."""
+    stopped = set(stopped_at_point(signal_dir))
+    deadline = time.monotonic() + PRESUMED_DEAD_TIMEOUT_S
+    while True:
+        writers = run.query(round_.config, [["status"]])[0]["writers"]
+        alive = [w["instant"] for w in writers if w["alive"] and w["pid"] in stopped]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    states = {pid: process_state(pid) for pid in sorted(stopped)}
+    pending = [(w["instant"], w["pid"], "alive" if w["alive"] else "expired") for w in writers]
+    said = f"still alive after {PRESUMED_DEAD_TIMEOUT_S:g}s: {alive}; " if alive else ""
+    round_.events.append(
+        f"{time.monotonic() - run.t0:8.2f} presumed dead: {said}pending {pending}; stopped processes {states}"
+    )
 
 
 def play_round(
@@ -327,6 +373,10 @@ def _play(run: Run, round_: Round) -> None:
     if not reached:
         run.stats.missed[round_.point] += 1
         round_.events.append(f"point {round_.point} not reached")
+    elif not skewed:
+        round_.events.extend(
+            f"{time.monotonic() - run.t0:8.2f} stopped at the point: {who}" for who in who_stopped(signal_dir)
+        )
     contenders: list[Op] = []
     try:
         if reached and round_.fault != "pause":
@@ -335,7 +385,7 @@ def _play(run: Run, round_: Round) -> None:
         land(round_, "a")
         land(round_, "b")
         if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
-            time.sleep(HEARTBEAT["expire_s"] + 1.0)
+            wait_presumed_dead(run, round_, signal_dir)
         same = ["ingest", *cfg, "-s", round_.stream, "--engine", "local"]  # the faulted ingest's stream
         contenders.append(run.start(round_.index, "w2", "round", same))
         contenders.append(run.start(round_.index, "w3", "round", ["ingest", *cfg, "-s", "b", "--engine", "local"]))
@@ -343,7 +393,6 @@ def _play(run: Run, round_: Round) -> None:
             run.finish(contenders[0])
             clean = run.run(round_.index, "w3", "round", ["clean", *cfg])
             round_.ops.append(clean)
-            time.sleep(max(0.0, PAUSE_S - HEARTBEAT["expire_s"] - 1.0))
             resume(target, signal_dir)
             round_.events.append(f"{time.monotonic() - run.t0:8.2f} resumed the paused writer")
         elif reached:

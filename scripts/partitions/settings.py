@@ -33,6 +33,8 @@ SPARK_POINTS = ("begin", "publish", "heartbeat")
 DRIVER_HOOK_DIR = Path(__file__).resolve().parents[1] / "partitions_site"
 #: Created when a round resumes its writer for the last time: a point reached later does not stop the process.
 DISARMED = "disarmed"
+#: Created when the round lets its stopped writer go: until then a writer woken by anything else stops again.
+RELEASED = "released"
 #: The share of ingest and compaction rounds whose faulted command is a Spark job (`--engine spark`, local[*]).
 SPARK_SHARE = 0.25
 #: Of the Spark ingest rounds, the share whose faulted command is a long-running `stitch stream` instead (a
@@ -65,8 +67,9 @@ LOCK_EXPIRE_S = 4.0
 LOCK_WAIT_S = 15.0
 #: How long a network fault lasts: past the lease and the heartbeat's expiry.
 HOLD_S = 5.0
-#: A pause lasts past both too, and a contender runs meanwhile.
-PAUSE_S = 6.0
+#: A bound for a paused writer's instant to look dead to the others (its heartbeat expired), not a pace: the round
+#: asks `stitch status` until it does.
+PRESUMED_DEAD_TIMEOUT_S = 120.0
 SKEW = {"skew_ahead": "+5m", "skew_behind": "-5m"}
 OP_TIMEOUT_S = 120.0
 POINT_TIMEOUT_S = 40.0

@@ -8,6 +8,10 @@ It needs root (network namespaces, iptables): where they cannot be made the test
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +79,48 @@ def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
     assert not Path("/etc/netns/slt-x").exists()
 
 
+def test_a_writer_stopped_at_its_point_stays_stopped_until_the_round_releases_it(tmp_path: Path) -> None:
+    """A zombie round's writer must not run while the round believes it frozen: a stray SIGCONT (anything in its
+    process group, another tool) finds it stopping itself again; only `resume` lets it go past its point."""
+    from scripts.partitions.rounds import process_state, resume
+    from scripts.partitions.run import Op
+
+    code = (
+        "import sys; from scripts.partitions.hook import install_hook; install_hook('publish', sys.argv[1]); "
+        "import stitchlake.table.transaction as t; t.write_completed(None, None, None, None)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=root, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _eventually(lambda: process_state(proc.pid) == "T", timeout=120), "it stops at its point"
+        assert json.loads((tmp_path / f"{proc.pid}.at").read_text())["point"] == "publish"
+        ran = _switches(proc.pid)
+        os.kill(proc.pid, signal.SIGCONT)  # a stray continue
+        assert _eventually(lambda: _switches(proc.pid) > ran and process_state(proc.pid) == "T", timeout=60), (
+            "woken by a stray SIGCONT, it ran and stopped itself again"
+        )
+        assert proc.poll() is None
+        op = Op(1, 0, "w1", "ingest", None, "round")
+        op.proc = proc
+        resume(op, tmp_path)
+        _, err = proc.communicate(timeout=60)
+        assert "write_completed" in err, "released, it went on into the function it stopped before"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _switches(pid: int) -> int:
+    """How often `pid` was switched out: it grows only when the process ran."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    return sum(
+        int(line.split()[1])
+        for line in status.splitlines()
+        if line.endswith("ctxt_switches") or "ctxt_switches:" in line
+    )
+
+
 def test_where_namespaces_cannot_be_made_the_harness_fails_and_says_why() -> None:
     """Not root (here: the same harness run as nobody): a clear error, never a skip."""
     code = (
@@ -135,6 +181,11 @@ def test_a_stream_paused_past_its_lease_while_another_host_took_over_publishes_n
     round_ = rounds[-1]
     assert (round_.actor, round_.engine, round_.fault, round_.point) == ("stream", "spark", "pause", "publish")
     assert not [e for e in round_.events if "not reached" in e], partitions.history(run, round_)
+    # The takeover is forced, not hoped for: the contenders started once `stitch status` judged the stopped
+    # driver's instant expired, and the driver was still stopped (state T) then.
+    dead = [e for e in round_.events if "presumed dead" in e]
+    assert dead and "still alive" not in dead[0] and "'expired')" in dead[0], partitions.history(run, round_)
+    assert re.search(r"stopped processes \{\d+: 'T'\}", dead[0]), partitions.history(run, round_)
     stream = next(op for op in round_.ops if op.host == "w1" and op.phase == "round")
     assert stream.command == "stream" and stream.outcome == "failed", partitions.history(run, round_)
     assert "nothing may be published" in stream.answer["error"] or "nothing was published" in stream.answer["error"]
