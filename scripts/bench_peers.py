@@ -406,8 +406,8 @@ def render(report: dict[str, Any], arguments: str) -> str:
         "",
         f"- date: {host['date']}; stitchlake commit {host['commit']}",
         f"- machine: {host['cpu']}, {host['cores']} cores, {host['memory']} RAM, {host['os']}; {host['java']}; "
-        f"load average {report['load_before']} before the run, {report['load_after']} after (the machine is "
-        "shared: other engineers' tests ran meanwhile)",
+        f"load average {report['load_before']} before the run, {report['load_after']} after (the run's own two "
+        "busy cores included)",
         "- Spark: " + ", ".join(f"{s} on PySpark {report['versions']['systems'][s]['spark']}" for s in systems),
         f"- each system in a fresh process, `local[2]`, driver memory 4g, 4 shuffle partitions; median of "
         f"{report['runs']} run(s), the systems taking turns; command: `python -m scripts.bench_peers {arguments}`",
