@@ -635,10 +635,9 @@ def test_files_of_an_older_schema_read_widened_and_with_added_columns_defaulted(
     assert got == expected(table) and " merged" in plan and {r["k"] for r in got} == {1, 2, 3, 5}
 
 
-def test_a_nested_column_is_merged_into_rows_and_flat_columns_into_batches(jvm: JvmSession, tmp_path: Path) -> None:
-    """Merged slices reach Spark as batches of gathered columns when every column read is flat, and as rows when
-    one is a struct, array or map (Spark's generated code reads no nested column of a batch here): both the same
-    rows as `stitch read`."""
+def nested_table(tmp_path: Path) -> tuple[Table, str]:
+    """A table whose shipments carry a struct column, compacted once and written after: its slices have logs. Also
+    the compaction's time, for incremental reads over the writes after it."""
     document = copy.deepcopy(THREE_STREAMS)
     document["streams"]["shipments"]["columns"]["parcel"] = "struct<a:long,b:string>"
     table = new_table(tmp_path, document, buckets=2)
@@ -652,17 +651,58 @@ def test_a_nested_column_is_merged_into_rows_and_flat_columns_into_batches(jvm: 
     table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(0, 30), 1)))
     table.write(SHIPMENTS.name, shipments(range(0, 30), 2))
     table.compact()
+    compacted = table.timeline().completed()[-1].completed
+    assert compacted is not None
     table.write(SHIPMENTS.name, shipments(range(10, 40), 3))
     table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(20, 40), 4)))
+    table.write(SHIPMENTS.name, shipments(range(35, 45), 5))
+    return table, compacted
+
+
+def by_key_and_op(row: dict[str, Any]) -> tuple[Any, str]:
+    return row["k"], row["_op"]
+
+
+def with_parcel_parts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"k": r["k"], "amount": r["amount"], "pa": (r["parcel"] or {}).get("a"), "pb": (r["parcel"] or {}).get("b")}
+        for r in rows
+    ]
+
+
+def test_a_nested_column_is_merged_into_rows_and_flat_columns_into_batches(jvm: JvmSession, tmp_path: Path) -> None:
+    """Merged slices reach Spark as batches of gathered columns when every column read is flat, and as rows when
+    one is a struct, array or map (Spark's generated code reads no nested column of a batch here): both the same
+    rows as `stitch read`."""
+    table, _ = nested_table(tmp_path)
     want = expected(table)
     assert any(r["parcel"] is not None for r in want) and any(r["parcel"] is None for r in want)
 
     got, plan = through_jvm(jvm, table, select="k, amount, parcel.a AS pa, parcel.b AS pb")
-    nested = [
-        {"k": r["k"], "amount": r["amount"], "pa": (r["parcel"] or {}).get("a"), "pb": (r["parcel"] or {}).get("b")}
-        for r in want
-    ]
-    assert got == nested and " merged rows" in plan
+    assert got == with_parcel_parts(want) and " merged rows" in plan
     got, plan = through_jvm(jvm, table, select="k, amount, carrier")
     assert got == [{"k": r["k"], "amount": r["amount"], "carrier": r["carrier"]} for r in want]
     assert " merged batches" in plan
+
+
+def test_merged_rows_and_the_change_feed_are_merged_window_by_window_with_the_rows_of_the_python_merge(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """Where every file of a slice is in key order, rows (an output with a nested column) and the incremental
+    reads' diff are merged window by window too, holding a batch of each file: in 5-row batches (several windows
+    per file, each row's struct a view onto a window's vectors), the rows of `stitchlake.read`."""
+    table, compacted = nested_table(tmp_path)
+    want = expected(table)
+    with batches_of(jvm, 5):
+        before = windowed(jvm)
+        got, plan = through_jvm(jvm, table, select="k, amount, parcel.a AS pa, parcel.b AS pb")
+        assert got == with_parcel_parts(want) and " merged rows" in plan
+        assert windowed(jvm) >= before + 2, "no slice of merged rows was merged by windows"
+        for options in ({"since": compacted}, {"since": compacted, "before_images": "true"}):
+            before = windowed(jvm)
+            got, plan = through_jvm(jvm, table, select="k, _op, amount, parcel.a AS pa, parcel.b AS pb", **options)
+            read = table.read(since=compacted, before_images="before_images" in options).to_pylist()
+            changes = [{**part, "_op": row["_op"]} for part, row in zip(with_parcel_parts(read), read, strict=True)]
+            assert sorted(got, key=by_key_and_op) == sorted(changes, key=by_key_and_op), options
+            assert len(read) > 10 and "changes since=" in plan and "Python" not in plan
+            assert windowed(jvm) >= before + 2, "no slice of the change feed was merged by windows"

@@ -80,7 +80,7 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
       if (nextSlice >= slices.size()) return false;
       PlanSlice slice = slices.get(nextSlice++);
       if (slice.base != null) {
-        current = files.open(slice.base, read, factory.rowGroups, factory.rowGroupColumns, false);
+        current = files.open(slice.base, read, factory.rowGroups, factory.rowGroupColumns);
       }
     }
   }

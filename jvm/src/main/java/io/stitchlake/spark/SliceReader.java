@@ -16,10 +16,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * A task's slices, for reads where some slice has logs: a log-free slice's batches come from
- * {@link LogFreeReader}, a slice with logs is merged by {@link SliceMerger}: in batches, window by window where its
- * files are in key order, else over its files read whole ({@link SliceInputs#mergeBatches}); in rows, over its files
- * read whole (each row group in vectors of its own, since the merged rows point into them). {@link #batches} when
- * every output column is flat (Spark then reads only the columns a query uses), {@link #rows} otherwise.
+ * {@link LogFreeReader}, a slice with logs is merged by {@link SliceMerger}, window by window where its files are in
+ * key order, else over its files read whole: in batches ({@link SliceInputs#mergeBatches}) when every output column
+ * is flat (Spark then reads only the columns a query uses), else in rows ({@link SliceInputs#mergeRows}).
  */
 final class SliceReader<T> implements PartitionReader<T> {
   private final StitchReaderFactory factory;
@@ -55,7 +54,7 @@ final class SliceReader<T> implements PartitionReader<T> {
 
   static SliceReader<InternalRow> rows(StitchReaderFactory factory, List<PlanSlice> slices) {
     return new SliceReader<>(factory, slices, ColumnarBatch::rowIterator,
-        (inputs, slice, merger) -> merger.merge(inputs.read(slice, merger)));
+        (inputs, slice, merger) -> inputs.mergeRows(slice, merger));
   }
 
   @Override

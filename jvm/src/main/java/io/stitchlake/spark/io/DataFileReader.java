@@ -157,12 +157,11 @@ public final class DataFileReader {
   }
 
   /**
-   * The file's {@code columns} (table names and types). {@code perRowGroup}: every batch is a whole row group in
-   * vectors of its own, valid after the next one (the merge holds a file's batches together); otherwise batches
-   * reuse their vectors, as a scan streams them.
+   * The file's {@code columns} (table names and types), in batches that reuse their vectors, as a scan streams them,
+   * until {@link FileBatches#holdRowGroups} makes every batch a whole row group in vectors of its own (the merge of a
+   * slice read whole holds a file's batches together).
    */
-  public FileBatches open(
-      PlanFile file, StructType columns, FilterPredicate rowGroups, Set<String> filterColumns, boolean perRowGroup)
+  public FileBatches open(PlanFile file, StructType columns, FilterPredicate rowGroups, Set<String> filterColumns)
       throws IOException {
     if ("avro".equals(file.format) || file.path.endsWith(".avro")) {
       ColumnarBatch batch = AvroLogReader.read(file, fetch(file), withoutAbsent(file, columns));
@@ -171,7 +170,7 @@ public final class DataFileReader {
     }
     VerifiedFile verified = VerifiedFile.known(file, conf);
     byte[] data = verified == null ? fetch(file) : null;
-    return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns, perRowGroup);
+    return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns);
   }
 
   /** A file a completed instant names that storage no longer has: damage, never an empty read. */
@@ -283,8 +282,7 @@ public final class DataFileReader {
         VerifiedFile verified,
         StructType columns,
         FilterPredicate rowGroups,
-        Set<String> filterColumns,
-        boolean perRowGroup)
+        Set<String> filterColumns)
         throws IOException {
       this.file = file;
       this.data = data;
@@ -292,7 +290,6 @@ public final class DataFileReader {
       this.length = data != null ? data.length : verified.length;
       this.columns = columns;
       this.own = withoutAbsent(file, columns);
-      this.perRowGroup = perRowGroup;
       local = confFor(own);
       footer = verified != null ? verified.footer : footerOf(file, data);
       long rows = 0;

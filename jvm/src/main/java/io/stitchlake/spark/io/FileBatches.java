@@ -18,6 +18,6 @@ public interface FileBatches extends Closeable {
     return false;
   }
 
-  /** Every batch from now on a whole row group in vectors of its own (as opened with {@code perRowGroup}). */
+  /** Every batch from now on a whole row group in vectors of its own, valid after the next one. */
   default void holdRowGroups() {}
 }

@@ -135,7 +135,7 @@ public final class ChangeFeed {
     if (slice.after != null) {
       try (SliceInputs inputs = new SliceInputs(spec, table, files, null, Set.of())) {
         SliceMerger merger = new SliceMerger(spec, table);
-        Iterator<InternalRow> rows = merger.merge(inputs.read(slice.after, merger));
+        Iterator<InternalRow> rows = inputs.mergeRows(slice.after, merger);
         while (rows.hasNext()) {
           InternalRow now = rows.next();
           int key = carried.keys.find(now, keyInTable);
@@ -171,7 +171,7 @@ public final class ChangeFeed {
   private void carriedKeys(ChangeSlice slice, ChangeSlice.Carried c, Candidates carried) throws IOException {
     boolean rehash = c.buckets != slice.buckets;
     int group = Integer.parseInt(slice.fileGroup);
-    try (FileBatches batches = files.open(c.file, common, null, Set.of(), false)) {
+    try (FileBatches batches = files.open(c.file, common, null, Set.of())) {
       while (batches.next()) {
         ColumnarBatch batch = batches.get();
         for (int r = 0; r < batch.numRows(); r++) {
@@ -189,7 +189,7 @@ public final class ChangeFeed {
     try (SliceInputs inputs = new SliceInputs(spec, table, files, null, Set.of())) {
       for (PlanSlice slice : slices) {
         SliceMerger merger = new SliceMerger(spec, table);
-        Iterator<InternalRow> rows = merger.merge(inputs.read(slice, merger));
+        Iterator<InternalRow> rows = inputs.mergeRows(slice, merger);
         while (rows.hasNext()) {
           InternalRow row = rows.next();
           int at = candidates.find(row, keyInTable);

@@ -10,6 +10,7 @@ import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import java.util.function.Function;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DateType;
@@ -21,8 +22,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A slice's merged batches, window by window, when every file of it is in key order with one row per key (its writer
- * marks it so: {@link FileBatches#keyOrdered}). Each file streams through batches whose vectors its reader reuses; a
+ * A slice's merged batches or rows, window by window, when every file of it is in key order with one row per key (its
+ * writer marks it so: {@link FileBatches#keyOrdered}). Each file streams through batches whose vectors its reader reuses; a
  * window takes from each file its rows up to the least of the files' current last keys, so all of a key's rows are in
  * the window that has any, and {@link SliceMerger} merges the window as it would the slice. A task then holds one
  * batch of each file instead of the slice decoded whole (docs/spark-reader.md, "Memory").
@@ -30,12 +31,12 @@ import org.apache.spark.unsafe.types.UTF8String;
  * <p>The order is checked as each batch is read (each key above the one before it in its file): a file marked but out
  * of order fails the read rather than merging a key in two windows.
  */
-final class KeyWindows implements Iterator<ColumnarBatch> {
-  private final SliceMerger merger;
-  private final int batchRows;
+final class KeyWindows<T> implements Iterator<T> {
+  /** A window's files merged as the slice's would be: batches ({@link SliceMerger#mergeBatches}) or rows. */
+  private final Function<List<FileData>, Iterator<T>> mergeWindow;
   private final KeyOrder order;
   private final List<Source> sources;
-  private Iterator<ColumnarBatch> window = Collections.emptyIterator();
+  private Iterator<T> window = Collections.emptyIterator();
 
   /** One file of the slice: its batches, the current one and the first of its rows no window has taken. */
   private static final class Source {
@@ -125,10 +126,13 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
     }
   }
 
-  /** @param files the slice's files as {@link SliceInputs} opened them (base first, then logs in slice order) */
-  KeyWindows(SliceMerger merger, List<SliceInputs.Opened> files, int batchRows) {
-    this.merger = merger;
-    this.batchRows = batchRows;
+  /**
+   * @param files the slice's files as {@link SliceInputs} opened them (base first, then logs in slice order)
+   * @param mergeWindow merges a window's files; what it returns is used up before the next window is read (each
+   *     item is valid until the next, as Spark reads them), since the files' vectors then move on
+   */
+  KeyWindows(SliceMerger merger, List<SliceInputs.Opened> files, Function<List<FileData>, Iterator<T>> mergeWindow) {
+    this.mergeWindow = mergeWindow;
     order = new KeyOrder(merger.commonTypes);
     sources = new ArrayList<>();
     for (SliceInputs.Opened f : files) {
@@ -155,7 +159,7 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
   }
 
   @Override
-  public ColumnarBatch next() {
+  public T next() {
     if (!hasNext()) throw new NoSuchElementException();
     return window.next();
   }
@@ -176,7 +180,7 @@ final class KeyWindows implements Iterator<ColumnarBatch> {
       while (end < s.rows && s.upTo(end, bound, order)) end++;
       if (end > s.start) taken.add(s.take(end));
     }
-    window = merger.mergeBatches(taken, batchRows);
+    window = mergeWindow.apply(taken);
     return true;
   }
 

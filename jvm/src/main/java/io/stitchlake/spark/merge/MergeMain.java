@@ -164,7 +164,7 @@ public final class MergeMain {
             count += batch.numRows();
           }
         } else {
-          Iterator<InternalRow> rows = merger.merge(inputs.read(slice, merger));
+          Iterator<InternalRow> rows = inputs.mergeRows(slice, merger);
           while (rows.hasNext()) {
             writeRow(g, rows.next(), output);
             count++;

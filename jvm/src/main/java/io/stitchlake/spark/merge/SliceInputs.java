@@ -13,7 +13,9 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -21,8 +23,9 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * The files of a slice with logs, read for {@link SliceMerger}: each file whole (a row group per batch, since the
- * merged rows point into them), checked against its commit and typed as the table types it. One reader for Spark's
+ * The files of a slice with logs, read for {@link SliceMerger}: window by window where they are in key order, else
+ * each file whole (a row group per batch, since the merged rows point into them), checked against its commit and
+ * typed as the table types it. One reader for Spark's
  * tasks and for the conformance harness ({@link MergeMain}), so the suite checks the reads a task makes.
  */
 public final class SliceInputs implements Closeable {
@@ -55,54 +58,58 @@ public final class SliceInputs implements Closeable {
   /** A file of the slice, open, none of its batches read yet. */
   record Opened(PlanFile file, FileData data, FileBatches batches) {}
 
-  /** The slice's base and logs as the merger wants them, each read whole; valid until {@link #release()}. */
-  public List<FileData> read(PlanSlice slice, SliceMerger merger) throws IOException {
-    List<FileData> data = new ArrayList<>();
-    for (Opened o : open(slice, merger, true)) data.add(whole(o));
-    return data;
-  }
-
   /**
    * The slice's merged batches ({@link SliceMerger#mergeBatches}): window by window ({@link KeyWindows}) when every
    * file is in key order and the key's types compare here, else from the files read whole. Valid until
    * {@link #release()}; each batch until the next.
    */
   public Iterator<ColumnarBatch> mergeBatches(PlanSlice slice, SliceMerger merger, int batchRows) throws IOException {
-    List<Opened> opened = open(slice, merger, false);
+    return merged(slice, merger, files -> merger.mergeBatches(files, batchRows));
+  }
+
+  /**
+   * The slice's merged rows ({@link SliceMerger#merge}; an output with a struct, array or map column), window by
+   * window or from the files read whole as {@link #mergeBatches}. Each row is valid until the next: its nested
+   * values are views onto the files' vectors, which a window's files reuse.
+   */
+  public Iterator<InternalRow> mergeRows(PlanSlice slice, SliceMerger merger) throws IOException {
+    return merged(slice, merger, merger::merge);
+  }
+
+  private <T> Iterator<T> merged(PlanSlice slice, SliceMerger merger, Function<List<FileData>, Iterator<T>> merge)
+      throws IOException {
+    List<Opened> opened = open(slice, merger);
     boolean windows = !opened.isEmpty() && KeyWindows.KeyOrder.supports(merger.commonTypes);
     for (Opened o : opened) windows &= o.batches.keyOrdered();
     if (windows) {
       WINDOWED_SLICES.incrementAndGet();
-      return new KeyWindows(merger, opened, batchRows);
+      return new KeyWindows<>(merger, opened, merge);
     }
     List<FileData> data = new ArrayList<>();
     for (Opened o : opened) {
       o.batches.holdRowGroups();
       data.add(whole(o));
     }
-    return merger.mergeBatches(data, batchRows);
+    return merge.apply(data);
   }
 
-  /**
-   * The slice's files, open. {@code perRowGroup}: each batch a row group in vectors of its own (the files are read
-   * whole), else batches that reuse their vectors (a window's).
-   */
-  private List<Opened> open(PlanSlice slice, SliceMerger merger, boolean perRowGroup) throws IOException {
+  /** The slice's files, open, their batches reusing their vectors (a window's) until told to hold row groups. */
+  private List<Opened> open(PlanSlice slice, SliceMerger merger) throws IOException {
     List<Opened> out = new ArrayList<>();
-    if (slice.base != null) out.add(open(slice.base, FileData.Kind.BASE, merger.baseColumns(), perRowGroup));
+    if (slice.base != null) out.add(open(slice.base, FileData.Kind.BASE, merger.baseColumns()));
     for (PlanFile log : slice.logs) {
       // A stream no longer in the config (dropped): its logs show nothing (docs/spark-reader.md, rule 11).
       if (spec.stream(log.stream) == null) continue;
-      out.add(open(log, FileData.Kind.LOG, merger.logColumns(log.stream), perRowGroup));
+      out.add(open(log, FileData.Kind.LOG, merger.logColumns(log.stream)));
     }
     return out;
   }
 
-  private Opened open(PlanFile file, FileData.Kind kind, List<String> names, boolean perRowGroup) throws IOException {
+  private Opened open(PlanFile file, FileData.Kind kind, List<String> names) throws IOException {
     List<StructField> fields = new ArrayList<>();
     for (String name : names) fields.add(DataTypes.createStructField(name, typeOf(name), true));
     StructType columns = new StructType(fields.toArray(new StructField[0]));
-    FileBatches batches = files.open(file, columns, rowGroups, rowGroupColumns, perRowGroup);
+    FileBatches batches = files.open(file, columns, rowGroups, rowGroupColumns);
     open.add(batches);
     FileData data = new FileData(kind, kind == FileData.Kind.BASE ? null : file.stream, file.commit, List.of(),
         columns, file.absent.keySet());
