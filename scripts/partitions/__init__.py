@@ -31,8 +31,8 @@ Faults (iptables in the writer's namespace; this kernel has no netem, so delay i
 iptables `statistic` rule): cut from S3, from ZooKeeper, from both, from the Kafka broker; asymmetric (packets to
 S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do not); loss and delay
 on the writer's link; a pause (SIGSTOP) while a contender takes over (a zombie: the contenders start once
-`stitch status` shows the stopped writer's instant expired, and the writer stays stopped until the round releases
-it, whatever else may wake it); a
+`stitch status` shows the stopped writer's instant or compaction plan expired, and the writer stays stopped until
+the round lets it go, whatever else may wake it); a
 clock ahead or behind (libfaketime `FAKETIME`); ZooKeeper, RGW or the Kafka broker killed and restarted while the
 writer is stopped at its point. A Spark job or a Kafka ingest is never the skewed one: libfaketime breaks the timed
 waits of CPython and of the JVM (a Kafka client's wait never returns; with DONT_FAKE_MONOTONIC `time.sleep`

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripts.partitions.settings import DISARMED, KAFKA_PARTITIONS, POINT_ENV, RELEASED, SIGNAL_DIR_ENV, STREAMS
+from scripts.partitions.settings import DISARMED, GO, GOING, KAFKA_PARTITIONS, POINT_ENV, SIGNAL_DIR_ENV, STREAMS
 
 # ============================================================================================ the hook
 
@@ -38,11 +38,15 @@ def install_hook(point: str, signal_dir: str) -> None:
         fired[0] = True
         instants = [str(a.requested) for a in args if hasattr(a, "requested")]  # write_completed's Instant
         said = {"point": point, "argv": sys.argv[:2], "instant": instants[0] if instants else None}
-        Path(signal_dir, f"{os.getpid()}.at").write_text(json.dumps(said), encoding="utf-8")
-        # Stopped until the round says so: a SIGCONT from anything else (a process group's signals, a stray
-        # continue) must not let a writer the round believes frozen publish behind its back.
-        while not Path(signal_dir, RELEASED).exists():
-            os.kill(os.getpid(), signal.SIGSTOP)
+        pid = os.getpid()
+        partial = Path(signal_dir, f"{pid}.at.partial")
+        partial.write_text(json.dumps(said), encoding="utf-8")
+        partial.rename(Path(signal_dir, f"{pid}.at"))  # whole when the round sees it
+        # Stopped until the round lets this process go: a SIGCONT from anything else (a process group's signals, a
+        # stray continue) must not let a writer the round believes frozen publish behind its back.
+        while not Path(signal_dir, f"{pid}{GO}").exists():
+            os.kill(pid, signal.SIGSTOP)
+        Path(signal_dir, f"{pid}{GOING}").touch()
 
     def wrap(owner: Any, name: str, before: bool, skip: int = 0) -> None:
         original = getattr(owner, name)

@@ -22,6 +22,8 @@ from scripts.partitions.settings import (
     DRIVER_HOOK_DIR,
     FAKETIME_LIB,
     FAULTS,
+    GO,
+    GOING,
     HEARTBEAT,
     HOLD_S,
     KAFKA_ADDR,
@@ -38,7 +40,7 @@ from scripts.partitions.settings import (
     POINT_TIMEOUT_S,
     POINTS,
     PRESUMED_DEAD_TIMEOUT_S,
-    RELEASED,
+    RESUME_TIMEOUT_S,
     ROWS_PER_FILE,
     S3_ADDR,
     SIGNAL_DIR_ENV,
@@ -251,21 +253,28 @@ def wait_for_point(op: Op, signal_dir: Path, timeout: float = POINT_TIMEOUT_S) -
 
 
 def resume(op: Op, signal_dir: Path) -> None:
-    """Release and wake the command and whatever of it stopped at the point (a Spark driver may outlive its
-    launcher). A process that checked for the release just before it was made stops itself once more: woken
-    again until it runs (or a second has passed)."""
-    (signal_dir / RELEASED).touch()
-    running = op.proc is not None and op.proc.poll() is None
-    pids = {*([op.proc.pid] if running and op.proc else []), *stopped_at_point(signal_dir)}
-    deadline = time.monotonic() + 1.0
-    while pids:
-        for pid in pids:
+    """Let go and wake the command and whatever of it stopped at the point (a Spark driver may outlive its
+    launcher). A process that checked for its release just before it was given stops itself once more, so each is
+    woken until it says it went on (or has ended). One that reaches the point later stops until the next call."""
+    stopped = stopped_at_point(signal_dir)
+    for pid in stopped:
+        (signal_dir / f"{pid}{GO}").touch()
+    if op.proc is not None and op.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(op.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + RESUME_TIMEOUT_S
+    waiting = set(stopped)
+    while waiting and time.monotonic() < deadline:
+        for pid in waiting:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        pids = {pid for pid in pids if process_state(pid) == "T"}
-        if time.monotonic() > deadline:
-            return
         time.sleep(0.02)
+        waiting = {pid for pid in waiting if not (signal_dir / f"{pid}{GOING}").exists() and running(pid)}
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is still a live process (not gone, not a zombie waiting to be reaped)."""
+    return process_state(pid) not in (None, "Z", "X")
 
 
 def process_state(pid: int) -> str | None:
@@ -285,7 +294,8 @@ def wait_presumed_dead(run: Run, round_: Round, signal_dir: Path) -> None:
     stopped = set(stopped_at_point(signal_dir))
     deadline = time.monotonic() + PRESUMED_DEAD_TIMEOUT_S
     while True:
-        writers = run.query(round_.config, [["status"]])[0]["writers"]
+        answer = run.query(round_.config, [["status"]])[0]
+        writers = [*answer["writers"], *answer["pending_compactions"]]
         alive = [w["instant"] for w in writers if w["alive"] and w["pid"] in stopped]
         if not alive or time.monotonic() > deadline:
             break
@@ -375,7 +385,7 @@ def _play(run: Run, round_: Round) -> None:
         round_.events.append(f"point {round_.point} not reached")
     elif not skewed:
         round_.events.extend(
-            f"{time.monotonic() - run.t0:8.2f} stopped at the point: {who}" for who in who_stopped(signal_dir)
+            f"{time.monotonic() - run.t0:8.2f} reached the point: {who}" for who in who_stopped(signal_dir)
         )
     contenders: list[Op] = []
     try:

@@ -33,8 +33,12 @@ SPARK_POINTS = ("begin", "publish", "heartbeat")
 DRIVER_HOOK_DIR = Path(__file__).resolve().parents[1] / "partitions_site"
 #: Created when a round resumes its writer for the last time: a point reached later does not stop the process.
 DISARMED = "disarmed"
-#: Created when the round lets its stopped writer go: until then a writer woken by anything else stops again.
-RELEASED = "released"
+#: Beside a stopped process's `<pid>.at`: `<pid>.go` is the round letting it go (until then a process woken by
+#: anything else stops again), `<pid>.going` the process saying it went on.
+GO = ".go"
+GOING = ".going"
+#: How long `resume` keeps waking a released process until it says it went on (a bound, not a pace).
+RESUME_TIMEOUT_S = 60.0
 #: The share of ingest and compaction rounds whose faulted command is a Spark job (`--engine spark`, local[*]).
 SPARK_SHARE = 0.25
 #: Of the Spark ingest rounds, the share whose faulted command is a long-running `stitch stream` instead (a

@@ -105,6 +105,7 @@ def test_a_writer_stopped_at_its_point_stays_stopped_until_the_round_releases_it
         resume(op, tmp_path)
         _, err = proc.communicate(timeout=60)
         assert "write_completed" in err, "released, it went on into the function it stopped before"
+        assert (tmp_path / f"{proc.pid}.going").exists(), "and said so, which is what `resume` waits for"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -184,8 +185,10 @@ def test_a_stream_paused_past_its_lease_while_another_host_took_over_publishes_n
     # The takeover is forced, not hoped for: the contenders started once `stitch status` judged the stopped
     # driver's instant expired, and the driver was still stopped (state T) then.
     dead = [e for e in round_.events if "presumed dead" in e]
-    assert dead and "still alive" not in dead[0] and "'expired')" in dead[0], partitions.history(run, round_)
-    assert re.search(r"stopped processes \{\d+: 'T'\}", dead[0]), partitions.history(run, round_)
+    assert dead and "still alive" not in dead[0], partitions.history(run, round_)
+    assert re.search(r"\('\d+', (\d+), 'expired'\)[^;]*; stopped processes \{\1: 'T'\}", dead[0]), partitions.history(
+        run, round_
+    )
     stream = next(op for op in round_.ops if op.host == "w1" and op.phase == "round")
     assert stream.command == "stream" and stream.outcome == "failed", partitions.history(run, round_)
     assert "nothing may be published" in stream.answer["error"] or "nothing was published" in stream.answer["error"]
