@@ -59,6 +59,7 @@ from scripts.partitions.settings import (
     ZK_ADDR,
     ZK_PORT,
 )
+from stitchlake.concurrency.processes import stat, still_running
 
 # ============================================================================================== rounds
 
@@ -269,21 +270,13 @@ def resume(op: Op, signal_dir: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         time.sleep(0.02)
-        waiting = {pid for pid in waiting if not (signal_dir / f"{pid}{GOING}").exists() and running(pid)}
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is still a live process (not gone, not a zombie waiting to be reaped)."""
-    return process_state(pid) not in (None, "Z", "X")
+        waiting = {pid for pid in still_running(waiting) if not (signal_dir / f"{pid}{GOING}").exists()}
 
 
 def process_state(pid: int) -> str | None:
     """The kernel's one-letter state of `pid` (`T`: stopped); None once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()[0]
+    fields = stat(pid)
+    return fields[0] if fields else None
 
 
 def wait_presumed_dead(run: Run, round_: Round, signal_dir: Path) -> None:

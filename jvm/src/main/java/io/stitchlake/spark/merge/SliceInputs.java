@@ -25,8 +25,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 /**
  * The files of a slice with logs, read for {@link SliceMerger}: window by window where they are in key order, else
  * each file whole (a row group per batch, since the merged rows point into them), checked against its commit and
- * typed as the table types it. One reader for Spark's
- * tasks and for the conformance harness ({@link MergeMain}), so the suite checks the reads a task makes.
+ * typed as the table types it. One reader for Spark's tasks and for the conformance harness ({@link MergeMain}), so
+ * the suite checks the reads a task makes.
  */
 public final class SliceInputs implements Closeable {
   private final MergeSpec spec;
