@@ -27,18 +27,19 @@ the round's fault while it is stopped, resume it, run contenders on w2 (the same
 then `stitch compact`), heal after a while, then from the `ctl` host: `stitch clean` once heartbeats expired,
 re-run the ingests until nothing is left ("retried" writes), compact, and check.
 
-Faults (iptables in the writer's namespace; this kernel has no netem, so delay is a `tbf` throttle and loss an
-iptables `statistic` rule): cut from S3, from ZooKeeper, from both, from the Kafka broker; asymmetric (packets to
-S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do not); loss and delay
-on the writer's link; a pause (SIGSTOP) while a contender takes over (a zombie: the contenders start once
-`stitch status` shows the stopped writer's instant or compaction plan expired, and the writer stays stopped until
-the round lets it go, whatever else may wake it); a
-clock ahead or behind (libfaketime `FAKETIME`); ZooKeeper, RGW or the Kafka broker killed and restarted while the
-writer is stopped at its point. A Spark job or a Kafka ingest is never the skewed one: libfaketime breaks the timed
-waits of CPython and of the JVM (a Kafka client's wait never returns; with DONT_FAKE_MONOTONIC `time.sleep`
-fails). A seed replays its rounds with the same version of this script (the draws depend on its lists). Points:
-`begin` (requested instant written, lock held), `mark` (a marker written), `write` (a data file about to be
-written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to renew its beat).
+Faults (iptables in the writer's namespace): cut from S3, from ZooKeeper, from both, from the Kafka broker;
+asymmetric (packets to S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do
+not); loss (an iptables `statistic` rule, 30 %) and delay on the writer's link (`eth0`, both ways: this kernel has
+no netem, so an NFQUEUE rule hands each packet to delayer.py, which lets it through DELAY_S later); a pause
+(SIGSTOP) while a contender takes over (a zombie: the contenders start once `stitch status` shows the stopped
+writer's instant or compaction plan expired, and the writer stays stopped until the round lets it go, whatever else
+may wake it); a clock ahead or behind (libfaketime `FAKETIME`); ZooKeeper, RGW or the Kafka broker killed and
+restarted while the writer is stopped at its point. A Spark job or a Kafka ingest is never the skewed one:
+libfaketime breaks the timed waits of CPython and of the JVM (a Kafka client's wait never returns; with
+DONT_FAKE_MONOTONIC `time.sleep` fails). A seed replays its rounds with the same version of this script (the draws
+depend on its lists). Points: `begin` (requested instant written, lock held), `mark` (a marker written), `write` (a
+data file about to be written), `publish` (about to write the completed instant, lock held), `heartbeat` (about to
+renew its beat).
 
 The checker knows the table only through the CLI a client has (`stitch timeline show`, `stitch read`): the
 operation history is every command with its exit code and JSON answer. After healing it checks that every

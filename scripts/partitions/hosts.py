@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from scripts import child_env, local_daemons
-from scripts.partitions.settings import FAKETIME_LIB
+from scripts import ROOT, child_env, local_daemons, module_argv
+from scripts.partitions.settings import DELAYER_QUEUE, FAKETIME_LIB
 
 
 class PartitionsError(RuntimeError):
@@ -39,7 +42,7 @@ class Host:
 
 
 #: The commands the harness runs, by the Debian package that has them (a fresh machine lacks iptables and faketime).
-TOOLS = {"ip": "iproute2", "iptables": "iptables", "unshare": "util-linux", "tc": "iproute2"}
+TOOLS = {"ip": "iproute2", "iptables": "iptables", "unshare": "util-linux"}
 
 
 def ensure_tools() -> None:
@@ -47,8 +50,20 @@ def ensure_tools() -> None:
     missing = {package for tool, package in TOOLS.items() if shutil.which(tool) is None}
     if not Path(FAKETIME_LIB).is_file():
         missing.add("faketime")
+    if importlib.util.find_spec("netfilterqueue") is None:  # the delayer's binding, built against Debian's library
+        missing.add("libnetfilter-queue-dev")
+        if shutil.which("cc") is None:
+            missing.add("gcc")
     if missing and (failed := local_daemons.apt_install(sorted(missing), 600.0)):
         raise PartitionsError(f"the partitions harness needs {', '.join(sorted(missing))} (Debian packages): {failed}")
+    if importlib.util.find_spec("netfilterqueue") is None:
+        wanted = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        done = run_command([*pip, *wanted["optional-dependencies"]["partitions"]], timeout=600.0, check=False)
+        if done.returncode != 0:
+            why = (done.stderr or done.stdout)[-2000:]
+            raise PartitionsError(f"cannot install the delayer's NetfilterQueue: {why}")
+        importlib.invalidate_caches()
 
 
 class Network:
@@ -111,6 +126,35 @@ class Network:
 
     def ns_run(self, name: str, argv: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
         return run_command(["ip", "netns", "exec", self.hosts[name].ns, *argv], timeout=timeout, check=check).stdout
+
+    def delay(self, name: str, seconds: float) -> Callable[[], None]:
+        """Hold every packet of host `name`'s link (`eth0`, both ways; not its loopback) for `seconds`, as netem's
+        `delay` would (scripts/partitions/delayer.py); returns what heals it: the rules removed, then the packets
+        still held let through at their time."""
+        host = self.hosts[name]
+        argv = ["ip", "netns", "exec", host.ns, *module_argv("partitions.delayer", str(DELAYER_QUEUE), str(seconds))]
+        delayer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        assert delayer.stdout is not None
+        if delayer.stdout.readline().strip() != "bound":  # a line, or nothing once it ended: it says why on stderr
+            delayer.kill()
+            raise PartitionsError(f"the delayer on {name} did not bind its queue: {delayer.communicate()[1][-2000:]}")
+        queue = ["-j", "NFQUEUE", "--queue-num", str(DELAYER_QUEUE)]
+        rules = [["OUTPUT", "-o", "eth0", *queue], ["INPUT", "-i", "eth0", *queue]]
+        for rule in rules:
+            self.ns_run(name, ["iptables", "-A", *rule])
+
+        def heal() -> None:
+            if name in self.hosts:
+                for rule in rules:
+                    self.ns_run(name, ["iptables", "-D", *rule], check=False)
+            delayer.terminate()
+            try:
+                delayer.communicate(timeout=seconds + 30.0)
+            except subprocess.TimeoutExpired:
+                delayer.kill()
+                delayer.communicate()
+
+        return heal
 
     def reachable(self, name: str, addr: str, port: int, timeout: float = 1.0) -> bool:
         probe = f"exec 3<>/dev/tcp/{addr}/{port}"

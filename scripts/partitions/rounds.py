@@ -18,6 +18,7 @@ from scripts.partitions.hosts import PartitionsError
 from scripts.partitions.run import Op, Run
 from scripts.partitions.settings import (
     ACTORS,
+    DELAY_S,
     DISARMED,
     DRIVER_HOOK_DIR,
     FAKETIME_LIB,
@@ -200,12 +201,12 @@ class Faults:
             self._iptables("INPUT", "-s", addr, "-j", "DROP")
         if fault == "asym_s3":  # small requests pass, packets of uploads do not
             self._iptables("OUTPUT", "-d", S3_ADDR, "-m", "length", "--length", "1000:65535", "-j", "DROP")
-        elif fault == "loss":
-            for chain in ("OUTPUT", "INPUT"):
-                self._iptables(chain, "-m", "statistic", "--mode", "random", "--probability", "0.3", "-j", "DROP")
-        elif fault == "delay":  # no netem in this kernel: a throttle that queues packets for seconds
-            tbf = ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "64kbit", "burst", "1600"]
-            self.run.net.ns_run(self.host, [*tbf, "latency", "10s"])
+        elif fault == "loss":  # the link's packets, not the host's loopback (a Spark job's driver talks over it)
+            for chain, link in (("OUTPUT", "-o"), ("INPUT", "-i")):
+                lose = ["-m", "statistic", "--mode", "random", "--probability", "0.3", "-j", "DROP"]
+                self._iptables(chain, link, "eth0", *lose)
+        elif fault == "delay":
+            self.healers.append(self.run.net.delay(self.host, DELAY_S))
         elif fault == "kill_zk":
             self.run.servers.kill_zk()
             self.healers.append(self.run.servers.start_zk)
@@ -221,7 +222,6 @@ class Faults:
     def _flush(self) -> None:
         if self.host in self.run.net.hosts:
             self.run.net.ns_run(self.host, ["iptables", "-F"])
-            self.run.net.ns_run(self.host, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
 
     def heal(self) -> None:
         while self.healers:

@@ -79,6 +79,61 @@ def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
     assert not Path("/etc/netns/slt-x").exists()
 
 
+#: Connects to (addr, port) once and prints how long the handshake took (its SYN out, its SYN-ACK in).
+_CONNECT = (
+    "import socket, sys, time; t = time.monotonic(); "
+    "socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60).close(); print(time.monotonic() - t)"
+)
+
+
+def _connect_s(net: Any, name: str, addr: str, port: int) -> float:
+    return float(net.ns_run(name, [sys.executable, "-c", _CONNECT, addr, str(port)], timeout=90))
+
+
+def _queued(net: Any, name: str) -> int:
+    """How many packets host `name`'s delayer queue has been given (the kernel's last packet id for it)."""
+    line = net.ns_run(name, ["cat", "/proc/net/netfilter/nfnetlink_queue"]).split()
+    return int(line[7])
+
+
+def test_a_delayed_link_holds_each_packet_both_ways_but_not_the_loopback_and_heals() -> None:
+    """No netem in this kernel: the `delay` fault holds each packet of the writer's link in user space (NFQUEUE)
+    for its time. A handshake on the delayed link takes a delay out and one back; the host's loopback (a Spark job
+    talks to its driver over it) is not queued; healed, nothing stays queued and the link answers."""
+    delay = 1.5
+    net = partitions.Network(tag="sld").open()
+    try:
+        net.add("x", "10.77.0.52")
+        net.add("y", "10.77.0.53")
+        server = ["python3", "-m", "http.server", "--bind", "10.77.0.53", "8000"]
+        listener = subprocess.Popen(net.argv("y", server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        local = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "8001"]
+        loopback = subprocess.Popen(net.argv("x", local), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert _eventually(lambda: net.reachable("x", "10.77.0.53", 8000))
+            assert _eventually(lambda: net.reachable("x", "127.0.0.1", 8001))
+            heal = net.delay("x", delay)
+            try:
+                rules = net.ns_run("x", ["iptables", "-S"])
+                assert "-o eth0 -j NFQUEUE" in rules and "-i eth0 -j NFQUEUE" in rules
+                assert _connect_s(net, "x", "10.77.0.53", 8000) >= 2 * delay
+                queued = _queued(net, "x")
+                assert queued >= 2  # the SYN and the SYN-ACK went through the queue, at least
+                _connect_s(net, "x", "127.0.0.1", 8001)
+                assert _queued(net, "x") == queued, "the loopback's packets are not queued"
+            finally:
+                heal()
+            assert "NFQUEUE" not in net.ns_run("x", ["iptables", "-S"])
+            assert net.reachable("x", "10.77.0.53", 8000)
+            assert net.ns_run("x", ["cat", "/proc/net/netfilter/nfnetlink_queue"]).strip() == ""
+        finally:
+            for process in (listener, loopback):
+                process.kill()
+                process.wait()
+    finally:
+        net.close()
+
+
 def test_a_writer_stopped_at_its_point_stays_stopped_until_the_round_releases_it(tmp_path: Path) -> None:
     """A zombie round's writer must not run while the round believes it frozen: a stray SIGCONT (anything in its
     process group, another tool) finds it stopping itself again; only `resume` lets it go past its point."""
