@@ -52,14 +52,19 @@ def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     return False
 
 
+def _serve(net: Any, name: str, addr: str, port: int) -> subprocess.Popen[bytes]:
+    """A listener on host `name` at addr:port (kill it when done)."""
+    server = ["python3", "-m", "http.server", "--bind", addr, str(port)]
+    return subprocess.Popen(net.argv(name, server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
     before = _namespaces()
     net = partitions.Network(tag="slt").open()
     try:
         net.add("x", "10.77.0.50")
         net.add("y", "10.77.0.51")
-        server = ["python3", "-m", "http.server", "--bind", "10.77.0.51", "8000"]
-        listener = subprocess.Popen(net.argv("y", server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        listener = _serve(net, "y", "10.77.0.51", 8000)
         try:
             assert _eventually(lambda: net.reachable("x", "10.77.0.51", 8000))
             named = subprocess.run(net.argv("x", ["hostname"]), capture_output=True, text=True, check=True)
@@ -105,10 +110,8 @@ def test_a_delayed_link_holds_each_packet_both_ways_but_not_the_loopback_and_hea
     try:
         net.add("x", "10.77.0.52")
         net.add("y", "10.77.0.53")
-        server = ["python3", "-m", "http.server", "--bind", "10.77.0.53", "8000"]
-        listener = subprocess.Popen(net.argv("y", server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        local = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "8001"]
-        loopback = subprocess.Popen(net.argv("x", local), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        listener = _serve(net, "y", "10.77.0.53", 8000)
+        loopback = _serve(net, "x", "127.0.0.1", 8001)
         try:
             assert _eventually(lambda: net.reachable("x", "10.77.0.53", 8000))
             assert _eventually(lambda: net.reachable("x", "127.0.0.1", 8001))
