@@ -61,9 +61,15 @@ def write_table_file(storage: Storage, path: str, table: pa.Table, file_format: 
 
 def statistics_columns(schema: pa.Schema) -> list[str]:
     """Columns whose row-group statistics (min, max, nulls) are written: the table's own flat columns, so readers
-    that push filters down (Spark, Trino, DuckDB) skip row groups by key, partition or value ranges. stitchlake's
-    `_sl__` columns get none: nobody filters on versions, and they are most of a file's columns."""
-    return [f.name for f in schema if not summary.is_meta(f.name) and not pa.types.is_nested(f.type)]
+    that push filters down (Spark, Trino, DuckDB) skip row groups by key, partition or value ranges, and each
+    stream's delete flag, so a reader of a log-free slice sees that every row shows every stream without reading
+    the flags (the JVM reader's `DataFileReader.allFalse`). The other `_sl__` columns get none: nobody filters on
+    versions, and they are most of a file's columns."""
+    return [
+        f.name
+        for f in schema
+        if (not summary.is_meta(f.name) or summary.is_delete_flag(f.name)) and not pa.types.is_nested(f.type)
+    ]
 
 
 def write_parquet(storage: Storage, path: str, table: pa.Table, **options: Any) -> Written:

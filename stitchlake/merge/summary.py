@@ -29,6 +29,11 @@ def is_meta(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def is_delete_flag(name: str) -> bool:
+    """A stream's delete flag (`meta_name(stream, "del")`): whether the row's key is deleted in that stream."""
+    return is_meta(name) and name.endswith("__del")
+
+
 def is_position(name: str) -> bool:
     """A meta column of in-batch positions (the row's, the tombstone's or a column's version)."""
     return is_meta(name) and name.endswith("__pos")

@@ -114,6 +114,46 @@ def test_a_compacted_table_and_a_read_optimized_read_equal_stitchlake_read(jvm: 
     assert got != expected(table)  # (the logs do change the snapshot)
 
 
+def test_base_files_whose_delete_flags_are_all_false_are_read_without_them(jvm: JvmSession, tmp_path: Path) -> None:
+    """Base files carry row-group statistics of each stream's delete flag. Where they say every row shows every
+    stream (each key written by every stream, none deleted), a read of the file this JVM verified reads the output
+    columns alone, as Spark's own scan would; a file where some row hides a stream, or one not verified yet, is
+    read with its flags, which decide row by row. Either way the rows are stitchlake's."""
+    full = new_table(tmp_path / "full", copy.deepcopy(THREE_STREAMS), buckets=2)
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS)):
+        rows = [{**row, "deleted": False} for row in events(model, range(30), number)]
+        full.write(model.name, batch(model, rows))
+    full.compact()
+    bases = [s.base for s in full.view().latest_slices(None) if s.base]
+    assert bases
+    for base in bases:
+        flags = pq_statistics(full, base.path, [f"_sl__{m.name}__del" for m in MODELS])
+        assert flags == [(False, False, 0)] * 3, flags  # min, max, nulls: every row shows every stream
+    partial = built(tmp_path / "partial")  # keys some stream never wrote, and deletes
+    for table in (full, partial):
+        want = expected(table)
+        assert through_jvm(jvm, table)[0] == want  # the first read verifies each file whole
+        before = counter(jvm, "basesReadWithoutFlags")
+        assert through_jvm(jvm, table)[0] == want
+        assert through_jvm(jvm, table, select="k, paid, carrier")[0] == [
+            {"k": r["k"], "paid": r["paid"], "carrier": r["carrier"]} for r in want
+        ]
+        assert count(jvm, table) == len(want)
+        passed = counter(jvm, "basesReadWithoutFlags") - before
+        assert passed == (3 * len(bases) if table is full else 0), passed
+
+
+def pq_statistics(table: Table, path: str, columns: list[str]) -> list[Any]:
+    """Each column's (min, max, null count) in a Parquet data file of one row group (None: no statistics)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(table.storage.describe(path)).metadata
+    assert meta.num_row_groups == 1
+    group = meta.row_group(0)
+    found = {group.column(i).path_in_schema: group.column(i).statistics for i in range(group.num_columns)}
+    return [(s.min, s.max, s.null_count) if s is not None and s.has_min_max else None for s in map(found.get, columns)]
+
+
 def test_explain_shows_the_jvm_scan_reading_only_the_pruned_columns(jvm: JvmSession, tmp_path: Path) -> None:
     table = built(tmp_path)
     got, plan = through_jvm(jvm, table, select="k, amount", where="p = 'even'")

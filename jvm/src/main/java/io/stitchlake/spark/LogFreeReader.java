@@ -33,8 +33,12 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private final int[] streamOf;
   private final ColumnVector[] defaults;
   private final int streams;
+  /** Every stream's {@code del} column, in stream order. */
+  private final List<String> dels = new ArrayList<>();
   private int nextSlice;
   private FileBatches current;
+  /** The current file's rows show every stream (its statistics say so): its batches are the output as they are. */
+  private boolean everyRowShowsEveryStream;
   private ColumnarBatch batch;
 
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices) {
@@ -49,7 +53,10 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
     MergeView merge = factory.merge;
     streams = merge.streams.size();
     List<StructField> fields = new ArrayList<>(List.of(factory.output.fields()));
-    for (MergeView.Stream s : merge.streams) fields.add(DataTypes.createStructField(s.delColumn(), DataTypes.BooleanType, true));
+    for (MergeView.Stream s : merge.streams) {
+      fields.add(DataTypes.createStructField(s.delColumn(), DataTypes.BooleanType, true));
+      dels.add(s.delColumn());
+    }
     read = new StructType(fields.toArray(new StructField[0]));
     Map<String, Integer> owner = new HashMap<>();
     Map<String, String> defaultOf = new HashMap<>();
@@ -80,7 +87,11 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
       if (nextSlice >= slices.size()) return false;
       PlanSlice slice = slices.get(nextSlice++);
       if (slice.base != null) {
-        current = files.open(slice.base, read, factory.rowGroups, factory.rowGroupColumns);
+        // A row's flags decide what it shows; where every flag of the file is false, nothing is there to decide.
+        everyRowShowsEveryStream = files.allFalse(slice.base, dels);
+        if (everyRowShowsEveryStream) DataFileReader.BASES_READ_WITHOUT_FLAGS.incrementAndGet();
+        StructType columns = everyRowShowsEveryStream ? factory.output : read;
+        current = files.open(slice.base, columns, factory.rowGroups, factory.rowGroupColumns);
       }
     }
   }
@@ -88,7 +99,7 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public boolean next() throws IOException {
     while (nextFileBatch()) {
-      batch = view(current.get());
+      batch = everyRowShowsEveryStream ? current.get() : view(current.get());
       if (batch.numRows() > 0) return true;
     }
     return false;

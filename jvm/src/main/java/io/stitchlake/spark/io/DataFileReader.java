@@ -16,11 +16,13 @@ import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
 import org.apache.parquet.ParquetReadOptions;
+import org.apache.parquet.column.statistics.BooleanStatistics;
 import org.apache.parquet.filter2.compat.FilterCompat;
 import org.apache.parquet.filter2.compat.RowGroupFilter;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.metadata.BlockMetaData;
+import org.apache.parquet.hadoop.metadata.ColumnChunkMetaData;
 import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
 import org.apache.parquet.io.SeekableInputStream;
@@ -75,6 +77,13 @@ public final class DataFileReader {
     return ROW_GROUPS_SKIPPED.get();
   }
 
+  /** Base files of log-free slices read without their delete flags ({@link #allFalse}) in this JVM (tests). */
+  public static final AtomicLong BASES_READ_WITHOUT_FLAGS = new AtomicLong();
+
+  public static long basesReadWithoutFlags() {
+    return BASES_READ_WITHOUT_FLAGS.get();
+  }
+
   /** Parquet readers made to decode off the heap (tests read it to see the session's setting reach the tasks). */
   public static final AtomicLong OFF_HEAP_READERS = new AtomicLong();
 
@@ -115,6 +124,28 @@ public final class DataFileReader {
     // As Spark's own Parquet scan: decoded vectors off the heap when the session asks (freed as each slice is done).
     hadoop.setBoolean(OFF_HEAP, conf.offHeapColumnVectorEnabled());
     VerifiedFile.check(conf.getConfString(VerifiedFile.SETTING, VerifiedFile.FIRST_READ));
+  }
+
+  /**
+   * Whether every row of a Parquet file this JVM already verified has each of {@code columns} false, never null, as
+   * its footer's row-group statistics say (base files carry them for the streams' delete flags; a file without them,
+   * or not verified yet, answers false and is read the long way).
+   */
+  public boolean allFalse(PlanFile file, List<String> columns) {
+    VerifiedFile verified = VerifiedFile.known(file, conf);
+    if (verified == null) return false;
+    for (BlockMetaData block : verified.footer.getBlocks()) {
+      int found = 0;
+      for (ColumnChunkMetaData chunk : block.getColumns()) {
+        if (!columns.contains(chunk.getPath().toDotString())) continue;
+        if (!(chunk.getStatistics() instanceof BooleanStatistics stats)) return false;
+        if (!stats.isNumNullsSet() || stats.getNumNulls() != 0) return false;
+        if (block.getRowCount() > 0 && (!stats.hasNonNullValue() || stats.getMax())) return false;
+        found++;
+      }
+      if (found != columns.size()) return false;
+    }
+    return true;
   }
 
   /** The whole file, verified against its commit's digest (none recorded: files from before checksums). */
