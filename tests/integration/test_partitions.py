@@ -36,6 +36,9 @@ CI_ENGINES = ("local", "local", "spark")
 #: driver about to publish a micro-batch, past its lease, while an ingest of the same stream on another host takes
 #: over; woken, the zombie must publish nothing.
 STREAM_ROUND = 21
+#: And one whose writer's link is delayed: this seed's round 11 stops an ingest on S3 once it wrote a marker, then
+#: holds each packet of its link DELAY_S each way (scripts/partitions/delayer.py) while contenders ingest.
+DELAY_ROUND = 11
 
 
 def _namespaces() -> set[str]:
@@ -197,12 +200,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def rounds(run: Any) -> list[Any]:
-    """The CI-sized run: one round per provider (local-disk lock, ZooKeeper, S3 conditional puts), then a stream's."""
+    """The CI-sized run: one round per provider (local-disk lock, ZooKeeper, S3 conditional puts), a delayed link's,
+    then a stream's."""
     return [
         *(
             partitions.play_round(run, index, partitions.PROVIDERS, CI_ENGINES[index])
             for index in range(len(partitions.PROVIDERS))
         ),
+        partitions.play_round(run, DELAY_ROUND, partitions.PROVIDERS),
         partitions.play_round(run, STREAM_ROUND, partitions.PROVIDERS, follow=True),
     ]
 
@@ -225,6 +230,22 @@ def test_a_ci_sized_run_over_every_provider_finds_no_violation(run: Any, rounds:
     assert stopped and launcher.proc.pid not in stopped, "publish stops the job's driver, not the stitch launcher"
     assert sum(n for kind, n in run.stats.faulted.items() if kind.startswith("compact-spark:")) == 1
     assert sum(run.stats.faults.values()) == len(rounds)
+
+
+def test_a_writer_whose_link_is_delayed_waits_a_delay_each_way_and_the_table_stays_exact(
+    run: Any, rounds: list[Any]
+) -> None:
+    """The delay round (the checker found nothing, above): the ingest stopped at its marker went on with each packet
+    of its link held DELAY_S each way, so no answer from S3 reached it sooner than two delays after the fault, or
+    than the rules' removal HOLD_S after it (from then on TCP's retransmissions pass at once)."""
+    from scripts.partitions.settings import DELAY_S, HOLD_S
+
+    round_ = rounds[3]
+    assert (round_.provider, round_.fault, round_.point, round_.actor) == ("s3", "delay", "mark", "ingest")
+    assert not [e for e in round_.events if "not reached" in e], partitions.history(run, round_)
+    injected = next(float(e.split()[0]) for e in round_.events if " inject delay on w1" in e)
+    faulted = next(op for op in round_.ops if op.host == "w1" and op.phase == "round")
+    assert faulted.end >= injected + min(2 * DELAY_S, HOLD_S), partitions.history(run, round_)
 
 
 def test_a_stream_paused_past_its_lease_while_another_host_took_over_publishes_nothing(
