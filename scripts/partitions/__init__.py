@@ -15,17 +15,17 @@ armed (the hook below stops the process there with SIGSTOP): `stitch ingest` in 
 compact` or `stitch clean` of a table the `ctl` host gave data first. A third of the faulted ingests are of stream
 `c`, which reads a Kafka topic of the round from a broker on host `kafka` (10.77.0.4:9092); the others of landing
 stream `a`. A quarter of the ingests and compactions of landing files (`--engine` forces it) run as Spark jobs
-(`--engine spark`, spark-submit local[*] on w1): `stitch` takes an ingest's claim and keeps its heartbeat, the
-job's driver runs and publishes, so the points are armed in both (the driver's through
+(`--engine spark`, spark-submit local[*] on w1): `stitch` takes an ingest's claim and keeps its heartbeat, the job's
+driver runs and publishes, so the points are armed in both (the driver's through
 scripts/partitions_site/sitecustomize.py) and a Spark round's point is `begin`, `heartbeat` or `publish`. Half the
 Spark ingest rounds (`--stream`: every round) fault a long-running `stitch stream` instead: its driver runs each
-micro-batch's ingest (a new micro-batch every second; its point `begin` or `publish`, which its first
-micro-batch always reaches), and it is asked to stop with SIGTERM a few seconds after
-the round healed; the checker holds each micro-batch it said committed (its progress lines, its answer) as an
-acknowledged write. Inject
-the round's fault while it is stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream,
-then `stitch compact`), heal after a while, then from the `ctl` host: `stitch clean` once heartbeats expired,
-re-run the ingests until nothing is left ("retried" writes), compact, and check.
+micro-batch's ingest (a new micro-batch every second; its point `begin` or `publish`, which its first micro-batch
+always reaches), and it is asked to stop with SIGTERM a few seconds after the round healed; the checker holds each
+micro-batch it said committed (its progress lines, its answer) as an acknowledged write. Inject the round's fault
+while it is stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream, then `stitch
+compact`) (under a network fault, once `stitch status` shows w1's lease run out, or at the hold's end if it does
+not), heal HOLD_S after the fault, then from the `ctl` host: `stitch clean` once heartbeats expired, re-run the
+ingests until nothing is left ("retried" writes), compact, and check.
 
 Faults (iptables in the writer's namespace): cut from S3, from ZooKeeper, from both, from the Kafka broker;
 asymmetric (packets to S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do

@@ -301,6 +301,28 @@ def wait_presumed_dead(run: Run, round_: Round, signal_dir: Path) -> None:
     )
 
 
+def wait_lease_lost(run: Run, round_: Round, until: float) -> None:
+    """While the network fault holds (until `until`), wait until no pending instant of host w1 looks alive to the
+    others (`stitch status` from the ctl host, as a contender judges it), so that the same stream's contender
+    starts where the faulted writer's lease ran out while it could not renew it (a takeover it must survive), not
+    while its last beat is fresh; a writer that keeps its lease (or whose table the ctl host cannot read: a killed
+    gateway) is contended at the hold's end."""
+    seen: list[tuple[str, str]] = []
+    while time.monotonic() < until:
+        try:
+            answer = run.query(round_.config, [["status"]])[0]
+        except PartitionsError:
+            time.sleep(0.5)
+            continue
+        writers = [*answer["writers"], *answer["pending_compactions"]]
+        seen = [(w["instant"], "alive" if w["alive"] else "expired") for w in writers if w.get("host") == "w1"]
+        if not any(state == "alive" for _, state in seen):
+            break
+        time.sleep(0.5)
+    when = "before the hold's end" if time.monotonic() < until else "at the hold's end"
+    round_.events.append(f"{time.monotonic() - run.t0:8.2f} w1's lease {when}: its pending {seen}")
+
+
 def play_round(
     run: Run, index: int, providers: Sequence[str], engine: str | None = None, follow: bool = False
 ) -> Round:
@@ -387,8 +409,11 @@ def _play(run: Run, round_: Round) -> None:
             resume(target, signal_dir)
         land(round_, "a")
         land(round_, "b")
+        held_until = time.monotonic() + HOLD_S
         if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
             wait_presumed_dead(run, round_, signal_dir)
+        elif round_.fault in NETWORK_FAULTS and reached:  # its lease may run out while it cannot renew it
+            wait_lease_lost(run, round_, held_until)
         same = ["ingest", *cfg, "-s", round_.stream, "--engine", "local"]  # the faulted ingest's stream
         contenders.append(run.start(round_.index, "w2", "round", same))
         contenders.append(run.start(round_.index, "w3", "round", ["ingest", *cfg, "-s", "b", "--engine", "local"]))
@@ -399,7 +424,7 @@ def _play(run: Run, round_: Round) -> None:
             resume(target, signal_dir)
             round_.events.append(f"{time.monotonic() - run.t0:8.2f} resumed the paused writer")
         elif reached:
-            time.sleep(HOLD_S)
+            time.sleep(max(0.0, held_until - time.monotonic()))
     finally:
         faults.heal()
         (signal_dir / DISARMED).touch()  # a point reached from now on (e.g. after a slow start) does not stop
