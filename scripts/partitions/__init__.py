@@ -23,9 +23,10 @@ micro-batch's ingest (a new micro-batch every second; its point `begin` or `publ
 always reaches), and it is asked to stop with SIGTERM a few seconds after the round healed; the checker holds each
 micro-batch it said committed (its progress lines, its answer) as an acknowledged write. Inject the round's fault
 while it is stopped, resume it, run contenders on w2 (the same stream) and w3 (another stream, then `stitch
-compact`) (under a network fault, once `stitch status` shows w1's lease run out, or at the hold's end if it does
-not), heal HOLD_S after the fault, then from the `ctl` host: `stitch clean` once heartbeats expired, re-run the
-ingests until nothing is left ("retried" writes), compact, and check.
+compact`) (under a link fault, w2 once `stitch status` shows w1's lease run out, or at the hold's end if it does
+not, and the fault then holds TAKEOVER_HOLD_S more), heal HOLD_S after the fault at the earliest, then from the
+`ctl` host: `stitch clean` once heartbeats expired, re-run the ingests until nothing is left ("retried" writes),
+compact, and check.
 
 Faults (iptables in the writer's namespace): cut from S3, from ZooKeeper, from both, from the Kafka broker;
 asymmetric (packets to S3 larger than 1000 bytes dropped: requests and small writes pass, uploads of data files do

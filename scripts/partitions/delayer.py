@@ -45,7 +45,11 @@ def serve(queue: int, delay_s: float) -> None:
     sock = socket.fromfd(nfq.get_fd(), socket.AF_NETLINK, socket.SOCK_RAW)
     print("bound", flush=True)
     try:
-        while not (stopping and not held):
+        while True:
+            if stopping and not held:
+                nfq.run(block=False)  # packets queued before the rules went and not read yet: unbinding drops them
+                if not held:
+                    break
             wait = max(0.0, held[0][0] - time.monotonic()) if held else 0.2
             try:
                 readable, _, _ = select.select([sock], [], [], wait)

@@ -140,20 +140,30 @@ class Network:
             raise PartitionsError(f"the delayer on {name} did not bind its queue: {delayer.communicate()[1][-2000:]}")
         queue = ["-j", "NFQUEUE", "--queue-num", str(DELAYER_QUEUE)]
         rules = [["OUTPUT", "-o", "eth0", *queue], ["INPUT", "-i", "eth0", *queue]]
-        for rule in rules:
-            self.ns_run(name, ["iptables", "-A", *rule])
 
         def heal() -> None:
+            """The rules out, then the delayer asked to let through what it holds; one that died meanwhile (its
+            packets then dropped, a cut rather than a delay) or will not end is the harness's failure."""
             if name in self.hosts:
                 for rule in rules:
                     self.ns_run(name, ["iptables", "-D", *rule], check=False)
+            died = delayer.poll()
             delayer.terminate()
             try:
-                delayer.communicate(timeout=seconds + 30.0)
+                _, err = delayer.communicate(timeout=seconds + 30.0)
             except subprocess.TimeoutExpired:
                 delayer.kill()
-                delayer.communicate()
+                _, err = delayer.communicate()
+            if died is not None or delayer.returncode != 0:
+                raise PartitionsError(f"the delayer on {name} ended with {delayer.returncode}: {err[-2000:]}")
 
+        try:
+            for rule in rules:
+                self.ns_run(name, ["iptables", "-A", *rule])
+        except PartitionsError:
+            with contextlib.suppress(PartitionsError):
+                heal()
+            raise
         return heal
 
     def reachable(self, name: str, addr: str, port: int, timeout: float = 1.0) -> bool:

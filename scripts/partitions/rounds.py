@@ -34,6 +34,7 @@ from scripts.partitions.settings import (
     KAFKA_READ_TIMEOUT_S,
     KAFKA_SHARE,
     KAFKA_STREAM,
+    LINK_FAULTS,
     LOCK_EXPIRE_S,
     LOCK_WAIT_S,
     NETWORK_FAULTS,
@@ -56,6 +57,7 @@ from scripts.partitions.settings import (
     STREAM_TRIGGER_S,
     STREAMS,
     SUBNET,
+    TAKEOVER_HOLD_S,
     WRITERS,
     ZK_ADDR,
     ZK_PORT,
@@ -302,11 +304,10 @@ def wait_presumed_dead(run: Run, round_: Round, signal_dir: Path) -> None:
 
 
 def wait_lease_lost(run: Run, round_: Round, until: float) -> None:
-    """While the network fault holds (until `until`), wait until no pending instant of host w1 looks alive to the
+    """While the link fault holds (until `until`), wait until no pending instant of host w1 looks alive to the
     others (`stitch status` from the ctl host, as a contender judges it), so that the same stream's contender
     starts where the faulted writer's lease ran out while it could not renew it (a takeover it must survive), not
-    while its last beat is fresh; a writer that keeps its lease (or whose table the ctl host cannot read: a killed
-    gateway) is contended at the hold's end."""
+    while its last beat is fresh; a writer that keeps its lease is contended at the hold's end."""
     seen: list[tuple[str, str]] = []
     while time.monotonic() < until:
         try:
@@ -410,13 +411,17 @@ def _play(run: Run, round_: Round) -> None:
         land(round_, "a")
         land(round_, "b")
         held_until = time.monotonic() + HOLD_S
-        if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
-            wait_presumed_dead(run, round_, signal_dir)
-        elif round_.fault in NETWORK_FAULTS and reached:  # its lease may run out while it cannot renew it
-            wait_lease_lost(run, round_, held_until)
         same = ["ingest", *cfg, "-s", round_.stream, "--engine", "local"]  # the faulted ingest's stream
-        contenders.append(run.start(round_.index, "w2", "round", same))
-        contenders.append(run.start(round_.index, "w3", "round", ["ingest", *cfg, "-s", "b", "--engine", "local"]))
+        other = ["ingest", *cfg, "-s", "b", "--engine", "local"]
+        if round_.fault in LINK_FAULTS and reached:  # its lease may run out while it cannot renew it
+            late = run.start(round_.index, "w3", "round", other)
+            wait_lease_lost(run, round_, held_until)
+            contenders += [run.start(round_.index, "w2", "round", same), late]
+            held_until = max(held_until, time.monotonic() + TAKEOVER_HOLD_S)
+        else:
+            if round_.fault == "pause" and reached:  # a zombie: presumed dead, taken over, then woken
+                wait_presumed_dead(run, round_, signal_dir)
+            contenders += [run.start(round_.index, "w2", "round", same), run.start(round_.index, "w3", "round", other)]
         if round_.fault == "pause" and reached:
             run.finish(contenders[0])
             clean = run.run(round_.index, "w3", "round", ["clean", *cfg])

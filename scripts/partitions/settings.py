@@ -72,9 +72,14 @@ LOCK_WAIT_S = 15.0
 #: How long a network fault lasts: past the lease and the heartbeat's expiry.
 HOLD_S = 5.0
 #: The `delay` fault: each packet of the writer's link held this long each way (scripts/partitions/delayer.py), so
-#: one request and its answer take past the heartbeat's expiry; the NFQUEUE number it holds in the host's namespace.
-DELAY_S = 4.0
+#: one request and its answer take past the heartbeat's expiry, and still complete within the hold; the NFQUEUE
+#: number it holds in the host's namespace.
+DELAY_S = 2.0
 DELAYER_QUEUE = 0
+#: The network faults that leave the servers up: under them the same stream's contender starts once the faulted
+#: writer's lease ran out (`stitch status` from the ctl host), and the fault holds at least TAKEOVER_HOLD_S more.
+LINK_FAULTS = ("cut_s3", "cut_zk", "cut_both", "asym_s3", "loss", "delay")
+TAKEOVER_HOLD_S = 2.0
 #: A bound for a paused writer's instant to look dead to the others (its heartbeat expired), not a pace: the round
 #: asks `stitch status` until it does.
 PRESUMED_DEAD_TIMEOUT_S = 120.0

@@ -62,8 +62,9 @@ def _serve(net: Any, name: str, addr: str, port: int) -> subprocess.Popen[bytes]
 
 
 def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
-    before = _namespaces()
-    net = partitions.Network(tag="slt").open()
+    net = partitions.Network(tag="slt")
+    assert not {ns for ns in _namespaces() if ns.startswith(net.tag)}
+    net.open()
     try:
         net.add("x", "10.77.0.50")
         net.add("y", "10.77.0.51")
@@ -83,7 +84,8 @@ def test_hosts_are_namespaces_apart_and_a_cut_drops_their_packets() -> None:
         assert f"{net.tag}-x" in _namespaces()
     finally:
         net.close()
-    assert _namespaces() == before  # nothing left behind
+    # nothing left behind (of its own: a `make partitions` may run beside the suite)
+    assert not {ns for ns in _namespaces() if ns.startswith(net.tag)}
     assert not Path("/etc/netns/slt-x").exists()
 
 
@@ -98,10 +100,11 @@ def _connect_s(net: Any, name: str, addr: str, port: int) -> float:
     return float(net.ns_run(name, [sys.executable, "-c", _CONNECT, addr, str(port)], timeout=90))
 
 
-def _queued(net: Any, name: str) -> int:
-    """How many packets host `name`'s delayer queue has been given (the kernel's last packet id for it)."""
-    line = net.ns_run(name, ["cat", "/proc/net/netfilter/nfnetlink_queue"]).split()
-    return int(line[7])
+def _queue(net: Any, name: str) -> dict[str, int]:
+    """Host `name`'s delayer queue as the kernel counts it: packets given to it (its last packet id) and packets
+    dropped (the queue full, or the delayer not reading)."""
+    fields = [int(f) for f in net.ns_run(name, ["cat", "/proc/net/netfilter/nfnetlink_queue"]).split()]
+    return {"given": fields[7], "dropped": fields[5] + fields[6]}
 
 
 def test_a_delayed_link_holds_each_packet_both_ways_but_not_the_loopback_and_heals() -> None:
@@ -122,11 +125,12 @@ def test_a_delayed_link_holds_each_packet_both_ways_but_not_the_loopback_and_hea
             try:
                 rules = net.ns_run("x", ["iptables", "-S"])
                 assert "-o eth0 -j NFQUEUE" in rules and "-i eth0 -j NFQUEUE" in rules
-                assert _connect_s(net, "x", "10.77.0.53", 8000) >= 2 * delay
-                queued = _queued(net, "x")
-                assert queued >= 2  # the SYN and the SYN-ACK went through the queue, at least
                 _connect_s(net, "x", "127.0.0.1", 8001)
-                assert _queued(net, "x") == queued, "the loopback's packets are not queued"
+                assert _queue(net, "x")["given"] == 0, "the loopback's packets are not queued"
+                assert _connect_s(net, "x", "10.77.0.53", 8000) >= 2 * delay
+                queue = _queue(net, "x")
+                assert queue["given"] >= 2  # the SYN and the SYN-ACK went through the queue, at least
+                assert queue["dropped"] == 0, "held, not lost"
             finally:
                 heal()
             assert "NFQUEUE" not in net.ns_run("x", ["iptables", "-S"])
@@ -236,8 +240,7 @@ def test_a_writer_whose_link_is_delayed_waits_a_delay_each_way_and_the_table_sta
     run: Any, rounds: list[Any]
 ) -> None:
     """The delay round (the checker found nothing, above): the ingest stopped at its marker went on with each packet
-    of its link held DELAY_S each way, so no answer from S3 reached it sooner than two delays after the fault, or
-    than the rules' removal HOLD_S after it (from then on TCP's retransmissions pass at once)."""
+    of its link held DELAY_S each way, so no answer from S3 reached it sooner than two delays after the fault."""
     from scripts.partitions.settings import DELAY_S, HOLD_S
 
     round_ = rounds[3]
@@ -245,7 +248,8 @@ def test_a_writer_whose_link_is_delayed_waits_a_delay_each_way_and_the_table_sta
     assert not [e for e in round_.events if "not reached" in e], partitions.history(run, round_)
     injected = next(float(e.split()[0]) for e in round_.events if " inject delay on w1" in e)
     faulted = next(op for op in round_.ops if op.host == "w1" and op.phase == "round")
-    assert faulted.end >= injected + min(2 * DELAY_S, HOLD_S), partitions.history(run, round_)
+    assert 2 * DELAY_S < HOLD_S  # a request and its answer fit in the hold: a delay, not a blackout
+    assert faulted.end >= injected + 2 * DELAY_S, partitions.history(run, round_)
 
 
 def test_a_stream_paused_past_its_lease_while_another_host_took_over_publishes_nothing(

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from stitchlake.checksums import digest
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import BusyError, PlanUndone, StitchError, UsageError
-from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings
+from stitchlake.io.datafiles import PARQUET_COMPRESSION, parquet_encodings, statistics_columns
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, file_group_id, join
@@ -212,7 +212,7 @@ class _BaseFileBuffer:
             schema,
             compression=PARQUET_COMPRESSION,
             compression_level=1,
-            write_statistics=False,
+            write_statistics=statistics_columns(schema),
             write_page_checksum=True,
             **parquet_encodings(schema),
         )
