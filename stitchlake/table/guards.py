@@ -15,6 +15,7 @@ from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
     DataFile,
+    DeltaCommitPlan,
     RescalePlan,
     UndoPlan,
 )
@@ -123,6 +124,28 @@ def live_writer(table: TableHandle, timeline: Timeline, instant: Instant) -> boo
     """Whether a pending instant's heartbeat is still fresh."""
     expire = table.config.concurrency.heartbeat.expire_s
     return not heartbeats.is_expired(table.storage, instant.requested, expire)
+
+
+def taken_over(table: TableHandle, timeline: Timeline, instant: Instant, stream: str) -> Instant | None:
+    """The claim that took `stream` over from the pending claim `instant`, or None. Lock-free mode lets one live
+    writer claim a stream; a later claim that began while this one looked dead (its heartbeat expired, or not
+    yet written) and has completed, or still writes with a live heartbeat, owns the stream now, so this one may
+    not publish, whatever records or files it took: two claims of one stream must never both commit. (A claim
+    that completed after this one began was a writer presumed dead itself, and it published first.)"""
+    if table.config.concurrency.mode == ConcurrencyMode.OPTIMISTIC:
+        return None
+
+    def claims(other: Instant) -> bool:
+        plan = timeline.plan(other)
+        return isinstance(plan, DeltaCommitPlan) and plan.claimed and plan.stream == stream
+
+    for other in timeline.completed([Action.DELTACOMMIT], since=instant.requested):
+        if other.requested != instant.requested and claims(other):
+            return other
+    for other in timeline.pending([Action.DELTACOMMIT]):
+        if other.requested > instant.requested and claims(other) and live_writer(table, timeline, other):
+            return other
+    return None
 
 
 def refuse_if_stream_busy(table: TableHandle, timeline: Timeline, stream: str) -> None:

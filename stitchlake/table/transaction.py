@@ -27,6 +27,7 @@ from stitchlake.table.guards import (
     refuse_if_stream_busy,
     refuse_while_rescaling,
     refuse_while_undoing,
+    taken_over,
     undone_by,
     undone_since,
 )
@@ -137,7 +138,7 @@ class Transaction:
         body = content if content is not None else kind_of(action).plan()
         if exclusive_stream:
             assert isinstance(body, DeltaCommitPlan), "only a deltacommit claims a stream"
-            body = replace(body, stream=exclusive_stream)
+            body = replace(body, stream=exclusive_stream, claimed=True)
         instant: Instant | None = None
         requested_here: Instant | None = None
         beat: Heartbeat | None = None
@@ -279,7 +280,7 @@ class Transaction:
         storage = self.table.storage
         with self.table.lock() as lock:
             timeline = Timeline.load(storage)
-            lost = self.superseded(timeline)
+            lost = self.superseded(timeline, claim=False)
             if lost is not None:
                 self._refuse(lost)
             if kind_of(self.instant.action).undo_sensitive:
@@ -298,13 +299,17 @@ class Transaction:
             for check in (self.conflict_check, conflict_check):
                 if check is not None:
                     check(timeline, self.instant)
+            lost = self.claim_lost(timeline)  # after the checks that name what was taken twice, if anything was
+            if lost is not None:
+                self._refuse(lost)
             completed = next_time(timeline.all_times(), max_ahead_s=self.table.config.concurrency.max_clock_skew_s)
             # Fence as late as possible: after the slow, durable part of the write and right before the create.
             self.instant = write_completed(storage, self.instant, completed, metadata, ready=lock.fence)
 
-    def superseded(self, timeline: Timeline | None = None) -> str | None:
+    def superseded(self, timeline: Timeline | None = None, claim: bool = True) -> str | None:
         """Why this attempt may no longer publish, or None: its instant was rolled back or completed by someone
-        else, a pending rollback is undoing or resetting it, or another attempt took it over.
+        else, a pending rollback is undoing or resetting it, another attempt took it over, or (`claim`) another
+        claim took its stream over (`claim_lost`).
 
         It happens to a process presumed dead while it ran (frozen past its heartbeat's expiry): publishing
         then would name files the rollback deletes. `complete` asks under the lock; error paths may ask too.
@@ -318,7 +323,16 @@ class Transaction:
             return f"is being rolled back or reset by {undoing}"
         if self.attempt is not None and inflight_attempt(self.table, self.instant) != self.attempt:
             return "was reset or taken over"
-        return None
+        return self.claim_lost(timeline) if claim else None
+
+    def claim_lost(self, timeline: Timeline) -> str | None:
+        """Why a stream's claim may no longer publish, or None: a later claim took the stream over while this one
+        looked dead (`guards.taken_over`)."""
+        plan = self.plan
+        if not (isinstance(plan, DeltaCommitPlan) and plan.claimed and plan.stream is not None):
+            return None
+        other = taken_over(self.table, timeline, self.instant, plan.stream)
+        return None if other is None else f"lost its claim on stream {plan.stream} to instant {other.requested}, taken"
 
     def refusal_after(self, error: BaseException) -> StitchError | None:
         """The refusal a failed run should report instead of `error`, or None.
@@ -329,7 +343,8 @@ class Transaction:
         if self.instant.is_completed or isinstance(error, KeyboardInterrupt | Terminated):
             return None
         try:
-            lost = self.superseded()
+            # A refusal that names what was taken twice stays; any other failure of a claim taken over says so.
+            lost = self.superseded(claim=not isinstance(error, ConflictError))
         except Exception:  # cannot tell: report the original error
             return None
         return None if lost is None else self.refusal(lost)

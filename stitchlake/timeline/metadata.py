@@ -228,6 +228,9 @@ class DeltaCommitPlan(Plan):
     stream: str | None = None
     #: The Structured Streaming micro-batch this write is (its tasks find the instant by it).
     stream_batch: StreamBatch | None = None
+    #: Begun as the stream's one writer (an ingest's claim, a stream's micro-batch): in lock-free mode a later claim
+    #: of the stream that completes, or lives, while this one is pending took it over (`guards.taken_over`).
+    claimed: bool = False
 
 
 @dataclass(frozen=True)

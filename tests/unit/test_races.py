@@ -205,6 +205,37 @@ def test_an_ingest_job_that_froze_after_choosing_its_files_does_not_publish_them
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3]
 
 
+def test_a_claim_another_claim_took_over_while_it_looked_dead_publishes_nothing(tmp_path: Path) -> None:
+    """`make partitions` seed 3018 round 23 (S3): an ingest cut from S3 and its lock right after writing its
+    requested instant, before its first beat, looked dead; an ingest of the same stream on another host claimed it
+    and committed. Healed, the first read what was left after that commit and published it too: no record twice,
+    but two claims of one stream both committed while both pending. A claim taken over while it looked dead now
+    refuses (exit 3, nothing published), whether the one that took it over has completed or still writes."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.writes.ingest import claim, ingest
+
+    table = _table_with_one_landing_file(tmp_path)
+    landing = tmp_path / "landing"
+    asleep = claim(table, "orders")
+    _dead(asleep)
+    assert table.ingest("orders").result.source_files == 1  # took the stream over, and committed
+    pq.write_table(_rows(2, range(4, 8)), landing / "part-0002.parquet")  # more to take, nothing taken twice
+    with pytest.raises(ConflictError, match=r"lost its claim on stream orders to instant \d+"):
+        ingest(table, LocalEngine(), "orders", txn=asleep)
+    asleep.abort()
+
+    asleep = claim(table, "orders")
+    _dead(asleep)
+    taker = claim(table, "orders")  # still writing, its heartbeat alive, when the first one wakes
+    with pytest.raises(ConflictError, match=f"lost its claim on stream orders to instant {taker.time}"):
+        ingest(table, LocalEngine(), "orders", txn=asleep)
+    asleep.abort()
+    ingest(table, LocalEngine(), "orders", txn=taker)  # the live one publishes
+    timeline = table.timeline()
+    assert len(timeline.completed([Action.DELTACOMMIT])) == 2 and not timeline.pending()
+    assert sorted(table.read().column("k").to_pylist()) == list(range(8))
+
+
 def test_a_job_leaves_the_claim_it_was_handed_to_its_owner(tmp_path: Path) -> None:
     """A job that fails (or is interrupted) after its tasks wrote files does not undo the claim of the command that
     started it: its tasks may still be writing (a Spark task outlives the driver's exception by a moment), and a

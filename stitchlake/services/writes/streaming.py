@@ -94,7 +94,7 @@ def batch_instant(table: TableHandle, stream: str, batch: StreamBatch) -> str | 
             found.append(pending.requested)
             return None
         refuse_if_stream_busy(table, timeline, stream)
-        return DeltaCommitPlan(stream=stream, stream_batch=batch)
+        return DeltaCommitPlan(stream=stream, stream_batch=batch, claimed=True)
 
     txn = Transaction.begin_planned(table, Action.DELTACOMMIT, plan=plan, heartbeat=False)
     if txn is None:
