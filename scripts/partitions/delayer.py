@@ -4,10 +4,11 @@
 
 This kernel has no `sch_netem` (nor `sch_fq`), so `tc` cannot delay packets. Netfilter can hand them to a user-space
 program instead: the round's iptables rules send the host's `eth0` traffic, both ways, to NFQUEUE `QUEUE` (queues
-are per network namespace), and this program gives each packet its verdict `DELAY_S` seconds after the kernel
-queued it, in arrival order, as netem's `delay` would. It prints `bound` once it holds the queue (the rules go in
-only then: a queue nobody holds drops its packets). SIGTERM ends it after the packets it holds are released at
-their time (the rules are removed first, so no new ones come); SIGKILL drops them, as a lost packet.
+are per network namespace), and this program gives each packet its verdict `DELAY_S` seconds after it read it (a
+moment after the kernel queued it), in arrival order, as netem's `delay` would. It prints `bound` once it holds the
+queue (the rules go in only then: a queue nobody holds drops its packets). SIGTERM ends it after the packets it
+holds are released at their time (the rules are removed first, so no new ones come); SIGKILL drops them, as a lost
+packet.
 
 It uses libnetfilter_queue through the `NetfilterQueue` package (`pyproject.toml`'s `partitions` extra, which
 `hosts.ensure_tools` installs where the harness runs: it builds against Debian's `libnetfilter-queue-dev`).
