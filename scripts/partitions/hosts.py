@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,7 +54,9 @@ def ensure_tools() -> None:
     if importlib.util.find_spec("netfilterqueue") is None:  # the delayer's binding, built against Debian's library
         missing.add("libnetfilter-queue-dev")
         if shutil.which("cc") is None:
-            missing.add("gcc")
+            missing.add("build-essential")  # gcc alone comes without libc's headers (a Recommends, not installed)
+        if not Path(sysconfig.get_paths()["include"], "Python.h").is_file():
+            missing.add("python3-dev")  # Debian's Python's headers (a pyenv or uv Python carries its own)
     if missing and (failed := local_daemons.apt_install(sorted(missing), 600.0)):
         raise PartitionsError(f"the partitions harness needs {', '.join(sorted(missing))} (Debian packages): {failed}")
     if importlib.util.find_spec("netfilterqueue") is None:
