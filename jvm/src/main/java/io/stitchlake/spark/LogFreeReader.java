@@ -39,6 +39,8 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private FileBatches current;
   /** The current file's rows show every stream (its statistics say so): its batches are the output as they are. */
   private boolean everyRowShowsEveryStream;
+  /** The current file's batches hold every stream's {@code del} after the output columns. */
+  private boolean flagsRead;
   private ColumnarBatch batch;
 
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices) {
@@ -88,10 +90,13 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
       PlanSlice slice = slices.get(nextSlice++);
       if (slice.base != null) {
         // A row's flags decide what it shows; where every flag of the file is false, nothing is there to decide.
-        everyRowShowsEveryStream = files.allFalse(slice.base, dels);
+        // A file this JVM has not verified yet is read whole first, flags included; its footer, verified by then,
+        // still spares its rows the pass.
+        boolean known = files.allFalse(slice.base, dels);
+        current = files.open(slice.base, known ? factory.output : read, factory.rowGroups, factory.rowGroupColumns);
+        everyRowShowsEveryStream = known || files.allFalse(slice.base, dels);
+        flagsRead = !known;
         if (everyRowShowsEveryStream) DataFileReader.BASES_READ_WITHOUT_FLAGS.incrementAndGet();
-        StructType columns = everyRowShowsEveryStream ? factory.output : read;
-        current = files.open(slice.base, columns, factory.rowGroups, factory.rowGroupColumns);
       }
     }
   }
@@ -99,10 +104,17 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public boolean next() throws IOException {
     while (nextFileBatch()) {
-      batch = everyRowShowsEveryStream ? current.get() : view(current.get());
+      batch = !everyRowShowsEveryStream ? view(current.get()) : flagsRead ? outputOnly(current.get()) : current.get();
       if (batch.numRows() > 0) return true;
     }
     return false;
+  }
+
+  /** {@code in}'s output columns, without the flags read after them. */
+  private ColumnarBatch outputOnly(ColumnarBatch in) {
+    ColumnVector[] columns = new ColumnVector[factory.output.length()];
+    for (int i = 0; i < columns.length; i++) columns[i] = in.column(i);
+    return new ColumnarBatch(columns, in.numRows());
   }
 
   private ColumnarBatch view(ColumnarBatch in) {
