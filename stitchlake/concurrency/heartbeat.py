@@ -3,7 +3,7 @@
 A writer refreshes ``.stitch/heartbeats/<instant>`` while it works; an inflight instant whose heartbeat has
 expired is a failed write that `stitch clean` / `stitch rollback --failed` may roll back. Why this shape:
 
-- The file holds JSON ``{instant, owner, host, pid, ts}`` written with `Storage.write_atomic`, so a reader
+- The file holds JSON ``{instant, owner, host, pid, ts, expire_s}`` written with `Storage.write_atomic`, so a reader
   sees a whole beat or the previous one, never a torn file.
 - Expiry uses ``ts`` *inside* the file, not the file's mtime, so it works on object stores (where mtime is
   the upload time, if available at all) and needs no extra metadata call. Like the lock, it assumes host
@@ -114,6 +114,8 @@ class Heartbeat:
             "pid": os.getpid(),
             "ts": ts,
         }
+        if self.expire_s is not None:
+            record["expire_s"] = self.expire_s  # its own config's: judges with a shorter one wait for it
         if process_bound:
             record.update(liveness.identity())
         self.storage.write_atomic(self.path, json.dumps(record, sort_keys=True).encode("utf-8"))
@@ -198,11 +200,14 @@ def last_beat(storage: Storage, instant: str) -> float | None:
 
 def is_expired(storage: Storage, instant: str, expire_s: float, now: float | None = None) -> bool:
     """Whether the writer of `instant` is presumed dead: no beat, its process gone from this host, or the last
-    beat older than `expire_s`."""
+    beat older than `expire_s`, or than the writer's own expiry where its beat records a longer one (two configs
+    of one table may differ: the writer's is the promise it keeps)."""
     record = read_beat(storage, instant)
     if record is None or liveness.gone(record):
         return True
-    return (time.time() if now is None else now) - float(record["ts"]) > expire_s
+    own = record.get("expire_s")
+    limit = max(expire_s, float(own)) if isinstance(own, int | float) else expire_s
+    return (time.time() if now is None else now) - float(record["ts"]) > limit
 
 
 def delete(storage: Storage, instant: str) -> bool:

@@ -96,6 +96,20 @@ def test_missing_means_expired_and_expiry_uses_ts_in_the_file(tmp_path: Path) ->
     assert heartbeat.list_beats(storage) == ["old", "torn"]
 
 
+def test_a_writer_is_judged_by_its_own_longer_expiry_not_a_shorter_one_of_another_config(tmp_path: Path) -> None:
+    """Two configs of one table may set different expiries (or a run uses the default): a writer promising to beat
+    within 300 s is not rolled back by a judge whose config says 30 s; a judge with a longer expiry keeps its own."""
+    storage = LocalStorage(str(tmp_path))
+    ts = Heartbeat(storage, INSTANT, interval_s=60, expire_s=300).beat()
+    assert json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/{INSTANT}"))["expire_s"] == 300
+    assert not heartbeat.is_expired(storage, INSTANT, expire_s=30, now=ts + 200)
+    assert heartbeat.is_expired(storage, INSTANT, expire_s=30, now=ts + 300.001)
+    assert not heartbeat.is_expired(storage, INSTANT, expire_s=900, now=ts + 800)
+    older = Heartbeat(storage, "older", interval_s=1).beat()  # no expiry of its own (as beats before it)
+    assert "expire_s" not in json.loads(storage.read_bytes(f"{HEARTBEATS_FOLDER}/older"))
+    assert heartbeat.is_expired(storage, "older", expire_s=2, now=older + 2.5)  # the judge's own then
+
+
 @pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", ".."])
 def test_instant_must_be_a_plain_name(tmp_path: Path, bad: str) -> None:
     storage = LocalStorage(str(tmp_path))
