@@ -105,9 +105,11 @@ def new_table(path: Path, log_format: str = "parquet", **document: Any) -> Table
 
 
 def open_table(path: Path) -> Table:
-    import stitchlake
+    """A benchmark table (Parquet logs) as its writers open it: by its config (a folder's handle only reads)."""
+    from stitchlake.api import Table
+    from stitchlake.config import parse_config
 
-    return stitchlake.open(str(path))
+    return Table(parse_config(workload.table_document(str(path)), file=str(path) + ".yaml", base=path.parent))
 
 
 # ---------------------------------------------------------------------------- in-process figures (children)
@@ -323,18 +325,19 @@ def measure_spark_query(data: str, tables: dict[str, str], runs: int) -> dict[st
 # -------------------------------------------------------------- Spark against its floor (issue 15), one session
 
 
-def spark_table(path: Path, landing: Path) -> Any:
-    """A new benchmark table whose streams read the workload's landing folders."""
+def spark_table(path: Path, landing: Path, existing: bool = False) -> Any:
+    """A new benchmark table whose streams read the workload's landing folders (`existing`: the one at `path`)."""
     from stitchlake.api import Table
     from stitchlake.config import parse_config
 
-    if path.exists():
+    if path.exists() and not existing:
         shutil.rmtree(path)
     document = workload.table_document(str(path))
     for stream, spec in document["streams"].items():
         spec["source"] = {"format": "parquet", "path": str(landing / stream)}
     table = Table(parse_config(document, file=str(path) + ".yaml", base=path.parent))
-    table.init()
+    if not existing:
+        table.init()
     return table
 
 

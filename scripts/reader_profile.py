@@ -139,9 +139,9 @@ def table(spark: Any, folder: Path, reuse: bool) -> Any:
         job.folder = work / "stitchlake"
         shutil.rmtree(job.folder, ignore_errors=True)
         shutil.copytree(kept, job.folder)
-        import stitchlake
+        from scripts.bench import spark_table
 
-        job.table = stitchlake.open(str(job.folder))
+        job.table = spark_table(job.folder, data / "landing", existing=True)
         show("uncompacted table restored from", str(kept))
         # What the ingest would have warmed: Spark SQL, its Parquet reader and writer.
         landing = peer_job.landing_batches(data)[0][1]

@@ -290,5 +290,6 @@ class Table(TableHandle):
 
 
 def open(target: str | os.PathLike[str] | TableConfig) -> Table:
-    """A table handle from a config file path, a table folder, or a TableConfig."""
+    """A table handle from a config file path, a table folder (read only: a folder carries none of the config's
+    runtime settings, such as the lock its writers share), or a TableConfig."""
     return open_table(target, Table)

@@ -146,10 +146,18 @@ _INGEST_FIELDS: list[output.Field] = [
     ("quarantine", "result.quarantine"),
     ("log files", "result.files"),
     ("bytes", "result.bytes"),
+    ("inline compaction", lambda run: _inline_compaction(run.result.compaction)),
     ("engine", "engine"),
     ("seconds", "seconds"),
     ("Spark log", "log"),
 ]
+
+
+def _inline_compaction(done: CompactionResult | None) -> str | None:
+    """The compaction an ingest ran after it (`compaction.inline`), in one line; None when none ran."""
+    if done is None:
+        return None
+    return f"{done.instant}: {done.file_groups} file group(s), {done.rows:,} rows"
 
 
 def stream_command(
@@ -314,7 +322,10 @@ def clean_command(
     done = ran.result
     paths = [*done.deleted, *done.orphans]
     result = ran.to_json()
-    result["deleted_files"] = len(done.deleted)
+    # A dry run deletes nothing: its count is what would go (a monitor summing `deleted_files` sees only deletes).
+    result["deleted_files"] = 0 if dry_run else len(done.deleted)
+    if dry_run:
+        result["would_delete_files"] = len(done.deleted)
     result["orphan_files"] = len(done.orphans)
     if not list_files:
         result.pop("deleted", None)
@@ -327,7 +338,7 @@ def clean_command(
         fields=[
             ("instant", "result.instant"),
             ("policy", "result.policy"),
-            ("deleted files", lambda run: len(run.result.deleted)),
+            ("would delete" if dry_run else "deleted files", lambda run: len(run.result.deleted)),
             ("orphans", lambda run: len(run.result.orphans)),
             ("finished", "result.finished"),
             ("rolled back", "result.rolled_back"),

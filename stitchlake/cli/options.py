@@ -26,7 +26,10 @@ ConfigOption = Annotated[
 TableOption = Annotated[
     str | None,
     typer.Option(
-        "--table", help="Table folder or URI (holding .stitch/table.json), instead of -c.", show_default=False
+        "--table",
+        help="Table folder or URI (holding .stitch/table.json), instead of -c; only to read: a command that changes "
+        "the table refuses it (its lock and other runtime settings are in the config).",
+        show_default=False,
     ),
 ]
 JsonOption = Annotated[

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from stitchlake.storage.registry import absolute, is_local, is_uri
+from stitchlake.storage.registry import absolute, is_local, is_uri, location_refusal
 from stitchlake.types import normalize_type
 
 from . import yaml_schema as schema
@@ -140,7 +140,11 @@ def _column_type(value: Any) -> str:
 
 
 def resolve_location(value: str, info: ValidationInfo) -> str:
-    """Relative paths resolve against the config's folder (the context's `base`); URLs are kept as written."""
+    """Relative paths resolve against the config's folder (the context's `base`); URLs are kept as written, and
+    one no storage serves is refused here, naming the YAML path, not when a command first reaches it."""
+    refusal = location_refusal(value)
+    if refusal is not None:
+        raise refuse(refusal)
     if is_uri(value):
         return value
     candidate = Path(value).expanduser()

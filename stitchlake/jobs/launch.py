@@ -165,6 +165,8 @@ def launch(
 
     runner = _runner(engine)
     spec = spec_of(request)
+    if not request.reads_only:
+        table.require_config()
     if spec.handler is None and not isinstance(runner, str):
         raise UsageError(f"the {request.job} job runs only as a spark-submit job: give engine='spark'")
     found = spec.preflight(table, request)

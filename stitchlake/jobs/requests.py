@@ -36,6 +36,8 @@ class JobRequest(Generic[R]):
 
     job: ClassVar[str] = ""
     metadata_only: ClassVar[bool] = False
+    #: Whether the job only reads the table (a table opened from its folder runs no other: `TableHandle.lock`).
+    reads_only: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job, **asdict(self)}
@@ -164,6 +166,7 @@ class SparkReadRequest(JobRequest["SparkReadResult"]):
     The read's choices are `stitch read`'s own (the local engine's), checked the same way before the JVM starts."""
 
     job: ClassVar[str] = "read"
+    reads_only: ClassVar[bool] = True
     mode: ReadMode = ReadMode.SNAPSHOT
     as_of: str | None = None
     since: str | None = None

@@ -125,11 +125,9 @@ def _ingest_claim(table: TableHandle, request: IngestRequest) -> Transaction:
 
 
 def _stream_preflight(table: TableHandle, request: StreamRequest) -> Preflight:
-    if table.config.stream(request.stream).source is None:
-        raise UsageError(
-            f"stream {request.stream} has no `source:` in the config; `stitch stream` follows it (a landing folder "
-            "or a Kafka topic)"
-        )
+    from stitchlake.services.writes.streaming import refuse_unfit_request
+
+    refuse_unfit_request(table, request.stream, request.files_per_trigger, request.records_per_trigger)
     return Preflight()
 
 

@@ -82,6 +82,8 @@ def _plan(table: TableHandle, options: ReadOptions) -> Scan:
         table_filter, on_changes = split_change_filter(filter)
         asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
         start = resolve_time(table, timeline, since, since=True)
+        if until is not None and start is not None and end is not None and start > end:
+            raise UsageError(f"since ({start}) is after until ({end}): a change read runs from since to until")
         wanted = wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns)
         pruning = prune(table.config, table_filter)
         ended = table

@@ -34,7 +34,7 @@ import pyspark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from stitchlake.errors import UsageError
-from stitchlake.services.writes.streaming import StreamCommit, StreamResult
+from stitchlake.services.writes.streaming import StreamCommit, StreamResult, refuse_unfit_request
 from stitchlake.spark.tables import open_for_spark
 
 try:  # admission control for Python streaming sources arrived in PySpark 4.2; batch reads and writes need 4.1
@@ -216,16 +216,10 @@ def run_stream(
     from stitchlake.spark.engine import SparkEngine
     from stitchlake.timeline.metadata import StreamBatch
 
+    refuse_unfit_request(table, request.stream, request.files_per_trigger, request.records_per_trigger)
     spec = table.config.stream(request.stream)
-    if spec.source is None:
-        raise UsageError(f"stream {request.stream} has no `source:` in the config; `stitch stream` reads it")
+    assert spec.source is not None
     kafka = spec.source.is_kafka
-    if kafka and request.files_per_trigger is not None:
-        raise UsageError(
-            f"stream {request.stream} reads a Kafka topic: use --records-per-trigger, not --files-per-trigger"
-        )
-    if not kafka and request.records_per_trigger is not None:
-        raise UsageError(f"stream {request.stream} reads landing files: use --files-per-trigger")
     spark.dataSource.register(KafkaOffsets if kafka else LandingFiles)
     interval = request.trigger_interval_s or spec.source.trigger_interval_s
     per_trigger = (

@@ -37,6 +37,9 @@ HINTS = {
     "s3a": "write s3:// (stitchlake reaches S3 itself, without Hadoop's s3a connector)",
     "s3n": "write s3://",
     "hdfs": "HDFS is not implemented; put the table on local or mounted disk, or on S3",
+    "gs": "Google Cloud Storage is not implemented; put the table on local or mounted disk, or on S3",
+    "abfs": "Azure storage is not implemented; put the table on local or mounted disk, or on S3",
+    "abfss": "Azure storage is not implemented; put the table on local or mounted disk, or on S3",
 }
 
 
@@ -84,19 +87,27 @@ def without_file_scheme(location: str) -> str:
     return text[len("file://") :] if _URI.match(text) else text[len("file:") :]
 
 
-def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:
-    """The storage backend for a location (a local path or a URI), with backend `options` (e.g. credentials)."""
+def location_refusal(uri: str) -> str | None:
+    """Why no storage serves a location (a scheme we do not reach, a URI with one slash), or None: asked when a
+    config is read, so the error names the YAML path, and again by `storage_for`."""
     scheme = scheme_of(uri)
     one_slash = None if scheme else _ONE_SLASH.match(str(uri))
     if one_slash:
         written = one_slash.group(1)
-        raise ConfigError(
+        return (
             f"{uri!r}: write {written}:// with two slashes (or a plain path): {written}:/ is not read as a URI, and "
             "a folder of that name is surely not meant"
         )
-    factory = BACKENDS.get(scheme)
-    if factory is None:
+    if scheme not in BACKENDS:
         known = ", ".join(sorted(f"{s}://" for s in BACKENDS if s)) + " and local paths"
         hint = f"; {HINTS[scheme]}" if scheme in HINTS else ""
-        raise ConfigError(f"{uri!r}: {scheme}:// is not a supported storage (supported: {known}){hint}")
-    return factory(str(uri), options or {})
+        return f"{uri!r}: {scheme}:// is not a supported storage (supported: {known}){hint}"
+    return None
+
+
+def storage_for(uri: str, options: Mapping[str, str] | None = None) -> Storage:
+    """The storage backend for a location (a local path or a URI), with backend `options` (e.g. credentials)."""
+    refusal = location_refusal(uri)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return BACKENDS[scheme_of(uri)](str(uri), options or {})

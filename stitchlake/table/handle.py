@@ -25,7 +25,7 @@ from stitchlake.config import (
     stored_schema,
 )
 from stitchlake.config.evolution import changes, names_ever_used, same_schema, with_schema
-from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError
+from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError, UsageError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
 from stitchlake.storage.registry import absolute
@@ -57,6 +57,8 @@ class TableHandle:
         self._history: list[SchemaVersion] = []
         self._origins: dict[str, tuple[int, Any]] | None = None
         self._routing: BucketLayout | None = None
+        #: Opened from its folder (`--table`, `stitchlake.open(folder)`): its config's runtime settings are unknown.
+        self.configless = False
 
     def __repr__(self) -> str:
         return f"Table({self.config.table.name!r} at {self.config.table.path!r})"
@@ -293,9 +295,23 @@ class TableHandle:
 
     # --------------------------------------------------------------------------------------- components
 
+    def require_config(self) -> None:
+        """Refuse (exit 2) to change a table opened from its folder: the lock its writers share, heartbeat expiry
+        and retention are in its config, and defaults in their place could write beside writers that lock elsewhere
+        or roll back a live one."""
+        if self.configless:
+            raise UsageError(
+                f"{self.path}: opened from its folder (--table, or stitchlake.open of a folder), which gives none "
+                "of its config's runtime settings (the lock its writers share, heartbeat expiry, retention), so it "
+                "is only read; name the table's config to change it (-c CONFIG.yaml, or stitchlake.open of the YAML)"
+            )
+
     def lock(self) -> TableLock:
-        """The table lock (short critical sections only; see `transaction`)."""
+        """The table lock (short critical sections only; see `transaction`). A table opened from its folder has
+        no lock settings: with the default lock it could write beside writers that lock elsewhere (ZooKeeper)."""
         from stitchlake.concurrency.providers import LockRequest, make_lock
+
+        self.require_config()
 
         return make_lock(self.storage, self.config.concurrency.lock, LockRequest(table_id=self.table_id))
 
@@ -351,7 +367,8 @@ def refuse_nesting(storage: Storage, path: str) -> None:
 
 
 def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = TableHandle) -> T:  # type: ignore[assignment]
-    """A Table from a config file, a table folder (with `.stitch/table.json`) or a TableConfig."""
+    """A Table from a config file, a table folder (with `.stitch/table.json`: read only, its runtime settings
+    being in its config) or a TableConfig."""
     if isinstance(target, TableConfig):
         return cls(target)
     path = Path(target)
@@ -365,6 +382,7 @@ def open_table(target: str | os.PathLike[str] | TableConfig, cls: type[T] = Tabl
         raise NotFoundError(f"{target}: neither a config file nor a stitchlake table (no {TABLE_JSON})") from None
     table = cls(config_from_schema(properties.schema, location), storage)
     table._properties = properties
+    table.configless = True
     return table
 
 

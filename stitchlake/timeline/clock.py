@@ -66,6 +66,10 @@ def parse_user_time(text: str) -> str:
     """Accept an instant time or an ISO-8601 timestamp (UTC unless it says otherwise) from a user."""
     text = text.strip()
     if is_time(text):
+        try:
+            to_millis(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a real time (yyyyMMddHHmmssSSS, UTC)") from None
         return text
     try:
         stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

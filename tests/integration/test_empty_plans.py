@@ -18,13 +18,14 @@ from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import RescalePlan, RestorePlan
 from tests.support.spark_fixtures import run_stitch
-from tests.support.tables import MODELS, batch, new_table
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
 
 ORDERS = MODELS[0]
 
 
 def filled(tmp_path: Path) -> Table:
     table = new_table(tmp_path, buckets=1)
+    write_table_yaml(tmp_path, {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "buckets": 1}})
     table.write("orders", batch(ORDERS, [{"k": k, "amount": k, "status": "a", "ots": 1} for k in range(6)]))
     return table
 
@@ -47,7 +48,7 @@ def test_an_empty_restore_plan_is_refused_not_finished(tmp_path: Path) -> None:
 
     with pytest.raises(CorruptFileError, match="pending instant file is empty"):
         table.timeline().plan(table.timeline().pending()[0])
-    done = run_stitch("rollback", "--table", table.path, "--failed", "--json")
+    done = run_stitch("rollback", "-c", str(tmp_path / "table.yaml"), "--failed", "--json")
     assert done.returncode == 1, done.stdout + done.stderr
     assert str(path.name) in done.stdout + done.stderr and "empty" in done.stdout + done.stderr
     assert "finished" not in done.stdout
@@ -59,7 +60,7 @@ def test_an_empty_rescale_plan_is_refused_and_writers_stay_fenced(tmp_path: Path
     table = filled(tmp_path)
     path = left_pending(table, Action.RESCALE, RescalePlan(buckets=4))
 
-    resumed = run_stitch("rescale", "--table", table.path, "--resume", "--json")
+    resumed = run_stitch("rescale", "-c", str(tmp_path / "table.yaml"), "--resume", "--json")
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr
     assert path.name in resumed.stdout + resumed.stderr and "0 partition" not in resumed.stdout
     with pytest.raises(CorruptFileError, match="pending instant file is empty"):

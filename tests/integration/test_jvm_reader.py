@@ -29,7 +29,7 @@ from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 from tests.support.jvm_session import JvmError, JvmSession, jvm_session
 from tests.support.spark_native_reader import decode
-from tests.support.tables import MODELS, THREE_STREAMS, batch, evolved_table, new_table
+from tests.support.tables import MODELS, THREE_STREAMS, batch, evolved_table, new_table, write_table_yaml
 
 #: Every test here starts a JVM (Spark or the merge harness).
 pytestmark = pytest.mark.spark
@@ -466,11 +466,13 @@ def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path
     import pyarrow.parquet as pq
 
     table = built(tmp_path)
+    config = write_table_yaml(tmp_path, {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "buckets": 2}})
     before = len(table.timeline().completed())
     jvm.run(
         "from pyspark.sql import Row\n"
         "frame = spark.createDataFrame([Row(k=500, p='even', amount=7, status='new', ots=1, op='I')])\n"
-        f"frame.write.format('stitchlake').option('stream', 'orders').mode('append').save({location(table)!r})\n"
+        f"frame.write.format('stitchlake').option('stream', 'orders').option('config', {str(config)!r})"
+        f".mode('append').save({location(table)!r})\n"
     )
     assert len(table.timeline().completed()) == before + 1
     want = expected(table)
@@ -486,7 +488,7 @@ def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path
     jvm.run(
         "source = spark.readStream.schema('k long, p string, amount long, status string, ots long, op string')"
         f".parquet({str(landing)!r})\n"
-        "query = source.writeStream.format('stitchlake').option('stream', 'orders')"
+        f"query = source.writeStream.format('stitchlake').option('stream', 'orders').option('config', {str(config)!r})"
         f".option('checkpointLocation', {str(tmp_path / 'checkpoint')!r}).trigger(availableNow=True)"
         f".start({location(table)!r})\n"
         "query.awaitTermination()"

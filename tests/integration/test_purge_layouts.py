@@ -25,7 +25,7 @@ from stitchlake.errors import UsageError
 from stitchlake.layout.bucket import bucket_of
 from tests.support.s3_server import Place
 from tests.support.spark_fixtures import run_stitch
-from tests.support.tables import THREE_STREAMS, new_table, partition_of
+from tests.support.tables import THREE_STREAMS, new_table, partition_of, write_table_yaml
 
 KEYS = 48
 
@@ -125,7 +125,10 @@ def test_purge_after_a_rescale_reaches_every_layout_in_history(place: Place, par
         if place.backend == "local" and count == 0:
             keys_file = place.root / "erase.csv"
             keys_file.write_text(f"k\n{key}\n")
-            done = run_stitch("delete", "--table", place.table, "--keys", str(keys_file), "--purge", "--json")
+            config = write_table_yaml(
+                place.root, {**document, "table": {**document["table"], "path": place.table, "buckets": 4}}
+            )
+            done = run_stitch("delete", "-c", str(config), "--keys", str(keys_file), "--purge", "--json")
             assert done.returncode == 0, done.stderr
             assert json.loads(done.stdout)["erased_keys"] == 1
         else:

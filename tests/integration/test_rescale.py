@@ -207,7 +207,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     assert archived.archived and table.timeline().get(again.instant) is None
     checkpoint = load_checkpoint(table.storage)
     assert checkpoint is not None and [r.requested for r in checkpoint.rescales][-1] == again.instant
-    reopened = stitchlake.open(place.table)
+    reopened = Table(config(place.root, document, path=place.table, buckets=3))
     assert as_rows(reopened.read()) == more.expected()
     assert reopened.status().timeline.buckets == 3
     late = reopened.write("orders", orders_batch([5, 6, 7]))

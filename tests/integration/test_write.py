@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.support.tables import as_rows, batch, new_table
+from tests.support.tables import THREE_STREAMS, as_rows, batch, new_table, write_table_yaml
 from tests.unit.test_write import ORDERS, orders_rows
 
 CRASHING_WRITER = textwrap.dedent(
@@ -56,6 +56,7 @@ CRASHING_WRITER = textwrap.dedent(
 def test_a_hard_crash_leaves_a_pending_instant_whose_files_reads_ignore(tmp_path: Path) -> None:
     table = new_table(tmp_path, buckets=4)
     root = Path(table.path)
+    config = write_table_yaml(tmp_path, {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "buckets": 4}})
     table.write("orders", batch(ORDERS, orders_rows(range(0, 20, 3))))
     before = as_rows(table.read())
     first = table.timeline().latest_completed()
@@ -64,7 +65,7 @@ def test_a_hard_crash_leaves_a_pending_instant_whose_files_reads_ignore(tmp_path
     script = tmp_path / "crash.py"
     script.write_text(CRASHING_WRITER)
     done = subprocess.run(
-        [sys.executable, str(script), str(root)], capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, str(script), str(config)], capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 1, done.stderr
 

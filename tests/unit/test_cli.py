@@ -254,6 +254,68 @@ def test_table_must_be_named_exactly_once(config_file: Path, table: Table) -> No
     assert "use -c" in config_as_table.stderr
 
 
+def test_a_table_named_by_its_folder_is_only_read(written: tuple[Table, list[Any]], tmp_path: Path) -> None:
+    """The folder gives none of the config's runtime settings: with defaults in their place a command could lock
+    where the table's writers do not (ZooKeeper), keep less history than the config asks, or judge a live writer
+    with a shorter heartbeat expiry. So `--table`, `stitchlake.open(folder)` and a Spark write without a config
+    read, and every change is refused (exit 2) before anything is done; the config does the same change."""
+    from stitchlake.errors import UsageError
+    from stitchlake.spark.write import StitchWriter
+
+    table, _ = written
+    instants = table.timeline().instants
+    for command in (
+        ["compact"],
+        ["clean", "--dry-run"],
+        ["rollback", "--failed"],
+        ["archive"],
+        ["savepoint", "create", "--name", "x"],
+    ):
+        refused = run(*command, "--table", table.path, "--json")
+        assert refused.exit_code == 2, (command, refused.output)
+        assert "opened from its folder" in json.loads(refused.stdout)["error"], command
+    folder = stitchlake.open(table.path)
+    with pytest.raises(UsageError, match="opened from its folder"):
+        folder.write("orders", batch(ORDERS, [{"k": 9, "amount": 1, "status": "x", "ots": 2}]))
+    with pytest.raises(UsageError, match="opened from its folder"):
+        StitchWriter({"path": table.path, "stream": "orders"})
+    assert table.timeline().instants == instants, "nothing was claimed or written"
+    assert folder.read().num_rows == 4 and run("read", "--table", table.path).exit_code == 0
+    done = run("compact", "-c", str(tmp_path / "table.yaml"), "--json")
+    assert done.exit_code == 0, done.output
+
+
+def test_stream_refuses_the_other_sources_trigger_option_before_any_jvm(tmp_path: Path) -> None:
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
+    config = write_table_yaml(tmp_path, document)
+    stitchlake.open(config).init()
+    refused = run("stream", "-c", str(config), "--stream", "orders", "--records-per-trigger", "5", "--json")
+    assert refused.exit_code == 2, refused.output
+    assert "reads landing files: use --files-per-trigger" in json.loads(refused.stdout)["error"]
+    assert "spark-submit" not in refused.output and "Spark log" not in refused.output
+
+
+def test_an_ingest_says_which_compaction_it_ran_inline(tmp_path: Path) -> None:
+    """A cron log shows the inline compaction (`compaction.inline`) as the summary's own line, not only in --json."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
+    document["compaction"] = {"inline": True, "after_delta_commits": 1}
+    config = write_table_yaml(tmp_path, document)
+    table = stitchlake.open(config)
+    table.init()
+    (tmp_path / "landing" / "orders").mkdir(parents=True)
+    rows = [{"k": k, "amount": k, "status": "new", "ots": 1} for k in (1, 2, 3)]
+    pq.write_table(batch(ORDERS, rows), tmp_path / "landing" / "orders" / "0001.parquet")
+    shown = run("ingest", "-c", str(config), "--stream", "orders", "--engine", "local")
+    assert shown.exit_code == 0, shown.output
+    compactions = table.timeline().completed([Action.COMPACTION])
+    assert len(compactions) == 1
+    assert re.search(rf"inline compaction\W+{compactions[0].requested}: \d+ file group\(s\), 3 rows", shown.stdout), (
+        shown.stdout
+    )
+
+
 def test_commands_refuse_a_table_that_was_never_created(config_file: Path) -> None:
     result = run("timeline", "show", "-c", str(config_file))
     assert result.exit_code == 2
@@ -606,6 +668,13 @@ def test_read_as_of_and_since(written: tuple[Table, list[Any]], config_file: Pat
     changes = by_key(records(*target, "--since", results[1].completed))
     assert changes == by_key(table.read(since=results[1].completed).to_pylist())
     assert sorted(changes) == [3] and changes[3]["_op"] == "U"
+
+    # A range the wrong way round, or a time no calendar has, is refused rather than read as empty or as now.
+    reversed_range = run("read", *target, "--since", results[2].completed, "--until", results[0].completed)
+    assert reversed_range.exit_code == 2 and "is after until" in reversed_range.stderr, reversed_range.output
+    month_13 = run("read", *target, "--as-of", "20261301000000000")
+    assert month_13.exit_code == 2 and "not a real time" in month_13.stderr, month_13.output
+    assert by_key(records(*target, "--since", "2099-01-01")) == {}  # a later since alone: nothing new yet
 
 
 def test_read_out_files_hold_the_whole_result(

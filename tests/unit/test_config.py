@@ -246,6 +246,18 @@ BAD_CASES: list[tuple[str, Mutation, list[str]]] = [
         _set("streams|orders|source", {"format": "parquet", "path": "landing", "options": {"delimiter": ";"}}),
         ["streams.orders.source.options.delimiter", "parquet takes none"],
     ),
+    # A location no storage serves is refused when the config is read (`stitch validate` too), at its YAML path.
+    (
+        "landing_folder_on_s3a",
+        _set("streams|orders|source", {"format": "parquet", "path": "s3a://bucket/landing"}),
+        ["streams.orders.source.path", "s3a:// is not a supported storage", "write s3://"],
+    ),
+    ("table_on_hdfs", _set("table|path", "hdfs://nn/warehouse/t"), ["table.path", "HDFS is not implemented"]),
+    (
+        "publish_to_gcs",
+        _set("publish", {"formats": ["delta"], "location": "gs://bucket/published"}),
+        ["publish.location", "Google Cloud Storage is not implemented"],
+    ),
     (
         "csv_delimiter_of_two_characters",
         _set("streams|orders|source", {"format": "csv", "path": "landing", "options": {"delimiter": ";;"}}),

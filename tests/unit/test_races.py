@@ -30,7 +30,7 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, RollbackPlan
 from stitchlake.writing.batch import prepare
 from stitchlake.writing.writer import write, write_file_groups
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
 
 FAST = copy.deepcopy(THREE_STREAMS)
 FAST["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
@@ -168,7 +168,9 @@ def test_a_failure_right_after_the_publish_leaves_the_commit_standing(
 
 
 def _spark_writer(table: Any, instant: str) -> StitchWriter:
-    return StitchWriter({"path": table.path, "stream": "orders", "instant": instant})
+    """A writer of `table` (made of FAST) as a Spark job opens it: by its config, which holds its lock settings."""
+    config = write_table_yaml(Path(table.path).parent, FAST, name="writer.yaml")
+    return StitchWriter({"path": table.path, "config": str(config), "stream": "orders", "instant": instant})
 
 
 def _table_with_one_landing_file(tmp_path: Path) -> Any:

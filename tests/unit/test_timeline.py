@@ -83,6 +83,9 @@ def test_parse_user_time() -> None:
     assert parse_user_time("2026-11-21") == "20261121000000000"
     with pytest.raises(ValueError, match="neither an instant time"):
         parse_user_time("yesterday")
+    for impossible in ("20261301000000000", "99999999999999999", "20260230120000000"):  # month 13, Feb 30
+        with pytest.raises(ValueError, match="not a real time"):
+            parse_user_time(impossible)
 
 
 # ------------------------------------------------------------------------------------------ file names

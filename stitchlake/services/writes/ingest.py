@@ -116,7 +116,10 @@ def pending_files(
     """
     spec = table.config.stream(stream)
     if spec.source is None:
-        raise UsageError(f"stream {stream} has no `source:` in the config; add one (format and path) or pass --source")
+        given = (
+            " (--source / paths replace the folder of a `source:`, whose format says how to read them)" if paths else ""
+        )
+        raise UsageError(f"stream {stream} has no `source:` in the config; add one (format and path){given}")
     done = consumed(table, table.timeline(), stream)
     found = discover(spec.source, paths, table.storage_options)
     changed = [f for f in found if f.name in done and changed_since(done[f.name], f)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import ConflictError
+from stitchlake.errors import ConflictError, UsageError
 from stitchlake.table.guards import refuse_if_stream_busy
 from stitchlake.table.transaction import ConflictCheck, Transaction
 from stitchlake.timeline.instant import Action, Instant
@@ -24,6 +24,23 @@ from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
+
+
+def refuse_unfit_request(
+    table: TableHandle, stream: str, files_per_trigger: int | None, records_per_trigger: int | None
+) -> None:
+    """A `stitch stream` request its stream cannot follow (exit 2), checked before any JVM starts: no `source:`, or
+    the other kind of source's per-trigger option."""
+    source = table.config.stream(stream).source
+    if source is None:
+        raise UsageError(
+            f"stream {stream} has no `source:` in the config; `stitch stream` follows it (a landing folder or a "
+            "Kafka topic)"
+        )
+    if source.is_kafka and files_per_trigger is not None:
+        raise UsageError(f"stream {stream} reads a Kafka topic: use --records-per-trigger, not --files-per-trigger")
+    if not source.is_kafka and records_per_trigger is not None:
+        raise UsageError(f"stream {stream} reads landing files: use --files-per-trigger, not --records-per-trigger")
 
 
 @dataclass
