@@ -65,7 +65,7 @@ def rollback_command(
 
     if sum((instant is not None, failed, stream is not None)) != 1:
         raise UsageError("give exactly one of --instant T, --stream S or --failed")
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     request = RollbackRequest(instant, failed, stream)
     ran = launch_job(handle, request, engine)
     fields = [
@@ -92,7 +92,7 @@ def savepoint_create_command(
     """Pin the table's state as of a completed instant against cleaning."""
     from stitchlake.jobs.requests import SavepointRequest
 
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     request = SavepointRequest(SavepointAction.CREATE, name=name, instant=instant)
     ran = launch_job(handle, request, engine)
     pinned = ran.result
@@ -141,7 +141,7 @@ def savepoint_delete_command(
     """Unpin a savepoint (its files become cleanable)."""
     from stitchlake.jobs.requests import SavepointRequest
 
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     request = SavepointRequest(SavepointAction.DELETE, savepoint=name)
     ran = launch_job(handle, request, engine)
     return Report(ran.to_json(), message=f"deleted savepoint {name}")
@@ -163,7 +163,7 @@ def savepoint_restore_command(
     """
     from stitchlake.jobs.requests import RestoreRequest
 
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     request = RestoreRequest(name, force)
     ran = launch_job(handle, request, engine)
     message = output.with_published(ran.result.message, ran.result.published)
@@ -197,7 +197,7 @@ def archive_command(
     """Move old completed instants to the archive (keeps the active timeline short)."""
     from stitchlake.jobs.requests import ArchiveRequest
 
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     request = ArchiveRequest(keep)
     ran = launch_job(handle, request, engine)
     fields = [("archived", "result.archived"), ("horizon", "result.horizon"), ("active", "result.kept")]

@@ -107,7 +107,7 @@ def _ingest(
     engine: EngineChoice,
     kafka: tuple[int | None, str | None] = (None, None),
 ) -> Report:
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     spec = handle.config.stream(stream)
     request = IngestRequest(
         stream,
@@ -196,7 +196,7 @@ def stream_command(
     Each micro-batch is an ingest of the files or records that arrived, exactly once; SIGTERM or Ctrl-C stops it
     after the running batch (exit 0).
     """
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     request = StreamRequest(
         stream,
         files_per_trigger=files_per_trigger,
@@ -259,7 +259,7 @@ def _compact(
     strategy: str | None,
     engine: EngineChoice,
 ) -> Report:
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     with progress_display("compact") as progress:
         result = launch.compact(
             handle,
@@ -317,15 +317,15 @@ def clean_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Roll back failed writes and delete file slices outside the retention (never savepointed files)."""
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     ran = launch_job(handle, CleanRequest(policy, retain, dry_run), engine)
     done = ran.result
     paths = [*done.deleted, *done.orphans]
     result = ran.to_json()
     # A dry run deletes nothing: its count is what would go (a monitor summing `deleted_files` sees only deletes).
     result["deleted_files"] = 0 if dry_run else len(done.deleted)
-    if dry_run:
-        result["would_delete_files"] = len(done.deleted)
+    if dry_run:  # as its message: the slices' files and the orphans (`rolled_back`: what it would roll back)
+        result["would_delete_files"] = len(done.deleted) + len(done.orphans)
     result["orphan_files"] = len(done.orphans)
     if not list_files:
         result.pop("deleted", None)
@@ -370,7 +370,7 @@ def delete_command(
 
 
 def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engine: EngineChoice) -> Report:
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     ran = launch_job(handle, EraseRequest(_location(keys), purge), engine)
     done = ran.result
     message = f"erased {done.erased_keys} of {done.requested_keys} key(s)"
@@ -405,7 +405,7 @@ def publish_command(
     from stitchlake.jobs.results import plain
     from stitchlake.services.publish import parse_format, publish_each
 
-    handle = open_target(config, table)
+    handle = open_target(config, table, changes=True)
     # Every format named is checked before any is published: a typo publishes nothing.
     chosen = list(dict.fromkeys([parse_format(f) for f in formats] if formats else handle.config.publish.formats))
     if not chosen:

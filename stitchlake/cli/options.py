@@ -122,11 +122,12 @@ OutOption = Annotated[
 ]
 
 
-def open_target(config: Path | None, table: str | None, *, must_exist: bool = True) -> Table:
+def open_target(config: Path | None, table: str | None, *, must_exist: bool = True, changes: bool = False) -> Table:
     """The table named by `-c/--config` or `--table` (exactly one; UsageError, exit 2, otherwise).
 
     With `must_exist` (the default) the table must have been created and the config must agree with its
-    stored properties (NotFoundError / ConfigError, exit 2), so commands never work on a wrong table.
+    stored properties (NotFoundError / ConfigError, exit 2), so commands never work on a wrong table. A command
+    that `changes` the table refuses `--table` (exit 2): the folder holds none of the config's runtime settings.
     """
     if (config is None) == (table is None):
         raise UsageError("name the table with either -c/--config CONFIG.yaml or --table PATH (exactly one)")
@@ -143,6 +144,8 @@ def open_target(config: Path | None, table: str | None, *, must_exist: bool = Tr
         if Path(table).is_file():
             raise UsageError(f"--table {table}: is a file; --table takes a table folder (use -c for a config file)")
         handle = open_table(table, Table)
+        if changes:  # refused before anything is read or planned, whether there would be anything to do or not
+            handle.require_config()
     if must_exist:
         handle.require()
     return handle

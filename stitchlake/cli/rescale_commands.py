@@ -49,7 +49,7 @@ def rescale_command(
     A whole-table rescale changes the table's count: set `buckets: N` in the config, before (then this command
     takes it) or after; other commands refuse a config with another count.
     """
-    handle = open_target(config, table, must_exist=False)
+    handle = open_target(config, table, must_exist=False, changes=True)
     said = handle.config.table.buckets  # what the YAML says: no reminder to edit it when it has the new count
     with progress_display("rescale") as progress:
         runs = launch.rescale(

@@ -217,7 +217,8 @@ def report_command(
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: folder {out.parent} does not exist")
     handle = open_target(config, table)
-    target = f"-c {shlex.quote(str(config))}" if config is not None else f"--table {shlex.quote(str(table))}"
+    # The commands it suggests change the table, which `--table` cannot: they name a config.
+    target = f"-c {shlex.quote(str(config))}" if config is not None else "-c CONFIG.yaml"
     made = report(handle, target, progress=lambda step: printing.hint(f"report: {step}"))
     temp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:

@@ -61,7 +61,14 @@ def choose_engine(
     if choice is not EngineChoice.auto:
         return choice
     limit = table.config.spark.auto_local_max_mb * 1024 * 1024
+    if not request.reads_only and not spark_can_open(table):
+        return EngineChoice.local  # its driver could not open the table with this config (`target_args`)
     return EngineChoice.local if work_bytes <= limit else EngineChoice.spark
+
+
+def spark_can_open(table: TableHandle) -> bool:
+    """Whether a spark-submit driver opens the table with this handle's config: its file is on disk."""
+    return bool(table.config.source_file) and Path(str(table.config.source_file)).is_file()
 
 
 def with_retries(retries: int, attempt: Callable[[], T], on_retry: Progress = None) -> tuple[T, int]:
@@ -81,10 +88,18 @@ def with_retries(retries: int, attempt: Callable[[], T], on_retry: Progress = No
     raise AssertionError("unreachable")
 
 
-def target_args(table: TableHandle) -> list[str]:
-    """How the spark-submit job names the table: the same config file, or the table's location."""
-    if table.config.source_file and Path(table.config.source_file).is_file():
-        return ["--config", str(Path(table.config.source_file).resolve())]
+def target_args(table: TableHandle, request: JobRequest[Any]) -> list[str]:
+    """How the spark-submit job names the table: the same config file, or (a job that only reads) the table's
+    location. A job that changes the table needs the file: its driver takes the lock, heartbeat and retention
+    settings from it, and a config built in memory (secrets expanded) is not written out for it."""
+    if spark_can_open(table):
+        return ["--config", str(Path(str(table.config.source_file)).resolve())]
+    if not request.reads_only:
+        raise UsageError(
+            f"a spark-submit {request.job} job of {table.path} opens the table from its config file, but this "
+            "handle's config has none on disk (built in memory): open the table from its YAML, or run the job in "
+            "this process (engine='local')"
+        )
     return ["--table", table.path]
 
 
@@ -112,7 +127,7 @@ def execute(
         elif engine is EngineChoice.spark:
             from stitchlake.jobs.spark_submit import run_job
 
-            submitted = run_job(table, request, target_args(table), progress, graceful_stop_s)
+            submitted = run_job(table, request, target_args(table, request), progress, graceful_stop_s)
             ran = JobRun(request.job, submitted.result, "spark", job_seconds=submitted.job_seconds)
             ran.log = str(submitted.log)
         else:
@@ -175,6 +190,8 @@ def launch(
     if not isinstance(runner, str):
         return execute(table, request, runner, progress=progress)
     chosen = EngineChoice.spark if spec.handler is None else choose_engine(table, request, runner, found.work)
+    if chosen is EngineChoice.spark:
+        target_args(table, request)  # a job its driver could not open is refused before any claim
     taken = spec.claim(table, request) if spec.claim is not None and chosen is EngineChoice.spark else None
     try:
         if taken is not None:
@@ -209,6 +226,8 @@ def compact(
     from stitchlake.services.rewrites import compaction
 
     runner = _runner(engine)
+    if runner is EngineChoice.spark and not schedule_only:
+        target_args(table, CompactRequest())  # a job its driver could not open: refused before a plan is written
     if schedule_only and run_only:
         raise UsageError("--schedule and --run together is plain `stitch compact`; give one or neither")
     if instant and not run_only:
@@ -303,6 +322,8 @@ def rescale(
     from stitchlake.services.rewrites import rescale as rescales
 
     runner = _runner(engine)
+    if runner is EngineChoice.spark:
+        target_args(table, RescaleRequest())  # refused before a plan is written, as a compaction is
     if resume and (buckets is not None or partitions):
         raise UsageError("--resume runs a pending rescale as planned; it takes no --buckets or --partition")
     if not resume and buckets is None:

@@ -24,7 +24,7 @@ from stitchlake.reading.changes import (
 from stitchlake.reading.filters import prune
 from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.scan import Scan
-from stitchlake.reading.snapshot import read_mode, resolve_time, snapshot_scan, wanted_columns
+from stitchlake.reading.snapshot import read_mode, refuse_reversed_range, resolve_time, snapshot_scan, wanted_columns
 from stitchlake.table.guards import undoes_history
 from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
@@ -82,8 +82,8 @@ def _plan(table: TableHandle, options: ReadOptions) -> Scan:
         table_filter, on_changes = split_change_filter(filter)
         asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)
         start = resolve_time(table, timeline, since, since=True)
-        if until is not None and start is not None and end is not None and start > end:
-            raise UsageError(f"since ({start}) is after until ({end}): a change read runs from since to until")
+        if until is not None:
+            refuse_reversed_range(start, end)
         wanted = wanted_columns(table.config, [c for c in columns if c not in CHANGE_COLUMNS] if columns else columns)
         pruning = prune(table.config, table_filter)
         ended = table

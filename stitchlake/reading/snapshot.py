@@ -40,6 +40,12 @@ def read_mode(mode: str) -> ReadMode:
 # ------------------------------------------------------------------------------------------------ planning
 
 
+def refuse_reversed_range(start: str | None, end: str | None) -> None:
+    """A change read whose resolved `since` is after the `until` it was given (exit 2), rather than no rows."""
+    if start is not None and end is not None and start > end:
+        raise UsageError(f"since ({start}) is after until ({end}): a change read runs from since to until")
+
+
 def resolve_time(table: TableHandle, timeline: Timeline, value: str | None, *, since: bool = False) -> str | None:
     """An `as_of`/`since`/`until` (an instant id, an instant time, an ISO timestamp or a savepoint name) as the
     completion time it stands for (design.md §7).

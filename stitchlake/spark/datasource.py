@@ -10,10 +10,12 @@ and each task merges one slice with `read.read_slice`; each writer task writes i
 
     stitchlake.spark.session.register(spark)        # `stitchlake_python`, and `stitchlake` without the jar
     spark.read.format("stitchlake").load("/path/to/table")
-    df.write.format("stitchlake").option("stream", "orders").mode("append").save("/path/to/table")
-    df.writeStream.format("stitchlake").option("stream", "orders").option("checkpointLocation", ck).start(path)
+    df.write.format("stitchlake").option("stream", "orders").option("config", "table.yaml").mode("append").save()
+    df.writeStream.format("stitchlake").option("stream", "orders").option("config", cfg)
+        .option("checkpointLocation", ck).start()
 
-Options: `config` (a YAML config, for the lock provider and other runtime settings), `as_of`, `mode`
+Options: `config` (a YAML config, for the lock provider and other runtime settings; writes need it, a read of
+the path alone uses the table's stored schema), `as_of`, `mode`
 (snapshot | read_optimized) for reads; `stream` (required), `instant` (an instant already begun by the
 caller, e.g. `stitch ingest`; batch writes only) and `metadata` (a JSON object kept in each commit's `extra`) for
 writes. Reading is `spark/read.py`, writing `spark/write.py`.

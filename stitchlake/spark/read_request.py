@@ -24,7 +24,7 @@ class ReadRequest:
     read (`since`, `until`; `until` fixed here so every task diffs the same two states whatever commits meanwhile)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        from stitchlake.reading.snapshot import read_mode, resolve_time
+        from stitchlake.reading.snapshot import read_mode, refuse_reversed_range, resolve_time
         from stitchlake.spark.tables import open_for_spark
 
         self.mode = read_mode(options.get("mode", ReadMode.SNAPSHOT))
@@ -50,6 +50,7 @@ class ReadRequest:
         if self.changes:
             end = resolve_time(table, timeline, until)
             self.since = resolve_time(table, timeline, since, since=True)
+            refuse_reversed_range(self.since, end)
             latest = timeline.latest_completed()
             self.until = end if end is not None else (latest.completed if latest else None)
             self.table: Table = table.at_time(end)

@@ -23,7 +23,10 @@ def open_for_spark(options: dict[str, str]) -> Table:
     if not path:
         from stitchlake.errors import UsageError
 
-        raise UsageError("the stitchlake data source needs a table path: .load(path) / .save(path)")
+        raise UsageError(
+            "the stitchlake data source needs a table path (.load(path)), or for a write its config "
+            "(.option('config', ...))"
+        )
     return open_table(path)
 
 

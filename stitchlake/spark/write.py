@@ -52,6 +52,7 @@ class _Target:
         if not stream:
             raise UsageError("writing to stitchlake needs .option('stream', <name>)")
         self.table = open_for_spark(options)
+        self.table.require_config()  # on the driver, before a task runs: a write names the table's config
         self.table.require()
         self.table.config.stream(stream)
         self.stream = stream

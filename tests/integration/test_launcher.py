@@ -84,7 +84,6 @@ def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private
     import tempfile
 
     from stitchlake.api import open as open_table
-    from stitchlake.jobs.launch import target_args
     from stitchlake.jobs.requests import IngestRequest
 
     table = open_table(_config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}))
@@ -94,6 +93,6 @@ def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private
     missing = tmp_path / "no-spark" / "spark-submit"
     monkeypatch.setattr(spark_submit, "spark_submit", lambda: str(missing))
     with pytest.raises(StitchError, match="could not start spark-submit") as raised:
-        spark_submit.run_job(table, IngestRequest(stream="orders"), target_args(table))
+        spark_submit.run_job(table, IngestRequest(stream="orders"), ["--table", table.path])
     assert str(missing) in str(raised.value) and "SPARK_HOME" in str(raised.value)
     assert list(private.iterdir()) == [], "a private file of the launch was left behind"

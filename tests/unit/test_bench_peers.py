@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -43,6 +45,13 @@ def test_the_memory_of_a_job_leaves_out_the_new_sessions_reader_it_started() -> 
     reader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", FRESH_READ])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--something-else"])
     try:
+        # A child shows its own command line only once it has exec'd (until then, this process's): wait for that.
+        for child, marker in ((reader, FRESH_READ), (other, "--something-else")):
+            cmdline = Path(f"/proc/{child.pid}/cmdline")
+            deadline = time.monotonic() + 120
+            while marker.encode() not in cmdline.read_bytes():
+                assert time.monotonic() < deadline, f"{child.args} did not start"
+                time.sleep(0.01)
         every = process_tree(os.getpid())
         kept = process_tree(os.getpid(), leave_out=FRESH_READ)
         assert reader.pid in every and other.pid in every

@@ -270,6 +270,8 @@ def test_a_table_named_by_its_folder_is_only_read(written: tuple[Table, list[Any
         ["rollback", "--failed"],
         ["archive"],
         ["savepoint", "create", "--name", "x"],
+        ["compact", "--run"],  # with nothing pending: refused all the same
+        ["rescale", "--resume"],
     ):
         refused = run(*command, "--table", table.path, "--json")
         assert refused.exit_code == 2, (command, refused.output)
@@ -277,12 +279,35 @@ def test_a_table_named_by_its_folder_is_only_read(written: tuple[Table, list[Any
     folder = stitchlake.open(table.path)
     with pytest.raises(UsageError, match="opened from its folder"):
         folder.write("orders", batch(ORDERS, [{"k": 9, "amount": 1, "status": "x", "ots": 2}]))
-    with pytest.raises(UsageError, match="opened from its folder"):
-        StitchWriter({"path": table.path, "stream": "orders"})
+    for options in ({}, {"instant": "20261201000000000"}):  # a write the caller began too: refused on the driver
+        with pytest.raises(UsageError, match="opened from its folder"):
+            StitchWriter({"path": table.path, "stream": "orders", **options})
     assert table.timeline().instants == instants, "nothing was claimed or written"
     assert folder.read().num_rows == 4 and run("read", "--table", table.path).exit_code == 0
     done = run("compact", "-c", str(tmp_path / "table.yaml"), "--json")
     assert done.exit_code == 0, done.output
+
+
+def test_a_spark_job_that_changes_the_table_needs_its_config_file(written: tuple[Table, list[Any]]) -> None:
+    """A spark-submit driver opens the table from the config file; a config built in memory has none, so such a
+    job is refused before anything is claimed (`auto` runs it in this process instead); a read may name the path."""
+    from stitchlake.errors import UsageError
+    from stitchlake.jobs.launch import choose_engine, target_args
+    from stitchlake.jobs.requests import CompactRequest, SparkReadRequest
+    from stitchlake.vocabulary import EngineChoice
+
+    table, _ = written
+    in_memory = Table(table.config.model_copy(update={"source_file": None}))
+    assert target_args(table, CompactRequest())[0] == "--config"
+    with pytest.raises(UsageError, match="has none on disk"):
+        target_args(in_memory, CompactRequest())
+    assert target_args(in_memory, SparkReadRequest()) == ["--table", table.path]
+    assert choose_engine(in_memory, CompactRequest(), EngineChoice.auto, 10**12) is EngineChoice.local
+    assert choose_engine(table, CompactRequest(), EngineChoice.auto, 10**12) is EngineChoice.spark
+    instants = table.timeline().instants
+    with pytest.raises(UsageError, match="has none on disk"):
+        in_memory.compact(engine="spark")
+    assert table.timeline().instants == instants
 
 
 def test_stream_refuses_the_other_sources_trigger_option_before_any_jvm(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import stitchlake
 from stitchlake.config import parse_config
 from stitchlake.errors import ConfigError, StitchError
 from stitchlake.jobs.launch import target_args
+from stitchlake.jobs.requests import IngestRequest
 from stitchlake.jobs.spark_submit import JobFiles, build_argv, spark_properties, write_properties
 from stitchlake.storage import LocalStorage
 from tests.integration.test_security import BASE, HOSTILE, SECRET, process_calls, shell_problems
@@ -56,7 +57,7 @@ def test_spark_submit_argv_keeps_hostile_config_values_whole(tmp_path: Path) -> 
     files = JobFiles(
         tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "request.json"
     )
-    argv = build_argv(table.config, "ingest", target_args(table), files)
+    argv = build_argv(table.config, "ingest", target_args(table, IngestRequest(stream="orders")), files)
     assert isinstance(argv, list) and all(isinstance(part, str) for part in argv)
     assert argv[argv.index("--master") + 1] == master
     assert argv[argv.index("--config") + 1] == str((folder / "table.yaml").resolve())
@@ -97,7 +98,7 @@ def test_executors_on_a_cluster_get_the_kafka_secrets_by_name_in_the_private_fil
     assert all(redaction.search(key) for key in forwarded)
     assert redaction.search("spark.hadoop.fs.s3a.secret.key"), "Spark's own default is kept"
     files = JobFiles(tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "r.json")
-    argv = build_argv(table.config, "ingest", target_args(table), files)
+    argv = build_argv(table.config, "ingest", target_args(table, IngestRequest(stream="orders")), files)
     assert not [part for part in argv if "S3cr3t" in part]
     write_properties(files.properties, properties)
     assert files.properties.stat().st_mode & 0o777 == 0o600
