@@ -183,13 +183,7 @@ def archive_command(
     config: ConfigOption = None,
     table: TableOption = None,
     keep: Annotated[
-        int | None,
-        typer.Option(
-            "--keep",
-            min=1,
-            help="Instants to keep active, for this run (default: archive.keep_instants, which as a standing setting "
-            "is at least 10).",
-        ),
+        int | None, typer.Option("--keep", min=1, help="Instants to keep active (default: archive.keep_instants).")
     ] = None,
     engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,

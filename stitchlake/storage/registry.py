@@ -32,14 +32,14 @@ def _s3(uri: str, options: Mapping[str, str]) -> Storage:
 
 
 BACKENDS: dict[str, Factory] = {"": _local, "file": _local, "s3": _s3}
+#: What to put a table on instead of a store stitchlake does not reach.
+_ELSEWHERE = "is not implemented; put the table on local or mounted disk, or on S3"
 #: Schemes people write for stores we reach another way, with what to write instead.
 HINTS = {
     "s3a": "write s3:// (stitchlake reaches S3 itself, without Hadoop's s3a connector)",
     "s3n": "write s3://",
-    "hdfs": "HDFS is not implemented; put the table on local or mounted disk, or on S3",
-    "gs": "Google Cloud Storage is not implemented; put the table on local or mounted disk, or on S3",
-    "abfs": "Azure storage is not implemented; put the table on local or mounted disk, or on S3",
-    "abfss": "Azure storage is not implemented; put the table on local or mounted disk, or on S3",
+    **{scheme: f"{store} {_ELSEWHERE}" for scheme, store in (("hdfs", "HDFS"), ("gs", "Google Cloud Storage"))},
+    **{scheme: f"Azure storage {_ELSEWHERE}" for scheme in ("abfs", "abfss")},
 }
 
 
