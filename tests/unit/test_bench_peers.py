@@ -50,7 +50,7 @@ def test_the_memory_of_a_job_leaves_out_the_new_sessions_reader_it_started() -> 
             cmdline = Path(f"/proc/{child.pid}/cmdline")
             deadline = time.monotonic() + 120
             while marker.encode() not in cmdline.read_bytes():
-                assert time.monotonic() < deadline, f"{child.args} did not start"
+                assert time.monotonic() < deadline, f"child {child.pid} ({marker}) did not start"
                 time.sleep(0.01)
         every = process_tree(os.getpid())
         kept = process_tree(os.getpid(), leave_out=FRESH_READ)
