@@ -34,6 +34,7 @@ def read(
     columns: list[str] | None = None,
     filter: Any = None,
     mode: str = "snapshot",
+    before_images: bool = False,
 ) -> pa.Table:
     """Read a table into one pyarrow.Table (design.md §7): the whole result in memory, which is the caller's choice.
 
@@ -44,4 +45,4 @@ def read(
     from stitchlake.table.handle import TableHandle
 
     table = target if isinstance(target, TableHandle) else open(target)
-    return read_table(table, ReadOptions(mode, as_of, since, until, columns, filter))
+    return read_table(table, ReadOptions(mode, as_of, since, until, columns, filter, before_images))

@@ -75,6 +75,8 @@ def with_retries(retries: int, attempt: Callable[[], T], on_retry: Progress = No
     """`attempt()` and how many retries it took. After a write conflict (nothing was published) wait and run it
     again, up to `retries` times; the wait doubles from `RETRY_FIRST_WAIT_S` up to `RETRY_MAX_WAIT_S`, with
     jitter, so two writers that conflicted do not meet again at once."""
+    if retries < 0:
+        raise UsageError(f"retries must be 0 or more, got {retries}")
     for number in range(retries + 1):
         try:
             return attempt(), number

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
+from stitchlake.errors import UsageError
 from stitchlake.vocabulary import ReadMode
 
 
@@ -30,6 +31,23 @@ class ReadOptions:
 
     def with_columns(self, columns: Sequence[str] | None) -> ReadOptions:
         return replace(self, columns=columns)
+
+
+def refuse_mixed_choices(
+    mode: ReadMode, as_of: str | None, since: str | None, until: str | None, before_images: bool
+) -> None:
+    """Choices that do not go together (exit 2), one set of rules for every reader (`stitch read`, the API, Spark):
+    read as one of them, any would be ignored without a word."""
+    changes = since is not None or until is not None
+    if as_of is not None and changes:
+        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
+    if before_images and not changes:
+        raise UsageError("before_images is for change reads: give since and/or until")
+    if changes and mode is ReadMode.READ_OPTIMIZED:
+        raise UsageError(
+            "mode read_optimized reads base files as of now or as_of; a change read (since/until) merges the logs "
+            "that hold the changes: drop the mode"
+        )
 
 
 class ReadKeywords(TypedDict, total=False):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
+from stitchlake.errors import DataFileMissing, HistoryMoved
 from stitchlake.reading.changes import (
     CHANGE_COLUMNS,
     change_parts,
@@ -22,12 +22,13 @@ from stitchlake.reading.changes import (
     split_change_filter,
 )
 from stitchlake.reading.filters import prune
-from stitchlake.reading.options import ReadOptions
+from stitchlake.reading.options import ReadOptions, refuse_mixed_choices
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import read_mode, refuse_reversed_range, resolve_time, snapshot_scan, wanted_columns
 from stitchlake.table.guards import undoes_history
 from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -45,10 +46,7 @@ def scan(table: TableHandle, options: ReadOptions = ReadOptions()) -> Scan:
     `-U` row, the key as of `since`, then a `+U` row, and a delete keeps the deleted values)."""
     options = replace(options, mode=read_mode(options.mode))
     table.require()
-    if options.as_of is not None and (options.since is not None or options.until is not None):
-        raise UsageError("use either as_of (a snapshot) or since/until (changes), not both")
-    if options.before_images and options.since is None and options.until is None:
-        raise UsageError("before_images is for change reads: give since and/or until")
+    refuse_mixed_choices(ReadMode(options.mode), options.as_of, options.since, options.until, options.before_images)
     try:
         return _plan(table, options)
     except (DataFileMissing, HistoryMoved):

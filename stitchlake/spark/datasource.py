@@ -15,10 +15,12 @@ and each task merges one slice with `read.read_slice`; each writer task writes i
         .option("checkpointLocation", ck).start()
 
 Options: `config` (a YAML config, for the lock provider and other runtime settings; writes need it, a read of
-the path alone uses the table's stored schema), `as_of`, `mode`
-(snapshot | read_optimized) for reads; `stream` (required), `instant` (an instant already begun by the
-caller, e.g. `stitch ingest`; batch writes only) and `metadata` (a JSON object kept in each commit's `extra`) for
-writes. Reading is `spark/read.py`, writing `spark/write.py`.
+the path alone uses the table's stored schema); for reads `as_of`, `mode` (snapshot | read_optimized), `since`,
+`until` and `before_images` (a change read), and the packing options `maxPartitionBytes`, `openCostInBytes`,
+`minPartitions` (an option close to one of these, or another format's time travel, is refused); for writes
+`stream` (required), `instant` (an instant already begun by the caller, e.g. `stitch ingest`; batch writes only,
+refused by a stream) and `metadata` (a JSON object kept in each commit's `extra`). Reading is `spark/read.py`,
+writing `spark/write.py`.
 """
 
 from __future__ import annotations

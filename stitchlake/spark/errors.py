@@ -21,6 +21,8 @@ def unwrap(error: BaseException) -> tuple[str, int, str]:
     """(error class name, exit code, message) for any exception, recovering stitchlake errors from executors."""
     if isinstance(error, errors.StitchError):
         return type(error).__name__, error.exit_code, str(error)
+    if isinstance(error, errors.Terminated | KeyboardInterrupt):  # the job itself was stopped: 143 and 130
+        return type(error).__name__, 143 if isinstance(error, errors.Terminated) else 130, str(error) or "interrupted"
     if isinstance(error, OSError) and error.errno:
         return "StitchError", 1, errors.describe_os_error(error)
     text = str(error)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
 
-from stitchlake.spark.packing import MAX_PARTITION_BYTES, MIN_PARTITIONS, OPEN_COST_IN_BYTES, Packing
+from stitchlake.spark.packing import Packing
+from stitchlake.spark.read_request import PLAN_OPTION, READ_OPTIONS
 from stitchlake.vocabulary import ReadMode
 
 if TYPE_CHECKING:
@@ -30,19 +31,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: The options that say what a read returns: kept with a catalog table (see `catalog_schema`).
-READ_OPTIONS = (
-    "path",
-    "config",
-    "as_of",
-    "since",
-    "until",
-    "mode",
-    "before_images",
-    MAX_PARTITION_BYTES,
-    OPEN_COST_IN_BYTES,
-    MIN_PARTITIONS,
-)
 #: Field metadata key, on the first column of a catalog table's schema, holding the table's read options.
 CATALOG_OPTIONS_KEY = "stitchlake.options"
 #: Slices a task keeps in flight: the next slice's files are read while the last one's rows go to Spark.
@@ -115,6 +103,11 @@ class StitchReader(DataSourceReader):
             raise UsageError(
                 "since/until add an _op column the table's schema lacks: a catalog table reads changes only when "
                 "created with them (CREATE TABLE ... USING stitchlake OPTIONS (path '...', since '...'))"
+            )
+        if options.get(PLAN_OPTION):
+            raise UsageError(
+                "option plan is read by the JVM reader only (its jar is not on this session's classpath, or "
+                "STITCHLAKE_JVM_READER is off); the Python data source plans the read itself: drop the option"
             )
         request = ReadRequest(options)
         self.mode, self.changes, self.before_images = request.mode, request.changes, request.before_images

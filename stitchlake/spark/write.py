@@ -96,6 +96,13 @@ class StitchWriter(_Target, DataSourceArrowWriter):
 class StitchStreamWriter(_Target, DataSourceStreamArrowWriter):
     """`df.writeStream`: one deltacommit per micro-batch, exactly once across restarts from the checkpoint."""
 
+    def __init__(self, options: dict[str, str]) -> None:
+        from stitchlake.errors import UsageError
+
+        if "instant" in options:
+            raise UsageError("option instant is for a batch write the caller began; a stream's batches begin their own")
+        super().__init__(options)
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
         from stitchlake.services.writes.streaming import batch_instant
 

@@ -176,6 +176,11 @@ def test_a_flipped_byte_in_a_base_file_is_an_error_naming_the_file(jvm: JvmSessi
         through_jvm(jvm, table)
     message = str(failed.value)
     assert str(base) in message and "checksum mismatch" in message, message
+    # Spark carries it as Python names it, so `stitch read --engine spark` exits as `stitch read` would (1).
+    from stitchlake.spark.errors import unwrap
+
+    kind, code, said = unwrap(failed.value)
+    assert (kind, code) == ("CorruptFileError", 1) and str(base) in said, (kind, code, said)
 
 
 def test_a_file_read_before_is_read_again_by_its_columns_and_a_damaged_page_still_fails(

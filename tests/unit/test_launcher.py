@@ -111,6 +111,11 @@ def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
     assert unwrap(wrapped) == ("InputRejected", 5, "2 bad rows (null key order_id: 2) in part-0001.parquet")
     assert unwrap(BusyError("stream orders is busy")) == ("BusyError", 4, "stream orders is busy")
     assert unwrap(ValueError("boom\nmore")) == ("StitchError", 1, "ValueError: boom")
+    # A job that was itself stopped ends as `stitch` would have: 143 for SIGTERM, 130 for Ctrl-C.
+    from stitchlake.errors import Terminated
+
+    assert unwrap(Terminated("terminated by SIGTERM"))[:2] == ("Terminated", 143)
+    assert unwrap(KeyboardInterrupt())[:2] == ("KeyboardInterrupt", 130)
 
 
 def test_executors_on_a_cluster_get_the_s3_settings_by_environment_only(

@@ -539,3 +539,26 @@ def test_a_spark_read_output_folder_is_refused_unless_new_or_an_earlier_spark_re
     check_out_schema(schema, "parquet", target)
     with pytest.raises(UsageError, match=r"CSV cannot hold nested or binary values \(tags, blob\)"):
         check_out_schema(schema, "csv", tmp_path / "out.csv")
+
+
+def test_the_one_shot_read_takes_before_images_and_retries_are_never_negative(tmp_path: Path) -> None:
+    """`stitchlake.read` takes every read choice `Table.read` does (design.md §7); a negative retry count is a
+    usage error, not a job that never runs."""
+    import stitchlake
+    from stitchlake.errors import UsageError
+    from stitchlake.jobs.launch import with_retries
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path)
+    orders = MODELS[0]
+    first = table.write(orders.name, batch(orders, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    table.write(orders.name, batch(orders, [{"k": 1, "amount": 2, "status": "b", "ots": 2}]))
+    ops = stitchlake.read(table, since=first.completed, before_images=True, columns=["k", "amount", "_op"])
+    assert ops.sort_by([("_op", "ascending")]).to_pylist() == [
+        {"k": 1, "amount": 2, "_op": "+U"},
+        {"k": 1, "amount": 1, "_op": "-U"},
+    ]
+    with pytest.raises(UsageError, match="retries must be 0 or more"):
+        with_retries(-1, lambda: None)
+    with pytest.raises(UsageError, match=r"a change read .* merges the logs"):
+        table.read(mode="read_optimized", since=first.completed)

@@ -44,3 +44,40 @@ def test_a_plan_too_large_for_a_line_goes_to_a_private_file(monkeypatch: pytest.
         assert path.stat().st_mode & 0o077 == 0
     finally:
         path.unlink()
+
+
+def test_a_misspelled_or_foreign_read_option_is_refused_not_read_as_now(tmp_path: Path) -> None:
+    """Ignored, `as-of` or `sinc` would read the table as of now without a word; the planner (the JVM reader's) and
+    the Python source share the check (`ReadRequest`). Keys Spark or a catalog adds (`owner`) pass."""
+    from stitchlake.errors import UsageError
+    from stitchlake.spark.read_request import ReadRequest
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path)
+    first = str(
+        table.write(MODELS[0].name, batch(MODELS[0], [{"k": 1, "amount": 1, "status": "a", "ots": 1}])).completed
+    )
+    last = str(
+        table.write(MODELS[0].name, batch(MODELS[0], [{"k": 2, "amount": 2, "status": "b", "ots": 1}])).completed
+    )
+    path = table.path
+    assert ReadRequest({"path": path, "as_of": first, "owner": "etl"}).as_of == first
+    refused = {
+        "as-of": "did you mean 'as_of'",
+        "asOf": "did you mean 'as_of'",
+        "sinc": "did you mean 'since'",
+        "before_image": "did you mean 'before_images'",
+        "timestampAsOf": "another table format's; stitchlake's is as_of",
+        "readChangeFeed": "another table format's; stitchlake's is since and until",
+    }
+    for key, words in refused.items():
+        with pytest.raises(UsageError, match=words):
+            ReadRequest({"path": path, key: first})
+        answer = planner.handle({"id": 1, "op": "schema", "options": {"path": path, key: first}})
+        assert not answer["ok"] and answer["error"]["exit_code"] == 2 and words in answer["error"]["message"]
+    with pytest.raises(UsageError, match="must be true or false, got 'on'"):
+        ReadRequest({"path": path, "since": first, "before_images": "on"})
+    with pytest.raises(UsageError, match=r"a change read .* merges the logs"):
+        ReadRequest({"path": path, "since": first, "mode": "read_optimized"})
+    with pytest.raises(UsageError, match="is after until"):
+        ReadRequest({"path": path, "since": last, "until": first})

@@ -20,4 +20,13 @@ public class StitchException extends RuntimeException {
   public int exitCode() {
     return exitCode;
   }
+
+  /**
+   * As Python names the error ({@code stitchlake.errors.UsageError: ...}): Spark and Py4J carry a failure as this
+   * text, and the driver's {@code spark/errors.py} reads the class, so its exit code, back from it.
+   */
+  @Override
+  public String toString() {
+    return "stitchlake.errors." + type + ": " + getMessage();
+  }
 }

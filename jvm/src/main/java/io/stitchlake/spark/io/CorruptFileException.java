@@ -11,7 +11,7 @@ public final class CorruptFileException extends StitchException {
   private final String file;
 
   public CorruptFileException(String file, String message) {
-    super("CorruptFileError", 4, message + " (" + WHAT_TO_DO + ")");
+    super("CorruptFileError", 1, message + " (" + WHAT_TO_DO + ")");
     this.file = file;
   }
 
