@@ -423,6 +423,7 @@ PRELOADED = (
     "stitchlake.layout.names",
     "stitchlake.reading.changes",
     "stitchlake.reading.filters",
+    "stitchlake.reading.options",
     "stitchlake.reading.snapshot",
     "stitchlake.spark.tables",
     "stitchlake.table.handle",
