@@ -346,6 +346,11 @@ def run_job(
             f"last lines of {files.log}:\n{_tail(files.log)}"
         )
     if not outcome.get("ok"):
+        stopped = {"Terminated": errors.Terminated, "KeyboardInterrupt": KeyboardInterrupt}.get(
+            str(outcome.get("error_type"))
+        )
+        if stopped is not None:  # the job itself was stopped (not this process): unwind as a stop, exit 143 / 130
+            raise stopped(f"the {job} job was stopped: {outcome.get('error')} (Spark log: {files.log})")
         raise error_for(
             str(outcome.get("error_type", "StitchError")),
             f"{outcome.get('error')} (Spark log: {files.log})",

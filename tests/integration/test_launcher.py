@@ -77,6 +77,32 @@ def test_a_worker_that_left_the_jobs_process_group_is_ended_too(tmp_path: Path) 
                 os.kill(pid, signal.SIGKILL)
 
 
+#: A spark-submit whose job reports that it was stopped by SIGTERM (as `spark/submit.py` reports any failure).
+STOPPED_JOB = """import json, sys
+result = sys.argv[sys.argv.index("--result") + 1]
+answer = {"ok": False, "exit_code": 143, "error_type": "Terminated", "error": "terminated by SIGTERM"}
+json.dump(answer, open(result, "w"))
+sys.exit(143)
+"""
+
+
+def test_a_job_stopped_by_sigterm_ends_the_launch_as_a_stop_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stitch` exits 143 when the job it launched was terminated, as when it was itself (README's exit codes)."""
+    from stitchlake.api import open as open_table
+    from stitchlake.errors import Terminated
+    from stitchlake.jobs.requests import IngestRequest
+
+    table = open_table(_config(tmp_path, "local[1]"))
+    fake = tmp_path / "spark-submit"
+    fake.write_text(f"#!{sys.executable}\n{STOPPED_JOB}")
+    fake.chmod(0o755)
+    monkeypatch.setattr(spark_submit, "spark_submit", lambda: str(fake))
+    with pytest.raises(Terminated, match="the ingest job was stopped: terminated by SIGTERM"):
+        spark_submit.run_job(table, IngestRequest(stream="orders"), ["--table", table.path])
+
+
 def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
