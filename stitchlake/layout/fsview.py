@@ -175,8 +175,9 @@ class FileSystemView:
                 if data_file.path in self.deleted:
                     raise UsageError(
                         f"reading as of {as_of} needs {data_file.path}, which clean removed at "
-                        f"{self.deleted[data_file.path]}; that time is outside the retention "
-                        "(keep more with clean.retain, or pin it with a savepoint)"
+                        f"{self.deleted[data_file.path]}; that time is outside the retention, and its state can no "
+                        "longer be read or pinned (to keep such states, raise clean.retain or savepoint them before "
+                        "clean runs)"
                     )
         return out
 

@@ -214,3 +214,7 @@ def test_status_warns_about_a_plan_a_live_process_has_run_too_long(landing: Path
         [warning] = status(table, now=now + 61 * 60).warnings
     assert planned in warning and f"process {os.getpid()} on {socket.gethostname()}" in warning, warning
     assert "still beats for it" in warning and "if it is hung, stop it" in warning, warning
+    assert "pending for 61 min" in warning, warning  # minutes up to 100 (it said "1.0 h", and "0.0 h" for 1 min)
+    with heartbeat.Heartbeat(table.storage, planned, interval_s=1, expire_s=3 * 3600, owner="a hung compaction"):
+        [later] = status(table, now=now + 150 * 60).warnings
+    assert "pending for 2.5 h" in later, later

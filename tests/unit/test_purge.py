@@ -51,3 +51,31 @@ def test_an_undecodable_avro_value_is_purged_though_its_key_is_no_text(tmp_path:
     )
     hit = _rows_hit(table, rows, pa.table({"k": pa.array([123456], pa.int64())}))
     assert hit.tolist() == [True, False], "the Avro value goes; another key's JSON text stays"
+
+
+def test_a_quarantined_row_of_an_erased_key_is_purged_whatever_partition_the_keys_file_names(tmp_path: Path) -> None:
+    """A keys file may carry the partition columns; a row set aside for its partition value (null, unparsable)
+    still holds the erased person's values, so only the key decides whether it goes."""
+    from stitchlake.services.rewrites.purge import _rows_hit
+
+    document = {
+        "table": {
+            "name": "people",
+            "path": str(tmp_path / "table"),
+            "key": {"k": "long"},
+            "partition_by": {"day": "date"},
+            "buckets": 1,
+        },
+        "streams": {"events": {"columns": {"email": "string", "ets": "long"}, "ordering": "ets"}},
+    }
+    table = stitchlake.open(str(write_table_yaml(tmp_path, document)))
+    rows = pa.table(
+        {
+            "k": ["17", "18", "19"],
+            "day": [None, "18/11/2026", "2026-11-20"],
+            "email": ["a@example.org", "b@example.org", "c@example.org"],
+            "_reason": ["null partition value day", "unparsable value in day", "other"],
+        }
+    )
+    keys = pa.table({"k": pa.array([17, 18], pa.int64()), "day": pa.array(["2026-11-20", "2026-11-20"])})
+    assert _rows_hit(table, rows, keys).tolist() == [True, True, False]

@@ -480,3 +480,32 @@ def test_a_pending_rescale_a_restore_undid_before_its_resumed_run_is_skipped(
         ran = launch.rescale(table, 4, engine="local")
         assert ran.resumed == [] and ran.last is not None and ran.last.result is not None
     assert not table.timeline().pending() and table.layout().default == 4
+
+
+def test_a_writer_that_begins_while_a_restore_plans_is_not_rolled_back_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restore checks for live writers at once, and again under the lock as it plans: one that began in
+    between is refused as busy (exit 4) without --force, not undone with the rest."""
+    from stitchlake.errors import BusyError
+
+    table = new_table(tmp_path, FAST)
+    table.write("orders", batch(ORDERS, _rows(1).to_pylist()))
+    savepoint.create(table, name="before")
+    started: list[Transaction] = []
+    original = Transaction.begin_planned
+
+    def a_writer_begins_first(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("plan") is not None and not started:  # the restore's own begin: a writer begins just before
+            monkeypatch.setattr(Transaction, "begin_planned", original)
+            started.append(Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="payments")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(Transaction, "begin_planned", a_writer_begins_first)
+    try:
+        with pytest.raises(BusyError, match="live writers are running"):
+            restore.begin_restore(table, "before")
+        assert [i.requested for i in table.timeline().pending()] == [started[0].time], "the writer stands alone"
+    finally:
+        for txn in started:
+            txn.abort()

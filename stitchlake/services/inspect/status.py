@@ -178,7 +178,8 @@ def status(table: TableHandle, now: float | None = None) -> StatusReport:
             # Its file groups stay out of every new plan until it completes: logs pile up, reads slow down,
             # read-optimized reads and published tables go stale. Plain `stitch compact` runs one nobody runs; one
             # that a live process has been running this long may be hung, and only its operator can tell.
-            age = f"compaction plan {instant.requested} has been pending for {pending_s / 3600:.1f} h"
+            took = f"{pending_s / 60:.0f} min" if pending_s < 100 * 60 else f"{pending_s / 3600:.1f} h"
+            age = f"compaction plan {instant.requested} has been pending for {took}"
             if alive and record is not None:
                 where = f"process {record.get('pid', '?')} on {record.get('host', '?')}"
                 warnings.append(

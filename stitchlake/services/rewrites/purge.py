@@ -163,8 +163,12 @@ def _typed_keys(table: TableHandle, rows: pa.Table, keys: pa.Table) -> pa.Table 
 def _rows_hit(table: TableHandle, rows: pa.Table, keys: pa.Table) -> np.ndarray:
     """Rows of an erased key. A row whose key is not known (no key column: a Kafka value that did not decode;
     a null or unparsable key) cannot be shown free of the keys, so its values are searched for the keys' text, as
-    a quarantined text file is: the purge errs on the side of removing it."""
+    a quarantined text file is: the purge errs on the side of removing it. Only the key columns decide: a keys
+    file may name partitions too, but a quarantined row is often there for its partition value (null, unparsable),
+    and the person's values are in it whatever partition it was bound for."""
     mask = np.zeros(rows.num_rows, dtype=bool)
+    names = [name for name in keys.column_names if name in table.config.table.key_names]
+    keys = keys.select(names).group_by(names).aggregate([])
     typed = _typed_keys(table, rows, keys)
     if typed is None:
         unknown = np.ones(rows.num_rows, dtype=bool)

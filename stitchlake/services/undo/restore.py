@@ -67,12 +67,19 @@ def begin_restore(table: TableHandle, which: str, force: bool = False) -> Transa
     view = table.view(timeline)
     if view.horizon is not None and at < view.horizon:
         raise UsageError(f"savepoint {which} is older than the archived timeline ({view.horizon}); cannot restore")
-    live = [i for i in timeline.pending() if not expired(table, i)]
-    if live and not force:
-        shown = ", ".join(f"{i.action} {i.requested}" for i in live)
-        raise BusyError(f"live writers are running ({shown}); stop them or wait, or pass --force to roll them back too")
 
-    def plan(fresh: Timeline, _requested: str) -> RestorePlan:
+    def refuse_live(pending: list[Instant], own: str | None = None) -> None:
+        live = [i for i in pending if i.requested != own and not expired(table, i)]
+        if live and not force:
+            shown = ", ".join(f"{i.action} {i.requested}" for i in live)
+            raise BusyError(
+                f"live writers are running ({shown}); stop them or wait, or pass --force to roll them back too"
+            )
+
+    refuse_live(timeline.pending())  # at once, before the lock
+
+    def plan(fresh: Timeline, requested: str) -> RestorePlan:
+        refuse_live(fresh.pending(), requested)  # again under the lock: one that began since is not undone unasked
         undone = [i for i in fresh.completed(UNDONE_BY_RESTORE, since=at) if i.requested != savepoint.requested] + [
             i for i in fresh.pending() if i.action != Action.RESTORE
         ]
