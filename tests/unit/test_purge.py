@@ -6,6 +6,7 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from pathlib import Path
 
@@ -77,5 +78,6 @@ def test_a_quarantined_row_of_an_erased_key_is_purged_whatever_partition_the_key
             "_reason": ["null partition value day", "unparsable value in day", "other"],
         }
     )
-    keys = pa.table({"k": pa.array([17, 18], pa.int64()), "day": pa.array(["2026-11-20", "2026-11-20"])})
+    day = dt.date(2026, 11, 20)
+    keys = pa.table({"k": pa.array([17, 18], pa.int64()), "day": pa.array([day, day], pa.date32())})
     assert _rows_hit(table, rows, keys).tolist() == [True, True, False]
