@@ -168,15 +168,24 @@ def stream_command(
     table: TableOption = None,
     files_per_trigger: Annotated[
         int | None,
-        typer.Option("--files-per-trigger", min=1, help="Landing files per micro-batch (default: the YAML's)."),
+        typer.Option(
+            "--files-per-trigger", min=1, max=100_000, help="Landing files per micro-batch (default: the YAML's)."
+        ),
     ] = None,
     trigger_interval: Annotated[
         float | None,
-        typer.Option("--trigger-interval", min=0.1, help="Seconds between micro-batches (default: the YAML's)."),
+        typer.Option(
+            "--trigger-interval", min=0.1, max=86_400, help="Seconds between micro-batches (default: the YAML's)."
+        ),
     ] = None,
     records_per_trigger: Annotated[
         int | None,
-        typer.Option("--records-per-trigger", min=1, help="Kafka: records per micro-batch (default: the YAML's)."),
+        typer.Option(
+            "--records-per-trigger",
+            min=1,
+            max=100_000_000,
+            help="Kafka: records per micro-batch (default: the YAML's).",
+        ),
     ] = None,
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Ingest what is pending now, in micro-batches, then stop.")
@@ -196,6 +205,11 @@ def stream_command(
     Each micro-batch is an ingest of the files or records that arrived, exactly once; SIGTERM or Ctrl-C stops it
     after the running batch (exit 0).
     """
+    if available_now and trigger_interval is not None:
+        raise UsageError(
+            "--trigger-interval paces a query that keeps running; --available-now ingests what is pending in "
+            "back-to-back micro-batches and stops: give one or the other"
+        )
     handle = open_target(config, table, changes=True)
     request = StreamRequest(
         stream,
@@ -304,6 +318,10 @@ def _compaction_report(runs: PlannedRuns[CompactionResult], pending: bool = Fals
 # ------------------------------------------------------------------------------------------------- clean
 
 
+#: A dry run's JSON names what recovery would do as such: a monitor reading `rolled_back` sees only what was done.
+DRY_RUN_NAMES = {"rolled_back": "would_roll_back", "reset_compactions": "would_reset", "finished": "would_finish"}
+
+
 def clean_command(
     config: ConfigOption = None,
     table: TableOption = None,
@@ -312,7 +330,7 @@ def clean_command(
     ] = None,
     retain: Annotated[int | None, typer.Option("--retain", min=1, help="Commits, versions or hours to keep.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would go; delete nothing.")] = False,
-    list_files: Annotated[bool, typer.Option("--list-files", help="With --json: include every path.")] = False,
+    list_files: Annotated[bool, typer.Option("--list-files", help="Name every deleted path (in --json too).")] = False,
     engine: CleanEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:
@@ -324,8 +342,10 @@ def clean_command(
     result = ran.to_json()
     # A dry run deletes nothing: its count is what would go (a monitor summing `deleted_files` sees only deletes).
     result["deleted_files"] = 0 if dry_run else len(done.deleted)
-    if dry_run:  # as its message: the slices' files and the orphans (`rolled_back`: what it would roll back)
+    if dry_run:  # as its message: the slices' files and the orphans; and what recovery would do, named as such
         result["would_delete_files"] = len(done.deleted) + len(done.orphans)
+        for did, would in DRY_RUN_NAMES.items():
+            result[would] = result.pop(did)
     result["orphan_files"] = len(done.orphans)
     if not list_files:
         result.pop("deleted", None)
@@ -340,13 +360,13 @@ def clean_command(
             ("policy", "result.policy"),
             ("would delete" if dry_run else "deleted files", lambda run: len(run.result.deleted)),
             ("orphans", lambda run: len(run.result.orphans)),
-            ("finished", "result.finished"),
-            ("rolled back", "result.rolled_back"),
-            ("reset compactions", "result.reset_compactions"),
+            ("would finish" if dry_run else "finished", "result.finished"),
+            ("would roll back" if dry_run else "rolled back", "result.rolled_back"),
+            ("would reset compactions" if dry_run else "reset compactions", "result.reset_compactions"),
             ("seconds", "seconds"),
         ],
         source=ran,
-        lines=[f"would delete {path}" for path in paths] if dry_run else (),
+        lines=[f"would delete {path}" for path in paths] if dry_run else [f"deleted {p}" for p in paths if list_files],
     )
 
 

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from stitchlake.services.inspect.history import InstantRecord
     from stitchlake.services.inspect.status import StatusReport
 
+#: What a pending instant whose process is gone is, by what recovery does with it: a write is rolled back, a
+#: compaction or rescale plan waits to be run (never-run plans included), a deletion is finished.
+NOT_RUNNING = {"roll back": "no (failed write)", "rerun": "no (not running)", "finish": "no (to be finished)"}
+
 
 def compact_table(title: str | None = None, caption: str | None = None) -> RichTable:
     """A table with a header rule and no frame: more columns fit before a terminal makes them fold."""
@@ -158,10 +162,7 @@ def print_status(report: StatusReport) -> None:
 
     for warning in report.warnings:
         stdout_console().print(text(f"warning: {warning}", "yellow"), soft_wrap=True)
-    for entries, title, dead_label in (
-        (report.writers, "pending writers", "no (failed write)"),
-        (report.pending_compactions, "pending compactions", "no (not running)"),
-    ):
+    for entries, title in ((report.writers, "pending writers"), (report.pending_compactions, "pending compactions")):
         if not entries:
             continue
         grid = compact_table(title=title)
@@ -174,7 +175,7 @@ def print_status(report: StatusReport) -> None:
                 text(str(entry.action)),
                 text(entry.state),
                 text(entry.stream or "-"),
-                text("yes", "green") if entry.alive else text(dead_label, "red"),
+                text("yes", "green") if entry.alive else text(NOT_RUNNING.get(entry.recovery, "no"), "red"),
                 text(human_duration(entry.pending_s)),
                 text(human_duration(age) if age is not None else "-"),
                 text(entry.host or "-"),

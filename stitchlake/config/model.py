@@ -300,7 +300,7 @@ class PublishSpec(Spec):
     """Publishing the compacted state as Delta Lake and/or Iceberg tables, for engines that cannot merge."""
 
     formats: tuple[PublishFormat, ...] = ()
-    """Formats published after every compaction and alter (`stitch publish --format F` publishes any format on
+    """Formats published after every compaction, rescale and alter (`stitch publish --format F` publishes any format on
     demand; an erase or a restore republishes every format the table has published)."""
     location: Location | None = None
     """Folder or `s3://` prefix of the published tables: `<location>/<table name>/<format>` (default:
@@ -326,7 +326,7 @@ class SparkSpec(Spec):
         default_factory=dict
     )
     """Spark settings for every job; keys start with spark., values are kept as text."""
-    auto_local_max_mb: Annotated[int, Field(ge=0, le=1_048_576)] = 256
+    auto_local_max_mb: Annotated[int, Strict(), Ge(0), Le(1_048_576), WHOLE] = 256
     """`--engine auto` runs a job in-process when its work (landing files to ingest, file slices to rewrite) is at
     most this many MiB, and as a spark-submit job otherwise; 0 sends every heavy job to Spark."""
 

@@ -6,10 +6,12 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Self
 
+from annotated_types import Ge, Gt, Le
 from pydantic import (
     BeforeValidator,
     Field,
     PrivateAttr,
+    Strict,
     ValidationInfo,
     WithJsonSchema,
     model_validator,
@@ -19,7 +21,7 @@ from stitchlake.vocabulary import SourceFormat
 
 from . import yaml_schema as schema
 from .choices import StartingOffsets, ValueFormat
-from .fields import Location, Spec, Text, as_options, refuse, resolve_location
+from .fields import NUMBER, WHOLE, Location, Spec, Text, as_options, refuse, resolve_location
 
 #: Kafka client settings stitch sets itself (the consumer is assigned explicit offsets; nothing is committed to
 #: the broker: the table records the offsets).
@@ -96,9 +98,9 @@ class SourceSpec(Spec):
     sasl.password: ${VAR}, ssl.ca.location, ...)."""
     #: Reader options each format takes (one character each, except null_values: a comma-separated list).
     OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"csv": ("delimiter", "quote", "escape", "null_values")}
-    files_per_trigger: Annotated[int, Field(ge=1, le=100_000)] = 10
+    files_per_trigger: Annotated[int, Strict(), Ge(1), Le(100_000), WHOLE] = 10
     """`stitch stream`: landing files ingested per micro-batch at most."""
-    trigger_interval_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    trigger_interval_s: Annotated[float, Strict(), Gt(0), Le(86_400), NUMBER] = 60.0
     """`stitch stream`: seconds between micro-batches (a batch that runs longer starts the next at once)."""
     topic: Text | None = None
     """Kafka: the topic the stream reads (every partition, partitions added later included)."""
@@ -112,9 +114,9 @@ class SourceSpec(Spec):
     starting_offsets: StartingOffsets = StartingOffsets.EARLIEST
     """Kafka: where the first ingest of the topic starts (earliest: every record the topic holds; latest: only
     records produced from then on). Partitions added later always start at their earliest offset."""
-    records_per_trigger: Annotated[int, Field(ge=1, le=100_000_000)] = 100_000
+    records_per_trigger: Annotated[int, Strict(), Ge(1), Le(100_000_000), WHOLE] = 100_000
     """Kafka, `stitch stream`: records ingested per micro-batch at most."""
-    read_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    read_timeout_s: Annotated[float, Strict(), Gt(0), Le(3600), NUMBER] = 60.0
     """Kafka: seconds an ingest waits for the broker (metadata, offsets, the next records) before it fails."""
     #: The stream it belongs to (set by the stream), so messages name the YAML path: `streams.S.source`.
     _stream: str = PrivateAttr(default="")

@@ -93,14 +93,17 @@ def _run_plan(
 def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
     clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
     if request.dry_run:
-        targets, resets, _ = recovery.failed_instants(table, table.timeline())
+        targets, resets, unfinished = recovery.failed_instants(table, table.timeline())
         result = clean.clean(table, request.policy, request.retain, dry_run=True)
         result.rolled_back = [t.requested for t in targets]
         result.reset_compactions = [r.requested for r in resets]
+        result.finished = [f"{i.action} {i.requested}" for i in unfinished]
         result.message = (
             f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
             "failed write(s)"
         )
+        if unfinished:
+            result.message += f"; would finish crashed {', '.join(result.finished)}"
         return result
     rolled = recovery.rollback_failed(table)
     progress(rolled.message)

@@ -10,10 +10,11 @@ gone, no `_sl__` columns — and writes those rows as the next version of the pu
 own files, so `stitch clean` never deletes what a published version reads; each publish keeps the last
 `publish.retain_versions` versions readable and deletes the files only older versions needed.
 
-What republishes on its own: a compaction publishes `publish.formats`; an alter does too; an erase and a restore,
-which take rows out of what readers see, republish every format the table has published, configured or not (an
-erase with `--purge` then keeps only the new version, so no published version still holds the keys). A format
-is republished only when it is stale: some compaction, erase, alter or restore completed after its last publish.
+What republishes on its own: a compaction publishes `publish.formats`; a rescale and an alter do too; an erase
+and a restore, which take rows out of what readers see, republish every format the table has published, configured
+or not (an erase with `--purge` then keeps only the new version, so no published version still holds the keys). A
+format is republished only when it is stale: some compaction, rescale, erase, alter or restore completed after its
+last publish.
 
 A publish that stops after the format's own commit but before its instant completed leaves a published version
 the timeline does not list; it shows the same state, the publish says so when it can (interrupted, or failing in

@@ -668,8 +668,12 @@ def test_clean_after_killed_writers_leaves_no_orphan_and_no_inflight_instant(tmp
     status = stitch_json("status", "-c", config)
     assert {w["instant"]: w["alive"] for w in status["writers"]} == dict.fromkeys(crashed, False)
 
+    # A dry run names what it would roll back as such, and rolls back nothing.
+    dry = stitch_json("clean", "-c", config, "--engine", "local", "--dry-run")
+    assert set(dry["would_roll_back"]) == crashed and "rolled_back" not in dry
+    assert {i.requested for i in table.timeline().pending()} == crashed
     done = stitch_json("clean", "-c", config, "--engine", "local", "--list-files")
-    assert set(done["rolled_back"]) == crashed
+    assert set(done["rolled_back"]) == crashed and "would_roll_back" not in done
     assert stray in done["orphans"]
     timeline = table.timeline()
     assert not timeline.pending(), "an inflight instant was left behind"

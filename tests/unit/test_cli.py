@@ -319,6 +319,11 @@ def test_stream_refuses_the_other_sources_trigger_option_before_any_jvm(tmp_path
     assert refused.exit_code == 2, refused.output
     assert "reads landing files: use --files-per-trigger" in json.loads(refused.stdout)["error"]
     assert "spark-submit" not in refused.output and "Spark log" not in refused.output
+    # A pace for a query that stops when it has caught up would be ignored: refused, like the option above.
+    paced = run("stream", "-c", str(config), "--stream", "orders", "--available-now", "--trigger-interval", "5")
+    assert paced.exit_code == 2 and "give one or the other" in paced.output, paced.output
+    beyond = run("stream", "-c", str(config), "--stream", "orders", "--files-per-trigger", "100001")
+    assert beyond.exit_code == 2 and "less than or equal to 100000" in beyond.output, beyond.output
 
 
 def test_an_ingest_says_which_compaction_it_ran_inline(tmp_path: Path) -> None:
@@ -847,11 +852,25 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
                 state="inflight",
                 stream="orders",
                 alive=False,
+                recovery="roll back",
                 heartbeat_age_s=75.0,
                 pending_s=80.0,
                 host="etl-1",
                 pid=4242,
-            )
+            ),
+            # A rescale planned and never run is waiting for `--resume`, not a failed write.
+            PendingInstant(
+                instant="20261122221700000",
+                action="rescale",
+                state="requested",
+                stream=None,
+                alive=False,
+                recovery="rerun",
+                heartbeat_age_s=None,
+                pending_s=20.0,
+                host="etl-2",
+                pid=4343,
+            ),
         ],
         streams={"orders": LastCommit("20261122221609807", "20261122221610000", 7, 2), "payments": None},
         warnings=[],
@@ -881,6 +900,9 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
     ):
         assert expected in out
     assert "pending compactions" not in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("2026112222")}
+    assert "no (failed write)" in rows["20261122221609807"]
+    assert "no (not running)" in rows["20261122221700000"] and "failed" not in rows["20261122221700000"]
 
 
 def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table, list[Any]], config_file: Path) -> None:
@@ -978,3 +1000,22 @@ def test_kafka_options_on_a_stream_of_files_are_refused_naming_the_flags(table: 
     assert "--max-records" in failure["error"] and "max_records" in failure["error"], failure
     assert "stream orders reads files" in failure["error"]
     assert not table.timeline().instants, "refused before anything was claimed"
+
+
+def test_clean_names_each_path_with_list_files_without_json(
+    written: tuple[Table, list[Any]], config_file: Path
+) -> None:
+    """`--list-files` is not a --json-only option: a terminal or a cron log gets one line per deleted file."""
+    table, _ = written
+    table.compact()
+    table.write("orders", batch(ORDERS, [{"k": 1, "amount": 5, "status": "x", "ots": 2}]))
+    table.compact()
+    args = ("clean", "-c", str(config_file), "--engine", "local", "--policy", "keep_latest_commits", "--retain", "1")
+    doomed = json.loads(run(*args, "--dry-run", "--list-files", "--json").stdout)
+    assert doomed["would_delete_files"] > 0 and "rolled_back" not in doomed and doomed["would_roll_back"] == []
+    done = run(*args, "--list-files")
+    assert done.exit_code == 0, done.output
+    named = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("deleted ")]
+    deleted = [name for name in named if " " not in name]  # not the summary's `deleted 8 file(s) ...`
+    assert sorted(deleted) == sorted(doomed["deleted"] + doomed["orphans"])
+    assert not any(Path(table.path, path).exists() for path in deleted)

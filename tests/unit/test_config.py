@@ -156,6 +156,33 @@ BAD_CASES: list[tuple[str, Mutation, list[str]]] = [
     ("buckets_wrong_type", _set("table|buckets", "many"), ["table.buckets: must be a whole number"]),
     ("buckets_zero", _set("table|buckets", 0), ["table.buckets: must be >= 1, got 0"]),
     ("buckets_bool", _set("table|buckets", True), ["table.buckets"]),
+    # true/false are never a number: `true` read as 1 would quietly change what a setting does.
+    ("auto_local_max_mb_bool", _set("spark", {"auto_local_max_mb": False}), ["spark.auto_local_max_mb"]),
+    (
+        "files_per_trigger_bool",
+        _set("streams|orders|source", {"format": "parquet", "path": "in", "files_per_trigger": True}),
+        ["streams.orders.source.files_per_trigger"],
+    ),
+    (
+        "files_per_trigger_fraction",
+        _set("streams|orders|source", {"format": "parquet", "path": "in", "files_per_trigger": 2.5}),
+        ["streams.orders.source.files_per_trigger"],
+    ),
+    (
+        "trigger_interval_bool",
+        _set("streams|orders|source", {"format": "parquet", "path": "in", "trigger_interval_s": True}),
+        ["streams.orders.source.trigger_interval_s"],
+    ),
+    (
+        "records_per_trigger_bool",
+        _set("streams|orders|source", {"format": "kafka", "topic": "t", "records_per_trigger": True}),
+        ["streams.orders.source.records_per_trigger"],
+    ),
+    (
+        "read_timeout_bool",
+        _set("streams|orders|source", {"format": "kafka", "topic": "t", "read_timeout_s": True}),
+        ["streams.orders.source.read_timeout_s"],
+    ),
     ("unknown_column_type", _set("streams|orders|columns|amount", "money"), ["streams.orders.columns.amount"]),
     ("bad_decimal_precision", _set("streams|orders|columns|amount", "decimal(39,2)"), ["streams.orders.columns"]),
     (

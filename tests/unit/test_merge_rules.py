@@ -731,3 +731,39 @@ def test_key_erase_in_a_partitioned_table_removes_the_key_from_every_partition(t
     s.table.erase(pa.table({"k": pa.array([2], pa.int64()), "p": ["x"]}))
     s._after_step()
     s.expect([prow(2, "y", w="y", n=1)])
+
+
+def test_a_keys_file_that_places_a_key_in_a_partition_it_is_not_in_is_refused_before_anything_is_erased(
+    tmp_path: Path, when: str
+) -> None:
+    s = Scenario(new_table(tmp_path, PARTITIONED), when, key=("k", "p"))
+
+    def prow(k: int, p: str, **values: Any) -> dict[str, Any]:
+        return {"k": k, "p": p, **EMPTY, **values}
+
+    def erase(*records: tuple[int, str]) -> Any:
+        s._run_pending()
+        keys = pa.table({"k": pa.array([k for k, _ in records], pa.int64()), "p": [p for _, p in records]})
+        return s.table.erase(keys).result
+
+    s.write("a", [{"k": 1, "p": "x", "x": 1, "ts": 1}, {"k": 2, "p": "x", "x": 2, "ts": 1}])
+    s.write("a", [{"k": 2, "p": "y", "x": 3, "ts": 1}, {"k": 3, "p": "y", "x": 4, "ts": 1}])
+    s.write("a", [{"k": 3, "p": "x", "x": 5, "ts": 1}, {"k": 3, "p": "y", "op": "D", "ts": 2}])
+    everything = [prow(1, "x", x=1, ts=1), prow(2, "x", x=2, ts=1), prow(2, "y", x=3, ts=1), prow(3, "x", x=5, ts=1)]
+    s.expect(everything)
+    erases_before = len(s.table.timeline().completed([Action.ERASE]))
+    # Key 1 is named in partition y and lives in x: erasing the rest and saying "erased 2 of 3" would leave a
+    # person in the table; erasing (1, x) unasked could erase another record. Nothing is erased.
+    with pytest.raises(InputRejected, match=r"1 key\(s\) are not in the partition .* k=1: given p=y, found in p=x"):
+        erase((1, "y"), (2, "x"), (99, "x"))
+    s.expect(everything)
+    assert len(s.table.timeline().completed([Action.ERASE])) == erases_before
+    # A key that is nowhere is no misplaced key (erase requests often name people with no rows), and a key found
+    # where the file says is erased there only.
+    done = erase((2, "x"), (99, "x"))
+    assert (done.requested_keys, done.erased_keys) == (2, 1)
+    s.expect([prow(1, "x", x=1, ts=1), prow(2, "y", x=3, ts=1), prow(3, "x", x=5, ts=1)])
+    # Running the same keys file again finds (2, x) gone by the earlier erase, not misplaced; and a record a stream
+    # deleted is still where the file says.
+    assert erase((2, "x"), (3, "y")).erased_keys == 0
+    s.expect([prow(1, "x", x=1, ts=1), prow(2, "y", x=3, ts=1), prow(3, "x", x=5, ts=1)])

@@ -19,14 +19,14 @@ from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import ConflictError, InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
 from stitchlake.io.landing import FORMATS as LANDING_FORMATS
-from stitchlake.io.schemas import log_schema
+from stitchlake.io.schemas import key_schema, log_schema
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.layout.placement import KeyPlacement
 from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
-from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
-from stitchlake.reading.snapshot import merge_slice
+from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION, erased_keys
+from stitchlake.reading.snapshot import common_names, merge_slice
 from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.rewrites.purge import purge as purge_copies
 from stitchlake.storage import storage_for
@@ -178,13 +178,84 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
     Every format the table publishes (or has published) is then published again without the keys; with `purge`
     that publish recreates each published table, since its older versions, log and manifests still hold them.
     """
-    result = _erase(table, keys, engine or LocalEngine(), purge)
+    engine = engine or LocalEngine()
+    _refuse_misplaced(table, _keys_table(table, keys), engine)
+    result = _erase(table, keys, engine, purge)
     if purge:
         purged = purge_copies(table, result.instant, _keys_table(table, keys))
         result.purged_savepoints, result.purged_files = purged.savepoints, purged.files
         result.purged_quarantine, result.purged_logs = purged.quarantine, purged.logs
     result.published = publish_after(table, f"erase {result.instant}")
     return result
+
+
+def _refuse_misplaced(table: TableHandle, wanted: pa.Table, engine: Engine) -> None:
+    """Refuse (exit 5, before anything changes) keys that the keys file places in a partition they are not in
+    while the table holds them in another.
+
+    A keys file with partition columns is searched in those partitions only, and a key is one record per
+    partition: erasing its record in another partition could erase someone else's, and leaving it while saying
+    `erased N of M` would be a GDPR request silently unmet. Keys that are nowhere (often, in erase requests) and
+    keys an earlier erase removed from the partition given (a re-run) are not misplaced.
+    """
+    named = [n for n in table.config.table.partition_names if n in wanted.column_names]
+    if not named:
+        return
+    on = wanted.column_names
+    key_names = list(table.config.table.key_names)
+    view = FileSystemView.build(table.timeline(), load_checkpoint(table.storage), table.base_buckets)
+    stored = _stored_keys(table, view, _targets(table, view, wanted), wanted, engine)
+    missed = wanted.join(stored.select(on), keys=on, join_type="left anti")
+    earlier = _erased_before(table)
+    if earlier is not None and missed.num_rows:
+        missed = missed.join(earlier.select(on), keys=on, join_type="left anti")
+    if missed.num_rows == 0:
+        return
+    loose = missed.select(key_names).group_by(key_names).aggregate([])
+    elsewhere = _stored_keys(table, view, _targets(table, view, loose), loose, engine)
+    if elsewhere.num_rows == 0:
+        return
+    given = missed.join(elsewhere.select(key_names), keys=key_names, join_type="left semi")
+    example = given.slice(0, 1).to_pylist()[0]
+    found = elsewhere.join(given.slice(0, 1).select(key_names), keys=key_names, join_type="left semi")
+    where = ", ".join(_place(row, named) for row in found.slice(0, 3).to_pylist())
+    keys_text = ", ".join(f"{n}={example[n]}" for n in key_names)
+    raise InputRejected(
+        f"keys to erase: {given.num_rows} key(s) are not in the partition the keys file gives but are in another "
+        f"(e.g. {keys_text}: given {_place(example, named)}, found in {where}); nothing was erased. Give those keys "
+        "with the partition they are in, or give the key columns alone to erase a key in every partition"
+    )
+
+
+def _place(row: Mapping[str, object], names: list[str]) -> str:
+    return "/".join(f"{n}={row[n]}" for n in names)
+
+
+def _stored_keys(
+    table: TableHandle, view: FileSystemView, groups: set[tuple[str, str]], keys: pa.Table, engine: Engine
+) -> pa.Table:
+    """The key and partition columns of the records of `keys` (matched on its columns) in `groups`' latest slices,
+    tombstoned ones too: a deleted record is still the one the keys file named."""
+    common = common_names(table.config)
+    slices = [s for s in (view.latest_slice(k) for k in sorted(groups)) if s is not None]
+
+    def held(fslice: FileSlice) -> pa.Table:
+        merged = merge_slice(table, fslice, wanted=common)
+        return merged.keys.select(common).filter(pa.array(_match(merged.keys, keys) & merged.stored()))
+
+    found = engine.map(held, slices, weight=lambda s: s.bytes)
+    return pa.concat_tables([key_schema(table.config).empty_table(), *found])
+
+
+def _erased_before(table: TableHandle) -> pa.Table | None:
+    """Key and partition columns of every key the erases on the timeline removed."""
+    timeline = table.timeline()
+    found: list[pa.Table] = []
+    for instant in timeline.completed([Action.ERASE]):
+        commit = timeline.commit(instant)
+        if isinstance(commit, EraseCommit):
+            found.extend(erased_keys(table, commit).values())
+    return pa.concat_tables(found) if found else None
 
 
 def _erase(table: TableHandle, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
