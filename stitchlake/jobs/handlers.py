@@ -97,12 +97,12 @@ def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progres
         result = clean.clean(table, request.policy, request.retain, dry_run=True)
         result.rolled_back = [t.requested for t in targets]
         result.reset_compactions = [r.requested for r in resets]
-        result.finished = [f"{i.action} {i.requested}" for i in unfinished]
+        result.finished = [f"{i.action} {i.requested}" for i in recovery.to_finish(table.timeline(), unfinished)]
         result.message = (
             f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
             "failed write(s)"
         )
-        if unfinished:
+        if result.finished:
             result.message += f"; would finish crashed {', '.join(result.finished)}"
         return result
     rolled = recovery.rollback_failed(table)

@@ -767,3 +767,9 @@ def test_a_keys_file_that_places_a_key_in_a_partition_it_is_not_in_is_refused_be
     # deleted is still where the file says.
     assert erase((2, "x"), (3, "y")).erased_keys == 0
     s.expect([prow(1, "x", x=1, ts=1), prow(2, "y", x=3, ts=1), prow(3, "x", x=5, ts=1)])
+    # That erase took the tombstone of (3, y) away, so only its keys file remembers it: a re-run is no misplacement.
+    assert erase((3, "y")).erased_keys == 0
+    # A file that names the key in every partition it may be in names it where it is too.
+    done = erase((1, "y"), (1, "x"))
+    assert (done.requested_keys, done.erased_keys) == (2, 1)
+    s.expect([prow(2, "y", x=3, ts=1), prow(3, "x", x=5, ts=1)])

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from stitchlake.engine import Engine, LocalEngine, marker_for
 from stitchlake.errors import ConflictError, InputRejected, UsageError
-from stitchlake.io.datafiles import read_table_file, write_parquet, write_table_file
+from stitchlake.io.datafiles import read_parquet, read_table_file, write_parquet, write_table_file
 from stitchlake.io.landing import FORMATS as LANDING_FORMATS
 from stitchlake.io.schemas import key_schema, log_schema
 from stitchlake.layout.fsview import FileSystemView
@@ -25,14 +25,14 @@ from stitchlake.layout.names import BASE, base_name, join
 from stitchlake.layout.placement import KeyPlacement
 from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
-from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION, erased_keys
+from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
 from stitchlake.reading.snapshot import common_names, merge_slice
 from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.rewrites.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import REWRITES
-from stitchlake.timeline.archive import load_checkpoint
+from stitchlake.timeline.archive import archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
     DataFile,
@@ -179,6 +179,7 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
     that publish recreates each published table, since its older versions, log and manifests still hold them.
     """
     engine = engine or LocalEngine()
+    table.require()  # a config that disagrees with the table is refused before any slice is read
     _refuse_misplaced(table, _keys_table(table, keys), engine)
     result = _erase(table, keys, engine, purge)
     if purge:
@@ -195,24 +196,30 @@ def _refuse_misplaced(table: TableHandle, wanted: pa.Table, engine: Engine) -> N
 
     A keys file with partition columns is searched in those partitions only, and a key is one record per
     partition: erasing its record in another partition could erase someone else's, and leaving it while saying
-    `erased N of M` would be a GDPR request silently unmet. Keys that are nowhere (often, in erase requests) and
-    keys an earlier erase removed from the partition given (a re-run) are not misplaced.
+    `erased N of M` would be a GDPR request silently unmet. Not misplaced: a key that is nowhere (erase requests
+    often name people with no rows), one the file also names where it is, and one an earlier erase was asked for
+    or removed in the partition given (a re-run). Keys missed in their partition cost a read of the key columns
+    of their buckets in every other partition.
     """
     named = [n for n in table.config.table.partition_names if n in wanted.column_names]
     if not named:
         return
     on = wanted.column_names
     key_names = list(table.config.table.key_names)
+    loose = wanted.select(key_names).group_by(key_names).aggregate([])
     view = FileSystemView.build(table.timeline(), load_checkpoint(table.storage), table.base_buckets)
-    stored = _stored_keys(table, view, _targets(table, view, wanted), wanted, engine)
-    missed = wanted.join(stored.select(on), keys=on, join_type="left anti")
-    earlier = _erased_before(table)
-    if earlier is not None and missed.num_rows:
-        missed = missed.join(earlier.select(on), keys=on, join_type="left anti")
+    searched = _targets(table, view, wanted)  # every partition when the file has some partition columns only
+    held = _stored_keys(table, view, searched, loose, engine)
+    missed = wanted.join(held.select(on), keys=on, join_type="left anti")
+    if missed.num_rows:
+        missed = missed.join(_asked_before(table, on), keys=on, join_type="left anti")
     if missed.num_rows == 0:
         return
-    loose = missed.select(key_names).group_by(key_names).aggregate([])
-    elsewhere = _stored_keys(table, view, _targets(table, view, loose), loose, engine)
+    missed_keys = missed.select(key_names).group_by(key_names).aggregate([])
+    rest = _targets(table, view, missed_keys) - searched
+    held = pa.concat_tables([held, _stored_keys(table, view, rest, missed_keys, engine)])
+    elsewhere = held.join(missed_keys, keys=key_names, join_type="left semi")
+    elsewhere = elsewhere.join(wanted.select(on), keys=on, join_type="left anti")
     if elsewhere.num_rows == 0:
         return
     given = missed.join(elsewhere.select(key_names), keys=key_names, join_type="left semi")
@@ -247,15 +254,23 @@ def _stored_keys(
     return pa.concat_tables([key_schema(table.config).empty_table(), *found])
 
 
-def _erased_before(table: TableHandle) -> pa.Table | None:
-    """Key and partition columns of every key the erases on the timeline removed."""
+def _asked_before(table: TableHandle, on: list[str]) -> pa.Table:
+    """The `on` columns of every key an earlier erase (archived ones too) removed, or was asked for by a keys file
+    with those columns: a tombstoned record it took away is in its keys file only."""
     timeline = table.timeline()
-    found: list[pa.Table] = []
-    for instant in timeline.completed([Action.ERASE]):
-        commit = timeline.commit(instant)
-        if isinstance(commit, EraseCommit):
-            found.extend(erased_keys(table, commit).values())
-    return pa.concat_tables(found) if found else None
+    commits = [timeline.commit(i) for i in timeline.completed([Action.ERASE])]
+    commits += [entry.commit for entry in archived_instants(table.storage)]
+    found = [key_schema(table.config).empty_table().select(on)]
+    for commit in commits:
+        if not isinstance(commit, EraseCommit):
+            continue
+        if commit.erased_file:
+            found.append(read_parquet(table.storage, commit.erased_file, on, commit.erased_checksum or None))
+        if commit.keys_file:
+            asked = read_parquet(table.storage, commit.keys_file)
+            if all(name in asked.column_names for name in on):
+                found.append(asked.select(on))
+    return pa.concat_tables(found)
 
 
 def _erase(table: TableHandle, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:

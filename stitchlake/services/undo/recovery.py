@@ -73,13 +73,21 @@ def finish_crashed(table: TableHandle, instants: list[Instant]) -> list[str]:
     """
     finished = []
     for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
-        timeline = table.timeline()
-        current = timeline.get(instant.requested)
-        if current is None or current.is_completed or undone_by(timeline, instant.requested) is not None:
+        if not to_finish(table.timeline(), [instant]):
             continue
         FINISHERS[instant.action](table, instant)
         finished.append(f"{instant.action} {instant.requested}")
     return finished
+
+
+def to_finish(timeline: Timeline, instants: list[Instant]) -> list[Instant]:
+    """Those of `instants` still pending that no pending restore or rollback covers: what a recovery finishes."""
+    out = []
+    for instant in instants:
+        current = timeline.get(instant.requested)
+        if current is not None and not current.is_completed and undone_by(timeline, instant.requested) is None:
+            out.append(instant)
+    return out
 
 
 def rollback_failed(table: TableHandle) -> RollbackResult:
