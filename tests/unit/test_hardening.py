@@ -346,3 +346,21 @@ def test_archive_keeps_a_data_commit_active_so_a_restored_table_can_be_savepoint
     other.archive(keep=0)
     assert other.timeline().completed([Action.DELTACOMMIT]), "archive took the only data commit"
     assert create(other, name="sp").savepoint_of
+
+
+def test_a_restore_that_undoes_an_erase_says_the_erased_keys_read_again(tmp_path: Path) -> None:
+    """A restore to before an erase (without --purge, which removes such savepoints) brings the erased keys back,
+    as documented; the operator hears it in the restore's own report, not from a reader later."""
+    from stitchlake.services.rewrites.erase import erase
+    from stitchlake.services.undo.restore import restore
+
+    table, _ = new_table_file(tmp_path, CONFIG)
+    table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
+    create(table, name="before")
+    erased = erase(table, pa.table({"k": [1]}))
+    done = restore(table, "before")
+    assert done.undone_erases == [f"{erased.instant}: 1 key(s)"]
+    assert f"the restore undid erase {erased.instant}: 1 key(s): the keys they erased read again" in done.message
+    assert sorted(row["k"] for row in table.read().to_pylist()) == [1, 2]
+    create(table, name="again")
+    assert restore(table, "again").undone_erases == []

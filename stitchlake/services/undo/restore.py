@@ -17,7 +17,7 @@ from stitchlake.services.undo.rollback import expired, target_of, undo
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import UNDONE_BY_RESTORE
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import RestoreCommit, RestorePlan, SavepointCommit
+from stitchlake.timeline.metadata import EraseCommit, RestoreCommit, RestorePlan, SavepointCommit
 from stitchlake.timeline.savepoints import find
 from stitchlake.timeline.timeline import Timeline
 
@@ -51,6 +51,8 @@ class RestoreResult:
     #: The table's bucket count when the restore changed it (it undid a whole-table rescale), else None: the
     #: config must say it from now on.
     buckets: int | None = None
+    #: The erases it undid (`<instant>: <n> key(s)`): their keys read again, which an operator must hear of.
+    undone_erases: list[str] = field(default_factory=list)
 
 
 def restore(table: TableHandle, which: str, force: bool = False) -> RestoreResult:
@@ -98,6 +100,7 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
     assert isinstance(plan, RestorePlan)
     said = table.config.table.buckets
     removed = _removed_savepoints(table, plan)  # read before undoing: the savepoints' records go with them
+    erases = _undone_erases(table, plan)  # likewise: the erases' records go with them
     deleted = sum(undo(table, target) for target in plan.targets)
     undone = tuple(t.requested for t in plan.targets)
     done = txn.complete(
@@ -110,6 +113,11 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
     if removed:
         listed = "; ".join(f"{item.name or item.instant} ({item.reason})" for item in removed)
         message += f"\nremoved {len(removed)} savepoint(s) taken after that state: {listed}"
+    if erases:
+        message += (
+            f"\nthe restore undid erase {'; erase '.join(erases)}: the keys they erased read again; erase them "
+            "again (`stitch delete --keys`, with --purge for a GDPR request) if they must stay gone"
+        )
     now = table.config.table.buckets
     reminder = buckets_reminder(table, said)
     if now != said:
@@ -124,7 +132,22 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
         published,
         removed,
         now if now != said else None,
+        erases,
     )
+
+
+def _undone_erases(table: TableHandle, plan: RestorePlan) -> list[str]:
+    """The completed erases among the restore's targets, as `<instant>: <n> key(s)` (a crashed restore resumed
+    after undoing some knows only those still on the timeline)."""
+    timeline = table.timeline()
+    found = []
+    for target in plan.targets:
+        instant = timeline.get(target.requested) if target.action == Action.ERASE else None
+        if instant is not None and instant.is_completed:
+            commit = timeline.commit(instant)
+            if isinstance(commit, EraseCommit):
+                found.append(f"{instant.requested}: {commit.erased_keys} key(s)")
+    return found
 
 
 def _removed_savepoints(table: TableHandle, plan: RestorePlan) -> list[RemovedSavepoint]:
