@@ -174,6 +174,15 @@ class Terminated(BaseException):
     and rolled back on the way out (exit 143). A BaseException, so no `except Exception` swallows it."""
 
     exit_code = 143
+    #: The latest raised in this process: a library that catches it (DuckDB stops its query and raises a
+    #: RuntimeError of its own) must not turn a stop into a failure (exit 1).
+    latest: Terminated | None = None
 
     def __init__(self, signal_name: str = "SIGTERM") -> None:
         super().__init__(f"terminated by {signal_name}")
+        Terminated.latest = self
+
+
+def stopped_by_signal() -> BaseException:
+    """The stop a library swallowed: SIGTERM's `Terminated` if one was raised, else Ctrl-C."""
+    return Terminated.latest if Terminated.latest is not None else KeyboardInterrupt()

@@ -32,7 +32,6 @@ from typer.core import TyperGroup
 from stitchlake import __version__
 from stitchlake.cli import (
     job_commands,
-    json_output,
     output,
     printing,
     rescale_commands,
@@ -126,8 +125,8 @@ def run_command(fn: Callable[[], R]) -> R | None:
       job, which aborts its instant on the way out.
     - an `OSError` (disk full, permissions) -> what failed on which file and what to do, exit 1.
     - anything else -> a one-line `error: unexpected ...` and exit 1; the traceback only with `STITCH_DEBUG=1`.
-    - typer/click exits and aborts pass through to typer; click usage errors too, after a JSON failure object when
-      `--json` was asked for.
+    - a click usage error (a bad option value, a missing option) -> one `error:` line naming the command's help,
+      exit 2; typer/click exits and aborts pass through to typer.
     - a closed stdout or stderr (`stitch status | head -1`) changes nothing: `stitchlake.cli.output` stops writing
       to it, and the command exits with its own code.
 
@@ -137,10 +136,10 @@ def run_command(fn: Callable[[], R]) -> R | None:
         result = fn()
     except typer.Exit:
         raise
-    except ClickUsageError as exc:
-        if printing.json_mode():
-            json_output.emit_json({"ok": False, "exit_code": exc.exit_code, "error": exc.format_message()})
-        raise
+    except ClickUsageError as exc:  # a bad option or argument: one `error:` line like every other failure
+        command = exc.ctx.command_path if exc.ctx is not None else "stitch"
+        output.failure(f"{exc.format_message()} (`{command} -h` for help)", exc.exit_code, {"error_type": "UsageError"})
+        raise typer.Exit(exc.exit_code) from None
     except (typer.Abort, typer.TyperException):
         raise
     except StitchError as exc:
@@ -150,20 +149,21 @@ def run_command(fn: Callable[[], R]) -> R | None:
         output.failure(str(exc) or type(exc).__name__, exc.exit_code, details)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
-        output.failure("interrupted" + interruption_note(exc), EXIT_INTERRUPTED)
+        output.failure("interrupted" + interruption_note(exc), EXIT_INTERRUPTED, {"error_type": "KeyboardInterrupt"})
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Terminated as exc:
-        output.failure(str(exc) + interruption_note(exc), Terminated.exit_code)
+        output.failure(str(exc) + interruption_note(exc), Terminated.exit_code, {"error_type": "Terminated"})
         raise typer.Exit(Terminated.exit_code) from None
     except OSError as exc:  # a closed stdout or stderr is not one: `stitchlake.cli.output` silences those and goes on
         if debugging():
             traceback.print_exception(exc)
-        details = {"file": exc.filename} if exc.filename else {}
+        details = {"error_type": type(exc).__name__, **({"file": exc.filename} if exc.filename else {})}
         output.failure(describe_os_error(exc), 1, details)
         raise typer.Exit(1) from None
     except Exception as exc:
         message = str(exc).strip().splitlines()
-        output.failure(f"unexpected {type(exc).__name__}: {message[0] if message else '(no message)'}", 1)
+        said = f"unexpected {type(exc).__name__}: {message[0] if message else '(no message)'}"
+        output.failure(said, 1, {"error_type": type(exc).__name__})
         if debugging():
             traceback.print_exception(exc)
         else:

@@ -24,9 +24,10 @@ from .choices import StartingOffsets, ValueFormat
 from .fields import NUMBER, WHOLE, Location, Spec, Text, as_options, refuse, resolve_location
 
 #: Kafka client settings stitch sets itself (the consumer is assigned explicit offsets; nothing is committed to
-#: the broker: the table records the offsets).
+#: the broker: the table records the offsets; only committed transactions' records are read, as the docs promise).
 KAFKA_OWN_OPTIONS = frozenset(
     {
+        "isolation.level",
         "bootstrap.servers",
         "group.id",
         "enable.auto.commit",
@@ -162,6 +163,12 @@ class SourceSpec(Spec):
             raise refuse("only applies to value_format: avro", at="avro_schema")
         for key in self.options:
             if key in KAFKA_OWN_OPTIONS:
-                own = "bootstrap_servers" if key == "bootstrap.servers" else "stitch (offsets are kept in the table)"
+                own = (
+                    "bootstrap_servers"
+                    if key == "bootstrap.servers"
+                    else "stitch (read_committed: aborted transactions are never ingested)"
+                    if key == "isolation.level"
+                    else "stitch (offsets are kept in the table)"
+                )
                 raise refuse(f"is set by {own}; remove it", at=f"options.{key}")
         return self

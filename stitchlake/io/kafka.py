@@ -107,6 +107,7 @@ def client_settings(source: SourceSpec) -> dict[str, Any]:
             "enable.auto.offset.store": "false",
             "enable.partition.eof": "true",
             "auto.offset.reset": "error",
+            "isolation.level": "read_committed",  # records of aborted transactions are skipped, never ingested
             "logger": client_log,
         }
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from stitchlake.errors import InputRejected
 from stitchlake.jobs.requests import (
     ArchiveRequest,
     CleanRequest,
@@ -126,7 +127,12 @@ def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progres
 def run_erase(table: TableHandle, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
     keys = erase.load_keys(request.keys, table.storage_options)
     progress(f"erasing {keys.num_rows} key(s)")
-    return erase.erase(table, keys, request.purge, engine)
+    try:
+        return erase.erase(table, keys, request.purge, engine)
+    except InputRejected as exc:  # the keys file's own problem: name it, as every exit 5 names its file
+        if exc.file is not None:
+            raise
+        raise InputRejected(f"{request.keys}: {exc}", file=request.keys, column=exc.column) from None
 
 
 def run_rollback(table: TableHandle, request: RollbackRequest, engine: Engine, progress: Progress) -> RollbackResult:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from stitchlake.errors import StitchError, UsageError
+from stitchlake.errors import StitchError, Terminated, UsageError, stopped_by_signal
 from stitchlake.reading.options import ReadOptions
 
 if TYPE_CHECKING:
@@ -170,8 +170,10 @@ def _read_error(source: Scan, exc: BaseException) -> BaseException:
 
     if isinstance(source.error, StitchError | KeyboardInterrupt | MemoryError):
         return source.error
-    if isinstance(exc, StitchError | KeyboardInterrupt):
+    if isinstance(exc, StitchError | KeyboardInterrupt | Terminated):
         return exc
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted"):
+        return stopped_by_signal()  # DuckDB stopped on our signal handler's exception, and kept it
     if isinstance(exc, duckdb.Error):
         return UsageError(f"SQL: {exc}")
     return exc

@@ -99,8 +99,10 @@ class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = set(self._pending())
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        handed_out = set(str(start.get("files") or "").split(SEPARATOR))
-        pending = [name for name in self._pending() if name not in handed_out]
+        # Files of the last batch that are pending again were put back by a rollback or restore of its commit, and
+        # are taken again. (Spark asks only once the last batch committed, which consumed its files; a replay
+        # names the same files and the ingest skips those already consumed.)
+        pending = self._pending()
         if self.target is not None:
             pending = [name for name in pending if name in self.target]
         if not pending:
@@ -178,9 +180,10 @@ class KafkaOffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = plan(self.table, self.stream, max_records=most, until=self.target)
         if not todo:
             return start
+        # A new batch whenever the table has records to take, even up to the same ends as the last batch: a
+        # rollback or restore of that batch put the table's offsets back, and its records must be read again.
+        # (Spark asks only once the last batch committed; a replay plans again from the table, so nothing repeats.)
         until = {str(r.partition): r.end for r in todo.ranges}
-        if until == start.get("until"):
-            return start
         return {"batch": int(start.get("batch", 0)) + 1, "until": until}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

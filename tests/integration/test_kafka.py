@@ -402,6 +402,30 @@ def test_a_partition_added_to_the_topic_is_picked_up_from_its_start(kafka_broker
     assert_tiled(table, "orders", {0: 10, 1: 5, 2: 3})
 
 
+def test_stitch_stream_reads_again_the_records_a_rollback_of_its_last_batch_put_back(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """A rollback of a stream's last micro-batch rewinds the table's offsets to where that batch began; the next
+    `stitch stream` (the same checkpoint, its last batch ending where the topic still ends) must read those
+    records again, not take the unchanged end for nothing new."""
+    topic = new_topic(kafka_broker, "orders", 1)
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    ts = "2026-11-20T10:00:00Z"
+    values = [{"order_id": k, "order_date": "2026-11-20", "amount": 1.0, "order_ts": ts, "op": "I"} for k in range(10)]
+    broker.produce(kafka_broker, topic, [(0, as_json(v)) for v in values])
+    args = ("stream", "-c", str(config), "--stream", "orders", "--available-now", "--json")
+    first = run_stitch(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert table.read().num_rows == 10
+    rolled = run_stitch("rollback", "-c", str(config), "--stream", "orders", "--json")
+    assert rolled.returncode == 0, rolled.stderr
+    assert table.read().num_rows == 0
+    again = run_stitch(*args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(r["order_id"] for r in table.read().to_pylist()) == list(range(10)), "the records were skipped"
+    assert_tiled(table, "orders", {0: 10})
+
+
 def test_offsets_the_topic_no_longer_holds_fail_clearly_until_reset(kafka_broker: str, tmp_path: Path) -> None:
     """Retention passed records never ingested: exit 5 naming the partition and the way on; --reset-offsets
     earliest skips them, recorded in the commit; --reset-offsets latest skips to the end."""

@@ -214,3 +214,24 @@ def test_stitch_stream_stops_gracefully_on_sigterm_and_resumes_to_the_ground_tru
     assert sum(len(c.consumed()) for c in completed(table, "shipments")) == 6
     ingest_the_rest(config, "orders", "payments")
     assert compare(stitchlake.read(str(config)), many_files / "truth.parquet") == []
+
+
+def test_a_stream_takes_again_the_files_a_rollback_of_its_last_batch_put_back(many_files: Path, tmp_path: Path) -> None:
+    """`stitch rollback --stream S` of a bad micro-batch makes its files pending again; the next `stitch stream`
+    (the same checkpoint) must ingest them, not skip them because its last batch named them."""
+    from scripts.demo_data import compare
+
+    config, table = demo_table(tmp_path, many_files / "landing")
+    args = ("stream", "-c", str(config), "--stream", "shipments", "--available-now", "--json")
+    first = run_stitch(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sum(len(c.consumed()) for c in completed(table, "shipments")) == 6
+    rolled = run_stitch("rollback", "-c", str(config), "--stream", "shipments", "--json")
+    assert rolled.returncode == 0, rolled.stderr
+    left = sum(len(c.consumed()) for c in completed(table, "shipments"))
+    assert left < 6, "the rollback put no file back"
+    again = run_stitch(*args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sum(len(c.consumed()) for c in completed(table, "shipments")) == 6, "the put-back files were skipped"
+    ingest_the_rest(config, "orders", "payments")
+    assert compare(stitchlake.read(str(config)), many_files / "truth.parquet") == []

@@ -654,6 +654,11 @@ KAFKA_MISTAKES = [
     ({"path": "landing"}, "streams.orders.source.path: does not apply to format: kafka"),
     ({"options": {"group.id": "mine"}}, "streams.orders.source.options.group.id: is set by stitch"),
     ({"options": {"bootstrap.servers": "h:1"}}, "streams.orders.source.options.bootstrap.servers: is set by"),
+    # Aborted transactions' records must never be ingested: read_uncommitted would let them in.
+    (
+        {"options": {"isolation.level": "read_uncommitted"}},
+        "streams.orders.source.options.isolation.level: is set by stitch (read_committed",
+    ),
     ({"value_format": "avro"}, "streams.orders.source.avro_schema: is required for value_format: avro"),
     ({"value_format": "xml"}, "streams.orders.source.value_format:"),
     ({"read_timeout_s": 0}, "streams.orders.source.read_timeout_s:"),
@@ -709,6 +714,7 @@ def test_kafka_secrets_stay_references_and_are_resolved_in_each_process(
     assert config.secret_values == {"pem-s3cr3t-body"}
     assert "pem-s3cr3t-body" not in repr(config)
     assert client_settings(source)["ssl.key.pem"] == "pem-s3cr3t-body"
+    assert client_settings(source)["isolation.level"] == "read_committed"
     assert environment(source) == {"STITCH_TEST_KAFKA_KEY": "pem-s3cr3t-body"}
     travelled = pickle.loads(pickle.dumps(config)).streams["orders"].source
     assert travelled is not None and travelled.yaml_path == "streams.orders.source"

@@ -64,3 +64,23 @@ def test_a_bad_query_is_a_usage_error_naming_duckdbs_complaint(stitched: tuple[T
     with pytest.raises(UsageError, match="file system operations are disabled"):
         table.sql(f"EXPLAIN ANALYZE COPY (SELECT * FROM t) TO '{written}'")
     assert not written.exists()
+
+
+def test_a_query_stopped_by_sigterm_ends_as_a_stop_not_a_failure(stitched: tuple[Table, dict[str, str]]) -> None:
+    """DuckDB stops a query when the signal handler raises, and raises its own RuntimeError: `stitch sql` stopped
+    by a scheduler must still exit 143, not 1 (an alert)."""
+    import signal
+    import threading
+
+    from stitchlake.errors import Terminated
+
+    table, _ = stitched
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: (_ for _ in ()).throw(Terminated()))
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        with pytest.raises(Terminated):
+            table.sql("SELECT sum(hash(i)) FROM range(30000000000) r(i), t LIMIT 1")
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)

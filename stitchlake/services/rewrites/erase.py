@@ -100,12 +100,13 @@ def _keys_table(table: TableHandle, keys: pa.Table) -> pa.Table:
     wanted = [c for c in config.common_columns if c.name in keys.column_names]
     missing = [c.name for c in config.table.key if c.name not in keys.column_names]
     if missing:
-        raise InputRejected(f"keys to erase: missing key column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        plural = "s" if len(missing) > 1 else ""
+        raise InputRejected(f"keys to erase: missing key column{plural} {', '.join(missing)}", column=missing[0])
     columns = {}
     for spec in wanted:
         column, failed = cast_column(keys.column(spec.name).combine_chunks(), spec, "keys to erase")
         if failed.any() or column.null_count:
-            raise InputRejected(f"keys to erase: column {spec.name} has null or unparsable values")
+            raise InputRejected(f"keys to erase: column {spec.name} has null or unparsable values", column=spec.name)
         columns[spec.name] = column
     return pa.table(columns).group_by(list(columns)).aggregate([])
 
