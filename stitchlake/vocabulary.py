@@ -26,6 +26,18 @@ class Action(StrEnum):
     RESCALE = "rescale"
 
 
+class Recovery(StrEnum):
+    """What recovery (`stitch rollback --failed`, and `stitch clean` first) does with an instant whose process died."""
+
+    #: Its partial work is undone (the markers name every file it began).
+    ROLL_BACK = "roll back"
+    #: Reset to run again from its plan: partial files deleted, plan kept (its command's `--resume`/`--run` runs
+    #: it; a rescale fences the writers of its partitions until then). Never undone.
+    RERUN = "rerun"
+    #: Finished from its recorded plan, never undone: half a deletion cannot be taken back.
+    FINISH = "finish"
+
+
 class State(StrEnum):
     """An instant's state, in the order it advances (`rank`); the value is the file name's suffix."""
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from stitchlake.cli.printing import info, print_table, stdout_console, text
 from stitchlake.cli.values import cell, human_count, human_duration, human_size, human_time
+from stitchlake.vocabulary import Recovery
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -18,7 +19,11 @@ if TYPE_CHECKING:
 
 #: What a pending instant whose process is gone is, by what recovery does with it: a write is rolled back, a
 #: compaction or rescale plan waits to be run (never-run plans included), a deletion is finished.
-NOT_RUNNING = {"roll back": "no (failed write)", "rerun": "no (not running)", "finish": "no (to be finished)"}
+NOT_RUNNING = {
+    Recovery.ROLL_BACK: "no (failed write)",
+    Recovery.RERUN: "no (not running)",
+    Recovery.FINISH: "no (to be finished)",
+}
 
 
 def compact_table(title: str | None = None, caption: str | None = None) -> RichTable:
@@ -175,7 +180,7 @@ def print_status(report: StatusReport) -> None:
                 text(str(entry.action)),
                 text(entry.state),
                 text(entry.stream or "-"),
-                text("yes", "green") if entry.alive else text(NOT_RUNNING.get(entry.recovery, "no"), "red"),
+                text("yes", "green") if entry.alive else text(NOT_RUNNING[entry.recovery], "red"),
                 text(human_duration(entry.pending_s)),
                 text(human_duration(age) if age is not None else "-"),
                 text(entry.host or "-"),

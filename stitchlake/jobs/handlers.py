@@ -94,11 +94,12 @@ def _run_plan(
 def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progress: Progress) -> CleanResult:
     clean.checked_policy(table, request.policy)  # refused before failed work is finished, not halfway
     if request.dry_run:
-        targets, resets, unfinished = recovery.failed_instants(table, table.timeline())
+        timeline = table.timeline()
+        targets, resets, unfinished = recovery.failed_instants(table, timeline)
         result = clean.clean(table, request.policy, request.retain, dry_run=True)
         result.rolled_back = [t.requested for t in targets]
         result.reset_compactions = [r.requested for r in resets]
-        result.finished = [f"{i.action} {i.requested}" for i in recovery.to_finish(table.timeline(), unfinished)]
+        result.finished = [f"{i.action} {i.requested}" for i in recovery.to_finish(timeline, unfinished)]
         result.message = (
             f"would delete {len(result.deleted) + len(result.orphans)} file(s) and roll back {len(targets)} "
             "failed write(s)"

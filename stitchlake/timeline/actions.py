@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from stitchlake.timeline.metadata import (
     AlterCommit,
@@ -35,19 +34,7 @@ from stitchlake.timeline.metadata import (
     SavepointPlan,
     UndoPlan,
 )
-from stitchlake.vocabulary import Action
-
-
-class Recovery(StrEnum):
-    """What recovery (`stitch rollback --failed`, and `stitch clean` first) does with an instant whose process died."""
-
-    #: Its partial work is undone (the markers name every file it began).
-    ROLL_BACK = "roll back"
-    #: Reset to run again from its plan: partial files deleted, plan kept (its command's `--resume`/`--run` runs
-    #: it; a rescale fences the writers of its partitions until then). Never undone.
-    RERUN = "rerun"
-    #: Finished from its recorded plan, never undone: half a deletion cannot be taken back.
-    FINISH = "finish"
+from stitchlake.vocabulary import Action, Recovery
 
 
 @dataclass(frozen=True)

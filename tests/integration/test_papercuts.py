@@ -290,6 +290,10 @@ def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, 
     assert "stitch rollback --failed" in done.stderr
     assert [i.requested for i in table.timeline().pending()] == [restore]
     assert stitch_json("status", "-c", config)["writers"][0]["alive"] is False
+    # A dry run of clean names it as what it would finish, and finishes nothing.
+    dry = stitch_json("clean", "-c", config, "--dry-run", "--engine", "local")
+    assert dry["would_finish"] == [f"restore {restore}"] and "finished" not in dry
+    assert [i.requested for i in table.timeline().pending()] == [restore]
 
     finished = stitch_json("rollback", "-c", config, "--failed")
     assert finished["finished"] == [f"restore {restore}"]

@@ -21,11 +21,11 @@ from stitchlake.timeline.actions import (
     REWRITES,
     UNDOES_HISTORY,
     WRITES_DATA,
-    Recovery,
     actions_where,
 )
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import Commit, RewritePlan, UndoPlan
+from stitchlake.vocabulary import Recovery
 from stitchlake.writing.badrows import Rejected
 from stitchlake.writing.batch import REASON, ROW, SOURCE
 

@@ -29,6 +29,7 @@ from stitchlake.errors import BusyError, ConfigError, ConflictError, InputReject
 from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
+from stitchlake.vocabulary import Recovery
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -852,7 +853,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
                 state="inflight",
                 stream="orders",
                 alive=False,
-                recovery="roll back",
+                recovery=Recovery.ROLL_BACK,
                 heartbeat_age_s=75.0,
                 pending_s=80.0,
                 host="etl-1",
@@ -865,7 +866,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
                 state="requested",
                 stream=None,
                 alive=False,
-                recovery="rerun",
+                recovery=Recovery.RERUN,
                 heartbeat_age_s=None,
                 pending_s=20.0,
                 host="etl-2",
@@ -1019,3 +1020,19 @@ def test_clean_names_each_path_with_list_files_without_json(
     deleted = [name for name in named if " " not in name]  # not the summary's `deleted 8 file(s) ...`
     assert sorted(deleted) == sorted(doomed["deleted"] + doomed["orphans"])
     assert not any(Path(table.path, path).exists() for path in deleted)
+
+
+def test_an_erase_keys_file_the_table_rejects_is_named_with_its_column(
+    written: tuple[Table, list[Any]], config_file: Path, tmp_path: Path
+) -> None:
+    """Exit 5 names the file and the column, as `--json` fields too; nothing is erased."""
+    table, _ = written
+    keys = tmp_path / "keys.csv"
+    keys.write_text("k\nseven\n")
+    instants = table.timeline().instants
+    done = run("delete", "-c", str(config_file), "--keys", str(keys), "--engine", "local", "--json")
+    assert done.exit_code == 5, done.output
+    failure = json.loads(done.stdout)
+    assert (failure["file"], failure["column"], failure["error_type"]) == (str(keys), "k", "InputRejected")
+    assert failure["error"].startswith(f"{keys}: keys to erase: column k has null or unparsable values")
+    assert table.timeline().instants == instants

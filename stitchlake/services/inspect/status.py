@@ -14,6 +14,7 @@ from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.archive import Checkpoint, archived_batches_newest_first, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit
+from stitchlake.vocabulary import Recovery
 
 if TYPE_CHECKING:
     from stitchlake.layout.fsview import FileSystemView
@@ -53,9 +54,9 @@ class PendingInstant:
     state: str
     stream: str | None
     alive: bool
-    #: What recovery does with it once its process is gone: `roll back` (a write), `rerun` (a compaction or
-    #: rescale plan, which waits to be run), `finish` (a clean, rollback or restore).
-    recovery: str
+    #: What recovery does with it once its process is gone: roll it back (a write), rerun it (a compaction or
+    #: rescale plan, which waits to be run), finish it (a clean, rollback or restore).
+    recovery: Recovery
     heartbeat_age_s: float | None
     pending_s: float
     host: str | None
@@ -172,7 +173,7 @@ def status(table: TableHandle, now: float | None = None) -> StatusReport:
                 state=instant.state.label,
                 stream=timeline.stream_of(instant),
                 alive=alive,
-                recovery=str(kind_of(instant.action).recovery),
+                recovery=kind_of(instant.action).recovery,
                 heartbeat_age_s=None if beat is None else round(now - beat, 1),
                 pending_s=pending_s,
                 host=writer.host,

@@ -181,10 +181,11 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
     """
     engine = engine or LocalEngine()
     table.require()  # a config that disagrees with the table is refused before any slice is read
-    _refuse_misplaced(table, _keys_table(table, keys), engine)
-    result = _erase(table, keys, engine, purge)
+    wanted = _keys_table(table, keys)
+    _refuse_misplaced(table, wanted, engine)
+    result = _erase(table, wanted, engine, purge)
     if purge:
-        purged = purge_copies(table, result.instant, _keys_table(table, keys))
+        purged = purge_copies(table, result.instant, wanted)
         result.purged_savepoints, result.purged_files = purged.savepoints, purged.files
         result.purged_quarantine, result.purged_logs = purged.quarantine, purged.logs
     result.published = publish_after(table, f"erase {result.instant}")
@@ -274,9 +275,8 @@ def _asked_before(table: TableHandle, on: list[str]) -> pa.Table:
     return pa.concat_tables(found)
 
 
-def _erase(table: TableHandle, keys: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
-    table.require()
-    wanted = _keys_table(table, keys)
+def _erase(table: TableHandle, wanted: pa.Table, engine: Engine, purge: bool = False) -> EraseResult:
+    """One erase commit of `wanted`, the keys as `_keys_table` cast them."""
     groups: set[tuple[str, str]] = set()
 
     def plan(timeline: Timeline, requested: str) -> ErasePlan | None:

@@ -15,10 +15,11 @@ from stitchlake.services.undo.restore import finish_restore
 from stitchlake.services.undo.rollback import RollbackResult, expired, finish_rollback, run_rollback
 from stitchlake.services.upkeep.clean import finish_clean
 from stitchlake.table.guards import undone_by
-from stitchlake.timeline.actions import Recovery, kind_of
+from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.archive import horizon_of
 from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.timeline import Timeline, delete_instant
+from stitchlake.vocabulary import Recovery
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle

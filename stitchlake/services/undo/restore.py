@@ -99,8 +99,9 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
     plan = txn.plan
     assert isinstance(plan, RestorePlan)
     said = table.config.table.buckets
-    removed = _removed_savepoints(table, plan)  # read before undoing: the savepoints' records go with them
-    erases = _undone_erases(table, plan)  # likewise: the erases' records go with them
+    before = table.timeline()  # read before undoing: the savepoints' and erases' records go with them
+    removed = _removed_savepoints(table, before, plan)
+    erases = _undone_erases(before, plan)
     deleted = sum(undo(table, target) for target in plan.targets)
     undone = tuple(t.requested for t in plan.targets)
     done = txn.complete(
@@ -136,10 +137,9 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
     )
 
 
-def _undone_erases(table: TableHandle, plan: RestorePlan) -> list[str]:
+def _undone_erases(timeline: Timeline, plan: RestorePlan) -> list[str]:
     """The completed erases among the restore's targets, as `<instant>: <n> key(s)` (a crashed restore resumed
     after undoing some knows only those still on the timeline)."""
-    timeline = table.timeline()
     found = []
     for target in plan.targets:
         instant = timeline.get(target.requested) if target.action == Action.ERASE else None
@@ -150,9 +150,8 @@ def _undone_erases(table: TableHandle, plan: RestorePlan) -> list[str]:
     return found
 
 
-def _removed_savepoints(table: TableHandle, plan: RestorePlan) -> list[RemovedSavepoint]:
+def _removed_savepoints(table: TableHandle, timeline: Timeline, plan: RestorePlan) -> list[RemovedSavepoint]:
     """The savepoints among the instants the restore undoes, each with why it goes."""
-    timeline = table.timeline()
     out = []
     for target in plan.targets:
         if target.action != Action.SAVEPOINT:
