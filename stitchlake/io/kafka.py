@@ -114,6 +114,17 @@ def client_settings(source: SourceSpec) -> dict[str, Any]:
     return settings
 
 
+#: `client_settings` an admin client does not take.
+_CONSUMER_ONLY = (
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "auto.offset.reset",
+    "isolation.level",
+)
+
+
 def environment(source: SourceSpec) -> dict[str, str]:
     """The variables the source's options refer to (`${VAR}`: its secrets) that are set in this process: what a
     process on another host (a Spark executor) needs in its environment for `client_settings` to work there."""
@@ -152,9 +163,8 @@ def topic_state(source: SourceSpec) -> TopicState:
     from confluent_kafka.admin._listoffsets import OffsetSpec
 
     settings = client_settings(source)
-    for key in ("group.id", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof"):
+    for key in _CONSUMER_ONLY:  # the admin client warns on stderr of each it is given
         settings.pop(key)
-    settings.pop("auto.offset.reset")
     admin = AdminClient(settings)
     try:
         topic_id, partitions = _describe(admin, source)

@@ -10,8 +10,11 @@ Pending work is, per partition, `[next offset, end offset now)`, or up to a boun
 micro-batch's planned end) and at most `max_records` in all. A partition the topic no longer holds from the next
 offset on (retention deleted records never ingested) is refused (exit 5) until `--reset-offsets` moves it on, which
 the commit records. Ranges carry the topic's id, so offsets of a topic since deleted and created again (and
-partitions it no longer has) are refused the same way. An undo whose commits were a partition's first reads records
-where they began (`rewound`), so the stream goes on from there and not from `starting_offsets` again.
+partitions it no longer has) are refused the same way. Every ingest records every partition the topic has (an
+empty range where it read nothing) and how many there are, so a partition added since the last ingest is known
+to start at offset 0: if retention took its first records before they were read, that is refused too. An undo
+whose commits were a partition's first reads records where they began (`rewound`), so the stream goes on from
+there and not from `starting_offsets` again.
 """
 
 from __future__ import annotations
@@ -53,9 +56,17 @@ RECORD_BYTES_ESTIMATE = 1024
 class TopicPlan:
     """What one ingest of a Kafka-fed stream reads and records."""
 
-    #: Ranges to record, empty ones included (a position set by `--reset-offsets` or `starting_offsets: latest`).
+    #: Ranges to read and record, empty ones included (a position set by `--reset-offsets` or `starting_offsets:
+    #: latest`): what makes the ingest worth a commit.
     ranges: list[OffsetRange] = field(default_factory=list)
     resets: list[OffsetReset] = field(default_factory=list)
+    #: Where the topic's other partitions stand (empty ranges): recorded beside `ranges`, never a reason to commit.
+    positions: list[OffsetRange] = field(default_factory=list)
+
+    @property
+    def recorded(self) -> list[OffsetRange]:
+        """What the commit records: every partition of the topic, once."""
+        return sorted([*self.ranges, *self.positions], key=lambda r: r.key)
 
     @property
     def reads(self) -> list[OffsetRange]:
@@ -189,6 +200,9 @@ def plan(
     # Recorded under another id: the topic was deleted and created again, and every recorded offset (those recorded
     # before ids were, too) belongs to the old topic.
     recreated = topic_id is not None and any(r.topic_id not in (None, topic_id) for r in recorded.values())
+    # How many partitions the table saw the topic with (recorded since every ingest records every partition).
+    seen = max((r.topic_partitions or 0 for r in recorded.values()), default=0) or None
+    count = len(held)
     out = TopicPlan()
     lost: list[str] = []
     if recreated and reset is None:
@@ -219,12 +233,14 @@ def plan(
             start, moved = last.end, False
         else:
             # The topic's first read, or a partition added since: from its beginning; `starting_offsets: latest`,
-            # the first time: from now on (recorded as a position).
+            # the first time: from now on (recorded as a position). A partition numbered past those the table saw
+            # was added since its last ingest: its records from offset 0 are owed, whatever retention took.
             moved = not recorded and source.starting_offsets == "latest"
-            start = high if moved else low
+            start = high if moved else (0 if seen is not None and partition >= seen else low)
         if not recreated and (start < low or start > high):
             if reset is None:
-                lost.append(_lost(partition, start, low, high))
+                added = " (a partition added since the last ingest)" if last is None else ""
+                lost.append(_lost(partition, start, low, high) + added)
                 continue
             to = low if reset == "earliest" else high
             why = "retention deleted them" if start < low else "the topic holds fewer offsets than were ingested"
@@ -233,7 +249,9 @@ def plan(
             start, moved = to, True
         end = high if until is None else min(high, max(start, until.get(partition, start)))
         if end > start or moved:
-            out.ranges.append(OffsetRange(topic, partition, start, end, topic_id))
+            out.ranges.append(OffsetRange(topic, partition, start, end, topic_id, count))
+        else:
+            out.positions.append(OffsetRange(topic, partition, start, start, topic_id, count))
     if lost:
         raise InputRejected(
             f"stream {stream}: {kafka.where(source)} no longer holds records the table has not ingested: "
@@ -246,7 +264,8 @@ def plan(
             file=f"kafka:{source.topic}",
         )
     if max_records is not None:
-        out.ranges = _capped(out.ranges, max_records)
+        out.ranges, unread = _capped(out.ranges, max_records)
+        out.positions.extend(unread)
     return out
 
 
@@ -262,8 +281,9 @@ def _lost(partition: int, start: int, low: int, high: int) -> str:
     return f"partition {partition}: next offset {start}, but the topic ends at {high} (was it created again?)"
 
 
-def _capped(ranges: list[OffsetRange], budget: int) -> list[OffsetRange]:
-    """At most `budget` records in all, shared evenly over the partitions (empty ranges kept: they set positions)."""
+def _capped(ranges: list[OffsetRange], budget: int) -> tuple[list[OffsetRange], list[OffsetRange]]:
+    """At most `budget` records in all, shared evenly over the partitions (empty ranges kept: they set positions);
+    and where the partitions left without a share stand."""
     give = {r.key: 0 for r in ranges}
     left = budget
     open_ = [r for r in ranges if r.size > 0]
@@ -277,11 +297,13 @@ def _capped(ranges: list[OffsetRange], budget: int) -> list[OffsetRange]:
                 open_.remove(item)
             if left == 0:
                 break
-    out = []
+    out, unread = [], []
     for item in ranges:
         if item.size == 0 or give[item.key] > 0:
             out.append(replace(item, end=item.start + give[item.key]))
-    return out
+        else:
+            unread.append(replace(item, end=item.start))
+    return out, unread
 
 
 def still_unconsumed(stream: str, ranges: list[OffsetRange]) -> ConflictCheck:
@@ -298,8 +320,9 @@ def still_unconsumed(stream: str, ranges: list[OffsetRange]) -> ConflictCheck:
             for item in commit.offsets:
                 own = mine.get(item.key)
                 if own is not None and item.end > own.start:
+                    what = f"offsets {own.start} to {own.end - 1}" if own.size else f"offsets from {own.start}"
                     raise ConflictError(
-                        f"offsets {own.start} to {own.end - 1} of {item.topic} partition {item.partition} (stream "
+                        f"{what} of {item.topic} partition {item.partition} (stream "
                         f"{stream}) were ingested by instant {other.requested} of another process while it ran; "
                         "nothing was published — run again"
                     )

@@ -136,7 +136,10 @@ class OffsetRange:
     range the latest completed commit recorded for it. An empty range (`start == end`) records a position
     without records: a `--reset-offsets` skip, a `starting_offsets: latest` start, or where an undo rewound to.
     `topic_id` is the topic's id when it was read (Kafka 2.8+; None from older brokers and older commits): offsets
-    of a topic deleted and created again under the same name mean nothing in the new one.
+    of a topic deleted and created again under the same name mean nothing in the new one. `topic_partitions` is how
+    many partitions the topic had then (None in older commits): every ingest records every partition (empty ranges
+    for those it had nothing to read from), so a partition numbered past it was added since, and must still hold
+    its records from offset 0.
     """
 
     topic: str
@@ -144,6 +147,7 @@ class OffsetRange:
     start: int
     end: int
     topic_id: str | None = None
+    topic_partitions: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:

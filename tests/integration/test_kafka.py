@@ -33,6 +33,7 @@ import stitchlake
 from scripts import kafka_broker as broker
 from stitchlake.api import Table
 from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
+from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
 from tests.support.spark_fixtures import (
@@ -116,7 +117,7 @@ def assert_tiled(table: Table, stream: str, ends: dict[int, int]) -> None:
             ranges.setdefault(item.partition, []).append(item)
     assert sorted(ranges) == sorted(ends), f"partitions recorded {sorted(ranges)}, topic has {sorted(ends)}"
     for partition, items in ranges.items():
-        items.sort(key=lambda r: r.start)
+        items.sort(key=lambda r: (r.start, r.end))  # a position (an empty range) before what is read from it
         at = 0
         for item in items:
             assert item.start == at, f"partition {partition}: a gap or an overlap at offset {at}: {items}"
@@ -127,6 +128,7 @@ def assert_tiled(table: Table, stream: str, ends: dict[int, int]) -> None:
 def ingest(config: Path, stream: str, *more: str) -> dict[str, Any]:
     done = run_stitch("ingest", "-c", str(config), "--stream", stream, "--json", *more)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "CONFWARN" not in done.stderr, "a client was given a setting it does not take: " + done.stderr
     return dict(json.loads(done.stdout))
 
 
@@ -402,6 +404,41 @@ def test_a_partition_added_to_the_topic_is_picked_up_from_its_start(kafka_broker
     assert_tiled(table, "orders", {0: 10, 1: 5, 2: 3})
 
 
+def test_first_records_retention_took_from_a_partition_never_read_are_refused_until_reset(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """A partition the table has not read yet is owed its records from offset 0: one that was empty at the last
+    ingest (recorded as a position) and one added since (numbered past the partitions recorded), whose first
+    records retention took before any ingest, are refused like a read partition, not started where they now
+    start."""
+    topic = new_topic(kafka_broker, "orders", 2)
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+
+    def order(key: int) -> bytes:
+        return as_json({"order_id": key, "order_date": "2026-11-20", "amount": 1.0, "order_ts": "2026-11-20T10:00:00Z"})
+
+    broker.produce(kafka_broker, topic, [(0, order(k)) for k in range(10)])
+    assert ingest(config, "orders")["records"] == 10  # partition 1 empty: recorded where it stands
+    broker.add_partitions(kafka_broker, topic, 3)
+    broker.produce(kafka_broker, topic, [(1, order(k)) for k in range(10, 15)])
+    broker.produce(kafka_broker, topic, [(2, order(k)) for k in range(15, 18)])
+    broker.delete_records_before(kafka_broker, topic, 1, 2)
+    broker.delete_records_before(kafka_broker, topic, 2, 1)
+    refused = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--json")
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    error = json.loads(refused.stdout)["error"]
+    assert "partition 1: next offset 0, but the topic starts at 2 (2 record(s) gone)" in error, error
+    assert "partition 2: next offset 0, but the topic starts at 1 (1 record(s) gone) (a partition added" in error
+    assert len(commits(table, "orders")) == 1, "nothing was ingested"
+    done = ingest(config, "orders", "--reset-offsets", "earliest")
+    assert done["records"] == 5, done
+    resets = commits(table, "orders")[-1].offset_resets
+    assert [(r.partition, r.recorded, r.to) for r in resets] == [(1, 0, 2), (2, 0, 1)]
+    keys = {r["order_id"] for r in stitchlake.read(str(config)).to_pylist()}
+    assert keys == set(range(18)) - {10, 11, 15}
+    assert_tiled_from(table, "orders", {0: 10, 1: 5, 2: 3})
+
+
 def test_stitch_stream_reads_again_the_records_a_rollback_of_its_last_batch_put_back(
     kafka_broker: str, tmp_path: Path
 ) -> None:
@@ -578,8 +615,11 @@ def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_br
     assert run_stitch("savepoint", "delete", "-c", str(config), "--name", "before").returncode == 0
     archived = run_stitch("archive", "-c", str(config), "--keep", "10", "--json")
     assert archived.returncode == 0 and json.loads(archived.stdout)["archived"] > 0, archived.stdout + archived.stderr
-    still_active = [c for c in commits(table, "orders") if any(r.partition == 1 for r in c.offsets)]
-    assert not still_active, "partition 1's offsets must live only in archived instants"
+    still_active = [c for c in commits(table, "orders") if any(r.partition == 1 and r.size for r in c.offsets)]
+    assert not still_active, "partition 1's reads must live only in archived instants"
+    checkpoint = load_checkpoint(table.storage)
+    assert checkpoint is not None
+    assert {r.partition: r.end for r in checkpoint.offsets["orders"]}[1] == 11, checkpoint.offsets
     assert ingest(config, "orders")["message"].startswith("nothing to ingest"), "the checkpoint keeps the offsets"
     broker.produce(kafka_broker, topic, on(1, range(200, 203)) + on(0, range(203, 205)))
     done = ingest(config, "orders")

@@ -316,9 +316,9 @@ def _ingest_topic(
         if not todo:
             txn.abort()
             return nothing_to_do(stream, engine.name)
-        txn.conflict_check = offsets.still_unconsumed(stream, todo.ranges)
+        txn.conflict_check = offsets.still_unconsumed(stream, todo.recorded)
         progress(f"reading {todo.records} record(s) of stream {stream} in {len(todo.reads)} range(s) as {txn.time}")
-        ranges, resets_done = tuple(todo.ranges), tuple(todo.resets)
+        ranges, resets_done = tuple(todo.recorded), tuple(todo.resets)
         written, instant, commit = _write_and_commit(
             table, engine, spec, txn, todo.reads, stream_batch, offsets=ranges, offset_resets=resets_done
         )
