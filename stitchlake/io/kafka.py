@@ -159,13 +159,9 @@ def topic_state(source: SourceSpec) -> TopicState:
     """The topic's id and, per partition, the earliest offset it still holds and its end (the last stable offset:
     what a read_committed consumer can read now)."""
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import OffsetSpec
 
-    settings = client_settings(source)
-    for key in _CONSUMER_ONLY:  # the admin client warns on stderr of each it is given
-        settings.pop(key)
-    admin = AdminClient(settings)
+    admin = _admin(source)
     try:
         topic_id, partitions = _describe(admin, source)
         found: dict[int, list[int]] = {p: [0, 0] for p in partitions}
@@ -182,6 +178,34 @@ def topic_state(source: SourceSpec) -> TopicState:
     finally:
         admin.poll(0)  # hands the client's queued log lines to `client_log`
     return TopicState(topic_id, {p: (low, high) for p, (low, high) in found.items()})
+
+
+def _admin(source: SourceSpec) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    settings = client_settings(source)
+    for key in _CONSUMER_ONLY:  # the admin client warns on stderr of each it is given
+        settings.pop(key)
+    return AdminClient(settings)
+
+
+def _same_topic(source: SourceSpec, chunk: OffsetRange) -> None:
+    """Refuse records read from a topic deleted and created again since `chunk` was planned: its offsets name
+    other records there. Asked after the read, so whatever was read came from the planned topic if the id held."""
+    if chunk.topic_id is None:
+        return
+    admin = _admin(source)
+    try:
+        now = _describe(admin, source)[0]
+    finally:
+        admin.poll(0)
+    if now is not None and now != chunk.topic_id:
+        raise InputRejected(
+            f"{where(source)} was deleted and created again while partition {chunk.partition} was read (topic id "
+            f"{chunk.topic_id} when planned, {now} now): nothing was ingested; run the ingest again, and it will "
+            "name the way on (--reset-offsets)",
+            file=f"kafka:{chunk.topic}/{chunk.partition}",
+        )
 
 
 def _describe(admin: Any, source: SourceSpec) -> tuple[str | None, list[int]]:
@@ -228,10 +252,10 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
         done = chunk.start >= chunk.end
         while not done:
             messages = consumer.consume(num_messages=min(BATCH, max(1, chunk.end - chunk.start)), timeout=1.0)
-            if messages:
-                last_progress = time.monotonic()
             for message in messages:
                 error = message.error()
+                if error is None or error.code() == KafkaError._PARTITION_EOF:
+                    last_progress = time.monotonic()  # not a retriable error: a broker repeating one is not progress
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         done = done or int(message.offset() or 0) >= chunk.end
@@ -259,6 +283,7 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
                 )
     finally:
         consumer.close()
+    _same_topic(source, chunk)
     return records
 
 

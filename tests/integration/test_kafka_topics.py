@@ -226,3 +226,30 @@ def test_a_normal_run_prints_no_client_log_lines(kafka_broker: str, tmp_path: Pa
     done = run_stitch("ingest", "-c", str(config), "--stream", "orders")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not [line for line in done.stderr.splitlines() if line.startswith("%")], done.stderr
+
+
+def test_a_topic_created_again_between_plan_and_read_is_refused_not_read_at_the_old_offsets(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """The plan names offsets of the topic it saw; if the topic is deleted and created again before a task reads
+    them, the same offsets hold other records: the read is refused, naming both ids, instead of ingesting them as
+    the planned ones."""
+    from stitchlake.io import kafka
+    from stitchlake.services import offsets
+
+    topic = new_topic(kafka_broker, "orders", 1)
+    _config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    broker.produce(kafka_broker, topic, records(range(5), 1))
+    planned = offsets.plan(table, "orders").reads
+    assert [(r.start, r.end) for r in planned] == [(0, 5)] and planned[0].topic_id is not None
+    source = table.config.stream("orders").source
+    assert source is not None
+    assert len(kafka.read_range(source, planned[0])) == 5, "the planned topic reads"
+    old = planned[0].topic_id
+    recreate_topic(kafka_broker, topic, 1)
+    broker.produce(kafka_broker, topic, records(range(100, 110), 1))
+    with pytest.raises(InputRejected) as caught:
+        kafka.read_range(source, planned[0])
+    message = str(caught.value)
+    assert "deleted and created again while partition 0 was read" in message, message
+    assert old in message and topic_id(kafka_broker, topic) in message, message

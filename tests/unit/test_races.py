@@ -333,7 +333,7 @@ def test_a_plan_a_restore_undid_before_its_run_is_a_conflict_not_a_missing_plan(
     table = _with_savepoint(tmp_path)
     write(table, "orders", _rows(3))
     undone = _restored_after_planning(monkeypatch, compaction, table)
-    with pytest.raises(PlanUndone, match=r"undone by a concurrent restore") as caught:
+    with pytest.raises(PlanUndone, match=r"undone by restore") as caught:
         if layer == "service":
             compaction.compact(table, "all")
         else:
@@ -415,12 +415,31 @@ def test_a_rescale_plan_a_restore_undid_before_its_run_is_a_conflict(
 
     table = _with_savepoint(tmp_path)
     _restored_after_planning(monkeypatch, rescales, table)
-    with pytest.raises(PlanUndone, match="undone by a concurrent restore"):
+    with pytest.raises(PlanUndone, match="undone by restore"):
         if layer == "service":
             rescales.rescale(table, 4)
         else:
             launch.rescale(table, 4, engine="local")
     assert not table.timeline().pending() and table.layout().default == 2
+
+
+def test_running_a_named_plan_a_restore_undid_earlier_is_a_conflict_naming_the_restore(tmp_path: Path) -> None:
+    """`stitch compact --run --instant T` (a scheduled run, e.g. an Airflow task after the schedule task) whose plan
+    a restore removed in between: exit 3 naming the restore, as the docs say, not exit 2 "not a compaction on the
+    timeline", which tells the operator their command was wrong. A time that never was a plan stays exit 2."""
+    from stitchlake.jobs import launch
+
+    table = _with_savepoint(tmp_path)
+    planned = compaction.schedule(table, "all")
+    assert planned is not None
+    restore.restore(table, "before")
+    restored = table.timeline().completed([Action.RESTORE])[-1].requested
+    with pytest.raises(PlanUndone, match=f"compaction plan {planned} was undone by restore {restored}") as caught:
+        launch.compact(table, run_only=True, instant=planned, engine="local")
+    assert caught.value.exit_code == 3
+    with pytest.raises(NotFoundError, match="is not a compaction") as missing:
+        launch.compact(table, run_only=True, instant="20200101000000000", engine="local")
+    assert missing.value.exit_code == 2
 
 
 def test_a_plan_gone_when_its_run_takes_it_over_is_a_conflict(tmp_path: Path) -> None:

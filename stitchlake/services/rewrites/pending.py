@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.errors import BusyError, NotFoundError, PlanUndone, UsageError
-from stitchlake.timeline.metadata import RewritePlan
+from stitchlake.timeline.metadata import RestoreCommit, RewritePlan, RollbackCommit
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
@@ -52,19 +52,41 @@ def to_run(
 ) -> Instant:
     """The pending plan a run takes: `instant_time`, else the oldest. Refused: nothing pending, a time that is no
     plan of `action`, a plan already completed. `names`: what one pending plan and several are called in the
-    messages; `hints` end the first two (how to make or pick one)."""
+    messages; `hints` end the first two (how to make or pick one). A plan a restore or rollback undid is PlanUndone
+    (exit 3, as when it vanishes under a run): a scheduled `--run --instant T` after a restore schedules again,
+    it did nothing wrong."""
     one, plural = names
     if instant_time is None:
         if not pending:
             raise NotFoundError(f"no pending {one} to run{hints[0]}")
         return pending[0]
     found = timeline.get(instant_time)
+    undo = _undone_by(timeline, instant_time) if found is None else None
+    if undo is not None:
+        raise PlanUndone(
+            f"{action} plan {instant_time} was undone by {undo.action} {undo.requested} (completed {undo.completed}) "
+            "before a run took it; nothing was written: schedule it again"
+        )
     if found is None or found.action != action:
         listed = ", ".join(i.requested for i in pending) or "none"
         raise NotFoundError(f"{instant_time} is not a {action} on the timeline (pending {plural}: {listed}){hints[1]}")
     if found.is_completed:
         raise UsageError(f"{action} {instant_time} {ALREADY_COMPLETED} at {found.completed}; nothing to run")
     return found
+
+
+def _undone_by(timeline: Timeline, instant_time: str) -> Instant | None:
+    """The restore or rollback on the timeline that removed `instant_time`, if one did."""
+    from stitchlake.timeline.instant import Action
+
+    for instant in timeline.completed([Action.RESTORE, Action.ROLLBACK]):
+        commit = timeline.commit(instant)
+        removed = commit.undone if isinstance(commit, RestoreCommit) else ()
+        if isinstance(commit, RollbackCommit):
+            removed = commit.rolled_back
+        if instant_time in removed:
+            return instant
+    return None
 
 
 @contextmanager
