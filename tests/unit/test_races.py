@@ -442,6 +442,48 @@ def test_running_a_named_plan_a_restore_undid_earlier_is_a_conflict_naming_the_r
     assert missing.value.exit_code == 2
 
 
+@pytest.mark.parametrize("where", ["a partition the erase never saw", "a bucket the erase never saw"])
+def test_a_write_of_an_erased_key_the_erase_did_not_plan_for_is_a_conflict_not_a_survivor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """While an erase runs, a write of one of its keys completes into a file group the erase did not plan (a new
+    partition, or a bucket of the partition that had no file yet): that event was committed before the erase,
+    so the erase must refuse (exit 3, retry) as for a write into a planned group. It used to check the planned
+    groups only, and the key stayed readable after "erased"."""
+    import pyarrow as pa
+
+    from stitchlake.layout.bucket import bucket_of
+    from stitchlake.services.rewrites import erase
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 2)))  # key 1: partition odd has its bucket's file group only
+    late = 1
+    racing = _rows(2, range(1, 2))
+    if where.startswith("a partition"):
+        racing = racing.set_column(racing.schema.get_field_index("p"), "p", pa.array(["elsewhere"]))
+    else:
+
+        def bucket(k: int) -> int:
+            return int(bucket_of([pa.array([k], pa.int64())], 2)[0])
+
+        late = next(k for k in range(3, 99, 2) if bucket(k) != bucket(1))  # odd too: key 1's partition
+        racing = _rows(2, range(late, late + 1))
+    original = erase.erase_file_group
+
+    def write_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        write(table, "orders", racing)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(erase, "erase_file_group", write_meanwhile)
+    keys = pa.table({"k": pa.array(sorted({1, late}), pa.int64())})
+    with pytest.raises(ConflictError, match="wrote an erased key while the erase ran") as caught:
+        erase.erase(table, keys)
+    assert caught.value.exit_code == 3
+    monkeypatch.undo()
+    done = erase.erase(table, keys)  # the retry erases the late write too
+    assert done.erased_keys >= 1 and table.read().num_rows == 0
+
+
 def test_a_plan_gone_when_its_run_takes_it_over_is_a_conflict(tmp_path: Path) -> None:
     """Found by the run, gone by the time it takes the lock to take it over (a restore in between): PlanUndone, not
     "another process finished it"."""

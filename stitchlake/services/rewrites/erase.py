@@ -148,16 +148,17 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
     return out
 
 
-def _late_writes(
-    table: TableHandle, timeline: Timeline, groups: set[tuple[str, str]], keys: pa.Table, since: str
-) -> list[str]:
-    """Deltacommits completed after `since` that wrote one of the erased keys in the erased file groups."""
+def _late_writes(table: TableHandle, timeline: Timeline, keys: pa.Table, since: str) -> list[str]:
+    """Deltacommits completed after `since` that wrote one of the erased keys, in any file group that may hold
+    one: the planned ones, and those the erase never saw (a partition or bucket the write created meanwhile),
+    which its rewrite cannot cover either."""
     found = []
     common = [c.name for c in table.config.common_columns]
+    placement = KeyPlacement(keys, table.config.table.key_names, table.config.table.partition_names)
     for instant in timeline.completed([Action.DELTACOMMIT], since=since):
         for entry in timeline.commit(instant).added_files:
-            if entry.group not in groups:
-                continue
+            if entry.buckets and entry.file_group not in placement.file_groups(entry.partition, entry.buckets):
+                continue  # its key routing says no erased key is in it (0: not recorded, read it)
             stream = table.config.streams[entry.stream or ""]
             written = read_table_file(
                 table.storage, entry.path, log_schema(table.config, stream), common, checksum=entry.checksum
@@ -347,7 +348,7 @@ def _execute(
 
     # One snapshot for both: a commit completing between two separate loads would be checked by neither.
     snapshot = table.timeline()
-    late = _late_writes(table, snapshot, groups, keys, txn.time)
+    late = _late_writes(table, snapshot, keys, txn.time)
     checked_at = snapshot.latest_time() or txn.time
 
     def conflicts(timeline: Timeline, instant: Instant) -> None:
@@ -357,7 +358,7 @@ def _execute(
                 f"erase {instant.requested} conflicts with {rivals[0].action} {rivals[0].requested} on the same "
                 "file groups; nothing was changed — retry"
             )
-        more = late or _late_writes(table, timeline, groups, keys, checked_at)
+        more = late or _late_writes(table, timeline, keys, checked_at)
         if more:
             raise ConflictError(
                 f"erase {instant.requested}: deltacommit {more[0]} wrote an erased key while the erase ran; "
