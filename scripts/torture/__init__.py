@@ -15,7 +15,10 @@ What runs, each as its own OS process on one table (design.md §4-§7):
   sometimes through the `stitch` CLI run in-process): a restore undoes history while writers write, and the
   landing files of the undone commits become pending again;
 - two archivers (`services.archive.archive` and `stitch archive --keep K`, K drawn from 10..16 each run, so two
-  of them race and the one with the smaller keep goes further).
+  of them race and the one with the smaller keep goes further);
+- an eraser (`--erasers 1`, the default) that erases one to three keys of a landed orders file now and then
+  (`stitch delete --keys` in-process, or the service) while the writers write those keys too: a restore may undo
+  an erase, a compaction race it, a kill land inside it.
 
 With `--kafka-rounds N` (the CI-sized run uses 3) a Kafka-fed stream follows, on a table of its own against a real
 broker this run starts (`scripts/kafka_broker.py`): each round produces records (late and duplicate events, a
@@ -49,11 +52,13 @@ harness, independently of stitchlake's own timeline code):
 
 - every read taken during the run equals the reference merge (demo_data.ground_truth, pandas, independent of
   stitchlake) of exactly the landing files consumed by the instants completed at that read's snapshot (the
-  archive checkpoint's consumed files plus the active deltacommits), that set of instants is the one the final
-  timeline has at that time except the ones a rollback or restore names as undone, and it is a state that
-  existed: per stream, a prefix of the files in arrival order;
-- the final table (snapshot, and read-optimized once compacted) equals the generator's ground truth and the
-  reference merge of the live instants (active and archived, minus undone ones); every landing file was
+  archive checkpoint's consumed files plus the active deltacommits), less the events of the keys each erase of
+  that snapshot took from the files of deltacommits completed before it (`erasures`); that set of instants is
+  the one the final timeline has at that time except the ones a rollback or restore names as undone, and it is a
+  state that existed: per stream, a prefix of the files in arrival order;
+- the final table (snapshot, and read-optimized once compacted) equals the generator's ground truth (less the
+  keys a live erase touched) and the reference merge of the live instants (active and archived, minus undone
+  ones, less what their erases took); every landing file was
   consumed exactly once by them, and in arrival order;
 - the timeline and checkpoint never lose an instant: every instant ever observed completed is still on the
   active timeline, or archived under the checkpoint's horizon, or named by a rollback or restore that undid it
@@ -63,7 +68,8 @@ harness, independently of stitchlake's own timeline code):
   "busy/conflict, retry" or a zombie's refusal to publish.
 
 The run leaves nothing to chance that the check relies on: the last round lasts until every kind of actor did its
-work at least once (DUTIES: a commit, a clean, a savepoint made and a restore tried, an archive, horizons seen), the
+work at least once (DUTIES: a commit, a clean, a savepoint made and a restore tried, an archive, horizons seen,
+an erase), the
 restorer tries what it still owes first, a kill is forced if chance gave none during the rounds, and the finish
 forces an archive when none ever archived anything (restores back to a savepoint of the first commit pin the whole
 timeline: it deletes the savepoints, each logged first, and archives all but the newest instant). A round that
@@ -74,7 +80,7 @@ It prints rounds, kills, freezes, commits, reads checked and violations; the exi
 
 The modules, in the order they build on each other: `common` (names, logs, the run's setup), `tablefiles` (the
 table's files as the checker reads them), `faults` (the fault hook), `actors` (the worker processes),
-`supervisor` (the storm and the finish), `oracle` (the checks), `kafka_phase`, and `cli` (`python -m
+`supervisor` (the storm and the finish), `erasures` and `oracle` (the checks), `kafka_phase`, and `cli` (`python -m
 scripts.torture`). What the tests use is re-exported here, imported when first asked for: a worker process
 (`_worker`, started anew after every kill) imports only the actors, and refuses pandas as the `stitch` command does
 (`stitchlake.cli.without_pandas`).

@@ -1,4 +1,4 @@
-"""The actors: one `Worker` process per role (writer, compactor, cleaner, reader, restorer, archiver)."""
+"""The actors: one `Worker` process per role (writer, compactor, cleaner, reader, restorer, archiver, eraser)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from scripts.torture.common import (
     log_line,
     open_torture_table,
     read_lines,
+    staged_files,
     stitch_in_process,
     table_dir,
 )
@@ -130,6 +131,7 @@ class Worker:
             "reader": self.read,
             "restorer": self.restore,
             "archiver": self.archive,
+            "eraser": self.erase,
         }[self.kind]
         while not self.stopping():
             try:
@@ -336,6 +338,36 @@ class Worker:
         self.log({"event": "archive", "keep": keep, "archived": archived, "horizon": horizon})
         self.nap(0.3, 1.5)
 
+    def erase(self) -> None:
+        """Erase one to three keys of a landed orders file (`stitch delete --keys` a third of the time, in-process,
+        else the service), while the writers may be writing them: the oracle drops their events committed before
+        the erase and keeps those committed after it. Logs the keys before and the instant after."""
+        import pyarrow as pa
+
+        landed = [self.work / "landing" / "orders" / p.name for p in staged_files(self.work, "orders")]
+        landed = [p for p in landed if p.exists()]  # landed so far: keys the table may hold
+        if not landed:
+            self.nap(0.2, 0.5)
+            return
+        ids = pq.read_table(self.rng.choice(landed), columns=["order_id"]).column("order_id").to_pylist()
+        keys = sorted(set(self.rng.sample(ids, min(len(ids), self.rng.randint(1, 3)))))
+        self.done += 1
+        path = self.work / "erase-keys" / f"{os.getpid()}-{self.done}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        wanted = pa.table({"order_id": pa.array(keys, pa.int64())})
+        pq.write_table(wanted, path)
+        self.log({"event": "erasing", "keys": keys, "file": path.name})
+        if self.rng.random() < 0.3:
+            done = self.cli("delete", "-c", self.config, "--keys", str(path), "--engine", "local")
+            instant, erased = done.get("instant"), done.get("erased_keys")
+        else:
+            from stitchlake.services.rewrites.erase import erase
+
+            result = erase(self.table, wanted)
+            instant, erased = result.instant, result.erased_keys
+        self.log({"event": "erase", "instant": instant, "keys": keys, "erased": erased})
+        self.nap(0.5, 1.5)
+
     def snapshot(self) -> dict[str, Any] | None:
         """The completed instants, the checkpoint, and the active deltacommits past it, as one state.
 
@@ -434,8 +466,9 @@ class Worker:
         after = self.snapshot()
         if after is None:
             return "undone during the read"
-        before = [s for s in snap["completed"] if s.action == "deltacommit" and (as_of is None or s.completed <= as_of)]
-        now = {s.requested for s in after["completed"] if s.action == "deltacommit"}
+        changes = ("deltacommit", "erase")
+        before = [s for s in snap["completed"] if s.action in changes and (as_of is None or s.completed <= as_of)]
+        now = {s.requested for s in after["completed"] if s.action in changes}
         if any(s.completed > after["horizon"] and s.requested not in now for s in before):
             return "undone during the read"
         if as_of is None and now - {s.requested for s in snap["completed"]}:

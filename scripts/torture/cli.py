@@ -48,6 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--restorers", type=int, choices=(0, 1), default=1, help="savepoint+restore process (0/1)")
     parser.add_argument("--archivers", type=int, default=2, help="archive processes (2: they race each other)")
+    parser.add_argument("--erasers", type=int, choices=(0, 1), default=1, help="key-erase process (0/1)")
     parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between random kills (0: none)")
     parser.add_argument(
         "--pause-every", type=float, default=6.0, help="mean seconds between SIGSTOP pauses of a worker (0: none)"
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             lock_expire=args.lock_expire,
             restorers=args.restorers,
             archivers=args.archivers,
+            erasers=args.erasers,
             mode=args.mode,
         )
         work.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,8 @@ class Settings:
     lock_expire: float
     restorers: int = 0
     archivers: int = 0
+    #: An eraser process (0/1): `stitch delete --keys` of a few keys now and then, the writers writing them too.
+    erasers: int = 0
     #: concurrency.mode: lock_free (one live writer per stream) or optimistic (writers of a stream run at once)
     mode: str = "lock_free"
 

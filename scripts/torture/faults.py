@@ -20,15 +20,15 @@ from scripts.torture.common import RUN_DIR_ENV
 #: the others presume dead, and it carries on when the supervisor wakes it. `stall_locked_*` and
 #: `stall_archive_*` freeze it while it holds the table lock, past the lock's lease.
 LOCKED_STALLS = ("stall_locked_begin", "stall_locked_publish")
+#: The points of a transaction's life (a deltacommit, a compaction, an erase).
+TRANSACTION_POINTS = (
+    *("in_begin", "after_begin", "after_mark", "mid_write", "before_publish", "after_publish"),
+    *("stall_after_mark", "stall_before_publish", *LOCKED_STALLS),
+)
 FAULT_POINTS: dict[str, tuple[str, ...]] = {
-    "writer": (
-        *("in_begin", "after_begin", "after_mark", "mid_write", "before_publish", "after_publish"),
-        *("stall_after_mark", "stall_before_publish", *LOCKED_STALLS),
-    ),
-    "compactor": (
-        *("in_begin", "after_begin", "after_mark", "mid_write", "before_publish", "after_publish"),
-        *("stall_after_mark", "stall_before_publish", *LOCKED_STALLS),
-    ),
+    "writer": TRANSACTION_POINTS,
+    "compactor": TRANSACTION_POINTS,
+    "eraser": TRANSACTION_POINTS,  # an erase is a rewrite transaction as a compaction is
     "cleaner": (
         *("in_begin", "mid_rollback", "mid_clean_delete", "before_publish", "after_publish", "stall_rollback"),
         "stall_locked_publish",
@@ -95,6 +95,7 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
     code under test moved, and the point would silently test nothing.
     """
     import stitchlake.services.rewrites.compaction as compaction_module
+    import stitchlake.services.rewrites.erase as erase_module
     import stitchlake.services.undo.rollback as rollback_module
     import stitchlake.services.upkeep.archive as archive_module
     import stitchlake.services.upkeep.clean as clean_module
@@ -175,7 +176,7 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
     elif point == "after_mark":  # a marker exists, its data file does not
         _wrap(txn_module.Transaction, "mark", around(after=die))
     elif point == "mid_write":  # killed while Parquet/Avro bytes are being written
-        for module in (write_module, compaction_module):
+        for module in (write_module, compaction_module, erase_module):
 
             def late_death() -> None:
                 threading.Timer(random.uniform(0.0, 0.004), die).start()

@@ -47,6 +47,7 @@ DUTIES: dict[str, tuple[str, ...]] = {
     "cleaner": ("clean",),
     "restorer": ("savepoint", "restoring"),
     "archiver": ("archive", "horizon"),
+    "eraser": ("erase",),
     "reader": ("horizon",),
 }
 
@@ -129,6 +130,7 @@ class Supervisor:
         roles += [("compactor", True), ("cleaner", True)]
         roles += [("restorer", True)] * min(settings.restorers, 1)
         roles += [(f"archiver:{n}", True) for n in range(1, settings.archivers + 1)]
+        roles += [("eraser", True)] * min(settings.erasers, 1)
         roles += [(f"reader:{n}", False) for n in range(1, settings.readers + 1)]
         self.slots = [Slot(role, killable) for role, killable in roles]
         self.stderr = open(self.work / "logs" / "workers.err", "ab")  # noqa: SIM115 - closed in stop()

@@ -108,6 +108,9 @@ def test_ci_sized_torture_run_has_no_violation_and_really_tortured(
     assert events.get("savepoint", 0) > 0 and events.get("restoring", 0) > 0, events
     assert commits["archived"] > 0 and commits["horizon"], commits
     assert events.get("horizon", 0) > 0, events  # readers and archivers recorded the horizons they saw
+    # Keys were erased while the writers wrote them (the reads hold each erase to dropping exactly the events
+    # committed before it).
+    assert events.get("erase", 0) > 0, events
     # The Kafka-fed stream (its own table, a real broker): rounds ran, ingests were SIGKILLed inside their instant
     # (chosen by their progress, a round added if none was), and records went in exactly once (checked).
     kafka = summary["kafka"]
@@ -278,6 +281,35 @@ def test_a_read_with_an_extra_row_fails_the_check_only_run(case: Path) -> None:
     assert f"VIOLATION: read {record['name']}" in done.stdout
     assert "keys in the table that should not be" in done.stdout
     assert "violations 1," in done.stdout
+
+
+def test_a_read_showing_a_key_an_erase_of_its_snapshot_took_is_a_violation(case: Path) -> None:
+    """The oracle holds reads to the run's erases: a read whose state had an erase, showing one of the erased
+    keys that no later event created again, is a violation (as if the erase had missed it)."""
+    from scripts.torture.erasures import erase_keys
+
+    undone = set(torture.History.load(torture.table_dir(case)).undone)
+    keys_of = erase_keys(case, torture.History.load(torture.table_dir(case)))
+    for path in sorted((case / "reads").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["error"] is not None or record["mode"] == "current-moved" or record.get("moved"):
+            continue
+        if {instant["requested"] for instant in record["visible"]} & undone or not record.get("rows"):
+            continue
+        took = {
+            k for r, a, c in record["snapshot"] if a == "erase" and c <= record["until"] for k in keys_of.get(r, ())
+        }
+        data = pq.read_table(case / "reads" / f"{record['name']}.parquet")
+        absent = sorted(took - set(data.column("order_id").to_pylist()))
+        if absent:
+            break
+    else:
+        raise AssertionError("no read saw an erase take a key")
+    shown = data.slice(0, 1).set_column(0, "order_id", pa.array(absent[:1], pa.int64()))
+    pq.write_table(pa.concat_tables([data, shown]), case / "reads" / f"{record['name']}.parquet")
+    violations = _check_reads(case)
+    assert len(violations) == 1 and record["name"] in violations[0], violations
+    assert "keys in the table that should not be" in violations[0], violations
 
 
 def test_a_read_missing_a_committed_row_is_a_violation(case: Path) -> None:
