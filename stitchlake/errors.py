@@ -76,6 +76,8 @@ class ConflictError(StitchError):
     """A write conflicted with a concurrent one (exit 3): retrying is safe."""
 
     exit_code = 3
+    #: Whether running the same request again can succeed (`--retries` waits and runs it again only then).
+    retry_helps: bool = True
 
 
 class PlanUndone(ConflictError):

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -189,22 +189,26 @@ def _admin(source: SourceSpec) -> Any:
     return AdminClient(settings)
 
 
-def _same_topic(source: SourceSpec, chunk: OffsetRange) -> None:
-    """Refuse records read from a topic deleted and created again since `chunk` was planned: its offsets name
-    other records there. Asked after the read, so whatever was read came from the planned topic if the id held."""
-    if chunk.topic_id is None:
+def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange]) -> None:
+    """Refuse (exit 5) an ingest whose ranges were planned on a topic since deleted (and perhaps created again):
+    the same offsets name other records there. Asked once, after every range was read and before the commit:
+    topic ids are never reused, so if the id still holds, every record read came from the planned topic."""
+    planned = next((r.topic_id for r in ranges if r.topic_id is not None), None)
+    if planned is None:
         return
     admin = _admin(source)
     try:
         now = _describe(admin, source)[0]
+    except UsageError:  # deleted, not (yet) created again
+        now = "none: the topic does not exist now"
     finally:
         admin.poll(0)
-    if now is not None and now != chunk.topic_id:
+    if now is not None and now != planned:
         raise InputRejected(
-            f"{where(source)} was deleted and created again while partition {chunk.partition} was read (topic id "
-            f"{chunk.topic_id} when planned, {now} now): nothing was ingested; run the ingest again, and it will "
-            "name the way on (--reset-offsets)",
-            file=f"kafka:{chunk.topic}/{chunk.partition}",
+            f"{where(source)} was deleted (and perhaps created again) while the ingest read it (topic id {planned} "
+            f"when planned, {now}): nothing was ingested; run the ingest again, and it will name the way on "
+            "(--reset-offsets)",
+            file=f"kafka:{source.topic}",
         )
 
 
@@ -283,7 +287,6 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
                 )
     finally:
         consumer.close()
-    _same_topic(source, chunk)
     return records
 
 

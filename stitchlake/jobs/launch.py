@@ -81,7 +81,7 @@ def with_retries(retries: int, attempt: Callable[[], T], on_retry: Progress = No
         try:
             return attempt(), number
         except ConflictError as exc:
-            if number == retries:
+            if number == retries or not exc.retry_helps:
                 raise
             wait = min(RETRY_MAX_WAIT_S, RETRY_FIRST_WAIT_S * 2**number) * random.uniform(0.5, 1.0)
             if on_retry is not None:

@@ -44,6 +44,7 @@ from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.reader import read
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
+from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
@@ -163,7 +164,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         last = last_publish(timeline, chosen)
         if source is None and last is None and not _has_base_files(table, timeline):
             raise UsageError("nothing is compacted yet: run `stitch compact` first (a publish shows base files)")
-        fresh = _purged_since(timeline, last)
+        fresh = _purged_since(table, timeline, chosen)
         return PublishPlan(format=chosen.value, location=location, source=(source.completed or "") if source else "")
 
     txn = Transaction.begin_planned(table, Action.PUBLISH, plan=plan)
@@ -242,15 +243,17 @@ def _committed_anyway(fmt: PublishFormat, location: str, committed: list[int], s
     )
 
 
-def _purged_since(timeline: Timeline, last: Instant | None) -> bool:
+def _purged_since(table: TableHandle, timeline: Timeline, fmt: PublishFormat) -> bool:
     """Whether an erase with `--purge` completed since the format's last publish read the table: then the next
-    published version must be the only trace, history, log and manifests included."""
-    since = last.requested if last is not None else None
-    for instant in timeline.completed([Action.ERASE]):
-        commit = timeline.commit(instant)
-        if isinstance(commit, EraseCommit) and commit.purge and (since is None or (instant.completed or "") > since):
-            return True
-    return False
+    published version must be the only trace, history, log and manifests included. Archived instants count: an
+    erase whose own publish failed may be archived before the publish run again for it."""
+    found = [(e.instant, e.commit) for e in archived_instants(table.storage)]
+    found += [(i, timeline.commit(i)) for i in timeline.completed([Action.PUBLISH, Action.ERASE])]
+    read = [i.requested for i, c in found if isinstance(c, PublishCommit) and c.format == fmt]
+    since = max(read, default=None)
+    return any(
+        isinstance(c, EraseCommit) and c.purge and (since is None or (i.completed or "") > since) for i, c in found
+    )
 
 
 def _has_base_files(table: TableHandle, timeline: Timeline) -> bool:

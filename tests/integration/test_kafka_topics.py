@@ -228,28 +228,46 @@ def test_a_normal_run_prints_no_client_log_lines(kafka_broker: str, tmp_path: Pa
     assert not [line for line in done.stderr.splitlines() if line.startswith("%")], done.stderr
 
 
-def test_a_topic_created_again_between_plan_and_read_is_refused_not_read_at_the_old_offsets(
-    kafka_broker: str, tmp_path: Path
+@pytest.mark.parametrize("then", ["created again", "deleted"])
+def test_a_topic_deleted_while_an_ingest_reads_it_is_refused_not_ingested_at_the_old_offsets(
+    kafka_broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
-    """The plan names offsets of the topic it saw; if the topic is deleted and created again before a task reads
-    them, the same offsets hold other records: the read is refused, naming both ids, instead of ingesting them as
-    the planned ones."""
+    """The plan names offsets of the topic it saw; if the topic is deleted (and created again) while the ingest
+    reads, the same offsets hold other records or none: the ingest is refused (exit 5) naming the planned id and
+    commits nothing, instead of publishing what it read as the planned records. The next run then says what to
+    do (a recreated topic: `--reset-offsets`)."""
+    from confluent_kafka.admin import AdminClient
+
+    from stitchlake.engine import LocalEngine
     from stitchlake.io import kafka
-    from stitchlake.services import offsets
+    from stitchlake.services.writes.ingest import ingest as ingest_service
 
     topic = new_topic(kafka_broker, "orders", 1)
-    _config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     broker.produce(kafka_broker, topic, records(range(5), 1))
-    planned = offsets.plan(table, "orders").reads
-    assert [(r.start, r.end) for r in planned] == [(0, 5)] and planned[0].topic_id is not None
-    source = table.config.stream("orders").source
-    assert source is not None
-    assert len(kafka.read_range(source, planned[0])) == 5, "the planned topic reads"
-    old = planned[0].topic_id
-    recreate_topic(kafka_broker, topic, 1)
-    broker.produce(kafka_broker, topic, records(range(100, 110), 1))
+    assert ingest(config, "orders")["records"] == 5
+    broker.produce(kafka_broker, topic, records(range(5, 10), 1))
+    planned = topic_id(kafka_broker, topic)
+    original = kafka.read_range
+
+    def read_then_drop_the_topic(*args: Any) -> Any:
+        records_read = original(*args)
+        if then == "created again":
+            recreate_topic(kafka_broker, topic, 1)
+            broker.produce(kafka_broker, topic, records(range(100, 110), 1))
+        else:
+            admin = AdminClient({"bootstrap.servers": kafka_broker})
+            for future in admin.delete_topics([topic], operation_timeout=60).values():
+                future.result(timeout=120)
+        return records_read
+
+    monkeypatch.setattr(kafka, "read_range", read_then_drop_the_topic)
     with pytest.raises(InputRejected) as caught:
-        kafka.read_range(source, planned[0])
+        ingest_service(table, LocalEngine(), "orders")
+    monkeypatch.undo()
     message = str(caught.value)
-    assert "deleted and created again while partition 0 was read" in message, message
-    assert old in message and topic_id(kafka_broker, topic) in message, message
+    assert caught.value.exit_code == 5 and "while the ingest read it" in message and planned in message, message
+    assert len(commits(table, "orders")) == 1 and keys(config) == set(range(5)), "nothing was ingested"
+    assert not table.timeline().pending(), "the refused ingest was undone"
+    if then == "created again":
+        assert "deleted and created again" in refused(config)

@@ -19,6 +19,7 @@ from stitchlake.concurrency.heartbeat import is_expired
 from stitchlake.errors import ConflictError
 from stitchlake.services.publish import PublishResult
 from stitchlake.table.transaction import Transaction
+from stitchlake.timeline.instant import Action
 from tests.integration.test_publish_leftovers import (
     current_rows,
     data_files,
@@ -89,3 +90,35 @@ def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recre
     assert published_rows(fmt, result) == current_rows(table)
     assert 1 not in keys_in(data_files(folder)), "what the zombie wrote was swept"
     assert not table.timeline().pending()
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_purge_archived_before_its_republish_still_leaves_no_older_published_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """`erase --purge` commits but its republish fails (the command says: run `stitch publish` again); the table
+    goes on and is archived before that publish runs. The publish must still recreate the published table, whose
+    older versions hold the keys: it looked for purges on the active timeline only, and kept them."""
+    import stitchlake.services.rewrites.erase as erase_module
+    from tests.support.tables import MODELS, batch
+
+    table = history(tmp_path / "t", FAST)
+    first = table.publish(fmt).to_json()
+    assert 1 in {row["k"] for row in published_rows(fmt, first)}
+
+    def publish_fails(*_args: Any, **_kwargs: Any) -> Any:
+        raise ConflictError("the publish after the erase failed")
+
+    monkeypatch.setattr(erase_module, "publish_after", publish_fails)
+    with pytest.raises(ConflictError, match="the publish after the erase failed"):
+        erase_module.erase(table, erase_keys(1), purge=True)
+    monkeypatch.undo()
+    orders = MODELS[0]
+    for n in range(12):
+        table.write("orders", batch(orders, [{"k": 2, "amount": n, "status": "later", "ots": 20 + n}]))
+    table.archive(keep=3)
+    assert not table.timeline().completed([Action.ERASE]), "the purge is archived"
+    result = table.publish(fmt).to_json()
+    assert published_rows(fmt, result) == current_rows(table)
+    folder = first["location"] if fmt == "delta" else result["table_location"]
+    assert 1 not in keys_in(data_files(folder)), "an older published version still holds the purged key"

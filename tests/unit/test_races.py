@@ -430,16 +430,22 @@ def test_running_a_named_plan_a_restore_undid_earlier_is_a_conflict_naming_the_r
     from stitchlake.jobs import launch
 
     table = _with_savepoint(tmp_path)
+    write(table, "orders", _rows(7))
+    ingested = table.timeline().completed([Action.DELTACOMMIT])[-1].requested
     planned = compaction.schedule(table, "all")
     assert planned is not None
     restore.restore(table, "before")
     restored = table.timeline().completed([Action.RESTORE])[-1].requested
+    retried: list[str] = []
     with pytest.raises(PlanUndone, match=f"compaction plan {planned} was undone by restore {restored}") as caught:
-        launch.compact(table, run_only=True, instant=planned, engine="local")
-    assert caught.value.exit_code == 3
-    with pytest.raises(NotFoundError, match="is not a compaction") as missing:
-        launch.compact(table, run_only=True, instant="20200101000000000", engine="local")
-    assert missing.value.exit_code == 2
+        launch.with_retries(
+            2, lambda: launch.compact(table, run_only=True, instant=planned, engine="local"), retried.append
+        )
+    assert caught.value.exit_code == 3 and retried == [], "running the same named plan again cannot help"
+    for wrong in ("20200101000000000", ingested):  # never an instant; an ingest the restore undid
+        with pytest.raises(NotFoundError, match="is not a compaction") as missing:
+            launch.compact(table, run_only=True, instant=wrong, engine="local")
+        assert missing.value.exit_code == 2
 
 
 @pytest.mark.parametrize("where", ["a partition the erase never saw", "a bucket the erase never saw"])

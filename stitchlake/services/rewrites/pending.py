@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.errors import BusyError, NotFoundError, PlanUndone, UsageError
-from stitchlake.timeline.metadata import RestoreCommit, RewritePlan, RollbackCommit
+from stitchlake.timeline.metadata import RewritePlan, UndoPlan
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
@@ -61,12 +61,14 @@ def to_run(
             raise NotFoundError(f"no pending {one} to run{hints[0]}")
         return pending[0]
     found = timeline.get(instant_time)
-    undo = _undone_by(timeline, instant_time) if found is None else None
+    undo = _undone_by(timeline, instant_time, action) if found is None else None
     if undo is not None:
-        raise PlanUndone(
+        refused = PlanUndone(
             f"{action} plan {instant_time} was undone by {undo.action} {undo.requested} (completed {undo.completed}) "
-            "before a run took it; nothing was written: schedule it again"
+            "before a run took it; nothing was written: schedule it again (running this again cannot help)"
         )
+        refused.retry_helps = False  # the plan named is gone for good
+        raise refused
     if found is None or found.action != action:
         listed = ", ".join(i.requested for i in pending) or "none"
         raise NotFoundError(f"{instant_time} is not a {action} on the timeline (pending {plural}: {listed}){hints[1]}")
@@ -75,16 +77,13 @@ def to_run(
     return found
 
 
-def _undone_by(timeline: Timeline, instant_time: str) -> Instant | None:
-    """The restore or rollback on the timeline that removed `instant_time`, if one did."""
+def _undone_by(timeline: Timeline, instant_time: str, action: Action) -> Instant | None:
+    """The restore or rollback on the timeline that removed `instant_time`, a plan of `action`, if one did."""
     from stitchlake.timeline.instant import Action
 
     for instant in timeline.completed([Action.RESTORE, Action.ROLLBACK]):
-        commit = timeline.commit(instant)
-        removed = commit.undone if isinstance(commit, RestoreCommit) else ()
-        if isinstance(commit, RollbackCommit):
-            removed = commit.rolled_back
-        if instant_time in removed:
+        plan = timeline.plan(instant)
+        if isinstance(plan, UndoPlan) and any(t.requested == instant_time and t.action == action for t in plan.targets):
             return instant
     return None
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, PlanUndone, StitchError, UsageError
+from stitchlake.io import kafka
 from stitchlake.io.landing import LandingFile, describe, discover
 from stitchlake.services import offsets
 from stitchlake.services.rewrites import compaction
@@ -208,18 +209,18 @@ def refuse_other_source_options(
     """Whether `stream` reads a Kafka topic; options of the other kind of source are a usage error (exit 2),
     named as the CLI spells them and as Python does."""
     spec = table.config.stream(stream)
-    kafka = spec.source is not None and spec.source.is_kafka
-    if kafka and file_options:
+    from_kafka = spec.source is not None and spec.source.is_kafka
+    if from_kafka and file_options:
         raise UsageError(
             f"stream {stream} reads Kafka topic {spec.source.topic if spec.source else ''}: --source, --max-files "
             "and --reingest-changed (sources, max_files, reingest_changed) apply to landing files"
         )
-    if not kafka and kafka_options:
+    if not from_kafka and kafka_options:
         raise UsageError(
             "--max-records and --reset-offsets (max_records, reset_offsets) apply to Kafka sources; "
             f"stream {stream} reads files"
         )
-    return kafka
+    return from_kafka
 
 
 def ingest(
@@ -319,8 +320,22 @@ def _ingest_topic(
         txn.conflict_check = offsets.still_unconsumed(stream, todo.recorded)
         progress(f"reading {todo.records} record(s) of stream {stream} in {len(todo.reads)} range(s) as {txn.time}")
         ranges, resets_done = tuple(todo.recorded), tuple(todo.resets)
+        source = spec.source
+        assert source is not None
+
+        def from_the_planned_topic() -> None:
+            kafka.same_topic(source, todo.reads)
+
         written, instant, commit = _write_and_commit(
-            table, engine, spec, txn, todo.reads, stream_batch, offsets=ranges, offset_resets=resets_done
+            table,
+            engine,
+            spec,
+            txn,
+            todo.reads,
+            stream_batch,
+            before_commit=from_the_planned_topic,
+            offsets=ranges,
+            offset_resets=resets_done,
         )
     bad = written.bad
     resets = [f"{r.topic}/{r.partition}: {r.recorded} -> {r.to} ({r.reason})" for r in todo.resets]
@@ -369,12 +384,15 @@ def _write_and_commit(
     txn: Transaction,
     inputs: Sequence[Any],
     stream_batch: StreamBatch | None,
+    before_commit: Callable[[], None] = lambda: None,
     **source: Any,
 ) -> tuple[StreamWrite, Instant, DeltaCommit]:
     """Write the stream's inputs (landing files or Kafka ranges) on the engine under the bad-row policy, and
-    publish them as one deltacommit recording `source` (what was consumed)."""
+    publish them as one deltacommit recording `source` (what was consumed); `before_commit` may still refuse
+    once everything is written (outside the lock)."""
     written = engine.write_stream(table, spec, inputs, txn.time)
     written.bad.enforce(table.config.bad_rows)
+    before_commit()
     commit = deltacommit(
         table,
         spec.name,
