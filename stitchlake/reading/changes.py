@@ -138,9 +138,20 @@ def _refuse_cleaned(timeline: Timeline, view: FileSystemView, instants: list[Any
     # A `since` must also have its own state kept: the first completion after the gone commits whose slices exist.
     readable = next((i.completed for i in timeline.completed(since=last.completed) if _kept(view, i.completed)), None)
     instead = f"Read changes since {readable} or later" if readable else "Read the table itself"
+    purges = sorted(
+        {view.purged[f.path] for i in gone for f in timeline.commit(i).added_files if f.path in view.purged}
+    )
+    if purges:
+        erase, completed = purges[-1]
+        raise UsageError(
+            f"changes since {since or 'the first commit'} can no longer be read: erase {erase} with --purge "
+            f"(completed {completed}) removed the files of {len(gone)} commit(s) in that range, as a purge must; "
+            f"a change feed cannot run across it. {instead}, after bringing the copy you feed up to date from a "
+            "snapshot read (the purge's own keys are gone from it)"
+        )
     raise UsageError(
         f"changes since {since or 'the first commit'} can no longer be read: the files of {len(gone)} commit(s) in "
-        f"that range were removed by clean or a purge, the last {last.action} {last.requested} (completed "
+        f"that range were removed by clean, the last {last.action} {last.requested} (completed "
         f"{last.completed}); that part of the history is outside the retention. {instead} (keep more with "
         "clean.retain, or pin a savepoint)"
     )

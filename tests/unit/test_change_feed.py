@@ -124,3 +124,21 @@ def test_a_key_written_again_with_the_same_nan_and_nested_nan_is_unchanged(tmp_p
     write([nan, 2.0], [{"a": nan, "b": "p"}, {"a": 1.0, "b": "q"}])
     changes = table.read(since=first).to_pylist()
     assert [(r["k"], r["_op"]) for r in changes] == [(2, "U")]
+
+
+def test_a_change_feed_across_an_erase_with_purge_is_refused_naming_the_purge_not_the_retention(
+    tmp_path: Path,
+) -> None:
+    """A purge removes the files of the commits before it, so changes since a time before it cannot be read. The
+    refusal said "outside the retention" and advised clean.retain or a savepoint, neither of which helps after a
+    purge: it names the erase and what to do instead."""
+    table = new_table(tmp_path)
+    orders = MODELS[0]
+    first = table.write(orders.name, batch(orders, [{"k": k, "amount": k, "status": "a", "ots": 1} for k in range(4)]))
+    table.write(orders.name, batch(orders, [{"k": 1, "amount": 10, "status": "b", "ots": 2}]))
+    erased = table.erase(pa.table({"k": pa.array([2], pa.int64())}), purge=True).result
+    with pytest.raises(UsageError) as refused:
+        table.read(since=first.completed)
+    message = str(refused.value)
+    assert f"erase {erased.instant} with --purge" in message and "cannot run across it" in message, message
+    assert "outside the retention" not in message and "clean.retain" not in message, message
