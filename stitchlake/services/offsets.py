@@ -10,11 +10,11 @@ Pending work is, per partition, `[next offset, end offset now)`, or up to a boun
 micro-batch's planned end) and at most `max_records` in all. A partition the topic no longer holds from the next
 offset on (retention deleted records never ingested) is refused (exit 5) until `--reset-offsets` moves it on, which
 the commit records. Ranges carry the topic's id, so offsets of a topic since deleted and created again (and
-partitions it no longer has) are refused the same way. Every ingest records every partition the topic has (an
-empty range where it read nothing) and how many there are, so a partition added since the last ingest is known
-to start at offset 0: if retention took its first records before they were read, that is refused too. An undo
-whose commits were a partition's first reads records where they began (`rewound`), so the stream goes on from
-there and not from `starting_offsets` again.
+partitions it no longer has) are refused the same way. Every ingest records each partition the topic has that no
+commit recorded yet (an empty range where it read nothing) and how many partitions there are, so a partition
+added since the last ingest is known to start at offset 0: if retention took its first records before they were
+read, that is refused too. An undo whose commits were a partition's first reads records where they began
+(`rewound`), so the stream goes on from there and not from `starting_offsets` again.
 """
 
 from __future__ import annotations
@@ -60,12 +60,13 @@ class TopicPlan:
     #: latest`): what makes the ingest worth a commit.
     ranges: list[OffsetRange] = field(default_factory=list)
     resets: list[OffsetReset] = field(default_factory=list)
-    #: Where the topic's other partitions stand (empty ranges): recorded beside `ranges`, never a reason to commit.
+    #: Where the topic's partitions never recorded stand (empty ranges): recorded beside `ranges`, so the table
+    #: knows every partition the topic had; never a reason to commit.
     positions: list[OffsetRange] = field(default_factory=list)
 
     @property
     def recorded(self) -> list[OffsetRange]:
-        """What the commit records: every partition of the topic, once."""
+        """What the commit records: the ranges read or moved, and where the partitions never recorded stand."""
         return sorted([*self.ranges, *self.positions], key=lambda r: r.key)
 
     @property
@@ -250,7 +251,7 @@ def plan(
         end = high if until is None else min(high, max(start, until.get(partition, start)))
         if end > start or moved:
             out.ranges.append(OffsetRange(topic, partition, start, end, topic_id, count))
-        else:
+        elif last is None:  # never recorded: where it stands (a recorded one's position is known already)
             out.positions.append(OffsetRange(topic, partition, start, start, topic_id, count))
     if lost:
         raise InputRejected(
@@ -265,7 +266,7 @@ def plan(
         )
     if max_records is not None:
         out.ranges, unread = _capped(out.ranges, max_records)
-        out.positions.extend(unread)
+        out.positions.extend(u for u in unread if u.partition not in recorded)
     return out
 
 

@@ -137,9 +137,9 @@ class OffsetRange:
     without records: a `--reset-offsets` skip, a `starting_offsets: latest` start, or where an undo rewound to.
     `topic_id` is the topic's id when it was read (Kafka 2.8+; None from older brokers and older commits): offsets
     of a topic deleted and created again under the same name mean nothing in the new one. `topic_partitions` is how
-    many partitions the topic had then (None in older commits): every ingest records every partition (empty ranges
-    for those it had nothing to read from), so a partition numbered past it was added since, and must still hold
-    its records from offset 0.
+    many partitions the topic had then (None in older commits): every ingest records each partition no commit
+    recorded yet (an empty range where it read nothing), so a partition numbered past it was added since, and
+    must still hold its records from offset 0.
     """
 
     topic: str
