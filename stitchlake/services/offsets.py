@@ -201,8 +201,6 @@ def plan(
     # Recorded under another id: the topic was deleted and created again, and every recorded offset (those recorded
     # before ids were, too) belongs to the old topic.
     recreated = topic_id is not None and any(r.topic_id not in (None, topic_id) for r in recorded.values())
-    # How many partitions the table saw the topic with (recorded since every ingest records every partition).
-    seen = max((r.topic_partitions or 0 for r in recorded.values()), default=0) or None
     count = len(held)
     out = TopicPlan()
     lost: list[str] = []
@@ -234,10 +232,9 @@ def plan(
             start, moved = last.end, False
         else:
             # The topic's first read, or a partition added since: from its beginning; `starting_offsets: latest`,
-            # the first time: from now on (recorded as a position). A partition numbered past those the table saw
-            # was added since its last ingest: its records from offset 0 are owed, whatever retention took.
+            # the first time: from now on (recorded as a position).
             moved = not recorded and source.starting_offsets == "latest"
-            start = high if moved else (0 if seen is not None and partition >= seen else low)
+            start = high if moved else unrecorded_start(recorded, partition, low)
         if not recreated and (start < low or start > high):
             if reset is None:
                 added = " (a partition added since the last ingest)" if last is None else ""
@@ -268,6 +265,14 @@ def plan(
         out.ranges, unread = _capped(out.ranges, max_records)
         out.positions.extend(u for u in unread if u.partition not in recorded)
     return out
+
+
+def unrecorded_start(recorded: Mapping[int, OffsetRange], partition: int, low: int) -> int:
+    """Where a partition no commit recorded is read from: offset 0 when it is numbered past the partitions the
+    table last saw the topic with (added since: every record it had is owed, whatever retention took), else where
+    the topic starts now (the first read, or commits from before the count was recorded)."""
+    seen = max((r.topic_partitions or 0 for r in recorded.values()), default=0)
+    return 0 if seen and partition >= seen else low
 
 
 def _recreated(recorded: str | None, now: str | None) -> str:

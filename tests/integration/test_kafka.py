@@ -424,6 +424,9 @@ def test_first_records_retention_took_from_a_partition_never_read_are_refused_un
     broker.produce(kafka_broker, topic, [(2, order(k)) for k in range(15, 18)])
     broker.delete_records_before(kafka_broker, topic, 1, 2)
     broker.delete_records_before(kafka_broker, topic, 2, 1)
+    # The lag counts what the ingest owes: partition 2's records from offset 0, not from where the topic starts.
+    lag = table.sql('SELECT "partition", lag FROM "t$streams" WHERE stream = \'orders\' ORDER BY 1').to_pylist()
+    assert [(r["partition"], r["lag"]) for r in lag] == [(0, 0), (1, 5), (2, 3)], lag
     refused = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--json")
     assert refused.returncode == 5, refused.stdout + refused.stderr
     error = json.loads(refused.stdout)["error"]

@@ -333,7 +333,7 @@ def file_group_rows(snap: Snapshot) -> pa.Table:
 
 
 def stream_rows(snap: Snapshot) -> pa.Table:
-    from stitchlake.services.offsets import consumed_ranges
+    from stitchlake.services.offsets import consumed_ranges, unrecorded_start
     from stitchlake.services.writes.ingest import consumed
 
     table, timeline = snap.table, snap.timeline
@@ -390,7 +390,8 @@ def stream_rows(snap: Snapshot) -> pa.Table:
             next_offset = item.end if item is not None else None
             lag = None
             if held is not None:
-                lag = max(0, held[1] - (next_offset if next_offset is not None else held[0]))
+                start = next_offset if next_offset is not None else unrecorded_start(recorded, partition, held[0])
+                lag = max(0, held[1] - start)
             rows.append(
                 {
                     **common,
