@@ -289,10 +289,14 @@ def _lost(partition: int, start: int, low: int, high: int) -> str:
 
 def _capped(ranges: list[OffsetRange], budget: int) -> tuple[list[OffsetRange], list[OffsetRange]]:
     """At most `budget` records in all, shared evenly over the partitions (empty ranges kept: they set positions);
-    and where the partitions left without a share stand."""
+    and where the partitions left without a share stand. When the budget is smaller than the partitions with
+    records, who goes first turns with the offsets already read, so no partition waits for ever."""
     give = {r.key: 0 for r in ranges}
     left = budget
     open_ = [r for r in ranges if r.size > 0]
+    if open_:
+        turn = sum(r.start for r in open_) % len(open_)
+        open_ = open_[turn:] + open_[:turn]
     while left > 0 and open_:
         share = max(1, left // len(open_))
         for item in list(open_):
