@@ -85,6 +85,14 @@ class PlanUndone(ConflictError):
     before its run took it (exit 3). Running again is safe; nothing was written."""
 
 
+class PlanGone(PlanUndone):
+    """The plan a run was asked for by name (`--run --instant T`) was undone by a restore or rollback (exit 3, as a
+    plan undone under a run): running the same request again cannot help, so `--retries` does not; schedule again.
+    A class of its own, so a Spark job's error keeps saying so when the launcher rebuilds it by name."""
+
+    retry_helps = False
+
+
 class BusyError(StitchError):
     """Another live writer or service holds what we need (exit 4): run again later."""
 

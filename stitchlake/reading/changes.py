@@ -146,8 +146,8 @@ def _refuse_cleaned(timeline: Timeline, view: FileSystemView, instants: list[Any
         raise UsageError(
             f"changes since {since or 'the first commit'} can no longer be read: erase {erase} with --purge "
             f"(completed {completed}) removed the files of {len(gone)} commit(s) in that range, as a purge must; "
-            f"a change feed cannot run across it. {instead}, after bringing the copy you feed up to date from a "
-            "snapshot read (the purge's own keys are gone from it)"
+            "a change feed cannot run across it. Bring the copy you feed up to date from a snapshot read (the "
+            "purged keys are gone from it)" + (f", then read changes since {readable} or later" if readable else "")
         )
     raise UsageError(
         f"changes since {since or 'the first commit'} can no longer be read: the files of {len(gone)} commit(s) in "

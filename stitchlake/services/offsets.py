@@ -263,8 +263,13 @@ def plan(
         )
     if max_records is not None:
         out.ranges, unread = _capped(out.ranges, max_records)
-        out.positions.extend(u for u in unread if u.partition not in recorded)
+        # A position moved (a reset, a recreated topic) or never recorded must be recorded, read or not.
+        out.positions.extend(u for u in unread if _moves(recorded.get(u.partition), u))
     return out
+
+
+def _moves(last: OffsetRange | None, position: OffsetRange) -> bool:
+    return last is None or last.end != position.start or last.topic_id != position.topic_id
 
 
 def unrecorded_start(recorded: Mapping[int, OffsetRange], partition: int, low: int) -> int:

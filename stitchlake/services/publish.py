@@ -44,7 +44,7 @@ from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.reader import read
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
-from stitchlake.timeline.archive import archived_instants
+from stitchlake.timeline.archive import archived_batches_newest_first, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
@@ -246,14 +246,26 @@ def _committed_anyway(fmt: PublishFormat, location: str, committed: list[int], s
 def _purged_since(table: TableHandle, timeline: Timeline, fmt: PublishFormat) -> bool:
     """Whether an erase with `--purge` completed since the format's last publish read the table: then the next
     published version must be the only trace, history, log and manifests included. Archived instants count: an
-    erase whose own publish failed may be archived before the publish run again for it."""
-    found = [(e.instant, e.commit) for e in archived_instants(table.storage)]
-    found += [(i, timeline.commit(i)) for i in timeline.completed([Action.PUBLISH, Action.ERASE])]
-    read = [i.requested for i, c in found if isinstance(c, PublishCommit) and c.format == fmt]
-    since = max(read, default=None)
+    erase whose own publish failed may be archived before the publish run again for it. The archive is read only
+    where it can hold such an erase (its horizon past the newest publish, or no publish active), newest batch first
+    and no further than that publish: this runs under the table lock."""
+    found = [(i, timeline.commit(i)) for i in timeline.completed([Action.PUBLISH, Action.ERASE])]
+    since = _newest_publish(found, fmt)
+    checkpoint = load_checkpoint(table.storage)
+    if checkpoint is not None and (since is None or checkpoint.horizon >= since):
+        for horizon, entries in archived_batches_newest_first(table.storage):
+            found += [(e.instant, e.commit) for e in entries]
+            since = _newest_publish(found, fmt)
+            if since is not None and horizon < since:
+                break
     return any(
         isinstance(c, EraseCommit) and c.purge and (since is None or (i.completed or "") > since) for i, c in found
     )
+
+
+def _newest_publish(found: list[tuple[Instant, Any]], fmt: PublishFormat) -> str | None:
+    """When the newest publish of `fmt` among `found` began (the state it read was the table's then)."""
+    return max((i.requested for i, c in found if isinstance(c, PublishCommit) and c.format == fmt), default=None)
 
 
 def _has_base_files(table: TableHandle, timeline: Timeline) -> bool:

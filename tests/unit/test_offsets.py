@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from stitchlake.services.offsets import _capped
 from stitchlake.timeline.metadata import OffsetRange
 
@@ -25,3 +29,40 @@ def test_a_budget_is_shared_evenly_and_empty_ranges_are_kept_as_positions() -> N
     read, unread = _capped(ranges, 8)
     assert {r.partition: (r.start, r.end) for r in read} == {0: (0, 5), 1: (5, 5), 2: (0, 3)}
     assert unread == []
+
+
+def test_a_reset_left_without_a_share_of_the_budget_is_still_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--reset-offsets earliest --max-records 1` over two partitions: the reset one gets no share of the budget.
+    It must still record where it now stands, or the next ingest takes it for never recorded and skips what
+    retention took meanwhile without a word. The planner's own logic over what the broker says (the broker is
+    stood in for by its answers: offsets per partition; tests/integration/test_kafka.py has the real one)."""
+    from types import SimpleNamespace
+
+    from stitchlake.errors import InputRejected
+    from stitchlake.io import kafka
+    from stitchlake.services import offsets
+    from stitchlake.timeline.metadata import DeltaCommit
+
+    source = SimpleNamespace(is_kafka=True, topic="t", starting_offsets="earliest")
+    table = SimpleNamespace(config=SimpleNamespace(stream=lambda _s: SimpleNamespace(source=source)))
+    state: dict[tuple[str, int], OffsetRange] = {}
+    held: dict[int, tuple[int, int]] = {}
+    monkeypatch.setattr(offsets, "next_offsets", lambda *_a: {p: r for (_t, p), r in state.items()})
+    monkeypatch.setattr(kafka, "topic_state", lambda _s: kafka.TopicState("ID", dict(held)))
+    monkeypatch.setattr(kafka, "where", lambda _s: "topic t")
+
+    def ingest(**options: Any) -> None:
+        todo = offsets.plan(table, "s", **options)  # type: ignore[arg-type]
+        commit = DeltaCommit(stream="s", offsets=tuple(todo.recorded), offset_resets=tuple(todo.resets))
+        found = offsets.latest_ranges([commit], tuple(state.values()), "s")
+        state.clear()
+        state.update(found)
+
+    held.update({0: (0, 100), 1: (0, 100)})
+    ingest()
+    held.update({0: (0, 200), 1: (150, 300)})  # retention took partition 1's 100..149
+    ingest(max_records=1, reset="earliest")
+    assert state[("t", 1)].end == 150, "the reset partition records where it went on"
+    held.update({1: (250, 300)})  # ... and its 150..249 now, never read
+    with pytest.raises(InputRejected, match="partition 1: next offset 150, but the topic starts at 250"):
+        ingest()

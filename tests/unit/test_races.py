@@ -18,7 +18,7 @@ import pytest
 
 import stitchlake.table.transaction as transaction_module
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.errors import ConflictError, LockLost, NotFoundError, PlanUndone, UsageError
+from stitchlake.errors import ConflictError, LockLost, NotFoundError, PlanGone, PlanUndone, UsageError
 from stitchlake.services.rewrites import compaction
 from stitchlake.services.undo import restore
 from stitchlake.services.undo.recovery import rollback_failed
@@ -339,6 +339,8 @@ def test_a_plan_a_restore_undid_before_its_run_is_a_conflict_not_a_missing_plan(
         else:
             launch.compact(table, strategy="all", engine="local")
     assert caught.value.exit_code == 3 and len(undone) == 1 and undone[0] in str(caught.value)
+    # Its own plan: a new run plans anew, so this one is retried (`--retries`), unlike a plan named by the caller.
+    assert type(caught.value) is PlanUndone and caught.value.retry_helps, type(caught.value)
     assert table.timeline().get(undone[0]) is None and not table.timeline().pending()
     monkeypatch.undo()
 
@@ -437,11 +439,16 @@ def test_running_a_named_plan_a_restore_undid_earlier_is_a_conflict_naming_the_r
     restore.restore(table, "before")
     restored = table.timeline().completed([Action.RESTORE])[-1].requested
     retried: list[str] = []
-    with pytest.raises(PlanUndone, match=f"compaction plan {planned} was undone by restore {restored}") as caught:
+    with pytest.raises(PlanGone, match=f"compaction plan {planned} was undone by restore {restored}") as caught:
         launch.with_retries(
             2, lambda: launch.compact(table, run_only=True, instant=planned, engine="local"), retried.append
         )
     assert caught.value.exit_code == 3 and retried == [], "running the same named plan again cannot help"
+    # ... as a Spark job's error too, rebuilt by its class name in the launcher
+    from stitchlake.jobs.spark_submit import error_for
+
+    rebuilt = error_for("PlanGone", str(caught.value))
+    assert isinstance(rebuilt, PlanGone) and not rebuilt.retry_helps
     for wrong in ("20200101000000000", ingested):  # never an instant; an ingest the restore undid
         with pytest.raises(NotFoundError, match="is not a compaction") as missing:
             launch.compact(table, run_only=True, instant=wrong, engine="local")

@@ -391,6 +391,8 @@ def stream_rows(snap: Snapshot) -> pa.Table:
             lag = None
             if held is not None:
                 start = next_offset if next_offset is not None else unrecorded_start(recorded, partition, held[0])
+                if not recorded and source.starting_offsets == "latest":
+                    start = held[1]  # the first ingest starts at the end
                 lag = max(0, held[1] - start)
             rows.append(
                 {

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from stitchlake.concurrency import heartbeat as heartbeats
-from stitchlake.errors import BusyError, NotFoundError, PlanUndone, UsageError
+from stitchlake.errors import BusyError, NotFoundError, PlanGone, PlanUndone, UsageError
 from stitchlake.timeline.metadata import RewritePlan, UndoPlan
 
 if TYPE_CHECKING:
@@ -23,6 +23,8 @@ __all__ = ["planned_bytes", "to_run", "unclaimed", "undone_meanwhile"]
 
 #: How `to_run` refuses a plan that completed: `undone_meanwhile` tells it from other refusals by it.
 ALREADY_COMPLETED = "already completed"
+#: How `to_run` ends the refusal of a named plan that an undo removed (`undone_meanwhile` words it for a listed one).
+SCHEDULE_AGAIN = ": schedule it again (running this again cannot help)"
 
 
 def planned_bytes(timeline: Timeline, pending: Sequence[Instant], instant_time: str | None = None) -> int:
@@ -63,12 +65,10 @@ def to_run(
     found = timeline.get(instant_time)
     undo = _undone_by(timeline, instant_time, action) if found is None else None
     if undo is not None:
-        refused = PlanUndone(
+        raise PlanGone(
             f"{action} plan {instant_time} was undone by {undo.action} {undo.requested} (completed {undo.completed}) "
-            "before a run took it; nothing was written: schedule it again (running this again cannot help)"
+            f"before a run took it; nothing was written{SCHEDULE_AGAIN}"
         )
-        refused.retry_helps = False  # the plan named is gone for good
-        raise refused
     if found is None or found.action != action:
         listed = ", ".join(i.requested for i in pending) or "none"
         raise NotFoundError(f"{instant_time} is not a {action} on the timeline (pending {plural}: {listed}){hints[1]}")
@@ -97,6 +97,8 @@ def undone_meanwhile(table: TableHandle, instant_time: str) -> Iterator[None]:
     Anything else stands."""
     try:
         yield
+    except PlanGone as exc:  # gone for this run, but a new run plans anew: running again helps
+        raise PlanUndone(str(exc).removesuffix(SCHEDULE_AGAIN) + ": run again") from exc
     except (NotFoundError, UsageError) as exc:
         now = table.timeline().get(instant_time)
         if now is None and isinstance(exc, NotFoundError):
