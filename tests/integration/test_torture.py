@@ -293,6 +293,8 @@ def test_a_read_showing_a_key_an_erase_of_its_snapshot_took_is_a_violation(case:
         record = json.loads(path.read_text(encoding="utf-8"))
         if record["error"] is not None or record["mode"] == "current-moved" or record.get("moved"):
             continue
+        if not record.get("rows"):  # a row to copy
+            continue
         took = {
             k for r, a, c in record["snapshot"] if a == "erase" and c <= record["until"] for k in keys_of.get(r, ())
         }
