@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         f"torture: rounds {settings.rounds}, kills {kills} ({during} during the rounds), freezes {freezes} "
         f"({lease} past the lock lease), commits {commits['deltacommits']} (+{commits['compactions']} compactions, "
         f"{commits['cleans']} cleans, {commits['rollbacks']} rollbacks, {commits['savepoints']} savepoints, "
-        f"{commits['restores']} restores undoing {commits['undone']}, {commits['archived']} archived), "
+        f"{commits['restores']} restores undoing {commits['undone']}, {commits['erases']} erases live, "
+        f"{events.get('erase', 0)} made, {commits['archived']} archived), "
         f"reads checked {report.reads_checked} (skipped {sum(report.reads_skipped.values())}), "
         f"violations {len(report.violations)}, {summary['seconds']}s"
     )
