@@ -189,6 +189,10 @@ def _admin(source: SourceSpec) -> Any:
     return AdminClient(settings)
 
 
+#: How often `same_topic` asks before a broker that does not answer fails the ingest.
+SAME_TOPIC_ATTEMPTS = 3
+
+
 def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange]) -> None:
     """Refuse (exit 5) an ingest whose ranges were planned on a topic since deleted (and perhaps created again):
     the same offsets name other records there. Asked once, after every range was read and before the commit:
@@ -197,10 +201,19 @@ def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange]) -> None:
     if planned is None:
         return
     admin = _admin(source)
+    now: str | None = None
     try:
-        now = _describe(admin, source)[0]
-    except UsageError:  # deleted, not (yet) created again
-        now = "none: the topic does not exist now"
+        for attempt in range(1, SAME_TOPIC_ATTEMPTS + 1):  # a blip now would throw away a whole written ingest
+            try:
+                now = _describe(admin, source)[0]
+                break
+            except UsageError:  # deleted, not (yet) created again
+                now = "none: the topic does not exist now"
+                break
+            except StitchError:
+                if attempt == SAME_TOPIC_ATTEMPTS:
+                    raise
+                time.sleep(attempt)
     finally:
         admin.poll(0)
     if now is not None and now != planned:
