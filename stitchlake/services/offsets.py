@@ -231,10 +231,9 @@ def plan(
         elif last is not None:
             start, moved = last.end, False
         else:
-            # The topic's first read, or a partition added since: from its beginning; `starting_offsets: latest`,
-            # the first time: from now on (recorded as a position).
+            # The topic's first read, or a partition added since (a first `latest` read: recorded as a position).
             moved = not recorded and source.starting_offsets == "latest"
-            start = high if moved else unrecorded_start(recorded, partition, low)
+            start = unrecorded_start(recorded, partition, low, high, source.starting_offsets)
         if not recreated and (start < low or start > high):
             if reset is None:
                 added = " (a partition added since the last ingest)" if last is None else ""
@@ -272,10 +271,15 @@ def _moves(last: OffsetRange | None, position: OffsetRange) -> bool:
     return last is None or last.end != position.start or last.topic_id != position.topic_id
 
 
-def unrecorded_start(recorded: Mapping[int, OffsetRange], partition: int, low: int) -> int:
-    """Where a partition no commit recorded is read from: offset 0 when it is numbered past the partitions the
-    table last saw the topic with (added since: every record it had is owed, whatever retention took), else where
-    the topic starts now (the first read, or commits from before the count was recorded)."""
+def unrecorded_start(
+    recorded: Mapping[int, OffsetRange], partition: int, low: int, high: int, starting_offsets: str
+) -> int:
+    """Where a partition no commit recorded is read from (the planner's rule, and the lag `t$streams` shows): the
+    topic's first read from `starting_offsets` (its start, or with `latest` its end); later, offset 0 when it is
+    numbered past the partitions the table last saw the topic with (added since: every record it had is owed,
+    whatever retention took), else where the topic starts now (commits from before the count was recorded)."""
+    if not recorded:
+        return high if starting_offsets == "latest" else low
     seen = max((r.topic_partitions or 0 for r in recorded.values()), default=0)
     return 0 if seen and partition >= seen else low
 

@@ -66,3 +66,14 @@ def test_a_reset_left_without_a_share_of_the_budget_is_still_recorded(monkeypatc
     held.update({1: (250, 300)})  # ... and its 150..249 now, never read
     with pytest.raises(InputRejected, match="partition 1: next offset 150, but the topic starts at 250"):
         ingest()
+
+
+def test_a_partition_never_recorded_starts_by_the_one_rule_the_planner_and_the_lag_share() -> None:
+    from stitchlake.services.offsets import unrecorded_start
+
+    assert unrecorded_start({}, 0, 5, 9, "earliest") == 5, "a first read starts where the topic starts"
+    assert unrecorded_start({}, 0, 5, 9, "latest") == 9, "a first `latest` read starts at the end: no lag"
+    seen = {0: OffsetRange("t", 0, 0, 7, "id", 2), 1: OffsetRange("t", 1, 0, 3, "id", 2)}
+    assert unrecorded_start(seen, 2, 5, 9, "latest") == 0, "added since the last ingest: owed from offset 0"
+    older = {0: OffsetRange("t", 0, 0, 7, "id")}  # commits from before the count was recorded
+    assert unrecorded_start(older, 1, 5, 9, "earliest") == 5

@@ -390,9 +390,9 @@ def stream_rows(snap: Snapshot) -> pa.Table:
             next_offset = item.end if item is not None else None
             lag = None
             if held is not None:
-                start = next_offset if next_offset is not None else unrecorded_start(recorded, partition, held[0])
-                if not recorded and source.starting_offsets == "latest":
-                    start = held[1]  # the first ingest starts at the end
+                start = next_offset
+                if start is None:
+                    start = unrecorded_start(recorded, partition, held[0], held[1], source.starting_offsets)
                 lag = max(0, held[1] - start)
             rows.append(
                 {

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.errors import BusyError, NotFoundError, PlanGone, PlanUndone, UsageError
 from stitchlake.timeline.metadata import RewritePlan, UndoPlan
+from stitchlake.vocabulary import Action
 
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
-    from stitchlake.timeline.instant import Action, Instant
+    from stitchlake.timeline.instant import Instant
     from stitchlake.timeline.timeline import Timeline
 
 __all__ = ["planned_bytes", "to_run", "unclaimed", "undone_meanwhile"]
@@ -54,9 +55,9 @@ def to_run(
 ) -> Instant:
     """The pending plan a run takes: `instant_time`, else the oldest. Refused: nothing pending, a time that is no
     plan of `action`, a plan already completed. `names`: what one pending plan and several are called in the
-    messages; `hints` end the first two (how to make or pick one). A plan a restore or rollback undid is PlanUndone
-    (exit 3, as when it vanishes under a run): a scheduled `--run --instant T` after a restore schedules again,
-    it did nothing wrong."""
+    messages; `hints` end the first two (how to make or pick one). A plan of `action` that a restore or rollback
+    undid is PlanGone (exit 3, not retried: the same request cannot succeed, a new schedule can); a run of its own
+    plan sees it as PlanUndone through `undone_meanwhile`."""
     one, plural = names
     if instant_time is None:
         if not pending:
@@ -79,8 +80,6 @@ def to_run(
 
 def _undone_by(timeline: Timeline, instant_time: str, action: Action) -> Instant | None:
     """The restore or rollback on the timeline that removed `instant_time`, a plan of `action`, if one did."""
-    from stitchlake.timeline.instant import Action
-
     for instant in timeline.completed([Action.RESTORE, Action.ROLLBACK]):
         plan = timeline.plan(instant)
         if isinstance(plan, UndoPlan) and any(t.requested == instant_time and t.action == action for t in plan.targets):

@@ -9,6 +9,7 @@ per stream runs at a time (`lock_free`): the claim is the stream's pending delta
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -320,12 +321,7 @@ def _ingest_topic(
         txn.conflict_check = offsets.still_unconsumed(stream, todo.recorded)
         progress(f"reading {todo.records} record(s) of stream {stream} in {len(todo.reads)} range(s) as {txn.time}")
         ranges, resets_done = tuple(todo.recorded), tuple(todo.resets)
-        source = spec.source
-        assert source is not None
-
-        def from_the_planned_topic() -> None:
-            kafka.same_topic(source, todo.reads)
-
+        assert spec.source is not None
         written, instant, commit = _write_and_commit(
             table,
             engine,
@@ -333,7 +329,7 @@ def _ingest_topic(
             txn,
             todo.reads,
             stream_batch,
-            before_commit=from_the_planned_topic,
+            before_commit=functools.partial(kafka.same_topic, spec.source, todo.reads),
             offsets=ranges,
             offset_resets=resets_done,
         )
