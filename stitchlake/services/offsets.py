@@ -204,6 +204,7 @@ def plan(
     count = len(held)
     out = TopicPlan()
     lost: list[str] = []
+    refused_earliest: list[str] = []
     if recreated and reset is None:
         was = sorted({r.topic_id for r in recorded.values() if r.topic_id})
         nexts = ", ".join(f"{p} (next offset {r.end})" for p, r in sorted(recorded.items()))
@@ -235,12 +236,17 @@ def plan(
             moved = not recorded and source.starting_offsets == "latest"
             start = unrecorded_start(recorded, partition, low, high, source.starting_offsets)
         if not recreated and (start < low or start > high):
+            truncated = start > high and last is not None and topic_id is not None and last.topic_id == topic_id
             if reset is None:
                 added = " (a partition added since the last ingest)" if last is None else ""
-                lost.append(_lost(partition, start, low, high) + added)
+                lost.append(_lost(partition, start, low, high, truncated) + added)
+                continue
+            if truncated and reset == "earliest" and not spec.ordering:
+                refused_earliest.append(f"{partition} (next offset {start}, the topic ends at {high})")
                 continue
             to = low if reset == "earliest" else high
             why = "retention deleted them" if start < low else "the topic holds fewer offsets than were ingested"
+            why = "its log was truncated" if truncated else why
             skipped = f"offsets {start} to {low - 1} ({why})" if start < low else f"offset {start} ({why})"
             out.resets.append(OffsetReset(topic, partition, start, to, f"reset {reset}: {skipped}"))
             start, moved = to, True
@@ -259,6 +265,16 @@ def plan(
             "end); the skip is recorded in that commit. To keep this from happening, ingest more often than the "
             "topic's retention.ms",
             file=f"kafka:{source.topic}",
+        )
+    if refused_earliest:
+        raise UsageError(
+            f"stream {stream}: --reset-offsets earliest would ingest again records the table already has: the log "
+            f"of partition(s) {', '.join(refused_earliest)} of {kafka.where(source)} was truncated (same topic id; "
+            "an unclean leader election drops records the old leader had), so the offsets before its end hold "
+            f"records already ingested. Stream {stream} is ordered by commit time, so their older values would win "
+            "over newer ones. Nothing was ingested. Run `--reset-offsets latest` to go on from the topic's end "
+            "(records written since the truncation, if any, are skipped); set `ordering` on an event-time column "
+            "to make a re-read harmless"
         )
     if max_records is not None:
         out.ranges, unread = _capped(out.ranges, max_records)
@@ -289,10 +305,16 @@ def _recreated(recorded: str | None, now: str | None) -> str:
     return f"the topic was deleted and created again (its offsets were recorded under {was}; its id is now {now})"
 
 
-def _lost(partition: int, start: int, low: int, high: int) -> str:
+def _lost(partition: int, start: int, low: int, high: int, truncated: bool = False) -> str:
     if start < low:
         gone = low - start
         return f"partition {partition}: next offset {start}, but the topic starts at {low} ({gone} record(s) gone)"
+    if truncated:  # same topic id: not created again
+        return (
+            f"partition {partition}: next offset {start}, but the topic ends at {high}: its log was truncated (an "
+            "unclean leader election); `--reset-offsets latest` goes on from its end without reading again what "
+            "the table has, `earliest` reads the partition again from its start"
+        )
     return f"partition {partition}: next offset {start}, but the topic ends at {high} (was it created again?)"
 
 

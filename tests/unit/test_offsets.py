@@ -31,41 +31,97 @@ def test_a_budget_is_shared_evenly_and_empty_ranges_are_kept_as_positions() -> N
     assert unread == []
 
 
+class FakeTopic:
+    """The planner's own logic over what the broker says: the broker is stood in for by its answers (the topic id
+    and offsets per partition; tests/integration/test_kafka.py has the real one), the table by its recorded
+    ranges."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, ordering: tuple[str, ...] = ()) -> None:
+        from types import SimpleNamespace
+
+        from stitchlake.io import kafka
+        from stitchlake.services import offsets
+
+        source = SimpleNamespace(is_kafka=True, topic="t", starting_offsets="earliest")
+        stream = SimpleNamespace(source=source, ordering=ordering)
+        self.table = SimpleNamespace(config=SimpleNamespace(stream=lambda _s: stream))
+        self.state: dict[tuple[str, int], OffsetRange] = {}
+        self.held: dict[int, tuple[int, int]] = {}
+        self.topic_id: str | None = "ID"
+        monkeypatch.setattr(offsets, "next_offsets", lambda *_a: {p: r for (_t, p), r in self.state.items()})
+        monkeypatch.setattr(kafka, "topic_state", lambda _s: kafka.TopicState(self.topic_id, dict(self.held)))
+        monkeypatch.setattr(kafka, "where", lambda _s: "topic t")
+
+    def ingest(self, **options: Any) -> list[OffsetRange]:
+        """Plan an ingest and record it as its deltacommit would; the ranges it reads."""
+        from stitchlake.services import offsets
+        from stitchlake.timeline.metadata import DeltaCommit
+
+        todo = offsets.plan(self.table, "s", **options)  # type: ignore[arg-type]
+        commit = DeltaCommit(stream="s", offsets=tuple(todo.recorded), offset_resets=tuple(todo.resets))
+        found = offsets.latest_ranges([commit], tuple(self.state.values()), "s")
+        self.state.clear()
+        self.state.update(found)
+        return todo.reads
+
+
 def test_a_reset_left_without_a_share_of_the_budget_is_still_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--reset-offsets earliest --max-records 1` over two partitions: the reset one gets no share of the budget.
     It must still record where it now stands, or the next ingest takes it for never recorded and skips what
-    retention took meanwhile without a word. The planner's own logic over what the broker says (the broker is
-    stood in for by its answers: offsets per partition; tests/integration/test_kafka.py has the real one)."""
-    from types import SimpleNamespace
-
+    retention took meanwhile without a word."""
     from stitchlake.errors import InputRejected
-    from stitchlake.io import kafka
-    from stitchlake.services import offsets
-    from stitchlake.timeline.metadata import DeltaCommit
 
-    source = SimpleNamespace(is_kafka=True, topic="t", starting_offsets="earliest")
-    table = SimpleNamespace(config=SimpleNamespace(stream=lambda _s: SimpleNamespace(source=source)))
-    state: dict[tuple[str, int], OffsetRange] = {}
-    held: dict[int, tuple[int, int]] = {}
-    monkeypatch.setattr(offsets, "next_offsets", lambda *_a: {p: r for (_t, p), r in state.items()})
-    monkeypatch.setattr(kafka, "topic_state", lambda _s: kafka.TopicState("ID", dict(held)))
-    monkeypatch.setattr(kafka, "where", lambda _s: "topic t")
-
-    def ingest(**options: Any) -> None:
-        todo = offsets.plan(table, "s", **options)  # type: ignore[arg-type]
-        commit = DeltaCommit(stream="s", offsets=tuple(todo.recorded), offset_resets=tuple(todo.resets))
-        found = offsets.latest_ranges([commit], tuple(state.values()), "s")
-        state.clear()
-        state.update(found)
-
-    held.update({0: (0, 100), 1: (0, 100)})
-    ingest()
-    held.update({0: (0, 200), 1: (150, 300)})  # retention took partition 1's 100..149
-    ingest(max_records=1, reset="earliest")
-    assert state[("t", 1)].end == 150, "the reset partition records where it went on"
-    held.update({1: (250, 300)})  # ... and its 150..249 now, never read
+    topic = FakeTopic(monkeypatch)
+    topic.held.update({0: (0, 100), 1: (0, 100)})
+    topic.ingest()
+    topic.held.update({0: (0, 200), 1: (150, 300)})  # retention took partition 1's 100..149
+    topic.ingest(max_records=1, reset="earliest")
+    assert topic.state[("t", 1)].end == 150, "the reset partition records where it went on"
+    topic.held.update({1: (250, 300)})  # ... and its 150..249 now, never read
     with pytest.raises(InputRejected, match="partition 1: next offset 150, but the topic starts at 250"):
-        ingest()
+        topic.ingest()
+
+
+@pytest.mark.parametrize("ordering", [(), ("updated_at",)], ids=["commit-time", "event-time"])
+def test_a_truncated_log_is_not_read_again_where_older_values_would_win(
+    monkeypatch: pytest.MonkeyPatch, ordering: tuple[str, ...]
+) -> None:
+    """A partition whose log was truncated (same topic id, it ends before the table's next offset: an unclean
+    leader election) holds, before its end, records the table already ingested. `--reset-offsets earliest` read
+    them again, so on a stream ordered by commit time their older values overwrote newer ones; it is refused there
+    (nothing read), and `latest` goes on from the end. On an event-time stream a re-read is harmless: allowed."""
+    from stitchlake.errors import InputRejected, UsageError
+
+    topic = FakeTopic(monkeypatch, ordering)
+    topic.held.update({0: (0, 100), 1: (0, 50)})
+    topic.ingest()
+    topic.held.update({0: (0, 120), 1: (0, 40)})  # partition 1 truncated: 40..49 gone, 0..39 already ingested
+    with pytest.raises(InputRejected, match="partition 1: next offset 50, but the topic ends at 40: its log was trunc"):
+        topic.ingest()
+    if not ordering:
+        with pytest.raises(UsageError, match=r"would ingest again records the table already has.*1 \(next offset 50"):
+            topic.ingest(reset="earliest")
+        assert topic.state[("t", 1)].end == 50, "nothing recorded"
+        reads = topic.ingest(reset="latest")
+    else:
+        reads = topic.ingest(reset="earliest")
+    starts = {r.partition: (r.start, r.end) for r in reads}
+    assert starts[0] == (100, 120), "the partition that was not truncated goes on where it was"
+    assert starts.get(1) == (None if not ordering else (0, 40))
+    assert topic.state[("t", 1)].end == 40
+
+
+def test_a_topic_created_again_without_ids_is_still_read_from_its_start_by_earliest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without topic ids (a broker before 2.8) a topic that ends before the next offset may have been created again:
+    `earliest` reads it from its start, commit-time ordering or not (only a known, unchanged id says truncated)."""
+    topic = FakeTopic(monkeypatch)
+    topic.topic_id = None
+    topic.held.update({0: (0, 100)})
+    topic.ingest()
+    topic.held.update({0: (0, 30)})
+    assert [(r.start, r.end) for r in topic.ingest(reset="earliest")] == [(0, 30)]
 
 
 def test_a_partition_never_recorded_starts_by_the_one_rule_the_planner_and_the_lag_share() -> None:
