@@ -44,6 +44,9 @@ UNDECODABLE = "undecodable record value"
 OFFSET_BITS = 40
 #: Records a consumer hands over per call.
 BATCH = 5000
+#: A read that has had nothing for this long asks whether its topic still exists (a consumer assigned to a deleted
+#: topic hears nothing at all), then again after twice as long, and so on until `read_timeout_s`.
+STALL_CHECK_S = 5.0
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 #: A topic id of all zero bits: what a broker without topic ids (before Kafka 2.8) answers.
 _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -193,17 +196,20 @@ def _admin(source: SourceSpec) -> Any:
 SAME_TOPIC_ATTEMPTS = 3
 
 
-def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange]) -> None:
+def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange], asking_once: bool = False) -> None:
     """Refuse (exit 5) an ingest whose ranges were planned on a topic since deleted (and perhaps created again):
     the same offsets name other records there. Asked once, after every range was read and before the commit:
-    topic ids are never reused, so if the id still holds, every record read came from the planned topic."""
+    topic ids are never reused, so if the id still holds, every record read came from the planned topic. A read
+    that failed asks too (`asking_once`: a broker that does not answer then leaves the read's own error to say
+    so), so a topic deleted under it is exit 5, not a broker error."""
     planned = next((r.topic_id for r in ranges if r.topic_id is not None), None)
     if planned is None:
         return
     admin = _admin(source)
     now: str | None = None
+    attempts = 1 if asking_once else SAME_TOPIC_ATTEMPTS
     try:
-        for attempt in range(1, SAME_TOPIC_ATTEMPTS + 1):  # a blip now would throw away a whole written ingest
+        for attempt in range(1, attempts + 1):  # a blip now would throw away a whole written ingest
             try:
                 now = _describe(admin, source)[0]
                 break
@@ -211,7 +217,9 @@ def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange]) -> None:
                 now = "none: the topic does not exist now"
                 break
             except StitchError:
-                if attempt == SAME_TOPIC_ATTEMPTS:
+                if asking_once:
+                    return
+                if attempt == attempts:
                     raise
                 time.sleep(attempt)
     finally:
@@ -266,6 +274,7 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
     try:
         consumer.assign([TopicPartition(chunk.topic, chunk.partition, chunk.start)])
         last_progress = time.monotonic()
+        stall_check = STALL_CHECK_S
         done = chunk.start >= chunk.end
         while not done:
             messages = consumer.consume(num_messages=min(BATCH, max(1, chunk.end - chunk.start)), timeout=1.0)
@@ -273,17 +282,20 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
                 error = message.error()
                 if error is None or error.code() == KafkaError._PARTITION_EOF:
                     last_progress = time.monotonic()  # not a retriable error: a broker repeating one is not progress
+                    stall_check = STALL_CHECK_S
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         done = done or int(message.offset() or 0) >= chunk.end
                         continue
                     if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        same_topic(source, [chunk], asking_once=True)
                         raise InputRejected(
                             f"{where(source)}: partition {chunk.partition} no longer holds offset {chunk.start} "
                             f"(retention deleted it while it was read: {error.str()}); run the ingest again",
                             file=f"kafka:{chunk.topic}/{chunk.partition}",
                         )
                     if error.fatal() or not error.retriable():
+                        same_topic(source, [chunk], asking_once=True)
                         raise _kafka_error(source, f"reading partition {chunk.partition}", error.str())
                     continue
                 offset = int(message.offset() or 0)
@@ -292,7 +304,12 @@ def read_range(source: SourceSpec, chunk: OffsetRange) -> list[tuple[int, bytes 
                     break
                 records.append((offset, message.value()))
                 done = offset + 1 >= chunk.end
-            if not done and time.monotonic() - last_progress > source.read_timeout_s:
+            stalled = time.monotonic() - last_progress
+            if not done and stall_check < stalled < source.read_timeout_s:
+                same_topic(source, [chunk], asking_once=True)
+                stall_check *= 2
+            if not done and stalled > source.read_timeout_s:
+                same_topic(source, [chunk], asking_once=True)
                 raise StitchError(
                     f"{where(source)}: partition {chunk.partition} sent nothing for {source.read_timeout_s:g}s while "
                     f"offsets {records[-1][0] + 1 if records else chunk.start} to {chunk.end - 1} were still to be "

@@ -228,14 +228,15 @@ def test_a_normal_run_prints_no_client_log_lines(kafka_broker: str, tmp_path: Pa
     assert not [line for line in done.stderr.splitlines() if line.startswith("%")], done.stderr
 
 
-@pytest.mark.parametrize("then", ["created again", "deleted"])
+@pytest.mark.parametrize("then", ["created again", "deleted", "deleted before its read"])
 def test_a_topic_deleted_while_an_ingest_reads_it_is_refused_not_ingested_at_the_old_offsets(
     kafka_broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
     """The plan names offsets of the topic it saw; if the topic is deleted (and created again) while the ingest
     reads, the same offsets hold other records or none: the ingest is refused (exit 5) naming the planned id and
     commits nothing, instead of publishing what it read as the planned records. The next run then says what to
-    do (a recreated topic: `--reset-offsets`)."""
+    do (a recreated topic: `--reset-offsets`). A range whose read finds the topic gone fails the same way, not
+    as a broker error (exit 1)."""
     from confluent_kafka.admin import AdminClient
 
     from stitchlake.engine import LocalEngine
@@ -250,15 +251,21 @@ def test_a_topic_deleted_while_an_ingest_reads_it_is_refused_not_ingested_at_the
     planned = topic_id(kafka_broker, topic)
     original = kafka.read_range
 
+    def drop_the_topic() -> None:
+        admin = AdminClient({"bootstrap.servers": kafka_broker})
+        for future in admin.delete_topics([topic], operation_timeout=60).values():
+            future.result(timeout=120)
+
     def read_then_drop_the_topic(*args: Any) -> Any:
+        if then == "deleted before its read":
+            drop_the_topic()
+            return original(*args)
         records_read = original(*args)
         if then == "created again":
             recreate_topic(kafka_broker, topic, 1)
             broker.produce(kafka_broker, topic, records(range(100, 110), 1))
         else:
-            admin = AdminClient({"bootstrap.servers": kafka_broker})
-            for future in admin.delete_topics([topic], operation_timeout=60).values():
-                future.result(timeout=120)
+            drop_the_topic()
         return records_read
 
     monkeypatch.setattr(kafka, "read_range", read_then_drop_the_topic)
