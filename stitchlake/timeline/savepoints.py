@@ -8,7 +8,7 @@ from typing import Any
 from stitchlake.errors import NotFoundError
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import SavepointCommit
+from stitchlake.timeline.metadata import EraseCommit, SavepointCommit
 from stitchlake.timeline.timeline import Timeline
 
 
@@ -60,3 +60,16 @@ def find(timeline: Timeline, which: str) -> tuple[Instant, SavepointCommit]:
 def pinned_since(timeline: Timeline) -> str | None:
     """The oldest state any savepoint pins (archive must keep history from there)."""
     return min((commit.savepoint_of for _i, commit in savepoints(timeline)), default=None)
+
+
+def purge_after(timeline: Timeline, at: str) -> Instant | None:
+    """The first erase with `--purge` completed after the state `at` (a completion time), or None.
+
+    A purge removes the erased keys from every older state, so a state from before it can no longer be pinned
+    (a savepoint made while the purge ran would keep the copies it deletes)."""
+    for instant in timeline.completed([Action.ERASE]):
+        if (instant.completed or "") > at:
+            commit = timeline.commit(instant)
+            if isinstance(commit, EraseCommit) and commit.purge:
+                return instant
+    return None

@@ -9,10 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import io
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import stitchlake
+from stitchlake.services.upkeep.savepoint import list_savepoints
 from tests.support.tables import write_table_yaml
 
 
@@ -81,3 +84,106 @@ def test_a_quarantined_row_of_an_erased_key_is_purged_whatever_partition_the_key
     day = dt.date(2026, 11, 20)
     keys = pa.table({"k": pa.array([17, 18], pa.int64()), "day": pa.array([day, day], pa.date32())})
     assert _rows_hit(table, rows, keys).tolist() == [True, True, False]
+
+
+def _data_files_holding(root: Path, key: int) -> list[str]:
+    """Data files (outside .stitch/) with a record of `key`, tombstones included."""
+    import pyarrow.parquet as pq
+
+    found = []
+    for path in root.rglob("*.parquet"):
+        if ".stitch" not in path.parts and key in pq.read_table(path, columns=["k"]).column("k").to_pylist():
+            found.append(str(path.relative_to(root)))
+    return found
+
+
+def test_a_savepoint_made_while_a_purge_runs_does_not_keep_the_erased_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge deletes the savepoints that pin older copies of the erased keys, then cleans those copies. A
+    savepoint of a state before the erase completing in between used to be kept, and with it the copies: a read
+    as of it, or a restore to it, brought the erased key back. It is refused now (exit 2: one planned before the
+    erase completed is exit 3, below), and nothing holds the key."""
+    from stitchlake.errors import UsageError
+    from stitchlake.services.rewrites import purge as purge_module
+    from stitchlake.timeline.instant import Action
+    from tests.support.published_history import history
+
+    table = history(tmp_path / "t")
+    before = table.timeline().latest_completed([Action.COMPACTION])
+    assert before is not None and _data_files_holding(tmp_path / "t", 1)
+    original = purge_module.purge_files  # type: ignore[attr-defined]
+    refused: list[Exception] = []
+
+    def savepoint_first(*args: Any) -> Any:
+        try:
+            table.savepoint(name="late", instant=before.requested)
+        except UsageError as exc:
+            refused.append(exc)
+        return original(*args)
+
+    monkeypatch.setattr(purge_module, "purge_files", savepoint_first)
+    table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True)
+    monkeypatch.undo()
+    assert refused and "(--purge) completed after the state" in str(refused[0]), refused
+    assert [s.name for s in list_savepoints(table)] == []
+    assert _data_files_holding(tmp_path / "t", 1) == [], "an older copy of the erased key survived the purge"
+    with pytest.raises(UsageError, match=r"\(--purge\) completed after the state"):
+        table.savepoint(instant=before.requested)  # and asked again later: refused up front
+
+
+def test_a_savepoint_planned_before_a_purge_and_completed_after_it_is_refused_not_pinning_purged_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A savepoint planned (its files listed) before an erase with --purge, completing after the purge cleaned
+    them: it pinned files that no longer existed, and a restore to it left every read failing. Refused now."""
+    from stitchlake.errors import ConflictError
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.instant import Action
+    from tests.support.published_history import history, rows_of
+
+    table = history(tmp_path / "t")
+    original = Transaction.complete
+    erased: list[Any] = []
+
+    def erase_first(self: Transaction, *args: Any, **kwargs: Any) -> Any:
+        if self.instant.action == Action.SAVEPOINT and not erased:
+            erased.append(table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Transaction, "complete", erase_first)
+    with pytest.raises(ConflictError, match=r"\(--purge\) completed after the state"):
+        table.savepoint(name="early")
+    monkeypatch.undo()
+    assert erased and [s.name for s in list_savepoints(table)] == []
+    assert not table.timeline().pending(), "the refused savepoint was taken back"
+    assert 1 not in {r["k"] for r in rows_of(table.read())}
+    assert _data_files_holding(tmp_path / "t", 1) == []
+
+
+def test_a_clean_while_a_savepoint_is_made_keeps_the_files_it_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean planned while a savepoint was being made counted only completed savepoints, deleted files the new
+    one pinned, and the savepoint completed anyway: a read as of it (or a restore to it) then failed. A pending
+    savepoint's files are kept now."""
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.instant import Action
+    from tests.support.published_history import history, rows_of
+
+    table = history(tmp_path / "t")
+    first = table.timeline().completed([Action.DELTACOMMIT])[0]
+    expected = sorted(r["k"] for r in rows_of(table.read(as_of=first.completed)))
+    original = Transaction.complete
+    cleaned: list[Any] = []
+
+    def clean_first(self: Transaction, *args: Any, **kwargs: Any) -> Any:
+        if self.instant.action == Action.SAVEPOINT and not cleaned:
+            cleaned.append(table.clean(policy="keep_latest_file_versions", retain=1))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Transaction, "complete", clean_first)
+    table.savepoint(name="first", instant=first.requested)
+    monkeypatch.undo()
+    assert cleaned and cleaned[0].result.deleted, "the clean had older files to delete"
+    assert sorted(r["k"] for r in rows_of(table.read(as_of="first"))) == expected

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import BusyError, UsageError
+from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.services.offsets import rewound
 from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.rewrites.rescale import buckets_reminder
@@ -82,6 +82,8 @@ def begin_restore(table: TableHandle, which: str, force: bool = False) -> Transa
 
     def plan(fresh: Timeline, requested: str) -> RestorePlan:
         refuse_live(fresh.pending(), requested)  # again under the lock: one that began since is not undone unasked
+        if fresh.get(savepoint.requested) is None:  # e.g. an erase's purge deleted it: it pinned erased keys
+            raise NotFoundError(f"savepoint {which!r} was deleted meanwhile; nothing was restored")
         undone = [i for i in fresh.completed(UNDONE_BY_RESTORE, since=at) if i.requested != savepoint.requested] + [
             i for i in fresh.pending() if i.action != Action.RESTORE
         ]

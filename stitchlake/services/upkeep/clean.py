@@ -24,7 +24,7 @@ from stitchlake.timeline.actions import REWRITES, WRITES_DATA
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import from_millis, now_millis
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import CleanCommit, CleanPlan, RewritePlan
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, RewritePlan, SavepointPlan
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.timeline.timeline import Timeline
 
@@ -108,15 +108,22 @@ def _expendable_versions(files: list[DataFile], keep: int, resets: Sequence[tupl
     ]
 
 
-def protected(timeline: Timeline, view: FileSystemView, publishes: bool = True) -> set[str]:
-    """Files a savepoint reads, a pending rewrite plan lists or a running publish reads (as of its own time, a
-    compaction may have superseded them since), plus every latest slice. An erase's purge passes
-    `publishes=False`: erased keys go, and a publish that was reading them fails and publishes again."""
+def protected(timeline: Timeline, view: FileSystemView, purging: bool = False) -> set[str]:
+    """Files a savepoint reads (one being made too), a pending rewrite plan lists or a running publish reads (as
+    of its own time, a compaction may have superseded them since), plus every latest slice. An erase's purge
+    keeps neither a running publish's nor a savepoint-to-be's: erased keys go, a publish that was reading them
+    fails and publishes again, and a savepoint of a state before the erase is refused when it completes."""
     keep = needed_as_of(view, "9" * 17)
     for _instant, savepoint in savepoints(timeline):
         keep.update(savepoint.files)
     keep |= pending_rewrite_files(timeline)
-    for publish in timeline.pending([Action.PUBLISH]) if publishes else []:
+    if purging:
+        return keep
+    for pending in timeline.pending([Action.SAVEPOINT]):
+        plan = timeline.plan(pending)
+        if isinstance(plan, SavepointPlan):
+            keep.update(plan.files)
+    for publish in timeline.pending([Action.PUBLISH]):
         keep |= needed_as_of(view, publish.requested)
     return keep
 
@@ -208,7 +215,7 @@ def purge_files(table: TableHandle, select: Callable[[FileSystemView], set[str]]
 
     def make_plan(fresh: Timeline, _requested: str) -> CleanPlan | None:
         view = FileSystemView.build(fresh, load_checkpoint(table.storage), table.base_buckets)
-        doomed = tuple(sorted(select(view) - protected(fresh, view, publishes=False)))
+        doomed = tuple(sorted(select(view) - protected(fresh, view, purging=True)))
         return CleanPlan(policy="purge", retain=1, delete=doomed) if doomed else None
 
     txn = Transaction.begin_planned(table, Action.CLEAN, plan=make_plan)

@@ -6,19 +6,20 @@ table back to a savepoint's state. Creating and deleting one is metadata only: i
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import BusyError, NotFoundError, UsageError
+from stitchlake.errors import BusyError, ConflictError, NotFoundError, StitchError, UsageError
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.services.upkeep.clean import needed_as_of
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import REWRITES
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import is_time
-from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import SavepointCommit, SavepointPlan
-from stitchlake.timeline.savepoints import Savepoint, find, savepoints, summary
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import CleanCommit, SavepointCommit, SavepointPlan
+from stitchlake.timeline.savepoints import Savepoint, find, purge_after, savepoints, summary
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def create(table: TableHandle, instant_time: str | None = None, name: str | None
                 raise NotFoundError(f"{instant_time} is not a completed instant on the active timeline")
         view = FileSystemView.build(timeline, load_checkpoint(table.storage))
         at = target.completed or ""
+        _refuse_purged(timeline, at, UsageError)
         view.latest_slices(at)  # raises if files that state needs were already cleaned
         return SavepointPlan(
             savepoint_of=at, instant=target.requested, name=name, files=tuple(sorted(needed_as_of(view, at)))
@@ -62,10 +64,40 @@ def create(table: TableHandle, instant_time: str | None = None, name: str | None
     txn = Transaction.begin_planned(table, Action.SAVEPOINT, plan=plan)
     assert txn is not None and isinstance(txn.plan, SavepointPlan)
     content = txn.plan
-    done = txn.complete(
-        SavepointCommit(savepoint_of=content.savepoint_of, instant=content.instant, name=name, files=content.files)
-    )
+    try:
+        done = txn.complete(
+            SavepointCommit(savepoint_of=content.savepoint_of, instant=content.instant, name=name, files=content.files),
+            functools.partial(_still_pinnable, content),
+        )
+    except BaseException:
+        txn.abort()  # metadata only: nothing to undo but the instant
+        raise
     return Savepoint(done.requested, name, content.savepoint_of, content.instant, len(content.files))
+
+
+def _refuse_purged(timeline: Timeline, at: str, error: type[StitchError]) -> None:
+    purge = purge_after(timeline, at)
+    if purge is not None:
+        raise error(
+            f"erase {purge.requested} (--purge) completed after the state of {at}: the keys it erased are gone from "
+            "every older state, so no savepoint can pin one; nothing was saved. Savepoint a state from after it"
+        )
+
+
+def _still_pinnable(plan: SavepointPlan, timeline: Timeline, own: Instant) -> None:
+    """Under the lock at completion: what the plan pins is still there and may still be kept. A purge that
+    completed meanwhile deletes the savepoints it finds first, but not one completing after it looked; a clean
+    (or a purge's) that completed since this savepoint was planned may have deleted files it pins."""
+    _refuse_purged(timeline, plan.savepoint_of, ConflictError)
+    pinned = set(plan.files)
+    for instant in timeline.completed([Action.CLEAN], since=own.requested):
+        commit = timeline.commit(instant)
+        gone = pinned & set(commit.deleted) if isinstance(commit, CleanCommit) else set()
+        if gone:
+            raise ConflictError(
+                f"clean {instant.requested} deleted {len(gone)} file(s) the state of {plan.savepoint_of} needs while "
+                f"the savepoint was made (e.g. {sorted(gone)[0]}); nothing was saved"
+            )
 
 
 def delete(table: TableHandle, which: str) -> Savepoint:
