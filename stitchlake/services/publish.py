@@ -26,6 +26,7 @@ published table. Files a crashed publish wrote and never committed are deleted b
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -341,17 +342,22 @@ def published_formats(table: TableHandle, timeline: Timeline | None = None) -> l
     return [*configured, *extra]
 
 
-def publish_each(table: TableHandle, formats: Sequence[PublishFormat], defer_busy: bool = False) -> list[Published]:
+def publish_each(
+    table: TableHandle, formats: Sequence[PublishFormat], defer_busy: bool = False, wait_busy: bool = False
+) -> list[Published]:
     """Publish each of `formats`, trying them all: one failing never stops the others. The failures are reported
     together, as their own kind when they share one (a busy format exits 4, a conflict 3), else as StitchError.
 
     With `defer_busy`, a format another live publish runs is left to it (`deferred`): that publish finds its
-    format stale when it completes and publishes again."""
+    format stale when it completes and publishes again (unless it fails, or it was in its last round: the format
+    then stays stale until the next publish). With `wait_busy`, the caller waits for that publish to end instead
+    and publishes the format itself if it is still stale: what an erase needs, whose keys must leave the published
+    tables whatever becomes of the other publish."""
     done: list[Published] = []
     failed: dict[str, StitchError] = {}
     for fmt in formats:
         try:
-            done.append(publish(table, fmt))
+            done.append(_publish_waiting(table, fmt) if wait_busy else publish(table, fmt))
         except BusyError as exc:
             if not defer_busy:
                 failed[fmt.value] = exc
@@ -367,12 +373,45 @@ def publish_each(table: TableHandle, formats: Sequence[PublishFormat], defer_bus
     return done
 
 
-def publish_after(table: TableHandle, what: str, formats: list[PublishFormat] | None = None) -> list[Published]:
+#: How often a wait for another publish of a format looks at the timeline again.
+WAIT_POLL_S = 0.5
+
+
+def _publish_waiting(table: TableHandle, fmt: PublishFormat) -> Published:
+    """Publish `fmt`, first waiting out any live publish of it (however long it runs: it beats while alive, and
+    one presumed dead no longer counts); when the format is no longer stale after it, that publish did the work."""
+    waited: list[str] = []
+    while True:
+        timeline = table.timeline()
+        expire_s = table.config.concurrency.heartbeat.expire_s
+        running = [
+            other.requested
+            for other in timeline.pending([Action.PUBLISH])
+            if _running_format(timeline, other) == fmt and not is_expired(table.storage, other.requested, expire_s)
+        ]
+        if running:
+            if not waited:
+                log.warning("waiting for publish %s of %s to end before publishing it", running[0], fmt.value)
+            waited += [r for r in running if r not in waited]
+            time.sleep(WAIT_POLL_S)
+            continue
+        if waited and fmt not in stale_formats(table, [fmt]):
+            return PublishDeferred(fmt.value, f"publish {', '.join(waited)} of {fmt.value} published the change")
+        try:
+            return publish(table, fmt)
+        except BusyError:  # another began in between: wait for it too
+            continue
+
+
+def publish_after(
+    table: TableHandle, what: str, formats: list[PublishFormat] | None = None, wait_busy: bool = False
+) -> list[Published]:
     """Republish the stale formats of `formats` (default: every format the table has published) after `what`
-    completed. A failure says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or
-    waiting for it (exit 4) is not what would help."""
+    completed; a format another publish runs is left to it, or with `wait_busy` (an erase) waited for. A failure
+    says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or waiting for it (exit 4)
+    is not what would help."""
     try:
         chosen = formats if formats is not None else published_formats(table)
-        return publish_each(table, stale_formats(table, chosen), defer_busy=True)
+        return publish_each(table, stale_formats(table, chosen), defer_busy=True, wait_busy=wait_busy)
     except StitchError as exc:
         raise StitchError(f"{what} completed, but publishing failed: {exc} — run `stitch publish` again") from exc

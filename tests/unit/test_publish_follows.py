@@ -70,36 +70,113 @@ def history_cut_at(location: str, version: int) -> bool:
     return f"{version:020d}.checkpoint.parquet" in entries and all(int(e.split(".")[0]) >= version for e in entries)
 
 
-def test_an_erase_while_a_publish_runs_leaves_it_to_that_publish(
+class EraseMeanwhile:
+    """An erase with --purge run in a thread while a publish of Delta reads: `start` returns once the erase has
+    committed, purged and is waiting for that publish to end (its own log line says so)."""
+
+    def __init__(self, table: Table) -> None:
+        import logging
+        import threading
+
+        self.table = table
+        self.waiting = threading.Event()
+        self.results: list[Any] = []
+        self.thread = threading.Thread(target=self._erase, daemon=True)
+        waiting = self.waiting
+
+        class Seen(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.getMessage().startswith("waiting for publish"):
+                    waiting.set()
+
+        self.handler = Seen()
+        logging.getLogger("stitchlake.services.publish").addHandler(self.handler)
+
+    def _erase(self) -> None:
+        try:
+            self.results.append(self.table.erase(erase_keys(1), purge=True).result)
+        except BaseException as exc:  # reported by `result`
+            self.results.append(exc)
+        finally:
+            self.waiting.set()  # done without waiting (or failed): `start` must not wait for ever
+
+    def start(self) -> None:
+        self.thread.start()
+        assert self.waiting.wait(300), "the erase never reached its republish"
+
+    def result(self) -> Any:
+        import logging
+
+        self.thread.join(300)
+        logging.getLogger("stitchlake.services.publish").removeHandler(self.handler)
+        (outcome,) = self.results
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def test_an_erase_while_a_publish_runs_waits_for_it_and_leaves_the_change_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A publish of Delta is reading when an erase with --purge completes: the erase's own republish is busy and
-    left to it (exit 0, `deferred`), and that publish, finding the table changed under it, publishes again:
-    the newest version is the erased state, recreated."""
+    """A publish of Delta has read when an erase with --purge completes: the erase's own republish waits for that
+    publish, which, finding the table changed under it, publishes again: the newest version is the erased state,
+    recreated, and the erase says that publish did it."""
     import stitchlake.services.publish as publish_module
 
     table = history(tmp_path / "t", formats=["delta"])
     original_read = getattr(publish_module, "read")  # noqa: B009 - patched where publishing reads
-    erasures: list[Any] = []
+    erase = EraseMeanwhile(table)
 
     def erase_meanwhile(*args: Any, **kwargs: Any) -> Any:
         rows = original_read(*args, **kwargs)
-        if not erasures:
-            erasures.append(table.erase(erase_keys(1), purge=True).result)
+        if not erase.thread.is_alive() and not erase.results:
+            erase.start()
         return rows
 
     monkeypatch.setattr(publish_module, "read", erase_meanwhile)
     result = table.publish("delta").to_json()
-    (erased,) = erasures
-    (deferred,) = erased.published
+    (deferred,) = erase.result().published
     assert isinstance(deferred, PublishDeferred), deferred
-    assert deferred.format == "delta" and deferred.deferred.startswith("publish ")
+    assert deferred.format == "delta" and deferred.deferred.startswith("publish "), deferred
     assert history_cut_at(result["location"], result["version"]) and delta_rows(result) == current_rows(table)
     assert 1 not in keys_in_files(result["location"])
     data_files = [p for p in Path(table.path).rglob("*.parquet") if ".stitch" not in p.parts]
     assert data_files and not any(1 in pq.read_table(p, columns=["k"]).column("k").to_pylist() for p in data_files), (
         "the purge left an older slice holding the key for the running publish"
     )
+    assert not table.timeline().pending()
+
+
+def test_an_erase_whose_running_publish_fails_publishes_the_erased_state_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase with --purge completes before the running publish reads; the purge takes the files that read
+    needs, so that publish fails. The erase used to leave the format to it (exit 0, `deferred`) and nobody
+    published again: the Delta table kept the erased key. It waits for the publish to end and publishes itself."""
+    import stitchlake.services.publish as publish_module
+
+    table = history(tmp_path / "t", formats=["delta"])
+    first = table.publish("delta").to_json()
+    assert 1 in {row["k"] for row in delta_rows(first)}
+    more = batch(MODEL["orders"], [{"k": 8, "amount": 80, "status": "new", "ots": 9}])
+    table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
+    table.compact()
+    original_read = getattr(publish_module, "read")  # noqa: B009 - patched where publishing reads
+    erase = EraseMeanwhile(table)
+
+    def erase_first(*args: Any, **kwargs: Any) -> Any:
+        if not erase.thread.is_alive() and not erase.results:
+            erase.start()
+        return original_read(*args, **kwargs)
+
+    monkeypatch.setattr(publish_module, "read", erase_first)
+    with pytest.raises(Exception, match="purge"):
+        table.publish("delta")
+    (published,) = erase.result().published
+    assert not isinstance(published, PublishDeferred), published
+    result = published.to_json()
+    assert history_cut_at(result["location"], result["version"]) and delta_rows(result) == current_rows(table)
+    assert 1 not in keys_in_files(result["location"]), "a version of the published table still holds the key"
     assert not table.timeline().pending()
 
 

@@ -189,7 +189,7 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
         purged = purge_copies(table, result.instant, wanted)
         result.purged_savepoints, result.purged_files = purged.savepoints, purged.files
         result.purged_quarantine, result.purged_logs = purged.quarantine, purged.logs
-    result.published = publish_after(table, f"erase {result.instant}")
+    result.published = publish_after(table, f"erase {result.instant}", wait_busy=True)
     return result
 
 
