@@ -8,6 +8,7 @@ prune file groups (the bucket of each key); everything is also checked on the ro
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
@@ -46,7 +47,11 @@ class Condition:
     values: tuple[Any, ...]
 
     def expression(self, kind: pa.DataType) -> pc.Expression:
+        """As IEEE 754 compares floats (the Spark read follows, `spark.where`): -0.0 equals 0.0, NaN equals
+        nothing and is neither greater nor less than anything. (`isin` hashes: it keeps -0.0 apart from 0.0.)"""
         column = pc.field(self.column)
+        if self.op == "=" and pa.types.is_floating(kind):
+            return functools.reduce(operator.or_, [column == pa.scalar(v, kind) for v in self.values])
         if self.op == "=":
             return column.isin(pa.array(list(self.values), kind))
         return COMPARE[self.op](column, pa.scalar(self.values[0], kind))

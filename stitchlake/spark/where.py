@@ -34,16 +34,17 @@ def filtered(
 
     if not where:
         return frame
+    types = {c.name: c.type for c in config.all_columns()}
     if not changes:
-        every = _all(term(c) for c in conditions(config, list(where)))
+        every = _all(term(c, types.get(c.column)) for c in conditions(config, list(where)))
         return frame if every is None else frame.filter(every)
     table_part, on_changes = split_change_filter(list(where))
     for condition in on_changes:  # each on its own, as the local read checks them
         frame = frame.filter(term(condition))
     found = conditions(config, table_part) if table_part else []
     common = {c.name for c in config.common_columns}
-    on_keys = _all(term(c) for c in found if c.column in common)
-    on_values = _all(term(c) for c in found if c.column not in common)
+    on_keys = _all(term(c, types.get(c.column)) for c in found if c.column in common)
+    on_values = _all(term(c, types.get(c.column)) for c in found if c.column not in common)
     if on_keys is not None:
         frame = frame.filter(on_keys)
     if on_values is not None:  # a window is not allowed in a filter: computed as a column first
@@ -52,16 +53,30 @@ def filtered(
     return frame
 
 
-def term(condition: Condition) -> Column:
-    """One condition as a Spark column expression."""
+#: Column types whose values Spark compares with its own NaN rules (NaN equals NaN and is greater than any number).
+FLOATING = ("float", "double")
+
+
+def term(condition: Condition, kind: str | None = None) -> Column:
+    """One condition as a Spark column expression, its values typed as the column (a `float` column against a
+    double literal is widened, and 0.1 then matches no float). Floats compare as the local read does (IEEE 754,
+    `reading.filters.Condition.expression`), not by Spark's rules: NaN equals nothing and orders with nothing."""
     from pyspark.sql import functions as F
 
     from stitchlake.reading.filters import COMPARE
 
     column = F.col(condition.column)
+    floating = kind if kind in FLOATING else None
+    values = [v for v in condition.values if not (floating and v != v)]  # v != v: NaN
+    literals = [F.lit(v).cast(floating) if floating else F.lit(v) for v in values]
     if condition.op == "=":
-        return column.isin(*condition.values)
-    return COMPARE[condition.op](column, F.lit(condition.values[0]))
+        return column.isin(*literals) & ~F.isnan(column) if floating else column.isin(*literals)
+    if not literals:  # against NaN: `!=` holds for every value, the orderings for none
+        return column.isNotNull() if condition.op == "!=" else column.isNotNull() & F.lit(False)
+    compared = COMPARE[condition.op](column, literals[0])
+    if floating and condition.op != "!=":
+        return compared & ~F.isnan(column)
+    return compared | F.isnan(column) if floating else compared
 
 
 def _values_kept(values: Column, common: list[str], before_images: bool) -> Column:

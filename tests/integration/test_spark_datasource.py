@@ -557,3 +557,40 @@ def test_spark_ingest_writes_one_log_per_file_group_and_commit(spark: Any, demo_
         }
         assert all(commit.timings[k] >= 0 for k in steps) and commit.timings["spark_job_s"] > 0
     assert sorted_rows(table.read()).equals(sorted_rows(reference.read()))
+
+
+def test_where_on_spark_compares_floats_as_the_local_read_does(spark: Any) -> None:
+    """`stitch read --engine spark --where` (`spark.where.term`) and `stitch read --where`
+    (`reading.filters.Condition.expression`) keep the same rows on float columns. Spark's own rules differed: NaN
+    equals NaN and is greater than any number, and a `float` column against an untyped literal is widened (0.1
+    then matches no float). Both now compare as IEEE 754 does: -0.0 equals 0.0, NaN equals and orders with
+    nothing."""
+    from stitchlake.reading.filters import Condition
+    from stitchlake.spark.where import term
+
+    nan = float("nan")
+    f = [-0.0, nan, 1.5, None, 0.0]
+    g = [0.1, 0.2, None, 0.1, nan]
+    arrow = pa.table({"i": list(range(5)), "f": pa.array(f, pa.float64()), "g": pa.array(g, pa.float32())})
+    frame = spark.createDataFrame(list(zip(range(5), f, g, strict=True)), "i int, f double, g float")
+    kinds = {"f": ("double", pa.float64()), "g": ("float", pa.float32())}
+    expected = {
+        ("f", "=", (0.0,)): [0, 4],
+        ("f", "=", (nan,)): [],
+        ("f", "=", (1.5, nan)): [2],
+        ("f", ">", (1.0,)): [2],
+        ("f", "<", (nan,)): [],
+        ("f", "<=", (1.5,)): [0, 2, 4],
+        ("f", "!=", (nan,)): [0, 1, 2, 4],
+        ("f", "!=", (0.0,)): [1, 2],
+        ("g", "=", (0.1,)): [0, 3],
+        ("g", ">", (0.1,)): [1],
+        ("g", ">=", (0.2,)): [1],
+    }
+    for (column, op, values), rows in expected.items():
+        condition = Condition(column, op, values)
+        spark_type, arrow_type = kinds[column]
+        local = sorted(arrow.filter(condition.expression(arrow_type)).column("i").to_pylist())
+        remote = sorted(row.i for row in frame.filter(term(condition, spark_type)).collect())
+        assert local == rows, (condition, local)
+        assert remote == rows, (condition, remote)
