@@ -15,6 +15,7 @@ or nulls mode.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -146,9 +147,19 @@ def _column_changes(where: str, old: StoredColumn, new: StoredColumn) -> list[Ch
         why = "" if allowed else "only widening is safe (int -> long, float -> double, decimal precision up)"
         what = f"{old.type} -> {new.type}" if allowed else f"table has {old.type}, config says {new.type}"
         out.append(Change(f"{where}.type", what, allowed, why))
-    if old.default != new.default:
+    if not _same_value(old.default, new.default):
         out.append(Change(f"{where}.default", f"{_show(old.default)} -> {_show(new.default)}", True))
     return out
+
+
+def _same_value(old: Any, new: Any) -> bool:
+    """Equal defaults, NaN (which `==` finds unequal to itself, nested too) equal to NaN: a `default: nan` read
+    from the config and the same one stored with the table are one default."""
+    return bool(old == new) or _canonical(old) == _canonical(new)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)  # NaN -> NaN, -0.0 kept apart from 0.0
 
 
 def widens(old: str, new: str) -> bool:

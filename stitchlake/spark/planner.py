@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import importlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -344,6 +345,8 @@ def literal(value: Any, type_name: str | None) -> Any:
         return {str(k): literal(v, None) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [literal(v, None) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):  # JSON has none: the JVM reads these texts back
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 
@@ -413,7 +416,11 @@ def serve(source: IO[str], out: IO[str]) -> None:
         except json.JSONDecodeError as exc:
             write_response({"id": None, "ok": False, "error": _error(exc, 2)}, out)
             continue
-        write_response(handle(request if isinstance(request, dict) else {}), out)
+        response = handle(request if isinstance(request, dict) else {})
+        try:
+            write_response(response, out)
+        except (TypeError, ValueError) as exc:  # an answer JSON cannot carry: say so, and keep serving
+            write_response({"id": response.get("id"), "ok": False, "error": _error(exc, 1)}, out)
 
 
 #: What answering imports (lazily, in `schema` and `plan`), imported by `preload` before the first request.

@@ -754,3 +754,43 @@ def test_merged_rows_and_the_change_feed_are_merged_window_by_window_with_the_ro
             assert sorted(got, key=by_key_and_op) == sorted(changes, key=by_key_and_op), options
             assert len(read) > 10 and "changes since=" in plan and "Python" not in plan
             assert windowed(jvm) >= before + 2, "no slice of the change feed was merged by windows"
+
+
+def test_a_non_finite_default_reaches_the_jvm_reader_as_the_python_merge_fills_it(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """A `double` column may default to nan or inf (the config takes them); the planner's answer is JSON, which
+    has neither, and the planner died on it: every JVM read of the table failed. The defaults travel as text."""
+    import math
+
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["shipments"]["columns"]["weight"] = {"type": "double", "default": "nan"}
+    document["streams"]["shipments"]["columns"]["height"] = {"type": "double", "default": "-inf"}
+    table = new_table(tmp_path, document, buckets=2)
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(0, 10), 1)))
+    shipped = batch(SHIPMENTS, events(SHIPMENTS, range(0, 4), 2))
+    table.write(
+        SHIPMENTS.name,
+        shipped.append_column("weight", pa.array([1.5, None, 2.0, 3.0])).append_column(
+            "height", pa.array([1.0, 2.0, None, 4.0])
+        ),
+    )
+
+    def shown(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        def text(v: Any) -> Any:
+            return repr(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+        return [(r["k"], text(r["weight"]), text(r["height"])) for r in rows]
+
+    want = shown(expected(table))
+    assert ("nan" in {w for _k, w, _h in want}) and ("-inf" in {h for _k, _w, h in want}), want
+    got, _plan = through_jvm(jvm, table, select="k, weight, height")
+    assert shown(got) == want
+
+
+def test_one_field_of_a_struct_is_read_by_the_jvm_reader(jvm: JvmSession, tmp_path: Path) -> None:
+    """`SELECT parcel.b`: Spark prunes the struct to the field read (nested schema pruning is on by default)."""
+    table, _ = nested_table(tmp_path)
+    want = with_parcel_parts(expected(table))
+    got, _plan = through_jvm(jvm, table, select="k, parcel.b AS pb")
+    assert got == [{"k": r["k"], "pb": r["pb"]} for r in want]

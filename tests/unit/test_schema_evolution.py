@@ -211,3 +211,16 @@ def test_a_handle_derives_its_config_again_only_when_the_schema_history_changed(
     rescale(stitchlake.open(tmp_path / "table.yaml"), 3)  # the same history, another bucket count
     folder.require()
     assert folder.config.table.buckets == 3 and folder.routing.default == 3
+
+
+def test_a_nan_default_is_the_same_default_in_the_config_and_in_the_table(tmp_path: Path) -> None:
+    """NaN is unequal to itself, so a config with `default: nan` was always 'ahead of the table': every command
+    refused it and asked for an alter that changed nothing."""
+    document = copy.deepcopy(BASE)
+    columns = document["streams"]["a"]["columns"]
+    columns["wn"] = {"type": "double", "default": "nan"}
+    columns["xn"] = {"type": "float", "default": "-inf"}
+    _table, path = new_table_file(tmp_path, document)
+    again = stitchlake.open(path)
+    again.require()
+    assert again.schema_version == 0

@@ -46,9 +46,19 @@ public final class StitchScanBuilder implements ScanBuilder, SupportsPushDownReq
     this.required = schema;
   }
 
+  /**
+   * Only whole columns are pruned: a struct Spark narrowed to the fields a query reads (nested schema pruning, on by
+   * default) is merged and read whole, and Spark projects the fields out (the API allows pruning partly). Narrowed,
+   * it failed the declared-type check, and the merged vectors would not have had its shape.
+   */
   @Override
   public void pruneColumns(StructType requiredSchema) {
-    required = requiredSchema;
+    StructField[] fields = requiredSchema.fields().clone();
+    for (int i = 0; i < fields.length; i++) {
+      scala.Option<Object> at = schema.getFieldIndex(fields[i].name());
+      if (at.isDefined()) fields[i] = schema.fields()[(Integer) at.get()];
+    }
+    required = new StructType(fields);
   }
 
   @Override
