@@ -14,10 +14,11 @@ mentions are built and registered, so a query of the table alone reads no more m
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.errors import StitchError, Terminated, UsageError, stopped_by_signal
 from stitchlake.reading.options import ReadOptions
@@ -110,7 +111,7 @@ def results(
     except duckdb.BinderException as exc:
         raise UsageError(f"SQL: {exc}") from None
     try:
-        yield pa.RecordBatchReader.from_batches(result.schema, _guarded(result, source))
+        yield pa.RecordBatchReader.from_batches(result.schema, _guarded(result, source, connection))
     finally:
         connection.close()
 
@@ -131,7 +132,8 @@ def _execute(
     # No file system for the query: `stitch sql` reads the table, it never writes, attaches or reads other files
     # (a COPY inside EXPLAIN ANALYZE would otherwise still write one).
     connection = duckdb.connect(config={"enable_external_access": False})
-    try:
+
+    def run() -> pa.RecordBatchReader:
         connection.register(SHORT_NAME, source)
         for name, rows in (extra or {}).items():
             connection.register(name, rows)
@@ -141,8 +143,12 @@ def _execute(
         relation = connection.sql(sql)
         if relation is None:  # a statement without rows
             raise UsageError("SQL: the statement returns no rows; stitch sql runs queries (SELECT, WITH ...)")
-        # A relation's reader streams (a cursor's result would be materialised whole first).
-        return connection, relation.to_arrow_reader(batch_rows)
+        # A relation's reader streams (a cursor's result would be materialised whole first); making it runs the
+        # query up to its first batch (for an aggregate, all of it).
+        return relation.to_arrow_reader(batch_rows)
+
+    try:
+        return connection, _interruptible(run, connection)
     except duckdb.BinderException:
         connection.close()
         raise
@@ -151,16 +157,61 @@ def _execute(
         raise _read_error(source, exc) from None
 
 
-def _guarded(result: pa.RecordBatchReader, source: Scan) -> Iterator[pa.RecordBatch]:
+def _guarded(
+    result: pa.RecordBatchReader, source: Scan, connection: duckdb.DuckDBPyConnection
+) -> Iterator[pa.RecordBatch]:
     """The result's batches; an error while DuckDB pulled the table is raised as the read's own error."""
     while True:
         try:
-            batch = result.read_next_batch()
+            batch = _interruptible(result.read_next_batch, connection)
         except StopIteration:
             return
         except BaseException as exc:
             raise _read_error(source, exc) from None
         yield batch
+
+
+#: How often the main thread, waiting for DuckDB, looks up (and runs the signal handlers that came).
+WAIT_S = 0.1
+
+T = TypeVar("T")
+
+
+def _interruptible(call: Callable[[], T], connection: duckdb.DuckDBPyConnection) -> T:
+    """`call()` (running the query, pulling a result batch) in a helper thread. Run in this one, DuckDB and
+    pyarrow hold it in C code until the query reaches a batch (for an aggregate, until it is done) and a SIGTERM's
+    handler ran only then, minutes later. Waiting here, the handler runs at once; its exception interrupts DuckDB
+    and goes on up."""
+    import threading
+
+    import duckdb
+
+    got: dict[str, Any] = {}
+    # An Event, not `Thread.join`: a join interrupted by the handler's exception marks the thread stopped while it
+    # still runs (Python 3.11), and the interrupt below would not wait for it.
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            got["value"] = call()
+        except BaseException as exc:  # handed to the waiting thread
+            got["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="stitch-sql-query", daemon=True).start()
+    try:
+        while not done.wait(WAIT_S):
+            pass
+    except BaseException:
+        while not done.is_set():  # DuckDB stops at its next check; what the call made meanwhile is dropped
+            with contextlib.suppress(duckdb.Error):  # refused while the call is inside ours (pulling the table)
+                connection.interrupt()
+            done.wait(WAIT_S)
+        raise
+    if "error" in got:
+        raise got["error"]
+    return got["value"]
 
 
 def _read_error(source: Scan, exc: BaseException) -> BaseException:

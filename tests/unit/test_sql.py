@@ -6,6 +6,8 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 from __future__ import annotations
 
 import os
+import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -76,11 +78,30 @@ def test_a_query_stopped_by_sigterm_ends_as_a_stop_not_a_failure(stitched: tuple
 
     table, _ = stitched
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: (_ for _ in ()).throw(Terminated()))
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def kill_while_a_result_batch_is_pulled() -> None:
+        """The stop lands while the main thread waits for DuckDB to run the aggregate (the whole query, before its
+        first batch): run in the main thread, DuckDB held it in C code and the handler ran only when the query had
+        finished (minutes)."""
+        while True:
+            frame = sys._current_frames().get(main)
+            names = set()
+            while frame is not None:
+                names.add(frame.f_code.co_name)
+                frame = frame.f_back
+            if names & {"_execute", "_guarded"}:
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=kill_while_a_result_batch_is_pulled, daemon=True)
     try:
-        timer.start()
+        killer.start()
         with pytest.raises(Terminated):
             table.sql("SELECT sum(hash(i)) FROM range(30000000000) r(i), t LIMIT 1")
     finally:
-        timer.cancel()
+        killer.join()
         signal.signal(signal.SIGTERM, previous)
