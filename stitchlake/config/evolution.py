@@ -101,7 +101,43 @@ def changes(old: StoredSchema, new: StoredSchema, history: Mapping[str, str] | s
                 out.append(Change(path, f"add the stream ({_columns(new_streams[stream].columns)})", True))
         else:
             out += _stream_changes(path, old_streams[stream], new_streams[stream], owners, stream)
+    before = _names(old)
+    for path, name, other in case_clashes(new):
+        if name not in before or other not in before:  # a table made before this check keeps its names
+            out.append(Change(path, f"add {name!r}", False, case_clash(name, other)))
     return out
+
+
+def case_clashes(schema: StoredSchema) -> list[tuple[str, str, str]]:
+    """Each name that differs only in case from one before it (stream names among streams; column names among
+    every column, key and partition columns included): its path, the name and the other."""
+    out: list[tuple[str, str, str]] = []
+    streams: dict[str, str] = {}
+    columns: dict[str, str] = {}
+    named = [(f"table.key.{c.name}", c.name) for c in schema.key]
+    named += [(f"table.partition_by.{c.name}", c.name) for c in schema.partition_by]
+    for stream, spec in schema.streams.items():
+        other = streams.setdefault(stream.casefold(), stream)
+        if other != stream:
+            out.append((f"streams.{stream}", stream, other))
+        named += [(f"streams.{stream}.columns.{c.name}", c.name) for c in spec.columns]
+    for path, name in named:
+        other = columns.setdefault(name.casefold(), name)
+        if other != name:
+            out.append((path, name, other))
+    return out
+
+
+def case_clash(name: str, other: str) -> str:
+    return (
+        f"{name!r} and {other!r} differ only in case: Spark, Trino and the published tables match names without "
+        "regard to case, so they could not tell them apart; pick another name"
+    )
+
+
+def _names(schema: StoredSchema) -> set[str]:
+    found = {c.name for c in (*schema.key, *schema.partition_by)} | set(schema.streams)
+    return found | {c.name for spec in schema.streams.values() for c in spec.columns}
 
 
 def _stream_changes(
@@ -159,7 +195,7 @@ def _same_value(old: Any, new: Any) -> bool:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=repr)  # NaN -> NaN, -0.0 kept apart from 0.0
+    return json.dumps(value, sort_keys=True, default=repr)  # NaN -> NaN (a list or mapping holding one too)
 
 
 def widens(old: str, new: str) -> bool:

@@ -460,17 +460,9 @@ class TableConfig(Spec):
         """Each column belongs to one stream; key and partition columns are carried by all, owned by none."""
         carried = {c.name: "partition" for c in self.table.partition_by} | {c.name: "key" for c in self.table.key}
         owner: dict[str, str] = {}
-        folded = {name.casefold(): name for name in carried}
-        streams: dict[str, str] = {}
         for stream in self.streams.values():
-            other = streams.setdefault(stream.name.casefold(), stream.name)
-            if other != stream.name:
-                raise refuse(_case_only("stream", other, stream.name), f"streams.{stream.name}")
             for column in stream.columns:
                 at = f"streams.{stream.name}.columns.{column.name}"
-                seen = folded.setdefault(column.name.casefold(), column.name)
-                if seen != column.name:
-                    raise refuse(_case_only("column", seen, column.name), at)
                 if column.name in carried:
                     raise refuse(
                         f"{column.name!r} is a {carried[column.name]} column; key and partition columns are "
@@ -489,10 +481,3 @@ class TableConfig(Spec):
                     f"{stream.deletes.column!r} is a key or partition column", f"streams.{stream.name}.deletes.column"
                 )
         return self
-
-
-def _case_only(what: str, one: str, other: str) -> str:
-    return (
-        f"{what} names {one!r} and {other!r} differ only in case: Spark, Trino and the published tables match names "
-        "without regard to case, so they could not tell them apart; rename one"
-    )

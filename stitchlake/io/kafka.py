@@ -211,7 +211,8 @@ def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange], asking_once: b
     try:
         for attempt in range(1, attempts + 1):  # a blip now would throw away a whole written ingest
             try:
-                now = _describe(admin, source)[0]
+                # A read's own check asks briefly: a broker that does not answer is the read's error to report.
+                now = _describe(admin, source, min(STALL_CHECK_S, source.read_timeout_s) if asking_once else None)[0]
                 break
             except UsageError:  # deleted, not (yet) created again
                 now = "none: the topic does not exist now"
@@ -233,11 +234,11 @@ def same_topic(source: SourceSpec, ranges: Sequence[OffsetRange], asking_once: b
         )
 
 
-def _describe(admin: Any, source: SourceSpec) -> tuple[str | None, list[int]]:
+def _describe(admin: Any, source: SourceSpec, timeout: float | None = None) -> tuple[str | None, list[int]]:
     """The topic's id and partitions (a broker that cannot describe topics: its partitions, no id)."""
     from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
-    timeout = source.read_timeout_s
+    timeout = source.read_timeout_s if timeout is None else timeout
     topic = str(source.topic)
     try:
         described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()

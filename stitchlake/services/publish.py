@@ -359,7 +359,7 @@ def publish_each(
         try:
             done.append(_publish_waiting(table, fmt) if wait_busy else publish(table, fmt))
         except BusyError as exc:
-            if not defer_busy:
+            if not defer_busy or wait_busy:  # waited for what it could: busy for another reason
                 failed[fmt.value] = exc
                 continue
             done.append(PublishDeferred(fmt.value, str(exc)))
@@ -382,13 +382,7 @@ def _publish_waiting(table: TableHandle, fmt: PublishFormat) -> Published:
     one presumed dead no longer counts); when the format is no longer stale after it, that publish did the work."""
     waited: list[str] = []
     while True:
-        timeline = table.timeline()
-        expire_s = table.config.concurrency.heartbeat.expire_s
-        running = [
-            other.requested
-            for other in timeline.pending([Action.PUBLISH])
-            if _running_format(timeline, other) == fmt and not is_expired(table.storage, other.requested, expire_s)
-        ]
+        running = _live_publishes(table, fmt)
         if running:
             if not waited:
                 log.warning("waiting for publish %s of %s to end before publishing it", running[0], fmt.value)
@@ -399,8 +393,21 @@ def _publish_waiting(table: TableHandle, fmt: PublishFormat) -> Published:
             return PublishDeferred(fmt.value, f"publish {', '.join(waited)} of {fmt.value} published the change")
         try:
             return publish(table, fmt)
-        except BusyError:  # another began in between: wait for it too
-            continue
+        except BusyError:
+            if _live_publishes(table, fmt):  # another began in between: wait for it too
+                continue
+            raise  # busy for another reason (a restore undoing, the lock): not ours to wait out
+
+
+def _live_publishes(table: TableHandle, fmt: PublishFormat) -> list[str]:
+    """The pending publishes of `fmt` whose process is alive (beating)."""
+    timeline = table.timeline()
+    expire_s = table.config.concurrency.heartbeat.expire_s
+    return [
+        other.requested
+        for other in timeline.pending([Action.PUBLISH])
+        if _running_format(timeline, other) == fmt and not is_expired(table.storage, other.requested, expire_s)
+    ]
 
 
 def publish_after(

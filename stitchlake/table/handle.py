@@ -24,7 +24,7 @@ from stitchlake.config import (
     load_config,
     stored_schema,
 )
-from stitchlake.config.evolution import changes, names_ever_used, same_schema, with_schema
+from stitchlake.config.evolution import case_clash, case_clashes, changes, names_ever_used, same_schema, with_schema
 from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError, UsageError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
@@ -276,11 +276,14 @@ class TableHandle:
         if self.has_history():
             raise ConfigError(_lost_properties(self.path))
         refuse_nesting(self.storage, self.path)
+        schema = stored_schema(self.config)
+        for path, name, other in case_clashes(schema):
+            raise ConfigError(f"{self.config.source_file or 'config'}: {path}: {case_clash(name, other)}")
         try:
             self.storage.makedirs(TIMELINE_DIR)
         except OSError as exc:
             raise ConfigError(f"table.path: cannot create the table at {self.path}: {exc.strerror or exc}") from None
-        properties = TableProperties(stored_schema(self.config), uuid.uuid4().hex, from_millis(now_millis()))
+        properties = TableProperties(schema, uuid.uuid4().hex, from_millis(now_millis()))
         data = seal(json.dumps(properties.to_json(), indent=1).encode())
         if not self.storage.put_if_absent(TABLE_JSON, data):
             self._properties = None

@@ -219,21 +219,6 @@ BAD_CASES: list[tuple[str, Mutation, list[str]]] = [
         ["streams.payments.columns.amount", "already belongs to stream orders"],
     ),
     (
-        "columns_differing_only_in_case",
-        _set("streams|payments|columns|Amount", "double"),
-        ["streams.payments.columns.Amount", "'amount' and 'Amount' differ only in case"],
-    ),
-    (
-        "column_differing_from_the_key_only_in_case",
-        _set("streams|orders|columns|Order_ID", "long"),
-        ["streams.orders.columns.Order_ID", "'order_id' and 'Order_ID' differ only in case"],
-    ),
-    (
-        "streams_differing_only_in_case",
-        _add_stream("Orders", {"columns": {"x": "long"}}),
-        ["streams.Orders", "stream names 'orders' and 'Orders' differ only in case"],
-    ),
-    (
         "stream_name_with_path_separator",
         _add_stream("a/b", {"columns": {"x": "long"}}),
         ["streams.a/b", "'a/b' is not a valid stream name"],

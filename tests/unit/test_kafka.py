@@ -31,7 +31,7 @@ def test_the_topic_check_before_a_commit_asks_again_after_a_blip(monkeypatch: py
     source = SourceSpec.model_validate({"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1"})
     answers: list[Any] = []
 
-    def describe(_admin: Any, _source: Any) -> Any:
+    def describe(_admin: Any, _source: Any, _timeout: Any = None) -> Any:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

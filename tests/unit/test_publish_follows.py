@@ -346,3 +346,34 @@ def test_reading_helpers_take_relative_paths(tmp_path: Path, monkeypatch: pytest
     relative = str(Path(result["location"]).relative_to(tmp_path))
     assert rows_of(iceberg_catalog(relative).load_table(result["identifier"]).scan()) == current_rows(table)
     assert result["catalog"] == f"sqlite:///{result['location']}/catalog.db"
+
+
+def test_an_erase_whose_republish_a_pending_restore_refuses_fails_instead_of_asking_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erase waits only for a publish of the same format. Busy for another reason (a restore whose process
+    died, still pending), it asked again at once, for ever, each time under the table lock; now the erase stands
+    and its republish fails (exit 1: run `stitch publish` again)."""
+    import stitchlake.services.publish as publish_module
+    from stitchlake.errors import StitchError
+    from stitchlake.timeline.metadata import RestorePlan, UndoTarget
+
+    table = history(tmp_path / "t")
+    table.publish("delta")  # by hand: the compaction below leaves it stale
+    more = batch(MODEL["orders"], [{"k": 8, "amount": 80, "status": "new", "ots": 9}])
+    table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
+    table.compact()
+    done = table.timeline().completed()[-1]
+    target = UndoTarget(done.requested, str(done.action), "completed", done.completed)
+    Transaction.begin(table, Action.RESTORE, RestorePlan(targets=(target,), savepoint="x"), heartbeat=False)
+    original = publish_module.publish
+    attempts: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        attempts.append("publish")
+        assert len(attempts) <= 3, "the erase asks again and again"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(publish_module, "publish", counted)
+    with pytest.raises(StitchError, match="erase X completed, but publishing failed"):
+        publish_module.publish_after(table, "erase X", wait_busy=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,46 @@ def test_a_nan_default_is_the_same_default_in_the_config_and_in_the_table(tmp_pa
     again = stitchlake.open(path)
     again.require()
     assert again.schema_version == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (lambda d: d["streams"]["b"]["columns"].update(V="int"), "streams.b.columns.V: 'V' and 'v' differ only"),
+        (lambda d: d["streams"]["a"]["columns"].update(K="int"), "streams.a.columns.K: 'K' and 'k' differ only"),
+        (lambda d: d["streams"].update(A={"columns": {"x": "int"}}), "streams.A: 'A' and 'a' differ only in case"),
+        (lambda d: d["table"].update(partition_by={"K": "string"}), "table.partition_by.K: 'K' and 'k' differ"),
+    ],
+    ids=["columns", "column-and-key", "streams", "partition-and-key"],
+)
+def test_names_differing_only_in_case_are_refused_when_made_and_kept_where_a_table_has_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Any, refusal: str
+) -> None:
+    """Spark's reader, Trino and the published tables match names without case: `v` and `V` cannot both be read
+    there. A new table with such names is refused, and so is an alter adding one; a table made before the check
+    (here: made with it switched off) keeps opening, reading and writing."""
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.table import handle
+
+    document = copy.deepcopy(BASE)
+    change(document)
+    path = write_table_yaml(tmp_path / "new", document)
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        stitchlake.open(path).init()
+    assert not (tmp_path / "new" / "table").exists()
+
+    new_table_file(tmp_path / "altered", copy.deepcopy(BASE))
+    with pytest.raises(ConfigError) as caught:
+        alter(stitchlake.open(write_table_yaml(tmp_path / "altered", document)))
+    where, _, said = refusal.partition(": ")
+    assert f"{where}: add" in str(caught.value) and said in str(caught.value), caught.value
+
+    monkeypatch.setattr(handle, "case_clashes", lambda _schema: [])
+    _made, config = new_table_file(tmp_path / "old", document)
+    monkeypatch.undo()
+    again = stitchlake.open(config)
+    rows = 0
+    if "partition_by" not in document["table"]:
+        again.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a", "K": 2}]))
+        rows = 1
+    assert again.read().num_rows == rows and stitchlake.open(str(tmp_path / "old" / "table")).read().num_rows == rows
