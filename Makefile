@@ -76,7 +76,7 @@ $(CLASS_ARCHIVE): $(STAMP) $(JAVA_BIN) $(JAVA_BASE_ARCHIVE) scripts/spark_class_
 
 # The JVM merge against the Python merge on many more generated tables than `make test` runs (CONFORMANCE_EXAMPLES).
 conformance: setup test-tools
-	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} $(EATMYDATA) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py $(PYTEST_ARGS)
+	CONFORMANCE_EXAMPLES=$${CONFORMANCE_EXAMPLES:-2000} SPARK_READ_EXAMPLES=$${SPARK_READ_EXAMPLES:-200} $(EATMYDATA) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration/test_jvm_conformance.py tests/integration/test_jvm_conformance_alters.py tests/integration/test_jvm_reader.py::test_generated_tables_read_through_spark_with_pruned_columns_and_filters_match_stitch_read $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

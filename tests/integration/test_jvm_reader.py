@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import random
 import re
 from collections.abc import Callable, Iterator
@@ -794,3 +795,63 @@ def test_one_field_of_a_struct_is_read_by_the_jvm_reader(jvm: JvmSession, tmp_pa
     want = with_parcel_parts(expected(table))
     got, _plan = through_jvm(jvm, table, select="k, parcel.b AS pb")
     assert got == [{"k": r["k"], "pb": r["pb"]} for r in want]
+
+
+#: Conditions a generated read draws from: (Spark SQL, `stitch read --where`), on key, partition and stream columns.
+CONDITIONS = [
+    ("k >= {n}", "k>={n}"),
+    ("k < {n}", "k<{n}"),
+    ("k = {n}", "k={n}"),
+    ("p = 'even'", "p=even"),
+    ("amount >= {m}", "amount>={m}"),
+    ("status = 'a'", "status=a"),
+    ("note != 'b'", "note!=b"),
+    ("paid < {m}", "paid<{m}"),
+    ("carrier = 'none'", "carrier=none"),
+]
+
+
+def test_generated_tables_read_through_spark_with_pruned_columns_and_filters_match_stitch_read(
+    jvm: JvmSession,
+) -> None:
+    """The path Spark itself takes, which the merge harness of test_jvm_conformance.py does not: `pruneColumns`,
+    the filters Spark pushes (row groups skipped by key and partition statistics, stream conditions applied after
+    the merge), log-free slices read natively (`LogFreeReader`, its all-false delete flags skipped). Random
+    histories (tests/integration/test_merge_property.py: deletes in every stream, ties, nulls: ignore, a
+    commit-time stream, compactions, erases, rescales), compacted at the end or not, each read with a random
+    column subset and random conditions: the rows `stitch read` returns with the same columns and `--where`."""
+    import shutil
+    import tempfile
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.integration import test_merge_property as prop
+
+    names = ["p", *ORDERS.columns, *PAYMENTS.columns, *SHIPMENTS.columns]
+    reads = st.tuples(
+        st.lists(st.sampled_from(names), unique=True, max_size=4),
+        st.lists(st.tuples(st.sampled_from(CONDITIONS), st.integers(0, 7), st.integers(0, 3)), max_size=2),
+    )
+
+    examples = int(os.environ.get("SPARK_READ_EXAMPLES", "12"))
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(plan=prop.steps(), compact=st.booleans(), asked=st.lists(reads, min_size=3, max_size=3))
+    def check(plan: list[tuple[str, Any]], compact: bool, asked: list[Any]) -> None:
+        root = Path(tempfile.mkdtemp(prefix="stitch-jvm-read-"))
+        try:
+            table = prop.run_steps(root, plan, "parquet")
+            if compact:
+                table.compact()
+            for columns, conditions in asked:
+                chosen = ["k", *(n for n in names if n in columns)]
+                spark = " AND ".join(c[0].format(n=n, m=m) for c, n, m in conditions) or "true"
+                local = [c[1].format(n=n, m=m) for c, n, m in conditions]
+                want = expected(table, columns=chosen, filter=local or None)
+                got, _plan = through_jvm(jvm, table, select=", ".join(chosen), where=spark)
+                assert got == want, (chosen, spark)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    check()
