@@ -249,8 +249,9 @@ def test_names_differing_only_in_case_are_refused_when_made_and_kept_where_a_tab
     document = copy.deepcopy(BASE)
     change(document)
     path = write_table_yaml(tmp_path / "new", document)
-    with pytest.raises(ConfigError, match=re.escape(refusal)):
+    with pytest.raises(ConfigError, match=re.escape(refusal)) as made:
         stitchlake.open(path).init()
+    assert made.value.yaml_path == refusal.partition(": ")[0] and made.value.file == str(path)
     assert not (tmp_path / "new" / "table").exists()
 
     new_table_file(tmp_path / "altered", copy.deepcopy(BASE))
@@ -258,6 +259,7 @@ def test_names_differing_only_in_case_are_refused_when_made_and_kept_where_a_tab
         alter(stitchlake.open(write_table_yaml(tmp_path / "altered", document)))
     where, _, said = refusal.partition(": ")
     assert f"{where}: add" in str(caught.value) and said in str(caught.value), caught.value
+    assert caught.value.yaml_path is not None and caught.value.file is not None
 
     monkeypatch.setattr(handle, "case_clashes", lambda _schema: [])
     _made, config = new_table_file(tmp_path / "old", document)

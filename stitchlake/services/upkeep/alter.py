@@ -59,7 +59,9 @@ def alter(table: TableHandle, dry_run: bool = False) -> AlterResult:
     if refused:
         raise ConfigError(
             f"{where}: cannot alter the table at {table.path} (schema version {current}); nothing was changed:\n  "
-            + "\n  ".join(map(str, refused))
+            + "\n  ".join(map(str, refused)),
+            file=table.config.source_file,
+            yaml_path=refused[0].path,
         )
     lines = [str(change) for change in found]
     target = current + 1
