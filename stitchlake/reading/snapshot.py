@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig
-from stitchlake.errors import DataFileMissing, HistoryMoved, StitchError, UsageError, one_of
+from stitchlake.errors import ConflictError, DataFileMissing, HistoryMoved, StitchError, UsageError, one_of
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import base_schema, evolve, log_schema, table_schema
 from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
@@ -243,9 +243,36 @@ def snapshot_scan(
         # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
         # the file groups not read yet again; a file still missing then is damage, and that error says so.
         fresh = table.view(table.timeline())
-        left = fresh.latest_slices(at, file_groups=[s.group for s in slices[done:]])
+        left = replanned(table.config, view, fresh, at, pruning, slices[:done], slices[done:])
         for _slice, rows in bounded(read_unit, left, weight):
             yield rows
             del rows
 
     return Scan(empty_rows(table.config, columns).schema, parts)
+
+
+def replanned(
+    config: TableConfig,
+    before: FileSystemView,
+    fresh: FileSystemView,
+    at: str | None,
+    pruning: Pruning,
+    read: Sequence[FileSlice],
+    rest: Sequence[FileSlice],
+) -> list[FileSlice]:
+    """The slices of a pass's unread file groups (`rest`), planned again from a newer view. A partition rescaled
+    meanwhile has its keys in other file groups: planned again whole if the pass has read none of it, and refused
+    (exit 3) if it has, since the keys it read and those left are no longer told apart by file group (the old
+    groups alone lost the moved keys without a word)."""
+    old, new = before.layout(at), fresh.layout(at)
+    moved = sorted({s.group[0] for s in rest if old.buckets(s.group[0]) != new.buckets(s.group[0])})
+    begun = sorted({s.group[0] for s in read} & set(moved))
+    if begun or (moved and pruning.only is not None):
+        raise ConflictError(
+            f"partition(s) {', '.join(begun or moved)} were rescaled while this read ran, after part of the read: "
+            "the keys left to read moved to other file groups; nothing more is returned — read again"
+        )
+    kept = fresh.latest_slices(at, file_groups=[s.group for s in rest if s.group[0] not in moved])
+    if not moved:
+        return kept
+    return kept + [s for s in plan_slices(config, fresh, at, pruning) if s.group[0] in set(moved)]
