@@ -263,6 +263,13 @@ def plan_changes(
         until = latest.completed if latest else None
     if until is None:
         return []
+    if view.horizon is not None and (since is None or since < view.horizon):
+        # Instants up to the horizon are archived: the feed would leave their changes out without a word.
+        raise UsageError(
+            f"changes since {since or 'the first commit'} can no longer be read: the timeline up to "
+            f"{view.horizon} is archived (`stitch archive`), and the changes of its commits with it. Read changes "
+            f"since {view.horizon} or later, or read the table itself"
+        )
     after_layout = view.layout(until)
     before_layout = view.layout(since) if since else None
     scope = ChangeScope(pruning, after_layout)

@@ -142,3 +142,24 @@ def test_a_change_feed_across_an_erase_with_purge_is_refused_naming_the_purge_no
     message = str(refused.value)
     assert f"erase {erased.instant} with --purge" in message and "cannot run across it" in message, message
     assert "outside the retention" not in message and "clean.retain" not in message, message
+
+
+def test_a_change_feed_reaching_into_the_archived_timeline_is_refused_not_empty(tmp_path: Path) -> None:
+    """Changes since a time the archive has passed: the commits in between are archived, and the feed (which
+    lists the active timeline's) returned nothing, or only what came after, without a word. Refused, naming the
+    horizon to read from."""
+    from stitchlake.errors import UsageError
+    from tests.support.tables import MODELS, batch, new_table
+
+    orders = MODELS[0]
+    table = new_table(tmp_path)
+    first = table.write("orders", batch(orders, [{"k": 1, "amount": 1, "ots": 1}])).completed
+    table.write("orders", batch(orders, [{"k": 2, "amount": 2, "ots": 1}, {"k": 3, "amount": 3, "ots": 1}]))
+    table.write("orders", batch(orders, [{"k": 4, "amount": 4, "ots": 1}]))
+    assert sorted(table.read(since=first).column("k").to_pylist()) == [2, 3, 4]
+    table.compact()
+    horizon = table.archive(keep=1).horizon
+    for asked in ({"since": first}, {"until": table.timeline().latest_completed().completed}):
+        with pytest.raises(UsageError, match=f"archived .*Read changes since {horizon} or later"):
+            table.read(**asked)
+    assert table.read(since=horizon).num_rows == 0
