@@ -159,7 +159,9 @@ def test_a_change_feed_reaching_into_the_archived_timeline_is_refused_not_empty(
     assert sorted(table.read(since=first).column("k").to_pylist()) == [2, 3, 4]
     table.compact()
     horizon = table.archive(keep=1).horizon
-    for asked in ({"since": first}, {"until": table.timeline().latest_completed().completed}):
+    latest = table.timeline().latest_completed()
+    assert latest is not None
+    for asked in ({"since": first}, {"until": latest.completed}):
         with pytest.raises(UsageError, match=f"archived .*Read changes since {horizon} or later"):
             table.read(**asked)
     assert table.read(since=horizon).num_rows == 0
