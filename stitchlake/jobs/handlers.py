@@ -127,6 +127,10 @@ def run_clean(table: TableHandle, request: CleanRequest, engine: Engine, progres
 
 def run_erase(table: TableHandle, request: EraseRequest, engine: Engine, progress: Progress) -> EraseResult:
     keys = erase.load_keys(request.keys, table.storage_options)
+    if request.purge:  # a crashed write's files may hold the keys, and nothing else under the table may
+        rolled = recovery.rollback_failed(table)
+        if rolled.instant is not None or rolled.finished:
+            progress(rolled.message)
     progress(f"erasing {keys.num_rows} key(s)")
     try:
         return erase.erase(table, keys, request.purge, engine)

@@ -226,3 +226,49 @@ def test_purge_removes_the_erased_keys_undecodable_kafka_values(kafka_broker: st
     assert sorted(r["_value"] for r in kept) == sorted(b.decode() for b in (events[-1], clicks[-1])), (
         "another key's undecodable values are evidence, and stay"
     )
+
+
+def test_purge_rolls_back_a_crashed_write_whose_files_hold_an_erased_key(tmp_path: Path) -> None:
+    """A write of key 3 crashed right before its commit (killed: no abort ran), its heartbeat expired, and nobody
+    rolled it back yet: its log file under the table held key 3's values, and `erase --purge` left it (it purges
+    the files of commits). The purge first rolls back failed writes, as `stitch clean` does."""
+    import subprocess
+    import sys
+    import time
+
+    import stitchlake.services.undo.rollback as rollback_module
+    from tests.support.tables import MODELS, THREE_STREAMS, batch
+
+    fast = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"expire_s": 1}}  # it dies holding the lock
+    document = {**THREE_STREAMS, "concurrency": fast}
+    config = write_table_yaml(tmp_path, document)
+    table = stitchlake.open(config)
+    table.init()
+    orders = MODELS[0]
+    rows = [{"k": k, "amount": 1000 + k, "status": "secret", "ots": 1} for k in (1, 2, 3)]
+    table.write("orders", batch(orders, rows))
+    crash = (
+        "import os, sys; sys.path.insert(0, sys.argv[2])\n"
+        "import stitchlake, stitchlake.table.transaction as tx\n"
+        "from tests.support.tables import MODELS, batch\n"
+        "tx.write_completed = lambda *a, **k: os._exit(9)  # dies right before its commit\n"
+        "stitchlake.open(sys.argv[1]).write('orders', batch(MODELS[0], [{'k': 3, 'amount': 3333, "
+        "'status': 'SECRET-3', 'ots': 2}]))\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    assert subprocess.run([sys.executable, "-c", crash, str(config), root], check=False).returncode == 9
+    (pending,) = table.timeline().pending()
+    while not rollback_module.expired(table, pending):  # its heartbeat stopped with it: wait until it says so
+        time.sleep(0.1)
+    held = [
+        p
+        for p in Path(table.path).rglob("*.parquet")
+        if ".stitch" not in p.parts and "SECRET-3" in str(pq.read_table(p).to_pylist())
+    ]
+    assert held, "the crashed write left its file"
+
+    table.erase(pa.table({"k": pa.array([3], pa.int64())}), purge=True)
+    for path in Path(table.path).rglob("*.parquet"):
+        if ".stitch" not in path.parts:
+            assert 3 not in pq.read_table(path, columns=["k"]).column("k").to_pylist(), path
+    assert not table.timeline().pending()
