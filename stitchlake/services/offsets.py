@@ -313,7 +313,8 @@ def _lost(partition: int, start: int, low: int, high: int, truncated: bool = Fal
         return (
             f"partition {partition}: next offset {start}, but the topic ends at {high}: its log was truncated (an "
             "unclean leader election); `--reset-offsets latest` goes on from its end without reading again what "
-            "the table has, `earliest` reads the partition again from its start"
+            "the table has, `earliest` reads the partition again from its start (refused on a stream ordered by "
+            "commit time)"
         )
     return f"partition {partition}: next offset {start}, but the topic ends at {high} (was it created again?)"
 

@@ -70,13 +70,13 @@ def term(condition: Condition, kind: str | None = None) -> Column:
     values = [v for v in condition.values if not (floating and v != v)]  # v != v: NaN
     literals = [F.lit(v).cast(floating) if floating else F.lit(v) for v in values]
     if condition.op == "=":
-        return column.isin(*literals) & ~F.isnan(column) if floating else column.isin(*literals)
-    if not literals:  # against NaN: `!=` holds for every value, the orderings for none
-        return column.isNotNull() if condition.op == "!=" else column.isNotNull() & F.lit(False)
-    compared = COMPARE[condition.op](column, literals[0])
-    if floating and condition.op != "!=":
-        return compared & ~F.isnan(column)
-    return compared | F.isnan(column) if floating else compared
+        matched = column.isin(*literals)
+    elif not literals:  # against NaN: `!=` holds for every value, the orderings for none
+        return column.isNotNull() if condition.op == "!=" else F.lit(False)
+    else:
+        matched = COMPARE[condition.op](column, literals[0])
+    # Spark's NaN equals NaN and is greater than any number; `!=` against a number already holds for it.
+    return matched & ~F.isnan(column) if floating and condition.op != "!=" else matched
 
 
 def _values_kept(values: Column, common: list[str], before_images: bool) -> Column:

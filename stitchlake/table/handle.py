@@ -187,19 +187,20 @@ class TableHandle:
                         "Deploy the config that matches the table (the one `stitch alter` applied)"
                     )
             found = changes(schema(current), proposed, names_ever_used(v.properties for v in versions))
-            named = {"file": self.config.source_file, "yaml_path": found[0].path if found else None}
-            if all(change.allowed for change in found):
+            refused = [change for change in found if not change.allowed]
+            first = (refused or found)[0].path if found else None
+            if not refused:
                 raise ConfigError(
                     f"{where} is ahead of the table at {self.path} (schema version {current.version}); run "
                     f"`stitch alter -c {where}` first to apply:\n  " + "\n  ".join(map(str, found)),
-                    **named,
+                    file=self.config.source_file,
+                    yaml_path=first,
                 )
-            refused = [change for change in found if not change.allowed]
             raise ConfigError(
                 f"{where} contradicts the table at {self.path} (schema version {current.version}):\n  "
                 + "\n  ".join(map(str, refused)),
                 file=self.config.source_file,
-                yaml_path=refused[0].path,
+                yaml_path=first,
             )
         if versions != self._history or self._routing is None or routing.default != self._routing.default:
             # Each version's config is derived again only when the history or the count changed: deriving one
@@ -282,7 +283,9 @@ class TableHandle:
             raise ConfigError(_lost_properties(self.path))
         refuse_nesting(self.storage, self.path)
         schema = stored_schema(self.config)
-        for path, name, other in case_clashes(schema):
+        clashes = case_clashes(schema)
+        if clashes:
+            path, name, other = clashes[0]
             where = self.config.source_file
             raise ConfigError(f"{where or 'config'}: {path}: {case_clash(name, other)}", file=where, yaml_path=path)
         try:
