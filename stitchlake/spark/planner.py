@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pyarrow as pa
 
 from stitchlake.errors import StitchError, UsageError
+from stitchlake.paths import TIMELINE_DIR
 from stitchlake.spark.packing import Packing
 from stitchlake.spark.read_request import ReadRequest
 from stitchlake.vocabulary import ReadMode
@@ -119,6 +120,10 @@ def plan(
     timeline = table.timeline()
     packing = Packing.of(options, conf)
     document["filters_used"] = used
+    # A task that finds a planned file gone tells a clean or restore since (run again) from damage by these.
+    latest = timeline.latest_completed()
+    document["timeline"] = location(table, TIMELINE_DIR)
+    document["planned_at"] = latest.completed if latest is not None else None
     if read.changes:
         return _change_document(document, read, table, timeline, prune(config, where), packing)
     slices = plan_slices(config, table.view(timeline), read.as_of, prune(config, where))

@@ -393,6 +393,28 @@ def test_a_missing_data_file_fails_the_read_naming_it_whether_or_not_this_jvm_ve
         assert str(base) in message and "data file is missing (named by a completed instant)" in message, message
 
 
+def test_a_file_a_clean_removed_after_the_query_was_planned_fails_the_read_saying_to_run_it_again(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """Spark's tasks cannot plan again as the local read does: a query planned before a compaction and a clean that
+    removed its slice's files says the table moved on under it (naming the clean) and to run it again, not damage;
+    run again, it reads the new state."""
+    table = built(tmp_path, buckets=1)
+    jvm.run(f"frame = spark.read.format('stitchlake').load({location(table)!r})\nresult = plan_text(frame)")
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(0, 40), 9)))
+    table.compact()
+    assert table.clean(policy="keep_latest_commits", retain=1).result.deleted, "the planned slice's files are gone"
+    clean = table.timeline().latest_completed(["clean"])
+    assert clean is not None
+    with pytest.raises(JvmError) as failed:
+        jvm.run("result = rows(frame)")
+    message = str(failed.value)
+    assert "stitchlake.errors.DataFileMissing" in message, message
+    assert "the table changed after this query was planned" in message and clean.file_name in message, message
+    assert "run the query again" in message, message
+    assert through_jvm(jvm, table)[0] == expected(table)
+
+
 def test_a_planner_that_stops_answering_fails_the_read_and_the_next_read_starts_a_new_one(
     jvm: JvmSession, tmp_path: Path
 ) -> None:

@@ -30,7 +30,7 @@ final class ChangeReader implements PartitionReader<InternalRow> {
     while (!rows.hasNext()) {
       if (next >= groups.size()) return false;
       if (feed == null) {
-        DataFileReader files = new DataFileReader(factory.conf.value().value(), factory.batchSize);
+        DataFileReader files = factory.files();
         feed = new ChangeFeed(MergeSpec.parse(factory.mergeJson), factory.tableSchema, files, factory.changes.keys,
             factory.changes.beforeImages);
       }

@@ -44,7 +44,7 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private ColumnarBatch batch;
 
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices) {
-    this(factory, slices, new DataFileReader(factory.conf.value().value(), factory.batchSize));
+    this(factory, slices, factory.files());
   }
 
   /** {@code files}: the task's reader (its per-column-set Hadoop confs are kept for the task). */

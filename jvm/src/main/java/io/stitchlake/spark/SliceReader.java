@@ -42,7 +42,7 @@ final class SliceReader<T> implements PartitionReader<T> {
       Function<ColumnarBatch, Iterator<T>> logFreeItems, Merged<T> mergedItems) {
     this.factory = factory;
     this.slices = slices;
-    this.files = new DataFileReader(factory.conf.value().value(), factory.batchSize);
+    this.files = factory.files();
     this.logFreeItems = logFreeItems;
     this.mergedItems = mergedItems;
   }

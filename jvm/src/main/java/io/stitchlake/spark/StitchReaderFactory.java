@@ -1,5 +1,6 @@
 package io.stitchlake.spark;
 
+import io.stitchlake.spark.io.DataFileReader;
 import io.stitchlake.spark.plan.MergeView;
 import io.stitchlake.spark.plan.Plan;
 import io.stitchlake.spark.plan.PlanSlice;
@@ -31,10 +32,13 @@ final class StitchReaderFactory implements PartitionReaderFactory {
   final boolean columnar;
   /** An incremental read's range (null: a snapshot read). */
   final Plan.Changes changes;
+  /** The plan's timeline location and latest completion seen ({@link DataFileReader#planned}). */
+  final String timeline;
+  final String plannedAt;
 
   StitchReaderFactory(Broadcast<SerializableConfiguration> conf, StructType output, StructType tableSchema,
       MergeView merge, String mergeJson, FilterPredicate rowGroups, Set<String> rowGroupColumns, int batchSize,
-      boolean columnar, Plan.Changes changes) {
+      boolean columnar, Plan plan) {
     this.conf = conf;
     this.output = output;
     this.tableSchema = tableSchema;
@@ -44,7 +48,14 @@ final class StitchReaderFactory implements PartitionReaderFactory {
     this.rowGroupColumns = rowGroupColumns;
     this.batchSize = batchSize;
     this.columnar = columnar;
-    this.changes = changes;
+    this.changes = plan.changes;
+    this.timeline = plan.timeline;
+    this.plannedAt = plan.plannedAt;
+  }
+
+  /** A task's reader of the plan's data files. */
+  DataFileReader files() {
+    return new DataFileReader(conf.value().value(), batchSize).planned(timeline, plannedAt);
   }
 
   @Override

@@ -171,7 +171,7 @@ final class StitchScan implements Scan, Batch {
     DataFileReader.configure(hadoop, conf);
     Broadcast<SerializableConfiguration> broadcast = BROADCASTS.of(session.sparkContext(), hadoop);
     return new StitchReaderFactory(broadcast, output, tableSchema, plan.merge, plan.mergeJson, rowGroups,
-        rowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar(), plan.changes);
+        rowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar(), plan);
   }
 
   /**

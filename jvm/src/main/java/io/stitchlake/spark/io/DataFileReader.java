@@ -4,9 +4,12 @@ import io.stitchlake.spark.plan.PlanFile;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileStatus;
@@ -100,6 +103,8 @@ public final class DataFileReader {
   static final String OFF_HEAP = "spark.sql.columnVector.offheap.enabled";
 
   private final boolean offHeap;
+  private String timeline;
+  private String plannedAt;
 
   public DataFileReader(Configuration conf, int batchSize) {
     this.conf = conf;
@@ -204,9 +209,54 @@ public final class DataFileReader {
     return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns);
   }
 
-  /** A file a completed instant names that storage no longer has: damage, never an empty read. */
-  private static CorruptFileException missing(PlanFile file) {
-    return new CorruptFileException(file.path, file.path + ": data file is missing (named by a completed instant)");
+  /**
+   * Where the table's timeline is and the completion time of the latest instant the planner saw (the plan's
+   * {@code timeline} and {@code planned_at}): what tells a file a clean or restore removed after planning from damage.
+   */
+  public DataFileReader planned(String timeline, String plannedAt) {
+    this.timeline = timeline;
+    this.plannedAt = plannedAt;
+    return this;
+  }
+
+  /**
+   * A file the plan names that storage no longer has: never an empty read. With a clean, restore or rollback
+   * completed since planning (or pending: still deleting), the table moved on under the query; without, damage.
+   */
+  private CorruptFileException missing(PlanFile file) {
+    List<String> since = changedSincePlanning();
+    if (!since.isEmpty()) {
+      String named = String.join(", ", since.subList(0, Math.min(since.size(), 3)))
+          + (since.size() > 3 ? " and " + (since.size() - 3) + " more" : "");
+      return CorruptFileException.missing(file.path, file.path + ": data file is gone: the table changed after "
+          + "this query was planned (" + named + " since); a clean or restore removes the files of replaced slices: "
+          + "run the query again");
+    }
+    return CorruptFileException.missing(
+        file.path, file.path + ": data file is missing (named by a completed instant)");
+  }
+
+  /** Timeline files of the actions that delete data files a completed instant named, completed or pending. */
+  private static final Pattern COMPLETED = Pattern.compile("^\\d{17}_(\\d{17})\\.(clean|restore|rollback)$");
+  private static final Pattern PENDING = Pattern.compile("^\\d{17}\\.(clean|restore|rollback)\\.(requested|inflight)$");
+
+  /** Cleans, restores and rollbacks completed after the plan or still pending; empty when none or not known. */
+  private List<String> changedSincePlanning() {
+    List<String> found = new ArrayList<>();
+    if (timeline == null) return found;
+    try {
+      Path dir = new Path(timeline);
+      for (FileStatus status : dir.getFileSystem(conf).listStatus(dir)) {
+        String name = status.getPath().getName();
+        Matcher done = COMPLETED.matcher(name);
+        boolean later = done.matches() && (plannedAt == null || done.group(1).compareTo(plannedAt) > 0);
+        if (later || PENDING.matcher(name).matches()) found.add(name);
+      }
+    } catch (IOException e) {
+      return found; // the timeline unreadable too: say what is certain, the file is missing
+    }
+    Collections.sort(found);
+    return found;
   }
 
   static void checkRows(PlanFile file, long rows) {

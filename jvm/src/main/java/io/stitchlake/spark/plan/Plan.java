@@ -38,6 +38,9 @@ public final class Plan implements Serializable {
   /** An incremental read's range (null for a snapshot read); its work is {@link #changeSlices}. */
   @JsonProperty public Changes changes;
   @JsonProperty("change_slices") public List<ChangeSlice> changeSlices = new ArrayList<>();
+  /** The table's timeline and the latest completion the planner saw: a file gone since is not damage. */
+  @JsonProperty public String timeline;
+  @JsonProperty("planned_at") public String plannedAt;
   /** The Spark schema of every column (JSON text), and the merge object as JSON text (J2's MergeSpec parses it). */
   public String schemaJson;
   public String mergeJson;
