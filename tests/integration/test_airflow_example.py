@@ -20,7 +20,8 @@ from stitchlake.services.writes.ingest import claim
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
 from tests.support.airflow_env import Airflow
-from tests.support.spark_fixtures import ROOT, demo_table, write_config
+from tests.support.processes import ROOT
+from tests.support.spark_fixtures import demo_table, write_config
 
 DAG_FILE = ROOT / "examples" / "airflow_dag.py"
 DAG_ID = "stitch_orders_wide"

@@ -28,8 +28,8 @@ import pytest
 
 from stitchlake.api import Table
 from stitchlake.reading.scan import bounded
+from tests.support.processes import run_stitch
 from tests.support.reference import Event, expected_rows
-from tests.support.spark_fixtures import run_stitch
 from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, new_table
 
 MODEL = {m.name: m for m in MODELS}

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from stitchlake.api import Table
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 from tests.support.tables import MODELS, batch, new_table
 
 MODEL = {m.name: m for m in MODELS}

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.processes import ROOT, concurrent_ingests, stitch
 from tests.support.spark_cluster import CLUSTER_APP_CONF
-from tests.support.spark_fixtures import ROOT, concurrent_ingests, stitch, write_config
+from tests.support.spark_fixtures import write_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.cluster]
 STREAMS = ("orders", "payments", "shipments")

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 import stitchlake
 from scripts import kafka_broker as broker
-from tests.support.spark_fixtures import SPARK_CONF, run_stitch
+from tests.support.processes import run_stitch
+from tests.support.spark_fixtures import SPARK_CONF
 from tests.support.tables import write_table_yaml
 
 DOCUMENT: dict[str, Any] = {

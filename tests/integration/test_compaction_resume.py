@@ -25,18 +25,8 @@ from stitchlake.concurrency import heartbeat
 from stitchlake.services.inspect.status import status
 from stitchlake.services.rewrites import compaction
 from stitchlake.timeline.instant import Action
-from tests.support.spark_fixtures import (
-    ROOT,
-    alive,
-    descendants,
-    ended,
-    generated_data,
-    hold_back,
-    run_stitch,
-    stitch,
-    wait_until,
-    write_config,
-)
+from tests.support.processes import ROOT, alive, descendants, ended, hold_back, run_stitch, stitch, wait_until
+from tests.support.spark_fixtures import generated_data, write_config
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from stitchlake.errors import CorruptFileError
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import RescalePlan, RestorePlan
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
 
 ORDERS = MODELS[0]

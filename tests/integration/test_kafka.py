@@ -36,16 +36,8 @@ from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
-from tests.support.spark_fixtures import (
-    ROOT,
-    demo_config,
-    descendants,
-    ended,
-    kill_tree,
-    run_stitch,
-    start_stitch,
-    stitch,
-)
+from tests.support.processes import ROOT, descendants, ended, kill_tree, run_stitch, start_stitch, stitch
+from tests.support.spark_fixtures import demo_config
 from tests.support.tables import new_table_file
 
 #: Partitions of each stream's topic: several, one, and a stream whose topic grows later.

@@ -24,7 +24,7 @@ from stitchlake.spark.streaming import KafkaOffsetsReader
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.timeline import decode_metadata, encode_metadata
 from tests.integration.test_kafka import as_json, commits, ingest, kafka_config, new_topic
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 
 
 def order(key: int) -> bytes:

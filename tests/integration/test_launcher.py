@@ -24,7 +24,7 @@ from stitchlake.jobs.spark_submit import (
     build_argv,
     package_zip,
 )
-from tests.support.spark_fixtures import alive
+from tests.support.processes import alive
 from tests.unit.test_launcher import _config, _files
 
 

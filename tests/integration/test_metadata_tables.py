@@ -17,7 +17,7 @@ import pytest
 from stitchlake.services.inspect.metadata_tables import NAMES, schema
 from tests.support.cli import stitch_json
 from tests.support.operator_table import LEFT_IN_TOPIC, OperatorTable, build, timeline_names
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 
 pytestmark = pytest.mark.spark
 

@@ -27,7 +27,8 @@ from stitchlake.storage import LocalStorage
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
-from tests.support.spark_fixtures import ROOT, demo_table, ended, stitch
+from tests.support.processes import ROOT, ended, stitch
+from tests.support.spark_fixtures import demo_table
 from tests.support.tables import pause_when_inflight
 
 OPTIMISTIC = {"mode": "optimistic", "heartbeat": {"interval_s": 1, "expire_s": 8}}

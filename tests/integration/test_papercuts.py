@@ -29,7 +29,8 @@ from stitchlake.cli.app import app
 from stitchlake.jobs.specs import REQUESTS
 from stitchlake.timeline.instant import Action
 from tests.support.cli import stitch_json
-from tests.support.spark_fixtures import ROOT, run_stitch, stitch, write_config
+from tests.support.processes import ROOT, run_stitch, stitch
+from tests.support.spark_fixtures import write_config
 
 CHANGE_COLUMNS = ["_op", "_commit_time", "_streams"]
 

@@ -31,7 +31,7 @@ from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.writing.writer import write
 from tests.integration.test_papercuts import new_table
 from tests.support.cli import stitch_json
-from tests.support.spark_fixtures import ROOT, run_stitch
+from tests.support.processes import ROOT, run_stitch
 
 
 def keys_as_of(config: str, at: str) -> set[int]:

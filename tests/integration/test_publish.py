@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 
 from stitchlake.errors import UsageError
 from stitchlake.io.published import Target, delta_options, iceberg_catalog
+from tests.support.processes import run_stitch
 from tests.support.published_history import MODEL, altered_document, expected_rows, history, rows_of
-from tests.support.spark_fixtures import run_stitch
 from tests.support.tables import batch
 from tests.unit.test_publish import published  # noqa: F401 (fixtures)
 

@@ -23,8 +23,8 @@ from stitchlake.errors import StitchError
 from stitchlake.jobs.results import plain
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishCommit
+from tests.support.processes import run_stitch
 from tests.support.published_history import MODEL, altered_document, history, rows_of
-from tests.support.spark_fixtures import run_stitch
 from tests.support.tables import batch
 from tests.unit.test_publish_follows import (
     current_rows,

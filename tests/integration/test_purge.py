@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import stitchlake
 from scripts import kafka_broker as broker
 from stitchlake.paths import QUARANTINE_DIR
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 from tests.support.tables import write_table_yaml
 
 #: Values only key 7 (the person erased) ever had.

@@ -23,8 +23,8 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.errors import UsageError
 from stitchlake.layout.bucket import bucket_of
+from tests.support.processes import run_stitch
 from tests.support.s3_server import Place
-from tests.support.spark_fixtures import run_stitch
 from tests.support.tables import THREE_STREAMS, new_table, partition_of, write_table_yaml
 
 KEYS = 48

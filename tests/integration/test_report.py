@@ -24,7 +24,7 @@ import yaml
 from scripts import local_daemons
 from tests.support.cli import stitch_json
 from tests.support.operator_table import OperatorTable, build
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 from tests.support.tables import write_table_yaml
 
 #: Debian's package of headless Chromium.

@@ -41,9 +41,10 @@ from stitchlake.timeline.savepoints import savepoints
 from stitchlake.writing.writer import write
 from tests.integration.test_read import changes, expected_changes
 from tests.support.histories import History, apply, plan_steps
+from tests.support.processes import ROOT, ended, kill_tree, run_stitch, stitch
 from tests.support.reference import Event
 from tests.support.s3_server import Place
-from tests.support.spark_fixtures import ROOT, ended, generated_data, kill_tree, run_stitch, stitch, write_config
+from tests.support.spark_fixtures import generated_data, write_config
 from tests.support.tables import (
     MODELS,
     THREE_STREAMS,

@@ -19,18 +19,8 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
-from tests.support.spark_fixtures import (
-    ROOT,
-    alive,
-    demo_table,
-    descendants,
-    ended,
-    generated_data,
-    hold_back,
-    run_stitch,
-    stitch,
-    wait_until,
-)
+from tests.support.processes import ROOT, alive, descendants, ended, hold_back, run_stitch, stitch, wait_until
+from tests.support.spark_fixtures import demo_table, generated_data
 
 
 @pytest.fixture(scope="module")

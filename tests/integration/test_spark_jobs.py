@@ -24,16 +24,8 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
-from tests.support.spark_fixtures import (
-    ROOT,
-    concurrent_ingests,
-    demo_table,
-    descendants,
-    ended,
-    run_stitch,
-    stitch,
-    write_config,
-)
+from tests.support.processes import ROOT, concurrent_ingests, descendants, ended, run_stitch, stitch
+from tests.support.spark_fixtures import demo_table, write_config
 from tests.support.tables import instant_at, pause_when_inflight
 
 STREAMS = ("orders", "payments", "shipments")

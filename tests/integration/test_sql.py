@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stitchlake.api import Table
-from tests.support.spark_fixtures import run_stitch
+from tests.support.processes import run_stitch
 from tests.support.tables import MODELS, batch, new_table
 
 MODEL = {m.name: m for m in MODELS}

@@ -23,17 +23,8 @@ import stitchlake
 from stitchlake.api import Table
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
-from tests.support.spark_fixtures import (
-    ROOT,
-    alive,
-    demo_table,
-    descendants,
-    ended,
-    generated_data,
-    kill_tree,
-    run_stitch,
-    start_stitch,
-)
+from tests.support.processes import ROOT, alive, descendants, ended, kill_tree, run_stitch, start_stitch
+from tests.support.spark_fixtures import demo_table, generated_data
 
 QUERY = Path(__file__).resolve().parents[1] / "support" / "stream_query.py"
 

@@ -50,7 +50,7 @@ from stitchlake.timeline.instant import Action, Instant, State
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from stitchlake.timeline.timeline import delete_instant
 from stitchlake.writing.writer import write
-from tests.support.spark_fixtures import ended
+from tests.support.processes import ended
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
 
 ROOT = Path(__file__).resolve().parents[2]

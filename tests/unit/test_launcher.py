@@ -29,7 +29,7 @@ from stitchlake.jobs.spark_submit import (
     write_properties,
 )
 from stitchlake.spark.errors import unwrap
-from tests.support.spark_fixtures import alive, descendants, ended
+from tests.support.processes import alive, descendants, ended
 from tests.support.tables import THREE_STREAMS, config
 
 #: prctl(2) option: orphans of our descendants become our children (and zombies until we reap them).
@@ -189,7 +189,7 @@ def test_what_a_finished_job_leaves_in_its_process_group_is_ended(
 
 
 def test_ended_ends_a_job_process_that_outlived_its_cli(tmp_path: Path) -> None:
-    """The tests' own guard (`spark_fixtures.ended`): a process of a Spark job orphaned when its CLI died (here one
+    """The tests' own guard (`processes.ended`): a process of a Spark job orphaned when its CLI died (here one
     carrying a job mark, whose parent exits at once) is ended with the CLI, although no process tree reaches it."""
     pid_file = tmp_path / "orphan.pid"
     cli = subprocess.Popen(
