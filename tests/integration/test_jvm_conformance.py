@@ -7,9 +7,11 @@ not 0.0; NaN as "NaN"; decimals as plain text; binary as base64; dates and times
 value] pairs; structs as lists).
 
 Cases: every scenario of tests/unit/test_merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
-value and ordering type, and hypothesis-generated tables (deletes in every stream, nulls: ignore, ties, commit-time
-ordering, alters, compactions, erases, rescales to 1-4 buckets, time travel across them, an incremental read of
-every second one). `CONFORMANCE_EXAMPLES` sets how many generated tables (`make conformance`: 2,000).
+value and ordering type, text orderings beyond ASCII (code point order, as the Python merge ranks text), and
+hypothesis-generated tables (deletes in every stream, nulls: ignore, ties, commit-time ordering, alters, compactions,
+erases, rescales to 1-4 buckets, time travel across them, an incremental read of every second one); columns widened
+by alters are in test_jvm_conformance_alters.py. `CONFORMANCE_EXAMPLES` sets how many generated tables (`make
+conformance`: 2,000).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from hypothesis import strategies as st
 
 from stitchlake.api import Table
 from stitchlake.errors import UsageError
+from stitchlake.jobs.spark_conf import reader_jar
 from stitchlake.merge import stitch
 from stitchlake.reading.options import ReadKeywords
 from stitchlake.spark import planner
@@ -55,8 +58,7 @@ from tests.unit import test_merge_rules as rules
 #: Every test here starts a JVM (Spark or the merge harness).
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
-JAR = Path(os.environ.get("STITCHLAKE_JAR", ROOT / ".venv" / "jars" / "stitchlake-spark.jar"))
+JAR = reader_jar()
 #: Generated tables in all (issue 35 asks `make test` for at least 1,000). A table with its writes and its ~14 reads
 #: (each merged by Python and by the JVM) costs about 0.3 s on a quiet 2-core machine and 0.5 s in `make test` (both
 #: cores busy), two thirds of it Python's writes and reads: about 9 minutes of test worker time in all, split
@@ -656,3 +658,79 @@ def test_every_value_type_and_ranked_ordering_matches(harness: Harness, tmp_path
         s.table.read(since=times[1], before_images=True)
         s.table.read(until=times[2])
     assert len(checked) >= 8
+
+
+#: Text ordering values, each group the versions of three keys (one commit each in the group's order, in reverse,
+#: and all in one batch). The Python merge ranks text by its UTF-8 bytes (Arrow's sort: code point order), so each
+#: group's winner is its `max()`; the JVM must agree where other orders would not: UTF-16 code units (Java's
+#: `String.compareTo`) put U+E000-U+FFFF above every character past U+FFFF (a surrogate pair), signed bytes put ASCII
+#: above the rest, and no order may normalise ("é" and "e" with a combining accent are two values) or fold case.
+TEXT_ORDERINGS: list[list[str]] = [
+    ["z", "é"],
+    ["é", "Ω", "ÿ"],
+    ["日本", "日", "本"],
+    ["\uffff", "\U0001f600"],
+    ["\ue000", "\U00010000", "\ufffd"],
+    ["\U0001f600", "\U0001f600\x00", "\U0001f600a", "\U0001f601"],
+    ["a", "B", "", "\x00"],
+    ["é", "e\u0301"],
+    ["\x7f", "\u0080", "~"],
+    ["\uff41", "a", "\U000e0001", "\U0010ffff"],  # fullwidth a; a tag; the last code point
+]
+
+TEXT: dict[str, Any] = {
+    "table": {"name": "text", "path": "table", "key": {"k": "long"}, "buckets": 2},
+    "streams": {
+        "o": {
+            "columns": {"s": "string", "label": "string"},
+            "ordering": "s",
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+        "n": {
+            "columns": {"t": "string", "v": "string", "w": "long"},
+            "ordering": "t",
+            "nulls": "ignore",
+            "deletes": {"column": "op", "values": ["D"]},
+        },
+    },
+    "concurrency": rules.CONCURRENCY,
+}
+
+
+@pytest.mark.parametrize("log_format", ["parquet", "avro"])
+@pytest.mark.parametrize("when", ["never", "after_each_step"])
+def test_text_orderings_beyond_ascii_pick_the_python_winner(
+    harness: Harness, tmp_path: Path, when: str, log_format: str
+) -> None:
+    """Streams ordered by text (overwrite with deletes, and `nulls: ignore`, whose column versions hold the text
+    too) whose values are accented, Greek, CJK, emoji and the characters where UTF-8 byte order and UTF-16 code
+    unit order disagree, one version per commit and all in one batch, in logs and base files: the JVM keeps the
+    winner the Python merge keeps, the greatest in code point order."""
+    keys: dict[int, list[str]] = {}
+    for number, group in enumerate(TEXT_ORDERINGS):
+        keys[3 * number], keys[3 * number + 1] = group, group[::-1]
+        keys[3 * number + 2] = group[1:] + group[:1]  # one batch: rows in this order
+    with compared(harness) as checked:
+        s = rules.Scenario(new_table(tmp_path, TEXT, log_format=log_format), when)
+        for commit in range(max(map(len, TEXT_ORDERINGS))):
+            o, n = [], []
+            for k, versions in keys.items():
+                if k % 3 == 2 or commit >= len(versions):
+                    continue
+                text = versions[commit]
+                o.append({"k": k, "s": text, "label": f"{k}:{commit}"})
+                n.append({"k": k, "t": text, "v": None if commit % 2 else text, "w": None if commit % 2 else commit})
+            s.write("o", o)
+            s.write("n", n)
+            s.rows()
+        batch = [(k, text) for k, versions in keys.items() if k % 3 == 2 for text in versions]
+        s.write("o", [{"k": k, "s": text, "label": text} for k, text in batch])
+        s.write("n", [{"k": k, "t": text, "v": text, "w": None} for k, text in batch])
+        # A delete at each key's least version loses to its greatest.
+        s.write("o", [{"k": k, "s": min(versions), "op": "D"} for k, versions in keys.items()])
+        s.write("n", [{"k": k, "t": min(versions), "op": "D"} for k, versions in keys.items()])
+        rows = {r["k"]: r for r in s.rows()}
+        s.table.read(columns=["k", "s", "t"])
+    assert len(checked) >= 6
+    assert {k: (r["s"], r["t"]) for k, r in rows.items()} == {k: (max(v), max(v)) for k, v in keys.items()}
+    assert rows[9]["s"] == "\U0001f600" and rows[12]["t"] == "\U00010000"  # UTF-16 order would pick U+FFFF, U+FFFD
