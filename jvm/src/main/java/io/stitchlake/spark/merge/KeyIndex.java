@@ -29,21 +29,25 @@ final class KeyIndex {
   private final ColumnVector[][] cols; // [segment][common column]
   private final int[] rows;
   private final DataType[] types;
+  private final Scratch scratch;
 
   /**
    * {@code expected}: about how many keys the slice has (its largest file's rows), to size the first table;
-   * {@code files[s]}: which file segment s was read from (a file's segments are consecutive).
+   * {@code files[s]}: which file segment s was read from (a file's segments are consecutive); the arrays come from
+   * {@code scratch} (each path writes every row's id and each key's first row before reading them).
    */
-  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types, int expected, int[] files) {
+  KeyIndex(ColumnVector[][] cols, int[] rows, DataType[] types, int expected, int[] files, Scratch scratch) {
     this.cols = cols;
     this.rows = rows;
     this.types = types;
+    this.scratch = scratch;
     this.ids = new int[rows.length][];
-    for (int s = 0; s < rows.length; s++) ids[s] = new int[rows[s]];
+    scratch.ids = Scratch.slots(scratch.ids, rows.length - 1);
+    for (int s = 0; s < rows.length; s++) ids[s] = scratch.ids[s] = Scratch.ints(scratch.ids[s], rows[s]);
     int total = 0;
     for (int r : rows) total += r;
-    firstSeg = new int[Math.max(16, total)];
-    firstRow = new int[Math.max(16, total)];
+    firstSeg = scratch.firstSeg = Scratch.ints(scratch.firstSeg, Math.max(16, total));
+    firstRow = scratch.firstRow = Scratch.ints(scratch.firstRow, Math.max(16, total));
     boolean byFirst = types.length > 0 && integral(types[0]);
     if (!(byFirst && (bySortedRuns(files) || byFirstColumn(expected)))) byAllColumns(total);
   }
@@ -68,6 +72,7 @@ final class KeyIndex {
   private boolean bySortedRuns(int[] files) {
     int nSeg = rows.length;
     long[][] keys = new long[nSeg][];
+    scratch.keyLongs = Scratch.slots(scratch.keyLongs, nSeg - 1);
     boolean isLong = types[0] instanceof LongType;
     int[] startSeg = new int[16];
     int[] startRow = new int[16];
@@ -80,11 +85,10 @@ final class KeyIndex {
       ColumnVector v = cols[s][0];
       int n = rows[s];
       if (n > 0 && v.hasNull()) return false;
-      long[] out;
+      long[] out = scratch.keyLongs[s] = Scratch.longs(scratch.keyLongs[s], n); // rows [0, n) written here
       if (isLong) {
-        out = n == 0 ? new long[0] : v.getLongs(0, n);
+        for (int r = 0; r < n; r++) out[r] = v.getLong(r);
       } else {
-        out = new long[n];
         for (int r = 0; r < n; r++) out[r] = v.getInt(r);
       }
       for (int r = 0; r < n; r++) {

@@ -10,7 +10,7 @@ import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
-import java.util.function.Function;
+import java.util.function.BiFunction;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DateType;
@@ -33,7 +33,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  */
 final class KeyWindows<T> implements Iterator<T> {
   /** A window's files merged as the slice's would be: batches ({@link SliceMerger#mergeBatches}) or rows. */
-  private final Function<List<FileData>, Iterator<T>> mergeWindow;
+  private final BiFunction<List<FileData>, Scratch, Iterator<T>> mergeWindow;
+  /** The merge's arrays, reused from one window to the next (each window is used up before the next is merged). */
+  private final Scratch scratch = new Scratch();
   private final KeyOrder order;
   private final List<Source> sources;
   private Iterator<T> window = Collections.emptyIterator();
@@ -51,6 +53,8 @@ final class KeyWindows<T> implements Iterator<T> {
     ColumnarBatch current;
     /** The current batch's keys as numbers, where the key is one integral column without nulls (else null). */
     long[] longs;
+    /** The array {@link #longs} reuses from batch to batch. */
+    private long[] keptLongs;
     int start;
     int rows;
     boolean done;
@@ -80,7 +84,8 @@ final class KeyWindows<T> implements Iterator<T> {
         start = 0;
         rows = current.numRows();
         for (int c = 0; c < keyAt.length; c++) keys[c] = current.column(keyAt[c]);
-        longs = order.longs(keys, rows);
+        longs = order.longs(keys, rows, keptLongs);
+        if (longs != null) keptLongs = longs;
         checkOrder(order);
       }
     }
@@ -128,10 +133,12 @@ final class KeyWindows<T> implements Iterator<T> {
 
   /**
    * @param files the slice's files as {@link SliceInputs} opened them (base first, then logs in slice order)
-   * @param mergeWindow merges a window's files; what it returns is used up before the next window is read (each
-   *     item is valid until the next, as Spark reads them), since the files' vectors then move on
+   * @param mergeWindow merges a window's files over the given arrays; what it returns is used up before the next
+   *     window is read (each item is valid until the next, as Spark reads them), since the files' vectors and the
+   *     arrays then move on
    */
-  KeyWindows(SliceMerger merger, List<SliceInputs.Opened> files, Function<List<FileData>, Iterator<T>> mergeWindow) {
+  KeyWindows(SliceMerger merger, List<SliceInputs.Opened> files,
+      BiFunction<List<FileData>, Scratch, Iterator<T>> mergeWindow) {
     this.mergeWindow = mergeWindow;
     order = new KeyOrder(merger.commonTypes);
     sources = new ArrayList<>();
@@ -180,7 +187,7 @@ final class KeyWindows<T> implements Iterator<T> {
       while (end < s.rows && s.upTo(end, bound, order)) end++;
       if (end > s.start) taken.add(s.take(end));
     }
-    window = mergeWindow.apply(taken);
+    window = mergeWindow.apply(taken, scratch);
     return true;
   }
 
@@ -235,14 +242,19 @@ final class KeyWindows<T> implements Iterator<T> {
       return 0;
     }
 
-    /** The keys of rows [0, rows) as numbers when the key is one integral column without nulls, else null. */
-    long[] longs(ColumnVector[] keys, int rows) {
+    /**
+     * The keys of rows [0, rows) as numbers when the key is one integral column without nulls (in {@code into}
+     * when it holds them, else a new array), else null.
+     */
+    long[] longs(ColumnVector[] keys, int rows, long[] into) {
       if (kinds.length != 1 || kinds[0] == STRING || keys[0].hasNull()) return null;
       ColumnVector v = keys[0];
-      if (kinds[0] == LONG) return v.getLongs(0, rows);
-      int[] ints = v.getInts(0, rows);
-      long[] out = new long[rows];
-      for (int r = 0; r < rows; r++) out[r] = ints[r];
+      long[] out = Scratch.longs(into, rows);
+      if (kinds[0] == LONG) {
+        for (int r = 0; r < rows; r++) out[r] = v.getLong(r);
+      } else {
+        for (int r = 0; r < rows; r++) out[r] = v.getInt(r);
+      }
       return out;
     }
 

@@ -13,7 +13,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.function.Function;
+import java.util.function.BiFunction;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.DataType;
@@ -64,7 +64,7 @@ public final class SliceInputs implements Closeable {
    * {@link #release()}; each batch until the next.
    */
   public Iterator<ColumnarBatch> mergeBatches(PlanSlice slice, SliceMerger merger, int batchRows) throws IOException {
-    return merged(slice, merger, files -> merger.mergeBatches(files, batchRows));
+    return merged(slice, merger, (files, scratch) -> merger.mergeBatches(files, batchRows, scratch));
   }
 
   /**
@@ -76,8 +76,9 @@ public final class SliceInputs implements Closeable {
     return merged(slice, merger, merger::merge);
   }
 
-  private <T> Iterator<T> merged(PlanSlice slice, SliceMerger merger, Function<List<FileData>, Iterator<T>> merge)
-      throws IOException {
+  /** {@code merge}: a window's files (or the slice's whole) merged over the arrays given (see {@link Scratch}). */
+  private <T> Iterator<T> merged(PlanSlice slice, SliceMerger merger,
+      BiFunction<List<FileData>, Scratch, Iterator<T>> merge) throws IOException {
     List<Opened> opened = open(slice, merger);
     boolean windows = !opened.isEmpty() && KeyWindows.KeyOrder.supports(merger.commonTypes);
     for (Opened o : opened) windows &= o.batches.keyOrdered();
@@ -90,7 +91,7 @@ public final class SliceInputs implements Closeable {
       o.batches.holdRowGroups();
       data.add(whole(o));
     }
-    return merge.apply(data);
+    return merge.apply(data, new Scratch());
   }
 
   /** The slice's files, open, their batches reusing their vectors (a window's) until told to hold row groups. */

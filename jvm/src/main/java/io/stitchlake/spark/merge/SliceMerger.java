@@ -158,10 +158,15 @@ public final class SliceMerger {
 
   /** The live wide rows of one slice (files: base first if any, then logs in slice order), in output's order. */
   public Iterator<InternalRow> merge(List<FileData> files) {
+    return merge(files, new Scratch());
+  }
+
+  /** {@link #merge} over {@code scratch}'s arrays: the rows must be used up before its next merge. */
+  Iterator<InternalRow> merge(List<FileData> files, Scratch scratch) {
     List<Segment> segments = new ArrayList<>();
     boolean anyLog = segments(files, segments);
     if (segments.isEmpty()) return Collections.emptyIterator();
-    return anyLog ? merged(segments) : baseRows(segments);
+    return anyLog ? merged(segments, scratch) : baseRows(segments);
   }
 
   /**
@@ -170,10 +175,15 @@ public final class SliceMerger {
    * query uses, without building a row per merged row. One batch object is refilled: use each before the next.
    */
   public Iterator<ColumnarBatch> mergeBatches(List<FileData> files, int batchRows) {
+    return mergeBatches(files, batchRows, new Scratch());
+  }
+
+  /** {@link #mergeBatches} over {@code scratch}'s arrays: the batches must be used up before its next merge. */
+  Iterator<ColumnarBatch> mergeBatches(List<FileData> files, int batchRows, Scratch scratch) {
     List<Segment> segments = new ArrayList<>();
     boolean anyLog = segments(files, segments);
     if (segments.isEmpty()) return Collections.emptyIterator();
-    return anyLog ? mergedBatches(segments, batchRows) : baseBatches(segments, batchRows);
+    return anyLog ? mergedBatches(segments, batchRows, scratch) : baseBatches(segments, batchRows, scratch);
   }
 
   /** Fills {@code segments} with every non-empty batch of {@code files}; whether a live stream's log is among them. */
@@ -270,7 +280,7 @@ public final class SliceMerger {
     }
   }
 
-  private Picks picks(List<Segment> segments) {
+  private Picks picks(List<Segment> segments, Scratch scratch) {
     int nSeg = segments.size();
     ColumnVector[][] keyCols = new ColumnVector[nSeg][commonNames.length];
     int[] rows = new int[nSeg];
@@ -287,11 +297,13 @@ public final class SliceMerger {
       }
     }
     int largestFile = fileRows.values().stream().mapToInt(Integer::intValue).max().orElse(0);
-    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes, largestFile, files);
+    KeyIndex keys = new KeyIndex(keyCols, rows, commonTypes, largestFile, files, scratch);
     Picks p = new Picks();
     p.keys = keys.count;
     p.merges = new StreamMerge[spec.streams.size()];
-    for (int s = 0; s < p.merges.length; s++) p.merges[s] = StreamMerge.of(spec.streams.get(s), selected[s], segments, keys);
+    for (int s = 0; s < p.merges.length; s++) {
+      p.merges[s] = StreamMerge.of(spec.streams.get(s), selected[s], segments, keys, scratch, s);
+    }
     p.vectors = outputVectors(segments);
     // Per output ordinal: where each key's cell comes from (segment and row arrays by key), and the stream's
     // shows-by-key (null for a common column); none: the stream never shows here, the cell is its default.
@@ -325,8 +337,8 @@ public final class SliceMerger {
     return p;
   }
 
-  private Iterator<InternalRow> merged(List<Segment> segments) {
-    Picks p = picks(segments);
+  private Iterator<InternalRow> merged(List<Segment> segments, Scratch scratch) {
+    Picks p = picks(segments, scratch);
     int n = p.keys;
     int outs = outTypes.length;
     ColumnVector[][] vectors = p.vectors;
@@ -384,11 +396,13 @@ public final class SliceMerger {
     final int[][] offsets;
     final ColumnarBatch batch;
 
-    Gather(ColumnVector[][] vectors, int nSeg, int batchRows) {
+    Gather(ColumnVector[][] vectors, int nSeg, int batchRows, Scratch scratch) {
       defaults = nSeg;
       nulls = nSeg + 1;
       columns = new GatherVector[outTypes.length];
       offsets = new int[outTypes.length][nSeg];
+      scratch.gatherSrc = Scratch.slots(scratch.gatherSrc, outTypes.length - 1);
+      scratch.gatherRows = Scratch.slots(scratch.gatherRows, outTypes.length - 1);
       for (int o = 0; o < outTypes.length; o++) {
         ColumnVector none = Literals.constant(1, outTypes[o], null);
         ColumnVector[] sources = new ColumnVector[nSeg + 2];
@@ -402,7 +416,10 @@ public final class SliceMerger {
         }
         sources[defaults] = outStream[o] < 0 ? none : Literals.constant(1, outTypes[o], outDefaultJson[o]);
         sources[nulls] = none;
-        columns[o] = new GatherVector(sources, new int[batchRows], new int[batchRows]);
+        // Written for rows [0, m) before each batch is handed out: the window before's values are never read.
+        int[] src = scratch.gatherSrc[o] = Scratch.ints(scratch.gatherSrc[o], batchRows);
+        int[] rows = scratch.gatherRows[o] = Scratch.ints(scratch.gatherRows[o], batchRows);
+        columns[o] = new GatherVector(sources, src, rows);
       }
       batch = new ColumnarBatch(columns);
     }
@@ -419,10 +436,10 @@ public final class SliceMerger {
     }
   }
 
-  private Iterator<ColumnarBatch> mergedBatches(List<Segment> segments, int batchRows) {
-    Picks p = picks(segments);
-    Gather gather = new Gather(p.vectors, segments.size(), batchRows);
-    int[] live = new int[batchRows];
+  private Iterator<ColumnarBatch> mergedBatches(List<Segment> segments, int batchRows, Scratch scratch) {
+    Picks p = picks(segments, scratch);
+    Gather gather = new Gather(p.vectors, segments.size(), batchRows, scratch);
+    int[] live = scratch.live = Scratch.ints(scratch.live, batchRows);
     return new Iterator<ColumnarBatch>() {
       int key = 0;
       int m = -1; // rows of the next batch, -1 until looked for
@@ -464,12 +481,17 @@ public final class SliceMerger {
   }
 
   /** Rule 7 in batches: the base rows where some stream's del is false, as {@link #baseRows}. */
-  private Iterator<ColumnarBatch> baseBatches(List<Segment> segments, int batchRows) {
+  private Iterator<ColumnarBatch> baseBatches(List<Segment> segments, int batchRows, Scratch scratch) {
     int nStreams = spec.streams.size();
-    Gather gather = new Gather(outputVectors(segments), segments.size(), batchRows);
-    boolean[][] shows = new boolean[nStreams][batchRows];
-    int[] segs = new int[batchRows];
-    int[] rowsOf = new int[batchRows];
+    Gather gather = new Gather(outputVectors(segments), segments.size(), batchRows, scratch);
+    // Each written for a batch's rows [0, m) before it is read.
+    boolean[][] shows = new boolean[nStreams][];
+    scratch.baseShows = Scratch.slots(scratch.baseShows, nStreams - 1);
+    for (int s = 0; s < nStreams; s++) {
+      shows[s] = scratch.baseShows[s] = Scratch.booleans(scratch.baseShows[s], batchRows);
+    }
+    int[] segs = scratch.baseSegs = Scratch.ints(scratch.baseSegs, batchRows);
+    int[] rowsOf = scratch.baseRows = Scratch.ints(scratch.baseRows, batchRows);
     return new Iterator<ColumnarBatch>() {
       int g = 0;
       int r = 0;

@@ -26,15 +26,19 @@ final class StreamMerge {
   boolean[] shows;
   int[][] pickSeg; // ignore: per selected column
   int[][] pickRow;
+  /** Where {@link Ver} copies version components to (for the pass of {@link #of} only). */
+  private final Scratch.Longs pool;
 
-  StreamMerge(StreamSpec stream, int keys) {
+  /** {@code arrays}: where the winners' arrays come from (each used for keys [0, keys) only). */
+  StreamMerge(StreamSpec stream, int keys, Scratch.Stream arrays, Scratch.Longs pool) {
     this.stream = stream;
     this.k = stream.ordering.size();
+    this.pool = pool;
     isRanked = new boolean[k + 2];
     for (int i = 0; i < k; i++) isRanked[i] = stream.ordering.get(i).ranked;
-    winSeg = new int[keys];
-    winRow = new int[keys];
-    Arrays.fill(winSeg, -1);
+    winSeg = arrays.winSeg = Scratch.ints(arrays.winSeg, keys);
+    winRow = arrays.winRow = Scratch.ints(arrays.winRow, keys); // written where winSeg is set
+    Arrays.fill(winSeg, 0, keys, -1);
   }
 
   Ver ver(Segment seg, String prefix) {
@@ -43,7 +47,7 @@ final class StreamMerge {
     boolean base = seg.file.kind == FileData.Kind.BASE;
     v[k] = base ? seg.column(stream.meta(prefix + "commit")) : null;
     v[k + 1] = seg.column(stream.meta(prefix + "pos"));
-    return new Ver(v, seg.file.commit, isRanked, seg.rows);
+    return new Ver(v, seg.file.commit, isRanked, seg.rows, pool);
   }
 
   /**
@@ -148,14 +152,14 @@ final class StreamMerge {
     /** Rows whose version is another's (a column version left null: the row's own), or null: none. */
     final Fallback fallback;
 
-    Ver(ColumnVector[] v, long commit, boolean[] isRanked, int rows) {
+    Ver(ColumnVector[] v, long commit, boolean[] isRanked, int rows, Scratch.Longs pool) {
       this.v = v;
       this.commit = commit;
       this.fallback = null;
       longs = new long[v.length][];
       for (int c = 0; c < v.length; c++) {
         if (isRanked[c] || v[c] == null) continue;
-        longs[c] = longsOf(v[c], rows);
+        longs[c] = longsOf(v[c], rows, pool.take(rows));
       }
     }
 
@@ -173,7 +177,7 @@ final class StreamMerge {
       for (int c = 0; c < longs.length; c++) {
         if (longs[c] == null) continue;
         long[] mine = own.longs[c];
-        long[] out = longs[c].clone();
+        long[] out = Arrays.copyOf(longs[c], rows);
         for (int r = 0; r < rows; r++) if (isOwn[r]) out[r] = mine[r];
         merged[c] = out;
       }
@@ -192,10 +196,12 @@ final class StreamMerge {
     }
   }
 
-  private static long[] longsOf(ColumnVector v, int rows) {
-    long[] out = v.getLongs(0, rows);
+  /** Rows [0, rows) of {@code v} into {@code out}, a null as 0. */
+  private static long[] longsOf(ColumnVector v, int rows, long[] out) {
     if (v.hasNull()) {
-      for (int r = 0; r < rows; r++) if (v.isNullAt(r)) out[r] = 0;
+      for (int r = 0; r < rows; r++) out[r] = v.isNullAt(r) ? 0 : v.getLong(r);
+    } else {
+      for (int r = 0; r < rows; r++) out[r] = v.getLong(r);
     }
     return out;
   }
@@ -210,9 +216,10 @@ final class StreamMerge {
     final long[] longs;
     final Object[][] ranked;
 
-    Best(boolean[] isRanked, int keys) {
+    /** {@code longs} holds keys * width: a key's components are read only once {@link #keep} wrote them. */
+    Best(boolean[] isRanked, int keys, long[] longs) {
       width = isRanked.length;
-      longs = new long[keys * width];
+      this.longs = longs;
       ranked = new Object[isRanked.length][];
       for (int c = 0; c < isRanked.length; c++) if (isRanked[c]) ranked[c] = new Object[keys];
     }
@@ -230,9 +237,12 @@ final class StreamMerge {
    * One stream's winners per key (and, nulls: ignore, its per-column picks of {@code selected}, the value columns
    * the output shows).
    */
-  static StreamMerge of(StreamSpec stream, int[] selected, List<Segment> segments, KeyIndex keys) {
+  static StreamMerge of(StreamSpec stream, int[] selected, List<Segment> segments, KeyIndex keys, Scratch scratch,
+      int index) {
     int n = keys.count;
-    StreamMerge m = new StreamMerge(stream, n);
+    Scratch.Stream arrays = scratch.stream(index);
+    scratch.versions.reset(); // the version copies live for this pass only
+    StreamMerge m = new StreamMerge(stream, n, arrays, scratch.versions);
     boolean ignore = stream.ignoresNulls();
     int nSeg = segments.size();
     // The stream's candidates: base rows where its pos is not null, and every row of its own logs.
@@ -253,9 +263,14 @@ final class StreamMerge {
         tombs[g] = tpos != null && allNull(tpos, seg.rows) ? null : m.ver(seg, "t__");
       }
     }
-    Best best = new Best(m.isRanked, n);
-    Best tomb = ignore ? new Best(m.isRanked, n) : null;
-    boolean[] hasTomb = ignore ? new boolean[n] : null;
+    int width = m.isRanked.length;
+    Best best = new Best(m.isRanked, n, arrays.best = Scratch.longs(arrays.best, n * width));
+    Best tomb = ignore ? new Best(m.isRanked, n, arrays.tomb = Scratch.longs(arrays.tomb, n * width)) : null;
+    boolean[] hasTomb = null;
+    if (ignore) {
+      hasTomb = arrays.hasTomb = Scratch.booleans(arrays.hasTomb, n);
+      Arrays.fill(hasTomb, 0, n, false);
+    }
     boolean anyTomb = false;
     boolean any = false;
     for (int g = 0; g < nSeg; g++) {
@@ -286,15 +301,17 @@ final class StreamMerge {
       }
     }
     if (!any) return m;
-    boolean[] deleted = new boolean[n];
-    m.shows = new boolean[n];
+    m.shows = arrays.shows = Scratch.booleans(arrays.shows, n);
     for (int key = 0; key < n; key++) {
       int g = m.winSeg[key];
-      if (g < 0) continue;
+      if (g < 0) {
+        m.shows[key] = false;
+        continue;
+      }
       ColumnVector d = dels[g];
       int r = m.winRow[key];
-      deleted[key] = d != null && !d.isNullAt(r) && d.getBoolean(r); // del null reads as false
-      m.shows[key] = !deleted[key];
+      boolean deleted = d != null && !d.isNullAt(r) && d.getBoolean(r); // del null reads as false
+      m.shows[key] = !deleted;
     }
     if (!ignore) return m;
 
@@ -302,13 +319,15 @@ final class StreamMerge {
     int[] sel = selected;
     m.pickSeg = new int[sel.length][];
     m.pickRow = new int[sel.length][];
-    Best cbest = new Best(m.isRanked, n);
-    boolean[] settled = new boolean[n];
+    Best cbest = new Best(m.isRanked, n, arrays.cbest = Scratch.longs(arrays.cbest, n * width));
+    boolean[] settled = arrays.settled = Scratch.booleans(arrays.settled, n); // set for every key below
+    arrays.pickSeg = Scratch.slots(arrays.pickSeg, sel.length - 1);
+    arrays.pickRow = Scratch.slots(arrays.pickRow, sel.length - 1);
     for (int p = 0; p < sel.length; p++) {
       String name = stream.columns.get(sel[p]).name;
-      int[] pickSeg = new int[n];
-      int[] pickRow = new int[n];
-      Arrays.fill(pickSeg, -1);
+      int[] pickSeg = arrays.pickSeg[p] = Scratch.ints(arrays.pickSeg[p], n);
+      int[] pickRow = arrays.pickRow[p] = Scratch.ints(arrays.pickRow[p], n); // written where pickSeg is set
+      Arrays.fill(pickSeg, 0, n, -1);
       m.pickSeg[p] = pickSeg;
       m.pickRow[p] = pickRow;
       ColumnVector[] values = new ColumnVector[nSeg];
