@@ -4,8 +4,9 @@ import io.stitchlake.spark.plan.PlanFile;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.ArrayList;
-import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
@@ -61,8 +62,8 @@ public final class DataFileReader {
    * (copying a Configuration per file, and above all letting Parquet make a {@code new Configuration()} that parses
    * Hadoop's default XML resources, cost more than decoding the small files of a slice).
    */
-  private final java.util.Map<String, Configuration> perColumns = new java.util.HashMap<>();
-  private final java.util.Map<Configuration, TaskAttemptContextImpl> contexts = new java.util.IdentityHashMap<>();
+  private final Map<String, Configuration> perColumns = new HashMap<>();
+  private final Map<Configuration, TaskAttemptContextImpl> contexts = new java.util.IdentityHashMap<>();
   private ParquetReadOptions readOptions;
 
   /** Data files read whole and checked against their digest in this JVM (tests read it: a warm read checks none). */
@@ -221,42 +222,69 @@ public final class DataFileReader {
 
   /**
    * A file the plan names that storage no longer has: never an empty read. With a clean, restore or rollback
-   * completed since planning (or pending: still deleting), the table moved on under the query; without, damage.
+   * completed since planning (or pending: still deleting), the table moved on under the query; with none, damage;
+   * with the timeline unreadable, either.
    */
   private CorruptFileException missing(PlanFile file) {
     List<String> since = changedSincePlanning();
-    if (!since.isEmpty()) {
-      String named = String.join(", ", since.subList(0, Math.min(since.size(), 3)))
-          + (since.size() > 3 ? " and " + (since.size() - 3) + " more" : "");
-      return CorruptFileException.missing(file.path, file.path + ": data file is gone: the table changed after "
-          + "this query was planned (" + named + " since); a clean or restore removes the files of replaced slices: "
-          + "run the query again");
+    if (since == null) {
+      return CorruptFileException.missing(file.path, file.path + ": data file is missing");
     }
-    return CorruptFileException.missing(
-        file.path, file.path + ": data file is missing (named by a completed instant)");
+    if (since.isEmpty()) {
+      return new CorruptFileException(file.path, file.path + ": data file is missing (named by a completed instant)");
+    }
+    String named = String.join(", ", since.subList(0, Math.min(since.size(), 3)))
+        + (since.size() > 3 ? " and " + (since.size() - 3) + " more" : "");
+    return CorruptFileException.missing(file.path, file.path + ": data file is gone: the table changed after this "
+        + "query was planned (" + named + "); a clean removes the files of replaced slices, a restore or rollback "
+        + "those of the commits it undoes: run the query again");
   }
 
-  /** Timeline files of the actions that delete data files a completed instant named, completed or pending. */
-  private static final Pattern COMPLETED = Pattern.compile("^\\d{17}_(\\d{17})\\.(clean|restore|rollback)$");
-  private static final Pattern PENDING = Pattern.compile("^\\d{17}\\.(clean|restore|rollback)\\.(requested|inflight)$");
+  /**
+   * The actions that delete data files a completed instant named, as the timeline names their files: completed
+   * ({@code <requested>_<completed>.<action>}) and every state ({@code <requested>.<action>.<state>}), which stays
+   * beside the completed file until the instant is archived.
+   */
+  private static final Pattern COMPLETED = Pattern.compile("^(\\d{17})_(\\d{17})\\.(clean|restore|rollback)$");
+  private static final Pattern STATE = Pattern.compile("^(\\d{17})\\.(clean|restore|rollback)\\.(requested|inflight)$");
 
-  /** Cleans, restores and rollbacks completed after the plan or still pending; empty when none or not known. */
+  /**
+   * The cleans, restores and rollbacks completed after the plan ("clean 2026... completed 2026...") or not completed
+   * yet ("... pending"), latest first; null when the timeline cannot be listed.
+   */
   private List<String> changedSincePlanning() {
-    List<String> found = new ArrayList<>();
-    if (timeline == null) return found;
+    if (timeline == null) return null;
+    Map<String, String> completed = new HashMap<>(); // requested time -> completion time
+    Map<String, String> action = new HashMap<>();
     try {
       Path dir = new Path(timeline);
       for (FileStatus status : dir.getFileSystem(conf).listStatus(dir)) {
         String name = status.getPath().getName();
         Matcher done = COMPLETED.matcher(name);
-        boolean later = done.matches() && (plannedAt == null || done.group(1).compareTo(plannedAt) > 0);
-        if (later || PENDING.matcher(name).matches()) found.add(name);
+        Matcher state = STATE.matcher(name);
+        if (done.matches()) {
+          completed.put(done.group(1), done.group(2));
+          action.put(done.group(1), done.group(3));
+        } else if (state.matches()) {
+          action.putIfAbsent(state.group(1), state.group(2));
+        }
       }
     } catch (IOException e) {
-      return found; // the timeline unreadable too: say what is certain, the file is missing
+      return null;
     }
-    Collections.sort(found);
-    return found;
+    List<String[]> found = new ArrayList<>(); // {sort key, text}
+    for (Map.Entry<String, String> e : action.entrySet()) {
+      String at = completed.get(e.getKey());
+      if (at == null) {
+        found.add(new String[] {"99999999999999999" + e.getKey(), e.getValue() + " " + e.getKey() + " pending"});
+      } else if (plannedAt == null || at.compareTo(plannedAt) > 0) {
+        found.add(new String[] {at + e.getKey(), e.getValue() + " " + e.getKey() + " completed " + at});
+      }
+    }
+    found.sort((a, b) -> b[0].compareTo(a[0]));
+    List<String> texts = new ArrayList<>();
+    for (String[] f : found) texts.add(f[1]);
+    return texts;
   }
 
   static void checkRows(PlanFile file, long rows) {
