@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from math import gcd
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig
+from stitchlake.config.evolution import changes as schema_changes
 from stitchlake.errors import UsageError
 from stitchlake.io.datafiles import read_parquet, read_table_file
 from stitchlake.io.schemas import key_schema
@@ -120,6 +122,30 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
                 "from after it instead"
             )
     return [i for i in span if i.action in IN_CHANGE_FEED]
+
+
+def _refuse_reshaping_alters(table: TableHandle, timeline: Timeline, since: str | None, until: str) -> None:
+    """Refused (exit 2), as an undo in the range is: an alter in (since, until] that dropped a stream or changed a
+    default. Both ends are merged with the streams and defaults of `until`, and an alter is no change of any key: the
+    keys only a dropped stream wrote would vanish from reads, and those a stream never wrote change value, with no
+    change row (and a before-image would show the new default). From the first commit (no `since`) nothing
+    vanishes or changes: every key is new."""
+    if since is None:
+        return
+    for before, after in pairwise(table.schema_history(timeline)):
+        if not since < after.since <= until:
+            continue
+        dropped = sorted(set(before.properties.streams) - set(after.properties.streams))
+        what = [f"drops stream {name!r}: the keys only it wrote would vanish" for name in dropped]
+        found = schema_changes(before.properties, after.properties, set())
+        what += [
+            f"changes {c.path}: keys that stream never wrote would change" for c in found if c.path.endswith(".default")
+        ]
+        if what:
+            raise UsageError(
+                f"the range contains the alter completed at {after.since} (schema version {after.version}), which "
+                f"{what[0]} with no change row; read changes from after it instead, or read the table itself"
+            )
 
 
 def _refuse_cleaned(timeline: Timeline, view: FileSystemView, instants: list[Any], since: str | None) -> None:
@@ -274,6 +300,7 @@ def plan_changes(
     before_layout = view.layout(since) if since else None
     scope = ChangeScope(pruning, after_layout)
     instants = changed_instants(timeline, since, until)
+    _refuse_reshaping_alters(table, timeline, since, until)
     _refuse_cleaned(timeline, view, instants, since)
     carried: dict[tuple[str, str], list[CarriedFile]] = {}
     erased: dict[tuple[str, str], list[pa.Table]] = {}

@@ -165,3 +165,59 @@ def test_a_change_feed_reaching_into_the_archived_timeline_is_refused_not_empty(
         with pytest.raises(UsageError, match=f"archived .*Read changes since {horizon} or later"):
             table.read(since=since, until=until)
     assert table.read(since=horizon).num_rows == 0
+
+
+def test_a_change_feed_across_an_alter_that_drops_a_stream_or_changes_a_default_is_refused(tmp_path: Path) -> None:
+    """Both ends of a change read are merged with the streams and defaults of its end, and an alter carries no key:
+    across a changed default, keys the stream never wrote changed value with no `U` row (and a `-U` showed the new
+    default); across a dropped stream, keys only it wrote vanished with no `D` row. Refused, naming the alter; an
+    alter that only adds a column is no such change, and reading from after the alter, or from the first commit,
+    reports the keys as they are."""
+    import copy
+
+    import yaml
+
+    from stitchlake.api import open as open_table
+    from stitchlake.services.upkeep.alter import alter
+    from tests.support.tables import THREE_STREAMS, new_table_file
+
+    orders, _payments, shipments = MODELS
+    document = copy.deepcopy(THREE_STREAMS)
+    table, config = new_table_file(tmp_path, document)
+
+    def altered(change: Any) -> Table:
+        change(document)
+        config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        alter(open_table(config))
+        return open_table(config)
+
+    table.write(
+        "orders",
+        batch(orders, [{"k": 1, "p": "a", "amount": 10, "ots": 1}, {"k": 2, "p": "a", "amount": 20, "ots": 1}]),
+    )
+    table.write("shipments", batch(shipments, [{"k": 3, "p": "a", "carrier": "dhl"}]))
+    start = table.timeline().latest_completed()
+    assert start is not None and start.completed is not None
+    table = altered(lambda d: d["streams"]["orders"]["columns"].update({"region": "string"}))
+    table.write("orders", batch(orders, [{"k": 1, "p": "a", "amount": 11, "ots": 2}]))
+    assert {r["k"]: r["_op"] for r in table.read(since=start.completed).to_pylist()} == {1: "U"}  # an added column
+
+    table = altered(
+        lambda d: d["streams"]["shipments"]["columns"].update({"carrier": {"type": "string", "default": "ups"}})
+    )
+    after_default = table.timeline().latest_completed()
+    assert after_default is not None
+    table.write("orders", batch(orders, [{"k": 1, "p": "a", "amount": 12, "ots": 3}]))
+    for before_images in (False, True):
+        with pytest.raises(UsageError, match=r"streams\.shipments\.columns\.carrier\.default: keys that stream never"):
+            table.read(since=start.completed, before_images=before_images)
+    assert [r["k"] for r in table.read(since=after_default.completed).to_pylist()] == [1]
+
+    table = altered(lambda d: d["streams"].pop("shipments"))
+    with pytest.raises(UsageError, match="drops stream 'shipments': the keys only it wrote would vanish"):
+        table.read(since=after_default.completed)
+    assert sorted(r["k"] for r in table.read().to_pylist()) == [1, 2]
+    latest = table.timeline().latest_completed()
+    assert latest is not None
+    from_first = table.read(until=latest.completed).to_pylist()
+    assert sorted((r["k"], r["_op"]) for r in from_first) == [(1, "I"), (2, "I")]
