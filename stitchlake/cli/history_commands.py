@@ -85,7 +85,9 @@ def savepoint_create_command(
     config: ConfigOption = None,
     table: TableOption = None,
     name: Annotated[str | None, typer.Option("--name", help="A name to read and restore it by.")] = None,
-    instant: Annotated[str | None, typer.Option("--instant", help="Completed instant (default: latest).")] = None,
+    instant: Annotated[
+        str | None, typer.Option("--instant", help="Completed instant (default: the latest commit, rewrite or alter).")
+    ] = None,
     engine: InProcessEngineOption = EngineChoice.auto,
     as_json: JsonOption = False,
 ) -> Report:

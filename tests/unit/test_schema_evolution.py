@@ -125,6 +125,30 @@ def test_an_alter_waits_for_a_restore_and_a_restore_takes_it_back(tmp_path: Path
     assert callable(restore)  # the one-shot form is what `stitch savepoint restore` runs
 
 
+def test_a_savepoint_made_after_an_alter_pins_it_and_a_restore_names_the_alters_it_undoes(tmp_path: Path) -> None:
+    """`stitch savepoint create` after an alter pinned the commit before it, so restoring "now" undid the alter
+    without a word (a dropped stream's keys back, the deployed YAML ahead of the table). The default target is the
+    latest instant a restore would undo, the alter too; a restore that does undo an alter says so."""
+    from stitchlake.services.undo.restore import restore
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.services.upkeep.savepoint import create
+
+    document = copy.deepcopy(BASE)
+    table, _ = new_table_file(tmp_path, document)
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    create(table, name="before")
+    add_stream_c(document)
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))
+    table = stitchlake.open(tmp_path / "table.yaml")
+    altered = table.timeline().latest_completed()
+    assert altered is not None and altered.action == "alter"
+    assert create(table, name="after").savepoint_of == altered.completed
+    assert "undid alter" not in restore(table, "after").message
+    assert "c1" in stitchlake.open(tmp_path / "table.yaml").read().column_names  # the YAML still matches the table
+    undone = restore(stitchlake.open(tmp_path / "table.yaml"), "before").message
+    assert f"undid alter {altered.requested}" in undone, undone
+
+
 def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
     from stitchlake.services.upkeep.alter import alter
 

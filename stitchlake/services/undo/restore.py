@@ -121,6 +121,12 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
             f"\nthe restore undid erase {'; erase '.join(erases)}: the keys they erased read again; erase them "
             "again (`stitch delete --keys`, with --purge for a GDPR request) if they must stay gone"
         )
+    alters = [t.requested for t in plan.targets if t.action == Action.ALTER]
+    if alters:
+        message += (
+            f"\nthe restore undid alter {', '.join(alters)}: the table has its schema from before again, and a config "
+            "with the alter is ahead of it (`stitch alter` applies it again)"
+        )
     now = table.config.table.buckets
     reminder = buckets_reminder(table, said)
     if now != said:

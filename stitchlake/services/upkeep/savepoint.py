@@ -14,7 +14,7 @@ from stitchlake.errors import BusyError, ConflictError, NotFoundError, StitchErr
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.services.upkeep.clean import needed_as_of
 from stitchlake.table.transaction import Transaction
-from stitchlake.timeline.actions import REWRITES
+from stitchlake.timeline.actions import UNDONE_BY_RESTORE
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action, Instant
@@ -35,7 +35,8 @@ def list_savepoints(table: TableHandle, timeline: Timeline | None = None) -> lis
 
 
 def create(table: TableHandle, instant_time: str | None = None, name: str | None = None) -> Savepoint:
-    """Pin the state as of a completed instant (default: the latest data-changing one)."""
+    """Pin the state as of a completed instant (default: the latest one a restore would undo, savepoints aside:
+    a commit, rewrite or alter)."""
     table.require()
     if name is not None and (not NAME.match(name) or is_time(name)):
         raise UsageError(f"savepoint name {name!r}: use letters, digits, _ . - (not a bare instant time)")
@@ -46,7 +47,8 @@ def create(table: TableHandle, instant_time: str | None = None, name: str | None
         if timeline.pending([Action.CLEAN]):
             raise BusyError("a clean is running; create the savepoint after it finishes")
         if instant_time is None:
-            target = timeline.latest_completed([Action.DELTACOMMIT, *REWRITES])
+            # Every action a restore to it would undo but savepoints: a savepoint made after an alter pins it too.
+            target = timeline.latest_completed([a for a in UNDONE_BY_RESTORE if a != Action.SAVEPOINT])
             if target is None:
                 raise UsageError("the table has no completed commit to savepoint yet")
         else:
