@@ -38,7 +38,7 @@ from stitchlake.checksums import seal, unseal
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
 from tests.support.cli import console
-from tests.support.tables import new_table_file
+from tests.support.tables import new_table_file, stream_doc
 
 LOCKS = ".stitch/locks/"
 HEARTBEATS = ".stitch/heartbeats/"
@@ -46,16 +46,13 @@ HEARTBEATS = ".stitch/heartbeats/"
 CONFIG: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
     "streams": {
-        "orders": {
-            "columns": {"amount": "long", "status": "string", "ots": "long"},
-            "ordering": "ots",
-            "source": {"format": "parquet", "path": "landing/orders"},
-        },
-        "payments": {
-            "columns": {"paid": "double"},
-            "nulls": "ignore",
-            "source": {"format": "csv", "path": "landing/payments"},
-        },
+        "orders": stream_doc(
+            {"amount": "long", "status": "string", "ots": "long"},
+            "ots",
+            deletes=False,
+            landing=("parquet", "landing/orders"),
+        ),
+        "payments": stream_doc({"paid": "double"}, nulls="ignore", deletes=False, landing=("csv", "landing/payments")),
         "shipments": {
             "columns": {"carrier": "string"},  # no ordering: the last commit wins (commit-time ordering)
             "source": {"format": "json", "path": "landing/shipments"},

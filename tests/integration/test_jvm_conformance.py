@@ -52,7 +52,7 @@ from stitchlake.spark import planner
 from tests.integration import test_merge_property as prop
 from tests.support.histories import column_version_history, contest_compacted, shown_payments
 from tests.support.jvm_session import end_through_stdin
-from tests.support.tables import created_in_format, new_table
+from tests.support.tables import CONCURRENCY, created_in_format, new_table, stream_doc
 from tests.unit import test_merge_rules as rules
 
 #: Every test here starts a JVM (Spark or the merge harness).
@@ -552,7 +552,7 @@ TYPED: dict[str, Any] = {
             "deletes": {"column": "op", "values": ["D"]},
         },
     },
-    "concurrency": rules.CONCURRENCY,
+    "concurrency": CONCURRENCY,
 }
 
 
@@ -681,19 +681,10 @@ TEXT_ORDERINGS: list[list[str]] = [
 TEXT: dict[str, Any] = {
     "table": {"name": "text", "path": "table", "key": {"k": "long"}, "buckets": 2},
     "streams": {
-        "o": {
-            "columns": {"s": "string", "label": "string"},
-            "ordering": "s",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "n": {
-            "columns": {"t": "string", "v": "string", "w": "long"},
-            "ordering": "t",
-            "nulls": "ignore",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
+        "o": stream_doc({"s": "string", "label": "string"}, "s"),
+        "n": stream_doc({"t": "string", "v": "string", "w": "long"}, "t", "ignore"),
     },
-    "concurrency": rules.CONCURRENCY,
+    "concurrency": CONCURRENCY,
 }
 
 

@@ -27,7 +27,7 @@ from tests.integration.test_jvm_conformance import (  # noqa: F401 - `harness`: 
     harness,
     in_scratch,
 )
-from tests.support.tables import created_in_format, new_table_file, write_table_yaml
+from tests.support.tables import CONCURRENCY, created_in_format, new_table_file, stream_doc, write_table_yaml
 from tests.unit import test_merge_rules as rules
 
 #: Every test here starts a JVM (the merge harness).
@@ -58,20 +58,11 @@ INF = float("inf")
 WIDENING: dict[str, Any] = {
     "table": {"name": "widening", "path": "table", "key": {"k": "long"}, "buckets": 2},
     "streams": {
-        "f": {
-            "columns": {"fo": "float", "fv": "float", "iv": "int"},
-            "ordering": "fo",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "d": {
-            "columns": {"dq": "decimal(8,3)", "dv": "decimal(18,2)", "gv": "float"},
-            "ordering": "dq",
-            "nulls": "ignore",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "i": {"columns": {"io": "int", "dn": "decimal(5,1)", "label": "string"}, "ordering": ["io", "dn"]},
+        "f": stream_doc({"fo": "float", "fv": "float", "iv": "int"}, "fo"),
+        "d": stream_doc({"dq": "decimal(8,3)", "dv": "decimal(18,2)", "gv": "float"}, "dq", "ignore"),
+        "i": stream_doc({"io": "int", "dn": "decimal(5,1)", "label": "string"}, ["io", "dn"], deletes=False),
     },
-    "concurrency": rules.CONCURRENCY,
+    "concurrency": CONCURRENCY,
 }
 #: Per schema version after 0, the columns it widens: every float to double, int to long and decimal precision up
 #: across Parquet's storage sizes (int32, int64, and past 18 digits, where Spark's decimals leave a long); version 2

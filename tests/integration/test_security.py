@@ -22,7 +22,7 @@ import yaml
 
 import stitchlake
 from tests.support.cli import console
-from tests.support.tables import new_table_file, write_table_yaml
+from tests.support.tables import new_table_file, stream_doc, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STITCH = Path(sys.executable).parent / "stitch"
@@ -35,11 +35,9 @@ HOSTILE = "ws dir; $(touch PWNED) & `touch PWNED2` 'q\" #"
 BASE: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
     "streams": {
-        "orders": {
-            "columns": {"amount": "long", "ots": "long"},
-            "ordering": "ots",
-            "source": {"format": "parquet", "path": "landing/orders"},
-        }
+        "orders": stream_doc(
+            {"amount": "long", "ots": "long"}, "ots", deletes=False, landing=("parquet", "landing/orders")
+        )
     },
     "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 8}},
 }

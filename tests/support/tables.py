@@ -23,32 +23,39 @@ from stitchlake.config import TableConfig, parse_config
 from stitchlake.timeline.instant import Instant
 from tests.support.reference import StreamModel
 
+
+def stream_doc(
+    columns: dict[str, Any],
+    ordering: str | list[str] | None = None,
+    nulls: str | None = None,
+    deletes: bool = True,
+    landing: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """One stream's config section as the tests write them: its columns, ordering, nulls mode, the delete marker
+    the tests use (rows whose `op` is "D" delete their key's group) and its landing files, (format, folder)."""
+    section: dict[str, Any] = {"columns": columns}
+    if ordering is not None:
+        section["ordering"] = ordering
+    if nulls is not None:
+        section["nulls"] = nulls
+    if deletes:
+        section["deletes"] = {"column": "op", "values": ["D"]}
+    if landing is not None:
+        section["source"] = {"format": landing[0], "path": landing[1]}
+    return section
+
+
+#: Heartbeats and locks that expire in seconds, so tests of dead writers wait seconds.
+CONCURRENCY: dict[str, Any] = {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}}
+
 THREE_STREAMS: dict[str, Any] = {
-    "table": {
-        "name": "wide",
-        "path": "table",
-        "key": {"k": "long"},
-        "partition_by": {"p": "string"},
-        "buckets": 2,
-    },
+    "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
     "streams": {
-        "orders": {
-            "columns": {"amount": "long", "status": "string", "ots": "long"},
-            "ordering": "ots",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "payments": {
-            "columns": {"paid": "long", "note": "string", "pts": "long"},
-            "ordering": "pts",
-            "nulls": "ignore",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "shipments": {
-            "columns": {"carrier": {"type": "string", "default": "none"}, "ship_no": "long"},
-            "deletes": {"column": "op", "values": ["D"]},
-        },
+        "orders": stream_doc({"amount": "long", "status": "string", "ots": "long"}, "ots"),
+        "payments": stream_doc({"paid": "long", "note": "string", "pts": "long"}, "pts", "ignore"),
+        "shipments": stream_doc({"carrier": {"type": "string", "default": "none"}, "ship_no": "long"}),
     },
-    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}},
+    "concurrency": CONCURRENCY,
 }
 
 MODELS = [

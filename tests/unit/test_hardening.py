@@ -24,17 +24,15 @@ from stitchlake.services.undo.rollback import rollback
 from stitchlake.services.upkeep.savepoint import create
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.support.tables import new_table_file
+from tests.support.tables import new_table_file, stream_doc
 
 CONFIG: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "buckets": 2},
     "streams": {
-        "orders": {
-            "columns": {"amount": "long", "ots": "long"},
-            "ordering": "ots",
-            "source": {"format": "parquet", "path": "landing/orders"},
-        },
-        "payments": {"columns": {"paid": "double", "pts": "double"}, "ordering": "pts"},
+        "orders": stream_doc(
+            {"amount": "long", "ots": "long"}, "ots", deletes=False, landing=("parquet", "landing/orders")
+        ),
+        "payments": stream_doc({"paid": "double", "pts": "double"}, "pts", deletes=False),
     },
     "bad_rows": "quarantine",
     "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 3}, "lock": {"wait_s": 20, "expire_s": 2}},

@@ -24,30 +24,16 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from stitchlake.types import arrow_type
 from stitchlake.writing.writer import write as write_batch
-from tests.support.tables import new_table
+from tests.support.tables import CONCURRENCY, new_table, stream_doc
 
 UTC = dt.UTC
-CONCURRENCY = {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}}
-
 #: a: ordered by ts, overwrite; b: ordered by bts, nulls ignore; c: commit-time ordering, with defaults.
 DOC: dict[str, Any] = {
     "table": {"name": "rules", "path": "table", "key": {"k": "long"}, "buckets": 2},
     "streams": {
-        "a": {
-            "columns": {"x": "long", "y": "string", "ts": "long"},
-            "ordering": "ts",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "b": {
-            "columns": {"u": "long", "v": "string", "bts": "long"},
-            "ordering": "bts",
-            "nulls": "ignore",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "c": {
-            "columns": {"w": {"type": "string", "default": "none"}, "n": {"type": "long", "default": 0}},
-            "deletes": {"column": "op", "values": ["D"]},
-        },
+        "a": stream_doc({"x": "long", "y": "string", "ts": "long"}, "ts"),
+        "b": stream_doc({"u": "long", "v": "string", "bts": "long"}, "bts", "ignore"),
+        "c": stream_doc({"w": {"type": "string", "default": "none"}, "n": {"type": "long", "default": 0}}),
     },
     "concurrency": CONCURRENCY,
 }

@@ -29,11 +29,10 @@ from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of
+from tests.support.tables import CONCURRENCY, MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 UTC = dt.UTC
-CONCURRENCY = {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}}
 
 
 def files_of(root: Path) -> set[str]:
