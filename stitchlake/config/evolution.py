@@ -95,7 +95,13 @@ def changes(old: StoredSchema, new: StoredSchema, history: Mapping[str, str] | s
             out.append(Change(path, "drop the stream (hidden from reads from then on)", True))
         elif stream not in old_streams:
             reused = [name for name in new_streams[stream].column_names if name in owners]
-            if reused:
+            if stream in set(owners.values()):
+                why = (
+                    f"stream {stream!r} was dropped in an earlier schema version: its old files still hold its rows, "
+                    "which would come back into reads; pick a new name"
+                )
+                out.append(Change(path, "add the stream", False, why))
+            elif reused:
                 out.append(Change(path, "add the stream", False, _reuse(reused[0], owners[reused[0]])))
             else:
                 out.append(Change(path, f"add the stream ({_columns(new_streams[stream].columns)})", True))

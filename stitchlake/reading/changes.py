@@ -31,7 +31,7 @@ from stitchlake.merge.stitch import to_rows
 from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditions
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
-from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY
+from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY, WRITES_DATA
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DataFile, EraseCommit, FileSlice, UndoPlan
 from stitchlake.timeline.timeline import Timeline
@@ -128,11 +128,11 @@ def _refuse_reshaping_alters(table: TableHandle, timeline: Timeline, since: str 
     """Refused (exit 2), as an undo in the range is: an alter in (since, until] that dropped a stream or changed a
     default. Both ends are merged with the streams and defaults of `until`, and an alter is no change of any key: the
     keys only a dropped stream wrote would vanish from reads, and those a stream never wrote change value, with no
-    change row (and a before-image would show the new default). From the first commit (no `since`) nothing
-    vanishes or changes: every key is new."""
+    change row (and a before-image would show the new default). From the empty table (no `since`, or one before
+    any data) nothing vanishes or changes: every key is new. The latest such alter is named: read after it."""
     if since is None:
         return
-    for before, after in pairwise(table.schema_history(timeline)):
+    for before, after in reversed(list(pairwise(table.schema_history(timeline)))):
         if not since < after.since <= until:
             continue
         dropped = sorted(set(before.properties.streams) - set(after.properties.streams))
@@ -300,7 +300,9 @@ def plan_changes(
     before_layout = view.layout(since) if since else None
     scope = ChangeScope(pruning, after_layout)
     instants = changed_instants(timeline, since, until)
-    _refuse_reshaping_alters(table, timeline, since, until)
+    # A range from before any data was written starts from the empty table: nothing in it can vanish or change.
+    written = since is not None and (view.horizon is not None or bool(timeline.completed(WRITES_DATA, until=since)))
+    _refuse_reshaping_alters(table, timeline, since if written else None, until)
     _refuse_cleaned(timeline, view, instants, since)
     carried: dict[tuple[str, str], list[CarriedFile]] = {}
     erased: dict[tuple[str, str], list[pa.Table]] = {}

@@ -221,3 +221,9 @@ def test_a_change_feed_across_an_alter_that_drops_a_stream_or_changes_a_default_
     assert latest is not None
     from_first = table.read(until=latest.completed).to_pylist()
     assert sorted((r["k"], r["_op"]) for r in from_first) == [(1, "I"), (2, "I")]
+    assert table.read(since="20000101000000000").to_pylist() == from_first  # from before any data: the empty table
+    # Of two such alters in the range the latest is named: reading after it is what helps.
+    dropped = table.timeline().latest_completed(["alter"])
+    assert dropped is not None and dropped.completed is not None
+    with pytest.raises(UsageError, match=f"the alter completed at {dropped.completed}"):
+        table.read(since=start.completed)

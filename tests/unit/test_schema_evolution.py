@@ -149,6 +149,28 @@ def test_a_savepoint_made_after_an_alter_pins_it_and_a_restore_names_the_alters_
     assert f"undid alter {altered.requested}" in undone, undone
 
 
+def test_adding_back_a_dropped_stream_is_refused_not_bringing_its_rows_back(tmp_path: Path) -> None:
+    """A dropped stream's files stay (time travel reads them): a stream added back under its name, with any columns,
+    took them into reads again, and the keys only it wrote came back with no change row. Refused as a reused column
+    name is."""
+    from stitchlake.services.upkeep.alter import alter
+
+    document = copy.deepcopy(BASE)
+    table, _ = new_table_file(tmp_path, document)
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    add_stream_c(document)
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))
+    stitchlake.open(tmp_path / "table.yaml").write("c", arrow_rows(document, "c", [{"k": 9, "op": "I", "c1": 0.5}]))
+    del document["streams"]["c"]
+    alter(stitchlake.open(write_table_yaml(tmp_path, document)))
+    assert stitchlake.open(tmp_path / "table.yaml").read().column("k").to_pylist() == [1]
+    document["streams"]["c"] = {"columns": {"c2": "double"}}
+    with pytest.raises(ConfigError, match="stream 'c' was dropped in an earlier schema version"):
+        alter(stitchlake.open(write_table_yaml(tmp_path, document)))
+    del document["streams"]["c"]
+    assert stitchlake.open(write_table_yaml(tmp_path, document)).read().column("k").to_pylist() == [1]
+
+
 def test_incremental_reads_across_an_alter(tmp_path: Path) -> None:
     from stitchlake.services.upkeep.alter import alter
 

@@ -121,7 +121,7 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
             f"\nthe restore undid erase {'; erase '.join(erases)}: the keys they erased read again; erase them "
             "again (`stitch delete --keys`, with --purge for a GDPR request) if they must stay gone"
         )
-    alters = [t.requested for t in plan.targets if t.action == Action.ALTER]
+    alters = [t.requested for t in plan.targets if t.action == Action.ALTER and _was_completed(before, t.requested)]
     if alters:
         message += (
             f"\nthe restore undid alter {', '.join(alters)}: the table has its schema from before again, and a config "
@@ -143,6 +143,12 @@ def _execute(table: TableHandle, txn: Transaction) -> RestoreResult:
         now if now != said else None,
         erases,
     )
+
+
+def _was_completed(timeline: Timeline, requested: str) -> bool:
+    """Whether an instant the restore undid had completed (a pending one it rolled back changed nothing yet)."""
+    found = timeline.get(requested)
+    return found is not None and found.is_completed
 
 
 def _undone_erases(timeline: Timeline, plan: RestorePlan) -> list[str]:
