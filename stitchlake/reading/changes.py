@@ -124,13 +124,15 @@ def changed_instants(timeline: Timeline, since: str | None, until: str | None) -
     return [i for i in span if i.action in IN_CHANGE_FEED]
 
 
-def _refuse_reshaping_alters(table: TableHandle, timeline: Timeline, since: str | None, until: str) -> None:
+def _refuse_reshaping_alters(
+    table: TableHandle, timeline: Timeline, view: FileSystemView, since: str | None, until: str
+) -> None:
     """Refused (exit 2), as an undo in the range is: an alter in (since, until] that dropped a stream or changed a
     default. Both ends are merged with the streams and defaults of `until`, and an alter is no change of any key: the
     keys only a dropped stream wrote would vanish from reads, and those a stream never wrote change value, with no
     change row (and a before-image would show the new default). From the empty table (no `since`, or one before
     any data) nothing vanishes or changes: every key is new. The latest such alter is named: read after it."""
-    if since is None:
+    if since is None or (view.horizon is None and not timeline.completed(WRITES_DATA, until=since)):
         return
     for before, after in reversed(list(pairwise(table.schema_history(timeline)))):
         if not since < after.since <= until:
@@ -300,9 +302,7 @@ def plan_changes(
     before_layout = view.layout(since) if since else None
     scope = ChangeScope(pruning, after_layout)
     instants = changed_instants(timeline, since, until)
-    # A range from before any data was written starts from the empty table: nothing in it can vanish or change.
-    written = since is not None and (view.horizon is not None or bool(timeline.completed(WRITES_DATA, until=since)))
-    _refuse_reshaping_alters(table, timeline, since if written else None, until)
+    _refuse_reshaping_alters(table, timeline, view, since, until)
     _refuse_cleaned(timeline, view, instants, since)
     carried: dict[tuple[str, str], list[CarriedFile]] = {}
     erased: dict[tuple[str, str], list[pa.Table]] = {}
