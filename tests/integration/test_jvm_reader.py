@@ -26,6 +26,7 @@ from stitchlake.api import Table
 from stitchlake.io import datafiles
 from stitchlake.jobs.spark_conf import reader_jar
 from stitchlake.merge import stitch
+from stitchlake.paths import TIMELINE_DIR
 from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
 from tests.support.jvm_session import JvmError, JvmSession, jvm_session
@@ -420,6 +421,32 @@ def test_a_file_a_clean_removed_after_the_query_was_planned_fails_the_read_sayin
     assert f"clean {clean.requested} completed {clean.completed}" in message, message
     assert "run the query again" in message, message
     assert through_jvm(jvm, table)[0] == expected(table)
+
+
+def test_a_missing_file_with_the_timeline_unreadable_is_reported_missing_claiming_neither_damage_nor_a_race(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """Whether a clean or restore removed the file since planning is read off the timeline; when the timeline
+    cannot be listed either, the task cannot tell, so it names the file as missing and says neither "damage" nor
+    "the table changed"."""
+    table = built(tmp_path, buckets=1)
+    jvm.run(f"frame = spark.read.format('stitchlake').load({location(table)!r})\nresult = plan_text(frame)")
+    planned = plan_slices(table.config, table.view(), None, prune(table.config, None))[0].base
+    assert planned is not None
+    gone = Path(table.storage.describe(planned.path))
+    gone.unlink()
+    timeline = Path(table.storage.describe(TIMELINE_DIR))
+    hidden = timeline.with_name("timeline-away")
+    timeline.rename(hidden)
+    try:
+        with pytest.raises(JvmError) as failed:
+            jvm.run("result = rows(frame)")
+    finally:
+        hidden.rename(timeline)
+    message = str(failed.value)
+    assert "stitchlake.errors.DataFileMissing" in message, message
+    assert f"{gone}: data file is missing" in message, message
+    assert "named by a completed instant" not in message and "table changed" not in message, message
 
 
 def test_a_planner_that_stops_answering_fails_the_read_and_the_next_read_starts_a_new_one(

@@ -149,6 +149,34 @@ def test_a_savepoint_made_after_an_alter_pins_it_and_a_restore_names_the_alters_
     assert f"undid alter {altered.requested}" in undone, undone
 
 
+def test_a_restore_does_not_name_a_crashed_alter_it_rolled_back(tmp_path: Path) -> None:
+    """An alter that crashed before completing changed no schema: the restore rolls it back with the rest, and
+    saying it "undid alter" would send the operator to revert a YAML the table never took."""
+    from stitchlake.services.undo.restore import restore
+    from stitchlake.services.upkeep.savepoint import create
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.instant import Action
+    from stitchlake.timeline.metadata import AlterPlan
+
+    document = copy.deepcopy(BASE)
+    table, _ = new_table_file(tmp_path, document)
+    table.write("a", arrow_rows(document, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
+    create(table, name="before")
+    table.write("a", arrow_rows(document, "a", [{"k": 2, "op": "I", "v": 2, "s": "q", "ts": "a"}]))
+    schema = table.schema_history()[-1]
+    crashed = Transaction.begin_planned(
+        table,
+        Action.ALTER,
+        plan=lambda _t, _r: AlterPlan(schema_version=schema.version + 1, properties=schema.properties, changes=()),
+    )
+    assert crashed is not None and crashed.heartbeat is not None
+    crashed.heartbeat.stop(delete=True)  # the alter's process died before its commit
+    message = restore(stitchlake.open(tmp_path / "table.yaml"), "before").message
+    assert "undid alter" not in message, message
+    assert stitchlake.open(tmp_path / "table.yaml").read().column("k").to_pylist() == [1]
+    assert stitchlake.open(tmp_path / "table.yaml").timeline().get(crashed.time) is None
+
+
 def test_adding_back_a_dropped_stream_is_refused_not_bringing_its_rows_back(tmp_path: Path) -> None:
     """A dropped stream's files stay (time travel reads them): a stream added back under its name, with any columns,
     took them into reads again, and the keys only it wrote came back with no change row. Refused as a reused column
