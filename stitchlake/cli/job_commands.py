@@ -358,7 +358,8 @@ def clean_command(
         fields=[
             ("instant", "result.instant"),
             ("policy", "result.policy"),
-            ("would delete" if dry_run else "deleted files", lambda run: len(run.result.deleted)),
+            # a dry run's count is its message's and its JSON's: the slices' files and the orphans
+            ("would delete" if dry_run else "deleted files", lambda run: len(paths if dry_run else run.result.deleted)),
             ("orphans", lambda run: len(run.result.orphans)),
             ("would finish" if dry_run else "finished", "result.finished"),
             ("would roll back" if dry_run else "rolled back", "result.rolled_back"),

@@ -132,7 +132,7 @@ def parse_conditions(texts: str | Sequence[str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _typed(config: TableConfig, name: str, value: Any) -> Any:
+def _typed(config: TableConfig, name: str, op: str, value: Any) -> Any:
     columns = {c.name: c for c in config.all_columns()}
     if name not in columns:
         raise UsageError(f"filter: {name!r} is not a column (columns: {', '.join(columns)})")
@@ -141,7 +141,7 @@ def _typed(config: TableConfig, name: str, value: Any) -> Any:
     try:  # the grammar CSV landing files are read with: `1_0` is no whole number, `yes` is true
         return parse_text(columns[name].type, value)
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"filter: {name}={value!r} is not a valid {columns[name].type}: {exc}") from None
+        raise UsageError(f"filter: {name}{op}{value!r} is not a valid {columns[name].type}: {exc}") from None
 
 
 def conditions(config: TableConfig, where: Mapping[str, Any] | str | Sequence[str]) -> list[Condition]:
@@ -157,7 +157,7 @@ def conditions(config: TableConfig, where: Mapping[str, Any] | str | Sequence[st
     equal: dict[str, list[Any]] = {}
     out: list[Condition] = []
     for name, op, value in raw:
-        typed = _typed(config, name, value)
+        typed = _typed(config, name, op, value)
         if op == "=":
             equal.setdefault(name, []).append(typed)
         else:

@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -787,6 +788,11 @@ def test_read_refusals_exit_2(written: tuple[Table, list[Any]], config_file: Pat
         assert result.stdout == ""
     assert "unknown column nope" in run(*target, "--columns", "k,nope").stderr
     assert not (tmp_path / "out.txt").exists()
+    for where in ("k>abc", "k<=abc", "k!=abc", "k=abc"):  # the condition as written, its operator too
+        refused = run(*target, "--where", where)
+        assert refused.exit_code == 2 and f"filter: {where.replace('abc', repr('abc'))} is not a valid long" in (
+            refused.stderr
+        ), refused.stderr
 
 
 def test_read_read_optimized_mode(written: tuple[Table, list[Any]], config_file: Path) -> None:
@@ -1036,3 +1042,20 @@ def test_an_erase_keys_file_the_table_rejects_is_named_with_its_column(
     assert (failure["file"], failure["column"], failure["error_type"]) == (str(keys), "k", "InputRejected")
     assert failure["error"].startswith(f"{keys}: keys to erase: column k has null or unparsable values")
     assert table.timeline().instants == instants
+
+
+def test_a_dry_run_of_clean_gives_one_count_in_its_message_its_table_and_its_json(
+    written: tuple[Table, list[Any]], config_file: Path
+) -> None:
+    """The message and the JSON counted the orphans in what would go, the summary table did not: one dry run
+    said both "would delete 1 file(s)" and `would delete 0`."""
+    table, _ = written
+    log = sorted(Path(table.path).rglob("*.log.parquet"))[0]
+    shutil.copyfile(log, log.with_name("00000_20200101000000000_0123456789.log.parquet"))
+    human = run("clean", "-c", str(config_file), "--dry-run", "--engine", "local")
+    assert human.exit_code == 0, human.output
+    said = re.search(r"would delete (\d+) file", human.stdout)
+    shown = re.search(r"^\W*would delete\W+(\d+)\W*$", human.stdout, re.MULTILINE)  # the table's row
+    assert said and shown, human.stdout
+    counted = stdout_json(run("clean", "-c", str(config_file), "--dry-run", "--engine", "local", "--json"))
+    assert int(said.group(1)) == int(shown.group(1)) == counted["would_delete_files"] >= 1, human.stdout
