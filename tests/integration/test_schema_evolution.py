@@ -78,8 +78,22 @@ def new_default(doc: dict[str, Any]) -> None:
     doc["streams"]["a"]["columns"]["extra"]["default"] = "d2"
 
 
-#: Compatible alters, applied in this order (each needs the ones before it only where noted).
-ALTERS = [add_extra, widen_v, add_stream_c, drop_w, drop_n, add_z, new_default]
+def widen_d(doc: dict[str, Any]) -> None:
+    """Stream b's ordering column past 18 digits: older files hold it as a long, newer ones as bytes."""
+    doc["streams"]["b"]["columns"]["d"] = "decimal(20,2)"
+
+
+def add_g(doc: dict[str, Any]) -> None:
+    doc["streams"]["b"]["columns"]["g"] = "float"
+
+
+def widen_g(doc: dict[str, Any]) -> None:
+    doc["streams"]["b"]["columns"]["g"] = "double"
+
+
+#: Compatible alters; a history takes them in any order, an alter only after the one it needs (`NEEDS`).
+ALTERS = [add_extra, widen_v, add_stream_c, drop_w, drop_n, add_z, new_default, widen_d, add_g, widen_g]
+NEEDS = {new_default: add_extra, widen_g: add_g}
 
 
 def models(document: dict[str, Any]) -> list[StreamModel]:
@@ -115,6 +129,8 @@ VALUES = {
     "tags": st.one_of(st.none(), st.lists(st.sampled_from(["x", "y"]), max_size=2)),
     "info": st.one_of(st.none(), st.fixed_dictionaries({"x": st.integers(0, 3), "y": st.sampled_from(["u", "v"])})),
     "c1": st.one_of(st.none(), st.floats(-1, 1, allow_nan=False)),
+    # exact as a float: a value written before the widening reads back as the same double
+    "g": st.one_of(st.none(), st.sampled_from([0.5, -1.25, 3.0, 0.0, -0.0, float("inf")])),
 }
 
 
@@ -129,17 +145,20 @@ def rows_for(draw: Any, stream: str, columns: list[str]) -> list[dict[str, Any]]
 
 @st.composite
 def histories(draw: Any) -> list[tuple[str, Any]]:
-    """Writes to whatever streams exist, compactions, and the alters in order at random points."""
+    """Writes to whatever streams exist, compactions, and alters at random points, any of them first."""
     document = copy.deepcopy(BASE)
     out: list[tuple[str, Any]] = []
-    alters = list(ALTERS)
+    done: list[Any] = []
     for _ in range(draw(st.integers(3, 9))):
         roll = draw(st.integers(0, 9))
-        if roll < 2 and alters:
-            change = alters.pop(0)
+        ready = [a for a in ALTERS if a not in done and (a not in NEEDS or NEEDS[a] in done)]
+        if roll < 3 and ready:
+            # one that needed another is drawn 4 times as often once it can be: histories are short
+            change = draw(st.sampled_from(ready + [a for a in ready if a in NEEDS] * 3))
             change(document)
+            done.append(change)
             out.append(("alter", change.__name__))
-        elif roll == 2:
+        elif roll == 3:
             out.append(("compact", None))
         stream = draw(st.sampled_from(sorted(document["streams"])))
         out.append(("write", (stream, draw(rows_for(stream, list(column_types(document, stream)))))))
