@@ -14,6 +14,10 @@ DEBUG_ENV = "STITCH_DEBUG"
 DETAILS_NOTE = "stitchlake-details: "
 #: Starts the note an interrupt carries when the job had published its instant before the stop reached it.
 PUBLISHED_BEFORE_STOP = "published before the stop reached the job"
+#: Starts the note an interrupt carries when it stopped the publish that follows a completed instant.
+COMPLETED_BEFORE_STOP = "completed before the stop"
+#: The notes that say the stopped command's instant stands (so it was not aborted).
+STANDS_AFTER_STOP = (PUBLISHED_BEFORE_STOP, COMPLETED_BEFORE_STOP)
 
 
 def debugging() -> bool:

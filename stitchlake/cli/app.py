@@ -41,7 +41,7 @@ from stitchlake.cli import (
 from stitchlake.errors import (
     DEBUG_ENV,
     DETAILS_NOTE,
-    PUBLISHED_BEFORE_STOP,
+    STANDS_AFTER_STOP,
     StitchError,
     Terminated,
     debugging,
@@ -112,8 +112,8 @@ def _noted(exc: BaseException) -> str:
 
 def interruption_note(exc: BaseException) -> str:
     """The rest of an interrupt's message: the running instant was aborted, unless the job had published it first."""
-    published = any(note.startswith(PUBLISHED_BEFORE_STOP) for note in getattr(exc, "__notes__", []))
-    return ("" if published else "; the running instant was aborted") + _noted(exc)
+    stands = any(note.startswith(STANDS_AFTER_STOP) for note in getattr(exc, "__notes__", []))
+    return ("" if stands else "; the running instant was aborted") + _noted(exc)
 
 
 def run_command(fn: Callable[[], R]) -> R | None:

@@ -25,6 +25,7 @@ published table. Files a crashed publish wrote and never committed are deleted b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency.heartbeat import is_expired
-from stitchlake.errors import BusyError, ConflictError, StitchError, UsageError, one_of
+from stitchlake.errors import COMPLETED_BEFORE_STOP, BusyError, ConflictError, StitchError, UsageError, one_of
 from stitchlake.io.published import (
     PUBLISHERS,
     Publication,
@@ -416,9 +417,25 @@ def publish_after(
     """Republish the stale formats of `formats` (default: every format the table has published) after `what`
     completed; a format another publish runs is left to it, or with `wait_busy` (an erase) waited for. A failure
     says `what` itself stands, and is exit 1 whatever failed: retrying `what` (exit 3) or waiting for it (exit 4)
-    is not what would help."""
+    is not what would help.
+
+    The retry it names is the formats it was republishing (`-f`): a plain `stitch publish` publishes
+    `publish.formats` only, and an erase's keys must also leave a format the table published and the config no
+    longer lists. An interrupt says `what` stands as well, so an operator is not told it was aborted."""
+    stale: list[PublishFormat] = []
     try:
-        chosen = formats if formats is not None else published_formats(table)
-        return publish_each(table, stale_formats(table, chosen), defer_busy=True, wait_busy=wait_busy)
+        stale = stale_formats(table, formats if formats is not None else published_formats(table))
+        return publish_each(table, stale, defer_busy=True, wait_busy=wait_busy)
     except StitchError as exc:
-        raise StitchError(f"{what} completed, but publishing failed: {exc} — run `stitch publish` again") from exc
+        retry = _retry(table, stale)
+        raise StitchError(f"{what} completed, but publishing failed: {exc} — run `{retry}` again") from exc
+    except BaseException as exc:  # a stop (Ctrl-C, SIGTERM) while publishing: what came before it stands
+        exc.add_note(f"{COMPLETED_BEFORE_STOP}: {what} stands; its publish was stopped — run `{_retry(table, stale)}`")
+        raise
+
+
+def _retry(table: TableHandle, formats: list[PublishFormat]) -> str:
+    """The command that publishes what is still stale of `formats` (all of them when the timeline cannot say)."""
+    with contextlib.suppress(StitchError):
+        formats = stale_formats(table, formats) or formats
+    return "stitch publish" + "".join(f" -f {fmt.value}" for fmt in formats)

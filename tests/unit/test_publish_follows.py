@@ -6,6 +6,7 @@ catches up; clean keeps what a running publish reads; tables never share a publi
 from __future__ import annotations
 
 import copy
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -377,3 +378,70 @@ def test_an_erase_whose_republish_a_pending_restore_refuses_fails_instead_of_ask
     monkeypatch.setattr(publish_module, "publish", counted)
     with pytest.raises(StitchError, match="erase X completed, but publishing failed"):
         publish_module.publish_after(table, "erase X", wait_busy=True)
+
+
+def test_a_failed_republish_names_the_formats_to_publish_again_those_the_config_no_longer_lists_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erase republishes every format the table has published; when that failed, the message said "run `stitch
+    publish` again", which publishes `publish.formats` only: a format published by hand kept the erased keys."""
+    import stitchlake.services.publish as publish_module
+    from stitchlake.errors import StitchError
+
+    table = history(tmp_path / "t", formats=["delta"])
+    table.publish("iceberg")  # by hand: not in publish.formats
+    original = publish_module.publish
+
+    def iceberg_down(target: Any, fmt: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(fmt) == "iceberg":
+            raise StitchError("the catalog is down")
+        return original(target, fmt, *args, **kwargs)
+
+    monkeypatch.setattr(publish_module, "publish", iceberg_down)
+    with pytest.raises(StitchError) as failed:
+        table.erase(pa.table({"k": pa.array([2], pa.int64())}))
+    assert "run `stitch publish -f iceberg` again" in str(failed.value), failed.value
+    monkeypatch.setattr(publish_module, "publish", original)
+    assert publish_module.stale_formats(table, publish_module.published_formats(table)) == ["iceberg"]
+    table.publish("iceberg")  # what the message says
+    identifier = table.timeline().commit(table.timeline().completed([Action.PUBLISH])[-1]).identifier  # type: ignore[attr-defined]
+    published = rows_of(
+        iceberg_catalog(str(tmp_path / "t" / "table" / ".stitch" / "published" / "iceberg"))
+        .load_table(identifier)
+        .scan()
+    )
+    assert 2 not in [row["k"] for row in published]
+
+
+def test_a_stop_during_the_publish_after_a_compaction_says_the_compaction_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a completed compaction republished printed "the running instant was aborted": an operator
+    would run it again, or think the table unchanged. It says the compaction stands and what to run."""
+    from typer.testing import CliRunner
+
+    import stitchlake.services.publish as publish_module
+    from stitchlake.cli.app import app
+    from tests.support.tables import write_table_yaml
+
+    history(tmp_path / "t", formats=["delta"])
+    yaml_file = write_table_yaml(tmp_path / "t", altered_document(formats=["delta"]))
+    table = Table(config(tmp_path / "t", altered_document(formats=["delta"])))
+    table.write(
+        "orders",
+        batch(MODEL["orders"], [{"k": 9, "amount": 9, "status": "new", "ots": 9}]).append_column(
+            "coupon", pa.array([None], pa.string())
+        ),
+    )
+
+    def stopped(*_args: Any, **_kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish_module, "read", stopped)
+    ran = CliRunner().invoke(app, ["compact", "-c", str(yaml_file), "--engine", "local", "--json"])
+    failure = json.loads(ran.stdout)
+    compaction = table.timeline().latest_completed([Action.COMPACTION])
+    assert ran.exit_code == 130 and compaction is not None
+    assert "aborted" not in failure["error"], failure
+    assert f"completed before the stop: compaction {compaction.requested} stands" in failure["error"], failure
+    assert "run `stitch publish -f delta`" in failure["error"], failure
