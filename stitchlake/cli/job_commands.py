@@ -400,6 +400,11 @@ def _delete(keys: str, config: Path | None, table: str | None, purge: bool, engi
             f"; purged {done.purged_files} older file(s), {len(done.purged_savepoints)} savepoint(s), "
             f"{len(done.purged_quarantine)} quarantine file(s) and {len(done.purged_logs)} Spark job log(s)"
         )
+    if done.left_behind:
+        message += (
+            f"; published tables the config no longer points at may still hold the keys (publish.location or "
+            f"iceberg_namespace changed since; no publish reaches them): {', '.join(done.left_behind)} — delete them"
+        )
     fields = [
         ("instant", "result.instant"),
         ("completed", "result.completed"),

@@ -46,7 +46,7 @@ from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.reader import read
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
-from stitchlake.timeline.archive import archived_batches_newest_first, load_checkpoint
+from stitchlake.timeline.archive import archived_batches_newest_first, archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
@@ -105,6 +105,52 @@ def published_location(table: TableHandle, fmt: PublishFormat) -> str:
     if spec.location:
         return f"{spec.location.rstrip('/')}/{table.config.table.name}/{fmt.value}"
     return f"{table.path.rstrip('/')}/{PUBLISHED_DIR}/{fmt.value}"
+
+
+def published_identifier(table: TableHandle, fmt: PublishFormat) -> str:
+    """The name a publish of `fmt` records: Iceberg's `<namespace>.<table name>` (a catalog finds it by that), none
+    for Delta (its location is its name)."""
+    if fmt != PublishFormat.ICEBERG:
+        return ""
+    return f"{table.config.publish.iceberg_namespace}.{table.config.table.name}"
+
+
+def _moved(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -> bool:
+    """Whether the config now points `fmt` somewhere else than `commit` published it (another `publish.location`,
+    another Iceberg namespace)."""
+    return commit.location != published_location(table, fmt) or (
+        bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
+    )
+
+
+def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[str]:
+    """Published tables of this table that the config no longer points at (`publish.location` or the Iceberg
+    namespace changed since they were published) and that still exist: no publish reaches them any more, so they
+    keep the rows they had, an erase's keys too. Read off the publishes on the timeline and in the archive."""
+    timeline = timeline or table.timeline()
+    commits = [timeline.commit(i) for i in timeline.completed([Action.PUBLISH])]
+    commits += [entry.commit for entry in archived_instants(table.storage)]
+    found: dict[tuple[str, str, str], str] = {}
+    for commit in commits:
+        if not isinstance(commit, PublishCommit) or commit.format not in set(PublishFormat):
+            continue
+        fmt = PublishFormat(commit.format)
+        where = (fmt.value, commit.location, commit.identifier)
+        if where in found or not _moved(table, fmt, commit):
+            continue
+        namespace, _, name = commit.identifier.rpartition(".")
+        target = Target(commit.location, table.config.storage.options)
+        try:
+            there = published_table_exists(
+                fmt, target, table.config.publish.iceberg_catalog, namespace, name or table.config.table.name
+            )
+        except Exception:  # a store or catalog that cannot answer: name it all the same
+            there = True
+        if there:
+            found[where] = f"{fmt.value} {commit.identifier or commit.table_location or commit.location}" + (
+                f" at {commit.location}" if commit.identifier else ""
+            )
+    return sorted(found.values())
 
 
 def parse_format(value: str | PublishFormat) -> PublishFormat:
@@ -304,7 +350,8 @@ def stale_formats(
     table: TableHandle, formats: list[PublishFormat], timeline: Timeline | None = None
 ) -> list[PublishFormat]:
     """The formats among `formats` whose last publish predates a change to what they show (it read as of its own
-    request), or went to another location; or that were never published while something is compacted."""
+    request), or went to another location or Iceberg namespace; or that were never published while something is
+    compacted."""
     timeline = timeline or table.timeline()
     changed = timeline.latest_completed(CHANGES_PUBLISHED_ROWS)
     out = []
@@ -316,7 +363,7 @@ def stale_formats(
                 out.append(fmt)
             continue
         commit = timeline.commit(last)
-        moved = isinstance(commit, PublishCommit) and commit.location != published_location(table, fmt)
+        moved = isinstance(commit, PublishCommit) and _moved(table, fmt, commit)
         if moved or (changed is not None and (changed.completed or "") > last.requested):
             out.append(fmt)
     return out

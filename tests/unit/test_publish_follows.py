@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from stitchlake.services.upkeep.alter import alter
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishPlan
+from stitchlake.vocabulary import PublishFormat
 from tests.support.published_history import MODEL, altered_document, history, rows_of
 from tests.support.tables import batch, config
 
@@ -445,3 +447,29 @@ def test_a_stop_during_the_publish_after_a_compaction_says_the_compaction_stands
     assert "aborted" not in failure["error"], failure
     assert f"completed before the stop: compaction {compaction.requested} stands" in failure["error"], failure
     assert "run `stitch publish -f delta`" in failure["error"], failure
+
+
+def test_an_erase_names_the_published_tables_no_publish_reaches_after_a_move(tmp_path: Path) -> None:
+    """After `publish.location` (or the Iceberg namespace) changed, publishes went to the new place and the old
+    published tables kept every row, an erase's keys too, with not a word from `delete --purge`. The erase names
+    them (they are the operator's to delete); a new namespace makes Iceberg stale, as a new location does."""
+    from stitchlake.services.publish import stale_formats
+
+    root = tmp_path / "t"
+    table = history(root, formats=["delta", "iceberg"])
+    table.publish("delta")
+    table.publish("iceberg")
+    old_delta = root / "table" / ".stitch" / "published" / "delta"
+    moved = Table(config(root, altered_document(formats=["delta", "iceberg"], location=str(tmp_path / "elsewhere"))))
+    assert stale_formats(moved, [PublishFormat.DELTA, PublishFormat.ICEBERG]) == ["delta", "iceberg"]
+    renamed = Table(config(root, altered_document(formats=["delta", "iceberg"], iceberg_namespace="other")))
+    assert stale_formats(renamed, [PublishFormat.DELTA, PublishFormat.ICEBERG]) == ["iceberg"]
+
+    done = moved.erase(pa.table({"k": pa.array([2], pa.int64())}), purge=True).result
+    name = table.config.table.name
+    assert done.left_behind == [f"delta {old_delta}", f"iceberg stitchlake.{name} at {old_delta.parent / 'iceberg'}"]
+    assert 2 in [row["k"] for row in rows_of(DeltaTable(str(old_delta)).to_pyarrow_table())], "it holds the key"
+    now = DeltaTable(str(tmp_path / "elsewhere" / name / "delta")).to_pyarrow_table()
+    assert 2 not in [row["k"] for row in rows_of(now)]
+    shutil.rmtree(old_delta.parent)  # the operator deletes them
+    assert moved.erase(pa.table({"k": pa.array([3], pa.int64())})).result.left_behind == []

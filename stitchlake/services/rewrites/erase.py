@@ -8,6 +8,7 @@ because that event was committed before the erase's commit too and would otherwi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
 from stitchlake.reading.snapshot import common_names, merge_slice
-from stitchlake.services.publish import Published, publish_after
+from stitchlake.services.publish import Published, left_behind, publish_after
 from stitchlake.services.rewrites.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction
@@ -50,6 +51,8 @@ from stitchlake.writing.batch import cast_column
 if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class EraseResult:
@@ -66,6 +69,9 @@ class EraseResult:
     purged_logs: list[str] = field(default_factory=list)
     #: The published tables brought up to date.
     published: list[Published] = field(default_factory=list)
+    #: Published tables the config no longer points at (`publish.location` or the Iceberg namespace changed): no
+    #: publish reaches them, so they may still hold the keys; the operator deletes them.
+    left_behind: list[str] = field(default_factory=list)
 
 
 #: Key files (Parquet, CSV or JSON lines) are read by the landing readers, under the names those readers take.
@@ -190,6 +196,9 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
         result.purged_savepoints, result.purged_files = purged.savepoints, purged.files
         result.purged_quarantine, result.purged_logs = purged.quarantine, purged.logs
     result.published = publish_after(table, f"erase {result.instant}", wait_busy=True)
+    result.left_behind = left_behind(table)
+    if result.left_behind:
+        log.warning("published tables no publish reaches may still hold the erased keys: %s", result.left_behind)
     return result
 
 
