@@ -165,6 +165,21 @@ def print_status(report: StatusReport) -> None:
             )
         print_table(grid)
 
+    if report.published:
+        grid = compact_table(title="published formats")
+        for name in ("format", "location", "last publish", "version", "state"):
+            grid.add_column(name, justify="right" if name == "version" else "left")
+        for fmt in report.published:
+            state = text("behind the table", "yellow") if fmt.stale else text("current")
+            grid.add_row(
+                text(fmt.format + ("" if fmt.configured else " (not in publish.formats)")),
+                text(fmt.location),
+                text(fmt.last_publish or "never"),
+                text("-" if fmt.version is None else str(fmt.version)),
+                state,
+            )
+        print_table(grid)
+
     for warning in report.warnings:
         stdout_console().print(text(f"warning: {warning}", "yellow"), soft_wrap=True)
     for entries, title in ((report.writers, "pending writers"), (report.pending_compactions, "pending compactions")):

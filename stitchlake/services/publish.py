@@ -39,14 +39,20 @@ from stitchlake.io.published import (
     Publication,
     Target,
     commit_conflicts,
-    published_table_exists,
 )
-from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.reading.options import ReadOptions
 from stitchlake.reading.reader import read
+from stitchlake.services.published_state import (
+    has_base_files,
+    last_publish,
+    published_formats,
+    published_location,
+    running_format,
+    stale_formats,
+)
 from stitchlake.table.transaction import Transaction
-from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
-from stitchlake.timeline.archive import archived_batches_newest_first, archived_instants, load_checkpoint
+from stitchlake.timeline.actions import REWRITES
+from stitchlake.timeline.archive import archived_batches_newest_first, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
@@ -96,80 +102,8 @@ class PublishDeferred:
 Published = PublishResult | PublishDeferred
 
 
-def published_location(table: TableHandle, fmt: PublishFormat) -> str:
-    """Where `fmt` is published: by default `.stitch/published/<format>` inside the table; with
-    `publish.location`, `<location>/<table name>/<format>`, so tables sharing a location never share a published
-    table. A local folder or an `s3://` prefix alike (delta-rs and pyiceberg reach the store with the table's
-    `storage:` settings)."""
-    spec = table.config.publish
-    if spec.location:
-        return f"{spec.location.rstrip('/')}/{table.config.table.name}/{fmt.value}"
-    return f"{table.path.rstrip('/')}/{PUBLISHED_DIR}/{fmt.value}"
-
-
-def published_identifier(table: TableHandle, fmt: PublishFormat) -> str:
-    """The name a publish of `fmt` records: Iceberg's `<namespace>.<table name>` (a catalog finds it by that), none
-    for Delta (its location is its name)."""
-    if fmt != PublishFormat.ICEBERG:
-        return ""
-    return f"{table.config.publish.iceberg_namespace}.{table.config.table.name}"
-
-
-def _moved(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -> bool:
-    """Whether the config now points `fmt` somewhere else than `commit` published it (another `publish.location`,
-    another Iceberg namespace)."""
-    return commit.location != published_location(table, fmt) or (
-        bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
-    )
-
-
-def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[str]:
-    """Published tables of this table that the config no longer points at (`publish.location` or the Iceberg
-    namespace changed since they were published) and that still exist: no publish reaches them any more, so they
-    keep the rows they had, an erase's keys too. Read off the publishes on the timeline and in the archive."""
-    timeline = timeline or table.timeline()
-    commits = [timeline.commit(i) for i in timeline.completed([Action.PUBLISH])]
-    commits += [entry.commit for entry in archived_instants(table.storage)]
-    found: dict[tuple[str, str, str], str] = {}
-    for commit in commits:
-        if not isinstance(commit, PublishCommit) or commit.format not in set(PublishFormat):
-            continue
-        fmt = PublishFormat(commit.format)
-        where = (fmt.value, commit.location, commit.identifier)
-        if where in found or not _moved(table, fmt, commit):
-            continue
-        namespace, _, name = commit.identifier.rpartition(".")
-        target = Target(commit.location, table.config.storage.options)
-        try:
-            there = published_table_exists(
-                fmt, target, table.config.publish.iceberg_catalog, namespace, name or table.config.table.name
-            )
-        except Exception:  # a store or catalog that cannot answer: name it all the same
-            there = True
-        if there:
-            found[where] = f"{fmt.value} {commit.identifier or commit.table_location or commit.location}" + (
-                f" at {commit.location}" if commit.identifier else ""
-            )
-    return sorted(found.values())
-
-
 def parse_format(value: str | PublishFormat) -> PublishFormat:
     return one_of(PublishFormat, value, "publish format")
-
-
-def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:
-    """The newest completed publish of `fmt` on the active timeline (from the completed files, which a timeline
-    has read already: no request per instant on an object store)."""
-    for instant in reversed(timeline.completed([Action.PUBLISH])):
-        commit = timeline.commit(instant)
-        if isinstance(commit, PublishCommit) and commit.format == fmt:
-            return instant
-    return None
-
-
-def _running_format(timeline: Timeline, instant: Instant) -> str:
-    plan = timeline.plan(instant)
-    return plan.format if isinstance(plan, PublishPlan) else ""
 
 
 #: A publish that finds its format stale again when it completes (something changed while it ran) publishes
@@ -203,14 +137,14 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         nonlocal fresh
         expire_s = table.config.concurrency.heartbeat.expire_s
         for other in timeline.pending([Action.PUBLISH]):
-            if _running_format(timeline, other) == chosen and not is_expired(table.storage, other.requested, expire_s):
+            if running_format(timeline, other) == chosen and not is_expired(table.storage, other.requested, expire_s):
                 raise BusyError(
                     f"publish {other.requested} of {chosen.value} is running; run again when it is done (two "
                     "publishes at once could leave the older state as the newest version)"
                 )
         source = timeline.latest_completed(REWRITES)
         last = last_publish(timeline, chosen)
-        if source is None and last is None and not _has_base_files(table, timeline):
+        if source is None and last is None and not has_base_files(table, timeline):
             raise UsageError("nothing is compacted yet: run `stitch compact` first (a publish shows base files)")
         fresh = _purged_since(table, timeline, chosen)
         return PublishPlan(format=chosen.value, location=location, source=(source.completed or "") if source else "")
@@ -316,11 +250,6 @@ def _newest_publish(found: list[tuple[Instant, Any]], fmt: PublishFormat) -> str
     return max((i.requested for i, c in found if isinstance(c, PublishCommit) and c.format == fmt), default=None)
 
 
-def _has_base_files(table: TableHandle, timeline: Timeline) -> bool:
-    """Whether any file slice has a base file (a compaction the active timeline no longer lists, archived)."""
-    return any(s.base is not None for s in table.view(timeline).latest_slices(None))
-
-
 def _refuse_if_overtaken(txn: Transaction, fmt: PublishFormat) -> None:
     """Right before the format's commit, with its current version loaded: a run presumed dead while it read
     (frozen past its heartbeat) may have been rolled back, or another publish of the format begun after it may be
@@ -343,51 +272,7 @@ def _format_of_any(timeline: Timeline, instant: Instant) -> str:
     if instant.is_completed:
         commit = timeline.commit(instant)
         return commit.format if isinstance(commit, PublishCommit) else ""
-    return _running_format(timeline, instant)
-
-
-def stale_formats(
-    table: TableHandle, formats: list[PublishFormat], timeline: Timeline | None = None
-) -> list[PublishFormat]:
-    """The formats among `formats` whose last publish predates a change to what they show (it read as of its own
-    request), or went to another location or Iceberg namespace; or that were never published while something is
-    compacted."""
-    timeline = timeline or table.timeline()
-    changed = timeline.latest_completed(CHANGES_PUBLISHED_ROWS)
-    out = []
-    for fmt in formats:
-        last = last_publish(timeline, fmt)
-        if last is None:
-            compacted = timeline.latest_completed(REWRITES) is not None
-            if compacted or _has_base_files(table, timeline):
-                out.append(fmt)
-            continue
-        commit = timeline.commit(last)
-        moved = isinstance(commit, PublishCommit) and _moved(table, fmt, commit)
-        if moved or (changed is not None and (changed.completed or "") > last.requested):
-            out.append(fmt)
-    return out
-
-
-def published_formats(table: TableHandle, timeline: Timeline | None = None) -> list[PublishFormat]:
-    """`publish.formats`, and every other format this table has published: on the active timeline, or found at
-    its published location (its publishes may have been archived)."""
-    timeline = timeline or table.timeline()
-    configured = list(table.config.publish.formats)
-    extra = []
-    for fmt in PublishFormat:
-        if fmt in configured:
-            continue
-        location = Target(published_location(table, fmt), table.config.storage.options)
-        if last_publish(timeline, fmt) is not None or published_table_exists(
-            fmt,
-            location,
-            table.config.publish.iceberg_catalog,
-            table.config.publish.iceberg_namespace,
-            table.config.table.name,
-        ):
-            extra.append(fmt)
-    return [*configured, *extra]
+    return running_format(timeline, instant)
 
 
 def publish_each(
@@ -454,7 +339,7 @@ def _live_publishes(table: TableHandle, fmt: PublishFormat) -> list[str]:
     return [
         other.requested
         for other in timeline.pending([Action.PUBLISH])
-        if _running_format(timeline, other) == fmt and not is_expired(table.storage, other.requested, expire_s)
+        if running_format(timeline, other) == fmt and not is_expired(table.storage, other.requested, expire_s)
     ]
 
 

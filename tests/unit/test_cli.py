@@ -830,6 +830,7 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
         TimelineHealth,
         Totals,
     )
+    from stitchlake.services.published_state import PublishedFormat
 
     report = StatusReport(
         table="wide",
@@ -880,6 +881,10 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
             ),
         ],
         streams={"orders": LastCommit("20261122221609807", "20261122221610000", 7, 2), "payments": None},
+        published=[
+            PublishedFormat("delta", True, "/data/wide/.stitch/published/delta", "20261122221500000", 7, True),
+            PublishedFormat("iceberg", False, "/data/wide/.stitch/published/iceberg", "20261122221400000", 9, False),
+        ],
         warnings=[],
         timeline=TimelineHealth(
             active_instants=12,
@@ -904,6 +909,9 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
         "etl-1",
         "2026-11-22 22:16:10",
         "pending writers",
+        "published formats",
+        "behind the table",
+        "iceberg (not in publish.formats)",
     ):
         assert expected in out
     assert "pending compactions" not in out

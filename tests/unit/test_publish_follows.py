@@ -22,6 +22,7 @@ from stitchlake.errors import BusyError, ConflictError
 from stitchlake.io.published import iceberg_catalog
 from stitchlake.jobs.results import plain
 from stitchlake.services.publish import PublishDeferred
+from stitchlake.services.published_state import published_formats, stale_formats
 from stitchlake.services.upkeep.alter import alter
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
@@ -404,7 +405,7 @@ def test_a_failed_republish_names_the_formats_to_publish_again_those_the_config_
         table.erase(pa.table({"k": pa.array([2], pa.int64())}))
     assert "run `stitch publish -f iceberg` again" in str(failed.value), failed.value
     monkeypatch.setattr(publish_module, "publish", original)
-    assert publish_module.stale_formats(table, publish_module.published_formats(table)) == ["iceberg"]
+    assert stale_formats(table, published_formats(table)) == ["iceberg"]
     table.publish("iceberg")  # what the message says
     identifier = table.timeline().commit(table.timeline().completed([Action.PUBLISH])[-1]).identifier  # type: ignore[attr-defined]
     published = rows_of(
@@ -447,14 +448,21 @@ def test_a_stop_during_the_publish_after_a_compaction_says_the_compaction_stands
     assert "aborted" not in failure["error"], failure
     assert f"completed before the stop: compaction {compaction.requested} stands" in failure["error"], failure
     assert "run `stitch publish -f delta`" in failure["error"], failure
+    # and `stitch status` shows the published table behind, with what to run, until it is published
+    shown = json.loads(CliRunner().invoke(app, ["status", "-c", str(yaml_file), "--json"]).stdout)
+    assert [(f["format"], f["stale"]) for f in shown["published"]] == [("delta", True)], shown["published"]
+    assert any("published delta is behind the table" in w and "stitch publish -f delta" in w for w in shown["warnings"])
+    monkeypatch.undo()
+    table.publish("delta")
+    shown = json.loads(CliRunner().invoke(app, ["status", "-c", str(yaml_file), "--json"]).stdout)
+    assert [(f["format"], f["stale"]) for f in shown["published"]] == [("delta", False)]
+    assert not any("published" in w for w in shown["warnings"]), shown["warnings"]
 
 
 def test_an_erase_names_the_published_tables_no_publish_reaches_after_a_move(tmp_path: Path) -> None:
     """After `publish.location` (or the Iceberg namespace) changed, publishes went to the new place and the old
     published tables kept every row, an erase's keys too, with not a word from `delete --purge`. The erase names
     them (they are the operator's to delete); a new namespace makes Iceberg stale, as a new location does."""
-    from stitchlake.services.publish import stale_formats
-
     root = tmp_path / "t"
     table = history(root, formats=["delta", "iceberg"])
     table.publish("delta")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.layout.names import BASE, LOG
+from stitchlake.services.published_state import PublishedFormat, published_status
 from stitchlake.timeline import clock
 from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.archive import Checkpoint, archived_batches_newest_first, load_checkpoint
@@ -123,6 +124,8 @@ class StatusReport:
     writers: list[PendingInstant]
     #: Each stream's latest deltacommit, None for a stream never written.
     streams: dict[str, LastCommit | None]
+    #: Each format of `publish.formats`, and any other with a publish on the active timeline.
+    published: list[PublishedFormat]
     warnings: list[str]
     timeline: TimelineHealth
 
@@ -219,6 +222,16 @@ def status(table: TableHandle, now: float | None = None) -> StatusReport:
         if commit.stream in streams and streams[commit.stream] is None:
             streams[commit.stream] = LastCommit(instant.requested, instant.completed, commit.rows, len(commit.added))
 
+    published = published_status(table, timeline)
+    for fmt in published:
+        if fmt.stale and fmt.configured:
+            # The compaction's (or erase's, restore's) own republish failed or was stopped: readers of the
+            # published table see an older state, erased keys or undone commits included, until it is published.
+            last = f"its last publish {fmt.last_publish}" if fmt.last_publish else "it was never published"
+            warnings.append(
+                f"published {fmt.format} is behind the table ({last}): run `stitch publish -f {fmt.format}`"
+            )
+
     live = view.live_files()
     checkpoint = load_checkpoint(table.storage)
     last_compaction, last_clean, archived_deltas = _latest_services(table, timeline, checkpoint)
@@ -246,6 +259,7 @@ def status(table: TableHandle, now: float | None = None) -> StatusReport:
         pending_compactions=[w for w in writers if w.action == Action.COMPACTION],
         writers=[w for w in writers if w.action != Action.COMPACTION],
         streams=streams,
+        published=published,
         warnings=warnings,
         timeline=TimelineHealth(
             active_instants=len(timeline),

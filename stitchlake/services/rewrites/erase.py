@@ -28,7 +28,8 @@ from stitchlake.merge.stitch import to_base
 from stitchlake.paths import erase_folder
 from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
 from stitchlake.reading.snapshot import common_names, merge_slice
-from stitchlake.services.publish import Published, left_behind, publish_after
+from stitchlake.services.publish import Published, publish_after
+from stitchlake.services.published_state import left_behind
 from stitchlake.services.rewrites.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction

@@ -1,0 +1,177 @@
+"""Where each format is published and whether it is behind the table, read off the timeline: what a publish
+decides before it runs, what an erase reports as out of reach, and what `stitch status` shows, without publishing
+(nor importing what publishing needs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from stitchlake.io.published import Target, published_table_exists
+from stitchlake.paths import PUBLISHED_DIR
+from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
+from stitchlake.timeline.archive import archived_instants
+from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import PublishCommit, PublishPlan
+from stitchlake.timeline.timeline import Timeline
+from stitchlake.vocabulary import PublishFormat
+
+if TYPE_CHECKING:
+    from stitchlake.table.handle import TableHandle
+
+
+def published_location(table: TableHandle, fmt: PublishFormat) -> str:
+    """Where `fmt` is published: by default `.stitch/published/<format>` inside the table; with
+    `publish.location`, `<location>/<table name>/<format>`, so tables sharing a location never share a published
+    table. A local folder or an `s3://` prefix alike (delta-rs and pyiceberg reach the store with the table's
+    `storage:` settings)."""
+    spec = table.config.publish
+    if spec.location:
+        return f"{spec.location.rstrip('/')}/{table.config.table.name}/{fmt.value}"
+    return f"{table.path.rstrip('/')}/{PUBLISHED_DIR}/{fmt.value}"
+
+
+def published_identifier(table: TableHandle, fmt: PublishFormat) -> str:
+    """The name a publish of `fmt` records: Iceberg's `<namespace>.<table name>` (a catalog finds it by that), none
+    for Delta (its location is its name)."""
+    if fmt != PublishFormat.ICEBERG:
+        return ""
+    return f"{table.config.publish.iceberg_namespace}.{table.config.table.name}"
+
+
+def moved_since(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -> bool:
+    """Whether the config now points `fmt` somewhere else than `commit` published it (another `publish.location`,
+    another Iceberg namespace)."""
+    return commit.location != published_location(table, fmt) or (
+        bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
+    )
+
+
+def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[str]:
+    """Published tables of this table that the config no longer points at (`publish.location` or the Iceberg
+    namespace changed since they were published) and that still exist: no publish reaches them any more, so they
+    keep the rows they had, an erase's keys too. Read off the publishes on the timeline and in the archive."""
+    timeline = timeline or table.timeline()
+    commits = [timeline.commit(i) for i in timeline.completed([Action.PUBLISH])]
+    commits += [entry.commit for entry in archived_instants(table.storage)]
+    found: dict[tuple[str, str, str], str] = {}
+    for commit in commits:
+        if not isinstance(commit, PublishCommit) or commit.format not in set(PublishFormat):
+            continue
+        fmt = PublishFormat(commit.format)
+        where = (fmt.value, commit.location, commit.identifier)
+        if where in found or not moved_since(table, fmt, commit):
+            continue
+        namespace, _, name = commit.identifier.rpartition(".")
+        target = Target(commit.location, table.config.storage.options)
+        try:
+            there = published_table_exists(
+                fmt, target, table.config.publish.iceberg_catalog, namespace, name or table.config.table.name
+            )
+        except Exception:  # a store or catalog that cannot answer: name it all the same
+            there = True
+        if there:
+            found[where] = f"{fmt.value} {commit.identifier or commit.table_location or commit.location}" + (
+                f" at {commit.location}" if commit.identifier else ""
+            )
+    return sorted(found.values())
+
+
+def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:
+    """The newest completed publish of `fmt` on the active timeline (from the completed files, which a timeline
+    has read already: no request per instant on an object store)."""
+    for instant in reversed(timeline.completed([Action.PUBLISH])):
+        commit = timeline.commit(instant)
+        if isinstance(commit, PublishCommit) and commit.format == fmt:
+            return instant
+    return None
+
+
+def running_format(timeline: Timeline, instant: Instant) -> str:
+    plan = timeline.plan(instant)
+    return plan.format if isinstance(plan, PublishPlan) else ""
+
+
+def has_base_files(table: TableHandle, timeline: Timeline) -> bool:
+    """Whether any file slice has a base file (a compaction the active timeline no longer lists, archived)."""
+    return any(s.base is not None for s in table.view(timeline).latest_slices(None))
+
+
+def stale_formats(
+    table: TableHandle, formats: list[PublishFormat], timeline: Timeline | None = None
+) -> list[PublishFormat]:
+    """The formats among `formats` whose last publish predates a change to what they show (it read as of its own
+    request), or went to another location or Iceberg namespace; or that were never published while something is
+    compacted."""
+    timeline = timeline or table.timeline()
+    changed = timeline.latest_completed(CHANGES_PUBLISHED_ROWS)
+    out = []
+    for fmt in formats:
+        last = last_publish(timeline, fmt)
+        if last is None:
+            compacted = timeline.latest_completed(REWRITES) is not None
+            if compacted or has_base_files(table, timeline):
+                out.append(fmt)
+            continue
+        commit = timeline.commit(last)
+        moved = isinstance(commit, PublishCommit) and moved_since(table, fmt, commit)
+        if moved or (changed is not None and (changed.completed or "") > last.requested):
+            out.append(fmt)
+    return out
+
+
+def published_formats(table: TableHandle, timeline: Timeline | None = None) -> list[PublishFormat]:
+    """`publish.formats`, and every other format this table has published: on the active timeline, or found at
+    its published location (its publishes may have been archived)."""
+    timeline = timeline or table.timeline()
+    configured = list(table.config.publish.formats)
+    extra = []
+    for fmt in PublishFormat:
+        if fmt in configured:
+            continue
+        location = Target(published_location(table, fmt), table.config.storage.options)
+        if last_publish(timeline, fmt) is not None or published_table_exists(
+            fmt,
+            location,
+            table.config.publish.iceberg_catalog,
+            table.config.publish.iceberg_namespace,
+            table.config.table.name,
+        ):
+            extra.append(fmt)
+    return [*configured, *extra]
+
+
+@dataclass(frozen=True)
+class PublishedFormat:
+    """One format in `stitch status`: where it goes, its last publish on the active timeline, and whether it is
+    behind the table (a compaction, erase, alter or restore since that publish read it, or the config moved it)."""
+
+    format: str
+    configured: bool
+    location: str
+    last_publish: str | None
+    version: int | None
+    stale: bool
+
+
+def published_status(table: TableHandle, timeline: Timeline) -> list[PublishedFormat]:
+    """`publish.formats` and every other format with a publish on the active timeline (from metadata only: a
+    format published before the archive horizon and not configured is not probed for)."""
+    configured = list(table.config.publish.formats)
+    formats = [*configured, *(f for f in PublishFormat if f not in configured and last_publish(timeline, f))]
+    stale = set(stale_formats(table, formats, timeline))
+    out = []
+    for fmt in formats:
+        last = last_publish(timeline, fmt)
+        commit = timeline.commit(last) if last is not None else None
+        out.append(
+            PublishedFormat(
+                format=fmt.value,
+                configured=fmt in configured,
+                location=published_location(table, fmt),
+                last_publish=last.requested if last is not None else None,
+                version=commit.version if isinstance(commit, PublishCommit) else None,
+                stale=fmt in stale,
+            )
+        )
+    return out
