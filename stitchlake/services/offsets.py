@@ -241,7 +241,7 @@ def plan(
                 added = " (a partition added since the last ingest)" if last is None else ""
                 lost.append(_lost(partition, start, low, high, truncated) + added)
                 continue
-            if truncated and reset == "earliest" and not spec.ordering:
+            if truncated and reset == "earliest":
                 refused_earliest.append(f"{partition} (next offset {start}, the topic ends at {high})")
                 continue
             to = low if reset == "earliest" else high
@@ -271,10 +271,10 @@ def plan(
             f"stream {stream}: --reset-offsets earliest would ingest again records the table already has: the log "
             f"of partition(s) {', '.join(refused_earliest)} of {kafka.where(source)} was truncated (same topic id; "
             "an unclean leader election drops records the old leader had), so the offsets before its end hold "
-            f"records already ingested. Stream {stream} is ordered by commit time, so their older values would win "
-            "over newer ones. Nothing was ingested. Run `--reset-offsets latest` to go on from the topic's end "
-            "(records written since the truncation, if any, are skipped); set `ordering` on an event-time column "
-            "to make a re-read harmless"
+            "records already ingested. Read again, they would be new events: an older value would win over a newer "
+            "one (by commit time, and on a tie of the stream's ordering), and a key erased since would come back "
+            "(even after --purge). Nothing was ingested. Run `--reset-offsets latest` to go on from the topic's end "
+            "(records written since the truncation, if any, are skipped)"
         )
     if max_records is not None:
         out.ranges, unread = _capped(out.ranges, max_records)
@@ -313,8 +313,7 @@ def _lost(partition: int, start: int, low: int, high: int, truncated: bool = Fal
         return (
             f"partition {partition}: next offset {start}, but the topic ends at {high}: its log was truncated (an "
             "unclean leader election); `--reset-offsets latest` goes on from its end without reading again what "
-            "the table has, `earliest` reads the partition again from its start (refused on a stream ordered by "
-            "commit time)"
+            "the table has (`earliest` is refused: it would read again records the table already has)"
         )
     return f"partition {partition}: next offset {start}, but the topic ends at {high} (was it created again?)"
 
