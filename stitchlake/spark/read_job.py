@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import UsageError
+from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
 from stitchlake.jobs.results import SparkReadResult
 from stitchlake.reading.output_folder import (
     check_out_folder,
@@ -25,6 +25,7 @@ from stitchlake.reading.output_folder import (
     replace_folder,
     temporary_sibling,
 )
+from stitchlake.spark.errors import recovered
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,6 +49,21 @@ WRITER_OPTIONS = {
 
 
 def run_read(spark: SparkSession, table: TableHandle, request: SparkReadRequest, progress: Progress) -> SparkReadResult:
+    """The read, planned once more when a planned file went meanwhile (a clean, restore or rollback between the
+    job's plans and its tasks; the local read does the same): with "now" pinned anew, so the rows are one state of
+    the table. A file still missing then is damage, or an `--as-of` state cleaned since, and that error stands."""
+    try:
+        return _read_once(spark, table, request, progress)
+    except Exception as exc:
+        if not isinstance(recovered(exc), DataFileMissing | HistoryMoved):
+            raise
+        progress("the table changed after the read was planned (a file it planned is gone): planning it again")
+        return _read_once(spark, table, request, progress)
+
+
+def _read_once(
+    spark: SparkSession, table: TableHandle, request: SparkReadRequest, progress: Progress
+) -> SparkReadResult:
     frame = read_frame(spark, table, request)
     reader = reader_of(frame)
     if request.out is None:

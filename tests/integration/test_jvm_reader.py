@@ -423,6 +423,42 @@ def test_a_file_a_clean_removed_after_the_query_was_planned_fails_the_read_sayin
     assert through_jvm(jvm, table)[0] == expected(table)
 
 
+def test_a_spark_read_job_whose_planned_files_a_clean_removes_meanwhile_plans_again(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """`stitch read --engine spark` plans its read more than once (the plan shown, the count, the sample); a clean
+    that removed a planned slice's files in between failed the job, telling the operator to run it again. The job
+    plans again once by itself, with "now" pinned anew, and returns one state of the table."""
+    table = built(tmp_path, buckets=1)
+    yaml_file = write_table_yaml(tmp_path, {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "buckets": 1}})
+    sample = tmp_path / "sample.arrow"
+    answer = jvm.run(
+        "import stitchlake\n"
+        "from stitchlake.jobs.requests import SparkReadRequest\n"
+        "from stitchlake.spark.read_job import run_read\n"
+        "from tests.integration.test_jvm_reader import ORDERS, events\n"
+        "from tests.support.tables import batch\n"
+        f"table = stitchlake.open({str(yaml_file)!r})\n"
+        "said = []\n"
+        "def progress(text):\n"
+        "    said.append(text)\n"
+        "    if len(said) == 1:  # planned and shown: now a compaction and a clean replace the planned slice\n"
+        "        table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(0, 40), 9)))\n"
+        "        table.compact()\n"
+        "        assert table.clean(policy='keep_latest_commits', retain=1).result.deleted\n"
+        f"request = SparkReadRequest(limit=0, sample={str(sample)!r})\n"
+        "done = run_read(spark, table, request, progress)\n"
+        "result = {'rows': done.rows, 'said': said}\n"
+    )
+    assert answer["rows"] == len(expected(table)), answer
+    assert any("planning it again" in text for text in answer["said"]), answer["said"]
+    import pyarrow as pa
+
+    with pa.OSFile(str(sample)) as source:
+        got = pa.ipc.open_file(source).read_all()
+    assert sorted(got.to_pylist(), key=lambda r: r["k"]) == expected(table)
+
+
 def test_a_missing_file_with_the_timeline_unreadable_is_reported_missing_claiming_neither_damage_nor_a_race(
     jvm: JvmSession, tmp_path: Path
 ) -> None:
