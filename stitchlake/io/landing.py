@@ -342,10 +342,15 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
     options = source.options
     delimiter = options.get("delimiter", "\t" if tabs else ",")
     escape = options.get("escape")
+    quote = options.get("quote", '"')
     parse = pacsv.ParseOptions(
         delimiter=delimiter,
-        quote_char=options.get("quote", '"'),
+        quote_char=quote,
         escape_char=escape if escape else False,
+        # A quoted value may hold a line break (RFC 4180). Without this, pyarrow cuts a large file into blocks at
+        # line breaks and a record split across two blocks is lost or garbled; it costs the parse its threads, so
+        # only a file that quotes anything pays it.
+        newlines_in_values=bool(quote) and quote.encode() in data,
     )
     nulls = options["null_values"].split(",") if "null_values" in options else ["", "NULL", "null"]
     convert = pacsv.ConvertOptions(

@@ -311,6 +311,26 @@ def test_csv_options_quote_escape_and_null_values_are_used(tmp_path: Path) -> No
     assert rows == [{"k": "1", "note": "a|b", "other": None}, {"k": "2", "note": "x|y", "other": None}]
 
 
+def test_a_large_csv_file_with_line_breaks_in_quoted_values_reads_every_record_whole(tmp_path: Path) -> None:
+    """RFC 4180 lets a quoted value hold a line break. pyarrow reads a large file in blocks cut at line breaks; a
+    record split across two of them was lost or garbled (its second line read as a record of its own)."""
+    from stitchlake.config import SourceSpec
+    from stitchlake.io.landing import discover, read_landing
+
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    records = 60_000  # over pyarrow's 1 MiB block several times
+    (folder / "a.csv").write_text(
+        "k,note\n" + "".join(f'{i},"line a {i}\nline b,{i}"\n' for i in range(records)), encoding="utf-8"
+    )
+    source = SourceSpec.model_validate({"format": "csv", "path": str(folder)})
+    [file] = discover(source)
+    rows = read_landing(source, file, ["k", "note"])
+    assert rows.num_rows == records
+    assert rows.column("k").to_pylist() == [str(i) for i in range(records)]
+    assert rows.column("note").to_pylist() == [f"line a {i}\nline b,{i}" for i in range(records)]
+
+
 def test_every_landing_format_has_a_reader_and_a_stream_without_one_is_refused(tmp_path: Path) -> None:
     """A format name reaches a reader of its own or an error: never another format's reader by default."""
     from stitchlake.config import SourceFormat, SourceSpec
