@@ -185,5 +185,9 @@ def without_quoted_rows(reason: str) -> str:
 
 
 def _safe(name: str) -> str:
-    """A landing name as one file name under the quarantine folder (its folders flattened)."""
-    return name.replace("://", "_").replace("/", "__").lstrip(".") or "file"
+    """A landing name as one file name under the quarantine folder, its folders flattened with `~` escapes (`/` as
+    `~s`, `:` as `~c`, `~` as `~~`, a leading dot as `~d`): every two names stay apart (flattening `x/y.csv` to
+    `x__y.csv` gave `x__y.csv`'s copy the same path, and one file's evidence overwrote the other's), and no character
+    an object store treats specially is added."""
+    flat = name.replace("~", "~~").replace("/", "~s").replace(":", "~c")
+    return ("~d" + flat[1:] if flat.startswith(".") else flat) or "file"
