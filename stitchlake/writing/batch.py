@@ -213,13 +213,26 @@ def prepare(
             column=repeated[0],
         )
     length = data.num_rows
+    deleted = np.zeros(length, dtype=bool)
+    if stream.deletes and stream.deletes.column in data.column_names:
+        marker = contiguous(data.column(stream.deletes.column))
+        as_text = marker if _is_text(marker.type) else pc.cast(marker, pa.string())
+        deleted = pc.fill_null(pc.is_in(as_text, pa.array(list(stream.deletes.values))), False).to_numpy(
+            zero_copy_only=False
+        )
+    # A delete is its key, partition and version: the values it carries never count (design.md §2), so one that
+    # cannot be read there is left null instead of rejecting the delete.
+    ignored = set(stream.column_names) - set(stream.ordering)
     reasons = np.full(length, None, dtype=object) if judged is None else np.array(judged, dtype=object)
+    if judged is not None and deleted.any():
+        dropped = {f"{prefix}{name}" for prefix in (WRONG_JSON_TYPE, UNPARSABLE) for name in ignored}
+        reasons[deleted & np.isin(reasons, list(dropped))] = None
     columns: dict[str, pa.Array] = {}
     for spec in required_columns(config, stream):
         _require_utf8(data.column(spec.name), spec.name, source)
         cast, failed = cast_column(contiguous(data.column(spec.name)), spec, source)
         columns[spec.name] = cast
-        _flag(reasons, failed, f"{UNPARSABLE}{spec.name}")
+        _flag(reasons, failed & ~deleted if spec.name in ignored else failed, f"{UNPARSABLE}{spec.name}")
     for spec in config.table.key:
         _flag(reasons, _nulls(columns[spec.name]), f"{NULL_KEY}{spec.name}")
     for spec in config.table.partition_by:
@@ -237,13 +250,6 @@ def prepare(
                 f"{NAN_ORDERING}{name}",
             )
 
-    deleted = np.zeros(length, dtype=bool)
-    if stream.deletes and stream.deletes.column in data.column_names:
-        marker = contiguous(data.column(stream.deletes.column))
-        as_text = marker if _is_text(marker.type) else pc.cast(marker, pa.string())
-        deleted = pc.fill_null(pc.is_in(as_text, pa.array(list(stream.deletes.values))), False).to_numpy(
-            zero_copy_only=False
-        )
     positions = np.arange(length, dtype=np.int64) if pos is None else np.asarray(pos, dtype=np.int64)
     rows = pa.table(columns)
     bad_mask = reasons != None  # noqa: E711 - element-wise comparison on an object array

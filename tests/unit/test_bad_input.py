@@ -46,3 +46,35 @@ def test_whole_landing_files_set_aside_get_a_copy_each_whatever_their_names(tmp_
     assert len(set(paths)) == len(names), paths
     assert [storage.read_bytes(p or "") for p in paths] == [n.encode() for n in names]
     assert not any(p.rsplit("/", 1)[1].startswith(".") for p in paths if p)
+
+
+def test_a_delete_is_not_rejected_for_values_it_carries_in_columns_a_delete_ignores(tmp_path: Path) -> None:
+    """A delete is its key, partition and version (design.md §2): a value in its other columns never counts, yet one
+    that did not parse made the delete a bad row, and the key stayed. Its ordering value still counts."""
+    from tests.support.tables import new_table
+
+    table = new_table(tmp_path)
+    text = pa.string()
+
+    def orders(rows: list[dict[str, str | None]]) -> pa.Table:
+        names = ["k", "p", "amount", "status", "ots", "op"]
+        return pa.table({n: pa.array([r.get(n) for r in rows], text) for n in names})
+
+    table.write("orders", orders([{"k": "1", "p": "odd", "amount": "10", "status": "new", "ots": "1"}]))
+    table.write("orders", orders([{"k": "1", "p": "odd", "amount": "n/a", "status": "x", "ots": "2", "op": "D"}]))
+    assert table.read().num_rows == 0, "the delete took the key"
+    with pytest.raises(InputRejected, match="unparsable value in ots"):  # its version must parse
+        table.write("orders", orders([{"k": "1", "p": "odd", "amount": "1", "ots": "later", "op": "D"}]))
+    with pytest.raises(InputRejected, match="unparsable value in amount"):  # not a delete: the value counts
+        table.write("orders", orders([{"k": "2", "p": "even", "amount": "n/a", "ots": "3"}]))
+    # a JSON value of the wrong type in such a column, judged by the reader, is dropped the same way
+    import numpy as np
+
+    from stitchlake.io.json_records import WRONG_JSON_TYPE
+    from stitchlake.writing.batch import prepare
+
+    stream = table.config.streams["orders"]
+    delete = orders([{"k": "3", "p": "odd", "ots": "4", "op": "D"}, {"k": "4", "p": "even", "ots": "4"}])
+    judged = np.array([f"{WRONG_JSON_TYPE}amount"] * 2, dtype=object)
+    prepared = prepare(table.config, stream, delete, judged=judged)
+    assert prepared.deleted.tolist() == [True] and prepared.bad is not None and prepared.bad.num_rows == 1
