@@ -33,7 +33,7 @@ from stitchlake.config import SourceSpec
 from stitchlake.errors import InputRejected, UsageError
 from stitchlake.io.json_records import Judged, judge_json, record_lines, skip_space
 from stitchlake.storage import storage_for
-from stitchlake.storage.registry import absolute, is_uri
+from stitchlake.storage.registry import absolute, is_uri, without_file_scheme
 from stitchlake.timeline.metadata import LandingRecord
 from stitchlake.vocabulary import SourceFormat
 
@@ -181,8 +181,10 @@ def _is_file(root: str, options: Mapping[str, str] | None) -> bool:
 
 
 def _identity(base: str, folder: str, path: str) -> str:
-    """A landing file's name relative to the stream's source folder (its full location when outside it)."""
-    full, base = absolute(f"{folder.rstrip('/')}/{path}"), absolute(base)
+    """A landing file's name relative to the stream's source folder (its full location when outside it). A
+    `file://` URI names the path it holds: one file named both ways must be one name, or it is ingested twice."""
+    full = absolute(without_file_scheme(f"{folder.rstrip('/')}/{path}"))
+    base = absolute(without_file_scheme(base))
     prefix = base.rstrip("/") + "/"
     return full[len(prefix) :] if full.startswith(prefix) else full
 

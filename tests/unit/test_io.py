@@ -331,6 +331,23 @@ def test_a_large_csv_file_with_line_breaks_in_quoted_values_reads_every_record_w
     assert rows.column("note").to_pylist() == [f"line a {i}\nline b,{i}" for i in range(records)]
 
 
+def test_a_landing_file_has_one_name_whether_named_by_a_path_or_a_file_uri(tmp_path: Path) -> None:
+    """The name is what ingest records as consumed: a file named by `file://` once (the config's source.path or
+    --source) and by a plain path once got two names, and was ingested twice."""
+    from stitchlake.config import SourceSpec
+    from stitchlake.io.landing import discover
+
+    folder = tmp_path / "landing"
+    (folder / "day1").mkdir(parents=True)
+    (folder / "day1" / "a.csv").write_text("k\n1\n", encoding="utf-8")
+    names = set()
+    for base in (str(folder), folder.as_uri()):
+        source = SourceSpec.model_validate({"format": "csv", "path": base})
+        for given in (None, [str(folder / "day1" / "a.csv")], [(folder / "day1" / "a.csv").as_uri()]):
+            names |= {f.name for f in discover(source, given)}
+    assert names == {"day1/a.csv"}
+
+
 def test_every_landing_format_has_a_reader_and_a_stream_without_one_is_refused(tmp_path: Path) -> None:
     """A format name reaches a reader of its own or an error: never another format's reader by default."""
     from stitchlake.config import SourceFormat, SourceSpec
