@@ -181,12 +181,13 @@ def _is_file(root: str, options: Mapping[str, str] | None) -> bool:
 
 
 def _identity(base: str, folder: str, path: str) -> str:
-    """A landing file's name relative to the stream's source folder (its full location when outside it). A
-    `file://` URI names the path it holds: one file named both ways must be one name, or it is ingested twice."""
-    full = absolute(without_file_scheme(f"{folder.rstrip('/')}/{path}"))
-    base = absolute(without_file_scheme(base))
-    prefix = base.rstrip("/") + "/"
-    return full[len(prefix) :] if full.startswith(prefix) else full
+    """A landing file's name relative to the stream's source folder (its full location, as written, when outside
+    it: what checkpoints hold). Inside the folder a `file://` URI is compared as the path it holds: a file named
+    once by a path and once by a URI must be one name, or it is ingested twice."""
+    full = absolute(f"{folder.rstrip('/')}/{path}")
+    local = absolute(without_file_scheme(full))
+    prefix = absolute(without_file_scheme(base)).rstrip("/") + "/"
+    return local[len(prefix) :] if local.startswith(prefix) else full
 
 
 def describe(file: LandingFile, options: Mapping[str, str] | None = None) -> str:

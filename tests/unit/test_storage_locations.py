@@ -56,7 +56,8 @@ def test_landing_identities_are_unchanged_for_paths_file_uris_and_s3_uris(
     assert _identity(f"{here}/land", "other", "z.csv") == f"{here}/other/z.csv"
     assert _identity(f"file://{here}/land", f"file://{here}/land", "x.csv") == "x.csv"
     assert _identity(f"file://{here}/land", f"file://{here}/other", "z.csv") == f"file://{here}/other/z.csv"
-    assert _identity(f"{here}/land", f"file://{here}/land", "x.csv") == f"file://{here}/land/x.csv"
+    assert _identity(f"{here}/land", f"file://{here}/land", "x.csv") == "x.csv"  # one file, one name
+    assert _identity(f"file://{here}/land", f"{here}/land/sub", "y.csv") == "sub/y.csv"
     assert _identity("s3://b/land", "s3://b/land/", "sub/y.csv") == "sub/y.csv"
     assert _identity("s3://b/land", "s3://b/other", "z.csv") == "s3://b/other/z.csv"
     assert split_location("land/x.csv") == ("land", "x.csv") and split_location("x.csv") == (".", "x.csv")
