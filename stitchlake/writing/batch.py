@@ -155,6 +155,10 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
         column = pc.assume_timezone(column, "UTC") if column.type.unit else column
     if pa.types.is_boolean(column.type) and not (pa.types.is_boolean(kind) or _is_text(kind)):
         raise _inconvertible(column, spec, where)  # Arrow reads true as 1: a key or amount must not become 1
+    if pa.types.is_temporal(kind) and (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        # Arrow takes a number as the raw count of the type's unit: epoch milliseconds would land in 1970 as
+        # microseconds, without a word (a number in CSV text is a bad row); a number has no unit to say which.
+        raise _inconvertible(column, spec, where)
     try:
         return pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
     except pa.ArrowNotImplementedError:

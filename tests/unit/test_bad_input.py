@@ -78,3 +78,21 @@ def test_a_delete_is_not_rejected_for_values_it_carries_in_columns_a_delete_igno
     judged = np.array([f"{WRONG_JSON_TYPE}amount"] * 2, dtype=object)
     prepared = prepare(table.config, stream, delete, judged=judged)
     assert prepared.deleted.tolist() == [True] and prepared.bad is not None and prepared.bad.num_rows == 1
+
+
+def test_numbers_for_a_timestamp_or_date_column_are_refused_not_read_as_microseconds(tmp_path: Path) -> None:
+    """Arrow casts an integer to a timestamp as a count of its unit: epoch milliseconds in a Parquet or Avro column
+    became a moment in January 1970, silently (the same number in CSV text is a bad row). No unit, no guess."""
+    from tests.support.tables import new_table
+
+    document = {
+        "table": {"name": "t", "path": "table", "key": {"k": "long"}, "buckets": 1},
+        "streams": {"e": {"columns": {"at": "timestamp", "day": "date"}}},
+    }
+    table = new_table(tmp_path, document)
+    for column, values in (("at", pa.array([1704103200000], pa.int64())), ("day", pa.array([19723.0]))):
+        rows = {"k": pa.array([1], pa.int64()), "at": pa.array([None], pa.timestamp("us", "UTC"))}
+        rows |= {"day": pa.array([None], pa.date32()), column: values}
+        with pytest.raises(InputRejected, match=f"column {column} has type .* cannot be converted"):
+            table.write("e", pa.table(rows))
+    assert table.timeline().latest_completed() is None
