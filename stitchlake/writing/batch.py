@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import ColumnSpec, StreamSpec, TableConfig
-from stitchlake.config.values import FALSE_WORDS, TRUE_WORDS, WHOLE_TEXT
+from stitchlake.config.values import FALSE_WORDS, NON_FINITE_TEXT, TRUE_WORDS, WHOLE_TEXT
 from stitchlake.errors import InputRejected
 from stitchlake.io.json_records import WRONG_JSON_TYPE
 from stitchlake.layout.partition import escape
@@ -131,6 +131,7 @@ def _prepare_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
         whole = pc.match_substring_regex(column, f"^{WHOLE_TEXT.pattern}$")
         return pc.if_else(whole, pc.replace_substring_regex(column, r"^\+", ""), "not a whole number")
     if pa.types.is_timestamp(kind):
+        column = pc.replace_substring_regex(column, r"(\.\d{6})\d+", r"\1")  # nanoseconds cut to µs (design.md §2)
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2}) ", r"\1T")
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2})$", r"\1T00:00:00")
         # Text without a zone is UTC, as everywhere else in stitchlake (defaults, as_of).
@@ -142,6 +143,8 @@ def _prepare_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
 def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Array, np.ndarray]:
     """Cast one source column to its table type. Returns the cast values and a mask of unparsable rows."""
     kind = arrow_type(spec.type)
+    if pa.types.is_dictionary(column.type):  # categorical values (pandas, Parquet): read as their plain values are
+        column = column.dictionary_decode()
     if column.type == kind:
         return column, np.zeros(len(column), dtype=bool)
     if pa.types.is_null(column.type):
@@ -149,8 +152,10 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
     if _is_text(column.type) and not _is_text(kind):
         column = _prepare_text(column, kind)
     if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.unit == "ns":
-        # Timestamps are kept in µs (as Spark does): nanoseconds are cut off, not a reason to reject the row.
-        column = pc.cast(column, pa.timestamp("us", column.type.tz), safe=False)
+        # Timestamps are kept in µs (as Spark does): nanoseconds are cut off, not a reason to reject the row; cut
+        # down to the microsecond, as text is (1 ns before 1970 is the microsecond before it, not 1970 itself).
+        floored = pc.floor_temporal(column, multiple=1, unit="microsecond")
+        column = pc.cast(floored, pa.timestamp("us", column.type.tz), safe=False)
     if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.tz is None:
         column = pc.assume_timezone(column, "UTC") if column.type.unit else column
     if pa.types.is_boolean(column.type) and not (pa.types.is_boolean(kind) or _is_text(kind)):
@@ -160,11 +165,29 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
         # microseconds, without a word (a number in CSV text is a bad row); a number has no unit to say which.
         raise _inconvertible(column, spec, where)
     try:
-        return pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
+        cast = pc.cast(column, kind, safe=True)
+        if pa.types.is_floating(kind):
+            overflowed = _overflowed(column, cast)
+            if overflowed.any():  # `1e400`, a double past a float's range: not the value given
+                return pc.if_else(pa.array(overflowed), pa.scalar(None, kind), cast), overflowed
+        return cast, np.zeros(len(column), dtype=bool)
     except pa.ArrowNotImplementedError:
         raise _inconvertible(column, spec, where) from None
     except (pa.ArrowInvalid, OverflowError):
         return _cast_rowwise(column, kind)
+
+
+def _overflowed(source: pa.Array, cast: pa.Array) -> np.ndarray:
+    """Rows a cast to a float type took to ±infinity from a finite value (text past the type's range, a double past
+    a float's): the value given is not the one stored."""
+    if _is_text(source.type):
+        said = pc.match_substring_regex(source, f"^{NON_FINITE_TEXT.pattern}$", ignore_case=True)
+    elif pa.types.is_floating(source.type):
+        said = pc.is_inf(source)
+    else:
+        return np.zeros(len(source), dtype=bool)
+    infinite = pc.and_(pc.is_inf(cast), pc.invert(said))
+    return pc.fill_null(infinite, False).to_numpy(zero_copy_only=False)
 
 
 def _inconvertible(column: pa.Array, spec: ColumnSpec, where: str) -> InputRejected:

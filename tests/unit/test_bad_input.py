@@ -96,3 +96,33 @@ def test_numbers_for_a_timestamp_or_date_column_are_refused_not_read_as_microsec
         with pytest.raises(InputRejected, match=f"column {column} has type .* cannot be converted"):
             table.write("e", pa.table(rows))
     assert table.timeline().latest_completed() is None
+
+
+def test_values_are_read_by_one_grammar_whatever_their_encoding_and_none_changes_on_the_way() -> None:
+    """Found by a review of landing ingest: text past a float type's range became ±infinity, dictionary-encoded text
+    (pandas categoricals) skipped the text grammar (`0x10` read as 16), text with nanoseconds was a bad row though
+    nanoseconds are cut to µs, and 1 ns before 1970 became 1970 itself."""
+    import datetime
+
+    from stitchlake.config import ColumnSpec
+    from stitchlake.writing.batch import cast_column
+
+    def cast(values: pa.Array, type_name: str) -> tuple[list[object], list[bool]]:
+        got, failed = cast_column(values, ColumnSpec(name="c", type=type_name), "test")
+        return got.to_pylist(), failed.tolist()
+
+    text = pa.array(["1e400", "-1e400", "inf", "-Infinity", "1.5", None])
+    assert cast(text, "double") == ([None, None, float("inf"), float("-inf"), 1.5, None], [1, 1, 0, 0, 0, 0])
+    doubles = pa.array([1e39, float("inf"), 2.5])
+    assert cast(doubles, "float") == ([None, float("inf"), 2.5], [True, False, False])
+    categorical = pa.array(["0x10", "16", "yes"]).dictionary_encode()
+    assert cast(categorical, "long") == ([None, 16, None], [True, False, True])
+    assert cast(pa.array(["yes", "no"]).dictionary_encode(), "boolean") == ([True, False], [False, False])
+    utc = datetime.UTC
+    nanos = pa.array(["2024-01-01T10:00:00.123456789", "2024-01-01 10:00:00.1234567Z"])
+    moment = datetime.datetime(2024, 1, 1, 10, 0, 0, 123456, tzinfo=utc)
+    assert cast(nanos, "timestamp") == ([moment, moment], [False, False])
+    before_1970 = pa.array([-1, -1001], pa.timestamp("ns", "UTC"))
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=utc)
+    micro = datetime.timedelta(microseconds=1)
+    assert cast(before_1970, "timestamp") == ([epoch - micro, epoch - 2 * micro], [False, False])
