@@ -672,7 +672,7 @@ CATALOGUE = [
         5,
         (
             "landing file {ws}/landing/orders/0001.parquet of stream orders changed after it was ingested",
-            "deliver it under a new name, or ingest the new content as well with --reingest-changed",
+            "deliver it under a new name. --reingest-changed ingests the whole file again as new events",
         ),
     ),
     # ---- --json: stdout is one failure object a scheduler can read, with where the problem is

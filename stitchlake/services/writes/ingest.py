@@ -133,7 +133,9 @@ def pending_files(
             f"landing file {where} of stream {stream} changed after it was ingested (then {before.size} bytes, "
             f"now {first.size}){f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; nothing was "
             "ingested. A landing file must not change once written: if this is new data, deliver it under a new "
-            "name, or ingest the new content as well with --reingest-changed",
+            "name. --reingest-changed ingests the whole file again as new events: its rows already ingested are "
+            "read again too, and on a stream without `ordering` (or on a tie of it) they win over newer rows of "
+            "later files, and a key erased since comes back",
             file=where,
         )
     todo = [f for f in found if f.name not in done or f in changed]
