@@ -71,7 +71,10 @@ def ingest_command(
     max_files: Annotated[int | None, typer.Option("--max-files", min=1, help="Ingest at most N files.")] = None,
     reingest_changed: Annotated[
         bool,
-        typer.Option("--reingest-changed", help="Ingest landing files that changed since they were ingested, again, whole, as new events."),
+        typer.Option(
+            "--reingest-changed",
+            help="Ingest landing files that changed since they were ingested, again, whole, as new events.",
+        ),
     ] = False,
     max_records: Annotated[
         int | None,

@@ -180,6 +180,12 @@ def _is_file(root: str, options: Mapping[str, str] | None) -> bool:
     return True
 
 
+class LandingVanished(InputRejected):
+    """A listed landing file gone before it was read: no bad data, so never set aside as such. Recorded as
+    consumed, a file moved away and back (same size and time) would be skipped for ever; the ingest stops instead,
+    and the next one lists again."""
+
+
 def _identity(base: str, folder: str, path: str) -> str:
     """A landing file's name relative to the stream's source folder (its full location, as written, when outside
     it: what checkpoints hold). Inside the folder a `file://` URI is compared as the path it holds: a file named
@@ -254,7 +260,11 @@ def read_landing_rows(
     except InputRejected:
         raise
     except FileNotFoundError:
-        raise InputRejected(f"{where}: landing file vanished before it was read", file=where) from None
+        raise LandingVanished(
+            f"{where}: landing file vanished between the listing and the read (moved or deleted meanwhile); nothing "
+            "was ingested: run again",
+            file=where,
+        ) from None
     except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
         raise InputRejected(f"{where}: cannot read {source.format} file ({_one_line(exc)})", file=where) from None
     _require_valid(table, columns, where)

@@ -20,7 +20,7 @@ from stitchlake.config import BadRows, StreamSpec
 from stitchlake.errors import InputRejected
 from stitchlake.io import kafka
 from stitchlake.io.json_records import Judged
-from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows
+from stitchlake.io.landing import LandingFile, LandingVanished, describe, positions, read_landing_rows
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
 from stitchlake.vocabulary import SourceFormat
@@ -114,6 +114,8 @@ def from_landing(
         batch = _carry_defaults(batch, read.absent, defaults)
         if judged is not None and batch.bad is not None and batch.bad.num_rows:
             batch.bad = _with_lines(_show_written(batch.bad, judged.shown), judged)
+    except LandingVanished:
+        raise
     except InputRejected as exc:
         if table.config.bad_rows != BadRows.QUARANTINE:
             raise file_rejection(exc) from None

@@ -7,6 +7,7 @@ dies) after some files exist. Everything else is real: tables on disk, the real 
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import itertools
 import os
@@ -470,3 +471,34 @@ def test_log_files_are_lz4_with_delta_encoded_positions_and_base_files_zstd(tmp_
     for path in bases:
         chunks = pq.ParquetFile(os.path.join(table.path, path)).metadata.row_group(0)
         assert {chunks.column(i).compression for i in range(chunks.num_columns)} == {"ZSTD"}
+
+
+def test_a_landing_file_gone_before_it_is_read_stops_the_ingest_even_under_quarantine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `bad_rows: quarantine` a listed file moved away before its read was set aside as unreadable, with no
+    copy, and recorded as consumed: moved back (same size and time), it was skipped for ever. The ingest stops
+    (nothing committed) and the next one lists again."""
+    import stitchlake.writing.events as events_module
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    document = copy.deepcopy(THREE_STREAMS) | {"bad_rows": "quarantine"}
+    document["streams"]["orders"]["source"] = {"format": "csv", "path": str(landing)}
+    table = new_table(tmp_path, document)
+    (landing / "0001.csv").write_text("k,p,amount,status,ots,op\n1,odd,10,new,1,\n", encoding="utf-8")
+    reader = getattr(events_module, "read_landing_rows")  # noqa: B009 - patched where ingest reads
+
+    def moved_away_after_the_listing(*args: Any, **kwargs: Any) -> Any:
+        (landing / "0001.csv").rename(tmp_path / "away.csv")  # listed, and gone before its read
+        return reader(*args, **kwargs)
+
+    monkeypatch.setattr(events_module, "read_landing_rows", moved_away_after_the_listing)
+    with pytest.raises(InputRejected, match="vanished between the listing and the read"):
+        table.ingest("orders", engine="local")
+    assert table.timeline().completed() == []
+    assert not (Path(table.path) / ".stitch" / "quarantine").exists()
+    monkeypatch.undo()
+    (tmp_path / "away.csv").rename(landing / "0001.csv")
+    table.ingest("orders", engine="local")
+    assert [k for k, _ in as_rows(table.read())] == [1]
