@@ -154,8 +154,10 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
     if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.unit == "ns":
         # Timestamps are kept in µs (as Spark does): nanoseconds are cut off, not a reason to reject the row; cut
         # down to the microsecond, as text is (1 ns before 1970 is the microsecond before it, not 1970 itself).
-        floored = pc.floor_temporal(column, multiple=1, unit="microsecond")
-        column = pc.cast(floored, pa.timestamp("us", column.type.tz), safe=False)
+        # Floored as UTC: in a zone's local time an hour a clock turns back is ambiguous, and Arrow refuses it.
+        utc = pc.cast(column, pa.timestamp("ns", "UTC")) if column.type.tz else column
+        floored = pc.floor_temporal(utc, multiple=1, unit="microsecond")
+        column = pc.cast(pc.cast(floored, pa.timestamp("us", utc.type.tz)), pa.timestamp("us", column.type.tz))
     if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(kind) and column.type.tz is None:
         column = pc.assume_timezone(column, "UTC") if column.type.unit else column
     if pa.types.is_boolean(column.type) and not (pa.types.is_boolean(kind) or _is_text(kind)):

@@ -126,3 +126,7 @@ def test_values_are_read_by_one_grammar_whatever_their_encoding_and_none_changes
     epoch = datetime.datetime(1970, 1, 1, tzinfo=utc)
     micro = datetime.timedelta(microseconds=1)
     assert cast(before_1970, "timestamp") == ([epoch - micro, epoch - 2 * micro], [False, False])
+    # a zone whose clock turned back in that hour: the same instant, not a refusal
+    ambiguous = pa.array([1729992600_123456789], pa.timestamp("ns", "Europe/Berlin"))
+    turned_back = datetime.datetime(2024, 10, 27, 1, 30, 0, 123456, tzinfo=utc)
+    assert cast(ambiguous, "timestamp") == ([turned_back], [False])
