@@ -452,8 +452,14 @@ def test_a_stop_during_the_publish_after_a_compaction_says_the_compaction_stands
     shown = json.loads(CliRunner().invoke(app, ["status", "-c", str(yaml_file), "--json"]).stdout)
     assert [(f["format"], f["stale"]) for f in shown["published"]] == [("delta", True)], shown["published"]
     assert any("published delta is behind the table" in w and "stitch publish -f delta" in w for w in shown["warnings"])
+    from stitchlake.services.inspect.report import report
+
+    page = report(table)  # the operator's page: the warning with its command, and the formats' section
+    assert "Published formats" in page.sections and "behind the table" in page.html
+    assert any(w.commands == ["stitch publish -f delta"] for w in page.warnings), page.warnings
     monkeypatch.undo()
     table.publish("delta")
+    assert "behind the table" not in report(table).html
     shown = json.loads(CliRunner().invoke(app, ["status", "-c", str(yaml_file), "--json"]).stdout)
     assert [(f["format"], f["stale"]) for f in shown["published"]] == [("delta", False)]
     assert not any("published" in w for w in shown["warnings"]), shown["warnings"]

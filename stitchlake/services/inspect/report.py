@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchlake.services.inspect.metadata_tables import KAFKA_TIMEOUT_S, Snapshot
 from stitchlake.services.inspect.status import StatusReport, status
+from stitchlake.services.published_state import PublishedFormat
 from stitchlake.timeline.clock import to_datetime
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ def report(
     page.kafka(data["streams"], colours)
     page.streams(data["streams"])
     page.savepoints(data["savepoints"])
+    page.published(health.published)
     page.rescales(data["rescales"])
     return TableReport(
         table=table.config.table.name,
@@ -402,6 +404,22 @@ class _Page:
         ]
         headers = ["name", "instant", "pins the state of", "at (UTC)", "files pinned", "bytes pinned"]
         self.section("Savepoints", _table(headers, shown, numeric=(4, 5)))
+
+    def published(self, formats: list[PublishedFormat]) -> None:
+        if not formats:
+            return
+        shown = [
+            (
+                f.format + ("" if f.configured else " (not in publish.formats)"),
+                f.location,
+                f.last_publish or "never",
+                "-" if f.version is None else f.version,
+                "behind the table" if f.stale else "current",
+            )
+            for f in formats
+        ]
+        headers = ["format", "location", "last publish", "version", "state"]
+        self.section("Published formats", _table(headers, shown, numeric=(3,)))
 
     def rescales(self, rows: list[dict[str, Any]]) -> None:
         shown = [
