@@ -123,6 +123,13 @@ class InputRejected(StitchError):
     exit_code = 5
 
 
+class LandingVanished(InputRejected):
+    """A listed landing file gone before it was read: no bad data, so never set aside as such. Recorded as
+    consumed, a file moved away and back (same size and time) would be skipped for ever; the ingest stops instead,
+    and the next one lists again. Here, not beside the reader: a Spark task's error is recovered by its name in
+    this module."""
+
+
 class CorruptFileError(StitchError):
     """A table file could not be read completely; the message names the file, and says what to do."""
 

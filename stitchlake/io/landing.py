@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import posixpath
 import zlib
 from collections.abc import Callable, Mapping
@@ -30,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 
 from stitchlake.config import SourceSpec
-from stitchlake.errors import InputRejected, UsageError
+from stitchlake.errors import InputRejected, LandingVanished, UsageError
 from stitchlake.io.json_records import Judged, judge_json, record_lines, skip_space
 from stitchlake.storage import storage_for
-from stitchlake.storage.registry import absolute, is_uri, without_file_scheme
+from stitchlake.storage.registry import absolute, is_local, is_uri, without_file_scheme
 from stitchlake.timeline.metadata import LandingRecord
 from stitchlake.vocabulary import SourceFormat
 
@@ -180,20 +181,27 @@ def _is_file(root: str, options: Mapping[str, str] | None) -> bool:
     return True
 
 
-class LandingVanished(InputRejected):
-    """A listed landing file gone before it was read: no bad data, so never set aside as such. Recorded as
-    consumed, a file moved away and back (same size and time) would be skipped for ever; the ingest stops instead,
-    and the next one lists again."""
-
-
 def _identity(base: str, folder: str, path: str) -> str:
     """A landing file's name relative to the stream's source folder (its full location, as written, when outside
     it: what checkpoints hold). Inside the folder a `file://` URI is compared as the path it holds: a file named
     once by a path and once by a URI must be one name, or it is ingested twice."""
     full = absolute(f"{folder.rstrip('/')}/{path}")
-    local = absolute(without_file_scheme(full))
-    prefix = absolute(without_file_scheme(base)).rstrip("/") + "/"
-    return local[len(prefix) :] if local.startswith(prefix) else full
+    # As it always was (a path resolved, a URI as written: the names checkpoints hold); and where one side is a
+    # `file://` URI and the other is not, both as paths on this machine, links not followed as a URI's never were.
+    pairs = [(full, absolute(base))]
+    if is_uri(base) != is_uri(folder):
+        pairs.append((_unresolved(f"{folder.rstrip('/')}/{path}"), _unresolved(base)))
+    for candidate, root in pairs:
+        prefix = root.rstrip("/") + "/"
+        if candidate.startswith(prefix):
+            return candidate[len(prefix) :]
+    return full
+
+
+def _unresolved(location: str) -> str:
+    """A location on this machine as an absolute path, symbolic links not followed (a `file://` URI as the path it
+    holds); any other location as written."""
+    return os.path.abspath(without_file_scheme(location)) if is_local(location) else location
 
 
 def describe(file: LandingFile, options: Mapping[str, str] | None = None) -> str:

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import BadRows, StreamSpec
-from stitchlake.errors import InputRejected
+from stitchlake.errors import InputRejected, LandingVanished
 from stitchlake.io import kafka
 from stitchlake.io.json_records import Judged
-from stitchlake.io.landing import LandingFile, LandingVanished, describe, positions, read_landing_rows
+from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
 from stitchlake.vocabulary import SourceFormat

@@ -126,3 +126,30 @@ def test_hadoops_file_uri_with_one_slash_is_the_local_path(tmp_path: Path) -> No
     """Spark hands a data source `file:/tmp/t` for `LOCATION '/tmp/t'`: the same local folder."""
     storage = storage_for(f"file:{tmp_path}")
     assert isinstance(storage, LocalStorage) and storage.local_path("x") == str(tmp_path / "x")
+
+
+def test_a_linked_landing_file_keeps_the_name_it_always_had(tmp_path: Path) -> None:
+    """Comparing a `file://` folder as a path must not follow links: a linked file under a `file://` source was
+    always `linked.csv`, and a name that changes is a file ingested again. (Under a plain path it was always its
+    target's full path: kept too.)"""
+    land = tmp_path / "landing"
+    land.mkdir()
+    (tmp_path / "elsewhere.csv").write_text("k\n1\n", encoding="utf-8")
+    (land / "linked.csv").symlink_to(tmp_path / "elsewhere.csv")
+    real = str((tmp_path / "elsewhere.csv").resolve())
+    assert _identity(land.as_uri(), land.as_uri(), "linked.csv") == "linked.csv"
+    assert _identity(land.as_uri(), str(land), "linked.csv") == "linked.csv"
+    assert _identity(str(land), str(land), "linked.csv") == real
+
+
+def test_a_landing_file_gone_before_its_read_in_a_spark_task_is_recovered_as_itself() -> None:
+    """A Spark task's error comes back as text and is recovered by its class's name in stitchlake.errors: the
+    vanished file's error must live there, or the driver sees exit 1 and a Java traceback instead of exit 5."""
+    from stitchlake.errors import LandingVanished
+    from stitchlake.spark.errors import recovered, unwrap
+
+    error = LandingVanished("landing/0001.csv: landing file vanished between the listing and the read", file="x")
+    text = "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n  ...\n"
+    wrapped = Exception(f"{text}stitchlake.errors.LandingVanished: {error}\n\tat org.apache.spark...")
+    assert unwrap(wrapped)[:2] == ("LandingVanished", 5)
+    assert isinstance(recovered(wrapped), LandingVanished)
