@@ -131,7 +131,6 @@ def _prepare_text(column: pa.Array, kind: pa.DataType) -> pa.Array:
         whole = pc.match_substring_regex(column, f"^{WHOLE_TEXT.pattern}$")
         return pc.if_else(whole, pc.replace_substring_regex(column, r"^\+", ""), "not a whole number")
     if pa.types.is_timestamp(kind):
-        column = pc.replace_substring_regex(column, r"(\.\d{6})\d+", r"\1")  # nanoseconds cut to µs (design.md §2)
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2}) ", r"\1T")
         column = pc.replace_substring_regex(column, r"^(\d{4}-\d{2}-\d{2})$", r"\1T00:00:00")
         # Text without a zone is UTC, as everywhere else in stitchlake (defaults, as_of).
@@ -164,24 +163,39 @@ def cast_column(column: pa.Array, spec: ColumnSpec, where: str) -> tuple[pa.Arra
         raise _inconvertible(column, spec, where)  # Arrow reads true as 1: a key or amount must not become 1
     if pa.types.is_temporal(kind) and (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
         # Arrow takes a number as the raw count of the type's unit: epoch milliseconds would land in 1970 as
-        # microseconds, without a word (a number in CSV text is a bad row); a number has no unit to say which.
-        raise _inconvertible(column, spec, where)
+        # microseconds, without a word. A number has no unit to say which: each is a bad row (`bad_rows` decides),
+        # as the same number in CSV text is.
+        return pa.nulls(len(column), kind), pc.is_valid(column).to_numpy(zero_copy_only=False)
     try:
-        cast = pc.cast(column, kind, safe=True)
-        if pa.types.is_floating(kind):
-            overflowed = _overflowed(column, cast)
-            if overflowed.any():  # `1e400`, a double past a float's range: not the value given
-                return pc.if_else(pa.array(overflowed), pa.scalar(None, kind), cast), overflowed
-        return cast, np.zeros(len(column), dtype=bool)
+        cast, failed = pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
     except pa.ArrowNotImplementedError:
         raise _inconvertible(column, spec, where) from None
     except (pa.ArrowInvalid, OverflowError):
-        return _cast_rowwise(column, kind)
+        cast, failed = _cast_slowly(column, kind)
+    if pa.types.is_floating(kind):
+        overflowed = _overflowed(column, cast)
+        if overflowed.any():  # `1e400`, a double past a float's range: not the value given
+            cast, failed = pc.if_else(pa.array(overflowed), pa.scalar(None, kind), cast), failed | overflowed
+    return cast, failed
+
+
+def _cast_slowly(column: pa.Array, kind: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """A cast Arrow refused as a whole: text timestamps with more than 6 decimals cut to µs first (design.md §2:
+    nanoseconds are cut, not a reason to reject the row), then value by value."""
+    if pa.types.is_timestamp(kind) and _is_text(column.type):
+        column = pc.replace_substring_regex(column, r"(\.\d{6})\d+", r"\1")
+        try:
+            return pc.cast(column, kind, safe=True), np.zeros(len(column), dtype=bool)
+        except (pa.ArrowInvalid, OverflowError):
+            pass
+    return _cast_rowwise(column, kind)
 
 
 def _overflowed(source: pa.Array, cast: pa.Array) -> np.ndarray:
     """Rows a cast to a float type took to ±infinity from a finite value (text past the type's range, a double past
     a float's): the value given is not the one stored."""
+    if not pc.any(pc.is_inf(cast)).as_py():  # the common case: no infinity, nothing to tell apart
+        return np.zeros(len(source), dtype=bool)
     if _is_text(source.type):
         said = pc.match_substring_regex(source, f"^{NON_FINITE_TEXT.pattern}$", ignore_case=True)
     elif pa.types.is_floating(source.type):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import stitchlake
@@ -80,22 +81,34 @@ def test_a_delete_is_not_rejected_for_values_it_carries_in_columns_a_delete_igno
     assert prepared.deleted.tolist() == [True] and prepared.bad is not None and prepared.bad.num_rows == 1
 
 
-def test_numbers_for_a_timestamp_or_date_column_are_refused_not_read_as_microseconds(tmp_path: Path) -> None:
+def test_numbers_for_a_timestamp_or_date_column_are_bad_rows_not_read_as_microseconds(tmp_path: Path) -> None:
     """Arrow casts an integer to a timestamp as a count of its unit: epoch milliseconds in a Parquet or Avro column
-    became a moment in January 1970, silently (the same number in CSV text is a bad row). No unit, no guess."""
+    (or a Kafka record's) became a moment in January 1970, silently; an int32 for a date, a day count. A number has
+    no unit to say which: each is a bad row, as the same number in CSV text is, and `bad_rows` decides (a refusal
+    of the whole column would stop a Kafka stream for good whatever the policy)."""
     from tests.support.tables import new_table
 
     document = {
         "table": {"name": "t", "path": "table", "key": {"k": "long"}, "buckets": 1},
         "streams": {"e": {"columns": {"at": "timestamp", "day": "date"}}},
+        "bad_rows": "quarantine",
     }
     table = new_table(tmp_path, document)
-    for column, values in (("at", pa.array([1704103200000], pa.int64())), ("day", pa.array([19723.0]))):
-        rows = {"k": pa.array([1], pa.int64()), "at": pa.array([None], pa.timestamp("us", "UTC"))}
-        rows |= {"day": pa.array([None], pa.date32()), column: values}
-        with pytest.raises(InputRejected, match=f"column {column} has type .* cannot be converted"):
-            table.write("e", pa.table(rows))
-    assert table.timeline().latest_completed() is None
+    for column, values in (("at", pa.array([1704103200000, None], pa.int64())), ("day", pa.array([19723, None]))):
+        rows = {"k": pa.array([1, 2], pa.int64()), "at": pa.array([None, None], pa.timestamp("us", "UTC"))}
+        rows |= {
+            "day": pa.array([None, None], pa.date32()),
+            column: values.cast(pa.int32()) if column == "day" else values,
+        }
+        written = table.write("e", pa.table(rows))
+        assert written.bad_rows == 1, column  # the null is no number: its row is fine
+        assert written.quarantine is not None
+        rejected = pq.read_table(Path(table.path) / written.quarantine).to_pylist()
+        assert [(r["k"], r["_reason"]) for r in rejected] == [("1", f"unparsable value in {column}")]
+    assert table.read().to_pylist() == [{"k": 2, "at": None, "day": None}]
+    strict = new_table(tmp_path / "strict", {**document, "bad_rows": "fail"})
+    with pytest.raises(InputRejected, match="unparsable value in at"):
+        strict.write("e", pa.table({"k": [1], "at": pa.array([1704103200000]), "day": pa.array([None], pa.date32())}))
 
 
 def test_values_are_read_by_one_grammar_whatever_their_encoding_and_none_changes_on_the_way() -> None:
@@ -113,6 +126,8 @@ def test_values_are_read_by_one_grammar_whatever_their_encoding_and_none_changes
 
     text = pa.array(["1e400", "-1e400", "inf", "-Infinity", "1.5", None])
     assert cast(text, "double") == ([None, None, float("inf"), float("-inf"), 1.5, None], [1, 1, 0, 0, 0, 0])
+    with_a_bad_value = pa.array(["1e400", "abc", "2.5"])  # cast value by value: the same rule
+    assert cast(with_a_bad_value, "double") == ([None, None, 2.5], [True, True, False])
     doubles = pa.array([1e39, float("inf"), 2.5])
     assert cast(doubles, "float") == ([None, float("inf"), 2.5], [True, False, False])
     categorical = pa.array(["0x10", "16", "yes"]).dictionary_encode()
