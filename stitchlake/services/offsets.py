@@ -205,6 +205,7 @@ def plan(
     out = TopicPlan()
     lost: list[str] = []
     refused_earliest: list[str] = []
+    only_truncated = not (recreated and reset is None)  # every partition refused had its log truncated
     if recreated and reset is None:
         was = sorted({r.topic_id for r in recorded.values() if r.topic_id})
         nexts = ", ".join(f"{p} (next offset {r.end})" for p, r in sorted(recorded.items()))
@@ -219,6 +220,7 @@ def plan(
         if reset is None:
             if not recreated:
                 lost.append(f"partition {partition}: next offset {item.end}, but {why}")
+                only_truncated = False
         else:  # dropped from the recorded offsets (`latest_ranges`); if it comes back, it is read from its start
             out.resets.append(OffsetReset(topic, partition, item.end, 0, f"reset {reset}: {why}; not read any more"))
     for partition, (low, high) in sorted(held.items()):
@@ -240,6 +242,7 @@ def plan(
             if reset is None:
                 added = " (a partition added since the last ingest)" if last is None else ""
                 lost.append(_lost(partition, start, low, high, truncated) + added)
+                only_truncated = only_truncated and truncated
                 continue
             if truncated and reset == "earliest":
                 refused_earliest.append(f"{partition} (next offset {start}, the topic ends at {high})")
@@ -255,6 +258,12 @@ def plan(
             out.ranges.append(OffsetRange(topic, partition, start, end, topic_id, count))
         elif last is None:  # never recorded: where it stands (a recorded one's position is known already)
             out.positions.append(OffsetRange(topic, partition, start, start, topic_id, count))
+    if lost and only_truncated:
+        raise InputRejected(
+            f"stream {stream}: {kafka.where(source)} ends before the table's next offset: {'; '.join(lost)}. Nothing "
+            f"was ingested. Run `stitch ingest --stream {stream} --reset-offsets latest` to go on from its end",
+            file=f"kafka:{source.topic}",
+        )
     if lost:
         raise InputRejected(
             f"stream {stream}: {kafka.where(source)} no longer holds records the table has not ingested: "

@@ -33,7 +33,15 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.concurrency.heartbeat import is_expired
-from stitchlake.errors import COMPLETED_BEFORE_STOP, BusyError, ConflictError, StitchError, UsageError, one_of
+from stitchlake.errors import (
+    COMPLETED_BEFORE_STOP,
+    BusyError,
+    ConflictError,
+    StitchError,
+    Terminated,
+    UsageError,
+    one_of,
+)
 from stitchlake.io.published import (
     PUBLISHERS,
     Publication,
@@ -361,7 +369,7 @@ def publish_after(
     except StitchError as exc:
         retry = _retry(table, stale)
         raise StitchError(f"{what} completed, but publishing failed: {exc} — run `{retry}` again") from exc
-    except BaseException as exc:  # a stop (Ctrl-C, SIGTERM) while publishing: what came before it stands
+    except (KeyboardInterrupt, Terminated) as exc:  # a stop while publishing: what came before it stands
         exc.add_note(f"{COMPLETED_BEFORE_STOP}: {what} stands; its publish was stopped — run `{_retry(table, stale)}`")
         raise
 

@@ -4,13 +4,15 @@ decides before it runs, what an erase reports as out of reach, and what `stitch 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stitchlake.io.published import Target, published_table_exists
 from stitchlake.paths import PUBLISHED_DIR
+from stitchlake.storage.registry import is_local, without_file_scheme
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
-from stitchlake.timeline.archive import archived_instants
+from stitchlake.timeline.archive import archived_batches_newest_first, archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
@@ -42,9 +44,16 @@ def published_identifier(table: TableHandle, fmt: PublishFormat) -> str:
 def moved_since(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -> bool:
     """Whether the config now points `fmt` somewhere else than `commit` published it (another `publish.location`,
     another Iceberg namespace)."""
-    return commit.location != published_location(table, fmt) or (
+    return _place(commit.location) != _place(published_location(table, fmt)) or (
         bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
     )
+
+
+def _place(location: str) -> str:
+    """A location spelled one way: a path on this machine absolute (a `file://` URI as its path), no trailing `/`.
+    Another spelling of the same folder is no move: called "left behind", the live published table would be the
+    one an operator is told to delete."""
+    return os.path.abspath(without_file_scheme(location)) if is_local(location) else location.rstrip("/")
 
 
 def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[str]:
@@ -107,17 +116,41 @@ def stale_formats(
     changed = timeline.latest_completed(CHANGES_PUBLISHED_ROWS)
     out = []
     for fmt in formats:
-        last = last_publish(timeline, fmt)
-        if last is None:
+        found = newest_publish(table, timeline, fmt)
+        if found is None:
             compacted = timeline.latest_completed(REWRITES) is not None
             if compacted or has_base_files(table, timeline):
                 out.append(fmt)
             continue
-        commit = timeline.commit(last)
-        moved = isinstance(commit, PublishCommit) and moved_since(table, fmt, commit)
-        if moved or (changed is not None and (changed.completed or "") > last.requested):
+        last, commit, archived_change = found
+        moved = moved_since(table, fmt, commit)
+        latest_change = max((changed.completed or "") if changed else "", archived_change)
+        if moved or latest_change > last.requested:
             out.append(fmt)
     return out
+
+
+def newest_publish(
+    table: TableHandle, timeline: Timeline, fmt: PublishFormat
+) -> tuple[Instant, PublishCommit, str] | None:
+    """The newest completed publish of `fmt` with its commit: on the active timeline, else in the archive (newest
+    batch first, no further than it); with the latest completion of a change to published rows archived since it
+    ('' when none is: the active timeline says the rest). None: `fmt` was never published."""
+    last = last_publish(timeline, fmt)
+    if last is not None:
+        commit = timeline.commit(last)
+        return (last, commit, "") if isinstance(commit, PublishCommit) else None
+    if load_checkpoint(table.storage) is None:
+        return None
+    changes: list[str] = []
+    for _horizon, entries in archived_batches_newest_first(table.storage):
+        for entry in entries:
+            if entry.instant.action in CHANGES_PUBLISHED_ROWS:
+                changes.append(entry.instant.completed or "")
+            if isinstance(entry.commit, PublishCommit) and entry.commit.format == fmt:
+                since = [c for c in changes if c > entry.instant.requested]
+                return entry.instant, entry.commit, max(since, default="")
+    return None
 
 
 def published_formats(table: TableHandle, timeline: Timeline | None = None) -> list[PublishFormat]:
@@ -143,8 +176,9 @@ def published_formats(table: TableHandle, timeline: Timeline | None = None) -> l
 
 @dataclass(frozen=True)
 class PublishedFormat:
-    """One format in `stitch status`: where it goes, its last publish on the active timeline, and whether it is
-    behind the table (a compaction, erase, alter or restore since that publish read it, or the config moved it)."""
+    """One format in `stitch status`: where it goes, its last publish (the archive's when the active timeline has
+    none), and whether it is behind the table (a compaction, erase, alter or restore since that publish read it, or
+    the config moved it)."""
 
     format: str
     configured: bool
@@ -156,21 +190,21 @@ class PublishedFormat:
 
 def published_status(table: TableHandle, timeline: Timeline) -> list[PublishedFormat]:
     """`publish.formats` and every other format with a publish on the active timeline (from metadata only: a
-    format published before the archive horizon and not configured is not probed for)."""
+    format published before the archive horizon and not configured is not probed for; a configured one's last
+    publish is looked for in the archive too)."""
     configured = list(table.config.publish.formats)
     formats = [*configured, *(f for f in PublishFormat if f not in configured and last_publish(timeline, f))]
     stale = set(stale_formats(table, formats, timeline))
     out = []
     for fmt in formats:
-        last = last_publish(timeline, fmt)
-        commit = timeline.commit(last) if last is not None else None
+        found = newest_publish(table, timeline, fmt)
         out.append(
             PublishedFormat(
                 format=fmt.value,
                 configured=fmt in configured,
                 location=published_location(table, fmt),
-                last_publish=last.requested if last is not None else None,
-                version=commit.version if isinstance(commit, PublishCommit) else None,
+                last_publish=found[0].requested if found is not None else None,
+                version=found[1].version if found is not None else None,
                 stale=fmt in stale,
             )
         )

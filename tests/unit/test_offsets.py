@@ -98,8 +98,12 @@ def test_a_truncated_log_is_not_read_again_where_older_values_would_win(
     topic.held.update({0: (0, 100), 1: (0, 50)})
     topic.ingest()
     topic.held.update({0: (0, 120), 1: (0, 40)})  # partition 1 truncated: 40..49 gone, 0..39 already ingested
-    with pytest.raises(InputRejected, match="partition 1: next offset 50, but the topic ends at 40: its log was trunc"):
+    with pytest.raises(
+        InputRejected, match="partition 1: next offset 50, but the topic ends at 40: its log was trunc"
+    ) as lost:
         topic.ingest()
+    assert "`stitch ingest --stream s --reset-offsets latest`" in str(lost.value), lost.value
+    assert "reset-offsets earliest`" not in str(lost.value), "the refused reset is not offered"
     with pytest.raises(UsageError, match=r"would ingest again records the table already has.*1 \(next offset 50"):
         topic.ingest(reset="earliest")
     assert topic.state[("t", 1)].end == 50, "nothing recorded"

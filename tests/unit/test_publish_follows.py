@@ -6,6 +6,7 @@ catches up; clean keeps what a running publish reads; tables never share a publi
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import shutil
 import time
@@ -487,3 +488,36 @@ def test_an_erase_names_the_published_tables_no_publish_reaches_after_a_move(tmp
     assert 2 not in [row["k"] for row in rows_of(now)]
     shutil.rmtree(old_delta.parent)  # the operator deletes them
     assert moved.erase(pa.table({"k": pa.array([3], pa.int64())})).result.left_behind == []
+
+
+def test_a_publish_archived_off_the_timeline_still_counts_and_another_spelling_of_its_place_is_no_move(
+    tmp_path: Path,
+) -> None:
+    """Once its last publish was archived, a format read as "never published": `stitch status` warned that it was
+    behind and to publish it, every compaction republished it, unchanged. And a location spelled another way
+    (`file://`, a trailing slash) is the same place: named "left behind", the live published table would be the one
+    an operator deletes."""
+    from stitchlake.services.inspect.status import status
+
+    root = tmp_path / "t"
+    table = history(root, formats=["delta"])
+    table.publish("delta")
+    for number in range(6):
+        table.write("shipments", batch(MODEL["shipments"], [{"k": 1, "carrier": f"c{number}", "ship_no": number}]))
+    table.archive(keep=3)
+    assert not table.timeline().completed([Action.PUBLISH]), "the publish is in the archive now"
+    shown = status(table)
+    assert [(f.format, f.stale, f.last_publish is not None) for f in shown.published] == [("delta", False, True)]
+    assert not any("published" in w for w in shown.warnings), shown.warnings
+    table.compact()  # a change to the published rows after the archived publish: behind, rightly
+    assert [f.stale for f in status(table).published] == [False], "the compaction republished it"
+
+    here = str(tmp_path / "pub")
+    spelled = [here, here + "/", Path(here).as_uri()]
+    for first, then in itertools.pairwise(spelled):
+        placed = Table(config(root, altered_document(formats=["delta"], location=first)))
+        placed.publish("delta")
+        again = Table(config(root, altered_document(formats=["delta"], location=then)))
+        assert stale_formats(again, [PublishFormat.DELTA]) == [], (first, then)
+        left = again.erase(pa.table({"k": pa.array([3], pa.int64())})).result.left_behind
+        assert left == [f"delta {root / 'table' / '.stitch' / 'published' / 'delta'}"], (first, then, left)
