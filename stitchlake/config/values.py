@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 import re
 from typing import Any
 
@@ -57,7 +58,10 @@ def parse_default(type_name: str, value: Any) -> Any:
             NUMBER_TEXT.fullmatch(value.strip()) or NON_FINITE_TEXT.fullmatch(value.strip())
         ):
             raise ValueError(f"{value!r} is not a number (ASCII digits, optionally signed, a point, an exponent)")
-        return float(value)
+        real = float(value)
+        if math.isinf(real) and isinstance(value, str) and not NON_FINITE_TEXT.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is past the range of {type_name}")  # as ingest: not infinity
+        return real
     if type_name == "boolean":
         if isinstance(value, bool):
             return value

@@ -306,6 +306,8 @@ def prepare(
 def _require_utf8(column: pa.ChunkedArray | pa.Array, name: str, source: str) -> None:
     """Refuse text that is not UTF-8 (Arrow builds such strings without checking): stored, it would make every
     later read of the table fail."""
+    if pa.types.is_dictionary(column.type):  # categorical text: its entries are the text
+        column = column.dictionary if isinstance(column, pa.DictionaryArray) else column.combine_chunks().dictionary
     if not _is_text(column.type):
         return
     try:

@@ -120,9 +120,13 @@ def from_landing(
         if table.config.bad_rows != BadRows.QUARANTINE:
             raise file_rejection(exc) from None
         try:
-            raw: bytes | None = storage_for(file.root, options).read_bytes(file.path)
-        except FileNotFoundError:
-            raw = None
+            raw = storage_for(file.root, options).read_bytes(file.path)
+        except FileNotFoundError:  # gone before its copy: set aside with no copy, it would be consumed for good
+            raise LandingVanished(
+                f"{exc}; and the file vanished before it could be set aside (moved or deleted meanwhile); nothing "
+                "was ingested: run again",
+                file=exc.file,
+            ) from None
         return LandingEvents(file, rejected=quarantine_file(table.storage, instant, file.name, raw, str(exc), mark))
     return LandingEvents(file, batch=batch)
 

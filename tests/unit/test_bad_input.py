@@ -32,6 +32,10 @@ def test_text_that_is_not_utf8_is_refused_by_the_api_too(workspace: Path) -> Non
         table.write("orders", pa.table(orders([5], status=status)))
     assert refused.value.column == "status"
     assert table.read().num_rows == 4
+    categorical = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), status)  # its entries are the text
+    with pytest.raises(InputRejected, match="column status holds text that is not UTF-8"):
+        table.write("orders", pa.table(orders([5], status=categorical)))
+    assert table.read().num_rows == 4
 
 
 def test_whole_landing_files_set_aside_get_a_copy_each_whatever_their_names(tmp_path: Path) -> None:
@@ -128,6 +132,11 @@ def test_values_are_read_by_one_grammar_whatever_their_encoding_and_none_changes
     assert cast(text, "double") == ([None, None, float("inf"), float("-inf"), 1.5, None], [1, 1, 0, 0, 0, 0])
     with_a_bad_value = pa.array(["1e400", "abc", "2.5"])  # cast value by value: the same rule
     assert cast(with_a_bad_value, "double") == ([None, None, 2.5], [True, True, False])
+    from stitchlake.config.values import parse_text  # and so `--where`, defaults and partition values read text
+
+    with pytest.raises(ValueError, match="past the range of double"):
+        parse_text("double", "1e400")
+    assert parse_text("double", "-Infinity") == float("-inf")
     doubles = pa.array([1e39, float("inf"), 2.5])
     assert cast(doubles, "float") == ([None, float("inf"), 2.5], [True, False, False])
     categorical = pa.array(["0x10", "16", "yes"]).dictionary_encode()

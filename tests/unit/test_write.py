@@ -502,3 +502,31 @@ def test_a_landing_file_gone_before_it_is_read_stops_the_ingest_even_under_quara
     (tmp_path / "away.csv").rename(landing / "0001.csv")
     table.ingest("orders", engine="local")
     assert [k for k, _ in as_rows(table.read())] == [1]
+
+
+def test_a_bad_landing_file_gone_before_its_copy_is_taken_stops_the_ingest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file rejected for its content is set aside with a copy; one gone before the copy was taken was set aside
+    with none and recorded as consumed, so, moved back, it was skipped for ever. The ingest stops instead."""
+    import stitchlake.writing.events as events_module
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    document = copy.deepcopy(THREE_STREAMS) | {"bad_rows": "quarantine"}
+    document["streams"]["orders"]["source"] = {"format": "csv", "path": str(landing)}
+    table = new_table(tmp_path, document)
+    (landing / "0001.csv").write_text("k,p,amount,status,ots,op\n1,odd,10,new,1,\n", encoding="utf-8")
+
+    def rejected_then_moved_away(*_args: Any, **_kwargs: Any) -> Any:
+        (landing / "0001.csv").rename(tmp_path / "away.csv")
+        raise InputRejected("0001.csv: cannot read csv file (a bad byte)", file="0001.csv")
+
+    monkeypatch.setattr(events_module, "read_landing_rows", rejected_then_moved_away)
+    with pytest.raises(InputRejected, match="vanished before it could be set aside"):
+        table.ingest("orders", engine="local")
+    assert table.timeline().completed() == []
+    monkeypatch.undo()
+    (tmp_path / "away.csv").rename(landing / "0001.csv")
+    table.ingest("orders", engine="local")
+    assert [k for k, _ in as_rows(table.read())] == [1]
