@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from stitchlake.storage.registry import absolute, is_local, is_uri, location_refusal
+from stitchlake.storage.registry import absolute, is_local, is_uri, location_refusal, without_file_scheme
 from stitchlake.types import normalize_type
 
 from . import yaml_schema as schema
@@ -41,9 +41,10 @@ _WHOLE_TEXT = re.compile(r"\s*-?[0-9]+\s*")
 
 
 def is_within(location: str, folder: str) -> bool:
-    """Whether `location` is `folder` or under it (local paths compared absolute, URIs as text)."""
-    if not is_uri(location) and not is_uri(folder):
-        location, folder = os.path.abspath(location), os.path.abspath(folder)
+    """Whether `location` is `folder` or under it (places on this machine compared as absolute paths, a `file://`
+    URI as the path it holds, so one place written two ways is one place; other URIs as text)."""
+    if is_local(location) and is_local(folder):
+        location, folder = os.path.abspath(without_file_scheme(location)), os.path.abspath(without_file_scheme(folder))
     location, folder = location.rstrip("/"), folder.rstrip("/")
     return location == folder or location.startswith(folder + "/")
 

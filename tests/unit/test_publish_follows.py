@@ -342,6 +342,14 @@ def test_a_publish_location_inside_the_table_is_refused_when_the_config_is_read(
     with pytest.raises(Exception, match=r"publish\.location.*inside the table folder"):
         config(tmp_path, document)
     assert config(tmp_path, altered_document(location="table/.stitch/published")).publish.location
+    # one place written two ways is one place: a `file://` URI on either side
+    inside = (tmp_path / "table" / "published").as_uri()
+    with pytest.raises(Exception, match=r"publish\.location.*inside the table folder"):
+        config(tmp_path, altered_document(location=inside))
+    uri_table = altered_document(location=str(tmp_path / "table" / "published"))
+    uri_table["table"]["path"] = (tmp_path / "table").as_uri()
+    with pytest.raises(Exception, match=r"publish\.location.*inside the table folder"):
+        config(tmp_path, uri_table)
 
 
 def test_reading_helpers_take_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
