@@ -473,6 +473,17 @@ def test_log_files_are_lz4_with_delta_encoded_positions_and_base_files_zstd(tmp_
         assert {chunks.column(i).compression for i in range(chunks.num_columns)} == {"ZSTD"}
 
 
+def quarantining_csv_orders(root: Path) -> tuple[Table, Path]:
+    """A table with `bad_rows: quarantine` whose orders land as CSV in `root/landing`, one file of one row there."""
+    landing = root / "landing"
+    landing.mkdir()
+    document = copy.deepcopy(THREE_STREAMS) | {"bad_rows": "quarantine"}
+    document["streams"]["orders"]["source"] = {"format": "csv", "path": str(landing)}
+    table = new_table(root, document)
+    (landing / "0001.csv").write_text("k,p,amount,status,ots,op\n1,odd,10,new,1,\n", encoding="utf-8")
+    return table, landing
+
+
 def test_a_landing_file_gone_before_it_is_read_stops_the_ingest_even_under_quarantine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -481,12 +492,7 @@ def test_a_landing_file_gone_before_it_is_read_stops_the_ingest_even_under_quara
     (nothing committed) and the next one lists again."""
     import stitchlake.writing.events as events_module
 
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    document = copy.deepcopy(THREE_STREAMS) | {"bad_rows": "quarantine"}
-    document["streams"]["orders"]["source"] = {"format": "csv", "path": str(landing)}
-    table = new_table(tmp_path, document)
-    (landing / "0001.csv").write_text("k,p,amount,status,ots,op\n1,odd,10,new,1,\n", encoding="utf-8")
+    table, landing = quarantining_csv_orders(tmp_path)
     reader = getattr(events_module, "read_landing_rows")  # noqa: B009 - patched where ingest reads
 
     def moved_away_after_the_listing(*args: Any, **kwargs: Any) -> Any:
@@ -511,12 +517,7 @@ def test_a_bad_landing_file_gone_before_its_copy_is_taken_stops_the_ingest(
     with none and recorded as consumed, so, moved back, it was skipped for ever. The ingest stops instead."""
     import stitchlake.writing.events as events_module
 
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    document = copy.deepcopy(THREE_STREAMS) | {"bad_rows": "quarantine"}
-    document["streams"]["orders"]["source"] = {"format": "csv", "path": str(landing)}
-    table = new_table(tmp_path, document)
-    (landing / "0001.csv").write_text("k,p,amount,status,ots,op\n1,odd,10,new,1,\n", encoding="utf-8")
+    table, landing = quarantining_csv_orders(tmp_path)
 
     def rejected_then_moved_away(*_args: Any, **_kwargs: Any) -> Any:
         (landing / "0001.csv").rename(tmp_path / "away.csv")
