@@ -3,7 +3,6 @@ that accept YAML text after `${ENV}` expansion, and the annotated field types (n
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from stitchlake.storage.registry import absolute, is_local, is_uri, location_refusal, without_file_scheme
+from stitchlake.storage.registry import absolute, is_local, is_uri, local_place, location_refusal
 from stitchlake.types import normalize_type
 
 from . import yaml_schema as schema
@@ -44,7 +43,7 @@ def is_within(location: str, folder: str) -> bool:
     """Whether `location` is `folder` or under it (places on this machine compared as absolute paths, a `file://`
     URI as the path it holds, so one place written two ways is one place; other URIs as text)."""
     if is_local(location) and is_local(folder):
-        location, folder = os.path.abspath(without_file_scheme(location)), os.path.abspath(without_file_scheme(folder))
+        location, folder = local_place(location), local_place(folder)
     location, folder = location.rstrip("/"), folder.rstrip("/")
     return location == folder or location.startswith(folder + "/")
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import posixpath
 import zlib
 from collections.abc import Callable, Mapping
@@ -34,7 +33,7 @@ from stitchlake.config import SourceSpec
 from stitchlake.errors import InputRejected, LandingVanished, UsageError
 from stitchlake.io.json_records import Judged, judge_json, record_lines, skip_space
 from stitchlake.storage import storage_for
-from stitchlake.storage.registry import absolute, is_local, is_uri, without_file_scheme
+from stitchlake.storage.registry import absolute, is_uri, local_place
 from stitchlake.timeline.metadata import LandingRecord
 from stitchlake.vocabulary import SourceFormat
 
@@ -190,18 +189,12 @@ def _identity(base: str, folder: str, path: str) -> str:
     # `file://` URI and the other is not, both as paths on this machine, links not followed as a URI's never were.
     pairs = [(full, absolute(base))]
     if is_uri(base) != is_uri(folder):
-        pairs.append((_unresolved(f"{folder.rstrip('/')}/{path}"), _unresolved(base)))
+        pairs.append((local_place(f"{folder.rstrip('/')}/{path}"), local_place(base)))
     for candidate, root in pairs:
         prefix = root.rstrip("/") + "/"
         if candidate.startswith(prefix):
             return candidate[len(prefix) :]
     return full
-
-
-def _unresolved(location: str) -> str:
-    """A location on this machine as an absolute path, symbolic links not followed (a `file://` URI as the path it
-    holds); any other location as written."""
-    return os.path.abspath(without_file_scheme(location)) if is_local(location) else location
 
 
 def describe(file: LandingFile, options: Mapping[str, str] | None = None) -> str:

@@ -4,13 +4,12 @@ decides before it runs, what an erase reports as out of reach, and what `stitch 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stitchlake.io.published import Target, published_table_exists
 from stitchlake.paths import PUBLISHED_DIR
-from stitchlake.storage.registry import is_local, without_file_scheme
+from stitchlake.storage.registry import local_place
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
 from stitchlake.timeline.archive import archived_batches_newest_first, archived_instants, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
@@ -53,7 +52,7 @@ def _place(location: str) -> str:
     """A location spelled one way: a path on this machine absolute (a `file://` URI as its path), no trailing `/`.
     Another spelling of the same folder is no move: called "left behind", the live published table would be the
     one an operator is told to delete."""
-    return os.path.abspath(without_file_scheme(location)) if is_local(location) else location.rstrip("/")
+    return local_place(location).rstrip("/") or "/"
 
 
 def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[str]:

@@ -7,6 +7,7 @@ these functions rather than look for `://` themselves, so a location means the s
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -85,6 +86,12 @@ def without_file_scheme(location: str) -> str:
     if scheme_of(text) != "file":
         return text
     return text[len("file://") :] if _URI.match(text) else text[len("file:") :]
+
+
+def local_place(location: str) -> str:
+    """One spelling of a place: on this machine an absolute path, links not followed (a `file://` URI as the path
+    it holds), so a folder written two ways compares equal; any other location as written."""
+    return os.path.abspath(without_file_scheme(location)) if is_local(location) else str(location)
 
 
 def location_refusal(uri: str) -> str | None:
