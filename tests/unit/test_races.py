@@ -18,16 +18,16 @@ import pytest
 
 import stitchlake.table.transaction as transaction_module
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.errors import ConflictError, LockLost, NotFoundError, PlanGone, PlanUndone, UsageError
+from stitchlake.errors import BusyError, ConflictError, LockLost, NotFoundError, PlanGone, PlanUndone, UsageError
 from stitchlake.services.rewrites import compaction
 from stitchlake.services.undo import restore
 from stitchlake.services.undo.recovery import rollback_failed
 from stitchlake.services.undo.rollback import rollback
-from stitchlake.services.upkeep import savepoint
+from stitchlake.services.upkeep import clean, savepoint
 from stitchlake.spark.write import FilesWritten, StitchWriter
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, RollbackPlan
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, DeltaCommit, DeltaCommitPlan, RollbackPlan
 from stitchlake.writing.batch import prepare
 from stitchlake.writing.writer import write, write_file_groups
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
@@ -53,7 +53,9 @@ def _sorted(table: Any) -> Any:
     return table.sort_by("k")
 
 
-def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(tmp_path: Path) -> None:
+def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The restore's plan lists the crashed rollback; finishing them oldest first waited on each other forever
     (every `stitch clean` and `rollback --failed` exited 4). Restores now go first."""
     table = new_table(tmp_path, FAST)
@@ -63,6 +65,8 @@ def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(tmp_pa
     write(table, "orders", _rows(2))
     crashed_rollback = Transaction.begin(table, Action.ROLLBACK, RollbackPlan(reason="t"))
     _dead(crashed_rollback)
+    # A plan recorded before restores finished crashed rollbacks first (one still pending on an upgraded table).
+    monkeypatch.setattr(restore, "_unfinished", lambda timeline: [])
     crashed_restore = restore.begin_restore(table, "before")
     _dead(crashed_restore)
 
@@ -71,6 +75,68 @@ def test_a_crashed_restore_and_the_crashed_rollback_it_covers_both_finish(tmp_pa
     assert _sorted(table.read()).equals(at_savepoint)
     assert point.instant is not None
     rollback_failed(table)  # and again: nothing left to do, no refusal
+
+
+def _crashed_clean(table: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A clean that deleted its files and died before its commit; the files it deleted."""
+    deleted: list[str] = []
+
+    def deleted_then_died(tbl: Any, txn: Transaction, deleter: Any) -> Any:
+        assert isinstance(txn.plan, CleanPlan) and txn.plan.delete
+        deleted.extend(txn.plan.delete)
+        clean.local_delete(tbl)([*txn.plan.delete, *txn.plan.orphans])
+        _dead(txn)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(clean, "_execute", deleted_then_died)
+        with pytest.raises(KeyboardInterrupt):
+            clean.clean(table, policy="keep_latest_file_versions", retain=1)
+    return deleted
+
+
+def test_a_restore_finishes_a_crashed_clean_instead_of_undoing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore undid a crashed clean: the files it had deleted were then recorded nowhere, a time-travel read of
+    the state they held failed on a missing file, and that state could even be savepointed and restored to."""
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    first = table.timeline().completed([Action.DELTACOMMIT])[0]
+    compaction.compact(table, "all")  # the first commit's slices are older than the latest from here on
+    write(table, "orders", _rows(2))
+    savepoint.create(table, name="sp")
+    write(table, "orders", _rows(3))
+    deleted = _crashed_clean(table, monkeypatch)
+    assert [i.action for i in table.timeline().pending()] == [Action.CLEAN]
+
+    result = restore.restore(table, "sp")
+
+    timeline = table.timeline()
+    assert not timeline.pending()
+    cleans = timeline.completed([Action.CLEAN])
+    finished = timeline.commit(cleans[0])
+    assert len(cleans) == 1 and isinstance(finished, CleanCommit) and set(finished.deleted) == set(deleted)
+    assert result.finished == [f"clean {cleans[0].requested}"] and "finished crashed clean" in result.message
+    assert _sorted(table.read()).equals(_sorted(table.read(as_of="sp")))
+    with pytest.raises(UsageError):  # the state the clean removed is refused as cleaned, never read half-way
+        savepoint.create(table, first.requested, name="older")
+
+
+def test_a_restore_is_refused_while_a_clean_runs_even_with_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="sp")
+    write(table, "orders", _rows(2))
+    running = Transaction.begin(table, Action.CLEAN, CleanPlan(delete=(), orphans=(), policy="keep_latest_commits"))
+    try:
+        with pytest.raises(BusyError, match="cannot undo it"):
+            restore.restore(table, "sp", force=True)
+        assert [i.action for i in table.timeline().pending()] == [Action.CLEAN]
+    finally:
+        running.abort()
 
 
 def test_a_rollback_whose_lease_ran_out_before_its_request_undoes_nothing(

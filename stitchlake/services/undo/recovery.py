@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from stitchlake.services.rewrites.purge import finish_purges
 from stitchlake.services.undo.restore import finish_restore
 from stitchlake.services.undo.rollback import RollbackResult, expired, finish_rollback, run_rollback
 from stitchlake.services.upkeep.clean import finish_clean
@@ -67,10 +68,10 @@ def finish_crashed(table: TableHandle, instants: list[Instant]) -> list[str]:
     """Complete crashed rollbacks, cleans and restores from their recorded plans; what was finished
     (`"<action> <instant>"`).
 
-    Restores go first: a restore's plan takes back every instant that was pending when it began, crashed
-    rollbacks and cleans included, and resuming one of those while the restore is pending is refused (it is
-    being undone), so taking them in time order would wait on each other forever. Whatever a pending restore
-    or rollback already covers is left to it.
+    Restores go first: a restore's plan takes back every instant that was pending when it began (crashed
+    rollbacks and cleans too, in plans recorded before restores finished those first), and resuming one of those
+    while the restore is pending is refused (it is being undone), so taking them in time order would wait on each
+    other forever. Whatever a pending restore or rollback already covers is left to it.
     """
     finished = []
     for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
@@ -92,7 +93,8 @@ def to_finish(timeline: Timeline, instants: list[Instant]) -> list[Instant]:
 
 
 def rollback_failed(table: TableHandle) -> RollbackResult:
-    """Finish crashed services, then roll back every pending write whose heartbeat expired.
+    """Finish crashed services, roll back every pending write whose heartbeat expired, then finish the purges
+    of erases that committed but did not purge.
 
     What was finished is reported too: a crashed restore finished here changes what reads return, so "nothing
     to roll back" would hide that the table just moved.
@@ -107,6 +109,7 @@ def rollback_failed(table: TableHandle) -> RollbackResult:
         timeline = table.timeline()
         targets, resets, _ = failed_instants(table, timeline)
     result = run_rollback(table, timeline, targets, resets, "failed writes (expired heartbeats)")
+    finished += finish_purges(table)
     result.finished = finished
     if finished:
         done = f"finished crashed {', '.join(finished)} from the recorded plan"

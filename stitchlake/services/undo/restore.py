@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 from stitchlake.errors import BusyError, NotFoundError, UsageError
 from stitchlake.services.offsets import rewound
 from stitchlake.services.publish import Published, publish_after
+from stitchlake.services.rewrites.purge import finish_purges
 from stitchlake.services.rewrites.rescale import buckets_reminder
-from stitchlake.services.undo.rollback import expired, target_of, undo
+from stitchlake.services.undo.rollback import expired, finish_rollback, target_of, undo
+from stitchlake.services.upkeep.clean import finish_clean
 from stitchlake.table.transaction import Transaction
-from stitchlake.timeline.actions import UNDONE_BY_RESTORE
+from stitchlake.timeline.actions import UNDONE_BY_RESTORE, kind_of
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, RestoreCommit, RestorePlan, SavepointCommit
 from stitchlake.timeline.savepoints import find
@@ -53,11 +55,37 @@ class RestoreResult:
     buckets: int | None = None
     #: The erases it undid (`<instant>: <n> key(s)`): their keys read again, which an operator must hear of.
     undone_erases: list[str] = field(default_factory=list)
+    #: Crashed cleans and rollbacks it finished first (`"<action> <instant>"`).
+    finished: list[str] = field(default_factory=list)
 
 
 def restore(table: TableHandle, which: str, force: bool = False) -> RestoreResult:
     """Bring the table back to a savepoint's state."""
-    return _execute(table, begin_restore(table, which, force))
+    table.require()
+    finished = finish_unfinished(table) + finish_purges(table)  # a savepoint an unfinished purge left holds its keys
+    result = _execute(table, begin_restore(table, which, force))
+    if finished:
+        result.finished = finished
+        result.message = f"finished crashed {', '.join(finished)} from the recorded plan first\n{result.message}"
+    return result
+
+
+def _unfinished(timeline: Timeline) -> list[Instant]:
+    """Pending cleans and rollbacks: a restore cannot undo them (the files a crashed clean deleted are named in
+    its plan only; undoing it would leave reads of older states failing on missing files), only finish them."""
+    return [i for i in timeline.pending() if i.action != Action.RESTORE and kind_of(i.action).finished_not_undone]
+
+
+def finish_unfinished(table: TableHandle) -> list[str]:
+    """Finish the crashed cleans and rollbacks before a restore plans (`"<action> <instant>"`); live ones are left
+    for the plan to refuse."""
+    finished = []
+    for instant in _unfinished(table.timeline()):
+        if not expired(table, instant):
+            continue
+        (finish_clean if instant.action == Action.CLEAN else finish_rollback)(table, instant)
+        finished.append(f"{instant.action} {instant.requested}")
+    return finished
 
 
 def begin_restore(table: TableHandle, which: str, force: bool = False) -> Transaction:
@@ -84,6 +112,13 @@ def begin_restore(table: TableHandle, which: str, force: bool = False) -> Transa
         refuse_live(fresh.pending(), requested)  # again under the lock: one that began since is not undone unasked
         if fresh.get(savepoint.requested) is None:  # e.g. an erase's purge deleted it: it pinned erased keys
             raise NotFoundError(f"savepoint {which!r} was deleted meanwhile; nothing was restored")
+        unfinished = _unfinished(fresh)
+        if unfinished:
+            shown = ", ".join(f"{i.action} {i.requested}" for i in unfinished)
+            raise BusyError(
+                f"{shown} is running; a restore cannot undo it, only wait for it to complete (if its process is "
+                "gone, `stitch rollback --failed` finishes it once its heartbeat expires); nothing was restored"
+            )
         undone = [i for i in fresh.completed(UNDONE_BY_RESTORE, since=at) if i.requested != savepoint.requested] + [
             i for i in fresh.pending() if i.action != Action.RESTORE
         ]
