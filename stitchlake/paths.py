@@ -38,5 +38,10 @@ def erase_folder(instant: str) -> str:
     return f"{ERASE_DIR}/{instant}"
 
 
+def purged_marker(instant: str) -> str:
+    """Written when an erase's `--purge` has removed every older copy: until then the purge is unfinished."""
+    return f"{ERASE_DIR}/{instant}/purged"
+
+
 def marker_folder(instant: str) -> str:
     return f"{MARKERS_DIR}/{instant}"

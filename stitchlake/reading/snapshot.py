@@ -24,7 +24,7 @@ from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
 from stitchlake.timeline.clock import is_time, parse_user_time
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.savepoints import savepoint_time
+from stitchlake.timeline.savepoints import refuse_unfinished_purge, savepoint_time
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import ReadMode
 
@@ -59,6 +59,12 @@ def resolve_time(table: TableHandle, timeline: Timeline, value: str | None, *, s
     those completed after it was requested, its own among them."""
     if value is None:
         return None
+    at = _resolved_time(timeline, value, since)
+    refuse_unfinished_purge(timeline, at)
+    return at
+
+
+def _resolved_time(timeline: Timeline, value: str, since: bool) -> str:
     named = savepoint_time(timeline, value)
     if named is not None:
         return named

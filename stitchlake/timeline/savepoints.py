@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stitchlake.errors import NotFoundError
+from stitchlake.errors import NotFoundError, UsageError
+from stitchlake.paths import purged_marker
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, SavepointCommit
@@ -60,6 +61,31 @@ def find(timeline: Timeline, which: str) -> tuple[Instant, SavepointCommit]:
 def pinned_since(timeline: Timeline) -> str | None:
     """The oldest state any savepoint pins (archive must keep history from there)."""
     return min((commit.savepoint_of for _i, commit in savepoints(timeline)), default=None)
+
+
+def unfinished_purges(timeline: Timeline, after: str = "") -> list[Instant]:
+    """Completed erases with `--purge` (completed after the state `after`) whose purge has not finished.
+
+    The erase commits before its purge deletes the older copies; a purge that failed or was killed leaves them,
+    and the savepoints pinning them, until `stitch rollback --failed` finishes it."""
+    out = []
+    for instant in timeline.completed([Action.ERASE]):
+        if (instant.completed or "") > after:
+            commit = timeline.commit(instant)
+            purged = not isinstance(commit, EraseCommit) or not commit.purge
+            if not purged and not timeline.storage.exists(purged_marker(instant.requested)):
+                out.append(instant)
+    return out
+
+
+def refuse_unfinished_purge(timeline: Timeline, at: str) -> None:
+    """A state from before an erase whose purge did not finish may still hold its keys: refused (exit 2)."""
+    unfinished = unfinished_purges(timeline, at)
+    if unfinished:
+        raise UsageError(
+            f"the state of {at} is older than erase {unfinished[0].requested} (--purge), whose purge did not finish: "
+            "its older copies may still hold the erased keys. `stitch rollback --failed` finishes the purge"
+        )
 
 
 def purge_after(timeline: Timeline, at: str) -> Instant | None:

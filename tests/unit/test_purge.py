@@ -132,6 +132,44 @@ def test_a_savepoint_made_while_a_purge_runs_does_not_keep_the_erased_copies(
         table.savepoint(instant=before.requested)  # and asked again later: refused up front
 
 
+@pytest.mark.parametrize("finisher", ["rollback --failed", "restore"])
+def test_a_purge_that_failed_after_its_erase_committed_is_finished_before_any_read_shows_the_keys_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finisher: str
+) -> None:
+    """The erase commits, then its purge deletes the savepoints and older slices that hold the keys. A purge that
+    failed in between left them and nothing ran it again: a read as of the savepoint, or a restore to it, brought
+    the erased key back, though no restore may. Reads of older states are refused until `rollback --failed` (or
+    a restore, first thing) finishes the purge."""
+    from stitchlake.errors import NotFoundError, StitchError, UsageError
+    from stitchlake.services.rewrites import erase as erase_module
+    from tests.support.published_history import history, rows_of
+
+    table = history(tmp_path / "t")
+    table.savepoint(name="before")
+
+    def failed(*args: Any) -> Any:
+        raise OSError("the store went away")
+
+    monkeypatch.setattr(erase_module, "purge_copies", failed)
+    with pytest.raises(StitchError, match=r"completed, but its purge failed.*rollback --failed"):
+        table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True)
+    monkeypatch.undo()
+    assert 1 not in [row["k"] for row in rows_of(table.read())]
+    assert _data_files_holding(tmp_path / "t", 1), "the purge failed: the older copies are still there"
+    with pytest.raises(UsageError, match="whose purge did not finish"):
+        table.read(as_of="before")
+
+    if finisher == "restore":
+        with pytest.raises(NotFoundError, match="no savepoint 'before'"):  # the purge went first: it pinned the key
+            table.restore("before")
+    else:
+        assert any("purge of erase" in item for item in table.rollback().finished)
+    assert [s.name for s in list_savepoints(table)] == []
+    assert _data_files_holding(tmp_path / "t", 1) == [], "an older copy of the erased key survived the purge"
+    assert 1 not in [row["k"] for row in rows_of(table.read())]
+    assert table.rollback().finished == []  # finished once: nothing left to finish
+
+
 def test_a_savepoint_planned_before_a_purge_and_completed_after_it_is_refused_not_pinning_purged_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

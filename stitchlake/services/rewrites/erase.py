@@ -17,7 +17,14 @@ import numpy as np
 import pyarrow as pa
 
 from stitchlake.engine import Engine, LocalEngine, marker_for
-from stitchlake.errors import ConflictError, InputRejected, StitchError, UsageError
+from stitchlake.errors import (
+    COMPLETED_BEFORE_STOP,
+    ConflictError,
+    InputRejected,
+    StitchError,
+    Terminated,
+    UsageError,
+)
 from stitchlake.io.datafiles import read_parquet, read_table_file, write_parquet, write_table_file
 from stitchlake.io.landing import FORMATS as LANDING_FORMATS
 from stitchlake.io.schemas import key_schema, log_schema
@@ -30,6 +37,7 @@ from stitchlake.reading.changes import ERASED_GROUP, ERASED_PARTITION
 from stitchlake.reading.snapshot import common_names, merge_slice
 from stitchlake.services.publish import Published, publish_after
 from stitchlake.services.published_state import left_behind
+from stitchlake.services.rewrites.purge import PurgeResult
 from stitchlake.services.rewrites.purge import purge as purge_copies
 from stitchlake.storage import storage_for
 from stitchlake.table.transaction import Transaction
@@ -193,7 +201,7 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
     _refuse_misplaced(table, wanted, engine)
     result = _erase(table, wanted, engine, purge)
     if purge:
-        purged = purge_copies(table, result.instant, wanted)
+        purged = _purged(table, result.instant, wanted)
         result.purged_savepoints, result.purged_files = purged.savepoints, purged.files
         result.purged_quarantine, result.purged_logs = purged.quarantine, purged.logs
     result.published = publish_after(table, f"erase {result.instant}", wait_busy=True)
@@ -206,6 +214,21 @@ def erase(table: TableHandle, keys: pa.Table, purge: bool = False, engine: Engin
     if result.left_behind:
         log.warning("published tables no publish reaches may still hold the erased keys: %s", result.left_behind)
     return result
+
+
+def _purged(table: TableHandle, instant: str, wanted: pa.Table) -> PurgeResult:
+    """The erase's purge; the erase stands whatever happens to it, and the operator is told how to finish it."""
+    finish = "`stitch rollback --failed` finishes it, then publishes"
+    try:
+        return purge_copies(table, instant, wanted)
+    except (StitchError, OSError) as exc:
+        raise StitchError(
+            f"erase {instant} completed, but its purge failed: {exc} — older copies of the keys are still there; "
+            f"{finish}"
+        ) from exc
+    except (KeyboardInterrupt, Terminated) as exc:
+        exc.add_note(f"{COMPLETED_BEFORE_STOP}: erase {instant} stands; its purge was stopped — {finish}")
+        raise
 
 
 def _refuse_misplaced(table: TableHandle, wanted: pa.Table, engine: Engine) -> None:

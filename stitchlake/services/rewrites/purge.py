@@ -34,13 +34,14 @@ from stitchlake.io import kafka
 from stitchlake.io.datafiles import read_parquet, write_parquet
 from stitchlake.io.landing import LandingFile, decompressed, read_landing
 from stitchlake.layout.placement import KeyPlacement
-from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR
+from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR, purged_marker
+from stitchlake.services.publish import publish_after
 from stitchlake.services.upkeep.clean import purge_files
 from stitchlake.services.upkeep.savepoint import delete as delete_savepoint
 from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.metadata import DeltaCommit, EraseCommit
-from stitchlake.timeline.savepoints import savepoints
+from stitchlake.timeline.savepoints import savepoints, unfinished_purges
 from stitchlake.writing.batch import REASON, ROW, SOURCE, cast_column
 
 if TYPE_CHECKING:
@@ -82,7 +83,26 @@ def purge(table: TableHandle, erase_instant: str, keys: pa.Table) -> PurgeResult
     result.files = len(purge_files(table, lambda view: older_copies(view, placement)).deleted)
     result.quarantine = _purge_quarantine(table, keys)
     result.logs = _purge_job_logs(table, done.completed or erase_instant)
+    table.storage.write_bytes(purged_marker(erase_instant), b"")  # from here on, older states read again
     return result
+
+
+def finish_purges(table: TableHandle) -> list[str]:
+    """Run again the purges of completed `--purge` erases that failed or were killed after their commit
+    (`"purge of erase <instant>"` each): until then their savepoints and older slices still hold the keys."""
+    finished = []
+    timeline = table.timeline()
+    for instant in unfinished_purges(timeline):
+        commit = timeline.commit(instant)
+        assert isinstance(commit, EraseCommit)
+        if commit.keys_file is None:  # no erase records none: nothing to purge by
+            table.storage.write_bytes(purged_marker(instant.requested), b"")
+            continue
+        purge(table, instant.requested, read_parquet(table.storage, commit.keys_file))
+        finished.append(f"the unfinished purge of erase {instant.requested}")
+    if finished:  # the erase's own publish never ran: published tables still hold the keys
+        publish_after(table, finished[-1].removeprefix("the unfinished "), wait_busy=True)
+    return finished
 
 
 def older_copies(view: FileSystemView, placement: KeyPlacement) -> set[str]:
