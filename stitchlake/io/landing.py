@@ -245,7 +245,17 @@ def read_landing_rows(
     where = storage.describe(file.path)
     judged = None
     try:
-        data = decompressed(storage.read_bytes(file.path), file.path, where)
+        # Outside the parse's `try`: a storage error (a timeout, a 503) is no bad input, and must fail the ingest
+        # (to run again) rather than set a good file aside as unreadable and count it consumed.
+        raw = storage.read_bytes(file.path)
+    except FileNotFoundError:
+        raise LandingVanished(
+            f"{where}: landing file vanished between the listing and the read (moved or deleted meanwhile); nothing "
+            "was ingested: run again",
+            file=where,
+        ) from None
+    try:
+        data = decompressed(raw, file.path, where)
         if types and landing_format.judge is not None:
             judged = landing_format.judge(data, types, where)
             table = judged.table
@@ -260,13 +270,7 @@ def read_landing_rows(
             table = landing_format.read(source, file.path, data, columns, where)
     except InputRejected:
         raise
-    except FileNotFoundError:
-        raise LandingVanished(
-            f"{where}: landing file vanished between the listing and the read (moved or deleted meanwhile); nothing "
-            "was ingested: run again",
-            file=where,
-        ) from None
-    except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
+    except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:  # the bytes' fault: gzip's errors are OSErrors
         raise InputRejected(f"{where}: cannot read {source.format} file ({_one_line(exc)})", file=where) from None
     _require_valid(table, columns, where)
     absent = landing_format.absent(data, table, track, where) if track and landing_format.absent else {}

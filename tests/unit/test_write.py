@@ -510,6 +510,33 @@ def test_a_landing_file_gone_before_it_is_read_stops_the_ingest_even_under_quara
     assert [k for k, _ in as_rows(table.read())] == [1]
 
 
+def test_a_storage_error_reading_a_good_landing_file_fails_the_ingest_instead_of_quarantining_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passing storage error (an S3 503, a timeout: obstore's are OSErrors) on a good file was taken for bad
+    input: under quarantine the file was set aside as unreadable and counted consumed, its rows never ingested.
+    It fails the ingest (exit 1, nothing committed), and the next run ingests the file."""
+    import errno
+
+    from stitchlake.storage.local import LocalStorage
+
+    table, _landing = quarantining_csv_orders(tmp_path)
+    reader, failures = LocalStorage.read_bytes, [OSError(errno.EIO, "the store is unavailable")]
+
+    def unavailable_once(self: LocalStorage, path: str) -> bytes:
+        if path.endswith("0001.csv") and failures:
+            raise failures.pop()
+        return reader(self, path)
+
+    monkeypatch.setattr(LocalStorage, "read_bytes", unavailable_once)
+    with pytest.raises(OSError, match="unavailable"):
+        table.ingest("orders", engine="local")
+    assert table.timeline().completed() == []
+    assert not (Path(table.path) / ".stitch" / "quarantine").exists()
+    table.ingest("orders", engine="local")
+    assert [k for k, _ in as_rows(table.read())] == [1]
+
+
 def test_a_bad_landing_file_gone_before_its_copy_is_taken_stops_the_ingest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
