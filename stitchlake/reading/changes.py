@@ -83,12 +83,15 @@ def split_change_filter(where: Filter) -> tuple[Filter, list[Condition]]:
         ]
         return {k: v for k, v in where.items() if k not in CHANGE_COLUMNS}, changes
     rest, changes = [], []
+    equal: dict[str, list[str]] = {}
     for name, op, value in parse_conditions(where):
-        if name in CHANGE_COLUMNS:
+        if name in CHANGE_COLUMNS and op == "=":  # equalities on one column combine as IN, as on table columns
+            equal.setdefault(name, []).append(value)
+        elif name in CHANGE_COLUMNS:
             changes.append(Condition(name, op, (value,)))
         else:
             rest.append(f"{name}{op}{value}")
-    return rest, changes
+    return rest, [Condition(name, "=", tuple(values)) for name, values in equal.items()] + changes
 
 
 def refuse_change_columns(columns: Sequence[str] | None, where: Filter, as_of: str | None) -> None:
@@ -381,7 +384,7 @@ def change_parts(
         found = [f for f in found if f.num_rows]
         before = pa.concat_tables(found) if found else empty_rows(config, every)
         changed = _diff(config, before, after, common, every, before_images)
-        changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images)
+        changes = _filter_changes(_with_commits(changed, carried, common), pruning, before_images, common)
         yield changes.select([*wanted, *CHANGE_COLUMNS])
 
 
@@ -403,14 +406,13 @@ def _carried_keys(table: TableHandle, group: ChangeGroup) -> pa.Table:
     return pa.concat_tables(parts) if parts else pa.table({})
 
 
-def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool) -> pa.Table:
+def _filter_changes(out: pa.Table, pruning: Pruning, before_images: bool, common: list[str]) -> pa.Table:
     """The read's filter on change rows: `D` rows stay whatever the value conditions say; with `before_images` an
     update's two rows are kept or dropped together, by its new values."""
     if not out.num_rows:
         return out
     if pruning.row_columns is None and pruning.rows is not None:
-        # An opaque expression may name value columns, which a deleted row no longer has.
-        return out.filter(pruning.rows | (pc.field(OP) == "D"))
+        return out.filter(_expression_kept(out, pruning.rows, common))
     if pruning.keys is not None:
         out = out.filter(pruning.keys)
     if pruning.values is not None:
@@ -444,6 +446,25 @@ def _with_commits(changed: pa.Table, carried: pa.Table, common: list[str]) -> pa
     times = summary.column(f"{COMMIT_TIME}_max").take(at)
     streams = summary.column(STREAMS).take(at)
     return changed.append_column(COMMIT_TIME, times).append_column(STREAMS, streams)
+
+
+def _expression_kept(rows: pa.Table, expression: pc.Expression, common: list[str]) -> pa.Array:
+    """Which change rows an opaque filter expression keeps. A deleted row has no new values: it is judged with its
+    value columns unknown (null) and kept unless the expression is false whatever they were (`k == 2` drops the
+    delete of k=1; `amount > 5` keeps every delete); a `-U` row goes with its `+U`."""
+    keep = _evaluate(rows, expression)
+    ops = np.asarray(rows.column(OP).to_pylist())
+    deleted = np.flatnonzero(ops == "D")
+    if deleted.size:
+        known = {*common, *CHANGE_COLUMNS}
+        unknown = rows.take(pa.array(deleted))
+        for at, name in enumerate(unknown.column_names):
+            if name not in known:
+                unknown = unknown.set_column(at, name, pa.nulls(unknown.num_rows, unknown.schema.field(name).type))
+        keep[deleted] = ~_evaluate(unknown, ~expression)  # null (unknown) counts as false: kept
+    minus = np.flatnonzero(ops == "-U")
+    keep[minus] = keep[minus + 1]  # a -U row is always right before its +U row
+    return pa.array(keep)
 
 
 def _pairs_kept(rows: pa.Table, values: Any) -> pa.Array:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from stitchlake.api import Table
@@ -68,6 +69,33 @@ def test_before_images_pair_each_update_with_the_row_as_of_since(history: tuple[
     assert sorted((r["k"], r["_op"]) for r in matched.to_pylist()) == [(1, "+U"), (1, "-U"), (3, "D")]
     with pytest.raises(UsageError, match="before_images is for change reads"):
         table.read(before_images=True)
+
+
+def test_an_expression_filter_judges_a_delete_by_its_key_and_an_update_as_a_pair(
+    history: tuple[Table, dict[str, str]],
+) -> None:
+    """An expression kept every `D` row (`k == 2` returned the delete of k=3) and judged a `-U` row by its old
+    values (a lone `-U`, or a `+U` without it). Now as the text filters: a delete is judged with its values
+    unknown, an update's two rows by its new values."""
+    table, t = history
+
+    def feed(where: Any, **options: Any) -> list[tuple[int, str]]:
+        rows = table.read(since=t["t0"], until=t["t2"], filter=where, **options).to_pylist()
+        return sorted((r["k"], r["_op"]) for r in rows)
+
+    assert feed(pc.field("k") == 3) == [(3, "D")]
+    assert feed(pc.field("k") == 1) == [(1, "U")]
+    assert feed(pc.field("k") == 1, before_images=True) == [(1, "+U"), (1, "-U")]
+    assert feed(pc.field("amount") == 11, before_images=True) == feed("amount=11", before_images=True)
+    assert feed(pc.field("amount") == 10, before_images=True) == [(3, "D")]  # 10 is k=1's old value: no lone -U
+    assert feed((pc.field("_op") == "D") & (pc.field("amount") > 5)) == [(3, "D")]
+
+
+def test_equalities_on_a_change_column_combine_as_in(history: tuple[Table, dict[str, str]]) -> None:
+    """`--where _op=U --where _op=D` was read as _op=U AND _op=D: no rows."""
+    table, t = history
+    rows = table.read(since=t["t0"], until=t["t2"], filter=["_op=U", "_op=D"]).to_pylist()
+    assert sorted((r["k"], r["_op"]) for r in rows) == [(1, "U"), (2, "U"), (3, "D")]
 
 
 def test_a_change_read_reaching_into_cleaned_history_is_refused_and_names_the_first_time_that_reads(
