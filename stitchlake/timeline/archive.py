@@ -21,7 +21,7 @@ from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.instant import Instant, State
-from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, load
+from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, StreamBatch, load
 
 #: The single, rewritten checkpoint of versions before checkpoints became immutable (still read).
 LEGACY_CHECKPOINT = f"{ARCHIVE_DIR}/checkpoint.json"
@@ -67,6 +67,9 @@ class Checkpoint:
     #: stream -> per Kafka topic partition, the last offset range consumed up to the horizon (its `end` is the
     #: stream's next offset there).
     offsets: dict[str, tuple[OffsetRange, ...]] = field(default_factory=dict)
+    #: stream -> the newest Structured Streaming micro-batch of each query committed up to the horizon: a batch
+    #: Spark replays after its commit was archived must still be known as committed.
+    stream_batches: dict[str, tuple[StreamBatch, ...]] = field(default_factory=dict)
 
     @property
     def horizon(self) -> str:
@@ -143,6 +146,21 @@ def load_checkpoint(storage: Storage) -> Checkpoint | None:
         except FileNotFoundError:
             return None
     raise CorruptFileError(f"{storage.describe(ARCHIVE_DIR)}: the newest checkpoint keeps vanishing while read")
+
+
+def newest_batches(
+    previous: Checkpoint | None, commits: Iterator[tuple[str, StreamBatch]]
+) -> dict[str, tuple[StreamBatch, ...]]:
+    """stream -> the newest micro-batch of each query, from a checkpoint's and the `(stream, batch)` of commits."""
+    newest: dict[str, dict[str, int]] = {}
+    known = previous.stream_batches.items() if previous is not None else ()
+    for stream, batch in [(s, b) for s, batches in known for b in batches] + list(commits):
+        queries = newest.setdefault(stream, {})
+        queries[batch.query_id] = max(batch.batch_id, queries.get(batch.query_id, batch.batch_id))
+    return {
+        stream: tuple(StreamBatch(query, number) for query, number in sorted(queries.items()))
+        for stream, queries in newest.items()
+    }
 
 
 def horizon_of(storage: Storage) -> str | None:

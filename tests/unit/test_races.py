@@ -649,3 +649,42 @@ def test_a_writer_that_begins_while_a_restore_plans_is_not_rolled_back_unasked(
     finally:
         for txn in started:
             txn.abort()
+
+
+def test_a_micro_batch_spark_replays_after_its_commit_was_archived_adds_nothing(tmp_path: Path) -> None:
+    """A `df.writeStream` micro-batch committed, and the driver died before Spark recorded it. While the query was
+    down the table moved on, erased the batch's key, and archived the batch's commit. The replay looked for the
+    batch on the active timeline only: it committed again, and the erased key came back."""
+    import pyarrow as pa
+
+    from stitchlake.services.upkeep.archive import archive
+    from stitchlake.services.writes.streaming import BatchAlreadyCommitted, batch_instant, exactly_once
+    from stitchlake.spark.write import publish, write_task
+    from stitchlake.timeline.metadata import StreamBatch
+
+    table = new_table(tmp_path, FAST)
+    batch = StreamBatch("query-1", 5)
+
+    def run_batch() -> str | None:
+        instant = batch_instant(table, "orders", batch)
+        if instant is not None:
+            written = write_task(table, "orders", instant, iter(_rows(100, range(42, 43)).to_batches()))
+            publish(table, "orders", instant, [written], {}, batch, exactly_once("orders", batch))
+        return instant
+
+    first = run_batch()
+    assert first is not None and run_batch() is None  # replayed at once: known as committed
+    for value in range(3):
+        write(table, "orders", _rows(value))
+    table.erase(pa.table({"k": pa.array([42], pa.int64())}))
+    assert archive(table, keep=2).archived >= 3
+    assert table.timeline().get(first) is None, "the batch's commit is archived"
+
+    assert run_batch() is None
+    assert 42 not in table.read().column("k").to_pylist()
+    # A run of it that began before the archive is refused at its publish, under the lock.
+    check, timeline = exactly_once("orders", batch), table.timeline()
+    with pytest.raises(BatchAlreadyCommitted, match="archived since"):
+        check(timeline, timeline.completed([Action.ERASE])[-1])
+    archive(table, keep=1)  # a later archive keeps what the one before it knew
+    assert run_batch() is None

@@ -16,7 +16,7 @@ under the lock that the timeline still offers exactly what it planned.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,9 +35,10 @@ from stitchlake.timeline.archive import (
     checkpoint_path,
     horizon_of,
     load_checkpoint,
+    newest_batches,
 )
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, commit_json, dump
+from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, StreamBatch, commit_json, dump
 from stitchlake.timeline.savepoints import pinned_since
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
@@ -125,10 +126,26 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
     rescales = tuple(r for r in view.rescales if r.completed <= horizon)
     offsets = {name: offsets_until(table, timeline, name, horizon) for name in table.config.streams}
+    batches = newest_batches(load_checkpoint(table.storage), _stream_batches(timeline, horizon))
     checkpoint = Checkpoint(
-        horizon, tuple(files), consumed, schemas, rescales, offsets={k: v for k, v in offsets.items() if v}
+        horizon,
+        tuple(files),
+        consumed,
+        schemas,
+        rescales,
+        offsets={k: v for k, v in offsets.items() if v},
+        stream_batches=batches,
     )
     return ArchivePlan(chosen, horizon, checkpoint, lines)
+
+
+def _stream_batches(timeline: Timeline, horizon: str) -> Iterator[tuple[str, StreamBatch]]:
+    """The micro-batches of the deltacommits completed by `horizon`, with their streams."""
+    for instant in timeline.completed([Action.DELTACOMMIT]):
+        if (instant.completed or "") <= horizon:
+            commit = timeline.commit(instant)
+            if isinstance(commit, DeltaCommit) and commit.stream is not None and commit.stream_batch is not None:
+                yield commit.stream, commit.stream_batch
 
 
 def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from stitchlake.errors import ConflictError, UsageError
 from stitchlake.table.guards import refuse_if_stream_busy
 from stitchlake.table.transaction import ConflictCheck, Transaction
+from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan, StreamBatch
 from stitchlake.timeline.timeline import Timeline
@@ -85,6 +86,14 @@ def committed(timeline: Timeline, stream: str, batch: StreamBatch) -> Instant | 
     return None
 
 
+def archived(timeline: Timeline, stream: str, batch: StreamBatch) -> bool:
+    """Whether `batch` (or a later batch of its query) committed in an instant archived since: Spark replays a
+    batch whose commit it did not record, however long the query was down."""
+    checkpoint = load_checkpoint(timeline.storage)
+    known = checkpoint.stream_batches.get(stream, ()) if checkpoint is not None else ()
+    return any(b.query_id == batch.query_id and b.batch_id >= batch.batch_id for b in known)
+
+
 def _pending(timeline: Timeline, stream: str, batch: StreamBatch) -> Instant | None:
     for instant in timeline.pending([Action.DELTACOMMIT]):
         plan = timeline.plan(instant)
@@ -98,7 +107,8 @@ def batch_instant(table: TableHandle, stream: str, batch: StreamBatch) -> str | 
 
     Another live writer of the stream (a `stitch ingest` of it) makes this exit 4, as for any second writer.
     """
-    if committed(table.timeline(), stream, batch) is not None:
+    timeline = table.timeline()
+    if committed(timeline, stream, batch) is not None or archived(timeline, stream, batch):
         return None
     found: list[str | None] = []
 
@@ -124,6 +134,11 @@ def exactly_once(stream: str, batch: StreamBatch) -> ConflictCheck:
 
     def check(timeline: Timeline, instant: Instant) -> None:
         done = committed(timeline, stream, batch)
+        if done is None and archived(timeline, stream, batch):
+            raise BatchAlreadyCommitted(
+                f"micro-batch {batch.batch_id} of query {batch.query_id} was already committed in an instant archived "
+                "since; this run of it publishes nothing"
+            )
         if done is not None and done.requested != instant.requested:
             raise BatchAlreadyCommitted(
                 f"micro-batch {batch.batch_id} of query {batch.query_id} was already committed as instant "
