@@ -111,6 +111,8 @@ class SparkEngine(Engine):
         return _collect(lambda: self.spark.sparkContext.parallelize(list(items), slices).map(fn).collect())
 
     def write_stream(self, table: Table, stream: StreamSpec, files: Sequence[Input], instant: str) -> StreamWrite:
+        if not files:  # a Kafka plan of positions only (`starting_offsets: latest`, a reset): Spark has no task
+            return StreamWrite()
         context = self.spark.sparkContext
         shares = balanced(files, max(1, min(len(files), self.cores * TASKS_PER_CORE)))
         writers = max(1, self.cores * TASKS_PER_CORE)
