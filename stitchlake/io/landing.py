@@ -156,6 +156,8 @@ def discover(
             found.append(LandingFile(folder, name, _identity(base, folder, name), info.size, info.version))
             continue
         listed = list(storage.list_files())
+        if not listed and paths and is_landing_name(root.rstrip("/").rsplit("/", 1)[-1], source.format):
+            raise UsageError(f"landing file {storage.describe()} does not exist (moved or deleted before its ingest)")
         if not listed and not storage.exists(""):
             raise UsageError(
                 f"source path {storage.describe()} does not exist: create the folder, or fix the stream's "

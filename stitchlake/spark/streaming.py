@@ -215,7 +215,7 @@ def run_stream(
     progress: Callable[[str], None],
 ) -> StreamResult:
     """Run the query until it is asked to stop (or, with available_now, until nothing is pending)."""
-    from stitchlake.services.writes.ingest import ingest
+    from stitchlake.services.writes.ingest import consumed, ingest
     from stitchlake.spark.engine import SparkEngine
     from stitchlake.timeline.metadata import StreamBatch
 
@@ -247,6 +247,10 @@ def run_stream(
         if kafka:
             return each_kafka_batch(batch, batch_id)
         names = [row["name"] for row in batch.collect()]
+        # A replay of a batch that committed before Spark recorded it: its files are consumed, and may be gone
+        # (a retention rule deletes consumed files), which would fail the replay on every restart.
+        taken = consumed(table, table.timeline(), request.stream)
+        names = [name for name in names if name not in taken]
         if not names:
             return
         source = spec.source

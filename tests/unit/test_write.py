@@ -24,7 +24,7 @@ import yaml
 
 import stitchlake.writing.writer
 from stitchlake.api import Table
-from stitchlake.errors import InputRejected
+from stitchlake.errors import InputRejected, UsageError
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
@@ -558,3 +558,11 @@ def test_a_bad_landing_file_gone_before_its_copy_is_taken_stops_the_ingest(
     (tmp_path / "away.csv").rename(landing / "0001.csv")
     table.ingest("orders", engine="local")
     assert [k for k, _ in as_rows(table.read())] == [1]
+
+
+def test_a_named_landing_file_that_is_gone_says_so_rather_than_asking_for_a_folder(tmp_path: Path) -> None:
+    """A file named to ingest (`--source`, a `stitch stream` micro-batch's files) that no longer exists was taken
+    for a folder: "create the folder, or fix the stream's source.path"."""
+    table, landing = quarantining_csv_orders(tmp_path)
+    with pytest.raises(UsageError, match=r"landing file .*0002\.csv does not exist \(moved or deleted"):
+        table.ingest("orders", sources=[str(landing / "0002.csv")], engine="local")
