@@ -688,3 +688,32 @@ def test_a_micro_batch_spark_replays_after_its_commit_was_archived_adds_nothing(
         check(timeline, timeline.completed([Action.ERASE])[-1])
     archive(table, keep=1)  # a later archive keeps what the one before it knew
     assert run_batch() is None
+
+
+def test_an_archive_while_an_older_state_is_savepointed_stops_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive ran while a savepoint of an older state was being made: only completed savepoints held it back,
+    so it archived past the state, the savepoint completed pinning nothing readable (read and restore refused as
+    "older than the archived timeline"), and every later archive stopped at it for good."""
+    from stitchlake.services.upkeep.archive import archive
+
+    table = new_table(tmp_path, FAST)
+    for value in range(4):
+        write(table, "orders", _rows(value))
+    second = table.timeline().completed([Action.DELTACOMMIT])[1]
+    complete = Transaction.complete
+    archived: list[Any] = []
+
+    def archive_first(txn: Transaction, *args: Any, **kwargs: Any) -> Any:
+        if txn.instant.action == Action.SAVEPOINT and not archived:
+            archived.append(archive(table, keep=1))
+        return complete(txn, *args, **kwargs)
+
+    monkeypatch.setattr(Transaction, "complete", archive_first)
+    savepoint.create(table, second.requested, name="old")
+    monkeypatch.undo()
+    assert archived and archived[0].archived == 1, archived  # the first commit only: the state pinned stays
+    assert _sorted(table.read(as_of="old")).equals(_sorted(table.read(as_of=second.requested)))
+    restore.restore(table, "old")
+    assert table.timeline().completed([Action.DELTACOMMIT])[-1].requested == second.requested

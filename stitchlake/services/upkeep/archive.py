@@ -38,7 +38,7 @@ from stitchlake.timeline.archive import (
     newest_batches,
 )
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, StreamBatch, commit_json, dump
+from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, SavepointPlan, StreamBatch, commit_json, dump
 from stitchlake.timeline.savepoints import pinned_since
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
@@ -72,7 +72,13 @@ def candidates(timeline: Timeline, keep: int) -> list[Instant]:
     limits = [i.requested for i in timeline.pending()]
     latest_data = timeline.latest_completed(list(WRITES_DATA))
     pinned = pinned_since(timeline)
-    limit = min([*limits, *([pinned] if pinned else [])], default=None)
+    # A savepoint being made pins its state too: archived under it, it would complete pinning nothing readable.
+    being_pinned = [
+        plan.savepoint_of
+        for plan in (timeline.plan(i) for i in timeline.pending([Action.SAVEPOINT]))
+        if isinstance(plan, SavepointPlan)
+    ]
+    limit = min([*limits, *([pinned] if pinned else []), *being_pinned], default=None)
     out = []
     for instant in older:
         if instant.action == Action.SAVEPOINT or instant == latest_data:

@@ -15,7 +15,7 @@ from stitchlake.layout.fsview import FileSystemView
 from stitchlake.services.upkeep.clean import needed_as_of
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import UNDONE_BY_RESTORE
-from stitchlake.timeline.archive import load_checkpoint
+from stitchlake.timeline.archive import horizon_of, load_checkpoint
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import CleanCommit, SavepointCommit, SavepointPlan
@@ -91,6 +91,11 @@ def _still_pinnable(plan: SavepointPlan, timeline: Timeline, own: Instant) -> No
     completed meanwhile deletes the savepoints it finds first, but not one completing after it looked; a clean
     (or a purge's) that completed since this savepoint was planned may have deleted files it pins."""
     _refuse_purged(timeline, plan.savepoint_of, ConflictError)
+    horizon = horizon_of(timeline.storage)
+    if horizon is not None and plan.savepoint_of < horizon:
+        raise ConflictError(
+            f"an archive moved the timeline past {plan.savepoint_of} while the savepoint was made; nothing was saved"
+        )
     pinned = set(plan.files)
     for instant in timeline.completed([Action.CLEAN], since=own.requested):
         commit = timeline.commit(instant)
