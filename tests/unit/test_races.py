@@ -27,7 +27,7 @@ from stitchlake.services.upkeep import clean, savepoint
 from stitchlake.spark.write import FilesWritten, StitchWriter
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import CleanCommit, CleanPlan, DeltaCommit, DeltaCommitPlan, RollbackPlan
+from stitchlake.timeline.metadata import CleanCommit, CleanPlan, DeltaCommit, DeltaCommitPlan, RestorePlan, RollbackPlan
 from stitchlake.writing.batch import prepare
 from stitchlake.writing.writer import write, write_file_groups
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
@@ -717,3 +717,28 @@ def test_an_archive_while_an_older_state_is_savepointed_stops_before_it(
     assert _sorted(table.read(as_of="old")).equals(_sorted(table.read(as_of=second.requested)))
     restore.restore(table, "old")
     assert table.timeline().completed([Action.DELTACOMMIT])[-1].requested == second.requested
+
+
+def test_a_crashed_restore_finished_by_recovery_still_says_it_undid_an_erase(tmp_path: Path) -> None:
+    """`rollback --failed` (and the nightly clean) finished a crashed restore and said only "finished crashed
+    restore": an erase it undid, whose keys read again, went unmentioned; and a restore that crashed after undoing
+    the erase no longer knew of it at all."""
+    import pyarrow as pa
+
+    from stitchlake.services.undo.rollback import undo
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    savepoint.create(table, name="before")
+    table.erase(pa.table({"k": pa.array([2], pa.int64())}))
+    erase = table.timeline().completed([Action.ERASE])[0].requested
+    crashed = restore.begin_restore(table, "before")
+    plan = crashed.plan
+    _dead(crashed)
+    assert isinstance(plan, RestorePlan)
+    undo(table, next(t for t in plan.targets if t.requested == erase))  # it died right after undoing the erase
+
+    result = rollback_failed(table)
+    assert result.finished == [f"restore {crashed.time}"]
+    assert f"the restore undid erase {erase}" in result.message and "read again" in result.message
+    assert 2 in table.read().column("k").to_pylist()

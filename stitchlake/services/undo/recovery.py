@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stitchlake.services.rewrites.purge import finish_purges
-from stitchlake.services.undo.restore import finish_restore
+from stitchlake.services.undo.restore import RestoreResult, finish_restore
 from stitchlake.services.undo.rollback import RollbackResult, expired, finish_rollback, run_rollback
 from stitchlake.services.upkeep.clean import finish_clean
 from stitchlake.table.guards import undone_by
@@ -64,7 +64,7 @@ def failed_instants(table: TableHandle, timeline: Timeline) -> tuple[list[Instan
     return targets, resets, unfinished
 
 
-def finish_crashed(table: TableHandle, instants: list[Instant]) -> list[str]:
+def finish_crashed(table: TableHandle, instants: list[Instant], notes: list[str] | None = None) -> list[str]:
     """Complete crashed rollbacks, cleans and restores from their recorded plans; what was finished
     (`"<action> <instant>"`).
 
@@ -77,8 +77,10 @@ def finish_crashed(table: TableHandle, instants: list[Instant]) -> list[str]:
     for instant in sorted(instants, key=lambda i: (i.action != Action.RESTORE, i.requested)):
         if not to_finish(table.timeline(), [instant]):
             continue
-        FINISHERS[instant.action](table, instant)
+        done = FINISHERS[instant.action](table, instant)
         finished.append(f"{instant.action} {instant.requested}")
+        if notes is not None and isinstance(done, RestoreResult):  # what it undid that an operator must hear of
+            notes.extend(done.message.splitlines()[1:])
     return finished
 
 
@@ -104,7 +106,8 @@ def rollback_failed(table: TableHandle) -> RollbackResult:
     for leftover in archive_leftovers(table, timeline):
         delete_instant(table.storage, leftover)
     targets, resets, unfinished = failed_instants(table, timeline)
-    finished = finish_crashed(table, unfinished)
+    notes: list[str] = []
+    finished = finish_crashed(table, unfinished, notes)
     if unfinished:
         timeline = table.timeline()
         targets, resets, _ = failed_instants(table, timeline)
@@ -114,4 +117,6 @@ def rollback_failed(table: TableHandle) -> RollbackResult:
     if finished:
         done = f"finished crashed {', '.join(finished)} from the recorded plan"
         result.message = f"{done}; nothing else to roll back" if result.instant is None else f"{done}; {result.message}"
+    if notes:
+        result.message += "\n" + "\n".join(notes)
     return result

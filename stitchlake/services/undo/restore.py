@@ -187,15 +187,16 @@ def _was_completed(timeline: Timeline, requested: str) -> bool:
 
 
 def _undone_erases(timeline: Timeline, plan: RestorePlan) -> list[str]:
-    """The completed erases among the restore's targets, as `<instant>: <n> key(s)` (a crashed restore resumed
-    after undoing some knows only those still on the timeline)."""
+    """The completed erases among the restore's targets, as `<instant>: <n> key(s)` (just `<instant>` for one a
+    crashed restore had already undone: its record went with it, the plan still names it)."""
     found = []
     for target in plan.targets:
-        instant = timeline.get(target.requested) if target.action == Action.ERASE else None
-        if instant is not None and instant.is_completed:
-            commit = timeline.commit(instant)
-            if isinstance(commit, EraseCommit):
-                found.append(f"{instant.requested}: {commit.erased_keys} key(s)")
+        if target.action != Action.ERASE or target.completed is None:
+            continue
+        instant = timeline.get(target.requested)
+        commit = timeline.commit(instant) if instant is not None and instant.is_completed else None
+        counted = f": {commit.erased_keys} key(s)" if isinstance(commit, EraseCommit) else ""
+        found.append(f"{target.requested}{counted}")
     return found
 
 
