@@ -77,11 +77,23 @@ def write_parquet(storage: Storage, path: str, table: pa.Table, **options: Any) 
 
     Page checksums always, so a file read without its recorded digest still refuses most damage.
     """
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, write_page_checksum=True, **options)
-    data = sink.getvalue()
+    data = _parquet_bytes(table, **options)
     storage.write_bytes(path, data.to_pybytes())
     return Written(data.size, digest(memoryview(data)))
+
+
+def write_parquet_atomic(storage: Storage, path: str, table: pa.Table) -> Written:
+    """`write_parquet` for a path two attempts of one Spark task may write at once (a speculative one): one whole
+    file wins, never a mix of both."""
+    data = _parquet_bytes(table)
+    storage.write_atomic(path, data.to_pybytes())
+    return Written(data.size, digest(memoryview(data)))
+
+
+def _parquet_bytes(table: pa.Table, **options: Any) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, write_page_checksum=True, **options)
+    return sink.getvalue()
 
 
 def read_parquet(

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from stitchlake.config import BadRows
 from stitchlake.errors import InputRejected
-from stitchlake.io.datafiles import write_parquet
+from stitchlake.io.datafiles import write_parquet_atomic
 from stitchlake.io.json_records import WRONG_JSON_TYPE
 from stitchlake.io.kafka import OFFSET as KAFKA_OFFSET
 from stitchlake.paths import quarantine_folder
@@ -155,7 +155,7 @@ def quarantine_rows(storage: Storage, instant: str, bad: pa.Table, tag: str, mar
     """Set rejected rows aside with their reason (one file per writer task, `tag` tells them apart)."""
     path = f"{quarantine_folder(instant)}/rows-{tag}.parquet"
     mark(path)
-    write_parquet(storage, path, bad)
+    write_parquet_atomic(storage, path, bad)
     return path
 
 
