@@ -52,8 +52,14 @@ def find(timeline: Timeline, which: str) -> tuple[Instant, SavepointCommit]:
     """A savepoint by name, by its own instant time, or by the instant it pins."""
     found = savepoints(timeline)
     for instant, commit in found:
-        if which in (commit.name, instant.requested, commit.instant, commit.savepoint_of):
+        if which in (commit.name, instant.requested):
             return instant, commit
+    pinning = [(instant, commit) for instant, commit in found if which in (commit.instant, commit.savepoint_of)]
+    if len(pinning) > 1:  # two daily savepoints of a quiet table pin one state: which one is meant is not said
+        named = ", ".join(commit.name or instant.requested for instant, commit in pinning)
+        raise UsageError(f"{len(pinning)} savepoints pin {which} ({named}): name one by its name or its own instant")
+    if pinning:
+        return pinning[0]
     known = ", ".join(commit.name or instant.requested for instant, commit in found) or "none"
     raise NotFoundError(f"no savepoint {which!r} (savepoints: {known})")
 

@@ -742,3 +742,15 @@ def test_a_crashed_restore_finished_by_recovery_still_says_it_undid_an_erase(tmp
     assert result.finished == [f"restore {crashed.time}"]
     assert f"the restore undid erase {erase}" in result.message and "read again" in result.message
     assert 2 in table.read().column("k").to_pylist()
+
+
+def test_a_savepoint_named_by_the_state_two_savepoints_pin_is_refused_as_ambiguous(tmp_path: Path) -> None:
+    """Two savepoints of a quiet table pin one state; `savepoint delete <that instant>` deleted the older one."""
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    first, second = savepoint.create(table, name="monday"), savepoint.create(table, name="tuesday")
+    assert first.of_instant == second.of_instant
+    with pytest.raises(UsageError, match=r"2 savepoints pin .*monday, tuesday"):
+        savepoint.delete(table, first.of_instant)
+    assert savepoint.delete(table, "tuesday").name == "tuesday"
+    assert savepoint.delete(table, first.of_instant).name == "monday"  # one left: no doubt which
