@@ -136,6 +136,11 @@ def _typed(config: TableConfig, name: str, op: str, value: Any) -> Any:
     columns = {c.name: c for c in config.all_columns()}
     if name not in columns:
         raise UsageError(f"filter: {name!r} is not a column (columns: {', '.join(columns)})")
+    if value is None:  # matched nulls in some columns and nothing in others
+        raise UsageError(
+            f"filter: {name}=None: a filter compares values, and null is none; use a pyarrow expression "
+            f"(pc.field({name!r}).is_null()) for rows where {name} is null"
+        )
     if not isinstance(value, str):
         return value
     try:  # the grammar CSV landing files are read with: `1_0` is no whole number, `yes` is true

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from stitchlake.errors import DataFileMissing, HistoryMoved
+from stitchlake.errors import DataFileMissing, HistoryMoved, UsageError
 from stitchlake.reading.changes import (
     CHANGE_COLUMNS,
     change_parts,
@@ -68,6 +68,8 @@ def read(table: TableHandle, options: ReadOptions = ReadOptions()) -> pa.Table:
 def _plan(table: TableHandle, options: ReadOptions) -> Scan:
     mode, as_of, since, until = read_mode(options.mode), options.as_of, options.since, options.until
     columns, filter, before_images = options.columns, options.filter, options.before_images
+    if columns is not None and not list(columns):  # a table of no column has no rows either: a count read 0
+        raise UsageError("columns: none named; name at least one (a key column is enough to count rows)")
     timeline = table.timeline()
     view = table.view(timeline)
     _warn_if_undoing(timeline)

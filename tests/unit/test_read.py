@@ -594,3 +594,15 @@ def test_a_streamed_read_across_a_rescale_and_clean_returns_every_key_or_refuses
     assert table.clean(policy="keep_latest_commits", retain=1).result.deleted
     with pytest.raises(ConflictError, match="rescaled while this read ran"):
         list(passing)
+
+
+def test_a_read_of_no_column_and_a_filter_on_none_are_refused(tmp_path: Path) -> None:
+    """`columns=[]` returned 0 rows (a count of them read 0); `{column: None}` matched nulls in a text or whole
+    number column and nothing in a float, key or partition column."""
+    table = new_table(tmp_path)
+    table.write("orders", batch(MODELS[0], [{"k": 1, "amount": None, "status": None, "ots": 1}]))
+    with pytest.raises(UsageError, match="columns: none named"):
+        table.read(columns=[])
+    for column in ("status", "amount", "k"):
+        with pytest.raises(UsageError, match=rf"{column}=None: a filter compares values"):
+            table.read(filter={column: None})
