@@ -208,11 +208,6 @@ def stream_command(
     Each micro-batch is an ingest of the files or records that arrived, exactly once; SIGTERM or Ctrl-C stops it
     after the running batch (exit 0).
     """
-    if available_now and trigger_interval is not None:
-        raise UsageError(
-            "--trigger-interval paces a query that keeps running; --available-now ingests what is pending in "
-            "back-to-back micro-batches and stops: give one or the other"
-        )
     handle = open_target(config, table, changes=True)
     request = StreamRequest(
         stream,

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from stitchlake.config.choices import CleanPolicy, clean_policy
-from stitchlake.errors import one_of
+from stitchlake.errors import UsageError, one_of
 from stitchlake.vocabulary import ReadMode, SavepointAction
 
 if TYPE_CHECKING:
@@ -156,6 +156,19 @@ class StreamRequest(JobRequest["StreamResult"]):
     checkpoint: str | None = None
     #: A file whose appearance asks the query to stop after the running batch (the CLI's graceful SIGTERM).
     stop_file: str | None = None
+
+    def __post_init__(self) -> None:
+        # The CLI's bounds, for every caller: 0 fell back to the config in silence, and a negative records budget
+        # planned nothing for ever (a query that never moved).
+        for name in ("files_per_trigger", "records_per_trigger", "trigger_interval_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise UsageError(f"{name} must be more than 0, got {value}")
+        if self.available_now and self.trigger_interval_s is not None:
+            raise UsageError(
+                "trigger_interval_s paces a query that keeps running; available_now ingests what is pending in "
+                "back-to-back micro-batches and stops: give one or the other"
+            )
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,7 @@ def run_stream(
             table,
             engine,
             request.stream,
+            max_records=per_trigger,  # planned again here: offsets rewound since must not widen the batch
             until=until,
             stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
         )

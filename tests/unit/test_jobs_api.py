@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pyarrow as pa
 import pytest
@@ -108,3 +108,21 @@ def test_the_table_methods_return_one_shape_whatever_the_engine(tmp_path: Path) 
     assert sorted(table.read(columns=["k"]).column("k").to_pylist()) == [0, 3, 4, 5, 6, 7]
     with pytest.raises(UsageError, match="the stream job runs only as a spark-submit job"):
         launch(table, StreamRequest(ORDERS.name), Counted())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"files_per_trigger": 0}, "files_per_trigger must be more than 0, got 0"),
+        ({"records_per_trigger": -5}, "records_per_trigger must be more than 0, got -5"),
+        ({"trigger_interval_s": 0}, "trigger_interval_s must be more than 0"),
+        ({"available_now": True, "trigger_interval_s": 5}, "give one or the other"),
+    ],
+)
+def test_a_stream_request_out_of_the_clis_bounds_is_refused_from_the_api_too(
+    options: dict[str, Any], message: str
+) -> None:
+    """Only the CLI checked these: through the API 0 fell back to the config in silence, a negative records budget
+    planned nothing for ever, and available_now with an interval dropped the interval."""
+    with pytest.raises(UsageError, match=message):
+        StreamRequest(ORDERS.name, **options)
