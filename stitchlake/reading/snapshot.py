@@ -22,8 +22,9 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
+from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time, parse_user_time
-from stitchlake.timeline.instant import Action
+from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.savepoints import refuse_unfinished_purge, savepoint_time
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import ReadMode
@@ -73,9 +74,20 @@ def _resolved_time(timeline: Timeline, value: str, since: bool) -> str:
     except ValueError as exc:
         raise UsageError(f"{exc}, nor a savepoint name") from None
     instant = timeline.get(at) if is_time(str(value).strip()) and not since else None
+    if instant is None and is_time(str(value).strip()) and not since:
+        instant = _archived(timeline, at)
     if instant is not None and instant.is_completed and instant.completed and instant.action != Action.PUBLISH:
         return instant.completed
     return at
+
+
+def _archived(timeline: Timeline, requested: str) -> Instant | None:
+    """The archived instant of this id: its id means its completion too (the archive is read only for an id older
+    than the active timeline)."""
+    oldest = timeline.instants[0].requested if timeline.instants else None
+    if oldest is not None and requested >= oldest:
+        return None
+    return next((e.instant for e in archived_instants(timeline.storage) if e.instant.requested == requested), None)
 
 
 def plan_slices(

@@ -606,3 +606,16 @@ def test_a_read_of_no_column_and_a_filter_on_none_are_refused(tmp_path: Path) ->
     for column in ("status", "amount", "k"):
         with pytest.raises(UsageError, match=rf"{column}=None: a filter compares values"):
             table.read(filter={column: None})
+
+
+def test_the_id_of_an_archived_commit_reads_as_of_its_completion(tmp_path: Path) -> None:
+    """An instant id means the moment it completed; for an archived one it was read as its requested time, so the
+    id of the newest archived commit (completed at the horizon) was refused as older than the archived timeline."""
+    table = new_table(tmp_path)
+    written = [
+        table.write("orders", batch(MODELS[0], [{"k": k, "amount": k, "status": "a", "ots": 1}])) for k in range(4)
+    ]
+    assert table.archive(keep=1).archived >= 1
+    newest_archived = next(w for w in reversed(written) if table.timeline().get(w.instant) is None)
+    by_id = table.read(as_of=newest_archived.instant)
+    assert by_id.num_rows == table.read(as_of=newest_archived.completed).num_rows > 0
