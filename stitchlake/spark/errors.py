@@ -10,8 +10,14 @@ import json
 import re
 
 from stitchlake import errors
+from stitchlake.timeline import clock, timeline
 
-_WRAPPED = re.compile(r"stitchlake\.errors\.(\w+): (.+?)(?:\n\s*(?:at |\tat |JVM stacktrace|\n)|$)", re.S)
+#: Modules whose own stitchlake errors a task may raise: imported, so that `error_class` finds them by name.
+_RAISERS = (clock, timeline)
+
+#: A stitchlake error in a task's traceback: most live in stitchlake.errors, a few beside the code raising them
+#: (a timeline file gone, a clock skew), named by their module.
+_WRAPPED = re.compile(r"stitchlake\.(?:\w+\.)*(\w+): (.+?)(?:\n\s*(?:at |\tat |JVM stacktrace|\n)|$)", re.S)
 
 
 _DETAILS = re.compile(re.escape(errors.DETAILS_NOTE) + r"(\{[^\n]*\})")
@@ -28,12 +34,26 @@ def unwrap(error: BaseException) -> tuple[str, int, str]:
     text = str(error)
     match = _WRAPPED.search(text)
     if match:
-        kind = getattr(errors, match.group(1), errors.StitchError)
-        name = kind.__name__ if isinstance(kind, type) and issubclass(kind, errors.StitchError) else "StitchError"
+        kind = error_class(match.group(1))
         message = _DETAILS.sub("", match.group(2)).strip()
-        return name, getattr(errors, name).exit_code, message
+        return kind.__name__, kind.exit_code, message
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return "StitchError", 1, f"{type(error).__name__}: {first}"
+
+
+def error_class(name: str) -> type[errors.StitchError]:
+    """The stitchlake error class of that name (StitchError for any other name)."""
+    found = getattr(errors, name, None)
+    if isinstance(found, type) and issubclass(found, errors.StitchError):
+        return found
+    pending, seen = [errors.StitchError], set()
+    while pending:
+        kind = pending.pop()
+        if kind.__name__ == name:
+            return kind
+        seen.add(kind)
+        pending.extend(k for k in kind.__subclasses__() if k not in seen)
+    return errors.StitchError
 
 
 def details(error: BaseException) -> dict[str, str]:
@@ -58,5 +78,4 @@ def recovered(error: BaseException) -> errors.StitchError | None:
     if not match:
         return None
     name, _code, message = unwrap(error)
-    kind = getattr(errors, name, errors.StitchError)
-    return kind(message, **details(error))
+    return error_class(name)(message, **details(error))

@@ -109,6 +109,12 @@ def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
         "\n\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(PythonRunner.scala:1)\n"
     )
     assert unwrap(wrapped) == ("InputRejected", 5, "2 bad rows (null key order_id: 2) in part-0001.parquet")
+    # One that lives beside the code raising it keeps its class and exit code too (a busy timeline is 4, not 1).
+    gone = RuntimeError(
+        "Traceback (most recent call last):\n"
+        "stitchlake.timeline.timeline.TimelineFileVanished: t/.stitch/timeline/x.inflight: timeline file vanished\n"
+    )
+    assert unwrap(gone) == ("TimelineFileVanished", 4, "t/.stitch/timeline/x.inflight: timeline file vanished")
     assert unwrap(BusyError("stream orders is busy")) == ("BusyError", 4, "stream orders is busy")
     assert unwrap(ValueError("boom\nmore")) == ("StitchError", 1, "ValueError: boom")
     # A job that was itself stopped ends as `stitch` would have: 143 for SIGTERM, 130 for Ctrl-C.
