@@ -99,9 +99,9 @@ def finish_purges(table: TableHandle) -> list[str]:
             table.storage.write_bytes(purged_marker(instant.requested), b"")
             continue
         purge(table, instant.requested, read_parquet(table.storage, commit.keys_file))
-        finished.append(f"the unfinished purge of erase {instant.requested}")
+        finished.append(f"purge of erase {instant.requested}")
     if finished:  # the erase's own publish never ran: published tables still hold the keys
-        publish_after(table, finished[-1].removeprefix("the unfinished "), wait_busy=True)
+        publish_after(table, finished[-1], wait_busy=True)
     return finished
 
 
