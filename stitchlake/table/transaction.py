@@ -21,7 +21,7 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_marked, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
-from stitchlake.errors import BusyError, ConflictError, PlanUndone, StitchError, Terminated
+from stitchlake.errors import COMPLETED_BEFORE_STOP, BusyError, ConflictError, PlanUndone, StitchError, Terminated
 from stitchlake.table.guards import (
     refuse_if_rescaled,
     refuse_if_stream_busy,
@@ -99,6 +99,9 @@ class Transaction:
         #: A check for whoever publishes through a helper that takes none (ingest's exactly-once check).
         self.conflict_check: ConflictCheck | None = None
         self.aborted = False
+        #: The completion time of a create that was sent: from then on the commit may stand though no answer came
+        #: (an S3 timeout or 5xx after the PUT landed, a signal right after the create), and nothing is undone.
+        self.sent: str | None = None
 
     @property
     def time(self) -> str:
@@ -265,11 +268,19 @@ class Transaction:
         metadata = replace(metadata, timings={**metadata.timings, "total_s": round(time.time() - self.started, 3)})
         try:
             self._publish(metadata, conflict_check)
-        except BaseException:
-            # Not published. Stop beating now, or a long-lived caller that has no abort path (restore, clean,
-            # rollback) keeps its half-done instant looking alive and every planner refusing for as long as it runs.
-            self._stop_beating(delete=self._still_ours())
-            raise
+        except BaseException as exc:
+            if self.sent is not None and self.landed():
+                # The create landed though its answer was lost: the commit stands, and says so.
+                if not isinstance(exc, Exception):
+                    exc.add_note(f"{COMPLETED_BEFORE_STOP}: instant {self.time} was published")
+                    self._finish()
+                    raise
+                log.warning("instant %s was published, though its store answered: %s", self.time, exc)
+            else:
+                # Not published. Stop beating now, or a long-lived caller that has no abort path (restore, clean,
+                # rollback) keeps its half-done instant looking alive and every planner refusing while it runs.
+                self._stop_beating(delete=self.sent is None and self._still_ours())
+                raise
         try:
             self._finish()
         except Exception:  # published: leftover markers or a heartbeat are tidied by `stitch clean`
@@ -303,8 +314,25 @@ class Transaction:
             if lost is not None:
                 self._refuse(lost)
             completed = next_time(timeline.all_times(), max_ahead_s=self.table.config.concurrency.max_clock_skew_s)
-            # Fence as late as possible: after the slow, durable part of the write and right before the create.
-            self.instant = write_completed(storage, self.instant, completed, metadata, ready=lock.fence)
+
+            def fenced() -> None:  # as late as possible: after the slow, durable part, right before the create
+                lock.fence()
+                self.sent = completed
+
+            self.instant = write_completed(storage, self.instant, completed, metadata, ready=fenced)
+
+    def landed(self) -> bool | None:
+        """After a create was sent: whether the instant is completed on the timeline (then this attempt's, which
+        it adopts, or one another process finished), or None when the timeline cannot be read."""
+        try:
+            current = Timeline.load(self.table.storage).get(self.instant.requested)
+        except Exception:
+            return None
+        if current is None or not current.is_completed:
+            return False
+        if current.completed == self.sent:
+            self.instant = current
+        return True
 
     def superseded(self, timeline: Timeline | None = None, claim: bool = True) -> str | None:
         """Why this attempt may no longer publish, or None: its instant was rolled back or completed by someone
@@ -340,8 +368,8 @@ class Transaction:
         A run presumed dead while it ran finds its files and plan deleted under it: whatever that makes fail, it
         is "superseded, nothing was published", not "file not found". After the publish nothing is refused.
         """
-        if self.instant.is_completed or isinstance(error, KeyboardInterrupt | Terminated):
-            return None
+        if self.instant.is_completed or self.sent is not None or isinstance(error, KeyboardInterrupt | Terminated):
+            return None  # a create was sent: "nothing was published" may be false
         try:
             # A refusal that names what was taken twice stays; any other failure of a claim taken over says so.
             lost = self.superseded(claim=not isinstance(error, ConflictError))
@@ -395,6 +423,12 @@ class Transaction:
         self.aborted = True
         if self.instant.is_completed:
             log.warning("instant %s was already published; not aborting it", self.time)
+            self._finish(delete_markers_too=False)
+            return
+        if self.sent is not None and self.landed() is not False:
+            # Published though no answer came, or the timeline cannot say: deleting its files could destroy a
+            # commit. A pending instant left here is the lazy rollback's, which sees whether it completed.
+            log.warning("instant %s may have been published; not aborting it", self.time)
             self._finish(delete_markers_too=False)
             return
         try:

@@ -754,3 +754,39 @@ def test_a_savepoint_named_by_the_state_two_savepoints_pin_is_refused_as_ambiguo
         savepoint.delete(table, first.of_instant)
     assert savepoint.delete(table, "tuesday").name == "tuesday"
     assert savepoint.delete(table, first.of_instant).name == "monday"  # one left: no doubt which
+
+
+@pytest.mark.parametrize("lost", ["an error", "a stop"])
+def test_a_publish_whose_answer_is_lost_after_the_create_landed_keeps_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
+    """The completed file was created, then the store's answer was lost (an S3 timeout or 5xx after the PUT
+    landed) or a stop came right after: the writer took itself for unpublished and aborted, deleting the data
+    files of its own published commit: every read then failed on a missing file, and the landing files counted as
+    consumed. The commit stands now: an error after the create is a success, a stop says the instant was published."""
+    from stitchlake.errors import COMPLETED_BEFORE_STOP
+    from stitchlake.storage.local import LocalStorage
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    create = LocalStorage.put_if_absent
+
+    def answer_lost(self: LocalStorage, path: str, data: bytes, ready: Any = None) -> bool:
+        created = create(self, path, data, ready)
+        if path.endswith(".deltacommit"):
+            if lost == "a stop":
+                raise KeyboardInterrupt
+            raise OSError(5, "the store did not answer")
+        return created
+
+    monkeypatch.setattr(LocalStorage, "put_if_absent", answer_lost)
+    if lost == "a stop":
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            write(table, "orders", _rows(2))
+        assert any(note.startswith(COMPLETED_BEFORE_STOP) for note in stopped.value.__notes__)
+    else:
+        write(table, "orders", _rows(2))
+    monkeypatch.undo()
+    assert not table.timeline().pending()
+    assert len(table.timeline().completed([Action.DELTACOMMIT])) == 2
+    assert _sorted(table.read()).column("amount").to_pylist() == [2, 2, 2, 2]
