@@ -452,6 +452,8 @@ class EraseCommit(RewriteCommit):
     erased_keys: int = 0
     #: `--purge`: older copies go too, the published tables' history included (their next publish recreates them).
     purge: bool = False
+    #: Its purge writes a `purged` marker when done (erases before markers have none): until then it is unfinished.
+    purge_marked: bool = False
 
     OWN_FIELDS: ClassVar[tuple[str, ...]] = ("keys_file", "erased_file")
 

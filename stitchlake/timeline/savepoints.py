@@ -78,8 +78,8 @@ def unfinished_purges(timeline: Timeline, after: str = "") -> list[Instant]:
     for instant in timeline.completed([Action.ERASE]):
         if (instant.completed or "") > after:
             commit = timeline.commit(instant)
-            purged = not isinstance(commit, EraseCommit) or not commit.purge
-            if not purged and not timeline.storage.exists(purged_marker(instant.requested)):
+            marked = isinstance(commit, EraseCommit) and commit.purge and commit.purge_marked
+            if marked and not timeline.storage.exists(purged_marker(instant.requested)):
                 out.append(instant)
     return out
 

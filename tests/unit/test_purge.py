@@ -142,7 +142,9 @@ def test_a_purge_that_failed_after_its_erase_committed_is_finished_before_any_re
     a restore, first thing) finishes the purge."""
     from stitchlake.errors import NotFoundError, StitchError, UsageError
     from stitchlake.services.rewrites import erase as erase_module
-    from tests.support.published_history import history, rows_of
+    from stitchlake.timeline.instant import Action
+    from tests.support.published_history import MODEL, history, rows_of
+    from tests.support.tables import batch
 
     table = history(tmp_path / "t")
     table.savepoint(name="before")
@@ -159,15 +161,85 @@ def test_a_purge_that_failed_after_its_erase_committed_is_finished_before_any_re
     with pytest.raises(UsageError, match="whose purge did not finish"):
         table.read(as_of="before")
 
+    # Until it is finished the erase stays on the active timeline, where recovery finds it.
+    erase = table.timeline().latest_completed([Action.ERASE])
+    assert erase is not None
+    table.write("orders", batch(MODEL["orders"], [{"k": 50, "amount": 5, "status": "new", "ots": 1}]))
+    table.savepoint(name="after")  # a state after the erase: the purge, run again, must leave it and its files
+    table.compact("all")
+
     if finisher == "restore":
         with pytest.raises(NotFoundError, match="no savepoint 'before'"):  # the purge went first: it pinned the key
             table.restore("before")
     else:
         assert any("purge of erase" in item for item in table.rollback().finished)
-    assert [s.name for s in list_savepoints(table)] == []
+    assert [s.name for s in list_savepoints(table)] == ["after"]
+    assert 50 in [row["k"] for row in rows_of(table.read(as_of="after"))]
     assert _data_files_holding(tmp_path / "t", 1) == [], "an older copy of the erased key survived the purge"
     assert 1 not in [row["k"] for row in rows_of(table.read())]
     assert table.rollback().finished == []  # finished once: nothing left to finish
+
+
+def test_an_erase_whose_purge_did_not_finish_is_not_archived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Archived, nothing would find it to finish its purge: the older copies would stay for good."""
+    from stitchlake.services.rewrites import erase as erase_module
+    from stitchlake.timeline.instant import Action
+    from tests.support.published_history import MODEL, history
+    from tests.support.tables import batch
+
+    table = history(tmp_path / "t")
+    monkeypatch.setattr(erase_module, "purge_copies", lambda *a: (_ for _ in ()).throw(OSError("gone")))
+    with pytest.raises(Exception, match="its purge failed"):
+        table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True)
+    monkeypatch.undo()
+    erase = table.timeline().latest_completed([Action.ERASE])
+    assert erase is not None
+    for k in range(60, 64):
+        table.write("orders", batch(MODEL["orders"], [{"k": k, "amount": 5, "status": "new", "ots": 1}]))
+    assert table.archive(keep=1).archived > 0
+    assert table.timeline().get(erase.requested) is not None
+    table.rollback()
+    table.archive(keep=1)
+    assert table.timeline().get(erase.requested) is None  # finished: archived like any other
+
+
+def test_a_purge_that_is_still_running_is_left_to_its_erase_and_an_erase_from_before_markers_is_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge runs after its erase committed: a `rollback --failed` (or clean) meanwhile must not run it a second
+    time beside it. And a purged erase recorded before purges left a marker is finished: reads of older states
+    are not refused for it, and nothing runs it again."""
+    import dataclasses
+
+    from stitchlake.services.rewrites import erase as erase_module
+    from stitchlake.services.rewrites import purge as purge_module
+    from stitchlake.timeline.instant import Action
+    from stitchlake.timeline.metadata import EraseCommit
+    from tests.support.published_history import history
+
+    table = history(tmp_path / "t")
+    finished_meanwhile: list[list[str]] = []
+
+    def rollback_meanwhile(*_args: Any) -> list[str]:
+        finished_meanwhile.append(table.rollback().finished)
+        return []
+
+    monkeypatch.setattr(purge_module, "_purge_quarantine", rollback_meanwhile)
+    table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True)
+    monkeypatch.undo()
+    assert finished_meanwhile == [[]], "a recovery ran the purge a second time beside it"
+
+    def legacy(**fields: Any) -> EraseCommit:
+        return dataclasses.replace(EraseCommit(**fields), purge_marked=False)
+
+    monkeypatch.setattr(erase_module, "EraseCommit", legacy)
+    monkeypatch.setattr(erase_module, "purge_copies", lambda *a: (_ for _ in ()).throw(OSError("gone")))
+    with pytest.raises(Exception, match="its purge failed"):
+        table.erase(pa.table({"k": pa.array([2], pa.int64())}), purge=True)
+    monkeypatch.undo()
+    assert table.rollback().finished == []
+    purged = table.timeline().completed([Action.ERASE])[-2]  # the first of the two erases above
+    table.read(as_of=purged.completed)  # before the second erase: no refusal for one that predates the marker
 
 
 def test_a_savepoint_planned_before_a_purge_and_completed_after_it_is_refused_not_pinning_purged_files(

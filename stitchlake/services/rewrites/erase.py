@@ -415,6 +415,7 @@ def _execute(
             requested_keys=keys.num_rows,
             erased_keys=erased,
             purge=purge,
+            purge_marked=purge,
         ),
         conflict_check=conflicts,
     )

@@ -20,6 +20,7 @@ deletion. Published tables are recreated by the republish that follows a purge (
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stitchlake.concurrency.heartbeat import Heartbeat, is_expired
 from stitchlake.errors import InputRejected, NotFoundError
 from stitchlake.io import kafka
 from stitchlake.io.datafiles import read_parquet, write_parquet
@@ -75,16 +77,26 @@ def purge(table: TableHandle, erase_instant: str, keys: pa.Table) -> PurgeResult
         raise NotFoundError(f"erase {erase_instant} is not a completed erase on the timeline")
     result = PurgeResult()
     placement = KeyPlacement(keys, table.config.table.key_names, table.config.table.partition_names)
-    older = older_copies(table.view(timeline), placement)
-    for savepoint, pinned in savepoints(timeline):
-        if set(pinned.files) & older:
-            delete_savepoint(table, savepoint.requested)
-            result.savepoints.append(savepoint.requested)
-    result.files = len(purge_files(table, lambda view: older_copies(view, placement)).deleted)
-    result.quarantine = _purge_quarantine(table, keys)
-    result.logs = _purge_job_logs(table, done.completed or erase_instant)
-    table.storage.write_bytes(purged_marker(erase_instant), b"")  # from here on, older states read again
+    # Only what came before the erase: a purge run again later must not take savepoints and slices made since.
+    before = done.completed or erase_instant
+    older = older_copies(table.view(timeline), placement, before)
+    beat = table.config.concurrency.heartbeat
+    with Heartbeat(table.storage, purge_beat(erase_instant), interval_s=beat.interval_s, expire_s=beat.expire_s):
+        for savepoint, pinned in savepoints(timeline):
+            if pinned.savepoint_of < before and set(pinned.files) & older:
+                with contextlib.suppress(NotFoundError):  # a purge finished elsewhere took it first
+                    delete_savepoint(table, savepoint.requested)
+                result.savepoints.append(savepoint.requested)
+        result.files = len(purge_files(table, lambda view: older_copies(view, placement, before)).deleted)
+        result.quarantine = _purge_quarantine(table, keys)
+        result.logs = _purge_job_logs(table, before)
+        table.storage.write_bytes(purged_marker(erase_instant), b"")  # from here on, older states read again
     return result
+
+
+def purge_beat(erase_instant: str) -> str:
+    """The heartbeat a running purge keeps: a recovery finishes only purges whose process is gone."""
+    return f"{erase_instant}-purge"
 
 
 def finish_purges(table: TableHandle) -> list[str]:
@@ -92,7 +104,10 @@ def finish_purges(table: TableHandle) -> list[str]:
     (`"purge of erase <instant>"` each): until then their savepoints and older slices still hold the keys."""
     finished = []
     timeline = table.timeline()
+    expire = table.config.concurrency.heartbeat.expire_s
     for instant in unfinished_purges(timeline):
+        if not is_expired(table.storage, purge_beat(instant.requested), expire):
+            continue  # still running: its erase finishes it
         commit = timeline.commit(instant)
         assert isinstance(commit, EraseCommit)
         if commit.keys_file is None:  # no erase records none: nothing to purge by
@@ -105,15 +120,18 @@ def finish_purges(table: TableHandle) -> list[str]:
     return finished
 
 
-def older_copies(view: FileSystemView, placement: KeyPlacement) -> set[str]:
-    """Data files outside the latest slices that may hold one of the keys: a file is laid out by the bucket count
-    in force when it was written, so each is judged by its own count. Before a rescale a key lived in another file
-    group than it does now, and an erase rewrites only the groups of today's count."""
+def older_copies(view: FileSystemView, placement: KeyPlacement, before: str) -> set[str]:
+    """Data files outside the latest slices, committed before the erase completed (`before`), that may hold one of
+    the keys: a file is laid out by the bucket count in force when it was written, so each is judged by its own
+    count. Before a rescale a key lived in another file group than it does now, and an erase rewrites only the
+    groups of today's count."""
     latest = {f.path for key in view.groups for s in [view.latest_slice(key)] if s is not None for f in s.files}
     return {
         f.path
         for f in view.live_files()
-        if f.path not in latest and f.file_group in placement.file_groups(f.partition, view.buckets_of(f))
+        if f.path not in latest
+        and f.completed < before
+        and f.file_group in placement.file_groups(f.partition, view.buckets_of(f))
     }
 
 

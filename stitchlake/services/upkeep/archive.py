@@ -39,7 +39,7 @@ from stitchlake.timeline.archive import (
 )
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, SavepointPlan, StreamBatch, commit_json, dump
-from stitchlake.timeline.savepoints import pinned_since
+from stitchlake.timeline.savepoints import pinned_since, unfinished_purges
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
 if TYPE_CHECKING:
@@ -62,10 +62,11 @@ def candidates(timeline: Timeline, keep: int) -> list[Instant]:
     """Completed instants that may leave the active timeline.
 
     Never the newest `keep`, nothing at or after the oldest pending instant (its writer may still need the
-    history), nothing from the oldest savepoint's snapshot on (reads as of it must stay possible), and never the
-    latest commit that wrote data. The last two keep a data commit on the active timeline whatever a restore
-    undoes: a savepoint needs one to pin, and archiving the savepointed commit and then restoring to it left a
-    table full of rows that refused every new savepoint ("no completed commit to savepoint yet").
+    history) or a savepoint being made, nothing from the oldest savepoint's snapshot on (reads as of it must stay
+    possible), nothing from an erase whose purge did not finish, and never the latest commit that wrote data.
+    The savepoint and latest-data limits keep a data commit on the active timeline whatever a restore undoes: a
+    savepoint needs one to pin, and archiving the savepointed commit and then restoring to it left a table full
+    of rows that refused every new savepoint ("no completed commit to savepoint yet").
     """
     done = timeline.completed()
     older = done[: max(0, len(done) - keep)]
@@ -76,12 +77,14 @@ def candidates(timeline: Timeline, keep: int) -> list[Instant]:
     being_pinned = [
         plan.savepoint_of
         for plan in (timeline.plan(i) for i in timeline.pending([Action.SAVEPOINT]))
-        if isinstance(plan, SavepointPlan)
+        if isinstance(plan, SavepointPlan) and plan.savepoint_of
     ]
+    # An erase whose purge did not finish stays: archived, nothing would find it to finish it.
+    unpurged = {i.requested for i in unfinished_purges(timeline)}
     limit = min([*limits, *([pinned] if pinned else []), *being_pinned], default=None)
     out = []
     for instant in older:
-        if instant.action == Action.SAVEPOINT or instant == latest_data:
+        if instant.action == Action.SAVEPOINT or instant == latest_data or instant.requested in unpurged:
             break
         if limit is not None and (instant.completed or "") >= limit:
             break
