@@ -108,16 +108,21 @@ def changes(old: StoredSchema, new: StoredSchema, history: Mapping[str, str] | s
         else:
             out += _stream_changes(path, old_streams[stream], new_streams[stream], owners, stream)
     before = _names(old)
-    for path, name, other in case_clashes(new):
+    for path, name, other, why in name_clashes(new):
         if name not in before or other not in before:  # a table made before this check keeps its names
-            out.append(Change(path, f"add {name!r}", False, case_clash(name, other)))
+            out.append(Change(path, f"add {name!r}", False, why))
     return out
 
 
-def case_clashes(schema: StoredSchema) -> list[tuple[str, str, str]]:
-    """Each name that differs only in case from one before it (stream names among streams; column names among
-    every column, key and partition columns included): its path, the name and the other."""
-    out: list[tuple[str, str, str]] = []
+def name_clashes(schema: StoredSchema) -> list[tuple[str, str, str, str]]:
+    """Each name that clashes with one before it: its path, the name, the other and why.
+
+    - Names that differ only in case (stream names among streams; column names among every column, key and
+      partition columns included): Spark, Trino and the published tables match names without regard to case.
+    - A stream whose name begins with another's and `__` (`pay` and `pay__eu`, `pay_`): a stream's meta columns
+      are `_sl__<stream>__<what>`, so one's would be read as the other's.
+    """
+    out: list[tuple[str, str, str, str]] = []
     streams: dict[str, str] = {}
     columns: dict[str, str] = {}
     named = [(f"table.key.{c.name}", c.name) for c in schema.key]
@@ -125,19 +130,32 @@ def case_clashes(schema: StoredSchema) -> list[tuple[str, str, str]]:
     for stream, spec in schema.streams.items():
         other = streams.setdefault(stream.casefold(), stream)
         if other != stream:
-            out.append((f"streams.{stream}", stream, other))
+            out.append((f"streams.{stream}", stream, other, _case_clash(stream, other)))
+        for earlier in schema.streams:
+            if earlier == stream:
+                break
+            inner, outer = sorted((stream, earlier), key=len)
+            if inner != outer and f"{outer}__".startswith(f"{inner}__"):
+                out.append((f"streams.{stream}", stream, earlier, _meta_clash(outer, inner)))
         named += [(f"streams.{stream}.columns.{c.name}", c.name) for c in spec.columns]
     for path, name in named:
         other = columns.setdefault(name.casefold(), name)
         if other != name:
-            out.append((path, name, other))
+            out.append((path, name, other, _case_clash(name, other)))
     return out
 
 
-def case_clash(name: str, other: str) -> str:
+def _case_clash(name: str, other: str) -> str:
     return (
         f"{name!r} and {other!r} differ only in case: Spark, Trino and the published tables match names without "
         "regard to case, so they could not tell them apart; pick another name"
+    )
+
+
+def _meta_clash(outer: str, inner: str) -> str:
+    return (
+        f"stream {outer!r} begins with stream {inner!r} and `_`: a stream's meta columns are named "
+        f"`_sl__<stream>__...`, so those of {outer!r} would be read as {inner!r}'s; pick another name"
     )
 
 

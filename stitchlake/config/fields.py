@@ -4,7 +4,7 @@ that accept YAML text after `${ENV}` expansion, and the annotated field types (n
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, NamedTuple
 
@@ -117,7 +117,7 @@ def _text(value: Any) -> str:
     return value
 
 
-def _name(what: str, more: Callable[[str], str] | None = None) -> BeforeValidator:
+def _name(what: str) -> BeforeValidator:
     """A name check whose message says what the name is of (`'a/b' is not a valid stream name`)."""
 
     def check(value: Any) -> str:
@@ -125,20 +125,9 @@ def _name(what: str, more: Callable[[str], str] | None = None) -> BeforeValidato
             raise refuse(f"{value!r} is not a valid {what} name (letters, digits and _, not starting with a digit)")
         if value.startswith(RESERVED_PREFIX) or value in RESERVED_NAMES:
             raise refuse(f"{value!r} is reserved (names starting with {RESERVED_PREFIX!r} and _op)")
-        return more(value) if more is not None else value
+        return value
 
     return BeforeValidator(check)
-
-
-def _stream_name(value: str) -> str:
-    """A stream's meta columns are `_sl__<stream>__<what>`: a name with `__` inside or `_` at its end would make one
-    stream's columns another's (`pay` and `pay__eu`), and their types and versions would mix."""
-    if "__" in value or value.endswith("_"):
-        raise refuse(
-            f"{value!r} is not a valid stream name: no `__` inside it and no `_` at its end (its meta columns "
-            f"`_sl__{value}__...` would be read as another stream's)"
-        )
-    return value
 
 
 def _column_type(value: Any) -> str:
@@ -234,7 +223,7 @@ NUMBER = BeforeValidator(_number)
 TEXT = BeforeValidator(_text)
 
 TableName = Annotated[str, Field(pattern=schema.NAME_PATTERN), _name("table")]
-StreamName = Annotated[str, Field(pattern=schema.STREAM_NAME_PATTERN), _name("stream", _stream_name)]
+StreamName = Annotated[str, Field(pattern=schema.NAME_PATTERN), _name("stream")]
 ColumnName = Annotated[str, Field(pattern=schema.NAME_PATTERN), _name("column")]
 MarkerName = Annotated[str, Field(pattern=schema.NAME_PATTERN), _name("delete marker column")]
 ColumnType = Annotated[str, BeforeValidator(_column_type), WithJsonSchema(schema.COLUMN_TYPE)]

@@ -373,7 +373,7 @@ class TableConfig(Spec):
     streams: Annotated[
         dict[str, StreamSpec],
         BeforeValidator(_named_streams),
-        Field(json_schema_extra=schema.named_mapping(None, 1, schema.STREAM_NAME_PATTERN)),
+        Field(json_schema_extra=schema.named_mapping(None, 1)),
     ]
     """Stream name -> stream; each column belongs to exactly one stream."""
     bad_rows: BadRows = BadRows.FAIL

@@ -25,8 +25,6 @@ JsonDict = dict[str, Any]
 
 #: A name: letters, digits and _, not starting with a digit (mapping keys, and the names written as values).
 NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
-#: A stream name has no `__` inside and no `_` at its end (its meta columns are `_sl__<stream>__<what>`).
-STREAM_NAME_PATTERN = "^(_?[A-Za-z]|_[0-9])[A-Za-z0-9]*(_[A-Za-z0-9]+)*$"
 #: `${VAR}` or `${VAR:-fallback}` somewhere in a text value: whatever the variable holds is checked on load.
 ENV_REFERENCE = r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"
 _WHOLE_TEXT = r"^\s*-?[0-9]+\s*$"
@@ -73,9 +71,7 @@ ENV_NAMES: JsonDict = {"type": "array", "items": {"type": "string", "pattern": N
 AVRO_SCHEMA: JsonDict = {"anyOf": [{"type": "string"}, {"type": "object"}]}
 
 
-def named_mapping(
-    shorthand: JsonDict | None, min_entries: int, names: str = NAME_PATTERN
-) -> Callable[[JsonDict], None]:
+def named_mapping(shorthand: JsonDict | None, min_entries: int) -> Callable[[JsonDict], None]:
     """Field hook: a tuple or dict of named specs is written as a mapping `name: spec` (or `name: shorthand`)."""
 
     def shape(schema: JsonDict) -> None:
@@ -83,7 +79,7 @@ def named_mapping(
         for key in ("type", "minItems", "maxItems"):
             schema.pop(key, None)
         schema["type"] = "object"
-        schema["propertyNames"] = {"pattern": names}
+        schema["propertyNames"] = {"pattern": NAME_PATTERN}
         schema["additionalProperties"] = {"anyOf": [item, shorthand]} if shorthand else item
         if min_entries:
             schema["minProperties"] = min_entries

@@ -285,9 +285,6 @@ BAD_CASES: list[tuple[str, Mutation, list[str]]] = [
         _set("publish", {"formats": ["delta"], "location": "gs://bucket/published"}),
         ["publish.location", "Google Cloud Storage is not implemented"],
     ),
-    # A stream's meta columns are `_sl__<stream>__...`: `orders` would read `orders__eu`'s as its own.
-    ("stream_name_with_a_double_underscore", _rename("streams|orders", "orders__eu"), ["'orders__eu'", "no `__`"]),
-    ("stream_name_ending_in_an_underscore", _rename("streams|orders", "orders_"), ["'orders_'", "no `_` at its end"]),
     (
         "csv_delimiter_of_two_characters",
         _set("streams|orders|source", {"format": "csv", "path": "landing", "options": {"delimiter": ";;"}}),

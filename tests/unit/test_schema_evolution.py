@@ -308,15 +308,19 @@ def test_a_nan_default_is_the_same_default_in_the_config_and_in_the_table(tmp_pa
         (lambda d: d["streams"]["a"]["columns"].update(K="int"), "streams.a.columns.K: 'K' and 'k' differ only"),
         (lambda d: d["streams"].update(A={"columns": {"x": "int"}}), "streams.A: 'A' and 'a' differ only in case"),
         (lambda d: d["table"].update(partition_by={"K": "string"}), "table.partition_by.K: 'K' and 'k' differ"),
+        # A stream's meta columns are `_sl__<stream>__...`: `a`'s would take in those of `a__eu` and of `a_`.
+        (lambda d: d["streams"].update(a__eu={"columns": {"x": "int"}}), "streams.a__eu: stream 'a__eu' begins with"),
+        (lambda d: d["streams"].update(a_={"columns": {"x": "int"}}), "streams.a_: stream 'a_' begins with stream 'a'"),
     ],
-    ids=["columns", "column-and-key", "streams", "partition-and-key"],
+    ids=["columns", "column-and-key", "streams", "partition-and-key", "stream-prefix", "stream-underscore"],
 )
-def test_names_differing_only_in_case_are_refused_when_made_and_kept_where_a_table_has_them(
+def test_names_that_clash_are_refused_when_made_and_kept_where_a_table_has_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Any, refusal: str
 ) -> None:
     """Spark's reader, Trino and the published tables match names without case: `v` and `V` cannot both be read
-    there. A new table with such names is refused, and so is an alter adding one; a table made before the check
-    (here: made with it switched off) keeps opening, reading and writing."""
+    there; and stream `a__eu`'s meta columns would be read as stream `a`'s (the JVM reader failed, compactions
+    mixed their versions). A new table with such names is refused, and so is an alter adding one; a table made
+    before the check (here: made with it switched off) keeps opening, reading and writing."""
     from stitchlake.services.upkeep.alter import alter
     from stitchlake.table import handle
 
@@ -335,7 +339,7 @@ def test_names_differing_only_in_case_are_refused_when_made_and_kept_where_a_tab
     assert f"{where}: add" in str(caught.value) and said in str(caught.value), caught.value
     assert caught.value.yaml_path is not None and caught.value.file is not None
 
-    monkeypatch.setattr(handle, "case_clashes", lambda _schema: [])
+    monkeypatch.setattr(handle, "name_clashes", lambda _schema: [])
     _made, config = new_table_file(tmp_path / "old", document)
     monkeypatch.undo()
     again = stitchlake.open(config)
