@@ -17,7 +17,9 @@ _RAISERS = (clock, timeline)
 
 #: A stitchlake error in a task's traceback: most live in stitchlake.errors, a few beside the code raising them
 #: (a timeline file gone, a clock skew), named by their module.
-_WRAPPED = re.compile(r"stitchlake\.(?:\w+\.)*(\w+): (.+?)(?:\n\s*(?:at |\tat |JVM stacktrace|\n)|$)", re.S)
+_WRAPPED = re.compile(
+    r"(?<![\w/.-])stitchlake\.(?:[a-z_]+\.)*([A-Z]\w*): (.+?)(?:\n\s*(?:at |\tat |JVM stacktrace|\n)|$)", re.S
+)
 
 
 _DETAILS = re.compile(re.escape(errors.DETAILS_NOTE) + r"(\{[^\n]*\})")

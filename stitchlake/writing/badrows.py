@@ -170,7 +170,7 @@ def quarantine_file(
     if data is not None:
         copy = f"{quarantine_folder(instant)}/files/{_safe(name)}"
         mark(copy)
-        storage.write_bytes(copy, data)
+        storage.write_atomic(copy, data)  # a speculative attempt of the same task may write it at once
     return QuarantinedFile(name, without_quoted_rows(reason), copy)
 
 

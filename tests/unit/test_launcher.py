@@ -115,6 +115,9 @@ def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
         "stitchlake.timeline.timeline.TimelineFileVanished: t/.stitch/timeline/x.inflight: timeline file vanished\n"
     )
     assert unwrap(gone) == ("TimelineFileVanished", 4, "t/.stitch/timeline/x.inflight: timeline file vanished")
+    # A file named stitchlake.<something> quoted before it is no error class.
+    named = RuntimeError(f"reading /etc/stitchlake.yaml: config\n{wrapped}")
+    assert unwrap(named)[:2] == ("InputRejected", 5)
     assert unwrap(BusyError("stream orders is busy")) == ("BusyError", 4, "stream orders is busy")
     assert unwrap(ValueError("boom\nmore")) == ("StitchError", 1, "ValueError: boom")
     # A job that was itself stopped ends as `stitch` would have: 143 for SIGTERM, 130 for Ctrl-C.

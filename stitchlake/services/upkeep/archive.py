@@ -38,7 +38,15 @@ from stitchlake.timeline.archive import (
     newest_batches,
 )
 from stitchlake.timeline.instant import Action, Instant
-from stitchlake.timeline.metadata import DeltaCommit, LandingRecord, SavepointPlan, StreamBatch, commit_json, dump
+from stitchlake.timeline.metadata import (
+    Commit,
+    DeltaCommit,
+    LandingRecord,
+    SavepointPlan,
+    StreamBatch,
+    commit_json,
+    dump,
+)
 from stitchlake.timeline.savepoints import pinned_since, unfinished_purges
 from stitchlake.timeline.timeline import Timeline, delete_instant
 
@@ -135,7 +143,11 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
     rescales = tuple(r for r in view.rescales if r.completed <= horizon)
     offsets = {name: offsets_until(table, timeline, name, horizon) for name in table.config.streams}
-    batches = newest_batches(load_checkpoint(table.storage), _stream_batches(timeline, horizon))
+    previous = load_checkpoint(table.storage)
+    commits = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT]) if (i.completed or "") <= horizon]
+    if previous is not None and not previous.stream_batches:  # a checkpoint from before it kept them: read once
+        commits += [entry.commit for entry in archived_instants(table.storage)]
+    batches = newest_batches(previous, _stream_batches(commits))
     checkpoint = Checkpoint(
         horizon,
         tuple(files),
@@ -148,13 +160,11 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     return ArchivePlan(chosen, horizon, checkpoint, lines)
 
 
-def _stream_batches(timeline: Timeline, horizon: str) -> Iterator[tuple[str, StreamBatch]]:
-    """The micro-batches of the deltacommits completed by `horizon`, with their streams."""
-    for instant in timeline.completed([Action.DELTACOMMIT]):
-        if (instant.completed or "") <= horizon:
-            commit = timeline.commit(instant)
-            if isinstance(commit, DeltaCommit) and commit.stream is not None and commit.stream_batch is not None:
-                yield commit.stream, commit.stream_batch
+def _stream_batches(commits: list[Commit]) -> Iterator[tuple[str, StreamBatch]]:
+    """The micro-batches of these commits' deltacommits, with their streams."""
+    for commit in commits:
+        if isinstance(commit, DeltaCommit) and commit.stream is not None and commit.stream_batch is not None:
+            yield commit.stream, commit.stream_batch
 
 
 def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
