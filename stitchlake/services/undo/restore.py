@@ -16,6 +16,7 @@ from stitchlake.services.rewrites.purge import finish_purges
 from stitchlake.services.rewrites.rescale import buckets_reminder
 from stitchlake.services.undo.rollback import expired, finish_rollback, target_of, undo
 from stitchlake.services.upkeep.clean import finish_clean
+from stitchlake.table.guards import undone_by
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import UNDONE_BY_RESTORE, kind_of
 from stitchlake.timeline.instant import Action, Instant
@@ -80,9 +81,10 @@ def finish_unfinished(table: TableHandle) -> list[str]:
     """Finish the crashed cleans and rollbacks before a restore plans (`"<action> <instant>"`); live ones are left
     for the plan to refuse."""
     finished = []
-    for instant in _unfinished(table.timeline()):
-        if not expired(table, instant):
-            continue
+    timeline = table.timeline()
+    for instant in _unfinished(timeline):
+        if not expired(table, instant) or undone_by(timeline, instant.requested) is not None:
+            continue  # live, or a pending restore's older plan takes it back: left to those
         (finish_clean if instant.action == Action.CLEAN else finish_rollback)(table, instant)
         finished.append(f"{instant.action} {instant.requested}")
     return finished
