@@ -166,8 +166,9 @@ class StreamRequest(JobRequest["StreamResult"]):
                 raise UsageError(f"{name} must be more than 0, got {value}")
         if self.available_now and self.trigger_interval_s is not None:
             raise UsageError(
-                "trigger_interval_s paces a query that keeps running; available_now ingests what is pending in "
-                "back-to-back micro-batches and stops: give one or the other"
+                "a trigger interval (--trigger-interval) paces a query that keeps running; available_now "
+                "(--available-now) ingests what is pending in back-to-back micro-batches and stops: give one or the "
+                "other"
             )
 
 
