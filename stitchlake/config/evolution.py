@@ -107,8 +107,9 @@ def changes(old: StoredSchema, new: StoredSchema, history: Mapping[str, str] | s
                 out.append(Change(path, f"add the stream ({_columns(new_streams[stream].columns)})", True))
         else:
             out += _stream_changes(path, old_streams[stream], new_streams[stream], owners, stream)
-    before = _names(old)
+    columns, streams = _names(old), set(old.streams)
     for path, name, other, why in name_clashes(new):
+        before = streams if path.count(".") == 1 and path.startswith("streams.") else columns
         if name not in before or other not in before:  # a table made before this check keeps its names
             out.append(Change(path, f"add {name!r}", False, why))
     return out
@@ -160,7 +161,8 @@ def _meta_clash(outer: str, inner: str) -> str:
 
 
 def _names(schema: StoredSchema) -> set[str]:
-    found = {c.name for c in (*schema.key, *schema.partition_by)} | set(schema.streams)
+    """Every column name, key and partition columns included."""
+    found = {c.name for c in (*schema.key, *schema.partition_by)}
     return found | {c.name for spec in schema.streams.values() for c in spec.columns}
 
 

@@ -449,19 +449,20 @@ def _with_commits(changed: pa.Table, carried: pa.Table, common: list[str]) -> pa
 
 
 def _expression_kept(rows: pa.Table, expression: pc.Expression, common: list[str]) -> pa.Array:
-    """Which change rows an opaque filter expression keeps. A deleted row has no new values: one that names only
-    key, partition and change columns judges it (`k == 2` drops the delete of k=1), one that names a value column
-    keeps every delete, as the text filters do. A `-U` row is judged by its `+U` row's values (the pair goes
-    together) with its own change columns (`_op == "-U"` keeps it alone)."""
+    """Which change rows an opaque filter expression keeps. A deleted row has no new values: it is judged with its
+    value columns null, and kept unless the expression is then false (`amount > 5` keeps every delete, `k == 2`
+    or `_op != "D"` drops them; a function that answers for a null, such as `is_in` or `is_valid`, decides). A
+    `-U` row is judged by its `+U` row's values (the pair goes together) with its own change columns."""
     keep = _evaluate(rows, expression)
     ops = np.asarray(rows.column(OP).to_pylist())
     deleted = np.flatnonzero(ops == "D")
     if deleted.size:
-        known = rows.take(pa.array(deleted)).select([n for n in rows.column_names if n in {*common, *CHANGE_COLUMNS}])
-        try:
-            keep[deleted] = _evaluate(known, expression)
-        except (pa.ArrowInvalid, KeyError):  # it names a value column, which a delete does not have
-            keep[deleted] = True
+        known = {*common, *CHANGE_COLUMNS}
+        unknown = rows.take(pa.array(deleted))
+        for at, name in enumerate(unknown.column_names):
+            if name not in known:
+                unknown = unknown.set_column(at, name, pa.nulls(unknown.num_rows, unknown.schema.field(name).type))
+        keep[deleted] = ~_evaluate(unknown, ~expression)  # null counts as false in `_evaluate`: kept
     minus = np.flatnonzero(ops == "-U")
     if minus.size:
         pairs = rows.take(pa.array(minus + 1))  # a -U row is always right before its +U row

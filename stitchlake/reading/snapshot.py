@@ -22,7 +22,7 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
-from stitchlake.timeline.archive import archived_instants
+from stitchlake.timeline.archive import archived_batches_newest_first
 from stitchlake.timeline.clock import is_time, parse_user_time
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.savepoints import refuse_unfinished_purge, savepoint_time
@@ -82,12 +82,15 @@ def _resolved_time(timeline: Timeline, value: str, since: bool) -> str:
 
 
 def _archived(timeline: Timeline, requested: str) -> Instant | None:
-    """The archived instant of this id: its id means its completion too (the archive is read only for an id older
-    than the active timeline)."""
+    """The archived instant of this id: its id means its completion too. Only for an id older than the active
+    timeline, and only the newest archive batch: an instant of an older one completed before the horizon, a time
+    no read reaches."""
     oldest = timeline.instants[0].requested if timeline.instants else None
     if oldest is not None and requested >= oldest:
         return None
-    return next((e.instant for e in archived_instants(timeline.storage) if e.instant.requested == requested), None)
+    for _horizon, entries in archived_batches_newest_first(timeline.storage):
+        return next((e.instant for e in entries if e.instant.requested == requested), None)
+    return None
 
 
 def plan_slices(

@@ -34,13 +34,21 @@ def unwrap(error: BaseException) -> tuple[str, int, str]:
     if isinstance(error, OSError) and error.errno:
         return "StitchError", 1, errors.describe_os_error(error)
     text = str(error)
-    match = _WRAPPED.search(text)
+    match = _last(_WRAPPED, text)
     if match:
         kind = error_class(match.group(1))
         message = _DETAILS.sub("", match.group(2)).strip()
         return kind.__name__, kind.exit_code, message
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return "StitchError", 1, f"{type(error).__name__}: {first}"
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The last match: a chained traceback prints the error it was handling first, the one raised last."""
+    found = None
+    for found in pattern.finditer(text):  # noqa: B007 - the last one is kept
+        pass
+    return found
 
 
 def error_class(name: str) -> type[errors.StitchError]:
@@ -76,7 +84,7 @@ def recovered(error: BaseException) -> errors.StitchError | None:
     """The stitchlake error a Spark failure wraps, as its own class again; None if it wraps none."""
     if isinstance(error, errors.StitchError):
         return error
-    match = _WRAPPED.search(str(error))
+    match = _last(_WRAPPED, str(error))
     if not match:
         return None
     name, _code, message = unwrap(error)

@@ -129,6 +129,7 @@ class StitchReader(DataSourceReader):
             name = item.attribute[0] if len(item.attribute) == 1 else None
             if name in partition | keys:
                 values = [item.value] if isinstance(item, EqualTo) else list(item.value)
+                values = [v for v in values if v is not None]  # `= NULL` holds for no row in SQL
                 if name in self.where:  # `c = 1 AND c IN (1, 2)`: both hold
                     values = [v for v in values if v in self.where[name]]
                 self.where[name] = values

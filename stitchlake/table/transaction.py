@@ -269,13 +269,17 @@ class Transaction:
         try:
             self._publish(metadata, conflict_check)
         except BaseException as exc:
-            if self.sent is not None and self.landed():
+            landed = self.landed() if self.sent is not None else "none"
+            if landed == "ours":
                 # The create landed though its answer was lost: the commit stands, and says so.
                 if not isinstance(exc, Exception):
                     exc.add_note(f"{COMPLETED_BEFORE_STOP}: instant {self.time} was published")
                     self._finish()
                     raise
                 log.warning("instant %s was published, though its store answered: %s", self.time, exc)
+            elif landed == "other" and isinstance(exc, Exception):
+                self._stop_beating(delete=False)
+                raise self.refusal("was completed") from exc
             else:
                 # Not published. Stop beating now, or a long-lived caller that has no abort path (restore, clean,
                 # rollback) keeps its half-done instant looking alive and every planner refusing while it runs.
@@ -321,18 +325,19 @@ class Transaction:
 
             self.instant = write_completed(storage, self.instant, completed, metadata, ready=fenced)
 
-    def landed(self) -> bool | None:
-        """After a create was sent: whether the instant is completed on the timeline (then this attempt's, which
-        it adopts, or one another process finished), or None when the timeline cannot be read."""
+    def landed(self) -> str:
+        """After a create was sent, what the timeline says: `ours` (our create landed: adopted), `other` (another
+        process completed the instant), `none` (not completed) or `unknown` (the timeline cannot be read)."""
         try:
             current = Timeline.load(self.table.storage).get(self.instant.requested)
         except Exception:
-            return None
+            return "unknown"
         if current is None or not current.is_completed:
-            return False
-        if current.completed == self.sent:
-            self.instant = current
-        return True
+            return "none"
+        if current.completed != self.sent:
+            return "other"
+        self.instant = current
+        return "ours"
 
     def superseded(self, timeline: Timeline | None = None, claim: bool = True) -> str | None:
         """Why this attempt may no longer publish, or None: its instant was rolled back or completed by someone
@@ -425,7 +430,7 @@ class Transaction:
             log.warning("instant %s was already published; not aborting it", self.time)
             self._finish(delete_markers_too=False)
             return
-        if self.sent is not None and self.landed() is not False:
+        if self.sent is not None and self.landed() != "none":
             # Published though no answer came, or the timeline cannot say: deleting its files could destroy a
             # commit. A pending instant left here is the lazy rollback's, which sees whether it completed.
             log.warning("instant %s may have been published; not aborting it", self.time)

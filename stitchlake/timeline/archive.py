@@ -70,6 +70,8 @@ class Checkpoint:
     #: stream -> the newest Structured Streaming micro-batch of each query committed up to the horizon: a batch
     #: Spark replays after its commit was archived must still be known as committed.
     stream_batches: dict[str, tuple[StreamBatch, ...]] = field(default_factory=dict)
+    #: Whether `stream_batches` was kept (checkpoints before it have none, and the archive reads them once).
+    batches_kept: bool = False
 
     @property
     def horizon(self) -> str:

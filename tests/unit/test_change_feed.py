@@ -89,10 +89,13 @@ def test_an_expression_filter_judges_a_delete_by_its_key_and_an_update_as_a_pair
     assert feed(pc.field("k") == 1, before_images=True) == [(1, "+U"), (1, "-U")]
     assert feed(pc.field("amount") == 11, before_images=True) == feed("amount=11", before_images=True)
     assert feed(pc.field("amount") == 10, before_images=True) == [(3, "D")]  # 10 is k=1's old value: no lone -U
-    # An expression on a value column keeps every delete, whatever its shape (isin, is_valid: no null logic).
-    assert feed(pc.field("amount").isin([11])) == [(1, "U"), (3, "D")]
-    assert feed(pc.field("amount").is_valid() & (pc.field("amount") == 20)) == [(2, "U"), (3, "D")]
+    # A delete is judged with its values null: a condition on them keeps it unless the rest is false.
     assert feed((pc.field("_op") == "D") & (pc.field("amount") > 5)) == [(3, "D")]
+    assert feed((pc.field("_op") != "D") & (pc.field("amount") > 5)) == [(1, "U"), (2, "U")]
+    assert feed((pc.field("k") == 2) & (pc.field("amount") > 5)) == feed("k=2,amount>5") == [(2, "U")]
+    # ...and a function that answers for a null decides: a delete's values are null.
+    assert feed(pc.field("amount").isin([11])) == [(1, "U")]
+    assert feed(pc.field("amount").is_null()) == [(3, "D")]
     # A condition on the change columns alone picks rows, as the text filter `_op=-U` does.
     assert feed(pc.field("_op") == "-U", before_images=True) == feed("_op=-U", before_images=True)
     assert feed(pc.field("_op") == "-U", before_images=True) == [(1, "-U"), (2, "-U")]

@@ -115,6 +115,12 @@ def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
         "stitchlake.timeline.timeline.TimelineFileVanished: t/.stitch/timeline/x.inflight: timeline file vanished\n"
     )
     assert unwrap(gone) == ("TimelineFileVanished", 4, "t/.stitch/timeline/x.inflight: timeline file vanished")
+    # A chained traceback prints the error being handled first: the one raised last is the job's.
+    chained = RuntimeError(
+        f"{wrapped}\nDuring handling of the above exception, another exception occurred:\n\n"
+        "stitchlake.timeline.timeline.TimelineFileVanished: x: timeline file vanished\n"
+    )
+    assert unwrap(chained)[:2] == ("TimelineFileVanished", 4)
     # A file named stitchlake.<something> quoted before it is no error class.
     named = RuntimeError(f"reading /etc/stitchlake.yaml: config\n{wrapped}")
     assert unwrap(named)[:2] == ("InputRejected", 5)

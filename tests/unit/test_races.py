@@ -756,6 +756,33 @@ def test_a_savepoint_named_by_the_state_two_savepoints_pin_is_refused_as_ambiguo
     assert savepoint.delete(table, first.of_instant).name == "monday"  # one left: no doubt which
 
 
+def test_a_publish_whose_answer_is_lost_while_another_process_completed_the_instant_is_refused_and_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timeline read again after a lost answer shows the instant completed at another time: another attempt's
+    commit. This one is refused (exit 3) and deletes nothing: the files may be that commit's."""
+    from stitchlake.storage.local import LocalStorage
+
+    table = new_table(tmp_path, FAST)
+    create = LocalStorage.put_if_absent
+
+    def another_completed_it(self: LocalStorage, path: str, data: bytes, ready: Any = None) -> bool:
+        if not path.endswith(".deltacommit"):
+            return create(self, path, data, ready)
+        if ready is not None:
+            ready()
+        _requested, _, rest = path.rpartition("/")[2].partition("_")
+        create(self, path.replace(f"_{rest}", f"_{int(rest.split('.')[0]) + 1}.deltacommit"), data)
+        raise OSError(5, "the store did not answer")
+
+    monkeypatch.setattr(LocalStorage, "put_if_absent", another_completed_it)
+    with pytest.raises(ConflictError, match="was completed by another process"):
+        write(table, "orders", _rows(1))
+    monkeypatch.undo()
+    assert len(table.timeline().completed([Action.DELTACOMMIT])) == 1
+    assert _sorted(table.read()).column("amount").to_pylist() == [1, 1, 1, 1]  # its files were kept
+
+
 @pytest.mark.parametrize("lost", ["an error", "a stop"])
 def test_a_publish_whose_answer_is_lost_after_the_create_landed_keeps_its_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str

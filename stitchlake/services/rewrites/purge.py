@@ -79,9 +79,9 @@ def purge(table: TableHandle, erase_instant: str, keys: pa.Table) -> PurgeResult
     placement = KeyPlacement(keys, table.config.table.key_names, table.config.table.partition_names)
     # Only what came before the erase: a purge run again later must not take savepoints and slices made since.
     before = done.completed or erase_instant
-    older = older_copies(table.view(timeline), placement, before)
     beat = table.config.concurrency.heartbeat
     with Heartbeat(table.storage, purge_beat(erase_instant), interval_s=beat.interval_s, expire_s=beat.expire_s):
+        older = older_copies(table.view(timeline), placement, before)
         for savepoint, pinned in savepoints(timeline):
             if pinned.savepoint_of < before and set(pinned.files) & older:
                 with contextlib.suppress(NotFoundError):  # a purge finished elsewhere took it first

@@ -145,7 +145,7 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     offsets = {name: offsets_until(table, timeline, name, horizon) for name in table.config.streams}
     previous = load_checkpoint(table.storage)
     commits = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT]) if (i.completed or "") <= horizon]
-    if previous is not None and not previous.stream_batches:  # a checkpoint from before it kept them: read once
+    if previous is not None and not previous.batches_kept:  # a checkpoint from before it kept them: read once
         commits += [entry.commit for entry in archived_instants(table.storage)]
     batches = newest_batches(previous, _stream_batches(commits))
     checkpoint = Checkpoint(
@@ -156,6 +156,7 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
         rescales,
         offsets={k: v for k, v in offsets.items() if v},
         stream_batches=batches,
+        batches_kept=True,
     )
     return ArchivePlan(chosen, horizon, checkpoint, lines)
 
