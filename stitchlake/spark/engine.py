@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from stitchlake.config import BadRows, StreamSpec
 from stitchlake.engine import Engine, StreamWrite, marker_for
-from stitchlake.errors import StitchError
 from stitchlake.spark.errors import recovered
 from stitchlake.timeline.metadata import DataFile, QuarantinedFile
 from stitchlake.writing.badrows import Rejected
@@ -197,22 +196,7 @@ class SparkEngine(Engine):
                 out.files.append(value)
         out.bad.enforce(policy)
         out.files.sort(key=lambda f: f.path)
-        self._refuse_unseen(table, out.files)
         return out
-
-    def _refuse_unseen(self, table: Table, files: Sequence[DataFile]) -> None:
-        """A table on local disk with executors on other machines: each wrote to its own disk, and the commit
-        would name files this machine (and every reader) cannot find. Refused before the commit."""
-        if table.storage.local_path() is None:
-            return
-        unseen = [f.path for f in files if not table.storage.exists(f.path)]
-        if unseen:
-            master = self.spark.sparkContext.master
-            raise StitchError(
-                f"{len(unseen)} file(s) the Spark executors wrote are not on this machine (e.g. {unseen[0]}): "
-                f"table.path {table.path} is a local folder, and the executors of {master} run on other machines. "
-                "Put the table on S3, or on a folder every machine mounts at the same path; nothing was committed"
-            )
 
 
 def _collect(action: Callable[[], list[Any]]) -> list[Any]:

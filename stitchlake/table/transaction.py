@@ -267,6 +267,7 @@ class Transaction:
         """Publish: draw the completion time and create the completed file, under the lock."""
         metadata = replace(metadata, timings={**metadata.timings, "total_s": round(time.time() - self.started, 3)})
         try:
+            self._refuse_unseen(metadata)
             self._publish(metadata, conflict_check)
         except BaseException as exc:
             landed = self.landed() if self.sent is not None else "none"
@@ -324,6 +325,21 @@ class Transaction:
                 self.sent = completed
 
             self.instant = write_completed(storage, self.instant, completed, metadata, ready=fenced)
+
+    def _refuse_unseen(self, metadata: Commit) -> None:
+        """A commit never names a data file this table's disk does not hold: Spark executors on other machines
+        write to their own disks when the table is on local disk (every reader would then fail on a missing file).
+        Checked on local disk only, where a look is cheap; an object store is one place for every machine."""
+        storage = self.table.storage
+        if storage.local_path() is None:
+            return
+        unseen = [f.path for f in metadata.added_files if not storage.exists(f.path)]
+        if unseen:
+            raise StitchError(
+                f"{len(unseen)} data file(s) instant {self.time} wrote are not on this machine (e.g. {unseen[0]}); "
+                f"nothing was published. A table on local disk ({self.table.path}) works with a Spark cluster only "
+                "on a folder every machine mounts at the same path; or put the table on S3"
+            )
 
     def landed(self) -> str:
         """After a create was sent, what the timeline says: `ours` (our create landed: adopted), `other` (another

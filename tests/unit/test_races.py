@@ -18,7 +18,16 @@ import pytest
 
 import stitchlake.table.transaction as transaction_module
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.errors import BusyError, ConflictError, LockLost, NotFoundError, PlanGone, PlanUndone, UsageError
+from stitchlake.errors import (
+    BusyError,
+    ConflictError,
+    LockLost,
+    NotFoundError,
+    PlanGone,
+    PlanUndone,
+    StitchError,
+    UsageError,
+)
 from stitchlake.services.rewrites import compaction
 from stitchlake.services.undo import restore
 from stitchlake.services.undo.recovery import rollback_failed
@@ -817,3 +826,18 @@ def test_a_publish_whose_answer_is_lost_after_the_create_landed_keeps_its_commit
     assert not table.timeline().pending()
     assert len(table.timeline().completed([Action.DELTACOMMIT])) == 2
     assert _sorted(table.read()).column("amount").to_pylist() == [2, 2, 2, 2]
+
+
+def test_a_commit_naming_a_file_this_disk_does_not_hold_is_refused_before_it_is_published(tmp_path: Path) -> None:
+    """A table on local disk with a Spark cluster: executors on other machines wrote the files to their own disks,
+    and the commit named files no reader here could find. Any commit (an ingest, a compaction, an erase) is
+    refused before it is published."""
+    from stitchlake.timeline.metadata import DataFile
+
+    table = new_table(tmp_path, FAST)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    elsewhere = DataFile("p=even/00000_elsewhere.log.parquet", "p=even", "00000", "log", "orders", 1, 1, "c")
+    with pytest.raises(StitchError, match=r"1 data file\(s\) instant .* wrote are not on this machine"):
+        txn.complete(DeltaCommit(stream="orders", added=(elsewhere,)))
+    txn.abort()
+    assert table.timeline().completed() == [] and not table.timeline().pending()
