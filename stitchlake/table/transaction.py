@@ -267,7 +267,6 @@ class Transaction:
         """Publish: draw the completion time and create the completed file, under the lock."""
         metadata = replace(metadata, timings={**metadata.timings, "total_s": round(time.time() - self.started, 3)})
         try:
-            self._refuse_unseen(metadata)
             self._publish(metadata, conflict_check)
         except BaseException as exc:
             landed = self.landed() if self.sent is not None else "none"
@@ -318,6 +317,7 @@ class Transaction:
             lost = self.claim_lost(timeline)  # after the checks that name what was taken twice, if anything was
             if lost is not None:
                 self._refuse(lost)
+            self._refuse_unseen(metadata)  # after them: a superseded run's files were deleted by its rollback
             completed = next_time(timeline.all_times(), max_ahead_s=self.table.config.concurrency.max_clock_skew_s)
 
             def fenced() -> None:  # as late as possible: after the slow, durable part, right before the create
