@@ -178,6 +178,23 @@ _OS_WHAT_TO_DO = {
 }
 
 
+def error_class(name: str) -> type[StitchError]:
+    """The stitchlake error class of that name, for an error that crossed a process (a Spark task's traceback, a
+    job's result): most live here, a few beside the code raising them (a timeline file gone, a clock skew), found
+    among the subclasses loaded. StitchError for any other name."""
+    found = globals().get(name)
+    if isinstance(found, type) and issubclass(found, StitchError):
+        return found
+    pending, seen = [StitchError], set()
+    while pending:
+        kind = pending.pop()
+        if kind.__name__ == name:
+            return kind
+        seen.add(kind)
+        pending.extend(k for k in kind.__subclasses__() if k not in seen)
+    return StitchError
+
+
 def describe_os_error(error: OSError) -> str:
     """A file-system failure as a person can act on it: what, which file, and what to do.
 

@@ -245,9 +245,7 @@ def log_folder(table: TableHandle) -> Path:
 
 def error_for(name: str, message: str, details: dict[str, str] | None = None) -> StitchError:
     """The job's error as its own class again (its exit code comes with the class), with where it is."""
-    kind = getattr(errors, name, StitchError)
-    if not (isinstance(kind, type) and issubclass(kind, StitchError)):
-        kind = StitchError
+    kind = errors.error_class(name)
     known = {k: v for k, v in (details or {}).items() if k in ("file", "column", "yaml_path")}
     return kind(message, **known)
 

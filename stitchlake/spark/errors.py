@@ -36,7 +36,7 @@ def unwrap(error: BaseException) -> tuple[str, int, str]:
     text = str(error)
     match = _last(_WRAPPED, text)
     if match:
-        kind = error_class(match.group(1))
+        kind = errors.error_class(match.group(1))
         message = _DETAILS.sub("", match.group(2)).strip()
         return kind.__name__, kind.exit_code, message
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
@@ -49,21 +49,6 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     for found in pattern.finditer(text):  # noqa: B007 - the last one is kept
         pass
     return found
-
-
-def error_class(name: str) -> type[errors.StitchError]:
-    """The stitchlake error class of that name (StitchError for any other name)."""
-    found = getattr(errors, name, None)
-    if isinstance(found, type) and issubclass(found, errors.StitchError):
-        return found
-    pending, seen = [errors.StitchError], set()
-    while pending:
-        kind = pending.pop()
-        if kind.__name__ == name:
-            return kind
-        seen.add(kind)
-        pending.extend(k for k in kind.__subclasses__() if k not in seen)
-    return errors.StitchError
 
 
 def details(error: BaseException) -> dict[str, str]:
@@ -88,4 +73,4 @@ def recovered(error: BaseException) -> errors.StitchError | None:
     if not match:
         return None
     name, _code, message = unwrap(error)
-    return error_class(name)(message, **details(error))
+    return errors.error_class(name)(message, **details(error))

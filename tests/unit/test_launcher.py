@@ -98,6 +98,11 @@ def test_job_errors_come_back_as_the_same_class_and_exit_code(code: int, kind: t
     error = error_for(name, "why")
     assert type(error) is kind and error.exit_code == exit_code == code
     assert type(error_for("NotAnError", "why")) is StitchError  # an unknown name is a plain failure
+    # One defined beside the code raising it comes back as itself too (a job's result named it; it was exit 1).
+    from stitchlake.timeline.timeline import TimelineFileVanished
+
+    assert type(vanished := error_for("TimelineFileVanished", "gone")) is TimelineFileVanished
+    assert vanished.exit_code == 4
 
 
 def test_errors_raised_on_executors_are_recovered_from_spark_wrappers() -> None:
