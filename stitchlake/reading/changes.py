@@ -454,8 +454,7 @@ def _expression_kept(rows: pa.Table, expression: pc.Expression, common: list[str
     or `_op != "D"` drops them; a function that answers for a null, such as `is_in` or `is_valid`, decides). A
     `-U` row is judged by its `+U` row's values (the pair goes together) with its own change columns."""
     keep = _evaluate(rows, expression)
-    ops = np.asarray(rows.column(OP).to_pylist())
-    deleted = np.flatnonzero(ops == "D")
+    deleted = _rows_of(rows, "D")
     if deleted.size:
         known = {*common, *CHANGE_COLUMNS}
         unknown = rows.take(pa.array(deleted))
@@ -463,7 +462,7 @@ def _expression_kept(rows: pa.Table, expression: pc.Expression, common: list[str
             if name not in known:
                 unknown = unknown.set_column(at, name, pa.nulls(unknown.num_rows, unknown.schema.field(name).type))
         keep[deleted] = ~_evaluate(unknown, ~expression)  # null counts as false in `_evaluate`: kept
-    minus = np.flatnonzero(ops == "-U")
+    minus = _rows_of(rows, "-U")
     if minus.size:
         pairs = rows.take(pa.array(minus + 1))  # a -U row is always right before its +U row
         for name in CHANGE_COLUMNS:
@@ -473,12 +472,17 @@ def _expression_kept(rows: pa.Table, expression: pc.Expression, common: list[str
     return pa.array(keep)
 
 
+def _rows_of(rows: pa.Table, op: str) -> np.ndarray:
+    """The positions of the change rows of one `_op`, by an Arrow kernel."""
+    return np.flatnonzero(pc.equal(rows.column(OP), op).to_numpy(zero_copy_only=False))
+
+
 def _pairs_kept(rows: pa.Table, values: Any) -> pa.Array:
     """Which rows a value filter keeps when updates come as `-U`/`+U` pairs: a `-U` row goes with its `+U`."""
     matches = _evaluate(rows, values)
-    ops = np.asarray(rows.column(OP).to_pylist())
-    keep = matches | (ops == "D")
-    minus = np.flatnonzero(ops == "-U")
+    keep = matches.copy()
+    keep[_rows_of(rows, "D")] = True
+    minus = _rows_of(rows, "-U")
     keep[minus] = matches[minus + 1]  # a -U row is always right before its +U row
     return pa.array(keep)
 
