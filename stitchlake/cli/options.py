@@ -101,7 +101,9 @@ BeforeImagesOption = Annotated[
 UntilOption = Annotated[
     str | None,
     typer.Option(
-        "--until", help="Changes up to a time, an instant id (its changes in) or a savepoint (incremental read)."
+        "--until",
+        help="Changes up to a time, an instant id (its changes in) or a savepoint (incremental read); a time after "
+        "the latest completion only once no commit can still complete before it.",
     ),
 ]
 WhereOption = Annotated[

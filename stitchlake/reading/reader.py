@@ -24,7 +24,14 @@ from stitchlake.reading.changes import (
 from stitchlake.reading.filters import prune
 from stitchlake.reading.options import ReadOptions, refuse_mixed_choices
 from stitchlake.reading.scan import Scan
-from stitchlake.reading.snapshot import read_mode, refuse_reversed_range, resolve_time, snapshot_scan, wanted_columns
+from stitchlake.reading.snapshot import (
+    read_mode,
+    refuse_reversed_range,
+    resolve_time,
+    resolve_until,
+    snapshot_scan,
+    wanted_columns,
+)
 from stitchlake.table.guards import undoes_history
 from stitchlake.timeline.actions import UNDOES_HISTORY
 from stitchlake.timeline.timeline import Timeline
@@ -74,10 +81,7 @@ def _plan(table: TableHandle, options: ReadOptions) -> Scan:
     view = table.view(timeline)
     _warn_if_undoing(timeline)
     if since is not None or until is not None:
-        end = resolve_time(table, timeline, until)
-        if end is None:
-            latest = timeline.latest_completed()
-            end = latest.completed if latest else None
+        end = resolve_until(table, timeline, until)
         table = table.at_time(end)  # changes are shown with the columns of their end
         table_filter, on_changes = split_change_filter(filter)
         asked = None if columns is None or not set(columns) & set(CHANGE_COLUMNS) else list(columns)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.config import TableConfig
-from stitchlake.errors import ConflictError, DataFileMissing, HistoryMoved, StitchError, UsageError, one_of
+from stitchlake.errors import BusyError, ConflictError, DataFileMissing, HistoryMoved, StitchError, UsageError, one_of
 from stitchlake.io.datafiles import read_table_file
 from stitchlake.io.schemas import base_schema, evolve, log_schema, table_schema
 from stitchlake.layout.fsview import DataFile, FileSlice, FileSystemView
@@ -22,8 +22,9 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
+from stitchlake.timeline.actions import IN_CHANGE_FEED
 from stitchlake.timeline.archive import archived_batches_newest_first
-from stitchlake.timeline.clock import is_time, parse_user_time
+from stitchlake.timeline.clock import from_millis, is_time, now_millis, parse_user_time
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.savepoints import refuse_unfinished_purge, savepoint_time
 from stitchlake.timeline.timeline import Timeline
@@ -63,6 +64,44 @@ def resolve_time(table: TableHandle, timeline: Timeline, value: str | None, *, s
     at = _resolved_time(timeline, value, since)
     refuse_unfinished_purge(timeline, at)
     return at
+
+
+#: How far another host's clock may lag ours: a commit it publishes from now on is dated no earlier than this ago.
+SETTLE_S = 300
+
+
+def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> str | None:
+    """A change read's end: `until` resolved, or the latest completion when it is not given.
+
+    Readers take no lock, so a commit may be published while we list: its completion time was drawn under the lock,
+    after every completion we see, but its file lands a moment later. A range ending at the latest completion we see
+    can never miss it; an `until` after that could (and a reader taking it as its next `since` would skip that
+    commit for good), so it is refused while a commit may still complete at or before it."""
+    if until is None:
+        latest = timeline.latest_completed()
+        return latest.completed if latest else None
+    end = resolve_time(table, timeline, until)
+    assert end is not None
+    latest = timeline.latest_completed()
+    settled = latest.completed if latest and latest.completed else ""
+    if end <= settled:
+        return end
+    for pending in timeline.pending(IN_CHANGE_FEED):
+        if pending.requested <= end:
+            raise BusyError(
+                f"until {end}: {pending.action} {pending.requested} is pending and may still complete at or before "
+                f"it, so a range to it is not final yet. Read again once it completed (or `stitch rollback --failed` "
+                "took it back, if its writer died), or leave out until: the read then ends at the latest completion"
+            )
+    newest = max(timeline.all_times(), default="")
+    if end > max(newest, from_millis(now_millis() - SETTLE_S * 1000)):
+        raise UsageError(
+            f"until {end} is after the latest completion ({settled or 'none yet'}) and less than {SETTLE_S} s ago: a "
+            "commit may still complete at or before it, and a next read from it would skip that commit. Leave out "
+            "until (the read ends at the latest completion) and take the next since from the rows' largest "
+            "_commit_time"
+        )
+    return end
 
 
 def _resolved_time(timeline: Timeline, value: str, since: bool) -> str:

@@ -86,7 +86,7 @@ class ReadRequest:
 
     def __init__(self, options: Mapping[str, str]) -> None:
         from stitchlake.reading.options import refuse_mixed_choices
-        from stitchlake.reading.snapshot import read_mode, refuse_reversed_range, resolve_time
+        from stitchlake.reading.snapshot import read_mode, refuse_reversed_range, resolve_time, resolve_until
         from stitchlake.spark.tables import open_for_spark
 
         refuse_misspelled(options)
@@ -108,11 +108,11 @@ class ReadRequest:
         self.since: str | None = None
         self.until: str | None = None
         if self.changes:
-            end = resolve_time(table, timeline, until)
+            end = resolve_until(table, timeline, until)
             self.since = resolve_time(table, timeline, since, since=True)
-            refuse_reversed_range(self.since, end)
-            latest = timeline.latest_completed()
-            self.until = end if end is not None else (latest.completed if latest else None)
+            if until is not None:
+                refuse_reversed_range(self.since, end)
+            self.until = end
             self.table: Table = table.at_time(end)
         else:
             self.as_of = resolve_time(table, timeline, as_of)

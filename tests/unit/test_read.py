@@ -100,6 +100,37 @@ def test_incremental_ops_and_row_values_on_a_hand_made_history(tmp_path: Path) -
     assert [r["k"] for r in table.read(since=t0.instant, until=t0.completed).to_pylist()] == [1]
 
 
+def test_an_until_a_commit_may_still_complete_before_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers take no lock: a consumer reading changes to its own clock's `until` and starting its next read there
+    skipped, for good, a commit that completed at or before that `until` after the read listed the timeline."""
+    from stitchlake.reading import snapshot
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.clock import from_millis, now_millis
+    from stitchlake.timeline.metadata import DeltaCommitPlan
+    from stitchlake.writing.writer import write as write_batch
+
+    table = new_table(tmp_path)
+    orders = MODEL["orders"]
+    t0 = table.write("orders", batch(orders, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    slow = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    until = from_millis(now_millis() + 60_000)
+    with pytest.raises(StitchError, match=f"deltacommit {slow.time} is pending") as pending:
+        table.read(since=t0.completed, until=until)
+    assert pending.value.exit_code == 4
+    write_batch(table, "orders", batch(orders, [{"k": 2, "amount": 2, "status": "b", "ots": 1}]), txn=slow)
+    late = table.timeline().latest_completed()
+    assert late is not None and late.completed is not None and late.completed <= until  # what was skipped before
+    with pytest.raises(UsageError, match="after the latest completion"):
+        table.read(since=t0.completed, until=until)
+    # Reads to the latest completion, or to any earlier time, are final; so is a later time once it is settled.
+    assert [r["k"] for r in table.read(since=t0.completed).to_pylist()] == [2]
+    assert table.read(since=t0.completed, until=late.completed).num_rows == 1
+    monkeypatch.setattr(snapshot, "SETTLE_S", -60)
+    assert [r["k"] for r in table.read(since=t0.completed, until=until).to_pylist()] == [2]
+
+
 def test_incremental_read_refuses_a_range_that_history_was_rewritten_in(tmp_path: Path) -> None:
     """A restore or a rollback of a completed commit takes rows back without a change row for them: a change feed
     across it would be silently wrong, so it is refused; after it, reads work again."""
