@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -234,6 +235,7 @@ def run_stream(
     engine = SparkEngine(spark)
     totals = StreamResult(request.stream, query_id="", checkpoint=checkpoint, stopped="")
     query_id: list[str] = []
+    started = threading.Event()  # the first micro-batch may run before `start()` returns the query's id
     frame = (
         spark.readStream.format(KAFKA_SOURCE_NAME if kafka else SOURCE_NAME)
         .option("path", table.path)
@@ -242,6 +244,10 @@ def run_stream(
         .option("records_per_trigger" if kafka else "files_per_trigger", str(per_trigger))
         .load()
     )
+
+    def this_batch(batch_id: int) -> StreamBatch:
+        started.wait()
+        return StreamBatch(query_id=query_id[0], batch_id=batch_id)
 
     def each_batch(batch: Any, batch_id: int) -> None:
         if kafka:
@@ -261,7 +267,7 @@ def run_stream(
             engine,
             request.stream,
             paths,
-            stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
+            stream_batch=this_batch(batch_id),
         )
         totals.source_files += done.source_files
         counted(batch_id, done)
@@ -277,7 +283,7 @@ def run_stream(
             request.stream,
             max_records=per_trigger,  # planned again here: offsets rewound since must not widen the batch
             until=until,
-            stream_batch=StreamBatch(query_id=query_id[0] if query_id else "", batch_id=batch_id),
+            stream_batch=this_batch(batch_id),
         )
         totals.records += done.records
         counted(batch_id, done)
@@ -301,6 +307,7 @@ def run_stream(
     )
     query = writer.queryName(f"stitch-stream-{table.config.table.name}-{request.stream}").start()
     query_id.append(str(query.id))
+    started.set()
     unit = "record(s)" if kafka else "file(s)"
     progress(f"streaming {request.stream}: {per_trigger} {unit} per micro-batch, checkpoint {checkpoint}")
     stopped_by = _await(query, request.stop_file)

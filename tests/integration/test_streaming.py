@@ -135,6 +135,7 @@ def test_a_streaming_query_killed_mid_batch_and_restarted_gives_the_ground_truth
     batches = [(c.stream_batch.query_id, c.stream_batch.batch_id) for c in commits if c.stream_batch]
     assert len(batches) == len(set(batches)) == len(commits), "a micro-batch was committed twice"
     assert len({q for q, _ in batches}) == 1, "the checkpoint keeps the query's id across restarts"
+    assert all(q for q, _ in batches), "a micro-batch that ran before start() returned recorded no query id"
     assert sum(c.rows for c in commits) == sum(
         __import__("pyarrow.parquet").parquet.read_metadata(f).num_rows for f in sorted(landing.iterdir())
     )
