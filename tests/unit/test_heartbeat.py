@@ -129,3 +129,26 @@ def test_expire_s_is_validated_and_drives_healthy(tmp_path: Path) -> None:
         time.sleep(0.2)
         assert beat.healthy and beat.last_error is None
         assert not heartbeat.is_expired(storage, INSTANT, beat.expire_s or 0)
+
+
+def test_a_beat_is_judged_by_its_pid_only_where_that_pid_means_this_process_space(tmp_path: Path) -> None:
+    """Containers sharing a host name (host networking, a set hostname) each count their own pids: a fresh beat of
+    a live writer in the next container named a pid that meant nothing here, and it was taken for dead at once (its
+    stream's next run rolled it back while it wrote). Only a beat of this boot and pid namespace is judged by pid."""
+    from stitchlake.concurrency import liveness
+
+    storage = LocalStorage(str(tmp_path))
+    here = liveness.identity()
+    assert here["boot"] and here["pidns"], "Linux's /proc names this boot and pid namespace"
+    reused = {**here, "started": "1"}  # this pid, started at another time: a reused pid, so a dead writer
+    cases = {
+        "this process space": (reused, True),
+        "another container on this kernel": ({**reused, "pidns": "pid:[1]"}, False),
+        "another machine of this name": ({**reused, "boot": "another-boot"}, False),
+        "a beat that does not say where": ({k: v for k, v in reused.items() if k not in ("boot", "pidns")}, False),
+        "this very process": (here, False),
+    }
+    for name, (identity, dead) in cases.items():
+        record = {"instant": name.replace(" ", "-"), "owner": "w", "ts": time.time(), "expire_s": 60, **identity}
+        storage.write_atomic(heartbeat.heartbeat_path(str(record["instant"])), json.dumps(record).encode())
+        assert heartbeat.is_expired(storage, str(record["instant"]), 60) is dead, name
