@@ -31,7 +31,9 @@ compare-and-swap). Its design:
   calls it inside the create-if-absent, after the slow durable write and right before the link. A publish
   that outlives its lease is not harmless: another process may meanwhile have taken the lock, presumed the
   frozen publisher dead (expired heartbeat) and started undoing its instant, and a completion that appears
-  after that would name deleted files (found by the torture test with SIGSTOPped processes). What remains is
+  after that would name deleted files (found by the torture test with SIGSTOPped processes). The create after
+  the fence takes time too (`publish_s`, the storage's bounded create): a lease with less left is renewed first.
+  What remains is
   the instant between ``fence()`` and the link; closing it needs a storage-level fencing token (a
   conditional put on the lock generation), which plain files cannot give.
 - **Clocks**: ``expires_at`` is written by the holder and compared with the waiter's wall clock, so host
@@ -118,6 +120,9 @@ class TableLock(ABC):
         self.name = name
         self.wait_s = float(wait_s)
         self.owner = owner or default_owner()
+        #: How long the create a fence guards may take (the table storage's `create_budget_s`): a lease wants that
+        #: much left at the fence (at most half of it), and is renewed first when it has less.
+        self.publish_s = 0.0
 
     @abstractmethod
     def acquire(self, wait_s: float | None = None) -> None:
@@ -262,6 +267,9 @@ class FileSystemLock(TableLock):
 
     def fence(self) -> None:
         self.check()
+        left = (self._expires_at - time.time()) if self._expires_at is not None else None
+        if left is not None and 0 < left < min(self.publish_s, self.expire_s / 2):
+            self.renew()  # still ours: a create that takes its whole budget must still land within the lease
         if self._expires_at is not None and time.time() >= self._expires_at:
             # Still ours (nobody took over), so `release()` still gives it back properly.
             raise LockLost(

@@ -66,6 +66,9 @@ class Storage(ABC):
     #: many small files then issue their requests in parallel, and immutable files (completed instants) are
     #: cached in-process.
     remote: bool = False
+    #: The longest a fenced `put_if_absent` (one with `ready`) may take after `ready` ran: publishing wants this
+    #: much of its lock lease left at the fence, so a create retried after a lost answer cannot land after it.
+    create_budget_s: float = 0.0
 
     def require_conditional_put(self, needed_by: str) -> None:
         """Refuse, naming `needed_by`, a storage whose creates are not atomic: two writers could both win."""

@@ -105,15 +105,21 @@ def resolve(name: str, value: str) -> str:
     return found
 
 
-def client_for(bucket: str, options: Mapping[str, str]) -> Any:
-    """The obstore S3Store of a bucket and settings, one per process (stores keep their connection pools)."""
+#: A fenced create's bounds: each attempt, and the retries after the first (obstore's default retries for 3 min).
+FENCED_ATTEMPT_S = 5.0
+FENCED_RETRIES_S = 5.0
+
+
+def client_for(bucket: str, options: Mapping[str, str], fenced: bool = False) -> Any:
+    """The obstore S3Store of a bucket and settings, one per process (stores keep their connection pools);
+    `fenced`, the one for creates that must land within `S3Storage.create_budget_s` of their fence."""
     options = {name: resolve(name, value) for name, value in options.items()}
     # The environment is part of the key: a client built before credentials were exported must not outlive them.
-    key = (os.getpid(), bucket, tuple(sorted(options.items())), tuple(os.environ.get(n) for n in ENVIRONMENT))
+    key = (os.getpid(), bucket, tuple(sorted(options.items())), tuple(os.environ.get(n) for n in ENVIRONMENT), fenced)
     with _clients_lock:
         store = _clients.get(key)
         if store is None:
-            store = _clients[key] = _build(bucket, options)
+            store = _clients[key] = _build(bucket, options, fenced)
     return store
 
 
@@ -150,13 +156,24 @@ def client_settings(options: Mapping[str, str]) -> dict[str, str]:
     return settings
 
 
-def _build(bucket: str, options: Mapping[str, str]) -> Any:
+def _build(bucket: str, options: Mapping[str, str], fenced: bool = False) -> Any:
+    from datetime import timedelta
+
     from obstore.store import S3Store
 
     config = {k: v for k, v in options.items() if k != "allow_http"}
-    client = {"allow_http": True} if _allow_http(options) else None
+    client: dict[str, Any] = {"allow_http": True} if _allow_http(options) else {}
+    retry: dict[str, Any] | None = None
+    if fenced:
+        client["timeout"] = timedelta(seconds=FENCED_ATTEMPT_S)
+        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=FENCED_RETRIES_S)}
     try:
-        return S3Store(bucket, config=config or None, client_options=client)  # type: ignore[arg-type]
+        return S3Store(
+            bucket,
+            config=config or None,  # type: ignore[arg-type]
+            client_options=client or None,  # type: ignore[arg-type]
+            retry_config=retry,  # type: ignore[arg-type]
+        )
     except Exception as exc:  # obstore refuses malformed settings here, before any request
         raise ConfigError(f"s3://{bucket}: invalid S3 settings: {_first_line(exc)}") from None
 
@@ -193,6 +210,8 @@ class S3Storage(Storage):
     remote = True
     #: `If-None-Match: *`: the server refuses an existing key, so exactly one racing creator wins.
     conditional_put = True
+    #: A fenced create's attempts and retries are bounded (`FENCED_ATTEMPT_S`, `FENCED_RETRIES_S`).
+    create_budget_s = FENCED_ATTEMPT_S + FENCED_RETRIES_S
 
     def __init__(self, uri: str, options: Mapping[str, str] | None = None) -> None:
         parsed = urlparse(str(uri))
@@ -409,12 +428,12 @@ class S3Storage(Storage):
         import obstore.exceptions as oe
 
         key = self._key(path)
+        # A create behind a fence must land while the lease lasts: its retries are bounded.
+        store = self.store if ready is None else client_for(self.bucket, self.options, fenced=True)
         if ready is not None:
             ready()
         try:
-            self._request(
-                "PUT-create", path, lambda: obstore.put(self.store, key, data, mode="create", use_multipart=False)
-            )
+            self._request("PUT-create", path, lambda: obstore.put(store, key, data, mode="create", use_multipart=False))
             return True
         except (oe.AlreadyExistsError, oe.PreconditionError):
             pass

@@ -325,7 +325,9 @@ class TableHandle:
 
         self.require_config()
 
-        return make_lock(self.storage, self.config.concurrency.lock, LockRequest(table_id=self.table_id))
+        lock = make_lock(self.storage, self.config.concurrency.lock, LockRequest(table_id=self.table_id))
+        lock.publish_s = self.storage.create_budget_s
+        return lock
 
     def timeline(self) -> Timeline:
         from stitchlake.timeline.timeline import Timeline

@@ -159,6 +159,26 @@ def test_renew_extends_the_lease(tmp_path: Path, clock: Clock) -> None:
     other.release()
 
 
+def test_the_fence_renews_a_lease_too_short_for_the_create_it_guards(tmp_path: Path, clock: Clock) -> None:
+    """A fenced create may take its storage's budget (an S3 PUT retried after a lost answer): with less lease left
+    than that, it could land after the lease ran out and another process took the lock. The fence renews first."""
+    storage = LocalStorage(str(tmp_path))
+    holder = FileSystemLock(storage, owner="publisher", expire_s=30.0)
+    holder.publish_s = 10.0
+    holder.acquire()
+    generation = holder.generation
+    clock.advance(15.0)
+    holder.fence()  # 15 s left: enough
+    assert holder.generation == generation
+    clock.advance(10.0)
+    holder.fence()  # 5 s left: renewed to a full lease before the create
+    assert holder.generation != generation and holder.expires_at == clock.now + 30.0
+    clock.advance(31.0)
+    with pytest.raises(LockLost, match="expired"):
+        holder.fence()  # run out: never renewed after the fact (another process may have acted meanwhile)
+    holder.release()
+
+
 def test_context_manager_and_folder_stays_small(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
     lock = FileSystemLock(storage, wait_s=1)

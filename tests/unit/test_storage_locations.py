@@ -153,3 +153,20 @@ def test_a_landing_file_gone_before_its_read_in_a_spark_task_is_recovered_as_its
     wrapped = Exception(f"{text}stitchlake.errors.LandingVanished: {error}\n\tat org.apache.spark...")
     assert unwrap(wrapped)[:2] == ("LandingVanished", 5)
     assert isinstance(recovered(wrapped), LandingVanished)
+
+
+def test_a_fenced_s3_create_is_bounded_within_the_budget_its_fence_asks_of_the_lease() -> None:
+    """obstore retries a failed PUT for up to 3 minutes by default: a create behind a table-lock fence retried that
+    long could land after the lease ran out. Fenced creates use a client whose attempts and retries fit the
+    storage's `create_budget_s`, which the fence keeps on the lease (test_locks)."""
+    import datetime as dt
+
+    from stitchlake.storage import s3
+
+    options = {"endpoint": "http://127.0.0.1:1", "region": "us-east-1"}
+    plain, fenced = s3.client_for("bucket", options), s3.client_for("bucket", options, fenced=True)
+    assert plain.retry_config is None and fenced is not plain
+    assert fenced.retry_config["retry_timeout"] == dt.timedelta(seconds=s3.FENCED_RETRIES_S)
+    assert str(fenced.client_options["timeout"]) in ("5s", str(dt.timedelta(seconds=s3.FENCED_ATTEMPT_S)))
+    assert S3Storage("s3://bucket/t").create_budget_s == s3.FENCED_ATTEMPT_S + s3.FENCED_RETRIES_S
+    assert LocalStorage("/tmp").create_budget_s == 0.0
