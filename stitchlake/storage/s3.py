@@ -106,8 +106,8 @@ def resolve(name: str, value: str) -> str:
 
 
 #: A fenced create's bounds: each attempt, and the retries after the first (obstore's default retries for 3 min).
-FENCED_ATTEMPT_S = 5.0
-FENCED_RETRIES_S = 5.0
+FENCED_ATTEMPT_S = 10.0
+FENCED_RETRIES_S = 10.0
 
 
 def client_for(bucket: str, options: Mapping[str, str], fenced: bool = False) -> Any:

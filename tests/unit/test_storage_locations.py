@@ -167,6 +167,6 @@ def test_a_fenced_s3_create_is_bounded_within_the_budget_its_fence_asks_of_the_l
     plain, fenced = s3.client_for("bucket", options), s3.client_for("bucket", options, fenced=True)
     assert plain.retry_config is None and fenced is not plain
     assert fenced.retry_config["retry_timeout"] == dt.timedelta(seconds=s3.FENCED_RETRIES_S)
-    assert str(fenced.client_options["timeout"]) in ("5s", str(dt.timedelta(seconds=s3.FENCED_ATTEMPT_S)))
+    assert str(fenced.client_options["timeout"]) in ("10s", str(dt.timedelta(seconds=s3.FENCED_ATTEMPT_S)))
     assert S3Storage("s3://bucket/t").create_budget_s == s3.FENCED_ATTEMPT_S + s3.FENCED_RETRIES_S
     assert LocalStorage("/tmp").create_budget_s == 0.0
