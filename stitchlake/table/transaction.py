@@ -1,7 +1,7 @@
 """One action on the table from request to publish: the only code that takes the table lock.
 
-The lock is held for two tiny critical sections — drawing the requested time (and creating the requested
-file with it), and drawing the completion time (and publishing the completed file with it). Writing data
+The lock is held for two tiny critical sections — drawing the requested time (and creating the requested and
+inflight files with it), and drawing the completion time (and publishing the completed file with it). Writing data
 never holds it (design.md §4, §6).
 """
 
@@ -167,15 +167,15 @@ class Transaction:
                 requested_here = Instant(requested, action, State.REQUESTED)
                 # Fenced: the checks above (busy, plan, a rollback's re-check) hold only while our lease does.
                 instant = write_requested(storage, requested, action, body, ready=lock.fence)
+                attempt = None
+                if inflight:  # under the lock too: a run frozen here and rolled back must not mark it again
+                    attempt = new_attempt()
+                    instant = write_inflight(storage, instant, InflightMark(attempt), ready=lock.fence)
                 # Beat only once the instant exists, so a heartbeat is never a trace of an instant not on the
                 # timeline. Found without a beat meanwhile, it is safe: rollbacks re-check liveness under our lock.
                 if heartbeat:
                     beat = Heartbeat(storage, requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
                     beat.start()
-            attempt = None
-            if inflight:
-                attempt = new_attempt()
-                instant = write_inflight(storage, instant, InflightMark(attempt))
             return cls(table, instant, beat, attempt, body)
         except BaseException:
             # Interrupted (SIGTERM, Ctrl-C) or failed before the caller holds a handle that could abort: nothing

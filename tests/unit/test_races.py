@@ -841,3 +841,30 @@ def test_a_commit_naming_a_file_this_disk_does_not_hold_is_refused_before_it_is_
         txn.complete(DeltaCommit(stream="orders", added=(elsewhere,)))
     txn.abort()
     assert table.timeline().completed() == [] and not table.timeline().pending()
+
+
+def test_an_instant_is_marked_inflight_under_the_lock_that_requested_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer frozen between its requested file and its inflight mark was presumed dead and rolled back; woken, it
+    marked the rolled-back instant inflight again: a pending instant holding its stream with no requested plan. The
+    mark is now made in the same critical section (fenced), where no rollback can come between."""
+    table = new_table(tmp_path, FAST)
+    held: list[bool] = []
+    marked = transaction_module.write_inflight
+
+    def write_inflight(*args: Any, **kwargs: Any) -> Any:
+        other = table.lock()
+        try:
+            other.acquire(wait_s=0)
+        except StitchError:
+            held.append(True)
+        else:
+            other.release()
+            held.append(False)
+        return marked(*args, **kwargs)
+
+    monkeypatch.setattr(transaction_module, "write_inflight", write_inflight)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    assert held == [True]
+    txn.abort()
