@@ -87,7 +87,7 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
     if end <= settled:
         return end
     for pending in timeline.pending(IN_CHANGE_FEED):
-        if pending.requested <= end:
+        if pending.requested < end:  # it completes after every time it saw, its own request among them
             raise BusyError(
                 f"until {end}: {pending.action} {pending.requested} is pending and may still complete at or before "
                 f"it, so a range to it is not final yet. Read again once it completed (or `stitch rollback --failed` "
