@@ -143,6 +143,10 @@ class StitchReader(DataSourceReader):
         from stitchlake.timeline.metadata import dump
 
         table = self.table
+        if any(not values for values in self.where.values()):
+            # `p IN ('a', 'c') AND p IN ('b', 'd')`: no value is left, so no row holds (pruning would take none
+            # as no condition, and Spark does not check a partition filter taken here).
+            return [ChangesInput([])] if self.changes else [SliceInput([])]
         pruning = prune(table.config, self.where or None)
         timeline = table.timeline()
         view = table.view(timeline)

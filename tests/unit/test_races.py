@@ -851,7 +851,7 @@ def test_an_instant_is_marked_inflight_under_the_lock_that_requested_it(
     mark is now made in the same critical section (fenced), where no rollback can come between."""
     table = new_table(tmp_path, FAST)
     held: list[bool] = []
-    marked = transaction_module.write_inflight
+    from stitchlake.timeline.timeline import write_inflight as marked
 
     def write_inflight(*args: Any, **kwargs: Any) -> Any:
         other = table.lock()

@@ -6,6 +6,8 @@ tests/integration/test_spark_datasource.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def test_slices_are_packed_by_size_as_spark_packs_files() -> None:
     from stitchlake.spark.packing import Packing, parse_bytes
@@ -27,3 +29,55 @@ def test_slices_are_packed_by_size_as_spark_packs_files() -> None:
     ]
     packing = Packing.of({"maxpartitionbytes": "64m"}, {"maxpartitionbytes": "1g", "opencostinbytes": "1m"})
     assert (packing.max_bytes, packing.open_cost) == (64 << 20, 1 << 20)
+
+
+def test_a_null_in_a_pushed_in_list_matches_no_row_and_is_no_refusal(tmp_path: Path) -> None:
+    """Spark pushes `p IN ('odd', NULL)` as it is written. The null went on to the table's filter, which refuses a
+    null value ("a filter compares values, and null is none"): the query failed. In SQL `p = NULL` holds for no
+    row, so the null is dropped: the read is pruned to the partitions of the other values."""
+    from pyspark.sql.datasource import EqualTo, In
+
+    from stitchlake.spark.datasource import StitchDataSource
+    from stitchlake.spark.read import StitchReader
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path)
+    orders = MODELS[0]
+    table.write(orders.name, batch(orders, [{"k": k, "amount": k, "status": "a", "ots": 1} for k in range(1, 9)]))
+    source = StitchDataSource({"path": table.path})
+    reader = source.reader(source.schema())
+    assert isinstance(reader, StitchReader)
+    on_key = In(("k",), (1, 3, None))
+    handed_back = list(reader.pushFilters([In(("p",), ("odd", None)), on_key, EqualTo(("p",), "odd")]))
+    assert handed_back == [on_key], "partition filters are applied exactly; Spark checks the keys' rows"
+    rows = [row for part in reader.partitions() for chunk in reader.read(part) for row in chunk.to_pylist()]
+    assert {row["p"] for row in rows} == {"odd"}
+    assert {1, 3} <= {row["k"] for row in rows}
+
+
+def test_pushed_partition_filters_that_leave_no_value_match_no_row(tmp_path: Path) -> None:
+    """Spark pushes `p IN ('odd', 'x') AND p IN ('even', 'y')` as two filters (its optimizer folds equalities, not
+    two IN lists). The partition filters are taken (Spark does not check them again) and leave no value, which
+    pruned nothing: every row came back instead of none."""
+    from pyspark.sql.datasource import In
+
+    from stitchlake.spark.datasource import StitchDataSource
+    from stitchlake.spark.read import StitchReader
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path)
+    orders = MODELS[0]
+    table.write(orders.name, batch(orders, [{"k": k, "amount": k, "status": "a", "ots": 1} for k in range(1, 9)]))
+    source = StitchDataSource({"path": table.path})
+    for options in ({}, {"since": "20000101000000000"}):
+        read = StitchDataSource({"path": table.path, **options})
+        reader = read.reader(read.schema())
+        assert isinstance(reader, StitchReader)
+        assert list(reader.pushFilters([In(("p",), ("odd", "x")), In(("p",), ("even", "y"))])) == []
+        rows = [row for part in reader.partitions() for chunk in reader.read(part) for row in chunk.to_pylist()]
+        assert rows == [], options
+        kept = source.reader(source.schema())
+        assert isinstance(kept, StitchReader)
+        list(kept.pushFilters([In(("p",), ("odd", "x")), In(("p",), ("odd", "y"))]))
+        found = [row for part in kept.partitions() for chunk in kept.read(part) for row in chunk.to_pylist()]
+        assert {row["p"] for row in found} == {"odd"}
