@@ -52,9 +52,11 @@ except ImportError:  # pragma: no cover - depends on the installed PySpark
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from stitchlake.engine import Engine
     from stitchlake.jobs.requests import StreamRequest
     from stitchlake.services.writes.ingest import IngestResult
     from stitchlake.table.handle import TableHandle as Table
+    from stitchlake.timeline.metadata import StreamBatch
 
 #: The landing source's short name (`spark.readStream.format(...)`).
 SOURCE_NAME = "stitchlake_landing"
@@ -209,6 +211,50 @@ def checkpoint_folder(table: Table, stream: str) -> str:
     return os.path.join(base, "streams", f"{table.config.table.name}-{table.table_id}", stream, "checkpoint")
 
 
+def ingest_landing_batch(
+    table: Table, engine: Engine, stream: str, names: list[str], stream_batch: Callable[[], StreamBatch]
+) -> IngestResult | None:
+    """A landing micro-batch's ingest of the files its offset names (`stream_batch()` says which batch it is);
+    None when the table consumed them all already."""
+    from stitchlake.services.writes.ingest import consumed, ingest
+
+    # A replay of a batch that committed before Spark recorded it: its files are consumed, and may be gone
+    # (a retention rule deletes consumed files), which would fail the replay on every restart.
+    taken = consumed(table, table.timeline(), stream)
+    names = [name for name in names if name not in taken]
+    if not names:
+        return None
+    source = table.config.stream(stream).source
+    assert source is not None and source.path is not None
+    paths = [f"{source.path.rstrip('/')}/{name}" for name in names]
+    return ingest(table, engine, stream, paths, stream_batch=stream_batch())
+
+
+def ingest_kafka_batch(
+    table: Table,
+    engine: Engine,
+    stream: str,
+    ends: list[dict[str, Any]],
+    per_trigger: int,
+    stream_batch: Callable[[], StreamBatch],
+) -> IngestResult | None:
+    """A Kafka micro-batch's ingest up to the ends its offset names (the last of `ends`), at most `per_trigger`
+    records; None when the offset names none."""
+    from stitchlake.services.writes.ingest import ingest
+
+    if not ends:
+        return None
+    until = {int(partition): int(end) for partition, end in ends[-1].items()}
+    return ingest(
+        table,
+        engine,
+        stream,
+        max_records=per_trigger,  # planned again here: offsets rewound since must not widen the batch
+        until=until,
+        stream_batch=stream_batch(),
+    )
+
+
 def run_stream(
     spark: SparkSession,
     table: Table,
@@ -216,7 +262,6 @@ def run_stream(
     progress: Callable[[str], None],
 ) -> StreamResult:
     """Run the query until it is asked to stop (or, with available_now, until nothing is pending)."""
-    from stitchlake.services.writes.ingest import consumed, ingest
     from stitchlake.spark.engine import SparkEngine
     from stitchlake.timeline.metadata import StreamBatch
 
@@ -253,38 +298,17 @@ def run_stream(
         if kafka:
             return each_kafka_batch(batch, batch_id)
         names = [row["name"] for row in batch.collect()]
-        # A replay of a batch that committed before Spark recorded it: its files are consumed, and may be gone
-        # (a retention rule deletes consumed files), which would fail the replay on every restart.
-        taken = consumed(table, table.timeline(), request.stream)
-        names = [name for name in names if name not in taken]
-        if not names:
+        done = ingest_landing_batch(table, engine, request.stream, names, lambda: this_batch(batch_id))
+        if done is None:
             return
-        source = spec.source
-        assert source is not None and source.path is not None
-        paths = [f"{source.path.rstrip('/')}/{name}" for name in names]
-        done = ingest(
-            table,
-            engine,
-            request.stream,
-            paths,
-            stream_batch=this_batch(batch_id),
-        )
         totals.source_files += done.source_files
         counted(batch_id, done)
 
     def each_kafka_batch(batch: Any, batch_id: int) -> None:
         ends = [json.loads(row["until"]) for row in batch.collect()]
-        if not ends:
+        done = ingest_kafka_batch(table, engine, request.stream, ends, per_trigger, lambda: this_batch(batch_id))
+        if done is None:
             return
-        until = {int(partition): int(end) for partition, end in ends[-1].items()}
-        done = ingest(
-            table,
-            engine,
-            request.stream,
-            max_records=per_trigger,  # planned again here: offsets rewound since must not widen the batch
-            until=until,
-            stream_batch=this_batch(batch_id),
-        )
         totals.records += done.records
         counted(batch_id, done)
 

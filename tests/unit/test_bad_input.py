@@ -5,6 +5,10 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 
 from __future__ import annotations
 
+import contextlib
+import resource
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,6 +55,47 @@ def test_whole_landing_files_set_aside_get_a_copy_each_whatever_their_names(tmp_
     assert len(set(paths)) == len(names), paths
     assert [storage.read_bytes(p or "") for p in paths] == [n.encode() for n in names]
     assert not any(p.rsplit("/", 1)[1].startswith(".") for p in paths if p)
+
+
+@contextlib.contextmanager
+def files_cut_at(size: int) -> Iterator[None]:
+    """This process can write no file past `size` bytes (a write beyond fails with EFBIG, as a process killed or
+    out of disk half-way through a write leaves it): the limit a shell's `ulimit -f` sets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an error from the write, not a killed process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_second_attempt_failing_half_way_leaves_the_first_attempts_quarantine_whole(tmp_path: Path) -> None:
+    """Two attempts of one Spark task (a speculative one) set the same rows and the same landing file aside, at
+    one path. They were written in place: the attempt that lost, killed or failing half-way through its write, had
+    already emptied the copy the winner wrote, and the only evidence of the bad rows was a torn file. One whole
+    copy stays now."""
+    from stitchlake.storage.local import LocalStorage
+    from stitchlake.writing.badrows import quarantine_file, quarantine_rows
+
+    storage = LocalStorage(str(tmp_path))
+    instant, mark = "20261201000000000", lambda _path: None
+    bad = pa.table({"k": [str(k) for k in range(2000)], "_reason": ["unparsable value in amount"] * 2000})
+    data = b"k,amount\n" + b"".join(b"%d,n/a\n" % k for k in range(20000))
+    rows = quarantine_rows(storage, instant, bad, "task-7", mark)
+    copy = quarantine_file(storage, instant, "0001.csv", data, "bad", mark).copy
+    assert copy is not None
+    for attempt in (
+        lambda: quarantine_rows(storage, instant, bad, "task-7", mark),
+        lambda: quarantine_file(storage, instant, "0001.csv", data, "bad", mark),
+    ):
+        with files_cut_at(1024), pytest.raises(OSError, match="too large"):
+            attempt()
+    assert pq.read_table(tmp_path / rows).equals(bad)
+    assert storage.read_bytes(copy) == data
+    left = sorted(p.name for p in (tmp_path / rows).parent.rglob("*") if p.is_file())
+    assert left == ["0001.csv", "rows-task-7.parquet"], "a failed attempt left a file behind"
 
 
 def test_a_delete_is_not_rejected_for_values_it_carries_in_columns_a_delete_ignores(tmp_path: Path) -> None:

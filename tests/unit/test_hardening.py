@@ -362,3 +362,95 @@ def test_a_restore_that_undoes_an_erase_says_the_erased_keys_read_again(tmp_path
     assert sorted(row["k"] for row in table.read().to_pylist()) == [1, 2]
     create(table, name="again")
     assert restore(table, "again").undone_erases == []
+
+
+def test_an_archive_after_a_checkpoint_that_kept_no_micro_batches_keeps_the_archived_ones(tmp_path: Path) -> None:
+    """A `df.writeStream` micro-batch Spark replays after its commit was archived is known by the checkpoint's
+    micro-batches. A checkpoint written before checkpoints kept them has none, and the next archive took only the
+    active timeline's: the batches archived before were forgotten for good, and their replays committed again.
+    That archive reads the archived batches once."""
+    import json
+
+    from stitchlake.checksums import seal
+    from stitchlake.services.upkeep.archive import archive
+    from stitchlake.services.writes.streaming import batch_instant, exactly_once
+    from stitchlake.spark.write import publish, write_task
+    from stitchlake.timeline.archive import checkpoint_names, load_checkpoint
+    from stitchlake.timeline.metadata import StreamBatch, dump
+
+    table, _ = new_table_file(tmp_path, CONFIG)
+    batch = StreamBatch("query-1", 5)
+
+    def run_batch() -> str | None:
+        instant = batch_instant(table, "payments", batch)
+        if instant is not None:
+            rows = pa.table({"k": [42], "paid": [1.0], "pts": [1.0]})
+            written = write_task(table, "payments", instant, iter(rows.to_batches()))
+            publish(table, "payments", instant, [written], {}, batch, exactly_once("payments", batch))
+        return instant
+
+    first = run_batch()
+    assert first is not None
+    for paid in (2.0, 3.0, 4.0):
+        table.write("payments", pa.table({"k": [1], "paid": [paid], "pts": [paid]}))
+    assert archive(table, keep=2).archived >= 2
+    assert table.timeline().get(first) is None, "the batch's commit is archived"
+    # As a stitchlake from before kept micro-batches in checkpoints wrote it.
+    _horizon, path = checkpoint_names(table.storage)[-1]
+    kept = load_checkpoint(table.storage)
+    assert kept is not None and kept.stream_batches == {"payments": (batch,)}
+    older = {k: v for k, v in dump(kept).items() if k not in ("stream_batches", "batches_kept")}
+    table.storage.write_bytes(path, seal(json.dumps(older).encode()))
+
+    for paid in (5.0, 6.0, 7.0):
+        table.write("payments", pa.table({"k": [1], "paid": [paid], "pts": [paid]}))
+    assert archive(table, keep=2).archived >= 2
+    newest = load_checkpoint(table.storage)
+    assert newest is not None and newest.stream_batches == {"payments": (batch,)}
+    assert run_batch() is None, "the replay of the archived batch began a commit again"
+
+
+def test_a_restore_leaves_a_crashed_rollback_a_pending_restores_plan_takes_back_to_that_restore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crashed restore's plan (recorded before restores finished crashed rollbacks first) takes back a crashed
+    rollback. A new restore tried to finish that rollback first and was refused for it ("rollback X is being rolled
+    back or reset by restore R; try again later"), which no waiting ends. It leaves the rollback to the pending
+    restore and is refused for that restore, which `stitch rollback --failed` finishes, taking both back."""
+    import copy
+    import time
+
+    from stitchlake.services.undo import restore
+    from stitchlake.services.undo.recovery import rollback_failed
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.metadata import RollbackPlan
+    from tests.support.tables import new_table
+
+    document = copy.deepcopy(CONFIG)
+    document["concurrency"] = {
+        "heartbeat": {"interval_s": 0.1, "expire_s": 0.4},
+        "lock": {"wait_s": 20, "expire_s": 10},
+    }
+    table = new_table(tmp_path, document)
+
+    def died(txn: Transaction) -> str:
+        assert txn.heartbeat is not None
+        txn.heartbeat.stop(delete=True)
+        txn.heartbeat = None
+        time.sleep(0.5)  # its heartbeat expires
+        return txn.time
+
+    table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
+    create(table, name="before")
+    table.write("payments", pa.table({"k": [1], "paid": [2.0], "pts": [2.0]}))
+    crashed_rollback = died(Transaction.begin(table, Action.ROLLBACK, RollbackPlan(reason="t")))
+    with monkeypatch.context() as older:  # a plan recorded before restores finished crashed rollbacks first
+        older.setattr(restore, "_unfinished", lambda _timeline: [])
+        crashed_restore = died(restore.begin_restore(table, "before"))
+
+    with pytest.raises(BusyError, match=rf"restore {crashed_restore} is undoing .*`stitch rollback --failed`"):
+        restore.restore(table, "before")
+    assert [i.requested for i in table.timeline().pending()] == [crashed_rollback, crashed_restore]
+    assert rollback_failed(table).finished == [f"restore {crashed_restore}"]
+    assert not table.timeline().pending()
+    assert rows_of(table)[1]["paid"] == 1.0

@@ -5,6 +5,7 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,3 +50,45 @@ def test_the_topic_check_before_a_commit_asks_again_after_a_blip(monkeypatch: py
     answers[:] = [("OTHER", [0])]
     with pytest.raises(InputRejected, match="topic id ID when planned, OTHER"):
         kafka.same_topic(source, read)
+
+
+def test_a_kafka_micro_batch_planned_again_keeps_its_records_per_trigger_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `stitch stream` micro-batch of a topic names where each partition's range ends, and plans where it starts
+    from the table's offsets when it runs. A rollback of the batch before it (or a restore) rewinds those offsets
+    in between: the batch then read from the rewound offset to its end, past `records_per_trigger` (twice the cap
+    here). It keeps the cap. The broker is stood in for by what it holds (tests/integration/test_kafka.py has
+    the real one)."""
+    import copy
+    import json
+
+    from stitchlake.engine import LocalEngine
+    from stitchlake.io import kafka
+    from stitchlake.spark.streaming import ingest_kafka_batch
+    from stitchlake.timeline.metadata import StreamBatch
+    from tests.support.tables import THREE_STREAMS, new_table
+
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["orders"]["source"] = {"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1"}
+    table = new_table(tmp_path, document)
+    held = 30  # partition 0 holds offsets 0..29, a topic without ids (a broker before 2.8)
+
+    def value(offset: int) -> bytes:
+        return json.dumps({"k": offset, "p": "even", "amount": offset, "status": "new", "ots": 1}).encode()
+
+    monkeypatch.setattr(kafka, "topic_state", lambda _source: kafka.TopicState(None, {0: (0, held)}))
+    monkeypatch.setattr(
+        kafka, "read_range", lambda _source, chunk: [(o, value(o)) for o in range(chunk.start, chunk.end)]
+    )
+
+    def run(batch_id: int, end: int) -> Any:
+        return ingest_kafka_batch(table, LocalEngine(), "orders", [{"0": end}], 10, lambda: StreamBatch("q", batch_id))
+
+    first = run(1, 10)
+    assert first is not None and first.records == 10
+    # The query planned batch 2 up to offset 20; before it ran, batch 1 was rolled back (its offsets with it).
+    table.rollback(first.instant)
+    second = run(2, 20)
+    assert second is not None and second.offsets == ["t/0:0-10"], second.offsets
+    assert second.records == 10 and table.read().num_rows == 10

@@ -566,3 +566,30 @@ def test_a_named_landing_file_that_is_gone_says_so_rather_than_asking_for_a_fold
     table, landing = quarantining_csv_orders(tmp_path)
     with pytest.raises(UsageError, match=r"landing file .*0002\.csv does not exist \(moved or deleted"):
         table.ingest("orders", sources=[str(landing / "0002.csv")], engine="local")
+
+
+def test_a_replayed_stream_micro_batch_leaves_out_the_landing_files_the_table_already_consumed(
+    tmp_path: Path,
+) -> None:
+    """A `stitch stream` micro-batch that committed before Spark recorded it is run again with the same files. A
+    retention rule may have deleted them meanwhile (they are consumed): the replay named them all to the ingest,
+    which refused the file that was gone, on every restart. Now it ingests only what the table has not consumed."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.spark.streaming import ingest_landing_batch
+    from stitchlake.timeline.metadata import StreamBatch
+
+    table, landing = quarantining_csv_orders(tmp_path)
+    (landing / "0002.csv").write_text("k,p,amount,status,ots,op\n2,even,20,new,1,\n", encoding="utf-8")
+    first = ingest_landing_batch(
+        table, LocalEngine(), "orders", ["0001.csv", "0002.csv"], lambda: StreamBatch("query-1", 1)
+    )
+    assert first is not None and first.source_files == 2
+    (landing / "0001.csv").unlink()  # consumed, and taken by the landing folder's retention
+    replayed = ingest_landing_batch(
+        table, LocalEngine(), "orders", ["0001.csv", "0002.csv"], lambda: StreamBatch("query-1", 1)
+    )
+    assert replayed is None, "the replay ingested again"
+    (landing / "0003.csv").write_text("k,p,amount,status,ots,op\n3,odd,30,new,1,\n", encoding="utf-8")
+    again = ingest_landing_batch(table, LocalEngine(), "orders", ["0002.csv", "0003.csv"], lambda: StreamBatch("q", 2))
+    assert again is not None and again.source_files == 1
+    assert sorted(k for k, _ in as_rows(table.read())) == [1, 2, 3]
