@@ -267,9 +267,41 @@ _BUILD_AS: dict[str, pa.DataType | None] = {
 }
 
 
+def _shaped(value: Any, kind: pa.DataType) -> bool:
+    """Whether a nested value has the shape of `kind` at every level: a list where it says list, an object where
+    it says struct or map (pyarrow takes any text for a list of characters)."""
+    if value is None:
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return isinstance(value, list | tuple) and all(_shaped(v, kind.value_type) for v in value)
+    if pa.types.is_map(kind):
+        if isinstance(value, dict):
+            return all(_shaped(v, kind.item_type) for v in value.values())
+        pairs = value if isinstance(value, list) else None  # [(key, value), ...], as pyarrow takes a map too
+        return pairs is not None and all(
+            isinstance(p, list | tuple) and len(p) == 2 and _shaped(p[1], kind.item_type) for p in pairs
+        )
+    if pa.types.is_struct(kind):
+        return isinstance(value, dict) and all(
+            _shaped(value.get(kind.field(i).name), kind.field(i).type) for i in range(kind.num_fields)
+        )
+    return not isinstance(value, list | tuple | dict)
+
+
 def _json_array(values: list[Any], json_kind: str, kind: pa.DataType | None) -> tuple[pa.Array, list[int]]:
     """A judged column, and the rows whose nested value does not fit the column's type (["a"] in array<int>)."""
-    build = _BUILD_AS[json_kind] or kind
+    return typed_column(values, _BUILD_AS[json_kind] or kind)
+
+
+def typed_column(values: list[Any], build: pa.DataType | None) -> tuple[pa.Array, list[int]]:
+    """`values` as a column of type `build`, and the rows whose value does not fit it (null there): one bad value
+    makes one bad row, not a column that cannot be built."""
+    if build is not None and pa.types.is_nested(build):
+        misshapen = [row for row, value in enumerate(values) if not _shaped(value, build)]
+        if misshapen:  # pyarrow would build "ab" in a list column as ["a", "b"]
+            dropped = set(misshapen)
+            column, misfits = typed_column([None if r in dropped else v for r, v in enumerate(values)], build)
+            return column, sorted([*misshapen, *misfits])
     try:
         return pa.array(values, build), []
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):

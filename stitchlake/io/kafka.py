@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from stitchlake.errors import ConfigError, InputRejected, StitchError, UsageError
+from stitchlake.io.json_records import WRONG_JSON_TYPE, typed_column
 from stitchlake.timeline.metadata import OffsetRange
 
 if TYPE_CHECKING:
@@ -337,6 +338,10 @@ class Decoded(NamedTuple):
     #: Per field asked about (`decode`'s `track`): which rows' records lack it, where some records have it and
     #: some do not (JSON values name their own fields; Avro values all have the writer schema's).
     absent: dict[str, np.ndarray]
+    #: Per row, why its record is a bad row already (a nested value that does not fit its column), else None; None
+    #: when every row is fine. `shown`: those values as written, by column and row.
+    reasons: np.ndarray | None = None
+    shown: dict[str, dict[int, str]] = {}
 
 
 def decode(
@@ -344,9 +349,14 @@ def decode(
     chunk: OffsetRange,
     records: list[tuple[int, bytes | None]],
     track: Collection[str] = (),
+    types: Mapping[str, pa.DataType | None] | None = None,
 ) -> Decoded:
     """The records as rows, the records whose value did not decode, and which rows lack a field of `track`: a
-    column `stitch alter` added with a default is the default there, and null where a value says null."""
+    column `stitch alter` added with a default is the default there, and null where a value says null.
+
+    `types` (each column's table type): a nested column (array, struct, map) is built as its type record by record,
+    and a record whose value does not fit is a bad row (`Decoded.reasons`), the others good; scalars of mixed types
+    stay text, parsed (or found bad) row by row later."""
     rows: list[dict[str, Any]] = []
     offsets: list[int] = []
     bad: list[tuple[int, bytes | None, str]] = []
@@ -361,7 +371,16 @@ def decode(
         except _Undecodable as exc:
             bad.append((offset, value, f"{UNDECODABLE} ({exc})"))
     names = list(dict.fromkeys(name for row in rows for name in row))
-    columns = {name: _column([row.get(name) for row in rows]) for name in names}
+    nested = {n: k for n, k in (types or {}).items() if n in names and k is not None and pa.types.is_nested(k)}
+    columns = {name: _column([row.get(name) for row in rows]) for name in names if name not in nested}
+    reasons: list[str | None] = [None] * len(rows)
+    shown: dict[str, dict[int, str]] = {}
+    for name, kind in nested.items():
+        values = [row.get(name) for row in rows]
+        columns[name], unfit = typed_column(values, kind)
+        for row in unfit:
+            shown.setdefault(name, {})[row] = json.dumps(values[row], default=str)
+            reasons[row] = reasons[row] or f"{WRONG_JSON_TYPE}{name}"
     meta = {
         TOPIC: pa.array([chunk.topic] * len(rows), pa.string()),
         PARTITION: pa.array([chunk.partition] * len(rows), pa.int32()),
@@ -382,7 +401,10 @@ def decode(
             mask = np.array([name not in row for row in rows], dtype=bool)
             if mask.any():
                 absent[name] = mask
-    return Decoded(good, undecodable.append_column("reason", pa.array([b[2] for b in bad], pa.string())), absent)
+    flagged = np.array(reasons, dtype=object) if shown else None
+    return Decoded(
+        good, undecodable.append_column("reason", pa.array([b[2] for b in bad], pa.string())), absent, flagged, shown
+    )
 
 
 class _Undecodable(ValueError):

@@ -148,14 +148,19 @@ def from_kafka(table: TableHandle, stream: StreamSpec, chunk: OffsetRange) -> La
     assert source is not None and source.is_kafka
     late = table.late_columns(stream.name)
     defaults = _write_defaults(late)
-    data, undecodable, absent = kafka.decode(source, chunk, kafka.read_range(source, chunk), track=list(defaults))
+    decoded = kafka.decode(
+        source, chunk, kafka.read_range(source, chunk), track=list(defaults), types=wanted_types(table, stream)
+    )
+    data, undecodable, absent = decoded.rows, decoded.undecodable, decoded.absent
     fill = dict.fromkeys(wanted_columns(table, stream)) if source.value_format == "json" else {}
     fill.update(late)
     origin = f"Kafka topic {chunk.topic} partition {chunk.partition}"
     if data.num_rows:
         positions_ = kafka.positions(chunk, data.column(kafka.OFFSET))
-        batch = prepare(table.config, stream, data, source=origin, pos=positions_, fill=fill)
+        batch = prepare(table.config, stream, data, source=origin, pos=positions_, fill=fill, judged=decoded.reasons)
         batch = _carry_defaults(batch, absent, defaults)
+        if decoded.shown and batch.bad is not None and batch.bad.num_rows:
+            batch.bad = _show_written(batch.bad, decoded.shown)
     else:  # nothing, or only values that did not decode
         batch = Batch(rows=_empty(table, stream), pos=np.zeros(0, np.int64), deleted=np.zeros(0, bool))
     bad = batch.bad

@@ -92,3 +92,49 @@ def test_a_kafka_micro_batch_planned_again_keeps_its_records_per_trigger_cap(
     second = run(2, 20)
     assert second is not None and second.offsets == ["t/0:0-10"], second.offsets
     assert second.records == 10 and table.read().num_rows == 10
+
+
+def test_nested_kafka_values_are_typed_record_by_record_and_a_misfit_is_one_bad_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic's JSON values were decoded into columns with no type: an object for a map column became a struct
+    that no cast turns into a map, and one misshapen nested value turned its whole column into text. Either way the
+    ingest was refused whole on every run, under `bad_rows: quarantine` too, and the partition never moved on. Each
+    nested column is now built as its table type, and a record whose value does not fit is one bad row."""
+    import json
+
+    from stitchlake.engine import LocalEngine
+    from stitchlake.io import kafka
+    from stitchlake.services.writes.ingest import ingest
+    from tests.support.tables import CONCURRENCY, new_table
+
+    document = {
+        "table": {"name": "nested", "path": "table", "key": {"k": "long"}, "buckets": 1},
+        "streams": {
+            "s": {
+                "columns": {"m": "map<string,long>", "pt": "struct<x:long,y:string>", "tags": "array<string>"},
+                "source": {"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1"},
+            }
+        },
+        "bad_rows": "quarantine",
+        "concurrency": CONCURRENCY,
+    }
+    table = new_table(tmp_path, document)
+    values = [
+        {"k": 1, "m": {"a": 1}, "pt": {"x": 1, "y": "one"}, "tags": ["t1"]},
+        {"k": 2, "m": {"b": 2, "c": 3}, "pt": {"x": 2}, "tags": []},
+        {"k": 3, "m": {"a": 4}, "pt": {"x": "oops"}, "tags": ["t3"]},  # x is no long: this record is bad
+        {"k": 4, "m": None, "pt": None, "tags": "not a list"},  # tags is no array: bad too
+    ]
+    records = [(offset, json.dumps(value).encode()) for offset, value in enumerate(values)]
+    monkeypatch.setattr(kafka, "topic_state", lambda _source: kafka.TopicState(None, {0: (0, len(records))}))
+    monkeypatch.setattr(kafka, "read_range", lambda _source, chunk: records[chunk.start : chunk.end])
+
+    done = ingest(table, LocalEngine(), "s")
+    assert (done.rows, done.bad_rows) == (2, 2)
+    rows = sorted(table.read().to_pylist(), key=lambda r: r["k"])
+    assert [(r["k"], r["m"], r["pt"], r["tags"]) for r in rows] == [
+        (1, [("a", 1)], {"x": 1, "y": "one"}, ["t1"]),
+        (2, [("b", 2), ("c", 3)], {"x": 2, "y": None}, []),
+    ]
+    assert ingest(table, LocalEngine(), "s").records == 0, "the partition moved past the bad records"
