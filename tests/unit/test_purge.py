@@ -297,3 +297,37 @@ def test_a_clean_while_a_savepoint_is_made_keeps_the_files_it_pins(
     monkeypatch.undo()
     assert cleaned and cleaned[0].result.deleted, "the clean had older files to delete"
     assert sorted(r["k"] for r in rows_of(table.read(as_of="first"))) == expected
+
+
+def test_a_purge_keeps_the_logs_written_while_its_erase_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of other keys completing while the erase ran is in the slice the erase's base starts, and the state
+    right after the erase reads it. Once a compaction replaced that slice, a purge (finished later, or racing the
+    compaction) took its log for an older copy and deleted it: the state at the erase's own completion, the one its
+    refusals point to, could no longer be read."""
+    import stitchlake.services.rewrites.erase as erase_module
+    from stitchlake.services.rewrites.purge import purge
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path, buckets=1)
+    orders = MODELS[0]
+    table.write("orders", batch(orders, [{"k": k, "amount": k, "status": "s", "ots": 1} for k in (2, 4)]))
+    rewrite = erase_module.erase_file_group
+    written: list[bool] = []
+
+    def erase_file_group(*args: Any) -> Any:
+        out = rewrite(*args)
+        if not written:  # another writer's commit lands between the erase's request and its completion
+            written.append(True)
+            table.write("orders", batch(orders, [{"k": 6, "amount": 6, "status": "s", "ots": 1}]))
+        return out
+
+    monkeypatch.setattr(erase_module, "erase_file_group", erase_file_group)
+    keys = pa.table({"k": pa.array([2], pa.int64())})
+    erased = table.erase(keys, purge=False).result
+    monkeypatch.undo()
+    assert written and erased.completed is not None
+    assert sorted(r["k"] for r in table.read(as_of=erased.completed).to_pylist()) == [4, 6]
+    table.compact()
+    purge(table, erased.instant, keys)
+    assert sorted(r["k"] for r in table.read(as_of=erased.completed).to_pylist()) == [4, 6]
+    assert sorted(r["k"] for r in table.read().to_pylist()) == [4, 6]

@@ -81,13 +81,13 @@ def purge(table: TableHandle, erase_instant: str, keys: pa.Table) -> PurgeResult
     before = done.completed or erase_instant
     beat = table.config.concurrency.heartbeat
     with Heartbeat(table.storage, purge_beat(erase_instant), interval_s=beat.interval_s, expire_s=beat.expire_s):
-        older = older_copies(table.view(timeline), placement, before)
+        older = older_copies(table.view(timeline), placement, erase_instant)
         for savepoint, pinned in savepoints(timeline):
             if pinned.savepoint_of < before and set(pinned.files) & older:
                 with contextlib.suppress(NotFoundError):  # a purge finished elsewhere took it first
                     delete_savepoint(table, savepoint.requested)
                 result.savepoints.append(savepoint.requested)
-        result.files = len(purge_files(table, lambda view: older_copies(view, placement, before)).deleted)
+        result.files = len(purge_files(table, lambda view: older_copies(view, placement, erase_instant)).deleted)
         result.quarantine = _purge_quarantine(table, keys)
         result.logs = _purge_job_logs(table, before)
         table.storage.write_bytes(purged_marker(erase_instant), b"")  # from here on, older states read again
@@ -120,17 +120,18 @@ def finish_purges(table: TableHandle) -> list[str]:
     return finished
 
 
-def older_copies(view: FileSystemView, placement: KeyPlacement, before: str) -> set[str]:
-    """Data files outside the latest slices, committed before the erase completed (`before`), that may hold one of
-    the keys: a file is laid out by the bucket count in force when it was written, so each is judged by its own
+def older_copies(view: FileSystemView, placement: KeyPlacement, erase: str) -> set[str]:
+    """Data files outside the latest slices, committed before the erase was requested (`erase`), that may hold one
+    of the keys: a file is laid out by the bucket count in force when it was written, so each is judged by its own
     count. Before a rescale a key lived in another file group than it does now, and an erase rewrites only the
-    groups of today's count."""
+    groups of today's count. A log committed while the erase ran is in the slice its base starts (the state right
+    after the erase reads it), and holds none of the keys: the erase refuses to publish over one that does."""
     latest = {f.path for key in view.groups for s in [view.latest_slice(key)] if s is not None for f in s.files}
     return {
         f.path
         for f in view.live_files()
         if f.path not in latest
-        and f.completed < before
+        and f.completed < erase
         and f.file_group in placement.file_groups(f.partition, view.buckets_of(f))
     }
 
