@@ -868,3 +868,46 @@ def test_an_instant_is_marked_inflight_under_the_lock_that_requested_it(
     txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     assert held == [True]
     txn.abort()
+
+
+def test_an_erase_checks_under_the_lock_every_write_its_snapshot_missed_not_only_later_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erase lists the timeline once after its rewrite, then re-checks under the lock the writes that completed
+    after the newest time it saw. A listing is no atomic cut: it can miss a commit created while it ran beside a
+    later one it saw, and that write of an erased key was then checked by neither pass (the key stayed readable
+    after "erased"). The snapshot now says which commits it checked, and the lock's pass checks every other."""
+    import pyarrow as pa
+
+    from stitchlake.services.rewrites import erase
+    from stitchlake.table.handle import TableHandle
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 2)))
+    original, listing = erase.erase_file_group, TableHandle.timeline
+    missed: list[str] = []
+
+    def write_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        if not missed:
+            write(table, "orders", _rows(2, range(1, 2)))  # writes erased key 1
+            missed.append(table.timeline().completed([Action.DELTACOMMIT])[-1].requested)
+            write(table, "orders", _rows(3, range(3, 4)))  # a later commit of another key, which the listing sees
+
+            def stale_once(handle: TableHandle) -> Any:
+                found = listing(handle)
+                if len(missed) == 1:
+                    missed.append("listed")
+                    found._instants.pop(missed[0])
+                return found
+
+            monkeypatch.setattr(TableHandle, "timeline", stale_once)
+        return out
+
+    monkeypatch.setattr(erase, "erase_file_group", write_meanwhile)
+    keys = pa.table({"k": pa.array([1], pa.int64())})
+    with pytest.raises(ConflictError, match=f"deltacommit {missed[0] if missed else ''}.*wrote an erased key"):
+        erase.erase(table, keys)
+    assert missed[1:] == ["listed"], "the snapshot after the rewrite missed the write"
+    monkeypatch.undo()
+    assert erase.erase(table, keys).erased_keys == 1 and [r["k"] for r in table.read().to_pylist()] == [3]

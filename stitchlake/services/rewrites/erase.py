@@ -9,7 +9,7 @@ because that event was committed before the erase's commit too and would otherwi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -163,18 +163,24 @@ def _rewrites_touching(timeline: Timeline, groups: set[tuple[str, str]], since: 
     return out
 
 
-def _late_writes(table: TableHandle, timeline: Timeline, keys: pa.Table, since: str) -> list[str]:
-    """Deltacommits completed after `since` that wrote one of the erased keys, in any file group that may hold
-    one: the planned ones, and those the erase never saw (a partition or bucket the write created meanwhile),
-    which its rewrite cannot cover either."""
+def _late_writes(
+    table: TableHandle, timeline: Timeline, keys: pa.Table, since: str, checked: Collection[str] = ()
+) -> list[str]:
+    """Deltacommits completed after `since` (but those in `checked`) that wrote one of the erased keys, in any file
+    group that may hold one: the planned ones, and those the erase never saw (a partition or bucket the write
+    created meanwhile), which its rewrite cannot cover either."""
     found = []
     common = [c.name for c in table.config.common_columns]
     placement = KeyPlacement(keys, table.config.table.key_names, table.config.table.partition_names)
     for instant in timeline.completed([Action.DELTACOMMIT], since=since):
+        if instant.requested in checked:
+            continue
         for entry in timeline.commit(instant).added_files:
             if entry.buckets and entry.file_group not in placement.file_groups(entry.partition, entry.buckets):
                 continue  # its key routing says no erased key is in it (0: not recorded, read it)
-            stream = table.config.streams[entry.stream or ""]
+            stream = table.config.streams.get(entry.stream or "")
+            if stream is None:  # an alter dropped the stream meanwhile: no read merges its files
+                continue
             written = read_table_file(
                 table.storage, entry.path, log_schema(table.config, stream), common, checksum=entry.checksum
             )
@@ -387,7 +393,9 @@ def _execute(
     # One snapshot for both: a commit completing between two separate loads would be checked by neither.
     snapshot = table.timeline()
     late = _late_writes(table, snapshot, keys, txn.time)
-    checked_at = snapshot.latest_time() or txn.time
+    # Under the lock, every other one: a listing is no atomic cut (a commit created while it ran may be missed
+    # beside a later one that was seen), so what was seen says which were checked, not a time.
+    checked = {i.requested for i in snapshot.completed([Action.DELTACOMMIT], since=txn.time)}
 
     def conflicts(timeline: Timeline, instant: Instant) -> None:
         rivals = _rewrites_touching(timeline, groups, instant.requested, instant.requested)
@@ -396,7 +404,7 @@ def _execute(
                 f"erase {instant.requested} conflicts with {rivals[0].action} {rivals[0].requested} on the same "
                 "file groups; nothing was changed — retry"
             )
-        more = late or _late_writes(table, timeline, keys, checked_at)
+        more = late or _late_writes(table, timeline, keys, txn.time, checked)
         if more:
             raise ConflictError(
                 f"erase {instant.requested}: deltacommit {more[0]} wrote an erased key while the erase ran; "
