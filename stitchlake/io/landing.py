@@ -249,13 +249,14 @@ def read_landing_rows(
     try:
         # Outside the parse's `try`: a storage error (a timeout, a 503) is no bad input, and must fail the ingest
         # (to run again) rather than set a good file aside as unreadable and count it consumed.
-        raw = storage.read_bytes(file.path)
+        raw, version = storage.read_versioned(file.path)
     except FileNotFoundError:
         raise LandingVanished(
             f"{where}: landing file vanished between the listing and the read (moved or deleted meanwhile); nothing "
             "was ingested: run again",
             file=where,
         ) from None
+    refuse_redelivered(file, version, where)
     try:
         data = decompressed(raw, file.path, where)
         if types and landing_format.judge is not None:
@@ -277,6 +278,18 @@ def read_landing_rows(
     _require_valid(table, columns, where)
     absent = landing_format.absent(data, table, track, where) if track and landing_format.absent else {}
     return LandingRows(table, absent, judged)
+
+
+def refuse_redelivered(file: LandingFile, version: str, where: str) -> None:
+    """A file whose bytes are not the version listed (re-delivered, or rewritten, between the listing and the
+    read): the commit records the listed version as consumed, so its rows must be that version's. Nothing is
+    taken; the next run lists the file again."""
+    if version != file.version:
+        raise LandingVanished(
+            f"{where}: landing file changed between the listing and the read (version {file.version}, read "
+            f"{version}); nothing was ingested: run again",
+            file=where,
+        )
 
 
 def _one_line(error: BaseException) -> str:

@@ -8,6 +8,7 @@ with conditional puts. Nothing hands a raw path to pyarrow or Spark: bytes go th
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from abc import ABC, abstractmethod
@@ -90,6 +91,16 @@ class Storage(ABC):
     @abstractmethod
     def read_bytes(self, path: str) -> bytes:
         """The whole content of a file; FileNotFoundError if absent."""
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        """The whole content of a file and the version (as `stat` and listings give it) of those very bytes: a file
+        re-delivered between a listing and the read is told apart. This default asks before and after the read and
+        refuses a file that changed meanwhile (OSError); backends that learn the version with the bytes override it."""
+        before = self.stat(path).version
+        data = self.read_bytes(path)
+        if self.stat(path).version != before:
+            raise OSError(errno.EAGAIN, "changed while it was read", self.describe(path))
+        return data, before
 
     @abstractmethod
     def open_input(self, path: str) -> pa.NativeFile | BinaryIO:

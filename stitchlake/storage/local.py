@@ -48,6 +48,20 @@ class LocalStorage(Storage):
             # A parent on the way is a file (e.g. table.path names a file): the file is simply not there.
             raise FileNotFoundError(errno.ENOENT, "no such file", self._full(path)) from None
 
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        """The bytes of the file opened (a file replaced meanwhile is another inode: the one read is described),
+        refused if it was written in place while read."""
+        full = self._full(path)
+        try:
+            with open(full, "rb") as handle:
+                before = _info(path, os.fstat(handle.fileno())).version
+                data = handle.read()
+                if _info(path, os.fstat(handle.fileno())).version != before:
+                    raise OSError(errno.EAGAIN, "written while it was read", full)
+        except NotADirectoryError:
+            raise FileNotFoundError(errno.ENOENT, "no such file", full) from None
+        return data, before
+
     def open_input(self, path: str) -> pa.NativeFile:
         import pyarrow as pa
 

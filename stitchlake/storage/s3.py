@@ -310,6 +310,14 @@ class S3Storage(Storage):
         key = self._key(path)
         return bytes(self._call("GET", path, lambda: obstore.get(self.store, key).bytes()))
 
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        """One GET: the object's bytes and the ETag it answered with (a prefetched copy is not used: it has none)."""
+        import obstore
+
+        key = self._key(path)
+        result = self._call("GET", path, lambda: obstore.get(self.store, key))
+        return bytes(self._call("BODY", path, result.bytes)), _version(result.meta)
+
     def prefetch(self, files: Iterable[tuple[str, int]]) -> None:
         """Start GETs of small files now, in parallel; `read_bytes`/`open_input` of them then wait for those."""
         with self._prefetch_lock:

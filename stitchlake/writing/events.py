@@ -20,7 +20,7 @@ from stitchlake.config import BadRows, StreamSpec
 from stitchlake.errors import InputRejected, LandingVanished
 from stitchlake.io import kafka
 from stitchlake.io.json_records import Judged
-from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows
+from stitchlake.io.landing import LandingFile, describe, positions, read_landing_rows, refuse_redelivered
 from stitchlake.storage import storage_for
 from stitchlake.timeline.metadata import OffsetRange, QuarantinedFile
 from stitchlake.vocabulary import SourceFormat
@@ -120,7 +120,8 @@ def from_landing(
         if table.config.bad_rows != BadRows.QUARANTINE:
             raise file_rejection(exc) from None
         try:
-            raw = storage_for(file.root, options).read_bytes(file.path)
+            raw, version = storage_for(file.root, options).read_versioned(file.path)
+            refuse_redelivered(file, version, describe(file, options))  # the copy set aside is the version judged
         except FileNotFoundError:  # gone before its copy: set aside with no copy, it would be consumed for good
             raise LandingVanished(
                 f"{exc}; and the file vanished before it could be set aside (moved or deleted meanwhile); nothing "

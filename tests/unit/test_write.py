@@ -521,20 +521,49 @@ def test_a_storage_error_reading_a_good_landing_file_fails_the_ingest_instead_of
     from stitchlake.storage.local import LocalStorage
 
     table, _landing = quarantining_csv_orders(tmp_path)
-    reader, failures = LocalStorage.read_bytes, [OSError(errno.EIO, "the store is unavailable")]
+    reader, failures = LocalStorage.read_versioned, [OSError(errno.EIO, "the store is unavailable")]
 
-    def unavailable_once(self: LocalStorage, path: str) -> bytes:
+    def unavailable_once(self: LocalStorage, path: str) -> tuple[bytes, str]:
         if path.endswith("0001.csv") and failures:
             raise failures.pop()
         return reader(self, path)
 
-    monkeypatch.setattr(LocalStorage, "read_bytes", unavailable_once)
+    monkeypatch.setattr(LocalStorage, "read_versioned", unavailable_once)
     with pytest.raises(OSError, match="unavailable"):
         table.ingest("orders", engine="local")
     assert table.timeline().completed() == []
     assert not (Path(table.path) / ".stitch" / "quarantine").exists()
     table.ingest("orders", engine="local")
     assert [k for k, _ in as_rows(table.read())] == [1]
+
+
+def test_a_landing_file_redelivered_between_the_listing_and_the_read_is_taken_by_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit records each landing file's listed version as consumed, but the rows came from whatever the read
+    found: a file re-delivered in between had its new rows ingested under its old version (the old rows lost, the
+    next run refusing it as "changed after it was ingested", and --reingest-changed ingesting it twice). The ingest
+    now stops (nothing committed) when the bytes are not the version listed; the next run takes the new one."""
+    import stitchlake.writing.events as events_module
+
+    table, landing = quarantining_csv_orders(tmp_path)
+    reader = getattr(events_module, "read_landing_rows")  # noqa: B009 - patched where ingest reads
+
+    def redelivered_after_the_listing(*args: Any, **kwargs: Any) -> Any:
+        target = landing / "0001.csv"  # listed, then replaced by a new delivery before its read
+        target.write_text("k,p,amount,status,ots,op\n7,odd,70,late,9,\n8,even,80,late,9,\n", encoding="utf-8")
+        os.utime(target, ns=(1, 1))
+        return reader(*args, **kwargs)
+
+    monkeypatch.setattr(events_module, "read_landing_rows", redelivered_after_the_listing)
+    with pytest.raises(InputRejected, match="changed between the listing and the read"):
+        table.ingest("orders", engine="local")
+    assert table.timeline().completed() == []
+    assert not (Path(table.path) / ".stitch" / "quarantine").exists()
+    monkeypatch.undo()
+    table.ingest("orders", engine="local")
+    assert sorted(k for k, _ in as_rows(table.read())) == [7, 8]
+    assert table.ingest("orders", engine="local").result.rows == 0, "the version ingested is the one recorded"
 
 
 def test_a_bad_landing_file_gone_before_its_copy_is_taken_stops_the_ingest(
