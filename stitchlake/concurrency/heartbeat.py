@@ -63,6 +63,7 @@ class Heartbeat:
         expire_s: float | None = None,
         owner: str | None = None,
         delete_on_exit: bool = True,
+        process_bound: bool = True,
     ) -> None:
         if interval_s <= 0:
             raise StitchError(f"concurrency.heartbeat.interval_s: must be > 0, got {interval_s!r}")
@@ -78,6 +79,9 @@ class Heartbeat:
         self.expire_s = None if expire_s is None else float(expire_s)
         self.owner = owner or default_owner()
         self.delete_on_exit = delete_on_exit
+        #: Whether the beats name this process (its death on this host is then seen at once): not for a Spark task's
+        #: Python worker, which may exit while the job and its instant live on.
+        self.process_bound = process_bound
         self.last_ts: float | None = None
         self.last_error: BaseException | None = None
         self._mutex = threading.Lock()
@@ -129,7 +133,7 @@ class Heartbeat:
         self._stopped = False
         self._stop_event.clear()
         with self._mutex:
-            self._write()
+            self._write(self.process_bound)
         self._thread = threading.Thread(target=self._run, name=f"stitchlake-heartbeat-{self.instant}", daemon=True)
         self._thread.start()
         return self
@@ -140,7 +144,7 @@ class Heartbeat:
                 if self._stopped:
                     return
                 try:
-                    self._write()
+                    self._write(self.process_bound)
                     self.last_error = None
                 except Exception as exc:  # a transient storage error must not kill liveness for good
                     self.last_error = exc

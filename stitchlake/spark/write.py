@@ -172,7 +172,25 @@ def _batch_instant_of(messages: list[WriterCommitMessage | None]) -> str | None:
 
 
 def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
-    """One task's part of a write: validate its rows and write the file groups they touch."""
+    """One task's part of a write: validate its rows and write the file groups they touch, beating all along:
+    the rows arrive as Spark computes them (a join, a read of many files), for minutes maybe, and an instant with
+    no beat for heartbeat.expire_s is taken back by the next clean."""
+    from stitchlake.concurrency.heartbeat import Heartbeat
+
+    spec = table.config.concurrency.heartbeat
+    beating = Heartbeat(
+        table.storage,
+        instant,
+        interval_s=spec.interval_s,
+        expire_s=spec.expire_s,
+        delete_on_exit=False,
+        process_bound=False,
+    )
+    with beating:
+        return _write_rows(table, stream_name, instant, iterator)
+
+
+def _write_rows(table: Table, stream_name: str, instant: str, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
     import pyarrow as pa
     from pyspark import TaskContext
 
@@ -199,9 +217,7 @@ def write_task(table: Table, stream_name: str, instant: str, iterator: Iterator[
     mark = marker_for(table, instant)
     bad = Rejected()
     bad.apply_policy(table.config.bad_rows, [batch.bad], table.storage, instant, f"spark-{partition}", mark)
-    _beat(table, instant)
     files = write_file_groups(table, stream, batch, instant, mark)
-    _beat(table, instant)
     return FilesWritten(files=files, rows=batch.rows.num_rows, bad=bad, instant=instant)
 
 

@@ -7,6 +7,7 @@ tests/integration/test_spark_datasource.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def test_slices_are_packed_by_size_as_spark_packs_files() -> None:
@@ -81,3 +82,40 @@ def test_pushed_partition_filters_that_leave_no_value_match_no_row(tmp_path: Pat
         list(kept.pushFilters([In(("p",), ("odd", "x")), In(("p",), ("odd", "y"))]))
         found = [row for part in kept.partitions() for chunk in kept.read(part) for row in chunk.to_pylist()]
         assert {row["p"] for row in found} == {"odd"}
+
+
+def test_a_write_task_keeps_its_instant_alive_while_spark_computes_its_rows(tmp_path: Path) -> None:
+    """A `df.write` task beat once its rows were all there, and again after its files: while Spark computed them (a
+    join, a read of many files) the claim had no beat, looked dead after heartbeat.expire_s, and the next clean took
+    it back, so the write failed at its commit after all that work. The task beats all along (naming no process:
+    its Python worker may exit while the job lives)."""
+    import copy
+    import json
+    import time
+
+    from stitchlake.concurrency import heartbeat
+    from stitchlake.services.writes.ingest import claim
+    from stitchlake.spark.write import write_task
+    from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+
+    document = copy.deepcopy(THREE_STREAMS)
+    document["concurrency"]["heartbeat"] = {"interval_s": 0.05, "expire_s": 5}
+    table = new_table(tmp_path, document)
+    orders = MODELS[0]
+    instant = claim(table, "orders", heartbeat=False).time
+    seen: list[float] = []
+
+    def rows_spark_is_still_computing() -> Any:
+        # The task's first beat, then two more while the rows are not there yet (bounded: no beat is a failure).
+        deadline = time.monotonic() + 60
+        while len(set(seen)) < 3 and time.monotonic() < deadline:
+            record = heartbeat.read_beat(table.storage, instant)
+            if record is not None:
+                seen.append(float(record["ts"]))
+            time.sleep(0.01)
+        yield from batch(orders, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]).to_batches()
+
+    written = write_task(table, "orders", instant, rows_spark_is_still_computing())
+    assert written.rows == 1 and len(set(seen)) >= 3, seen
+    record = heartbeat.read_beat(table.storage, instant)
+    assert record is not None and "boot" not in record, json.dumps(record)  # no process named: a worker may go
