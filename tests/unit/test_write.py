@@ -13,7 +13,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -484,27 +484,36 @@ def quarantining_csv_orders(root: Path) -> tuple[Table, Path]:
     return table, landing
 
 
+def stopped_between_listing_and_read(
+    table: Table, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], object], refusal: str
+) -> None:
+    """An ingest during which `meanwhile` happens to a listed landing file before its read: stopped with `refusal`,
+    nothing committed, nothing set aside."""
+    import stitchlake.writing.events as events_module
+
+    reader = getattr(events_module, "read_landing_rows")  # noqa: B009 - patched where ingest reads
+
+    def read_after(*args: Any, **kwargs: Any) -> Any:
+        meanwhile()
+        return reader(*args, **kwargs)
+
+    monkeypatch.setattr(events_module, "read_landing_rows", read_after)
+    with pytest.raises(InputRejected, match=refusal):
+        table.ingest("orders", engine="local")
+    assert table.timeline().completed() == []
+    assert not (Path(table.path) / ".stitch" / "quarantine").exists()
+    monkeypatch.undo()
+
+
 def test_a_landing_file_gone_before_it_is_read_stops_the_ingest_even_under_quarantine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under `bad_rows: quarantine` a listed file moved away before its read was set aside as unreadable, with no
     copy, and recorded as consumed: moved back (same size and time), it was skipped for ever. The ingest stops
     (nothing committed) and the next one lists again."""
-    import stitchlake.writing.events as events_module
-
     table, landing = quarantining_csv_orders(tmp_path)
-    reader = getattr(events_module, "read_landing_rows")  # noqa: B009 - patched where ingest reads
-
-    def moved_away_after_the_listing(*args: Any, **kwargs: Any) -> Any:
-        (landing / "0001.csv").rename(tmp_path / "away.csv")  # listed, and gone before its read
-        return reader(*args, **kwargs)
-
-    monkeypatch.setattr(events_module, "read_landing_rows", moved_away_after_the_listing)
-    with pytest.raises(InputRejected, match="vanished between the listing and the read"):
-        table.ingest("orders", engine="local")
-    assert table.timeline().completed() == []
-    assert not (Path(table.path) / ".stitch" / "quarantine").exists()
-    monkeypatch.undo()
+    moved_away = lambda: (landing / "0001.csv").rename(tmp_path / "away.csv")  # noqa: E731 - listed, gone before read
+    stopped_between_listing_and_read(table, monkeypatch, moved_away, "vanished between the listing and the read")
     (tmp_path / "away.csv").rename(landing / "0001.csv")
     table.ingest("orders", engine="local")
     assert [k for k, _ in as_rows(table.read())] == [1]
@@ -544,23 +553,14 @@ def test_a_landing_file_redelivered_between_the_listing_and_the_read_is_taken_by
     found: a file re-delivered in between had its new rows ingested under its old version (the old rows lost, the
     next run refusing it as "changed after it was ingested", and --reingest-changed ingesting it twice). The ingest
     now stops (nothing committed) when the bytes are not the version listed; the next run takes the new one."""
-    import stitchlake.writing.events as events_module
-
     table, landing = quarantining_csv_orders(tmp_path)
-    reader = getattr(events_module, "read_landing_rows")  # noqa: B009 - patched where ingest reads
 
-    def redelivered_after_the_listing(*args: Any, **kwargs: Any) -> Any:
-        target = landing / "0001.csv"  # listed, then replaced by a new delivery before its read
+    def redelivered() -> None:  # listed, then replaced by a new delivery before its read
+        target = landing / "0001.csv"
         target.write_text("k,p,amount,status,ots,op\n7,odd,70,late,9,\n8,even,80,late,9,\n", encoding="utf-8")
         os.utime(target, ns=(1, 1))
-        return reader(*args, **kwargs)
 
-    monkeypatch.setattr(events_module, "read_landing_rows", redelivered_after_the_listing)
-    with pytest.raises(InputRejected, match="changed between the listing and the read"):
-        table.ingest("orders", engine="local")
-    assert table.timeline().completed() == []
-    assert not (Path(table.path) / ".stitch" / "quarantine").exists()
-    monkeypatch.undo()
+    stopped_between_listing_and_read(table, monkeypatch, redelivered, "changed between the listing and the read")
     table.ingest("orders", engine="local")
     assert sorted(k for k, _ in as_rows(table.read())) == [7, 8]
     assert table.ingest("orders", engine="local").result.rows == 0, "the version ingested is the one recorded"
