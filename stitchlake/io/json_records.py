@@ -293,26 +293,113 @@ def _json_array(values: list[Any], json_kind: str, kind: pa.DataType | None) -> 
     return typed_column(values, _BUILD_AS[json_kind] or kind)
 
 
+#: What building or casting a value of the wrong kind raises.
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError)
+
+
 def typed_column(values: list[Any], build: pa.DataType | None) -> tuple[pa.Array, list[int]]:
     """`values` as a column of type `build`, and the rows whose value does not fit it (null there): one bad value
     makes one bad row, not a column that cannot be built."""
     if build is not None and pa.types.is_nested(build):
-        misshapen = [row for row, value in enumerate(values) if not _shaped(value, build)]
-        if misshapen:  # pyarrow would build "ab" in a list column as ["a", "b"]
-            dropped = set(misshapen)
-            column, misfits = typed_column([None if r in dropped else v for r, v in enumerate(values)], build)
-            return column, sorted([*misshapen, *misfits])
+        return _nested_column(values, build)
     try:
         return pa.array(values, build), []
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+    except _UNFIT:
         pass
     kept: list[Any] = []
     unfit: list[int] = []
     for row, value in enumerate(values):
         try:
             pa.array([value], build)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        except _UNFIT:
             unfit.append(row)
             value = None
         kept.append(value)
     return pa.array(kept, build), unfit
+
+
+def _nested_column(values: list[Any], kind: pa.DataType) -> tuple[pa.Array, list[int]]:
+    """A nested column as pyarrow infers it, then cast safely to `kind` level by level (`conform`): text parses as
+    its leaf type and a number that would lose digits is refused, where building straight as `kind` would take
+    1.5 as 1 and no date from text. A misshapen value (text where a list is) is a bad row at any depth."""
+    unfit = [row for row, value in enumerate(values) if not _shaped(value, kind)]
+    dropped = set(unfit)
+    values = [None if row in dropped else value for row, value in enumerate(values)]
+    try:
+        return conform(_inferred(values, kind), kind), unfit
+    except _UNFIT:
+        pass
+    pieces = []
+    for row, value in enumerate(values):
+        try:
+            pieces.append(conform(_inferred([value], kind), kind))
+        except _UNFIT:
+            unfit.append(row)
+            pieces.append(pa.nulls(1, kind))
+    return pa.concat_arrays(pieces), sorted(unfit)
+
+
+def _inferred(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """`values` as pyarrow infers them, with each map (an object) given as its entries: inference makes a struct
+    of an object, and no cast turns a struct into a map."""
+    return pa.array([_entries(value, kind) for value in values])
+
+
+def _entries(value: Any, kind: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        pairs = value.items() if isinstance(value, dict) else value
+        return [{"key": k, "value": _entries(v, kind.item_type)} for k, v in pairs]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return [_entries(v, kind.value_type) for v in value]
+    if pa.types.is_struct(kind):
+        fields = {kind.field(i).name: kind.field(i).type for i in range(kind.num_fields)}
+        return {k: _entries(v, fields[k]) if k in fields else v for k, v in value.items()}
+    return value
+
+
+def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """An inferred array cast safely to `kind`, level by level (maps arrive as lists of key/value structs)."""
+    import pyarrow.compute as pc
+
+    if array.type == kind:
+        return array
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), kind)
+    if array.offset:
+        array = pa.concat_arrays([array])  # offsets and children from the start
+    if pa.types.is_map(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)):
+            raise pa.ArrowInvalid(f"{array.type} is no {kind}")
+        offsets = _offsets_with_nulls(array)
+        if pa.types.is_map(kind):
+            entries = array.values
+            if not pa.types.is_struct(entries.type):
+                raise pa.ArrowInvalid(f"{array.type} is no {kind}")
+            keys = conform(entries.field("key"), kind.key_type)
+            if keys.null_count:
+                raise pa.ArrowInvalid("a map key is null")
+            return pa.MapArray.from_arrays(offsets, keys, conform(entries.field("value"), kind.item_type), type=kind)
+        items = conform(array.values, kind.value_type)
+        if pa.types.is_large_list(kind):
+            return pa.LargeListArray.from_arrays(pc.cast(offsets, pa.int64()), items, type=kind)
+        return pa.ListArray.from_arrays(offsets, items, type=kind)
+    if pa.types.is_struct(kind):
+        if not pa.types.is_struct(array.type):
+            raise pa.ArrowInvalid(f"{array.type} is no {kind}")
+        have = {array.type.field(i).name for i in range(array.type.num_fields)}
+        children = [
+            conform(array.field(f.name), f.type) if f.name in have else pa.nulls(len(array), f.type) for f in kind
+        ]
+        return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null())
+    if pa.types.is_nested(array.type):
+        raise pa.ArrowInvalid(f"{array.type} is no {kind}")
+    return pc.cast(array, kind, safe=True)
+
+
+def _offsets_with_nulls(array: pa.Array) -> pa.Array:
+    """A list array's offsets, null where the list is null (how `from_arrays` is told which lists are null)."""
+    offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int32)
+    nulls = np.append(array.is_null().to_numpy(zero_copy_only=False), False)
+    return pa.array(offsets, pa.int32(), mask=nulls)

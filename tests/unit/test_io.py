@@ -382,3 +382,32 @@ def test_data_files_carry_row_group_statistics_of_the_tables_own_flat_columns(tm
     assert stats["k"].is_stats_set and (stats["k"].statistics.min, stats["k"].statistics.max) == (1, 3)
     assert stats["name"].is_stats_set and stats["name"].statistics.max == "c"
     assert not stats["_sl__s__pos"].is_stats_set and not stats["tags.list.element"].is_stats_set
+
+
+def test_a_json_line_whose_nested_number_would_lose_digits_is_a_bad_row_not_cut() -> None:
+    """A JSON lines file pyarrow's reader refuses is judged record by record, and its nested columns were built
+    straight as their type: pyarrow took 1.5 in an array<int> as 1, silently. A nested value is cast safely now:
+    a number that would lose digits is a bad row, and text parses as a nested date or timestamp."""
+    import pyarrow as pa
+
+    from stitchlake.io.json_records import judge_json
+
+    types = {
+        "k": pa.int64(),
+        "n": pa.list_(pa.int32()),
+        "m": pa.map_(pa.string(), pa.int64()),
+        "s": pa.struct([("d", pa.date32()), ("amt", pa.decimal128(10, 2))]),
+    }
+    lines = [
+        '{"k": 1, "n": [1, 2], "m": {"a": 1}, "s": {"d": "2024-01-02", "amt": 1.5}}',
+        '{"k": 2, "n": [1.5], "m": {"a": 1}}',
+        '{"k": 3, "m": {"a": 2.5}}',
+        '{"k": 4, "n": ["x"]}',
+    ]
+    judged = judge_json("\n".join(lines).encode(), types, "f.json")
+    assert judged.reasons is not None
+    assert [r is None for r in judged.reasons] == [True, False, False, False]
+    first = judged.table.slice(0, 1).to_pylist()[0]
+    assert first["n"] == [1, 2] and first["m"] == [("a", 1)]
+    assert str(first["s"]["d"]) == "2024-01-02" and str(first["s"]["amt"]) == "1.50"
+    assert judged.table.column("n").to_pylist()[1:] == [None, None, None]

@@ -112,7 +112,12 @@ def test_nested_kafka_values_are_typed_record_by_record_and_a_misfit_is_one_bad_
         "table": {"name": "nested", "path": "table", "key": {"k": "long"}, "buckets": 1},
         "streams": {
             "s": {
-                "columns": {"m": "map<string,long>", "pt": "struct<x:long,y:string>", "tags": "array<string>"},
+                "columns": {
+                    "m": "map<string,long>",
+                    "pt": "struct<x:long,y:string>",
+                    "tags": "array<string>",
+                    "when": "struct<at:timestamp,amt:decimal(10,2),d:date,n:array<int>>",
+                },
                 "source": {"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1"},
             }
         },
@@ -120,21 +125,32 @@ def test_nested_kafka_values_are_typed_record_by_record_and_a_misfit_is_one_bad_
         "concurrency": CONCURRENCY,
     }
     table = new_table(tmp_path, document)
+    when = {"at": "2024-01-01T00:00:00Z", "amt": 1.5, "d": "2024-01-02", "n": [1, 2]}  # JSON's own encodings
     values = [
-        {"k": 1, "m": {"a": 1}, "pt": {"x": 1, "y": "one"}, "tags": ["t1"]},
-        {"k": 2, "m": {"b": 2, "c": 3}, "pt": {"x": 2}, "tags": []},
+        {"k": 1, "m": {"a": 1}, "pt": {"x": 1, "y": "one"}, "tags": ["t1"], "when": when},
+        {"k": 2, "m": {"b": 2, "c": 3}, "pt": {"x": 2}, "tags": [], "when": None},
         {"k": 3, "m": {"a": 4}, "pt": {"x": "oops"}, "tags": ["t3"]},  # x is no long: this record is bad
         {"k": 4, "m": None, "pt": None, "tags": "not a list"},  # tags is no array: bad too
+        {"k": 5, "when": {**when, "n": [1.5]}},  # 1.5 is no int: bad, never taken as 1
+        {"k": 6, "m": {"a": 2.5}},  # nor is it a long in a map
     ]
     records = [(offset, json.dumps(value).encode()) for offset, value in enumerate(values)]
     monkeypatch.setattr(kafka, "topic_state", lambda _source: kafka.TopicState(None, {0: (0, len(records))}))
     monkeypatch.setattr(kafka, "read_range", lambda _source, chunk: records[chunk.start : chunk.end])
 
     done = ingest(table, LocalEngine(), "s")
-    assert (done.rows, done.bad_rows) == (2, 2)
+    assert (done.rows, done.bad_rows) == (2, 4)
     rows = sorted(table.read().to_pylist(), key=lambda r: r["k"])
     assert [(r["k"], r["m"], r["pt"], r["tags"]) for r in rows] == [
         (1, [("a", 1)], {"x": 1, "y": "one"}, ["t1"]),
         (2, [("b", 2), ("c", 3)], {"x": 2, "y": None}, []),
     ]
+    got = rows[0]["when"]
+    assert (str(got["at"]), str(got["amt"]), str(got["d"]), got["n"]) == (
+        "2024-01-01 00:00:00+00:00",
+        "1.50",
+        "2024-01-02",
+        [1, 2],
+    )
+    assert rows[1]["when"] is None
     assert ingest(table, LocalEngine(), "s").records == 0, "the partition moved past the bad records"
