@@ -39,8 +39,6 @@ def filtered(
         every = _all(term(c, types.get(c.column)) for c in conditions(config, list(where)))
         return frame if every is None else frame.filter(every)
     table_part, on_changes = split_change_filter(list(where))
-    for condition in on_changes:  # each on its own, as the local read checks them
-        frame = frame.filter(term(condition))
     found = conditions(config, table_part) if table_part else []
     common = {c.name for c in config.common_columns}
     on_keys = _all(term(c, types.get(c.column)) for c in found if c.column in common)
@@ -50,6 +48,9 @@ def filtered(
     if on_values is not None:  # a window is not allowed in a filter: computed as a column first
         kept = _values_kept(on_values, [c.name for c in config.common_columns], before_images)
         frame = frame.withColumn(KEPT, kept).filter(F.col(KEPT)).drop(KEPT)
+    # Last, as the local read checks them: a -U row is judged by its +U row's values, which `_op=-U` would drop.
+    for condition in on_changes:  # each on its own
+        frame = frame.filter(term(condition))
     return frame
 
 

@@ -137,6 +137,14 @@ def test_a_change_read_on_spark_keeps_what_the_local_change_read_keeps(
     assert {op for _key, op in inserts} <= {"I"} and _change_rows(unfiltered) == {**expected, **inserts}
     assert one_json(wrote.stdout)["rows"] == len(expected)
     assert _change_rows(out) == expected
+    # A -U row is judged by its +U row's values: on Spark `_op=-U` was applied first and dropped every -U with them.
+    before, spark_before = tmp_path / "before.json", tmp_path / "spark_before.json"
+    assert run_stitch("read", "-c", str(config), *args[:-1], "_op=-U", "--out", str(before)).returncode == 0
+    olds = _change_rows(before)
+    assert olds and {op for _key, op in olds} == {"-U"}
+    again = run_stitch("read", "-c", str(config), "--engine", "spark", *args[:-1], "_op=-U", "--out", str(spark_before))
+    assert again.returncode == 0, again.stderr
+    assert _change_rows(spark_before) == olds
 
 
 def test_compact_and_clean_jobs_run_on_spark(concurrent: tuple[Path, dict[str, Any]], demo_data: Path) -> None:
