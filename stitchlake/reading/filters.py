@@ -152,6 +152,13 @@ def _typed(config: TableConfig, name: str, op: str, value: Any) -> Any:
 def conditions(config: TableConfig, where: Mapping[str, Any] | str | Sequence[str]) -> list[Condition]:
     """Typed conditions; equalities on one column merged into one IN."""
     if isinstance(where, Mapping):
+        many = (list, tuple, set, frozenset)
+        empty = [name for name, value in where.items() if isinstance(value, many) and not value]
+        if empty:  # no condition at all would be every row
+            raise UsageError(
+                f"filter: {empty[0]}: an empty list of values matches no row; with no values to look for, skip the "
+                "read (it would return nothing)"
+            )
         raw = [
             (name, "=", v)
             for name, value in where.items()

@@ -124,9 +124,11 @@ def plan(
     latest = timeline.latest_completed()
     document["timeline"] = location(table, TIMELINE_DIR)
     document["planned_at"] = latest.completed if latest is not None else None
+    # `p IN ('a', 'c') AND p IN ('b', 'd')`: no value left, so no row holds (an empty condition would be none).
+    nothing = any(not values for values in where.values())
     if read.changes:
-        return _change_document(document, read, table, timeline, prune(config, where), packing)
-    slices = plan_slices(config, table.view(timeline), read.as_of, prune(config, where))
+        return _change_document(document, read, table, timeline, None if nothing else prune(config, where), packing)
+    slices = [] if nothing else plan_slices(config, table.view(timeline), read.as_of, prune(config, where))
     if read.mode == ReadMode.READ_OPTIMIZED:
         slices = [s for s in slices if s.base is not None]
     weights = [sum(f.bytes + packing.open_cost for f in _files(s, read.mode)) for s in slices]
@@ -136,15 +138,21 @@ def plan(
 
 
 def _change_document(
-    document: dict[str, Any], read: ReadRequest, table: Table, timeline: Timeline, pruning: Pruning, packing: Packing
+    document: dict[str, Any],
+    read: ReadRequest,
+    table: Table,
+    timeline: Timeline,
+    pruning: Pruning | None,
+    packing: Packing,
 ) -> dict[str, Any]:
     """An incremental read's plan: per file group the range touched, its slice as of `until`, the slices as of
     `since` its keys were in, the files whose keys are the candidates and the keys erased (docs/spark-reader.md,
-    "Incremental reads")."""
+    "Incremental reads"); no pruning: no row can hold, nothing planned."""
     from stitchlake.reading.changes import plan_changes
 
     config = table.config
-    planned = plan_changes(table, timeline, table.view(timeline), read.since, read.until, pruning)
+    view = table.view(timeline)
+    planned = [] if pruning is None else plan_changes(table, timeline, view, read.since, read.until, pruning)
     document["changes"] = {
         "since": read.since,
         "until": read.until,

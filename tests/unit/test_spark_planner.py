@@ -81,3 +81,24 @@ def test_a_misspelled_or_foreign_read_option_is_refused_not_read_as_now(tmp_path
         ReadRequest({"path": path, "since": first, "mode": "read_optimized"})
     with pytest.raises(UsageError, match="is after until"):
         ReadRequest({"path": path, "since": last, "until": first})
+
+
+def test_filters_that_leave_a_column_no_value_plan_nothing_and_an_empty_filter_list_is_refused(tmp_path: Path) -> None:
+    """`p IN ('odd', 'x') AND p IN ('even', 'y')` leaves p no value: the JVM reader's plan pruned nothing (Spark still
+    checked the rows, so only time was lost), and `stitchlake.read(filter={"p": []})` took the empty list for no
+    condition and returned every row."""
+    from stitchlake.errors import UsageError
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path)
+    orders = MODELS[0]
+    table.write(orders.name, batch(orders, [{"k": k, "amount": k, "status": "a", "ots": 1} for k in range(1, 9)]))
+    contradicting = [{"column": "p", "op": "in", "values": v} for v in (["odd", "x"], ["even", "y"])]
+    for options in ({"path": table.path}, {"path": table.path, "since": "20000101000000000"}):
+        document = planner.plan(options, None, contradicting, {})
+        assert document["filters_used"] == [0, 1]
+        assert document.get("slices", []) == [] and document.get("change_slices", []) == [], options
+        assert document["partitions"] == []
+    for where in ({"p": []}, {"k": ()}, {"amount": set()}):
+        with pytest.raises(UsageError, match="an empty list of values matches no row"):
+            table.read(filter=where)
