@@ -121,7 +121,7 @@ class TableLock(ABC):
         self.wait_s = float(wait_s)
         self.owner = owner or default_owner()
         #: How long the create a fence guards may take (the table storage's `create_budget_s`): a lease wants that
-        #: much left at the fence (at most half of it), and is renewed first when it has less.
+        #: much left at the fence, and is renewed first when it has less (a lease no longer than it cannot).
         self.publish_s = 0.0
 
     @abstractmethod
@@ -268,7 +268,7 @@ class FileSystemLock(TableLock):
     def fence(self) -> None:
         self.check()
         left = (self._expires_at - time.time()) if self._expires_at is not None else None
-        if left is not None and 0 < left < min(self.publish_s, self.expire_s / 2):
+        if left is not None and 0 < left < self.publish_s < self.expire_s:
             self.renew()  # still ours: a create that takes its whole budget must still land within the lease
         if self._expires_at is not None and time.time() >= self._expires_at:
             # Still ours (nobody took over), so `release()` still gives it back properly.

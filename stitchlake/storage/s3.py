@@ -166,7 +166,11 @@ def _build(bucket: str, options: Mapping[str, str], fenced: bool = False) -> Any
     retry: dict[str, Any] | None = None
     if fenced:
         client["timeout"] = timedelta(seconds=FENCED_ATTEMPT_S)
-        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=FENCED_RETRIES_S)}
+        retry = {
+            "max_retries": 3,
+            "retry_timeout": timedelta(seconds=FENCED_RETRIES_S),
+            "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=1), "base": 2},
+        }
     try:
         return S3Store(
             bucket,
@@ -210,8 +214,9 @@ class S3Storage(Storage):
     remote = True
     #: `If-None-Match: *`: the server refuses an existing key, so exactly one racing creator wins.
     conditional_put = True
-    #: A fenced create's attempts and retries are bounded (`FENCED_ATTEMPT_S`, `FENCED_RETRIES_S`).
-    create_budget_s = FENCED_ATTEMPT_S + FENCED_RETRIES_S
+    #: A fenced create's attempts and retries are bounded (`FENCED_ATTEMPT_S`, `FENCED_RETRIES_S`): a retry begun
+    #: just before the retries' end runs a whole attempt, after a backoff of at most a second here.
+    create_budget_s = FENCED_ATTEMPT_S + FENCED_RETRIES_S + 1.0
 
     def __init__(self, uri: str, options: Mapping[str, str] | None = None) -> None:
         parsed = urlparse(str(uri))

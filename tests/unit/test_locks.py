@@ -164,19 +164,30 @@ def test_the_fence_renews_a_lease_too_short_for_the_create_it_guards(tmp_path: P
     than that, it could land after the lease ran out and another process took the lock. The fence renews first."""
     storage = LocalStorage(str(tmp_path))
     holder = FileSystemLock(storage, owner="publisher", expire_s=30.0)
-    holder.publish_s = 10.0
+    holder.publish_s = 21.0
     holder.acquire()
     generation = holder.generation
-    clock.advance(15.0)
-    holder.fence()  # 15 s left: enough
+    clock.advance(8.0)
+    holder.fence()  # 22 s left: enough
     assert holder.generation == generation
-    clock.advance(10.0)
+    clock.advance(17.0)
     holder.fence()  # 5 s left: renewed to a full lease before the create
     assert holder.generation != generation and holder.expires_at == clock.now + 30.0
+    clock.advance(18.0)
+    holder.fence()  # 12 s left, more than half the lease but less than the create may take: renewed again
+    assert holder.expires_at == clock.now + 30.0
     clock.advance(31.0)
     with pytest.raises(LockLost, match="expired"):
         holder.fence()  # run out: never renewed after the fact (another process may have acted meanwhile)
     holder.release()
+    short = FileSystemLock(storage, owner="short lease", expire_s=10.0)
+    short.publish_s = 21.0
+    short.acquire()
+    taken = short.generation
+    clock.advance(2.0)
+    short.fence()  # a lease no longer than the budget: renewing cannot help, and is not done each time
+    assert short.generation == taken
+    short.release()
 
 
 def test_context_manager_and_folder_stays_small(tmp_path: Path) -> None:

@@ -99,6 +99,7 @@ def test_filters_that_leave_a_column_no_value_plan_nothing_and_an_empty_filter_l
         assert document["filters_used"] == [0, 1]
         assert document.get("slices", []) == [] and document.get("change_slices", []) == [], options
         assert document["partitions"] == []
-    for where in ({"p": []}, {"k": ()}, {"amount": set()}):
+    empty: list[dict[str, Any]] = [{"p": []}, {"k": ()}, {"amount": set()}]
+    for where in empty:
         with pytest.raises(UsageError, match="an empty list of values matches no row"):
             table.read(filter=where)
