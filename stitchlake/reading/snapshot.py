@@ -75,16 +75,16 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
 
     Readers take no lock, so a commit may be published while we list: its completion time was drawn under the lock,
     after every completion we see, but its file lands a moment later. A range ending at the latest completion we see
-    can never miss it; an `until` after that could (and a reader taking it as its next `since` would skip that
-    commit for good), so it is refused while a commit may still complete at or before it."""
-    if until is None:
-        latest = timeline.latest_completed()
-        return latest.completed if latest else None
-    end = resolve_time(table, timeline, until)
-    assert end is not None
+    misses no commit, if the listing is one cut of the timeline (`_refuse_torn_listing`); an `until` after that
+    could (and a reader taking it as its next `since` would skip that commit for good), so it is refused (exit 4,
+    run again later) while a commit may still complete at or before it."""
     latest = timeline.latest_completed()
     settled = latest.completed if latest and latest.completed else ""
+    end = (settled or None) if until is None else resolve_time(table, timeline, until)
+    if end is None:
+        return None
     if end <= settled:
+        _refuse_torn_listing(timeline, end)
         return end
     for pending in timeline.pending(IN_CHANGE_FEED):
         if pending.requested < end:  # it completes after every time it saw, its own request among them
@@ -95,13 +95,30 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
             )
     newest = max(timeline.all_times(), default="")
     if end > max(newest, from_millis(now_millis() - SETTLE_S * 1000)):
-        raise UsageError(
+        raise BusyError(
             f"until {end} is after the latest completion ({settled or 'none yet'}) and less than {SETTLE_S} s ago: a "
             "commit may still complete at or before it, and a next read from it would skip that commit. Leave out "
             "until (the read ends at the latest completion) and take the next since from the rows' largest "
-            "_commit_time"
+            "_commit_time, or read again later"
         )
     return end
+
+
+def _refuse_torn_listing(timeline: Timeline, end: str) -> None:
+    """A listing is no atomic cut: it can pass an instant while it is pending and find a later one completed after
+    the first completed too. A change read ending at the later one would miss the first for good, so the instants
+    seen pending that could complete by `end` are looked at again (HistoryMoved: the read plans again)."""
+    waiting = [p.requested for p in timeline.pending(IN_CHANGE_FEED) if p.requested < end]
+    if not waiting:
+        return
+    again = Timeline.load(timeline.storage)
+    for requested in waiting:
+        now = again.get(requested)
+        if now is not None and now.is_completed and (now.completed or "") <= end:
+            raise HistoryMoved(
+                f"{now.action} {requested} completed at {now.completed} while the timeline was listed, before the "
+                f"end of the range ({end}); read again"
+            )
 
 
 def _resolved_time(timeline: Timeline, value: str, since: bool) -> str:
