@@ -179,8 +179,9 @@ def _late_writes(
             if entry.buckets and entry.file_group not in placement.file_groups(entry.partition, entry.buckets):
                 continue  # its key routing says no erased key is in it (0: not recorded, read it)
             stream = table.config.streams.get(entry.stream or "")
-            if stream is None:  # an alter dropped the stream meanwhile: no read merges its files
-                continue
+            if stream is None:  # an alter dropped it meanwhile: its columns are not known here, so it may hold one
+                found.append(instant.requested)
+                break
             written = read_table_file(
                 table.storage, entry.path, log_schema(table.config, stream), common, checksum=entry.checksum
             )
