@@ -184,6 +184,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
             rows=rows.num_rows,
             removed_files=made.removed_files,
             table_location=made.table_location,
+            catalog=publisher.catalog(target, spec.iceberg_catalog),
         )
         done = txn.complete(commit)
     except BaseException as exc:
@@ -204,7 +205,6 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         if exists and isinstance(exc, StitchError):
             raise type(exc)(f"{exc}; {exists}") from exc
         raise
-    catalog = publisher.catalog(target, spec.iceberg_catalog)
     return PublishResult(
         done.requested,
         done.completed,
@@ -216,7 +216,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         rows.num_rows,
         made.removed_files,
         made.table_location,
-        catalog,
+        commit.catalog,
     )
 
 

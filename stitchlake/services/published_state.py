@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stitchlake.io.published import Target, published_table_exists
+from stitchlake.io.published import Target, catalog_location, published_table_exists
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.storage.registry import local_place
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
@@ -42,10 +42,18 @@ def published_identifier(table: TableHandle, fmt: PublishFormat) -> str:
 
 def moved_since(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -> bool:
     """Whether the config now points `fmt` somewhere else than `commit` published it (another `publish.location`,
-    another Iceberg namespace)."""
-    return _place(commit.location) != _place(published_location(table, fmt)) or (
-        bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
-    )
+    another Iceberg namespace or catalog). An Iceberg table is its catalog and name: a catalog given in the config
+    says where its tables live whatever `publish.location` says (the default one is a file at the location)."""
+    renamed = bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
+    if fmt == PublishFormat.ICEBERG and commit.catalog:
+        return renamed or commit.catalog != current_catalog(table)
+    return renamed or _place(commit.location) != _place(published_location(table, fmt))
+
+
+def current_catalog(table: TableHandle) -> str:
+    """Where the config now has Iceberg readers find the published table (`PublishCommit.catalog`)."""
+    location = published_location(table, PublishFormat.ICEBERG)
+    return catalog_location(Target(location, table.config.storage.options), table.config.publish.iceberg_catalog)
 
 
 def _place(location: str) -> str:
@@ -67,22 +75,38 @@ def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[st
         if not isinstance(commit, PublishCommit) or commit.format not in set(PublishFormat):
             continue
         fmt = PublishFormat(commit.format)
-        where = (fmt.value, commit.location, commit.identifier)
+        target = Target(commit.location, table.config.storage.options)
+        # A catalog given in the config is where its table is, whatever location the publish had.
+        given = bool(commit.catalog) and commit.catalog != catalog_location(target, {})
+        where = (fmt.value, commit.catalog if given else _place(commit.location), commit.identifier)
         if where in found or not moved_since(table, fmt, commit):
             continue
         namespace, _, name = commit.identifier.rpartition(".")
-        target = Target(commit.location, table.config.storage.options)
+        properties = _catalog_of(table, target, commit)
         try:
-            there = published_table_exists(
-                fmt, target, table.config.publish.iceberg_catalog, namespace, name or table.config.table.name
+            there = properties is None or published_table_exists(
+                fmt, target, properties, namespace, name or table.config.table.name
             )
         except Exception:  # a store or catalog that cannot answer: name it all the same
             there = True
         if there:
+            place = f" in catalog {commit.catalog}" if given else f" at {commit.location}"
             found[where] = f"{fmt.value} {commit.identifier or commit.table_location or commit.location}" + (
-                f" at {commit.location}" if commit.identifier else ""
+                place if commit.identifier else ""
             )
     return sorted(found.values())
+
+
+def _catalog_of(table: TableHandle, target: Target, commit: PublishCommit) -> dict[str, str] | None:
+    """The catalog properties that reach the table `commit` published: the config's when it is the same catalog,
+    the default one's when it was the default at its location; None for a catalog the config no longer names (its
+    credentials are not known here: the table is named, not looked for)."""
+    configured = table.config.publish.iceberg_catalog
+    if not commit.catalog or commit.catalog == current_catalog(table):
+        return configured
+    if commit.catalog == catalog_location(target, {}):
+        return {}
+    return None
 
 
 def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:

@@ -515,6 +515,9 @@ class PublishCommit(Commit):
     removed_files: int = 0
     #: The format table's own location: Delta's is `location`; an Iceberg catalog may put tables elsewhere.
     table_location: str = ""
+    #: Where an Iceberg reader finds it by `identifier` (the catalog's URI, no credentials; "" for Delta, and in
+    #: publishes recorded before catalogs were): with another catalog, the table published is another table.
+    catalog: str = ""
 
 
 @dataclass(frozen=True)

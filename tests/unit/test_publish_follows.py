@@ -529,3 +529,27 @@ def test_a_publish_archived_off_the_timeline_still_counts_and_another_spelling_o
         assert stale_formats(again, [PublishFormat.DELTA]) == [], (first, then)
         left = again.erase(pa.table({"k": pa.array([3], pa.int64())})).result.left_behind
         assert left == [f"delta {root / 'table' / '.stitch' / 'published' / 'delta'}"], (first, then, left)
+
+
+def test_an_iceberg_table_is_its_catalog_and_name_whatever_publish_location_says(tmp_path: Path) -> None:
+    """A publish recorded where its Iceberg table was but not in which catalog. Pointing `publish.iceberg_catalog`
+    at another catalog made no format behind and named nothing left behind: the old catalog's table kept every row,
+    an erase's keys too. And with a catalog given, a new `publish.location` changed nothing (the catalog says where
+    its tables live), yet the erase named the live table as left behind, for the operator to delete."""
+    root = tmp_path / "t"
+    first = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'first.db'}"}
+    second = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'second.db'}"}
+    table = history(root, formats=["iceberg"], iceberg_catalog=first)
+    table.publish("iceberg")
+    name = table.config.table.name
+
+    placed = Table(config(root, altered_document(formats=["iceberg"], iceberg_catalog=first, location=str(tmp_path))))
+    assert stale_formats(placed, [PublishFormat.ICEBERG]) == []
+    assert placed.erase(pa.table({"k": pa.array([3], pa.int64())})).result.left_behind == []
+
+    other = Table(config(root, altered_document(formats=["iceberg"], iceberg_catalog=second)))
+    assert stale_formats(other, [PublishFormat.ICEBERG]) == ["iceberg"]
+    done = other.erase(pa.table({"k": pa.array([2], pa.int64())}), purge=True).result
+    assert [getattr(p, "catalog", None) for p in done.published] == [second["uri"]]
+    assert done.left_behind == [f"iceberg stitchlake.{name} in catalog {first['uri']}"]
+    assert iceberg_catalog(str(tmp_path), first).table_exists(("stitchlake", name)), "the operator's to drop"
