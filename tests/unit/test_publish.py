@@ -195,3 +195,40 @@ def test_a_rest_catalog_holds_the_published_iceberg_table_and_its_versions(tmp_p
         assert second["removed_files"] > 0
         commits = [path for method, path in server.requests if method == "POST" and path.endswith("/tables/wide")]
         assert len(commits) >= 3, f"overwrite, schema and expiry commits went through REST: {server.requests}"
+
+
+def test_an_iceberg_publish_that_fails_leaves_the_schema_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schema change (and the partitioning) committed on its own before the rows: a publish that failed there
+    left readers the old rows under the new schema (a dropped column gone, an added one null, not its default).
+    The schema, the spec and the rows are one commit now."""
+    import copy
+
+    from pyiceberg.table import Transaction
+
+    from stitchlake.services.upkeep.alter import alter
+    from tests.support.published_history import altered_document
+
+    root = tmp_path / "t"
+    table = history(root, formats=["iceberg"])
+    first = table.publish("iceberg").to_json()
+    published = iceberg_catalog(first["location"]).load_table(first["identifier"])
+    before = (published.schema(), rows_of(published.scan().to_arrow()))
+    document = copy.deepcopy(altered_document())  # publishes nothing on its own: the publish below does
+    document["streams"]["shipments"]["columns"]["late"] = {"type": "string", "default": "none"}
+    widened = Table(config(root, document))
+    alter(widened)
+
+    def overwrite(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError("the store went away while the rows were written")
+
+    monkeypatch.setattr(Transaction, "overwrite", overwrite)
+    with pytest.raises(StitchError, match="the store went away"):
+        widened.publish("iceberg")
+    monkeypatch.undo()
+    again = iceberg_catalog(first["location"]).load_table(first["identifier"])
+    assert (again.schema(), rows_of(again.scan().to_arrow())) == before
+    done = widened.publish("iceberg").to_json()
+    published = iceberg_catalog(done["location"]).load_table(done["identifier"])
+    assert {r["late"] for r in published.scan().to_arrow().to_pylist()} == {"none"}

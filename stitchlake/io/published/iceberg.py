@@ -128,7 +128,10 @@ def write_iceberg(
         table = None
     loaded = table.metadata.table_uuid if table is not None else None
     try:
+        # One commit: readers never see the new schema or partitioning over the old rows, and a publish that fails
+        # leaves the table as it was.
         if table is not None:
+            missing = _missing_partitions(table, publication.partition_by)
             with table.transaction() as transaction:
                 if table.properties.get(OWNER_PROPERTY) != publication.table_id:
                     transaction.set_properties({OWNER_PROPERTY: publication.table_id})
@@ -136,19 +139,19 @@ def write_iceberg(
                     update.union_by_name(rows.schema)
                     for column in [f.name for f in table.schema().fields if f.name not in rows.schema.names]:
                         update.delete_column(column)
-            names = rows.schema.names
-            if [f.name for f in table.schema().fields] != names:  # added columns go last: keep `stitch read`'s order
-                with table.update_schema() as update:
+                names = rows.schema.names
+                with transaction.update_schema() as update:  # added columns go last: keep `stitch read`'s order
                     for before, column in pairwise(names):
                         update.move_after(column, before)
-            _partition_by(table, publication.partition_by)
-            table.overwrite(rows)
-        else:
+                _partition_by(transaction, missing)
+                transaction.overwrite(rows)
+        else:  # created, then its spec and rows in one commit (not every REST catalog stages a create)
             table = catalog.create_table(
                 identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id}
             )
-            _partition_by(table, publication.partition_by)
-            table.append(rows)
+            with table.transaction() as transaction:
+                _partition_by(transaction, list(publication.partition_by))
+                transaction.append(rows)
     except Exception as exc:
         if loaded is not None and _recreated(catalog, identifier, loaded):
             raise ConflictError(
@@ -174,16 +177,20 @@ def _recreated(catalog: Any, identifier: tuple[str, str], loaded: Any) -> bool:
         return True
 
 
-def _partition_by(table: Any, columns: Sequence[str]) -> None:
-    """Identity partitions on `columns`, unless the spec already has them (a publish before partitioning did not
-    is evolved: Iceberg keeps old files under their old spec)."""
+def _missing_partitions(table: Any, columns: Sequence[str]) -> list[str]:
+    """The columns of `columns` the table's spec does not partition by identity yet (a publish before partitioning
+    did not is evolved: Iceberg keeps old files under their old spec)."""
     from pyiceberg.transforms import IdentityTransform
 
     spec = table.spec()
     have = {table.schema().find_column_name(f.source_id) for f in spec.fields if f.transform == IdentityTransform()}
-    missing = [c for c in columns if c not in have]
+    return [c for c in columns if c not in have]
+
+
+def _partition_by(transaction: Any, missing: Sequence[str]) -> None:
+    """Identity partitions on `missing`, in the publish's own transaction."""
     if missing:
-        with table.update_spec() as update:
+        with transaction.update_spec() as update:
             for column in missing:
                 update.add_identity(column)
 
