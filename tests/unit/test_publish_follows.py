@@ -310,6 +310,32 @@ def test_a_second_publish_of_a_format_waits_and_an_overtaken_one_publishes_nothi
         table.publish("delta")
 
 
+def test_a_late_delta_commit_is_refused_whatever_the_version_it_loaded_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs retries a commit whose version another writer took, on top of it, when the two do not remove the
+    same files: a publish that found no table yet (or loaded a version with no file) and committed late, after
+    another publish, put its older state on top of the newer one, or both together. It commits the version after
+    the one it loaded, or none."""
+    import stitchlake.services.publish as publish_module
+
+    table = history(tmp_path / "t", FAST)
+    original_check = getattr(publish_module, "_refuse_if_overtaken")  # noqa: B009 - patched where it runs
+    landed = pa.table({"k": pa.array([0], pa.int64()), "p": pa.array(["even"])})
+    where: list[str] = []
+
+    def another_publish_right_after_the_check(txn: Any, fmt: Any) -> None:
+        original_check(txn, fmt)
+        if not where:
+            where.append(str(txn.plan.location))
+            write_deltalake(where[0], landed, mode="overwrite", partition_by=["p"])  # made it first
+
+    monkeypatch.setattr(publish_module, "_refuse_if_overtaken", another_publish_right_after_the_check)
+    with pytest.raises(ConflictError, match=r"appeared at .* after this publish found none"):
+        table.publish("delta")
+    assert DeltaTable(where[0]).to_pyarrow_table().column("k").to_pylist() == [0], "the other publish stands"
+
+
 def test_clean_keeps_the_files_a_running_publish_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction and an aggressive clean land between a publish's start and its read: the slices it reads (as of
     its own time) are no longer the latest, and clean must still leave them."""

@@ -37,7 +37,7 @@ def write_delta(publication: Publication, target: Target) -> Published:
     added, dropped or widened columns), partitioned like the stitched table so readers prune partitions; then
     delete the files only versions older than the last `retain` publishes need, and the files no version lists
     (a crashed writer's)."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
 
     options = delta_options(target)
     current = (
@@ -49,17 +49,26 @@ def write_delta(publication: Publication, target: Target) -> Published:
     publication.before_commit()
     before = _data_files(target)
     try:
+        # The version after the one loaded, or none: delta-rs would retry a commit that lost its version on top of
+        # the winner (an overwrite of a version with no file conflicts with nothing), and a table found missing
+        # would be overwritten if another publish created it meanwhile (a run frozen past its heartbeat, woken).
         write_deltalake(
             current if current is not None else target.location,
             publication.rows,
-            mode="overwrite",
-            schema_mode="overwrite",
+            mode="overwrite" if current is not None else "error",
+            schema_mode="overwrite" if current is not None else None,
             name=publication.name,
             description=f"{OWNER_MARK}{publication.table_id}",
             partition_by=list(publication.partition_by) or None,
             storage_options=options if current is None else None,
+            commit_properties=CommitProperties(max_commit_retries=0),
         )
     except Exception as exc:
+        if current is None and DeltaTable.is_deltatable(target.location, storage_options=options):
+            raise ConflictError(
+                f"a published Delta table appeared at {target.location} after this publish found none (another "
+                "publish made it meanwhile); nothing was published"
+            ) from exc
         loaded = current.version() if current is not None else None
         if loaded is not None and not target.storage().exists(f"_delta_log/{loaded:020d}.json"):
             raise ConflictError(
