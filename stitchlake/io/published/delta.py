@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchlake.errors import ConflictError, StitchError, UsageError
 from stitchlake.io.published.target import OWNER_MARK, Publication, Published, Target
 from stitchlake.storage.registry import is_uri, without_file_scheme
+
+if TYPE_CHECKING:
+    from pyarrow import Schema
 
 #: Delta operations that are a publish (the others, e.g. VACUUM, are bookkeeping versions).
 _DELTA_WRITES = ("WRITE", "CREATE TABLE", "CREATE OR REPLACE TABLE")
@@ -60,6 +63,7 @@ def write_delta(publication: Publication, target: Target) -> Published:
             name=publication.name,
             description=f"{OWNER_MARK}{publication.table_id}",
             partition_by=list(publication.partition_by) or None,
+            configuration=skipping_statistics(publication.rows.schema),
             storage_options=options if current is None else None,
             commit_properties=CommitProperties(max_commit_retries=0),
         )
@@ -89,6 +93,27 @@ def write_delta(publication: Publication, target: Target) -> Published:
     # deleted by an earlier vacuum or not: count what went.
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, keep_versions=kept, full=True)
     return Published(version, target.location, removed_files=len(before - _data_files(target)))
+
+
+def skipping_statistics(schema: Schema) -> dict[str, str | None]:
+    """The columns a version's files carry min/max statistics of: none holding a float. delta-rs leaves NaN out of
+    a float's min and max, while Spark orders NaN above every number, so Spark would skip a file holding a NaN
+    that `WHERE w > 5` must return."""
+    import pyarrow as pa
+
+    def has_float(kind: pa.DataType) -> bool:
+        if pa.types.is_floating(kind):
+            return True
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            return has_float(kind.value_type)
+        if pa.types.is_map(kind):
+            return has_float(kind.key_type) or has_float(kind.item_type)
+        return pa.types.is_struct(kind) and any(has_float(kind.field(i).type) for i in range(kind.num_fields))
+
+    kept = [f.name if f.name.isidentifier() else f"`{f.name}`" for f in schema if not has_float(f.type)]
+    if not kept:
+        return {"delta.dataSkippingNumIndexedCols": "0"}
+    return {"delta.dataSkippingStatsColumns": ",".join(kept)}
 
 
 def _cut_history(table: Any, target: Target, before: set[str]) -> Published:
