@@ -11,7 +11,7 @@ from stitchlake.io.published import Target, catalog_location, published_table_ex
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.storage.registry import local_place
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
-from stitchlake.timeline.archive import archived_batches_newest_first, archived_instants, load_checkpoint
+from stitchlake.timeline.archive import archived_batches_newest_first, archived_instants, horizon_of, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import PublishCommit, PublishPlan
 from stitchlake.timeline.timeline import Timeline
@@ -162,7 +162,9 @@ def newest_publish(
     last = last_publish(timeline, fmt)
     if last is not None:
         commit = timeline.commit(last)
-        return (last, commit, "") if isinstance(commit, PublishCommit) else None
+        if not isinstance(commit, PublishCommit):
+            return None
+        return last, commit, _archived_change_since(table, timeline, last.requested)
     if load_checkpoint(table.storage) is None:
         return None
     changes: list[str] = []
@@ -174,6 +176,22 @@ def newest_publish(
                 since = [c for c in changes if c > entry.instant.requested]
                 return entry.instant, entry.commit, max(since, default="")
     return None
+
+
+def _archived_change_since(table: TableHandle, timeline: Timeline, since: str) -> str:
+    """The latest completion after `since` of a change to published rows that the archive holds: one that completed
+    while the publish ran (after its read) is archived before the publish, which completed later."""
+    horizon = horizon_of(table.storage)
+    if horizon is None or horizon < since:
+        return ""
+    for batch_horizon, entries in archived_batches_newest_first(table.storage):
+        changes = [e.instant.completed or "" for e in entries if e.instant.action in CHANGES_PUBLISHED_ROWS]
+        later = [c for c in changes if c > since]
+        if later:
+            return max(later)
+        if batch_horizon < since:
+            break
+    return ""
 
 
 def published_formats(table: TableHandle, timeline: Timeline | None = None) -> list[PublishFormat]:

@@ -579,3 +579,30 @@ def test_an_iceberg_table_is_its_catalog_and_name_whatever_publish_location_says
     assert [getattr(p, "catalog", None) for p in done.published] == [second["uri"]]
     assert done.left_behind == [f"iceberg stitchlake.{name} in catalog {first['uri']}"]
     assert iceberg_catalog(str(tmp_path), first).table_exists(("stitchlake", name)), "the operator's to drop"
+
+
+def test_a_change_archived_while_its_publish_stays_on_the_timeline_still_makes_the_format_behind(
+    tmp_path: Path,
+) -> None:
+    """A compaction that completed while a publish ran (after its read) completed before it, so an archive can
+    take the compaction and keep the publish: the active timeline then showed no change after the publish, and the
+    format read as current while it lacked the compaction's state."""
+    root = tmp_path / "t"
+    table = history(root)
+    from stitchlake.services.published_state import published_location
+
+    plan = PublishPlan(format="delta", location=published_location(table, PublishFormat.DELTA), source="")
+    running = Transaction.begin_planned(table, Action.PUBLISH, plan)
+    assert running is not None
+    table.write("shipments", batch(MODEL["shipments"], [{"k": 2, "carrier": "ups", "ship_no": 22}]))
+    done = table.compact().done
+    assert done is not None and (done.completed or "") > running.time
+    from stitchlake.timeline.metadata import PublishCommit
+
+    running.complete(PublishCommit(format="delta", location=plan.location, source=""))
+    assert stale_formats(table, [PublishFormat.DELTA]) == ["delta"]
+    table.write("shipments", batch(MODEL["shipments"], [{"k": 3, "carrier": "dpd", "ship_no": 33}]))  # logs only
+    table.archive(keep=2)
+    kept = [i.action for i in table.timeline().completed()]
+    assert kept == [Action.PUBLISH, Action.DELTACOMMIT], "the compaction is archived, its publish is not"
+    assert stale_formats(table, [PublishFormat.DELTA]) == ["delta"]
