@@ -265,3 +265,27 @@ def test_the_published_delta_files_carry_no_statistics_of_float_columns(tmp_path
     ]
     assert stats and all(set(s["minValues"]) == {"k", "n"} for s in stats), stats
     assert DeltaTable(done["location"]).metadata().configuration["delta.dataSkippingStatsColumns"] == "k,n"
+
+
+def test_old_iceberg_snapshots_are_expired_by_ancestry_not_by_their_hosts_clocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Snapshots were ordered by their timestamps, which each publishing host's clock sets: a publish from a host
+    whose clock was an hour behind sorted first, and the expiry then took the current snapshot for an old one (the
+    catalog refused it: the publish failed after its commit). The current snapshot's ancestry says which is old."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    import pyiceberg.table.snapshots as snapshots_module
+
+    table = history(tmp_path / "t", retain_versions=1)
+    table.publish("iceberg")
+    table.publish("iceberg")
+    behind = SimpleNamespace(time=lambda: real_time.time() - 3600)
+    monkeypatch.setattr(snapshots_module, "time", behind)
+    done = table.publish("iceberg").to_json()
+    monkeypatch.undo()
+    published = iceberg_catalog(done["location"]).load_table(done["identifier"])
+    current = published.current_snapshot()
+    assert current is not None and current.snapshot_id == done["version"]
+    assert rows_of(published.scan().to_arrow()) == expected_rows(table, done["source"])

@@ -201,12 +201,19 @@ def _expire(table: Any, retain: int, target: Target) -> int:
     publish's, not yet committed."""
     from pyiceberg.table.snapshots import Operation
 
-    snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
-    publishes = [s for s in snapshots if s.summary is not None and s.summary.operation == Operation.APPEND]
+    # By ancestry from the current snapshot, not by timestamp: hosts' clocks differ, and expiring by time could
+    # pick the current snapshot itself.
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    chain: list[Any] = []
+    step = table.current_snapshot()
+    while step is not None:
+        chain.append(step)
+        step = by_id.get(step.parent_snapshot_id) if step.parent_snapshot_id is not None else None
+    chain.reverse()
+    publishes = [i for i, s in enumerate(chain) if s.summary is not None and s.summary.operation == Operation.APPEND]
     if len(publishes) <= retain:
         return 0
-    oldest_kept = publishes[-retain].timestamp_ms
-    expired = [s.snapshot_id for s in snapshots if s.timestamp_ms < oldest_kept]
+    expired = [s.snapshot_id for s in chain[: publishes[-retain]]]
     if not expired:
         return 0
     read_by_expired = _files_read(table, expired)
