@@ -228,23 +228,12 @@ def _json_value(value: Any, json_kind: str) -> tuple[Any, str | None]:
         if is_number and not isinstance(value, float):
             return str(value), None
         return None, UNFIT_JSON_VALUE if is_number else WRONG_JSON_TYPE  # a bare NaN, or not a number
-    if json_kind == "array":
-        return (_plain(value), None) if isinstance(value, list) else (None, WRONG_JSON_TYPE)
+    if json_kind == "array":  # leaves are judged as the column is built (`typed_column`)
+        return (value, None) if isinstance(value, list) else (None, WRONG_JSON_TYPE)
     if json_kind == "object":
-        return (_plain(value), None) if isinstance(value, dict) else (None, WRONG_JSON_TYPE)
+        return (value, None) if isinstance(value, dict) else (None, WRONG_JSON_TYPE)
     # a delete marker: any value, compared as text
     return (value if isinstance(value, str) else _as_json(value)), None
-
-
-def _plain(value: Any) -> Any:
-    """A nested value with the exact numbers `_records` read as floats again (pyarrow builds the column)."""
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def _as_json(value: Any) -> str:
@@ -297,11 +286,12 @@ def _json_array(values: list[Any], json_kind: str, kind: pa.DataType | None) -> 
 _UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError)
 
 
-def typed_column(values: list[Any], build: pa.DataType | None) -> tuple[pa.Array, list[int]]:
+def typed_column(values: list[Any], build: pa.DataType | None, judge: bool = True) -> tuple[pa.Array, list[int]]:
     """`values` as a column of type `build`, and the rows whose value does not fit it (null there): one bad value
-    makes one bad row, not a column that cannot be built."""
+    makes one bad row, not a column that cannot be built. `judge`: the values are decoded JSON, whose nested
+    leaves are judged as top-level JSON values are (Avro's come typed by their schema)."""
     if build is not None and pa.types.is_nested(build):
-        return _nested_column(values, build)
+        return _nested_column(values, build, judge)
     try:
         return pa.array(values, build), []
     except _UNFIT:
@@ -318,45 +308,50 @@ def typed_column(values: list[Any], build: pa.DataType | None) -> tuple[pa.Array
     return pa.array(kept, build), unfit
 
 
-def _nested_column(values: list[Any], kind: pa.DataType) -> tuple[pa.Array, list[int]]:
-    """A nested column as pyarrow infers it, then cast safely to `kind` level by level (`conform`): text parses as
-    its leaf type and a number that would lose digits is refused, where building straight as `kind` would take
-    1.5 as 1 and no date from text. A misshapen value (text where a list is) is a bad row at any depth."""
+def _nested_column(values: list[Any], kind: pa.DataType, judge: bool) -> tuple[pa.Array, list[int]]:
+    """A nested column as pyarrow infers it from values whose leaves were judged as top-level JSON values are
+    (`_entries`), then cast safely to `kind` level by level (`conform`): building straight as `kind` would take
+    1.5 as 1 and no date from text. A value that does not fit is a bad row at any depth, its rows found by halves
+    (a file with one bad value among a million is not built row by row)."""
     unfit = [row for row, value in enumerate(values) if not _shaped(value, kind)]
     dropped = set(unfit)
-    values = [None if row in dropped else value for row, value in enumerate(values)]
+    column, misfits = _built([None if row in dropped else value for row, value in enumerate(values)], kind, 0, judge)
+    return column, sorted([*unfit, *misfits])
+
+
+def _built(values: list[Any], kind: pa.DataType, first: int, judge: bool) -> tuple[pa.Array, list[int]]:
     try:
-        return conform(_inferred(values, kind), kind), unfit
+        return conform(pa.array([_entries(value, kind, judge) for value in values]), kind), []
     except _UNFIT:
-        pass
-    pieces = []
-    for row, value in enumerate(values):
-        try:
-            pieces.append(conform(_inferred([value], kind), kind))
-        except _UNFIT:
-            unfit.append(row)
-            pieces.append(pa.nulls(1, kind))
-    return pa.concat_arrays(pieces), sorted(unfit)
+        if len(values) == 1:
+            return pa.nulls(1, kind), [first]
+    half = len(values) // 2
+    head, head_unfit = _built(values[:half], kind, first, judge)
+    tail, tail_unfit = _built(values[half:], kind, first + half, judge)
+    return pa.concat_arrays([head, tail]), [*head_unfit, *tail_unfit]
 
 
-def _inferred(values: list[Any], kind: pa.DataType) -> pa.Array:
-    """`values` as pyarrow infers them, with each map (an object) given as its entries: inference makes a struct
-    of an object, and no cast turns a struct into a map."""
-    return pa.array([_entries(value, kind) for value in values])
-
-
-def _entries(value: Any, kind: pa.DataType) -> Any:
+def _entries(value: Any, kind: pa.DataType, judge: bool) -> Any:
+    """A nested value ready for pyarrow's inference: maps (objects) as their entries (inference makes a struct of
+    an object, and no cast turns a struct into a map), fields the struct does not declare left out, and with
+    `judge` each leaf of the JSON type its column takes (as a top-level value: no 1 for true, no "1" for a
+    number; numbers exact)."""
     if value is None:
         return None
     if pa.types.is_map(kind):
         pairs = value.items() if isinstance(value, dict) else value
-        return [{"key": k, "value": _entries(v, kind.item_type)} for k, v in pairs]
+        return [{"key": k, "value": _entries(v, kind.item_type, judge)} for k, v in pairs]
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return [_entries(v, kind.value_type) for v in value]
+        return [_entries(v, kind.value_type, judge) for v in value]
     if pa.types.is_struct(kind):
         fields = {kind.field(i).name: kind.field(i).type for i in range(kind.num_fields)}
-        return {k: _entries(v, fields[k]) if k in fields else v for k, v in value.items()}
-    return value
+        return {k: _entries(v, fields[k], judge) for k, v in value.items() if k in fields}
+    if not judge:
+        return value
+    judged, problem = _json_value(value, _json_kind(kind))
+    if problem is not None:
+        raise ValueError(f"{problem}a nested {kind}")
+    return judged
 
 
 def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
@@ -375,6 +370,10 @@ def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
         offsets = _offsets_with_nulls(array)
         if pa.types.is_map(kind):
             entries = array.values
+            if pa.types.is_null(entries.type):  # every map empty (or null): no entry to infer a type from
+                entries = pa.StructArray.from_arrays(
+                    [pa.nulls(len(entries), kind.key_type), pa.nulls(len(entries), kind.item_type)], ["key", "value"]
+                )
             if not pa.types.is_struct(entries.type):
                 raise pa.ArrowInvalid(f"{array.type} is no {kind}")
             keys = conform(entries.field("key"), kind.key_type)

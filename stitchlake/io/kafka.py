@@ -14,6 +14,7 @@ librdkafka log every reconnect).
 
 from __future__ import annotations
 
+import decimal
 import io
 import json
 import logging
@@ -372,12 +373,12 @@ def decode(
             bad.append((offset, value, f"{UNDECODABLE} ({exc})"))
     names = list(dict.fromkeys(name for row in rows for name in row))
     nested = {n: k for n, k in (types or {}).items() if n in names and k is not None and pa.types.is_nested(k)}
-    columns = {name: _column([row.get(name) for row in rows]) for name in names if name not in nested}
+    columns = {name: _column([_inexact(row.get(name)) for row in rows]) for name in names if name not in nested}
     reasons: list[str | None] = [None] * len(rows)
     shown: dict[str, dict[int, str]] = {}
     for name, kind in nested.items():
         values = [row.get(name) for row in rows]
-        columns[name], unfit = typed_column(values, kind)
+        columns[name], unfit = typed_column(values, kind, judge=source.value_format == "json")
         for row in unfit:
             shown.setdefault(name, {})[row] = json.dumps(values[row], default=str)
             reasons[row] = reasons[row] or f"{WRONG_JSON_TYPE}{name}"
@@ -413,7 +414,7 @@ class _Undecodable(ValueError):
 
 def _json_value(value: bytes) -> dict[str, Any]:
     try:
-        found = json.loads(value)
+        found = json.loads(value, parse_float=decimal.Decimal)  # exact: a nested decimal column keeps its digits
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _Undecodable(f"not JSON: {exc}") from None
     if not isinstance(found, dict):
@@ -442,6 +443,11 @@ def _avro_decoder(source: SourceSpec) -> Any:
         return dict(found)
 
     return parse
+
+
+def _inexact(value: Any) -> Any:
+    """A top-level JSON number with a point as a float, as scalar columns have always read it."""
+    return float(value) if isinstance(value, decimal.Decimal) else value
 
 
 def _column(values: list[Any]) -> pa.Array:
