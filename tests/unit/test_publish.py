@@ -264,7 +264,14 @@ def test_the_published_delta_files_carry_no_statistics_of_float_columns(tmp_path
         if '"add"' in line
     ]
     assert stats and all(set(s["minValues"]) == {"k", "n"} for s in stats), stats
-    assert DeltaTable(done["location"]).metadata().configuration["delta.dataSkippingStatsColumns"] == "k,n"
+    published = DeltaTable(done["location"])
+    assert published.metadata().configuration["delta.dataSkippingStatsColumns"] == "`k`,`n`"
+    # A table published before (statistics of every column): set right at the next publish.
+    published.alter.set_table_properties({"delta.dataSkippingStatsColumns": "`k`,`x`,`n`"}, raise_if_not_exists=False)
+    again = table.publish("delta").to_json()
+    newest = sorted(log.glob("*.json"))[-1].read_text().splitlines()
+    added = [json.loads(json.loads(line)["add"]["stats"]) for line in newest if '"add"' in line]
+    assert added and all(set(s["minValues"]) == {"k", "n"} for s in added), (again, added)
 
 
 def test_old_iceberg_snapshots_are_expired_by_ancestry_not_by_their_hosts_clocks(

@@ -49,6 +49,11 @@ def write_delta(publication: Publication, target: Target) -> Published:
         else None
     )
     owned = current is None or _owner_of(current, target, publication)
+    statistics = skipping_statistics(publication.rows.schema)
+    if current is not None and any(current.metadata().configuration.get(k) != v for k, v in statistics.items()):
+        # delta-rs takes `configuration` only when it creates a table: a table published before (or a column
+        # widened to a double since) gets its statistics columns set here, a version of its own.
+        current.alter.set_table_properties(statistics, raise_if_not_exists=False)
     publication.before_commit()
     before = _data_files(target)
     try:
@@ -63,7 +68,7 @@ def write_delta(publication: Publication, target: Target) -> Published:
             name=publication.name,
             description=f"{OWNER_MARK}{publication.table_id}",
             partition_by=list(publication.partition_by) or None,
-            configuration=skipping_statistics(publication.rows.schema),
+            configuration=statistics,
             storage_options=options if current is None else None,
             commit_properties=CommitProperties(max_commit_retries=0),
         )
@@ -95,7 +100,7 @@ def write_delta(publication: Publication, target: Target) -> Published:
     return Published(version, target.location, removed_files=len(before - _data_files(target)))
 
 
-def skipping_statistics(schema: Schema) -> dict[str, str | None]:
+def skipping_statistics(schema: Schema) -> dict[str, str]:
     """The columns a version's files carry min/max statistics of: none holding a float. delta-rs leaves NaN out of
     a float's min and max, while Spark orders NaN above every number, so Spark would skip a file holding a NaN
     that `WHERE w > 5` must return."""
@@ -110,9 +115,7 @@ def skipping_statistics(schema: Schema) -> dict[str, str | None]:
             return has_float(kind.key_type) or has_float(kind.item_type)
         return pa.types.is_struct(kind) and any(has_float(kind.field(i).type) for i in range(kind.num_fields))
 
-    kept = [f.name if f.name.isidentifier() else f"`{f.name}`" for f in schema if not has_float(f.type)]
-    if not kept:
-        return {"delta.dataSkippingNumIndexedCols": "0"}
+    kept = ["`" + f.name.replace("`", "``") + "`" for f in schema if not has_float(f.type)]  # keys are never floats
     return {"delta.dataSkippingStatsColumns": ",".join(kept)}
 
 
