@@ -268,8 +268,11 @@ class FileSystemLock(TableLock):
     def fence(self) -> None:
         self.check()
         left = (self._expires_at - time.time()) if self._expires_at is not None else None
-        if left is not None and 0 < left < self.publish_s < self.expire_s:
-            self.renew()  # still ours: a create that takes its whole budget must still land within the lease
+        # A create that takes its whole budget must still land within the lease; a lease no longer than the budget
+        # cannot promise that, and is renewed once half of it is gone, as much as it can be helped.
+        wanted = self.publish_s if self.publish_s < self.expire_s else self.expire_s / 2
+        if left is not None and 0 < left < wanted:
+            self.renew()  # still ours
         if self._expires_at is not None and time.time() >= self._expires_at:
             # Still ours (nobody took over), so `release()` still gives it back properly.
             raise LockLost(

@@ -94,6 +94,11 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
                 "took it back, if its writer died), or leave out until: the read then ends at the latest completion"
             )
     newest = max(timeline.all_times(), default="")
+    if end > max(newest, from_millis(now_millis() + SETTLE_S * 1000)):
+        raise UsageError(
+            f"until {end} is in the future: the read would end at commits not made yet, and a next read from it "
+            "would skip every commit made until then. Leave out until (the read ends at the latest completion)"
+        )
     if end > max(newest, from_millis(now_millis() - SETTLE_S * 1000)):
         raise BusyError(
             f"until {end} is after the latest completion ({settled or 'none yet'}) and less than {SETTLE_S} s ago: a "

@@ -185,8 +185,11 @@ def test_the_fence_renews_a_lease_too_short_for_the_create_it_guards(tmp_path: P
     short.acquire()
     taken = short.generation
     clock.advance(2.0)
-    short.fence()  # a lease no longer than the budget: renewing cannot help, and is not done each time
+    short.fence()  # a lease no longer than the budget: renewing cannot promise it, and is not done each time
     assert short.generation == taken
+    clock.advance(4.0)
+    short.fence()  # 4 s of 10 left: renewed, as much as it can be helped
+    assert short.generation != taken
     short.release()
 
 

@@ -128,8 +128,12 @@ def test_an_until_a_commit_may_still_complete_before_is_refused(
     # Reads to the latest completion, or to any earlier time, are final; so is a later time once it is settled.
     assert [r["k"] for r in table.read(since=t0.completed).to_pylist()] == [2]
     assert table.read(since=t0.completed, until=late.completed).num_rows == 1
-    monkeypatch.setattr(snapshot, "SETTLE_S", -60)
+    later = now_millis() + 600_000  # ten minutes on: settled
+    monkeypatch.setattr(snapshot, "now_millis", lambda: later)
     assert [r["k"] for r in table.read(since=t0.completed, until=until).to_pylist()] == [2]
+    monkeypatch.undo()
+    with pytest.raises(UsageError, match="is in the future"):
+        table.read(since=t0.completed, until=from_millis(now_millis() + 3_600_000))
 
 
 def test_a_change_read_from_a_torn_listing_is_planned_again(tmp_path: Path) -> None:

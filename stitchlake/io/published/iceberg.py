@@ -75,16 +75,18 @@ def default_catalog_file(target: Target) -> str:
 
 
 def catalog_location(target: Target, properties: Mapping[str, str]) -> str:
-    """Where a reader finds the published Iceberg table by name: the catalog's URI, credentials left out."""
+    """Where a reader finds the published Iceberg table by name: the catalog's URI, credentials left out, with the
+    `warehouse` or `prefix` it names (one REST endpoint may serve several catalogs by them)."""
     uri = properties.get("uri")
     if uri is None:
         return "" if target.local_folder is None else f"sqlite:///{default_catalog_file(target)}"
     parts = urlsplit(uri)
-    if parts.password is None and parts.username is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    if parts.password is not None or parts.username is not None:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        uri = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    named = [f"{name}={properties[name]}" for name in ("warehouse", "prefix") if properties.get(name)]
+    return f"{uri} ({', '.join(named)})" if named else uri
 
 
 def check_iceberg_catalog(target: Target, properties: Mapping[str, str]) -> None:
