@@ -209,6 +209,8 @@ def _json_value(value: Any, json_kind: str) -> tuple[Any, str | None]:
     if json_kind == "integer":
         if not is_number:
             return None, WRONG_JSON_TYPE
+        if isinstance(value, decimal.Decimal) and (not value.is_finite() or value.adjusted() > 18):
+            return None, UNFIT_JSON_VALUE  # past any int64, told without building a million-digit int
         if isinstance(value, float) or (isinstance(value, decimal.Decimal) and value != value.to_integral_value()):
             return None, UNFIT_JSON_VALUE  # 5.5 (or a bare NaN) is a number, but no whole one
         whole = int(value)

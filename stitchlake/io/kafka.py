@@ -373,7 +373,13 @@ def decode(
             bad.append((offset, value, f"{UNDECODABLE} ({exc})"))
     names = list(dict.fromkeys(name for row in rows for name in row))
     nested = {n: k for n, k in (types or {}).items() if n in names and k is not None and pa.types.is_nested(k)}
-    columns = {name: _column([_inexact(row.get(name)) for row in rows]) for name in names if name not in nested}
+    json_values = source.value_format == "json"
+    exact = {n for n, k in (types or {}).items() if k is not None and pa.types.is_decimal(k)}
+    columns = {
+        name: _column([_top_level(row.get(name), name in exact) if json_values else row.get(name) for row in rows])
+        for name in names
+        if name not in nested
+    }
     reasons: list[str | None] = [None] * len(rows)
     shown: dict[str, dict[int, str]] = {}
     for name, kind in nested.items():
@@ -445,9 +451,12 @@ def _avro_decoder(source: SourceSpec) -> Any:
     return parse
 
 
-def _inexact(value: Any) -> Any:
-    """A top-level JSON number with a point as a float, as scalar columns have always read it."""
-    return float(value) if isinstance(value, decimal.Decimal) else value
+def _top_level(value: Any, exact: bool) -> Any:
+    """A top-level JSON number with a point: exact text for a decimal column (a digit past its scale is a bad row,
+    not rounded), a float for the others, as they have always read it."""
+    if not isinstance(value, decimal.Decimal):
+        return value
+    return format(value, "f") if exact else float(value)
 
 
 def _column(values: list[Any]) -> pa.Array:

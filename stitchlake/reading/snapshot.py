@@ -86,6 +86,12 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
     if end <= settled:
         _refuse_torn_listing(timeline, end)
         return end
+    newest = max(timeline.all_times(), default="")
+    if end > max(newest, from_millis(now_millis() + SETTLE_S * 1000)):
+        raise UsageError(
+            f"until {end} is in the future: the read would end at commits not made yet, and a next read from it "
+            "would skip every commit made until then. Leave out until (the read ends at the latest completion)"
+        )
     for pending in timeline.pending(IN_CHANGE_FEED):
         if pending.requested < end:  # it completes after every time it saw, its own request among them
             raise BusyError(
@@ -93,15 +99,9 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
                 f"it, so a range to it is not final yet. Read again once it completed (or `stitch rollback --failed` "
                 "took it back, if its writer died), or leave out until: the read then ends at the latest completion"
             )
-    newest = max(timeline.all_times(), default="")
-    if end > max(newest, from_millis(now_millis() + SETTLE_S * 1000)):
-        raise UsageError(
-            f"until {end} is in the future: the read would end at commits not made yet, and a next read from it "
-            "would skip every commit made until then. Leave out until (the read ends at the latest completion)"
-        )
     if end > max(newest, from_millis(now_millis() - SETTLE_S * 1000)):
         raise BusyError(
-            f"until {end} is after the latest completion ({settled or 'none yet'}) and less than {SETTLE_S} s ago: a "
+            f"until {end} is after the latest completion ({settled or 'none yet'}) and not {SETTLE_S} s ago yet: a "
             "commit may still complete at or before it, and a next read from it would skip that commit. Leave out "
             "until (the read ends at the latest completion) and take the next since from the rows' largest "
             "_commit_time, or read again later"

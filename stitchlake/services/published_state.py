@@ -46,8 +46,14 @@ def moved_since(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -
     says where its tables live whatever `publish.location` says (the default one is a file at the location)."""
     renamed = bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
     if fmt == PublishFormat.ICEBERG and commit.catalog:
-        return renamed or commit.catalog != current_catalog(table)
+        return renamed or not same_catalog(commit.catalog, current_catalog(table))
     return renamed or _place(commit.location) != _place(published_location(table, fmt))
+
+
+def same_catalog(recorded: str, now: str) -> bool:
+    """Whether a recorded catalog is the one named now; a record from before catalogs were named with their
+    `warehouse` or `prefix` (a bare URI) is taken for the same catalog at that URI."""
+    return recorded == now or (" (" not in recorded and now.split(" (", 1)[0] == recorded)
 
 
 def current_catalog(table: TableHandle) -> str:
@@ -102,7 +108,7 @@ def _catalog_of(table: TableHandle, target: Target, commit: PublishCommit) -> di
     the default one's when it was the default at its location; None for a catalog the config no longer names (its
     credentials are not known here: the table is named, not looked for)."""
     configured = table.config.publish.iceberg_catalog
-    if not commit.catalog or commit.catalog == current_catalog(table):
+    if not commit.catalog or same_catalog(commit.catalog, current_catalog(table)):
         return configured
     if commit.catalog == catalog_location(target, {}):
         return {}

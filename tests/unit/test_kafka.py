@@ -154,3 +154,54 @@ def test_nested_kafka_values_are_typed_record_by_record_and_a_misfit_is_one_bad_
     )
     assert rows[1]["when"] is None
     assert ingest(table, LocalEngine(), "s").records == 0, "the partition moved past the bad records"
+
+
+@pytest.mark.parametrize("value_format", ["json", "avro"])
+def test_a_kafka_decimal_column_keeps_every_digit_or_is_a_bad_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value_format: str
+) -> None:
+    """JSON numbers were read as floats and then rounded into a decimal column (1.234 in decimal(10,2) became 1.23,
+    silently), and Avro's exact decimals were made floats on the way. Both are exact now: a digit past the scale is
+    a bad row, as in a JSON lines file, and Avro's decimals keep every digit."""
+    import decimal
+    import io
+    import json
+
+    import fastavro
+
+    from stitchlake.engine import LocalEngine
+    from stitchlake.io import kafka
+    from stitchlake.services.writes.ingest import ingest
+    from tests.support.tables import CONCURRENCY, new_table
+
+    money = {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 2}
+    schema = {"type": "record", "name": "e", "fields": [{"name": "k", "type": "long"}, {"name": "amt", "type": money}]}
+    source: dict[str, Any] = {"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1"}
+    if value_format == "avro":
+        source |= {"value_format": "avro", "avro_schema": json.dumps(schema)}
+    document = {
+        "table": {"name": "money", "path": "table", "key": {"k": "long"}, "buckets": 1},
+        "streams": {"s": {"columns": {"amt": "decimal(20,2)"}, "source": source}},
+        "bad_rows": "quarantine",
+        "concurrency": CONCURRENCY,
+    }
+    table = new_table(tmp_path, document)
+    amounts = [decimal.Decimal("12345678901234567.89"), decimal.Decimal("1.20"), decimal.Decimal("1.234")]
+
+    def encode(key: int, amount: decimal.Decimal) -> bytes:
+        if value_format == "json":
+            return f'{{"k": {key}, "amt": {amount}}}'.encode()
+        out = io.BytesIO()
+        cents = amount.quantize(decimal.Decimal("0.01"))
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), {"k": key, "amt": cents})
+        return out.getvalue()
+
+    records = [(offset, encode(offset, amount)) for offset, amount in enumerate(amounts)]
+    monkeypatch.setattr(kafka, "topic_state", lambda _source: kafka.TopicState(None, {0: (0, len(records))}))
+    monkeypatch.setattr(kafka, "read_range", lambda _source, chunk: records[chunk.start : chunk.end])
+    done = ingest(table, LocalEngine(), "s")
+    got = {r["k"]: str(r["amt"]) for r in table.read().to_pylist()}
+    if value_format == "json":
+        assert (done.rows, done.bad_rows) == (2, 1) and got == {0: "12345678901234567.89", 1: "1.20"}
+    else:  # Avro's schema holds two digits: 1.234 was written as 1.23
+        assert done.rows == 3 and got == {0: "12345678901234567.89", 1: "1.20", 2: "1.23"}

@@ -53,7 +53,9 @@ def write_delta(publication: Publication, target: Target) -> Published:
     if current is not None and any(current.metadata().configuration.get(k) != v for k, v in statistics.items()):
         # delta-rs takes `configuration` only when it creates a table: a table published before (or a column
         # widened to a double since) gets its statistics columns set here, a version of its own.
-        current.alter.set_table_properties(statistics, raise_if_not_exists=False)
+        current.alter.set_table_properties(
+            statistics, raise_if_not_exists=False, commit_properties=CommitProperties(max_commit_retries=0)
+        )
     publication.before_commit()
     before = _data_files(target)
     try:
