@@ -349,6 +349,10 @@ class Worker:
         if not landed:
             self.nap(0.2, 0.5)
             return
+        # Keys of a file the table took already, when there is one: it holds them, so a read right after the erase
+        # sees them gone (a file not taken yet is ingested after the erase, and its keys come back at once).
+        taken = (consumed_on_disk(self.table_dir) or {}).get("orders", set())
+        landed = [p for p in landed if p.name in taken] or landed
         ids = pq.read_table(self.rng.choice(landed), columns=["order_id"]).column("order_id").to_pylist()
         keys = sorted(set(self.rng.sample(ids, min(len(ids), self.rng.randint(1, 3)))))
         self.done += 1
