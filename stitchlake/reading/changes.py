@@ -28,7 +28,7 @@ from stitchlake.layout.fsview import FileSystemView
 from stitchlake.layout.names import file_group_id
 from stitchlake.layout.rescales import BucketLayout
 from stitchlake.merge.stitch import to_rows
-from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditions
+from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditions, refuse_empty_values
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
 from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY, WRITES_DATA
@@ -76,8 +76,10 @@ def split_change_filter(where: Filter) -> tuple[Filter, list[Condition]]:
     if where is None or isinstance(where, pc.Expression):
         return where, []  # an expression is checked on the change rows as it is, `_op` included
     if isinstance(where, Mapping):
+        many = (list, tuple, set, frozenset)
+        refuse_empty_values({k: v for k, v in where.items() if k in CHANGE_COLUMNS})
         changes = [
-            Condition(name, "=", tuple(str(v) for v in (value if isinstance(value, list | tuple | set) else [value])))
+            Condition(name, "=", tuple(str(v) for v in (value if isinstance(value, many) else [value])))
             for name, value in where.items()
             if name in CHANGE_COLUMNS
         ]

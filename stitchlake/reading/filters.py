@@ -149,16 +149,21 @@ def _typed(config: TableConfig, name: str, op: str, value: Any) -> Any:
         raise UsageError(f"filter: {name}{op}{value!r} is not a valid {columns[name].type}: {exc}") from None
 
 
+def refuse_empty_values(where: Mapping[str, Any]) -> None:
+    """A filter mapping naming a column with an empty list of values (exit 2): taken as no condition at all, it
+    would be every row."""
+    empty = [name for name, value in where.items() if isinstance(value, list | tuple | set | frozenset) and not value]
+    if empty:
+        raise UsageError(
+            f"filter: {empty[0]}: an empty list of values matches no row; with no values to look for, skip the read "
+            "(it would return nothing)"
+        )
+
+
 def conditions(config: TableConfig, where: Mapping[str, Any] | str | Sequence[str]) -> list[Condition]:
     """Typed conditions; equalities on one column merged into one IN."""
     if isinstance(where, Mapping):
-        many = (list, tuple, set, frozenset)
-        empty = [name for name, value in where.items() if isinstance(value, many) and not value]
-        if empty:  # no condition at all would be every row
-            raise UsageError(
-                f"filter: {empty[0]}: an empty list of values matches no row; with no values to look for, skip the "
-                "read (it would return nothing)"
-            )
+        refuse_empty_values(where)
         raw = [
             (name, "=", v)
             for name, value in where.items()

@@ -103,3 +103,5 @@ def test_filters_that_leave_a_column_no_value_plan_nothing_and_an_empty_filter_l
     for where in empty:
         with pytest.raises(UsageError, match="an empty list of values matches no row"):
             table.read(filter=where)
+    with pytest.raises(UsageError, match="an empty list of values matches no row"):
+        table.read(since="20000101000000000", filter={"_op": []})
