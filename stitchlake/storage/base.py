@@ -121,8 +121,9 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def write_atomic(self, path: str, data: bytes) -> None:
-        """Create or replace `path`; readers see the old or the new content, never a mix."""
+    def write_atomic(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> None:
+        """Create or replace `path`; readers see the old or the new content, never a mix. `ready`, if given, runs
+        once the content is ready, just before it replaces the file (a fence: see `put_if_absent`)."""
 
     @abstractmethod
     def exists(self, path: str) -> bool:

@@ -123,9 +123,16 @@ class LocalStorage(Storage):
         _fsync_folder(os.path.dirname(full))
         return True
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> None:
         full = self._full(path)
         tmp = self._write_temp(full, data)
+        if ready is not None:
+            try:
+                ready()
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         os.replace(tmp, full)
         _fsync_folder(os.path.dirname(full))
 

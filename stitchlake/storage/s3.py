@@ -430,11 +430,15 @@ class S3Storage(Storage):
             lambda: obstore.put(self.store, key, data, use_multipart=multipart, chunk_size=PART_BYTES),
         )
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> None:
         import obstore
 
         key = self._key(path)
-        self._call("PUT", path, lambda: obstore.put(self.store, key, data, use_multipart=False))
+        # A write behind a fence must land while the lease lasts: its retries are bounded (as `put_if_absent`'s).
+        store = self.store if ready is None else client_for(self.bucket, self.options, fenced=True)
+        if ready is not None:
+            ready()
+        self._call("PUT", path, lambda: obstore.put(store, key, data, use_multipart=False))
 
     def put_if_absent(self, path: str, data: bytes, ready: Callable[[], None] | None = None) -> bool:
         import obstore

@@ -252,9 +252,8 @@ class Transaction:
                 raise BusyError(
                     f"{what} {instant.requested} is being rolled back or reset by {undoing}; try again later"
                 )
-            lock.fence()  # the checks above hold only while our lease does
-            attempt = new_attempt()
-            inflight = write_inflight(storage, instant, InflightMark(attempt), replace=True)
+            attempt = new_attempt()  # fenced: the checks above hold only while our lease does
+            inflight = write_inflight(storage, instant, InflightMark(attempt), replace=True, ready=lock.fence)
             beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
             beat.start()
         return cls(table, inflight, beat, attempt, timeline.plan(instant))

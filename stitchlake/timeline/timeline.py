@@ -355,11 +355,11 @@ def write_inflight(
     ready: Callable[[], None] | None = None,
 ) -> Instant:
     """Mark the instant inflight. `replace` rewrites an existing inflight file (a resumed run's new attempt);
-    `ready` runs right before a create (see `Storage.put_if_absent`)."""
+    `ready` runs right before the file is written (see `Storage.put_if_absent`)."""
     name = pending_file_name(instant.requested, instant.action, State.INFLIGHT)
     content = encode_metadata((mark or InflightMark()).to_json())
     if replace:
-        storage.write_atomic(timeline_path(name), content)
+        storage.write_atomic(timeline_path(name), content, ready)
     else:
         storage.put_if_absent(timeline_path(name), content, ready)
     return Instant(instant.requested, instant.action, State.INFLIGHT)

@@ -158,9 +158,9 @@ class RecordingStorage(LocalStorage):
         self.written.append(path)
         return super().put_if_absent(path, data, ready)
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, ready: Any = None) -> None:
         self.written.append(path)
-        super().write_atomic(path, data)
+        super().write_atomic(path, data, ready)
 
 
 def rows(keys: list[int], day: str = "2026-11-20") -> pa.Table:

@@ -911,3 +911,38 @@ def test_an_erase_checks_under_the_lock_every_write_its_snapshot_missed_not_only
     assert missed[1:] == ["listed"], "the snapshot after the rewrite missed the write"
     monkeypatch.undo()
     assert erase.erase(table, keys).erased_keys == 1 and [r["k"] for r in table.read().to_pylist()] == [3]
+
+
+def test_a_resumed_runs_attempt_token_is_written_behind_the_fence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed rewrite writes its attempt token over the crashed run's. It was fenced, then written by the store's
+    default client, which retries for minutes on S3: the token could land after the lease, over that of a run that
+    took the instant over meanwhile. The write now gets the fence as its `ready` (on S3: the bounded client the
+    fence keeps room for on the lease), and a fence refused there writes nothing."""
+    from stitchlake.concurrency.lock import FileSystemLock
+    from stitchlake.storage.local import LocalStorage
+    from stitchlake.timeline.timeline import read_inflight
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1))
+    planned = compaction.schedule(table, "all")
+    assert planned is not None
+    found = table.timeline().get(planned)
+    assert found is not None
+    before = read_inflight(table.storage, found)
+    writes, written = [], LocalStorage.write_atomic
+
+    def recorded(self: LocalStorage, path: str, data: bytes, ready: Any = None) -> None:
+        writes.append((path, ready is not None))
+        written(self, path, data, ready)
+
+    def lost(self: FileSystemLock) -> None:
+        raise LockLost("our lease ran out while the token was made")
+
+    monkeypatch.setattr(LocalStorage, "write_atomic", recorded)
+    monkeypatch.setattr(FileSystemLock, "fence", lost)
+    with pytest.raises(LockLost):
+        Transaction.resume(table, found, "compaction")
+    assert [fenced for path, fenced in writes if path.endswith(".inflight")] == [True]
+    assert read_inflight(table.storage, found) == before
