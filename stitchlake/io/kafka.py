@@ -384,7 +384,7 @@ def decode(
     shown: dict[str, dict[int, str]] = {}
     for name, kind in nested.items():
         values = [row.get(name) for row in rows]
-        columns[name], unfit = typed_column(values, kind, judge=source.value_format == "json")
+        columns[name], unfit = typed_column(values, kind, judge=json_values)
         for row in unfit:
             shown.setdefault(name, {})[row] = json.dumps(values[row], default=str)
             reasons[row] = reasons[row] or f"{WRONG_JSON_TYPE}{name}"
