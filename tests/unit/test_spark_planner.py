@@ -105,3 +105,47 @@ def test_filters_that_leave_a_column_no_value_plan_nothing_and_an_empty_filter_l
             table.read(filter=where)
     with pytest.raises(UsageError, match="an empty list of values matches no row"):
         table.read(since="20000101000000000", filter={"_op": []})
+
+
+def test_a_spark_change_read_from_a_torn_listing_lists_the_timeline_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Spark readers resolve a change read's range in `ReadRequest`: a torn listing (instant A passed while
+    pending, a later B seen completed) made every `spark.read.format("stitchlake")` change read fail with exit 4
+    where the local read lists again."""
+    from stitchlake.spark.read_request import ReadRequest
+    from stitchlake.table.handle import TableHandle
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.instant import Action
+    from stitchlake.timeline.metadata import DeltaCommitPlan
+    from stitchlake.writing.writer import write as write_batch
+    from tests.support.tables import MODELS, batch, new_table
+
+    table = new_table(tmp_path)
+    orders, payments = MODELS[0], MODELS[1]
+    since = str(table.write(orders.name, batch(orders, [{"k": 9, "amount": 9, "status": "z", "ots": 1}])).completed)
+    first = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=orders.name))
+    second = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=payments.name))
+    both_pending = table.timeline()
+    write_batch(table, orders.name, batch(orders, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]), txn=first)
+    write_batch(table, payments.name, batch(payments, [{"k": 2, "paid": 2, "note": "b", "pts": 1}]), txn=second)
+    from stitchlake.reading import snapshot
+
+    whole, resolve = TableHandle.timeline, snapshot.resolve_until
+    resolved: list[str] = []
+
+    def torn_until_resolved(handle: TableHandle) -> Any:
+        listed = whole(handle)
+        if not resolved:  # every listing before the range's first resolution is torn
+            listed._instants[first.time] = both_pending._instants[first.time]
+        return listed
+
+    def resolve_once(*args: Any) -> str:
+        resolved.append("once")
+        return resolve(*args)
+
+    monkeypatch.setattr(TableHandle, "timeline", torn_until_resolved)
+    monkeypatch.setattr(snapshot, "resolve_until", resolve_once)
+    read = ReadRequest({"path": table.path, "since": since})
+    assert len(resolved) == 2  # torn, then listed again
+    assert read.until == whole(table).latest_completed().completed  # type: ignore[union-attr]
