@@ -142,7 +142,7 @@ def test_a_spark_change_read_from_a_torn_listing_lists_the_timeline_again(
 
     def resolve_once(*args: Any) -> str:
         resolved.append("once")
-        return resolve(*args)
+        return str(resolve(*args))
 
     monkeypatch.setattr(TableHandle, "timeline", torn_until_resolved)
     monkeypatch.setattr(snapshot, "resolve_until", resolve_once)
