@@ -140,9 +140,9 @@ def test_a_spark_change_read_from_a_torn_listing_lists_the_timeline_again(
             listed._instants[first.time] = both_pending._instants[first.time]
         return listed
 
-    def resolve_once(*args: Any) -> str:
+    def resolve_once(*args: Any) -> str | None:
         resolved.append("once")
-        return str(resolve(*args))
+        return resolve(*args)
 
     monkeypatch.setattr(TableHandle, "timeline", torn_until_resolved)
     monkeypatch.setattr(snapshot, "resolve_until", resolve_once)
