@@ -46,6 +46,7 @@ compare-and-swap). Its design:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -120,9 +121,20 @@ class TableLock(ABC):
         self.name = name
         self.wait_s = float(wait_s)
         self.owner = owner or default_owner()
-        #: How long the create a fence guards may take (the table storage's `create_budget_s`): a lease wants that
-        #: much left at the fence, and is renewed first when it has less (a lease no longer than it cannot).
+        #: How long the create a fence guards may take (the table storage's `create_budget_s`, set by
+        #: `bound_creates`): a lease wants that much left at the fence, and is renewed first when it has less.
         self.publish_s = 0.0
+        #: The lease: how long the lock stays ours without a word from us (the session timeout on ZooKeeper).
+        self.expire_s = 30.0
+
+    def bound_creates(self, budget_s: float) -> None:
+        """Guard creates that may take `budget_s` (the storage's bounded create) with this lock's fences. A lease no
+        longer than that cannot promise the create lands within it (a commit fenced under it could land after
+        another writer took the lock): said in a warning, not refused, for short leases are what fault tests use
+        to make takeovers happen, on stores that answer in milliseconds."""
+        if budget_s > 0 and self.expire_s <= budget_s:
+            _warn_short_lease(self.expire_s, budget_s)
+        self.publish_s = budget_s
 
     @abstractmethod
     def acquire(self, wait_s: float | None = None) -> None:
@@ -174,6 +186,19 @@ class TableLock(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+@functools.cache
+def _warn_short_lease(expire_s: float, budget_s: float) -> None:
+    """Once a process: a table's lock is made for every transaction."""
+    log.warning(
+        "concurrency.lock.expire_s: %g s is no longer than a create on this table's storage may take (%g s, retries "
+        "included): a commit fenced under the lease could land after it ran out and another writer took the lock; "
+        "set it above %g s (the default 30 s is)",
+        expire_s,
+        budget_s,
+        budget_s,
+    )
 
 
 def lease_seconds(expire_s: float) -> float:
@@ -269,7 +294,8 @@ class FileSystemLock(TableLock):
         self.check()
         left = (self._expires_at - time.time()) if self._expires_at is not None else None
         # A create that takes its whole budget must still land within the lease; a lease no longer than the budget
-        # cannot promise that, and is renewed once half of it is gone, as much as it can be helped.
+        # cannot promise that (`bound_creates` warns), and is renewed once half of it is gone, as much as it can be
+        # helped.
         wanted = self.publish_s if self.publish_s < self.expire_s else self.expire_s / 2
         if left is not None and 0 < left < wanted:
             self.renew()  # still ours

@@ -326,7 +326,7 @@ class TableHandle:
         self.require_config()
 
         lock = make_lock(self.storage, self.config.concurrency.lock, LockRequest(table_id=self.table_id))
-        lock.publish_s = self.storage.create_budget_s
+        lock.bound_creates(self.storage.create_budget_s)
         return lock
 
     def timeline(self) -> Timeline:

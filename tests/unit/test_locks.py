@@ -159,12 +159,14 @@ def test_renew_extends_the_lease(tmp_path: Path, clock: Clock) -> None:
     other.release()
 
 
-def test_the_fence_renews_a_lease_too_short_for_the_create_it_guards(tmp_path: Path, clock: Clock) -> None:
+def test_the_fence_renews_a_lease_too_short_for_the_create_it_guards(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     """A fenced create may take its storage's budget (an S3 PUT retried after a lost answer): with less lease left
     than that, it could land after the lease ran out and another process took the lock. The fence renews first."""
     storage = LocalStorage(str(tmp_path))
     holder = FileSystemLock(storage, owner="publisher", expire_s=30.0)
-    holder.publish_s = 21.0
+    holder.bound_creates(21.0)
     holder.acquire()
     generation = holder.generation
     clock.advance(8.0)
@@ -181,7 +183,14 @@ def test_the_fence_renews_a_lease_too_short_for_the_create_it_guards(tmp_path: P
         holder.fence()  # run out: never renewed after the fact (another process may have acted meanwhile)
     holder.release()
     short = FileSystemLock(storage, owner="short lease", expire_s=10.0)
-    short.publish_s = 21.0
+    with caplog.at_level(logging.WARNING, logger="stitchlake.concurrency.lock"):
+        short.bound_creates(21.0)
+        FileSystemLock(storage, owner="the next transaction's", expire_s=10.0).bound_creates(21.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "concurrency.lock.expire_s: 10 s is no longer than a create on this table's storage may take (21 s, retries "
+        "included): a commit fenced under the lease could land after it ran out and another writer took the lock; "
+        "set it above 21 s (the default 30 s is)"
+    ]  # said once a process, not at every transaction
     short.acquire()
     taken = short.generation
     clock.advance(2.0)
