@@ -121,14 +121,14 @@ def savepoint_list_command(
         if not found:
             printing.info("no savepoints")
             return
-        grid = tables.compact_table("savepoints")
-        for column in ("instant", "name", "as of", "of instant", "files"):
-            grid.add_column(column)
-        for item in found:
-            grid.add_row(
-                item.instant, item.name or "-", values.human_time(item.savepoint_of), item.of_instant, str(item.files)
-            )
-        printing.print_table(grid)
+        tables.print_grid(
+            "savepoints",
+            ("instant", "name", "as of", "of instant", "files"),
+            [
+                (item.instant, item.name or "-", values.human_time(item.savepoint_of), item.of_instant, str(item.files))
+                for item in found
+            ],
+        )
 
     return Report({"savepoints": [s.to_json() for s in found]}, human=human)
 

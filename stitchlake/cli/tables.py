@@ -13,9 +13,10 @@ from stitchlake.vocabulary import Recovery
 if TYPE_CHECKING:
     import pyarrow as pa
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     from stitchlake.services.inspect.history import InstantRecord
-    from stitchlake.services.inspect.status import StatusReport
+    from stitchlake.services.inspect.status import PartitionHealth, StatusReport
 
 #: What a pending instant whose process is gone is, by what recovery does with it: a write is rolled back, a
 #: compaction or rescale plan waits to be run (never-run plans included), a deletion is finished.
@@ -52,6 +53,20 @@ def key_values(pairs: Iterable[tuple[str, object]], title: str | None = None) ->
     grid.add_column("value")
     for key, value in pairs:
         grid.add_row(text(key), text(str(value)))
+    print_table(grid)
+
+
+def print_grid(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[str | Text]], right: Iterable[str] = ()
+) -> None:
+    """A compact table under `title`: one row per item of `rows`, plain strings or styled text; the `right` columns
+    (numbers) right-aligned."""
+    grid = compact_table(title=title)
+    aligned = set(right)
+    for name in columns:
+        grid.add_column(name, justify="right" if name in aligned else "left")
+    for row in rows:
+        grid.add_row(*(text(cell) if isinstance(cell, str) else cell for cell in row))
     print_table(grid)
 
 
@@ -122,83 +137,91 @@ def print_status(report: StatusReport) -> None:
     key_values(pairs)
 
     if report.partitions:
-        grid = compact_table(title="partitions (latest file slices)")
-        columns = ("buckets", "file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
-        grid.add_column("partition")
-        for name in columns:
-            # `rows` counts rows in base files only: log rows are not known per key until merged.
-            grid.add_column("base rows" if name == "rows" else name.replace("_", " "), justify="right")
-        for partition, health in report.partitions.items():
-            cells = asdict(health)
-            values = [human_size(cells[n]) if n == "bytes" else human_count(cells[n]) for n in columns]
-            grid.add_row(text(str(partition)), *(text(v) for v in values))
-        print_table(grid)
+        # `rows` counts rows in base files only: log rows are not known per key until merged.
+        headers = ["base rows" if name == "rows" else name.replace("_", " ") for name in PARTITION_COLUMNS]
+        print_grid(
+            "partitions (latest file slices)",
+            ["partition", *headers],
+            [(str(partition), *_partition_cells(health)) for partition, health in report.partitions.items()],
+            right=headers,
+        )
 
     if report.large_file_groups:
-        grid = compact_table(title="large file groups (latest slice over compaction.max_file_group_mb)")
-        for name in ("partition", "file group", "bytes", "base file", "log files"):
-            grid.add_column(name, justify="left" if name in ("partition", "file group") else "right")
-        for group in report.large_file_groups:
-            grid.add_row(
-                text(group.partition or "(unpartitioned)"),
-                text(group.file_group),
-                text(human_size(group.bytes)),
-                text(human_size(group.base_bytes)),
-                text(human_count(group.log_files)),
-            )
-        print_table(grid)
+        print_grid(
+            "large file groups (latest slice over compaction.max_file_group_mb)",
+            ("partition", "file group", "bytes", "base file", "log files"),
+            [
+                (
+                    group.partition or "(unpartitioned)",
+                    group.file_group,
+                    human_size(group.bytes),
+                    human_size(group.base_bytes),
+                    human_count(group.log_files),
+                )
+                for group in report.large_file_groups
+            ],
+            right=("bytes", "base file", "log files"),
+        )
 
     if report.streams:
-        grid = compact_table(title="streams (latest deltacommit)")
-        for name in ("stream", "instant", "completed", "rows", "files"):
-            grid.add_column(name, justify="right" if name in ("rows", "files") else "left")
-        for name, last in report.streams.items():
-            if last is None:
-                grid.add_row(text(name), text("never written", "dim"), text("-"), text("-"), text("-"))
-                continue
-            grid.add_row(
-                text(name),
-                text(last.instant),
-                text(human_time(last.completed)),
-                text(human_count(last.rows)),
-                text(human_count(last.files)),
-            )
-        print_table(grid)
+        print_grid(
+            "streams (latest deltacommit)",
+            ("stream", "instant", "completed", "rows", "files"),
+            [
+                (name, text("never written", "dim"), "-", "-", "-")
+                if last is None
+                else (name, last.instant, human_time(last.completed), human_count(last.rows), human_count(last.files))
+                for name, last in report.streams.items()
+            ],
+            right=("rows", "files"),
+        )
 
     if report.published:
-        grid = compact_table(title="published formats")
-        for name in ("format", "location", "last publish", "version", "state"):
-            grid.add_column(name, justify="right" if name == "version" else "left")
-        for fmt in report.published:
-            state = text("behind the table", "yellow") if fmt.stale else text("current")
-            grid.add_row(
-                text(fmt.format + ("" if fmt.configured else " (not in publish.formats)")),
-                text(fmt.location),
-                text(fmt.last_publish or "never"),
-                text("-" if fmt.version is None else str(fmt.version)),
-                state,
-            )
-        print_table(grid)
+        print_grid(
+            "published formats",
+            ("format", "location", "last publish", "version", "state"),
+            [
+                (
+                    fmt.format + ("" if fmt.configured else " (not in publish.formats)"),
+                    fmt.location,
+                    fmt.last_publish or "never",
+                    "-" if fmt.version is None else str(fmt.version),
+                    text("behind the table", "yellow") if fmt.stale else "current",
+                )
+                for fmt in report.published
+            ],
+            right=("version",),
+        )
 
     for warning in report.warnings:
         stdout_console().print(text(f"warning: {warning}", "yellow"), soft_wrap=True)
     for entries, title in ((report.writers, "pending writers"), (report.pending_compactions, "pending compactions")):
-        if not entries:
-            continue
-        grid = compact_table(title=title)
-        for name in ("instant", "action", "state", "stream", "alive", "pending", "heartbeat age", "host", "pid"):
-            grid.add_column(name, justify="right" if name in ("pending", "heartbeat age", "pid") else "left")
-        for entry in entries:
-            age = entry.heartbeat_age_s
-            grid.add_row(
-                text(entry.instant),
-                text(str(entry.action)),
-                text(entry.state),
-                text(entry.stream or "-"),
-                text("yes", "green") if entry.alive else text(NOT_RUNNING[entry.recovery], "red"),
-                text(human_duration(entry.pending_s)),
-                text(human_duration(age) if age is not None else "-"),
-                text(entry.host or "-"),
-                text(str(entry.pid or "-")),
+        if entries:
+            print_grid(
+                title,
+                ("instant", "action", "state", "stream", "alive", "pending", "heartbeat age", "host", "pid"),
+                [
+                    (
+                        entry.instant,
+                        str(entry.action),
+                        entry.state,
+                        entry.stream or "-",
+                        text("yes", "green") if entry.alive else text(NOT_RUNNING[entry.recovery], "red"),
+                        human_duration(entry.pending_s),
+                        human_duration(entry.heartbeat_age_s) if entry.heartbeat_age_s is not None else "-",
+                        entry.host or "-",
+                        str(entry.pid or "-"),
+                    )
+                    for entry in entries
+                ],
+                right=("pending", "heartbeat age", "pid"),
             )
-        print_table(grid)
+
+
+#: The columns of `stitch status`'s partitions table (`PartitionHealth`'s fields).
+PARTITION_COLUMNS = ("buckets", "file_groups", "base_files", "log_files", "max_logs_per_slice", "rows", "bytes")
+
+
+def _partition_cells(health: PartitionHealth) -> list[str]:
+    cells = asdict(health)
+    return [human_size(cells[n]) if n == "bytes" else human_count(cells[n]) for n in PARTITION_COLUMNS]
