@@ -24,6 +24,8 @@ from stitchlake.cli.options import (
     JsonOption,
     RetriesOption,
     TableOption,
+    add_commands,
+    add_group,
     open_target,
 )
 from stitchlake.cli.output import Report
@@ -39,23 +41,31 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ingest")(ingest_command)
-    app.command("stream")(stream_command)
-    app.command("compact")(compact_command)
-    app.command("clean")(clean_command)
-    app.command("delete")(delete_command)
-    app.command("rollback")(history_commands.rollback_command)
-    app.command("archive")(history_commands.archive_command)
-    app.command("publish")(publish_command)
-    app.command("status")(status_command)
-    savepoints = typer.Typer(
-        help="Pin, list, unpin and restore savepoints (metadata only).", no_args_is_help=True, rich_markup_mode=None
+    add_commands(
+        app,
+        {
+            "ingest": ingest_command,
+            "stream": stream_command,
+            "compact": compact_command,
+            "clean": clean_command,
+            "delete": delete_command,
+            "rollback": history_commands.rollback_command,
+            "archive": history_commands.archive_command,
+            "publish": publish_command,
+            "status": status_command,
+        },
     )
-    savepoints.command("create")(history_commands.savepoint_create_command)
-    savepoints.command("list")(history_commands.savepoint_list_command)
-    savepoints.command("delete")(history_commands.savepoint_delete_command)
-    savepoints.command("restore")(history_commands.savepoint_restore_command)
-    app.add_typer(savepoints, name="savepoint")
+    add_group(
+        app,
+        "savepoint",
+        "Pin, list, unpin and restore savepoints (metadata only).",
+        {
+            "create": history_commands.savepoint_create_command,
+            "list": history_commands.savepoint_list_command,
+            "delete": history_commands.savepoint_delete_command,
+            "restore": history_commands.savepoint_restore_command,
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------------ ingest

@@ -1,4 +1,4 @@
-"""Options every command shares, spelled once, and how they name a table.
+"""Options every command shares, spelled once, how they name a table, and how a module registers its commands.
 
 Kept apart from `stitchlake.cli.app` so command modules import their helpers from here and the app imports the command
 modules: imports point one way.
@@ -6,6 +6,7 @@ modules: imports point one way.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -17,6 +18,19 @@ from stitchlake.vocabulary import EngineChoice, ReadMode
 
 if TYPE_CHECKING:
     from stitchlake.api import Table
+
+
+def add_commands(app: typer.Typer, commands: Mapping[str, Callable[..., object]]) -> None:
+    """Register each of `commands` under its name, in the order `--help` lists them."""
+    for name, command in commands.items():
+        app.command(name)(command)
+
+
+def add_group(app: typer.Typer, name: str, help: str, commands: Mapping[str, Callable[..., object]]) -> None:
+    """A group of `commands` under `stitch NAME` (which alone prints the group's help)."""
+    group = typer.Typer(help=help, no_args_is_help=True, rich_markup_mode=None)
+    add_commands(group, commands)
+    app.add_typer(group, name=name)
 
 
 ConfigOption = Annotated[

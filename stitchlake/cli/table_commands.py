@@ -31,6 +31,8 @@ from stitchlake.cli.options import (
     TableOption,
     UntilOption,
     WhereOption,
+    add_commands,
+    add_group,
     open_target,
 )
 from stitchlake.cli.output import Report
@@ -50,18 +52,19 @@ JSON_BATCH_ROWS = 10_000
 
 
 def register(app: typer.Typer) -> None:
-    """Add `init`, `validate`, `timeline show` and `read` to the root app."""
-    app.command("init")(init_command)
-    app.command("validate")(validate_command)
-    app.command("alter")(alter_command)
-    app.command("read")(read_command)
-    app.command("sql")(sql_command)
-    app.command("report")(report_command)
-    timeline = typer.Typer(
-        help="Inspect the table's timeline of instants.", no_args_is_help=True, rich_markup_mode=None
+    """Add `init`, `validate`, `alter`, `read`, `sql`, `report` and `timeline show` to the root app."""
+    add_commands(
+        app,
+        {
+            "init": init_command,
+            "validate": validate_command,
+            "alter": alter_command,
+            "read": read_command,
+            "sql": sql_command,
+            "report": report_command,
+        },
     )
-    timeline.command("show")(timeline_show_command)
-    app.add_typer(timeline, name="timeline")
+    add_group(app, "timeline", "Inspect the table's timeline of instants.", {"show": timeline_show_command})
 
 
 # -------------------------------------------------------------------------------------------------- init
