@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pydantic import TypeAdapter
@@ -91,30 +91,32 @@ class JobSpec(Generic[Q, R]):
 
 def _ingest_preflight(table: TableHandle, request: IngestRequest) -> Preflight:
     """Busy (exit 4), changed landing files (exit 5) and nothing pending are found here, before any JVM."""
-    from stitchlake.services.offsets import estimate_bytes
+    from stitchlake.services.offsets import estimate_bytes, plan
     from stitchlake.services.writes.ingest import (
         nothing_to_do,
+        pending_files,
         preflight,
-        preflight_topic,
         refuse_other_source_options,
     )
 
+    stream = request.stream
     kafka = refuse_other_source_options(
         table,
-        request.stream,
+        stream,
         file_options=bool(request.sources or request.max_files or request.reingest_changed),
         kafka_options=request.max_records is not None or request.reset_offsets is not None,
     )
     pending: Any
     if kafka:
-        pending = preflight_topic(table, request.stream, request.max_records, request.reset_offsets)
+        pending = preflight(table, stream, partial(plan, table, stream, request.max_records, request.reset_offsets))
         work = estimate_bytes(pending.ranges) if pending else 0
     else:
         sources = list(request.sources) or None
-        pending = preflight(table, request.stream, sources, request.max_files, request.reingest_changed)
+        files = partial(pending_files, table, stream, sources, request.max_files, request.reingest_changed)
+        pending = preflight(table, stream, files)[0]
         work = sum(f.size for f in pending)
     if not pending:
-        return Preflight(idle=True, result=nothing_to_do(request.stream, "none"))
+        return Preflight(idle=True, result=nothing_to_do(stream, "none"))
     return Preflight(work)
 
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, PlanUndone, StitchError, UsageError
 from stitchlake.io import kafka
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from stitchlake.config import StreamSpec
     from stitchlake.engine import Engine, StreamWrite
     from stitchlake.table.handle import TableHandle
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -174,32 +176,13 @@ def claim(table: TableHandle, stream: str, heartbeat: bool = True) -> Transactio
     return Transaction.begin(table, Action.DELTACOMMIT, plan, exclusive_stream=stream, heartbeat=heartbeat)
 
 
-def preflight(
-    table: TableHandle,
-    stream: str,
-    paths: list[str] | None = None,
-    max_files: int | None = None,
-    reingest_changed: bool = False,
-) -> list[LandingFile]:
-    """Cheap checks before claiming (and before any JVM): busy stream (exit 4 at once), changed files (exit 5),
-    and what is pending (nothing: no claim, no JVM)."""
+def preflight(table: TableHandle, stream: str, pending: Callable[[], T]) -> T:
+    """Cheap checks before claiming (and before any JVM): busy stream (exit 4 at once), then what is pending,
+    `pending()` (`pending_files` or `offsets.plan`, which refuse changed landing files and records the topic no
+    longer holds, exit 5). Nothing pending: no claim, no JVM. The ingest asks `pending()` again under its claim."""
     table.require()
     refuse_if_stream_busy(table, table.timeline(), stream)
-    return pending_files(table, stream, paths, max_files, reingest_changed)[0]
-
-
-def preflight_topic(
-    table: TableHandle,
-    stream: str,
-    max_records: int | None = None,
-    reset_offsets: str | None = None,
-    until: Mapping[int, int] | None = None,
-) -> offsets.TopicPlan:
-    """The same cheap checks for a Kafka-fed stream: busy (exit 4), records the topic no longer holds (exit 5),
-    and what is pending (nothing: no claim, no JVM)."""
-    table.require()
-    refuse_if_stream_busy(table, table.timeline(), stream)
-    return offsets.plan(table, stream, max_records, reset_offsets, until)
+    return pending()
 
 
 def nothing_to_do(stream: str, engine: str) -> IngestResult:
@@ -258,12 +241,13 @@ def ingest(
         )
     refuse_other_source_options(table, stream, kafka_options=max_records is not None or reset_offsets is not None)
     own_claim = txn is None
+    pending = functools.partial(pending_files, table, stream, paths, max_files, reingest_changed)
     if txn is None:
-        if not preflight(table, stream, paths, max_files, reingest_changed):
+        if not preflight(table, stream, pending)[0]:
             return nothing_to_do(stream, engine.name)
         txn = claim(table, stream)
     with _undone_on_failure(txn, own_claim):
-        todo, reingested = pending_files(table, stream, paths, max_files, reingest_changed)
+        todo, reingested = pending()
         if not todo:
             txn.abort()  # whoever's claim it is: nothing was written, so no task can still be writing
             return nothing_to_do(stream, engine.name)
@@ -311,12 +295,13 @@ def _ingest_topic(
     write them, and publish one deltacommit recording them, refused if another commit took them meanwhile."""
     spec = table.config.stream(stream)
     own_claim = txn is None
+    planned = functools.partial(offsets.plan, table, stream, max_records, reset_offsets, until)
     if txn is None:
-        if not preflight_topic(table, stream, max_records, reset_offsets, until):
+        if not preflight(table, stream, planned):
             return nothing_to_do(stream, engine.name)
         txn = claim(table, stream)
     with _undone_on_failure(txn, own_claim):
-        todo = offsets.plan(table, stream, max_records, reset_offsets, until)  # again, under the claim
+        todo = planned()  # again, under the claim
         if not todo:
             txn.abort()
             return nothing_to_do(stream, engine.name)
