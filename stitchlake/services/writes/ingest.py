@@ -255,28 +255,12 @@ def ingest(
         progress(f"writing {len(todo)} landing file(s) of stream {stream} as instant {txn.time}")
         sources = tuple(f.record() for f in todo)
         written, instant, commit = _write_and_commit(table, engine, spec, txn, todo, stream_batch, sources=sources)
-    bad = written.bad
-    skipped = f", {len(bad.rejected)} unreadable file(s) quarantined" if bad.rejected else ""
-    result = IngestResult(
-        stream=stream,
-        engine=engine.name,
-        instant=instant.requested,
-        completed=instant.completed,
-        source_files=len(todo),
-        rows=written.rows,
-        bad_rows=bad.count,
-        quarantine=commit.quarantine,
-        quarantined_files=len(bad.rejected),
-        reingested=reingested,
-        files=len(written.files),
-        bytes=sum(f.bytes for f in written.files),
-        seconds=round(time.time() - started, 3),
-        message=f"ingested {len(todo)} file(s), {written.rows} rows into stream {stream}{skipped}",
-        timings=written.timings,
-    )
-    if compaction.inline_due(table):  # every ingest: `stitch ingest`, `Table.ingest`, a `stitch stream` batch
-        result.compaction = compact_inline(table, engine, result, progress)
-    return result
+    rejected = len(written.bad.rejected)
+    skipped = f", {rejected} unreadable file(s) quarantined" if rejected else ""
+    message = f"ingested {len(todo)} file(s), {written.rows} rows into stream {stream}{skipped}"
+    done = (written, instant, commit)
+    counts = {"source_files": len(todo), "quarantined_files": rejected, "reingested": reingested}
+    return _committed(table, engine, progress, started, stream, done, message, **counts)
 
 
 def _ingest_topic(
@@ -320,25 +304,53 @@ def _ingest_topic(
             offsets=ranges,
             offset_resets=resets_done,
         )
-    bad = written.bad
     resets = [f"{r.topic}/{r.partition}: {r.recorded} -> {r.to} ({r.reason})" for r in todo.resets]
+    message = (
+        f"ingested {todo.records} record(s) of {spec.source.topic if spec.source else '?'}, {written.rows} "
+        f"rows into stream {stream}" + (f"; reset {len(resets)} partition(s)" if resets else "")
+    )
+    return _committed(
+        table,
+        engine,
+        progress,
+        started,
+        stream,
+        (written, instant, commit),
+        message,
+        records=todo.records,
+        offsets=[f"{r.topic}/{r.partition}:{r.start}-{r.end}" for r in todo.ranges],
+        offset_resets=resets,
+    )
+
+
+def _committed(
+    table: TableHandle,
+    engine: Engine,
+    progress: Callable[[str], None],
+    started: float,
+    stream: str,
+    done: tuple[StreamWrite, Instant, DeltaCommit],
+    message: str,
+    **source: Any,
+) -> IngestResult:
+    """The result of an ingest whose deltacommit completed (`done`, from `_write_and_commit`), with the counts
+    only its kind of source has (`source`: landing files or Kafka records); then the inline compaction, when
+    `compaction.inline` says one is due (every ingest: `stitch ingest`, `Table.ingest`, a `stitch stream` batch)."""
+    written, instant, commit = done
     result = IngestResult(
         stream=stream,
         engine=engine.name,
         instant=instant.requested,
         completed=instant.completed,
         rows=written.rows,
-        bad_rows=bad.count,
+        bad_rows=written.bad.count,
         quarantine=commit.quarantine,
-        records=todo.records,
-        offsets=[f"{r.topic}/{r.partition}:{r.start}-{r.end}" for r in todo.ranges],
-        offset_resets=resets,
         files=len(written.files),
         bytes=sum(f.bytes for f in written.files),
         seconds=round(time.time() - started, 3),
-        message=f"ingested {todo.records} record(s) of {spec.source.topic if spec.source else '?'}, {written.rows} "
-        f"rows into stream {stream}" + (f"; reset {len(resets)} partition(s)" if resets else ""),
+        message=message,
         timings=written.timings,
+        **source,
     )
     if compaction.inline_due(table):
         result.compaction = compact_inline(table, engine, result, progress)
