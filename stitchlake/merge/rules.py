@@ -90,17 +90,12 @@ def events(values: pa.Table, version: Version, deleted: np.ndarray, nulls: str, 
                 for name, column in zip(values.column_names, values.columns, strict=True)
             }
         )
+    rows = StreamRows(version=version, deleted=deleted, values=values, ranks=ranks)
     if nulls == OVERWRITE:
-        return StreamRows(version=version, deleted=deleted, values=values, ranks=ranks)
-    return StreamRows(
-        ranks=ranks,
-        version=version,
-        deleted=deleted,
-        values=values,
-        tomb=version,
-        has_tomb=deleted,
-        col_versions=dict.fromkeys(values.column_names, version),
-    )
+        return rows
+    rows.tomb, rows.has_tomb = version, deleted
+    rows.col_versions = dict.fromkeys(values.column_names, version)
+    return rows
 
 
 def concat(parts: list[StreamRows]) -> StreamRows:
