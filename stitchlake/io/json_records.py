@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from stitchlake.errors import InputRejected
+from stitchlake.io.casting import Inconvertible, cast_values
 
 
 @dataclass(frozen=True)
@@ -218,9 +220,10 @@ def _json_value(value: Any, json_kind: str) -> tuple[Any, str | None]:
     if json_kind == "number":
         if is_number:
             try:
-                return float(value), None
+                number = float(value)
             except OverflowError:  # a whole number past any double
                 return None, UNFIT_JSON_VALUE
+            return (None, UNFIT_JSON_VALUE) if math.isinf(number) else (number, None)  # 1e400: past any double
         return (NON_FINITE[value], None) if isinstance(value, str) and value in NON_FINITE else (None, WRONG_JSON_TYPE)
     if json_kind == "decimal":
         if isinstance(value, str):
@@ -396,7 +399,13 @@ def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
         return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null())
     if pa.types.is_nested(array.type):
         raise pa.ArrowInvalid(f"{array.type} is no {kind}")
-    return pc.cast(array, kind, safe=True)
+    try:
+        cast, failed = cast_values(array, kind)  # a leaf reads as a top-level value of its type does
+    except Inconvertible as exc:
+        raise pa.ArrowInvalid(str(exc)) from None
+    if failed.any():
+        raise pa.ArrowInvalid(f"a value that is no {kind}")
+    return cast
 
 
 def _offsets_with_nulls(array: pa.Array) -> pa.Array:

@@ -18,6 +18,7 @@ import decimal
 import io
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -453,10 +454,14 @@ def _avro_decoder(source: SourceSpec) -> Any:
 
 def _top_level(value: Any, exact: bool) -> Any:
     """A top-level JSON number with a point: exact text for a decimal column (a digit past its scale is a bad row,
-    not rounded), a float for the others, as they have always read it."""
+    not rounded), a float for the others, as they have always read it; one past any double stays text, so the
+    column's cast finds it out of range (a bad row, not infinity)."""
     if not isinstance(value, decimal.Decimal):
         return value
-    return format(value, "f") if exact else float(value)
+    if exact:
+        return format(value, "f")
+    number = float(value)
+    return str(value) if math.isinf(number) else number
 
 
 def _column(values: list[Any]) -> pa.Array:

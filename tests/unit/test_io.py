@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import random
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from stitchlake.config import parse_config
+from stitchlake.config import ColumnSpec, parse_config
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.io.datafiles import read_table_file, write_table_file
 from stitchlake.io.schemas import base_schema, log_schema, table_schema
@@ -435,3 +436,41 @@ def test_nested_columns_of_a_big_file_with_one_bad_value_are_built_by_halves() -
     assert unfit == [12_345] and column.null_count == 1
     around = column.to_pylist()[12_344:12_347]
     assert around == [{"a": 12_344, "m": [("x", 1.5)]}, None, {"a": 12_346, "m": [("x", 1.5)]}]
+
+
+@pytest.mark.parametrize("with_map", [False, True], ids=["read-whole", "record-by-record"])
+def test_a_nested_leaf_reads_as_a_top_level_value_of_its_type_does(with_map: bool) -> None:
+    """Nested leaves were cast by Arrow alone: a timestamp without a zone, with over six fraction digits, padded or a
+    bare date was a bad row nested and fine at the top level, and 1e400 in a double column (top level or nested)
+    was stored as infinity. One grammar reads both now (`io.casting`)."""
+    import pyarrow as pa
+
+    from stitchlake.io.json_records import judge_json
+    from stitchlake.writing.batch import cast_column
+
+    ts = pa.timestamp("us", "UTC")
+    types: dict[str, pa.DataType | None] = {
+        "t": None,
+        "s": pa.struct([("ts", ts), ("f", pa.float64())]),
+        "k": pa.map_(pa.int32(), pa.int64()),
+    }
+    if not with_map:
+        del types["k"]
+    texts = ["2024-01-02T03:04:05Z", "2024-01-02 03:04:05", "2024-01-02T03:04:05.1234567Z", " 2024-01-02T03:04:05Z "]
+    texts += ["2024-01-02", "2024-01-02T04:04:05+01:00"]
+    lines = [json.dumps({"t": t, "s": {"ts": t}}) for t in texts]
+    lines += ['{"t": "2024-01-02T03:04:05Z", "s": {"f": 1e400}}', '{"t": "2024-01-02T03:04:05Z", "f": 1e400}']
+    if with_map:
+        lines += ['{"k": {" 7 ": 1}}', '{"k": {"0x10": 1}}']
+    judged = judge_json("\n".join(lines).encode(), {**types, "f": pa.float64()}, "f.json")
+    top, failed = cast_column(judged.table.column("t").combine_chunks(), ColumnSpec(name="t", type="timestamp"), "f")
+    nested = [None if s is None else s["ts"] for s in judged.table.column("s").to_pylist()]
+    assert nested[: len(texts)] == top.to_pylist()[: len(texts)] and not failed.any()
+    assert nested[2] == dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)  # cut to the microsecond
+    assert judged.reasons is not None
+    reasons = list(judged.reasons)
+    assert reasons[: len(texts)] == [None] * len(texts)
+    assert reasons[len(texts) : len(texts) + 2] == ["unparsable value in s", "unparsable value in f"]  # no inf
+    if with_map:  # map keys are judged by the same grammar: padded digits are a number, 0x10 is not
+        assert reasons[-2:] == [None, "unparsable value in k"]
+        assert judged.table.column("k").to_pylist()[-2] == [(7, 1)]

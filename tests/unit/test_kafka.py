@@ -162,7 +162,8 @@ def test_a_kafka_decimal_column_keeps_every_digit_or_is_a_bad_row(
 ) -> None:
     """JSON numbers were read as floats and then rounded into a decimal column (1.234 in decimal(10,2) became 1.23,
     silently), and Avro's exact decimals were made floats on the way. Both are exact now: a digit past the scale is
-    a bad row, as in a JSON lines file, and Avro's decimals keep every digit."""
+    a bad row, as in a JSON lines file, and Avro's decimals keep every digit. A JSON number past any double (1e400)
+    was stored as infinity in a double column: a bad row now, at the top level and nested."""
     import decimal
     import io
     import json
@@ -175,13 +176,17 @@ def test_a_kafka_decimal_column_keeps_every_digit_or_is_a_bad_row(
     from tests.support.tables import CONCURRENCY, new_table
 
     money = {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 2}
-    schema = {"type": "record", "name": "e", "fields": [{"name": "k", "type": "long"}, {"name": "amt", "type": money}]}
+    fields = [{"name": "k", "type": "long"}, {"name": "amt", "type": money}]
+    fields += [{"name": "rate", "type": "double"}, {"name": "rates", "type": {"type": "array", "items": "double"}}]
+    schema = {"type": "record", "name": "e", "fields": fields}
     source: dict[str, Any] = {"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1"}
     if value_format == "avro":
         source |= {"value_format": "avro", "avro_schema": json.dumps(schema)}
     document = {
         "table": {"name": "money", "path": "table", "key": {"k": "long"}, "buckets": 1},
-        "streams": {"s": {"columns": {"amt": "decimal(20,2)"}, "source": source}},
+        "streams": {
+            "s": {"columns": {"amt": "decimal(20,2)", "rate": "double", "rates": "array<double>"}, "source": source}
+        },
         "bad_rows": "quarantine",
         "concurrency": CONCURRENCY,
     }
@@ -190,18 +195,23 @@ def test_a_kafka_decimal_column_keeps_every_digit_or_is_a_bad_row(
 
     def encode(key: int, amount: decimal.Decimal) -> bytes:
         if value_format == "json":
-            return f'{{"k": {key}, "amt": {amount}}}'.encode()
+            rate = "1e400" if key == 3 else "0.5"
+            rates = "[0.5, 1e400]" if key == 4 else "[0.5]"
+            return f'{{"k": {key}, "amt": {amount}, "rate": {rate}, "rates": {rates}}}'.encode()
         out = io.BytesIO()
         cents = amount.quantize(decimal.Decimal("0.01"))
-        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), {"k": key, "amt": cents})
+        row = {"k": key, "amt": cents, "rate": 0.5, "rates": [0.5]}
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), row)
         return out.getvalue()
 
+    if value_format == "json":
+        amounts += [decimal.Decimal("1.20")] * 2  # 1e400 at the top level, then nested
     records = [(offset, encode(offset, amount)) for offset, amount in enumerate(amounts)]
     monkeypatch.setattr(kafka, "topic_state", lambda _source: kafka.TopicState(None, {0: (0, len(records))}))
     monkeypatch.setattr(kafka, "read_range", lambda _source, chunk: records[chunk.start : chunk.end])
     done = ingest(table, LocalEngine(), "s")
     got = {r["k"]: str(r["amt"]) for r in table.read().to_pylist()}
     if value_format == "json":
-        assert (done.rows, done.bad_rows) == (2, 1) and got == {0: "12345678901234567.89", 1: "1.20"}
+        assert (done.rows, done.bad_rows) == (2, 3) and got == {0: "12345678901234567.89", 1: "1.20"}
     else:  # Avro's schema holds two digits: 1.234 was written as 1.23
         assert done.rows == 3 and got == {0: "12345678901234567.89", 1: "1.20", 2: "1.23"}
