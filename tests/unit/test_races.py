@@ -946,3 +946,27 @@ def test_a_resumed_runs_attempt_token_is_written_behind_the_fence(
         Transaction.resume(table, found, "compaction")
     assert [fenced for path, fenced in writes if path.endswith(".inflight")] == [True]
     assert read_inflight(table.storage, found) == before
+
+
+def test_an_erase_refuses_a_late_write_of_a_stream_an_alter_dropped_meanwhile(tmp_path: Path) -> None:
+    """The lock's re-check reads each late write's files for the erased keys, by the stream's columns. A stream an
+    alter dropped meanwhile has none in the config any more, and its write was skipped as holding nothing: the key
+    it wrote stayed in a file the purge no longer reaches. Unknown columns cannot say "no key": it refuses."""
+    import pyarrow as pa
+
+    from stitchlake.services.rewrites.erase import _late_writes
+    from stitchlake.table.handle import TableHandle
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 2)))
+    latest = table.timeline().latest_completed()
+    assert latest is not None and latest.completed is not None
+    payments = MODELS[1]
+    late = write(table, payments.name, batch(payments, [{"k": 1, "paid": 5, "note": "n", "pts": 1}]))
+    keys = pa.table({"k": pa.array([1], pa.int64())})
+    kept = {name: spec for name, spec in table.config.streams.items() if name != payments.name}
+    dropped = TableHandle(table.config.model_copy(update={"streams": kept}), table.storage)
+    assert _late_writes(dropped, dropped.timeline(), keys, latest.completed) == [late.instant]
+    assert _late_writes(table, table.timeline(), keys, latest.completed) == [late.instant]  # read, and found
+    other = pa.table({"k": pa.array([3], pa.int64())})
+    assert _late_writes(table, table.timeline(), other, latest.completed) == []
