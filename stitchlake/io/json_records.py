@@ -223,7 +223,9 @@ def _json_value(value: Any, json_kind: str) -> tuple[Any, str | None]:
                 number = float(value)
             except OverflowError:  # a whole number past any double
                 return None, UNFIT_JSON_VALUE
-            return (None, UNFIT_JSON_VALUE) if math.isinf(number) else (number, None)  # 1e400: past any double
+            if math.isinf(number) and not isinstance(value, float):  # 1e400: past any double (a bare Infinity
+                return None, UNFIT_JSON_VALUE  # token is read as one already, and stands)
+            return number, None
         return (NON_FINITE[value], None) if isinstance(value, str) and value in NON_FINITE else (None, WRONG_JSON_TYPE)
     if json_kind == "decimal":
         if isinstance(value, str):
