@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyspark
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -58,42 +58,58 @@ if TYPE_CHECKING:
     from stitchlake.table.handle import TableHandle as Table
     from stitchlake.timeline.metadata import StreamBatch
 
-#: The landing source's short name (`spark.readStream.format(...)`).
-SOURCE_NAME = "stitchlake_landing"
 #: How often the driver checks for a stop request and reports progress.
 POLL_S = 1.0
 #: Offsets name a batch's files separated by this (file names never hold a newline: `io.landing` refuses them).
 SEPARATOR = "\n"
 
 
-class LandingFiles(DataSource):
-    """The landing files of one stream (`option("stream", S)`) that the table has not consumed yet."""
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream of the table (`option("stream", S)`) as a Structured Streaming source's reader. Offsets are
+    `{"batch": n, KEY: ...}`: KEY says what micro-batch n reads, empty before the first."""
 
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return "name string"
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return LandingFilesReader(dict(self.options))
-
-
-class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are `{"batch": n, "files": "<name>\\n<name>..."}`: each names the files of its micro-batch."""
+    #: The offset's key, and its value before the first micro-batch.
+    KEY: ClassVar[str]
+    EMPTY: ClassVar[Any]
+    #: The query's option (and the stream's `source:` setting it overrides) bounding a micro-batch.
+    PER_TRIGGER: ClassVar[str]
 
     def __init__(self, options: dict[str, str]) -> None:
         self.table = open_for_spark(options)
         self.stream = options["stream"]
-        spec = self.table.config.stream(self.stream)
-        assert spec.source is not None
-        self.per_trigger = int(options.get("files_per_trigger") or spec.source.files_per_trigger)
-        #: With Trigger.AvailableNow: the files pending when the query started (later arrivals wait for next time).
-        self.target: set[str] | None = None
+        source = self.table.config.stream(self.stream).source
+        assert source is not None
+        self.source = source
+        self.per_trigger = int(options.get(self.PER_TRIGGER) or getattr(source, self.PER_TRIGGER))
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"batch": 0, "files": ""}
+        return {"batch": 0, self.KEY: self.EMPTY}
+
+    def next_offset(self, start: dict[str, Any], value: Any) -> dict[str, Any]:
+        """The offset of the micro-batch after `start`'s, reading `value`."""
+        return {"batch": int(start.get("batch", 0)) + 1, self.KEY: value}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == end or not end.get(self.KEY):
+            return []
+        return [InputPartition(self.partition_value(end[self.KEY]))]
+
+    def partition_value(self, value: Any) -> str:
+        """An offset's value as the one partition of its micro-batch holds it."""
+        return str(value)
+
+
+class LandingFilesReader(_StreamReader):
+    """Offsets are `{"batch": n, "files": "<name>\\n<name>..."}`: each names the files of its micro-batch."""
+
+    KEY = "files"
+    EMPTY = ""
+    PER_TRIGGER = "files_per_trigger"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        #: With Trigger.AvailableNow: the files pending when the query started (later arrivals wait for next time).
+        self.target: set[str] | None = None
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxFiles(self.per_trigger)
@@ -113,12 +129,7 @@ class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(limit, ReadAllAvailable):
             most = limit.max_files if isinstance(limit, ReadMaxFiles) else self.per_trigger
             pending = pending[:most]
-        return {"batch": int(start.get("batch", 0)) + 1, "files": SEPARATOR.join(pending)}
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        if start == end or not end.get("files"):
-            return []
-        return [InputPartition(end["files"])]
+        return self.next_offset(start, SEPARATOR.join(pending))
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
         for name in str(partition.value).split(SEPARATOR):
@@ -131,40 +142,19 @@ class LandingFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [f.name for f in files]
 
 
-#: The Kafka source's short name.
-KAFKA_SOURCE_NAME = "stitchlake_kafka"
-
-
-class KafkaOffsets(DataSource):
-    """The records of one Kafka-fed stream (`option("stream", S)`) past the offsets the table recorded."""
-
-    @classmethod
-    def name(cls) -> str:
-        return KAFKA_SOURCE_NAME
-
-    def schema(self) -> str:
-        return "until string"
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return KafkaOffsetsReader(dict(self.options))
-
-
-class KafkaOffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KafkaOffsetsReader(_StreamReader):
     """Offsets are `{"batch": n, "until": {"<partition>": end, ...}}`: the end of each partition's range in the
     micro-batch; where a range starts is the table's business (its recorded offsets when the batch runs)."""
 
+    KEY = "until"
+    EMPTY: ClassVar[dict[str, int]] = {}
+    PER_TRIGGER = "records_per_trigger"
+
     def __init__(self, options: dict[str, str]) -> None:
-        self.table = open_for_spark(options)
-        self.stream = options["stream"]
-        spec = self.table.config.stream(self.stream)
-        assert spec.source is not None and spec.source.is_kafka
-        self.source = spec.source
-        self.per_trigger = int(options.get("records_per_trigger") or spec.source.records_per_trigger)
+        super().__init__(options)
+        assert self.source.is_kafka
         #: With Trigger.AvailableNow: the topic's end offsets when the query started.
         self.target: dict[int, int] | None = None
-
-    def initialOffset(self) -> dict[str, Any]:
-        return {"batch": 0, "until": {}}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.per_trigger)
@@ -186,16 +176,48 @@ class KafkaOffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A new batch whenever the table has records to take, even up to the same ends as the last batch: a
         # rollback or restore of that batch put the table's offsets back, and its records must be read again.
         # (Spark asks only once the last batch committed; a replay plans again from the table, so nothing repeats.)
-        until = {str(r.partition): r.end for r in todo.ranges}
-        return {"batch": int(start.get("batch", 0)) + 1, "until": until}
+        return self.next_offset(start, {str(r.partition): r.end for r in todo.ranges})
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        if start == end or not end.get("until"):
-            return []
-        return [InputPartition(json.dumps(end["until"], sort_keys=True))]
+    def partition_value(self, value: Any) -> str:
+        return json.dumps(value, sort_keys=True)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
         yield (str(partition.value),)
+
+
+class _StreamSource(DataSource):
+    """A stream of the table as a Structured Streaming source: its short name (`spark.readStream.format(...)`),
+    its one column and its reader."""
+
+    SHORT_NAME: ClassVar[str]
+    COLUMN: ClassVar[str]
+    READER: ClassVar[type[_StreamReader]]
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.SHORT_NAME
+
+    def schema(self) -> str:
+        return self.COLUMN
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return self.READER(dict(self.options))
+
+
+class LandingFiles(_StreamSource):
+    """The landing files of one stream (`option("stream", S)`) that the table has not consumed yet."""
+
+    SHORT_NAME = "stitchlake_landing"
+    COLUMN = "name string"
+    READER = LandingFilesReader
+
+
+class KafkaOffsets(_StreamSource):
+    """The records of one Kafka-fed stream (`option("stream", S)`) past the offsets the table recorded."""
+
+    SHORT_NAME = "stitchlake_kafka"
+    COLUMN = "until string"
+    READER = KafkaOffsetsReader
 
 
 def checkpoint_folder(table: Table, stream: str) -> str:
@@ -269,24 +291,22 @@ def run_stream(
     spec = table.config.stream(request.stream)
     assert spec.source is not None
     kafka = spec.source.is_kafka
-    spark.dataSource.register(KafkaOffsets if kafka else LandingFiles)
+    source = KafkaOffsets if kafka else LandingFiles
+    spark.dataSource.register(source)
     interval = request.trigger_interval_s or spec.source.trigger_interval_s
-    per_trigger = (
-        request.records_per_trigger or spec.source.records_per_trigger
-        if kafka
-        else request.files_per_trigger or spec.source.files_per_trigger
-    )
+    per_trigger_option = source.READER.PER_TRIGGER
+    per_trigger = getattr(request, per_trigger_option) or getattr(spec.source, per_trigger_option)
     checkpoint = request.checkpoint or checkpoint_folder(table, request.stream)
     engine = SparkEngine(spark)
     totals = StreamResult(request.stream, query_id="", checkpoint=checkpoint, stopped="")
     query_id: list[str] = []
     started = threading.Event()  # the first micro-batch may run before `start()` returns the query's id
     frame = (
-        spark.readStream.format(KAFKA_SOURCE_NAME if kafka else SOURCE_NAME)
+        spark.readStream.format(source.name())
         .option("path", table.path)
         .option("config", table.config.source_file or "")
         .option("stream", request.stream)
-        .option("records_per_trigger" if kafka else "files_per_trigger", str(per_trigger))
+        .option(per_trigger_option, str(per_trigger))
         .load()
     )
 
