@@ -37,7 +37,7 @@ import stitchlake
 from stitchlake.checksums import seal, unseal
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
-from tests.support.cli import console
+from tests.support.cli import console, python
 from tests.support.tables import new_table_file, stream_doc
 
 LOCKS = ".stitch/locks/"
@@ -809,15 +809,7 @@ def shipment(ws: Path, name: str, carrier: str) -> None:
 
 def stitch_ahead(seconds: int, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`stitch` on a host whose clock is `seconds` ahead."""
-    return subprocess.run(
-        [sys.executable, "-c", CLOCK_AHEAD, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "STITCH_TEST_AHEAD_S": str(seconds)},
-    )
+    return python("-c", CLOCK_AHEAD, *args, cwd=cwd, env={"STITCH_TEST_AHEAD_S": str(seconds)})
 
 
 def test_a_clock_stepping_back_never_makes_instant_times_go_back(workspace: Path) -> None:
@@ -957,14 +949,7 @@ main()
 
 def test_a_conflict_is_one_json_failure_with_exit_3_and_loses_nothing(workspace: Path) -> None:
     write_parquet(workspace / "landing/orders/0002.parquet", orders([5, 6]))
-    done = subprocess.run(
-        [sys.executable, "-c", ROLLBACK_MEANWHILE, *INGEST_ORDERS, "--json"],
-        cwd=workspace,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = python("-c", ROLLBACK_MEANWHILE, *INGEST_ORDERS, "--json", cwd=workspace)
     assert done.returncode == 3, done.stderr
     assert done.stdout.count("\n") == 1
     failure = json.loads(done.stdout)

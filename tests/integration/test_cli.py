@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import stitchlake
 from stitchlake.api import Table
-from tests.support.cli import console
+from tests.support.cli import console, python
 from tests.unit.test_cli import ORDERS, PAYMENTS, SHIPMENTS, config_file, run, table, written  # noqa: F401 fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,14 +27,7 @@ def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> sub
 def test_version_and_help_from_the_console_script(tmp_path: Path) -> None:
     version = run_process("--version", cwd=tmp_path)
     assert (version.returncode, version.stdout.strip()) == (0, f"stitch {stitchlake.__version__}")
-    helped = subprocess.run(
-        [sys.executable, "-m", "stitchlake", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    helped = python("-m", "stitchlake", "--help", cwd=ROOT)
     assert helped.returncode == 0, helped.stderr
     for command in ("init", "read", "timeline"):
         assert command in helped.stdout
@@ -47,9 +39,7 @@ def test_help_imports_neither_pyspark_nor_pyarrow() -> None:
         "result = CliRunner().invoke(app, ['--help']); assert result.exit_code == 0, result.output; "
         "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
-    )
+    done = python("-c", code, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
 
@@ -63,9 +53,7 @@ def test_metadata_commands_do_not_import_pyspark(written: tuple[Table, list[Any]
         "assert result.exit_code == 0, result.output; "
         "print('pyspark' in sys.modules)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
-    )
+    done = python("-c", code, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
 
@@ -76,8 +64,7 @@ def test_data_commands_run_without_importing_pandas(written: tuple[Table, list[A
     logged too, as `pandas` alone; importing it would load `pandas.core` and the rest)."""
 
     def imported_by(*args: str) -> tuple[str, set[str]]:
-        argv = [sys.executable, "-X", "importtime", "-m", "stitchlake", *args, "-c", str(config_file)]
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        done = python("-X", "importtime", "-m", "stitchlake", *args, "-c", config_file, cwd=ROOT)
         assert done.returncode == 0, done.stderr[-3000:]
         lines = [line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
         return done.stdout, {name for name in lines if name != "pandas"}  # its refused attempts: see above
@@ -122,8 +109,7 @@ def test_the_exit_code_survives_native_teardown_at_exit(tmp_path: Path) -> None:
     """A refusal's exit 2 stays 2 (and its JSON is flushed) though tearing the process down would abort it: once,
     under load, an ingest refused with exit 5 ended in SIGABRT at exit (`terminate called without an active
     exception`) from a native thread pool's destructor."""
-    argv = [sys.executable, "-c", ABORTING_AT_EXIT, "read", "--table", str(tmp_path / "missing"), "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    done = python("-c", ABORTING_AT_EXIT, "read", "--table", tmp_path / "missing", "--json", timeout=120)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert json.loads(done.stdout)["ok"] is False
     assert "atexit handlers ran" in done.stderr

@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tests.support.cli import python
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,7 +45,5 @@ def test_the_wheel_holds_only_the_stitchlake_package_and_its_metadata(tmp_path: 
 
 
 def test_python_dash_m_stitchlake_is_the_stitch_command() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "stitchlake", "--help"], capture_output=True, text=True, timeout=600, check=False
-    )
+    done = python("-m", "stitchlake", "--help")
     assert done.returncode == 0 and "Usage: stitch" in done.stdout, done.stdout + done.stderr

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import io
 import multiprocessing as mp
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from stitchlake.storage import LocalStorage, Storage, storage_for
 from stitchlake.timeline.instant import Action
 from tests.integration.test_read import changes, expected_changes
 from tests.integration.test_write import CRASHING_WRITER
+from tests.support.cli import python
 from tests.support.histories import apply
 from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of, write_table_yaml
 from tests.unit.test_read import random_plan
@@ -182,9 +181,7 @@ def test_a_crashed_writer_expires_and_clean_rolls_its_files_back(place: Place) -
     config = write_table_yaml(
         place.root, {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "path": place.table, "buckets": 4}}
     )
-    done = subprocess.run(
-        [sys.executable, str(script), str(config)], capture_output=True, text=True, timeout=600, check=False
-    )
+    done = python(script, config)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # its hard crash, not a refusal
     pending = table.timeline().pending()
     assert len(pending) == 1 and pending[0].action == Action.DELTACOMMIT

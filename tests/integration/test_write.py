@@ -6,11 +6,10 @@ The part that starts the CLI, Spark, a server or other processes, or runs long (
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+from tests.support.cli import python
 from tests.support.tables import THREE_STREAMS, as_rows, batch, new_table, write_table_yaml
 from tests.unit.test_write import ORDERS, orders_rows
 
@@ -64,9 +63,7 @@ def test_a_hard_crash_leaves_a_pending_instant_whose_files_reads_ignore(tmp_path
 
     script = tmp_path / "crash.py"
     script.write_text(CRASHING_WRITER)
-    done = subprocess.run(
-        [sys.executable, str(script), str(config)], capture_output=True, text=True, timeout=600, check=False
-    )
+    done = python(script, config)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # its hard crash, not a refusal
 
     timeline = table.timeline()

@@ -1,5 +1,6 @@
 """The real `stitch` console script run as cron, Airflow or an operator would run it, said once for every test that
-runs it as a process (refusals, exit codes, JSON on stdout, signals)."""
+runs it as a process (refusals, exit codes, JSON on stdout, signals); and this environment's Python, run the same
+way."""
 
 from __future__ import annotations
 
@@ -26,6 +27,20 @@ def console(
     """`stitch ARGS` as a process, its output captured as text. `env` adds to (or, with value None, removes from)
     the environment; output is 200 columns wide so a message is never wrapped; `runner` is a command that runs it
     (e.g. without root's capabilities)."""
+    return _run([*runner, str(STITCH), *map(str, args)], cwd, env, stdin, timeout)
+
+
+def python(
+    *args: str | Path, cwd: Path | None = None, env: Mapping[str, str | None] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` with this environment's interpreter (a `-c` program, `-m stitchlake`, a script), run as
+    `console` runs `stitch`."""
+    return _run([sys.executable, *map(str, args)], cwd, env, None, timeout)
+
+
+def _run(
+    command: list[str], cwd: Path | None, env: Mapping[str, str | None] | None, stdin: str | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "COLUMNS": "200"}
     for name, value in (env or {}).items():
         if value is None:
@@ -33,7 +48,7 @@ def console(
         else:
             environment[name] = value
     return subprocess.run(
-        [*runner, str(STITCH), *map(str, args)],
+        command,
         cwd=cwd,
         capture_output=True,
         text=True,

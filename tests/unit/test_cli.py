@@ -9,8 +9,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
 from stitchlake.vocabulary import Recovery
+from tests.support.cli import python
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,9 +236,7 @@ def test_a_process_ends_with_its_mains_code_however_main_ends(body: str, code: i
         f"def main():\n    {body}\n"
         "end_process_after(main)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False, cwd=ROOT
-    )
+    done = python("-c", program, cwd=ROOT, timeout=120)
     assert done.returncode == code, done.stderr
     assert done.stdout == "unflushed"
     assert stderr in done.stderr and done.stderr.rstrip().endswith("atexit ran"), done.stderr
