@@ -122,3 +122,33 @@ def test_a_purge_archived_before_its_republish_still_leaves_no_older_published_v
     assert published_rows(fmt, result) == current_rows(table)
     folder = first["location"] if fmt == "delta" else result["table_location"]
     assert 1 not in keys_in(data_files(folder)), "an older published version still holds the purged key"
+
+
+def test_a_purge_whose_iceberg_republish_fails_leaves_no_table_rather_than_an_empty_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge's republish drops the published Iceberg table (its history holds the keys) and makes it anew. It was
+    created, then its rows appended in a second commit: until then, and for good when the append failed, readers
+    found an empty table and every query answered nothing, without an error. The SQL catalog stages the create
+    now: the table comes with its rows, or not at all (an error a reader sees), and the next publish makes it."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.table import Transaction as IcebergTransaction
+
+    from tests.integration.test_publish_leftovers import iceberg_table
+
+    table = history(tmp_path / "t", FAST)
+    first = table.publish("iceberg").to_json()
+    original = IcebergTransaction.append
+
+    def storage_fails(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError("the store refused the data file")
+
+    monkeypatch.setattr(IcebergTransaction, "append", storage_fails)
+    with pytest.raises(Exception, match="the store refused the data file"):
+        table.erase(erase_keys(1), purge=True)
+    with pytest.raises(NoSuchTableError):
+        iceberg_table(first)  # no table: never one that looks like an empty result
+    monkeypatch.setattr(IcebergTransaction, "append", original)
+    result = table.publish("iceberg").to_json()
+    assert published_rows("iceberg", result) == current_rows(table)
+    assert 1 not in {row["k"] for row in published_rows("iceberg", result)}

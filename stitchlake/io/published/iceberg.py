@@ -147,13 +147,8 @@ def write_iceberg(
                         update.move_after(column, before)
                 _partition_by(transaction, missing)
                 transaction.overwrite(rows)
-        else:  # created, then its spec and rows in one commit (not every REST catalog stages a create)
-            table = catalog.create_table(
-                identifier, schema=rows.schema, properties={OWNER_PROPERTY: publication.table_id}
-            )
-            with table.transaction() as transaction:
-                _partition_by(transaction, list(publication.partition_by))
-                transaction.append(rows)
+        else:
+            _create_with_rows(catalog, identifier, publication)
     except Exception as exc:
         if loaded is not None and _recreated(catalog, identifier, loaded):
             raise ConflictError(
@@ -169,6 +164,26 @@ def write_iceberg(
     removed += _sweep_unlisted(catalog.load_table(identifier), target)
     name = f"{namespace}.{publication.name}"
     return Published(current.snapshot_id, table.location(), identifier=name, removed_files=removed)
+
+
+def _create_with_rows(catalog: Any, identifier: tuple[str, str], publication: Publication) -> None:
+    """A new table with its spec and rows. Where the catalog stages a create (pyiceberg's SQL catalog, the default)
+    it appears with its rows in one commit, or not at all: no reader finds it empty, neither while the rows are
+    written nor after a failed append (a purge's republish dropped the table before: readers find none, an error,
+    never an empty table that answers every query with nothing). Not every REST catalog stages a create: there it
+    is created, then its spec and rows go in one commit."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    rows, properties = publication.rows, {OWNER_PROPERTY: publication.table_id}
+    if isinstance(catalog, SqlCatalog):
+        with catalog.create_table_transaction(identifier, schema=rows.schema, properties=properties) as transaction:
+            _partition_by(transaction, list(publication.partition_by))
+            transaction.append(rows)
+        return
+    table = catalog.create_table(identifier, schema=rows.schema, properties=properties)
+    with table.transaction() as transaction:
+        _partition_by(transaction, list(publication.partition_by))
+        transaction.append(rows)
 
 
 def _recreated(catalog: Any, identifier: tuple[str, str], loaded: Any) -> bool:
