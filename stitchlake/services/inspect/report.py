@@ -16,7 +16,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stitchlake.services.inspect.metadata_tables import KAFKA_TIMEOUT_S, Snapshot
@@ -72,16 +72,11 @@ class TableReport:
     counts: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "path": self.path,
-            "generated": self.generated,
-            "sections": self.sections,
-            "charts": self.charts,
-            "warnings": [{"text": w.text, "commands": w.commands} for w in self.warnings],
-            "streams": self.streams,
-            "metadata_rows": self.counts,
-        }
+        """Everything but the page itself; `counts` (rows of each metadata table) as `metadata_rows`."""
+        data = asdict(self)
+        del data["html"]
+        data["metadata_rows"] = data.pop("counts")
+        return data
 
 
 def report(
