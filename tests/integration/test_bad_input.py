@@ -38,7 +38,7 @@ from stitchlake.checksums import seal, unseal
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
 from tests.support.cli import console, python
-from tests.support.tables import new_table_file, stream_doc
+from tests.support.tables import landing_stream, new_table_file
 
 LOCKS = ".stitch/locks/"
 HEARTBEATS = ".stitch/heartbeats/"
@@ -46,13 +46,8 @@ HEARTBEATS = ".stitch/heartbeats/"
 CONFIG: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
     "streams": {
-        "orders": stream_doc(
-            {"amount": "long", "status": "string", "ots": "long"},
-            "ots",
-            deletes=False,
-            landing=("parquet", "landing/orders"),
-        ),
-        "payments": stream_doc({"paid": "double"}, nulls="ignore", deletes=False, landing=("csv", "landing/payments")),
+        "orders": landing_stream("orders", "parquet", {"amount": "long", "status": "string", "ots": "long"}, "ots"),
+        "payments": landing_stream("payments", "csv", {"paid": "double"}, nulls="ignore"),
         "shipments": {
             "columns": {"carrier": "string"},  # no ordering: the last commit wins (commit-time ordering)
             "source": {"format": "json", "path": "landing/shipments"},

@@ -26,21 +26,13 @@ import stitchlake
 from scripts import kafka_broker as broker
 from tests.support.processes import run_stitch
 from tests.support.spark_fixtures import SPARK_CONF
-from tests.support.tables import stream_doc, write_table_yaml
+from tests.support.tables import landing_stream, write_table_yaml
 
 DOCUMENT: dict[str, Any] = {
     "table": {"name": "rides", "path": "table", "key": {"ride_id": "long"}, "buckets": 2},
     "streams": {
-        "trips": stream_doc(
-            {"fare": "double", "trip_ts": "long"}, "trip_ts", deletes=False, landing=("parquet", "landing/trips")
-        ),
-        "ratings": stream_doc(
-            {"stars": "int", "rating_ts": "long"},
-            "rating_ts",
-            "ignore",
-            deletes=False,
-            landing=("json", "landing/ratings"),
-        ),
+        "trips": landing_stream("trips", "parquet", {"fare": "double", "trip_ts": "long"}, "trip_ts"),
+        "ratings": landing_stream("ratings", "json", {"stars": "int", "rating_ts": "long"}, "rating_ts", "ignore"),
     },
 }
 

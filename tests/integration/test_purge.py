@@ -23,7 +23,7 @@ import stitchlake
 from scripts import kafka_broker as broker
 from stitchlake.paths import QUARANTINE_DIR
 from tests.support.processes import run_stitch
-from tests.support.tables import stream_doc, write_table_yaml
+from tests.support.tables import landing_stream, write_table_yaml
 
 #: Values only key 7 (the person erased) ever had.
 SECRETS = ("SECRET-ORDER-7", "SECRET-PAY-7", "SECRET-SHIP-7", "SECRET-MISSING-7", "SECRET-LATE-7")
@@ -36,22 +36,11 @@ def config(root: Path) -> Path:
     document: dict[str, Any] = {
         "table": {"name": "people", "path": "table", "key": {"k": "long"}, "buckets": 2},
         "streams": {
-            "orders": stream_doc(
-                {"amount": "double", "note": "string", "ots": "long"},
-                "ots",
-                deletes=False,
-                landing=("parquet", "landing/orders"),
+            "orders": landing_stream("orders", "parquet", {"amount": "double", "note": "string", "ots": "long"}, "ots"),
+            "payments": landing_stream(
+                "payments", "json", {"paid": "double", "pnote": "string", "pts": "timestamp"}, "pts", "ignore"
             ),
-            "payments": stream_doc(
-                {"paid": "double", "pnote": "string", "pts": "timestamp"},
-                "pts",
-                "ignore",
-                deletes=False,
-                landing=("json", "landing/payments"),
-            ),
-            "shipments": stream_doc(
-                {"carrier": "string", "sno": "long"}, landing=("csv", "landing/shipments"), deletes=False
-            ),
+            "shipments": landing_stream("shipments", "csv", {"carrier": "string", "sno": "long"}),
         },
         "bad_rows": "quarantine",
         "publish": {"formats": ["delta", "iceberg"]},

@@ -22,7 +22,7 @@ import yaml
 
 import stitchlake
 from tests.support.cli import console
-from tests.support.tables import new_table_file, stream_doc, write_table_yaml
+from tests.support.tables import landing_stream, new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STITCH = Path(sys.executable).parent / "stitch"
@@ -34,11 +34,7 @@ HOSTILE = "ws dir; $(touch PWNED) & `touch PWNED2` 'q\" #"
 
 BASE: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "partition_by": {"p": "string"}, "buckets": 2},
-    "streams": {
-        "orders": stream_doc(
-            {"amount": "long", "ots": "long"}, "ots", deletes=False, landing=("parquet", "landing/orders")
-        )
-    },
+    "streams": {"orders": landing_stream("orders", "parquet", {"amount": "long", "ots": "long"}, "ots")},
     "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 8}},
 }
 

@@ -29,10 +29,9 @@ def stream_doc(
     ordering: str | list[str] | None = None,
     nulls: str | None = None,
     deletes: bool = True,
-    landing: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One stream's config section as the tests write them: its columns, ordering, nulls mode, the delete marker
-    the tests use (rows whose `op` is "D" delete their key's group) and its landing files, (format, folder)."""
+    """One stream's config section as the tests write them: its columns, ordering, nulls mode and the delete marker
+    the tests use (rows whose `op` is "D" delete their key's group)."""
     section: dict[str, Any] = {"columns": columns}
     if ordering is not None:
         section["ordering"] = ordering
@@ -40,8 +39,16 @@ def stream_doc(
         section["nulls"] = nulls
     if deletes:
         section["deletes"] = {"column": "op", "values": ["D"]}
-    if landing is not None:
-        section["source"] = {"format": landing[0], "path": landing[1]}
+    return section
+
+
+def landing_stream(
+    name: str, file_format: str, columns: dict[str, Any], ordering: str | None = None, nulls: str | None = None
+) -> dict[str, Any]:
+    """Stream `name`'s config section when landing files of `file_format` in `landing/<name>` feed it (no delete
+    marker: the tests' landing files hold upserts only)."""
+    section = stream_doc(columns, ordering, nulls, deletes=False)
+    section["source"] = {"format": file_format, "path": f"landing/{name}"}
     return section
 
 

@@ -24,14 +24,12 @@ from stitchlake.services.undo.rollback import rollback
 from stitchlake.services.upkeep.savepoint import create
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.support.tables import new_table_file, stream_doc
+from tests.support.tables import landing_stream, new_table_file, stream_doc
 
 CONFIG: dict[str, Any] = {
     "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "buckets": 2},
     "streams": {
-        "orders": stream_doc(
-            {"amount": "long", "ots": "long"}, "ots", deletes=False, landing=("parquet", "landing/orders")
-        ),
+        "orders": landing_stream("orders", "parquet", {"amount": "long", "ots": "long"}, "ots"),
         "payments": stream_doc({"paid": "double", "pts": "double"}, "pts", deletes=False),
     },
     "bad_rows": "quarantine",
