@@ -42,18 +42,32 @@ def savepoint_time(timeline: Timeline, name: str) -> str | None:
     """The completion time a savepoint name pins, or None if `name` names no savepoint."""
     if is_time(str(name)):
         return None
-    for _instant, commit in reversed(savepoints(timeline)):
-        if commit.name == name:
-            return commit.savepoint_of
-    return None
+    named = _named(savepoints(timeline), name)
+    return named[0][1].savepoint_of if named else None
+
+
+def _named(found: list[tuple[Instant, SavepointCommit]], name: str) -> list[tuple[Instant, SavepointCommit]]:
+    """The savepoints named `name`: one, or none; two (made by overlapping creates before they refused that) are
+    refused (exit 2), since a read and a restore could each take another."""
+    named = [(instant, commit) for instant, commit in found if commit.name == name]
+    if len(named) > 1:
+        instants = ", ".join(instant.requested for instant, _commit in named)
+        raise UsageError(
+            f"{len(named)} savepoints are named {name!r} ({instants}): name one by its own instant, and delete the "
+            "other (`stitch savepoint delete --name <instant>`)"
+        )
+    return named
 
 
 def find(timeline: Timeline, which: str) -> tuple[Instant, SavepointCommit]:
     """A savepoint by name, by its own instant time, or by the instant it pins."""
     found = savepoints(timeline)
     for instant, commit in found:
-        if which in (commit.name, instant.requested):
+        if which == instant.requested:
             return instant, commit
+    by_name = _named(found, which)
+    if by_name:
+        return by_name[0]
     pinning = [(instant, commit) for instant, commit in found if which in (commit.instant, commit.savepoint_of)]
     if len(pinning) > 1:  # two daily savepoints of a quiet table pin one state: which one is meant is not said
         named = ", ".join(commit.name or instant.requested for instant, commit in pinning)

@@ -970,3 +970,120 @@ def test_an_erase_refuses_a_late_write_of_a_stream_an_alter_dropped_meanwhile(tm
     assert _late_writes(table, table.timeline(), keys, latest.completed) == [late.instant]  # read, and found
     other = pa.table({"k": pa.array([3], pa.int64())})
     assert _late_writes(table, table.timeline(), other, latest.completed) == []
+
+
+def test_a_restore_while_an_erase_purges_is_refused_and_the_keys_stay_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stitch delete --purge` commits its erase, then purges older copies with a live beat. A restore to an older
+    savepoint planned meanwhile: `finish_purges` left the live purge alone and the plan never looked, so the
+    restore took the erase back (a report the erasing operator never saw), and the purge, finding nothing left to
+    do, said it was done. The plan refuses while a purge of an erase after its state runs (exit 4)."""
+    import pyarrow as pa
+
+    from stitchlake.services.rewrites import purge as purge_module
+    from stitchlake.services.undo import restore as restore_module
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 5)))
+    savepoint.create(table, name="before")
+    original = purge_module.older_copies
+    refused: list[BusyError] = []
+
+    def restore_meanwhile(*args: Any) -> Any:
+        if not refused:
+            with pytest.raises(BusyError, match=r"still purging older copies of its keys") as caught:
+                restore_module.begin_restore(table, "before")  # another operator, while the purge beats
+            refused.append(caught.value)
+        return original(*args)
+
+    monkeypatch.setattr(purge_module, "older_copies", restore_meanwhile)
+    done = table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True).result
+    assert refused and refused[0].exit_code == 4
+    assert done.purged_savepoints, "the savepoint that held key 1 was purged"
+    assert 1 not in {r["k"] for r in table.read().to_pylist()}
+    assert not [i for i in table.timeline().instants if i.action == Action.RESTORE]
+
+
+def test_an_archive_stopped_part_way_leaves_nothing_a_rollback_may_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive writes its checkpoint, then removes the archived instants' active files. Killed in between, it left
+    completed deltacommits on the active timeline that the checkpoint counts: `rollback --stream` took one as the
+    stream's latest and deleted its files, and every read failed on them. A commit at or before the horizon is
+    refused as archived, and the next archive removes the leftovers even with nothing new to archive."""
+    from stitchlake.errors import NotFoundError, UsageError
+    from stitchlake.services.upkeep import archive as archive_module
+    from stitchlake.timeline.archive import horizon_of
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 5)))
+    payments = MODELS[1]
+    write(table, payments.name, batch(payments, [{"k": 1, "paid": 1, "note": "ok", "pts": 1}]))
+    before = table.read().to_pylist()
+
+    def killed(*_args: Any, **_kwargs: Any) -> None:
+        raise KeyboardInterrupt("the archive was killed while removing what it archived")
+
+    monkeypatch.setattr(archive_module, "delete_instant", killed)
+    with pytest.raises(KeyboardInterrupt):
+        table.archive(keep=0)
+    monkeypatch.undo()
+    horizon = horizon_of(table.storage)
+    assert horizon is not None
+    left = [i for i in table.timeline().completed([Action.DELTACOMMIT]) if (i.completed or "") <= horizon]
+    assert left, "the archived orders commit is still on the active timeline"
+    with pytest.raises(UsageError, match="is archived"):
+        table.rollback(stream="orders")
+    with pytest.raises(UsageError, match="is archived"):
+        table.rollback(instant=left[0].requested)
+    assert table.read().to_pylist() == before
+    tidied = table.archive(keep=100)  # nothing new to archive: it still removes them
+    assert f"removed {len(left)} archived instant(s) left on the active timeline" in tidied.message
+    assert not [i for i in table.timeline().completed() if (i.completed or "") <= horizon]
+    assert table.read().to_pylist() == before
+    with pytest.raises(NotFoundError, match="no completed deltacommit"):
+        table.rollback(stream="orders")
+
+
+def test_two_overlapping_creates_of_one_savepoint_name_make_one_savepoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name check looked at completed savepoints only: two overlapping `savepoint create --name nightly` both
+    completed, and `--as-of nightly` read one state while `restore --name nightly` restored the other. A pending
+    savepoint of the name refuses the second (exit 4), and a name two savepoints already share is refused where it
+    is looked up, not resolved to one of them."""
+    from stitchlake.errors import UsageError
+    from stitchlake.timeline.savepoints import find, savepoint_time
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 2)))
+    begin = Transaction.begin_planned.__func__  # type: ignore[attr-defined]
+    second: list[Any] = []
+
+    def another_create_meanwhile(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        txn = begin(cls, *args, **kwargs)
+        if not second:
+            second.append(None)
+            write(table, "orders", _rows(2, range(1, 2)))
+            with pytest.raises(BusyError, match="named 'nightly' is being made") as caught:
+                savepoint.create(table, name="nightly")
+            second[0] = caught.value
+        return txn
+
+    monkeypatch.setattr(Transaction, "begin_planned", classmethod(another_create_meanwhile))
+    made = savepoint.create(table, name="nightly")
+    monkeypatch.undo()
+    assert second[0].exit_code == 4
+    assert [s.name for s in savepoint.list_savepoints(table)] == ["nightly"]
+    assert find(table.timeline(), "nightly")[0].requested == made.instant
+    # A table where two already share the name (made before this check): refused, never one of them.
+    monkeypatch.setattr(savepoint, "_refuse_name_in_the_making", lambda *_args: None)
+    monkeypatch.setattr(savepoint, "_still_pinnable", lambda *_args: None)
+    monkeypatch.setattr(savepoint, "savepoints", lambda _timeline: [])  # the name check in the plan, passed
+    twin = savepoint.create(table, name="nightly")
+    monkeypatch.undo()
+    for lookup in (find, savepoint_time):
+        with pytest.raises(UsageError, match="2 savepoints are named 'nightly'"):
+            lookup(table.timeline(), "nightly")
+    assert find(table.timeline(), twin.instant)[0].requested == twin.instant  # by its own instant: fine

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stitchlake.concurrency.heartbeat import Heartbeat, is_expired
-from stitchlake.errors import InputRejected, NotFoundError
+from stitchlake.errors import ConflictError, InputRejected, NotFoundError
 from stitchlake.io import kafka
 from stitchlake.io.datafiles import read_parquet, write_parquet
 from stitchlake.io.landing import LandingFile, decompressed, read_landing
@@ -40,6 +40,7 @@ from stitchlake.paths import LOGS_DIR, QUARANTINE_DIR, purged_marker
 from stitchlake.services.publish import publish_after
 from stitchlake.services.upkeep.clean import purge_files
 from stitchlake.services.upkeep.savepoint import delete as delete_savepoint
+from stitchlake.table.guards import undone_by
 from stitchlake.timeline.archive import archived_instants
 from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.metadata import DeltaCommit, EraseCommit
@@ -90,8 +91,24 @@ def purge(table: TableHandle, erase_instant: str, keys: pa.Table) -> PurgeResult
         result.files = len(purge_files(table, lambda view: older_copies(view, placement, erase_instant)).deleted)
         result.quarantine = _purge_quarantine(table, keys)
         result.logs = _purge_job_logs(table, before)
+        _refuse_undone(table, erase_instant)
         table.storage.write_bytes(purged_marker(erase_instant), b"")  # from here on, older states read again
     return result
+
+
+def _refuse_undone(table: TableHandle, erase_instant: str) -> None:
+    """A restore planned before this purge began (a restore refuses to plan while a purge runs) may have taken the
+    erase back meanwhile: its keys read again, so the purge must not say it is done (exit 3, the erase to run
+    again)."""
+    timeline = table.timeline()
+    now = timeline.get(erase_instant)
+    undoing = undone_by(timeline, erase_instant)
+    if now is None or not now.is_completed or undoing is not None:
+        by = f" by {undoing}" if undoing is not None else ""
+        raise ConflictError(
+            f"erase {erase_instant} was undone{by} while its purge ran: its keys read again. Run the erase again "
+            "once that is done"
+        )
 
 
 def purge_beat(erase_instant: str) -> str:

@@ -21,7 +21,7 @@ from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import UNDONE_BY_RESTORE, kind_of
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import EraseCommit, RestoreCommit, RestorePlan, SavepointCommit
-from stitchlake.timeline.savepoints import find
+from stitchlake.timeline.savepoints import find, unfinished_purges
 from stitchlake.timeline.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -114,6 +114,13 @@ def begin_restore(table: TableHandle, which: str, force: bool = False) -> Transa
         refuse_live(fresh.pending(), requested)  # again under the lock: one that began since is not undone unasked
         if fresh.get(savepoint.requested) is None:  # e.g. an erase's purge deleted it: it pinned erased keys
             raise NotFoundError(f"savepoint {which!r} was deleted meanwhile; nothing was restored")
+        purging = unfinished_purges(fresh, at)
+        if purging:  # its savepoints still hold the keys, and this restore would take the erase back too
+            raise BusyError(
+                f"erase {purging[0].requested} (--purge) is still purging older copies of its keys; a restore to a "
+                "state before it would bring them back. Wait for it (if its process is gone, `stitch rollback "
+                "--failed` finishes it); nothing was restored"
+            )
         unfinished = _unfinished(fresh)
         if unfinished:
             shown = ", ".join(f"{i.action} {i.requested}" for i in unfinished)

@@ -21,6 +21,7 @@ from stitchlake.services.offsets import rewound
 from stitchlake.table.guards import refuse_while_undoing
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.actions import REWRITES, kind_of
+from stitchlake.timeline.archive import horizon_of
 from stitchlake.timeline.instant import Action, Instant, State, pending_file_name
 from stitchlake.timeline.metadata import DeltaCommit, EraseCommit, RewritePlan, RollbackCommit, RollbackPlan, UndoTarget
 from stitchlake.timeline.savepoints import savepoints
@@ -187,6 +188,13 @@ def _refuse_completed(table: TableHandle, timeline: Timeline, target: Instant, p
     taken those logs in, a rewrite or a savepoint, is checked below either way; incremental reads over the range
     are refused once a commit is undone, and writers that began before refuse to publish (design.md §6).
     """
+    horizon = horizon_of(table.storage)
+    if horizon is not None and (target.completed or "") <= horizon:
+        raise UsageError(
+            f"{target.action} {target.requested} is archived (an archive that stopped part-way left its file on the "
+            "active timeline: `stitch archive` removes it); an archived commit can only be taken back by restoring "
+            "a savepoint"
+        )
     if target.action != Action.DELTACOMMIT:
         raise UsageError(
             f"{target.action} {target.requested} is completed; only pending instants and the latest deltacommit can "

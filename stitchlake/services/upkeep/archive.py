@@ -176,7 +176,7 @@ def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
     timeline = table.timeline()
     plan = plan_archive(table, timeline, kept)
     if plan is None:
-        return ArchiveResult(0, horizon_of(storage), len(timeline), "nothing to archive")
+        return _finish_leftovers(table, timeline)
     with table.lock() as lock:
         fresh = table.timeline()
         refuse_while_undoing(fresh, "archive")
@@ -207,6 +207,21 @@ def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
     return ArchiveResult(
         len(plan.chosen), plan.horizon, active, f"archived {len(plan.chosen)} instant(s) up to {plan.horizon}"
     )
+
+
+def _finish_leftovers(table: TableHandle, timeline: Timeline) -> ArchiveResult:
+    """Nothing new to archive: still remove what an archive that stopped part-way left of the instants it archived
+    (at or before the horizon), which would otherwise stay on the active timeline until the horizon moves."""
+    storage = table.storage
+    horizon = horizon_of(storage)
+    if horizon is None or not any((i.completed or "") <= horizon for i in timeline.completed()):
+        return ArchiveResult(0, horizon, len(timeline), "nothing to archive")
+    with table.lock() as lock:
+        fresh = table.timeline()
+        refuse_while_undoing(fresh, "archive")
+        finished = _finish_archived(storage, fresh.completed(), horizon, lock.fence)
+    done = f"; removed {finished} archived instant(s) left on the active timeline" if finished else ""
+    return ArchiveResult(0, horizon, len(fresh) - finished, f"nothing to archive{done}")
 
 
 def _finish_archived(storage: Storage, completed: list[Instant], horizon: str, fence: Callable[[], None]) -> int:

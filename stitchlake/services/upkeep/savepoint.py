@@ -41,9 +41,11 @@ def create(table: TableHandle, instant_time: str | None = None, name: str | None
     if name is not None and (not NAME.match(name) or is_time(name)):
         raise UsageError(f"savepoint name {name!r}: use letters, digits, _ . - (not a bare instant time)")
 
-    def plan(timeline: Timeline, _requested: str) -> SavepointPlan:
+    def plan(timeline: Timeline, requested: str) -> SavepointPlan:
         if name is not None and any(commit.name == name for _i, commit in savepoints(timeline)):
             raise UsageError(f"a savepoint named {name!r} already exists; delete it first or pick another name")
+        if name is not None:
+            _refuse_name_in_the_making(timeline, name, requested)
         if timeline.pending([Action.CLEAN]):
             raise BusyError("a clean is running; create the savepoint after it finishes")
         if instant_time is None:
@@ -86,10 +88,25 @@ def _refuse_purged(timeline: Timeline, at: str, error: type[StitchError]) -> Non
         )
 
 
+def _refuse_name_in_the_making(timeline: Timeline, name: str, own: str) -> None:
+    """Two savepoints of one name would pin two states, and `--as-of NAME` and `restore --name NAME` could each take
+    another: a savepoint of the name being made (pending) refuses this one (exit 4)."""
+    for other in timeline.pending([Action.SAVEPOINT]):
+        planned = timeline.plan(other) if other.requested != own else None
+        if isinstance(planned, SavepointPlan) and planned.name == name:
+            raise BusyError(
+                f"savepoint {other.requested} named {name!r} is being made; wait for it and pick another name (if "
+                "its process is gone, `stitch rollback --failed` removes it once its heartbeat expires)"
+            )
+
+
 def _still_pinnable(plan: SavepointPlan, timeline: Timeline, own: Instant) -> None:
-    """Under the lock at completion: what the plan pins is still there and may still be kept. A purge that
-    completed meanwhile deletes the savepoints it finds first, but not one completing after it looked; a clean
-    (or a purge's) that completed since this savepoint was planned may have deleted files it pins."""
+    """Under the lock at completion: what the plan pins is still there and may still be kept, and its name is still
+    its own. A purge that completed meanwhile deletes the savepoints it finds first, but not one completing after it
+    looked; a clean (or a purge's) that completed since this savepoint was planned may have deleted files it pins."""
+    taken = [i.requested for i, c in savepoints(timeline) if plan.name is not None and c.name == plan.name]
+    if taken:
+        raise ConflictError(f"savepoint {taken[0]} named {plan.name!r} was made meanwhile; nothing was saved")
     _refuse_purged(timeline, plan.savepoint_of, ConflictError)
     horizon = horizon_of(timeline.storage)
     if horizon is not None and plan.savepoint_of < horizon:
