@@ -324,13 +324,61 @@ def snapshot_scan(
                 raise
         # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
         # the file groups not read yet again; a file still missing then is damage, and that error says so.
-        fresh = table.view(table.timeline())
+        timeline = table.timeline()
+        fresh = table.view(timeline)
         left = replanned(table.config, view, fresh, at, pruning, slices[:done], slices[done:])
+        if at is None:  # "now" moved on meanwhile: the rest must still be the state the pass began with
+            refuse_changed_since(timeline, fresh, left, planned_state(view))
         for _slice, rows in bounded(read_unit, left, weight):
             yield rows
             del rows
 
     return Scan(empty_rows(table.config, columns).schema, parts)
+
+
+def planned_state(view: FileSystemView) -> str:
+    """The newest completion among a view's files: the state a read of "now" planned from it shows."""
+    return max((f.completed for files in view.groups.values() for f in files), default="")
+
+
+#: Rewrites that leave every key's row as it was: a pass may read their files in place of those of its state.
+ROWS_KEPT_BY = frozenset({Action.COMPACTION, Action.RESCALE})
+#: What else may complete while the rows stay: none of these changes a row.
+ROWS_UNTOUCHED_BY = frozenset({Action.CLEAN, Action.SAVEPOINT, Action.PUBLISH})
+
+
+def refuse_changed_since(timeline: Timeline, fresh: FileSystemView, slices: Sequence[FileSlice], state: str) -> None:
+    """Refuse (exit 3, read again) slices planned anew for a pass of `state` that hold rows of a later one. A
+    compaction or rescale keeps rows as they were when it was requested, so its files stand for `state` if no commit
+    or erase of the partition completed after `state` and before it was requested; any other file completed after
+    `state`, or an undo or alter since, is another state. Without this a pass mixed two states: the groups it read
+    before a clean, and the rest as they were later."""
+    actions = {i.requested: i.action for i in timeline.instants}
+    undone = [
+        i
+        for i in timeline.completed()
+        if (i.completed or "") > state and i.action not in ROWS_KEPT_BY | ROWS_UNTOUCHED_BY | set(IN_CHANGE_FEED)
+    ]
+    if undone:
+        _moved_on(f"{undone[0].action} {undone[0].requested} completed at {undone[0].completed}", state)
+    changed: dict[str, str] = {}  # partition -> the first file of a later state in it
+    for (partition, _group), files in fresh.groups.items():
+        for f in files:
+            if f.completed > state and actions.get(f.instant) not in ROWS_KEPT_BY:
+                changed[partition] = min(changed.get(partition, f.completed), f.completed)
+    for fslice in slices:
+        first = changed.get(fslice.group[0])
+        for f in fslice.files:
+            kept = actions.get(f.instant) in ROWS_KEPT_BY and (first is None or f.instant < first)
+            if f.completed > state and not kept:
+                _moved_on(f"{f.path} completed at {f.completed}", state)
+
+
+def _moved_on(what: str, state: str) -> None:
+    raise ConflictError(
+        f"the table changed while this read ran ({what}, after the state the read began with, {state}), and a "
+        "clean removed files of that state the read had not reached; nothing more is returned — read again"
+    )
 
 
 def replanned(

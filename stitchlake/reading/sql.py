@@ -48,7 +48,8 @@ def to_duckdb(
     The read is planned now (the files of the state as of now, or of `as_of`/`until`) and streamed through DuckDB
     one file slice at a time each time a query scans the view: memory stays bounded by the largest file slices,
     and a view made before a commit does not see that commit (register again to refresh). A query after `stitch
-    clean` removed a file of that state plans those file groups again from the newer state."""
+    clean` removed a file of that state plans those file groups again: from a compaction of the same rows, or, if
+    the table has changed since, it is refused (exit 3: register again), never answered from two states."""
     import duckdb
 
     from stitchlake.reading.reader import scan

@@ -658,6 +658,40 @@ def test_a_streamed_read_across_a_rescale_and_clean_returns_every_key_or_refuses
         list(passing)
 
 
+def test_a_streamed_read_a_clean_interrupts_keeps_its_state_or_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass of "now" that a clean interrupts plans its unread file groups again. It planned them as of the new now:
+    a commit in between showed in the groups read after it and not in those read before (one commit of four keys
+    read as two old and two new, by DuckDB, `stitch sql`, `Table.scan`). A compaction that keeps the rows may stand
+    in for the state the pass began with; a later state is refused (exit 3: read again)."""
+    from stitchlake.errors import ConflictError
+    from stitchlake.reading import scan as scan_module
+
+    monkeypatch.setattr(scan_module, "READ_AHEAD_BYTES", 1)  # one slice read at a time, as on a table of big slices
+    orders = MODEL["orders"]
+
+    def old_state(where: str) -> tuple[Table, Any, pa.RecordBatch]:
+        table = new_table(tmp_path / where, buckets=2)
+        table.write("orders", batch(orders, [{"k": k, "amount": 1, "status": "old", "ots": 1} for k in range(8)]))
+        passing = table.scan(columns=["k", "status"]).batches()
+        return table, passing, next(passing)
+
+    table, passing, first = old_state("compacted")
+    table.compact()
+    assert table.clean(policy="keep_latest_file_versions", retain=1).result.deleted
+    rows = pa.Table.from_batches([first, *passing]).to_pylist()
+    assert sorted(r["k"] for r in rows) == list(range(8)) and {r["status"] for r in rows} == {"old"}
+
+    table, passing, first = old_state("changed")
+    table.write("orders", batch(orders, [{"k": k, "amount": 2, "status": "new", "ots": 2} for k in range(8)]))
+    table.compact()
+    assert table.clean(policy="keep_latest_file_versions", retain=1).result.deleted
+    assert {r["status"] for r in pa.Table.from_batches([first]).to_pylist()} == {"old"}
+    with pytest.raises(ConflictError, match="the table changed while this read ran"):
+        list(passing)
+
+
 def test_a_read_of_no_column_and_a_filter_on_none_are_refused(tmp_path: Path) -> None:
     """`columns=[]` returned 0 rows (a count of them read 0); `{column: None}` matched nulls in a text or whole
     number column and nothing in a float, key or partition column."""
