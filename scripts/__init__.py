@@ -29,11 +29,16 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_captured(
-    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin_text: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a one-off command (an install, an unpack, a format) to its end and return what it printed: stdin is
-    /dev/null, so a command that would prompt fails instead of hanging a test run, and its output is kept as text for
-    the error that reports a failure (each caller words its own)."""
+    """Run a one-off command (an install, an unpack, a format, a `stitch` a test runs) to its end and return what it
+    printed: stdin is `stdin_text`, or else /dev/null, so a command that would prompt fails instead of hanging a test
+    run, and its output is kept as text for the error that reports a failure (each caller words its own)."""
+    stdin = subprocess.DEVNULL if stdin_text is None else None
     return subprocess.run(
-        list(argv), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        list(argv), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=stdin, input=stdin_text
     )

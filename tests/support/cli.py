@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from scripts import run_captured
+
 #: The console script of this environment (what `pip install` put on PATH).
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -24,9 +26,9 @@ def console(
     runner: tuple[str, ...] = (),
     timeout: float = 1800,
 ) -> subprocess.CompletedProcess[str]:
-    """`stitch ARGS` as a process, its output captured as text. `env` adds to (or, with value None, removes from)
-    the environment; output is 200 columns wide so a message is never wrapped; `runner` is a command that runs it
-    (e.g. without root's capabilities)."""
+    """`stitch ARGS` as a process, its output captured as text, its stdin `stdin` (else /dev/null: a prompt fails
+    at once). `env` adds to (or, with value None, removes from) the environment; output is 200 columns wide so a
+    message is never wrapped; `runner` is a command that runs it (e.g. without root's capabilities)."""
     return _run([*runner, str(STITCH), *map(str, args)], cwd, env, stdin, timeout)
 
 
@@ -47,16 +49,7 @@ def _run(
             environment.pop(name, None)
         else:
             environment[name] = value
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environment,
-        input=stdin,
-        check=False,
-    )
+    return run_captured(command, timeout, env=environment, cwd=cwd, stdin_text=stdin)
 
 
 def stitch_json(*args: str | Path, cwd: Path | None = None) -> dict[str, Any]:
