@@ -80,6 +80,7 @@ def read_frame(spark: SparkSession, table: TableHandle, request: SparkReadReques
     "Now" is pinned to the latest completed instant first: the job plans the read more than once (the count, the
     sample), and every plan must see the same state whatever commits meanwhile."""
     from stitchlake.reading.changes import CHANGE_COLUMNS
+    from stitchlake.spark.read_request import ReadRequest
     from stitchlake.spark.where import filtered
 
     options = {"path": table.path, "mode": str(request.mode)}
@@ -96,7 +97,10 @@ def read_frame(spark: SparkSession, table: TableHandle, request: SparkReadReques
     if request.before_images:
         options["before_images"] = "true"
     frame = spark.read.format("stitchlake").options(**options).load()
-    frame = filtered(frame, table.config, request.where, changes, request.before_images)
+    # The conditions are typed by the columns of the read's time, as the local read types them: after an alter
+    # widened a float, `f = 0.1` on an older state compares floats, not the float widened to a double.
+    read_config = ReadRequest(options).table.config
+    frame = filtered(frame, read_config, request.where, changes, request.before_images)
     if not request.columns:
         return frame
     columns = list(request.columns)

@@ -594,3 +594,36 @@ def test_where_on_spark_compares_floats_as_the_local_read_does(spark: Any) -> No
         remote = sorted(row.i for row in frame.filter(term(condition, spark_type)).collect())
         assert local == rows, (condition, local)
         assert remote == rows, (condition, remote)
+
+
+def test_where_on_spark_types_its_values_by_the_columns_of_the_reads_time(spark: Any, tmp_path: Path) -> None:
+    """`stitch read --engine spark --as-of T --where` typed its values by today's columns: after an alter widened a
+    float to a double, `f=0.1` as of before it compared the float 0.1 widened to a double against 0.1 and matched
+    nothing, where the local read, typed by the columns of T, matched it."""
+    import copy
+
+    import yaml
+
+    from stitchlake.api import open as open_table
+    from stitchlake.jobs.requests import SparkReadRequest
+    from stitchlake.services.upkeep.alter import alter
+    from stitchlake.spark.read_job import read_frame
+    from tests.support.tables import new_table_file
+
+    document: dict[str, Any] = {
+        "table": {"name": "w", "path": "table", "key": {"k": "long"}, "buckets": 1},
+        "streams": {"a": {"columns": {"f": "float"}}},
+    }
+    table, path = new_table_file(tmp_path, document, "t.yaml")
+    floats = pa.table({"k": pa.array([1, 2], pa.int64()), "f": pa.array([0.1, 0.5], pa.float32())})
+    before = str(table.write("a", floats).completed)
+    widened = copy.deepcopy(document)
+    widened["streams"]["a"]["columns"]["f"] = "double"
+    path.write_text(yaml.safe_dump(widened), encoding="utf-8")
+    table = open_table(path)
+    alter(table)
+    for where in ("f=0.1", "f>0.1"):
+        local = sorted(r["k"] for r in table.read(as_of=before, filter=where).to_pylist())
+        request = SparkReadRequest(as_of=before, where=(where,))
+        remote = sorted(row.k for row in read_frame(spark, table, request).collect())
+        assert local == remote == ([1] if where == "f=0.1" else [2]), (where, local, remote)
