@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts import maven_jars, run_captured
-from scripts.local_daemons import Daemons, free_port
+from scripts.local_daemons import Daemons, State, free_port
 
 #: The broker, pinned. Kafka 4 runs in KRaft mode only (no ZooKeeper).
 KAFKA = "org.apache.kafka:kafka_2.13:4.3.1"
@@ -36,13 +36,11 @@ HEAP = "-Xmx384m"
 
 
 @dataclasses.dataclass(frozen=True)
-class KafkaBroker:
+class KafkaBroker(State):
     """How to reach a running broker, and which processes to stop."""
 
     bootstrap: str  # 127.0.0.1:PORT
     controller_port: int
-    dir: str
-    pids: dict[str, int]
 
 
 class KafkaBrokerError(RuntimeError):

@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from scripts import child_env, module_argv, run_captured
 from stitchlake.concurrency import processes
@@ -244,16 +244,13 @@ def command_line(commands: Commands, argv: list[str] | None) -> int:
     return 0
 
 
-class State(Protocol):
-    """What each server's state dataclass holds besides how to reach it: its folder and the pids to stop."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class State:
+    """What each server's state dataclass holds besides how to reach it (its own fields): its folder and the pids
+    to stop, given by name (they come after its own fields)."""
 
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
-
-    @property
-    def dir(self) -> str: ...
-
-    @property
-    def pids(self) -> dict[str, int]: ...
+    dir: str
+    pids: dict[str, int]
 
 
 S = TypeVar("S", bound=State)

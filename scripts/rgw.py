@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from scripts import local_daemons, run_captured
-from scripts.local_daemons import Daemons, free_port, log_tail
+from scripts.local_daemons import Daemons, State, free_port, log_tail
 
 PACKAGES = ("ceph-mon", "ceph-osd", "radosgw", "ceph-common")
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
@@ -48,15 +48,13 @@ MEMSTORE_BYTES = 4 << 30  # an upper bound only: memstore allocates what is writ
 
 
 @dataclasses.dataclass(frozen=True)
-class RgwServer:
+class RgwServer(State):
     """How to reach a running gateway, and which processes to stop."""
 
     endpoint: str
     access_key: str
     secret_key: str
     region: str
-    dir: str
-    pids: dict[str, int]
 
 
 #: With the AWS C++ SDK inside pyarrow 26, every pyarrow.fs.S3FileSystem write to Ceph 16's gateway fails

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.local_daemons import Daemons, free_port, get_json
+from scripts.local_daemons import Daemons, State, free_port, get_json
 from stitchlake.concurrency.processes import running_in_group
 
 START_TIMEOUT_S = 90.0
@@ -32,15 +32,13 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
 @dataclasses.dataclass(frozen=True)
-class SparkCluster:
+class SparkCluster(State):
     """How to reach a running cluster, and which processes to stop."""
 
     master_url: str  # spark://127.0.0.1:PORT
     web_url: str  # the master's UI; /json describes workers and applications
     cores: int
     memory: str
-    dir: str
-    pids: dict[str, int]
 
 
 class SparkClusterError(RuntimeError):

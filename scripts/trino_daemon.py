@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from scripts import ROOT, run_captured
-from scripts.local_daemons import Daemons, free_port, get_json
+from scripts.local_daemons import Daemons, State, free_port, get_json
 from scripts.maven_jars import fetch
 from scripts.spark_envs import SQLITE_JDBC
 
@@ -70,14 +70,12 @@ JVM_OPTIONS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class TrinoServer:
+class TrinoServer(State):
     """How to reach a running server, and which processes to stop."""
 
     uri: str  # http://127.0.0.1:PORT
     port: int
     version: str
-    dir: str
-    pids: dict[str, int]
 
 
 class TrinoError(RuntimeError):

@@ -178,7 +178,8 @@ class Servers:
     def create_bucket(self, name: str) -> None:
         script = (
             "import sys; from scripts import rgw; "
-            "rgw.create_bucket(rgw.RgwServer(sys.argv[1], sys.argv[2], sys.argv[3], 'us-east-1', '', {}), sys.argv[4])"
+            "server = rgw.RgwServer(sys.argv[1], sys.argv[2], sys.argv[3], 'us-east-1', dir='', pids={}); "
+            "rgw.create_bucket(server, sys.argv[4])"
         )
         argv = [
             sys.executable,
