@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.support.spark_cluster",
     "tests.support.trino_server",
     "tests.support.kafka_server",
+    "tests.support.demo_landing",
 ]
 
 UNIT = Path(__file__).resolve().parent / "unit"

@@ -13,13 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from scripts import child_env, demo_data, module_argv
-from tests.unit.test_demo_data import (
-    FILES,
-    ORDERS,
-    _files,
-    _read,
-    generated,  # noqa: F401 (fixtures)
-)
+from tests.support.demo_landing import FILES, ORDERS, landing_files, read_files
 
 
 def test_same_seed_same_data_and_cli(tmp_path: Path, generated: tuple[Path, dict[str, Any]]) -> None:
@@ -45,6 +39,6 @@ def test_same_seed_same_data_and_cli(tmp_path: Path, generated: tuple[Path, dict
     assert "truth:" in result.stdout
     assert pq.read_table(tmp_path / "truth.parquet").equals(pq.read_table(out / "truth.parquet"))
     for stream, extension in demo_data.EXTENSION.items():
-        assert _read(_files(tmp_path, stream, extension), extension).equals(
-            _read(_files(out, stream, extension), extension)
+        assert read_files(landing_files(tmp_path, stream, extension), extension).equals(
+            read_files(landing_files(out, stream, extension), extension)
         )

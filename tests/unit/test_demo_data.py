@@ -16,21 +16,12 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
-import pytest
 
 from scripts import demo_data
+from tests.support.demo_landing import FILES, landing_files, read_files
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDERS = 2000
-FILES = 4
 UTC = dt.UTC
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("demo")
-    summary = demo_data.generate(out, orders=ORDERS, days=3, seed=11, files_per_stream=FILES)
-    return out, summary
 
 
 # ------------------------------------------------------------------------------------ reading the files back
@@ -48,10 +39,6 @@ def _stamp(value: Any) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     return dt.datetime.fromisoformat(value).astimezone(UTC)
-
-
-def _files(out: Path, stream: str, extension: str) -> list[Path]:
-    return sorted((out / "landing" / stream).glob(f"*.{extension}"))
 
 
 def _read_events(out: Path) -> dict[str, list[dict[str, Any]]]:
@@ -79,7 +66,7 @@ def _read_events(out: Path) -> dict[str, list[dict[str, Any]]]:
     }
     for stream, (extension, read) in readers.items():
         rows: list[dict[str, Any]] = []
-        for number, path in enumerate(_files(out, stream, extension)):
+        for number, path in enumerate(landing_files(out, stream, extension)):
             for row in read(path).to_pylist():
                 row["order_date"] = _date(row["order_date"])
                 ordering = demo_data.ORDERING[stream]
@@ -144,24 +131,19 @@ def _brute_force(events: dict[str, list[dict[str, Any]]]) -> dict[int, dict[str,
 def test_files_exist_in_three_formats_and_read_back(generated: tuple[Path, dict[str, Any]]) -> None:
     out, summary = generated
     for stream, extension in demo_data.EXTENSION.items():
-        files = _files(out, stream, extension)
+        files = landing_files(out, stream, extension)
         assert [f.name for f in files] == [f"part-{i:04d}.{extension}" for i in range(1, FILES + 1)]
-        assert len(_read(files, extension)) == summary["events"][stream]
-    orders = pq.read_table(_files(out, "orders", "parquet")[0])
+        assert len(read_files(files, extension)) == summary["events"][stream]
+    orders = pq.read_table(landing_files(out, "orders", "parquet")[0])
     assert orders.schema.field("order_ts").type == pa.timestamp("us", tz="UTC")
     assert orders.schema.field("order_date").type == pa.date32()
     assert set(orders.column_names) == {"order_id", "order_date", "customer_id", "amount", "currency", "order_ts", "op"}
-    payments = pajson.read_json(_files(out, "payments", "json")[0])
+    payments = pajson.read_json(landing_files(out, "payments", "json")[0])
     assert set(payments.column_names) == {"order_id", "order_date", "pay_status", "paid_amount", "pay_ts"}
     assert all(s.endswith("Z") and "T" in s for s in payments.column("pay_ts").to_pylist())
-    header = _files(out, "shipments", "csv")[0].read_text().splitlines()[0]
+    header = landing_files(out, "shipments", "csv")[0].read_text().splitlines()[0]
     assert header == "order_id,order_date,carrier,ship_status,ship_ts"
     assert (out / "truth.parquet").is_file() and (out / "expected_summary.json").is_file()
-
-
-def _read(files: list[Path], extension: str) -> pa.Table:
-    read = {"parquet": pq.read_table, "json": pajson.read_json, "csv": pacsv.read_csv}[extension]
-    return pa.concat_tables([read(f) for f in files], promote_options="permissive")
 
 
 def test_truth_matches_brute_force_model(generated: tuple[Path, dict[str, Any]]) -> None:
