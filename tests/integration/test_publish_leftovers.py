@@ -16,20 +16,10 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from stitchlake.api import Table
-from stitchlake.io.published import iceberg_catalog
 from stitchlake.timeline.instant import Action
-from tests.support.published_history import altered_document, history, rows_of
+from tests.support.published_history import altered_document, current_rows, history, iceberg_table, rows_of
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def current_rows(table: Table) -> list[dict[str, Any]]:
-    return rows_of(table.read(mode="read_optimized"))
-
-
-def iceberg_table(result: dict[str, Any]) -> Any:
-    return iceberg_catalog(result["location"]).load_table(result["identifier"])
 
 
 def published_version(fmt: str, result: dict[str, Any]) -> int:

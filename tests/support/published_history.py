@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from stitchlake.api import Table
+from stitchlake.io.published import iceberg_catalog
 from stitchlake.services.upkeep.alter import alter
 from tests.support.tables import MODELS, THREE_STREAMS, batch, config, new_table
 
@@ -200,6 +201,16 @@ def typed_history(
 
 def erase_keys(*keys: int) -> pa.Table:
     return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
+
+
+def current_rows(table: Table) -> list[dict[str, Any]]:
+    """What `stitch read --mode read_optimized` shows now: what every published table must show."""
+    return rows_of(table.read(mode="read_optimized"))
+
+
+def iceberg_table(result: dict[str, Any]) -> Any:
+    """The Iceberg table a publish (its result as JSON) wrote."""
+    return iceberg_catalog(result["location"]).load_table(result["identifier"])
 
 
 def published_rows(table: Table, result: dict[str, Any]) -> list[dict[str, Any]]:

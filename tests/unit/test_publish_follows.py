@@ -29,15 +29,18 @@ from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import PublishPlan
 from stitchlake.vocabulary import PublishFormat
-from tests.support.published_history import MODEL, altered_document, history, rows_of
+from tests.support.published_history import (
+    MODEL,
+    altered_document,
+    current_rows,
+    erase_keys,
+    history,
+    iceberg_table,
+    rows_of,
+)
 from tests.support.tables import batch, config
 
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
-
-
-def current_rows(table: Table) -> list[dict[str, Any]]:
-    """What `stitch read --mode read_optimized` shows now: what every published table must show."""
-    return rows_of(table.read(mode="read_optimized"))
 
 
 def delta_rows(result: dict[str, Any], version: int | None = None) -> list[dict[str, Any]]:
@@ -50,10 +53,6 @@ def delta_writes(location: str) -> list[int]:
     return sorted(int(h["version"]) for h in history if h.get("operation") in ("WRITE", "CREATE TABLE"))
 
 
-def iceberg_table(result: dict[str, Any]) -> Any:
-    return iceberg_catalog(result["location"]).load_table(result["identifier"])
-
-
 def keys_in_files(folder: str) -> set[int]:
     """Every key any data file under a published table's folder holds, whatever version lists it (a Delta
     checkpoint is Parquet too: the log's, left out)."""
@@ -63,10 +62,6 @@ def keys_in_files(folder: str) -> set[int]:
             continue
         found |= set(pq.read_table(path, columns=["k"]).column("k").to_pylist())
     return found
-
-
-def erase_keys(*keys: int) -> pa.Table:
-    return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
 
 
 def history_cut_at(location: str, version: int) -> bool:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from stitchlake.concurrency.heartbeat import is_expired
@@ -20,13 +19,8 @@ from stitchlake.errors import ConflictError
 from stitchlake.services.publish import PublishResult
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
-from tests.integration.test_publish_leftovers import (
-    current_rows,
-    data_files,
-    published_rows,
-    published_version,
-)
-from tests.support.published_history import history
+from tests.integration.test_publish_leftovers import data_files, published_rows, published_version
+from tests.support.published_history import current_rows, erase_keys, history, iceberg_table
 
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
 
@@ -35,10 +29,6 @@ def keys_in(files: list[Path]) -> set[int]:
     import pyarrow.parquet as pq
 
     return {k for path in files for k in pq.read_table(path, columns=["k"]).column("k").to_pylist()}
-
-
-def erase_keys(*keys: int) -> pa.Table:
-    return pa.table({"k": pa.array(keys, pa.int64()), "p": pa.array(["even" if k % 2 == 0 else "odd" for k in keys])})
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
@@ -133,8 +123,6 @@ def test_a_purge_whose_iceberg_republish_fails_leaves_no_table_rather_than_an_em
     now: the table comes with its rows, or not at all (an error a reader sees), and the next publish makes it."""
     from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.table import Transaction as IcebergTransaction
-
-    from tests.integration.test_publish_leftovers import iceberg_table
 
     table = history(tmp_path / "t", FAST)
     first = table.publish("iceberg").to_json()
