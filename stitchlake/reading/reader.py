@@ -99,7 +99,9 @@ def _plan(table: TableHandle, options: ReadOptions) -> Scan:
     refuse_change_columns(columns, filter, as_of)
     at = resolve_time(table, timeline, as_of)
     table = table.at_time(at)  # time travel shows the columns of its time
-    return snapshot_scan(table, view, at, wanted_columns(table.config, columns), mode, filter)
+    latest = timeline.latest_completed()
+    planned = (latest.completed or "") if latest is not None else ""
+    return snapshot_scan(table, view, at, wanted_columns(table.config, columns), mode, filter, planned)
 
 
 def _warn_if_undoing(timeline: Timeline) -> None:

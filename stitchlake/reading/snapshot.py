@@ -26,6 +26,7 @@ from stitchlake.timeline.actions import IN_CHANGE_FEED
 from stitchlake.timeline.archive import archived_batches_newest_first
 from stitchlake.timeline.clock import from_millis, is_time, now_millis, parse_user_time
 from stitchlake.timeline.instant import Action, Instant
+from stitchlake.timeline.metadata import UndoPlan
 from stitchlake.timeline.savepoints import refuse_unfinished_purge, savepoint_time
 from stitchlake.timeline.timeline import Timeline
 from stitchlake.vocabulary import ReadMode
@@ -299,9 +300,16 @@ def _slice_weight(mode: ReadMode) -> Callable[[FileSlice], int]:
 
 
 def snapshot_scan(
-    table: TableHandle, view: FileSystemView, at: str | None, columns: list[str], mode: ReadMode, filter: Filter
+    table: TableHandle,
+    view: FileSystemView,
+    at: str | None,
+    columns: list[str],
+    mode: ReadMode,
+    filter: Filter,
+    planned: str,
 ) -> Scan:
-    """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at`."""
+    """A snapshot, time-travel or read-optimized read, planned: its latest slices as of `at` (None: now, the
+    latest completion `planned`)."""
     pruning = prune(table.config, filter)
     needed = wanted_columns(table.config, None) if pruning.row_columns is None else pruning.row_columns
     read_columns = columns + [n for n in needed if n not in columns]
@@ -328,7 +336,7 @@ def snapshot_scan(
         fresh = table.view(timeline)
         left = replanned(table.config, view, fresh, at, pruning, slices[:done], slices[done:])
         if at is None:  # "now" moved on meanwhile: the rest must still be the state the pass began with
-            refuse_changed_since(timeline, fresh, left, planned_state(view))
+            refuse_changed_since(timeline, fresh, left, planned, mode)
         for _slice, rows in bounded(read_unit, left, weight):
             yield rows
             del rows
@@ -336,41 +344,48 @@ def snapshot_scan(
     return Scan(empty_rows(table.config, columns).schema, parts)
 
 
-def planned_state(view: FileSystemView) -> str:
-    """The newest completion among a view's files: the state a read of "now" planned from it shows."""
-    return max((f.completed for files in view.groups.values() for f in files), default="")
-
-
-#: Rewrites that leave every key's row as it was: a pass may read their files in place of those of its state.
+#: Rewrites that leave every key's merged row as it was: a snapshot pass may read their files in place of those of
+#: its state (not a read-optimized one: a compaction's base holds logs the state's base did not).
 ROWS_KEPT_BY = frozenset({Action.COMPACTION, Action.RESCALE})
 #: What else may complete while the rows stay: none of these changes a row.
 ROWS_UNTOUCHED_BY = frozenset({Action.CLEAN, Action.SAVEPOINT, Action.PUBLISH})
 
 
-def refuse_changed_since(timeline: Timeline, fresh: FileSystemView, slices: Sequence[FileSlice], state: str) -> None:
-    """Refuse (exit 3, read again) slices planned anew for a pass of `state` that hold rows of a later one. A
-    compaction or rescale keeps rows as they were when it was requested, so its files stand for `state` if no commit
-    or erase of the partition completed after `state` and before it was requested; any other file completed after
-    `state`, or an undo or alter since, is another state. Without this a pass mixed two states: the groups it read
-    before a clean, and the rest as they were later."""
+def refuse_changed_since(
+    timeline: Timeline, fresh: FileSystemView, slices: Sequence[FileSlice], state: str, mode: ReadMode
+) -> None:
+    """Refuse (exit 3, read again) slices planned anew for a pass of `state` (the latest completion when it was
+    planned) that hold rows of a later state. A compaction keeps a file group's rows as they were when it was
+    requested, a rescale a partition's: their files stand for `state` if no write of that group (partition)
+    completed after `state` and before the rewrite was requested. Any other file completed after `state`, an undo of
+    a commit or an alter since, is another state. Without this a pass mixed two: the groups it read before a clean,
+    and the rest as they were later."""
+    for instant in timeline.completed():
+        if (instant.completed or "") <= state or instant.action in ROWS_KEPT_BY | ROWS_UNTOUCHED_BY:
+            continue
+        if instant.action in IN_CHANGE_FEED:
+            continue  # its files are judged below, by the groups they are in
+        plan = timeline.plan(instant) if instant.action == Action.ROLLBACK else None
+        if isinstance(plan, UndoPlan) and not plan.undoes_commits:
+            continue  # failed writes and crashed compactions only: no row of `state` was theirs
+        _moved_on(f"{instant.action} {instant.requested} completed at {instant.completed}", state)
     actions = {i.requested: i.action for i in timeline.instants}
-    undone = [
-        i
-        for i in timeline.completed()
-        if (i.completed or "") > state and i.action not in ROWS_KEPT_BY | ROWS_UNTOUCHED_BY | set(IN_CHANGE_FEED)
-    ]
-    if undone:
-        _moved_on(f"{undone[0].action} {undone[0].requested} completed at {undone[0].completed}", state)
-    changed: dict[str, str] = {}  # partition -> the first file of a later state in it
-    for (partition, _group), files in fresh.groups.items():
-        for f in files:
+    by_group: dict[tuple[str, str], str] = {}  # the first file of a later write in each group, and partition
+    by_partition: dict[str, str] = {}
+    for key, written in fresh.groups.items():
+        for f in written:
             if f.completed > state and actions.get(f.instant) not in ROWS_KEPT_BY:
-                changed[partition] = min(changed.get(partition, f.completed), f.completed)
+                by_group[key] = min(by_group.get(key, f.completed), f.completed)
+                by_partition[key[0]] = min(by_partition.get(key[0], f.completed), f.completed)
     for fslice in slices:
-        first = changed.get(fslice.group[0])
-        for f in fslice.files:
-            kept = actions.get(f.instant) in ROWS_KEPT_BY and (first is None or f.instant < first)
-            if f.completed > state and not kept:
+        read = ([fslice.base] if fslice.base else []) if mode == ReadMode.READ_OPTIMIZED else list(fslice.files)
+        for f in read:
+            if f.completed <= state:
+                continue
+            action = actions.get(f.instant)
+            kept_by = action in ROWS_KEPT_BY and mode != ReadMode.READ_OPTIMIZED
+            first = by_group.get(fslice.group) if action == Action.COMPACTION else by_partition.get(fslice.group[0])
+            if not kept_by or (first is not None and f.instant >= first):
                 _moved_on(f"{f.path} completed at {f.completed}", state)
 
 

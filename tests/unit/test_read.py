@@ -665,28 +665,71 @@ def test_a_streamed_read_a_clean_interrupts_keeps_its_state_or_refuses(
     a commit in between showed in the groups read after it and not in those read before (one commit of four keys
     read as two old and two new, by DuckDB, `stitch sql`, `Table.scan`). A compaction that keeps the rows may stand
     in for the state the pass began with; a later state is refused (exit 3: read again)."""
+    import time
+
+    from stitchlake.concurrency.heartbeat import is_expired
     from stitchlake.errors import ConflictError
     from stitchlake.reading import scan as scan_module
+    from stitchlake.table.transaction import Transaction
+    from stitchlake.timeline.metadata import DeltaCommitPlan
 
     monkeypatch.setattr(scan_module, "READ_AHEAD_BYTES", 1)  # one slice read at a time, as on a table of big slices
     orders = MODEL["orders"]
+    fast = copy.deepcopy(THREE_STREAMS)
+    fast["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
 
-    def old_state(where: str) -> tuple[Table, Any, pa.RecordBatch]:
-        table = new_table(tmp_path / where, buckets=2)
-        table.write("orders", batch(orders, [{"k": k, "amount": 1, "status": "old", "ots": 1} for k in range(8)]))
-        passing = table.scan(columns=["k", "status"]).batches()
+    def old_state(where: str, keys: range = range(8), mode: str = "snapshot") -> tuple[Table, Any, pa.RecordBatch]:
+        table = new_table(tmp_path / where, fast, buckets=2)
+        table.write("orders", batch(orders, [{"k": k, "amount": 1, "status": "old", "ots": 1} for k in keys]))
+        if mode == "read_optimized":  # a base of the old rows, and logs of newer ones it does not read
+            table.compact()
+            table.write("orders", batch(orders, [{"k": k, "amount": 2, "status": "log", "ots": 2} for k in keys]))
+        passing = table.scan(mode, columns=["k", "status"]).batches()
         return table, passing, next(passing)
+
+    def clean() -> None:
+        assert table.clean(policy="keep_latest_file_versions", retain=1).result.deleted
+
+    def rest_of(passing: Any, first: pa.RecordBatch) -> list[dict[str, Any]]:
+        return sorted(pa.Table.from_batches([first, *passing]).to_pylist(), key=lambda r: r["k"])
 
     table, passing, first = old_state("compacted")
     table.compact()
-    assert table.clean(policy="keep_latest_file_versions", retain=1).result.deleted
-    rows = pa.Table.from_batches([first, *passing]).to_pylist()
-    assert sorted(r["k"] for r in rows) == list(range(8)) and {r["status"] for r in rows} == {"old"}
+    clean()
+    assert rest_of(passing, first) == [{"k": k, "status": "old"} for k in range(8)]
+
+    # A write that died, rolled back by the clean itself, changed no row of the state.
+    table, passing, first = old_state("failed write")
+    dead = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    assert dead.heartbeat is not None
+    dead.heartbeat.stop(delete=True)
+    dead.heartbeat = None
+    table.compact()
+    while not is_expired(table.storage, dead.time, fast["concurrency"]["heartbeat"]["expire_s"]):
+        time.sleep(0.05)
+    assert table.clean(policy="keep_latest_file_versions", retain=1).result.rolled_back
+    assert rest_of(passing, first) == [{"k": k, "status": "old"} for k in range(8)]
+
+    # A commit into the file group already read leaves the other one's compaction the state's.
+    table, passing, first = old_state("other group", keys=range(0, 16, 2))
+    seen = first.column("k").to_pylist()
+    table.write("orders", batch(orders, [{"k": seen[0], "amount": 2, "status": "new", "ots": 2}]))
+    table.compact()
+    clean()
+    assert rest_of(passing, first) == [{"k": k, "status": "old"} for k in range(0, 16, 2)]
+
+    # A read-optimized pass reads bases only: a compaction's new base holds logs its state's did not.
+    table, passing, first = old_state("read optimized", mode="read_optimized")
+    assert {r["status"] for r in first.to_pylist()} == {"old"}
+    table.compact()
+    clean()
+    with pytest.raises(ConflictError, match="the table changed while this read ran"):
+        list(passing)
 
     table, passing, first = old_state("changed")
     table.write("orders", batch(orders, [{"k": k, "amount": 2, "status": "new", "ots": 2} for k in range(8)]))
     table.compact()
-    assert table.clean(policy="keep_latest_file_versions", retain=1).result.deleted
+    clean()
     assert {r["status"] for r in pa.Table.from_batches([first]).to_pylist()} == {"old"}
     with pytest.raises(ConflictError, match="the table changed while this read ran"):
         list(passing)
