@@ -1087,3 +1087,20 @@ def test_two_overlapping_creates_of_one_savepoint_name_make_one_savepoint(
         with pytest.raises(UsageError, match="2 savepoints are named 'nightly'"):
             lookup(table.timeline(), "nightly")
     assert find(table.timeline(), twin.instant)[0].requested == twin.instant  # by its own instant: fine
+
+    # A create whose process died leaves the name free: a retry makes the savepoint (not exit 4 until a recovery).
+    from stitchlake.concurrency.heartbeat import is_expired
+    from stitchlake.timeline.metadata import SavepointPlan
+
+    other = new_table(tmp_path / "crashed", FAST)
+    write(other, "orders", _rows(1, range(1, 2)))
+    latest = other.timeline().latest_completed()
+    assert latest is not None and latest.completed is not None
+    plan = SavepointPlan(savepoint_of=latest.completed, instant=latest.requested, name="daily")
+    dead = Transaction.begin(other, Action.SAVEPOINT, plan)
+    assert dead.heartbeat is not None
+    dead.heartbeat.stop(delete=True)
+    dead.heartbeat = None
+    while not is_expired(other.storage, dead.time, FAST["concurrency"]["heartbeat"]["expire_s"]):
+        time.sleep(0.05)
+    assert savepoint.create(other, name="daily").name == "daily"

@@ -10,6 +10,7 @@ import functools
 import re
 from typing import TYPE_CHECKING
 
+from stitchlake.concurrency.heartbeat import is_expired
 from stitchlake.errors import BusyError, ConflictError, NotFoundError, StitchError, UsageError
 from stitchlake.layout.fsview import FileSystemView
 from stitchlake.services.upkeep.clean import needed_as_of
@@ -45,7 +46,7 @@ def create(table: TableHandle, instant_time: str | None = None, name: str | None
         if name is not None and any(commit.name == name for _i, commit in savepoints(timeline)):
             raise UsageError(f"a savepoint named {name!r} already exists; delete it first or pick another name")
         if name is not None:
-            _refuse_name_in_the_making(timeline, name, requested)
+            _refuse_name_in_the_making(table, timeline, name, requested)
         if timeline.pending([Action.CLEAN]):
             raise BusyError("a clean is running; create the savepoint after it finishes")
         if instant_time is None:
@@ -88,15 +89,19 @@ def _refuse_purged(timeline: Timeline, at: str, error: type[StitchError]) -> Non
         )
 
 
-def _refuse_name_in_the_making(timeline: Timeline, name: str, own: str) -> None:
+def _refuse_name_in_the_making(table: TableHandle, timeline: Timeline, name: str, own: str) -> None:
     """Two savepoints of one name would pin two states, and `--as-of NAME` and `restore --name NAME` could each take
-    another: a savepoint of the name being made (pending) refuses this one (exit 4)."""
+    another: a savepoint of the name being made by a live process refuses this one (exit 4). One whose process died
+    does not (it would refuse every retry until a recovery): both cannot complete, since completion checks the name
+    again under the lock."""
+    expire_s = table.config.concurrency.heartbeat.expire_s
     for other in timeline.pending([Action.SAVEPOINT]):
         planned = timeline.plan(other) if other.requested != own else None
         if isinstance(planned, SavepointPlan) and planned.name == name:
+            if is_expired(table.storage, other.requested, expire_s):
+                continue
             raise BusyError(
-                f"savepoint {other.requested} named {name!r} is being made; wait for it and pick another name (if "
-                "its process is gone, `stitch rollback --failed` removes it once its heartbeat expires)"
+                f"savepoint {other.requested} named {name!r} is being made; wait for it, or pick another name"
             )
 
 
