@@ -16,7 +16,6 @@ must leave even the lock folder alone.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,9 +37,9 @@ from stitchlake.checksums import seal, unseal
 from stitchlake.timeline.clock import to_millis
 from stitchlake.timeline.instant import Action
 from tests.support.cli import console, python
+from tests.support.snapshots import LOCKS, snapshot
 from tests.support.tables import landing_stream, new_table_file
 
-LOCKS = ".stitch/locks/"
 HEARTBEATS = ".stitch/heartbeats/"
 
 CONFIG: dict[str, Any] = {
@@ -78,20 +77,6 @@ def stitch(
 UNPRIVILEGED: tuple[str, ...] = (
     ("setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner") if os.geteuid() == 0 else ()
 )
-
-
-def snapshot(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, str]:
-    """Every file (sha256 of path + content) and folder under `root`, skipping paths containing `ignore`."""
-    found: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if any(part in rel + ("/" if path.is_dir() else "") for part in ignore):
-            continue
-        if path.is_dir():
-            found[rel + "/"] = "folder"
-        else:
-            found[rel] = hashlib.sha256(rel.encode() + b"\0" + path.read_bytes()).hexdigest()
-    return found
 
 
 def write_parquet(path: Path, columns: dict[str, Any]) -> Path:

@@ -33,13 +33,13 @@ from tests.integration.test_bad_input import (  # noqa: F401 (fixtures)
     config_variant,
     orders,
     refused_file,
-    snapshot,
     stitch,
     template,
     with_config,
     workspace,
     write_parquet,
 )
+from tests.support.snapshots import snapshot
 
 INGEST_SHIPMENTS = ("ingest", "-c", "table.yaml", "-s", "shipments", "--engine", "local")
 CLICK_SCHEMA = {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import decimal
-import hashlib
 import json
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from stitchlake.api import Table
 from stitchlake.types import arrow_type
 from tests.support.cli import console
 from tests.support.reference import Event, StreamModel, expected_rows
+from tests.support.snapshots import LOCKS, snapshot
 from tests.support.tables import new_table_file, write_table_yaml
 
 STITCH = Path(sys.executable).parent / "stitch"
@@ -255,14 +255,6 @@ def stitch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return console(*args, cwd=cwd, timeout=600)
 
 
-def digest(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "locks" not in p.parts
-    }
-
-
 @pytest.fixture
 def created(tmp_path: Path) -> Path:
     config = write_table_yaml(tmp_path, BASE)
@@ -298,13 +290,13 @@ def test_every_incompatible_change_is_refused_naming_it(created: Path, name: str
     document = copy.deepcopy(BASE)
     edit(document)
     config = write_table_yaml(created, document)
-    before = digest(created / "table")
+    before = snapshot(created / "table", (LOCKS,))
     done = stitch("alter", "-c", str(config), "--json", cwd=created)
     assert done.returncode == 2, done.stderr
     assert phrase in done.stderr and "refused" in done.stderr
     failure = json.loads(done.stdout)
     assert failure["ok"] is False and failure["exit_code"] == 2
-    assert digest(created / "table") == before
+    assert snapshot(created / "table", (LOCKS,)) == before
 
 
 def test_reusing_a_dropped_name_is_refused(created: Path) -> None:
@@ -321,13 +313,13 @@ def test_dry_run_changes_nothing_and_the_config_must_follow_the_table(created: P
     new = copy.deepcopy(BASE)
     add_extra(new)
     add_stream_c(new)
-    before = digest(created / "table")
+    before = snapshot(created / "table", (LOCKS,))
     config = write_table_yaml(created, new)
     dry = stitch("alter", "-c", str(config), "--dry-run", "--json", cwd=created)
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["dry_run"] and plan["schema_version"] == 1 and len(plan["changes"]) == 2
-    assert digest(created / "table") == before, "--dry-run wrote something"
+    assert snapshot(created / "table", (LOCKS,)) == before, "--dry-run wrote something"
     # A config ahead of the table: every command says to run `stitch alter` first.
     ahead = stitch("read", "-c", str(config), cwd=created)
     assert ahead.returncode == 2 and "is ahead of the table" in ahead.stderr and "stitch alter" in ahead.stderr

@@ -8,7 +8,6 @@ spark-submit, because the launcher's process and Spark's log are what it is abou
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import yaml
 
 import stitchlake
 from tests.support.cli import console
+from tests.support.snapshots import snapshot
 from tests.support.tables import landing_stream, new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,17 +47,6 @@ def write_orders(path: Path, keys: list[int], partitions: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = {"k": keys, "p": partitions, "amount": [10 * k for k in keys], "ots": [1] * len(keys)}
     pq.write_table(pa.table(rows), path)
-
-
-def files_under(root: Path) -> dict[str, str]:
-    """sha256 of path + content of every file under `root`."""
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(
-            p.relative_to(root).as_posix().encode() + p.read_bytes()
-        ).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 # ------------------------------------------------------------------------------------------ safe YAML
@@ -208,14 +197,14 @@ def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: 
     write_table_yaml(workspace, BASE)
     keys = list(range(1, len(HOSTILE_PARTITIONS) + 1))
     write_orders(workspace / "landing/orders/0001.parquet", keys, HOSTILE_PARTITIONS)
-    outside = files_under(tmp_path)
+    outside = snapshot(tmp_path)
     assert stitch("init", "-c", "table.yaml", cwd=workspace).returncode == 0
     for step in (("ingest", "-s", "orders"), ("compact",)):
         done = stitch(*step, "-c", "table.yaml", "--engine", "local", cwd=workspace)
         assert done.returncode == 0, done.stderr
 
     table_root = (workspace / "table").resolve()
-    after = files_under(tmp_path)
+    after = snapshot(tmp_path)
     created = set(after) - set(outside)
     assert created and all(name.startswith("ws/table/") for name in created)
     assert {name: after[name] for name in outside} == outside  # nothing outside the table changed
@@ -250,11 +239,11 @@ def test_partition_values_stay_inside_the_table_and_read_back_exactly(tmp_path: 
 )
 def test_path_like_arguments_are_refused_without_touching_files(tmp_path: Path, args: tuple[str, ...]) -> None:
     _, config = new_table_file(tmp_path / "ws", BASE)
-    before = files_under(tmp_path)
+    before = snapshot(tmp_path)
     done = stitch(*args, "-c", "table.yaml", cwd=config.parent)
     assert done.returncode == 2, done.stderr
     assert "../" in done.stderr  # the message quotes what was refused
-    assert files_under(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 # ------------------------------------------------------------------------------------------- secrets
