@@ -91,8 +91,22 @@ def _fast_type(kind: pa.DataType | None) -> pa.DataType | None:
         return pa.decimal128(38, kind.scale)  # exact, as text; `prepare` checks the precision
     if json_kind in ("array", "object"):
         assert kind is not None
-        return None if _has_map(kind) else kind
+        return None if _has_map(kind) else _wide_floats(kind)
     return _READ_AS[json_kind]
+
+
+def _wide_floats(kind: pa.DataType) -> pa.DataType:
+    """`kind` with its float leaves read as doubles: pyarrow's reader would take 1e300 into a float leaf as
+    infinity, where the cast to the table type (`conform`) finds it out of range."""
+    if pa.types.is_floating(kind):
+        return pa.float64()
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_wide_floats(kind.value_type)))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(_wide_floats(kind.value_type)))
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_wide_floats(f.type)) for f in kind])
+    return kind
 
 
 def _has_map(kind: pa.DataType) -> bool:
@@ -117,8 +131,12 @@ def judge_json(data: bytes, types: Mapping[str, pa.DataType | None], where: str)
         options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         try:
             table = pajson.read_json(pa.BufferReader(data), parse_options=options)
-        except pa.ArrowInvalid:
-            pass
+            for name, kind in types.items():  # nested columns read with wider leaves, cast to their own
+                if kind is not None and read_as[name] != kind and pa.types.is_nested(kind):
+                    column = conform(table.column(name).combine_chunks(), kind)
+                    table = table.set_column(table.schema.get_field_index(name), name, column)
+        except _UNFIT:
+            pass  # a value pyarrow refused, or one its type cannot hold: judged record by record
         else:
             return Judged(table)  # `read_landing_rows` tells lines when asked, without holding the bytes
     return _judge_records(data, types, where)
@@ -386,6 +404,8 @@ def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
             keys = conform(entries.field("key"), kind.key_type)
             if keys.null_count:
                 raise pa.ArrowInvalid("a map key is null")
+            if not pa.types.is_string(kind.key_type) and _repeated_keys(array, keys):
+                raise pa.ArrowInvalid("two keys of a map are one value of its key type")  # "yes" and "true"
             return pa.MapArray.from_arrays(offsets, keys, conform(entries.field("value"), kind.item_type), type=kind)
         items = conform(array.values, kind.value_type)
         if pa.types.is_large_list(kind):
@@ -408,6 +428,14 @@ def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
     if failed.any():
         raise pa.ArrowInvalid(f"a value that is no {kind}")
     return cast
+
+
+def _repeated_keys(maps: pa.Array, keys: pa.Array) -> bool:
+    """Whether some map holds one key twice once its keys are cast (distinct JSON texts of one value)."""
+    import pyarrow.compute as pc
+
+    entries = pa.table({"map": pc.list_parent_indices(maps), "key": keys})
+    return entries.group_by(["map", "key"]).aggregate([]).num_rows < len(keys)
 
 
 def _offsets_with_nulls(array: pa.Array) -> pa.Array:

@@ -474,3 +474,23 @@ def test_a_nested_leaf_reads_as_a_top_level_value_of_its_type_does(with_map: boo
     if with_map:  # map keys are judged by the same grammar: padded digits are a number, 0x10 is not
         assert reasons[-2:] == [None, "unparsable value in k"]
         assert judged.table.column("k").to_pylist()[-2] == [(7, 1)]
+
+
+def test_a_nested_float_past_its_range_and_map_keys_of_one_value_are_bad_rows_on_either_path() -> None:
+    """pyarrow's reader took 1e300 into a float leaf as infinity on a clean file (the record-by-record path found it
+    out of range); and with map keys read by the grammar, "yes" and "true" of a map<boolean, ...> became one key
+    twice. Both are bad rows now, whichever path reads the file."""
+    import pyarrow as pa
+
+    from stitchlake.io.json_records import judge_json
+
+    floats = {"s": pa.struct([("x", pa.float32())]), "l": pa.list_(pa.float32())}
+    clean = judge_json(
+        b'{"s": {"x": 1e300}, "l": [1.5]}\n{"s": {"x": 2.5}, "l": [1e300]}\n{"s": {"x": 0.5}}', floats, "f"
+    )
+    assert clean.reasons is not None and list(clean.reasons) == ["unparsable value in s", "unparsable value in l", None]
+    assert clean.table.column("s").to_pylist()[2] == {"x": 0.5}
+    keys = {"m": pa.map_(pa.bool_(), pa.int64())}
+    maps = judge_json(b'{"m": {"yes": 1, "true": 2}}\n{"m": {"yes": 1, "no": 2}}', keys, "f")
+    assert maps.reasons is not None and list(maps.reasons) == ["unparsable value in m", None]
+    assert maps.table.column("m").to_pylist()[1] == [(True, 1), (False, 2)]
