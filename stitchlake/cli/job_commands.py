@@ -9,7 +9,6 @@ ones (rollback, savepoints, archive, status) always run in this process and neve
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -29,7 +28,7 @@ from stitchlake.cli.options import (
     open_target,
 )
 from stitchlake.cli.output import Report
-from stitchlake.config.choices import CleanPolicy
+from stitchlake.config.choices import CleanPolicy, StartingOffsets
 from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
 from stitchlake.jobs.requests import CleanRequest, EraseRequest, IngestRequest, StreamRequest
@@ -91,7 +90,7 @@ def ingest_command(
         typer.Option("--max-records", min=1, help="Kafka: ingest at most N records (shared over the partitions)."),
     ] = None,
     reset_offsets: Annotated[
-        ResetChoice | None,
+        StartingOffsets | None,
         typer.Option(
             "--reset-offsets",
             help="Kafka: where partitions whose recorded offset the topic no longer holds go on from, and where a "
@@ -141,11 +140,6 @@ def _ingest(
         files = ("result.source_files", "result.quarantined_files")
         fields = kafka_fields + [f for f in _INGEST_FIELDS[2:] if f[1] not in files]
     return output.job_report(result, done.message, f"ingest {stream}", fields)
-
-
-class ResetChoice(enum.StrEnum):
-    earliest = "earliest"
-    latest = "latest"
 
 
 #: What the summary of an ingest shows (landing files or Kafka records).
