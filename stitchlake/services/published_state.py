@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stitchlake.io.published import Target, catalog_location, published_table_exists
+from stitchlake.io.published import PUBLISHERS, Target, published_table_exists
 from stitchlake.paths import PUBLISHED_DIR
 from stitchlake.storage.registry import local_place
 from stitchlake.timeline.actions import CHANGES_PUBLISHED_ROWS, REWRITES
@@ -33,9 +33,9 @@ def published_location(table: TableHandle, fmt: PublishFormat) -> str:
 
 
 def published_identifier(table: TableHandle, fmt: PublishFormat) -> str:
-    """The name a publish of `fmt` records: Iceberg's `<namespace>.<table name>` (a catalog finds it by that), none
-    for Delta (its location is its name)."""
-    if fmt != PublishFormat.ICEBERG:
+    """The name a publish of `fmt` records: `<namespace>.<table name>` for a format a catalog names (Iceberg: a
+    catalog finds it by that), none for one whose location is its name (Delta)."""
+    if not PUBLISHERS[fmt].named:
         return ""
     return f"{table.config.publish.iceberg_namespace}.{table.config.table.name}"
 
@@ -45,8 +45,8 @@ def moved_since(table: TableHandle, fmt: PublishFormat, commit: PublishCommit) -
     another Iceberg namespace or catalog). An Iceberg table is its catalog and name: a catalog given in the config
     says where its tables live whatever `publish.location` says (the default one is a file at the location)."""
     renamed = bool(commit.identifier) and commit.identifier != published_identifier(table, fmt)
-    if fmt == PublishFormat.ICEBERG and commit.catalog:
-        return renamed or not same_catalog(commit.catalog, current_catalog(table))
+    if PUBLISHERS[fmt].named and commit.catalog:
+        return renamed or not same_catalog(commit.catalog, current_catalog(table, fmt))
     return renamed or _place(commit.location) != _place(published_location(table, fmt))
 
 
@@ -56,10 +56,10 @@ def same_catalog(recorded: str, now: str) -> bool:
     return recorded == now or (" (" not in recorded and now.split(" (", 1)[0] == recorded)
 
 
-def current_catalog(table: TableHandle) -> str:
-    """Where the config now has Iceberg readers find the published table (`PublishCommit.catalog`)."""
-    location = published_location(table, PublishFormat.ICEBERG)
-    return catalog_location(Target(location, table.config.storage.options), table.config.publish.iceberg_catalog)
+def current_catalog(table: TableHandle, fmt: PublishFormat) -> str:
+    """Where the config now has readers find the published table of `fmt` (`PublishCommit.catalog`; "": none)."""
+    target = Target(published_location(table, fmt), table.config.storage.options)
+    return PUBLISHERS[fmt].catalog(target, table.config.publish.iceberg_catalog)
 
 
 def _place(location: str) -> str:
@@ -83,7 +83,7 @@ def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[st
         fmt = PublishFormat(commit.format)
         target = Target(commit.location, table.config.storage.options)
         # A catalog given in the config is where its table is, whatever location the publish had.
-        given = bool(commit.catalog) and commit.catalog != catalog_location(target, {})
+        given = bool(commit.catalog) and commit.catalog != PUBLISHERS[fmt].catalog(target, {})
         where = (fmt.value, commit.catalog if given else _place(commit.location), commit.identifier)
         if where in found or not moved_since(table, fmt, commit):
             continue
@@ -108,9 +108,10 @@ def _catalog_of(table: TableHandle, target: Target, commit: PublishCommit) -> di
     the default one's when it was the default at its location; None for a catalog the config no longer names (its
     credentials are not known here: the table is named, not looked for)."""
     configured = table.config.publish.iceberg_catalog
-    if not commit.catalog or same_catalog(commit.catalog, current_catalog(table)):
+    fmt = PublishFormat(commit.format)
+    if not commit.catalog or same_catalog(commit.catalog, current_catalog(table, fmt)):
         return configured
-    if commit.catalog == catalog_location(target, {}):
+    if commit.catalog == PUBLISHERS[fmt].catalog(target, {}):  # the default catalog at its location
         return {}
     return None
 

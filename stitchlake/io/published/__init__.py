@@ -62,6 +62,9 @@ class Publisher:
     catalog: Callable[[Target, Mapping[str, str]], str]
     #: What the format calls a version, in reports.
     version_word: str = "version"
+    #: Whether a catalog names the format's tables (`<namespace>.<table name>`): then the table is its catalog and
+    #: name, wherever its files are; else its location is its name.
+    named: bool = False
 
 
 def _write_delta(publication: Publication, target: Target, _catalog: Mapping[str, str], _namespace: str) -> Published:
@@ -99,6 +102,7 @@ PUBLISHERS: dict[PublishFormat, Publisher] = {
         check=check_iceberg_catalog,
         catalog=catalog_location,
         version_word="snapshot",
+        named=True,
     ),
 }
 
