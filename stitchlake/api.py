@@ -1,8 +1,8 @@
 """The public table handle: everything a Python user does to a table, as methods (`stitchlake.open(...)`).
 
-It adds the services to the core `stitchlake.table.Table`. Each job method (ingest, compact, rescale, clean,
-erase) runs as `stitch ... --engine E` does (`stitchlake.jobs.launch`) and returns one shape whatever the engine:
-the run (`JobRun`: result, where it ran, how long) or, for the jobs that plan, the runs (`PlannedRuns`).
+It adds the services to the core `stitchlake.table.handle.TableHandle`. Each job method (ingest, compact, rescale,
+clean, erase) runs as `stitch ... --engine E` does (`stitchlake.jobs.launch`) and returns one shape whatever the
+engine: the run (`JobRun`: result, where it ran, how long) or, for the jobs that plan, the runs (`PlannedRuns`).
 """
 
 from __future__ import annotations
