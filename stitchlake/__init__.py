@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from stitchlake.api import Table
     from stitchlake.config import TableConfig
+    from stitchlake.vocabulary import ReadMode
 
 __all__ = ["__version__", "open", "read"]
 
@@ -33,7 +34,7 @@ def read(
     until: str | None = None,
     columns: list[str] | None = None,
     filter: Any = None,
-    mode: str = "snapshot",
+    mode: ReadMode | str = "snapshot",
     before_images: bool = False,
 ) -> pa.Table:
     """Read a table into one pyarrow.Table (design.md §7): the whole result in memory, which is the caller's choice.
