@@ -32,7 +32,7 @@ from stitchlake.config.choices import CleanPolicy, StartingOffsets
 from stitchlake.errors import UsageError
 from stitchlake.jobs import launch
 from stitchlake.jobs.requests import CleanRequest, EraseRequest, IngestRequest, StreamRequest
-from stitchlake.vocabulary import EngineChoice
+from stitchlake.vocabulary import CompactionStrategy, EngineChoice, PublishFormat
 
 if TYPE_CHECKING:
     from stitchlake.jobs.results import PlannedRuns
@@ -256,7 +256,8 @@ def compact_command(
         str | None, typer.Option("--instant", help="With --run: the plan to run (default: the oldest).")
     ] = None,
     strategy: Annotated[
-        str | None, typer.Option("--strategy", help="all | log_files | log_bytes (default: compaction.strategy).")
+        str | None,
+        typer.Option("--strategy", help=f"{' | '.join(CompactionStrategy)} (default: compaction.strategy)."),
     ] = None,
     engine: EngineOption = EngineChoice.auto,
     retries: RetriesOption = 0,
@@ -425,7 +426,9 @@ def publish_command(
     table: TableOption = None,
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", help="delta or iceberg; repeat for both (default: publish.formats)."),
+        typer.Option(
+            "--format", "-f", help=f"{' or '.join(PublishFormat)}; repeat for several (default: publish.formats)."
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> Report:
@@ -437,7 +440,8 @@ def publish_command(
     # Every format named is checked before any is published: a typo publishes nothing.
     chosen = list(dict.fromkeys([parse_format(f) for f in formats] if formats else handle.config.publish.formats))
     if not chosen:
-        raise UsageError("give --format delta or --format iceberg (or list publish.formats in the config)")
+        named = " or ".join(f"--format {fmt}" for fmt in PublishFormat)
+        raise UsageError(f"give {named} (or list publish.formats in the config)")
     results = publish_each(handle, chosen)  # one format failing does not stop the others
     return Report({"published": plain(results)}, lines=output.published_lines(results))
 
