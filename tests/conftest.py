@@ -4,7 +4,9 @@ Trino server, each started once per session (tests/support).
 
 Markers come from the fixtures a test takes (FIXTURE_MARKERS), so none can be forgotten, and tests/unit may take none
 of them: collection fails if one does, and a unit test that starts a JVM, spark-submit or the `stitch` CLI in a
-subprocess fails where it starts it. `make test-fast` (tests/unit) therefore never waits on a JVM or a server.
+subprocess fails where it starts it. `make test-fast` (tests/unit) therefore never waits on a JVM or a server. An
+integration test that starts Spark itself (spark-submit, or `stitch ... --engine spark`) without a spark marker is
+named in the run's warnings summary: `-m "not spark"` would still run it.
 """
 
 from __future__ import annotations
@@ -114,17 +116,44 @@ class UnitGuard:
 
     def __init__(self) -> None:
         self.current: pytest.Item | None = None
+        #: The integration test running, whose Spark must be marked (`-m "not spark"` must leave it out), and
+        #: those that started Spark without the marker (each warned about once).
+        self.integration: pytest.Item | None = None
+        self.unmarked: set[str] = set()
         self.ran = 0
         self.started: list[str] = []
 
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.current is None or event not in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
+        if event not in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
             return
         argv = args[1]  # (executable, args, ...) for Popen, (path, argv, ...) for posix_spawn and exec
         words = [str(word) for word in argv] if isinstance(argv, list | tuple) else str(argv).split()
+        item = self.integration
+        if item is not None and item.nodeid not in self.unmarked and starts_spark(words) and unmarked(item):
+            self.unmarked.add(item.nodeid)  # in the run's warnings summary, from every xdist worker
+            item.warn(pytest.PytestWarning(f"starts Spark ({' '.join(words)[:100]}) but carries no spark marker"))
+        if self.current is None:
+            return
         self.started.append(" ".join(words))
         if forbidden(words):
             raise RuntimeError(f"a unit test may not start {' '.join(words)[:200]!r}: it belongs in tests/integration")
+
+
+#: The markers of a test that may start Spark.
+SPARK_MARKERS = frozenset({"spark", "cluster"})
+
+
+def unmarked(item: pytest.Item) -> bool:
+    """Whether a test carries none of the markers of tests that may start Spark."""
+    return not SPARK_MARKERS & {mark.name for mark in item.iter_markers()}
+
+
+def starts_spark(words: list[str]) -> bool:
+    """spark-submit (pyspark's gateway, a job) by name, or a `stitch` command told `--engine spark`."""
+    names = [Path(word).name for word in words]
+    return (bool(names) and names[0] in ("spark-submit", "spark-class")) or any(
+        names[i] == "--engine" and names[i + 1] == "spark" for i in range(len(names) - 1)
+    )
 
 
 def forbidden(words: list[str]) -> bool:
@@ -142,11 +171,12 @@ sys.addaudithook(GUARD.audit)  # audit hooks cannot be removed; it does nothing 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     GUARD.current = item if in_unit_tier(item) else None
+    GUARD.integration = None if in_unit_tier(item) else item
     GUARD.ran += GUARD.current is not None
     try:
         yield
     finally:
-        GUARD.current = None
+        GUARD.current = GUARD.integration = None
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

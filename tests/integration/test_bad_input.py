@@ -741,7 +741,7 @@ def test_table_in_a_read_only_folder_is_refused(workspace: Path) -> None:
 # -------------------------------------------------------------------------------------- nothing to do
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
 def test_empty_source_folder_is_nothing_to_ingest(workspace: Path, engine: str) -> None:
     """Exit 0 and one plain line; no summary of zeros that reads as if an ingest happened (and no Spark)."""
     before = snapshot(workspace)
@@ -837,7 +837,7 @@ txn.abort()
 """
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
 def test_a_second_writer_of_a_stream_is_busy(workspace: Path, engine: str) -> None:
     """A live writer holds `orders` (a real transaction with a real heartbeat); an overlapping cron run of
     the same stream exits 4 at once, naming the live instant, and writes nothing (on Spark: before starting it).

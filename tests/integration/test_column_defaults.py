@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import stitchlake
 from scripts import kafka_broker as broker
@@ -227,6 +228,7 @@ def test_an_added_column_defaults_record_by_record_in_a_mixed_json_file(tmp_path
     assert_defaults_per_record(mixed_after_alter(tmp_path, "local"))
 
 
+@pytest.mark.spark
 def test_an_added_column_defaults_record_by_record_in_a_mixed_json_file_on_spark(tmp_path: Path) -> None:
     assert_defaults_per_record(mixed_after_alter(tmp_path, "spark"))
 

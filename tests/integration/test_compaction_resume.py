@@ -62,6 +62,7 @@ def running_plan(table: Table) -> tuple[str, int] | None:
     return None
 
 
+@pytest.mark.spark
 def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compact(
     landing: Path, tmp_path: Path
 ) -> None:

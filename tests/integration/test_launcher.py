@@ -86,6 +86,7 @@ sys.exit(143)
 """
 
 
+@pytest.mark.spark
 def test_a_job_stopped_by_sigterm_ends_the_launch_as_a_stop_not_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -103,6 +104,7 @@ def test_a_job_stopped_by_sigterm_ends_the_launch_as_a_stop_not_a_failure(
         spark_submit.run_job(table, IngestRequest(stream="orders"), ["--table", table.path])
 
 
+@pytest.mark.spark
 def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

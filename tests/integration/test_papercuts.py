@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -128,6 +129,7 @@ def engine_choices() -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.spark
 def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: Path) -> None:
     spark_capable = {name for name, cls in REQUESTS.items() if not cls.metadata_only}
     job_of = {"delete": "erase", "savepoint create": "savepoint", "savepoint delete": "savepoint"}

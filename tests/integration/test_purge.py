@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import stitchlake
 from scripts import kafka_broker as broker
@@ -105,6 +106,7 @@ def _decoded(path: Path) -> list[bytes]:
     return out
 
 
+@pytest.mark.spark
 def test_purge_leaves_no_erased_value_anywhere_under_the_table_or_the_published_tables(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     land(tmp_path)

@@ -423,6 +423,7 @@ def test_a_rescale_killed_midway_is_resumed_and_writers_wait_for_it(landing: Pat
     ingest_all(config)
 
 
+@pytest.mark.spark
 def test_rescale_runs_on_spark(landing: Path, tmp_path: Path) -> None:
     config = write_config(tmp_path, landing)
     assert run_stitch("init", "-c", str(config)).returncode == 0

@@ -118,6 +118,7 @@ def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Pat
     assert json.loads(rerun.stdout)["source_files"] == 6
 
 
+@pytest.mark.spark
 def test_a_sigkilled_cli_takes_its_spark_job_with_it_and_the_next_run_proceeds_at_once(
     bigger: Path, tmp_path: Path
 ) -> None:
@@ -154,6 +155,7 @@ def test_a_sigkilled_cli_takes_its_spark_job_with_it_and_the_next_run_proceeds_a
     assert not table.timeline().pending() and data_files(table) <= live_files(table)
 
 
+@pytest.mark.spark
 def test_an_overlapping_run_is_refused_while_the_first_is_still_starting_its_jvm(bigger: Path, tmp_path: Path) -> None:
     """The claim is taken before spark-submit starts, so a second cron run is refused before the first job has
     even begun writing (no marker yet)."""

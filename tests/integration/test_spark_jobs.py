@@ -30,6 +30,8 @@ from tests.support.tables import instant_at, pause_when_inflight
 
 STREAMS = ("orders", "payments", "shipments")
 
+pytestmark = pytest.mark.spark  # every test here runs spark-submit, most through a module fixture
+
 
 def data_files(table: Table) -> list[Path]:
     return sorted(p for p in Path(table.path).rglob("*") if p.is_file() and ".stitch" not in p.parts)
