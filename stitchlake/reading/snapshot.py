@@ -22,7 +22,7 @@ from stitchlake.merge import summary
 from stitchlake.merge.stitch import LogInput, Merged, base_columns, base_rows, merge_files, to_rows
 from stitchlake.reading.filters import Filter, Pruning, prune
 from stitchlake.reading.scan import Scan, bounded
-from stitchlake.timeline.actions import IN_CHANGE_FEED
+from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY
 from stitchlake.timeline.archive import archived_batches_newest_first
 from stitchlake.timeline.clock import from_millis, is_time, now_millis, parse_user_time
 from stitchlake.timeline.instant import Action, Instant
@@ -335,7 +335,7 @@ def snapshot_scan(
         timeline = table.timeline()
         fresh = table.view(timeline)
         left = replanned(table.config, view, fresh, at, pruning, slices[:done], slices[done:])
-        if at is None:  # "now" moved on meanwhile: the rest must still be the state the pass began with
+        if at is None or at > planned:  # "now" (or a time past it) moved on: the rest must still be the pass's state
             refuse_changed_since(timeline, fresh, left, planned, mode)
         for _slice, rows in bounded(read_unit, left, weight):
             yield rows
@@ -360,6 +360,10 @@ def refuse_changed_since(
     completed after `state` and before the rewrite was requested. Any other file completed after `state`, an undo of
     a commit or an alter since, is another state. Without this a pass mixed two: the groups it read before a clean,
     and the rest as they were later."""
+    for undoing in timeline.pending(UNDOES_HISTORY):  # deletes commits' files before it completes, or if it died
+        undo = timeline.plan(undoing)
+        if not isinstance(undo, UndoPlan) or undo.undoes_commits:
+            _moved_on(f"{undoing.action} {undoing.requested} is undoing commits", state)
     for instant in timeline.completed():
         if (instant.completed or "") <= state or instant.action in ROWS_KEPT_BY | ROWS_UNTOUCHED_BY:
             continue
@@ -391,8 +395,8 @@ def refuse_changed_since(
 
 def _moved_on(what: str, state: str) -> None:
     raise ConflictError(
-        f"the table changed while this read ran ({what}, after the state the read began with, {state}), and a "
-        "clean removed files of that state the read had not reached; nothing more is returned — read again"
+        f"the table changed while this read ran ({what}, after the state the read began with, {state}), and "
+        "files of that state the read had not reached are gone; nothing more is returned — read again"
     )
 
 

@@ -718,6 +718,33 @@ def test_a_streamed_read_a_clean_interrupts_keeps_its_state_or_refuses(
     clean()
     assert rest_of(passing, first) == [{"k": k, "status": "old"} for k in range(0, 16, 2)]
 
+    # A rollback of the state's commit that died before completing (it deleted the commit's files first).
+    table, passing, first = old_state("undoing")
+    complete = Transaction.complete
+
+    def killed_rollback(txn: Transaction, *args: Any, **kwargs: Any) -> Any:
+        if txn.instant.action == Action.ROLLBACK:
+            raise KeyboardInterrupt("the rollback was killed before it completed")
+        return complete(txn, *args, **kwargs)
+
+    monkeypatch.setattr(Transaction, "complete", killed_rollback)
+    with pytest.raises(KeyboardInterrupt):
+        table.rollback(stream="orders")
+    monkeypatch.setattr(Transaction, "complete", complete)
+    with pytest.raises(ConflictError, match="is undoing commits"):
+        list(passing)
+
+    # A time past the latest completion reads the state of that completion, and so keeps it.
+    table = new_table(tmp_path / "future", fast, buckets=2)
+    table.write("orders", batch(orders, [{"k": k, "amount": 1, "status": "old", "ots": 1} for k in range(8)]))
+    passing = table.scan(columns=["k", "status"], as_of="2099-01-01T00:00:00Z").batches()
+    first = next(passing)
+    table.write("orders", batch(orders, [{"k": k, "amount": 2, "status": "new", "ots": 2} for k in range(8)]))
+    table.compact()
+    clean()
+    with pytest.raises(ConflictError, match="the table changed while this read ran"):
+        list(passing)
+
     # A read-optimized pass reads bases only: a compaction's new base holds logs its state's did not.
     table, passing, first = old_state("read optimized", mode="read_optimized")
     assert {r["status"] for r in first.to_pylist()} == {"old"}
