@@ -11,6 +11,7 @@ batch ids Spark gives them (`services.streaming`), so a micro-batch re-run after
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from stitchlake.timeline.metadata import DataFile, StreamBatch
 
 #: Task-local properties Spark sets on the jobs of a streaming query's micro-batch.
+log = logging.getLogger(__name__)
+
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -85,9 +88,7 @@ class StitchWriter(_Target, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         publish(self.table, self.stream, self.instant, messages, self.extra)
         if self.began:
-            from stitchlake.concurrency import heartbeat
-
-            heartbeat.delete(self.table.storage, self.instant)
+            _tidy_after(self.table, self.instant)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         discard(self.table, self.instant, messages, abort_instant=self.began)
@@ -115,7 +116,6 @@ class StitchStreamWriter(_Target, DataSourceStreamArrowWriter):
         return write_task(self.table, self.stream, instant, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        from stitchlake.concurrency import heartbeat
         from stitchlake.services.writes.streaming import BatchAlreadyCommitted, exactly_once
 
         instant = _batch_instant_of(messages)
@@ -127,7 +127,7 @@ class StitchStreamWriter(_Target, DataSourceStreamArrowWriter):
         except BatchAlreadyCommitted:
             discard(self.table, instant, messages, abort_instant=True)
             return
-        heartbeat.delete(self.table.storage, instant)
+        _tidy_after(self.table, instant)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         instant = _batch_instant_of(messages)
@@ -245,19 +245,38 @@ def publish(
     txn.complete(commit, conflict_check)
 
 
+def _tidy_after(table: Table, instant: str) -> None:
+    """The instant's beat, deleted once it is published. A failure here must not fail the write: Spark would call
+    `abort`, the commit standing, and the caller retrying a write it was told failed would write its rows twice."""
+    from stitchlake.concurrency import heartbeat
+
+    try:
+        heartbeat.delete(table.storage, instant)
+    except Exception:
+        log.warning("instant %s is published; its heartbeat could not be deleted (`stitch clean` removes it)", instant)
+
+
 def discard(table: Table, instant: str, messages: list[WriterCommitMessage | None], abort_instant: bool) -> None:
-    """Spark's abort: remove what the tasks wrote (and the instant we began), unless it was published."""
+    """Spark's abort: remove what the tasks wrote (and the instant we began), unless it was published.
+
+    The instant is aborted under the table lock, pending still: a micro-batch's instant may be another run's too
+    (a restarted query beside a zombie driver of the same checkpoint), whose publish holds the lock from its last
+    check to its completed file; aborting meanwhile deleted the files of the commit it completed."""
     from stitchlake.table.transaction import Transaction
 
     current = table.timeline().get(instant)
     if current is not None and current.is_completed:
-        return  # published: what failed came after the commit, which stands
+        log.warning("instant %s was published before Spark aborted the write: the commit stands", instant)
+        return
     for message in messages:
         if isinstance(message, FilesWritten):
             for item in message.files:
                 table.storage.delete(item.path)
     if abort_instant and current is not None:
-        Transaction.attach(table, instant).abort()
+        with table.lock():
+            now = table.timeline().get(instant)
+            if now is not None and not now.is_completed:
+                Transaction.attach(table, instant).abort()
 
 
 def _metadata_option(text: str | None) -> dict[str, Any]:

@@ -1104,3 +1104,52 @@ def test_two_overlapping_creates_of_one_savepoint_name_make_one_savepoint(
     while not is_expired(other.storage, dead.time, FAST["concurrency"]["heartbeat"]["expire_s"]):
         time.sleep(0.05)
     assert savepoint.create(other, name="daily").name == "daily"
+
+
+def test_a_df_write_whose_commit_landed_is_not_reported_failed_by_its_tidy_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`df.write` published, then deleting its heartbeat failed (an S3 503): the write raised, Spark aborted a
+    commit that stood, and the caller retrying a write it was told failed wrote its rows twice. The tidy-up after
+    the publish only warns now."""
+    from stitchlake.concurrency import heartbeat
+
+    table = new_table(tmp_path, FAST)
+    config = write_table_yaml(Path(table.path).parent, FAST, name="writer.yaml")
+    writer = StitchWriter({"path": table.path, "config": str(config), "stream": "orders"})
+    written = writer.write(iter(_rows(1).to_batches()))
+
+    def store_busy(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError("503 SlowDown")
+
+    monkeypatch.setattr(heartbeat, "delete", store_busy)
+    writer.commit([written])  # no error: the commit stands
+    monkeypatch.undo()
+    (done,) = table.timeline().completed([Action.DELTACOMMIT])
+    assert done.requested == writer.instant and table.read().num_rows == 4
+
+
+def test_a_micro_batch_abort_takes_the_instant_back_under_the_lock(tmp_path: Path) -> None:
+    """Two runs of one micro-batch (a restarted query beside a zombie driver of the same checkpoint) share its
+    instant. One run's abort deleted every marked file and the instant without the lock, and could do so while the
+    other held the lock to publish: a completed commit of missing files. The abort waits for the lock, and looks
+    again under it (an instant completed meanwhile stays)."""
+    import threading
+
+    from stitchlake.spark.write import discard
+
+    table = new_table(tmp_path, FAST)
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    aborted = threading.Event()
+
+    def abort() -> None:
+        discard(table, txn.time, [], abort_instant=True)
+        aborted.set()
+
+    with table.lock():  # the other run, from its last check to its completed file
+        aborting = threading.Thread(target=abort)
+        aborting.start()
+        assert not aborted.wait(1.0), "the abort did not wait for the lock"
+        assert table.timeline().get(txn.time) is not None
+    aborting.join(60)
+    assert aborted.is_set() and table.timeline().get(txn.time) is None
