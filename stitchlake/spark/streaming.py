@@ -246,10 +246,7 @@ def ingest_landing_batch(
     names = [name for name in names if name not in taken]
     if not names:
         return None
-    source = table.config.stream(stream).source
-    assert source is not None and source.path is not None
-    paths = [f"{source.path.rstrip('/')}/{name}" for name in names]
-    return ingest(table, engine, stream, paths, stream_batch=stream_batch())
+    return ingest(table, engine, stream, names=names, stream_batch=stream_batch())
 
 
 def ingest_kafka_batch(

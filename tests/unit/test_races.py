@@ -1153,3 +1153,30 @@ def test_a_micro_batch_abort_takes_the_instant_back_under_the_lock(tmp_path: Pat
         assert table.timeline().get(txn.time) is not None
     aborting.join(60)
     assert aborted.is_set() and table.timeline().get(txn.time) is None
+
+
+def test_a_landing_micro_batch_reads_its_files_by_their_listed_names(tmp_path: Path) -> None:
+    """`stitch stream` turned each name its offset holds back into a URI: `c%20d.parquet` in a `file://` folder was
+    read as `c d.parquet`, which does not exist (and `#` or `?` in an S3 key was refused), so the stream failed on
+    that file at every restart while `stitch ingest` read it. The batch takes the folder's files by name now, and
+    a named file gone before its ingest is still an error, never skipped."""
+    from stitchlake.engine import LocalEngine
+    from stitchlake.services.writes.ingest import pending_files
+    from stitchlake.spark.streaming import ingest_landing_batch
+    from stitchlake.timeline.metadata import StreamBatch
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(_rows(1, range(4)), landing / "c%20d #1.parquet")
+    pq.write_table(_rows(2, range(100, 104)), landing / "e.parquet")
+    document = copy.deepcopy(FAST)
+    document["streams"]["orders"]["source"] = {"format": "parquet", "path": f"file://{landing}"}
+    table = new_table(tmp_path, document)
+    names = [f.name for f in pending_files(table, "orders")[0]]  # what the stream's offset names
+    (landing / "e.parquet").rename(landing / "e.parquet.moved")
+    with pytest.raises(UsageError, match=r"e\.parquet of stream orders does not exist"):
+        ingest_landing_batch(table, LocalEngine(), "orders", names, lambda: StreamBatch("q", 0))
+    (landing / "e.parquet.moved").rename(landing / "e.parquet")
+    done = ingest_landing_batch(table, LocalEngine(), "orders", names, lambda: StreamBatch("q", 0))
+    assert done is not None and done.source_files == 2
+    assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3, 100, 101, 102, 103]

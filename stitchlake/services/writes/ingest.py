@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -112,11 +112,14 @@ def pending_files(
     paths: list[str] | None = None,
     max_files: int | None = None,
     reingest_changed: bool = False,
+    names: Collection[str] | None = None,
 ) -> tuple[list[LandingFile], int]:
     """Landing files of `stream` to ingest, in arrival order, at most `max_files`; and how many are re-ingested.
 
     A consumed name whose file changed since (appended to, cut, replaced) is refused with exit 5 unless
-    `reingest_changed`: silently ignoring it would lose data, silently ingesting it would double it.
+    `reingest_changed`: silently ignoring it would lose data, silently ingesting it would double it. `names`: only
+    those of the folder's files (a `stitch stream` micro-batch's, as listed: a name is not rebuilt into a URI,
+    where `#`, `?` or `%20` would mean something else), each of which must still be there.
     """
     spec = table.config.stream(stream)
     if spec.source is None:
@@ -126,6 +129,14 @@ def pending_files(
         raise UsageError(f"stream {stream} has no `source:` in the config; add one (format and path){given}")
     done = consumed(table, table.timeline(), stream)
     found = discover(spec.source, paths, table.storage_options)
+    if names is not None:
+        wanted = set(names)
+        found = [f for f in found if f.name in wanted]
+        gone = sorted(wanted - {f.name for f in found} - set(done))
+        if gone:
+            raise UsageError(
+                f"landing file {gone[0]} of stream {stream} does not exist (moved or deleted before its ingest)"
+            )
     changed = [f for f in found if f.name in done and changed_since(done[f.name], f)]
     if changed and not reingest_changed:
         first = changed[0]
@@ -222,6 +233,7 @@ def ingest(
     max_records: int | None = None,
     reset_offsets: str | None = None,
     until: Mapping[int, int] | None = None,
+    names: Collection[str] | None = None,
 ) -> IngestResult:
     """Ingest the stream's pending landing files (or, for a Kafka source, the records from its recorded offsets
     to the topic's end now, or `until`, at most `max_records`) as one deltacommit. `txn` is a claim taken by the
@@ -241,7 +253,7 @@ def ingest(
         )
     refuse_other_source_options(table, stream, kafka_options=max_records is not None or reset_offsets is not None)
     own_claim = txn is None
-    pending = functools.partial(pending_files, table, stream, paths, max_files, reingest_changed)
+    pending = functools.partial(pending_files, table, stream, paths, max_files, reingest_changed, names)
     if txn is None:
         if not preflight(table, stream, pending)[0]:
             return nothing_to_do(stream, engine.name)
