@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stitchlake.api import Table
-from tests.support.reference import Erase, Event, StreamModel, expected_rows
+from tests.support.histories import apply
+from tests.support.reference import Event, StreamModel, expected_rows
 from tests.support.tables import MODELS, as_rows, batch, new_table, partition_of
 
 KEYS = st.integers(min_value=0, max_value=7)
@@ -58,44 +59,16 @@ def steps(draw: Any) -> list[tuple[str, Any]]:
 def run_steps(root: Path, plan: list[tuple[str, Any]], log_format: str) -> Table:
     """Runs the steps, checking every read against the reference model; the table, for more reads."""
     table = new_table(root, log_format=log_format)
-    models = {m.name: m for m in MODELS}
-    events: list[Event] = []
-    erases: list[Erase] = []
-    times: list[tuple[int, str]] = []  # (commit number, completion time) after each data-changing step
-    commit = 0
-    for kind, arg in plan:
-        if kind == "write":
-            stream, rows = arg
-            commit += 1
-            result = table.write(stream, batch(models[stream], rows))
-            for pos, row in enumerate(rows):
-                values = {c: row.get(c) for c in models[stream].columns}
-                events.append(Event(stream, (row["k"], partition_of(row["k"])), values, row["deleted"], commit, pos))
-            assert result.completed is not None
-            times.append((commit, result.completed))
-        elif kind == "compact":
-            before = as_rows(table.read())
-            table.compact()
-            assert as_rows(table.read()) == before, "compaction changed what a read returns"
-        elif kind == "rescale":  # reads as of earlier times keep the bucket count then in force
-            before = as_rows(table.read())
-            table.rescale(arg)
-            assert as_rows(table.read()) == before, "rescaling changed what a read returns"
-        else:
-            commit += 1
-            keys = pa.table({"k": pa.array(arg, pa.int64())})
-            erased = table.erase(keys).result
-            erases.append(Erase(frozenset((k, partition_of(k)) for k in arg), commit))
-            assert erased.completed is not None
-            times.append((commit, erased.completed))
+    history = apply(table, plan, rewrites_checked=True)
 
-    key_names = ("k", "p")
-    expected = expected_rows(MODELS, events, erases, key_names)
+    def expected(until: int | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+        return expected_rows(MODELS, history.events, history.erases, ("k", "p"), until)
+
     first = table.read()
-    assert as_rows(first) == expected
+    assert as_rows(first) == expected()
     assert table.read().equals(first), "two reads of the same snapshot differ"
-    for number, completed in times:
-        assert as_rows(table.read(as_of=completed)) == expected_rows(MODELS, events, erases, key_names, number)
+    for number, completed in history.times:
+        assert as_rows(table.read(as_of=completed)) == expected(number)
     return table
 
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from stitchlake.api import Table
 from stitchlake.timeline.clock import from_millis, to_millis
 from tests.support.reference import Erase, Event, expected_rows
-from tests.support.tables import MODELS, THREE_STREAMS, batch, created_in_format, new_table_file, partition_of
+from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, created_in_format, new_table_file, partition_of
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
@@ -35,9 +35,12 @@ class History:
         return expected_rows(MODELS, self.events, self.erases, KEY, upto)
 
 
-def apply(table: Table, steps: list[tuple[str, Any]], history: History | None = None) -> History:
-    """Do `steps` ("write" (stream, rows), "compact", "erase" keys) to `table`, recording them in `history` (a new
-    one by default; commit numbers go on from its last)."""
+def apply(
+    table: Table, steps: list[tuple[str, Any]], history: History | None = None, rewrites_checked: bool = False
+) -> History:
+    """Do `steps` ("write" (stream, rows), "compact", "rescale" buckets, "erase" keys) to `table`, recording them in
+    `history` (a new one by default; commit numbers go on from its last). `rewrites_checked`: a compaction or rescale
+    must leave what a read returns as it was."""
     history = history if history is not None else History()
     commit = history.times[-1][0] if history.times else 0
     for kind, arg in steps:
@@ -54,8 +57,10 @@ def apply(table: Table, steps: list[tuple[str, Any]], history: History | None = 
                 history.events.append(Event(stream, key, values, row["deleted"], commit, pos))
             assert result.completed is not None
             history.times.append((commit, result.completed))
-        elif kind == "compact":
-            table.compact()
+        elif kind in ("compact", "rescale"):
+            before = as_rows(table.read()) if rewrites_checked else None
+            table.compact() if kind == "compact" else table.rescale(arg)
+            assert before is None or as_rows(table.read()) == before, f"{kind} changed what a read returns"
         else:
             commit += 1
             erased = table.erase(pa.table({"k": pa.array(arg, pa.int64())})).result
