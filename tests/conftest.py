@@ -5,8 +5,8 @@ Trino server, each started once per session (tests/support).
 Markers come from the fixtures a test takes (FIXTURE_MARKERS), so none can be forgotten, and tests/unit may take none
 of them: collection fails if one does, and a unit test that starts a JVM, spark-submit or the `stitch` CLI in a
 subprocess fails where it starts it. `make test-fast` (tests/unit) therefore never waits on a JVM or a server. An
-integration test that starts Spark itself (spark-submit, or `stitch ... --engine spark`) without a spark marker is
-named in the run's warnings summary: `-m "not spark"` would still run it.
+integration test that starts Spark itself (spark-submit, or `stitch ... --engine spark`) without a spark marker
+fails where it starts it too: `-m "not spark"` would still run it.
 """
 
 from __future__ import annotations
@@ -116,10 +116,8 @@ class UnitGuard:
 
     def __init__(self) -> None:
         self.current: pytest.Item | None = None
-        #: The integration test running, whose Spark must be marked (`-m "not spark"` must leave it out), and
-        #: those that started Spark without the marker (each warned about once).
+        #: The integration test running, whose Spark must be marked (`-m "not spark"` must leave it out).
         self.integration: pytest.Item | None = None
-        self.unmarked: set[str] = set()
         self.ran = 0
         self.started: list[str] = []
 
@@ -129,9 +127,11 @@ class UnitGuard:
         argv = args[1]  # (executable, args, ...) for Popen, (path, argv, ...) for posix_spawn and exec
         words = [str(word) for word in argv] if isinstance(argv, list | tuple) else str(argv).split()
         item = self.integration
-        if item is not None and item.nodeid not in self.unmarked and starts_spark(words) and unmarked(item):
-            self.unmarked.add(item.nodeid)  # in the run's warnings summary, from every xdist worker
-            item.warn(pytest.PytestWarning(f"starts Spark ({' '.join(words)[:100]}) but carries no spark marker"))
+        if item is not None and starts_spark(words) and unmarked(item):
+            raise RuntimeError(
+                f"{item.nodeid} starts Spark ({' '.join(words)[:100]}) but carries no spark marker, so `-m 'not "
+                "spark'` would run it: take a Spark fixture, or mark it (pytest.mark.spark, or a pytest.param's marks)"
+            )
         if self.current is None:
             return
         self.started.append(" ".join(words))

@@ -75,7 +75,7 @@ def live_files(table: Table) -> set[str]:
     return {f.path for f in table.view().live_files()}
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
 def test_sigterm_aborts_the_ingest_and_the_next_run_proceeds_at_once(bigger: Path, tmp_path: Path, engine: str) -> None:
     # The job may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
     lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
