@@ -22,6 +22,7 @@ from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_marked, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
 from stitchlake.errors import COMPLETED_BEFORE_STOP, BusyError, ConflictError, PlanUndone, StitchError, Terminated
+from stitchlake.paths import quarantine_folder
 from stitchlake.table.guards import (
     refuse_if_rescaled,
     refuse_if_stream_busy,
@@ -285,10 +286,24 @@ class Transaction:
                 self._stop_beating(delete=self.sent is None and self._still_ours())
                 raise
         try:
+            self._drop_unnamed_quarantine(metadata)
             self._finish()
         except Exception:  # published: leftover markers or a heartbeat are tidied by `stitch clean`
             log.warning("instant %s was published; tidying its markers failed", self.time, exc_info=True)
         return self.instant
+
+    def _drop_unnamed_quarantine(self, metadata: Commit) -> None:
+        """Quarantine files marked under this instant that its commit does not name: an earlier run's of the same
+        instant (a micro-batch replayed after a crash) or a task attempt Spark did not take. Left, they sat in the
+        commit's quarantine folder, where an operator reading its files saw those bad rows twice; the orphan sweep
+        never looks under `.stitch`."""
+        if not isinstance(metadata, DeltaCommit):
+            return
+        named = set(metadata.quarantine_files) | {q.copy for q in metadata.quarantined_files if q.copy}
+        folder = f"{quarantine_folder(self.time)}/"
+        for path in marked_files(self.table.storage, self.time):
+            if path.startswith(folder) and path not in named:
+                self.table.storage.delete(path)
 
     def _publish(self, metadata: Commit, conflict_check: ConflictCheck | None) -> None:
         storage = self.table.storage

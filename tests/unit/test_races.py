@@ -1180,3 +1180,22 @@ def test_a_landing_micro_batch_reads_its_files_by_their_listed_names(tmp_path: P
     done = ingest_landing_batch(table, LocalEngine(), "orders", names, lambda: StreamBatch("q", 0))
     assert done is not None and done.source_files == 2
     assert sorted(table.read().column("k").to_pylist()) == [0, 1, 2, 3, 100, 101, 102, 103]
+
+
+def test_a_commit_keeps_only_its_own_quarantine_files(tmp_path: Path) -> None:
+    """A micro-batch replayed after a crash writes into the instant the crashed run began, whose bad rows were set
+    aside already: the commit named only the replay's quarantine file, the crashed run's stayed beside it (the orphan
+    sweep never looks under `.stitch`), and an operator reading the folder saw those bad rows twice."""
+    from stitchlake.paths import quarantine_folder
+    from stitchlake.writing.badrows import quarantine_rows
+
+    table = new_table(tmp_path, {**FAST, "bad_rows": "quarantine"})
+    txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
+    with_bad = batch(ORDERS, [{"k": 1, "amount": 1, "status": "a", "ots": 1}, {"k": 2, "amount": 2, "ots": None}])
+    crashed = quarantine_rows(table.storage, txn.time, with_bad.slice(1), "crashed-run", txn.mark)
+    done = write(table, "orders", with_bad, txn=txn)
+    commit = table.timeline().commit(table.timeline().get(done.instant))  # type: ignore[arg-type]
+    assert isinstance(commit, DeltaCommit) and commit.bad_rows == 1 and len(commit.quarantine_files) == 1
+    assert crashed not in commit.quarantine_files and not table.storage.exists(crashed)
+    left = [f.path for f in table.storage.list_files(quarantine_folder(done.instant))]
+    assert left == list(commit.quarantine_files)
