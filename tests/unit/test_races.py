@@ -1199,3 +1199,36 @@ def test_a_commit_keeps_only_its_own_quarantine_files(tmp_path: Path) -> None:
     assert crashed not in commit.quarantine_files and not table.storage.exists(crashed)
     left = [f.path for f in table.storage.list_files(quarantine_folder(done.instant))]
     assert left == list(commit.quarantine_files)
+
+
+def test_a_purge_whose_erase_a_restore_took_back_meanwhile_does_not_say_it_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore that planned before the purge began (no restore plans while one runs) takes the erase back while
+    the purge deletes older copies: the purge must not write its marker, which tells reads of older states the
+    keys are gone, and says the erase was undone."""
+    import pyarrow as pa
+
+    from stitchlake.paths import purged_marker
+    from stitchlake.services.rewrites import purge as purge_module
+    from stitchlake.services.undo.rollback import target_of
+    from stitchlake.timeline.metadata import RestorePlan
+
+    table = new_table(tmp_path, FAST)
+    write(table, "orders", _rows(1, range(1, 5)))
+    original = purge_module._purge_job_logs
+    erased: list[str] = []
+
+    def restore_planned_meanwhile(*args: Any) -> Any:
+        timeline = table.timeline()
+        (erase,) = timeline.completed([Action.ERASE])
+        erased.append(erase.requested)
+        plan = RestorePlan(targets=(target_of(table, timeline, erase),), savepoint="before", savepoint_of="0")
+        Transaction.begin(table, Action.RESTORE, plan)
+        return original(*args)
+
+    monkeypatch.setattr(purge_module, "_purge_job_logs", restore_planned_meanwhile)
+    with pytest.raises(StitchError, match=r"was undone by restore .* while its purge ran") as caught:
+        table.erase(pa.table({"k": pa.array([1], pa.int64())}), purge=True)
+    assert isinstance(caught.value.__cause__, ConflictError)
+    assert not table.storage.exists(purged_marker(erased[0]))
