@@ -1,8 +1,9 @@
 """The public table handle: everything a Python user does to a table, as methods (`stitchlake.open(...)`).
 
 It adds the services to the core `stitchlake.table.handle.TableHandle`. Each job method (ingest, compact, rescale,
-clean, erase) runs as `stitch ... --engine E` does (`stitchlake.jobs.launch`) and returns one shape whatever the
-engine: the run (`JobRun`: result, where it ran, how long) or, for the jobs that plan, the runs (`PlannedRuns`).
+clean, erase, and the metadata-only savepoint, restore, rollback, archive) runs as `stitch ... --engine E` does
+(`stitchlake.jobs.launch`) and returns one shape whatever the engine: the run (`JobRun`: result, where it ran, how
+long) or, for the jobs that plan, the runs (`PlannedRuns`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from stitchlake.errors import UsageError
 from stitchlake.table.handle import TableHandle, open_table
-from stitchlake.vocabulary import CompactionStrategy, EngineChoice, PublishFormat, ReadMode
+from stitchlake.vocabulary import CompactionStrategy, EngineChoice, PublishFormat, ReadMode, SavepointAction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -254,33 +255,48 @@ class Table(TableHandle):
         up to `retries` times."""
         return _retried(retries, lambda: _launch_erase(self, keys, purge, engine))
 
-    def savepoint(self, name: str | None = None, instant: str | None = None) -> Savepoint:
-        """Pin the state as of a completed instant (default: the latest)."""
-        from stitchlake.services.upkeep.savepoint import create
+    def savepoint(
+        self, name: str | None = None, instant: str | None = None, engine: EngineChoice | str = EngineChoice.local
+    ) -> JobRun[Savepoint]:
+        """Pin the state as of a completed instant (default: the latest), as `stitch savepoint create` does. Like
+        every metadata-only job it runs in this process (`spark` is refused, exit 2)."""
+        from stitchlake.jobs.requests import SavepointRequest
 
-        return create(self, instant, name)
+        return _launched(self, SavepointRequest(SavepointAction.CREATE, name=name, instant=instant), engine, 0)
 
-    def restore(self, savepoint: str, force: bool = False) -> RestoreResult:
-        """Bring the table back to a savepoint's state."""
-        from stitchlake.services.undo.restore import restore
+    def delete_savepoint(self, savepoint: str, engine: EngineChoice | str = EngineChoice.local) -> JobRun[Savepoint]:
+        """Let a pinned state go (by name or instant), as `stitch savepoint delete` does."""
+        from stitchlake.jobs.requests import SavepointRequest
 
-        return restore(self, savepoint, force)
+        return _launched(self, SavepointRequest(SavepointAction.DELETE, savepoint=savepoint), engine, 0)
 
-    def rollback(self, instant: str | None = None, stream: str | None = None) -> RollbackResult:
-        """Roll back one instant, or one stream's latest deltacommit, or (neither) every failed write."""
-        from stitchlake.services.undo.recovery import rollback_failed
-        from stitchlake.services.undo.rollback import rollback, rollback_stream
+    def restore(
+        self, savepoint: str, force: bool = False, engine: EngineChoice | str = EngineChoice.local
+    ) -> JobRun[RestoreResult]:
+        """Bring the table back to a savepoint's state, as `stitch savepoint restore` does."""
+        from stitchlake.jobs.requests import RestoreRequest
+
+        return _launched(self, RestoreRequest(savepoint, force), engine, 0)
+
+    def rollback(
+        self, instant: str | None = None, stream: str | None = None, engine: EngineChoice | str = EngineChoice.local
+    ) -> JobRun[RollbackResult]:
+        """Roll back one instant, or one stream's latest deltacommit, or (neither) every failed write, as `stitch
+        rollback --instant/--stream/--failed` does."""
+        from stitchlake.jobs.requests import RollbackRequest
 
         if instant and stream:
             raise UsageError("give an instant or a stream to roll back, not both")
-        if stream:
-            return rollback_stream(self, stream)
-        return rollback(self, instant) if instant else rollback_failed(self)
+        request = RollbackRequest(instant, failed=not instant and not stream, stream=stream)
+        return _launched(self, request, engine, 0)
 
-    def archive(self, keep: int | None = None) -> ArchiveResult:
-        from stitchlake.services.upkeep.archive import archive
+    def archive(
+        self, keep: int | None = None, engine: EngineChoice | str = EngineChoice.local
+    ) -> JobRun[ArchiveResult]:
+        """Move completed instants past the newest `keep` into the archive, as `stitch archive` does."""
+        from stitchlake.jobs.requests import ArchiveRequest
 
-        return archive(self, keep)
+        return _launched(self, ArchiveRequest(keep), engine, 0)
 
     def status(self) -> StatusReport:
         """The health report of `stitch status` (`to_json()` is its `--json`)."""

@@ -204,7 +204,7 @@ def test_rescale_keeps_every_read_fences_old_writers_and_survives_restore_clean_
     again = table.rescale(3).done
     assert again is not None and again.previous == {"2": 2}
     more = apply(table, plan_steps(4, 12), History(restored.events, restored.erases, [(10_000, fresh.completed or "")]))
-    archived = table.archive()
+    archived = table.archive().result
     assert archived.archived and table.timeline().get(again.instant) is None
     checkpoint = load_checkpoint(table.storage)
     assert checkpoint is not None and [r.requested for r in checkpoint.rescales][-1] == again.instant

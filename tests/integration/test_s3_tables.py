@@ -124,7 +124,7 @@ def test_archive_keeps_every_answer_and_refuses_reads_before_its_horizon(place: 
         table.write("orders", batch(ORDERS, orders_rows([step % 7, 10 + step], ots=step)))
     before = as_rows(table.read())
     early = table.timeline().completed()[3].completed
-    result = table.archive()
+    result = table.archive().result
     assert result.archived == 14 and len(table.timeline()) == 10
     assert as_rows(table.read()) == before
     with pytest.raises(UsageError, match="older than the archived timeline"):

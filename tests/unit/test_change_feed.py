@@ -196,7 +196,7 @@ def test_a_change_feed_reaching_into_the_archived_timeline_is_refused_not_empty(
     table.write("orders", batch(orders, [{"k": 4, "amount": 4, "ots": 1}]))
     assert sorted(table.read(since=first).column("k").to_pylist()) == [2, 3, 4]
     table.compact()
-    horizon = table.archive(keep=1).horizon
+    horizon = table.archive(keep=1).result.horizon
     latest = table.timeline().latest_completed()
     assert latest is not None
     for since, until in ((first, None), (None, latest.completed)):

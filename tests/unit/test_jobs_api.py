@@ -13,6 +13,8 @@ from typing import Any, get_args
 import pyarrow as pa
 import pytest
 
+import stitchlake
+
 from stitchlake.config.choices import CleanPolicy
 from stitchlake.engine import LocalEngine
 from stitchlake.errors import UsageError
@@ -108,6 +110,30 @@ def test_the_table_methods_return_one_shape_whatever_the_engine(tmp_path: Path) 
     assert sorted(table.read(columns=["k"]).column("k").to_pylist()) == [0, 3, 4, 5, 6, 7]
     with pytest.raises(UsageError, match="the stream job runs only as a spark-submit job"):
         launch(table, StreamRequest(ORDERS.name), Counted())
+
+
+def test_the_metadata_only_methods_launch_as_the_cli_does_and_return_their_run(tmp_path: Path) -> None:
+    """savepoint, restore, rollback and archive went straight to their services and returned bare results, and a
+    table opened from its folder alone (no lock settings) was let change: now they launch like every job."""
+    table = new_table(tmp_path)
+    rows = [{"k": k, "amount": k, "status": "new", "ots": 1} for k in range(4)]
+    first = table.write(ORDERS.name, batch(ORDERS, rows))
+    pinned = table.savepoint("before")
+    assert isinstance(pinned, JobRun) and pinned.engine == "local" and isinstance(pinned.result, Savepoint)
+    assert pinned.result.name == "before" and pinned.result.of_instant == first.instant
+    second = table.write(ORDERS.name, batch(ORDERS, [{**row, "amount": 100} for row in rows]))
+    restored = table.restore("before")
+    assert isinstance(restored.result, RestoreResult) and restored.result.undone == [second.instant]
+    assert sorted(table.read(columns=["amount"]).column("amount").to_pylist()) == [0, 1, 2, 3]
+    assert table.delete_savepoint("before").result.name == "before"
+    third = table.write(ORDERS.name, batch(ORDERS, rows[:1]))
+    assert table.rollback(stream=ORDERS.name).result.rolled_back == [third.instant]
+    assert table.rollback().result.rolled_back == [], "neither an instant nor a stream: the failed writes"
+    assert isinstance(table.archive(keep=1), JobRun)
+    with pytest.raises(UsageError, match="savepoint is metadata only"):
+        table.savepoint("again", engine="spark")
+    with pytest.raises(UsageError, match="opened from its folder"):
+        stitchlake.open(table.path).archive()
 
 
 @pytest.mark.parametrize(

@@ -186,7 +186,7 @@ def test_an_erase_finds_a_published_format_whose_publishes_were_archived(tmp_pat
     for k in (10, 12, 14, 16):
         more = batch(MODEL["orders"], [{"k": k, "amount": k, "status": "x", "ots": 1}])
         table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
-    assert table.archive(keep=2).archived
+    assert table.archive(keep=2).result.archived
     assert not table.timeline().completed([Action.PUBLISH]), "the publish is archived"
     erased = table.erase(erase_keys(2)).result
     assert [r.format for r in erased.published] == ["delta"]
@@ -201,7 +201,7 @@ def test_a_restore_republishes_the_restored_state(tmp_path: Path) -> None:
     table.write("orders", more.append_column("coupon", pa.array(["LATER"])))
     compacted = table.compact().done
     assert compacted is not None and delta_rows(plain(compacted.published[0])) != before
-    restored = table.restore("before")
+    restored = table.restore("before").result
     (published,) = restored.published
     assert current_rows(table) == before == delta_rows(plain(published))
 

@@ -172,12 +172,12 @@ def test_a_purge_that_failed_after_its_erase_committed_is_finished_before_any_re
         with pytest.raises(NotFoundError, match="no savepoint 'before'"):  # the purge went first: it pinned the key
             table.restore("before")
     else:
-        assert any("purge of erase" in item for item in table.rollback().finished)
+        assert any("purge of erase" in item for item in table.rollback().result.finished)
     assert [s.name for s in list_savepoints(table)] == ["after"]
     assert 50 in [row["k"] for row in rows_of(table.read(as_of="after"))]
     assert _data_files_holding(tmp_path / "t", 1) == [], "an older copy of the erased key survived the purge"
     assert 1 not in [row["k"] for row in rows_of(table.read())]
-    assert table.rollback().finished == []  # finished once: nothing left to finish
+    assert table.rollback().result.finished == []  # finished once: nothing left to finish
 
 
 def test_an_erase_whose_purge_did_not_finish_is_not_archived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,7 +196,7 @@ def test_an_erase_whose_purge_did_not_finish_is_not_archived(tmp_path: Path, mon
     assert erase is not None
     for k in range(60, 64):
         table.write("orders", batch(MODEL["orders"], [{"k": k, "amount": 5, "status": "new", "ots": 1}]))
-    assert table.archive(keep=1).archived > 0
+    assert table.archive(keep=1).result.archived > 0
     assert table.timeline().get(erase.requested) is not None
     table.rollback()
     table.archive(keep=1)
@@ -221,7 +221,7 @@ def test_a_purge_that_is_still_running_is_left_to_its_erase_and_an_erase_from_be
     finished_meanwhile: list[list[str]] = []
 
     def rollback_meanwhile(*_args: Any) -> list[str]:
-        finished_meanwhile.append(table.rollback().finished)
+        finished_meanwhile.append(table.rollback().result.finished)
         return []
 
     monkeypatch.setattr(purge_module, "_purge_quarantine", rollback_meanwhile)
@@ -237,7 +237,7 @@ def test_a_purge_that_is_still_running_is_left_to_its_erase_and_an_erase_from_be
     with pytest.raises(Exception, match="its purge failed"):
         table.erase(pa.table({"k": pa.array([2], pa.int64())}), purge=True)
     monkeypatch.undo()
-    assert table.rollback().finished == []
+    assert table.rollback().result.finished == []
     purged = table.timeline().completed([Action.ERASE])[-2]  # the first of the two erases above
     table.read(as_of=purged.completed)  # before the second erase: no refusal for one that predates the marker
 

@@ -1038,7 +1038,7 @@ def test_an_archive_stopped_part_way_leaves_nothing_a_rollback_may_take(
     with pytest.raises(UsageError, match="is archived"):
         table.rollback(instant=left[0].requested)
     assert table.read().to_pylist() == before
-    tidied = table.archive(keep=100)  # nothing new to archive: it still removes them
+    tidied = table.archive(keep=100).result  # nothing new to archive: it still removes them
     assert f"removed {len(left)} archived instant(s) left on the active timeline" in tidied.message
     assert not [i for i in table.timeline().completed() if (i.completed or "") <= horizon]
     assert table.read().to_pylist() == before

@@ -781,7 +781,7 @@ def test_the_id_of_an_archived_commit_reads_as_of_its_completion(tmp_path: Path)
     written = [
         table.write("orders", batch(MODELS[0], [{"k": k, "amount": k, "status": "a", "ots": 1}])) for k in range(4)
     ]
-    assert table.archive(keep=1).archived >= 1
+    assert table.archive(keep=1).result.archived >= 1
     newest_archived = next(w for w in reversed(written) if table.timeline().get(w.instant) is None)
     by_id = table.read(as_of=newest_archived.instant)
     assert by_id.num_rows == table.read(as_of=newest_archived.completed).num_rows > 0
