@@ -80,7 +80,7 @@ class PublishResult:
 
     instant: str
     completed: str | None
-    format: str
+    format: PublishFormat
     location: str
     source: str
     version: int
@@ -99,7 +99,7 @@ class PublishDeferred:
     """A format left to the publish of it that another live process was running (it publishes again if the table
     moved on meanwhile)."""
 
-    format: str
+    format: PublishFormat
     deferred: str
 
     def to_json(self) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         if source is None and last is None and not has_base_files(table, timeline):
             raise UsageError("nothing is compacted yet: run `stitch compact` first (a publish shows base files)")
         fresh = _purged_since(table, timeline, chosen)
-        return PublishPlan(format=chosen.value, location=location, source=(source.completed or "") if source else "")
+        return PublishPlan(format=chosen, location=location, source=(source.completed or "") if source else "")
 
     txn = Transaction.begin_planned(table, Action.PUBLISH, plan=plan)
     assert txn is not None and isinstance(txn.plan, PublishPlan)
@@ -176,7 +176,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         with commit_conflicts(f"another writer committed to the published {chosen.value} table meanwhile"):
             made = publisher.write(publication, target, spec.iceberg_catalog, spec.iceberg_namespace)
         commit = PublishCommit(
-            format=chosen.value,
+            format=chosen,
             location=location,
             source=source,
             version=made.version,
@@ -208,7 +208,7 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
     return PublishResult(
         done.requested,
         done.completed,
-        chosen.value,
+        chosen,
         location,
         source,
         made.version,
@@ -275,11 +275,11 @@ def _refuse_if_overtaken(txn: Transaction, fmt: PublishFormat) -> None:
             )
 
 
-def _format_of_any(timeline: Timeline, instant: Instant) -> str:
+def _format_of_any(timeline: Timeline, instant: Instant) -> PublishFormat | None:
     """A publish's format, completed (its commit) or not (its plan)."""
     if instant.is_completed:
         commit = timeline.commit(instant)
-        return commit.format if isinstance(commit, PublishCommit) else ""
+        return commit.format if isinstance(commit, PublishCommit) else None
     return running_format(timeline, instant)
 
 
@@ -303,7 +303,7 @@ def publish_each(
             if not defer_busy or wait_busy:  # waited for what it could: busy for another reason
                 failed[fmt.value] = exc
                 continue
-            done.append(PublishDeferred(fmt.value, str(exc)))
+            done.append(PublishDeferred(fmt, str(exc)))
         except StitchError as exc:
             failed[fmt.value] = exc
     if failed:
@@ -331,7 +331,7 @@ def _publish_waiting(table: TableHandle, fmt: PublishFormat) -> Published:
             time.sleep(WAIT_POLL_S)
             continue
         if waited and fmt not in stale_formats(table, [fmt]):
-            return PublishDeferred(fmt.value, f"publish {', '.join(waited)} of {fmt.value} published the change")
+            return PublishDeferred(fmt, f"publish {', '.join(waited)} of {fmt.value} published the change")
         try:
             return publish(table, fmt)
         except BusyError:

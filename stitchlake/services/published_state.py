@@ -78,9 +78,9 @@ def left_behind(table: TableHandle, timeline: Timeline | None = None) -> list[st
     commits += [entry.commit for entry in archived_instants(table.storage)]
     found: dict[tuple[str, str, str], str] = {}
     for commit in commits:
-        if not isinstance(commit, PublishCommit) or commit.format not in set(PublishFormat):
+        if not isinstance(commit, PublishCommit):
             continue
-        fmt = PublishFormat(commit.format)
+        fmt = commit.format
         target = Target(commit.location, table.config.storage.options)
         # A catalog given in the config is where its table is, whatever location the publish had.
         given = bool(commit.catalog) and commit.catalog != PUBLISHERS[fmt].catalog(target, {})
@@ -108,7 +108,7 @@ def _catalog_of(table: TableHandle, target: Target, commit: PublishCommit) -> di
     the default one's when it was the default at its location; None for a catalog the config no longer names (its
     credentials are not known here: the table is named, not looked for)."""
     configured = table.config.publish.iceberg_catalog
-    fmt = PublishFormat(commit.format)
+    fmt = commit.format
     if not commit.catalog or same_catalog(commit.catalog, current_catalog(table, fmt)):
         return configured
     if commit.catalog == PUBLISHERS[fmt].catalog(target, {}):  # the default catalog at its location
@@ -126,9 +126,9 @@ def last_publish(timeline: Timeline, fmt: PublishFormat) -> Instant | None:
     return None
 
 
-def running_format(timeline: Timeline, instant: Instant) -> str:
+def running_format(timeline: Timeline, instant: Instant) -> PublishFormat | None:
     plan = timeline.plan(instant)
-    return plan.format if isinstance(plan, PublishPlan) else ""
+    return plan.format if isinstance(plan, PublishPlan) else None
 
 
 def has_base_files(table: TableHandle, timeline: Timeline) -> bool:
@@ -228,7 +228,7 @@ class PublishedFormat:
     none), and whether it is behind the table (a compaction, erase, alter or restore since that publish read it, or
     the config moved it)."""
 
-    format: str
+    format: PublishFormat
     configured: bool
     location: str
     last_publish: str | None
@@ -248,7 +248,7 @@ def published_status(table: TableHandle, timeline: Timeline) -> list[PublishedFo
         found = newest_publish(table, timeline, fmt)
         out.append(
             PublishedFormat(
-                format=fmt.value,
+                format=fmt,
                 configured=fmt in configured,
                 location=published_location(table, fmt),
                 last_publish=found[0].requested if found is not None else None,

@@ -3,6 +3,8 @@
 The timeline hands these out instead of dicts, so the shape of a commit is written down once, here, and every
 module reads it the same way. JSON stays the on-disk form (`format_version` 1, the shape tables already hold);
 unknown keys are ignored so a newer writer's additions never break an older reader's view of what it knows.
+Names are typed by the vocabulary (actions, states, formats): a word outside it is damage, named, as any field of
+the wrong type is. A new word can come only with a new `format_version`, which an older reader refuses first.
 Each action also says which files it owns (`owned_files`), so rollback and clean ask the record instead of
 knowing other actions' private files.
 """
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stitchlake.config.stored import SchemaRecord
-from stitchlake.vocabulary import CompactionStrategy
+from stitchlake.vocabulary import Action, CompactionStrategy, PublishFormat, State
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -187,8 +189,8 @@ class UndoTarget:
     """An instant a rollback or restore takes back, with every file it wrote (recorded before anything goes)."""
 
     requested: str
-    action: str
-    state: str
+    action: Action
+    state: State
     completed: str | None = None
     files: tuple[str, ...] = ()
 
@@ -331,7 +333,8 @@ class AlterPlan(Plan):
 class PublishPlan(Plan):
     """Publish the table as of `source` (read-optimized) as a new version of a Delta or Iceberg table."""
 
-    format: str = ""
+    #: None only in the placeholder a transaction holds until the plan is made under the lock.
+    format: PublishFormat | None = None
     location: str = ""
     source: str = ""
 
@@ -351,7 +354,8 @@ class SavepointPlan(Plan):
 class Commit:
     """What a completed instant's file holds. Subclasses add each action's record."""
 
-    action: str = ""
+    #: Stamped from the instant when the timeline completes it (`Timeline.complete`); None only before that.
+    action: Action | None = None
     requested: str = ""
     completed: str = ""
     timings: dict[str, float] = field(default_factory=dict)
@@ -502,11 +506,11 @@ class AlterCommit(Commit):
     changes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PublishCommit(Commit):
     """What a publish made: the published table's new version (Delta) or snapshot (Iceberg) and its size."""
 
-    format: str = ""
+    format: PublishFormat
     location: str = ""
     source: str = ""
     version: int = 0

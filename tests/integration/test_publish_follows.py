@@ -52,13 +52,13 @@ def test_an_erase_republishes_every_published_format_and_purge_leaves_no_trace_o
 
     erased = table.erase(erase_keys(1)).result
     assert {r.format for r in erased.published} == {"delta", "iceberg"}
-    again = {r.format: plain(r) for r in erased.published}
+    again = {str(r.format): plain(r) for r in erased.published}
     assert delta_rows(again["delta"]) == current_rows(table) == rows_of(iceberg_table(again["iceberg"]).scan())
     assert 1 not in {row["k"] for row in current_rows(table)}
     assert 1 in {row["k"] for row in delta_rows(first["delta"], first["delta"]["version"])}, "time travel, no purge"
 
     purged = table.erase(erase_keys(3), purge=True).result
-    last = {r.format: plain(r) for r in purged.published}
+    last = {str(r.format): plain(r) for r in purged.published}
     assert delta_rows(last["delta"]) == current_rows(table) == rows_of(iceberg_table(last["iceberg"]).scan())
     # The Delta table's history was cut at the purge's version (the numbers go on, see the zombie test below):
     # no older version is readable, and no older log entry is left.

@@ -28,7 +28,7 @@ from stitchlake.errors import BusyError, ConfigError, ConflictError, InputReject
 from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
-from stitchlake.vocabulary import Recovery
+from stitchlake.vocabulary import PublishFormat, Recovery
 from tests.support.cli import python
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table_file, write_table_yaml
 
@@ -853,8 +853,8 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
         writers=[
             PendingInstant(
                 instant="20261122221609807",
-                action="deltacommit",
-                state="inflight",
+                action=Action.DELTACOMMIT,
+                state=State.INFLIGHT,
                 stream="orders",
                 alive=False,
                 recovery=Recovery.ROLL_BACK,
@@ -866,8 +866,8 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
             # A rescale planned and never run is waiting for `--resume`, not a failed write.
             PendingInstant(
                 instant="20261122221700000",
-                action="rescale",
-                state="requested",
+                action=Action.RESCALE,
+                state=State.REQUESTED,
                 stream=None,
                 alive=False,
                 recovery=Recovery.RERUN,
@@ -879,8 +879,12 @@ def test_print_status_renders_every_section(capsys: pytest.CaptureFixture[str]) 
         ],
         streams={"orders": LastCommit("20261122221609807", "20261122221610000", 7, 2), "payments": None},
         published=[
-            PublishedFormat("delta", True, "/data/wide/.stitch/published/delta", "20261122221500000", 7, True),
-            PublishedFormat("iceberg", False, "/data/wide/.stitch/published/iceberg", "20261122221400000", 9, False),
+            PublishedFormat(
+                PublishFormat.DELTA, True, "/data/wide/.stitch/published/delta", "20261122221500000", 7, True
+            ),
+            PublishedFormat(
+                PublishFormat.ICEBERG, False, "/data/wide/.stitch/published/iceberg", "20261122221400000", 9, False
+            ),
         ],
         warnings=[],
         timeline=TimelineHealth(

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 
 import stitchlake
-
 from stitchlake.config.choices import CleanPolicy
 from stitchlake.engine import LocalEngine
 from stitchlake.errors import UsageError
@@ -36,7 +35,7 @@ from stitchlake.services.undo.restore import RestoreResult
 from stitchlake.services.upkeep.clean import CleanResult
 from stitchlake.services.writes.ingest import IngestResult
 from stitchlake.timeline.savepoints import Savepoint
-from stitchlake.vocabulary import SavepointAction
+from stitchlake.vocabulary import PublishFormat, SavepointAction
 from tests.support.tables import MODELS, batch, new_table
 
 ORDERS = MODELS[0]
@@ -44,8 +43,10 @@ ORDERS = MODELS[0]
 
 def test_job_results_survive_the_trip_through_the_result_file() -> None:
     """What a spark-submit job writes (`plain`) reads back (`decode`) as the very object, nested results too."""
-    published = PublishResult("1", "2", "delta", "/p", "1", 3, "", 10, 0, "/p", "")
-    inner = CompactionResult("1", "2", 1, 10, 100, published=[published, PublishDeferred("iceberg", "publish 5 runs")])
+    published = PublishResult("1", "2", PublishFormat.DELTA, "/p", "1", 3, "", 10, 0, "/p", "")
+    inner = CompactionResult(
+        "1", "2", 1, 10, 100, published=[published, PublishDeferred(PublishFormat.ICEBERG, "publish 5 runs")]
+    )
     cases = [
         (CompactRequest(), CompactionResult("3", "4", 2, 20, 200, merged_files=5, resumed=[inner])),
         (CompactRequest(), None),

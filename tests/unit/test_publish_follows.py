@@ -218,7 +218,7 @@ def test_an_alter_republishes_its_schema_and_defaults_without_waiting_for_a_comp
     del streams["payments"]["columns"]["note"]
     altered = Table(config(root, document))
     result = alter(altered)
-    published = {r.format: plain(r) for r in result.published}
+    published = {str(r.format): plain(r) for r in result.published}
     assert set(published) == {"delta", "iceberg"}
     expected = current_rows(altered)
     assert expected and all(row["tip"] == 0 and "note" not in row for row in expected)
@@ -239,7 +239,9 @@ def test_a_second_publish_of_a_format_waits_and_an_overtaken_one_publishes_nothi
     import stitchlake.services.publish as publish_module
 
     table = history(tmp_path / "t", FAST)
-    running = Transaction.begin_planned(table, Action.PUBLISH, PublishPlan(format="delta", location="x", source=""))
+    running = Transaction.begin_planned(
+        table, Action.PUBLISH, PublishPlan(format=PublishFormat.DELTA, location="x", source="")
+    )
     assert running is not None
     with pytest.raises(BusyError, match=r"publish \d+ of delta is running"):
         table.publish("delta")
@@ -280,7 +282,7 @@ def test_a_second_publish_of_a_format_waits_and_an_overtaken_one_publishes_nothi
     # A newer publish still running (begun while this one was presumed dead) overtakes it just the same.
     def newer_still_running(*args: Any, **kwargs: Any) -> Any:
         rows = original_read(*args, **kwargs)
-        plan = PublishPlan(format="delta", location="x", source="")
+        plan = PublishPlan(format=PublishFormat.DELTA, location="x", source="")
         still_running.append(Transaction.begin_planned(table, Action.PUBLISH, plan, heartbeat=False))
         return rows
 
@@ -398,7 +400,7 @@ def test_an_erase_whose_republish_a_pending_restore_refuses_fails_instead_of_ask
     table.write("orders", more.append_column("coupon", pa.array([None], pa.string())))
     table.compact()
     done = table.timeline().completed()[-1]
-    target = UndoTarget(done.requested, str(done.action), "completed", done.completed)
+    target = UndoTarget(done.requested, done.action, done.state, done.completed)
     Transaction.begin(table, Action.RESTORE, RestorePlan(targets=(target,), savepoint="x"), heartbeat=False)
     original = publish_module.publish
     attempts: list[str] = []
@@ -586,7 +588,7 @@ def test_a_change_archived_while_its_publish_stays_on_the_timeline_still_makes_t
     table = history(root)
     from stitchlake.services.published_state import published_location
 
-    plan = PublishPlan(format="delta", location=published_location(table, PublishFormat.DELTA), source="")
+    plan = PublishPlan(format=PublishFormat.DELTA, location=published_location(table, PublishFormat.DELTA), source="")
     running = Transaction.begin_planned(table, Action.PUBLISH, plan)
     assert running is not None
     table.write("shipments", batch(MODEL["shipments"], [{"k": 2, "carrier": "ups", "ship_no": 22}]))
@@ -594,7 +596,7 @@ def test_a_change_archived_while_its_publish_stays_on_the_timeline_still_makes_t
     assert done is not None and (done.completed or "") > running.time
     from stitchlake.timeline.metadata import PublishCommit
 
-    running.complete(PublishCommit(format="delta", location=plan.location, source=""))
+    running.complete(PublishCommit(format=PublishFormat.DELTA, location=plan.location, source=""))
     assert stale_formats(table, [PublishFormat.DELTA]) == ["delta"]
     table.write("shipments", batch(MODEL["shipments"], [{"k": 3, "carrier": "dpd", "ship_no": 33}]))  # logs only
     table.archive(keep=2)

@@ -15,7 +15,7 @@ from stitchlake.timeline.actions import kind_of
 from stitchlake.timeline.archive import Checkpoint, archived_batches_newest_first, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import DeltaCommit
-from stitchlake.vocabulary import Recovery
+from stitchlake.vocabulary import Recovery, State
 
 if TYPE_CHECKING:
     from stitchlake.layout.fsview import FileSystemView
@@ -51,8 +51,8 @@ class PendingInstant:
     """A pending instant and whether a live process still runs it (its heartbeat)."""
 
     instant: str
-    action: str
-    state: str
+    action: Action
+    state: State
     stream: str | None
     alive: bool
     #: What recovery does with it once its process is gone: roll it back (a write), rerun it (a compaction or
@@ -173,7 +173,7 @@ def status(table: TableHandle, now: float | None = None) -> StatusReport:
             PendingInstant(
                 instant=instant.requested,
                 action=instant.action,
-                state=instant.state.label,
+                state=instant.state,
                 stream=timeline.stream_of(instant),
                 alive=alive,
                 recovery=kind_of(instant.action).recovery,

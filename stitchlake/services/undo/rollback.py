@@ -59,7 +59,7 @@ def target_of(table: TableHandle, timeline: Timeline, instant: Instant) -> UndoT
     return UndoTarget(
         instant.requested,
         instant.action,
-        instant.state.label,
+        instant.state,
         instant.completed,
         tuple(files_of(table, timeline, instant)),
     )
@@ -68,7 +68,7 @@ def target_of(table: TableHandle, timeline: Timeline, instant: Instant) -> UndoT
 def undo(table: TableHandle, target: UndoTarget) -> int:
     """Remove one instant and its files (idempotent: a re-run after a crash finishes the job)."""
     storage = table.storage
-    instant = Instant(target.requested, Action(target.action), State(target.state), target.completed)
+    instant = Instant(target.requested, target.action, target.state, target.completed)
     if instant.completed:
         storage.delete(timeline_path(instant.file_name))
     deleted = sum(1 for path in target.files if storage.delete(path))
