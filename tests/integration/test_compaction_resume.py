@@ -20,13 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from stitchlake.api import Table
-from stitchlake.api import open as open_table
 from stitchlake.concurrency import heartbeat
 from stitchlake.services.inspect.status import status
 from stitchlake.services.rewrites import compaction
 from stitchlake.timeline.instant import Action
 from tests.support.processes import ROOT, alive, descendants, ended, hold_back, run_stitch, stitch, wait_until
-from tests.support.spark_fixtures import generated_data, write_config
+from tests.support.spark_fixtures import demo_table, generated_data
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +34,12 @@ def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generated_data(tmp_path_factory, "resume-data", orders=60_000, seed=7, files_per_stream=4) / "landing"
 
 
-def ingested_table(folder: Path, landing: Path, max_files: int | None = None, **changes: Any) -> tuple[Path, Table]:
-    config = write_config(folder, landing, **changes)
-    assert run_stitch("init", "-c", str(config)).returncode == 0
+def ingest_each_stream(config: Path, max_files: int | None = None) -> None:
+    """`stitch ingest` of each stream once, `max_files` files of it if given: what the compactions here compact."""
     for stream in ("orders", "payments", "shipments"):
         more = ["--max-files", str(max_files)] if max_files else []
         done = run_stitch("ingest", "-c", str(config), "--stream", stream, "--engine", "local", *more)
         assert done.returncode == 0, done.stderr
-    return config, open_table(str(config))
 
 
 def compact_json(config: Path, *args: str) -> dict[str, Any]:
@@ -68,7 +65,8 @@ def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compa
 ) -> None:
     # The driver may wait for the lock the test holds (below) as long as the test needs: its wait is not the point.
     lock = {"provider": "filesystem", "wait_s": 3600, "expire_s": 30}
-    config, table = ingested_table(tmp_path, landing, concurrency={"lock": lock})
+    config, table = demo_table(tmp_path, landing, through_cli=True, concurrency={"lock": lock})
+    ingest_each_stream(config)
     before = table.read().sort_by("order_id")
     job = subprocess.Popen(
         stitch("compact", "-c", str(config), "--engine", "spark", "--json"),
@@ -114,7 +112,8 @@ def test_a_compaction_stopped_by_sigterm_on_spark_is_run_by_the_next_plain_compa
 
 
 def test_plain_compact_runs_a_scheduled_plan_first_then_plans_anew(landing: Path, tmp_path: Path) -> None:
-    config, table = ingested_table(tmp_path, landing, max_files=2)
+    config, table = demo_table(tmp_path, landing, through_cli=True)
+    ingest_each_stream(config, 2)
     scheduled = compact_json(config, "--schedule")["scheduled"]
     assert scheduled is not None
     for stream in ("orders", "payments", "shipments"):  # logs the scheduled plan does not cover
@@ -135,7 +134,8 @@ def test_plain_compact_runs_a_scheduled_plan_first_then_plans_anew(landing: Path
 
 
 def test_plain_compact_leaves_a_plan_a_live_process_runs_alone(landing: Path, tmp_path: Path) -> None:
-    config, table = ingested_table(tmp_path, landing, max_files=1)
+    config, table = demo_table(tmp_path, landing, through_cli=True)
+    ingest_each_stream(config, 1)
     scheduled = compact_json(config, "--schedule")["scheduled"]
     # Another process has taken the plan over and is running it: its heartbeat is fresh.
     beat = heartbeat.Heartbeat(table.storage, scheduled, interval_s=1, expire_s=60)
@@ -151,9 +151,10 @@ def test_plain_compact_leaves_a_plan_a_live_process_runs_alone(landing: Path, tm
 
 
 def test_table_compact_and_inline_compaction_resume_pending_plans(landing: Path, tmp_path: Path) -> None:
-    config, table = ingested_table(
-        tmp_path, landing, max_files=1, compaction={"inline": True, "after_delta_commits": 1000}
+    config, table = demo_table(
+        tmp_path, landing, through_cli=True, compaction={"inline": True, "after_delta_commits": 1000}
     )
+    ingest_each_stream(config, 1)
     first = compaction.schedule(table)
     assert first is not None
     # An ingest with compaction.inline runs the plan nobody runs, although too few deltacommits piled up for a
@@ -175,7 +176,8 @@ def test_table_compact_and_inline_compaction_resume_pending_plans(landing: Path,
 
 
 def test_status_warns_about_a_plan_that_waited_too_long(landing: Path, tmp_path: Path) -> None:
-    config, table = ingested_table(tmp_path, landing, max_files=1)
+    config, table = demo_table(tmp_path, landing, through_cli=True)
+    ingest_each_stream(config, 1)
     planned = compaction.schedule(table)
     assert planned is not None
     now = time.time()
@@ -196,7 +198,8 @@ def test_status_warns_about_a_plan_a_live_process_has_run_too_long(landing: Path
     """A run that still beats but has held its plan past `stale_plan_minutes` may be hung: named, with its process,
     since nothing else would ever flag it (plain `stitch compact` leaves a live run's plan alone)."""
     beats = {"interval_s": 1, "expire_s": 3 * 3600}  # a beat written now is still fresh an hour later
-    _config, table = ingested_table(tmp_path, landing, max_files=1, concurrency={"heartbeat": beats})
+    config, table = demo_table(tmp_path, landing, through_cli=True, concurrency={"heartbeat": beats})
+    ingest_each_stream(config, 1)
     planned = compaction.schedule(table)
     assert planned is not None
     now = time.time()

@@ -33,7 +33,7 @@ from tests.support.tables import pause_when_inflight
 
 OPTIMISTIC = {"mode": "optimistic", "heartbeat": {"interval_s": 1, "expire_s": 8}}
 #: For a writer the test holds stopped while another runs (`overlapping`): it must not be presumed dead meanwhile.
-PAUSED_HEARTBEAT = {"interval_s": 1, "expire_s": 3600}
+OPTIMISTIC_PAUSED = {**OPTIMISTIC, "heartbeat": {"interval_s": 1, "expire_s": 3600}}
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +49,6 @@ def by_day(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
             folder.mkdir(exist_ok=True)
             pq.write_table(rows.filter(pc.equal(rows.column("order_date"), day)), folder / source.name)
     return folders
-
-
-def optimistic_table(folder: Path, demo_data: Path, **concurrency: Any) -> tuple[Path, Table]:
-    return demo_table(folder, demo_data / "landing", concurrency={**OPTIMISTIC, **concurrency})
 
 
 def ingest(config: Path, source: Path) -> subprocess.Popen[str]:
@@ -104,7 +100,7 @@ def test_writers_of_one_stream_into_disjoint_partitions_both_commit(
     from scripts.demo_data import compare
 
     first_day, second_day = sorted(by_day)
-    config, table = optimistic_table(tmp_path, demo_data, heartbeat=PAUSED_HEARTBEAT)
+    config, table = demo_table(tmp_path, demo_data / "landing", concurrency=OPTIMISTIC_PAUSED)
     for code, _out, err in overlapping(config, table, by_day[first_day], by_day[second_day]):
         assert code == 0, err
     (a_req, a_done), (b_req, b_done) = orders_commits(table)
@@ -130,7 +126,7 @@ def test_overlapping_writers_one_commits_the_other_exits_3_leaving_nothing(
     twin.mkdir()
     for source in sorted(by_day[day].iterdir()):
         (twin / f"again-{source.name}").write_bytes(source.read_bytes())
-    config, table = optimistic_table(tmp_path, demo_data, heartbeat=PAUSED_HEARTBEAT)
+    config, table = demo_table(tmp_path, demo_data / "landing", concurrency=OPTIMISTIC_PAUSED)
     (first, out, err), (second, _out2, err2) = overlapping(config, table, by_day[day], twin)
     assert (first, second) == (3, 0), f"{err}\n{err2}"  # the one that published first wins
     loser = json.loads(out)
@@ -187,7 +183,9 @@ def test_early_conflict_detection_stops_a_doomed_write_before_it_writes_data(
     stopped before it writes any data file when early detection is on: the recording storage shows every path it
     wrote, and none is outside `.stitch/`. With it off, the second writes its files and the first loses at
     publish instead."""
-    config, _ = optimistic_table(tmp_path, demo_data, early_conflict_detection=early)
+    config, _ = demo_table(
+        tmp_path, demo_data / "landing", concurrency={**OPTIMISTIC, "early_conflict_detection": early}
+    )
     first = open_table(str(config))
     txn = Transaction.begin(first, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     from stitchlake.writing.batch import prepare
@@ -227,7 +225,7 @@ def test_spark_ingest_tasks_detect_an_early_conflict_before_writing(
     from stitchlake.writing.batch import prepare
     from stitchlake.writing.writer import write_file_groups
 
-    config, table = optimistic_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", concurrency=OPTIMISTIC)
     txn = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
     stream = table.config.stream("orders")
     files = write_file_groups(table, stream, prepare(table.config, stream, rows([1, 2, 3])), txn.time, txn.mark)
@@ -243,7 +241,7 @@ def test_spark_ingest_tasks_detect_an_early_conflict_before_writing(
 
 
 def test_a_pending_compaction_plan_makes_an_overlapping_write_abort(demo_data: Path, tmp_path: Path) -> None:
-    _config, table = optimistic_table(tmp_path, demo_data)
+    _config, table = demo_table(tmp_path, demo_data / "landing", concurrency=OPTIMISTIC)
     table.write("orders", rows([1, 2, 3]))
     table.write("orders", rows([4], day="2026-11-21"))
     from stitchlake.services.rewrites.compaction import run, schedule

@@ -24,36 +24,29 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import stitchlake
-from stitchlake.api import Table
 from stitchlake.cli.app import app
 from stitchlake.jobs.specs import REQUESTS
 from stitchlake.timeline.instant import Action
 from tests.support.cli import stitch_json
 from tests.support.processes import ROOT, run_stitch, stitch
-from tests.support.spark_fixtures import write_config
+from tests.support.spark_fixtures import demo_table
 
 CHANGE_COLUMNS = ["_op", "_commit_time", "_streams"]
 
 
-def new_table(folder: Path, demo_data: Path, **changes: Any) -> tuple[str, Table]:
-    config = write_config(folder, demo_data / "landing", **changes)
-    done = run_stitch("init", "-c", str(config))
-    assert done.returncode == 0, done.stderr
-    return str(config), stitchlake.open(str(config))
-
-
-def refused(code: int, *args: str) -> str:
+def refused(code: int, *args: str | Path) -> str:
     """Run `stitch ARGS`, which must exit `code`; its stderr."""
     done = run_stitch(*args)
-    assert done.returncode == code, f"stitch {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == code, (
+        f"stitch {' '.join(map(str, args))}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
     return done.stderr
 
 
 # ------------------------------------------------------------------------------------------- 1. broken pipe
 
 
-def with_closed_stdout(*args: str, close_stderr: bool = False) -> subprocess.CompletedProcess[str]:
+def with_closed_stdout(*args: str | Path, close_stderr: bool = False) -> subprocess.CompletedProcess[str]:
     """`stitch ARGS` writing into a pipe whose reader has gone before it writes a byte (what `| head -1` does
     to the rest of the output, deterministically)."""
     read_end, write_end = os.pipe()
@@ -78,7 +71,7 @@ def with_closed_stdout(*args: str, close_stderr: bool = False) -> subprocess.Com
 
 
 def test_a_closed_stdout_after_the_work_keeps_the_commands_own_exit_code(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     ingest = with_closed_stdout("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     assert (ingest.returncode, ingest.stderr) == (0, "")  # no traceback, no "error:", nothing more printed
     committed = table.timeline().completed([Action.DELTACOMMIT])
@@ -146,7 +139,7 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
         expected = ["auto", "local", "spark"] if job in spark_capable else ["auto", "local"]
         assert offered == expected, command
     # What is offered is accepted, and what is not offered is a usage error naming the choices.
-    config, _table = new_table(tmp_path, demo_data)
+    config, _table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     for engine in ("auto", "local"):
         stitch_json("archive", "-c", config, "--engine", engine)
@@ -166,7 +159,7 @@ def test_commands_offer_only_the_engines_they_accept(demo_data: Path, tmp_path: 
 
 
 def test_status_shows_the_last_compaction_and_clean_once_they_are_archived(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     compacted = stitch_json("compact", "-c", config, "--engine", "local")["result"]
     stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
@@ -194,7 +187,7 @@ def test_status_shows_the_last_compaction_and_clean_once_they_are_archived(demo_
 
 
 def test_an_incremental_read_selects_and_filters_op(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     first = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     since = first["completed"]
@@ -225,7 +218,7 @@ def test_a_read_before_a_purge_names_the_erase_that_purged_its_files(demo_data: 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     stitch_json("compact", "-c", config, "--engine", "local")
     before = stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")["completed"]
@@ -244,7 +237,7 @@ def test_a_read_before_a_purge_names_the_erase_that_purged_its_files(demo_data: 
 
 
 def test_bad_row_counts_and_values_cannot_be_mistaken_for_each_other(demo_data: Path, tmp_path: Path) -> None:
-    config, _table = new_table(tmp_path, demo_data, bad_rows="fail")
+    config, _table = demo_table(tmp_path, demo_data / "landing", through_cli=True, bad_rows="fail")
     landing = tmp_path / "bad.json"
     row = {"order_id": 7, "order_date": "2026-11-20", "pay_status": "paid", "pay_ts": "2026-11-20T00:00:00Z"}
     landing.write_text(json.dumps({**row, "paid_amount": "1,5"}) + "\n", encoding="utf-8")
@@ -271,7 +264,7 @@ main()
 
 
 def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     stitch_json("savepoint", "create", "-c", config, "--name", "before")
     pinned = stitch_json("read", "-c", config, "--as-of", "before", "--limit", "0")["records"]
@@ -318,10 +311,11 @@ def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, 
 def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(demo_data: Path, tmp_path: Path) -> None:
     from scripts.demo_data import compare
 
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     orders = stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     payments = stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")
-    _alone_config, alone = new_table(tmp_path / "alone", demo_data)  # the same payments, and never any orders
+    # the same payments, and never any orders
+    _alone_config, alone = demo_table(tmp_path / "alone", demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", _alone_config, "--stream", "payments", "--engine", "local")
 
     help_text = run_stitch("rollback", "--help").stdout
@@ -358,7 +352,7 @@ def test_rollback_stream_undoes_one_streams_latest_commit_and_keeps_the_others(d
 
 
 def test_rollback_stream_is_refused_while_a_savepoint_pins_the_commit(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stream = "payments"
     stitch_json("ingest", "-c", config, "--stream", stream, "--engine", "local")
     stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")

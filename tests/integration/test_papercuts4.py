@@ -29,21 +29,21 @@ from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.writing.writer import write
-from tests.integration.test_papercuts import new_table
 from tests.support.cli import stitch_json
 from tests.support.processes import ROOT, run_stitch
+from tests.support.spark_fixtures import demo_table
 
 
-def keys_as_of(config: str, at: str) -> set[int]:
+def keys_as_of(config: Path, at: str) -> set[int]:
     """The order ids `stitch read --as-of AT` returns."""
     done = stitch_json("read", "-c", config, "--as-of", at, "--columns", "order_id", "--limit", "0")
     return {record["order_id"] for record in done["records"]}
 
 
-def set_buckets(config: str, buckets: int) -> None:
-    document = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
+def set_buckets(config: Path, buckets: int) -> None:
+    document = yaml.safe_load(config.read_text(encoding="utf-8"))
     document["table"]["buckets"] = buckets
-    Path(config).write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    config.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------- 1. --as-of an instant
@@ -52,7 +52,7 @@ def set_buckets(config: str, buckets: int) -> None:
 def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_complete_in(
     demo_data: Path, tmp_path: Path
 ) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     first = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     first_keys = keys_as_of(config, first["completed"])
     assert first_keys and keys_as_of(config, first["instant"]) == first_keys  # its own id: its rows are in
@@ -86,7 +86,7 @@ def test_as_of_an_instant_id_includes_that_instant_whatever_order_instants_compl
 
 
 def test_timeline_show_prints_completion_times_with_their_date(demo_data: Path, tmp_path: Path) -> None:
-    config, _table = new_table(tmp_path, demo_data)
+    config, _table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     done = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     shown = run_stitch("timeline", "show", "-c", config).stdout
     completed = to_datetime(done["completed"]).strftime("%Y-%m-%d %H:%M:%S")
@@ -100,7 +100,7 @@ def test_timeline_show_prints_completion_times_with_their_date(demo_data: Path, 
 
 
 def test_rescale_resume_takes_a_config_already_at_the_new_count(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     before = table.read().sort_by("order_id")
     planned = rescaling.schedule(table, 8)  # its process died before running it
@@ -120,7 +120,7 @@ def test_rescale_resume_takes_a_config_already_at_the_new_count(demo_data: Path,
 
 
 def test_savepoint_restore_names_the_savepoints_it_removes_and_why(demo_data: Path, tmp_path: Path) -> None:
-    config, _table = new_table(tmp_path, demo_data)
+    config, _table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     first = stitch_json("ingest", "-c", config, "--stream", "orders", "--max-files", "1", "--engine", "local")
     stitch_json("savepoint", "create", "-c", config, "--name", "first")
     stitch_json("ingest", "-c", config, "--stream", "payments", "--engine", "local")
@@ -156,7 +156,7 @@ def test_savepoint_restore_names_the_savepoints_it_removes_and_why(demo_data: Pa
 
 
 def test_a_restore_that_undid_a_rescale_says_which_buckets_the_config_must_say(demo_data: Path, tmp_path: Path) -> None:
-    config, table = new_table(tmp_path, demo_data)
+    config, table = demo_table(tmp_path, demo_data / "landing", through_cli=True)
     stitch_json("ingest", "-c", config, "--stream", "orders", "--engine", "local")
     stitch_json("savepoint", "create", "-c", config, "--name", "four")
     rescaled = stitch_json("rescale", "-c", config, "--buckets", "8", "--engine", "local")

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stitchlake.api import Table
 from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import UsageError
@@ -63,10 +62,6 @@ def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     return Place("s3", tmp_path, f"{bucket.url}/warehouse/wide", f"{bucket.url}/landing")
 
 
-def table_at(place: Place, **changes: Any) -> Table:
-    return new_table(place.root, path=place.table, **changes)
-
-
 def put_parquet(storage: Storage, path: str, rows: pa.Table) -> None:
     sink = io.BytesIO()
     pq.write_table(rows, sink)
@@ -77,7 +72,7 @@ def put_parquet(storage: Storage, path: str, rows: pa.Table) -> None:
 
 
 def test_writes_compactions_and_an_erase_read_like_the_reference(place: Place) -> None:
-    table = table_at(place)
+    table = new_table(place.root, path=place.table)
     assert table.storage.remote == (place.backend == "s3")
     history = apply(table, random_plan(7))  # writes of all streams, two compactions, an erase
     expected = history.expected()
@@ -94,7 +89,7 @@ def test_writes_compactions_and_an_erase_read_like_the_reference(place: Place) -
 
 
 def test_clean_savepoint_and_restore(place: Place) -> None:
-    table = table_at(place)
+    table = new_table(place.root, path=place.table)
     table.write("orders", batch(ORDERS, orders_rows(range(10))))
     table.write("payments", batch(PAYMENTS, [{"k": k, "paid": k, "note": "n", "pts": 1} for k in range(5)]))
     pinned = as_rows(table.read())
@@ -173,7 +168,7 @@ def test_ingest_from_landing_folders_is_exactly_once(place: Place) -> None:
 
 
 def test_a_crashed_writer_expires_and_clean_rolls_its_files_back(place: Place) -> None:
-    table = table_at(place, buckets=4)
+    table = new_table(place.root, path=place.table, buckets=4)
     table.write("orders", batch(ORDERS, orders_rows(range(0, 20, 3))))
     before = as_rows(table.read())
     script = place.root / "crash.py"
@@ -239,7 +234,7 @@ def test_the_storage_lock_is_exclusive_across_processes(place: Place) -> None:
 
 
 def test_only_local_tables_use_the_local_disk(place: Place) -> None:
-    table = table_at(place)
+    table = new_table(place.root, path=place.table)
     table.write("orders", batch(ORDERS, orders_rows(range(3))))
     table.write("payments", batch(PAYMENTS, [{"k": 1, "paid": 1, "note": "x", "pts": 1}]))
     table.compact()
@@ -262,7 +257,7 @@ def test_two_tables_of_one_name_never_share_a_stream_checkpoint(
     from stitchlake.spark.streaming import checkpoint_folder
 
     monkeypatch.setenv("STITCH_STATE_DIR", str(tmp_path / "state"))
-    first = table_at(place)
+    first = new_table(place.root, path=place.table)
     other_root = tmp_path / "other"
     other_root.mkdir()
     second = new_table(other_root, path=f"{place.table}-again")

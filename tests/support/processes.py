@@ -25,12 +25,12 @@ SESSION_MARK = "STITCHLAKE_TEST_SESSION"
 os.environ[SESSION_MARK] = uuid.uuid4().hex  # never inherited: a nested session must not take the outer's for its own
 
 
-def stitch(*args: str) -> list[str]:
+def stitch(*args: str | Path) -> list[str]:
     """argv of the `stitch` CLI in this environment."""
-    return [sys.executable, "-m", "stitchlake", *args]
+    return [sys.executable, "-m", "stitchlake", *map(str, args)]
 
 
-def run_stitch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+def run_stitch(*args: str | Path, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run(stitch(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 

@@ -99,8 +99,14 @@ def write_config(
 
 
 def demo_table(
-    folder: Path, landing: Path, sources: dict[str, tuple[str, Path]] | None = None, **changes: Any
+    folder: Path,
+    landing: Path,
+    sources: dict[str, tuple[str, Path]] | None = None,
+    *,
+    through_cli: bool = False,
+    **changes: Any,
 ) -> tuple[Path, Table]:
-    """`write_config`'s table, created (`new_table_file`): its config path and the opened `stitchlake.api.Table`."""
-    table, config = new_table_file(folder, demo_config(folder, landing, sources, **changes))
+    """`write_config`'s table, created (`new_table_file`, with `stitch init` if `through_cli`): its config path and
+    the opened `stitchlake.api.Table`."""
+    table, config = new_table_file(folder, demo_config(folder, landing, sources, **changes), through_cli=through_cli)
     return config, table

@@ -21,6 +21,7 @@ from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.config import TableConfig, parse_config
 from stitchlake.timeline.instant import Instant
+from tests.support.processes import run_stitch
 from tests.support.reference import StreamModel
 
 
@@ -109,12 +110,17 @@ def created_in_format(version: int) -> Iterator[None]:
 
 
 def new_table_file(
-    folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml"
+    folder: Path, document: dict[str, Any] | None = None, name: str = "table.yaml", *, through_cli: bool = False
 ) -> tuple[Table, Path]:
     """`new_table` made from a config file, as the CLI makes it: `document` written as `folder/name`
     (`write_table_yaml`), the table opened from it and created. For the tests in which a command, a job or another
-    process opens the same config, which comes back with the table."""
+    process opens the same config, which comes back with the table. `through_cli` creates it with `stitch init` in
+    a process, as an operator does, for the tests of the CLI whose table must be the one its own init made."""
     path = write_table_yaml(folder, document, name)
+    if through_cli:
+        done = run_stitch("init", "-c", str(path))
+        assert done.returncode == 0, done.stderr
+        return open_table(path), path
     created = open_table(path)
     created.init()
     return created, path
