@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.support.trino_server",
     "tests.support.kafka_server",
     "tests.support.demo_landing",
+    "tests.support.cli_tables",
 ]
 
 UNIT = Path(__file__).resolve().parent / "unit"

@@ -13,8 +13,7 @@ from typing import Any
 
 import stitchlake
 from stitchlake.api import Table
-from tests.support.cli import console, python
-from tests.unit.test_cli import ORDERS, PAYMENTS, SHIPMENTS, config_file, run, table, written  # noqa: F401 fixtures
+from tests.support.cli import console, invoke, python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +79,7 @@ def test_data_commands_run_without_importing_pandas(written: tuple[Table, list[A
 
 
 def test_missing_table_exits_2_without_traceback(tmp_path: Path) -> None:
-    result = run("read", "--table", str(tmp_path / "missing"))
+    result = invoke("read", "--table", str(tmp_path / "missing"))
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("error: ") and "missing" in result.stderr

@@ -13,20 +13,15 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
 
-from stitchlake.cli.app import app
 from stitchlake.storage import storage_for
+from tests.support.cli import invoke
 from tests.support.tables import MODELS, THREE_STREAMS, batch, write_table_yaml
 from tests.unit.test_write import orders_rows
 
 pytestmark = pytest.mark.s3
 ORDERS = MODELS[0]
 SECRET_VARS = ("STITCH_TEST_S3_KEY", "STITCH_TEST_S3_SECRET")
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture
@@ -71,7 +66,7 @@ def test_cli_on_s3_with_a_storage_block_keeps_its_secret(s3_config: tuple[Path, 
         ("timeline", "show", "-c", str(config), "--json"),
         ("read", "-c", str(config), "--json", "--limit", "0"),
     ):
-        done = run(*args)
+        done = invoke(*args)
         assert done.exit_code == 0, f"{args}: {done.output}"
         outputs.append(done.output)
     assert json.loads(outputs[1])["rows"] == 12 and json.loads(outputs[2])["rows"] == 0
@@ -92,19 +87,19 @@ def test_cli_on_s3_with_a_storage_block_keeps_its_secret(s3_config: tuple[Path, 
 
 def test_table_uri_and_refusals(s3_config: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     config, location, secret = s3_config
-    assert run("init", "-c", str(config)).exit_code == 0
+    assert invoke("init", "-c", str(config)).exit_code == 0
     # --table has no config: the client takes the standard AWS variables.
-    assert run("timeline", "show", "--table", location).exit_code != 0  # no credentials at all
+    assert invoke("timeline", "show", "--table", location).exit_code != 0  # no credentials at all
     monkeypatch.setenv("AWS_ENDPOINT_URL", __import__("os").environ["STITCH_TEST_S3_ENDPOINT"])
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", __import__("os").environ["STITCH_TEST_S3_KEY"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    done = run("read", "--table", location, "--json")
+    done = invoke("read", "--table", location, "--json")
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["rows"] == 0
 
     # Wrong credentials: a failure that names the object and not the secret.
     monkeypatch.setenv("STITCH_TEST_S3_SECRET", "not-the-secret-0123456789")
-    refused = run("read", "-c", str(config))
+    refused = invoke("read", "-c", str(config))
     assert refused.exit_code == 1 and f"{location}/.stitch/" in refused.output
     assert "not-the-secret-0123456789" not in refused.output and secret not in refused.output
 
@@ -112,11 +107,11 @@ def test_table_uri_and_refusals(s3_config: tuple[Path, str, str], monkeypatch: p
     document = yaml.safe_load(config.read_text())
     document["storage"]["secret_access_key"] = "written-in-the-file"
     config.write_text(yaml.safe_dump(document))
-    written = run("validate", "-c", str(config))
+    written = invoke("validate", "-c", str(config))
     assert written.exit_code == 2 and "storage.secret_access_key" in written.output
     assert "written-in-the-file" not in written.output
     document["storage"]["secret_access_key"] = "${STITCH_TEST_S3_SECRET}"
     document["table"]["path"] = "hdfs://namenode/warehouse/wide"
     config.write_text(yaml.safe_dump(document))
-    hdfs = run("init", "-c", str(config))
+    hdfs = invoke("init", "-c", str(config))
     assert hdfs.exit_code == 2 and "hdfs:// is not a supported storage" in hdfs.output

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner, Result
+
 from scripts import run_captured
+from stitchlake.cli.app import app
 
 #: The console script of this environment (what `pip install` put on PATH).
 STITCH = Path(sys.executable).parent / "stitch"
@@ -58,3 +61,8 @@ def stitch_json(*args: str | Path, cwd: Path | None = None) -> dict[str, Any]:
     shown = " ".join(map(str, args))
     assert done.returncode == 0, f"stitch {shown}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return dict(json.loads(done.stdout))
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    """`stitch ARGS` in this process, through typer's CliRunner: no process to start, so the unit tier may run it."""
+    return CliRunner().invoke(app, list(args), env=env)

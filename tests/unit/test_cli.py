@@ -29,46 +29,11 @@ from stitchlake.timeline.instant import Action, State
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
 from stitchlake.vocabulary import PublishFormat, Recovery
-from tests.support.cli import python
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table_file, write_table_yaml
+from tests.support.cli import invoke, python
+from tests.support.cli_tables import ORDERS
+from tests.support.tables import THREE_STREAMS, batch, new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-
-ORDERS, PAYMENTS, SHIPMENTS = MODELS
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(app, list(args), env=env)
-
-
-@pytest.fixture
-def config_file(tmp_path: Path) -> Path:
-    """THREE_STREAMS (tests/support/tables.py) as a YAML file; the table lives in `tmp_path/table`."""
-    return write_table_yaml(tmp_path)
-
-
-@pytest.fixture
-def table(config_file: Path) -> Table:
-    created = stitchlake.open(config_file)
-    created.init()
-    return created
-
-
-@pytest.fixture
-def written(table: Table) -> tuple[Table, list[Any]]:
-    """Three deltacommits, one per stream, over keys 1..4 (partitions `odd` and `even`)."""
-    results = [
-        table.write(
-            "orders",
-            batch(ORDERS, [{"k": k, "amount": 10 * k, "status": "new", "ots": 1} for k in (1, 2, 3, 4)]),
-        ),
-        table.write(
-            "payments",
-            batch(PAYMENTS, [{"k": 1, "paid": 10, "note": "card", "pts": 1}, {"k": 2, "paid": 20, "pts": 1}]),
-        ),
-        table.write("shipments", batch(SHIPMENTS, [{"k": 3, "carrier": "dhl", "ship_no": 7}])),
-    ]
-    return table, results
 
 
 def stdout_json(result: Result) -> dict[str, Any]:
@@ -95,16 +60,16 @@ def test_job_summaries_show_the_fields_of_typed_results(written: tuple[Table, li
     """The human summaries read each job's typed result by attribute (`result.instant`, `done.rows`, ...): a
     renamed or moved field shows up here as a missing line, not as a silently empty summary."""
     table, _ = written
-    compacted = _summary(run("compact", "-c", str(config_file)))
+    compacted = _summary(invoke("compact", "-c", str(config_file)))
     done = table.timeline().latest_completed([Action.COMPACTION])
     assert done is not None and compacted["instant"] == done.requested, compacted
     assert compacted["rows"] == "4" and int(compacted["file groups"]) >= 2 and compacted["engine"] == "local", compacted
-    pinned = _summary(run("savepoint", "create", "--name", "s1", "-c", str(config_file)))
+    pinned = _summary(invoke("savepoint", "create", "--name", "s1", "-c", str(config_file)))
     assert pinned["files pinned"] == compacted["file groups"], (pinned, compacted)  # one base file per group
     later = table.write("orders", batch(ORDERS, [{"k": 5, "amount": 50, "status": "new", "ots": 1}]))
-    restored = _summary(run("savepoint", "restore", "--name", "s1", "-c", str(config_file)))
+    restored = _summary(invoke("savepoint", "restore", "--name", "s1", "-c", str(config_file)))
     assert restored["instant"] and later.instant in restored["undone"], (restored, later)
-    cleaned = _summary(run("clean", "-c", str(config_file)))
+    cleaned = _summary(invoke("clean", "-c", str(config_file)))
     assert cleaned["policy"] == table.config.clean.policy, cleaned
 
 
@@ -112,18 +77,18 @@ def test_job_summaries_show_the_fields_of_typed_results(written: tuple[Table, li
 
 
 def test_version() -> None:
-    result = run("--version")
+    result = invoke("--version")
     assert result.exit_code == 0
     assert result.stdout.strip() == f"stitch {stitchlake.__version__}"
 
 
 def test_help_lists_commands() -> None:
-    result = run("--help")
+    result = invoke("--help")
     assert result.exit_code == 0
     for command in ("init", "read", "timeline"):
         assert command in result.stdout
-    assert "show" in run("timeline", "--help").stdout
-    assert run().exit_code == 2  # no command: help, and the usage exit code
+    assert "show" in invoke("timeline", "--help").stdout
+    assert invoke().exit_code == 2  # no command: help, and the usage exit code
 
 
 def test_option_choices_are_the_vocabulary() -> None:
@@ -243,9 +208,9 @@ def test_a_process_ends_with_its_mains_code_however_main_ends(body: str, code: i
 
 
 def test_table_must_be_named_exactly_once(config_file: Path, table: Table) -> None:
-    neither = run("read")
-    both = run("read", "-c", str(config_file), "--table", table.path)
-    config_as_table = run("timeline", "show", "--table", str(config_file))
+    neither = invoke("read")
+    both = invoke("read", "-c", str(config_file), "--table", table.path)
+    config_as_table = invoke("timeline", "show", "--table", str(config_file))
     for result in (neither, both, config_as_table):
         assert result.exit_code == 2
         assert result.stderr.startswith("error: ")
@@ -272,7 +237,7 @@ def test_a_table_named_by_its_folder_is_only_read(written: tuple[Table, list[Any
         ["compact", "--run"],  # with nothing pending: refused all the same
         ["rescale", "--resume"],
     ):
-        refused = run(*command, "--table", table.path, "--json")
+        refused = invoke(*command, "--table", table.path, "--json")
         assert refused.exit_code == 2, (command, refused.output)
         assert "opened from its folder" in json.loads(refused.stdout)["error"], command
     folder = stitchlake.open(table.path)
@@ -282,8 +247,8 @@ def test_a_table_named_by_its_folder_is_only_read(written: tuple[Table, list[Any
         with pytest.raises(UsageError, match="opened from its folder"):
             StitchWriter({"path": table.path, "stream": "orders", **options})
     assert table.timeline().instants == instants, "nothing was claimed or written"
-    assert folder.read().num_rows == 4 and run("read", "--table", table.path).exit_code == 0
-    done = run("compact", "-c", str(tmp_path / "table.yaml"), "--json")
+    assert folder.read().num_rows == 4 and invoke("read", "--table", table.path).exit_code == 0
+    done = invoke("compact", "-c", str(tmp_path / "table.yaml"), "--json")
     assert done.exit_code == 0, done.output
 
 
@@ -314,14 +279,14 @@ def test_stream_refuses_the_other_sources_trigger_option_before_any_jvm(tmp_path
     document["streams"]["orders"]["source"] = {"format": "parquet", "path": "landing/orders"}
     config = write_table_yaml(tmp_path, document)
     stitchlake.open(config).init()
-    refused = run("stream", "-c", str(config), "--stream", "orders", "--records-per-trigger", "5", "--json")
+    refused = invoke("stream", "-c", str(config), "--stream", "orders", "--records-per-trigger", "5", "--json")
     assert refused.exit_code == 2, refused.output
     assert "reads landing files: use --files-per-trigger" in json.loads(refused.stdout)["error"]
     assert "spark-submit" not in refused.output and "Spark log" not in refused.output
     # A pace for a query that stops when it has caught up would be ignored: refused, like the option above.
-    paced = run("stream", "-c", str(config), "--stream", "orders", "--available-now", "--trigger-interval", "5")
+    paced = invoke("stream", "-c", str(config), "--stream", "orders", "--available-now", "--trigger-interval", "5")
     assert paced.exit_code == 2 and "give one or the other" in paced.output, paced.output
-    beyond = run("stream", "-c", str(config), "--stream", "orders", "--files-per-trigger", "100001")
+    beyond = invoke("stream", "-c", str(config), "--stream", "orders", "--files-per-trigger", "100001")
     assert beyond.exit_code == 2 and "less than or equal to 100000" in beyond.output, beyond.output
 
 
@@ -336,7 +301,7 @@ def test_an_ingest_says_which_compaction_it_ran_inline(tmp_path: Path) -> None:
     (tmp_path / "landing" / "orders").mkdir(parents=True)
     rows = [{"k": k, "amount": k, "status": "new", "ots": 1} for k in (1, 2, 3)]
     pq.write_table(batch(ORDERS, rows), tmp_path / "landing" / "orders" / "0001.parquet")
-    shown = run("ingest", "-c", str(config), "--stream", "orders", "--engine", "local")
+    shown = invoke("ingest", "-c", str(config), "--stream", "orders", "--engine", "local")
     assert shown.exit_code == 0, shown.output
     compactions = table.timeline().completed([Action.COMPACTION])
     assert len(compactions) == 1
@@ -346,7 +311,7 @@ def test_an_ingest_says_which_compaction_it_ran_inline(tmp_path: Path) -> None:
 
 
 def test_commands_refuse_a_table_that_was_never_created(config_file: Path) -> None:
-    result = run("timeline", "show", "-c", str(config_file))
+    result = invoke("timeline", "show", "-c", str(config_file))
     assert result.exit_code == 2
     assert "stitch init" in result.stderr
 
@@ -355,17 +320,17 @@ def test_commands_refuse_a_table_that_was_never_created(config_file: Path) -> No
 
 
 def test_init_creates_then_is_a_no_op(config_file: Path, tmp_path: Path) -> None:
-    created = run("init", "-c", str(config_file))
+    created = invoke("init", "-c", str(config_file))
     assert created.exit_code == 0, created.output
     assert created.stdout.strip() == f"created table wide at {tmp_path / 'table'}"
     table_json = tmp_path / "table" / ".stitch" / "table.json"
     before = table_json.read_bytes()
 
-    again = run("init", "-c", str(config_file))
+    again = invoke("init", "-c", str(config_file))
     assert again.exit_code == 0
     assert again.stdout.strip() == "table wide already exists and matches the config (nothing to do)"
     assert table_json.read_bytes() == before
-    assert stdout_json(run("init", "-c", str(config_file), "--json")) == {
+    assert stdout_json(invoke("init", "-c", str(config_file), "--json")) == {
         "ok": True,
         "table": "wide",
         "path": str(tmp_path / "table"),
@@ -375,7 +340,7 @@ def test_init_creates_then_is_a_no_op(config_file: Path, tmp_path: Path) -> None
 
 
 def test_init_json_when_creating(config_file: Path, tmp_path: Path) -> None:
-    assert stdout_json(run("init", "--config", str(config_file), "--json"))["created"] is True
+    assert stdout_json(invoke("init", "--config", str(config_file), "--json"))["created"] is True
 
 
 def _contradict(document: dict[str, Any], change: str) -> None:
@@ -405,7 +370,7 @@ def test_init_with_a_contradicting_config_exits_2_listing_the_differences(
     table_json = tmp_path / "table" / ".stitch" / "table.json"
     before = table_json.read_bytes()
 
-    result = run("init", "-c", str(other))
+    result = invoke("init", "-c", str(other))
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("error: ")
@@ -415,7 +380,7 @@ def test_init_with_a_contradicting_config_exits_2_listing_the_differences(
 
 
 def test_init_with_a_missing_config_exits_2(tmp_path: Path) -> None:
-    result = run("init", "-c", str(tmp_path / "nope.yaml"))
+    result = invoke("init", "-c", str(tmp_path / "nope.yaml"))
     assert result.exit_code == 2
     assert "nope.yaml: config file not found" in result.stderr
 
@@ -423,7 +388,7 @@ def test_init_with_a_missing_config_exits_2(tmp_path: Path) -> None:
 def test_init_with_bad_yaml_exits_2_naming_file_and_line(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("table:\n  name: wide\n  key: {k: long\n")
-    result = run("init", "-c", str(broken))
+    result = invoke("init", "-c", str(broken))
     assert result.exit_code == 2
     assert str(broken) in result.stderr and "not valid YAML at line" in result.stderr
     assert not (tmp_path / "table").exists()
@@ -440,7 +405,7 @@ def test_init_with_bad_yaml_exits_2_naming_file_and_line(tmp_path: Path) -> None
 def test_init_with_an_invalid_config_exits_2_naming_the_yaml_path(tmp_path: Path, edit: Any, yaml_path: str) -> None:
     document = copy.deepcopy(THREE_STREAMS)
     edit(document)
-    result = run("init", "-c", str(write_table_yaml(tmp_path, document)))
+    result = invoke("init", "-c", str(write_table_yaml(tmp_path, document)))
     assert result.exit_code == 2
     assert yaml_path in result.stderr
     assert not (tmp_path / "table").exists()
@@ -454,12 +419,12 @@ def test_init_never_prints_a_path_taken_from_a_secret_environment_variable(tmp_p
     config = write_table_yaml(tmp_path, document)
     env = {"STITCH_TEST_TABLE_PATH": str(secret)}
     for args in (["init", "-c", str(config)], ["init", "-c", str(config), "--json"]):
-        result = run(*args, env=env)
+        result = invoke(*args, env=env)
         assert result.exit_code == 0, result.output
         assert "secret-bucket-7f3a" not in result.output
         assert printing.SECRET in result.stdout
     assert (secret / ".stitch" / "table.json").is_file()
-    shown = run("timeline", "show", "-c", str(config), "--json", env=env)
+    shown = invoke("timeline", "show", "-c", str(config), "--json", env=env)
     assert "secret-bucket-7f3a" not in shown.output
 
 
@@ -467,16 +432,16 @@ def test_init_never_prints_a_path_taken_from_a_secret_environment_variable(tmp_p
 
 
 def test_timeline_show_on_an_empty_table(table: Table, config_file: Path) -> None:
-    result = run("timeline", "show", "-c", str(config_file))
+    result = invoke("timeline", "show", "-c", str(config_file))
     assert result.exit_code == 0
     assert result.stdout.strip() == "no instants on the timeline of wide"
-    document = stdout_json(run("timeline", "show", "--table", table.path, "--json"))
+    document = stdout_json(invoke("timeline", "show", "--table", table.path, "--json"))
     assert document["instants"] == [] and document["matched"] == 0
 
 
 def test_timeline_show_after_writes(written: tuple[Table, list[Any]], config_file: Path) -> None:
     _, results = written
-    result = run("timeline", "show", "-c", str(config_file))
+    result = invoke("timeline", "show", "-c", str(config_file))
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     rows = [line for line in lines if line[:17].isdigit()]
@@ -488,7 +453,7 @@ def test_timeline_show_after_writes(written: tuple[Table, list[Any]], config_fil
         assert fields[-2:] == [str(written_result.rows), str(len(written_result.files))]
     assert "3 instants" in result.stdout
 
-    document = stdout_json(run("timeline", "show", "-c", str(config_file), "--json"))
+    document = stdout_json(invoke("timeline", "show", "-c", str(config_file), "--json"))
     assert [i["instant"] for i in document["instants"]] == [r.instant for r in reversed(results)]
     first = document["instants"][-1]
     assert first == {
@@ -520,7 +485,7 @@ def busy_timeline(written: tuple[Table, list[Any]]) -> tuple[Table, list[Any], s
 
 
 def shown_instants(*args: str) -> list[dict[str, Any]]:
-    return stdout_json(run("timeline", "show", *args, "--json"))["instants"]
+    return stdout_json(invoke("timeline", "show", *args, "--json"))["instants"]
 
 
 def test_timeline_show_filters(busy_timeline: tuple[Table, list[Any], str, str], config_file: Path) -> None:
@@ -552,17 +517,17 @@ def test_timeline_show_filters(busy_timeline: tuple[Table, list[Any], str, str],
     assert [i["instant"] for i in shown_instants(*target, "--limit", "2")] == [requested, inflight]
     assert len(shown_instants(*target, "--limit", "0")) == 6
 
-    limited = run("timeline", "show", *target, "--limit", "2")
+    limited = invoke("timeline", "show", *target, "--limit", "2")
     assert "newest 2 of 6 instants" in limited.stdout
-    filtered = run("timeline", "show", *target, "--action", "rollback")
+    filtered = invoke("timeline", "show", *target, "--action", "rollback")
     assert filtered.exit_code == 0 and "no instants match the filters" in filtered.stdout
 
 
 def test_timeline_show_rejects_bad_filters(table: Table, config_file: Path) -> None:
     for args in (["--action", "merge"], ["--state", "done"], ["--limit", "-1"], ["--stream", "refunds"]):
-        result = run("timeline", "show", "-c", str(config_file), *args)
+        result = invoke("timeline", "show", "-c", str(config_file), *args)
         assert result.exit_code == 2, (args, result.output)
-    assert "orders, payments, shipments" in run("timeline", "show", "-c", str(config_file), "--stream", "x").stderr
+    assert "orders, payments, shipments" in invoke("timeline", "show", "-c", str(config_file), "--stream", "x").stderr
 
 
 @pytest.fixture(scope="module")
@@ -598,24 +563,24 @@ def long_timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 def test_timeline_show_reads_metadata_only_of_the_shown_instants(long_timeline: tuple[Path, list[str]]) -> None:
     config, newest = long_timeline
-    document = stdout_json(run("timeline", "show", "-c", str(config), "--json"))
+    document = stdout_json(invoke("timeline", "show", "-c", str(config), "--json"))
     assert [i["instant"] for i in document["instants"]] == newest[:20]
     assert document["matched"] == 10_000 and document["more"] is True
-    assert "newest 20 of 10,000 instants" in run("timeline", "show", "-c", str(config)).stdout
+    assert "newest 20 of 10,000 instants" in invoke("timeline", "show", "-c", str(config)).stdout
     assert len(shown_instants("-c", str(config), "--limit", "39")) == 39
     # The guard is real: one instant further is garbage, and reading it fails loudly.
-    deeper = run("timeline", "show", "-c", str(config), "--limit", "40")
+    deeper = invoke("timeline", "show", "-c", str(config), "--limit", "40")
     assert deeper.exit_code == 1 and "does not start with a checksum header" in deeper.stderr
 
 
 def test_timeline_show_by_stream_reads_only_until_the_limit_is_found(long_timeline: tuple[Path, list[str]]) -> None:
     config, newest = long_timeline
     # The 20th orders instant is the 39th newest; the search must stop there, before the garbage.
-    document = stdout_json(run("timeline", "show", "-c", str(config), "--stream", "orders", "--json"))
+    document = stdout_json(invoke("timeline", "show", "-c", str(config), "--stream", "orders", "--json"))
     assert [i["instant"] for i in document["instants"]] == newest[0:39:2]
     assert document["matched"] is None and document["more"] is True
-    assert "older ones were not searched" in run("timeline", "show", "-c", str(config), "--stream", "orders").stdout
-    deeper = run("timeline", "show", "-c", str(config), "--stream", "orders", "--limit", "21")
+    assert "older ones were not searched" in invoke("timeline", "show", "-c", str(config), "--stream", "orders").stdout
+    deeper = invoke("timeline", "show", "-c", str(config), "--stream", "orders", "--limit", "21")
     assert deeper.exit_code == 1
 
 
@@ -626,25 +591,25 @@ def test_timeline_show_archived(
 
     table, results = written
     target = ["timeline", "show", "-c", str(config_file), "--archived"]
-    nothing = run(*target)
+    nothing = invoke(*target)
     assert nothing.exit_code == 0 and nothing.stdout.strip() == "no archived instants on the timeline of wide"
 
     archive.archive(table, keep=1)
-    listed = stdout_json(run(*target, "--json"))
+    listed = stdout_json(invoke(*target, "--json"))
     assert listed["archived"] is True
     assert [(i["instant"], i["completed"], i["stream"], i["rows"]) for i in listed["instants"]] == [
         (r.instant, r.completed, r.stream, r.rows) for r in reversed(results[:2])
     ]
     assert [i["instant"] for i in shown_instants(*target[2:], "--stream", "orders")] == [results[0].instant]
     assert [i["instant"] for i in shown_instants("-c", str(config_file))] == [results[2].instant]
-    assert "archived timeline of wide" in run(*target).stdout
+    assert "archived timeline of wide" in invoke(*target).stdout
 
 
 # ----------------------------------------------------------------------------------------------- read
 
 
 def records(*args: str) -> list[dict[str, Any]]:
-    return stdout_json(run("read", *args, "--json"))["records"]
+    return stdout_json(invoke("read", *args, "--json"))["records"]
 
 
 def by_key(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -653,26 +618,26 @@ def by_key(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def test_read_prints_a_sample(written: tuple[Table, list[Any]], config_file: Path) -> None:
     table, _ = written
-    result = run("read", "-c", str(config_file))
+    result = invoke("read", "-c", str(config_file))
     assert result.exit_code == 0, result.output
     header = result.stdout.splitlines()[0].split()
     assert header == [c.name for c in table.config.all_columns()]
     assert "4 of 4 rows" in result.stdout
     assert "dhl" in result.stdout and "card" in result.stdout
 
-    limited = run("read", "--table", table.path, "--limit", "1")
+    limited = invoke("read", "--table", table.path, "--limit", "1")
     assert "1 of 4 rows" in limited.stdout
 
-    document = stdout_json(run("read", "-c", str(config_file), "--json", "--limit", "3"))
+    document = stdout_json(invoke("read", "-c", str(config_file), "--json", "--limit", "3"))
     assert (document["rows"], document["shown"], len(document["records"])) == (4, 3, 3)
     assert by_key(records("-c", str(config_file), "--limit", "0")) == by_key(table.read().to_pylist())
 
 
 def test_read_columns(written: tuple[Table, list[Any]], config_file: Path) -> None:
-    document = stdout_json(run("read", "-c", str(config_file), "--columns", "k, paid", "--json"))
+    document = stdout_json(invoke("read", "-c", str(config_file), "--columns", "k, paid", "--json"))
     assert document["columns"] == ["k", "paid"]
     assert sorted(map(tuple, (r.values() for r in document["records"]))) == [(1, 10), (2, 20), (3, None), (4, None)]
-    printed = run("read", "-c", str(config_file), "--columns", "k,paid")
+    printed = invoke("read", "-c", str(config_file), "--columns", "k,paid")
     assert printed.stdout.splitlines()[0].split() == ["k", "paid"]
 
 
@@ -699,9 +664,9 @@ def test_read_as_of_and_since(written: tuple[Table, list[Any]], config_file: Pat
     assert sorted(changes) == [3] and changes[3]["_op"] == "U"
 
     # A range the wrong way round, or a time no calendar has, is refused rather than read as empty or as now.
-    reversed_range = run("read", *target, "--since", results[2].completed, "--until", results[0].completed)
+    reversed_range = invoke("read", *target, "--since", results[2].completed, "--until", results[0].completed)
     assert reversed_range.exit_code == 2 and "is after until" in reversed_range.stderr, reversed_range.output
-    month_13 = run("read", *target, "--as-of", "20261301000000000")
+    month_13 = invoke("read", *target, "--as-of", "20261301000000000")
     assert month_13.exit_code == 2 and "not a real time" in month_13.stderr, month_13.output
     assert by_key(records(*target, "--since", "2099-01-01")) == {}  # a later since alone: nothing new yet
 
@@ -713,7 +678,7 @@ def test_read_out_files_hold_the_whole_result(
     expected = table.read()
     for name in ("out.parquet", "out.csv", "out.json"):
         path = tmp_path / name
-        result = run("read", "-c", str(config_file), "--out", str(path), "--limit", "1")
+        result = invoke("read", "-c", str(config_file), "--out", str(path), "--limit", "1")
         assert result.exit_code == 0, result.output
         assert "rows" in result.stdout and str(path) in result.stdout
         if name.endswith(".parquet"):
@@ -728,7 +693,7 @@ def test_read_out_files_hold_the_whole_result(
         assert back.equals(expected), name
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
-    document = stdout_json(run("read", "-c", str(config_file), "--out", str(tmp_path / "again.json"), "--json"))
+    document = stdout_json(invoke("read", "-c", str(config_file), "--out", str(tmp_path / "again.json"), "--json"))
     assert document["rows"] == 4 and document["format"] == "json" and document["bytes"] > 0
 
 
@@ -755,7 +720,7 @@ def test_read_out_json_writes_typed_values(tmp_path: Path) -> None:
         ),
     )
     out = tmp_path / "typed.json"
-    assert run("read", "--table", typed.path, "--out", str(out)).exit_code == 0
+    assert invoke("read", "--table", typed.path, "--out", str(out)).exit_code == 0
     assert json.loads(out.read_text()) == {
         "id": 1,
         "ts": "2026-11-21T08:30:00+00:00",
@@ -763,7 +728,7 @@ def test_read_out_json_writes_typed_values(tmp_path: Path) -> None:
         "blob": "AP8=",
         "x": "NaN",  # told from null (issue 34.5)
     }
-    printed = run("read", "--table", typed.path)
+    printed = invoke("read", "--table", typed.path)
     assert printed.exit_code == 0 and "0x00ff" in printed.stdout and "2026-11-21T08:30:00+00:00" in printed.stdout
 
 
@@ -780,13 +745,13 @@ def test_read_refusals_exit_2(written: tuple[Table, list[Any]], config_file: Pat
         ["--as-of", "20260101000000000", "--since", "20250101000000000"],
         ["--mode", "fast"],
     ):
-        result = run(*target, *args)
+        result = invoke(*target, *args)
         assert result.exit_code == 2, (args, result.output)
         assert result.stdout == ""
-    assert "unknown column nope" in run(*target, "--columns", "k,nope").stderr
+    assert "unknown column nope" in invoke(*target, "--columns", "k,nope").stderr
     assert not (tmp_path / "out.txt").exists()
     for where in ("k>abc", "k<=abc", "k!=abc", "k=abc"):  # the condition as written, its operator too
-        refused = run(*target, "--where", where)
+        refused = invoke(*target, "--where", where)
         assert refused.exit_code == 2 and f"filter: {where.replace('abc', repr('abc'))} is not a valid long" in (
             refused.stderr
         ), refused.stderr
@@ -925,7 +890,7 @@ def test_compact_run_with_no_pending_plan_is_nothing_to_do(written: tuple[Table,
     """A cron `stitch compact --run` with nothing scheduled exits 0 (design.md §8), and starts no Spark job."""
     table, _ = written
     before = [i.file_name for i in table.timeline().instants]
-    result = run("compact", "-c", str(config_file), "--run", "--json")
+    result = invoke("compact", "-c", str(config_file), "--run", "--json")
     assert result.exit_code == 0, result.output
     assert stdout_json(result)["message"] == "nothing to compact"
     assert [i.file_name for i in table.timeline().instants] == before
@@ -941,7 +906,7 @@ def test_compact_refuses_options_that_would_do_nothing(written: tuple[Table, lis
         (["--instant", "20261122080000000"], "--instant only goes with --run"),
         (["--schedule", "--run"], "give one or neither"),
     ):
-        result = run("compact", "-c", str(config_file), *args, "--json")
+        result = invoke("compact", "-c", str(config_file), *args, "--json")
         assert result.exit_code == 2, (args, result.output)
         assert why in json.loads(result.stdout)["error"], args
     assert [i.file_name for i in table.timeline().instants] == before
@@ -961,14 +926,14 @@ def test_repeated_where_conditions_all_hold_and_compare(written: tuple[Table, li
 
 def test_validate_checks_a_config_without_touching_a_table(tmp_path: Path) -> None:
     config = write_table_yaml(tmp_path)
-    done = run("validate", "-c", str(config), "--json")
+    done = invoke("validate", "-c", str(config), "--json")
     assert done.exit_code == 0, done.output
     assert stdout_json(done)["ok"] is True
     assert not (tmp_path / "table").exists(), "validate created something"
     broken = yaml.safe_load(config.read_text())
     broken["table"]["buckets"] = 0
     bad = write_table_yaml(tmp_path, broken, name="bad.yaml")
-    refused = run("validate", "-c", str(bad), "--json")
+    refused = invoke("validate", "-c", str(bad), "--json")
     assert refused.exit_code == 2 and json.loads(refused.stdout)["yaml_path"] == "table.buckets"
 
 
@@ -977,7 +942,7 @@ def test_a_clean_with_nothing_to_do_leaves_the_timeline_alone(
 ) -> None:
     table, _ = written
     before = sorted(p.name for p in (Path(table.path) / ".stitch" / "timeline").iterdir())
-    done = run("clean", "-c", str(config_file), "--engine", "local", "--json")
+    done = invoke("clean", "-c", str(config_file), "--engine", "local", "--json")
     assert done.exit_code == 0, done.output
     assert stdout_json(done)["instant"] is None
     assert sorted(p.name for p in (Path(table.path) / ".stitch" / "timeline").iterdir()) == before
@@ -1010,7 +975,7 @@ def test_every_table_command_names_its_table_and_options_the_same_way() -> None:
 
 def test_kafka_options_on_a_stream_of_files_are_refused_naming_the_flags(table: Table, config_file: Path) -> None:
     """One check for the CLI and the library: its message names the flags and the Python parameters."""
-    refused = run("ingest", "-c", str(config_file), "-s", "orders", "--max-records", "5", "--json")
+    refused = invoke("ingest", "-c", str(config_file), "-s", "orders", "--max-records", "5", "--json")
     assert refused.exit_code == 2, refused.output
     failure = json.loads(refused.stdout)
     assert "--max-records" in failure["error"] and "max_records" in failure["error"], failure
@@ -1027,9 +992,9 @@ def test_clean_names_each_path_with_list_files_without_json(
     table.write("orders", batch(ORDERS, [{"k": 1, "amount": 5, "status": "x", "ots": 2}]))
     table.compact()
     args = ("clean", "-c", str(config_file), "--engine", "local", "--policy", "keep_latest_commits", "--retain", "1")
-    doomed = json.loads(run(*args, "--dry-run", "--list-files", "--json").stdout)
+    doomed = json.loads(invoke(*args, "--dry-run", "--list-files", "--json").stdout)
     assert doomed["would_delete_files"] > 0 and "rolled_back" not in doomed and doomed["would_roll_back"] == []
-    done = run(*args, "--list-files")
+    done = invoke(*args, "--list-files")
     assert done.exit_code == 0, done.output
     named = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("deleted ")]
     deleted = [name for name in named if " " not in name]  # not the summary's `deleted 8 file(s) ...`
@@ -1045,7 +1010,7 @@ def test_an_erase_keys_file_the_table_rejects_is_named_with_its_column(
     keys = tmp_path / "keys.csv"
     keys.write_text("k\nseven\n")
     instants = table.timeline().instants
-    done = run("delete", "-c", str(config_file), "--keys", str(keys), "--engine", "local", "--json")
+    done = invoke("delete", "-c", str(config_file), "--keys", str(keys), "--engine", "local", "--json")
     assert done.exit_code == 5, done.output
     failure = json.loads(done.stdout)
     assert (failure["file"], failure["column"], failure["error_type"]) == (str(keys), "k", "InputRejected")
@@ -1061,10 +1026,10 @@ def test_a_dry_run_of_clean_gives_one_count_in_its_message_its_table_and_its_jso
     table, _ = written
     log = sorted(Path(table.path).rglob("*.log.parquet"))[0]
     shutil.copyfile(log, log.with_name("00000_20200101000000000_0123456789.log.parquet"))
-    human = run("clean", "-c", str(config_file), "--dry-run", "--engine", "local")
+    human = invoke("clean", "-c", str(config_file), "--dry-run", "--engine", "local")
     assert human.exit_code == 0, human.output
     said = re.search(r"would delete (\d+) file", human.stdout)
     shown = re.search(r"^\W*would delete\W+(\d+)\W*$", human.stdout, re.MULTILINE)  # the table's row
     assert said and shown, human.stdout
-    counted = stdout_json(run("clean", "-c", str(config_file), "--dry-run", "--engine", "local", "--json"))
+    counted = stdout_json(invoke("clean", "-c", str(config_file), "--dry-run", "--engine", "local", "--json"))
     assert int(said.group(1)) == int(shown.group(1)) == counted["would_delete_files"] >= 1, human.stdout
