@@ -9,50 +9,15 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import yaml
 
 import stitchlake
 from stitchlake.api import Table
 from stitchlake.config import load_config
-from tests.support.histories import KEY, apply
-from tests.support.tables import THREE_STREAMS, as_rows, new_table
-from tests.unit.test_read import (
-    ALL_COLUMNS,
-    random_plan,
-    sort,
-    untimed,
-)
-
-
-def changes(result: pa.Table) -> dict[tuple[Any, ...], tuple[str, dict[str, Any]]]:
-    """Key -> (op, row without _op) of an incremental read; a key must appear at most once."""
-    out = {}
-    for row in result.to_pylist():
-        op = row.pop("_op")
-        row.pop("_commit_time"), row.pop("_streams")  # checked in tests/{unit,integration}/test_change_feed.py
-        key = (row["k"], row["p"])
-        assert key not in out, f"key {key} appears twice in an incremental read"
-        out[key] = (op, row)
-    return out
-
-
-def expected_changes(
-    before: dict[tuple[Any, ...], dict[str, Any]],
-    after: dict[tuple[Any, ...], dict[str, Any]],
-    columns: list[str],
-) -> dict[tuple[Any, ...], tuple[str, dict[str, Any]]]:
-    """The diff of two reference states: I (new), U (changed), D (gone: key columns only)."""
-    out = {}
-    for key in set(before) | set(after):
-        if key in after and key not in before:
-            out[key] = ("I", after[key])
-        elif key in after and after[key] != before[key]:
-            out[key] = ("U", after[key])
-        elif key not in after:
-            out[key] = ("D", {name: (value if name in KEY else None) for name, value in before[key].items()})
-    return {key: (op, {c: row[c] for c in columns}) for key, (op, row) in out.items()}
+from tests.support.histories import apply, random_plan
+from tests.support.reads import changes, expected_changes, sort, untimed
+from tests.support.tables import ALL_COLUMNS, THREE_STREAMS, as_rows, new_table
 
 
 @pytest.mark.parametrize("seed", [7, 11])

@@ -39,13 +39,14 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommitPlan, RescaleCommit
 from stitchlake.timeline.savepoints import savepoints
 from stitchlake.writing.writer import write
-from tests.integration.test_read import changes, expected_changes
 from tests.support.histories import History, apply, plan_steps
 from tests.support.processes import ROOT, ended, kill_tree, run_stitch, stitch
+from tests.support.reads import changes, expected_changes
 from tests.support.reference import Event
 from tests.support.s3_server import Place
 from tests.support.spark_fixtures import generated_data, write_config
 from tests.support.tables import (
+    ALL_COLUMNS,
     MODELS,
     THREE_STREAMS,
     as_rows,
@@ -56,7 +57,6 @@ from tests.support.tables import (
     partition_of,
     pause_when_inflight,
 )
-from tests.unit.test_read import ALL_COLUMNS
 
 MODEL = {m.name: m for m in MODELS}
 KEYS = 80
@@ -447,7 +447,7 @@ def test_rescale_runs_on_spark(landing: Path, tmp_path: Path) -> None:
 def test_spark_change_reads_across_a_rescale_equal_stitchlake_read(spark: Any, tmp_path: Path) -> None:
     """The data source's incremental read packs file groups as of `until`: keys written under the old count
     must be found in their new file groups, each once."""
-    from tests.integration.test_spark_datasource import spark_rows
+    from tests.support.reads import spark_rows
 
     table = new_table(tmp_path, buckets=2)
     history = apply(table, plan_steps(9, 6), History())

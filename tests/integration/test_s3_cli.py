@@ -16,8 +16,7 @@ import yaml
 
 from stitchlake.storage import storage_for
 from tests.support.cli import invoke
-from tests.support.tables import MODELS, THREE_STREAMS, batch, write_table_yaml
-from tests.unit.test_write import orders_rows
+from tests.support.tables import MODELS, THREE_STREAMS, batch, orders_rows, write_table_yaml
 
 pytestmark = pytest.mark.s3
 ORDERS = MODELS[0]

@@ -28,13 +28,20 @@ from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import UsageError
 from stitchlake.storage import LocalStorage, Storage, storage_for
 from stitchlake.timeline.instant import Action
-from tests.integration.test_read import changes, expected_changes
-from tests.integration.test_write import CRASHING_WRITER
 from tests.support.cli import python
-from tests.support.histories import apply
-from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of, write_table_yaml
-from tests.unit.test_read import random_plan
-from tests.unit.test_write import orders_rows
+from tests.support.histories import apply, random_plan
+from tests.support.processes import CRASHING_WRITER
+from tests.support.reads import changes, expected_changes
+from tests.support.tables import (
+    MODELS,
+    THREE_STREAMS,
+    as_rows,
+    batch,
+    new_table,
+    orders_rows,
+    partition_of,
+    write_table_yaml,
+)
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 

@@ -21,6 +21,7 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.errors import InputRejected
 from stitchlake.jobs.spark_conf import reader_enabled
+from tests.support.reads import spark_rows
 from tests.support.spark_fixtures import demo_table
 from tests.support.tables import new_table_file, write_table_yaml
 
@@ -29,18 +30,6 @@ FORMATS = ("parquet", "json", "csv", "avro")
 
 def sorted_rows(table: pa.Table, key: str = "order_id") -> pa.Table:
     return table.sort_by(key)
-
-
-def spark_rows(frame: Any) -> pa.Table:
-    """A Spark DataFrame as Arrow, with Spark's zone-less timestamps put back in UTC for comparison."""
-    table = frame.toArrow()
-    columns = {}
-    for field in table.schema:
-        column = table.column(field.name)
-        if pa.types.is_timestamp(field.type):
-            column = column.cast(pa.timestamp("us", tz="UTC"))
-        columns[field.name] = column
-    return pa.table(columns)
 
 
 def slice_count(table: Table, partition: str | None = None) -> int:

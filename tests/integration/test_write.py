@@ -6,50 +6,11 @@ The part that starts the CLI, Spark, a server or other processes, or runs long (
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 from tests.support.cli import python
-from tests.support.tables import THREE_STREAMS, as_rows, batch, new_table, write_table_yaml
-from tests.unit.test_write import ORDERS, orders_rows
-
-CRASHING_WRITER = textwrap.dedent(
-    """
-    import os
-    import sys
-
-    import pyarrow as pa
-
-    import stitchlake
-    import stitchlake.writing.writer as write_module
-
-    table = stitchlake.open(sys.argv[1])
-    real = write_module.write_table_file
-    count = [0]
-
-    def write_then_die(*args, **kwargs):
-        size = real(*args, **kwargs)
-        count[0] += 1
-        if count[0] == 2:
-            os._exit(1)  # a hard crash: no exception handler, no abort, no heartbeat cleanup
-        return size
-
-    write_module.write_table_file = write_then_die
-    write_module.WRITE_THREADS = 1
-    keys = list(range(20))
-    data = pa.table(
-        {
-            "k": pa.array(keys, pa.int64()),
-            "p": ["even" if k % 2 == 0 else "odd" for k in keys],
-            "amount": pa.array([999] * 20, pa.int64()),
-            "status": ["crashed"] * 20,
-            "ots": pa.array([99] * 20, pa.int64()),
-        }
-    )
-    table.write("orders", data)
-    sys.exit(3)  # not reached
-    """
-)
+from tests.support.processes import CRASHING_WRITER
+from tests.support.tables import ORDERS, THREE_STREAMS, as_rows, batch, new_table, orders_rows, write_table_yaml
 
 
 def test_a_hard_crash_leaves_a_pending_instant_whose_files_reads_ignore(tmp_path: Path) -> None:

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from stitchlake.api import Table
-from tests.support.tables import MODELS, batch, new_table_file, write_table_yaml
-
-ORDERS, PAYMENTS, SHIPMENTS = MODELS
+from tests.support.tables import ORDERS, PAYMENTS, SHIPMENTS, batch, new_table_file, write_table_yaml
 
 
 @pytest.fixture

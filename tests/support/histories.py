@@ -162,3 +162,17 @@ def shown_payments(table: Table) -> list[tuple[Any, ...]]:
     """(k, paid, note) of every row, by key."""
     rows = table.read(columns=["k", "paid", "note"]).sort_by("k").to_pylist()
     return [(r["k"], r["paid"], r["note"]) for r in rows]
+
+
+def random_plan(seed: int, steps: int = 9) -> list[tuple[str, Any]]:
+    """Random-ish writes of all three streams over keys 0..9 (`random_rows`), a few compactions, an erase."""
+    rng = random.Random(seed)
+    plan: list[tuple[str, Any]] = []
+    for step in range(steps):
+        stream = rng.choice(["orders", "payments", "shipments"])
+        plan.append(("write", (stream, random_rows(rng, stream, rng.randint(1, 7), 10, ["x", "y", None]))))
+        if step in (3, 6):
+            plan.append(("compact", None))
+        if step == 5:
+            plan.append(("erase", sorted(rng.sample(range(10), 2))))
+    return plan

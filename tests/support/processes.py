@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -185,3 +186,44 @@ def concurrent_ingests(
             )
         outputs = {s: job.communicate(timeout=3600) for s, job in jobs.items()}
     return {s: (jobs[s].returncode, *outputs[s]) for s in jobs}
+
+
+#: A Python program (argv[1]: a THREE_STREAMS config) whose write of 20 orders dies hard after its second data file,
+#: as a killed writer does: its instant stays pending, its files stay behind.
+CRASHING_WRITER = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import pyarrow as pa
+
+    import stitchlake
+    import stitchlake.writing.writer as write_module
+
+    table = stitchlake.open(sys.argv[1])
+    real = write_module.write_table_file
+    count = [0]
+
+    def write_then_die(*args, **kwargs):
+        size = real(*args, **kwargs)
+        count[0] += 1
+        if count[0] == 2:
+            os._exit(1)  # a hard crash: no exception handler, no abort, no heartbeat cleanup
+        return size
+
+    write_module.write_table_file = write_then_die
+    write_module.WRITE_THREADS = 1
+    keys = list(range(20))
+    data = pa.table(
+        {
+            "k": pa.array(keys, pa.int64()),
+            "p": ["even" if k % 2 == 0 else "odd" for k in keys],
+            "amount": pa.array([999] * 20, pa.int64()),
+            "status": ["crashed"] * 20,
+            "ots": pa.array([99] * 20, pa.int64()),
+        }
+    )
+    table.write("orders", data)
+    sys.exit(3)  # not reached
+    """
+)

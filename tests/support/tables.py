@@ -71,6 +71,14 @@ MODELS = [
     StreamModel("payments", ("paid", "note", "pts"), ("pts",), "ignore"),
     StreamModel("shipments", ("carrier", "ship_no"), (), "overwrite", {"carrier": "none"}),
 ]
+ORDERS, PAYMENTS, SHIPMENTS = MODELS
+#: Every column of a THREE_STREAMS read: the key, the partition, each stream's columns.
+ALL_COLUMNS = ["k", "p", "amount", "status", "ots", "paid", "note", "pts", "carrier", "ship_no"]
+
+
+def orders_rows(keys: range | list[int], ots: int = 1) -> list[dict[str, Any]]:
+    """Rows of stream orders for `keys` (amount 10 times the key), to `batch` for a write."""
+    return [{"k": k, "amount": k * 10, "status": "a", "ots": ots} for k in keys]
 
 
 def config(root: Path, document: dict[str, Any] | None = None, **table: Any) -> TableConfig:

@@ -30,8 +30,7 @@ from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import draw_time, write_inflight, write_requested
 from stitchlake.vocabulary import PublishFormat, Recovery
 from tests.support.cli import invoke, python
-from tests.support.cli_tables import ORDERS
-from tests.support.tables import THREE_STREAMS, batch, new_table_file, write_table_yaml
+from tests.support.tables import ORDERS, THREE_STREAMS, batch, new_table_file, write_table_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 

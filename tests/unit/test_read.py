@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import random
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,9 @@ from stitchlake.errors import NotFoundError, StitchError, UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
-from tests.support.histories import History, apply, random_rows
-from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, config, new_table
+from tests.support.histories import History, apply, random_plan
+from tests.support.reads import sort, untimed
+from tests.support.tables import ALL_COLUMNS, MODELS, THREE_STREAMS, as_rows, batch, config, new_table
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
@@ -33,37 +33,11 @@ MODEL = {m.name: m for m in MODELS}
 # ------------------------------------------------------------------------------------------------ history
 
 
-def random_plan(seed: int, steps: int = 9) -> list[tuple[str, Any]]:
-    """Random-ish writes of all three streams over keys 0..9 (`random_rows`), a few compactions, an erase."""
-    rng = random.Random(seed)
-    plan: list[tuple[str, Any]] = []
-    for step in range(steps):
-        stream = rng.choice(["orders", "payments", "shipments"])
-        plan.append(("write", (stream, random_rows(rng, stream, rng.randint(1, 7), 10, ["x", "y", None]))))
-        if step in (3, 6):
-            plan.append(("compact", None))
-        if step == 5:
-            plan.append(("erase", sorted(rng.sample(range(10), 2))))
-    return plan
-
-
-def sort(result: pa.Table) -> pa.Table:
-    return result.sort_by([(name, "ascending") for name in KEY])
-
-
-def untimed(result: pa.Table) -> pa.Table:
-    """A change read without its commit times (two tables written apart have different ones)."""
-    return result.drop_columns(["_commit_time"])
-
-
 @pytest.fixture(scope="module")
 def history_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, History]:
     """One table with a random-ish history, shared by the read-only tests below."""
     table = new_table(tmp_path_factory.mktemp("history"))
     return table, apply(table, random_plan(7))
-
-
-ALL_COLUMNS = ["k", "p", "amount", "status", "ots", "paid", "note", "pts", "carrier", "ship_no"]
 
 
 # ---------------------------------------------------------------------------------------------- incremental

@@ -30,7 +30,16 @@ from stitchlake.io.schemas import log_schema
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.support.tables import CONCURRENCY, MODELS, THREE_STREAMS, as_rows, batch, new_table, partition_of
+from tests.support.tables import (
+    CONCURRENCY,
+    MODELS,
+    THREE_STREAMS,
+    as_rows,
+    batch,
+    new_table,
+    orders_rows,
+    partition_of,
+)
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
 UTC = dt.UTC
@@ -44,10 +53,6 @@ def files_of(root: Path) -> set[str]:
         if path.is_file() and not relative.startswith(".stitch/locks"):
             out.add(relative)
     return out
-
-
-def orders_rows(keys: range | list[int], ots: int = 1) -> list[dict[str, Any]]:
-    return [{"k": k, "amount": k * 10, "status": "a", "ots": ots} for k in keys]
 
 
 def timeline_names(root: Path) -> list[str]:
