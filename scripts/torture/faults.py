@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import json
 import os
 import random
@@ -10,8 +12,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from scripts.torture.common import RUN_DIR_ENV
 
@@ -45,12 +48,34 @@ REARMED = ("restorer", "archiver")
 #: Seconds a re-armed point stays quiet after it fired.
 REARM_QUIET_S = 6.0
 
+TRANSACTION = "stitchlake.table.transaction"
+TRANSACTION_CLASS = f"{TRANSACTION}:Transaction"
+WRITER = "stitchlake.writing.writer"
+COMPACTION = "stitchlake.services.rewrites.compaction"
+ERASE = "stitchlake.services.rewrites.erase"
+ROLLBACK = "stitchlake.services.undo.rollback"
+RESTORE = "stitchlake.services.undo.restore"
+RECOVERY = "stitchlake.services.undo.recovery"
+ARCHIVE = "stitchlake.services.upkeep.archive"
+CLEAN = "stitchlake.services.upkeep.clean"
+STORAGES = ("stitchlake.storage:LocalStorage", "stitchlake.storage.s3:S3Storage")  # the table may be on either
+#: The code under test whose functions the points wrap, imported before any point is armed, as the hook always did:
+#: one the code under test lost fails loudly, and the imports' cost falls before the worker says it is ready.
+UNDER_TEST = (
+    COMPACTION,
+    ERASE,
+    ROLLBACK,
+    ARCHIVE,
+    CLEAN,
+    TRANSACTION,
+    WRITER,
+    "stitchlake.storage",
+    "stitchlake.storage.s3",
+)
 
-# ============================================================================================ fault hook
 
+# ================================================================================================ the hook
 
-#: Whether each `_wrap` of the fault being installed found its target (see `install_fault`).
-_ARMED: list[bool] = []
 #: Set while a worker does something its fault must not hit (see `quiet_faults`).
 _QUIET: list[bool] = [False]
 
@@ -66,23 +91,226 @@ def quiet_faults() -> Iterator[None]:
         _QUIET[0] = False
 
 
-def _wrap(module: Any, name: str, make: Callable[[Any], Any]) -> bool:
-    """Replace `module.name` by `make(original)` when the code under test has it (its internals move)."""
-    original = getattr(module, name, None)
-    _ARMED.append(original is not None)
-    if original is None:
-        return False
-    setattr(module, name, make(original))
-    return True
-
-
 def optional_module(name: str) -> Any:
-    import importlib
-
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError:
         return None
+
+
+def holders(*names: str) -> list[Any]:
+    """The modules (or `module:Class`) named that the code under test has: its internals move between versions."""
+    found = []
+    for name in names:
+        module_name, _, class_name = name.partition(":")
+        module = optional_module(module_name)
+        if module is not None:
+            found.append(getattr(module, class_name) if class_name else module)
+    return found
+
+
+def wrap(holder: Any, name: str, make: Callable[[Any], Any]) -> bool:
+    """Replace `holder.name` by `make(original)` when the code under test has it (its internals move)."""
+    original = getattr(holder, name, None)
+    if original is None:
+        return False
+    setattr(holder, name, make(original))
+    return True
+
+
+#: What a point does when it fires, given the armed fault: `Fault.die`, `Fault.stall`, ...
+Action = Callable[["Fault"], None]
+
+
+class Fault:
+    """One armed point in this worker: when it is due (its countdown, its re-arming) and what firing does."""
+
+    def __init__(self, spec: str, log: Callable[[dict[str, Any]], None], stall_s: float, lease_s: float) -> None:
+        self.point, _, count = spec.partition(":")
+        self.log = log
+        self.stall_s = stall_s
+        self.lease_s = lease_s
+        self.rearm = count.endswith("+")
+        self.left = int(count.rstrip("+") or 0)
+        self.quiet_until = 0.0
+        self.rng = random.Random(os.getpid())
+
+    def due(self) -> bool:
+        """Fire on the chosen pass; a re-armed point waits a while first (not every delete of one archive)."""
+        if self.left < 0 or time.monotonic() < self.quiet_until or _QUIET[0]:
+            return False
+        if self.left == 0:
+            self.left = self.rng.randint(1, 3) if self.rearm else -1
+            self.quiet_until = time.monotonic() + REARM_QUIET_S
+            return True
+        self.left -= 1
+        return False
+
+    def die(self) -> None:
+        self.log({"event": "fault", "point": self.point})
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def die_soon(self) -> None:
+        """Die a few milliseconds on, wherever the write then is (inside Parquet/Avro bytes being written)."""
+        threading.Timer(random.uniform(0.0, 0.004), self.die).start()
+
+    def stall(self, locked: bool = False) -> None:
+        """Ask the supervisor for a SIGCONT later, then freeze (heartbeat thread included).
+
+        `locked`: the lock is held here, so the freeze outlives the lease (others take the lock over);
+        otherwise it outlives the heartbeat (others presume this process dead).
+        """
+        seconds = self.lease_s if locked else self.stall_s
+        self.log({"event": "stall", "point": self.point, "seconds": seconds, "locked": locked})
+        request = {"seconds": seconds, "kind": "lease" if locked else "heartbeat"}
+        Path(os.environ[RUN_DIR_ENV], f"{os.getpid()}.stall").write_text(json.dumps(request), encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGSTOP)
+        self.log({"event": "woke", "point": self.point})
+        self.quiet_until = time.monotonic() + REARM_QUIET_S  # not again at once (the next undo or delete)
+
+    def stall_locked(self) -> None:
+        self.stall(locked=True)
+
+    def bound(self, action: Action | None) -> Callable[[], None] | None:
+        return None if action is None else functools.partial(action, self)
+
+
+# ========================================================================================== the fault specs
+
+
+class FaultSpec(Protocol):
+    """How one point is armed: which functions of the code under test it wraps, and how."""
+
+    def arm(self, fault: Fault) -> bool:
+        """Wrap the point's targets; False when the code under test has none of them."""
+        ...
+
+
+@dataclass(frozen=True)
+class Around:
+    """Act before a function of the code under test runs, or after it returned (it runs unchanged)."""
+
+    targets: tuple[str, ...]
+    name: str
+    before: Action | None = None
+    after: Action | None = None
+
+    def arm(self, fault: Fault) -> bool:
+        before, after = fault.bound(self.before), fault.bound(self.after)
+
+        def make(original: Any) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                if before is not None and fault.due():
+                    before()
+                out = original(*args, **kwargs)
+                if after is not None and fault.due():
+                    after()
+                return out
+
+            return wrapped
+
+        return any([wrap(holder, self.name, make) for holder in holders(*self.targets)])
+
+
+@dataclass(frozen=True)
+class CheckpointWrite:
+    """Act before the archive checkpoint is written (the batch is; the lock is held), on either storage."""
+
+    action: Action
+
+    def arm(self, fault: Fault) -> bool:
+        act = functools.partial(self.action, fault)
+
+        def make(original: Any) -> Any:
+            def wrapped(storage: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+                if "archive/checkpoint" in str(path) and fault.due():
+                    act()
+                return original(storage, path, *args, **kwargs)
+
+            return wrapped
+
+        storages = holders(*STORAGES)
+        return any([wrap(storage, name, make) for name in ("put_if_absent", "write_atomic") for storage in storages])
+
+
+@dataclass(frozen=True)
+class StallRollback:
+    """Freeze a rollback with its targets chosen and nothing undone yet, when it has something to roll back or
+    reset (wherever this version runs it: `run_rollback`, or `_run` in older ones)."""
+
+    def arm(self, fault: Fault) -> bool:
+        def make(original: Any) -> Any:
+            def stall_then_run(*args: Any, **kwargs: Any) -> Any:
+                if (args[2] or args[3]) and fault.due():
+                    fault.stall()
+                return original(*args, **kwargs)
+
+            return stall_then_run
+
+        armed = []
+        for module in holders(ROLLBACK, RECOVERY):
+            armed.append(wrap(module, "run_rollback", make))
+            if not armed[-1]:
+                armed.append(wrap(module, "_run", make))
+        return any(armed)
+
+
+@dataclass(frozen=True)
+class HalfCleanDelete:
+    """Kill a clean once half of its plan's files are deleted."""
+
+    def arm(self, fault: Fault) -> bool:
+        def make_deleter(local_delete: Any) -> Any:
+            def deleter(table: Any) -> Callable[[list[str]], int]:
+                run = local_delete(table)
+
+                def delete_paths(paths: list[str]) -> int:
+                    if paths and fault.due():
+                        run(paths[: len(paths) // 2])
+                        fault.die()
+                    return run(paths)
+
+                return delete_paths
+
+            return deleter
+
+        return any([wrap(module, "local_delete", make_deleter) for module in holders(CLEAN)])
+
+
+#: Every point, and how it is armed.
+FAULT_SPECS: dict[str, FaultSpec] = {
+    # the requested instant exists, the heartbeat beats once, the lock is held
+    "in_begin": Around((TRANSACTION,), "write_requested", after=Fault.die),
+    "after_begin": Around((TRANSACTION,), "write_inflight", after=Fault.die),  # inflight, nothing written yet
+    "after_mark": Around((TRANSACTION_CLASS,), "mark", after=Fault.die),  # a marker exists, its data file does not
+    # killed while Parquet/Avro bytes are being written
+    "mid_write": Around((WRITER, COMPACTION, ERASE), "write_table_file", before=Fault.die_soon),
+    # all files written; the table lock is held
+    "before_publish": Around((TRANSACTION,), "write_completed", before=Fault.die),
+    "after_publish": Around((TRANSACTION,), "write_completed", after=Fault.die),
+    "stall_after_mark": Around((TRANSACTION_CLASS,), "mark", after=Fault.stall),
+    # about to publish, the lock not taken yet
+    "stall_before_publish": Around((TRANSACTION_CLASS,), "complete", before=Fault.stall),
+    # the lock is held, the requested instant not created yet
+    "stall_locked_begin": Around((TRANSACTION,), "write_requested", before=Fault.stall_locked),
+    # the lock is held, checks done, the completed file not created yet
+    "stall_locked_publish": Around((TRANSACTION,), "write_completed", before=Fault.stall_locked),
+    "stall_rollback": StallRollback(),  # targets chosen, nothing undone yet
+    # a failed write's files are gone, its instant files not yet
+    "mid_rollback": Around((ROLLBACK,), "delete_instant", before=Fault.die),
+    "mid_clean_delete": HalfCleanDelete(),  # half of a clean plan's files deleted
+    # A restore's plan is recorded; it undoes its targets one by one (in this process only a restore undoes).
+    # Frozen before the first (past the heartbeat: finished by another process while writers go on), or killed
+    # after the first (half undone).
+    "stall_restore_undo": Around((ROLLBACK, RESTORE), "undo", before=Fault.stall),
+    "mid_restore": Around((ROLLBACK, RESTORE), "undo", after=Fault.die),
+    "kill_archive_checkpoint": CheckpointWrite(Fault.die),  # the archive batch is written, the checkpoint not
+    "stall_archive_checkpoint": CheckpointWrite(Fault.stall_locked),  # the same, frozen past the lease
+    # the checkpoint is written, one archived instant deleted, the rest not
+    "kill_archive_delete": Around((ARCHIVE,), "delete_instant", after=Fault.die),
+    # the checkpoint is written, the lock held, nothing deleted yet
+    "stall_archive_delete": Around((ARCHIVE,), "delete_instant", before=Fault.stall_locked),
+}
 
 
 def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: float, lease_s: float = 0.0) -> bool:
@@ -94,153 +322,9 @@ def install_fault(spec: str, log: Callable[[dict[str, Any]], None], stall_s: flo
     countdown (`point:1+`) a freeze re-arms itself once it has fired. False when nothing could be wrapped: the
     code under test moved, and the point would silently test nothing.
     """
-    import stitchlake.services.rewrites.compaction as compaction_module
-    import stitchlake.services.rewrites.erase as erase_module
-    import stitchlake.services.undo.rollback as rollback_module
-    import stitchlake.services.upkeep.archive as archive_module
-    import stitchlake.services.upkeep.clean as clean_module
-    import stitchlake.table.transaction as txn_module
-    import stitchlake.writing.writer as write_module
-    from stitchlake.storage import LocalStorage
-    from stitchlake.storage.s3 import S3Storage
-
-    _ARMED.clear()
-    point, _, count = spec.partition(":")
-    rearm = count.endswith("+")
-    left = [int(count.rstrip("+") or 0)]
-    quiet_until = [0.0]
-    rng = random.Random(os.getpid())
-
-    def due() -> bool:
-        """Fire on the chosen pass; a re-armed point waits a while first (not every delete of one archive)."""
-        if left[0] < 0 or time.monotonic() < quiet_until[0] or _QUIET[0]:
-            return False
-        if left[0] == 0:
-            left[0] = rng.randint(1, 3) if rearm else -1
-            quiet_until[0] = time.monotonic() + REARM_QUIET_S
-            return True
-        left[0] -= 1
-        return False
-
-    def die() -> None:
-        log({"event": "fault", "point": point})
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def stall(locked: bool = False) -> None:
-        """Ask the supervisor for a SIGCONT later, then freeze (heartbeat thread included).
-
-        `locked`: the lock is held here, so the freeze outlives the lease (others take the lock over);
-        otherwise it outlives the heartbeat (others presume this process dead).
-        """
-        seconds = lease_s if locked else stall_s
-        log({"event": "stall", "point": point, "seconds": seconds, "locked": locked})
-        request = {"seconds": seconds, "kind": "lease" if locked else "heartbeat"}
-        Path(os.environ[RUN_DIR_ENV], f"{os.getpid()}.stall").write_text(json.dumps(request), encoding="utf-8")
-        os.kill(os.getpid(), signal.SIGSTOP)
-        log({"event": "woke", "point": point})
-        quiet_until[0] = time.monotonic() + REARM_QUIET_S  # not again at once (the next undo or delete)
-
-    def around(before: Callable[[], None] | None = None, after: Callable[[], None] | None = None) -> Any:
-        def make(original: Any) -> Any:
-            def wrapped(*args: Any, **kwargs: Any) -> Any:
-                if before is not None and due():
-                    before()
-                out = original(*args, **kwargs)
-                if after is not None and due():
-                    after()
-                return out
-
-            return wrapped
-
-        return make
-
-    def checkpoint_write(action: Callable[[], None]) -> None:
-        """Before the archive checkpoint is written (the batch is; the lock is held): act."""
-        for name in ("put_if_absent", "write_atomic"):
-
-            def make(original: Any) -> Any:
-                def wrapped(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
-                    if "archive/checkpoint" in str(path) and due():
-                        action()
-                    return original(self, path, *args, **kwargs)
-
-                return wrapped
-
-            for storage_class in (LocalStorage, S3Storage):  # the table may be on either
-                _wrap(storage_class, name, make)
-
-    if point == "in_begin":  # the requested instant exists, the heartbeat beats once, the lock is held
-        _wrap(txn_module, "write_requested", around(after=die))
-    elif point == "after_begin":  # inflight, nothing written yet
-        _wrap(txn_module, "write_inflight", around(after=die))
-    elif point == "after_mark":  # a marker exists, its data file does not
-        _wrap(txn_module.Transaction, "mark", around(after=die))
-    elif point == "mid_write":  # killed while Parquet/Avro bytes are being written
-        for module in (write_module, compaction_module, erase_module):
-
-            def late_death() -> None:
-                threading.Timer(random.uniform(0.0, 0.004), die).start()
-
-            _wrap(module, "write_table_file", around(before=late_death))
-    elif point in ("before_publish", "after_publish"):  # all files written; the table lock is held
-        hook = around(before=die) if point == "before_publish" else around(after=die)
-        _wrap(txn_module, "write_completed", hook)
-    elif point == "stall_after_mark":
-        _wrap(txn_module.Transaction, "mark", around(after=stall))
-    elif point == "stall_before_publish":  # about to publish, the lock not taken yet
-        _wrap(txn_module.Transaction, "complete", around(before=stall))
-    elif point == "stall_locked_begin":  # the lock is held, the requested instant not created yet
-        _wrap(txn_module, "write_requested", around(before=lambda: stall(locked=True)))
-    elif point == "stall_locked_publish":  # the lock is held, checks done, the completed file not created yet
-        _wrap(txn_module, "write_completed", around(before=lambda: stall(locked=True)))
-    elif point == "stall_rollback":  # targets chosen, nothing undone yet
-
-        def make_run(original: Any) -> Any:
-            def stall_then_run(*args: Any, **kwargs: Any) -> Any:
-                if (args[2] or args[3]) and due():  # only when there is something to roll back or reset
-                    stall()
-                return original(*args, **kwargs)
-
-            return stall_then_run
-
-        for module in (rollback_module, optional_module("stitchlake.services.undo.recovery")):
-            if module is not None and not _wrap(module, "run_rollback", make_run):
-                _wrap(module, "_run", make_run)
-    elif point == "mid_rollback":  # a failed write's files are gone, its instant files not yet
-        _wrap(rollback_module, "delete_instant", around(before=die))
-    elif point == "mid_clean_delete":  # half of a clean plan's files deleted
-
-        def make_deleter(local_delete: Any) -> Any:
-            def deleter(table: Any) -> Callable[[list[str]], int]:
-                run = local_delete(table)
-
-                def delete_paths(paths: list[str]) -> int:
-                    if paths and due():
-                        run(paths[: len(paths) // 2])
-                        die()
-                    return run(paths)
-
-                return delete_paths
-
-            return deleter
-
-        _wrap(clean_module, "local_delete", make_deleter)
-    elif point in ("stall_restore_undo", "mid_restore"):
-        # A restore's plan is recorded; it undoes its targets one by one (in this process only a restore
-        # undoes). Frozen before the first (past the heartbeat: finished by another process while writers
-        # go on), or killed after the first (half undone).
-        hook = around(before=stall) if point == "stall_restore_undo" else around(after=die)
-        for module in (rollback_module, optional_module("stitchlake.services.undo.restore")):
-            if module is not None:
-                _wrap(module, "undo", hook)
-    elif point == "kill_archive_checkpoint":  # the archive batch is written, the checkpoint not
-        checkpoint_write(die)
-    elif point == "stall_archive_checkpoint":  # the same, frozen past the lease with the lock held
-        checkpoint_write(lambda: stall(locked=True))
-    elif point == "kill_archive_delete":  # the checkpoint is written, one archived instant deleted, the rest not
-        _wrap(archive_module, "delete_instant", around(after=die))
-    elif point == "stall_archive_delete":  # the checkpoint is written, the lock held, nothing deleted yet
-        _wrap(archive_module, "delete_instant", around(before=lambda: stall(locked=True)))
-    else:
-        raise SystemExit(f"unknown fault point {point!r}")
-    return any(_ARMED)
+    for name in UNDER_TEST:
+        importlib.import_module(name)
+    fault = Fault(spec, log, stall_s, lease_s)
+    if fault.point not in FAULT_SPECS:
+        raise SystemExit(f"unknown fault point {fault.point!r}")
+    return FAULT_SPECS[fault.point].arm(fault)
