@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.support.kafka_server",
     "tests.support.demo_landing",
     "tests.support.cli_tables",
+    "tests.support.bad_input",
 ]
 
 UNIT = Path(__file__).resolve().parent / "unit"

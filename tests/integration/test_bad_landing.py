@@ -26,7 +26,7 @@ import pytest
 import stitchlake
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.integration.test_bad_input import (  # noqa: F401 (fixtures)
+from tests.support.bad_input import (
     INGEST_ORDERS,
     Case,
     check_refused,
@@ -34,9 +34,7 @@ from tests.integration.test_bad_input import (  # noqa: F401 (fixtures)
     orders,
     refused_file,
     stitch,
-    template,
     with_config,
-    workspace,
     write_parquet,
 )
 from tests.support.snapshots import snapshot

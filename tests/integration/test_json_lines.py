@@ -22,7 +22,7 @@ import yaml
 import stitchlake
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.integration.test_bad_input import stitch
+from tests.support.bad_input import stitch
 from tests.support.snapshots import snapshot
 
 CONFIG: dict[str, Any] = {

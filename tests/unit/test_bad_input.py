@@ -17,15 +17,7 @@ import pytest
 
 import stitchlake
 from stitchlake.errors import InputRejected
-from tests.integration.test_bad_input import (  # noqa: F401 (fixtures)
-    CONFIG,
-    build_template,
-    copy_workspace,
-    orders,
-    template,
-    workspace,
-    write_parquet,
-)
+from tests.support.bad_input import orders
 
 
 def test_text_that_is_not_utf8_is_refused_by_the_api_too(workspace: Path) -> None:
