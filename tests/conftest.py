@@ -31,6 +31,8 @@ pytest_plugins = [
     "tests.support.demo_landing",
     "tests.support.cli_tables",
     "tests.support.bad_input",
+    "tests.support.lock_clock",
+    "tests.support.storage_roots",
 ]
 
 UNIT = Path(__file__).resolve().parent / "unit"

@@ -25,8 +25,7 @@ from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.upkeep.archive import archive
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.archive import archived_instants, load_checkpoint
-from tests.support.tables import new_table_file
-from tests.unit.test_hardening import CONFIG
+from tests.support.tables import QUARANTINING, new_table_file
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -34,7 +33,7 @@ STITCH = Path(sys.executable).parent / "stitch"
 def test_an_archive_frozen_past_its_lease_never_moves_the_checkpoint_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table, config = new_table_file(tmp_path, {**CONFIG, "archive": {"keep_instants": 10}})
+    table, config = new_table_file(tmp_path, {**QUARANTINING, "archive": {"keep_instants": 10}})
     for key in range(40):
         table.write("payments", pa.table({"k": [key], "paid": [float(key)], "pts": [1.0]}))
     before = table.read()
@@ -72,7 +71,7 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     levels += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
     bomb = "spark:\n  conf:\n    spark.bomb: ${X}\n" + "bombs:\n" + textwrap.indent("\n".join(levels), "  ") + "\n"
     path = tmp_path / "bomb.yaml"
-    path.write_text(yaml.safe_dump(CONFIG) + bomb)
+    path.write_text(yaml.safe_dump(QUARANTINING) + bomb)
     done = subprocess.run(
         [str(STITCH), "read", "-c", str(path)],
         capture_output=True,
@@ -88,7 +87,7 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
 def test_only_secret_like_environment_values_are_masked_and_data_never(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    document = json.loads(json.dumps(CONFIG))
+    document = json.loads(json.dumps(QUARANTINING))
     document["table"]["name"] = "wide_${YEAR}"
     document["spark"] = {"conf": {"spark.hadoop.fs.s3a.secret.key": "${MY_SECRET_KEY}"}}
     monkeypatch.setenv("YEAR", "2026")
@@ -120,7 +119,7 @@ def test_a_savepoint_or_erase_presumed_dead_while_frozen_refuses_clearly(
     from stitchlake.services.undo.recovery import rollback_failed
     from stitchlake.services.upkeep import savepoint as savepoint_module
 
-    table, config = new_table_file(tmp_path, CONFIG)
+    table, config = new_table_file(tmp_path, QUARANTINING)
     table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
     original = Transaction.begin_planned.__func__  # type: ignore[attr-defined]
 

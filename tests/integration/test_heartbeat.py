@@ -18,7 +18,7 @@ import stitchlake
 from stitchlake.concurrency import heartbeat
 from stitchlake.concurrency.heartbeat import HEARTBEATS_FOLDER, Heartbeat
 from stitchlake.storage import LocalStorage
-from tests.unit.test_heartbeat import INSTANT
+from tests.support.tables import INSTANT
 
 REPO = str(Path(stitchlake.__file__).resolve().parents[1])
 

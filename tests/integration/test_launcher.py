@@ -24,13 +24,13 @@ from stitchlake.jobs.spark_submit import (
     build_argv,
     package_zip,
 )
+from tests.support.jobs import job_files, spark_table_config
 from tests.support.processes import alive
-from tests.unit.test_launcher import _config, _files
 
 
 def test_cluster_master_ships_an_importable_package_zip(tmp_path: Path) -> None:
     archive = package_zip(tmp_path)
-    argv = build_argv(_config(tmp_path, "yarn"), "compact", [], _files(tmp_path), archive)
+    argv = build_argv(spark_table_config(tmp_path, "yarn"), "compact", [], job_files(tmp_path), archive)
     assert argv[argv.index("--py-files") + 1] == archive
     names = set(zipfile.ZipFile(archive).namelist())
     assert {"stitchlake/__init__.py", "stitchlake/merge/rules.py", "stitchlake/jobs/run.py"} <= names
@@ -95,7 +95,7 @@ def test_a_job_stopped_by_sigterm_ends_the_launch_as_a_stop_not_a_failure(
     from stitchlake.errors import Terminated
     from stitchlake.jobs.requests import IngestRequest
 
-    table = open_table(_config(tmp_path, "local[1]"))
+    table = open_table(spark_table_config(tmp_path, "local[1]"))
     fake = tmp_path / "spark-submit"
     fake.write_text(f"#!{sys.executable}\n{STOPPED_JOB}")
     fake.chmod(0o755)
@@ -114,7 +114,7 @@ def test_a_spark_submit_that_cannot_start_is_a_clear_error_and_leaves_no_private
     from stitchlake.api import open as open_table
     from stitchlake.jobs.requests import IngestRequest
 
-    table = open_table(_config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}))
+    table = open_table(spark_table_config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": "s3cr3t"}))
     private = tmp_path / "private"
     private.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(private))

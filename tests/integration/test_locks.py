@@ -29,10 +29,7 @@ from stitchlake.concurrency.providers import PROVIDERS, LockRequest, lock_spec, 
 from stitchlake.config import LockProvider
 from stitchlake.errors import ConfigError, LockLost, LockTimeout
 from stitchlake.storage import LocalStorage
-from tests.unit.test_locks import (
-    Clock,
-    clock,  # noqa: F401 (fixtures)
-)
+from tests.support.lock_clock import Clock
 
 REPO = str(Path(stitchlake.__file__).resolve().parents[1])
 

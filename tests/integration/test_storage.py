@@ -20,7 +20,6 @@ import pytest
 
 from stitchlake.errors import StitchError
 from stitchlake.storage import LocalStorage, Storage, clean_relpath, storage_for
-from tests.unit.test_storage import BACKENDS, location, storage  # noqa: F401 (fixtures)
 
 RACERS = 8
 

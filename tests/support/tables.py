@@ -141,6 +141,19 @@ EVOLVING: dict[str, Any] = {
 }
 
 
+#: Orders from a landing folder and payments written by the API, bad rows quarantined, heartbeats and locks that
+#: expire in seconds: the hardening tests' table.
+QUARANTINING: dict[str, Any] = {
+    "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "buckets": 2},
+    "streams": {
+        "orders": landing_stream("orders", "parquet", {"amount": "long", "ots": "long"}, "ots"),
+        "payments": stream_doc({"paid": "double", "pts": "double"}, "pts", deletes=False),
+    },
+    "bad_rows": "quarantine",
+    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 3}, "lock": {"wait_s": 20, "expire_s": 2}},
+}
+
+
 def evolved_table(folder: Path, before: Callable[[Table], object]) -> Table:
     """A table whose files are of an older schema version: `before` writes to `EVOLVING`, then an alter widens `v` to
     long, adds a date `when` (default 2026-11-21) and drops stream `gone`. The table as of after the alter."""
@@ -185,6 +198,10 @@ def as_rows(table: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
         row.pop("_op", None)
         out[(row["k"], row["p"])] = row
     return out
+
+
+#: An instant's requested time, for the tests of what is kept per instant (heartbeats) without a timeline.
+INSTANT = "20260101120000000"
 
 
 def instant_at(table: Any, requested: str) -> Instant:

@@ -24,17 +24,7 @@ from stitchlake.services.undo.rollback import rollback
 from stitchlake.services.upkeep.savepoint import create
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
-from tests.support.tables import landing_stream, new_table_file, stream_doc
-
-CONFIG: dict[str, Any] = {
-    "table": {"name": "wide", "path": "table", "key": {"k": "long"}, "buckets": 2},
-    "streams": {
-        "orders": landing_stream("orders", "parquet", {"amount": "long", "ots": "long"}, "ots"),
-        "payments": stream_doc({"paid": "double", "pts": "double"}, "pts", deletes=False),
-    },
-    "bad_rows": "quarantine",
-    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 3}, "lock": {"wait_s": 20, "expire_s": 2}},
-}
+from tests.support.tables import QUARANTINING, new_table_file
 
 
 def land(root: Path, number: int, rows: list[tuple[int, int, int]]) -> None:
@@ -65,7 +55,7 @@ def consumed(table: Table) -> list[str]:
 
 
 def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_path: Path) -> None:
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     for number in range(2):
         land(tmp_path, number, [(1, number, 10 + number)])
         table.ingest("orders")
@@ -88,7 +78,7 @@ def test_ingest_is_refused_while_a_restore_undoes_history_alive_or_crashed(tmp_p
 def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_after_it(tmp_path: Path) -> None:
     """The ingest chose its files while commit C counted as consumed; C's rollback un-consumes them, so
     publishing newer files first would later flip ties. The ingest must refuse (exit 3, retry)."""
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     land(tmp_path, 0, [(1, 0, 10)])
     table.ingest("orders")
     land(tmp_path, 1, [(1, 1, 10)])
@@ -118,7 +108,7 @@ def test_an_ingest_that_began_before_a_rollback_of_a_commit_does_not_publish_aft
 
 
 def test_init_never_recreates_table_json_over_an_existing_timeline(tmp_path: Path) -> None:
-    table, config = new_table_file(tmp_path, CONFIG)
+    table, config = new_table_file(tmp_path, QUARANTINING)
     table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [1.0, 1.0]}))
     properties = tmp_path / "table" / ".stitch" / "table.json"
     properties.unlink()
@@ -136,7 +126,7 @@ def test_init_never_recreates_table_json_over_an_existing_timeline(tmp_path: Pat
 
 
 def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Path) -> None:
-    outer, outer_config = new_table_file(tmp_path, CONFIG)
+    outer, outer_config = new_table_file(tmp_path, QUARANTINING)
     outer.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
     document = yaml.safe_load(outer_config.read_text())
     document["table"]["path"] = "table/inner"
@@ -163,14 +153,14 @@ def test_tables_may_not_nest_and_clean_leaves_a_foreign_table_alone(tmp_path: Pa
 
 
 def test_a_nan_ordering_value_is_a_bad_row_not_a_version_that_wins_forever(tmp_path: Path) -> None:
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     result = table.write("payments", pa.table({"k": [1, 2], "paid": [1.0, 2.0], "pts": [float("nan"), 1.0]}))
     assert result.bad_rows == 1
     table.write("payments", pa.table({"k": [1], "paid": [5.0], "pts": [3.0]}))
     assert rows_of(table)[1]["paid"] == 5.0
     quarantined = pq.read_table(table.storage.describe(result.quarantine or "")).to_pylist()
     assert quarantined[0]["_reason"] == "NaN ordering value pts"
-    failing, _ = new_table_file(tmp_path / "strict", {**CONFIG, "bad_rows": "fail"})
+    failing, _ = new_table_file(tmp_path / "strict", {**QUARANTINING, "bad_rows": "fail"})
     with pytest.raises(InputRejected, match="NaN ordering value pts"):
         failing.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [float("nan")]}))
 
@@ -185,7 +175,7 @@ def test_a_nan_ordering_value_is_a_bad_row_not_a_version_that_wins_forever(tmp_p
 
 
 def test_a_flipped_byte_in_a_log_file_is_an_error_never_wrong_rows(tmp_path: Path) -> None:
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     for start in range(0, 300, 100):
         keys = list(range(start, start + 100))
         table.write("payments", pa.table({"k": keys, "paid": [float(k) for k in keys], "pts": [1.0] * 100}))
@@ -210,7 +200,7 @@ def test_a_flipped_byte_in_a_log_file_is_an_error_never_wrong_rows(tmp_path: Pat
 def test_an_instant_far_ahead_of_the_clock_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from stitchlake.timeline import clock
 
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     real = clock.now_millis()
     monkeypatch.setattr(clock, "now_millis", lambda: real + 10 * 365 * 86_400_000)  # a host 10 years ahead
     table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
@@ -226,7 +216,7 @@ def test_a_read_retries_once_when_clean_removed_a_slice_under_it(
 ) -> None:
     import stitchlake.reading.snapshot as reader
 
-    table, config = new_table_file(tmp_path, CONFIG)
+    table, config = new_table_file(tmp_path, QUARANTINING)
     for value in range(3):
         table.write("payments", pa.table({"k": [1, 2, 3], "paid": [float(value)] * 3, "pts": [float(value)] * 3}))
     expected = table.read().sort_by("k")
@@ -265,8 +255,8 @@ def test_disk_full_and_permission_errors_name_the_file_and_what_to_do(
 
 
 def test_a_partition_value_too_long_for_a_folder_name_is_a_bad_row(tmp_path: Path) -> None:
-    table, _ = new_table_file(tmp_path / "t", CONFIG)
-    document = json.loads(json.dumps(CONFIG))
+    table, _ = new_table_file(tmp_path / "t", QUARANTINING)
+    document = json.loads(json.dumps(QUARANTINING))
     document["table"]["partition_by"] = {"region": "string"}
     table, _ = new_table_file(tmp_path, document, "p.yaml")
     result = table.write(
@@ -279,7 +269,7 @@ def test_a_partition_value_too_long_for_a_folder_name_is_a_bad_row(tmp_path: Pat
 
 
 def test_nanosecond_timestamps_are_truncated_to_microseconds(tmp_path: Path) -> None:
-    document = json.loads(json.dumps(CONFIG))
+    document = json.loads(json.dumps(QUARANTINING))
     document["streams"]["payments"]["columns"]["pts"] = "timestamp"
     table, _ = new_table_file(tmp_path, document, "ts.yaml")
     stamps = pa.array([1_700_000_000_123_456_789], pa.timestamp("ns", tz="UTC"))
@@ -289,7 +279,7 @@ def test_nanosecond_timestamps_are_truncated_to_microseconds(tmp_path: Path) -> 
 
 
 def test_yaml_columns_in_another_order_describe_the_same_table(tmp_path: Path) -> None:
-    table, config = new_table_file(tmp_path, CONFIG)
+    table, config = new_table_file(tmp_path, QUARANTINING)
     table.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
     document = yaml.safe_load(config.read_text())
     document["streams"]["payments"]["columns"] = {"pts": "double", "paid": "double"}
@@ -303,7 +293,7 @@ def test_yaml_columns_in_another_order_describe_the_same_table(tmp_path: Path) -
 def test_erase_with_purge_leaves_no_copy_of_the_keys_in_savepoints_or_old_slices(tmp_path: Path) -> None:
     from stitchlake.services.rewrites.erase import erase
 
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
     create(table, name="before")
     table.write("payments", pa.table({"k": [1], "paid": [111.0], "pts": [2.0]}))
@@ -323,7 +313,7 @@ def test_archive_keeps_a_data_commit_active_so_a_restored_table_can_be_savepoint
     in CI). Archive keeps the savepointed commit and the latest data commit; a table of cleans keeps its commit."""
     from stitchlake.services.undo.restore import restore
 
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
     pinned = table.timeline().latest_completed([Action.DELTACOMMIT])
     create(table, name="first")
@@ -335,7 +325,7 @@ def test_archive_keeps_a_data_commit_active_so_a_restored_table_can_be_savepoint
     assert rows_of(table)[1]["paid"] == 11.0
     assert create(table, name="again").savepoint_of, "a restored table with rows refused a savepoint"
 
-    other, _ = new_table_file(tmp_path / "other", CONFIG)
+    other, _ = new_table_file(tmp_path / "other", QUARANTINING)
     other.write("payments", pa.table({"k": [1], "paid": [1.0], "pts": [1.0]}))
     for _ in range(3):
         other.clean()
@@ -350,7 +340,7 @@ def test_a_restore_that_undoes_an_erase_says_the_erased_keys_read_again(tmp_path
     from stitchlake.services.rewrites.erase import erase
     from stitchlake.services.undo.restore import restore
 
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     table.write("payments", pa.table({"k": [1, 2], "paid": [11.0, 22.0], "pts": [1.0, 1.0]}))
     create(table, name="before")
     erased = erase(table, pa.table({"k": [1]}))
@@ -376,7 +366,7 @@ def test_an_archive_after_a_checkpoint_that_kept_no_micro_batches_keeps_the_arch
     from stitchlake.timeline.archive import checkpoint_names, load_checkpoint
     from stitchlake.timeline.metadata import StreamBatch, dump
 
-    table, _ = new_table_file(tmp_path, CONFIG)
+    table, _ = new_table_file(tmp_path, QUARANTINING)
     batch = StreamBatch("query-1", 5)
 
     def run_batch() -> str | None:
@@ -424,7 +414,7 @@ def test_a_restore_leaves_a_crashed_rollback_a_pending_restores_plan_takes_back_
     from stitchlake.timeline.metadata import RollbackPlan
     from tests.support.tables import new_table
 
-    document = copy.deepcopy(CONFIG)
+    document = copy.deepcopy(QUARANTINING)
     document["concurrency"] = {
         "heartbeat": {"interval_s": 0.1, "expire_s": 0.4},
         "lock": {"wait_s": 20, "expire_s": 10},

@@ -14,8 +14,7 @@ from stitchlake.concurrency import heartbeat
 from stitchlake.concurrency.heartbeat import HEARTBEATS_FOLDER, Heartbeat
 from stitchlake.errors import StitchError
 from stitchlake.storage import LocalStorage
-
-INSTANT = "20260101120000000"
+from tests.support.tables import INSTANT
 
 
 def test_start_beats_at_once_then_refreshes_in_the_background(tmp_path: Path) -> None:

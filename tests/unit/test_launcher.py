@@ -17,38 +17,25 @@ from typing import Any
 import pytest
 
 from stitchlake.concurrency.processes import exited, parent
-from stitchlake.config import TableConfig
 from stitchlake.errors import BusyError, ConfigError, ConflictError, InputRejected, StitchError
 from stitchlake.jobs import job_process, spark_conf, spark_submit
 from stitchlake.jobs.job_process import JOB_MARK, end_leftovers
 from stitchlake.jobs.spark_submit import (
-    JobFiles,
     build_argv,
     error_for,
     spark_properties,
     write_properties,
 )
 from stitchlake.spark.errors import unwrap
+from tests.support.jobs import job_files, spark_table_config
 from tests.support.processes import alive, descendants, ended
-from tests.support.tables import THREE_STREAMS, config
 
 #: prctl(2) option: orphans of our descendants become our children (and zombies until we reap them).
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _files(tmp_path: Path) -> JobFiles:
-    return JobFiles(
-        tmp_path / "job.log", tmp_path / "result.json", tmp_path / "spark.properties", tmp_path / "request.json"
-    )
-
-
-def _config(tmp_path: Path, master: str, conf: dict[str, str] | None = None) -> TableConfig:
-    document = {**THREE_STREAMS, "spark": {"master": master, "conf": conf or {}}}
-    return config(tmp_path, document)
-
-
 def test_local_master_runs_the_job_script_without_shipping_code(tmp_path: Path) -> None:
-    argv = build_argv(_config(tmp_path, "local[2]"), "ingest", ["--table", "t"], _files(tmp_path))
+    argv = build_argv(spark_table_config(tmp_path, "local[2]"), "ingest", ["--table", "t"], job_files(tmp_path))
     assert argv[0].endswith("spark-submit") and argv[argv.index("--master") + 1] == "local[2]"
     assert "--py-files" not in argv
     script = argv.index("--request") - 1
@@ -59,8 +46,8 @@ def test_local_master_runs_the_job_script_without_shipping_code(tmp_path: Path) 
 
 def test_settings_go_to_a_private_properties_file_not_the_command_line(tmp_path: Path) -> None:
     secret = "s3cr3t=with:odd\\chars"
-    table_config = _config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": secret})
-    files = _files(tmp_path)
+    table_config = spark_table_config(tmp_path, "local[1]", {"spark.hadoop.fs.s3a.secret.key": secret})
+    files = job_files(tmp_path)
     write_properties(files.properties, spark_properties(table_config))
     argv = build_argv(table_config, "ingest", ["--stream", "orders"], files)
     assert not any(secret in part for part in argv)
@@ -76,17 +63,20 @@ def test_a_job_driver_maps_the_class_archive_unless_the_config_gives_its_own_jav
 ) -> None:
     archive = tmp_path / "jars" / "spark-classes.jsa"
     monkeypatch.setattr(spark_conf, "class_archive", lambda: archive)
-    options = spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
+    options = spark_properties(spark_table_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
     assert options == "-XX:+UseParallelGC"  # not built: nothing to map
     archive.parent.mkdir()
     archive.write_bytes(b"an archive")
     spark_conf.class_archive_size(archive).write_text("10", encoding="utf-8")
-    options = spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
+    options = spark_properties(spark_table_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
     assert options == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
     archive.write_bytes(b"an arc")  # cut short (a full disk): mapping it would kill the driver
-    assert spark_properties(_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    assert (
+        spark_properties(spark_table_config(tmp_path, "local[1]"))["spark.driver.extraJavaOptions"]
+        == "-XX:+UseParallelGC"
+    )
     archive.write_bytes(b"an archive")
-    own = spark_properties(_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
+    own = spark_properties(spark_table_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
     assert own["spark.driver.extraJavaOptions"] == "-Xss4m"
 
 
@@ -256,16 +246,18 @@ def test_an_in_process_session_maps_the_class_archive_unless_the_config_gives_it
 
     archive = tmp_path / "jars" / "spark-classes.jsa"
     monkeypatch.setattr(spark_conf, "class_archive", lambda: archive)
-    assert "spark.driver.extraJavaOptions" not in session_settings(_config(tmp_path, "local[1]"))  # not built
+    assert "spark.driver.extraJavaOptions" not in session_settings(
+        spark_table_config(tmp_path, "local[1]")
+    )  # not built
     archive.parent.mkdir()
     archive.write_bytes(b"an archive")
     spark_conf.class_archive_size(archive).write_text("10", encoding="utf-8")
-    for table_config in (None, _config(tmp_path, "local[1]")):
+    for table_config in (None, spark_table_config(tmp_path, "local[1]")):
         settings = session_settings(table_config)
         assert (
             settings["spark.driver.extraJavaOptions"]
             == f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
         )
         assert settings["spark.sql.session.timeZone"] == "UTC"
-    own = session_settings(_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
+    own = session_settings(spark_table_config(tmp_path, "local[1]", {"spark.driver.extraJavaOptions": "-Xss4m"}))
     assert own["spark.driver.extraJavaOptions"] == "-Xss4m"

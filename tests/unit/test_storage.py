@@ -8,31 +8,13 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stitchlake.errors import ConfigError
-from stitchlake.storage import LocalStorage, Storage, storage_for
+from stitchlake.storage import LocalStorage, storage_for
 from stitchlake.storage.s3 import S3Storage
-
-BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3)]
-
-
-@pytest.fixture(params=BACKENDS)
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """(root URI, storage options) of an empty root on one backend."""
-    if request.param == "local":
-        yield str(tmp_path / "root"), {}
-        return
-    bucket = request.getfixturevalue("s3_bucket")
-    yield f"{bucket.url}/root", bucket.options
-
-
-@pytest.fixture
-def storage(location: tuple[str, dict[str, str]]) -> Storage:
-    return storage_for(*location)
 
 
 def test_storage_for_schemes(tmp_path: Path) -> None:
