@@ -305,6 +305,16 @@ class FileSystemLock(TableLock):
                 f"{self.describe()}: our lease (owner {self.owner!r}, generation {self._generation}) expired at "
                 f"{format_epoch(self._expires_at)} before we could publish; nothing may be published under it"
             )
+        left = (self._expires_at - time.time()) if self._expires_at is not None else None
+        if left is not None and left < self.publish_s < self.expire_s:
+            # A renewal that itself took long (a slow store) can leave less than the create may take: the create
+            # could then land after a writer that took the lock over has passed its checks. (A lease no longer than
+            # the budget never promised that: `bound_creates` warned.)
+            raise LockLost(
+                f"{self.describe()}: our lease (owner {self.owner!r}, generation {self._generation}) has "
+                f"{left:.1f}s left, less than the {self.publish_s:g}s the create it guards may take; nothing was "
+                "published — run again"
+            )
 
     def release(self) -> None:
         if self._generation is None:

@@ -94,44 +94,49 @@ class ZooKeeperLock(TableLock):
             command_retry={"max_tries": 3, "delay": 0.05, "max_delay": 0.5},
         )
         try:
-            client.start(timeout=connect_s)
-        except Exception as exc:  # kazoo raises its handler's timeout error, or socket errors
-            _close(client)
-            raise LockTimeout(
-                f"could not take the {self.describe()}: no ZooKeeper server at {self.hosts} answered "
-                f"within {connect_s:g}s ({exc})"
-            ) from None
+            try:
+                client.start(timeout=connect_s)
+            except Exception as exc:  # kazoo raises its handler's timeout error, or socket errors
+                raise LockTimeout(
+                    f"could not take the {self.describe()}: no ZooKeeper server at {self.hosts} answered "
+                    f"within {connect_s:g}s ({exc})"
+                ) from None
 
-        identifier = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid()})
-        lock = client.Lock(self.path, identifier)
-        remaining = max(deadline - time.monotonic(), 0.0)
-        # kazoo's timeout restarts whenever the queue moves; a timer bounds the total wait.
-        timer = threading.Timer(remaining + 0.2, lock.cancel)
-        timer.daemon = True
-        timer.start()
-        try:
-            got = lock.acquire(blocking=True, timeout=remaining) if remaining > 0 else lock.acquire(blocking=False)
-        except (KazooLockTimeout, CancelledError):
-            got = False
-        except KazooException as exc:
-            _close(client)
-            raise LockTimeout(
-                f"could not take the {self.describe()}: ZooKeeper at {self.hosts} failed ({exc!r})"
-            ) from None
-        finally:
-            timer.cancel()
-        if not got:
-            holder = self._holder(client)
-            _close(client)
-            who = holder.describe() if holder is not None else "another owner"
-            raise LockTimeout(f"could not take the {self.describe()} within {wait:g}s: it is held by {who}")
+            identifier = json.dumps({"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid()})
+            lock = client.Lock(self.path, identifier)
+            remaining = max(deadline - time.monotonic(), 0.0)
+            # kazoo's timeout restarts whenever the queue moves; a timer bounds the total wait.
+            timer = threading.Timer(remaining + 0.2, lock.cancel)
+            timer.daemon = True
+            timer.start()
+            try:
+                got = lock.acquire(blocking=True, timeout=remaining) if remaining > 0 else lock.acquire(blocking=False)
+            except (KazooLockTimeout, CancelledError):
+                got = False
+            except KazooException as exc:
+                raise LockTimeout(
+                    f"could not take the {self.describe()}: ZooKeeper at {self.hosts} failed ({exc!r})"
+                ) from None
+            finally:
+                timer.cancel()
+            if not got:
+                holder = self._holder(client)
+                who = holder.describe() if holder is not None else "another owner"
+                raise LockTimeout(f"could not take the {self.describe()} within {wait:g}s: it is held by {who}")
 
-        self._lost_reason = None
-        client.add_listener(self._on_state)
-        if client.state != "CONNECTED":
-            self._lost_reason = f"connection {client.state.lower()} right after acquire"
-        self._client = client
-        self._lock = lock
+            self._lost_reason = None
+            client.add_listener(self._on_state)
+            if client.state != "CONNECTED":
+                self._lost_reason = f"connection {client.state.lower()} right after acquire"
+            self._client = client
+            self._lock = lock
+        except BaseException:  # refused, or interrupted: this session must not live on
+            # An interrupt (Ctrl-C, SIGTERM, a scheduler's timeout) while waiting skipped kazoo's own clean-up: the
+            # contender znode stayed, the session lived on in kazoo's threads, and the node became the holder once
+            # the lock was free, refusing every writer of the table until this process ended. Closing the session
+            # deletes its ephemeral node.
+            _close(client)
+            raise
 
     def _on_state(self, state: str) -> None:
         """kazoo connection listener: remember any suspension or loss of the session while we hold."""

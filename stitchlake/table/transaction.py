@@ -215,7 +215,11 @@ class Transaction:
         """
         earlier = marked_files(table.storage, instant.requested)
         txn = cls.resume(table, instant, what, gone=PlanUndone)
-        delete_marked(table.storage, instant.requested, earlier)
+        try:
+            delete_marked(table.storage, instant.requested, earlier)
+        except BaseException:
+            txn.finish_here()  # or its beat ran on in this process: the plan stayed "run by a live process"
+            raise
         return txn
 
     @classmethod
@@ -230,34 +234,43 @@ class Transaction:
         """
         storage = table.storage
         spec = table.config.concurrency.heartbeat
-        with table.lock() as lock:
-            if storage.exists(heartbeats.heartbeat_path(instant.requested)) and not heartbeats.is_expired(
-                storage, instant.requested, spec.expire_s
-            ):
-                raise BusyError(
-                    f"{what} {instant.requested} is being run by another live process (its heartbeat is fresh); "
-                    "try again later"
-                )
-            timeline = Timeline.load(storage)
-            current = timeline.get(instant.requested)
-            if current is None:  # a restore or rollback undid it, or its own process aborted it
-                then = "run again" if issubclass(gone, ConflictError) else "nothing to do"
-                raise gone(f"{what} {instant.requested} is gone from the timeline (undone meanwhile); {then}")
-            if current.is_completed:
-                raise BusyError(
-                    f"{what} {instant.requested} completed at {current.completed} (another process finished it); "
-                    "nothing to do"
-                )
-            undoing = undone_by(timeline, instant.requested)
-            if undoing is not None:
-                raise BusyError(
-                    f"{what} {instant.requested} is being rolled back or reset by {undoing}; try again later"
-                )
-            attempt = new_attempt()  # fenced: the checks above hold only while our lease does
-            inflight = write_inflight(storage, instant, InflightMark(attempt), replace=True, ready=lock.fence)
-            beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
-            beat.start()
-        return cls(table, inflight, beat, attempt, timeline.plan(instant))
+        beat: Heartbeat | None = None
+        try:
+            with table.lock() as lock:
+                if storage.exists(heartbeats.heartbeat_path(instant.requested)) and not heartbeats.is_expired(
+                    storage, instant.requested, spec.expire_s
+                ):
+                    raise BusyError(
+                        f"{what} {instant.requested} is being run by another live process (its heartbeat is fresh); "
+                        "try again later"
+                    )
+                timeline = Timeline.load(storage)
+                current = timeline.get(instant.requested)
+                if current is None:  # a restore or rollback undid it, or its own process aborted it
+                    then = "run again" if issubclass(gone, ConflictError) else "nothing to do"
+                    raise gone(f"{what} {instant.requested} is gone from the timeline (undone meanwhile); {then}")
+                if current.is_completed:
+                    raise BusyError(
+                        f"{what} {instant.requested} completed at {current.completed} (another process finished it); "
+                        "nothing to do"
+                    )
+                undoing = undone_by(timeline, instant.requested)
+                if undoing is not None:
+                    raise BusyError(
+                        f"{what} {instant.requested} is being rolled back or reset by {undoing}; try again later"
+                    )
+                attempt = new_attempt()  # fenced: the checks above hold only while our lease does
+                inflight = write_inflight(storage, instant, InflightMark(attempt), replace=True, ready=lock.fence)
+                beat = Heartbeat(storage, instant.requested, interval_s=spec.interval_s, expire_s=spec.expire_s)
+                beat.start()
+            plan = timeline.plan(instant)
+        except BaseException:
+            # Taken over, then failed (the lock's release, reading the plan): a beat left running here kept the
+            # plan "run by a live process", so every later run was refused busy and recovery never reset it.
+            if beat is not None:
+                beat.stop(delete=True)
+            raise
+        return cls(table, inflight, beat, attempt, plan)
 
     def mark(self, path: str) -> None:
         """Record that this instant is about to create `path` (before creating it)."""
@@ -460,10 +473,22 @@ class Transaction:
             log.warning("instant %s was already published; not aborting it", self.time)
             self._finish(delete_markers_too=False)
             return
-        if self.sent is not None and self.landed() != "none":
-            # Published though no answer came, or the timeline cannot say: deleting its files could destroy a
-            # commit. A pending instant left here is the lazy rollback's, which sees whether it completed.
-            log.warning("instant %s may have been published; not aborting it", self.time)
+        if self.sent is not None:
+            # Its create was sent and no answer came: not there now, it may still land (a store holds a request it
+            # has taken a while longer than its client waits). Deleting its files could destroy a commit, so the
+            # instant is left pending with its heartbeat (not deleted: it expires), and the lazy rollback, which
+            # waits for that and re-checks under the lock, sees whether it completed.
+            landed = self.landed()
+            if landed == "ours":
+                log.warning("instant %s was published though its store gave no answer; not aborting it", self.time)
+            else:
+                log.warning(
+                    "instant %s may still be published (its commit was sent, no answer came; the timeline says %s); "
+                    "not aborting it: `stitch clean` rolls it back once its heartbeat has expired if it did not land",
+                    self.time,
+                    landed,
+                )
+            self._stop_beating(delete=False)
             self._finish(delete_markers_too=False)
             return
         try:
