@@ -33,6 +33,8 @@ pytest_plugins = [
     "tests.support.bad_input",
     "tests.support.lock_clock",
     "tests.support.storage_roots",
+    "tests.support.small_histories",
+    "tests.support.published_history",
 ]
 
 UNIT = Path(__file__).resolve().parent / "unit"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from scripts import bench, bench_report, bench_workload, child_env, module_argv
+from tests.support.charts import assert_png
 
 
 @pytest.mark.s3
@@ -52,17 +53,6 @@ def test_bench_runs_end_to_end_and_publishes_its_figures_between_the_markers(tmp
     assert subprocess.run(argv, capture_output=True, timeout=300, check=False, env=env).returncode == 0
     block = text.split(begin, 1)[1].split(end, 1)[0]
     assert again.read_text(encoding="utf-8").split(begin, 1)[1].split(end, 1)[0] == block
-
-
-def assert_png(path: Path) -> None:
-    """A chart file that is a valid PNG image of a readable size."""
-    from PIL import Image
-
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
-    with Image.open(path) as image:
-        image.verify()
-    with Image.open(path) as image:
-        assert image.format == "PNG" and image.size[0] >= 400 and image.size[1] >= 200, (path, image.size)
 
 
 def test_the_replayed_timeline_is_a_valid_table_for_the_metadata_figures(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
 def test_the_saved_report_is_redrawn_as_png_charts_without_running_anything(tmp_path: Path) -> None:
     """`--from-json`: the Markdown and the charts of docs/benchmarks-peers.json (ratios to stitchlake per size; time
     and memory against size), the charts referenced from the block."""
-    from tests.integration.test_bench import assert_png
+    from tests.support.charts import assert_png
 
     out = tmp_path / "benchmarks.md"
     out.write_text(f"# Kept\n\n{bench_peers.BEGIN}\nold\n{bench_peers.END}\n", encoding="utf-8")

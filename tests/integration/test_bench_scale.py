@@ -46,7 +46,7 @@ def test_bench_scale_runs_end_to_end_checks_the_truth_and_publishes_between_its_
     assert f"`stitch rescale --buckets {bench_scale.RESCALED_BUCKETS}`" in block
     assert f"`stitch sql` fingerprint after the rescale ({bench_scale.RESCALED_BUCKETS} buckets)" in block
 
-    from tests.integration.test_bench import assert_png
+    from tests.support.charts import assert_png
 
     charts = re.findall(r"!\[[^]]*\]\((bench/[^)]+\.png)\)", block)
     assert charts == ["bench/bench-scale-time.png", "bench/bench-scale-memory.png"], charts

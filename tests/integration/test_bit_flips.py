@@ -9,7 +9,6 @@ an Avro log, a completed instant file, table.json and an archive checkpoint, and
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,41 +21,11 @@ from stitchlake.errors import StitchError
 from stitchlake.layout.names import BASE, LOG
 from stitchlake.paths import ARCHIVE_DIR, TABLE_JSON
 from stitchlake.timeline.instant import Action
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+from tests.support.slices import newest_file, sliced_table
 
 #: Files larger than this are flipped at a dense sample of offsets (every header and footer byte, and this many
-#: in between), so the test stays quick; the tables are built small enough that most files are flipped whole.
+#: in between), so the test stays quick; the tables are sliced_table small enough that most files are flipped whole.
 WHOLE_FILE_BYTES = 1500
-
-
-def rows_for(stream: int, keys: range, seed: int) -> list[dict[str, object]]:
-    chance = random.Random(seed)
-    model = MODELS[stream]
-    out: list[dict[str, object]] = []
-    for k in keys:
-        row: dict[str, object] = {"k": k}
-        for column in model.columns:
-            if column in ("status", "note", "carrier"):
-                row[column] = chance.choice(["a", "bb", None, "ccc"])
-            else:
-                row[column] = chance.randrange(1000)
-        row["deleted"] = chance.random() < 0.05
-        out.append(row)
-    return out
-
-
-def built(root: Path, log_format: str) -> Table:
-    """A table whose newest slices hold a base file and logs of two streams (one with `nulls: ignore`)."""
-    document = copy.deepcopy(THREE_STREAMS)
-    document["table"]["log_format"] = log_format
-    table = new_table(root, document, buckets=1)
-    for number, stream in enumerate((0, 1, 2, 0)):
-        table.write(MODELS[stream].name, batch(MODELS[stream], rows_for(stream, range(number * 3, 24), number)))
-    table.compact()
-    table.archive(keep=2)
-    for number, stream in enumerate((1, 0), start=10):
-        table.write(MODELS[stream].name, batch(MODELS[stream], rows_for(stream, range(number, 30), number)))
-    return table
 
 
 def offsets(size: int, seed: int) -> Iterator[int]:
@@ -97,24 +66,18 @@ def read_after_each_flip(table: Table, relative: str) -> tuple[int, int]:
     return failed, right
 
 
-def newest(table: Table, kind: str) -> str:
-    latest = [f for s in table.view().latest_slices(None) for f in s.files if f.kind == kind]
-    assert latest, f"no {kind} file in the latest slices"
-    return latest[-1].path
-
-
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])
 def test_a_flipped_bit_in_a_data_file_is_an_error_never_a_wrong_row(tmp_path: Path, log_format: str) -> None:
-    table = built(tmp_path, log_format)
+    table = sliced_table(tmp_path, log_format)
     for kind in (LOG, BASE) if log_format == "parquet" else (LOG,):
-        path = newest(table, kind)
+        path = newest_file(table, kind)
         assert path.endswith(".log.avro" if kind == LOG and log_format == "avro" else ".parquet")
         failed, _right = read_after_each_flip(table, path)
         assert failed > 0, "every flip was harmless: the test did not reach the file"
 
 
 def test_a_flipped_bit_in_metadata_is_an_error_never_a_wrong_row(tmp_path: Path) -> None:
-    table = built(tmp_path, "parquet")
+    table = sliced_table(tmp_path, "parquet")
     timeline = table.timeline()
     deltacommit = timeline.completed([Action.DELTACOMMIT])[-1]
     completed_file = f".stitch/timeline/{deltacommit.requested}_{deltacommit.completed}.deltacommit"

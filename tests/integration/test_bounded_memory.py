@@ -29,6 +29,7 @@ import pytest
 from stitchlake.api import Table
 from stitchlake.reading.scan import bounded
 from tests.support.processes import run_stitch
+from tests.support.reads import canonical_rows
 from tests.support.reference import Event, expected_rows
 from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, new_table
 
@@ -91,11 +92,6 @@ def _expected(events: list[Event], upto: int | None = None) -> dict[tuple[Any, .
     }
 
 
-def _sorted(rows: pa.Table) -> list[dict[str, Any]]:
-    """Rows in a canonical order (a streamed read's order is the slices', a whole read's may differ)."""
-    return sorted(rows.to_pylist(), key=repr)
-
-
 def test_a_scan_streams_the_rows_the_model_gives_one_slice_at_a_time(
     many_slices: tuple[Table, list[Event], list[str]],
 ) -> None:
@@ -105,7 +101,7 @@ def test_a_scan_streams_the_rows_the_model_gives_one_slice_at_a_time(
     assert len(batches) >= 16  # at least one batch per slice: no slice is glued to another
     streamed = pa.Table.from_batches(batches, scan.schema)
     assert as_rows(streamed) == _expected(events)
-    assert _sorted(streamed) == _sorted(table.read())
+    assert canonical_rows(streamed) == canonical_rows(table.read())
 
     # Time travel, columns and filters stream the same rows the whole read returns.
     first = completed[1]
@@ -117,7 +113,7 @@ def test_a_scan_streams_the_rows_the_model_gives_one_slice_at_a_time(
         {"mode": "read_optimized"},
     ]
     for options in reads:
-        assert _sorted(table.scan(**options).read_all()) == _sorted(table.read(**options)), options
+        assert canonical_rows(table.scan(**options).read_all()) == canonical_rows(table.read(**options)), options
     assert as_rows(table.scan(as_of=first).read_all()) == _expected(events, upto=2)
 
     # Changes stream one file group at a time, with the same rows as the whole incremental read.
@@ -129,10 +125,10 @@ def test_a_scan_streams_the_rows_the_model_gives_one_slice_at_a_time(
     for options in changes:
         streamed_changes = table.scan(**options).read_all()
         assert streamed_changes.num_rows > 0
-        assert _sorted(streamed_changes) == _sorted(table.read(**options)), options
+        assert canonical_rows(streamed_changes) == canonical_rows(table.read(**options)), options
 
     # A scan is planned once: every pass reads the same files, and each pass yields the same rows.
-    assert _sorted(scan.read_all()) == _sorted(streamed)
+    assert canonical_rows(scan.read_all()) == canonical_rows(streamed)
 
 
 def test_sql_and_read_out_stream_the_table_and_equal_the_whole_read(
@@ -153,7 +149,7 @@ def test_sql_and_read_out_stream_the_table_and_equal_the_whole_read(
         "SELECT a.k, b.carrier FROM t a JOIN t b USING (k) WHERE a.amount > 500 ORDER BY a.k",  # two scans of t
         "SELECT k FROM t WHERE amount = (SELECT max(amount) FROM t)",
     ):
-        assert _sorted(table.sql(query)) == _sorted(duckdb_over(whole, query)), query
+        assert canonical_rows(table.sql(query)) == canonical_rows(duckdb_over(whole, query)), query
     at_first = table.sql("SELECT * FROM t", as_of=completed[1])
     assert as_rows(at_first) == _expected(events, upto=2)
     changes = table.sql("SELECT k, _op FROM t ORDER BY k, _op", since=completed[1])
@@ -165,7 +161,7 @@ def test_sql_and_read_out_stream_the_table_and_equal_the_whole_read(
     # Table.to_duckdb: a view that streams the table each time a query scans it.
     connection = table.to_duckdb(filter="p=odd")
     odd = connection.sql(f"SELECT * FROM {table.config.table.name}").to_arrow_table()
-    assert _sorted(odd) == _sorted(table.read(filter="p=odd"))
+    assert canonical_rows(odd) == canonical_rows(table.read(filter="p=odd"))
     assert connection.sql(f"SELECT count(*) FROM {table.config.table.name}").fetchall() == [(odd.num_rows,)]
     connection.close()
 
@@ -188,11 +184,11 @@ def test_sql_and_read_out_stream_the_table_and_equal_the_whole_read(
             )
         else:
             written = pa.Table.from_pylist([json.loads(line) for line in out.read_text().splitlines()], whole.schema)
-        assert _sorted(written) == _sorted(whole), suffix
+        assert canonical_rows(written) == canonical_rows(whole), suffix
     out = tmp_path / "even.parquet"
     done = run_stitch("sql", "-c", str(config), "SELECT * FROM t WHERE p = 'even'", "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
-    assert _sorted(pq.read_table(out)) == _sorted(table.read(filter="p=even"))
+    assert canonical_rows(pq.read_table(out)) == canonical_rows(table.read(filter="p=even"))
     # Without --out: a sample, and the count of every row.
     done = run_stitch("read", "-c", str(config), "--limit", "5", "--json")
     report = json.loads(done.stdout)

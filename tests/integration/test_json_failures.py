@@ -12,26 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
-from stitchlake.cli.app import app
+from tests.support.cli import COMMANDS
 
 STITCH = [sys.executable, "-m", "stitchlake"]
-
-
-def leaf_commands() -> list[tuple[str, ...]]:
-    group = typer.main.get_command(app)
-    found: list[tuple[str, ...]] = []
-
-    def walk(command: Any, path: tuple[str, ...]) -> None:
-        if hasattr(command, "commands"):  # a group (typer ships its own click)
-            for name, sub in command.commands.items():
-                walk(sub, (*path, name))
-        else:
-            found.append(path)
-
-    walk(group, ())
-    return sorted(found)
 
 
 def json_failure(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -41,9 +25,6 @@ def json_failure(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert failure["ok"] is False and failure["exit_code"] == done.returncode != 0, failure
     assert failure["error"] and failure.get("error_type"), failure
     return failure
-
-
-COMMANDS = leaf_commands()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])

@@ -23,7 +23,6 @@ from stitchlake.io.published import Target, delta_options, iceberg_catalog
 from tests.support.processes import run_stitch
 from tests.support.published_history import MODEL, altered_document, expected_rows, history, rows_of
 from tests.support.tables import batch
-from tests.unit.test_publish import published  # noqa: F401 (fixtures)
 
 
 def test_each_publish_is_a_new_version_and_clean_keeps_what_kept_versions_read(tmp_path: Path) -> None:

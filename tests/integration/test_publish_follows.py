@@ -28,13 +28,15 @@ from tests.support.published_history import (
     MODEL,
     altered_document,
     current_rows,
+    delta_rows,
     erase_keys,
     history,
+    history_cut_at,
     iceberg_table,
+    keys_in_files,
     rows_of,
 )
 from tests.support.tables import batch
-from tests.unit.test_publish_follows import delta_rows, history_cut_at, keys_in_files
 
 
 def test_an_erase_republishes_every_published_format_and_purge_leaves_no_trace_of_the_keys(tmp_path: Path) -> None:

@@ -10,35 +10,22 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from deltalake import DeltaTable
 
 from stitchlake.timeline.instant import Action
-from tests.support.published_history import altered_document, current_rows, history, iceberg_table, rows_of
+from tests.support.published_history import (
+    altered_document,
+    current_rows,
+    data_files,
+    history,
+    iceberg_table,
+    published_version,
+    read_published,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def published_version(fmt: str, result: dict[str, Any]) -> int:
-    """The published table's current version: Delta's, or Iceberg's current snapshot id."""
-    if fmt == "delta":
-        return int(DeltaTable(result["location"]).version())
-    return int(iceberg_table(result).current_snapshot().snapshot_id)
-
-
-def published_rows(fmt: str, result: dict[str, Any]) -> list[dict[str, Any]]:
-    if fmt == "delta":
-        return rows_of(DeltaTable(result["location"]).to_pyarrow_table())
-    return rows_of(iceberg_table(result).scan().to_arrow())
-
-
-def data_files(folder: str) -> list[Path]:
-    """The Parquet data files under a published table's folder (a Delta checkpoint left out)."""
-    found = Path(folder.removeprefix("file://")).rglob("*.parquet")
-    return sorted(path for path in found if "_delta_log" not in path.parts)
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
@@ -75,11 +62,11 @@ def test_a_publish_interrupted_after_its_commit_says_that_the_version_exists(tmp
     assert "exists and readers see it" in error and "the next publish" in error
     timeline = table.timeline()
     assert not timeline.pending() and not timeline.completed([Action.PUBLISH]), "the instant was rolled back"
-    assert published_rows(fmt, found) == current_rows(table), "the version it committed is there"
+    assert read_published(fmt, found) == current_rows(table), "the version it committed is there"
 
     result = table.publish(fmt).to_json()
     assert result["version"] != version and published_version(fmt, found) == result["version"]
-    assert published_rows(fmt, result) == current_rows(table)
+    assert read_published(fmt, result) == current_rows(table)
 
 
 def test_iceberg_data_files_left_by_a_crashed_publish_are_removed_by_the_next_publish(tmp_path: Path) -> None:
@@ -117,4 +104,4 @@ def test_iceberg_data_files_left_by_a_crashed_publish_are_removed_by_the_next_pu
     second = table.publish("iceberg").to_json()
     assert not set(data_files(folder)) & left, "the crashed publish's files were removed"
     assert second["removed_files"] >= len(left)
-    assert published_rows("iceberg", second) == current_rows(table)
+    assert read_published("iceberg", second) == current_rows(table)

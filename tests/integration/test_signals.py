@@ -18,20 +18,15 @@ import pytest
 
 from stitchlake.api import Table
 from stitchlake.concurrency.markers import marked_files
-from stitchlake.timeline.instant import Action
 from tests.support.processes import ROOT, alive, descendants, ended, hold_back, run_stitch, stitch, wait_until
 from tests.support.spark_fixtures import demo_table, generated_data
+from tests.support.tables import claimed
 
 
 @pytest.fixture(scope="module")
 def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough rows that an in-process ingest takes a moment, so a signal can land while it writes."""
     return generated_data(tmp_path_factory, "signal-data", orders=60_000, seed=5, files_per_stream=6)
-
-
-def claimed(table: Table) -> str | None:
-    pending = table.timeline().pending([Action.DELTACOMMIT])
-    return pending[0].requested if pending else None
 
 
 def start(*args: str) -> subprocess.Popen[str]:

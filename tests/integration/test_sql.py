@@ -8,45 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-import pytest
 
 from stitchlake.api import Table
 from tests.support.processes import run_stitch
+from tests.support.reads import sorted_rows
 from tests.support.tables import MODELS, batch, new_table
 
 MODEL = {m.name: m for m in MODELS}
-
-
-@pytest.fixture(scope="module")
-def stitched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, str]]:
-    table = new_table(tmp_path_factory.mktemp("sql"))
-    orders, payments = MODEL["orders"], MODEL["payments"]
-    first = table.write(
-        "orders",
-        batch(orders, [{"k": k, "amount": k * 10, "status": "a", "ots": 5} for k in range(1, 7)]),
-    )
-    table.write("payments", batch(payments, [{"k": k, "paid": k, "note": "n", "pts": 1} for k in (1, 2, 3)]))
-    late = table.write(
-        "orders",
-        batch(
-            orders,
-            [
-                {"k": 1, "amount": 999, "status": "late", "ots": 1},  # late: loses to ots 5
-                {"k": 2, "amount": 25, "status": "b", "ots": 9},  # update
-                {"k": 4, "ots": 9, "deleted": True},  # delete: key 4 has no other stream, so it is gone
-            ],
-        ),
-    )
-    return table, {"first": str(first.completed), "late": str(late.completed)}
-
-
-def sorted_rows(rows: pa.Table) -> list[dict[str, Any]]:
-    return sorted(rows.to_pylist(), key=lambda row: row["k"])
 
 
 def test_sql_sees_the_merged_table_not_its_files(stitched: tuple[Table, dict[str, str]]) -> None:

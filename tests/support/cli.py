@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import typer
 from typer.testing import CliRunner, Result
 
 from scripts import run_captured
@@ -66,3 +67,21 @@ def stitch_json(*args: str | Path, cwd: Path | None = None) -> dict[str, Any]:
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
     """`stitch ARGS` in this process, through typer's CliRunner: no process to start, so the unit tier may run it."""
     return CliRunner().invoke(app, list(args), env=env)
+
+
+def leaf_commands() -> list[tuple[str, ...]]:
+    group = typer.main.get_command(app)
+    found: list[tuple[str, ...]] = []
+
+    def walk(command: Any, path: tuple[str, ...]) -> None:
+        if hasattr(command, "commands"):  # a group (typer ships its own click)
+            for name, sub in command.commands.items():
+                walk(sub, (*path, name))
+        else:
+            found.append(path)
+
+    walk(group, ())
+    return sorted(found)
+
+
+COMMANDS = leaf_commands()

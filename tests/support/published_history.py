@@ -1,6 +1,7 @@
 """Tables whose history holds much that a correct reader must not show, for the publishing tests: late events, an
 update, a stream delete, an erase, a column default and an alter, then a compaction (`history`); and the native
-readers' table (`typed_history`), with more types, published before and after an alter, and optionally purged."""
+readers' table (`typed_history`), with more types, published before and after an alter, and optionally purged; what
+published copies hold. A pytest plugin too: `published`, `history`'s table published in both formats."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
 
 from stitchlake.api import Table
 from stitchlake.io.published import iceberg_catalog
@@ -217,3 +221,50 @@ def published_rows(table: Table, result: dict[str, Any]) -> list[dict[str, Any]]
     """What a publish wrote, as `stitch read --mode read_optimized --as-of` the publish's own instant shows it
     (its source's rows under the schema in force then)."""
     return rows_of(table.read(mode="read_optimized", as_of=result["instant"]))
+
+
+def delta_rows(result: dict[str, Any], version: int | None = None) -> list[dict[str, Any]]:
+    return rows_of(DeltaTable(result["location"], version=version).to_pyarrow_table())
+
+
+def keys_in_files(folder: str) -> set[int]:
+    """Every key any data file under a published table's folder holds, whatever version lists it (a Delta
+    checkpoint is Parquet too: the log's, left out)."""
+    found: set[int] = set()
+    for path in Path(folder.removeprefix("file://")).rglob("*.parquet"):
+        if "_delta_log" in path.parts:
+            continue
+        found |= set(pq.read_table(path, columns=["k"]).column("k").to_pylist())
+    return found
+
+
+def history_cut_at(location: str, version: int) -> bool:
+    """Whether the Delta log at `location` starts at `version` (a checkpoint of it; no older entry is left)."""
+    entries = [p.name for p in Path(location, "_delta_log").iterdir() if p.name[:1].isdigit()]
+    return f"{version:020d}.checkpoint.parquet" in entries and all(int(e.split(".")[0]) >= version for e in entries)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, Any]]:
+    """`history`'s table published once in each format (module scope: the tests only read it)."""
+    table = history(tmp_path_factory.mktemp("publish"))
+    return table, {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
+
+
+def published_version(fmt: str, result: dict[str, Any]) -> int:
+    """The published table's current version: Delta's, or Iceberg's current snapshot id."""
+    if fmt == "delta":
+        return int(DeltaTable(result["location"]).version())
+    return int(iceberg_table(result).current_snapshot().snapshot_id)
+
+
+def read_published(fmt: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    if fmt == "delta":
+        return rows_of(DeltaTable(result["location"]).to_pyarrow_table())
+    return rows_of(iceberg_table(result).scan().to_arrow())
+
+
+def data_files(folder: str) -> list[Path]:
+    """The Parquet data files under a published table's folder (a Delta checkpoint left out)."""
+    found = Path(folder.removeprefix("file://")).rglob("*.parquet")
+    return sorted(path for path in found if "_delta_log" not in path.parts)

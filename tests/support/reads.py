@@ -58,3 +58,12 @@ def spark_rows(frame: Any) -> pa.Table:
             column = column.cast(pa.timestamp("us", tz="UTC"))
         columns[field.name] = column
     return pa.table(columns)
+
+
+def sorted_rows(rows: pa.Table) -> list[dict[str, Any]]:
+    return sorted(rows.to_pylist(), key=lambda row: row["k"])
+
+
+def canonical_rows(rows: pa.Table) -> list[dict[str, Any]]:
+    """Rows in a canonical order (a streamed read's order is the slices', a whole read's may differ)."""
+    return sorted(rows.to_pylist(), key=repr)

@@ -20,7 +20,7 @@ import yaml
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.config import TableConfig, parse_config
-from stitchlake.timeline.instant import Instant
+from stitchlake.timeline.instant import Action, Instant
 from tests.support.processes import run_stitch
 from tests.support.reference import StreamModel
 
@@ -253,3 +253,8 @@ def pause_when_inflight(table: Table, process: subprocess.Popen[Any], action: st
         os.kill(process.pid, signal.SIGCONT)
         time.sleep(0.001)
     raise AssertionError(f"the {action} held the table lock at every pause; the race is not the one meant")
+
+
+def claimed(table: Table) -> str | None:
+    pending = table.timeline().pending([Action.DELTACOMMIT])
+    return pending[0].requested if pending else None

@@ -15,12 +15,12 @@ from stitchlake.checksums import unseal
 from stitchlake.errors import CorruptFileError, StitchError
 from stitchlake.layout.names import LOG
 from stitchlake.paths import ARCHIVE_DIR, TABLE_JSON
-from tests.integration.test_bit_flips import built, newest
+from tests.support.slices import newest_file, sliced_table
 
 
 def test_files_from_before_checksums_still_read(tmp_path: Path) -> None:
     """A table written before checksums (no digest in its commits, no seal on its metadata) reads as before."""
-    table = built(tmp_path, "parquet")
+    table = sliced_table(tmp_path, "parquet")
     expected = table.read().sort_by("k")
     meta = Path(table.path) / ".stitch"
     for path in [Path(table.path) / TABLE_JSON, *(meta / "timeline").iterdir()]:
@@ -44,8 +44,8 @@ def _stripped(value: object) -> object:
 
 
 def test_a_changed_data_file_names_the_file_and_the_way_out(tmp_path: Path) -> None:
-    table = built(tmp_path, "avro")
-    path = Path(table.path) / newest(table, LOG)
+    table = sliced_table(tmp_path, "avro")
+    path = Path(table.path) / newest_file(table, LOG)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x10
     path.write_bytes(bytes(data))

@@ -18,7 +18,8 @@ import pytest
 
 from stitchlake.api import Table
 from stitchlake.engine import LocalEngine
-from tests.integration.test_bounded_memory import MODEL, _sorted
+from tests.support.histories import MODEL
+from tests.support.reads import canonical_rows
 from tests.support.tables import batch, new_table
 
 R = TypeVar("R")
@@ -119,7 +120,7 @@ def test_compaction_erase_and_rescale_run_file_groups_heavier_than_the_budget_on
             result = table.rescale(16).done
             assert result is not None and result.file_groups == 32
         [pool] = WatchedPool.made  # the service's one map over its file groups
-        return pool, _sorted(table.read())
+        return pool, canonical_rows(table.read())
 
     bounded_pool, bounded_rows = run(1, tmp_path / "tiny")
     assert bounded_pool.submitted >= 12, bounded_pool.submitted  # one task per file group (or rescale unit)

@@ -14,10 +14,7 @@ import pytest
 
 from stitchlake.api import Table
 from stitchlake.errors import UsageError
-from tests.integration.test_change_feed import (
-    FEED,
-    history,  # noqa: F401 (fixtures)
-)
+from tests.support.small_histories import FEED
 from tests.support.tables import MODELS, batch, new_table
 
 

@@ -5,7 +5,7 @@ The in-process part: no JVM, no server, no `stitch` subprocess (the rest: tests/
 
 from __future__ import annotations
 
-from tests.integration.test_json_failures import COMMANDS
+from tests.support.cli import COMMANDS
 
 
 def test_every_command_is_covered() -> None:

@@ -30,12 +30,6 @@ from tests.support.published_history import MODEL, altered_document, expected_ro
 from tests.support.tables import batch, config, new_table
 
 
-@pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, dict[str, Any]]:
-    table = history(tmp_path_factory.mktemp("publish"))
-    return table, {fmt: table.publish(fmt).to_json() for fmt in ("delta", "iceberg")}
-
-
 def test_delta_readers_see_exactly_the_read_optimized_table(published: tuple[Table, dict[str, Any]]) -> None:
     table, results = published
     delta = results["delta"]

@@ -33,9 +33,12 @@ from tests.support.published_history import (
     MODEL,
     altered_document,
     current_rows,
+    delta_rows,
     erase_keys,
     history,
+    history_cut_at,
     iceberg_table,
+    keys_in_files,
     rows_of,
 )
 from tests.support.tables import batch, config
@@ -43,31 +46,10 @@ from tests.support.tables import batch, config
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
 
 
-def delta_rows(result: dict[str, Any], version: int | None = None) -> list[dict[str, Any]]:
-    return rows_of(DeltaTable(result["location"], version=version).to_pyarrow_table())
-
-
 def delta_writes(location: str) -> list[int]:
     """The versions of a Delta table that publishes wrote (vacuum and other bookkeeping versions left out)."""
     history = DeltaTable(location).history()
     return sorted(int(h["version"]) for h in history if h.get("operation") in ("WRITE", "CREATE TABLE"))
-
-
-def keys_in_files(folder: str) -> set[int]:
-    """Every key any data file under a published table's folder holds, whatever version lists it (a Delta
-    checkpoint is Parquet too: the log's, left out)."""
-    found: set[int] = set()
-    for path in Path(folder.removeprefix("file://")).rglob("*.parquet"):
-        if "_delta_log" in path.parts:
-            continue
-        found |= set(pq.read_table(path, columns=["k"]).column("k").to_pylist())
-    return found
-
-
-def history_cut_at(location: str, version: int) -> bool:
-    """Whether the Delta log at `location` starts at `version` (a checkpoint of it; no older entry is left)."""
-    entries = [p.name for p in Path(location, "_delta_log").iterdir() if p.name[:1].isdigit()]
-    return f"{version:020d}.checkpoint.parquet" in entries and all(int(e.split(".")[0]) >= version for e in entries)
 
 
 class EraseMeanwhile:

@@ -19,8 +19,15 @@ from stitchlake.errors import ConflictError
 from stitchlake.services.publish import PublishResult
 from stitchlake.table.transaction import Transaction
 from stitchlake.timeline.instant import Action
-from tests.integration.test_publish_leftovers import data_files, published_rows, published_version
-from tests.support.published_history import current_rows, erase_keys, history, iceberg_table
+from tests.support.published_history import (
+    current_rows,
+    data_files,
+    erase_keys,
+    history,
+    iceberg_table,
+    published_version,
+    read_published,
+)
 
 FAST = {"concurrency": {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}}}
 
@@ -43,7 +50,7 @@ def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recre
 
     table = history(tmp_path / "t", FAST)
     first = table.publish(fmt).to_json()
-    assert 1 in {row["k"] for row in published_rows(fmt, first)}
+    assert 1 in {row["k"] for row in read_published(fmt, first)}
     original_check = getattr(publish_module, "_refuse_if_overtaken")  # noqa: B009 - patched where it runs
     purged: list[Any] = []
     zombie: list[Transaction] = []
@@ -72,12 +79,12 @@ def test_a_zombie_publish_that_resumes_after_a_purge_cannot_write_into_the_recre
     assert isinstance(done, PublishResult), "the zombie looked dead: the purge republished at once"
     republished = done.to_json()
     assert published_version(fmt, first) == republished["version"], "the zombie committed nothing"
-    assert published_rows(fmt, republished) == current_rows(table)
+    assert read_published(fmt, republished) == current_rows(table)
     assert 1 not in {row["k"] for row in current_rows(table)}
 
     folder = first["location"] if fmt == "delta" else republished["table_location"]
     result = table.publish(fmt).to_json()
-    assert published_rows(fmt, result) == current_rows(table)
+    assert read_published(fmt, result) == current_rows(table)
     assert 1 not in keys_in(data_files(folder)), "what the zombie wrote was swept"
     assert not table.timeline().pending()
 
@@ -94,7 +101,7 @@ def test_a_purge_archived_before_its_republish_still_leaves_no_older_published_v
 
     table = history(tmp_path / "t", FAST)
     first = table.publish(fmt).to_json()
-    assert 1 in {row["k"] for row in published_rows(fmt, first)}
+    assert 1 in {row["k"] for row in read_published(fmt, first)}
 
     def publish_fails(*_args: Any, **_kwargs: Any) -> Any:
         raise ConflictError("the publish after the erase failed")
@@ -109,7 +116,7 @@ def test_a_purge_archived_before_its_republish_still_leaves_no_older_published_v
     table.archive(keep=3)
     assert not table.timeline().completed([Action.ERASE]), "the purge is archived"
     result = table.publish(fmt).to_json()
-    assert published_rows(fmt, result) == current_rows(table)
+    assert read_published(fmt, result) == current_rows(table)
     folder = first["location"] if fmt == "delta" else result["table_location"]
     assert 1 not in keys_in(data_files(folder)), "an older published version still holds the purged key"
 
@@ -138,5 +145,5 @@ def test_a_purge_whose_iceberg_republish_fails_leaves_no_table_rather_than_an_em
         iceberg_table(first)  # no table: never one that looks like an empty result
     monkeypatch.setattr(IcebergTransaction, "append", original)
     result = table.publish("iceberg").to_json()
-    assert published_rows("iceberg", result) == current_rows(table)
-    assert 1 not in {row["k"] for row in published_rows("iceberg", result)}
+    assert read_published("iceberg", result) == current_rows(table)
+    assert 1 not in {row["k"] for row in read_published("iceberg", result)}

@@ -19,7 +19,7 @@ from stitchlake.jobs.launch import target_args
 from stitchlake.jobs.requests import IngestRequest
 from stitchlake.jobs.spark_submit import JobFiles, build_argv, spark_properties, write_properties
 from stitchlake.storage import LocalStorage
-from tests.integration.test_security import BASE, HOSTILE, SECRET, process_calls, shell_problems
+from tests.support.security import BASE, HOSTILE, SECRET, process_calls, shell_problems
 from tests.support.tables import write_table_yaml
 
 

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stitchlake.storage.local import LocalStorage
-from tests.integration.test_signals import claimed
 from tests.support.spark_fixtures import demo_table
+from tests.support.tables import claimed
 
 
 def _raise_sigterm_after_creating(suffix: str) -> Callable[..., bool]:

@@ -15,10 +15,7 @@ import pytest
 
 from stitchlake.api import Table
 from stitchlake.errors import UsageError
-from tests.integration.test_sql import (
-    sorted_rows,
-    stitched,  # noqa: F401 (fixtures)
-)
+from tests.support.reads import sorted_rows
 
 
 def test_sql_reads_as_of_and_changes(stitched: tuple[Table, dict[str, str]]) -> None:
