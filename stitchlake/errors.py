@@ -18,6 +18,9 @@ PUBLISHED_BEFORE_STOP = "published before the stop reached the job"
 COMPLETED_BEFORE_STOP = "completed before the stop"
 #: The notes that say the stopped command's instant stands (so it was not aborted).
 STANDS_AFTER_STOP = (PUBLISHED_BEFORE_STOP, COMPLETED_BEFORE_STOP)
+#: Starts the note a failure carries when its commit was sent and no answer came: it may still land, so whoever
+#: holds the instant (a Spark job's launcher too) leaves it pending to the lazy rollback instead of aborting it.
+COMMIT_SENT_UNANSWERED = "its commit was sent and no answer came"
 
 
 def debugging() -> bool:

@@ -16,7 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from stitchlake.errors import PUBLISHED_BEFORE_STOP, BusyError, ConflictError, PlanUndone, UsageError, one_of
+from stitchlake.errors import (
+    COMMIT_SENT_UNANSWERED,
+    PUBLISHED_BEFORE_STOP,
+    BusyError,
+    ConflictError,
+    PlanUndone,
+    UsageError,
+    one_of,
+)
 from stitchlake.jobs.results import JobRun, PlannedRuns
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice
 
@@ -153,6 +161,11 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
 
     True when it undid the claim. A published instant stands, and `failure` says so in a note, so an operator is
     never told "aborted" about a commit that a re-run will then find done."""
+    if failure is not None and any(
+        str(n).startswith(COMMIT_SENT_UNANSWERED) for n in getattr(failure, "__notes__", ())
+    ):
+        claim.leave_pending()  # the job's commit may still land: deleting its files could destroy it
+        return False
     current = table.timeline().get(claim.time)
     if current is None or not current.is_completed:
         claim.abort()

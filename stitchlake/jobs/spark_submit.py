@@ -349,11 +349,14 @@ def run_job(
         )
         if stopped is not None:  # the job itself was stopped (not this process): unwind as a stop, exit 143 / 130
             raise stopped(f"the {job} job was stopped: {outcome.get('error')} (Spark log: {files.log})")
-        raise error_for(
+        failure = error_for(
             str(outcome.get("error_type", "StitchError")),
             f"{outcome.get('error')} (Spark log: {files.log})",
             outcome.get("details"),
         )
+        for note in outcome.get("notes") or ():  # e.g. that its commit may still land: the launcher must not abort
+            failure.add_note(str(note))
+        raise failure
     from stitchlake.jobs.specs import decode
 
     return SubmittedJob(decode(request, outcome["result"]), round(float(outcome["job_seconds"]), 2), files.log)

@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         name, code, message = unwrap(error)
         outcome = {"ok": False, "exit_code": code, "error_type": name, "error": redact(message, secrets), "job": job}
         outcome["details"] = {k: redact(v, secrets) for k, v in details(error).items()}
+        outcome["notes"] = [redact(str(note), secrets) for note in getattr(error, "__notes__", ())]
         print(redact(traceback.format_exc(), secrets), file=sys.stderr, flush=True)  # the log may be shared
     finally:
         if spark is not None:

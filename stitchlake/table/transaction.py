@@ -21,7 +21,15 @@ from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import Heartbeat
 from stitchlake.concurrency.markers import create_marker, delete_marked, delete_markers, marked_files
 from stitchlake.config import ConcurrencyMode
-from stitchlake.errors import COMPLETED_BEFORE_STOP, BusyError, ConflictError, PlanUndone, StitchError, Terminated
+from stitchlake.errors import (
+    COMMIT_SENT_UNANSWERED,
+    COMPLETED_BEFORE_STOP,
+    BusyError,
+    ConflictError,
+    PlanUndone,
+    StitchError,
+    Terminated,
+)
 from stitchlake.paths import quarantine_folder
 from stitchlake.table.guards import (
     refuse_if_rescaled,
@@ -297,6 +305,8 @@ class Transaction:
                 # Not published. Stop beating now, or a long-lived caller that has no abort path (restore, clean,
                 # rollback) keeps its half-done instant looking alive and every planner refusing while it runs.
                 self._stop_beating(delete=self.sent is None and self._still_ours())
+                if self.sent is not None:
+                    exc.add_note(f"{COMMIT_SENT_UNANSWERED}: instant {self.time} is left pending; it may still land")
                 raise
         try:
             self._drop_unnamed_quarantine(metadata)
@@ -500,6 +510,12 @@ class Transaction:
             log.exception("could not fully abort instant %s; `stitch clean` will roll it back", self.time)
         finally:
             self._finish(delete_markers_too=False)
+
+    def leave_pending(self) -> None:
+        """Its commit may still land (another process sent it, no answer came): stop beating and leave the
+        instant, its files and its heartbeat (which expires) to the lazy rollback, which waits for that."""
+        self.aborted = True
+        self._stop_beating(delete=False)
 
     def finish_here(self) -> None:
         """This process no longer runs the instant (a job it started published or aborted it): stop beating."""

@@ -15,13 +15,15 @@ import pytest
 
 from stitchlake.concurrency.heartbeat import heartbeat_path, is_expired
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock
-from stitchlake.errors import LockLost
+from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, StitchError
+from stitchlake.jobs.launch import abort_unless_published
 from stitchlake.services.rewrites import compaction
 from stitchlake.storage.base import Storage
 from stitchlake.storage.local import LocalStorage
 from stitchlake.table import transaction
-from stitchlake.timeline.timeline import Timeline
-from stitchlake.vocabulary import CompactionStrategy
+from stitchlake.timeline.metadata import DeltaCommitPlan
+from stitchlake.timeline.timeline import Timeline, delete_instant
+from stitchlake.vocabulary import Action, CompactionStrategy
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
 
 ORDERS = MODELS[0]
@@ -144,3 +146,31 @@ def test_a_fence_whose_renewal_was_slow_refuses_when_the_lease_left_cannot_cover
             lock.fence()
     finally:
         lock.release()
+
+
+def test_a_launcher_leaves_pending_the_claim_whose_job_sent_its_commit_unanswered(tmp_path: Path) -> None:
+    """A Spark job's driver whose commit got no answer leaves the instant pending; its launcher then aborted the
+    claim anyway (its own handle never sent anything) and deleted the files the late commit names. The driver's
+    failure carries a note saying so through the result file, and the launcher leaves the instant to the lazy
+    rollback, its heartbeat to expire."""
+    table = new_table(tmp_path, SHORT_BEATS)
+    for noted in (True, False):
+        claim = transaction.Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=ORDERS.name))
+        written = "p=even/written-by-the-job.parquet"
+        claim.mark(written)
+        table.storage.write_bytes(written, b"rows")
+        failure = StitchError("conditional PUT: operation timed out")
+        if noted:
+            failure.add_note(f"{COMMIT_SENT_UNANSWERED}: instant {claim.time} is left pending; it may still land")
+        assert abort_unless_published(table, failure=failure, claim=claim) is not noted
+        claim.finish_here()  # as `execute` does, whatever happened
+        pending = [i.requested for i in Timeline.load(table.storage).pending()]
+        left = (
+            pending == [claim.time],
+            table.storage.exists(written),
+            table.storage.exists(heartbeat_path(claim.time)),
+        )
+        assert left == ((True, True, True) if noted else (False, False, False)), noted
+        if noted:
+            table.storage.delete(written)
+            delete_instant(table.storage, claim.instant)
