@@ -434,7 +434,7 @@ def test_the_jvm_bucket_hash_gives_the_pinned_vectors_and_the_python_hash_of_ran
     """An incremental read's task hashes carried keys again when a rescale changed the bucket count since their
     commit: its hash must be the table's (tests/unit/test_layout.py pins it), on one column and on composite keys."""
     from stitchlake.layout.bucket import stable_hash
-    from tests.unit.test_layout import PINNED
+    from tests.support.bucket_vectors import PINNED
 
     def value(cell: Any) -> Any:  # a date as the days since 1970 it is hashed as
         return (cell - EPOCH_DAY).days if isinstance(cell, dt.date) else cell

@@ -29,6 +29,7 @@ from stitchlake.merge import stitch
 from stitchlake.paths import TIMELINE_DIR
 from stitchlake.reading.filters import prune
 from stitchlake.reading.snapshot import plan_slices
+from tests.support.histories import events
 from tests.support.jvm_session import JvmError, JvmSession, jvm_session
 from tests.support.spark_native_reader import decode
 from tests.support.tables import MODELS, THREE_STREAMS, batch, evolved_table, new_table, write_table_yaml
@@ -44,21 +45,6 @@ def jvm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JvmSession]:
     assert reader_jar().is_file(), f"the JVM reader is not built ({reader_jar()}): run make setup"
     with jvm_session(tmp_path_factory.mktemp("jvm") / "stderr.txt") as session:
         yield session
-
-
-def events(model: Any, keys: range, seed: int) -> list[dict[str, Any]]:
-    """Events of one stream for `keys`: values, nulls and a few deletes."""
-    chance = random.Random(seed)
-    out: list[dict[str, Any]] = []
-    for k in keys:
-        row: dict[str, Any] = {"k": k, "deleted": chance.random() < 0.1}
-        for column in model.columns:
-            if column in ("status", "note", "carrier"):
-                row[column] = chance.choice(["a", "bb", None, "ccc"])
-            else:
-                row[column] = chance.randrange(1000)
-        out.append(row)
-    return out
 
 
 def built(root: Path, buckets: int = 2, document: dict[str, Any] | None = None) -> Table:
@@ -436,8 +422,8 @@ def test_a_spark_read_job_whose_planned_files_a_clean_removes_meanwhile_plans_ag
         "import stitchlake\n"
         "from stitchlake.jobs.requests import SparkReadRequest\n"
         "from stitchlake.spark.read_job import run_read\n"
-        "from tests.integration.test_jvm_reader import ORDERS, events\n"
-        "from tests.support.tables import batch\n"
+        "from tests.support.histories import events\n"
+        "from tests.support.tables import ORDERS, batch\n"
         f"table = stitchlake.open({str(yaml_file)!r})\n"
         "said = []\n"
         "def progress(text):\n"

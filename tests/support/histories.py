@@ -16,7 +16,15 @@ import pyarrow.parquet as pq
 from stitchlake.api import Table
 from stitchlake.timeline.clock import from_millis, to_millis
 from tests.support.reference import Erase, Event, expected_rows
-from tests.support.tables import MODELS, THREE_STREAMS, as_rows, batch, created_in_format, new_table_file, partition_of
+from tests.support.tables import (
+    MODELS,
+    THREE_STREAMS,
+    as_rows,
+    batch,
+    created_in_format,
+    new_table_file,
+    partition_of,
+)
 
 KEY = ("k", "p")
 MODEL = {m.name: m for m in MODELS}
@@ -176,3 +184,18 @@ def random_plan(seed: int, steps: int = 9) -> list[tuple[str, Any]]:
         if step == 5:
             plan.append(("erase", sorted(rng.sample(range(10), 2))))
     return plan
+
+
+def events(model: Any, keys: range, seed: int) -> list[dict[str, Any]]:
+    """Events of one stream for `keys`: values, nulls and a few deletes."""
+    chance = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        row: dict[str, Any] = {"k": k, "deleted": chance.random() < 0.1}
+        for column in model.columns:
+            if column in ("status", "note", "carrier"):
+                row[column] = chance.choice(["a", "bb", None, "ccc"])
+            else:
+                row[column] = chance.randrange(1000)
+        out.append(row)
+    return out
