@@ -18,7 +18,6 @@ import random
 import signal
 import subprocess
 import time
-import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -35,10 +34,9 @@ from stitchlake.api import Table
 from stitchlake.paths import MARKERS_DIR, TIMELINE_DIR
 from stitchlake.timeline.archive import load_checkpoint
 from stitchlake.timeline.instant import Action
-from stitchlake.timeline.metadata import DeltaCommit, OffsetRange
+from stitchlake.timeline.metadata import OffsetRange
+from tests.support.kafka_topics import as_json, commits, ingest, kafka_demo_table, new_topic
 from tests.support.processes import ROOT, descendants, ended, kill_tree, run_stitch, start_stitch, stitch
-from tests.support.spark_fixtures import demo_config
-from tests.support.tables import new_table_file
 
 #: Partitions of each stream's topic: several, one, and a stream whose topic grows later.
 PARTITIONS = {"orders": 3, "payments": 2, "shipments": 1}
@@ -63,42 +61,9 @@ def read_landing(folder: Path) -> list[tuple[Any, bytes]]:
     return records
 
 
-def as_json(row: dict[str, Any]) -> bytes:
-    return json.dumps(row, default=str).encode()
-
-
 def keyed(records: list[tuple[Any, bytes]], partitions: int) -> list[tuple[int, bytes | None]]:
     """Records partitioned by the record key, as producers do: a key's events keep their order."""
     return [(zlib.crc32(str(key).encode()) % partitions, value) for key, value in records]
-
-
-def kafka_config(
-    folder: Path, landing: Path, bootstrap: str, topics: dict[str, str], **changes: Any
-) -> tuple[Path, Table]:
-    """The demo table with each stream of `topics` reading its topic (the others keep their landing files)."""
-    document = demo_config(folder, landing, **changes)
-    for stream, topic in topics.items():
-        document["streams"][stream]["source"] = {
-            "format": "kafka",
-            "topic": topic,
-            "bootstrap_servers": bootstrap,
-            "read_timeout_s": 120,
-        }
-    document["concurrency"]["heartbeat"] = {"interval_s": 0.5, "expire_s": 2}
-    table, config = new_table_file(folder, document)
-    return config, table
-
-
-def new_topic(bootstrap: str, stream: str, partitions: int) -> str:
-    topic = f"{stream}-{uuid.uuid4().hex[:8]}"
-    broker.create_topic(bootstrap, topic, partitions)
-    return topic
-
-
-def commits(table: Table, stream: str) -> list[DeltaCommit]:
-    timeline = table.timeline()
-    found = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT])]
-    return [c for c in found if isinstance(c, DeltaCommit) and c.stream == stream]
 
 
 def assert_tiled(table: Table, stream: str, ends: dict[int, int]) -> None:
@@ -117,13 +82,6 @@ def assert_tiled(table: Table, stream: str, ends: dict[int, int]) -> None:
         assert at == ends[partition], f"partition {partition} recorded up to {at}, topic ends at {ends[partition]}"
 
 
-def ingest(config: Path, stream: str, *more: str) -> dict[str, Any]:
-    done = run_stitch("ingest", "-c", str(config), "--stream", stream, "--json", *more)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "CONFWARN" not in done.stderr, "a client was given a setting it does not take: " + done.stderr
-    return dict(json.loads(done.stdout))
-
-
 def test_three_topics_with_late_and_duplicate_events_equal_the_ground_truth(
     demo_data: Path, kafka_broker: str, tmp_path: Path
 ) -> None:
@@ -132,7 +90,7 @@ def test_three_topics_with_late_and_duplicate_events_equal_the_ground_truth(
     from scripts.demo_data import compare
 
     topics = {s: new_topic(kafka_broker, s, n) for s, n in PARTITIONS.items()}
-    config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)
+    config, table = kafka_demo_table(tmp_path, demo_data / "landing", kafka_broker, topics)
     events = {s: keyed(read_landing(demo_data / "landing" / s), PARTITIONS[s]) for s in PARTITIONS}
     for stream, records in events.items():
         broker.produce(kafka_broker, topics[stream], records[: len(records) // 2])
@@ -162,7 +120,7 @@ def test_sigkill_of_the_ingest_at_random_points_never_loses_or_repeats_an_event(
     from scripts.demo_data import compare
 
     topics = {s: new_topic(kafka_broker, s, PARTITIONS[s]) for s in PARTITIONS}
-    config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)
+    config, table = kafka_demo_table(tmp_path, demo_data / "landing", kafka_broker, topics)
     events = {s: keyed(read_landing(demo_data / "landing" / s), PARTITIONS[s]) for s in PARTITIONS}
     for stream in ("payments", "shipments"):
         broker.produce(kafka_broker, topics[stream], events[stream])
@@ -214,7 +172,7 @@ def test_an_ingest_frozen_past_its_heartbeat_cannot_publish_offsets_another_run_
     same offsets. Resumed, the first one must refuse to publish (exit 3, `offsets.still_unconsumed`): publishing
     would ingest every one of those records twice."""
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     markers = Path(table.storage.describe(MARKERS_DIR))
     produced = 0
     frozen: subprocess.Popen[str] | None = None
@@ -315,7 +273,7 @@ def test_stitch_stream_from_a_topic_killed_and_restarted_is_exactly_once(
     from scripts.demo_data import compare
 
     topics = {s: new_topic(kafka_broker, s, PARTITIONS[s]) for s in PARTITIONS}
-    config, table = kafka_config(tmp_path, demo_data / "landing", kafka_broker, topics)
+    config, table = kafka_demo_table(tmp_path, demo_data / "landing", kafka_broker, topics)
     events = {s: keyed(read_landing(demo_data / "landing" / s), PARTITIONS[s]) for s in PARTITIONS}
     orders = events["orders"]
     broker.produce(kafka_broker, topics["orders"], orders[: len(orders) // 2])
@@ -378,7 +336,7 @@ def _ingest_once(config: Path, stream: str, *more: str) -> bool:
 
 def test_a_partition_added_to_the_topic_is_picked_up_from_its_start(kafka_broker: str, tmp_path: Path) -> None:
     topic = new_topic(kafka_broker, "orders", 1)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     ts = "2026-11-20T10:00:00Z"
 
     def order(key: int, amount: float) -> bytes:
@@ -404,7 +362,7 @@ def test_first_records_retention_took_from_a_partition_never_read_are_refused_un
     records retention took before any ingest, are refused like a read partition, not started where they now
     start."""
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
 
     def order(key: int) -> bytes:
         return as_json({"order_id": key, "order_date": "2026-11-20", "amount": 1.0, "order_ts": "2026-11-20T10:00:00Z"})
@@ -441,7 +399,7 @@ def test_stitch_stream_reads_again_the_records_a_rollback_of_its_last_batch_put_
     `stitch stream` (the same checkpoint, its last batch ending where the topic still ends) must read those
     records again, not take the unchanged end for nothing new."""
     topic = new_topic(kafka_broker, "orders", 1)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     ts = "2026-11-20T10:00:00Z"
     values = [{"order_id": k, "order_date": "2026-11-20", "amount": 1.0, "order_ts": ts, "op": "I"} for k in range(10)]
     broker.produce(kafka_broker, topic, [(0, as_json(v)) for v in values])
@@ -462,7 +420,7 @@ def test_offsets_the_topic_no_longer_holds_fail_clearly_until_reset(kafka_broker
     """Retention passed records never ingested: exit 5 naming the partition and the way on; --reset-offsets
     earliest skips them, recorded in the commit; --reset-offsets latest skips to the end."""
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
 
     def order(key: int) -> bytes:
         return as_json({"order_id": key, "order_date": "2026-11-20", "amount": 1.0, "order_ts": "2026-11-20T10:00:00Z"})
@@ -507,7 +465,7 @@ def test_bad_values_follow_bad_rows_with_topic_partition_and_offset(kafka_broker
     records: list[tuple[int, bytes | None]] = [(0, as_json(good)), (0, b"{not json"), (0, b"[1, 2]"), (0, None)]
     records.append((0, as_json({**good, "order_id": 2, "amount": "lots"})))
     broker.produce(kafka_broker, topic, records)
-    config, table = kafka_config(
+    config, table = kafka_demo_table(
         tmp_path / "fail", tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail"
     )
     refused = run_stitch("ingest", "-c", str(config), "--stream", "orders", "--json")
@@ -516,7 +474,7 @@ def test_bad_values_follow_bad_rows_with_topic_partition_and_offset(kafka_broker
     assert f"Kafka topic {topic} partition 0 offset 1 (undecodable record value (not JSON" in error, error
     assert not commits(table, "orders")
 
-    config, table = kafka_config(tmp_path / "q", tmp_path / "landing", kafka_broker, {"orders": topic})
+    config, table = kafka_demo_table(tmp_path / "q", tmp_path / "landing", kafka_broker, {"orders": topic})
     done = ingest(config, "orders")
     assert done["rows"] == 1 and done["bad_rows"] == 4, done
     quarantined = pa.concat_tables(
@@ -561,7 +519,7 @@ def test_avro_values_with_the_configured_writer_schema(kafka_broker: str, tmp_pa
 
     topic = new_topic(kafka_broker, "orders", 1)
     broker.produce(kafka_broker, topic, [(0, encode(k)) for k in range(5)] + [(0, b"\x01")])
-    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic})
+    config, _table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic})
     document = yaml.safe_load(config.read_text())
     document["streams"]["orders"]["source"].update({"value_format": "avro", "avro_schema": schema})
     config.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -573,7 +531,7 @@ def test_avro_values_with_the_configured_writer_schema(kafka_broker: str, tmp_pa
 
 def test_restore_and_rollback_rewind_the_offsets_and_archive_keeps_them(kafka_broker: str, tmp_path: Path) -> None:
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
 
     def orders(keys: range, amount: float) -> list[tuple[int, bytes | None]]:
         rows = [
@@ -646,7 +604,7 @@ def test_a_kafka_ingest_on_a_spark_cluster_gets_its_secret_option_and_shows_it_n
     assert SECRET_VARIABLE not in os.environ
     topic = new_topic(kafka_broker, "orders", 2)
     broker.produce(kafka_broker, topic, [(k % 2, _order(k)) for k in range(40)])
-    config, _table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, _table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     document = yaml.safe_load(config.read_text())
     document["streams"]["orders"]["source"]["options"] = {"sasl.password": f"${{{SECRET_VARIABLE}}}"}
     document["spark"] = {"master": spark_master, "conf": dict(CLUSTER_APP_CONF)}

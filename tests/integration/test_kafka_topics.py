@@ -23,7 +23,7 @@ from stitchlake.paths import TIMELINE_DIR
 from stitchlake.spark.streaming import KafkaOffsetsReader
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.timeline import decode_metadata, encode_metadata
-from tests.integration.test_kafka import as_json, commits, ingest, kafka_config, new_topic
+from tests.support.kafka_topics import as_json, commits, ingest, kafka_demo_table, new_topic
 from tests.support.processes import run_stitch
 
 
@@ -78,7 +78,7 @@ def test_a_topic_deleted_and_created_again_is_refused_until_reset_and_then_start
     the ingest is refused (exit 5) naming the change and `--reset-offsets`, not read from the old offsets; the reset
     reads the new topic from its start, the vanished partition is dropped, and the new id is recorded."""
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     broker.produce(kafka_broker, topic, records(range(100), 2))
     assert ingest(config, "orders")["records"] == 100
     old_id = topic_id(kafka_broker, topic)
@@ -140,7 +140,7 @@ def test_offsets_recorded_without_a_topic_id_keep_working_and_a_vanished_partiti
     """Commits from before topic ids were recorded: ingests go on from them (no refusal: nothing to compare), and
     a recorded partition the topic no longer has is refused (exit 5) until `--reset-offsets` drops it."""
     topic = new_topic(kafka_broker, "orders", 2)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     broker.produce(kafka_broker, topic, records(range(20), 2))
     assert ingest(config, "orders")["records"] == 20
     assert strip_topic_ids(table) == 2
@@ -168,7 +168,7 @@ def test_a_latest_start_survives_when_the_commits_after_it_are_undone(
     ingested; the commits are undone (a restore to a savepoint taken before them, or both rolled back); 5 more
     arrive. The next ingest reads the 45 records from the position, not from the topic's end."""
     topic = new_topic(kafka_broker, "orders", 1)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     document = yaml.safe_load(config.read_text())
     document["streams"]["orders"]["source"]["starting_offsets"] = "latest"
     config.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -200,7 +200,7 @@ def test_a_latest_start_survives_when_the_commits_after_it_are_undone(
 
 
 def kafka_only_config(tmp_path: Path, bootstrap: str, topic: str, **source: Any) -> Path:
-    config, _table = kafka_config(tmp_path, tmp_path / "landing", bootstrap, {"orders": topic}, bad_rows="fail")
+    config, _table = kafka_demo_table(tmp_path, tmp_path / "landing", bootstrap, {"orders": topic}, bad_rows="fail")
     document = yaml.safe_load(config.read_text())
     document["streams"]["orders"]["source"].update(source)
     config.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -244,7 +244,7 @@ def test_a_topic_deleted_while_an_ingest_reads_it_is_refused_not_ingested_at_the
     from stitchlake.services.writes.ingest import ingest as ingest_service
 
     topic = new_topic(kafka_broker, "orders", 1)
-    config, table = kafka_config(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
+    config, table = kafka_demo_table(tmp_path, tmp_path / "landing", kafka_broker, {"orders": topic}, bad_rows="fail")
     broker.produce(kafka_broker, topic, records(range(5), 1))
     assert ingest(config, "orders")["records"] == 5
     broker.produce(kafka_broker, topic, records(range(5, 10), 1))
