@@ -77,7 +77,7 @@ def _plan(table: TableHandle, options: ReadOptions) -> Scan:
     columns, filter, before_images = options.columns, options.filter, options.before_images
     if columns is not None and not list(columns):  # a table of no column has no rows either: a count read 0
         raise UsageError("columns: none named; name at least one (a key column is enough to count rows)")
-    timeline = table.timeline()
+    timeline = table.read_timeline()
     view = table.view(timeline)
     _warn_if_undoing(timeline)
     if since is not None or until is not None:

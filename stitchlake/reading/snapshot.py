@@ -76,7 +76,7 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
 
     Readers take no lock, so a commit may be published while we list: its completion time was drawn under the lock,
     after every completion we see, but its file lands a moment later. A range ending at the latest completion we see
-    misses no commit, if the listing is one cut of the timeline (`_refuse_torn_listing`); an `until` after that
+    misses no commit, if the listing is one cut of the timeline (`Timeline.load_cut`); an `until` after that
     could (and a reader taking it as its next `since` would skip that commit for good), so it is refused (exit 4,
     run again later) while a commit may still complete at or before it."""
     latest = timeline.latest_completed()
@@ -85,7 +85,6 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
     if end is None:
         return None
     if end <= settled:
-        _refuse_torn_listing(timeline, end)
         return end
     newest = max(timeline.all_times(), default="")
     if end > max(newest, from_millis(now_millis() + SETTLE_S * 1000)):
@@ -108,23 +107,6 @@ def resolve_until(table: TableHandle, timeline: Timeline, until: str | None) -> 
             "_commit_time, or read again later"
         )
     return end
-
-
-def _refuse_torn_listing(timeline: Timeline, end: str) -> None:
-    """A listing is no atomic cut: it can pass an instant while it is pending and find a later one completed after
-    the first completed too. A change read ending at the later one would miss the first for good, so the instants
-    seen pending that could complete by `end` are looked at again (HistoryMoved: the read plans again)."""
-    waiting = [p.requested for p in timeline.pending(IN_CHANGE_FEED) if p.requested < end]
-    if not waiting:
-        return
-    again = Timeline.load(timeline.storage)
-    for requested in waiting:
-        now = again.get(requested)
-        if now is not None and now.is_completed and (now.completed or "") <= end:
-            raise HistoryMoved(
-                f"{now.action} {requested} completed at {now.completed} while the timeline was listed, before the "
-                f"end of the range ({end}); read again"
-            )
 
 
 def _resolved_time(timeline: Timeline, value: str, since: bool) -> str:
@@ -332,7 +314,7 @@ def snapshot_scan(
                 raise
         # A clean removed a slice between planning and reading (or an archive or restore moved the instants): plan
         # the file groups not read yet again; a file still missing then is damage, and that error says so.
-        timeline = table.timeline()
+        timeline = table.read_timeline()
         fresh = table.view(timeline)
         left = replanned(table.config, view, fresh, at, pruning, slices[:done], slices[done:])
         if at is None or at > planned:  # "now" (or a time past it) moved on: the rest must still be the pass's state

@@ -72,7 +72,7 @@ class StitchDataSource(DataSource):
         table = open_for_spark(options)
         table.require()
         changes = options.get("since") is not None or options.get("until") is not None
-        at = resolve_time(table, table.timeline(), options.get("until" if changes else "as_of"))
+        at = resolve_time(table, table.read_timeline(), options.get("until" if changes else "as_of"))
         schema = spark_schema(table.at_time(at))
         if changes:
             schema = StructType([*schema.fields, *(StructField(c, StringType(), True) for c in CHANGE_COLUMNS)])

@@ -117,7 +117,7 @@ def plan(
         "filters_used": [],
     }
     where, used = _pruning_filter(config, filters)
-    timeline = table.timeline()
+    timeline = table.read_timeline()
     packing = Packing.of(options, conf)
     document["filters_used"] = used
     # A task that finds a planned file gone tells a clean or restore since (run again) from damage by these.

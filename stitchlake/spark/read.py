@@ -148,7 +148,7 @@ class StitchReader(DataSourceReader):
             # as no condition, and Spark does not check a partition filter taken here).
             return [ChangesInput([])] if self.changes else [SliceInput([])]
         pruning = prune(table.config, self.where or None)
-        timeline = table.timeline()
+        timeline = table.read_timeline()
         view = table.view(timeline)
         if self.changes:
             return self._change_partitions(timeline, view, pruning)
@@ -196,7 +196,7 @@ class StitchReader(DataSourceReader):
         if not groups:
             return
         table = self.table
-        timeline = table.timeline()
+        timeline = table.read_timeline()
         view = table.view(timeline)
         schema = table_schema(table.config)
         wanted = pa.schema(

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from stitchlake.errors import HistoryMoved, UsageError
+from stitchlake.errors import UsageError
 from stitchlake.spark.packing import MAX_PARTITION_BYTES, MIN_PARTITIONS, OPEN_COST_IN_BYTES
 from stitchlake.vocabulary import ReadMode
 
@@ -107,19 +107,13 @@ class ReadRequest:
         self.since: str | None = None
         self.until: str | None = None
         if self.changes:
-            timeline = table.timeline()
-            try:
-                end = resolve_until(table, timeline, until)
-            except HistoryMoved:
-                # An instant seen pending completed within the range while the timeline was listed (a torn
-                # listing): list it again, as the local read plans again. Torn twice in a row is reported.
-                timeline = table.timeline()
-                end = resolve_until(table, timeline, until)
+            timeline = table.read_timeline()
+            end = resolve_until(table, timeline, until)
             self.since = resolve_time(table, timeline, since, since=True)
             if until is not None:
                 refuse_reversed_range(self.since, end)
             self.until = end
             self.table: Table = table.at_time(end)
         else:
-            self.as_of = resolve_time(table, table.timeline(), as_of)
+            self.as_of = resolve_time(table, table.read_timeline(), as_of)
             self.table = table.at_time(self.as_of)

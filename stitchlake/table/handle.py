@@ -334,6 +334,12 @@ class TableHandle:
 
         return Timeline.load(self.storage)
 
+    def read_timeline(self) -> Timeline:
+        """The timeline as one cut of its history (`Timeline.load_cut`): what a read that takes no lock plans by."""
+        from stitchlake.timeline.timeline import Timeline
+
+        return Timeline.load_cut(self.storage)
+
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         from stitchlake.layout.fsview import FileSystemView
         from stitchlake.timeline.archive import load_checkpoint

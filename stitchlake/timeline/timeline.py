@@ -134,6 +134,30 @@ class Timeline:
     def load(cls, storage: Storage) -> Timeline:
         return cls(storage, storage.list_names(TIMELINE_DIR))
 
+    @classmethod
+    def load_cut(cls, storage: Storage, attempts: int = 5) -> Timeline:
+        """The timeline as one cut of its history, for a reader (who takes no lock).
+
+        A listing is no atomic cut: an object store lists page by page and a directory is read in several calls,
+        so a listing can pass an instant's keys before it completes (or before it is even requested) and then find
+        a later instant completed: a state the table never had (the later commit without the earlier). Every
+        completion up to the latest one listed had landed before that one's time was drawn, so a second listing
+        sees them all: the first is a cut if the second shows no completion up to its latest that it lacks."""
+        listed = cls.load(storage)
+        for _ in range(attempts):
+            latest = listed.latest_completed()
+            if latest is None:
+                return listed
+            end = latest.completed or ""
+            again = cls.load(storage)
+            seen = {i.requested for i in listed.completed()}
+            if not [i for i in again.completed(until=end) if i.requested not in seen]:
+                return listed
+            listed = again
+        raise HistoryMoved(
+            "the timeline kept changing while it was listed (commits completing mid-listing); read again"
+        )
+
     # ----------------------------------------------------------------------------------------- queries
 
     @property

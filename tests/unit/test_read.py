@@ -110,32 +110,6 @@ def test_an_until_a_commit_may_still_complete_before_is_refused(
         table.read(since=t0.completed, until=from_millis(now_millis() + 3_600_000))
 
 
-def test_a_change_read_from_a_torn_listing_is_planned_again(tmp_path: Path) -> None:
-    """A listing is no atomic cut: it can see instant A pending, then (A and B having completed meanwhile, in that
-    order) B completed. A change read to the latest completion seen, B's, left A out, and a reader starting its next
-    read at B's completion skipped A for good. The instants seen pending are looked at again."""
-    from stitchlake.errors import HistoryMoved
-    from stitchlake.reading.snapshot import resolve_until
-    from stitchlake.table.transaction import Transaction
-    from stitchlake.timeline.metadata import DeltaCommitPlan
-    from stitchlake.writing.writer import write as write_batch
-
-    table = new_table(tmp_path)
-    orders, payments = MODEL["orders"], MODEL["payments"]
-    first = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="orders"))
-    second = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="payments"))
-    both_pending = table.timeline()
-    write_batch(table, "orders", batch(orders, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]), txn=first)
-    write_batch(table, "payments", batch(payments, [{"k": 2, "paid": 2, "note": "b", "pts": 1}]), txn=second)
-    torn = table.timeline()
-    torn._instants[first.time] = both_pending._instants[first.time]  # passed while pending, B seen completed
-    assert [i.requested for i in torn.pending()] == [first.time]
-    with pytest.raises(HistoryMoved, match=f"deltacommit {first.time} completed"):
-        resolve_until(table, torn, None)
-    whole = table.timeline()
-    assert resolve_until(table, whole, None) == whole.latest_completed().completed  # type: ignore[union-attr]
-
-
 def test_incremental_read_refuses_a_range_that_history_was_rewritten_in(tmp_path: Path) -> None:
     """A restore or a rollback of a completed commit takes rows back without a change row for them: a change feed
     across it would be silently wrong, so it is refused; after it, reads work again."""
