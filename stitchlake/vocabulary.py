@@ -67,7 +67,8 @@ class ReadMode(StrEnum):
 
 class EngineChoice(StrEnum):
     """Where a job runs: `auto` in this process for small work and on Spark otherwise, `local` here, `spark` as a
-    spark-submit job."""
+    spark-submit job. Where a job *ran* (`JobRun.engine`, a deltacommit's `engine`) stays a string, the engine's own
+    name: an `Engine` object a caller makes names itself, and `none` says nothing was pending."""
 
     auto = "auto"
     local = "local"
