@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 
 import stitchlake
 from stitchlake.services.upkeep.alter import alter
-from tests.integration import test_schema_evolution as evolution
 from tests.integration.test_jvm_conformance import (  # noqa: F401 - `harness`: this module's own merge JVM
     HISTORY_EXAMPLES,
     LOG_FORMATS,
@@ -27,6 +26,7 @@ from tests.integration.test_jvm_conformance import (  # noqa: F401 - `harness`: 
     harness,
     in_scratch,
 )
+from tests.support import schema_changes as evolution
 from tests.support.tables import CONCURRENCY, created_in_format, new_table_file, stream_doc, write_table_yaml
 from tests.unit import test_merge_rules as rules
 

@@ -271,8 +271,7 @@ def test_spark_ingests_nested_columns_compacts_across_alters_and_reports_each_sc
     from stitchlake.services.upkeep.alter import alter
     from stitchlake.services.writes.ingest import ingest
     from stitchlake.spark.engine import SparkEngine
-    from tests.integration.test_schema_evolution import BASE, add_extra, drop_w
-    from tests.unit.test_schema_evolution import NESTED_AVRO
+    from tests.support.schema_changes import BASE, NESTED_AVRO, add_extra, drop_w
 
     document = copy.deepcopy(BASE)
     document["table"]["log_format"] = log_format

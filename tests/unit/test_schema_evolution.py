@@ -17,8 +17,9 @@ import pytest
 import stitchlake
 from stitchlake.errors import BusyError, ConfigError
 from stitchlake.types import arrow_type
-from tests.integration.test_schema_evolution import (
+from tests.support.schema_changes import (
     BASE,
+    NESTED_AVRO,
     add_extra,
     add_stream_c,
     add_z,
@@ -28,27 +29,6 @@ from tests.integration.test_schema_evolution import (
     widen_v,
 )
 from tests.support.tables import instant_at, new_table_file, write_table_yaml
-
-#: An Avro landing file of stream n (the nested columns).
-NESTED_AVRO: dict[str, Any] = {
-    "type": "record",
-    "name": "r",
-    "fields": [
-        {"name": "k", "type": "long"},
-        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
-        {
-            "name": "info",
-            "type": [
-                "null",
-                {
-                    "type": "record",
-                    "name": "info_t",
-                    "fields": [{"name": "x", "type": "int"}, {"name": "y", "type": "string"}],
-                },
-            ],
-        },
-    ],
-}
 
 
 def test_reads_as_of_every_version_return_exactly_its_columns(tmp_path: Path) -> None:
