@@ -79,11 +79,13 @@ run tortured less than asked, not that the table broke, so it is not a violation
 It prints rounds, kills, freezes, commits, reads checked and violations; the exit code is 1 on any violation.
 
 The modules, in the order they build on each other: `common` (names, logs, the run's setup), `tablefiles` (the
-table's files as the checker reads them), `faults` (the fault hook), `actors` (the worker processes),
-`supervisor` (the storm and the finish), `erasures` and `oracle` (the checks), `kafka_phase`, and `cli` (`python -m
-scripts.torture`). What the tests use is re-exported here, imported when first asked for: a worker process
-(`_worker`, started anew after every kill) imports only the actors, and refuses pandas as the `stitch` command does
-(`stitchlake.cli.without_pandas`).
+table's files as the checker reads them), `faults` (the fault hook: one spec per point), `worker` (what every
+worker process shares), the roles (`writers`, `table_services`, `savepoints`, `readers`), `actors` (a worker of
+any role, and its entry point), `processes` (the supervisor's hands on the workers and the random storm),
+`accounting` (what a round waits for), `supervisor` (the rounds and the finish), `erasures` and `oracle` (the
+checks), `kafka_phase`, and `cli` (`python -m scripts.torture`). What the tests use is re-exported here, imported
+when first asked for: a worker process (`_worker`, started anew after every kill) imports only the actors, and
+refuses pandas as the `stitch` command does (`stitchlake.cli.without_pandas`).
 """
 
 from __future__ import annotations

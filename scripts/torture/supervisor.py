@@ -1,83 +1,42 @@
-"""The supervisor: lands files round by round, kills, freezes and restarts the workers, then finishes the table."""
+"""The supervisor: lands files round by round, kills, freezes and restarts the workers, then finishes the table.
+
+Its parts: `processes` (the workers' processes and the random storm on them), `accounting` (what a round waits
+for), the `Watcher` below (what existed, for the checker), and the rounds themselves (`Supervisor`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
-import signal
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts import ROOT, child_env, module_argv
-from scripts.torture.actors import consumed_on_disk
+from scripts import child_env
+from scripts.torture.accounting import DUTIES, Ledger
 from scripts.torture.common import (
     ARCHIVE_KEEP,
     CONFIG_NAME,
-    FAULT_ENV,
     FINISH_LOG,
     HORIZONS_LOG,
     OBSERVED_LOG,
-    RUN_DIR_ENV,
     STOP_FILE,
     STREAMS,
     Settings,
     land,
     log_line,
     open_torture_table,
-    read_lines,
     staged_files,
     stitch,
     table_dir,
 )
-from scripts.torture.faults import FAULT_POINTS, REARMED
+from scripts.torture.processes import Crew, Slot, Stats, Storm
 from scripts.torture.tablefiles import Seen, TableFiles, checkpoint_horizon, instant_meta, list_timeline
 
-#: What each kind of actor must have logged at least once before the storm may end (`Supervisor.owed`): a run in
-#: which chance gave a kind nothing to do tortured less than it says. The restorer is steered towards what it
-#: still owes (`Worker.restore`), and the last round lasts until every duty is done.
-DUTIES: dict[str, tuple[str, ...]] = {
-    "writer": ("commit",),
-    "cleaner": ("clean",),
-    "restorer": ("savepoint", "restoring"),
-    "archiver": ("archive", "horizon"),
-    "eraser": ("erase",),
-    "reader": ("horizon",),
-}
-
-
 # ============================================================================================ supervisor
-
-
-@dataclass
-class Slot:
-    """One role's current process and its history."""
-
-    role: str
-    killable: bool
-    proc: subprocess.Popen[bytes] | None = None
-    fault: str | None = None
-    restart_at: float = 0.0
-    killed_by_us: bool = False
-    starts: int = 0
-    #: When a SIGSTOPped process gets its SIGCONT (None: not paused).
-    paused_until: float | None = None
-
-
-@dataclass
-class Stats:
-    kills: Counter[str] = field(default_factory=Counter)
-    pauses: Counter[str] = field(default_factory=Counter)
-    exits: Counter[str] = field(default_factory=Counter)
-    rounds_timed_out: int = 0
-    #: Duties (DUTIES) still undone when the last round gave up waiting for them.
-    owed: list[str] = field(default_factory=list)
 
 
 class Watcher:
@@ -114,6 +73,21 @@ class Watcher:
             self.horizon = horizon
 
 
+def run_roles(settings: Settings) -> list[tuple[str, bool]]:
+    """Every role of the run, and whether the storm may kill it (every role but the readers).
+
+    More than one writer per stream is cron overlap: the busy check must keep them apart, and exactly-once must hold
+    when one of them is frozen long enough to be presumed dead."""
+    roles = [(f"writer:{s}", True) for s in STREAMS]
+    roles += [(f"writer:{s}:{n}", True) for n in range(2, settings.writers_per_stream + 1) for s in STREAMS]
+    roles += [("compactor", True), ("cleaner", True)]
+    roles += [("restorer", True)] * min(settings.restorers, 1)
+    roles += [(f"archiver:{n}", True) for n in range(1, settings.archivers + 1)]
+    roles += [("eraser", True)] * min(settings.erasers, 1)
+    roles += [(f"reader:{n}", False) for n in range(1, settings.readers + 1)]
+    return roles
+
+
 class Supervisor:
     """Starts the workers, kills and restarts them, and lands the files round by round."""
 
@@ -123,165 +97,27 @@ class Supervisor:
         self.rng = random.Random(settings.seed * 7919 + 1)
         self.out = out
         self.stats = Stats()
-        # More than one writer per stream is cron overlap: the busy check must keep them apart, and exactly-once
-        # must hold when one of them is frozen long enough to be presumed dead.
-        roles = [(f"writer:{s}", True) for s in STREAMS]
-        roles += [(f"writer:{s}:{n}", True) for n in range(2, settings.writers_per_stream + 1) for s in STREAMS]
-        roles += [("compactor", True), ("cleaner", True)]
-        roles += [("restorer", True)] * min(settings.restorers, 1)
-        roles += [(f"archiver:{n}", True) for n in range(1, settings.archivers + 1)]
-        roles += [("eraser", True)] * min(settings.erasers, 1)
-        roles += [(f"reader:{n}", False) for n in range(1, settings.readers + 1)]
-        self.slots = [Slot(role, killable) for role, killable in roles]
-        self.stderr = open(self.work / "logs" / "workers.err", "ab")  # noqa: SIM115 - closed in stop()
-        self.next_kill = self._draw_kill(time.monotonic())
-        self.next_pause = self._draw_pause(time.monotonic())
+        self.slots = [Slot(role, killable) for role, killable in run_roles(settings)]
+        self.crew = Crew(settings, self.rng, self.slots, self.stats)
+        self.storm = Storm(settings, self.rng, self.crew)
         self.watcher = Watcher(self.work, table_dir(self.work))
-        self.duties_done: set[str] = set()
-        self.duties_read_at = 0.0
-
-    def _draw_kill(self, now: float) -> float:
-        if self.settings.kill_every <= 0:
-            return float("inf")
-        return now + self.rng.expovariate(1.0 / self.settings.kill_every)
-
-    def _draw_pause(self, now: float) -> float:
-        if self.settings.pause_every <= 0:
-            return float("inf")
-        return now + self.rng.expovariate(1.0 / self.settings.pause_every)
-
-    def pause(self, slot: Slot, now: float) -> None:
-        """Freeze a process (a GC pause, a stalled VM): often past its heartbeat's expiry, so it becomes a
-        "zombie" that others presume dead and roll back, and that wakes up later and carries on."""
-        assert slot.proc is not None
-        seconds = self.rng.uniform(0.5, 1.6 * self.settings.heartbeat_expire)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(slot.proc.pid, signal.SIGSTOP)
-            slot.paused_until = now + seconds
-            zombie = "zombie" if seconds > self.settings.heartbeat_expire else "short"
-            self.stats.pauses[f"{zombie}:{slot.role.split(':')[0]}"] += 1
-
-    def wake(self, slot: Slot) -> None:
-        if slot.paused_until is not None and slot.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(slot.proc.pid, signal.SIGCONT)
-        slot.paused_until = None
-
-    def spawn(self, slot: Slot) -> None:
-        env = child_env()
-        env.pop(FAULT_ENV, None)
-        slot.fault = None
-        kind = slot.role.split(":")[0]
-        rate = self.settings.fault_rate
-        if kind in REARMED and rate > 0:  # few, long-lived processes: nearly always armed (the fault re-arms)
-            rate = max(rate, 0.9)
-        if slot.killable and self.rng.random() < rate:
-            slot.fault = f"{self.rng.choice(FAULT_POINTS[kind])}:{self.rng.randint(0, 2)}"
-            if kind in REARMED:
-                slot.fault += "+"
-            env[FAULT_ENV] = slot.fault
-        env[RUN_DIR_ENV] = str(self.work / "run")
-        argv = module_argv("torture", "_worker", "--role", slot.role)
-        argv += ["--workdir", str(self.work), "--seed", str(self.rng.randrange(1 << 30))]
-        slot.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr)
-        slot.killed_by_us = False
-        slot.starts += 1
-
-    def working(self, slot: Slot) -> bool:
-        """Alive and past its imports: killing a process that is still starting up tests nothing."""
-        if slot.proc is None or slot.proc.poll() is not None:
-            return False
-        return (self.work / "run" / f"{slot.proc.pid}.ready").exists()
-
-    def kill(self, slot: Slot, why: str) -> None:
-        if slot.proc is None or slot.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(slot.proc.pid, signal.SIGKILL)
-        slot.killed_by_us = True
-        self.stats.kills[f"{why}:{slot.role.split(':')[0]}"] += 1
-
-    def stall_request(self, slot: Slot, now: float) -> None:
-        """A `stall_*` fault froze its own process: wake it when it asked."""
-        assert slot.proc is not None
-        request = self.work / "run" / f"{slot.proc.pid}.stall"
-        if not request.exists():
-            return
-        with contextlib.suppress(ValueError, OSError):
-            text = request.read_text(encoding="utf-8")
-            asked: dict[str, Any] = (
-                json.loads(text) if text.startswith("{") else {"seconds": float(text), "kind": "heartbeat"}
-            )
-            slot.paused_until = now + float(asked["seconds"])
-            request.unlink()
-            self.stats.pauses[f"{asked['kind']}-stall:{slot.role.split(':')[0]}"] += 1
+        self.ledger = Ledger(self.work, self.slots)
 
     def tick(self) -> None:
         """Restart what died, and kill something when the random kill clock says so."""
         now = time.monotonic()
         self.watcher.poll(now)
-        for slot in self.slots:
-            if slot.proc is not None and slot.paused_until is None:
-                self.stall_request(slot, now)
-            if slot.paused_until is not None and now >= slot.paused_until:
-                self.wake(slot)
-            if slot.proc is not None and slot.proc.poll() is not None:
-                slot.paused_until = None
-                code = slot.proc.returncode
-                if code == -signal.SIGKILL and not slot.killed_by_us:
-                    point = (slot.fault or "?").split(":")[0]
-                    self.stats.kills[f"fault:{point}"] += 1
-                elif code != -signal.SIGKILL:
-                    self.stats.exits[f"{slot.role} exit {code}"] += 1
-                slot.proc = None
-                slot.restart_at = now + self.rng.uniform(0.1, 0.8)
-            if slot.proc is None and now >= slot.restart_at:
-                self.spawn(slot)
-        if now >= self.next_kill:
-            victims = [s for s in self.slots if s.killable and self.working(s)]
-            if victims:
-                self.kill(self.rng.choice(victims), "random")
-            self.next_kill = self._draw_kill(now)
-        if now >= self.next_pause:
-            sleepers = [s for s in self.slots if s.paused_until is None and self.working(s)]
-            if sleepers:
-                self.pause(self.rng.choice(sleepers), now)
-            self.next_pause = self._draw_pause(now)
-
-    def consumed(self) -> dict[str, set[str]] | None:
-        """What the table says it consumed (None while a restore or archive moves things under the look)."""
-        return consumed_on_disk(table_dir(self.work))
-
-    def owed(self) -> list[str]:
-        """The duties (DUTIES) that no process of a kind has done yet, as `kind: event` (a second writer of a
-        stream may never win its stream: one of the kind doing it is the duty). Logs are read at most twice a
-        second, and a duty once done stays done."""
-        now = time.monotonic()
-        if now >= self.duties_read_at:
-            self.duties_read_at = now + 0.5
-            for slot in self.slots:
-                kind = slot.role.split(":")[0]
-                if any(f"{kind}: {event}" not in self.duties_done for event in DUTIES.get(kind, ())):
-                    log = self.work / "logs" / f"{slot.role.replace(':', '-')}.jsonl"
-                    events = {record.get("event") for record in read_lines(log)}
-                    self.duties_done |= {f"{kind}: {event}" for event in DUTIES[kind] if event in events}
-        kinds = dict.fromkeys(slot.role.split(":")[0] for slot in self.slots)
-        return [f"{k}: {e}" for k in kinds for e in DUTIES.get(k, ()) if f"{k}: {e}" not in self.duties_done]
-
-    def progress(self, last: bool) -> tuple[int, int]:
-        """What a round waits for, as a value that changes while the run gets there: the landing files the table
-        consumed (a restore may lower it: that is movement too) and, in the last round, the duties left."""
-        consumed = self.consumed()
-        return sum(len(files) for files in consumed.values()) if consumed else -1, len(self.owed()) if last else 0
+        self.crew.tend(now)
+        self.storm.strike(now)
 
     def kill_one_if_none_yet(self) -> bool:
         """Make "processes were killed during the rounds" certain: kill a working process if chance killed none.
         True once some kill during the rounds has happened."""
         if any(not cause.startswith("at_stop") for cause in self.stats.kills):
             return True
-        victims = [s for s in self.slots if s.killable and s.paused_until is None and self.working(s)]
+        victims = [s for s in self.slots if s.killable and s.paused_until is None and self.crew.working(s)]
         if victims and self.settings.kill_every > 0:
-            self.kill(self.rng.choice(victims), "forced")
+            self.crew.kill(self.rng.choice(victims), "forced")
             return True
         return self.settings.kill_every <= 0
 
@@ -305,63 +141,58 @@ class Supervisor:
                 for slot in self.slots
                 if slot.role.startswith("writer") and self.settings.kill_every > 0 and self.rng.random() < 0.35
             }
-            # The timeout counts from the last progress, not from the round's start: a busy machine makes a
-            # round slow, not stuck. It only turns a hang into a report (a timed-out round is no violation).
-            seen, moved_at, looked_at = self.progress(last), started, started
-            while True:
-                self.tick()
-                now = time.monotonic()
-                for slot in self.slots:
-                    if slot.role in mid_ingest and now >= mid_ingest[slot.role]:
-                        if self.working(slot):
-                            self.kill(slot, "mid_ingest")
-                        del mid_ingest[slot.role]
-                elapsed = now - started
-                if elapsed >= self.settings.round_seconds and not mid_ingest:
-                    if last:
-                        if self.kill_one_if_none_yet() and not self.owed():
-                            break
-                    else:
-                        consumed = self.consumed()
-                        if consumed is not None and all(landed[s] <= consumed[s] for s in STREAMS):
-                            break
-                if now - looked_at >= 1.0:  # (a look parses the timeline: once a second is enough)
-                    looked_at = now
-                    if (now_seen := self.progress(last)) != seen:
-                        seen, moved_at = now_seen, now
-                if now - moved_at >= self.settings.round_timeout:
-                    self.stats.rounds_timed_out += 1
-                    if last:
-                        self.stats.owed = self.owed()
-                    break
-                time.sleep(0.05)
+            self.wait_round(started, last, landed, mid_ingest)
             self.out(
                 f"round {number + 1}/{self.settings.rounds}: {time.monotonic() - started:.1f}s, "
                 f"kills so far {sum(self.stats.kills.values())}, freezes {sum(self.stats.pauses.values())}"
             )
 
+    def wait_round(self, started: float, last: bool, landed: dict[str, set[str]], mid_ingest: dict[str, float]) -> None:
+        """Run the storm until the round is done (`round_done`), or makes no progress for `round_timeout`.
+
+        The timeout counts from the last progress, not from the round's start: a busy machine makes a round slow,
+        not stuck. It only turns a hang into a report (a timed-out round is no violation)."""
+        seen, moved_at, looked_at = self.ledger.progress(last), started, started
+        while True:
+            self.tick()
+            now = time.monotonic()
+            self.kill_mid_ingest(mid_ingest, now)
+            if now - started >= self.settings.round_seconds and not mid_ingest and self.round_done(last, landed):
+                break
+            if now - looked_at >= 1.0:  # (a look parses the timeline: once a second is enough)
+                looked_at = now
+                if (now_seen := self.ledger.progress(last)) != seen:
+                    seen, moved_at = now_seen, now
+            if now - moved_at >= self.settings.round_timeout:
+                self.stats.rounds_timed_out += 1
+                if last:
+                    self.stats.owed = self.ledger.owed()
+                break
+            time.sleep(0.05)
+
+    def kill_mid_ingest(self, mid_ingest: dict[str, float], now: float) -> None:
+        """Kill each writer drawn for it once its moment came (if it is working then); the draw is used up."""
+        for slot in self.slots:
+            if slot.role in mid_ingest and now >= mid_ingest[slot.role]:
+                if self.crew.working(slot):
+                    self.crew.kill(slot, "mid_ingest")
+                del mid_ingest[slot.role]
+
+    def round_done(self, last: bool, landed: dict[str, set[str]]) -> bool:
+        """The last round: some kill happened and no duty is owed. Any other: the writers took every landed file."""
+        if last:
+            return self.kill_one_if_none_yet() and not self.ledger.owed()
+        consumed = self.ledger.consumed()
+        return consumed is not None and all(landed[s] <= consumed[s] for s in STREAMS)
+
     def stop(self) -> None:
         """Kill writers and services wherever they are; let readers finish their read and stop."""
         self.tick()  # account for faults that fired since the last tick
-        for slot in self.slots:
-            self.wake(slot)
-            if slot.killable and slot.proc is not None and slot.proc.poll() is None:
-                self.kill(slot, "at_stop")
+        self.crew.halt()
         (self.work / STOP_FILE).touch()
-        deadline = time.monotonic() + 30
-        for slot in self.slots:
-            if slot.proc is None:
-                continue
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                slot.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            if slot.proc.poll() is None:
-                os.kill(slot.proc.pid, signal.SIGKILL)
-                slot.proc.wait()
-                self.stats.exits[f"{slot.role} did not stop"] += 1
-            elif slot.proc.returncode not in (0, -signal.SIGKILL):
-                self.stats.exits[f"{slot.role} exit {slot.proc.returncode}"] += 1
+        self.crew.collect(30)
         self.watcher.poll(float("inf"))
-        self.stderr.close()
+        self.crew.close()
 
 
 # =============================================================================================== finish
@@ -448,3 +279,6 @@ def finish(settings: Settings, out: Callable[[str], None]) -> list[str]:
             out(f"forced archive: {archived.get('archived')} instant(s), horizon {archived.get('horizon')}")
     Watcher(work, table_dir(work)).poll(0.0)  # one more look (its lines only add observations)
     return problems
+
+
+__all__ = ["DUTIES", "Slot", "Stats", "Supervisor", "Watcher", "finish", "force_an_archive", "run_cli"]
