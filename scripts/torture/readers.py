@@ -14,7 +14,7 @@ from scripts.torture.worker import WorkerBase
 
 
 class Reader(WorkerBase):
-    """`reader:N`: never killed (a read has nothing to recover), its every read kept for the oracle."""
+    """`reader:N`: never killed by the storm; its every read is kept, for the oracle to check."""
 
     def snapshot(self) -> dict[str, Any] | None:
         """The completed instants, the checkpoint, and the active deltacommits past it, as one state.
