@@ -20,6 +20,7 @@ from stitchlake.errors import CorruptFileError
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.storage import Storage
 from stitchlake.timeline.actions import kind_of
+from stitchlake.timeline.clock import is_time
 from stitchlake.timeline.instant import Instant, State
 from stitchlake.timeline.metadata import Commit, DataFile, LandingRecord, OffsetRange, StreamBatch, load
 
@@ -174,13 +175,34 @@ def horizon_of(storage: Storage) -> str | None:
     return checkpoint.horizon if checkpoint else None
 
 
+def _batches(storage: Storage) -> list[tuple[str, str]]:
+    """(horizon, path) of every archive batch a checkpoint stands behind, oldest first. An archive that lost its
+    lease between its batch and its checkpoint left a batch whose instants stay on the active timeline (a rollback
+    may take them back later): they are not archived, and reading them as archived showed history that is not."""
+    names = storage.list_names(ARCHIVE_DIR)
+    checkpoints = checkpoint_names(storage, names)
+    if checkpoints:
+        newest: str | None = checkpoints[-1][0]
+    else:
+        legacy = load_checkpoint(storage) if LEGACY_CHECKPOINT.rsplit("/", 1)[-1] in names else None
+        newest = legacy.horizon if legacy is not None else None
+    found = []
+    for name in names:
+        if not name.endswith(BATCH_SUFFIX):
+            continue
+        horizon = name.removesuffix(BATCH_SUFFIX).rpartition("_")[2]
+        if is_time(horizon) and (newest is None or horizon > newest):
+            continue
+        found.append((horizon, f"{ARCHIVE_DIR}/{name}"))
+    return sorted(found)
+
+
 def archived_instants(storage: Storage) -> list[ArchivedInstant]:
     """Archived instants with their commits, oldest completion first."""
     found: dict[str, ArchivedInstant] = {}
-    for name in sorted(storage.list_names(ARCHIVE_DIR)):
-        if name.endswith(BATCH_SUFFIX):
-            for entry in _read_batch(storage, f"{ARCHIVE_DIR}/{name}"):
-                found[entry.instant.requested] = entry
+    for _horizon, path in _batches(storage):
+        for entry in _read_batch(storage, path):
+            found[entry.instant.requested] = entry
     return sorted(found.values(), key=lambda e: e.instant.completed or "")
 
 
@@ -190,11 +212,7 @@ def archived_batches_newest_first(storage: Storage) -> Iterator[tuple[str, list[
     A batch holds the instants that completed after the previous batch's horizon, up to its own, so a caller
     looking for the latest archived instant of some kind stops at the first batch that has one.
     """
-    batches = []
-    for name in storage.list_names(ARCHIVE_DIR):
-        if name.endswith(BATCH_SUFFIX):
-            batches.append((name.removesuffix(BATCH_SUFFIX).rpartition("_")[2], f"{ARCHIVE_DIR}/{name}"))
-    for horizon, path in sorted(batches, reverse=True):
+    for horizon, path in reversed(_batches(storage)):
         entries = _read_batch(storage, path)
         yield horizon, sorted(entries, key=lambda e: e.instant.completed or "", reverse=True)
 

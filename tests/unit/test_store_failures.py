@@ -17,10 +17,12 @@ from stitchlake.concurrency.heartbeat import heartbeat_path, is_expired
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock
 from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, StitchError
 from stitchlake.jobs.launch import abort_unless_published
+from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.rewrites import compaction
 from stitchlake.storage.base import Storage
 from stitchlake.storage.local import LocalStorage
 from stitchlake.table import transaction
+from stitchlake.timeline.archive import BATCH_SUFFIX, archived_batches_newest_first, archived_instants
 from stitchlake.timeline.metadata import DeltaCommitPlan
 from stitchlake.timeline.timeline import Timeline, delete_instant
 from stitchlake.vocabulary import Action, CompactionStrategy
@@ -174,3 +176,32 @@ def test_a_launcher_leaves_pending_the_claim_whose_job_sent_its_commit_unanswere
         if noted:
             table.storage.delete(written)
             delete_instant(table.storage, claim.instant)
+
+
+def test_an_archive_batch_no_checkpoint_stands_behind_is_not_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive that lost its lease between writing its batch and its checkpoint left the batch; its instants
+    stay on the active timeline, but the history, metadata tables and status read them as archived (and kept doing
+    so after a rollback took one back)."""
+    table = new_table(tmp_path, SHORT_BEATS)
+    for version in range(4):
+        table.write(ORDERS.name, batch(ORDERS, [{"k": version, "amount": version, "status": "a", "ots": 1}]))
+    original = type(table.storage).put_if_absent
+
+    def lease_lost_at_the_checkpoint(
+        self: Storage, path: str, data: bytes, ready: Callable[[], None] | None = None
+    ) -> bool:
+        if "checkpoint" in path.rsplit("/", 1)[-1]:
+            raise LockLost("our lease was taken over")
+        return original(self, path, data, ready)
+
+    monkeypatch.setattr(type(table.storage), "put_if_absent", lease_lost_at_the_checkpoint)
+    with pytest.raises(LockLost):
+        table.archive(keep=1)
+    monkeypatch.undo()
+    assert [n for n in table.storage.list_names(ARCHIVE_DIR) if n.endswith(BATCH_SUFFIX)], "the batch was left"
+    assert archived_instants(table.storage) == [] and list(archived_batches_newest_first(table.storage)) == []
+    assert len(Timeline.load(table.storage).completed()) == 4
+    done = table.archive(keep=1).result
+    assert done.archived == 3 and len(archived_instants(table.storage)) == 3
