@@ -35,6 +35,7 @@ pytest_plugins = [
     "tests.support.storage_roots",
     "tests.support.small_histories",
     "tests.support.published_history",
+    "tests.support.merge_harness",
 ]
 
 UNIT = Path(__file__).resolve().parent / "unit"

@@ -18,15 +18,8 @@ from hypothesis import HealthCheck, given, settings
 
 import stitchlake
 from stitchlake.services.upkeep.alter import alter
-from tests.integration.test_jvm_conformance import (  # noqa: F401 - `harness`: this module's own merge JVM
-    HISTORY_EXAMPLES,
-    LOG_FORMATS,
-    Harness,
-    compared,
-    harness,
-    in_scratch,
-)
 from tests.support import schema_changes as evolution
+from tests.support.merge_harness import HISTORY_EXAMPLES, LOG_FORMATS, Harness, compared, in_scratch
 from tests.support.tables import CONCURRENCY, created_in_format, new_table_file, stream_doc, write_table_yaml
 from tests.unit import test_merge_rules as rules
 

@@ -904,7 +904,7 @@ def test_generated_tables_read_through_spark_with_pruned_columns_and_filters_mat
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from tests.integration import test_merge_property as prop
+    from tests.support.merge_steps import run_steps, steps
 
     names = ["p", *ORDERS.columns, *PAYMENTS.columns, *SHIPMENTS.columns]
     reads = st.tuples(
@@ -915,11 +915,11 @@ def test_generated_tables_read_through_spark_with_pruned_columns_and_filters_mat
     examples = int(os.environ.get("SPARK_READ_EXAMPLES", "12"))
 
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(plan=prop.steps(), compact=st.booleans(), asked=st.lists(reads, min_size=3, max_size=3))
+    @given(plan=steps(), compact=st.booleans(), asked=st.lists(reads, min_size=3, max_size=3))
     def check(plan: list[tuple[str, Any]], compact: bool, asked: list[Any]) -> None:
         root = Path(tempfile.mkdtemp(prefix="stitch-jvm-read-"))
         try:
-            table = prop.run_steps(root, plan, "parquet")
+            table = run_steps(root, plan, "parquet")
             if compact:
                 table.compact()
             for columns, conditions in asked:
