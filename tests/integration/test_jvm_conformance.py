@@ -6,7 +6,7 @@ read is compared as a sorted list of rows in a canonical form both sides produce
 not 0.0; NaN as "NaN"; decimals as plain text; binary as base64; dates and timestamps as numbers; maps as [key,
 value] pairs; structs as lists).
 
-Cases: every scenario of tests/unit/test_merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
+Cases: every scenario of tests/support/merge_rules.py (each of its reads, with `Table.read` wrapped), a table of every
 value and ordering type, text orderings beyond ASCII (code point order, as the Python merge ranks text), and
 hypothesis-generated tables (deletes in every stream, nulls: ignore, ties, commit-time ordering, alters, compactions,
 erases, rescales to 1-4 buckets, time travel across them, an incremental read of every second one); columns widened
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
-import inspect
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from hypothesis import strategies as st
 
 from stitchlake.api import Table
 from stitchlake.merge import stitch
+from tests.support import merge_rules as rules
 from tests.support.histories import column_version_history, contest_compacted, shown_payments
 from tests.support.merge_harness import (
     EPOCH_DAY,
@@ -43,7 +43,6 @@ from tests.support.merge_harness import (
 )
 from tests.support.merge_steps import run_steps, steps
 from tests.support.tables import CONCURRENCY, created_in_format, new_table, stream_doc
-from tests.unit import test_merge_rules as rules
 
 #: Every test here starts a JVM (Spark or the merge harness).
 pytestmark = pytest.mark.spark
@@ -58,33 +57,14 @@ pytestmark = pytest.mark.spark
 # ------------------------------------------------------------------------------------------------ merge-rule cases
 
 
-def _rule_cases() -> list[Any]:
-    cases = []
-    for name, function in inspect.getmembers(rules, inspect.isfunction):
-        if not name.startswith("test_"):
-            continue
-        params = list(inspect.signature(function).parameters)
-        if params == ["tmp_path"]:
-            cases.append(pytest.param(function, {}, id=name))
-        elif params == ["tmp_path", "when"]:
-            cases += [pytest.param(function, {"when": w}, id=f"{name}[{w}]") for w in rules.COMPACTION]
-        elif params == ["tmp_path", "kind", "when"]:
-            cases += [
-                pytest.param(function, {"kind": k, "when": w}, id=f"{name}[{k}-{w}]")
-                for k in rules.ORDERING_CASES
-                for w in ("never", "after_each_step")
-            ]
-    return cases
-
-
-@pytest.mark.parametrize(("scenario", "arguments"), _rule_cases())
+@pytest.mark.parametrize(("scenario", "arguments"), rules.rule_cases())
 def test_every_read_of_the_merge_rule_scenarios_matches(
     harness: Harness, tmp_path: Path, scenario: Callable[..., None], arguments: dict[str, Any]
 ) -> None:
-    """Each read a scenario of test_merge_rules makes (snapshot, read-optimized) is also merged by the JVM."""
+    """Each read a scenario of merge_rules makes (snapshot, read-optimized) is also merged by the JVM."""
     with compared(harness) as checked:
         scenario(tmp_path, **arguments)
-    assert checked or scenario.__name__.startswith("test_bad_row"), "the scenario made no read to compare"
+    assert checked or scenario.__name__.startswith("bad_row"), "the scenario made no read to compare"
 
 
 # ------------------------------------------------------------------------------------------------ generated tables

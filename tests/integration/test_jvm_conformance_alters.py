@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 
 import stitchlake
 from stitchlake.services.upkeep.alter import alter
+from tests.support import merge_rules as rules
 from tests.support import schema_changes as evolution
 from tests.support.merge_harness import HISTORY_EXAMPLES, LOG_FORMATS, Harness, compared, in_scratch
 from tests.support.tables import CONCURRENCY, created_in_format, new_table_file, stream_doc, write_table_yaml
-from tests.unit import test_merge_rules as rules
 
 #: Every test here starts a JVM (the merge harness).
 pytestmark = pytest.mark.spark
