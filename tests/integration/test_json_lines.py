@@ -17,13 +17,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 import stitchlake
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
 from tests.support.bad_input import stitch
 from tests.support.snapshots import snapshot
+from tests.support.tables import new_table_file, write_table_yaml
 
 CONFIG: dict[str, Any] = {
     "table": {"name": "values", "path": "table", "key": {"k": "long"}, "buckets": 1},
@@ -58,11 +58,8 @@ GOOD = {"s": "a", "b": True, "n": 1, "v": 1.5, "d": "1.5", "tags": ["x"]}
 def workspace(tmp_path: Path) -> Path:
     for stream in ("readings", "texts", "doubles"):
         (tmp_path / "landing" / stream).mkdir(parents=True)
-    (tmp_path / "table.yaml").write_text(yaml.safe_dump(CONFIG))
-    quarantine = {**CONFIG, "bad_rows": "quarantine"}
-    (tmp_path / "q.yaml").write_text(yaml.safe_dump(quarantine))
-    done = stitch("init", "-c", "table.yaml", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    new_table_file(tmp_path, CONFIG, through_cli=True)
+    write_table_yaml(tmp_path, {**CONFIG, "bad_rows": "quarantine"}, "q.yaml")
     return tmp_path
 
 

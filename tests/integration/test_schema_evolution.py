@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import stitchlake
 from tests.support.cli import console
 from tests.support.schema_changes import (
     BASE,
@@ -29,7 +28,7 @@ from tests.support.schema_changes import (
     run_history,
 )
 from tests.support.snapshots import LOCKS, snapshot
-from tests.support.tables import write_table_yaml
+from tests.support.tables import new_table_file, write_table_yaml
 
 STITCH = Path(sys.executable).parent / "stitch"
 
@@ -54,9 +53,7 @@ def stitch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def created(tmp_path: Path) -> Path:
-    config = write_table_yaml(tmp_path, BASE)
-    assert stitch("init", "-c", str(config), cwd=tmp_path).returncode == 0
-    table = stitchlake.open(config)
+    table, _ = new_table_file(tmp_path, BASE, through_cli=True)
     table.write("a", arrow_rows(BASE, "a", [{"k": 1, "op": "I", "v": 1, "s": "p", "ts": "a"}]))
     return tmp_path
 

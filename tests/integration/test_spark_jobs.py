@@ -25,7 +25,7 @@ from stitchlake.concurrency.lock import FileSystemLock
 from stitchlake.concurrency.markers import marked_files
 from stitchlake.timeline.instant import Action
 from tests.support.processes import ROOT, concurrent_ingests, descendants, ended, run_stitch, stitch
-from tests.support.spark_fixtures import demo_table, write_config
+from tests.support.spark_fixtures import demo_table
 from tests.support.tables import instant_at, pause_when_inflight
 
 STREAMS = ("orders", "payments", "shipments")
@@ -45,8 +45,7 @@ def one_json(stdout: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def concurrent(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """A table whose three streams were ingested by three `stitch ingest` spark-submit jobs at once."""
-    config = write_config(tmp_path_factory.mktemp("concurrent"), demo_data / "landing")
-    assert run_stitch("init", "-c", str(config)).returncode == 0
+    config, _ = demo_table(tmp_path_factory.mktemp("concurrent"), demo_data / "landing", through_cli=True)
     ran = concurrent_ingests(config, STREAMS)
     results = {}
     for stream, (code, out, err) in ran.items():
