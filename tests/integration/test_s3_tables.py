@@ -33,17 +33,17 @@ from tests.support.histories import apply, random_plan
 from tests.support.processes import CRASHING_WRITER
 from tests.support.reads import changes, expected_changes
 from tests.support.tables import (
-    MODELS,
+    ORDERS,
+    PAYMENTS,
+    SHIPMENTS,
     THREE_STREAMS,
     as_rows,
     batch,
     new_table,
+    new_table_file,
     orders_rows,
     partition_of,
-    write_table_yaml,
 )
-
-ORDERS, PAYMENTS, SHIPMENTS = MODELS
 
 
 @dataclass(frozen=True)
@@ -175,14 +175,12 @@ def test_ingest_from_landing_folders_is_exactly_once(place: Place) -> None:
 
 
 def test_a_crashed_writer_expires_and_clean_rolls_its_files_back(place: Place) -> None:
-    table = new_table(place.root, path=place.table, buckets=4)
+    document = {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "path": place.table, "buckets": 4}}
+    table, config = new_table_file(place.root, document)
     table.write("orders", batch(ORDERS, orders_rows(range(0, 20, 3))))
     before = as_rows(table.read())
     script = place.root / "crash.py"
     script.write_text(CRASHING_WRITER)
-    config = write_table_yaml(
-        place.root, {**THREE_STREAMS, "table": {**THREE_STREAMS["table"], "path": place.table, "buckets": 4}}
-    )
     done = python(script, config)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # its hard crash, not a refusal
     pending = table.timeline().pending()

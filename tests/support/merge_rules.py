@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +47,6 @@ EMPTY: dict[str, Any] = {"x": None, "y": None, "ts": None, "u": None, "v": None,
 #: never; a full compaction after every step; or a compaction *scheduled* after every step and run only after
 #: the next step, so every write lands while a plan is pending (design.md §5 file slicing).
 COMPACTION = ["never", "after_each_step", "pending_plan"]
-
-#: Every scenario, in the order written (`scenario` adds one).
-SCENARIOS: list[Callable[..., None]] = []
-
-
-def scenario(function: Callable[..., None]) -> Callable[..., None]:
-    """Register `function(tmp_path, [kind,] [when])` as a scenario of `rule_cases`."""
-    SCENARIOS.append(function)
-    return function
 
 
 def row(k: int, **values: Any) -> dict[str, Any]:
@@ -128,7 +119,6 @@ class Scenario:
 # --------------------------------------------------------------------------------------------- ordering
 
 
-@scenario
 def late_event_is_ignored(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 10, "y": "new", "ts": 5}])
@@ -143,7 +133,6 @@ def late_event_is_ignored(tmp_path: Path, when: str) -> None:
     s.expect([row(1, x=10, y="new", ts=5, u=1, v="new", bts=5), row(2, x=1, y="newer", ts=9)])
 
 
-@scenario
 def equal_ordering_value_later_commit_wins(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "first", "ts": 5}])
@@ -153,7 +142,6 @@ def equal_ordering_value_later_commit_wins(tmp_path: Path, when: str) -> None:
     s.expect([row(1, x=3, y="third", ts=5)])
 
 
-@scenario
 def equal_ordering_value_later_row_of_a_batch_wins(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 0, "y": "earlier commit", "ts": 5}])
@@ -172,7 +160,6 @@ def equal_ordering_value_later_row_of_a_batch_wins(tmp_path: Path, when: str) ->
     s.expect([row(1, x=2, y="row 2", ts=5), row(2, x=7, y="other key", ts=5), row(3, x=1, y="a", ts=1)])
 
 
-@scenario
 def equal_ordering_value_goes_to_the_later_completion_not_the_later_request(tmp_path: Path) -> None:
     """Two writers overlap: the one that *completes* later is the later arrival (design.md §2, §4)."""
     table = new_table(tmp_path, DOC)
@@ -187,7 +174,6 @@ def equal_ordering_value_goes_to_the_later_completion_not_the_later_request(tmp_
     assert sorted_rows(table.read()) == [row(1, x=1, y="completed later", ts=5, w="only", n=1)]
 
 
-@scenario
 def commit_time_ordering_later_commit_wins(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("c", [{"k": 1, "w": "first", "n": 100}])
@@ -203,7 +189,6 @@ def commit_time_ordering_later_commit_wins(tmp_path: Path, when: str) -> None:
     s.expect([row(1, w="fifth", n=5)])
 
 
-@scenario
 def commit_time_ordering_follows_completion_order(tmp_path: Path) -> None:
     table = new_table(tmp_path, DOC)
     early = Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream="c"))
@@ -215,7 +200,6 @@ def commit_time_ordering_follows_completion_order(tmp_path: Path) -> None:
     assert sorted_rows(table.read()) == [row(1, w="completed later", n=1)]
 
 
-@scenario
 def a_write_overlapping_a_compaction_is_merged_on_top_of_its_base(tmp_path: Path) -> None:
     """Writes begun before a compaction was planned, completing before or after it ran (design.md §5)."""
     table = new_table(tmp_path, DOC)
@@ -248,7 +232,6 @@ MULTI: dict[str, Any] = {
 }
 
 
-@scenario
 def multi_column_ordering_compares_left_to_right(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, MULTI), when)
 
@@ -342,7 +325,6 @@ ORDERING_CASES: dict[str, tuple[list[tuple[int, Any, str]], dict[int, str]]] = {
 }
 
 
-@scenario
 def ordering_on_each_orderable_type(tmp_path: Path, kind: str, when: str) -> None:
     document = {
         "table": {"name": "typed", "path": "table", "key": {"k": "long"}, "buckets": 2},
@@ -364,7 +346,6 @@ def ordering_on_each_orderable_type(tmp_path: Path, kind: str, when: str) -> Non
 # --------------------------------------------------------------------------------------------- columns
 
 
-@scenario
 def a_write_never_touches_another_streams_columns(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "a1", "ts": 1}])
@@ -404,7 +385,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-@scenario
 def columns_of_a_stream_that_never_wrote_a_key_read_as_default_or_null(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DEFAULTS), when)
     s.write("a", [{"k": 1, "x": 10, "ts": 1}])
@@ -432,7 +412,6 @@ def columns_of_a_stream_that_never_wrote_a_key_read_as_default_or_null(tmp_path:
 # ------------------------------------------------------------------------------------------------ nulls
 
 
-@scenario
 def nulls_overwrite_replaces_the_whole_group(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "one", "ts": 1}])
@@ -442,7 +421,6 @@ def nulls_overwrite_replaces_the_whole_group(tmp_path: Path, when: str) -> None:
     s.expect([row(1, x=3, y=None, ts=3)])
 
 
-@scenario
 def nulls_ignore_keeps_per_column_the_latest_non_null_value(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("b", [{"k": 1, "u": 1, "v": "one", "bts": 1}])
@@ -465,7 +443,6 @@ def nulls_ignore_keeps_per_column_the_latest_non_null_value(tmp_path: Path, when
     s.expect([row(1, u=1, v="two", bts=3), row(2, u=5, v="newest", bts=9)])
 
 
-@scenario
 def nulls_ignore_late_event_fills_a_column_nothing_newer_set(tmp_path: Path, when: str) -> None:
     """Rule: "the value of the highest-version event whose value is not null" — even if that event is late."""
     s = Scenario(new_table(tmp_path, DOC), when)
@@ -474,7 +451,6 @@ def nulls_ignore_late_event_fills_a_column_nothing_newer_set(tmp_path: Path, whe
     s.expect([row(1, u=1, v="late", bts=5)])
 
 
-@scenario
 def nulls_ignore_only_events_newer_than_the_tombstone_contribute(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("b", [{"k": 1, "u": 1, "v": "before", "bts": 1}])
@@ -501,7 +477,6 @@ def nulls_ignore_only_events_newer_than_the_tombstone_contribute(tmp_path: Path,
     s.expect([row(1, u=6, v="after", bts=7), row(2, u=None, v="after", bts=7)])
 
 
-@scenario
 def nulls_ignore_a_late_delete_still_hides_values_older_than_it(tmp_path: Path, when: str) -> None:
     """The tombstone is not the winner here (a newer event is), yet only events newer than it contribute."""
     s = Scenario(new_table(tmp_path, DOC), when)
@@ -533,7 +508,6 @@ COMPOSITE: dict[str, Any] = {
 }
 
 
-@scenario
 def a_composite_key_merges_on_all_its_columns(tmp_path: Path, when: str) -> None:
     key = ("region", "day", "id")
     s = Scenario(new_table(tmp_path, COMPOSITE), when, key=key)
@@ -563,7 +537,6 @@ def a_composite_key_merges_on_all_its_columns(tmp_path: Path, when: str) -> None
 # ----------------------------------------------------------------------------------------------- deletes
 
 
-@scenario
 def stream_delete_then_older_event_stays_deleted_then_newer_event_comes_back(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "alive", "ts": 2}, {"k": 2, "x": 2, "y": "other", "ts": 2}])
@@ -581,7 +554,6 @@ def stream_delete_then_older_event_stays_deleted_then_newer_event_comes_back(tmp
     s.expect([row(1, x=7, y="newer", ts=7)])
 
 
-@scenario
 def row_is_gone_when_every_group_is_tombstoned_and_comes_back_on_a_later_write(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "a", "ts": 1}])
@@ -608,7 +580,6 @@ def row_is_gone_when_every_group_is_tombstoned_and_comes_back_on_a_later_write(t
 # ---------------------------------------------------------------------------------------------- bad rows
 
 
-@scenario
 def bad_rows_quarantine_writes_good_rows_and_sets_bad_ones_aside_with_a_reason(tmp_path: Path) -> None:
     table = new_table(tmp_path, {**DOC, "bad_rows": "quarantine"})
     rows: list[dict[str, Any]] = [
@@ -650,7 +621,6 @@ def bad_rows_quarantine_writes_good_rows_and_sets_bad_ones_aside_with_a_reason(t
 # ------------------------------------------------------------------------------------------------- erase
 
 
-@scenario
 def key_erase_removes_every_group_and_later_events_bring_back_only_their_group(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, DOC), when)
     s.write("a", [{"k": 1, "x": 1, "y": "a", "ts": 10}, {"k": 2, "x": 2, "y": "keep", "ts": 10}])
@@ -691,7 +661,6 @@ PARTITIONED: dict[str, Any] = {
 }
 
 
-@scenario
 def key_erase_in_a_partitioned_table_removes_the_key_from_every_partition(tmp_path: Path, when: str) -> None:
     s = Scenario(new_table(tmp_path, PARTITIONED), when, key=("k", "p"))
 
@@ -711,7 +680,6 @@ def key_erase_in_a_partitioned_table_removes_the_key_from_every_partition(tmp_pa
     s.expect([prow(2, "y", w="y", n=1)])
 
 
-@scenario
 def a_keys_file_that_places_a_key_in_a_partition_it_is_not_in_is_refused_before_anything_is_erased(
     tmp_path: Path, when: str
 ) -> None:
@@ -755,13 +723,14 @@ def a_keys_file_that_places_a_key_in_a_partition_it_is_not_in_is_refused_before_
 
 
 def rule_cases() -> list[Any]:
-    """Every scenario with its arguments, as pytest params: a `when` scenario under each of COMPACTION, an ordering
-    scenario under each ORDERING_CASES kind without compaction and with one after each step (not `pending_plan`:
-    it keeps the suite quick)."""
+    """Every scenario (a function of this module taking `tmp_path` first) with its arguments, as pytest params: a
+    `when` scenario under each of COMPACTION, an ordering scenario under each ORDERING_CASES kind without compaction
+    and with one after each step (not `pending_plan`: it keeps the suite quick)."""
     cases = []
-    for function in SCENARIOS:
-        name = function.__name__
+    for name, function in inspect.getmembers(sys.modules[__name__], inspect.isfunction):
         params = list(inspect.signature(function).parameters)
+        if function.__module__ != __name__ or params[:1] != ["tmp_path"]:
+            continue  # not a scenario: a scenario is a function of this module that takes `tmp_path` first
         if params == ["tmp_path"]:
             cases.append(pytest.param(function, {}, id=name))
         elif params == ["tmp_path", "when"]:
