@@ -1,1 +1,2 @@
-"""What the tiers share: pytest plugins for the servers and Spark, table makers, the reference model."""
+"""What the test modules share, and the only place they share it from: pytest plugins for the servers, Spark and the
+fixtures of several modules (tests/conftest.py registers them), table makers, helpers, the reference model."""
