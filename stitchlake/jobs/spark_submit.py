@@ -347,13 +347,15 @@ def run_job(
         stopped = {"Terminated": errors.Terminated, "KeyboardInterrupt": KeyboardInterrupt}.get(
             str(outcome.get("error_type"))
         )
+        failure: BaseException
         if stopped is not None:  # the job itself was stopped (not this process): unwind as a stop, exit 143 / 130
-            raise stopped(f"the {job} job was stopped: {outcome.get('error')} (Spark log: {files.log})")
-        failure = error_for(
-            str(outcome.get("error_type", "StitchError")),
-            f"{outcome.get('error')} (Spark log: {files.log})",
-            outcome.get("details"),
-        )
+            failure = stopped(f"the {job} job was stopped: {outcome.get('error')} (Spark log: {files.log})")
+        else:
+            failure = error_for(
+                str(outcome.get("error_type", "StitchError")),
+                f"{outcome.get('error')} (Spark log: {files.log})",
+                outcome.get("details"),
+            )
         for note in outcome.get("notes") or ():  # e.g. that its commit may still land: the launcher must not abort
             failure.add_note(str(note))
         raise failure

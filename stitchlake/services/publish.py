@@ -199,9 +199,12 @@ def _publish_once(table: TableHandle, chosen: PublishFormat) -> PublishResult:
         if refused is not None:
             raise refused from exc
         if isinstance(exc, Exception) and not isinstance(exc, StitchError):
-            raise StitchError(
+            wrapped = StitchError(
                 f"publishing as {chosen.value} to {location} failed: {exc}" + (f"; {exists}" if exists else "")
-            ) from exc
+            )
+            for note in getattr(exc, "__notes__", ()):  # e.g. that its commit was sent and may still land
+                wrapped.add_note(note)
+            raise wrapped from exc
         if exists and isinstance(exc, StitchError):
             raise type(exc)(f"{exc}; {exists}") from exc
         raise

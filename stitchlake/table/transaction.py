@@ -111,6 +111,8 @@ class Transaction:
         #: The completion time of a create that was sent: from then on the commit may stand though no answer came
         #: (an S3 timeout or 5xx after the PUT landed, a signal right after the create), and nothing is undone.
         self.sent: str | None = None
+        #: A create sent without an answer was waited out, under the lock, for as long as it could take to land.
+        self.settled = False
 
     @property
     def time(self) -> str:
@@ -274,9 +276,14 @@ class Transaction:
             plan = timeline.plan(instant)
         except BaseException:
             # Taken over, then failed (the lock's release, reading the plan): a beat left running here kept the
-            # plan "run by a live process", so every later run was refused busy and recovery never reset it.
+            # plan "run by a live process", so every later run was refused busy and recovery never reset it. Its
+            # file goes too while the attempt is still ours (a lost lease may have let another take it over).
             if beat is not None:
-                beat.stop(delete=True)
+                try:
+                    ours = inflight_attempt(table, inflight) == attempt
+                except Exception:  # cannot tell: leave the file to expire
+                    ours = False
+                beat.stop(delete=ours)
             raise
         return cls(table, inflight, beat, attempt, plan)
 
@@ -291,6 +298,8 @@ class Transaction:
             self._publish(metadata, conflict_check)
         except BaseException as exc:
             landed = self.landed() if self.sent is not None else "none"
+            if landed == "none" and self.settled:
+                self.sent = None  # its budget is out and it is not there: it can no longer land
             if landed == "ours":
                 # The create landed though its answer was lost: the commit stands, and says so.
                 if not isinstance(exc, Exception):
@@ -357,11 +366,24 @@ class Transaction:
             self._refuse_unseen(metadata)  # after them: a superseded run's files were deleted by its rollback
             completed = next_time(timeline.all_times(), max_ahead_s=self.table.config.concurrency.max_clock_skew_s)
 
+            sent_at: list[float] = []
+
             def fenced() -> None:  # as late as possible: after the slow, durable part, right before the create
                 lock.fence()
                 self.sent = completed
+                sent_at.append(time.monotonic())
 
-            self.instant = write_completed(storage, self.instant, completed, metadata, ready=fenced)
+            try:
+                self.instant = write_completed(storage, self.instant, completed, metadata, ready=fenced)
+            except BaseException:
+                if sent_at:
+                    # No answer: the create may still land, as late as its budget allows. Released now, the lock
+                    # would let another writer complete after us with a later time while ours lands with an
+                    # earlier one (a change read past it, or a compaction, would miss it): the lease is held
+                    # until the budget is out (the fence left at least that much), and then the answer is known.
+                    wait_until(sent_at[0] + lock.publish_s)
+                    self.settled = True
+                raise
 
     def _refuse_unseen(self, metadata: Commit) -> None:
         """A commit never names a data file this table's disk does not hold: Spark executors on other machines
@@ -531,6 +553,13 @@ class Transaction:
             if self.heartbeat is not None:
                 self.heartbeat.stop(delete=True)
                 self.heartbeat = None
+
+
+def wait_until(deadline: float) -> None:
+    """Sleep until the monotonic clock reaches `deadline` (a stop ends the wait early, and is raised)."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 def new_attempt() -> str:

@@ -175,10 +175,11 @@ def horizon_of(storage: Storage) -> str | None:
     return checkpoint.horizon if checkpoint else None
 
 
-def _batches(storage: Storage) -> list[tuple[str, str]]:
-    """(horizon, path) of every archive batch a checkpoint stands behind, oldest first. An archive that lost its
-    lease between its batch and its checkpoint left a batch whose instants stay on the active timeline (a rollback
-    may take them back later): they are not archived, and reading them as archived showed history that is not."""
+def batches(storage: Storage) -> tuple[list[tuple[str, str]], list[str]]:
+    """(horizon, path) of every archive batch a checkpoint stands behind, oldest first; and the paths of those none
+    does. An archive that lost its lease between its batch and its checkpoint left a batch whose instants stay on the
+    active timeline (a rollback may take them back later): they are not archived, and reading them as archived
+    showed history that is not. The next archive deletes them under the lock before its own checkpoint passes them."""
     names = storage.list_names(ARCHIVE_DIR)
     checkpoints = checkpoint_names(storage, names)
     if checkpoints:
@@ -186,21 +187,22 @@ def _batches(storage: Storage) -> list[tuple[str, str]]:
     else:
         legacy = load_checkpoint(storage) if LEGACY_CHECKPOINT.rsplit("/", 1)[-1] in names else None
         newest = legacy.horizon if legacy is not None else None
-    found = []
+    standing, orphans = [], []
     for name in names:
         if not name.endswith(BATCH_SUFFIX):
             continue
         horizon = name.removesuffix(BATCH_SUFFIX).rpartition("_")[2]
         if is_time(horizon) and (newest is None or horizon > newest):
-            continue
-        found.append((horizon, f"{ARCHIVE_DIR}/{name}"))
-    return sorted(found)
+            orphans.append(f"{ARCHIVE_DIR}/{name}")
+        else:
+            standing.append((horizon, f"{ARCHIVE_DIR}/{name}"))
+    return sorted(standing), sorted(orphans)
 
 
 def archived_instants(storage: Storage) -> list[ArchivedInstant]:
     """Archived instants with their commits, oldest completion first."""
     found: dict[str, ArchivedInstant] = {}
-    for _horizon, path in _batches(storage):
+    for _horizon, path in batches(storage)[0]:
         for entry in _read_batch(storage, path):
             found[entry.instant.requested] = entry
     return sorted(found.values(), key=lambda e: e.instant.completed or "")
@@ -212,7 +214,7 @@ def archived_batches_newest_first(storage: Storage) -> Iterator[tuple[str, list[
     A batch holds the instants that completed after the previous batch's horizon, up to its own, so a caller
     looking for the latest archived instant of some kind stops at the first batch that has one.
     """
-    for horizon, path in reversed(_batches(storage)):
+    for horizon, path in reversed(batches(storage)[0]):
         entries = _read_batch(storage, path)
         yield horizon, sorted(entries, key=lambda e: e.instant.completed or "", reverse=True)
 

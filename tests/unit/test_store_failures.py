@@ -11,11 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from stitchlake.concurrency.heartbeat import heartbeat_path, is_expired
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock
-from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, StitchError
+from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, LockTimeout, StitchError
 from stitchlake.jobs.launch import abort_unless_published
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.rewrites import compaction
@@ -23,7 +24,7 @@ from stitchlake.storage.base import Storage
 from stitchlake.storage.local import LocalStorage
 from stitchlake.table import transaction
 from stitchlake.timeline.archive import BATCH_SUFFIX, archived_batches_newest_first, archived_instants
-from stitchlake.timeline.metadata import DeltaCommitPlan
+from stitchlake.timeline.metadata import DeltaCommitPlan, EraseCommit
 from stitchlake.timeline.timeline import Timeline, delete_instant
 from stitchlake.vocabulary import Action, CompactionStrategy
 from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
@@ -56,41 +57,82 @@ def _rows(table: Any) -> list[tuple[int, int]]:
     return sorted(zip(read.column("k").to_pylist(), read.column("amount").to_pylist(), strict=True))
 
 
-def test_a_commit_whose_answer_was_lost_keeps_its_files_and_stands_if_it_lands_later(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _while_waited_out(monkeypatch: pytest.MonkeyPatch, during: Callable[[], None]) -> None:
+    """Run `during` inside the writer's wait for its unanswered create (the lock still held), then wait no longer:
+    the create's budget is what a real store's client waits; a test store has no budget of its own."""
+    monkeypatch.setattr(transaction, "wait_until", lambda _deadline: during())
+
+
+@pytest.mark.parametrize("lands", [True, False])
+def test_a_commit_whose_answer_was_lost_is_waited_out_under_the_lock_and_then_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lands: bool
 ) -> None:
     """Before, the writer's abort found the commit not there yet and deleted its data files; the create landed
-    after, and the timeline named files that no longer existed: every read of them failed."""
+    after, and the timeline named files that no longer existed. Then, left pending, the lock was given back at once:
+    another writer completed after it with a later time while it landed with an earlier one, which a change read
+    past that time or a compaction missed for good. Now the lease is held until the create's budget is out, and
+    then the answer is known: it landed (the write stands) or it never will (aborted as any failed write)."""
     table = new_table(tmp_path, SHORT_BEATS)
     table.write(ORDERS.name, batch(ORDERS, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
     late = _commit_answer_lost(monkeypatch, table.storage)
-    with pytest.raises(OSError, match="timed out"):
-        table.write(ORDERS.name, batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}]))
+    other = new_table(tmp_path, SHORT_BEATS)  # another writer of the table, in its own handle
+    held: list[bool] = []
+
+    def meanwhile() -> None:
+        lock = other.lock()
+        try:
+            lock.acquire(wait_s=0.2)
+        except LockTimeout:
+            held.append(True)
+        else:
+            lock.release()
+        if lands:
+            late[0]()
+
+    _while_waited_out(monkeypatch, meanwhile)
+    if lands:
+        done = table.write(ORDERS.name, batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}]))
+        assert done.completed is not None
+    else:
+        with pytest.raises(OSError, match="timed out") as failed:
+            table.write(ORDERS.name, batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}]))
+        assert not [n for n in getattr(failed.value, "__notes__", ()) if COMMIT_SENT_UNANSWERED in n], "known now"
     monkeypatch.undo()
-    (land,) = late
-    land()
-    assert _rows(table) == [(1, 1), (2, 2)]
-    assert table.rollback().result.rolled_back == [], "landed: nothing to roll back"
+    assert held == [True], "no other writer could complete while the answer was awaited"
+    assert _rows(table) == ([(1, 1), (2, 2)] if lands else [(1, 1)])
+    assert Timeline.load(table.storage).pending() == []
+    assert table.rollback().result.rolled_back == []
 
 
-def test_a_commit_whose_answer_was_lost_and_that_never_lands_is_rolled_back_once_its_heartbeat_expired(
+def test_a_commit_whose_wait_for_its_answer_was_stopped_is_left_pending_with_its_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Left pending with its heartbeat (which expires, not deleted), the instant is the lazy rollback's: not before
-    the expiry (the create might still land), and then wholly."""
+    """A stop during the wait leaves the answer unknown: nothing is deleted (the create may still land: then the
+    write stands), the failure says so, and the heartbeat is left to expire for the lazy rollback."""
     table = new_table(tmp_path, SHORT_BEATS)
     table.write(ORDERS.name, batch(ORDERS, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
-    _commit_answer_lost(monkeypatch, table.storage)
-    with pytest.raises(OSError, match="timed out"):
-        table.write(ORDERS.name, batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}]))
-    monkeypatch.undo()
-    (pending,) = Timeline.load(table.storage).pending()
-    assert table.storage.exists(heartbeat_path(pending.requested)), "left to expire, not deleted"
-    while not is_expired(table.storage, pending.requested, SHORT_BEATS["concurrency"]["heartbeat"]["expire_s"]):
-        time.sleep(0.05)  # the expiry is the heartbeat file's age: it comes whatever the machine's load
-    assert table.rollback().result.rolled_back == [pending.requested]
-    assert _rows(table) == [(1, 1)]
-    assert Timeline.load(table.storage).pending() == []
+    for lands in (True, False):
+        late = _commit_answer_lost(monkeypatch, table.storage)
+
+        def stopped() -> None:
+            raise KeyboardInterrupt
+
+        _while_waited_out(monkeypatch, stopped)
+        with pytest.raises(KeyboardInterrupt) as failed:
+            table.write(ORDERS.name, batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}]))
+        monkeypatch.undo()
+        assert [n for n in getattr(failed.value, "__notes__", ()) if n.startswith(COMMIT_SENT_UNANSWERED)]
+        (pending,) = Timeline.load(table.storage).pending()
+        assert table.storage.exists(heartbeat_path(pending.requested)), "left to expire, not deleted"
+        if lands:
+            late[0]()
+            assert _rows(table) == [(1, 1), (2, 2)]
+            continue
+        while not is_expired(table.storage, pending.requested, SHORT_BEATS["concurrency"]["heartbeat"]["expire_s"]):
+            time.sleep(0.05)  # the expiry is the heartbeat file's age: it comes whatever the machine's load
+        assert table.rollback().result.rolled_back == [pending.requested]
+        assert _rows(table) == [(1, 1), (2, 2)]
+        assert Timeline.load(table.storage).pending() == []
 
 
 @pytest.mark.parametrize("failing", ["the lock's release", "deleting an earlier attempt's files"])
@@ -182,10 +224,13 @@ def test_an_archive_batch_no_checkpoint_stands_behind_is_not_history(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An archive that lost its lease between writing its batch and its checkpoint left the batch; its instants
-    stay on the active timeline, but the history, metadata tables and status read them as archived (and kept doing
-    so after a rollback took one back)."""
+    stay on the active timeline, but the history, metadata tables and status read them as archived, and kept doing
+    so for one a rollback took back once a later archive's checkpoint passed the batch."""
     table = new_table(tmp_path, SHORT_BEATS)
-    for version in range(4):
+    payments = MODELS[1]
+    table.write(ORDERS.name, batch(ORDERS, [{"k": 0, "amount": 0, "status": "a", "ots": 1}]))
+    undone = table.write(payments.name, batch(payments, [{"k": 0, "paid": 5, "note": "x", "pts": 1}])).instant
+    for version in (1, 2):
         table.write(ORDERS.name, batch(ORDERS, [{"k": version, "amount": version, "status": "a", "ots": 1}]))
     original = type(table.storage).put_if_absent
 
@@ -203,5 +248,34 @@ def test_an_archive_batch_no_checkpoint_stands_behind_is_not_history(
     assert [n for n in table.storage.list_names(ARCHIVE_DIR) if n.endswith(BATCH_SUFFIX)], "the batch was left"
     assert archived_instants(table.storage) == [] and list(archived_batches_newest_first(table.storage)) == []
     assert len(Timeline.load(table.storage).completed()) == 4
-    done = table.archive(keep=1).result
-    assert done.archived == 3 and len(archived_instants(table.storage)) == 3
+    assert table.rollback(stream=payments.name).result.rolled_back == [undone]
+    table.write(ORDERS.name, batch(ORDERS, [{"k": 3, "amount": 3, "status": "a", "ots": 1}]))
+    assert table.archive(keep=1).result.archived == 4  # three orders commits and the rollback
+    archived = [entry.instant.requested for entry in archived_instants(table.storage)]
+    assert len(archived) == 4 and undone not in archived
+
+
+def test_an_erase_left_pending_keeps_its_keys_for_the_commit_that_may_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase's abort left its instant pending, and then it deleted its folder anyway: the commit that landed
+    named a keys file that was gone, and its purge could never finish."""
+    table = new_table(tmp_path, SHORT_BEATS)
+    table.write(ORDERS.name, batch(ORDERS, [{"k": k, "amount": k, "status": "a", "ots": 1} for k in (1, 2)]))
+    late = _commit_answer_lost(monkeypatch, table.storage)
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    _while_waited_out(monkeypatch, stopped)
+    with pytest.raises(KeyboardInterrupt):
+        table.erase(pa.table({"k": pa.array([1], pa.int64())}))
+    monkeypatch.undo()
+    (pending,) = Timeline.load(table.storage).pending()
+    late[0]()
+    timeline = Timeline.load(table.storage)
+    landed = timeline.get(pending.requested)
+    assert landed is not None and landed.is_completed
+    commit = timeline.commit(landed)
+    assert isinstance(commit, EraseCommit) and commit.keys_file and table.storage.exists(commit.keys_file)
+    assert _rows(table) == [(2, 2)]

@@ -344,7 +344,8 @@ def _erase(table: TableHandle, wanted: pa.Table, engine: Engine, purge: bool = F
     except BaseException as exc:
         refused = txn.refusal_after(exc)
         txn.abort()
-        table.storage.delete_tree(erase_folder(txn.time))  # its (now empty) folder would be a trace too
+        if txn.sent is None:  # else left pending: a commit that may still land names its keys file
+            table.storage.delete_tree(erase_folder(txn.time))  # its (now empty) folder would be a trace too
         if refused is not None:
             raise refused from exc
         raise

@@ -31,6 +31,7 @@ from stitchlake.timeline.archive import (
     LEGACY_CHECKPOINT,
     Checkpoint,
     archived_instants,
+    batches,
     checkpoint_names,
     checkpoint_path,
     horizon_of,
@@ -190,6 +191,9 @@ def archive(table: TableHandle, keep: int | None = None) -> ArchiveResult:
         if [i.requested for i in candidates(fresh, kept)][: len(plan.chosen)] != [i.requested for i in plan.chosen]:
             raise BusyError("the timeline changed while the archive was planned (a restore or savepoint?); run again")
         storage.makedirs(ARCHIVE_DIR)
+        for orphan in batches(storage)[1]:  # an archive's that lost its lease before its checkpoint
+            lock.fence()
+            storage.delete(orphan)
         batch = f"{ARCHIVE_DIR}/{plan.chosen[0].requested}_{plan.horizon}{BATCH_SUFFIX}"
         storage.put_if_absent(batch, ("\n".join(plan.lines) + "\n").encode(), lock.fence)
         # Immutable and fenced: from here on the view starts at the new horizon.
