@@ -272,7 +272,7 @@ def test_rollback_failed_finishes_a_killed_restore_and_says_so(demo_data: Path, 
         stitch_json("ingest", "-c", config, "--stream", stream, "--engine", "local")
     stitch_json("compact", "-c", config, "--engine", "local")
 
-    args = ["savepoint", "restore", "-c", config, "--name", "before"]
+    args = ["savepoint", "restore", "-c", str(config), "--name", "before"]
     script = KILLED.format(args=args)
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr  # SIGKILL, midway
