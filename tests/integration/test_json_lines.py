@@ -23,33 +23,23 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DeltaCommit
 from tests.support.bad_input import stitch
 from tests.support.snapshots import snapshot
-from tests.support.tables import new_table_file, write_table_yaml
+from tests.support.tables import new_table_file, stream_doc, table_doc, write_table_yaml
 
-CONFIG: dict[str, Any] = {
-    "table": {"name": "values", "path": "table", "key": {"k": "long"}, "buckets": 1},
-    "streams": {
-        "readings": {
-            "columns": {
-                "s": "string",
-                "b": "boolean",
-                "n": "long",
-                "v": "double",
-                "d": "decimal(8,5)",
-                "tags": "array<string>",
-            },
-            "deletes": {"column": "op", "values": ["D"]},
-            "source": {"format": "json", "path": "landing/readings"},
-        },
+READINGS = {"s": "string", "b": "boolean", "n": "long", "v": "double", "d": "decimal(8,5)", "tags": "array<string>"}
+CONFIG: dict[str, Any] = table_doc(
+    "values",
+    {
+        "readings": {**stream_doc(READINGS), "source": {"format": "json", "path": "landing/readings"}},
         "texts": {
-            "columns": {"flag": "boolean", "count": "long"},
+            **stream_doc({"flag": "boolean", "count": "long"}, deletes=False),
             "source": {"format": "csv", "path": "landing/texts"},
         },
         "doubles": {
-            "columns": {"amount": "decimal(8,5)"},
+            **stream_doc({"amount": "decimal(8,5)"}, deletes=False),
             "source": {"format": "parquet", "path": "landing/doubles"},
         },
     },
-}
+)
 INGEST_READINGS = ("ingest", "-c", "table.yaml", "-s", "readings", "--engine", "local", "--json")
 GOOD = {"s": "a", "b": True, "n": 1, "v": 1.5, "d": "1.5", "tags": ["x"]}
 

@@ -37,6 +37,7 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import OffsetRange
 from tests.support.kafka_topics import as_json, commits, ingest, kafka_demo_table, new_topic
 from tests.support.processes import ROOT, descendants, ended, kill_tree, run_stitch, start_stitch, stitch
+from tests.support.tables import lock_held_elsewhere
 
 #: Partitions of each stream's topic: several, one, and a stream whose topic grows later.
 PARTITIONS = {"orders": 3, "payments": 2, "shipments": 1}
@@ -190,7 +191,7 @@ def test_an_ingest_frozen_past_its_heartbeat_cannot_publish_offsets_another_run_
             for pid in descendants(job.pid):
                 os.kill(pid, signal.SIGSTOP)
             pending = pending_writes(table)
-            if job.poll() is None and pending and not _holds_the_lock(table):
+            if job.poll() is None and pending and not lock_held_elsewhere(table):
                 frozen, instant = job, pending[0]
                 break
             # It got to its publish first (a fast machine): let it finish; more records, and again.
@@ -218,19 +219,6 @@ def test_an_ingest_frozen_past_its_heartbeat_cannot_publish_offsets_another_run_
     assert_tiled(table, "orders", {0: produced // 2, 1: produced // 2})
     assert sum(c.rows for c in commits(table, "orders")) == produced, "an event was ingested twice"
     assert len(stitchlake.read(str(config))) == produced
-
-
-def _holds_the_lock(table: Table) -> bool:
-    """Whether someone holds the table lock now (a writer frozen there was publishing)."""
-    from stitchlake.errors import BusyError
-
-    probe = table.lock()
-    try:
-        probe.acquire(wait_s=0)
-    except BusyError:
-        return True
-    probe.release()
-    return False
 
 
 def taken_instant(table: Table) -> str:

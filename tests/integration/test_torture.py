@@ -51,7 +51,7 @@ from stitchlake.timeline.metadata import DeltaCommit, DeltaCommitPlan
 from stitchlake.timeline.timeline import delete_instant
 from stitchlake.writing.writer import write
 from tests.support.processes import ended
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+from tests.support.tables import MODELS, SHORT_BEATS, batch, new_table
 
 ROOT = Path(__file__).resolve().parents[2]
 TORTURE = module_argv("torture")
@@ -621,8 +621,7 @@ def test_every_fault_point_still_finds_what_it_wraps() -> None:
 
 # ------------------------------------------------------------------------------ the races, deterministically
 
-FAST = copy.deepcopy(THREE_STREAMS)
-FAST["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
+FAST = SHORT_BEATS
 ORDERS = MODELS[0]
 
 

@@ -20,6 +20,7 @@ import yaml
 from stitchlake.api import Table
 from stitchlake.api import open as open_table
 from stitchlake.config import TableConfig, parse_config
+from stitchlake.errors import LockTimeout
 from stitchlake.timeline.instant import Action, Instant
 from tests.support.processes import run_stitch
 from tests.support.reference import StreamModel
@@ -41,6 +42,13 @@ def stream_doc(
     if deletes:
         section["deletes"] = {"column": "op", "values": ["D"]}
     return section
+
+
+def table_doc(name: str, streams: dict[str, dict[str, Any]], buckets: int = 1, **sections: Any) -> dict[str, Any]:
+    """A table document keyed by `k` alone, unpartitioned, with these streams (`stream_doc` sections) and any other
+    top-level `sections` (concurrency, bad_rows, ...)."""
+    table = {"name": name, "path": "table", "key": {"k": "long"}, "buckets": buckets}
+    return {"table": table, "streams": streams, **sections}
 
 
 def landing_stream(
@@ -65,6 +73,11 @@ THREE_STREAMS: dict[str, Any] = {
     },
     "concurrency": CONCURRENCY,
 }
+
+#: THREE_STREAMS with heartbeats that expire in 0.4 s: a test makes a writer look dead by stopping its beat, and
+#: waits for the expiry (`until_expired`), never for a wall-clock time.
+SHORT_BEATS: dict[str, Any] = copy.deepcopy(THREE_STREAMS)
+SHORT_BEATS["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
 
 MODELS = [
     StreamModel("orders", ("amount", "status", "ots"), ("ots",)),
@@ -212,6 +225,26 @@ def instant_at(table: Any, requested: str) -> Instant:
 
 
 # ------------------------------------------------------------------------------- pausing a process mid-instant
+
+
+def until_expired(table: Table, instant: str) -> None:
+    """Wait until `instant`'s heartbeat has expired by the table's own setting: the beat file's age decides, so the
+    wait ends whatever the machine's load."""
+    from stitchlake.concurrency.heartbeat import is_expired
+
+    while not is_expired(table.storage, instant, table.config.concurrency.heartbeat.expire_s):
+        time.sleep(0.05)
+
+
+def lock_held_elsewhere(table: Table) -> bool:
+    """Whether someone holds the table lock right now: a handle of its own cannot take it at once."""
+    lock = table.lock()
+    try:
+        lock.acquire(wait_s=0)
+    except LockTimeout:
+        return True
+    lock.release()
+    return False
 
 
 def lock_holder_pid(table: Table) -> int | None:

@@ -39,10 +39,17 @@ from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import CleanCommit, CleanPlan, DeltaCommit, DeltaCommitPlan, RestorePlan, RollbackPlan
 from stitchlake.writing.batch import prepare
 from stitchlake.writing.writer import write, write_file_groups
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table, write_table_yaml
+from tests.support.tables import (
+    MODELS,
+    SHORT_BEATS,
+    batch,
+    lock_held_elsewhere,
+    new_table,
+    until_expired,
+    write_table_yaml,
+)
 
-FAST = copy.deepcopy(THREE_STREAMS)
-FAST["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
+FAST = SHORT_BEATS
 ORDERS = MODELS[0]
 
 
@@ -854,14 +861,7 @@ def test_an_instant_is_marked_inflight_under_the_lock_that_requested_it(
     from stitchlake.timeline.timeline import write_inflight as marked
 
     def write_inflight(*args: Any, **kwargs: Any) -> Any:
-        other = table.lock()
-        try:
-            other.acquire(wait_s=0)
-        except StitchError:
-            held.append(True)
-        else:
-            other.release()
-            held.append(False)
+        held.append(lock_held_elsewhere(table))
         return marked(*args, **kwargs)
 
     monkeypatch.setattr(transaction_module, "write_inflight", write_inflight)
@@ -1089,7 +1089,6 @@ def test_two_overlapping_creates_of_one_savepoint_name_make_one_savepoint(
     assert find(table.timeline(), twin.instant)[0].requested == twin.instant  # by its own instant: fine
 
     # A create whose process died leaves the name free: a retry makes the savepoint (not exit 4 until a recovery).
-    from stitchlake.concurrency.heartbeat import is_expired
     from stitchlake.timeline.metadata import SavepointPlan
 
     other = new_table(tmp_path / "crashed", FAST)
@@ -1101,8 +1100,7 @@ def test_two_overlapping_creates_of_one_savepoint_name_make_one_savepoint(
     assert dead.heartbeat is not None
     dead.heartbeat.stop(delete=True)
     dead.heartbeat = None
-    while not is_expired(other.storage, dead.time, FAST["concurrency"]["heartbeat"]["expire_s"]):
-        time.sleep(0.05)
+    until_expired(other, dead.time)
     assert savepoint.create(other, name="daily").name == "daily"
 
 

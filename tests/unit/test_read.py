@@ -22,13 +22,21 @@ from stitchlake.errors import NotFoundError, StitchError, UsageError
 from stitchlake.layout.bucket import bucket_of
 from stitchlake.timeline.clock import to_datetime
 from stitchlake.timeline.instant import Action
-from tests.support.histories import History, apply, random_plan
+from tests.support.histories import KEY, MODEL, History, apply, random_plan
 from tests.support.reads import sort, untimed
-from tests.support.tables import ALL_COLUMNS, MODELS, THREE_STREAMS, as_rows, batch, config, new_table
-
-KEY = ("k", "p")
-MODEL = {m.name: m for m in MODELS}
-
+from tests.support.tables import (
+    ALL_COLUMNS,
+    MODELS,
+    SHORT_BEATS,
+    THREE_STREAMS,
+    as_rows,
+    batch,
+    config,
+    new_table,
+    stream_doc,
+    table_doc,
+    until_expired,
+)
 
 # ------------------------------------------------------------------------------------------------ history
 
@@ -377,34 +385,29 @@ def sort_by_k(result: pa.Table) -> pa.Table:
     return result.sort_by([("k", "ascending")])
 
 
-ALL_TYPES: dict[str, Any] = {
-    "table": {"name": "types", "path": "table", "key": {"k": "long"}, "buckets": 2},
-    "streams": {
-        "o": {
-            "columns": {
-                "i": "int",
-                "l": "long",
-                "f": "float",
-                "d": "double",
-                "b": "boolean",
-                "day": "date",
-                "t": "timestamp",
-                "s": "string",
-                "m": "decimal(12,3)",
-                "raw": "binary",
-            },
-            "ordering": "t",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-        "g": {
-            "columns": {"gi": "int", "gd": "date", "gt": "timestamp", "gm": "decimal(5,2)", "gs": "string"},
-            "ordering": ["gd", "gi"],
-            "nulls": "ignore",
-            "deletes": {"column": "op", "values": ["D"]},
-        },
-    },
-    "concurrency": THREE_STREAMS["concurrency"],
+EVERY_TYPE = {
+    "i": "int",
+    "l": "long",
+    "f": "float",
+    "d": "double",
+    "b": "boolean",
+    "day": "date",
+    "t": "timestamp",
+    "s": "string",
+    "m": "decimal(12,3)",
+    "raw": "binary",
 }
+ALL_TYPES: dict[str, Any] = table_doc(
+    "types",
+    {
+        "o": stream_doc(EVERY_TYPE, "t"),
+        "g": stream_doc(
+            {"gi": "int", "gd": "date", "gt": "timestamp", "gm": "decimal(5,2)", "gs": "string"}, ["gd", "gi"], "ignore"
+        ),
+    },
+    buckets=2,
+    concurrency=THREE_STREAMS["concurrency"],
+)
 
 
 def _typed_batches() -> list[tuple[str, pa.Table]]:
@@ -613,9 +616,7 @@ def test_a_streamed_read_a_clean_interrupts_keeps_its_state_or_refuses(
     a commit in between showed in the groups read after it and not in those read before (one commit of four keys
     read as two old and two new, by DuckDB, `stitch sql`, `Table.scan`). A compaction that keeps the rows may stand
     in for the state the pass began with; a later state is refused (exit 3: read again)."""
-    import time
 
-    from stitchlake.concurrency.heartbeat import is_expired
     from stitchlake.errors import ConflictError
     from stitchlake.reading import scan as scan_module
     from stitchlake.table.transaction import Transaction
@@ -623,8 +624,7 @@ def test_a_streamed_read_a_clean_interrupts_keeps_its_state_or_refuses(
 
     monkeypatch.setattr(scan_module, "READ_AHEAD_BYTES", 1)  # one slice read at a time, as on a table of big slices
     orders = MODEL["orders"]
-    fast = copy.deepcopy(THREE_STREAMS)
-    fast["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
+    fast = SHORT_BEATS
 
     def old_state(where: str, keys: range = range(8), mode: str = "snapshot") -> tuple[Table, Any, pa.RecordBatch]:
         table = new_table(tmp_path / where, fast, buckets=2)
@@ -653,8 +653,7 @@ def test_a_streamed_read_a_clean_interrupts_keeps_its_state_or_refuses(
     dead.heartbeat.stop(delete=True)
     dead.heartbeat = None
     table.compact()
-    while not is_expired(table.storage, dead.time, fast["concurrency"]["heartbeat"]["expire_s"]):
-        time.sleep(0.05)
+    until_expired(table, dead.time)
     assert table.clean(policy="keep_latest_file_versions", retain=1).result.rolled_back
     assert rest_of(passing, first) == [{"k": k, "status": "old"} for k in range(8)]
 

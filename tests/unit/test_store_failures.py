@@ -3,7 +3,6 @@ has already given up on, or fail a release or a delete. What a writer does then 
 
 from __future__ import annotations
 
-import copy
 import errno
 import threading
 import time
@@ -14,9 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from stitchlake.concurrency.heartbeat import heartbeat_path, is_expired
+from stitchlake.concurrency.heartbeat import heartbeat_path
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock
-from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, LockTimeout, StitchError
+from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, StitchError
 from stitchlake.jobs.launch import abort_unless_published
 from stitchlake.paths import ARCHIVE_DIR
 from stitchlake.services.rewrites import compaction
@@ -27,11 +26,9 @@ from stitchlake.timeline.archive import BATCH_SUFFIX, archived_batches_newest_fi
 from stitchlake.timeline.metadata import DeltaCommitPlan, EraseCommit
 from stitchlake.timeline.timeline import Timeline, delete_instant
 from stitchlake.vocabulary import Action, CompactionStrategy
-from tests.support.tables import MODELS, THREE_STREAMS, batch, new_table
+from tests.support.tables import MODELS, SHORT_BEATS, batch, lock_held_elsewhere, new_table, until_expired
 
 ORDERS = MODELS[0]
-SHORT_BEATS = copy.deepcopy(THREE_STREAMS)
-SHORT_BEATS["concurrency"] = {"heartbeat": {"interval_s": 0.1, "expire_s": 0.4}, "lock": {"wait_s": 20, "expire_s": 10}}
 
 
 def _commit_answer_lost(monkeypatch: pytest.MonkeyPatch, storage: Storage) -> list[Callable[[], object]]:
@@ -79,13 +76,7 @@ def test_a_commit_whose_answer_was_lost_is_waited_out_under_the_lock_and_then_kn
     held: list[bool] = []
 
     def meanwhile() -> None:
-        lock = other.lock()
-        try:
-            lock.acquire(wait_s=0.2)
-        except LockTimeout:
-            held.append(True)
-        else:
-            lock.release()
+        held.append(lock_held_elsewhere(other))
         if lands:
             late[0]()
 
@@ -128,8 +119,7 @@ def test_a_commit_whose_wait_for_its_answer_was_stopped_is_left_pending_with_its
             late[0]()
             assert _rows(table) == [(1, 1), (2, 2)]
             continue
-        while not is_expired(table.storage, pending.requested, SHORT_BEATS["concurrency"]["heartbeat"]["expire_s"]):
-            time.sleep(0.05)  # the expiry is the heartbeat file's age: it comes whatever the machine's load
+        until_expired(table, pending.requested)
         assert table.rollback().result.rolled_back == [pending.requested]
         assert _rows(table) == [(1, 1), (2, 2)]
         assert Timeline.load(table.storage).pending() == []

@@ -39,6 +39,8 @@ from tests.support.tables import (
     new_table,
     orders_rows,
     partition_of,
+    stream_doc,
+    table_doc,
 )
 
 ORDERS, PAYMENTS, SHIPMENTS = MODELS
@@ -174,24 +176,10 @@ def test_a_column_of_an_uncastable_type_is_rejected(tmp_path: Path) -> None:
     assert table.timeline().completed() == []
 
 
-TYPED: dict[str, Any] = {
-    "table": {"name": "typed", "path": "table", "key": {"k": "long"}, "buckets": 2},
-    "streams": {
-        "s": {
-            "columns": {
-                "n": "long",
-                "i": "int",
-                "f": "double",
-                "b": "boolean",
-                "d": "date",
-                "t": "timestamp",
-                "s": "string",
-            },
-            "ordering": "n",
-        },
-    },
-    "concurrency": CONCURRENCY,
-}
+SCALARS = {"n": "long", "i": "int", "f": "double", "b": "boolean", "d": "date", "t": "timestamp", "s": "string"}
+TYPED: dict[str, Any] = table_doc(
+    "typed", {"s": stream_doc(SCALARS, "n", deletes=False)}, buckets=2, concurrency=CONCURRENCY
+)
 
 
 def text_batch(rows: Sequence[Mapping[str, str | None]]) -> pa.Table:
