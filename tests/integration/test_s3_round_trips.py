@@ -34,7 +34,9 @@ pytestmark = pytest.mark.s3
 
 INSTANTS = 200
 LATENCY_S = 0.02
-READ_WAVES = 9
+#: A read lists the timeline twice in a row (`Timeline.load_cut`: a listing is no atomic cut, and the second one
+#: shows whether the first missed a completion): one wave of the nine before it.
+READ_WAVES = 10
 TIMELINE_WAVES = 5
 
 
