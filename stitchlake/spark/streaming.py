@@ -361,15 +361,19 @@ def run_stream(
 
 
 def _await(query: Any, stop_file: str | None) -> str:
-    """Wait for the query to end; on a stop request, let the running micro-batch finish, then stop it."""
+    """Wait for the query to end; on a stop request, let the running micro-batch finish, then stop it. A batch
+    that failed fails the stream, stop or not: a scheduler told "stopped" would take a batch that never committed
+    (bad rows under `fail`, a conflict, a store error) for done."""
+    ended = "nothing left to ingest (available now)"
     while query.isActive:
         if stop_file and os.path.exists(stop_file):
             while query.isActive and query.status.get("isTriggerActive"):
                 time.sleep(0.2)  # the batch in progress finishes and commits
             query.stop()
-            return "stopped on request after the running micro-batch"
+            ended = "stopped on request after the running micro-batch"
+            break
         query.awaitTermination(POLL_S)
     error = query.exception()
     if error is not None:
         raise error
-    return "nothing left to ingest (available now)"
+    return ended

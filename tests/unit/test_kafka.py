@@ -215,3 +215,60 @@ def test_a_kafka_decimal_column_keeps_every_digit_or_is_a_bad_row(
         assert (done.rows, done.bad_rows) == (2, 3) and got == {0: "12345678901234567.89", 1: "1.20"}
     else:  # Avro's schema holds two digits: 1.234 was written as 1.23
         assert done.rows == 3 and got == {0: "12345678901234567.89", 1: "1.20", 2: "1.23"}
+
+
+@pytest.mark.parametrize("start", ["earliest", "latest"])
+def test_an_archive_keeps_where_a_dropped_stream_stopped_for_a_restore_that_brings_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    """An archive's checkpoint kept the offsets and landing files of the config's streams only. A stream dropped by
+    an alter lost them once its commits left the active timeline; a restore to a savepoint from before the drop
+    brought the stream back reading its topic again from the start (`earliest`: every record twice) or from its end
+    (`latest`: the records meanwhile skipped), and every landing file again. It goes on where it stopped."""
+    import copy
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stitchlake.api import open as open_table
+    from stitchlake.io import kafka
+    from stitchlake.services.upkeep.alter import alter
+    from tests.support.tables import THREE_STREAMS, landing_stream, new_table_file, write_table_yaml
+
+    doc = copy.deepcopy(THREE_STREAMS)
+    source = {"format": "kafka", "topic": "t", "bootstrap_servers": "127.0.0.1:1", "starting_offsets": start}
+    doc["streams"]["orders"]["source"] = source
+    doc["streams"]["shipments"] = landing_stream("shipments", "parquet", {"carrier": "string", "ship_no": "long"})
+    landing = tmp_path / "landing" / "shipments"
+    landing.mkdir(parents=True)
+    pq.write_table(
+        pa.table({"k": [1, 2], "p": ["a", "b"], "carrier": ["x", "y"], "ship_no": [1, 2]}), landing / "1.parquet"
+    )
+    held = {"end": 30}
+
+    def value(offset: int) -> bytes:
+        return json.dumps({"k": offset, "p": "even", "amount": offset, "status": "new", "ots": 1}).encode()
+
+    monkeypatch.setattr(kafka, "topic_state", lambda _source: kafka.TopicState("ID", {0: (0, held["end"])}))
+    monkeypatch.setattr(kafka, "read_range", lambda _source, c: [(o, value(o)) for o in range(c.start, c.end)])
+    monkeypatch.setattr(kafka, "same_topic", lambda *_a, **_k: None)
+    payment = pa.Table.from_pylist([{"k": 1, "p": "a", "paid": 1, "note": "n", "pts": 1}])
+    table, config = new_table_file(tmp_path, doc)
+    assert table.ingest("shipments").result.rows == 2
+    assert table.ingest("orders").result.offsets == ["t/0:0-30" if start == "earliest" else "t/0:30-30"]
+    held["end"] = 40
+    assert table.ingest("orders").result.offsets == ["t/0:30-40"]
+    table.write("payments", payment)  # the data commit an archive keeps before the savepoint
+    table.savepoint(name="before-the-drop")
+    dropped = copy.deepcopy(doc)
+    del dropped["streams"]["orders"], dropped["streams"]["shipments"]
+    alter(open_table(write_table_yaml(tmp_path, dropped)))
+    narrowed = open_table(config)
+    narrowed.write("payments", payment)
+    assert narrowed.archive(keep=0).result.archived == 3, "the streams' commits left the active timeline"
+    narrowed.restore("before-the-drop")
+    table = open_table(write_table_yaml(tmp_path, doc))
+    held["end"] = 50
+    assert table.ingest("shipments").result.rows == 0, "its landing file was taken before the drop"
+    assert table.ingest("orders").result.offsets == ["t/0:40-50"], "on from where the stream stopped"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from stitchlake.checksums import seal
 from stitchlake.errors import BusyError
 from stitchlake.paths import ARCHIVE_DIR
-from stitchlake.services.offsets import offsets_until
+from stitchlake.services.offsets import OFFSET_ACTIONS, offsets_until
 from stitchlake.table.guards import refuse_while_undoing
 from stitchlake.timeline.actions import WRITES_DATA
 from stitchlake.timeline.archive import (
@@ -123,8 +123,10 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
         for f in items
         if f.path in view.deleted and f.completed <= horizon and view.deleted[f.path] > horizon
     ]
+    previous = load_checkpoint(table.storage)
+    streams = recorded_streams(table, timeline, previous, horizon)
     consumed: dict[str, tuple[LandingRecord | str, ...]] = {}
-    for name in table.config.streams:
+    for name in streams:
         records = consumed_until(table, timeline, name, horizon)
         consumed[name] = tuple(records[key] for key in sorted(records))
     lines = [
@@ -143,8 +145,7 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
     # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
     rescales = tuple(r for r in view.rescales if r.completed <= horizon)
-    offsets = {name: offsets_until(table, timeline, name, horizon) for name in table.config.streams}
-    previous = load_checkpoint(table.storage)
+    offsets = {name: offsets_until(table, timeline, name, horizon) for name in streams}
     commits = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT]) if (i.completed or "") <= horizon]
     if previous is not None and not previous.batches_kept:  # a checkpoint from before it kept them: read once
         commits += [entry.commit for entry in archived_instants(table.storage)]
@@ -160,6 +161,24 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
         batches_kept=True,
     )
     return ArchivePlan(chosen, horizon, checkpoint, lines)
+
+
+def recorded_streams(table: TableHandle, timeline: Timeline, previous: Checkpoint | None, horizon: str) -> list[str]:
+    """Every stream whose position the checkpoint must keep: the config's, and any the previous checkpoint or a
+    commit up to the horizon names. A stream dropped from the config may come back (a restore to a savepoint from
+    before the drop, an alter adding it again) and must go on where it stopped: its commits leaving the active
+    timeline with nothing kept of them, it read its landing files or its topic again from the start, or skipped
+    to the topic's end."""
+    names = dict.fromkeys(table.config.streams)
+    if previous is not None:
+        names.update(dict.fromkeys(previous.consumed))
+        names.update(dict.fromkeys(previous.offsets))
+    for instant in timeline.completed(OFFSET_ACTIONS, until=horizon):
+        commit = timeline.commit(instant)
+        if isinstance(commit, DeltaCommit) and commit.stream is not None:
+            names[commit.stream] = None
+        names.update(dict.fromkeys(getattr(commit, "positions", {})))
+    return list(names)
 
 
 def _stream_batches(commits: list[Commit]) -> Iterator[tuple[str, StreamBatch]]:
