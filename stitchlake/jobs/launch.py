@@ -9,6 +9,7 @@ starts it; errors are raised as the `stitchlake.errors` classes whose exit codes
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -22,11 +23,14 @@ from stitchlake.errors import (
     BusyError,
     ConflictError,
     PlanUndone,
+    StitchError,
     UsageError,
     one_of,
 )
 from stitchlake.jobs.results import JobRun, PlannedRuns
 from stitchlake.vocabulary import CompactionStrategy, EngineChoice
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from stitchlake.engine import Engine
@@ -166,10 +170,18 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
     ):
         claim.leave_pending()  # the job's commit may still land: deleting its files could destroy it
         return False
-    current = table.timeline().get(claim.time)
-    if current is None or not current.is_completed:
-        claim.abort()
-        return True
+    try:
+        # Under the lock: a job that died without a word (its JVM killed) may have died inside its publish, its
+        # create sent; the lease it held lasts until that create has landed or never will.
+        with table.lock():
+            current = table.timeline().get(claim.time)
+            if current is None or not current.is_completed:
+                claim.abort()
+                return True
+    except StitchError as busy:
+        log.warning("instant %s is left to `stitch clean`: the lock to undo it was not free (%s)", claim.time, busy)
+        claim.leave_pending()
+        return False
     if failure is not None:
         failure.add_note(f"{PUBLISHED_BEFORE_STOP}: instant {claim.time} stands")
     return False

@@ -315,6 +315,7 @@ class Transaction:
                 # rollback) keeps its half-done instant looking alive and every planner refusing while it runs.
                 self._stop_beating(delete=self.sent is None and self._still_ours())
                 if self.sent is not None:
+                    self.beat_while_it_may_land()
                     exc.add_note(f"{COMMIT_SENT_UNANSWERED}: instant {self.time} is left pending; it may still land")
                 raise
         try:
@@ -514,6 +515,7 @@ class Transaction:
             if landed == "ours":
                 log.warning("instant %s was published though its store gave no answer; not aborting it", self.time)
             else:
+                self.beat_while_it_may_land()
                 log.warning(
                     "instant %s may still be published (its commit was sent, no answer came; the timeline says %s); "
                     "not aborting it: `stitch clean` rolls it back once its heartbeat has expired if it did not land",
@@ -538,6 +540,19 @@ class Transaction:
         instant, its files and its heartbeat (which expires) to the lazy rollback, which waits for that."""
         self.aborted = True
         self._stop_beating(delete=False)
+        self.beat_while_it_may_land()
+
+    def beat_while_it_may_land(self) -> None:
+        """One last beat for an instant left pending because its create was sent and no answer came: it names no
+        process and lasts at least the create's budget. The beat it had named this process, and a beat whose
+        process is gone from this host expires at once: as soon as this process exited, a `stitch clean` deleted
+        the files of a commit that could still land, or a new claim took the same landing files again."""
+        spec = self.table.config.concurrency.heartbeat
+        lasting = max(spec.expire_s, self.table.storage.create_budget_s + spec.interval_s)
+        try:
+            Heartbeat(self.table.storage, self.time, interval_s=spec.interval_s, expire_s=lasting).beat()
+        except Exception:  # the beat it had stays: it still holds others off while this process lives
+            log.warning("instant %s: its last beat could not be written", self.time, exc_info=True)
 
     def finish_here(self) -> None:
         """This process no longer runs the instant (a job it started published or aborted it): stop beating."""

@@ -15,6 +15,7 @@ import pytest
 
 from stitchlake.concurrency.heartbeat import heartbeat_path
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock
+from stitchlake.concurrency.markers import marked_files
 from stitchlake.errors import COMMIT_SENT_UNANSWERED, LockLost, StitchError
 from stitchlake.jobs.launch import abort_unless_published
 from stitchlake.paths import ARCHIVE_DIR
@@ -269,3 +270,102 @@ def test_an_erase_left_pending_keeps_its_keys_for_the_commit_that_may_land(
     commit = timeline.commit(landed)
     assert isinstance(commit, EraseCommit) and commit.keys_file and table.storage.exists(commit.keys_file)
     assert _rows(table) == [(2, 2)]
+
+
+def test_an_instant_left_pending_after_a_stopped_wait_outlives_the_process_that_left_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instant left pending kept its beat to hold others off until its create could no longer land; but the
+    beat named its process, and a beat whose process is gone from this host expires at once. As soon as the
+    stopped writer exited, a `stitch clean` (or rollback) deleted the files of a commit that could still land, and
+    a new claim of the stream was free. Its last beat now names no process and lasts the create's budget."""
+    import multiprocessing
+    import os
+
+    monkeypatch.setattr(LocalStorage, "create_budget_s", 60.0)  # an object store's budget: the beat must last it
+    table = new_table(tmp_path, SHORT_BEATS)
+    table.write(ORDERS.name, batch(ORDERS, [{"k": 1, "amount": 1, "status": "a", "ots": 1}]))
+    _commit_answer_lost(monkeypatch, table.storage)
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    _while_waited_out(monkeypatch, stopped)
+
+    def writer() -> None:  # a process of its own, stopped in its wait for the answer, and then gone
+        try:
+            table.write(ORDERS.name, batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}]))
+        except KeyboardInterrupt as stop:
+            os._exit(0 if any(COMMIT_SENT_UNANSWERED in n for n in getattr(stop, "__notes__", ())) else 3)
+        os._exit(4)
+
+    child = multiprocessing.get_context("fork").Process(target=writer)
+    child.start()
+    child.join()
+    monkeypatch.undo()
+    assert child.exitcode == 0, "the child was stopped in its wait, the instant left pending"
+    (pending,) = Timeline.load(table.storage).pending()
+    files = [path for path in marked_files(table.storage, pending.requested) if path.endswith(".parquet")]
+    assert files and all(table.storage.exists(path) for path in files)
+    assert table.rollback().result.rolled_back == [], "not taken for a failed write while its create may land"
+    assert [i.requested for i in Timeline.load(table.storage).pending()] == [pending.requested]
+    assert all(table.storage.exists(path) for path in files), "its files stay for the commit that may land"
+
+
+def test_a_launcher_undoes_the_claim_of_a_job_that_died_without_a_word_only_under_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose JVM was killed writes no result file, and its launcher undid the claim at once, without the
+    lock: had the job died inside its publish, the create it sent landed after, naming the files just deleted. The
+    dead driver's lease lasts until that create has landed or never will; the undo now waits for the lock."""
+    from stitchlake.writing.badrows import Rejected
+    from stitchlake.writing.writer import deltacommit
+
+    table = new_table(tmp_path, SHORT_BEATS)
+    claim = transaction.Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=ORDERS.name))
+    written = "p=even/written-by-the-job.parquet"
+    claim.mark(written)
+    table.storage.write_bytes(written, b"rows")
+    sent, landing = threading.Event(), threading.Event()
+    original = LocalStorage.put_if_absent
+
+    def held_in_flight(self: LocalStorage, path: str, data: bytes, ready: Callable[[], None] | None = None) -> Any:
+        if path.startswith(".stitch/timeline/") and claim.time in path and ready is not None:
+            ready()
+            sent.set()  # the driver's create is on its way, its lease held ...
+            landing.wait(120)  # ... and lands when the test says
+        return original(self, path, data, ready)
+
+    monkeypatch.setattr(LocalStorage, "put_if_absent", held_in_flight)
+    driver = new_table(tmp_path, SHORT_BEATS)  # the job's driver, in its own handle
+    publishing = threading.Thread(
+        target=lambda: transaction.Transaction.attach(driver, claim.time).complete(
+            deltacommit(driver, ORDERS.name, claim.time, [], 0, Rejected(), "spark")
+        )
+    )
+    publishing.start()
+    assert sent.wait(120), "the driver sent its create"
+    asked = threading.Event()
+    acquire = FileSystemLock.acquire
+
+    def asking(self: FileSystemLock, wait_s: float | None = None) -> None:
+        asked.set()
+        acquire(self, wait_s)
+
+    monkeypatch.setattr(FileSystemLock, "acquire", asking)
+    undone: list[bool] = []
+    launcher = threading.Thread(
+        target=lambda: undone.append(abort_unless_published(table, claim, StitchError("exited before a result")))
+    )
+    launcher.start()
+    while not asked.is_set() and launcher.is_alive():
+        asked.wait(0.05)
+    landing.set()
+    publishing.join(120)
+    launcher.join(120)
+    claim.finish_here()
+    assert table.storage.exists(written), "the files the commit may name are kept"
+    assert undone == [False], "the commit landed: nothing to undo"
+    landed = table.timeline().get(claim.time)
+    assert landed is not None and landed.is_completed
+    assert asked.is_set(), "the undo asked for the lock"
