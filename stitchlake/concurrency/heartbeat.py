@@ -102,13 +102,14 @@ class Heartbeat:
         """Whether the background thread is beating."""
         return self._thread is not None and self._thread.is_alive()
 
-    def beat(self) -> float:
+    def beat(self, **fields: str) -> float:
         """Write one beat now and return its ts, naming no process: for short-lived callers (Spark tasks) whose
-        exit says nothing about the instant. Errors propagate."""
+        exit says nothing about the instant. `fields` go into the beat (`sent`: `sent_unanswered`). Errors
+        propagate."""
         with self._mutex:
-            return self._write(process_bound=False)
+            return self._write(process_bound=False, fields=fields)
 
-    def _write(self, process_bound: bool = True) -> float:
+    def _write(self, process_bound: bool = True, fields: dict[str, str] | None = None) -> float:
         """One beat; a process-bound one names this process, so its death on this host is seen at once."""
         ts = time.time()
         record: dict[str, object] = {
@@ -122,6 +123,7 @@ class Heartbeat:
             record["expire_s"] = self.expire_s  # its own config's: judges with a shorter one wait for it
         if process_bound:
             record.update(liveness.identity())
+        record.update(fields or {})
         self.storage.write_atomic(self.path, json.dumps(record, sort_keys=True).encode("utf-8"))
         self.last_ts = ts
         return ts
@@ -212,6 +214,15 @@ def is_expired(storage: Storage, instant: str, expire_s: float, now: float | Non
     own = record.get("expire_s")
     limit = max(expire_s, float(own)) if isinstance(own, int | float) else expire_s
     return (time.time() if now is None else now) - float(record["ts"]) > limit
+
+
+def sent_unanswered(storage: Storage, instant: str) -> str | None:
+    """Whether the instant's last beat says its commit was sent and no answer came (the completion time it was
+    sent with, or "unknown"): a process undoing the instant on another's behalf (Spark's abort of a write whose
+    commit ran elsewhere) must then leave its files for the create that may still land."""
+    record = read_beat(storage, instant)
+    sent = record.get("sent") if record is not None else None
+    return str(sent) if sent else None
 
 
 def delete(storage: Storage, instant: str) -> bool:

@@ -262,11 +262,20 @@ def discard(table: Table, instant: str, messages: list[WriterCommitMessage | Non
     The instant is aborted under the table lock, pending still: a micro-batch's instant may be another run's too
     (a restarted query beside a zombie driver of the same checkpoint), whose publish holds the lock from its last
     check to its completed file; aborting meanwhile deleted the files of the commit it completed."""
+    from stitchlake.concurrency.heartbeat import sent_unanswered
     from stitchlake.table.transaction import Transaction
 
     current = table.timeline().get(instant)
     if current is not None and current.is_completed:
         log.warning("instant %s was published before Spark aborted the write: the commit stands", instant)
+        return
+    if current is not None and sent_unanswered(table.storage, instant):
+        # The driver's commit (another process) sent its create and was stopped waiting for the answer.
+        log.warning(
+            "instant %s: its commit was sent and no answer came, so it may still land; its files are kept and "
+            "`stitch clean` rolls it back once its heartbeat has expired if it did not",
+            instant,
+        )
         return
     for message in messages:
         if isinstance(message, FilesWritten):

@@ -550,7 +550,8 @@ class Transaction:
         spec = self.table.config.concurrency.heartbeat
         lasting = max(spec.expire_s, self.table.storage.create_budget_s + spec.interval_s)
         try:
-            Heartbeat(self.table.storage, self.time, interval_s=spec.interval_s, expire_s=lasting).beat()
+            beat = Heartbeat(self.table.storage, self.time, interval_s=spec.interval_s, expire_s=lasting)
+            beat.beat(sent=self.sent or "unknown")
         except Exception:  # the beat it had stays: it still holds others off while this process lives
             log.warning("instant %s: its last beat could not be written", self.time, exc_info=True)
 

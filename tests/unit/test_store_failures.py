@@ -369,3 +369,31 @@ def test_a_launcher_undoes_the_claim_of_a_job_that_died_without_a_word_only_unde
     landed = table.timeline().get(claim.time)
     assert landed is not None and landed.is_completed
     assert asked.is_set(), "the undo asked for the lock"
+
+
+def test_spark_s_abort_keeps_the_files_of_a_write_whose_commit_was_sent_unanswered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `df.write`'s commit runs in one process and Spark's abort after it in another. The commit, stopped while
+    waiting for the answer of its create, left the instant pending; the abort then deleted the tasks' files and the
+    instant, and the create landed naming them. The last beat says the commit was sent; the abort keeps them."""
+    from stitchlake.services.writes.ingest import claim
+    from stitchlake.spark.write import discard, publish, write_task
+
+    table = new_table(tmp_path, SHORT_BEATS)
+    instant = claim(table, ORDERS.name, heartbeat=False).time
+    rows = batch(ORDERS, [{"k": 2, "amount": 2, "status": "b", "ots": 2}])
+    written = write_task(table, ORDERS.name, instant, iter(rows.to_batches()))
+    late = _commit_answer_lost(monkeypatch, table.storage)
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    _while_waited_out(monkeypatch, stopped)
+    with pytest.raises(KeyboardInterrupt):
+        publish(table, ORDERS.name, instant, [written], {})
+    monkeypatch.undo()
+    discard(table, instant, [written], abort_instant=True)  # Spark's abort, in its own process
+    assert all(table.storage.exists(f.path) for f in written.files)
+    late[0]()
+    assert _rows(table) == [(2, 2)]
