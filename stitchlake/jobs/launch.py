@@ -170,11 +170,18 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
     ):
         claim.leave_pending()  # the job's commit may still land: deleting its files could destroy it
         return False
+    from stitchlake.concurrency.heartbeat import sent_unanswered
+
     try:
         # Under the lock: a job that died without a word (its JVM killed) may have died inside its publish, its
         # create sent; the lease it held lasts until that create has landed or never will.
         with table.lock():
             current = table.timeline().get(claim.time)
+            if current is not None and not current.is_completed and sent_unanswered(table.storage, claim.time):
+                # The job's driver said so in its last beat, where the note did not reach this process (it was
+                # stopped before it read the result file).
+                claim.leave_pending()
+                return False
             if current is None or not current.is_completed:
                 claim.abort()
                 return True

@@ -189,15 +189,19 @@ def test_a_launcher_leaves_pending_the_claim_whose_job_sent_its_commit_unanswere
     failure carries a note saying so through the result file, and the launcher leaves the instant to the lazy
     rollback, its heartbeat to expire."""
     table = new_table(tmp_path, SHORT_BEATS)
-    for noted in (True, False):
+    for said in ("in the note", "in the driver's last beat", None):
+        noted = said is not None
         claim = transaction.Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=ORDERS.name))
         written = "p=even/written-by-the-job.parquet"
         claim.mark(written)
         table.storage.write_bytes(written, b"rows")
-        failure = StitchError("conditional PUT: operation timed out")
-        if noted:
+        failure: BaseException = StitchError("conditional PUT: operation timed out")
+        if said == "in the note":
             failure.add_note(f"{COMMIT_SENT_UNANSWERED}: instant {claim.time} is left pending; it may still land")
-        assert abort_unless_published(table, failure=failure, claim=claim) is not noted
+        if said == "in the driver's last beat":  # the launcher stopped before it read the result file
+            transaction.Transaction.attach(table, claim.time).beat_while_it_may_land()
+            failure = KeyboardInterrupt()
+        assert abort_unless_published(table, failure=failure, claim=claim) is not noted, said
         claim.finish_here()  # as `execute` does, whatever happened
         pending = [i.requested for i in Timeline.load(table.storage).pending()]
         left = (
@@ -205,7 +209,7 @@ def test_a_launcher_leaves_pending_the_claim_whose_job_sent_its_commit_unanswere
             table.storage.exists(written),
             table.storage.exists(heartbeat_path(claim.time)),
         )
-        assert left == ((True, True, True) if noted else (False, False, False)), noted
+        assert left == ((True, True, True) if noted else (False, False, False)), said
         if noted:
             table.storage.delete(written)
             delete_instant(table.storage, claim.instant)
