@@ -165,6 +165,8 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
 
     True when it undid the claim. A published instant stands, and `failure` says so in a note, so an operator is
     never told "aborted" about a commit that a re-run will then find done."""
+    if claim.aborted:  # decided already (`execute`, then `launch` around it): no second wait for the lock
+        return False
     if failure is not None and any(
         str(n).startswith(COMMIT_SENT_UNANSWERED) for n in getattr(failure, "__notes__", ())
     ):
@@ -186,6 +188,8 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
                 claim.abort()
                 return True
     except StitchError as busy:
+        if claim.aborted:  # undone, and then the lock's release failed
+            return True
         log.warning("instant %s is left to `stitch clean`: the lock to undo it was not free (%s)", claim.time, busy)
         claim.leave_pending()
         return False

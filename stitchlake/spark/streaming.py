@@ -297,6 +297,7 @@ def run_stream(
     engine = SparkEngine(spark)
     totals = StreamResult(request.stream, query_id="", checkpoint=checkpoint, stopped="")
     query_id: list[str] = []
+    failed: list[BaseException] = []
     started = threading.Event()  # the first micro-batch may run before `start()` returns the query's id
     frame = (
         spark.readStream.format(source.name())
@@ -312,6 +313,13 @@ def run_stream(
         return StreamBatch(query_id=query_id[0], batch_id=batch_id)
 
     def each_batch(batch: Any, batch_id: int) -> None:
+        try:
+            one_batch(batch, batch_id)
+        except BaseException as exc:
+            failed.append(exc)  # what a stop request's wait reads: Spark's own record mixes in its interruptions
+            raise
+
+    def one_batch(batch: Any, batch_id: int) -> None:
         if kafka:
             return each_kafka_batch(batch, batch_id)
         names = [row["name"] for row in batch.collect()]
@@ -351,7 +359,7 @@ def run_stream(
     started.set()
     unit = "record(s)" if kafka else "file(s)"
     progress(f"streaming {request.stream}: {per_trigger} {unit} per micro-batch, checkpoint {checkpoint}")
-    stopped_by = _await(query, request.stop_file)
+    stopped_by = _await(query, request.stop_file, failed)
     totals.query_id, totals.stopped = str(query.id), stopped_by
     read = f"{totals.records} record(s)" if kafka else f"{totals.source_files} file(s)"
     totals.message = (
@@ -360,20 +368,22 @@ def run_stream(
     return totals
 
 
-def _await(query: Any, stop_file: str | None) -> str:
-    """Wait for the query to end; on a stop request, let the running micro-batch finish, then stop it. A batch
-    that failed fails the stream, stop or not: a scheduler told "stopped" would take a batch that never committed
-    (bad rows under `fail`, a conflict, a store error) for done."""
-    ended = "nothing left to ingest (available now)"
+def _await(query: Any, stop_file: str | None, failed: list[BaseException]) -> str:
+    """Wait for the query to end; on a stop request, let the running micro-batch finish, then stop it. The batch
+    running at the request fails the stream if it failed (`failed`: what the batches raised): a scheduler told
+    "stopped" would take a batch that never committed (bad rows under `fail`, a conflict, a store error) for done.
+    A batch the stop itself interrupts (one that began in between) is no failure."""
     while query.isActive:
         if stop_file and os.path.exists(stop_file):
             while query.isActive and query.status.get("isTriggerActive"):
                 time.sleep(0.2)  # the batch in progress finishes and commits
+            before_the_stop = list(failed)
             query.stop()
-            ended = "stopped on request after the running micro-batch"
-            break
+            if before_the_stop:
+                raise before_the_stop[0]
+            return "stopped on request after the running micro-batch"
         query.awaitTermination(POLL_S)
     error = query.exception()
     if error is not None:
         raise error
-    return ended
+    return "nothing left to ingest (available now)"

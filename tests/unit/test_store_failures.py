@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from stitchlake.concurrency import heartbeat as heartbeats
 from stitchlake.concurrency.heartbeat import heartbeat_path
 from stitchlake.concurrency.lock import LOCKS_FOLDER, FileSystemLock
 from stitchlake.concurrency.markers import marked_files
@@ -314,6 +315,8 @@ def test_an_instant_left_pending_after_a_stopped_wait_outlives_the_process_that_
     assert table.rollback().result.rolled_back == [], "not taken for a failed write while its create may land"
     assert [i.requested for i in Timeline.load(table.storage).pending()] == [pending.requested]
     assert all(table.storage.exists(path) for path in files), "its files stay for the commit that may land"
+    later = time.time() + 60.2  # the budget and one interval: it can no longer land then
+    assert heartbeats.is_expired(table.storage, pending.requested, 0.4, now=later), "and the beat ends"
 
 
 def test_a_launcher_undoes_the_claim_of_a_job_that_died_without_a_word_only_under_the_lock(
@@ -401,3 +404,43 @@ def test_spark_s_abort_keeps_the_files_of_a_write_whose_commit_was_sent_unanswer
     assert all(table.storage.exists(f.path) for f in written.files)
     late[0]()
     assert _rows(table) == [(2, 2)]
+
+
+def test_a_launcher_that_cannot_take_the_lock_leaves_the_claim_to_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The undo of a claim waits for the lock; when it is not free within the lock's wait (a dead driver's lease,
+    another writer), the claim is left pending with its files, for `stitch clean`, and asked about only once."""
+    import copy
+
+    doc = copy.deepcopy(SHORT_BEATS)
+    doc["concurrency"]["lock"]["wait_s"] = 0.2
+    table, other = new_table(tmp_path, doc), new_table(tmp_path, doc)
+    claim = transaction.Transaction.begin(table, Action.DELTACOMMIT, DeltaCommitPlan(stream=ORDERS.name))
+    written = "p=even/written-by-the-job.parquet"
+    claim.mark(written)
+    table.storage.write_bytes(written, b"rows")
+    asked: list[bool] = []
+    acquire = FileSystemLock.acquire
+
+    def counted(self: FileSystemLock, wait_s: float | None = None) -> None:
+        asked.append(True)
+        acquire(self, wait_s)
+
+    held = other.lock()
+    held.acquire()
+    try:
+        monkeypatch.setattr(FileSystemLock, "acquire", counted)
+        failure = StitchError("exited before reporting a result")
+        assert abort_unless_published(table, claim, failure) is False
+        assert abort_unless_published(table, claim, failure) is False, "as `launch` asks again around `execute`"
+    finally:
+        monkeypatch.undo()
+        held.release()
+    claim.finish_here()
+    assert asked == [True], "one wait for the lock"
+    assert [i.requested for i in Timeline.load(table.storage).pending()] == [claim.time]
+    assert table.storage.exists(written)
+    until_expired(table, claim.time)
+    assert table.rollback().result.rolled_back == [claim.time], "`stitch clean` takes it back"
+    assert not table.storage.exists(written)

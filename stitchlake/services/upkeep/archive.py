@@ -165,10 +165,10 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
 
 def recorded_streams(table: TableHandle, timeline: Timeline, previous: Checkpoint | None, horizon: str) -> list[str]:
     """Every stream whose position the checkpoint must keep: the config's, and any the previous checkpoint or a
-    commit up to the horizon names. A stream dropped from the config may come back (a restore to a savepoint from
-    before the drop, an alter adding it again) and must go on where it stopped: its commits leaving the active
-    timeline with nothing kept of them, it read its landing files or its topic again from the start, or skipped
-    to the topic's end."""
+    commit up to the horizon names. A stream dropped from the config comes back with a restore to a savepoint from
+    before the drop (an alter refuses a dropped name) and must go on where it stopped: its commits leaving the
+    active timeline with nothing kept of them, it read its landing files or its topic again from the start, or
+    skipped to the topic's end."""
     names = dict.fromkeys(table.config.streams)
     if previous is not None:
         names.update(dict.fromkeys(previous.consumed))
