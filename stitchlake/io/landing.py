@@ -385,6 +385,14 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
         # only a file that quotes anything pays it.
         newlines_in_values=bool(quote) and quote.encode() in data,
     )
+    if parse.newlines_in_values:
+        opened = _unclosed_quote(data, quote.encode(), delimiter.encode(), escape.encode() if escape else None)
+        if opened is not None:
+            raise InputRejected(
+                f"{where}: the quoted value opened on line {opened} is never closed: the rest of the file would be "
+                'read as that one value (a quote inside a quoted value is written twice: "")',
+                file=where,
+            )
     nulls = options["null_values"].split(",") if "null_values" in options else ["", "NULL", "null"]
     convert = pacsv.ConvertOptions(
         column_types=dict.fromkeys(columns, pa.string()),
@@ -402,6 +410,27 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
                 file=where,
             )
     return table
+
+
+def _unclosed_quote(data: bytes, quote: bytes, delimiter: bytes, escape: bytes | None) -> int | None:
+    """The line on which a quoted value opens that the file never closes, or None. pyarrow reads such a value to
+    the end of the file and says nothing: every record after it was lost in one cell. Only the quotes are visited
+    (a quote opens a value at the start of a field; inside one, a doubled quote or an escaped one is text)."""
+    starts = (delimiter[0], ord("\n"), ord("\r"))
+    inside, opened_at = False, 0
+    at = data.find(quote)
+    while at != -1:
+        if not inside:
+            if at == 0 or data[at - 1] in starts:
+                inside, opened_at = True, at
+        elif escape is not None and at > 0 and data[at - 1 : at] == escape and escape != quote:
+            pass  # an escaped quote: text
+        elif data[at + 1 : at + 2] == quote:
+            at += 1  # a doubled quote: text
+        else:
+            inside = False
+        at = data.find(quote, at + 1)
+    return data.count(b"\n", 0, opened_at) + 1 if inside else None
 
 
 def _read_json(_source: SourceSpec, _name: str, data: bytes, _columns: list[str], where: str) -> pa.Table:

@@ -332,6 +332,40 @@ def test_a_large_csv_file_with_line_breaks_in_quoted_values_reads_every_record_w
     assert rows.column("note").to_pylist() == [f"line a {i}\nline b,{i}" for i in range(records)]
 
 
+@pytest.mark.parametrize(
+    ("text", "options", "opened"),
+    [
+        ('id,x\n5,"10"" monitor\n6,ok\n7,fine\n', {}, 2),  # the last column's quote never closed
+        ("id,x\n1,'a\\'\n2,b\n", {"quote": "'", "escape": "\\"}, 2),  # its closing quote escaped
+    ],
+    ids=["doubled", "escaped"],
+)
+def test_a_csv_quote_never_closed_refuses_the_file_instead_of_reading_the_rest_as_one_value(
+    tmp_path: Path, text: str, options: dict[str, str], opened: int
+) -> None:
+    """pyarrow reads a quoted value left open to the end of the file: the records after it became one cell of
+    one row, the ingest exited 0 and the file counted as consumed. Refused (exit 5) with the line it opens on;
+    quotes that close (doubled, escaped, or inside an unquoted value) read as before."""
+    from stitchlake.config import SourceSpec
+    from stitchlake.errors import InputRejected
+    from stitchlake.io.landing import discover, read_landing
+
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    (folder / "a.csv").write_text(text, encoding="utf-8")
+    source = SourceSpec.model_validate({"format": "csv", "path": str(folder), "options": options})
+    [file] = discover(source)
+    with pytest.raises(InputRejected, match=f"the quoted value opened on line {opened} is never closed"):
+        read_landing(source, file, ["id", "x"])
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    (closed / "a.csv").write_text('id,x\n5,"10"" monitor"\n6,10" screen\n7,"two\nlines"\n', encoding="utf-8")
+    source = SourceSpec.model_validate({"format": "csv", "path": str(closed)})
+    [file] = discover(source)
+    rows = read_landing(source, file, ["id", "x"])
+    assert rows.column("x").to_pylist() == ['10" monitor', '10" screen', "two\nlines"]
+
+
 def test_a_landing_file_has_one_name_whether_named_by_a_path_or_a_file_uri(tmp_path: Path) -> None:
     """The name is what ingest records as consumed: a file named by `file://` once (the config's source.path or
     --source) and by a plain path once got two names, and was ingested twice."""
