@@ -129,7 +129,11 @@ WhereOption = Annotated[
     ),
 ]
 ModeOption = Annotated[ReadMode, typer.Option("--mode", help="snapshot merges logs; read_optimized: base files.")]
-LimitOption = Annotated[int, typer.Option("--limit", "-n", min=0, help="Rows to print (0: all); --out writes all.")]
+#: Past this a row count is no limit but a typo (and overflowed into an exit 1).
+MAX_LIMIT = 10**12
+LimitOption = Annotated[
+    int, typer.Option("--limit", "-n", min=0, max=MAX_LIMIT, help="Rows to print (0: all); --out writes all.")
+]
 OutOption = Annotated[
     Path | None,
     typer.Option(

@@ -91,8 +91,11 @@ def validate_command(
     as_json: JsonOption = False,
 ) -> Report:
     """Check a config without touching any table: exit 0 when it is valid, 2 naming the YAML path otherwise."""
+    from stitchlake.config.evolution import refuse_name_clashes
+
     table = open_target(config, None, must_exist=False)
     loaded = table.config
+    refuse_name_clashes(loaded)  # as `stitch init` would
     streams = list(loaded.streams)
     data = {
         "valid": True,

@@ -21,8 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stitchlake.errors import ConfigError
+
 from .model import TableConfig
-from .properties import config_from_schema
+from .properties import config_from_schema, stored_schema
 from .stored import StoredColumn, StoredSchema, StoredStream
 
 #: Table fields no alter may change.
@@ -144,6 +146,16 @@ def name_clashes(schema: StoredSchema) -> list[tuple[str, str, str, str]]:
         if other != name:
             out.append((path, name, other, _case_clash(name, other)))
     return out
+
+
+def refuse_name_clashes(config: TableConfig) -> None:
+    """A config whose names clash (`name_clashes`) is refused naming the first: by `stitch validate` as by the
+    table's creation, so that a check in CI passes no config `stitch init` then refuses."""
+    clashes = name_clashes(stored_schema(config))
+    if clashes:
+        path, _name, _other, why = clashes[0]
+        where = config.source_file
+        raise ConfigError(f"{where or 'config'}: {path}: {why}", file=where, yaml_path=path)
 
 
 def _case_clash(name: str, other: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, NamedTuple
 
-from annotated_types import Gt
+from annotated_types import Gt, Le
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -194,21 +194,32 @@ def _settings(value: Any) -> dict[Any, Any]:
     return value
 
 
+def _setting_values(value: Any) -> dict[str, str]:
+    """A settings block's values as text. A key with nothing after it is YAML's null, which became the text "None"
+    (a CSV's `null_values:` then read the word None as null, and empty fields as text): refused."""
+    out = {}
+    for key, item in _settings(value).items():
+        if item is None:
+            raise refuse("has no value: write '' for the empty text, or leave the key out", at=str(key))
+        out[str(key)] = _text_value(item)
+    return out
+
+
 def as_options(value: Any) -> dict[str, str]:
-    return {str(key): str(item) for key, item in _settings(value).items()}
+    return _setting_values(value)
 
 
 def as_spark_conf(value: Any) -> dict[str, str]:
-    conf = _settings(value)
+    conf = _setting_values(value)
     for key in conf:
-        if not str(key).startswith("spark."):
-            raise refuse("Spark settings start with 'spark.'", at=str(key))
-    return {str(key): _text_value(item) for key, item in conf.items()}
+        if not key.startswith("spark."):
+            raise refuse("Spark settings start with 'spark.'", at=key)
+    return conf
 
 
 def as_catalog_properties(value: Any) -> dict[str, str]:
     """pyiceberg catalog properties (`type`, `uri`, `warehouse`, `credential` ...), values as text."""
-    return {str(key): _text_value(item) for key, item in _settings(value).items()}
+    return _setting_values(value)
 
 
 def as_secret_names(value: Any) -> tuple[str, ...]:
@@ -230,7 +241,10 @@ ColumnType = Annotated[str, BeforeValidator(_column_type), WithJsonSchema(schema
 Text = Annotated[str, TEXT]
 #: A folder or URL; relative folders resolve against the config file's folder.
 Location = Annotated[str, TEXT, AfterValidator(resolve_location)]
-Seconds = Annotated[float, Strict(), Gt(0), NUMBER]
+#: A year: a longer wait or lease is no setting but a typo, and past it the clock's arithmetic overflows (an
+#: interval of 1e300 s failed after its publish; an infinite lease held a dead writer's stream for good).
+MAX_SECONDS = 365 * 24 * 3600
+Seconds = Annotated[float, Strict(), Gt(0), Le(MAX_SECONDS), NUMBER]
 Flag = Annotated[bool, Strict(), BeforeValidator(_flag)]
 
 

@@ -316,6 +316,15 @@ class PublishSpec(Spec):
     iceberg_namespace: Text = "stitchlake"
     """Catalog namespace of the published Iceberg table, which is named after the table."""
 
+    @field_validator("formats")
+    @classmethod
+    def _once_each(cls, formats: tuple[PublishFormat, ...]) -> tuple[PublishFormat, ...]:
+        """`[delta, delta]` published every compaction twice, two versions each time (half the retained window)."""
+        twice = sorted({f for f in formats if formats.count(f) > 1})
+        if twice:
+            raise refuse(f"names {', '.join(twice)} more than once")
+        return formats
+
 
 class SparkSpec(Spec):
     """How jobs are submitted to Spark."""

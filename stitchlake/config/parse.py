@@ -259,6 +259,14 @@ class _Environment:
 
         def substitute(match: re.Match[str]) -> str:
             name, fallback = match.group(1), match.group(2)
+            if fallback and (is_secret_name(name, self.declared) or is_secret_field(path)):
+                # The fallback is written into the file: a secret there is copied, printed and never masked.
+                raise _error(
+                    self.file,
+                    path,
+                    f"a secret is read from the environment only: ${{{name}}} with no fallback "
+                    "(a fallback is written into the file)",
+                )
             if name in os.environ:
                 if is_secret_name(name, self.declared) or is_secret_field(path):
                     self.values.add(os.environ[name])
@@ -276,8 +284,24 @@ class _Environment:
         return expanded
 
 
+#: Plain scalars YAML 1.2's core schema reads as booleans, integers and floats. PyYAML follows YAML 1.1, which
+#: also reads `NO`, `on` and `y` as booleans, `0755` as octal 493, `12:30` as 750 (base 60) and `0x1F` as 31: a
+#: string column's default written `NO` was stored as "False", a delete marker `yes` as "true". Everything else is
+#: text, as written.
+_YAML12_SCALARS = {
+    "tag:yaml.org,2002:bool": (r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    "tag:yaml.org,2002:int": (r"^[-+]?(?:0|[1-9][0-9_]*)$", "-+0123456789"),
+    "tag:yaml.org,2002:float": (
+        r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    ),
+}
+
+
 def _unique_key_loader() -> type:
-    """yaml.SafeLoader that refuses duplicate keys: a block pasted twice must not silently win."""
+    """yaml.SafeLoader that refuses duplicate keys (a block pasted twice must not silently win) and reads plain
+    scalars as YAML 1.2 does (`_YAML12_SCALARS`)."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
@@ -292,4 +316,10 @@ def _unique_key_loader() -> type:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeyLoader.yaml_implicit_resolvers = {
+        first: [(tag, rule) for tag, rule in rules if tag not in _YAML12_SCALARS]
+        for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    for tag, (rule, firsts) in _YAML12_SCALARS.items():
+        UniqueKeyLoader.add_implicit_resolver(tag, re.compile(rule), list(firsts))
     return UniqueKeyLoader

@@ -24,7 +24,7 @@ from stitchlake.config import (
     load_config,
     stored_schema,
 )
-from stitchlake.config.evolution import changes, name_clashes, names_ever_used, same_schema, with_schema
+from stitchlake.config.evolution import changes, names_ever_used, refuse_name_clashes, same_schema, with_schema
 from stitchlake.errors import ConfigError, CorruptFileError, NotFoundError, StitchError, UsageError
 from stitchlake.paths import TABLE_JSON, TIMELINE_DIR
 from stitchlake.storage import Storage, storage_for
@@ -282,12 +282,8 @@ class TableHandle:
         if self.has_history():
             raise ConfigError(_lost_properties(self.path))
         refuse_nesting(self.storage, self.path)
+        refuse_name_clashes(self.config)
         schema = stored_schema(self.config)
-        clashes = name_clashes(schema)
-        if clashes:
-            path, _name, _other, why = clashes[0]
-            where = self.config.source_file
-            raise ConfigError(f"{where or 'config'}: {path}: {why}", file=where, yaml_path=path)
         try:
             self.storage.makedirs(TIMELINE_DIR)
         except OSError as exc:

@@ -936,6 +936,22 @@ def test_validate_checks_a_config_without_touching_a_table(tmp_path: Path) -> No
     assert refused.exit_code == 2 and json.loads(refused.stdout)["yaml_path"] == "table.buckets"
 
 
+def test_validate_refuses_what_init_refuses_and_a_row_count_past_any_table_is_a_usage_error(tmp_path: Path) -> None:
+    """`stitch validate` passed configs `stitch init` refused (names differing only in case), so a CI gate let them
+    through; `read -n 99999999999999999999` overflowed into exit 1 instead of a usage error."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["orders"]["columns"]["Amount"] = "long"
+    clashing = write_table_yaml(tmp_path, document)
+    for command in ("validate", "init"):
+        refused = invoke(command, "-c", str(clashing), "--json")
+        assert refused.exit_code == 2, (command, refused.output)
+        assert json.loads(refused.stdout)["yaml_path"] == "streams.orders.columns.Amount", command
+    config = write_table_yaml(tmp_path / "fine")
+    assert invoke("init", "-c", str(config)).exit_code == 0
+    too_many = invoke("read", "-c", str(config), "-n", "99999999999999999999", "--json")
+    assert too_many.exit_code == 2, too_many.output
+
+
 def test_a_clean_with_nothing_to_do_leaves_the_timeline_alone(
     written: tuple[Table, list[Any]], config_file: Path
 ) -> None:

@@ -35,6 +35,7 @@ from stitchlake.config import (
 from stitchlake.config.evolution import changes, same_schema
 from stitchlake.config.locks import ZooKeeperLockSpec
 from stitchlake.errors import ConfigError
+from tests.support.tables import THREE_STREAMS
 
 #: The example of design.md §10, verbatim.
 DESIGN_EXAMPLE = """\
@@ -908,3 +909,93 @@ def test_alter_commits_and_the_archive_hold_a_schema_in_its_stored_form(tmp_path
     assert all("default" not in c for c in stored["key"]), "no `default: null` where there is none"
     assert load(AlterCommit, json.loads(json.dumps(commit))).properties == schema
     assert load(Checkpoint, json.loads(json.dumps(checkpoint))).schemas[0].properties == schema
+
+
+def test_plain_yaml_scalars_read_as_yaml_1_2_so_text_stays_as_written(tmp_path: Path) -> None:
+    """PyYAML reads YAML 1.1: a string column's default `NO` was stored as "False", `0755` as "493", `12:30` as
+    "750" and `0x1F` as "31"; a delete marker `yes` became "true", so rows marked `yes` updated instead of deleting.
+    Plain scalars now read as YAML 1.2's core schema does: only true/false are booleans, only decimal numbers are
+    numbers, and everything else is the text written."""
+    path = tmp_path / "table.yaml"
+    path.write_text(
+        """
+table: {name: t, path: table, key: {k: long}}
+streams:
+  s:
+    columns:
+      country: {type: string, default: NO}
+      zip: {type: string, default: 0755}
+      at: {type: string, default: 12:30}
+      code: {type: string, default: 0x1F}
+      flag: {type: string, default: true}
+      n: {type: long, default: 1_000}
+      x: {type: double, default: 2.5e+3}
+    deletes: {column: op, values: [yes, NO, on, false]}
+""",
+        encoding="utf-8",
+    )
+    stream = load_config(path).stream("s")
+    defaults = {column.name: column.default for column in stream.columns}
+    assert defaults == {
+        "country": "NO",
+        "zip": "0755",
+        "at": "12:30",
+        "code": "0x1F",
+        "flag": "true",
+        "n": 1000,
+        "x": 2500.0,
+    }
+    assert stream.deletes is not None and stream.deletes.values == ("yes", "NO", "on", "false")
+
+
+@pytest.mark.parametrize(
+    "block", ["source: {format: csv, path: landing, options: {null_values: }}", "spark: {conf: {spark.x: }}"]
+)
+def test_a_setting_with_no_value_is_refused_not_read_as_the_word_none(tmp_path: Path, block: str) -> None:
+    """`null_values:` with nothing after it is YAML's null, which became the text "None": the CSV then read the
+    word None as null and every empty field as text."""
+    path = tmp_path / "table.yaml"
+    stream = "  s:\n    columns: {v: string}\n" + (f"    {block}\n" if block.startswith("source") else "")
+    tail = f"{block}\n" if block.startswith("spark") else ""
+    path.write_text(f"table: {{name: t, path: table, key: {{k: long}}}}\nstreams:\n{stream}{tail}", encoding="utf-8")
+    with pytest.raises(ConfigError, match="has no value: write '' for the empty text"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ("concurrency", {"lock": {"wait_s": float("inf")}}, "concurrency.lock.wait_s: must be <= 31536000"),
+        ("concurrency", {"heartbeat": {"interval_s": 1e300, "expire_s": 2e300}}, "heartbeat.interval_s: must be <="),
+        ("publish", {"formats": ["delta", "iceberg", "delta"]}, "publish.formats: names delta more than once"),
+    ],
+    ids=["infinite lease", "interval past a year", "a format twice"],
+)
+def test_settings_that_cannot_mean_what_they_say_are_refused(
+    tmp_path: Path, section: str, value: dict[str, Any], message: str
+) -> None:
+    """An infinite lease held a dead writer's stream for good, an interval of 1e300 s overflowed after the
+    publish it guarded, and `formats: [delta, delta]` published each compaction twice."""
+    document = copy.deepcopy(THREE_STREAMS)
+    document[section] = value
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)
+
+
+def test_a_secret_with_a_fallback_written_in_the_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`${SECRET:-hunter2}` passed: the fallback is the file's own text, copied with the config, and never masked
+    (it came from no variable). A secret comes from the environment only."""
+    monkeypatch.delenv("NOPE_SECRET", raising=False)
+    document = copy.deepcopy(THREE_STREAMS)
+    document["storage"] = {"secret_access_key": "${NOPE_SECRET:-hunter2xyz}"}
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(
+        ConfigError, match=r"storage.secret_access_key: a secret is read from the environment only"
+    ) as refused:
+        load_config(path)
+    assert "hunter2xyz" not in str(refused.value)

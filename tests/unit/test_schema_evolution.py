@@ -319,7 +319,7 @@ def test_names_that_clash_are_refused_when_made_and_kept_where_a_table_has_them(
     assert f"{where}: add" in str(caught.value) and said in str(caught.value), caught.value
     assert caught.value.yaml_path is not None and caught.value.file is not None
 
-    monkeypatch.setattr(handle, "name_clashes", lambda _schema: [])
+    monkeypatch.setattr(handle, "refuse_name_clashes", lambda _config: None)
     _made, config = new_table_file(tmp_path / "old", document)
     monkeypatch.undo()
     again = stitchlake.open(config)
