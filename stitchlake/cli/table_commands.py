@@ -95,7 +95,10 @@ def validate_command(
 
     table = open_target(config, None, must_exist=False)
     loaded = table.config
-    refuse_name_clashes(loaded)  # as `stitch init` would
+    if table.storage.local_path() is None or not table.exists():
+        # As `stitch init` would; a table made before that check keeps its names (an object store is not asked:
+        # validate touches no table there).
+        refuse_name_clashes(loaded)
     streams = list(loaded.streams)
     data = {
         "valid": True,

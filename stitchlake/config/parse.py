@@ -259,7 +259,7 @@ class _Environment:
 
         def substitute(match: re.Match[str]) -> str:
             name, fallback = match.group(1), match.group(2)
-            if fallback and (is_secret_name(name, self.declared) or is_secret_field(path)):
+            if fallback and is_secret_field(path):
                 # The fallback is written into the file: a secret there is copied, printed and never masked.
                 raise _error(
                     self.file,
@@ -284,27 +284,41 @@ class _Environment:
         return expanded
 
 
-#: Plain scalars YAML 1.2's core schema reads as booleans, integers and floats. PyYAML follows YAML 1.1, which
-#: also reads `NO`, `on` and `y` as booleans, `0755` as octal 493, `12:30` as 750 (base 60) and `0x1F` as 31: a
-#: string column's default written `NO` was stored as "False", a delete marker `yes` as "true". Everything else is
-#: text, as written.
-_YAML12_SCALARS = {
-    "tag:yaml.org,2002:bool": (r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-    "tag:yaml.org,2002:int": (r"^[-+]?(?:0|[1-9][0-9_]*)$", "-+0123456789"),
-    "tag:yaml.org,2002:float": (
-        r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
-        "-+0123456789.",
-    ),
-}
+#: Plain scalars YAML 1.1 (which PyYAML follows) reads as something else than the text written, where YAML 1.2
+#: and a reader's eye see text: `NO` is false, `on` true, `0755` is 493, `0x1F` 31, `12:30` 750 (base 60). A
+#: string column's default `NO` (Norway) was stored as "False", a delete marker `yes` as "true" (rows marked `yes`
+#: then updated instead of deleting). Refused, saying what was read: quoted they are text, and the value meant is
+#: written plainly (`false`, `493`).
+_YAML11_ONLY = re.compile(
+    r"(?:y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)"
+    r"|[-+]?0[0-7_]+|[-+]?0[xX][0-9a-fA-F_]+|[-+]?0b[01_]+"
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
+)
 
 
 def _unique_key_loader() -> type:
-    """yaml.SafeLoader that refuses duplicate keys (a block pasted twice must not silently win) and reads plain
-    scalars as YAML 1.2 does (`_YAML12_SCALARS`)."""
+    """yaml.SafeLoader that refuses duplicate keys (a block pasted twice must not silently win) and the plain
+    scalars only YAML 1.1 reads as other than text (`_YAML11_ONLY`)."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            value = super().construct_object(node, deep=deep)
+            if (
+                isinstance(node, yaml.ScalarNode)
+                and node.style is None
+                and not isinstance(value, str)
+                and _YAML11_ONLY.fullmatch(node.value)
+            ):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"`{node.value}` reads as {str(value).lower() if isinstance(value, bool) else value} in YAML 1.1: "
+                    f"quote it ('{node.value}') for the text, or write the value meant plainly",
+                    node.start_mark,
+                )
+            return value
+
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
             seen = set()
             for key_node, _value in node.value:
@@ -316,10 +330,4 @@ def _unique_key_loader() -> type:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
-    UniqueKeyLoader.yaml_implicit_resolvers = {
-        first: [(tag, rule) for tag, rule in rules if tag not in _YAML12_SCALARS]
-        for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    for tag, (rule, firsts) in _YAML12_SCALARS.items():
-        UniqueKeyLoader.add_implicit_resolver(tag, re.compile(rule), list(firsts))
     return UniqueKeyLoader

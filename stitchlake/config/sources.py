@@ -147,6 +147,17 @@ class SourceSpec(Spec):
                 raise refuse(f"unknown option for {self.format} files ({self.format} {takes})", at=f"options.{key}")
             if key != "null_values" and len(value) != 1:
                 raise refuse(f"must be one character, got {value!r}", at=f"options.{key}")
+        characters = {key: self.options[key] for key in ("delimiter", "quote", "escape") if key in self.options}
+        if "escape" in characters and characters["escape"] in (
+            characters.get("quote", '"'),
+            characters.get("delimiter"),
+        ):
+            # The reader takes an escape for "the next character is text": equal to the quote, no quoted value
+            # ever closes (a quote in one is written twice already).
+            raise refuse("must differ from the quote and the delimiter", at="options.escape")
+        for key in ("delimiter", "quote", "escape"):
+            if key in characters and not characters[key].isascii():
+                raise refuse(f"must be an ASCII character, got {characters[key]!r}", at=f"options.{key}")
         return self
 
     def _kafka_settings(self) -> Self:

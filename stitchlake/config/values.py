@@ -67,8 +67,6 @@ def parse_default(type_name: str, value: Any) -> Any:
             return value
         raise ValueError(f"{value!r} is not true or false")
     if type_name == "string":
-        if isinstance(value, bool):  # as delete markers and options read YAML's true and false
-            return "true" if value else "false"
         return str(value)
     if type_name == "date":
         if isinstance(value, dt.datetime):

@@ -20,6 +20,7 @@ import dataclasses
 import io
 import json
 import posixpath
+import re
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -385,14 +386,6 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
         # only a file that quotes anything pays it.
         newlines_in_values=bool(quote) and quote.encode() in data,
     )
-    if parse.newlines_in_values:
-        opened = _unclosed_quote(data, quote.encode(), delimiter.encode(), escape.encode() if escape else None)
-        if opened is not None:
-            raise InputRejected(
-                f"{where}: the quoted value opened on line {opened} is never closed: the rest of the file would be "
-                'read as that one value (a quote inside a quoted value is written twice: "")',
-                file=where,
-            )
     nulls = options["null_values"].split(",") if "null_values" in options else ["", "NULL", "null"]
     convert = pacsv.ConvertOptions(
         column_types=dict.fromkeys(columns, pa.string()),
@@ -400,6 +393,14 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
         null_values=nulls,
     )
     table = pacsv.read_csv(pa.BufferReader(data), parse_options=parse, convert_options=convert)
+    if parse.newlines_in_values and _holds_line_breaks(table):  # else no value ran on past its line
+        opened = _unclosed_quote(data, quote.encode(), delimiter.encode(), escape.encode() if escape else None)
+        if opened is not None:
+            raise InputRejected(
+                f"{where}: the quoted value opened on line {opened} is never closed: the rest of the file would be "
+                'read as that one value (a quote inside a quoted value is written twice: "")',
+                file=where,
+            )
     if table.num_columns == 1 and columns and table.column_names[0] not in columns:
         header = table.column_names[0]
         other = next((d for d in (";", "\t", "|", ",") if d != delimiter and d in header), None)
@@ -412,24 +413,39 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
     return table
 
 
+def _holds_line_breaks(table: pa.Table) -> bool:
+    import pyarrow.compute as pc
+
+    return any(
+        pc.any(pc.match_substring_regex(column, "[\\r\\n]")).as_py()
+        for column in table.columns
+        if pa.types.is_string(column.type)
+    )
+
+
 def _unclosed_quote(data: bytes, quote: bytes, delimiter: bytes, escape: bytes | None) -> int | None:
     """The line on which a quoted value opens that the file never closes, or None. pyarrow reads such a value to
-    the end of the file and says nothing: every record after it was lost in one cell. Only the quotes are visited
-    (a quote opens a value at the start of a field; inside one, a doubled quote or an escaped one is text)."""
+    the end of the file and says nothing: every record after it was lost in one cell. Visits the quotes and
+    escapes only, as pyarrow reads them: a quote opens a value at the start of a field (after a delimiter or a line
+    break that is no escaped one, or at the start of the file past a byte-order mark); inside one, a doubled quote
+    is text; an escape makes the next character text, inside a value or not."""
+    special = re.compile(b"[" + re.escape(quote) + (re.escape(escape) if escape else b"") + b"]")
     starts = (delimiter[0], ord("\n"), ord("\r"))
-    inside, opened_at = False, 0
-    at = data.find(quote)
-    while at != -1:
+    first = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    inside, opened_at, escaped, at = False, 0, -1, first
+    while (found := special.search(data, at)) is not None:
+        at = found.start()
+        if escape is not None and data[at : at + 1] == escape:
+            escaped, at = at + 1, at + 2
+            continue
         if not inside:
-            if at == 0 or data[at - 1] in starts:
+            if at == first or (data[at - 1] in starts and at - 1 != escaped):
                 inside, opened_at = True, at
-        elif escape is not None and at > 0 and data[at - 1 : at] == escape and escape != quote:
-            pass  # an escaped quote: text
         elif data[at + 1 : at + 2] == quote:
             at += 1  # a doubled quote: text
         else:
             inside = False
-        at = data.find(quote, at + 1)
+        at += 1
     return data.count(b"\n", 0, opened_at) + 1 if inside else None
 
 

@@ -946,6 +946,12 @@ def test_validate_refuses_what_init_refuses_and_a_row_count_past_any_table_is_a_
         refused = invoke(command, "-c", str(clashing), "--json")
         assert refused.exit_code == 2, (command, refused.output)
         assert json.loads(refused.stdout)["yaml_path"] == "streams.orders.columns.Amount", command
+    from stitchlake.table import handle
+
+    with pytest.MonkeyPatch.context() as patched:  # a table made before the check keeps its names
+        patched.setattr(handle, "refuse_name_clashes", lambda _config: None)
+        _made, made_before = new_table_file(tmp_path / "made-before", document)
+    assert invoke("validate", "-c", str(made_before)).exit_code == 0
     config = write_table_yaml(tmp_path / "fine")
     assert invoke("init", "-c", str(config)).exit_code == 0
     too_many = invoke("read", "-c", str(config), "-n", "99999999999999999999", "--json")

@@ -911,41 +911,35 @@ def test_alter_commits_and_the_archive_hold_a_schema_in_its_stored_form(tmp_path
     assert load(Checkpoint, json.loads(json.dumps(checkpoint))).schemas[0].properties == schema
 
 
-def test_plain_yaml_scalars_read_as_yaml_1_2_so_text_stays_as_written(tmp_path: Path) -> None:
-    """PyYAML reads YAML 1.1: a string column's default `NO` was stored as "False", `0755` as "493", `12:30` as
-    "750" and `0x1F` as "31"; a delete marker `yes` became "true", so rows marked `yes` updated instead of deleting.
-    Plain scalars now read as YAML 1.2's core schema does: only true/false are booleans, only decimal numbers are
-    numbers, and everything else is the text written."""
+@pytest.mark.parametrize(
+    ("written", "read_as"),
+    [
+        ("country: {type: string, default: NO}", "`NO` reads as false in YAML 1.1"),
+        ("zip: {type: string, default: 0755}", "`0755` reads as 493"),
+        ("at: {type: string, default: 12:30}", "`12:30` reads as 750"),
+        ("code: {type: long, default: 0x1F}", "`0x1F` reads as 31"),
+        ("on: string", "`on` reads as true"),
+    ],
+)
+def test_plain_scalars_only_yaml_1_1_reads_as_other_than_text_are_refused(
+    tmp_path: Path, written: str, read_as: str
+) -> None:
+    """PyYAML reads YAML 1.1: a string column's default `NO` (Norway) was stored as "False", `0755` as "493", a delete
+    marker `yes` as "true" (rows marked `yes` then updated instead of deleting). Refused, saying what it read; quoted,
+    the text is kept as written, and true, false and plain numbers read as before."""
     path = tmp_path / "table.yaml"
+    head = "table: {name: t, path: table, key: {k: long}}\nstreams:\n  s:\n    columns:\n"
+    path.write_text(f"{head}      {written}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(read_as)):
+        load_config(path)
     path.write_text(
-        """
-table: {name: t, path: table, key: {k: long}}
-streams:
-  s:
-    columns:
-      country: {type: string, default: NO}
-      zip: {type: string, default: 0755}
-      at: {type: string, default: 12:30}
-      code: {type: string, default: 0x1F}
-      flag: {type: string, default: true}
-      n: {type: long, default: 1_000}
-      x: {type: double, default: 2.5e+3}
-    deletes: {column: op, values: [yes, NO, on, false]}
-""",
+        f"{head}      country: {{type: string, default: 'NO'}}\n      flag: {{type: string, default: true}}\n"
+        "      n: {type: long, default: 1_000}\n    deletes: {column: op, values: ['yes', D]}\n",
         encoding="utf-8",
     )
     stream = load_config(path).stream("s")
-    defaults = {column.name: column.default for column in stream.columns}
-    assert defaults == {
-        "country": "NO",
-        "zip": "0755",
-        "at": "12:30",
-        "code": "0x1F",
-        "flag": "true",
-        "n": 1000,
-        "x": 2500.0,
-    }
-    assert stream.deletes is not None and stream.deletes.values == ("yes", "NO", "on", "false")
+    assert [c.default for c in stream.columns] == ["NO", "True", 1000]
+    assert stream.deletes is not None and stream.deletes.values == ("yes", "D")
 
 
 @pytest.mark.parametrize(
@@ -999,3 +993,13 @@ def test_a_secret_with_a_fallback_written_in_the_file_is_refused(
     ) as refused:
         load_config(path)
     assert "hunter2xyz" not in str(refused.value)
+
+
+def test_a_csv_escape_equal_to_the_quote_or_the_delimiter_is_refused(tmp_path: Path) -> None:
+    """pyarrow takes the escape for "the next character is text": equal to the quote, no quoted value ever closed
+    and the rest of the file was read into one cell."""
+    from stitchlake.config import SourceSpec
+
+    for options in ({"escape": '"'}, {"quote": "'", "escape": "'"}, {"delimiter": ";", "escape": ";"}):
+        with pytest.raises(ValueError, match="must differ from the quote and the delimiter"):
+            SourceSpec.model_validate({"format": "csv", "path": str(tmp_path), "options": options})

@@ -337,8 +337,9 @@ def test_a_large_csv_file_with_line_breaks_in_quoted_values_reads_every_record_w
     [
         ('id,x\n5,"10"" monitor\n6,ok\n7,fine\n', {}, 2),  # the last column's quote never closed
         ("id,x\n1,'a\\'\n2,b\n", {"quote": "'", "escape": "\\"}, 2),  # its closing quote escaped
+        ('id,x\n1,"a\\\\"\n2,"b\n3,c\n', {"escape": "\\"}, 3),  # an escaped escape, then one never closed
     ],
-    ids=["doubled", "escaped"],
+    ids=["doubled", "escaped", "escaped escape"],
 )
 def test_a_csv_quote_never_closed_refuses_the_file_instead_of_reading_the_rest_as_one_value(
     tmp_path: Path, text: str, options: dict[str, str], opened: int
@@ -359,11 +360,13 @@ def test_a_csv_quote_never_closed_refuses_the_file_instead_of_reading_the_rest_a
         read_landing(source, file, ["id", "x"])
     closed = tmp_path / "closed"
     closed.mkdir()
-    (closed / "a.csv").write_text('id,x\n5,"10"" monitor"\n6,10" screen\n7,"two\nlines"\n', encoding="utf-8")
-    source = SourceSpec.model_validate({"format": "csv", "path": str(closed)})
+    (closed / "a.csv").write_text(
+        '\ufeffid,x\n5,"10"" monitor"\n6,10" screen\n7,"two\nlines"\n8,"a\\\\"\n', encoding="utf-8"
+    )
+    source = SourceSpec.model_validate({"format": "csv", "path": str(closed), "options": {"escape": "\\"}})
     [file] = discover(source)
     rows = read_landing(source, file, ["id", "x"])
-    assert rows.column("x").to_pylist() == ['10" monitor', '10" screen', "two\nlines"]
+    assert rows.column("x").to_pylist() == ['10" monitor', '10" screen', "two\nlines", "a\\"]
 
 
 def test_a_landing_file_has_one_name_whether_named_by_a_path_or_a_file_uri(tmp_path: Path) -> None:
