@@ -42,6 +42,8 @@ def load_config(path: str | os.PathLike[str]) -> TableConfig:
         raise ConfigError(f"{file}: cannot read config: {exc}", file=str(file)) from None
     try:
         data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader subclass: no object construction
+    except ValueError as exc:  # a scalar PyYAML typed and could not build: `0x_`, `2024-02-30`
+        raise ConfigError(f"{file}: not valid YAML: {exc}", file=str(file)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

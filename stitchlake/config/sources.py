@@ -148,10 +148,8 @@ class SourceSpec(Spec):
             if key != "null_values" and len(value) != 1:
                 raise refuse(f"must be one character, got {value!r}", at=f"options.{key}")
         characters = {key: self.options[key] for key in ("delimiter", "quote", "escape") if key in self.options}
-        if "escape" in characters and characters["escape"] in (
-            characters.get("quote", '"'),
-            characters.get("delimiter"),
-        ):
+        delimiters = (characters["delimiter"],) if "delimiter" in characters else (",", "\t")  # .csv, .tsv
+        if "escape" in characters and characters["escape"] in (characters.get("quote", '"'), *delimiters):
             # The reader takes an escape for "the next character is text": equal to the quote, no quoted value
             # ever closes (a quote in one is written twice already).
             raise refuse("must differ from the quote and the delimiter", at="options.escape")

@@ -414,12 +414,15 @@ def _read_csv(source: SourceSpec, name: str, data: bytes, columns: list[str], wh
 
 
 def _holds_line_breaks(table: pa.Table) -> bool:
+    """Whether some value ran past its line: text, or bytes (a column the stream does not declare is typed by
+    pyarrow's guess, binary where it holds bytes that are no UTF-8)."""
     import pyarrow.compute as pc
 
+    kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
     return any(
-        pc.any(pc.match_substring_regex(column, "[\\r\\n]")).as_py()
+        pc.any(pc.or_(pc.match_substring(column, "\n"), pc.match_substring(column, "\r"))).as_py()
         for column in table.columns
-        if pa.types.is_string(column.type)
+        if any(kind(column.type) for kind in kinds)
     )
 
 

@@ -1000,6 +1000,6 @@ def test_a_csv_escape_equal_to_the_quote_or_the_delimiter_is_refused(tmp_path: P
     and the rest of the file was read into one cell."""
     from stitchlake.config import SourceSpec
 
-    for options in ({"escape": '"'}, {"quote": "'", "escape": "'"}, {"delimiter": ";", "escape": ";"}):
+    for options in ({"escape": '"'}, {"quote": "'", "escape": "'"}, {"delimiter": ";", "escape": ";"}, {"escape": ","}):
         with pytest.raises(ValueError, match="must differ from the quote and the delimiter"):
             SourceSpec.model_validate({"format": "csv", "path": str(tmp_path), "options": options})

@@ -338,8 +338,9 @@ def test_a_large_csv_file_with_line_breaks_in_quoted_values_reads_every_record_w
         ('id,x\n5,"10"" monitor\n6,ok\n7,fine\n', {}, 2),  # the last column's quote never closed
         ("id,x\n1,'a\\'\n2,b\n", {"quote": "'", "escape": "\\"}, 2),  # its closing quote escaped
         ('id,x\n1,"a\\\\"\n2,"b\n3,c\n', {"escape": "\\"}, 3),  # an escaped escape, then one never closed
+        ('id,x,extra\n1,a,"q\udcff\n2,b,r\n', {}, 2),  # in a column the stream does not read, bytes no UTF-8
     ],
-    ids=["doubled", "escaped", "escaped escape"],
+    ids=["doubled", "escaped", "escaped escape", "undeclared binary column"],
 )
 def test_a_csv_quote_never_closed_refuses_the_file_instead_of_reading_the_rest_as_one_value(
     tmp_path: Path, text: str, options: dict[str, str], opened: int
@@ -353,7 +354,7 @@ def test_a_csv_quote_never_closed_refuses_the_file_instead_of_reading_the_rest_a
 
     folder = tmp_path / "landing"
     folder.mkdir()
-    (folder / "a.csv").write_text(text, encoding="utf-8")
+    (folder / "a.csv").write_bytes(text.encode("utf-8", "surrogateescape"))
     source = SourceSpec.model_validate({"format": "csv", "path": str(folder), "options": options})
     [file] = discover(source)
     with pytest.raises(InputRejected, match=f"the quoted value opened on line {opened} is never closed"):
