@@ -919,6 +919,7 @@ def test_alter_commits_and_the_archive_hold_a_schema_in_its_stored_form(tmp_path
         ("at: {type: string, default: 12:30}", "`12:30` reads as 750"),
         ("code: {type: long, default: 0x1F}", "`0x1F` reads as 31"),
         ("on: string", "`on` reads as true"),
+        ("code: {type: long, default: 0x_}", "not valid YAML: invalid literal for int()"),  # typed, not buildable
     ],
 )
 def test_plain_scalars_only_yaml_1_1_reads_as_other_than_text_are_refused(
