@@ -292,7 +292,7 @@ class _Environment:
 #: then updated instead of deleting). Refused, saying what was read: quoted they are text, and the value meant is
 #: written plainly (`false`, `493`).
 _YAML11_ONLY = re.compile(
-    r"(?:y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)"
+    r"(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)"
     r"|[-+]?0[0-7_]+|[-+]?0[xX][0-9a-fA-F_]+|[-+]?0b[01_]+"
     r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
 )

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from stitchlake.concurrency.heartbeat import sent_unanswered
 from stitchlake.errors import (
     COMMIT_SENT_UNANSWERED,
     PUBLISHED_BEFORE_STOP,
@@ -172,8 +173,6 @@ def abort_unless_published(table: TableHandle, claim: Transaction, failure: Base
     ):
         claim.leave_pending()  # the job's commit may still land: deleting its files could destroy it
         return False
-    from stitchlake.concurrency.heartbeat import sent_unanswered
-
     try:
         # Under the lock: a job that died without a word (its JVM killed) may have died inside its publish, its
         # create sent; the lease it held lasts until that create has landed or never will.

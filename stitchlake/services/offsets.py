@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from stitchlake.errors import ConflictError, HistoryMoved, InputRejected, UsageError
 from stitchlake.io import kafka
 from stitchlake.table.transaction import ConflictCheck
-from stitchlake.timeline.archive import load_checkpoint
+from stitchlake.timeline.archive import Checkpoint, load_checkpoint
 from stitchlake.timeline.instant import Action, Instant
 from stitchlake.timeline.metadata import (
     Commit,
@@ -115,9 +115,12 @@ def consumed_ranges(table: TableHandle, timeline: Timeline, stream: str) -> dict
         return _consumed(table, table.timeline(), stream, None)
 
 
-def offsets_until(table: TableHandle, timeline: Timeline, stream: str, horizon: str) -> tuple[OffsetRange, ...]:
-    """What an archive checkpoint at `horizon` keeps of `stream`'s offsets."""
-    found = _consumed(table, timeline, stream, horizon)
+def offsets_until(
+    previous: Checkpoint | None, timeline: Timeline, stream: str, horizon: str
+) -> tuple[OffsetRange, ...]:
+    """What an archive checkpoint at `horizon` keeps of `stream`'s offsets (`previous`: the newest checkpoint, read
+    once by the archive for all its streams)."""
+    found = _consumed_since(previous, timeline, stream, horizon)
     return tuple(found[key] for key in sorted(found))
 
 
@@ -152,7 +155,12 @@ def rewound(table: TableHandle, timeline: Timeline, undone: list[Instant]) -> di
 def _consumed(
     table: TableHandle, timeline: Timeline, stream: str, until: str | None, skip: Collection[str] = ()
 ) -> dict[tuple[str, int], OffsetRange]:
-    checkpoint = load_checkpoint(table.storage)
+    return _consumed_since(load_checkpoint(table.storage), timeline, stream, until, skip)
+
+
+def _consumed_since(
+    checkpoint: Checkpoint | None, timeline: Timeline, stream: str, until: str | None, skip: Collection[str] = ()
+) -> dict[tuple[str, int], OffsetRange]:
     base = checkpoint.offsets.get(stream, ()) if checkpoint else ()
     commits: list[Commit] = []
     for instant in timeline.completed(OFFSET_ACTIONS, until=until):

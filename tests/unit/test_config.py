@@ -1004,3 +1004,20 @@ def test_a_csv_escape_equal_to_the_quote_or_the_delimiter_is_refused(tmp_path: P
     for options in ({"escape": '"'}, {"quote": "'", "escape": "'"}, {"delimiter": ";", "escape": ";"}, {"escape": ","}):
         with pytest.raises(ValueError, match="must differ from the quote and the delimiter"):
             SourceSpec.model_validate({"format": "csv", "path": str(tmp_path), "options": options})
+    with pytest.raises(ValueError, match="must be an ASCII character, got '§'"):  # pyarrow refused it per file
+        SourceSpec.model_validate({"format": "csv", "path": str(tmp_path), "options": {"delimiter": "§"}})
+
+
+def test_a_kafka_setting_written_true_or_false_reaches_the_client_as_true_or_false() -> None:
+    """Settings blocks keep their values as text; YAML's booleans are the words the clients take."""
+    from stitchlake.config import SourceSpec
+
+    source = SourceSpec.model_validate(
+        {
+            "format": "kafka",
+            "topic": "t",
+            "bootstrap_servers": "127.0.0.1:9092",
+            "options": {"enable.ssl.certificate.verification": False, "check.crcs": True},
+        }
+    )
+    assert source.options == {"enable.ssl.certificate.verification": "false", "check.crcs": "true"}

@@ -127,7 +127,7 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     streams = recorded_streams(table, timeline, previous, horizon)
     consumed: dict[str, tuple[LandingRecord | str, ...]] = {}
     for name in streams:
-        records = consumed_until(table, timeline, name, horizon)
+        records = consumed_until(previous, timeline, name, horizon)
         consumed[name] = tuple(records[key] for key in sorted(records))
     lines = [
         seal(
@@ -145,7 +145,7 @@ def plan_archive(table: TableHandle, timeline: Timeline, keep: int) -> ArchivePl
     schemas = tuple(v for v in table.schema_history(timeline) if v.version and v.since <= horizon)
     # The bucket layout and which files at the horizon left their slices: rescales outlive their instants.
     rescales = tuple(r for r in view.rescales if r.completed <= horizon)
-    offsets = {name: offsets_until(table, timeline, name, horizon) for name in streams}
+    offsets = {name: offsets_until(previous, timeline, name, horizon) for name in streams}
     commits = [timeline.commit(i) for i in timeline.completed([Action.DELTACOMMIT]) if (i.completed or "") <= horizon]
     if previous is not None and not previous.batches_kept:  # a checkpoint from before it kept them: read once
         commits += [entry.commit for entry in archived_instants(table.storage)]
@@ -262,10 +262,12 @@ def _finish_archived(storage: Storage, completed: list[Instant], horizon: str, f
     return len(leftovers)
 
 
-def consumed_until(table: TableHandle, timeline: Timeline, stream: str, horizon: str) -> dict[str, LandingRecord]:
-    """Landing files of `stream` consumed by instants completed at or before the horizon (and before)."""
-    checkpoint = load_checkpoint(table.storage)
-    found = checkpoint.landing(stream) if checkpoint else {}
+def consumed_until(
+    previous: Checkpoint | None, timeline: Timeline, stream: str, horizon: str
+) -> dict[str, LandingRecord]:
+    """Landing files of `stream` consumed by instants completed at or before the horizon (and before: `previous`,
+    the newest checkpoint)."""
+    found = previous.landing(stream) if previous else {}
     for instant in timeline.completed([Action.DELTACOMMIT], until=horizon):
         commit = timeline.commit(instant)
         if isinstance(commit, DeltaCommit) and commit.stream == stream:
