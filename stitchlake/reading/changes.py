@@ -32,6 +32,7 @@ from stitchlake.reading.filters import Condition, Filter, Pruning, parse_conditi
 from stitchlake.reading.scan import Scan
 from stitchlake.reading.snapshot import common_names, empty_rows, merge_slice
 from stitchlake.timeline.actions import IN_CHANGE_FEED, UNDOES_HISTORY, WRITES_DATA
+from stitchlake.timeline.clock import parse_user_time
 from stitchlake.timeline.instant import Action
 from stitchlake.timeline.metadata import DataFile, EraseCommit, FileSlice, UndoPlan
 from stitchlake.timeline.timeline import Timeline
@@ -79,7 +80,7 @@ def split_change_filter(where: Filter) -> tuple[Filter, list[Condition]]:
         many = (list, tuple, set, frozenset)
         refuse_empty_values({k: v for k, v in where.items() if k in CHANGE_COLUMNS})
         changes = [
-            Condition(name, "=", tuple(str(v) for v in (value if isinstance(value, many) else [value])))
+            _change_condition(name, "=", [str(v) for v in (value if isinstance(value, many) else [value])])
             for name, value in where.items()
             if name in CHANGE_COLUMNS
         ]
@@ -90,10 +91,22 @@ def split_change_filter(where: Filter) -> tuple[Filter, list[Condition]]:
         if name in CHANGE_COLUMNS and op == "=":  # equalities on one column combine as IN, as on table columns
             equal.setdefault(name, []).append(value)
         elif name in CHANGE_COLUMNS:
-            changes.append(Condition(name, op, (value,)))
+            changes.append(_change_condition(name, op, [value]))
         else:
             rest.append(f"{name}{op}{value}")
-    return rest, [Condition(name, "=", tuple(values)) for name, values in equal.items()] + changes
+    return rest, [_change_condition(name, "=", values) for name, values in equal.items()] + changes
+
+
+def _change_condition(name: str, op: str, values: list[str]) -> Condition:
+    """A condition on a change column. `_commit_time` holds instant times (`yyyyMMddHHmmssSSS`) and compares as
+    text: a value given as an ISO timestamp, as `since`/`until` take it, becomes that instant time first (compared
+    as written, `2026-12-03T07:00` would sort before every instant time and keep or drop every row)."""
+    if name == COMMIT_TIME:
+        try:
+            values = [parse_user_time(value) for value in values]
+        except ValueError as exc:
+            raise UsageError(f"filter: {COMMIT_TIME}: {exc}") from None
+    return Condition(name, op, tuple(values))
 
 
 def refuse_change_columns(columns: Sequence[str] | None, where: Filter, as_of: str | None) -> None:

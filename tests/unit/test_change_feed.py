@@ -47,6 +47,23 @@ def test_each_change_carries_its_last_commit_time_and_the_streams_that_carried_t
     assert {r[0]["_commit_time"] for r in first.values()} == {t["t0"]}
 
 
+def test_a_commit_time_filter_takes_an_iso_timestamp_as_the_instant_time_it_names(
+    history: tuple[Table, dict[str, str]],
+) -> None:
+    """`_commit_time` holds instant times; an ISO value compared as written would sort before all of them and keep
+    every row."""
+    table, t = history
+    done = t["t2"]
+    iso = f"{done[:4]}-{done[4:6]}-{done[6:8]}T{done[8:10]}:{done[10:12]}:{done[12:14]}.{done[14:]}"
+    for where in ([f"_commit_time>{iso}"], {"_commit_time": iso}, [f"_commit_time={iso}Z"]):
+        expected = 0 if isinstance(where, list) and ">" in where[0] else 3
+        got = table.read(since=t["t0"], until=t["t2"], filter=where)
+        assert got.num_rows == expected, where
+    assert table.read(since=t["t0"], until=t["t2"], filter=[f"_commit_time>={done}"]).num_rows == 3
+    with pytest.raises(UsageError, match="_commit_time: 'yesterday' is neither"):
+        table.read(since=t["t0"], filter=["_commit_time>yesterday"])
+
+
 def test_before_images_pair_each_update_with_the_row_as_of_since(history: tuple[Table, dict[str, str]]) -> None:
     table, t = history
     before = {r["k"]: r for r in table.read(as_of=t["t0"]).to_pylist()}
