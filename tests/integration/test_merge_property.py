@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.support.merge_steps import run_steps, steps
 from tests.support.reference import Event, StreamModel, expected_rows
-from tests.support.tables import MODELS, as_rows, batch, new_table, partition_of
+from tests.support.tables import CONCURRENCY, MODELS, as_rows, batch, new_table, partition_of
 
 
 @pytest.mark.parametrize("log_format", ["parquet", "avro"])
@@ -94,7 +94,7 @@ MIXED: dict[str, Any] = {
             "deletes": {"column": "op", "values": ["D"]},
         },
     },
-    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}},
+    "concurrency": CONCURRENCY,
 }
 MIXED_MODEL = StreamModel("m", ("region", "price", "seq", "label"), ("region", "price", "seq"), "ignore")
 

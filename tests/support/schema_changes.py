@@ -16,7 +16,7 @@ import stitchlake
 from stitchlake.api import Table
 from stitchlake.types import arrow_type
 from tests.support.reference import Event, StreamModel, expected_rows
-from tests.support.tables import new_table_file, write_table_yaml
+from tests.support.tables import CONCURRENCY, new_table_file, write_table_yaml
 
 BASE: dict[str, Any] = {
     "table": {"name": "evolving", "path": "table", "key": {"k": "long"}, "buckets": 2},
@@ -34,7 +34,7 @@ BASE: dict[str, Any] = {
         },
         "n": {"columns": {"tags": "array<string>", "info": "struct<x:int,y:string>"}},  # nested, commit-time order
     },
-    "concurrency": {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": {"wait_s": 20, "expire_s": 10}},
+    "concurrency": CONCURRENCY,
 }
 
 
