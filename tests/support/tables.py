@@ -62,8 +62,8 @@ def landing_stream(
 
 
 #: The table lock of the tests: the default lease. A shorter one (10 s) was lost by a live writer on a busy machine
-#: between taking the lock and publishing (LockLost, a test failed); the lock is held only to draw a time and
-#: publish, so no test waits for its lease.
+#: between taking the lock and publishing (LockLost, a test failed). Only a process killed while it holds the lock
+#: (held just to draw a time and publish) makes the next writer wait for the lease.
 TEST_LOCK: dict[str, Any] = {"wait_s": 60, "expire_s": 30}
 #: Heartbeats that expire in seconds, so tests of dead writers wait seconds.
 CONCURRENCY: dict[str, Any] = {"heartbeat": {"interval_s": 1, "expire_s": 5}, "lock": TEST_LOCK}
