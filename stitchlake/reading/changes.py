@@ -170,37 +170,53 @@ def _refuse_reshaping_alters(
 
 def _refuse_cleaned(timeline: Timeline, view: FileSystemView, instants: list[Any], since: str | None) -> None:
     """Refused (exit 2), as time travel is: a range holding deltacommits whose files clean (or an erase's purge)
-    has removed. `_touched_keys` reads their keys from those files (an erase's keys come from its own record), so
-    the feed would be silently incomplete; the message names the first `since` that can be read."""
+    has removed, or starting at a state whose files are gone. `_touched_keys` reads their keys from those files (an
+    erase's keys come from its own record) and the diff compares with the state as of `since`, so the feed would be
+    silently incomplete or fail as time travel; the message names the first `since` that can be read."""
 
     def removed(instant: Any) -> bool:
         commit = timeline.commit(instant)
         return not isinstance(commit, EraseCommit) and any(f.path in view.deleted for f in commit.added_files)
 
     gone = [i for i in instants if removed(i)]
-    if not gone:
+    lost = _lost_files(view, since) if since is not None else []
+    if not gone and not lost:
         return
-    last = gone[-1]
     # A `since` must also have its own state kept: the first completion after the gone commits whose slices exist.
-    readable = next((i.completed for i in timeline.completed(since=last.completed) if _kept(view, i.completed)), None)
+    after = gone[-1].completed if gone else since
+    readable = next((i.completed for i in timeline.completed(since=after) if _kept(view, i.completed)), None)
     instead = f"Read changes since {readable} or later" if readable else "Read the table itself"
-    purges = sorted(
-        {view.purged[f.path] for i in gone for f in timeline.commit(i).added_files if f.path in view.purged}
+    paths = [f.path for i in gone for f in timeline.commit(i).added_files] + lost
+    purges = sorted({view.purged[path] for path in paths if path in view.purged})
+    what = (
+        f"the files of {len(gone)} commit(s) in that range"
+        if gone
+        else f"the files of the state as of {since} (the feed compares its changes with it)"
     )
     if purges:
         erase, completed = purges[-1]
         raise UsageError(
             f"changes since {since or 'the first commit'} can no longer be read: erase {erase} with --purge "
-            f"(completed {completed}) removed the files of {len(gone)} commit(s) in that range, as a purge must; "
+            f"(completed {completed}) removed {what}, as a purge must; "
             "a change feed cannot run across it. Bring the copy you feed up to date from a snapshot read (the "
             "purged keys are gone from it)" + (f", then read changes since {readable} or later" if readable else "")
         )
-    raise UsageError(
-        f"changes since {since or 'the first commit'} can no longer be read: the files of {len(gone)} commit(s) in "
-        f"that range were removed by clean, the last {last.action} {last.requested} (completed "
-        f"{last.completed}); that part of the history is outside the retention. {instead} (keep more with "
-        "clean.retain, or pin a savepoint)"
+    by = (
+        f", the last {gone[-1].action} {gone[-1].requested} (completed {gone[-1].completed})"
+        if gone
+        else f" at {view.deleted[lost[0]]}"
     )
+    raise UsageError(
+        f"changes since {since or 'the first commit'} can no longer be read: {what} were removed by clean{by}; "
+        f"that part of the history is outside the retention. {instead} (keep more with clean.retain, or pin a "
+        "savepoint)"
+    )
+
+
+def _lost_files(view: FileSystemView, as_of: str) -> list[str]:
+    """The files the state as of `as_of` was read from that clean or a purge removed (none: it can be read)."""
+    slices = (view.latest_slice(key, as_of) for key in view.file_groups())
+    return [f.path for s in slices if s is not None for f in s.files if f.path in view.deleted]
 
 
 def _kept(view: FileSystemView, as_of: str | None) -> bool:

@@ -162,6 +162,41 @@ def test_a_change_read_reaching_into_cleaned_history_is_refused_and_names_the_fi
     assert sorted(later) == [5, 6] and {rows[0]["_commit_time"] for rows in later.values()} == {third}
 
 
+def test_a_change_read_from_a_cleaned_state_is_refused_as_a_change_feed_naming_the_first_time_that_reads(
+    tmp_path: Path,
+) -> None:
+    """No commit in the range lost a file, but the state the feed compares with (as of `since`) did: the refusal
+    was time travel's ("reading as of ... needs ..."), which names no `since` to read from. Now the change feed's,
+    for clean and for a purge alike."""
+    table = new_table(tmp_path, buckets=1)
+    orders = MODELS[0]
+
+    def write(keys: range, ots: int) -> str:
+        done = table.write(orders.name, batch(orders, [{"k": k, "amount": k, "status": "a", "ots": ots} for k in keys]))
+        assert done.completed is not None
+        return done.completed
+
+    write(range(4), 1)
+    second = write(range(2, 6), 2)
+    compacted = table.compact().done
+    assert compacted is not None and compacted.completed is not None
+    assert table.clean(retain=1).result.deleted, "the logs the state as of the second commit is read from"
+    third = write(range(5, 7), 3)
+    with pytest.raises(UsageError) as refused:
+        table.read(since=second, until=third)
+    message = str(refused.value)
+    assert message.startswith(f"changes since {second} can no longer be read: the files of the state as of"), message
+    assert "outside the retention" in message and f"Read changes since {compacted.completed} or later" in message
+    assert by_key(table.read(since=compacted.completed, until=third)).keys() == {5, 6}
+
+    erased = table.erase(pa.table({"k": pa.array([6], pa.int64())}), purge=True).result
+    with pytest.raises(UsageError) as refused:
+        table.read(since=third)
+    message = str(refused.value)
+    assert f"erase {erased.instant} with --purge" in message and "the state as of" in message, message
+    assert "clean.retain" not in message, message
+
+
 def test_a_key_written_again_with_the_same_nan_and_nested_nan_is_unchanged(tmp_path: Path) -> None:
     """NaN equals NaN in the diff (Spark's equality, and the JVM reader's): a key a commit carried with the same
     NaN again, flat or inside a struct, has no change row; a NaN that became a number is an update."""
