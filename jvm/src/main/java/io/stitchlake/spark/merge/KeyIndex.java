@@ -74,48 +74,69 @@ final class KeyIndex {
     long[][] keys = new long[nSeg][];
     scratch.keyLongs = Scratch.slots(scratch.keyLongs, nSeg - 1);
     boolean isLong = types[0] instanceof LongType;
-    int[] startSeg = new int[16];
-    int[] startRow = new int[16];
-    int runs = 0;
-    int most = RUNS_PER_FILE * (nSeg == 0 ? 1 : files[nSeg - 1] + 1);
-    boolean hasLast = false;
-    long last = 0;
+    Starts starts = new Starts(RUNS_PER_FILE * (nSeg == 0 ? 1 : files[nSeg - 1] + 1));
     for (int s = 0; s < nSeg; s++) {
-      if (s > 0 && files[s] != files[s - 1]) hasLast = false;
+      if (s > 0 && files[s] != files[s - 1]) starts.hasLast = false;
       ColumnVector v = cols[s][0];
       int n = rows[s];
       if (n > 0 && v.hasNull()) return false;
       long[] out = scratch.keyLongs[s] = Scratch.longs(scratch.keyLongs[s], n); // rows [0, n) written here
-      if (isLong) {
-        for (int r = 0; r < n; r++) out[r] = v.getLong(r);
-      } else {
-        for (int r = 0; r < n; r++) out[r] = v.getInt(r);
-      }
-      for (int r = 0; r < n; r++) {
-        if (!hasLast || out[r] <= last) {
-          if (runs == most) return false;
-          if (runs == startSeg.length) {
-            startSeg = Arrays.copyOf(startSeg, runs * 2);
-            startRow = Arrays.copyOf(startRow, runs * 2);
-          }
-          startSeg[runs] = s;
-          startRow[runs++] = r;
-        }
-        last = out[r];
-        hasLast = true;
-      }
+      copyKeys(v, n, out, isLong);
+      if (!starts.add(out, n, s)) return false;
       keys[s] = out;
     }
+    int runs = starts.count;
     Cursors at = new Cursors(runs, keys);
     for (int i = 0; i < runs; i++) {
-      at.seg[i] = startSeg[i];
-      at.row[i] = startRow[i];
-      at.endSeg[i] = i + 1 < runs ? startSeg[i + 1] : nSeg;
-      at.endRow[i] = i + 1 < runs ? startRow[i + 1] : 0;
+      at.seg[i] = starts.seg[i];
+      at.row[i] = starts.row[i];
+      at.endSeg[i] = i + 1 < runs ? starts.seg[i + 1] : nSeg;
+      at.endRow[i] = i + 1 < runs ? starts.row[i + 1] : 0;
       if (at.settle(i)) at.heap[at.size++] = i;
     }
     count = 0;
     return at.size <= SCANNED_RUNS ? scanned(at) : heaped(at);
+  }
+
+  /** Rows [0, n) of an integer column as longs (a pass of its own: a small method is compiled early). */
+  private static void copyKeys(ColumnVector v, int n, long[] out, boolean isLong) {
+    if (isLong) {
+      for (int r = 0; r < n; r++) out[r] = v.getLong(r);
+    } else {
+      for (int r = 0; r < n; r++) out[r] = v.getInt(r);
+    }
+  }
+
+  /** Where the slice's rising runs start (segment, row), found segment by segment. */
+  private static final class Starts {
+    int[] seg = new int[16];
+    int[] row = new int[16];
+    int count;
+    boolean hasLast;
+    long last;
+    private final int most;
+
+    Starts(int most) {
+      this.most = most;
+    }
+
+    /** Segment s's keys; false past {@code most} runs (the rows are not in key order). */
+    boolean add(long[] keys, int n, int s) {
+      for (int r = 0; r < n; r++) {
+        if (!hasLast || keys[r] <= last) {
+          if (count == most) return false;
+          if (count == seg.length) {
+            seg = Arrays.copyOf(seg, count * 2);
+            row = Arrays.copyOf(row, count * 2);
+          }
+          seg[count] = s;
+          row[count++] = r;
+        }
+        last = keys[r];
+        hasLast = true;
+      }
+      return true;
+    }
   }
 
   /** The scan: {@code at.heap} holds the live runs in slice order. */

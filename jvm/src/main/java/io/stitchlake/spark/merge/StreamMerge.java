@@ -62,12 +62,17 @@ final class StreamMerge {
     if (pos == null || !pos.hasNull()) return v;
     // The rows whose value has the row's version (format 1 has none: its versions are null where values are).
     boolean[] isOwn = new boolean[seg.rows];
+    return values != null && markOwn(pos, values, isOwn) ? v.withFallback(own, isOwn) : v;
+  }
+
+  /** Marks the rows whose column version is null and value is not; whether there is one. */
+  private static boolean markOwn(ColumnVector pos, ColumnVector values, boolean[] isOwn) {
     boolean any = false;
-    for (int r = 0; r < seg.rows; r++) {
-      isOwn[r] = pos.isNullAt(r) && values != null && !values.isNullAt(r);
+    for (int r = 0; r < isOwn.length; r++) {
+      isOwn[r] = pos.isNullAt(r) && !values.isNullAt(r);
       any |= isOwn[r];
     }
-    return any ? v.withFallback(own, isOwn) : v;
+    return any;
   }
 
   private static boolean allNull(ColumnVector v, int rows) {
@@ -235,7 +240,9 @@ final class StreamMerge {
 
   /**
    * One stream's winners per key (and, nulls: ignore, its per-column picks of {@code selected}, the value columns
-   * the output shows).
+   * the output shows). Each pass over rows or keys is a method of its own: small methods reach the JIT's optimizing
+   * compiler within a read, where one method holding every pass took it 1.8 s of compiling, measured on two cores
+   * (docs/spark-reader.md, "Compiled early").
    */
   static StreamMerge of(StreamSpec stream, int[] selected, List<Segment> segments, KeyIndex keys, Scratch scratch,
       int index) {
@@ -245,24 +252,10 @@ final class StreamMerge {
     StreamMerge m = new StreamMerge(stream, n, arrays, scratch.versions);
     boolean ignore = stream.ignoresNulls();
     int nSeg = segments.size();
-    // The stream's candidates: base rows where its pos is not null, and every row of its own logs.
     Ver[] own = new Ver[nSeg];
     Ver[] tombs = new Ver[nSeg];
     ColumnVector[] dels = new ColumnVector[nSeg];
-    for (int g = 0; g < nSeg; g++) {
-      Segment seg = segments.get(g);
-      boolean base = seg.file.kind == FileData.Kind.BASE;
-      if (!base && !stream.name.equals(seg.file.stream)) continue;
-      Ver v = m.ver(seg, "");
-      if (v.v[m.k + 1] == null) continue; // a base written before the stream existed: no groups
-      own[g] = v;
-      dels[g] = seg.column(stream.meta("del"));
-      if (ignore) {
-        // No tombstone in the segment (its versions all null): none to copy or to check row by row.
-        ColumnVector tpos = seg.column(stream.meta("t__pos"));
-        tombs[g] = tpos != null && allNull(tpos, seg.rows) ? null : m.ver(seg, "t__");
-      }
-    }
+    m.candidates(segments, ignore, own, tombs, dels);
     int width = m.isRanked.length;
     Best best = new Best(m.isRanked, n, arrays.best = Scratch.longs(arrays.best, n * width));
     Best tomb = ignore ? new Best(m.isRanked, n, arrays.tomb = Scratch.longs(arrays.tomb, n * width)) : null;
@@ -274,62 +267,39 @@ final class StreamMerge {
     boolean anyTomb = false;
     boolean any = false;
     for (int g = 0; g < nSeg; g++) {
-      Ver v = own[g];
-      if (v == null) continue;
+      if (own[g] == null) continue;
       Segment seg = segments.get(g);
-      boolean base = seg.file.kind == FileData.Kind.BASE;
-      ColumnVector pos = v.v[m.k + 1];
       int[] ids = keys.ids[g];
-      Ver t = ignore ? tombs[g] : null;
-      ColumnVector tpos = t == null ? null : t.v[m.k + 1];
-      for (int r = 0; r < seg.rows; r++) {
-        if (base && pos.isNullAt(r)) continue;
-        int key = ids[r];
-        any = true;
-        if (m.winSeg[key] < 0 || m.compare(v, r, best, key) >= 0) { // ties: the later row wins
-          m.winSeg[key] = g;
-          m.winRow[key] = r;
-          m.keep(v, r, best, key);
-        }
-        if (tpos != null && !tpos.isNullAt(r)) {
-          if (!hasTomb[key] || m.compare(t, r, tomb, key) > 0) {
-            hasTomb[key] = true;
-            anyTomb = true;
-            m.keep(t, r, tomb, key);
-          }
-        }
-      }
+      any |= m.winners(own[g], g, seg, ids, best);
+      Ver t = tombs[g];
+      if (t != null && t.v[m.k + 1] != null) anyTomb |= m.tombstones(own[g], t, seg, ids, tomb, hasTomb);
     }
     if (!any) return m;
     m.shows = arrays.shows = Scratch.booleans(arrays.shows, n);
-    for (int key = 0; key < n; key++) {
-      int g = m.winSeg[key];
-      if (g < 0) {
-        m.shows[key] = false;
-        continue;
-      }
-      ColumnVector d = dels[g];
-      int r = m.winRow[key];
-      boolean deleted = d != null && !d.isNullAt(r) && d.getBoolean(r); // del null reads as false
-      m.shows[key] = !deleted;
-    }
+    m.markShown(n, dels);
     if (!ignore) return m;
+    m.columnPicks(selected, segments, keys, own, arrays, tomb, hasTomb, anyTomb);
+    return m;
+  }
 
-    // nulls: ignore: per column, the greatest column version among non-null values newer than the tombstone.
-    int[] sel = selected;
-    m.pickSeg = new int[sel.length][];
-    m.pickRow = new int[sel.length][];
-    Best cbest = new Best(m.isRanked, n, arrays.cbest = Scratch.longs(arrays.cbest, n * width));
+  /** nulls: ignore: per column, the greatest column version among non-null values newer than the tombstone. */
+  private void columnPicks(int[] sel, List<Segment> segments, KeyIndex keys, Ver[] own, Scratch.Stream arrays,
+      Best tomb, boolean[] hasTomb, boolean anyTomb) {
+    int n = keys.count;
+    int nSeg = segments.size();
+    pickSeg = new int[sel.length][];
+    pickRow = new int[sel.length][];
+    Best cbest = new Best(isRanked, n, arrays.cbest = Scratch.longs(arrays.cbest, n * isRanked.length));
     boolean[] settled = arrays.settled = Scratch.booleans(arrays.settled, n); // set for every key below
     arrays.pickSeg = Scratch.slots(arrays.pickSeg, sel.length - 1);
     arrays.pickRow = Scratch.slots(arrays.pickRow, sel.length - 1);
     for (int p = 0; p < sel.length; p++) {
       String name = stream.columns.get(sel[p]).name;
-      int[] pickSeg = arrays.pickSeg[p] = Scratch.ints(arrays.pickSeg[p], n);
-      int[] pickRow = arrays.pickRow[p] = Scratch.ints(arrays.pickRow[p], n); // written where pickSeg is set
-      Arrays.fill(pickSeg, 0, n, -1);
-      m.pickSeg[p] = pickSeg;
-      m.pickRow[p] = pickRow;
+      int[] segs = arrays.pickSeg[p] = Scratch.ints(arrays.pickSeg[p], n);
+      int[] rows = arrays.pickRow[p] = Scratch.ints(arrays.pickRow[p], n); // written where segs is set
+      Arrays.fill(segs, 0, n, -1);
+      pickSeg[p] = segs;
+      pickRow[p] = rows;
       ColumnVector[] values = new ColumnVector[nSeg];
       Ver[] cver = new Ver[nSeg];
       for (int g = 0; g < nSeg; g++) {
@@ -337,50 +307,150 @@ final class StreamMerge {
         Segment seg = segments.get(g);
         values[g] = seg.column(name);
         // A column the file predates carries the row's own version where its value is not null.
-        cver[g] = seg.file.predates.contains(name) ? own[g] : m.columnVer(seg, name, values[g], own[g]);
+        cver[g] = seg.file.predates.contains(name) ? own[g] : columnVer(seg, name, values[g], own[g]);
       }
-      // Where the row winner holds an eligible value of its own version, nothing can beat it (rules.py).
-      int open = 0;
-      for (int key = 0; key < n; key++) {
-        int g = m.winSeg[key];
-        settled[key] = false;
-        if (g < 0) continue;
-        int r = m.winRow[key];
-        ColumnVector vals = values[g];
-        boolean ok = vals != null && !vals.isNullAt(r)
-            && (!hasTomb[key] || m.compare(cver[g], r, tomb, key) > 0)
-            && m.equal(cver[g], own[g], r);
-        if (ok) {
-          settled[key] = true;
-          pickSeg[key] = g;
-          pickRow[key] = r;
-        } else {
-          open++;
-        }
-      }
-      if (open == 0) continue;
+      Picks picks = new Picks(segs, rows, settled, hasTomb, tomb, cbest, anyTomb);
+      if (settle(n, values, cver, own, picks) == 0) continue;
       for (int g = 0; g < nSeg; g++) {
-        Ver v = own[g];
-        ColumnVector vals = values[g];
-        if (v == null || vals == null) continue;
-        Segment seg = segments.get(g);
-        boolean base = seg.file.kind == FileData.Kind.BASE;
-        ColumnVector pos = v.v[m.k + 1];
-        Ver c = cver[g];
-        int[] ids = keys.ids[g];
-        for (int r = 0; r < seg.rows; r++) {
-          if (base && pos.isNullAt(r)) continue;
-          int key = ids[r];
-          if (settled[key] || vals.isNullAt(r)) continue;
-          if (anyTomb && hasTomb[key] && m.compare(c, r, tomb, key) <= 0) continue;
-          if (pickSeg[key] < 0 || m.compare(c, r, cbest, key) >= 0) {
-            pickSeg[key] = g;
-            pickRow[key] = r;
-            m.keep(c, r, cbest, key);
-          }
-        }
+        if (own[g] == null || values[g] == null) continue;
+        pickFrom(g, segments.get(g), own[g], values[g], cver[g], keys.ids[g], picks);
       }
     }
-    return m;
+  }
+
+  /**
+   * The stream's candidates per segment: base rows where its pos is not null, and every row of its own logs (their
+   * versions, tombstones and delete flags).
+   */
+  private void candidates(List<Segment> segments, boolean ignore, Ver[] own, Ver[] tombs, ColumnVector[] dels) {
+    for (int g = 0; g < own.length; g++) {
+      Segment seg = segments.get(g);
+      boolean base = seg.file.kind == FileData.Kind.BASE;
+      if (!base && !stream.name.equals(seg.file.stream)) continue;
+      Ver v = ver(seg, "");
+      if (v.v[k + 1] == null) continue; // a base written before the stream existed: no groups
+      own[g] = v;
+      dels[g] = seg.column(stream.meta("del"));
+      if (ignore) {
+        // No tombstone in the segment (its versions all null): none to copy or to check row by row.
+        ColumnVector tpos = seg.column(stream.meta("t__pos"));
+        tombs[g] = tpos != null && allNull(tpos, seg.rows) ? null : ver(seg, "t__");
+      }
+    }
+  }
+
+  /** The winners' pass over one segment's rows; whether any row was the stream's candidate. */
+  private boolean winners(Ver v, int g, Segment seg, int[] ids, Best best) {
+    boolean base = seg.file.kind == FileData.Kind.BASE;
+    ColumnVector pos = v.v[k + 1];
+    boolean any = false;
+    for (int r = 0; r < seg.rows; r++) {
+      if (base && pos.isNullAt(r)) continue;
+      int key = ids[r];
+      any = true;
+      if (winSeg[key] < 0 || compare(v, r, best, key) >= 0) { // ties: the later row wins
+        winSeg[key] = g;
+        winRow[key] = r;
+        keep(v, r, best, key);
+      }
+    }
+    return any;
+  }
+
+  /** nulls: ignore: the greatest tombstone per key over one segment's candidate rows; whether any was kept. */
+  private boolean tombstones(Ver v, Ver t, Segment seg, int[] ids, Best tomb, boolean[] hasTomb) {
+    boolean base = seg.file.kind == FileData.Kind.BASE;
+    ColumnVector pos = v.v[k + 1];
+    ColumnVector tpos = t.v[k + 1];
+    boolean any = false;
+    for (int r = 0; r < seg.rows; r++) {
+      if (base && pos.isNullAt(r)) continue;
+      if (tpos.isNullAt(r)) continue;
+      int key = ids[r];
+      if (!hasTomb[key] || compare(t, r, tomb, key) > 0) {
+        hasTomb[key] = true;
+        any = true;
+        keep(t, r, tomb, key);
+      }
+    }
+    return any;
+  }
+
+  /** Whether each key shows the stream: it has a winner whose delete flag is not set (a null flag reads false). */
+  private void markShown(int n, ColumnVector[] dels) {
+    for (int key = 0; key < n; key++) {
+      int g = winSeg[key];
+      if (g < 0) {
+        shows[key] = false;
+        continue;
+      }
+      ColumnVector d = dels[g];
+      int r = winRow[key];
+      shows[key] = !(d != null && !d.isNullAt(r) && d.getBoolean(r));
+    }
+  }
+
+  /** One column's picks under way (nulls: ignore), and what they are judged against. */
+  static final class Picks {
+    final int[] seg;
+    final int[] row;
+    final boolean[] settled;
+    final boolean[] hasTomb;
+    final Best tomb;
+    final Best best;
+    final boolean anyTomb;
+
+    Picks(int[] seg, int[] row, boolean[] settled, boolean[] hasTomb, Best tomb, Best best, boolean anyTomb) {
+      this.seg = seg;
+      this.row = row;
+      this.settled = settled;
+      this.hasTomb = hasTomb;
+      this.tomb = tomb;
+      this.best = best;
+      this.anyTomb = anyTomb;
+    }
+  }
+
+  /**
+   * Where the row winner holds an eligible value of its own version, nothing can beat it (rules.py): those keys are
+   * settled with it. The number of keys left open.
+   */
+  private int settle(int n, ColumnVector[] values, Ver[] cver, Ver[] own, Picks picks) {
+    int open = 0;
+    for (int key = 0; key < n; key++) {
+      int g = winSeg[key];
+      picks.settled[key] = false;
+      if (g < 0) continue;
+      int r = winRow[key];
+      ColumnVector vals = values[g];
+      boolean ok = vals != null && !vals.isNullAt(r)
+          && (!picks.hasTomb[key] || compare(cver[g], r, picks.tomb, key) > 0)
+          && equal(cver[g], own[g], r);
+      if (ok) {
+        picks.settled[key] = true;
+        picks.seg[key] = g;
+        picks.row[key] = r;
+      } else {
+        open++;
+      }
+    }
+    return open;
+  }
+
+  /** The column's pass over one segment: for each open key, the greatest column version among non-null values. */
+  private void pickFrom(int g, Segment seg, Ver v, ColumnVector vals, Ver c, int[] ids, Picks picks) {
+    boolean base = seg.file.kind == FileData.Kind.BASE;
+    ColumnVector pos = v.v[k + 1];
+    for (int r = 0; r < seg.rows; r++) {
+      if (base && pos.isNullAt(r)) continue;
+      int key = ids[r];
+      if (picks.settled[key] || vals.isNullAt(r)) continue;
+      if (picks.anyTomb && picks.hasTomb[key] && compare(c, r, picks.tomb, key) <= 0) continue;
+      if (picks.seg[key] < 0 || compare(c, r, picks.best, key) >= 0) {
+        picks.seg[key] = g;
+        picks.row[key] = r;
+        keep(c, r, picks.best, key);
+      }
+    }
   }
 }
