@@ -909,7 +909,12 @@ def test_generated_tables_read_through_spark_with_pruned_columns_and_filters_mat
     names = ["p", *ORDERS.columns, *PAYMENTS.columns, *SHIPMENTS.columns]
     reads = st.tuples(
         st.lists(st.sampled_from(names), unique=True, max_size=4),
-        st.lists(st.tuples(st.sampled_from(CONDITIONS), st.integers(0, 7), st.integers(0, 3)), max_size=2),
+        # Each condition at most once: `--where k=1,k=2` means k in (1, 2) (filters.conditions), Spark's AND none.
+        st.lists(
+            st.tuples(st.sampled_from(CONDITIONS), st.integers(0, 7), st.integers(0, 3)),
+            max_size=2,
+            unique_by=lambda c: c[0],
+        ),
     )
 
     examples = int(os.environ.get("SPARK_READ_EXAMPLES", "12"))

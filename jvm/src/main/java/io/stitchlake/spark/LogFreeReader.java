@@ -2,8 +2,8 @@ package io.stitchlake.spark;
 
 import io.stitchlake.spark.io.DataFileReader;
 import io.stitchlake.spark.io.FileBatches;
+import io.stitchlake.spark.io.GatherVector;
 import io.stitchlake.spark.io.Literals;
-import io.stitchlake.spark.io.ViewVector;
 import io.stitchlake.spark.plan.MergeView;
 import io.stitchlake.spark.plan.PlanSlice;
 import java.io.IOException;
@@ -21,7 +21,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 /**
  * The rows of log-free slices (rule 7 of docs/spark-reader.md), batch by batch from the base files: a row is kept
  * where some stream's {@code del} is false, and a stream's columns show its default where its {@code del} is not
- * false. Nothing is copied: kept rows are a row-id mapping, defaults a view over a one-value vector.
+ * false. Nothing is copied: every output column is a {@link GatherVector} over the file's vector (and the default's
+ * one-value vector), as a merged slice's are, so that Spark's generated code meets one vector class in a read of
+ * both kinds of slice, and one session's reads before and after a compaction (docs/spark-reader.md, "Compiled
+ * early").
  */
 final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private final StitchReaderFactory factory;
@@ -39,9 +42,10 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private FileBatches current;
   /** The current file's rows show every stream (its statistics say so): its batches are the output as they are. */
   private boolean everyRowShowsEveryStream;
-  /** The current file's batches hold every stream's {@code del} after the output columns. */
-  private boolean flagsRead;
   private ColumnarBatch batch;
+  /** Rows [0, n) in order and source 0 for every row: the mapping of a column shown whole, shared by batches. */
+  private int[] identity = new int[0];
+  private int[] zeros = new int[0];
 
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices) {
     this(factory, slices, factory.files());
@@ -95,7 +99,6 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
         boolean known = files.allFalse(slice.base, dels);
         current = files.open(slice.base, known ? factory.output : read, factory.rowGroups, factory.rowGroupColumns);
         everyRowShowsEveryStream = known || files.allFalse(slice.base, dels);
-        flagsRead = !known;
         if (everyRowShowsEveryStream) DataFileReader.BASES_READ_WITHOUT_FLAGS.incrementAndGet();
       }
     }
@@ -104,17 +107,19 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public boolean next() throws IOException {
     while (nextFileBatch()) {
-      batch = !everyRowShowsEveryStream ? view(current.get()) : flagsRead ? outputOnly(current.get()) : current.get();
+      ColumnarBatch in = current.get();
+      batch = everyRowShowsEveryStream ? whole(in) : view(in);
       if (batch.numRows() > 0) return true;
     }
     return false;
   }
 
-  /** {@code in}'s output columns, without the flags read after them. */
-  private ColumnarBatch outputOnly(ColumnarBatch in) {
+  /** {@code in}'s output columns as they are (the flags, read after them or not, left out). */
+  private ColumnarBatch whole(ColumnarBatch in) {
+    int rows = in.numRows();
     ColumnVector[] columns = new ColumnVector[factory.output.length()];
-    for (int i = 0; i < columns.length; i++) columns[i] = in.column(i);
-    return new ColumnarBatch(columns, in.numRows());
+    for (int i = 0; i < columns.length; i++) columns[i] = gathered(i, in.column(i), null, null, rows);
+    return new ColumnarBatch(columns, rows);
   }
 
   private ColumnarBatch view(ColumnarBatch in) {
@@ -136,7 +141,6 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
     int[] mapping = kept == rows ? null : map;
     ColumnVector[] columns = new ColumnVector[outputs];
     for (int i = 0; i < outputs; i++) {
-      ColumnVector column = in.column(i);
       boolean[] hidden = null;
       if (streamOf[i] >= 0) {
         boolean[] shows = live[streamOf[i]];
@@ -147,9 +151,31 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
           }
         }
       }
-      columns[i] = mapping == null && hidden == null ? column : new ViewVector(column, mapping, hidden, defaults[i]);
+      columns[i] = gathered(i, in.column(i), mapping, hidden, kept);
     }
     return new ColumnarBatch(columns, kept);
+  }
+
+  /**
+   * Output column {@code i} over {@code kept} rows: row r is row {@code mapping[r]} of {@code column} (row r where
+   * {@code mapping} is null), or the column's default where {@code hidden[r]}.
+   */
+  private GatherVector gathered(int i, ColumnVector column, int[] mapping, boolean[] hidden, int kept) {
+    if (hidden == null) {
+      if (identity.length < kept) {
+        identity = new int[kept];
+        for (int r = 0; r < kept; r++) identity[r] = r;
+        zeros = new int[kept];
+      }
+      return new GatherVector(new ColumnVector[] {column}, zeros, mapping == null ? identity : mapping);
+    }
+    int[] src = new int[kept];
+    int[] rows = new int[kept];
+    for (int r = 0; r < kept; r++) {
+      if (hidden[r]) src[r] = 1; // the default's one row: rows[r] stays 0
+      else rows[r] = mapping == null ? r : mapping[r];
+    }
+    return new GatherVector(new ColumnVector[] {column, defaults[i]}, src, rows);
   }
 
   @Override

@@ -8,53 +8,34 @@ import org.apache.spark.sql.vectorized.ColumnarMap;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A view of another vector without copying it: row {@code i} is the delegate's row {@code map[i]} (row {@code
- * offset + i} when {@code map} is null), except where {@code hidden[i]}: there it shows {@code fill}'s single value
- * (a stream's default where it has no live group). Iceberg's ColumnVectorWithFilter does the same for deleted rows.
+ * Rows {@code [offset, ...)} of another vector as rows from 0, without copying it: a window's range of a file's
+ * batch ({@code merge.KeyWindows}). The merge's output gathers from the delegate itself ({@link #rangeOf}), so Spark
+ * never reads through a view.
  */
 public final class ViewVector extends ColumnVector {
   private final ColumnVector delegate;
-  private final int[] map;
-  private final boolean[] hidden;
-  private final ColumnVector fill;
   private final int offset;
   private ViewVector[] children;
 
-  public ViewVector(ColumnVector delegate, int[] map, boolean[] hidden, ColumnVector fill) {
-    this(delegate, map, hidden, fill, 0);
-  }
-
-  private ViewVector(ColumnVector delegate, int[] map, boolean[] hidden, ColumnVector fill, int offset) {
+  private ViewVector(ColumnVector delegate, int offset) {
     super(delegate.dataType());
     this.delegate = delegate;
-    this.map = map;
-    this.hidden = hidden;
-    this.fill = fill;
     this.offset = offset;
   }
 
-  /** The vector this one shows rows [offset, ...) of, when it is such a range; else null. */
+  /** The delegate's rows from {@code offset} on, as rows from 0. */
+  public static ViewVector from(ColumnVector delegate, int offset) {
+    return new ViewVector(delegate, offset);
+  }
+
+  /** The vector this one shows rows [offset, ...) of. */
   public ColumnVector rangeOf() {
-    return map == null && hidden == null ? delegate : null;
+    return delegate;
   }
 
   /** The first row of {@link #rangeOf} this one shows. */
   public int offset() {
     return offset;
-  }
-
-  /** The delegate's rows from {@code offset} on, as rows from 0. */
-  public static ViewVector from(ColumnVector delegate, int offset) {
-    return new ViewVector(delegate, null, null, null, offset);
-  }
-
-  private ColumnVector source(int row) {
-    return hidden != null && hidden[row] ? fill : delegate;
-  }
-
-  private int at(int row) {
-    if (hidden != null && hidden[row]) return 0;
-    return map == null ? offset + row : map[row];
   }
 
   @Override
@@ -64,8 +45,7 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public boolean hasNull() {
-    // Every row a delegate's row: null only where the delegate has one. Hidden rows may show a null default.
-    return hidden != null || delegate.hasNull();
+    return delegate.hasNull(); // every row a delegate's row: null only where the delegate has one
   }
 
   @Override
@@ -75,88 +55,85 @@ public final class ViewVector extends ColumnVector {
 
   @Override
   public boolean isNullAt(int row) {
-    return source(row).isNullAt(at(row));
+    return delegate.isNullAt(offset + row);
   }
 
   @Override
   public boolean getBoolean(int row) {
-    return source(row).getBoolean(at(row));
+    return delegate.getBoolean(offset + row);
   }
 
   @Override
   public byte getByte(int row) {
-    return source(row).getByte(at(row));
+    return delegate.getByte(offset + row);
   }
 
   @Override
   public short getShort(int row) {
-    return source(row).getShort(at(row));
+    return delegate.getShort(offset + row);
   }
 
   @Override
   public int getInt(int row) {
-    return source(row).getInt(at(row));
+    return delegate.getInt(offset + row);
   }
 
   @Override
   public int[] getInts(int row, int count) {
-    return map == null && hidden == null ? delegate.getInts(offset + row, count) : super.getInts(row, count);
+    return delegate.getInts(offset + row, count);
   }
 
   @Override
   public long getLong(int row) {
-    return source(row).getLong(at(row));
+    return delegate.getLong(offset + row);
   }
 
   @Override
   public long[] getLongs(int row, int count) {
-    return map == null && hidden == null ? delegate.getLongs(offset + row, count) : super.getLongs(row, count);
+    return delegate.getLongs(offset + row, count);
   }
 
   @Override
   public float getFloat(int row) {
-    return source(row).getFloat(at(row));
+    return delegate.getFloat(offset + row);
   }
 
   @Override
   public double getDouble(int row) {
-    return source(row).getDouble(at(row));
+    return delegate.getDouble(offset + row);
   }
 
   @Override
   public ColumnarArray getArray(int row) {
-    return source(row).getArray(at(row));
+    return delegate.getArray(offset + row);
   }
 
   @Override
   public ColumnarMap getMap(int row) {
-    return source(row).getMap(at(row));
+    return delegate.getMap(offset + row);
   }
 
   @Override
   public Decimal getDecimal(int row, int precision, int scale) {
-    return source(row).getDecimal(at(row), precision, scale);
+    return delegate.getDecimal(offset + row, precision, scale);
   }
 
   @Override
   public UTF8String getUTF8String(int row) {
-    return source(row).getUTF8String(at(row));
+    return delegate.getUTF8String(offset + row);
   }
 
   @Override
   public byte[] getBinary(int row) {
-    return source(row).getBinary(at(row));
+    return delegate.getBinary(offset + row);
   }
 
   @Override
   public ColumnVector getChild(int ordinal) {
-    // A struct's fields are views with the same rows (its nullness is the parent's).
+    // A struct's fields are views of the same rows (its nullness is the parent's).
     if (children == null) children = new ViewVector[delegate.dataType() instanceof StructType
         ? ((StructType) delegate.dataType()).length() : 0];
-    if (children[ordinal] == null) {
-      ColumnVector own = fill == null ? null : fill.getChild(ordinal);
-      children[ordinal] = new ViewVector(delegate.getChild(ordinal), map, own == null ? null : hidden, own, offset);
-    }
+    if (children[ordinal] == null) children[ordinal] = new ViewVector(delegate.getChild(ordinal), offset);
     return children[ordinal];
   }
 }

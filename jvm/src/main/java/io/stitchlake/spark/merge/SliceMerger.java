@@ -1,5 +1,6 @@
 package io.stitchlake.spark.merge;
 
+import io.stitchlake.spark.io.GatherVector;
 import io.stitchlake.spark.io.Literals;
 import io.stitchlake.spark.io.ViewVector;
 import io.stitchlake.spark.plan.ColumnSpec;
@@ -408,7 +409,7 @@ public final class SliceMerger {
         ColumnVector[] sources = new ColumnVector[nSeg + 2];
         for (int g = 0; g < nSeg; g++) {
           ColumnVector v = vectors[o][g];
-          if (v instanceof ViewVector view && view.rangeOf() != null) {
+          if (v instanceof ViewVector view) {
             v = view.rangeOf();
             offsets[o][g] = view.offset();
           }

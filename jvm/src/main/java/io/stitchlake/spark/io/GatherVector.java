@@ -1,4 +1,4 @@
-package io.stitchlake.spark.merge;
+package io.stitchlake.spark.io;
 
 import java.util.Arrays;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
@@ -11,26 +11,28 @@ import org.apache.spark.sql.vectorized.ColumnarMap;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * One output column of a merged batch, without copying a cell: row {@code i} is row {@code rows[i]} of
- * {@code sources[src[i]]}, the vector of the segment the merge chose for it, or a constant vector (a default, or
- * null). Spark's generated code reads the batch column by column, so each column's reads stay on one vector class;
- * the merge refills {@code src} and {@code rows} for every batch of a slice.
+ * One output column of the reader's batches, without copying a cell: row {@code i} is row {@code rows[i]} of
+ * {@code sources[src[i]]}: for a merged slice the vector of the segment the merge chose for it, or a constant vector
+ * (a default, or null); for a log-free slice the base file's vector, or the default where its stream is deleted.
+ * Every column the reader hands Spark is one of these, so that Spark's generated code meets one vector class
+ * whichever slices a read has (docs/spark-reader.md, "Compiled early"); the merge refills {@code src} and
+ * {@code rows} for every batch of a slice.
  *
  * <p>A string source that Parquet left dictionary-encoded is decoded once per dictionary entry: Spark's own
  * vector copies the entry's bytes on every read (a tenth of a warm merged read went there), and merged rows read
  * many cells of few distinct values (a currency, a status).
  */
-final class GatherVector extends ColumnVector {
+public final class GatherVector extends ColumnVector {
   private final ColumnVector[] sources;
-  final int[] src;
-  final int[] rows;
+  public final int[] src;
+  public final int[] rows;
   private GatherVector[] children;
   /** Per source: its dictionary ids when it is a dictionary-encoded string vector, else null. */
   private final WritableColumnVector[] dictIds;
   /** Per source: its dictionary's entries decoded so far, by id (grown on demand). */
   private final UTF8String[][] decoded;
 
-  GatherVector(ColumnVector[] sources, int[] src, int[] rows) {
+  public GatherVector(ColumnVector[] sources, int[] src, int[] rows) {
     super(sources[sources.length - 1].dataType());
     this.sources = sources;
     this.src = src;
