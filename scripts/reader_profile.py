@@ -2,6 +2,7 @@
 (issue 35).
 
     python -m scripts.reader_profile [--keys 200000] [--runs 3] [--reuse] [--only jvm] [--jfr X.jfr] [--first-parts]
+    python -m scripts.reader_profile --series 9 [--series-kind aggregate] [--compact-at 4] [--reuse] [--keys ...]
 
 A sibling of scripts/peer_profile.py on the project's own PySpark (no side environment): the peers workload
 (scripts/bench_workload.py, the same folder bench_peers.py uses) ingested as `make bench-peers` ingests it
@@ -17,6 +18,8 @@ JVM reader's jar and the harness's settings (peer_job.COMMON_CONF) measures, one
 
 `--reuse` keeps the ingested table between runs (a copy under the work folder) so that a run measures reads only;
 `--jfr PATH` starts the JVM with Java Flight Recorder writing PATH (`jfr print --events jdk.ExecutionSample PATH`).
+`--series N` measures instead N reads of one kind in one session, each on its own line (wall time and its tasks'
+CPU), with a compaction before read `--compact-at`: how reads speed up as the JVM compiles the reader.
 """
 
 from __future__ import annotations
@@ -263,6 +266,20 @@ def profile(
 
 def task_cpu(folder: Path) -> None:
     """Each measured read's task CPU time (all its jobs' tasks), first and the median of the warm ones."""
+    cpu = cpu_by_description(folder)
+    reads: dict[tuple[str, str], dict[int, float]] = {}
+    for text, seconds in cpu.items():
+        label, kind, n = text.split("|")
+        reads.setdefault((label, kind), {})[int(n)] = seconds
+    print("task CPU time of the JVM's tasks (first / warm median; the Python source's merge runs in Python workers,")
+    print("whose CPU this leaves out):")
+    for (label, kind), runs in reads.items():
+        warm = statistics.median(v for k, v in runs.items() if k > 0) if len(runs) > 1 else float("nan")
+        show(f"  {label}: {kind}", f"{runs.get(0, float('nan')):7.2f} s {warm:7.2f} s")
+
+
+def cpu_by_description(folder: Path) -> dict[str, float]:
+    """The CPU seconds of the tasks of every job described "label|kind|n", by description, from the event log."""
     description: dict[int, str] = {}
     cpu: dict[str, float] = {}
     for file in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")):
@@ -280,15 +297,41 @@ def task_cpu(folder: Path) -> None:
                 if text:
                     metrics = event.get("Task Metrics") or {}
                     cpu[text] = cpu.get(text, 0.0) + metrics.get("Executor CPU Time", 0) / 1e9
-    reads: dict[tuple[str, str], dict[int, float]] = {}
-    for text, seconds in cpu.items():
-        label, kind, n = text.split("|")
-        reads.setdefault((label, kind), {})[int(n)] = seconds
-    print("task CPU time of the JVM's tasks (first / warm median; the Python source's merge runs in Python workers,")
-    print("whose CPU this leaves out):")
-    for (label, kind), runs in reads.items():
-        warm = statistics.median(v for k, v in runs.items() if k > 0) if len(runs) > 1 else float("nan")
-        show(f"  {label}: {kind}", f"{runs.get(0, float('nan')):7.2f} s {warm:7.2f} s")
+    return cpu
+
+
+def series(
+    folder: Path, reads: int, kind: str, compact_at: int | None, reuse: bool, jfr: str | None, extra: list[str]
+) -> None:
+    """`--series`: one session's reads of the uncompacted table through the JVM reader, one after another with no
+    other read before them, each with its wall time and its tasks' CPU; the table compacted before read
+    `compact_at`. How a session's reads speed up as the JVM compiles the reader (docs/spark-reader.md, "Compiled
+    early"), which the medians of `measure` blur."""
+    from scripts import peer_job
+
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    spark = session(jfr, extra)
+    job = table(spark, folder, reuse)
+    path = str(job.folder)
+    walls = []
+    for n in range(reads):
+        if n == compact_at:
+            show("compaction", timed(job.compact))
+        frame = spark.read.format("stitchlake").load(path).select(*peer_job.WIDE)
+        if kind == "aggregate":
+            frame.createOrReplaceTempView("rp_series")
+            frame = spark.sql(QUERY.format(view="rp_series"))
+        spark.sparkContext.setJobDescription(f"series|{kind}|{n}")
+        walls.append(timed(lambda f=frame: peer_job.drain(f) if kind == "all columns" else f.collect()))
+        spark.sparkContext.setJobDescription(None)
+    spark.stop()
+    print(f"load average after: {os.getloadavg()}", flush=True)
+    cpu = cpu_by_description(Path(EVENT_LOG))
+    shutil.rmtree(EVENT_LOG, ignore_errors=True)
+    for n, wall in enumerate(walls):
+        state = "compacted" if compact_at is not None and n >= compact_at else "uncompacted"
+        took = cpu.get(f"series|{kind}|{n}", float("nan"))
+        show(f"read {n}, {state}, {kind}: wall / task CPU", f"{wall:7.2f} s {took:7.2f} s")
 
 
 def main() -> int:
@@ -307,8 +350,20 @@ def main() -> int:
         help="time the session's first read in parts (load, plan, run) before the measurements (whose 'first' is "
         "then the second read)",
     )
+    parser.add_argument(
+        "--series",
+        type=int,
+        metavar="READS",
+        help="instead of the measurements: READS reads of the JVM reader in one session, each with its wall time "
+        "and task CPU",
+    )
+    parser.add_argument("--series-kind", choices=["all columns", "aggregate"], default="all columns")
+    parser.add_argument("--compact-at", type=int, metavar="N", help="with --series: compact before read N")
     args = parser.parse_args()
     folder = workload_folder(args.keys, args.seed, Path(args.workdir))
+    if args.series:
+        series(folder, args.series, args.series_kind, args.compact_at, args.reuse, args.jfr, args.conf)
+        return 0
     profile(folder, args.runs, args.only or list(READERS), args.reuse, args.jfr, args.conf, args.first_parts)
     return 0
 
