@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -322,7 +323,8 @@ def series(
             frame.createOrReplaceTempView("rp_series")
             frame = spark.sql(QUERY.format(view="rp_series"))
         spark.sparkContext.setJobDescription(f"series|{kind}|{n}")
-        walls.append(timed(lambda f=frame: peer_job.drain(f) if kind == "all columns" else f.collect()))
+        action = partial(peer_job.drain, frame) if kind == "all columns" else frame.collect
+        walls.append(timed(action))
         spark.sparkContext.setJobDescription(None)
     spark.stop()
     print(f"load average after: {os.getloadavg()}", flush=True)

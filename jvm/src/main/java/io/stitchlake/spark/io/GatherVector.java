@@ -24,6 +24,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  */
 public final class GatherVector extends ColumnVector {
   private final ColumnVector[] sources;
+  /**
+   * Per row its source and its row there. Refilled only by the merge, for the vectors it made: a log-free slice's
+   * columns share one identity array among them and from batch to batch ({@code LogFreeReader}).
+   */
   public final int[] src;
   public final int[] rows;
   private GatherVector[] children;
