@@ -336,7 +336,7 @@ def series(
         show(f"read {n}, {state}, {kind}: wall / task CPU", f"{wall:7.2f} s {took:7.2f} s")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=6)
@@ -361,7 +361,11 @@ def main() -> int:
     )
     parser.add_argument("--series-kind", choices=["all columns", "aggregate"], default="all columns")
     parser.add_argument("--compact-at", type=int, metavar="N", help="with --series: compact before read N")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.series is not None and args.series < 1:
+        parser.error(f"--series {args.series}: give 1 or more reads")
+    if args.compact_at is not None and not (args.series and 0 <= args.compact_at < args.series):
+        parser.error(f"--compact-at {args.compact_at}: needs --series with more reads than that (reads count from 0)")
     folder = workload_folder(args.keys, args.seed, Path(args.workdir))
     if args.series:
         series(folder, args.series, args.series_kind, args.compact_at, args.reuse, args.jfr, args.conf)
