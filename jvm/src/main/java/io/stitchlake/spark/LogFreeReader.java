@@ -11,6 +11,8 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -26,8 +28,11 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * both kinds of slice, and one session's reads before and after a compaction (docs/spark-reader.md, "Compiled
  * early").
  */
-final class LogFreeReader implements PartitionReader<ColumnarBatch> {
-  private final StitchReaderFactory factory;
+public final class LogFreeReader implements PartitionReader<ColumnarBatch> {
+  /** The columns Spark asked for, in its order. */
+  private final StructType output;
+  private final FilterPredicate rowGroups;
+  private final Set<String> rowGroupColumns;
   private final List<PlanSlice> slices;
   private final DataFileReader files;
   /** What is read of a base file: the output columns, then every stream's {@code del}. */
@@ -53,12 +58,22 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
 
   /** {@code files}: the task's reader (its per-column-set Hadoop confs are kept for the task). */
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices, DataFileReader files) {
-    this.factory = factory;
+    this(factory.merge, factory.output, factory.rowGroups, factory.rowGroupColumns, slices, files);
+  }
+
+  /**
+   * The reader of {@code slices} (all log-free) as a task builds it; public for the merge harness
+   * ({@code MergeMain}), which holds it to the Python merge as it holds the merge of slices with logs.
+   */
+  public LogFreeReader(MergeView merge, StructType output, FilterPredicate rowGroups, Set<String> rowGroupColumns,
+      List<PlanSlice> slices, DataFileReader files) {
+    this.output = output;
+    this.rowGroups = rowGroups;
+    this.rowGroupColumns = rowGroupColumns;
     this.slices = slices;
     this.files = files;
-    MergeView merge = factory.merge;
     streams = merge.streams.size();
-    List<StructField> fields = new ArrayList<>(List.of(factory.output.fields()));
+    List<StructField> fields = new ArrayList<>(List.of(output.fields()));
     for (MergeView.Stream s : merge.streams) {
       fields.add(DataTypes.createStructField(s.delColumn(), DataTypes.BooleanType, true));
       dels.add(s.delColumn());
@@ -72,11 +87,11 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
         defaultOf.put(c.name, c.defaultJson);
       }
     }
-    int n = factory.output.length();
+    int n = output.length();
     streamOf = new int[n];
     defaults = new ColumnVector[n];
     for (int i = 0; i < n; i++) {
-      StructField f = factory.output.fields()[i];
+      StructField f = output.fields()[i];
       streamOf[i] = owner.getOrDefault(f.name(), -1);
       if (streamOf[i] >= 0) defaults[i] = Literals.constant(1, f.dataType(), defaultOf.get(f.name()));
     }
@@ -97,7 +112,7 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
         // A file this JVM has not verified yet is read whole first, flags included; its footer, verified by then,
         // still spares its rows the pass.
         boolean known = files.allFalse(slice.base, dels);
-        current = files.open(slice.base, known ? factory.output : read, factory.rowGroups, factory.rowGroupColumns);
+        current = files.open(slice.base, known ? output : read, rowGroups, rowGroupColumns);
         everyRowShowsEveryStream = known || files.allFalse(slice.base, dels);
         if (everyRowShowsEveryStream) DataFileReader.BASES_READ_WITHOUT_FLAGS.incrementAndGet();
       }
@@ -117,14 +132,14 @@ final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   /** {@code in}'s output columns as they are (the flags, read after them or not, left out). */
   private ColumnarBatch whole(ColumnarBatch in) {
     int rows = in.numRows();
-    ColumnVector[] columns = new ColumnVector[factory.output.length()];
+    ColumnVector[] columns = new ColumnVector[output.length()];
     for (int i = 0; i < columns.length; i++) columns[i] = gathered(i, in.column(i), null, null, rows);
     return new ColumnarBatch(columns, rows);
   }
 
   private ColumnarBatch view(ColumnarBatch in) {
     int rows = in.numRows();
-    int outputs = factory.output.length();
+    int outputs = output.length();
     boolean[][] live = new boolean[streams][rows];
     int[] map = new int[rows];
     int kept = 0;

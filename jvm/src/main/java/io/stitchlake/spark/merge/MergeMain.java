@@ -2,6 +2,7 @@ package io.stitchlake.spark.merge;
 
 import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.stitchlake.spark.LogFreeReader;
 import io.stitchlake.spark.io.DataFileReader;
 import io.stitchlake.spark.plan.MergeSpec;
 import io.stitchlake.spark.plan.Plan;
@@ -52,8 +53,9 @@ import org.apache.spark.sql.types.TimestampType;
  * timestamps as numbers; maps as [key, value] pairs; structs as lists), or {@code {"ok": false, "error": "..."}}.
  * One JVM serves many tables: startup costs seconds.
  *
- * <p>Files are read as a Spark task reads a slice with logs ({@link SliceInputs}: checksums and row counts checked,
- * widened types and columns a file predates as the table has them).
+ * <p>Files are read as a Spark task reads them: a slice with logs through {@link SliceInputs} (checksums and row
+ * counts checked, widened types and columns a file predates as the table has them), a log-free slice with a flat
+ * output through {@link LogFreeReader}, the reader of every compacted and read-optimized read.
  */
 public final class MergeMain {
   private MergeMain() {}
@@ -155,8 +157,17 @@ public final class MergeMain {
     try (SliceInputs inputs = new SliceInputs(spec, all, files, null, Set.of())) {
       for (io.stitchlake.spark.plan.PlanSlice slice : plan.slices) {
         SliceMerger merger = new SliceMerger(spec, output);
-        // As the Spark reader: batches of gathered columns for a flat output, rows otherwise.
-        if (SliceMerger.flat(output)) {
+        // As the Spark reader: a log-free slice by the log-free reader, batches of gathered columns for a flat
+        // output, rows otherwise.
+        if (slice.logFree() && SliceMerger.flat(output)) {
+          try (LogFreeReader reader = new LogFreeReader(plan.merge, output, null, Set.of(), List.of(slice), files)) {
+            while (reader.next()) {
+              ColumnarBatch batch = reader.get();
+              for (int i = 0; i < batch.numRows(); i++) writeRow(g, batch.getRow(i), output);
+              count += batch.numRows();
+            }
+          }
+        } else if (SliceMerger.flat(output)) {
           Iterator<ColumnarBatch> batches = inputs.mergeBatches(slice, merger, batchRows);
           while (batches.hasNext()) {
             ColumnarBatch batch = batches.next();
