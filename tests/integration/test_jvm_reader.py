@@ -545,6 +545,49 @@ def test_key_filters_skip_row_groups_and_stream_filters_apply_after_the_merge(jv
     assert "rowGroupFilter=" not in plan
 
 
+def test_value_column_filters_skip_row_groups_only_of_base_files_whose_rows_show_every_stream(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """Issue 35 point 1: in a log-free slice whose base file's delete flags are all false, the stored values are the
+    values a read shows, so a filter on a value column skips row groups by their statistics. Where a flag is set
+    (that stream's columns show their default), or a column is missing from the file (added since: its default),
+    or a column's type in the file is narrower than the table's (widened since), nothing is skipped by it."""
+    table = new_table(tmp_path, copy.deepcopy(THREE_STREAMS), buckets=1)  # a base per partition (even, odd)
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS)):
+        rows = [{**r, "deleted": False} for r in events(model, range(0, 40), number)]
+        table.write(model.name, batch(model, rows))
+    table.compact()
+    assert through_jvm(jvm, table)[0] == expected(table)  # this JVM reads (and verifies) the two base files once
+    skipped, flagless = counter(jvm, "rowGroupsSkipped"), counter(jvm, "basesReadWithoutFlags")
+    got, plan = through_jvm(jvm, table, where="amount >= 1000")  # amounts are below 1000
+    assert got == [] and "shownRowGroupFilter=" in plan and "GreaterThanOrEqual(amount,1000)" in plan, plan
+    assert counter(jvm, "rowGroupsSkipped") - skipped == 2
+    assert counter(jvm, "basesReadWithoutFlags") - flagless == 2
+    got, _plan = through_jvm(jvm, table, where="amount < 500 AND status = 'a'")
+    assert got == [r for r in expected(table) if r["amount"] < 500 and r["status"] == "a"] and got
+
+    # Orders deleted for key 3 (odd): its base's orders flag is set there, so `amount IS NULL` holds for key 3
+    # although no stored amount is null; the even base's rows all show every stream and are skipped.
+    table.write(ORDERS.name, batch(ORDERS, [{"k": 3, "amount": 1, "status": "a", "ots": 5000, "deleted": True}]))
+    table.compact()
+    assert through_jvm(jvm, table)[0] == expected(table)
+    skipped = counter(jvm, "rowGroupsSkipped")
+    got, _plan = through_jvm(jvm, table, where="amount IS NULL")
+    assert [r["k"] for r in got] == [3] and got == [r for r in expected(table) if r["amount"] is None]
+    assert counter(jvm, "rowGroupsSkipped") - skipped == 1
+
+    def before(evolving: Table) -> None:
+        evolving.write("a", pa.table({"k": [1, 2, 3], "v": pa.array([1, 2, None], pa.int32()), "s": ["x", "y", None]}))
+        evolving.compact()
+
+    evolved = evolved_table(tmp_path / "evolved", before)  # v widened to long, `when` added (2026-11-21)
+    assert through_jvm(jvm, evolved)[0] == expected(evolved)
+    got, plan = through_jvm(jvm, evolved, where="v >= 2")  # int32 in the file: Parquet cannot compare, reads all
+    assert [r["k"] for r in got] == [2] and "shownRowGroupFilter=" in plan, plan
+    got, _plan = through_jvm(jvm, evolved, where="`when` = DATE'2026-11-21'")  # not in the file: its default
+    assert got == expected(evolved) and len(got) == 3
+
+
 def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

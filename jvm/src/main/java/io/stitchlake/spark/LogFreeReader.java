@@ -33,6 +33,9 @@ public final class LogFreeReader implements PartitionReader<ColumnarBatch> {
   private final StructType output;
   private final FilterPredicate rowGroups;
   private final Set<String> rowGroupColumns;
+  /** Over value columns too: for a base file whose rows show every stream, whose values are the output's. */
+  private final FilterPredicate shownRowGroups;
+  private final Set<String> shownRowGroupColumns;
   private final List<PlanSlice> slices;
   private final DataFileReader files;
   /** What is read of a base file: the output columns, then every stream's {@code del}. */
@@ -58,7 +61,8 @@ public final class LogFreeReader implements PartitionReader<ColumnarBatch> {
 
   /** {@code files}: the task's reader (its per-column-set Hadoop confs are kept for the task). */
   LogFreeReader(StitchReaderFactory factory, List<PlanSlice> slices, DataFileReader files) {
-    this(factory.merge, factory.output, factory.rowGroups, factory.rowGroupColumns, slices, files);
+    this(factory.merge, factory.output, factory.rowGroups, factory.rowGroupColumns, factory.shownRowGroups,
+        factory.shownRowGroupColumns, slices, files);
   }
 
   /**
@@ -66,10 +70,13 @@ public final class LogFreeReader implements PartitionReader<ColumnarBatch> {
    * ({@code MergeMain}), which holds it to the Python merge as it holds the merge of slices with logs.
    */
   public LogFreeReader(MergeView merge, StructType output, FilterPredicate rowGroups, Set<String> rowGroupColumns,
-      List<PlanSlice> slices, DataFileReader files) {
+      FilterPredicate shownRowGroups, Set<String> shownRowGroupColumns, List<PlanSlice> slices,
+      DataFileReader files) {
     this.output = output;
     this.rowGroups = rowGroups;
     this.rowGroupColumns = rowGroupColumns;
+    this.shownRowGroups = shownRowGroups;
+    this.shownRowGroupColumns = shownRowGroupColumns;
     this.slices = slices;
     this.files = files;
     streams = merge.streams.size();
@@ -108,11 +115,14 @@ public final class LogFreeReader implements PartitionReader<ColumnarBatch> {
       if (nextSlice >= slices.size()) return false;
       PlanSlice slice = slices.get(nextSlice++);
       if (slice.base != null) {
-        // A row's flags decide what it shows; where every flag of the file is false, nothing is there to decide.
-        // A file this JVM has not verified yet is read whole first, flags included; its footer, verified by then,
+        // A row's flags decide what it shows; where every flag of the file is false, nothing is there to decide,
+        // and the file's values are the read's: their statistics may skip row groups too (RowGroupFilters). A
+        // file this JVM has not verified yet is read whole first, flags included; its footer, verified by then,
         // still spares its rows the pass.
         boolean known = files.allFalse(slice.base, dels);
-        current = files.open(slice.base, known ? output : read, rowGroups, rowGroupColumns);
+        current = known
+            ? files.open(slice.base, output, shownRowGroups, shownRowGroupColumns)
+            : files.open(slice.base, read, rowGroups, rowGroupColumns);
         everyRowShowsEveryStream = known || files.allFalse(slice.base, dels);
         if (everyRowShowsEveryStream) DataFileReader.BASES_READ_WITHOUT_FLAGS.incrementAndGet();
       }

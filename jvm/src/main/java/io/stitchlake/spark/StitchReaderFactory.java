@@ -28,6 +28,9 @@ final class StitchReaderFactory implements PartitionReaderFactory {
   final String mergeJson;
   final FilterPredicate rowGroups;
   final Set<String> rowGroupColumns;
+  /** Over value columns too: for base files whose rows show every stream ({@link LogFreeReader}). */
+  final FilterPredicate shownRowGroups;
+  final Set<String> shownRowGroupColumns;
   final int batchSize;
   final boolean columnar;
   /** An incremental read's range (null: a snapshot read). */
@@ -37,8 +40,8 @@ final class StitchReaderFactory implements PartitionReaderFactory {
   final String plannedAt;
 
   StitchReaderFactory(Broadcast<SerializableConfiguration> conf, StructType output, StructType tableSchema,
-      MergeView merge, String mergeJson, FilterPredicate rowGroups, Set<String> rowGroupColumns, int batchSize,
-      boolean columnar, Plan plan) {
+      MergeView merge, String mergeJson, FilterPredicate rowGroups, Set<String> rowGroupColumns,
+      FilterPredicate shownRowGroups, Set<String> shownRowGroupColumns, int batchSize, boolean columnar, Plan plan) {
     this.conf = conf;
     this.output = output;
     this.tableSchema = tableSchema;
@@ -46,6 +49,8 @@ final class StitchReaderFactory implements PartitionReaderFactory {
     this.mergeJson = mergeJson;
     this.rowGroups = rowGroups;
     this.rowGroupColumns = rowGroupColumns;
+    this.shownRowGroups = shownRowGroups;
+    this.shownRowGroupColumns = shownRowGroupColumns;
     this.batchSize = batchSize;
     this.columnar = columnar;
     this.changes = plan.changes;

@@ -37,16 +37,22 @@ final class StitchScan implements Scan, Batch {
   private final StructType tableSchema;
   private final FilterPredicate rowGroups;
   private final Set<String> rowGroupColumns;
+  /** The predicate over value columns too, for base files whose rows show every stream (RowGroupFilters). */
+  private final FilterPredicate shownRowGroups;
+  private final Set<String> shownRowGroupColumns;
   private final Filter[] pushed;
   private final Map<String, String> options;
 
   StitchScan(Plan plan, StructType output, StructType tableSchema, FilterPredicate rowGroups,
-      Set<String> rowGroupColumns, Filter[] pushed, Map<String, String> options) {
+      Set<String> rowGroupColumns, FilterPredicate shownRowGroups, Set<String> shownRowGroupColumns, Filter[] pushed,
+      Map<String, String> options) {
     this.plan = plan;
     this.output = output;
     this.tableSchema = tableSchema;
     this.rowGroups = rowGroups;
     this.rowGroupColumns = rowGroupColumns;
+    this.shownRowGroups = shownRowGroups;
+    this.shownRowGroupColumns = shownRowGroupColumns;
     this.pushed = pushed;
     this.options = options;
   }
@@ -69,6 +75,8 @@ final class StitchScan implements Scan, Batch {
         + plan.mode + (plan.asOf != null ? " as_of=" + plan.asOf : "") + " slices=" + plan.slices.size()
         + " (log-free " + logFree + ")" + " pushed=" + Arrays.toString(pushed)
         + (rowGroups != null ? " rowGroupFilter=" + rowGroups : "")
+        + (shownRowGroups != null && !shownRowGroups.equals(rowGroups) && logFree > 0
+            ? " shownRowGroupFilter=" + shownRowGroups : "")
         + (batches && logFree == plan.slices.size() ? " columnar" : " merged") + (batches ? " batches" : " rows");
   }
 
@@ -171,7 +179,8 @@ final class StitchScan implements Scan, Batch {
     DataFileReader.configure(hadoop, conf);
     Broadcast<SerializableConfiguration> broadcast = BROADCASTS.of(session.sparkContext(), hadoop);
     return new StitchReaderFactory(broadcast, output, tableSchema, plan.merge, plan.mergeJson, rowGroups,
-        rowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar(), plan);
+        rowGroupColumns, shownRowGroups, shownRowGroupColumns, conf.parquetVectorizedReaderBatchSize(), columnar(),
+        plan);
   }
 
   /**

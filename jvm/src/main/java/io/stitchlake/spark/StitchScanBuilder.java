@@ -3,6 +3,7 @@ package io.stitchlake.spark;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import io.stitchlake.spark.io.RowGroupFilters;
 import io.stitchlake.spark.plan.Plan;
+import io.stitchlake.spark.plan.PlanSlice;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashSet;
@@ -133,16 +134,21 @@ public final class StitchScanBuilder implements ScanBuilder, SupportsPushDownReq
     for (int j : plan.filtersUsed) if (jsonIndex.containsKey(j)) used.add(jsonIndex.get(j));
     // An incremental read compares whole states of the keys it found: no row group of them is skipped.
     boolean changes = plan.changes != null;
-    if (!changes) used.addAll(RowGroupFilters.usable(given, tableSchema, keys));
-    List<Filter> shown = new ArrayList<>();
-    for (int i : used) shown.add(given[i]);
-    pushed = shown.toArray(new Filter[0]);
+    // Value columns' filters skip row groups only in log-free slices' base files (RowGroupFilters.shownColumns).
+    Set<String> shown = RowGroupFilters.shownColumns(tableSchema);
+    boolean anyLogFree = !changes && plan.slices.stream().anyMatch(PlanSlice::logFree);
+    if (!changes) used.addAll(RowGroupFilters.usable(given, tableSchema, anyLogFree ? shown : keys));
+    List<Filter> usedFilters = new ArrayList<>();
+    for (int i : used) usedFilters.add(given[i]);
+    pushed = usedFilters.toArray(new Filter[0]);
     return new StitchScan(
         plan,
         required,
         tableSchema,
         changes ? null : RowGroupFilters.predicate(given, tableSchema, keys),
         changes ? Set.of() : RowGroupFilters.columns(given, tableSchema, keys),
+        changes ? null : RowGroupFilters.predicate(given, tableSchema, shown),
+        changes ? Set.of() : RowGroupFilters.columns(given, tableSchema, shown),
         pushed,
         options);
   }

@@ -408,10 +408,20 @@ public final class DataFileReader {
       List<BlockMetaData> all = footer.getBlocks();
       MessageType schema = footer.getFileMetaData().getSchema();
       // Only the predicate's own columns decide, by statistics; Spark re-checks every row after the scan.
-      blocks = rowGroups == null || !hasColumns(schema, filterColumns)
-          ? all
-          : RowGroupFilter.filterRowGroups(FilterCompat.get(rowGroups), all, schema);
+      blocks = rowGroups == null || !hasColumns(schema, filterColumns) ? all : kept(rowGroups, all, schema);
       ROW_GROUPS_SKIPPED.addAndGet(all.size() - blocks.size());
+    }
+
+    /**
+     * The row groups {@code rowGroups} does not rule out; all of them where a column's type in the file is not the
+     * table's (a column widened since the file was written: Parquet refuses to compare across types).
+     */
+    private List<BlockMetaData> kept(FilterPredicate rowGroups, List<BlockMetaData> all, MessageType schema) {
+      try {
+        return RowGroupFilter.filterRowGroups(FilterCompat.get(rowGroups), all, schema);
+      } catch (IllegalArgumentException e) {
+        return all;
+      }
     }
 
     /** The file on storage, opened once for the segments its readers load. */

@@ -39,8 +39,10 @@ import org.apache.spark.sql.types.TimestampType;
 
 /**
  * Spark's pushed filters in two forms: the planner's JSON (docs/spark-reader.md, {@code filters}) and a Parquet
- * row-group predicate over key and partition columns. Only those columns may skip row groups: every version of a
- * key carries the key, so a row group without it holds nothing of it (stream columns are filtered after the merge).
+ * row-group predicate. Over key and partition columns it may skip row groups of any file: every version of a key
+ * carries the key, so a row group without it holds nothing of it (stream columns are filtered after the merge).
+ * Over the value columns too ({@link #shownColumns}) it may skip row groups of a base file whose every row shows
+ * every stream (its delete flags all false): there the stored values are the values a read shows.
  */
 public final class RowGroupFilters {
   private RowGroupFilters() {}
@@ -95,6 +97,19 @@ public final class RowGroupFilters {
     if (v instanceof Instant) return v.toString();
     if (v instanceof BigDecimal) return v.toString();
     return v;
+  }
+
+  /**
+   * The columns whose statistics may skip row groups of a base file whose rows show every stream: every column but
+   * floats and doubles, whose statistics leave NaN out although Spark orders NaN above every number.
+   */
+  public static Set<String> shownColumns(StructType schema) {
+    Set<String> out = new HashSet<>();
+    for (var field : schema.fields()) {
+      DataType type = field.dataType();
+      if (!(type instanceof FloatType) && !(type instanceof DoubleType)) out.add(field.name());
+    }
+    return out;
   }
 
   /** The filters (by position) that make a row-group predicate: the others are left to Spark and the merge. */

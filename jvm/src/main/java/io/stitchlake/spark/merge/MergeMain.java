@@ -160,7 +160,8 @@ public final class MergeMain {
         // As the Spark reader: a log-free slice by the log-free reader, batches of gathered columns for a flat
         // output, rows otherwise.
         if (slice.logFree() && SliceMerger.flat(output)) {
-          try (LogFreeReader reader = new LogFreeReader(plan.merge, output, null, Set.of(), List.of(slice), files)) {
+          try (LogFreeReader reader = new LogFreeReader(plan.merge, output, null, Set.of(), null, Set.of(), List.of(slice),
+              files)) {
             while (reader.next()) {
               ColumnarBatch batch = reader.get();
               for (int i = 0; i < batch.numRows(); i++) writeRow(g, batch.getRow(i), output);
