@@ -272,6 +272,7 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "wrong_by_column": {
             read: max((r[read]["wrong_by_column"] for r in runs), key=lambda c: c["total"]) for read in READS
         },
+        "aggregation_scan": {read: first[read].get("aggregation_scan", []) for read in READS},
     }
     return out
 
@@ -462,6 +463,13 @@ def render(report: dict[str, Any], arguments: str) -> str:
                 )
                 + " |"
             )
+        lines += ["", f"The aggregation's scan at {keys:,} keys (its physical plan; WORK: the run's work folder):"]
+        lines += ["", "```"]
+        for system in shown:
+            for read, label in (("read_uncompacted", "uncompacted"), ("read_compacted", "compacted")):
+                for line in got[system].get("aggregation_scan", {}).get(read, []):
+                    lines.append(f"{system}, {label}: {line}")
+        lines.append("```")
     lines += [
         "",
         f"The aggregation: `{QUERY.format(view='t')}`. Each read is timed twice: its first run (before compaction "

@@ -264,9 +264,23 @@ def aggregate(spark: Any, job: Job) -> list[Any]:
     return rows
 
 
+def scan_lines(frame: Any) -> list[str]:
+    """The scan nodes of a query's physical plan: which reader, and which columns it reads (issue 35: the
+    aggregation's only)."""
+    plan = str(frame._jdf.queryExecution().executedPlan().toString())
+    return [line.strip(" :+-") for line in plan.splitlines() if "Scan " in line]
+
+
+def aggregation_scan(spark: Any, job: Job, work: Path) -> list[str]:
+    """The aggregation's scan nodes (untimed), the work folder's path shortened to WORK."""
+    job.frame().createOrReplaceTempView("peer_read")
+    return [line.replace(str(work), "WORK") for line in scan_lines(spark.sql(QUERY.format(view="peer_read")))]
+
+
 def measure_read(spark: Any, job: Job, answer: Path, warm_reads: int = WARM_READS) -> dict[str, Any]:
     """Every column into the `noop` sink, then the aggregation, each timed first and warm (a new DataFrame of the
-    table for every read, as a new query would build); the first read's rows are written untimed for the check."""
+    table for every read, as a new query would build); the first read's rows are written untimed for the check,
+    and the aggregation's scan nodes kept."""
     sink = getattr(job, "drain", drain)
     noop_first, noop_warm = first_and_warm(lambda: sink(job.frame()), warm_reads)
     rows: list[Any] = []
@@ -282,6 +296,7 @@ def measure_read(spark: Any, job: Job, answer: Path, warm_reads: int = WARM_READ
         "query_s": query_first,
         "query_warm_s": query_warm,
         "query_rows": [list(r) for r in rows],
+        "aggregation_scan": aggregation_scan(spark, job, answer.parent.parent),
     }
 
 

@@ -186,15 +186,9 @@ def measure(spark: Any, label: str, frame: Callable[[], Any], runs: int) -> dict
         warm = statistics.median(labelled(kind, n + 1, action) for n in range(runs))
         out[kind] = warm
         show(f"{label}: {kind}, first / warm", f"{first:7.2f} s {warm:7.2f} s")
-    for line in scan_lines(spark.sql(QUERY.format(view=view))):
+    for line in peer_job.scan_lines(spark.sql(QUERY.format(view=view))):
         print(f"  the aggregation's scan: {line}", flush=True)
     return out
-
-
-def scan_lines(frame: Any) -> list[str]:
-    """The scan nodes of a query's physical plan: which columns it reads (issue 35: the aggregation's only)."""
-    plan = str(frame._jdf.queryExecution().executedPlan().toString())
-    return [line.strip(" :+-") for line in plan.splitlines() if "Scan " in line]
 
 
 def first_read_parts(spark: Any, fmt: str, path: str) -> None:

@@ -67,6 +67,10 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     stitched = size["systems"]["stitchlake"]
     assert stitched["wrong_cells"] == {"read_uncompacted": 0, "read_compacted": 0}
     assert stitched["query_correct"] == {"read_uncompacted": True, "read_compacted": True}
+    # On the peers' Spark 4.1 the JVM reader served stitchlake's reads, the aggregation's three columns only.
+    for read in bench_peers.READS:
+        scan = " ".join(stitched["aggregation_scan"][read])
+        assert "BatchScan stitchlake" in scan and "columns=[currency, paid_amount, ship_status]" in scan, scan
 
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Kept") and text.rstrip().endswith("## Analysis kept")
@@ -75,6 +79,7 @@ def test_every_system_runs_the_same_job_and_reports_every_figure_and_its_wrong_c
     assert f"#### {KEYS:,} keys" in block
     assert "| figure | " + " | ".join(systems) + " |" in block
     assert "**wrong cells**, uncompacted read" in block
+    assert "stitchlake, uncompacted: BatchScan stitchlake WORK/" in block, block
     # every read twice: the session's first and warm (here the median of 1 more, `--warm-reads 1`), for both reads,
     # before and after compaction
     assert report["warm_reads"] == 1 and "the median of 1 more runs" in block
