@@ -145,6 +145,9 @@ def test_compaction_on_the_cluster_and_a_cluster_session_reads_the_table(
     answer = json.loads(read.stdout)
     assert answer["engine"] == "spark" and answer["reader"] == "python" and answer["files"] > 1, answer
     log = Path(answer["log"]).read_text(errors="replace")
+    # the driver said why, once, in the job's Spark log (StitchSource's one-line notice)
+    notices = [line for line in log.splitlines() if "; reading with the Python data source" in line]
+    assert len(notices) == 1 and "no s3a file system" in notices[0], notices
     assert spark_master in log or "StandaloneSchedulerBackend" in log  # it ran on the cluster
     assert env["TEST_S3_SECRET"] not in log
     import pyarrow.parquet as pq

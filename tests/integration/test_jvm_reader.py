@@ -588,6 +588,27 @@ def test_value_column_filters_skip_row_groups_only_of_base_files_whose_rows_show
     assert got == expected(evolved) and len(got) == 3
 
 
+def test_a_plan_given_as_the_plan_option_is_read_as_planned_as_text_or_as_a_file(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """`.option("plan", ...)` (docs/spark-reader.md): the plan document the planner makes, handed over as its JSON or
+    as a file holding it, is read as planned, the planner not asked: a write after the plan is not in the read."""
+    from stitchlake.spark import planner
+
+    table = built(tmp_path / "t")
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(30, 50), 21)))  # slices with logs too
+    planned_rows = expected(table)
+    document = planner.plan({"path": location(table)}, None, [], {})
+    text = json.dumps(document)
+    file = tmp_path / "plan.json"
+    file.write_text(text, encoding="utf-8")
+    table.write(ORDERS.name, batch(ORDERS, events(ORDERS, range(45, 60), 22)))  # after the plan
+    assert expected(table) != planned_rows
+    for given in (text, str(file)):
+        got, plan = through_jvm(jvm, table, plan=given)
+        assert got == planned_rows and " merged" in plan, plan
+
+
 def test_a_write_through_format_stitchlake_still_works(jvm: JvmSession, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
