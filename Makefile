@@ -58,12 +58,10 @@ JVM_SOURCES := $(shell find jvm -type f -not -path 'jvm/target/*' 2>/dev/null)
 
 jvm: $(JAR)
 
+# Maven is the one on PATH, else Apache Maven from Maven Central, installed into $(VENV) the first time.
 $(JAR): $(JVM_SOURCES)
-	@command -v mvn >/dev/null 2>&1 || { \
-	  echo "error: building the Spark reader needs Maven; 'mvn' is not on PATH."; \
-	  echo "       Debian/Ubuntu: sudo apt-get install maven"; exit 1; }
 	@echo "building the Spark reader ($(JAR))"
-	@cd jvm && mvn -q -B package -DskipTests
+	@mvn="$$($(PY) -m scripts.maven_jars --mvn)" && cd jvm && "$$mvn" -q -B package -DskipTests
 	@mkdir -p $(dir $(JAR))
 	@cp jvm/target/stitchlake-spark.jar $(JAR)
 

@@ -6,16 +6,23 @@ only through Maven Central. Each is named here once with its exact version; `fet
 artifact with its runtime dependencies through a throw-away POM. One installer at a time: several test workers
 may ask at once, so a file lock guards each artifact.
 
+Maven itself is the one on PATH, or else Apache Maven's own distribution from Maven Central, installed on first use
+into `.venv/` (`mvn()`; the JVM reader's build takes it from `python -m scripts.maven_jars --mvn`).
+
 Run as a script to fetch coordinates by hand: `python -m scripts.maven_jars G:A:V[:packaging[:classifier]]...`
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import io
 import os
 import shutil
 import sys
+import tarfile
 import tempfile
+import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -37,11 +44,49 @@ def _artifact_name(coordinate: str) -> str:
     return f"{artifact}-{version}{classifier}.{packaging}"
 
 
-def _mvn() -> str:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RuntimeError("Maven (`mvn`) is not on PATH; Debian/Ubuntu: apt-get install maven")
-    return mvn
+#: Apache Maven's distribution, for a machine without `mvn`: Maven Central serves it like any artifact.
+MAVEN_VERSION = "3.9.16"
+MAVEN_HOME = ROOT / ".venv" / f"apache-maven-{MAVEN_VERSION}"
+CENTRAL = "https://repo.maven.apache.org/maven2"
+
+
+def mvn() -> str:
+    """`mvn` on PATH, else Maven installed into `.venv/` from Maven Central (once; its SHA-512 checked)."""
+    found = shutil.which("mvn")
+    if found is not None:
+        return found
+    launcher = MAVEN_HOME / "bin" / "mvn"
+    if not launcher.exists():
+        with _Locked(MAVEN_HOME.parent / "maven-install"):  # not FOLDER's lock: `fetch` holds that one
+            if not launcher.exists():
+                _install_maven()
+    return str(launcher)
+
+
+def _install_maven() -> None:
+    name = f"apache-maven-{MAVEN_VERSION}-bin.tar.gz"
+    url = f"{CENTRAL}/org/apache/maven/apache-maven/{MAVEN_VERSION}/{name}"
+    print(f"'mvn' is not on PATH: installing Maven {MAVEN_VERSION} from {url} into {MAVEN_HOME}", file=sys.stderr)
+    try:
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:
+            data = response.read()
+        with urllib.request.urlopen(url + ".sha512", timeout=60) as response:
+            digest = response.read().decode("ascii").split()[0]
+    except OSError as exc:
+        raise RuntimeError(
+            f"cannot download Maven ({url}): {exc}; install it (Debian/Ubuntu: apt-get install maven)"
+        ) from exc
+    if hashlib.sha512(data).hexdigest() != digest:
+        raise RuntimeError(f"{url}: its SHA-512 is not the one Maven Central publishes for it; not installed")
+    with tempfile.TemporaryDirectory(dir=MAVEN_HOME.parent) as folder:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4 on: no member may land outside the folder
+                archive.extractall(folder, filter="data")
+            else:
+                archive.extractall(folder)  # Maven Central's archive, its digest checked above
+        unpacked = Path(folder) / f"apache-maven-{MAVEN_VERSION}"
+        (unpacked / "bin" / "mvn").chmod(0o755)
+        unpacked.rename(MAVEN_HOME)  # whole or not at all: a cut download never looks installed
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> None:
@@ -79,7 +124,7 @@ def fetch(coordinates: Iterable[str], folder: Path = FOLDER) -> list[Path]:
                 with tempfile.TemporaryDirectory(dir=folder) as scratch:
                     _run(
                         [
-                            _mvn(),
+                            mvn(),
                             "-B",
                             "-q",
                             "dependency:copy",
@@ -127,7 +172,7 @@ def fetch_tree(
                 (Path(scratch) / "pom.xml").write_text(pom)
                 _run(
                     [
-                        _mvn(),
+                        mvn(),
                         "-B",
                         "-q",
                         "dependency:copy-dependencies",
@@ -141,5 +186,8 @@ def fetch_tree(
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--mvn"]:
+        print(mvn())
+        sys.exit(0)
     for path in fetch(sys.argv[1:]):
         print(path)
