@@ -958,10 +958,11 @@ def test_generated_tables_read_through_spark_with_pruned_columns_and_filters_mat
 ) -> None:
     """The path Spark itself takes, which the merge harness of test_jvm_conformance.py does not: `pruneColumns`,
     the filters Spark pushes (row groups skipped by key and partition statistics, stream conditions applied after
-    the merge), log-free slices read natively (`LogFreeReader`, its all-false delete flags skipped). Random
-    histories (tests/integration/test_merge_property.py: deletes in every stream, ties, nulls: ignore, a
-    commit-time stream, compactions, erases, rescales), compacted at the end or not, each read with a random
-    column subset and random conditions: the rows `stitch read` returns with the same columns and `--where`."""
+    the merge), log-free slices read natively (`LogFreeReader`, its all-false delete flags skipped, value columns'
+    statistics used). Random histories (tests/integration/test_merge_property.py: deletes in every stream, ties,
+    nulls: ignore, a commit-time stream, compactions, erases, rescales) with Parquet or Avro logs, compacted at the
+    end or not, each read with a random column subset and random conditions, the last as of a random earlier
+    instant: the rows `stitch read` returns with the same columns, `--where` and `--as-of`."""
     import shutil
     import tempfile
 
@@ -981,23 +982,32 @@ def test_generated_tables_read_through_spark_with_pruned_columns_and_filters_mat
         ),
     )
 
-    examples = int(os.environ.get("SPARK_READ_EXAMPLES", "12"))
+    examples = int(os.environ.get("SPARK_READ_EXAMPLES", "50"))
 
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(plan=steps(), compact=st.booleans(), asked=st.lists(reads, min_size=3, max_size=3))
-    def check(plan: list[tuple[str, Any]], compact: bool, asked: list[Any]) -> None:
+    @given(
+        plan=steps(),
+        log_format=st.sampled_from(["parquet", "avro"]),
+        compact=st.booleans(),
+        asked=st.lists(reads, min_size=3, max_size=3),
+        travel=st.integers(0, 63),
+    )
+    def check(plan: list[tuple[str, Any]], log_format: str, compact: bool, asked: list[Any], travel: int) -> None:
         root = Path(tempfile.mkdtemp(prefix="stitch-jvm-read-"))
         try:
-            table = run_steps(root, plan, "parquet")
+            table = run_steps(root, plan, log_format)
             if compact:
                 table.compact()
-            for columns, conditions in asked:
+            times = [i.completed for i in table.timeline().completed() if i.completed is not None]
+            for number, (columns, conditions) in enumerate(asked):
                 chosen = ["k", *(n for n in names if n in columns)]
                 spark = " AND ".join(c[0].format(n=n, m=m) for c, n, m in conditions) or "true"
                 local = [c[1].format(n=n, m=m) for c, n, m in conditions]
-                want = expected(table, columns=chosen, filter=local or None)
-                got, _plan = through_jvm(jvm, table, select=", ".join(chosen), where=spark)
-                assert got == want, (chosen, spark)
+                # The last read is of an earlier state (time travel), chosen among every completed instant.
+                travelled = {"as_of": times[travel % len(times)]} if number == 2 else {}
+                want = expected(table, columns=chosen, filter=local or None, **travelled)
+                got, _plan = through_jvm(jvm, table, select=", ".join(chosen), where=spark, **travelled)
+                assert got == want, (chosen, spark, travelled)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
