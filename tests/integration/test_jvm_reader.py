@@ -584,8 +584,40 @@ def test_value_column_filters_skip_row_groups_only_of_base_files_whose_rows_show
     assert through_jvm(jvm, evolved)[0] == expected(evolved)
     got, plan = through_jvm(jvm, evolved, where="v >= 2")  # int32 in the file: Parquet cannot compare, reads all
     assert [r["k"] for r in got] == [2] and "shownRowGroupFilter=" in plan, plan
+    skipped = counter(jvm, "rowGroupsSkipped")
+    got, _plan = through_jvm(jvm, evolved, where="v >= 2 AND k >= 100")  # the key's predicate still skips
+    assert got == [] and counter(jvm, "rowGroupsSkipped") - skipped == 1
     got, _plan = through_jvm(jvm, evolved, where="`when` = DATE'2026-11-21'")  # not in the file: its default
     assert got == expected(evolved) and len(got) == 3
+
+
+def test_a_timestamp_filter_skips_row_groups_by_the_instant_it_names_before_1582_too(
+    jvm: JvmSession, tmp_path: Path
+) -> None:
+    """Spark hands a timestamp filter's value as a `java.sql.Timestamp` rebased onto the Julian calendar: read as it
+    is, an instant of 1500 was days off, and a row group whose newest value lay between the two was skipped."""
+    import datetime as dt
+
+    document = copy.deepcopy(THREE_STREAMS)
+    document["streams"]["shipments"]["columns"]["shipped_at"] = "timestamp"
+    table = new_table(tmp_path, document, buckets=1)  # a base per partition: odd keys shipped in 1500, even in 2020
+    utc = dt.UTC
+    for number, model in enumerate((ORDERS, PAYMENTS, SHIPMENTS)):
+        rows = [{**r, "deleted": False} for r in events(model, range(0, 20), number)]
+        written = batch(model, rows)
+        if model is SHIPMENTS:
+            when = [dt.datetime(1500 if r["k"] % 2 else 2020, 1, 10, tzinfo=utc) for r in rows]
+            written = written.append_column("shipped_at", pa.array(when, pa.timestamp("us", tz="UTC")))
+        table.write(model.name, written)
+    table.compact()
+    assert through_jvm(jvm, table)[0] == expected(table)  # the base files read (and verified) once
+    skipped = counter(jvm, "rowGroupsSkipped")
+    got, plan = through_jvm(jvm, table, where="shipped_at > TIMESTAMP'1500-01-08 00:00:00'")
+    assert got == expected(table) and len(got) == 20 and "shownRowGroupFilter=" in plan, plan
+    assert counter(jvm, "rowGroupsSkipped") - skipped == 0
+    got, _plan = through_jvm(jvm, table, where="shipped_at < TIMESTAMP'1500-01-12 00:00:00'")
+    assert [r["k"] for r in got] == list(range(1, 20, 2))
+    assert counter(jvm, "rowGroupsSkipped") - skipped == 1  # the even keys' file, all of 2020
 
 
 def test_a_plan_given_as_the_plan_option_is_read_as_planned_as_text_or_as_a_file(

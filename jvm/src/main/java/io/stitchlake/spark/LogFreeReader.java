@@ -121,7 +121,7 @@ public final class LogFreeReader implements PartitionReader<ColumnarBatch> {
         // still spares its rows the pass.
         boolean known = files.allFalse(slice.base, dels);
         current = known
-            ? files.open(slice.base, output, shownRowGroups, shownRowGroupColumns)
+            ? files.open(slice.base, output, shownRowGroups, shownRowGroupColumns, rowGroups, rowGroupColumns)
             : files.open(slice.base, read, rowGroups, rowGroupColumns);
         everyRowShowsEveryStream = known || files.allFalse(slice.base, dels);
         if (everyRowShowsEveryStream) DataFileReader.BASES_READ_WITHOUT_FLAGS.incrementAndGet();

@@ -200,6 +200,16 @@ public final class DataFileReader {
    */
   public FileBatches open(PlanFile file, StructType columns, FilterPredicate rowGroups, Set<String> filterColumns)
       throws IOException {
+    return open(file, columns, rowGroups, filterColumns, null, Set.of());
+  }
+
+  /**
+   * As {@link #open(PlanFile, StructType, FilterPredicate, Set)}, with {@code fallback} skipping row groups where
+   * {@code rowGroups} cannot decide in this file (one of its columns absent from the file or of another type in it):
+   * a predicate over value columns too, with the key and partition one as its fallback.
+   */
+  public FileBatches open(PlanFile file, StructType columns, FilterPredicate rowGroups, Set<String> filterColumns,
+      FilterPredicate fallback, Set<String> fallbackColumns) throws IOException {
     if ("avro".equals(file.format) || file.path.endsWith(".avro")) {
       ColumnarBatch batch = AvroLogReader.read(file, fetch(file), withoutAbsent(file, columns));
       checkRows(file, batch.numRows());
@@ -207,7 +217,7 @@ public final class DataFileReader {
     }
     VerifiedFile verified = VerifiedFile.known(file, conf);
     byte[] data = verified == null ? fetch(file) : null;
-    return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns);
+    return new ParquetBatches(file, data, verified, columns, rowGroups, filterColumns, fallback, fallbackColumns);
   }
 
   /**
@@ -391,7 +401,9 @@ public final class DataFileReader {
         VerifiedFile verified,
         StructType columns,
         FilterPredicate rowGroups,
-        Set<String> filterColumns)
+        Set<String> filterColumns,
+        FilterPredicate fallback,
+        Set<String> fallbackColumns)
         throws IOException {
       this.file = file;
       this.data = data;
@@ -408,19 +420,24 @@ public final class DataFileReader {
       List<BlockMetaData> all = footer.getBlocks();
       MessageType schema = footer.getFileMetaData().getSchema();
       // Only the predicate's own columns decide, by statistics; Spark re-checks every row after the scan.
-      blocks = rowGroups == null || !hasColumns(schema, filterColumns) ? all : kept(rowGroups, all, schema);
+      List<BlockMetaData> kept = kept(rowGroups, filterColumns, all, schema);
+      if (kept == null) kept = kept(fallback, fallbackColumns, all, schema);
+      blocks = kept == null ? all : kept;
       ROW_GROUPS_SKIPPED.addAndGet(all.size() - blocks.size());
     }
 
     /**
-     * The row groups {@code rowGroups} does not rule out; all of them where a column's type in the file is not the
-     * table's (a column widened since the file was written: Parquet refuses to compare across types).
+     * The row groups {@code rowGroups} does not rule out, or null where it cannot decide in this file: none given,
+     * one of its columns absent from the file (added since: the read shows its default), or of another type in it
+     * (widened since: Parquet refuses to compare across types).
      */
-    private List<BlockMetaData> kept(FilterPredicate rowGroups, List<BlockMetaData> all, MessageType schema) {
+    private List<BlockMetaData> kept(FilterPredicate rowGroups, Set<String> filterColumns, List<BlockMetaData> all,
+        MessageType schema) {
+      if (rowGroups == null || !hasColumns(schema, filterColumns)) return null;
       try {
         return RowGroupFilter.filterRowGroups(FilterCompat.get(rowGroups), all, schema);
       } catch (IllegalArgumentException e) {
-        return all;
+        return null;
       }
     }
 

@@ -16,6 +16,7 @@ import org.apache.parquet.filter2.predicate.FilterApi;
 import org.apache.parquet.filter2.predicate.FilterPredicate;
 import org.apache.parquet.filter2.predicate.Operators;
 import org.apache.parquet.io.api.Binary;
+import org.apache.spark.sql.catalyst.util.DateTimeUtils$;
 import org.apache.spark.sql.sources.EqualNullSafe;
 import org.apache.spark.sql.sources.EqualTo;
 import org.apache.spark.sql.sources.Filter;
@@ -199,8 +200,10 @@ public final class RowGroupFilters {
       return (int) d.toEpochDay();
     }
     if (type instanceof TimestampType) {
-      Instant t = v instanceof java.sql.Timestamp ? ((java.sql.Timestamp) v).toInstant() : (Instant) v;
-      return ChronoUnit.MICROS.between(Instant.EPOCH, t);
+      // Spark hands a java.sql.Timestamp rebased onto the Julian calendar (its toJavaTimestamp): undone as Spark's
+      // own Parquet filters undo it, or instants before 1582 would be days off.
+      if (v instanceof java.sql.Timestamp) return DateTimeUtils$.MODULE$.fromJavaTimestamp((java.sql.Timestamp) v);
+      return ChronoUnit.MICROS.between(Instant.EPOCH, (Instant) v);
     }
     throw new IllegalArgumentException("no row-group value for " + type);
   }

@@ -54,8 +54,8 @@ import org.apache.spark.sql.types.TimestampType;
  * One JVM serves many tables: startup costs seconds.
  *
  * <p>Files are read as a Spark task reads them: a slice with logs through {@link SliceInputs} (checksums and row
- * counts checked, widened types and columns a file predates as the table has them), a log-free slice with a flat
- * output through {@link LogFreeReader}, the reader of every compacted and read-optimized read.
+ * counts checked, widened types and columns a file predates as the table has them), a log-free slice through
+ * {@link LogFreeReader}, the reader of every compacted and read-optimized read.
  */
 public final class MergeMain {
   private MergeMain() {}
@@ -157,9 +157,9 @@ public final class MergeMain {
     try (SliceInputs inputs = new SliceInputs(spec, all, files, null, Set.of())) {
       for (io.stitchlake.spark.plan.PlanSlice slice : plan.slices) {
         SliceMerger merger = new SliceMerger(spec, output);
-        // As the Spark reader: a log-free slice by the log-free reader, batches of gathered columns for a flat
-        // output, rows otherwise.
-        if (slice.logFree() && SliceMerger.flat(output)) {
+        // As the Spark reader: a log-free slice by the log-free reader, a slice with logs into batches of gathered
+        // columns for a flat output, rows otherwise.
+        if (slice.logFree()) {
           try (LogFreeReader reader = new LogFreeReader(plan.merge, output, null, Set.of(), null, Set.of(), List.of(slice),
               files)) {
             while (reader.next()) {
