@@ -69,7 +69,7 @@ def session() -> Any:
 
 def measure(folder: Path, rounds: int) -> dict[str, Any]:
     """Every round's seconds of each table's two reads, in one session."""
-    from scripts import peer_job
+    from scripts import peer_iceberg, peer_job
     from stitchlake.spark.session import register
 
     table = folder / "stitchlake" / "stitchlake"
@@ -78,16 +78,17 @@ def measure(folder: Path, rounds: int) -> dict[str, Any]:
         raise SystemExit(f"{folder}: no stitchlake and Iceberg tables; run `make bench-peers` at this size first")
     as_of = stitchlake_before_compaction(table)
     spark = register(session())
-    spark.conf.set("spark.sql.catalog.ice.warehouse", str(warehouse))
-    snapshots = spark.sql("SELECT snapshot_id, operation FROM ice.bench.wide.snapshots ORDER BY committed_at").collect()
+    peer_iceberg.Job(spark, folder / "iceberg", folder / "data", existing=True)  # its catalog's warehouse set
+    history = f"SELECT snapshot_id, operation FROM {peer_iceberg.TABLE}.snapshots ORDER BY committed_at"
+    snapshots = spark.sql(history).collect()
     written = [s.snapshot_id for s in snapshots if s.operation != "replace"]
     if len(written) == len(snapshots):
         raise SystemExit(f"{warehouse}: no rewrite on Iceberg's table; run `make bench-peers` first")
     frames: dict[str, Callable[[], Any]] = {
         TABLES[0]: lambda: spark.read.format("stitchlake").option("as_of", as_of).load(str(table)),
-        TABLES[1]: lambda: spark.read.option("versionAsOf", written[-1]).table("ice.bench.wide"),
+        TABLES[1]: lambda: spark.read.option("versionAsOf", written[-1]).table(peer_iceberg.TABLE),
         TABLES[2]: lambda: spark.read.format("stitchlake").load(str(table)),
-        TABLES[3]: lambda: spark.table("ice.bench.wide"),
+        TABLES[3]: lambda: spark.table(peer_iceberg.TABLE),
     }
 
     def read(name: str, kind: str) -> float:
